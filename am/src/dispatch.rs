@@ -1,0 +1,72 @@
+//! Running handlers: find the registration for an arrived packet, check it
+//! against what the sender claims, and call the handler with the right
+//! context (token for requests, none for replies).
+
+use crate::endpoint::Inner;
+use crate::handler::{Func, Kind};
+use crate::message::Incoming;
+use crate::token::Token;
+use splitrt_runtime::fabric::{Channel, Delivery};
+use splitrt_runtime::{Error, Result};
+use std::cell::Cell;
+
+thread_local! {
+    static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is running a handler right now.
+pub(crate) fn in_handler() -> bool {
+    IN_HANDLER.with(|c| c.get())
+}
+
+/// Marks this thread as inside a handler until dropped (restores the
+/// previous state, since a replying request handler may run reply handlers).
+struct HandlerScope(bool);
+impl HandlerScope {
+    fn enter() -> Self {
+        HandlerScope(IN_HANDLER.with(|c| c.replace(true)))
+    }
+}
+impl Drop for HandlerScope {
+    fn drop(&mut self) {
+        IN_HANDLER.with(|c| c.set(self.0));
+    }
+}
+
+pub(crate) fn dispatch(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> {
+    let bad = |why: String| {
+        Err(Error::protocol(format!("message from rank {}: {why}", d.src))
+            .at_rank(ep.rank)
+            .with_peer(d.src))
+    };
+    let Some(e) = ep.table.get(d.tag as usize).and_then(Option::as_ref) else {
+        return bad(format!("unknown handler id {}", d.tag));
+    };
+    let kind = match (d.deposit.is_some(), d.payload.is_empty()) {
+        (true, _) => Kind::Long,
+        (false, true) if e.sig.kind == Kind::Short => Kind::Short,
+        (false, _) => Kind::Medium,
+    };
+    if kind != e.sig.kind || d.words.len() != e.sig.nargs as usize {
+        return bad(format!(
+            "handler '{}' expects {:?} with {} args, got {kind:?} with {}",
+            e.name,
+            e.sig.kind,
+            e.sig.nargs,
+            d.words.len()
+        ));
+    }
+    let msg = Incoming {
+        src: d.src,
+        args: d.words,
+        payload: d.payload,
+        offset: d.deposit,
+    };
+    let _scope = HandlerScope::enter();
+    match (&e.func, ch) {
+        (Func::Request(f), Channel::Request) => f(Token { ep, src: d.src }, &msg),
+        (Func::Reply(f), Channel::Reply) => f(&msg),
+        _ => return bad(format!("handler '{}' arrived on the {ch:?} channel", e.name)),
+    }
+    Ok(())
+}

@@ -1,0 +1,357 @@
+//! The endpoint: a rank's handler table plus its fabric connection to every
+//! peer, the send paths and progress (poll / wait_until).
+
+use crate::dispatch::{dispatch, in_handler};
+use crate::handler::{Entry, Func, Kind, ReplyHandler, RequestHandler, Sig, Table};
+use crate::message::{Incoming, Payload};
+use crate::token::Token;
+use splitrt_runtime::backoff::Backoff;
+use splitrt_runtime::config::Config;
+use splitrt_runtime::fabric::{Channel, Fabric, Packet};
+use splitrt_runtime::job::JobInfo;
+use splitrt_runtime::{Error, ErrorKind, Result, World};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Collects handler registrations, then [`attach`](Self::attach)es to the job.
+#[derive(Default)]
+pub struct EndpointBuilder {
+    table: Table,
+}
+
+impl EndpointBuilder {
+    /// An empty registration table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register a request handler taking `nargs` argument words on channel
+    /// `kind`. Every rank must register the same handlers in the same order.
+    pub fn request<F>(&mut self, name: &str, kind: Kind, nargs: usize, f: F) -> Result<RequestHandler>
+    where
+        F: Fn(Token<'_>, &Incoming<'_>) + Send + Sync + 'static,
+    {
+        self.table
+            .add(None, name, kind, nargs, Func::Request(Box::new(f)))
+            .map(RequestHandler)
+    }
+
+    /// Register a reply handler. Reply handlers cannot send.
+    pub fn reply<F>(&mut self, name: &str, kind: Kind, nargs: usize, f: F) -> Result<ReplyHandler>
+    where
+        F: Fn(&Incoming<'_>) + Send + Sync + 'static,
+    {
+        self.table
+            .add(None, name, kind, nargs, Func::Reply(Box::new(f)))
+            .map(ReplyHandler)
+    }
+
+    /// Register one of splitrt's own request handlers at a fixed id below
+    /// [`RESERVED_HANDLERS`](crate::RESERVED_HANDLERS) (for the PGAS layer).
+    #[doc(hidden)]
+    pub fn reserved_request<F>(&mut self, id: u16, name: &str, kind: Kind, nargs: usize, f: F) -> Result<RequestHandler>
+    where
+        F: Fn(Token<'_>, &Incoming<'_>) + Send + Sync + 'static,
+    {
+        self.table
+            .add(Some(id), name, kind, nargs, Func::Request(Box::new(f)))
+            .map(RequestHandler)
+    }
+
+    /// Register one of splitrt's own reply handlers at a fixed reserved id.
+    #[doc(hidden)]
+    pub fn reserved_reply<F>(&mut self, id: u16, name: &str, kind: Kind, nargs: usize, f: F) -> Result<ReplyHandler>
+    where
+        F: Fn(&Incoming<'_>) + Send + Sync + 'static,
+    {
+        self.table
+            .add(Some(id), name, kind, nargs, Func::Reply(Box::new(f)))
+            .map(ReplyHandler)
+    }
+
+    /// Join the job described by the environment (splitrt-run, or none for
+    /// a 1-rank job): bootstrap, check that every rank registered the same
+    /// table, connect the fabric, pass the start barrier.
+    pub fn attach(self) -> Result<Endpoint> {
+        let world = World::start(self.table.describe())?;
+        Ok(Self::finish_attach(self.table, world))
+    }
+
+    /// [`attach`](Self::attach) with an explicit job and configuration.
+    pub fn attach_with(self, job: JobInfo, config: Config) -> Result<Endpoint> {
+        let world = World::start_with(job, config, self.table.describe())?;
+        Ok(Self::finish_attach(self.table, world))
+    }
+
+    fn finish_attach(table: Table, world: World) -> Endpoint {
+        Endpoint {
+            inner: Arc::new(Inner {
+                rank: world.job().rank,
+                size: world.job().size,
+                table: table.entries,
+                world,
+                finished: AtomicBool::new(false),
+            }),
+        }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+    pub(crate) table: Vec<Option<Entry>>,
+    world: World,
+    finished: AtomicBool,
+}
+
+/// A rank's Active Messages endpoint. Cheap to clone, `Send + Sync`: any
+/// thread may send; whichever thread polls drives progress (one at a time,
+/// others return at once).
+#[derive(Clone)]
+pub struct Endpoint {
+    inner: Arc<Inner>,
+}
+
+impl Inner {
+    fn fabric(&self) -> &impl Fabric {
+        self.world.fabric()
+    }
+
+    fn name(&self, id: u16) -> &str {
+        self.table
+            .get(id as usize)
+            .and_then(Option::as_ref)
+            .map_or("?", |e| e.name.as_str())
+    }
+
+    fn packet<'a>(sig: &Sig, args: &'a [u64], payload: &Payload<'a>) -> Packet<'a> {
+        let (payload, deposit) = match *payload {
+            Payload::None => (&[][..], None),
+            Payload::Medium(d) => (d, None),
+            Payload::Long { data, offset } => (data, Some(offset)),
+        };
+        Packet {
+            tag: sig.id,
+            words: args,
+            payload,
+            deposit,
+        }
+    }
+
+    pub(crate) fn poll_channel(&self, ch: Channel) -> Result<usize> {
+        let mut err = None;
+        let n = self.fabric().poll(ch, &mut |d| {
+            if let Err(e) = dispatch(self, ch, d) {
+                err.get_or_insert(e);
+            }
+        })?;
+        err.map_or(Ok(n), Err)
+    }
+
+    pub(crate) fn poll_all(&self) -> Result<usize> {
+        Ok(self.poll_channel(Channel::Reply)? + self.poll_channel(Channel::Request)?)
+    }
+
+    fn check_failure(&self) -> Result<()> {
+        self.world.failure().map_or(Ok(()), Err)
+    }
+
+    pub(crate) fn send_request(
+        &self,
+        peer: usize,
+        h: RequestHandler,
+        args: &[u64],
+        payload: Payload<'_>,
+        block: bool,
+    ) -> Result<bool> {
+        let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
+        if in_handler() {
+            return Err(at(Error::usage(
+                "a request cannot be sent from inside a handler (reply through the token)",
+            )));
+        }
+        h.0.check(self.name(h.0.id), args, &payload).map_err(at)?;
+        let pkt = Self::packet(&h.0, args, &payload);
+        let mut stall = || self.poll_all().and_then(|_| self.check_failure());
+        let mut backoff = Backoff::new(self.world.config());
+        loop {
+            if self.fabric().try_send(peer, Channel::Request, &pkt, &mut stall)? {
+                return Ok(true);
+            }
+            if !block {
+                return Ok(false);
+            }
+            // Out of credits: serve our own inbound traffic while we wait.
+            if self.poll_all()? == 0 {
+                self.check_failure()?;
+                backoff.snooze();
+            }
+        }
+    }
+
+    pub(crate) fn send_reply(&self, peer: usize, h: ReplyHandler, args: &[u64], payload: Payload<'_>) -> Result<()> {
+        let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
+        h.0.check(self.name(h.0.id), args, &payload).map_err(at)?;
+        let pkt = Self::packet(&h.0, args, &payload);
+        // Waiting for reply room drains only replies: their handlers cannot
+        // send, so this never recurses into another request handler.
+        let mut stall = || self.poll_channel(Channel::Reply).and_then(|_| self.check_failure());
+        let mut backoff = Backoff::new(self.world.config());
+        while !self.fabric().try_send(peer, Channel::Reply, &pkt, &mut stall)? {
+            if self.poll_channel(Channel::Reply)? == 0 {
+                self.check_failure()?;
+                backoff.snooze();
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
+        if self.finished.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.world.finish(&mut || self.poll_all().map(|_| ()))
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.finished.load(Ordering::Acquire) {
+            return;
+        }
+        if std::thread::panicking() {
+            self.world.abort("the rank panicked");
+        } else if let Err(e) = self.finish() {
+            eprintln!("splitrt: rank {}: finishing at drop failed: {e}", self.rank);
+        }
+    }
+}
+
+impl Endpoint {
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// Ranks in the job.
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// Largest Medium payload to `peer` (at least 512 B).
+    pub fn max_medium(&self, peer: usize) -> usize {
+        self.inner.fabric().max_inline(peer)
+    }
+
+    /// Largest Long payload to `peer` (its segment size).
+    pub fn max_long(&self, peer: usize) -> usize {
+        self.inner.fabric().segment_len(peer)
+    }
+
+    /// The job description.
+    pub fn job(&self) -> &JobInfo {
+        self.inner.world.job()
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        self.inner.world.config()
+    }
+
+    /// The runtime below (fabric, segments) for layers built on top.
+    pub fn world(&self) -> &World {
+        &self.inner.world
+    }
+
+    /// Send a request, waiting (and serving inbound traffic) while `peer`
+    /// has no room. The payload variant must match the handler's kind and
+    /// `args` its argument count; a Long offset must lie in `peer`'s segment.
+    pub fn request(&self, peer: usize, h: RequestHandler, args: &[u64], payload: Payload<'_>) -> Result<()> {
+        self.inner.send_request(peer, h, args, payload, true).map(|_| ())
+    }
+
+    /// Send a request if `peer` has room now. `Ok(false)`: back-pressure,
+    /// nothing was sent; poll and try again.
+    #[must_use = "Ok(false) means the request was not sent"]
+    pub fn try_request(&self, peer: usize, h: RequestHandler, args: &[u64], payload: Payload<'_>) -> Result<bool> {
+        self.inner.send_request(peer, h, args, payload, false)
+    }
+
+    /// Run the handlers of every message that has arrived; returns how many
+    /// ran. Returns `Ok(0)` at once if another thread is polling.
+    pub fn poll(&self) -> Result<usize> {
+        if in_handler() {
+            return Err(Error::usage("poll() cannot be called from inside a handler").at_rank(self.rank()));
+        }
+        self.inner.poll_all()
+    }
+
+    /// Poll until `cond` holds: spin briefly, then yield, then sleep, so more
+    /// ranks than cores still progress. Fails if another rank dies.
+    pub fn wait_until(&self, mut cond: impl FnMut() -> bool) -> Result<()> {
+        if in_handler() {
+            return Err(Error::usage("wait_until() cannot be called from inside a handler").at_rank(self.rank()));
+        }
+        let mut backoff = Backoff::new(self.config());
+        loop {
+            if cond() {
+                return Ok(());
+            }
+            if self.inner.poll_all()? > 0 {
+                backoff.reset();
+                continue;
+            }
+            self.inner.check_failure()?;
+            backoff.snooze();
+        }
+    }
+
+    /// Wait for every rank (through the bootstrap; serves traffic meanwhile).
+    pub fn barrier(&self) -> Result<()> {
+        if in_handler() {
+            return Err(Error::usage("barrier() cannot be called from inside a handler").at_rank(self.rank()));
+        }
+        self.inner.world.barrier(&mut || self.inner.poll_all().map(|_| ()))
+    }
+
+    /// Length of this rank's segment.
+    pub fn segment_len(&self) -> usize {
+        self.inner.fabric().local_segment().len
+    }
+
+    /// Copy `buf.len()` bytes from this rank's segment at `offset`.
+    pub fn read_segment(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let seg = self.inner.fabric().local_segment();
+        let off = self.segment_range(offset, buf.len(), seg.len)?;
+        // SAFETY: the range was checked to lie inside the local segment.
+        unsafe { std::ptr::copy_nonoverlapping(seg.base.add(off), buf.as_mut_ptr(), buf.len()) };
+        Ok(())
+    }
+
+    /// Copy `data` into this rank's segment at `offset`.
+    pub fn write_segment(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let seg = self.inner.fabric().local_segment();
+        let off = self.segment_range(offset, data.len(), seg.len)?;
+        // SAFETY: the range was checked to lie inside the local segment.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), seg.base.add(off), data.len()) };
+        Ok(())
+    }
+
+    fn segment_range(&self, offset: u64, len: usize, seg_len: usize) -> Result<usize> {
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= seg_len as u64 => Ok(offset as usize),
+            _ => Err(Error::new(ErrorKind::OutOfBounds {
+                offset,
+                len: len as u64,
+                segment_len: seg_len as u64,
+            })
+            .at_rank(self.rank())),
+        }
+    }
+
+    /// Exit barrier (serving traffic meanwhile), then leave the job. Dropping
+    /// the last handle does the same; calling this reports errors.
+    pub fn finish(self) -> Result<()> {
+        self.inner.finish()
+    }
+}

@@ -1,0 +1,81 @@
+//! Waiting politely: spin for a short bounded time, then yield the core,
+//! then sleep, so that more ranks than cores (8 ranks on 2 cores) still make
+//! progress. A spin-only mode exists for benchmarks on dedicated cores.
+
+use crate::config::Config;
+use std::time::{Duration, Instant};
+
+/// How long a waiter yields (after spinning) before it starts sleeping.
+const YIELD_PHASE: Duration = Duration::from_micros(500);
+
+/// The back-off state of one wait.
+///
+/// ```
+/// use splitrt_runtime::{backoff::Backoff, config::Config};
+/// let mut b = Backoff::new(&Config::default());
+/// for _ in 0..3 { b.snooze(); }
+/// ```
+pub struct Backoff {
+    start: Option<Instant>,
+    spins: u32,
+    phase: Phase,
+    spin: Duration,
+    sleep: Duration,
+    spin_only: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Spin,
+    Yield,
+    Sleep,
+}
+
+impl Backoff {
+    /// A fresh back-off using the configured spin and sleep times.
+    pub fn new(cfg: &Config) -> Self {
+        Backoff {
+            start: None,
+            spins: 0,
+            phase: Phase::Spin,
+            spin: cfg.spin,
+            sleep: cfg.sleep,
+            spin_only: cfg.spin_only,
+        }
+    }
+
+    /// Start over (progress was made).
+    pub fn reset(&mut self) {
+        self.start = None;
+        self.spins = 0;
+        self.phase = Phase::Spin;
+    }
+
+    /// Whether the waiter has moved past spinning (a good moment to check
+    /// for slow events such as a failed peer).
+    pub fn is_slow(&self) -> bool {
+        self.phase != Phase::Spin
+    }
+
+    /// Wait a little; each call waits at least as long as the previous one.
+    pub fn snooze(&mut self) {
+        let start = *self.start.get_or_insert_with(Instant::now);
+        if self.phase == Phase::Spin {
+            self.spins = self.spins.wrapping_add(1);
+            // Reading the clock costs ~20 ns: look at it once every 64 rounds.
+            if self.spin_only || self.spins % 64 != 0 || start.elapsed() < self.spin {
+                std::hint::spin_loop();
+                return;
+            }
+            self.phase = Phase::Yield;
+        }
+        if self.phase == Phase::Yield {
+            if start.elapsed() < self.spin + YIELD_PHASE {
+                std::thread::yield_now();
+                return;
+            }
+            self.phase = Phase::Sleep;
+        }
+        std::thread::sleep(self.sleep);
+    }
+}

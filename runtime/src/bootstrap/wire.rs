@@ -1,0 +1,316 @@
+//! Bootstrap messages and their encoding: a frame is a little-endian `u32`
+//! length, a one-byte tag and the body. Decoding never panics on malformed
+//! input; it returns a protocol error.
+
+use crate::{Error, Result};
+use std::io::{Read, Write};
+
+/// Largest frame accepted (bytes after the length word).
+pub const MAX_FRAME: usize = 16 << 20;
+
+/// A rank's introduction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    /// Global rank.
+    pub rank: u32,
+    /// Job size as this rank sees it.
+    pub size: u32,
+    /// Job id as this rank sees it.
+    pub job: String,
+    /// Host name (groups ranks into nodes).
+    pub host: String,
+    /// Process id, for diagnostics.
+    pub pid: u32,
+    /// The upper layer's registration table, one line an entry; every rank
+    /// must send the same.
+    pub table: Vec<String>,
+    /// Opaque fabric endpoint description.
+    pub endpoint: Vec<u8>,
+}
+
+/// What every rank learns about every other.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Host name.
+    pub host: String,
+    /// Process id.
+    pub pid: u32,
+    /// Opaque fabric endpoint description.
+    pub endpoint: Vec<u8>,
+}
+
+/// A bootstrap message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// rank -> server: join.
+    Hello(Hello),
+    /// server -> rank: everyone arrived and agreed; here is everyone.
+    Welcome(Vec<Peer>),
+    /// server -> rank: the job cannot start.
+    Refuse(String),
+    /// rank -> server: entered barrier `epoch`.
+    Barrier(u64),
+    /// server -> rank: barrier `epoch` is complete.
+    Release(u64),
+    /// rank -> server: finished cleanly; closing.
+    Bye,
+    /// either way: rank `.0` failed for reason `.1`; the job is over.
+    Abort(u32, String),
+}
+
+const T_HELLO: u8 = 1;
+const T_WELCOME: u8 = 2;
+const T_REFUSE: u8 = 3;
+const T_BARRIER: u8 = 4;
+const T_RELEASE: u8 = 5;
+const T_BYE: u8 = 6;
+const T_ABORT: u8 = 7;
+
+struct Enc(Vec<u8>);
+impl Enc {
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+    }
+}
+
+struct Dec<'a>(&'a [u8]);
+impl<'a> Dec<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        if self.0.len() < n {
+            return Err(Error::protocol("bootstrap message truncated"));
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.u32()? as usize;
+        self.take(n)
+    }
+    fn string(&mut self) -> Result<String> {
+        String::from_utf8(self.bytes()?.to_vec())
+            .map_err(|_| Error::protocol("bootstrap string is not UTF-8"))
+    }
+    fn count(&mut self) -> Result<usize> {
+        let n = self.u32()? as usize;
+        // every element takes at least 4 bytes: reject absurd counts early
+        if n > self.0.len() / 4 {
+            return Err(Error::protocol("bootstrap list count exceeds message"));
+        }
+        Ok(n)
+    }
+    fn end(&self) -> Result<()> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::protocol("trailing bytes in bootstrap message"))
+        }
+    }
+}
+
+impl Msg {
+    /// Encode as one frame (length word included).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc(vec![0; 4]);
+        match self {
+            Msg::Hello(h) => {
+                e.0.push(T_HELLO);
+                e.u32(h.rank);
+                e.u32(h.size);
+                e.bytes(h.job.as_bytes());
+                e.bytes(h.host.as_bytes());
+                e.u32(h.pid);
+                e.u32(h.table.len() as u32);
+                for t in &h.table {
+                    e.bytes(t.as_bytes());
+                }
+                e.bytes(&h.endpoint);
+            }
+            Msg::Welcome(peers) => {
+                e.0.push(T_WELCOME);
+                e.u32(peers.len() as u32);
+                for p in peers {
+                    e.bytes(p.host.as_bytes());
+                    e.u32(p.pid);
+                    e.bytes(&p.endpoint);
+                }
+            }
+            Msg::Refuse(r) => {
+                e.0.push(T_REFUSE);
+                e.bytes(r.as_bytes());
+            }
+            Msg::Barrier(n) => {
+                e.0.push(T_BARRIER);
+                e.u64(*n);
+            }
+            Msg::Release(n) => {
+                e.0.push(T_RELEASE);
+                e.u64(*n);
+            }
+            Msg::Bye => e.0.push(T_BYE),
+            Msg::Abort(r, why) => {
+                e.0.push(T_ABORT);
+                e.u32(*r);
+                e.bytes(why.as_bytes());
+            }
+        }
+        let len = (e.0.len() - 4) as u32;
+        e.0[..4].copy_from_slice(&len.to_le_bytes());
+        e.0
+    }
+
+    /// Decode one frame body (tag and fields, without the length word).
+    ///
+    /// ```
+    /// use splitrt_runtime::bootstrap::Msg;
+    /// let m = Msg::Abort(3, "boom".into());
+    /// assert_eq!(Msg::decode(&m.encode()[4..]).unwrap(), m);
+    /// assert!(Msg::decode(&[99]).is_err());
+    /// ```
+    pub fn decode(body: &[u8]) -> Result<Msg> {
+        let (&tag, rest) = body
+            .split_first()
+            .ok_or_else(|| Error::protocol("empty bootstrap message"))?;
+        let mut d = Dec(rest);
+        let m = match tag {
+            T_HELLO => {
+                let rank = d.u32()?;
+                let size = d.u32()?;
+                let job = d.string()?;
+                let host = d.string()?;
+                let pid = d.u32()?;
+                let n = d.count()?;
+                let table = (0..n).map(|_| d.string()).collect::<Result<_>>()?;
+                let endpoint = d.bytes()?.to_vec();
+                Msg::Hello(Hello {
+                    rank,
+                    size,
+                    job,
+                    host,
+                    pid,
+                    table,
+                    endpoint,
+                })
+            }
+            T_WELCOME => {
+                let n = d.count()?;
+                let peers = (0..n)
+                    .map(|_| {
+                        Ok(Peer {
+                            host: d.string()?,
+                            pid: d.u32()?,
+                            endpoint: d.bytes()?.to_vec(),
+                        })
+                    })
+                    .collect::<Result<_>>()?;
+                Msg::Welcome(peers)
+            }
+            T_REFUSE => Msg::Refuse(d.string()?),
+            T_BARRIER => Msg::Barrier(d.u64()?),
+            T_RELEASE => Msg::Release(d.u64()?),
+            T_BYE => Msg::Bye,
+            T_ABORT => Msg::Abort(d.u32()?, d.string()?),
+            t => return Err(Error::protocol(format!("unknown bootstrap message tag {t}"))),
+        };
+        d.end()?;
+        Ok(m)
+    }
+
+    /// Write one frame.
+    pub fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
+        w.write_all(&self.encode())
+    }
+
+    /// Read one frame; `Ok(None)` on a clean end of stream.
+    pub fn read_from(r: &mut impl Read) -> Result<Option<Msg>> {
+        let mut len = [0u8; 4];
+        match r.read_exact(&mut len) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+            Err(e) => return Err(Error::io("reading bootstrap message", e)),
+        }
+        let len = u32::from_le_bytes(len) as usize;
+        if len == 0 || len > MAX_FRAME {
+            return Err(Error::protocol(format!("bootstrap frame of {len} B")));
+        }
+        let mut body = vec![0u8; len];
+        r.read_exact(&mut body)
+            .map_err(|e| Error::io("reading bootstrap message", e))?;
+        Msg::decode(&body).map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn samples() -> Vec<Msg> {
+        vec![
+            Msg::Hello(Hello {
+                rank: 1,
+                size: 4,
+                job: "j".into(),
+                host: "h".into(),
+                pid: 42,
+                table: vec!["a".into(), "b/Short/3".into()],
+                endpoint: vec![1, 2, 3],
+            }),
+            Msg::Welcome(vec![Peer {
+                host: "x".into(),
+                pid: 7,
+                endpoint: vec![9],
+            }]),
+            Msg::Refuse("no".into()),
+            Msg::Barrier(5),
+            Msg::Release(6),
+            Msg::Bye,
+            Msg::Abort(2, "dead".into()),
+        ]
+    }
+
+    #[test]
+    fn roundtrip() {
+        for m in samples() {
+            let f = m.encode();
+            let mut r = &f[..];
+            assert_eq!(Msg::read_from(&mut r).unwrap().unwrap(), m);
+        }
+    }
+
+    /// Truncations and random corruptions of valid frames never panic.
+    #[test]
+    fn decoder_survives_garbage() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
+        for m in samples() {
+            let f = m.encode();
+            for cut in 0..f.len() - 4 {
+                let _ = Msg::decode(&f[4..4 + cut]);
+            }
+            for _ in 0..2000 {
+                let mut g = f[4..].to_vec();
+                let i = rng.gen_range(0..g.len());
+                g[i] = rng.gen();
+                let _ = Msg::decode(&g);
+            }
+        }
+        for _ in 0..20000 {
+            let n = rng.gen_range(0..64);
+            let g: Vec<u8> = (0..n).map(|_| rng.gen()).collect();
+            let _ = Msg::decode(&g);
+        }
+    }
+}

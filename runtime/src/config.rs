@@ -1,0 +1,183 @@
+//! Tunables. Precedence: launcher flag > `SPLITRT_*` environment variable >
+//! default. The launcher turns its flags into the variables below, so a rank
+//! reads only its environment.
+
+use crate::size::parse_size;
+use crate::{Error, Result};
+use std::time::Duration;
+
+/// Registered segment size per rank (bytes, suffixes allowed).
+pub const ENV_SEGMENT_SIZE: &str = "SPLITRT_SEGMENT_SIZE";
+/// Size of one shared-memory ring cell (bytes, multiple of 64, >= 256).
+pub const ENV_CELL_SIZE: &str = "SPLITRT_CELL_SIZE";
+/// Cells per ring (>= 2).
+pub const ENV_RING_LEN: &str = "SPLITRT_RING_LEN";
+/// Largest Medium payload (bytes, >= 512).
+pub const ENV_MAX_MEDIUM: &str = "SPLITRT_MAX_MEDIUM";
+/// Bootstrap timeout in seconds (fractions allowed).
+pub const ENV_BOOTSTRAP_TIMEOUT: &str = "SPLITRT_BOOTSTRAP_TIMEOUT";
+/// Fabric name (`shm`).
+pub const ENV_FABRIC: &str = "SPLITRT_FABRIC";
+/// Microseconds a waiting rank spins before it starts yielding.
+pub const ENV_SPIN_US: &str = "SPLITRT_SPIN_US";
+/// Microseconds a waiting rank sleeps per round once spinning and yielding
+/// did not help.
+pub const ENV_SLEEP_US: &str = "SPLITRT_SLEEP_US";
+/// `1` = never yield or sleep while waiting (benchmarks on dedicated cores).
+pub const ENV_SPIN_ONLY: &str = "SPLITRT_SPIN_ONLY";
+
+/// Every tunable with its documented name, for `--help` texts and docs.
+pub const ALL_VARS: &[(&str, &str)] = &[
+    (ENV_SEGMENT_SIZE, "registered segment per rank (default 64M)"),
+    (ENV_CELL_SIZE, "shm ring cell size (default 4K)"),
+    (ENV_RING_LEN, "cells per shm ring (default 16)"),
+    (ENV_MAX_MEDIUM, "largest Medium payload (default 64K)"),
+    (ENV_BOOTSTRAP_TIMEOUT, "bootstrap timeout in seconds (default 30)"),
+    (ENV_FABRIC, "fabric: shm (default shm)"),
+    (ENV_SPIN_US, "spin time before yielding, us (default 20)"),
+    (ENV_SLEEP_US, "sleep per idle round after yielding, us (default 100)"),
+    (ENV_SPIN_ONLY, "1 = spin only, never yield or sleep (default 0)"),
+];
+
+/// Which fabric carries packets between ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FabricKind {
+    /// Shared memory between ranks of one node.
+    Shm,
+}
+
+impl std::str::FromStr for FabricKind {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "shm" => Ok(FabricKind::Shm),
+            "udp" | "ibverbs" => Err(Error::config(format!(
+                "fabric '{s}' is not implemented yet; available: shm"
+            ))),
+            _ => Err(Error::config(format!(
+                "unknown fabric '{s}'; available: shm"
+            ))),
+        }
+    }
+}
+
+/// The tunables of one rank.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Registered segment size in bytes (page multiple).
+    pub segment_size: usize,
+    /// Ring cell size in bytes.
+    pub cell_size: usize,
+    /// Cells per ring.
+    pub ring_len: usize,
+    /// Largest Medium payload in bytes.
+    pub max_medium: usize,
+    /// How long bootstrap waits for every rank.
+    pub bootstrap_timeout: Duration,
+    /// The fabric.
+    pub fabric: FabricKind,
+    /// Spin time before a waiting rank yields.
+    pub spin: Duration,
+    /// Sleep per idle round once yielding did not help.
+    pub sleep: Duration,
+    /// Never yield or sleep (benchmarks on dedicated cores).
+    pub spin_only: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            segment_size: 64 << 20,
+            cell_size: 4096,
+            ring_len: 16,
+            max_medium: 64 << 10,
+            bootstrap_timeout: Duration::from_secs(30),
+            fabric: FabricKind::Shm,
+            spin: Duration::from_micros(20),
+            sleep: Duration::from_micros(100),
+            spin_only: false,
+        }
+    }
+}
+
+impl Config {
+    /// Read the configuration from the process environment.
+    pub fn from_env() -> Result<Self> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Read the configuration through `get` (unit tests pass a map).
+    ///
+    /// ```
+    /// use splitrt_runtime::config::Config;
+    /// let c = Config::from_lookup(|k| (k == "SPLITRT_RING_LEN").then(|| "8".to_string())).unwrap();
+    /// assert_eq!(c.ring_len, 8);
+    /// assert!(Config::from_lookup(|k| (k == "SPLITRT_RING_LEN").then(|| "1".to_string())).is_err());
+    /// ```
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let mut c = Config::default();
+        let size = |name: &str, dst: &mut usize| -> Result<()> {
+            if let Some(v) = get(name) {
+                *dst = parse_size(&v)
+                    .ok_or_else(|| Error::config(format!("{name}={v:?} is not a byte size")))?;
+            }
+            Ok(())
+        };
+        size(ENV_SEGMENT_SIZE, &mut c.segment_size)?;
+        size(ENV_CELL_SIZE, &mut c.cell_size)?;
+        size(ENV_RING_LEN, &mut c.ring_len)?;
+        size(ENV_MAX_MEDIUM, &mut c.max_medium)?;
+        let secs = |name: &str, scale: f64, dst: &mut Duration| -> Result<()> {
+            if let Some(v) = get(name) {
+                let x: f64 = v
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|x: &f64| x.is_finite() && *x >= 0.0)
+                    .ok_or_else(|| Error::config(format!("{name}={v:?} is not a number")))?;
+                *dst = Duration::from_secs_f64(x * scale);
+            }
+            Ok(())
+        };
+        secs(ENV_BOOTSTRAP_TIMEOUT, 1.0, &mut c.bootstrap_timeout)?;
+        secs(ENV_SPIN_US, 1e-6, &mut c.spin)?;
+        secs(ENV_SLEEP_US, 1e-6, &mut c.sleep)?;
+        if let Some(v) = get(ENV_FABRIC) {
+            c.fabric = v.parse()?;
+        }
+        if let Some(v) = get(ENV_SPIN_ONLY) {
+            c.spin_only = matches!(v.trim(), "1" | "true" | "yes");
+        }
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Check ranges; every rank runs this before it touches shared memory.
+    pub fn validate(&self) -> Result<()> {
+        if self.ring_len < 2 {
+            return Err(Error::config(format!(
+                "{ENV_RING_LEN}={} must be at least 2",
+                self.ring_len
+            )));
+        }
+        if self.cell_size < 256 || self.cell_size % 64 != 0 || self.cell_size > (16 << 20) {
+            return Err(Error::config(format!(
+                "{ENV_CELL_SIZE}={} must be a multiple of 64 between 256 B and 16 MiB",
+                self.cell_size
+            )));
+        }
+        if self.max_medium < 512 || self.max_medium > (64 << 20) {
+            return Err(Error::config(format!(
+                "{ENV_MAX_MEDIUM}={} must be between 512 B and 64 MiB",
+                self.max_medium
+            )));
+        }
+        if self.segment_size % 4096 != 0 || self.segment_size > (1 << 40) {
+            return Err(Error::config(format!(
+                "{ENV_SEGMENT_SIZE}={} must be a multiple of 4096 and at most 1 TiB",
+                self.segment_size
+            )));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,157 @@
+//! Fabrics: reliable, ordered delivery of [`Packet`]s to a peer on a numbered
+//! [`Channel`], polling without syscalls where the hardware allows, and (where
+//! the fabric can) direct access to a peer's registered segment.
+//!
+//! A packet carries an opaque 16-bit tag (the AM layer puts its handler index
+//! there), up to [`MAX_WORDS`] argument words and a payload. A payload is
+//! either delivered in a buffer the receiver may read in place, or deposited
+//! into the receiver's segment at a given offset before delivery.
+
+pub mod shm;
+
+use crate::Result;
+
+/// Most argument words a packet carries.
+pub const MAX_WORDS: usize = 16;
+
+/// A logical channel. Requests and replies travel on separate channels so a
+/// reply never waits behind requests (the basis of deadlock freedom).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// Requests.
+    Request = 0,
+    /// Replies.
+    Reply = 1,
+}
+
+/// A packet to send.
+#[derive(Clone, Copy, Debug)]
+pub struct Packet<'a> {
+    /// Opaque to the fabric; the upper layer's dispatch key.
+    pub tag: u16,
+    /// Argument words (at most [`MAX_WORDS`]).
+    pub words: &'a [u64],
+    /// Payload bytes.
+    pub payload: &'a [u8],
+    /// `Some(offset)`: place the payload at this offset of the receiver's
+    /// segment before delivery (a Long payload); `None`: deliver it inline
+    /// (at most [`Fabric::max_inline`] bytes).
+    pub deposit: Option<u64>,
+}
+
+/// A packet as the receiver sees it; borrowed only for the callback.
+#[derive(Clone, Copy, Debug)]
+pub struct Delivery<'a> {
+    /// Sending rank.
+    pub src: usize,
+    /// The sender's tag.
+    pub tag: u16,
+    /// Argument words.
+    pub words: &'a [u64],
+    /// Payload: in place in the fabric's buffer, or the deposited range of
+    /// the local segment.
+    pub payload: &'a [u8],
+    /// Segment offset where the payload was deposited, if it was.
+    pub deposit: Option<u64>,
+}
+
+/// A rank's registered segment as mapped in this process.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentRef {
+    /// First byte.
+    pub base: *mut u8,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+// SAFETY: a SegmentRef is an address range of a shared mapping that lives as
+// long as the fabric; it is only dereferenced through code that checks bounds.
+unsafe impl Send for SegmentRef {}
+// SAFETY: as above; concurrent access is governed by the PGAS memory model.
+unsafe impl Sync for SegmentRef {}
+
+/// What every fabric provides.
+pub trait Fabric: Send + Sync {
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// Ranks in the job.
+    fn size(&self) -> usize;
+    /// Largest inline (non-deposited) payload to `peer`.
+    fn max_inline(&self, peer: usize) -> usize;
+    /// Length of `peer`'s registered segment.
+    fn segment_len(&self, peer: usize) -> usize;
+    /// This rank's registered segment.
+    fn local_segment(&self) -> SegmentRef;
+    /// `peer`'s segment if this process can load and store into it directly.
+    fn peer_segment(&self, peer: usize) -> Option<SegmentRef>;
+    /// Send `pkt` to `peer` on `ch` if there is room for its first part.
+    /// Returns `Ok(false)`, having sent nothing, when the peer has no room
+    /// (back-pressure). A packet larger than the room left is streamed:
+    /// `stall` is called while waiting for the peer to drain, and must make
+    /// progress on this rank's own inbound traffic.
+    fn try_send(
+        &self,
+        peer: usize,
+        ch: Channel,
+        pkt: &Packet<'_>,
+        stall: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool>;
+    /// Deliver arrived packets on `ch` to `deliver`, returning how many were
+    /// delivered. Returns `Ok(0)` at once if another thread is polling `ch`.
+    /// A malformed packet is skipped and reported as an error naming its
+    /// sender.
+    fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize>;
+}
+
+/// The fabric a rank runs on (static dispatch over the implementations).
+pub enum AnyFabric {
+    /// Shared memory.
+    Shm(shm::ShmFabric),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $f:ident ( $($a:expr),* )) => {
+        match $self { AnyFabric::Shm(x) => x.$f($($a),*) }
+    };
+}
+
+impl Fabric for AnyFabric {
+    #[inline]
+    fn rank(&self) -> usize {
+        dispatch!(self, rank())
+    }
+    #[inline]
+    fn size(&self) -> usize {
+        dispatch!(self, size())
+    }
+    #[inline]
+    fn max_inline(&self, peer: usize) -> usize {
+        dispatch!(self, max_inline(peer))
+    }
+    #[inline]
+    fn segment_len(&self, peer: usize) -> usize {
+        dispatch!(self, segment_len(peer))
+    }
+    #[inline]
+    fn local_segment(&self) -> SegmentRef {
+        dispatch!(self, local_segment())
+    }
+    #[inline]
+    fn peer_segment(&self, peer: usize) -> Option<SegmentRef> {
+        dispatch!(self, peer_segment(peer))
+    }
+    #[inline]
+    fn try_send(
+        &self,
+        peer: usize,
+        ch: Channel,
+        pkt: &Packet<'_>,
+        stall: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        dispatch!(self, try_send(peer, ch, pkt, stall))
+    }
+    #[inline]
+    fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize> {
+        dispatch!(self, poll(ch, deliver))
+    }
+}

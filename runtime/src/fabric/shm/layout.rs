@@ -1,0 +1,161 @@
+//! Byte layout of a rank's shared-memory file:
+//!
+//! ```text
+//! [ FileHeader, padded to 4 KiB ]
+//! [ ring (src 0, Request) ][ ring (src 0, Reply) ][ ring (src 1, Request) ] ...
+//! [ segment, page aligned ]
+//! ```
+//! A ring is a 128-byte control block (the consumer's published tail) and
+//! `ring_len` cells of `cell_size` bytes. A cell starts with an 8-byte
+//! sequence word (published last) and a [`CellMeta`]; argument words and
+//! payload follow at [`CELL_HDR`].
+
+use crate::{Error, Result};
+use static_assertions::const_assert_eq;
+use std::mem::{align_of, size_of};
+use std::sync::atomic::AtomicU32;
+
+/// "SPLITRT1" as a little-endian u64.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"SPLITRT1");
+/// Layout version; bump on any change to this file.
+pub const VERSION: u32 = 1;
+/// Bytes reserved for the file header.
+pub const HEADER_BYTES: usize = 4096;
+/// Bytes of a ring's control block (two cache lines: no false sharing with
+/// the first cell).
+pub const RING_CTRL: usize = 128;
+/// Bytes before a cell's argument words: sequence word + [`CellMeta`].
+pub const CELL_HDR: usize = 32;
+
+/// Cell flag: first cell of a packet.
+pub const F_FIRST: u8 = 1;
+/// Cell flag: last cell of a packet.
+pub const F_LAST: u8 = 2;
+/// Cell flag: the payload was deposited into the segment.
+pub const F_DEPOSIT: u8 = 4;
+
+/// The fixed header at the start of every rank's file.
+#[repr(C)]
+pub struct FileHeader {
+    /// [`MAGIC`].
+    pub magic: u64,
+    /// [`VERSION`].
+    pub version: u32,
+    /// Owner rank.
+    pub rank: u32,
+    /// Ranks in the job.
+    pub size: u32,
+    /// Cell size in bytes.
+    pub cell_size: u32,
+    /// Cells per ring.
+    pub ring_len: u32,
+    /// Largest Medium payload.
+    pub max_medium: u32,
+    /// Segment length in bytes.
+    pub segment_len: u64,
+    /// Set to 1 (release) once the header is complete.
+    pub ready: AtomicU32,
+    _pad: u32,
+}
+const_assert_eq!(size_of::<FileHeader>(), 48);
+
+/// Everything in a cell header except the sequence word.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CellMeta {
+    /// Upper layer's tag.
+    pub tag: u16,
+    /// `F_*` flags.
+    pub flags: u8,
+    /// Argument words in this cell (first cell only).
+    pub nwords: u8,
+    /// Payload bytes in this cell.
+    pub len: u32,
+    /// Payload bytes of the whole packet.
+    pub total: u32,
+    /// Zero.
+    pub pad: u32,
+    /// Deposit offset (with `F_DEPOSIT`).
+    pub deposit: u64,
+}
+const_assert_eq!(size_of::<CellMeta>() + 8, CELL_HDR);
+const_assert_eq!(align_of::<CellMeta>(), 8);
+
+impl FileHeader {
+    /// A header for `rank` with layout `l`, not yet marked ready.
+    pub fn new(rank: usize, l: &Layout, max_medium: usize) -> Self {
+        FileHeader {
+            magic: MAGIC,
+            version: VERSION,
+            rank: rank as u32,
+            size: l.size as u32,
+            cell_size: l.cell_size as u32,
+            ring_len: l.ring_len as u32,
+            max_medium: max_medium as u32,
+            segment_len: l.segment_len as u64,
+            ready: AtomicU32::new(0),
+            _pad: 0,
+        }
+    }
+}
+
+/// Offsets within a rank's file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Ranks in the job.
+    pub size: usize,
+    /// Cell size.
+    pub cell_size: usize,
+    /// Cells per ring.
+    pub ring_len: usize,
+    /// Segment length.
+    pub segment_len: usize,
+    /// Bytes per ring (control block + cells).
+    pub ring_stride: usize,
+    /// Offset of the segment.
+    pub segment_off: usize,
+    /// File length.
+    pub total: usize,
+}
+
+impl Layout {
+    /// Compute the layout; errors if it does not fit in memory.
+    ///
+    /// ```
+    /// use splitrt_runtime::fabric::shm::layout::Layout;
+    /// let l = Layout::new(4, 4096, 16, 1 << 20).unwrap();
+    /// assert_eq!(l.segment_off % 4096, 0);
+    /// assert!(l.ring_off(3, 1) + l.ring_stride <= l.segment_off);
+    /// ```
+    pub fn new(size: usize, cell_size: usize, ring_len: usize, segment_len: usize) -> Result<Self> {
+        let too_big = || {
+            Error::config(format!(
+                "{size} ranks x 2 rings x {ring_len} cells x {cell_size} B does not fit in memory"
+            ))
+        };
+        let ring_stride = cell_size
+            .checked_mul(ring_len)
+            .and_then(|c| c.checked_add(RING_CTRL))
+            .ok_or_else(too_big)?;
+        let rings = ring_stride
+            .checked_mul(2)
+            .and_then(|r| r.checked_mul(size))
+            .ok_or_else(too_big)?;
+        let segment_off = (HEADER_BYTES + rings).div_ceil(4096) * 4096;
+        let total = segment_off.checked_add(segment_len).ok_or_else(too_big)?;
+        Ok(Layout {
+            size,
+            cell_size,
+            ring_len,
+            segment_len,
+            ring_stride,
+            segment_off,
+            total,
+        })
+    }
+
+    /// Offset of the ring carrying `src`'s packets on channel `ch` (0 or 1).
+    pub fn ring_off(&self, src: usize, ch: usize) -> usize {
+        HEADER_BYTES + (src * 2 + ch) * self.ring_stride
+    }
+}

@@ -1,0 +1,426 @@
+//! The shared-memory fabric. Every rank owns one file (see [`layout`]) with
+//! its inbound rings and its segment; every rank maps every other's, so a
+//! packet is written straight into the receiver's ring and a deposit (Long
+//! payload) is copied once, straight into the receiver's segment.
+//!
+//! Per ordered pair of ranks there are two rings, one per [`Channel`].
+//! Packets larger than a cell stream over consecutive cells and are
+//! reassembled by the receiver (one packet in flight per ring, so one
+//! reassembly buffer per ring).
+
+pub mod layout;
+mod ring;
+
+use self::layout::{CellMeta, FileHeader, Layout, F_DEPOSIT, F_FIRST, F_LAST, MAGIC, VERSION};
+use self::ring::{Consumer, Producer, Ring};
+use super::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
+use crate::config::Config;
+use crate::segment::ShmFile;
+use crate::{Error, ErrorKind, Result};
+use parking_lot::Mutex;
+use std::sync::atomic::Ordering;
+
+/// A rank's file, created and initialized, before the peers are known.
+pub struct PendingShm {
+    job: String,
+    rank: usize,
+    layout: Layout,
+    max_medium: usize,
+    own: ShmFile,
+}
+
+impl PendingShm {
+    /// Create this rank's file for a job of `size` ranks and write its header.
+    pub fn create(job: &str, rank: usize, size: usize, cfg: &Config) -> Result<PendingShm> {
+        let layout = Layout::new(size, cfg.cell_size, cfg.ring_len, cfg.segment_size)?;
+        let own = ShmFile::create(job, rank, layout.total).map_err(|e| e.at_rank(rank))?;
+        let hdr = FileHeader::new(rank, &layout, cfg.max_medium);
+        // SAFETY: the file is at least HEADER_BYTES long, freshly created and
+        // not yet visible to any other rank (nobody knows it is complete).
+        unsafe {
+            std::ptr::write(own.as_ptr() as *mut FileHeader, hdr);
+            (*(own.as_ptr() as *const FileHeader))
+                .ready
+                .store(1, Ordering::Release);
+        }
+        Ok(PendingShm {
+            job: job.to_string(),
+            rank,
+            layout,
+            max_medium: cfg.max_medium,
+            own,
+        })
+    }
+
+    /// Map every peer's file (all on this host) and check that they were
+    /// made with the same settings.
+    pub fn connect(self) -> Result<ShmFabric> {
+        let (rank, size) = (self.rank, self.layout.size);
+        let mut files = Vec::with_capacity(size);
+        let mut own = Some(self.own);
+        for peer in 0..size {
+            let f = if peer == rank {
+                own.take().expect("own file used once")
+            } else {
+                let f = ShmFile::open(&self.job, peer).map_err(|e| e.at_rank(rank))?;
+                check_peer(&f, peer, &self.layout, self.max_medium)
+                    .map_err(|e| e.at_rank(rank).with_peer(peer))?;
+                f
+            };
+            files.push(f);
+        }
+        let l = self.layout;
+        let ring = |file: &ShmFile, src: usize, ch: usize| {
+            // SAFETY: ring_off(src, ch) + ring_stride lies inside the file
+            // (Layout::new), the offset is 64-aligned (4096 + multiples of
+            // 128 + cell_size, a multiple of 64), and the file stays mapped as
+            // long as the fabric.
+            unsafe { Ring::new(file.as_ptr().add(l.ring_off(src, ch)), l.cell_size, l.ring_len) }
+        };
+        let mut tx = Vec::with_capacity(size * 2);
+        for file in files.iter() {
+            for ch in 0..2 {
+                tx.push(Mutex::new(Producer::new(ring(file, rank, ch))));
+            }
+        }
+        let rx = [0, 1].map(|ch| {
+            Mutex::new(RxSet {
+                rings: (0..size)
+                    .map(|src| RxRing {
+                        cons: Consumer::new(ring(&files[rank], src, ch)),
+                        reasm: Reassembly::default(),
+                    })
+                    .collect(),
+                next: 0,
+            })
+        });
+        Ok(ShmFabric {
+            rank,
+            layout: l,
+            max_medium: self.max_medium,
+            files,
+            tx,
+            rx,
+        })
+    }
+}
+
+fn check_peer(f: &ShmFile, peer: usize, l: &Layout, max_medium: usize) -> Result<()> {
+    if f.len() < layout::HEADER_BYTES {
+        return Err(Error::protocol(format!(
+            "shared-memory file of rank {peer} is only {} B",
+            f.len()
+        )));
+    }
+    // SAFETY: the file holds at least a header; the peer completed it before
+    // it joined the bootstrap (ready is checked below).
+    let h = unsafe { &*(f.as_ptr() as *const FileHeader) };
+    if h.ready.load(Ordering::Acquire) != 1 || h.magic != MAGIC || h.version != VERSION {
+        return Err(Error::protocol(format!(
+            "shared-memory file of rank {peer} is not a splitrt v{VERSION} file"
+        )));
+    }
+    let mine = (l.size, l.cell_size, l.ring_len, l.segment_len, max_medium);
+    let theirs = (
+        h.size as usize,
+        h.cell_size as usize,
+        h.ring_len as usize,
+        h.segment_len as usize,
+        h.max_medium as usize,
+    );
+    if h.rank as usize != peer || mine != theirs || f.len() != l.total {
+        return Err(Error::config(format!(
+            "rank {peer} was started with different settings: (size, cell, ring, segment, max medium) = {theirs:?}, here {mine:?}; give every rank the same SPLITRT_* values"
+        )));
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct Reassembly {
+    active: bool,
+    tag: u16,
+    nwords: usize,
+    words: [u64; MAX_WORDS],
+    total: usize,
+    buf: Vec<u8>,
+}
+
+struct RxRing {
+    cons: Consumer,
+    reasm: Reassembly,
+}
+
+struct RxSet {
+    rings: Vec<RxRing>,
+    next: usize,
+}
+
+/// The shared-memory fabric of one rank.
+pub struct ShmFabric {
+    rank: usize,
+    layout: Layout,
+    max_medium: usize,
+    files: Vec<ShmFile>,
+    /// Producer per (peer, channel), index `peer * 2 + ch`.
+    tx: Vec<Mutex<Producer>>,
+    /// Consumers of every source, one set per channel.
+    rx: [Mutex<RxSet>; 2],
+}
+
+// SAFETY: the raw pointers inside (rings, mappings) point into shared
+// mappings owned by `files`; producers and consumers are behind locks and
+// the ring protocol orders every cross-process access.
+unsafe impl Send for ShmFabric {}
+// SAFETY: as above.
+unsafe impl Sync for ShmFabric {}
+
+impl ShmFabric {
+    /// Remove this rank's file name (after every rank has mapped it).
+    pub fn unlink_own(&self) -> Result<()> {
+        self.files[self.rank].unlink()
+    }
+
+    fn segment_of(&self, rank: usize) -> SegmentRef {
+        // SAFETY: segment_off + segment_len == file length (Layout::new).
+        let base = unsafe { self.files[rank].as_ptr().add(self.layout.segment_off) };
+        SegmentRef {
+            base,
+            len: self.layout.segment_len,
+        }
+    }
+
+    fn rx_one(
+        &self,
+        src: usize,
+        r: &mut RxRing,
+        deliver: &mut dyn FnMut(&Delivery<'_>),
+    ) -> Result<Option<bool>> {
+        let bad = |why: String| {
+            Err(Error::protocol(format!("malformed packet from rank {src}: {why}"))
+                .at_rank(self.rank)
+                .with_peer(src))
+        };
+        let view = match r.cons.peek() {
+            None => return Ok(None),
+            Some(Ok(v)) => v,
+            Some(Err(why)) => {
+                r.cons.release();
+                r.reasm.active = false;
+                return bad(why);
+            }
+        };
+        let m = view.meta;
+        let (first, last) = (m.flags & F_FIRST != 0, m.flags & F_LAST != 0);
+        if first && last {
+            if r.reasm.active {
+                r.reasm.active = false;
+                r.cons.release();
+                return bad("new packet while another was being reassembled".into());
+            }
+            let total = m.total as usize;
+            let payload: &[u8] = if m.flags & F_DEPOSIT != 0 {
+                let seg = self.segment_of(self.rank);
+                if m.len != 0 || m.deposit.checked_add(total as u64).is_none_or(|e| e > seg.len as u64) {
+                    r.cons.release();
+                    return bad(format!("deposit of {total} B at {:#x} outside the segment", m.deposit));
+                }
+                // SAFETY: bounds checked against the local segment just above.
+                unsafe { std::slice::from_raw_parts(seg.base.add(m.deposit as usize), total) }
+            } else {
+                if total != m.len as usize {
+                    r.cons.release();
+                    return bad(format!("single cell of {} B claims {total} B", m.len));
+                }
+                view.chunk
+            };
+            deliver(&Delivery {
+                src,
+                tag: m.tag,
+                words: view.words,
+                payload,
+                deposit: (m.flags & F_DEPOSIT != 0).then_some(m.deposit),
+            });
+            r.cons.release();
+            return Ok(Some(true));
+        }
+        // A chunk of a streamed packet: copy it out and free the cell at once
+        // so the sender can keep streaming.
+        let a = &mut r.reasm;
+        if first {
+            if a.active || m.total as usize > self.max_medium || m.flags & F_DEPOSIT != 0 {
+                a.active = false;
+                r.cons.release();
+                return bad(format!("bad first chunk (total {} B)", m.total));
+            }
+            a.active = true;
+            a.tag = m.tag;
+            a.nwords = view.words.len();
+            a.words[..a.nwords].copy_from_slice(view.words);
+            a.total = m.total as usize;
+            a.buf.clear();
+            a.buf.reserve(a.total);
+        } else if !a.active {
+            r.cons.release();
+            return bad("continuation chunk without a first chunk".into());
+        }
+        if a.buf.len() + view.chunk.len() > a.total {
+            a.active = false;
+            r.cons.release();
+            return bad(format!("chunks exceed the announced {} B", a.total));
+        }
+        a.buf.extend_from_slice(view.chunk);
+        r.cons.release();
+        if !last {
+            return Ok(Some(false));
+        }
+        a.active = false;
+        if a.buf.len() != a.total {
+            return bad(format!("packet ended at {} of {} B", a.buf.len(), a.total));
+        }
+        deliver(&Delivery {
+            src,
+            tag: a.tag,
+            words: &a.words[..a.nwords],
+            payload: &a.buf,
+            deposit: None,
+        });
+        Ok(Some(true))
+    }
+}
+
+impl Fabric for ShmFabric {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.layout.size
+    }
+
+    fn max_inline(&self, _peer: usize) -> usize {
+        self.max_medium
+    }
+
+    fn segment_len(&self, _peer: usize) -> usize {
+        self.layout.segment_len
+    }
+
+    fn local_segment(&self) -> SegmentRef {
+        self.segment_of(self.rank)
+    }
+
+    fn peer_segment(&self, peer: usize) -> Option<SegmentRef> {
+        (peer < self.layout.size).then(|| self.segment_of(peer))
+    }
+
+    fn try_send(
+        &self,
+        peer: usize,
+        ch: Channel,
+        pkt: &Packet<'_>,
+        stall: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        let err = |e: Error| Err(e.at_rank(self.rank).with_peer(peer));
+        if peer >= self.layout.size {
+            return err(Error::usage(format!(
+                "rank {peer} does not exist in a job of {} ranks",
+                self.layout.size
+            )));
+        }
+        let nw = pkt.words.len();
+        if nw > MAX_WORDS {
+            return err(Error::usage(format!("{nw} argument words (max {MAX_WORDS})")));
+        }
+        let len = pkt.payload.len();
+        if let Some(off) = pkt.deposit {
+            let seg = self.segment_of(peer);
+            if off.checked_add(len as u64).is_none_or(|e| e > seg.len as u64) || len > u32::MAX as usize {
+                return err(Error::new(ErrorKind::OutOfBounds {
+                    offset: off,
+                    len: len as u64,
+                    segment_len: seg.len as u64,
+                }));
+            }
+            let mut p = self.tx[peer * 2 + ch as usize].lock();
+            if !p.has_room() {
+                return Ok(false);
+            }
+            // SAFETY: bounds checked above; the destination is the peer's
+            // segment mapped in this process, the source a caller's slice.
+            unsafe {
+                std::ptr::copy_nonoverlapping(pkt.payload.as_ptr(), seg.base.add(off as usize), len)
+            };
+            let meta = CellMeta {
+                tag: pkt.tag,
+                flags: F_FIRST | F_LAST | F_DEPOSIT,
+                nwords: nw as u8,
+                len: 0,
+                total: len as u32,
+                pad: 0,
+                deposit: off,
+            };
+            p.push(meta, pkt.words, &[]);
+            return Ok(true);
+        }
+        if len > self.max_medium {
+            return err(Error::usage(format!(
+                "payload of {len} B exceeds the Medium maximum of {} B",
+                self.max_medium
+            )));
+        }
+        let mut p = self.tx[peer * 2 + ch as usize].lock();
+        if !p.has_room() {
+            return Ok(false);
+        }
+        let cap0 = p.ring().capacity(nw);
+        let first = len.min(cap0);
+        let mut meta = CellMeta {
+            tag: pkt.tag,
+            flags: F_FIRST | if first == len { F_LAST } else { 0 },
+            nwords: nw as u8,
+            len: first as u32,
+            total: len as u32,
+            pad: 0,
+            deposit: 0,
+        };
+        p.push(meta, pkt.words, &pkt.payload[..first]);
+        let cap = p.ring().capacity(0);
+        let mut sent = first;
+        while sent < len {
+            while !p.has_room() {
+                stall().map_err(|e| e.at_rank(self.rank))?;
+            }
+            let n = (len - sent).min(cap);
+            meta.flags = if sent + n == len { F_LAST } else { 0 };
+            meta.nwords = 0;
+            meta.len = n as u32;
+            p.push(meta, &[], &pkt.payload[sent..sent + n]);
+            sent += n;
+        }
+        Ok(true)
+    }
+
+    fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize> {
+        let Some(mut set) = self.rx[ch as usize].try_lock() else {
+            return Ok(0);
+        };
+        let set = &mut *set;
+        let n = set.rings.len();
+        let start = set.next;
+        set.next = if start + 1 == n { 0 } else { start + 1 };
+        let budget = self.layout.ring_len;
+        let mut delivered = 0;
+        for i in 0..n {
+            let src = if start + i >= n { start + i - n } else { start + i };
+            let r = &mut set.rings[src];
+            for _ in 0..budget {
+                match self.rx_one(src, r, deliver)? {
+                    None => break,
+                    Some(done) => delivered += done as usize,
+                }
+            }
+        }
+        Ok(delivered)
+    }
+}

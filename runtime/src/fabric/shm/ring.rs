@@ -1,0 +1,240 @@
+//! The single-producer single-consumer ring of cells (the thesis' circular
+//! buffer). The producer writes a cell, then publishes its sequence word
+//! (release); the consumer sees the sequence it expects (acquire), uses the
+//! cell in place, then publishes its tail (release), which hands the cell
+//! back. Sequence words never repeat (they count packets cells, not laps), so
+//! cells are never cleared and a stale cell is never mistaken for a new one.
+//!
+//! The producer keeps a cached copy of the consumer's tail and reads the
+//! shared one only when the cache says the ring is full: the free cells are
+//! the producer's credits, and publishing the tail is how the consumer
+//! returns them.
+
+use super::layout::{CellMeta, CELL_HDR, F_DEPOSIT, F_FIRST, F_LAST, RING_CTRL};
+use crate::fabric::MAX_WORDS;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A ring in a mapped file.
+#[derive(Clone, Copy)]
+pub(crate) struct Ring {
+    base: *mut u8,
+    cell_size: usize,
+    len: u64,
+}
+
+// SAFETY: the ring lives in a shared mapping owned by the fabric; access is
+// serialized by the producer lock / consumer lock and the sequence protocol.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// # Safety
+    /// `base` must point to `RING_CTRL + len * cell_size` mapped bytes that
+    /// stay mapped for the lifetime of the ring, 64-byte aligned.
+    pub(crate) unsafe fn new(base: *mut u8, cell_size: usize, len: usize) -> Self {
+        Ring {
+            base,
+            cell_size,
+            len: len as u64,
+        }
+    }
+
+    fn tail(&self) -> &AtomicU64 {
+        // SAFETY: the control block starts the ring, is 8-aligned and mapped
+        // for the ring's lifetime; only atomics touch it.
+        unsafe { &*(self.base as *const AtomicU64) }
+    }
+
+    fn cell(&self, n: u64) -> *mut u8 {
+        // SAFETY: n % len < len, so the cell lies inside the ring.
+        unsafe {
+            self.base
+                .add(RING_CTRL + (n % self.len) as usize * self.cell_size)
+        }
+    }
+
+    fn seq(&self, n: u64) -> &AtomicU64 {
+        // SAFETY: every cell starts with an 8-aligned sequence word.
+        unsafe { &*(self.cell(n) as *const AtomicU64) }
+    }
+
+    /// Payload capacity of a cell carrying `nwords` argument words.
+    pub(crate) fn capacity(&self, nwords: usize) -> usize {
+        self.cell_size - CELL_HDR - nwords * 8
+    }
+}
+
+/// The producer's side of one ring.
+pub(crate) struct Producer {
+    ring: Ring,
+    head: u64,
+    cached_tail: u64,
+}
+
+impl Producer {
+    pub(crate) fn new(ring: Ring) -> Self {
+        Producer {
+            ring,
+            head: 0,
+            cached_tail: 0,
+        }
+    }
+
+    pub(crate) fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// Whether a cell is free; re-reads the consumer's tail only when the
+    /// cached one says the ring is full.
+    #[inline]
+    pub(crate) fn has_room(&mut self) -> bool {
+        if self.head - self.cached_tail < self.ring.len {
+            return true;
+        }
+        self.cached_tail = self.ring.tail().load(Ordering::Acquire);
+        self.head - self.cached_tail < self.ring.len
+    }
+
+    /// Write and publish one cell. The caller checked [`Self::has_room`],
+    /// `words.len() <= MAX_WORDS` and that `chunk` fits.
+    #[inline]
+    pub(crate) fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        debug_assert!(words.len() <= MAX_WORDS);
+        debug_assert!(chunk.len() <= self.ring.capacity(words.len()));
+        let n = self.head;
+        let cell = self.ring.cell(n);
+        // SAFETY: the cell is free (has_room), so the consumer does not read
+        // it until the sequence word below is published; the writes stay
+        // inside the cell because the caller checked the sizes.
+        unsafe {
+            std::ptr::write(cell.add(8) as *mut CellMeta, meta);
+            std::ptr::copy_nonoverlapping(
+                words.as_ptr() as *const u8,
+                cell.add(CELL_HDR),
+                words.len() * 8,
+            );
+            std::ptr::copy_nonoverlapping(
+                chunk.as_ptr(),
+                cell.add(CELL_HDR + words.len() * 8),
+                chunk.len(),
+            );
+        }
+        self.ring.seq(n).store(n + 1, Ordering::Release);
+        self.head = n + 1;
+    }
+}
+
+/// A cell as the consumer sees it, valid until [`Consumer::release`].
+pub(crate) struct CellView<'a> {
+    pub meta: CellMeta,
+    pub words: &'a [u64],
+    pub chunk: &'a [u8],
+}
+
+/// Why a cell was rejected.
+pub(crate) fn check_meta(meta: &CellMeta, cap_bytes: usize) -> Result<(), String> {
+    if meta.nwords as usize > MAX_WORDS {
+        return Err(format!("{} argument words (max {MAX_WORDS})", meta.nwords));
+    }
+    let known = F_FIRST | F_LAST | F_DEPOSIT;
+    if meta.flags & !known != 0 {
+        return Err(format!("unknown cell flags {:#x}", meta.flags));
+    }
+    let cap = cap_bytes - meta.nwords as usize * 8;
+    if meta.len as usize > cap {
+        return Err(format!("cell claims {} B, holds at most {cap}", meta.len));
+    }
+    if meta.flags & F_FIRST == 0 && meta.nwords != 0 {
+        return Err("continuation cell carries argument words".into());
+    }
+    Ok(())
+}
+
+/// The consumer's side of one ring.
+pub(crate) struct Consumer {
+    ring: Ring,
+    tail: u64,
+}
+
+impl Consumer {
+    pub(crate) fn new(ring: Ring) -> Self {
+        Consumer { ring, tail: 0 }
+    }
+
+    /// The next cell if it has been published.
+    #[inline]
+    pub(crate) fn peek(&self) -> Option<Result<CellView<'_>, String>> {
+        let n = self.tail;
+        if self.ring.seq(n).load(Ordering::Acquire) != n + 1 {
+            return None;
+        }
+        let cell = self.ring.cell(n);
+        // SAFETY: the acquire load above saw the producer's release of this
+        // cell, so its contents are complete and the producer will not touch
+        // it until `release` publishes the tail.
+        let meta = unsafe { std::ptr::read(cell.add(8) as *const CellMeta) };
+        if let Err(e) = check_meta(&meta, self.ring.cell_size - CELL_HDR) {
+            return Some(Err(e));
+        }
+        let nw = meta.nwords as usize;
+        // SAFETY: check_meta bounded nwords and len by the cell size; the
+        // words are 8-aligned (cells are 64-aligned, CELL_HDR is 32).
+        let (words, chunk) = unsafe {
+            (
+                std::slice::from_raw_parts(cell.add(CELL_HDR) as *const u64, nw),
+                std::slice::from_raw_parts(cell.add(CELL_HDR + nw * 8), meta.len as usize),
+            )
+        };
+        Some(Ok(CellView { meta, words, chunk }))
+    }
+
+    /// Hand the current cell back to the producer.
+    #[inline]
+    pub(crate) fn release(&mut self) {
+        self.tail += 1;
+        self.ring.tail().store(self.tail, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring in ordinary memory, driven by one thread as producer and
+    /// consumer: wrap-around, back-pressure and payload integrity.
+    #[test]
+    fn single_thread_wraparound() {
+        let (cell, len) = (256usize, 4usize);
+        let mut mem = vec![0u64; (RING_CTRL + cell * len) / 8];
+        // SAFETY: `mem` outlives the ring and is 8-aligned; the test needs
+        // only 8-byte alignment.
+        let ring = unsafe { Ring::new(mem.as_mut_ptr() as *mut u8, cell, len) };
+        let (mut p, mut c) = (Producer::new(ring), Consumer::new(ring));
+        for round in 0u64..1000 {
+            let k = (round % 7) as usize;
+            for i in 0..k {
+                if !p.has_room() {
+                    assert_eq!(i, len, "room ran out early");
+                    break;
+                }
+                let meta = CellMeta {
+                    tag: i as u16,
+                    flags: F_FIRST | F_LAST,
+                    nwords: 1,
+                    len: 3,
+                    ..Default::default()
+                };
+                p.push(meta, &[round], &[i as u8; 3]);
+            }
+            let mut got = 0;
+            while let Some(v) = c.peek() {
+                let v = v.unwrap();
+                assert_eq!(v.words, &[round]);
+                assert_eq!(v.chunk, &[got as u8; 3]);
+                assert_eq!(v.meta.tag, got as u16);
+                got += 1;
+                c.release();
+            }
+            assert_eq!(got, k.min(len));
+        }
+    }
+}

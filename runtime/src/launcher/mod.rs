@@ -1,0 +1,272 @@
+//! `splitrt-run`'s engine: start N ranks of a program on this node with the
+//! `SPLITRT_*` environment, host their bootstrap rendezvous, prefix their
+//! output, and end the job as soon as one rank fails or time runs out. The
+//! exit code is the first failing rank's; shared-memory files are removed
+//! whatever happened.
+
+mod output;
+
+use crate::bootstrap::Server;
+use crate::config::{Config, ENV_BOOTSTRAP_TIMEOUT};
+use crate::job::{
+    sanitize_job_id, ENV_BOOTSTRAP, ENV_JOB, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_NODE, ENV_RANK,
+    ENV_SIZE,
+};
+use crate::segment::remove_job_files;
+use crate::{Error, Result};
+use std::ffi::OsString;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// What to launch.
+#[derive(Clone, Debug)]
+pub struct LaunchOptions {
+    /// Number of ranks.
+    pub ranks: usize,
+    /// Program: a path, or a name looked up on `PATH`; executed directly.
+    pub program: OsString,
+    /// Its arguments, unchanged.
+    pub args: Vec<OsString>,
+    /// Extra `SPLITRT_*` settings for every rank (from launcher flags).
+    pub env: Vec<(String, String)>,
+    /// Kill the job after this long.
+    pub timeout: Option<Duration>,
+    /// Prefix every output line with `[rank] `.
+    pub prefix_output: bool,
+    /// Print launcher diagnostics to stderr.
+    pub verbose: bool,
+}
+
+/// How a job ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobOutcome {
+    /// Exit code for the launcher: 0, the first failing rank's code, 128 +
+    /// signal for a rank killed by a signal, or 124 on timeout.
+    pub code: i32,
+    /// One line on why the job failed, if it did.
+    pub reason: Option<String>,
+}
+
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+fn describe(rank: usize, st: &ExitStatus) -> (i32, String) {
+    if let Some(c) = st.code() {
+        (c, format!("rank {rank} exited with code {c}"))
+    } else {
+        let s = st.signal().unwrap_or(0);
+        (128 + s, format!("rank {rank} was killed by signal {s} ({})", signal_name(s)))
+    }
+}
+
+fn signal_name(s: i32) -> &'static str {
+    match s {
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGINT => "SIGINT",
+        _ => "signal",
+    }
+}
+
+fn new_job_id() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!("{:x}{:05x}", std::process::id(), t & 0xfffff)
+}
+
+fn kill(pid: u32, sig: libc::c_int) {
+    // SAFETY: kill(2) has no memory effects; pid is a child we spawned and
+    // have not reaped yet (reaping happens in the waiter thread, which
+    // reports before we stop signalling it).
+    unsafe {
+        libc::kill(pid as libc::pid_t, sig);
+    }
+}
+
+/// Run a job to completion.
+pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
+    let n = opts.ranks;
+    if n == 0 {
+        return Err(Error::usage("a job needs at least one rank (-n 1 or more)"));
+    }
+    let lookup = |k: &str| {
+        opts.env
+            .iter()
+            .rev()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var(k).ok())
+    };
+    // Validate settings once here, so a typo fails before any rank starts.
+    let cfg = Config::from_lookup(lookup)?;
+    let job = sanitize_job_id(&lookup(ENV_JOB).unwrap_or_else(new_job_id));
+    let server = Server::bind("127.0.0.1:0")?;
+    let addr = server.local_addr()?.to_string();
+    let boot_timeout = cfg.bootstrap_timeout;
+    let boot = std::thread::spawn(move || server.run(n, boot_timeout));
+
+    // SAFETY: installing an async-signal-safe handler that only stores to an
+    // atomic; SIG_ERR is ignored (we would merely lose Ctrl-C cleanup).
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+
+    let mut pids = Vec::with_capacity(n);
+    let mut relays = Vec::new();
+    let (tx, rx) = mpsc::channel::<(usize, std::io::Result<ExitStatus>)>();
+    let mut spawn_error = None;
+    for rank in 0..n {
+        let mut cmd = Command::new(&opts.program);
+        cmd.args(&opts.args)
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
+            .env(ENV_RANK, rank.to_string())
+            .env(ENV_SIZE, n.to_string())
+            .env(ENV_LOCAL_RANK, rank.to_string())
+            .env(ENV_LOCAL_SIZE, n.to_string())
+            .env(ENV_NODE, "0")
+            .env(ENV_JOB, &job)
+            .env(ENV_BOOTSTRAP, &addr)
+            .env(ENV_BOOTSTRAP_TIMEOUT, boot_timeout.as_secs_f64().to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: the closure runs in the child between fork and exec and
+        // calls only prctl(2), which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                // Die with the launcher, whatever kills it.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        match cmd.spawn() {
+            Ok(mut child) => {
+                let prefix = opts.prefix_output.then(|| format!("[{rank}] "));
+                if let Some(o) = child.stdout.take() {
+                    relays.push(output::relay(o, prefix.clone(), false));
+                }
+                if let Some(e) = child.stderr.take() {
+                    relays.push(output::relay(e, prefix, true));
+                }
+                pids.push(child.id());
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    let st = child.wait();
+                    let _ = tx.send((rank, st));
+                });
+            }
+            Err(e) => {
+                spawn_error = Some(Error::io(
+                    format!("starting rank {rank}: {}", opts.program.to_string_lossy()),
+                    e,
+                ));
+                break;
+            }
+        }
+    }
+    drop(tx);
+
+    let started = Instant::now();
+    let mut running: Vec<bool> = vec![true; pids.len()];
+    let mut outcome: Option<JobOutcome> = spawn_error.as_ref().map(|e| JobOutcome {
+        code: 127,
+        reason: Some(e.to_string()),
+    });
+    let mut kill_at: Option<Instant> = None;
+    let stop_all = |running: &[bool], kill_at: &mut Option<Instant>| {
+        for (r, &alive) in running.iter().enumerate() {
+            if alive {
+                kill(pids[r], libc::SIGTERM);
+            }
+        }
+        kill_at.get_or_insert(Instant::now() + Duration::from_secs(2));
+    };
+    if outcome.is_some() {
+        stop_all(&running, &mut kill_at);
+    }
+    while running.iter().any(|&r| r) {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok((rank, st)) => {
+                running[rank] = false;
+                let (code, why) = match st {
+                    Ok(st) if st.success() => continue,
+                    Ok(st) => describe(rank, &st),
+                    Err(e) => (1, format!("waiting for rank {rank} failed: {e}")),
+                };
+                if outcome.is_none() {
+                    if running.iter().any(|&r| r) {
+                        eprintln!("splitrt-run: {why}; stopping the other ranks");
+                    } else if opts.verbose {
+                        eprintln!("splitrt-run: {why}");
+                    }
+                    outcome = Some(JobOutcome {
+                        code,
+                        reason: Some(why),
+                    });
+                    stop_all(&running, &mut kill_at);
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if outcome.is_none() {
+            if let Some(t) = opts.timeout.filter(|t| started.elapsed() >= *t) {
+                let why = format!("job timed out after {:.1} s; killing all ranks", t.as_secs_f64());
+                eprintln!("splitrt-run: {why}");
+                outcome = Some(JobOutcome {
+                    code: 124,
+                    reason: Some(why),
+                });
+                stop_all(&running, &mut kill_at);
+            } else if INTERRUPTED.load(Ordering::SeqCst) {
+                let why = "interrupted; killing all ranks".to_string();
+                eprintln!("splitrt-run: {why}");
+                outcome = Some(JobOutcome {
+                    code: 130,
+                    reason: Some(why),
+                });
+                stop_all(&running, &mut kill_at);
+            }
+        }
+        if kill_at.is_some_and(|t| Instant::now() >= t) {
+            for (r, &alive) in running.iter().enumerate() {
+                if alive {
+                    kill(pids[r], libc::SIGKILL);
+                }
+            }
+            kill_at = Some(Instant::now() + Duration::from_secs(3600));
+        }
+    }
+    for r in relays {
+        let _ = r.join();
+    }
+    let left = remove_job_files(&job);
+    if opts.verbose && left > 0 {
+        eprintln!("splitrt-run: removed {left} shared-memory file(s) the ranks left behind");
+    }
+    // The rendezvous ends when every rank is gone; its verdict is already
+    // known to the ranks, so only join it if it has finished.
+    if boot.is_finished() {
+        if let Ok(Err(e)) = boot.join() {
+            if opts.verbose {
+                eprintln!("splitrt-run: bootstrap: {e}");
+            }
+        }
+    }
+    Ok(outcome.unwrap_or(JobOutcome {
+        code: 0,
+        reason: None,
+    }))
+}

@@ -1,0 +1,25 @@
+//! # splitrt-runtime — layer 1, the "virtual network interface"
+//!
+//! Everything below Active Messages: who am I in the job ([`job`]), how the
+//! ranks find each other ([`bootstrap`]), how a job is started
+//! ([`launcher`]), registered memory ([`segment`]) and the fabrics that move
+//! packets and bytes between ranks ([`fabric`]).
+//!
+//! Nothing here knows what a handler or a global pointer is: a fabric moves
+//! [`fabric::Packet`]s carrying an opaque 16-bit tag, argument words and a
+//! payload, and can deposit a payload straight into a peer's segment.
+#![warn(missing_docs)]
+
+pub mod backoff;
+pub mod bootstrap;
+pub mod config;
+pub mod error;
+pub mod fabric;
+pub mod job;
+pub mod launcher;
+pub mod segment;
+pub mod size;
+pub mod world;
+
+pub use error::{Error, ErrorKind, Result};
+pub use world::World;

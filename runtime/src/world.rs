@@ -1,0 +1,180 @@
+//! Starting a rank: read the job and configuration, create this rank's
+//! shared-memory file, meet the others at the bootstrap, map their files,
+//! pass the start barrier and unlink the file. What comes out is a
+//! [`World`]: the job, its fabric and the bootstrap link.
+
+use crate::backoff::Backoff;
+use crate::bootstrap::{Client, Hello};
+use crate::config::{Config, FabricKind};
+use crate::fabric::shm::PendingShm;
+use crate::fabric::AnyFabric;
+use crate::job::{JobInfo, JobSource};
+use crate::segment::ShmFile;
+use crate::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A started rank.
+pub struct World {
+    job: JobInfo,
+    config: Config,
+    fabric: AnyFabric,
+    boot: Option<Client>,
+    epoch: AtomicU64,
+}
+
+/// Removes this rank's file unless disarmed (start-up failed half way).
+struct UnlinkGuard(Option<std::path::PathBuf>);
+impl Drop for UnlinkGuard {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+impl World {
+    /// Start this rank from its environment. `table` is the upper layer's
+    /// registration table; the bootstrap refuses to start a job whose ranks
+    /// sent different tables.
+    pub fn start(table: Vec<String>) -> Result<World> {
+        let job = JobInfo::from_env()?;
+        let config = Config::from_env().map_err(|e| e.at_rank(job.rank))?;
+        Self::start_with(job, config, table)
+    }
+
+    /// Start with an explicit job and configuration.
+    pub fn start_with(job: JobInfo, config: Config, table: Vec<String>) -> Result<World> {
+        let rank = job.rank;
+        let at = |e: Error| e.at_rank(rank);
+        config.validate().map_err(at)?;
+        let FabricKind::Shm = config.fabric;
+        let addr = match (&job.bootstrap, job.size) {
+            (Some(a), _) => Some(a.clone()),
+            (None, 1) => None,
+            (None, n) => {
+                return Err(at(Error::bootstrap(format!(
+                    "a {n}-rank job ({:?} launch) needs SPLITRT_BOOTSTRAP=host:port; \
+                     start it with splitrt-run (bootstrap under srun/mpirun without it is not implemented yet)",
+                    job.source
+                ))))
+            }
+        };
+        let pending = PendingShm::create(&job.job_id, rank, job.size, &config).map_err(at)?;
+        let mut guard = UnlinkGuard(Some(ShmFile::path_for(&job.job_id, rank)));
+        let boot = match addr {
+            None => None,
+            Some(addr) => {
+                let host = hostname();
+                let hello = Hello {
+                    rank: rank as u32,
+                    size: job.size as u32,
+                    job: job.job_id.clone(),
+                    host: host.clone(),
+                    pid: std::process::id(),
+                    table,
+                    endpoint: Vec::new(),
+                };
+                let (client, peers) =
+                    Client::join(&addr, hello, config.bootstrap_timeout).map_err(at)?;
+                if let Some((p, other)) = peers.iter().enumerate().find(|(_, p)| p.host != host) {
+                    let why = format!(
+                        "the job spans hosts '{host}' and '{}' (rank {p}); only the shared-memory \
+                         fabric exists so far, which needs every rank on one node",
+                        other.host
+                    );
+                    client.abort(&why);
+                    return Err(at(Error::config(why)));
+                }
+                Some(client)
+            }
+        };
+        let fabric = match pending.connect() {
+            Ok(f) => f,
+            Err(e) => {
+                if let Some(b) = &boot {
+                    b.abort(&e.to_string());
+                }
+                return Err(at(e));
+            }
+        };
+        let world = World {
+            job,
+            config,
+            fabric: AnyFabric::Shm(fabric),
+            boot,
+            epoch: AtomicU64::new(0),
+        };
+        // Start barrier: every rank has mapped every file, so names can go.
+        world.barrier(&mut || Ok(()))?;
+        let AnyFabric::Shm(f) = &world.fabric;
+        f.unlink_own().map_err(at)?;
+        guard.0 = None;
+        Ok(world)
+    }
+
+    /// The job.
+    pub fn job(&self) -> &JobInfo {
+        &self.job
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The fabric.
+    pub fn fabric(&self) -> &AnyFabric {
+        &self.fabric
+    }
+
+    /// Whether this rank runs without any launcher.
+    pub fn is_singleton(&self) -> bool {
+        self.job.source == JobSource::Singleton
+    }
+
+    /// If another rank failed, the error to report.
+    pub fn failure(&self) -> Option<Error> {
+        self.boot.as_ref().and_then(|b| b.failure())
+    }
+
+    /// Bootstrap barrier: wait for every rank, calling `progress` while
+    /// waiting so this rank keeps serving its peers. Fails if a rank dies.
+    pub fn barrier(&self, progress: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        let Some(b) = &self.boot else { return Ok(()) };
+        let e = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+        b.enter_barrier(e)?;
+        let mut backoff = Backoff::new(&self.config);
+        loop {
+            if b.released(e) {
+                return Ok(());
+            }
+            if let Some(f) = b.failure() {
+                return Err(f);
+            }
+            progress()?;
+            backoff.snooze();
+        }
+    }
+
+    /// Exit barrier, then goodbye: after this no peer will send to us.
+    pub fn finish(&self, progress: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        self.barrier(progress)?;
+        match &self.boot {
+            Some(b) => b.bye(),
+            None => Ok(()),
+        }
+    }
+
+    /// Tell every rank that this one failed (best effort).
+    pub fn abort(&self, why: &str) {
+        if let Some(b) = &self.boot {
+            b.abort(why);
+        }
+    }
+}

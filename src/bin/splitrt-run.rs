@@ -1,0 +1,100 @@
+//! `splitrt-run`: start an SPMD job of N ranks on this node.
+
+use clap::Parser;
+use splitrt::runtime::config;
+use splitrt::runtime::launcher::{launch, LaunchOptions};
+use std::ffi::OsString;
+use std::time::Duration;
+
+fn env_help() -> String {
+    let mut s = String::from("Environment (a flag wins over its variable):\n");
+    for (k, v) in config::ALL_VARS {
+        s.push_str(&format!("  {k:<28} {v}\n"));
+    }
+    s.push_str("  SPLITRT_JOB                  job id (names /dev/shm files; default: generated)\n");
+    s
+}
+
+/// Launch PROGRAM as N ranks of one splitrt job on this node.
+#[derive(Parser, Debug)]
+#[command(name = "splitrt-run", version, after_help = env_help())]
+struct Args {
+    /// Number of ranks.
+    #[arg(short = 'n', long = "ranks", default_value_t = 1)]
+    ranks: usize,
+    /// Fabric between ranks.
+    #[arg(long, value_parser = ["shm"])]
+    fabric: Option<String>,
+    /// Kill the whole job after this many seconds.
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// Segment size per rank (e.g. 64M).
+    #[arg(long)]
+    segment_size: Option<String>,
+    /// shm ring cell size in bytes (multiple of 64, >= 256).
+    #[arg(long)]
+    cell_size: Option<String>,
+    /// Cells per shm ring (>= 2).
+    #[arg(long)]
+    ring_len: Option<String>,
+    /// Largest Medium payload (>= 512).
+    #[arg(long)]
+    max_medium: Option<String>,
+    /// Bootstrap timeout in seconds.
+    #[arg(long)]
+    bootstrap_timeout: Option<f64>,
+    /// Spin without ever yielding or sleeping (dedicated cores only).
+    #[arg(long)]
+    spin_only: bool,
+    /// Do not prefix output lines with `[rank] `.
+    #[arg(long)]
+    no_prefix: bool,
+    /// Print launcher diagnostics.
+    #[arg(short, long)]
+    verbose: bool,
+    /// The program to run (a path or a name on PATH).
+    program: OsString,
+    /// Its arguments, passed unchanged.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
+}
+
+fn main() {
+    let a = Args::parse();
+    let mut env = Vec::new();
+    let mut set = |k: &str, v: Option<String>| {
+        if let Some(v) = v {
+            env.push((k.to_string(), v));
+        }
+    };
+    set(config::ENV_FABRIC, a.fabric);
+    set(config::ENV_SEGMENT_SIZE, a.segment_size);
+    set(config::ENV_CELL_SIZE, a.cell_size);
+    set(config::ENV_RING_LEN, a.ring_len);
+    set(config::ENV_MAX_MEDIUM, a.max_medium);
+    set(config::ENV_BOOTSTRAP_TIMEOUT, a.bootstrap_timeout.map(|t| t.to_string()));
+    set(config::ENV_SPIN_ONLY, a.spin_only.then(|| "1".to_string()));
+    let timeout = match a.timeout {
+        Some(t) if !(t.is_finite() && t > 0.0) => {
+            eprintln!("splitrt-run: --timeout must be a positive number of seconds");
+            std::process::exit(2);
+        }
+        t => t.map(Duration::from_secs_f64),
+    };
+    let opts = LaunchOptions {
+        ranks: a.ranks,
+        program: a.program,
+        args: a.args,
+        env,
+        timeout,
+        prefix_output: !a.no_prefix,
+        verbose: a.verbose,
+    };
+    match launch(&opts) {
+        Ok(o) => std::process::exit(o.code),
+        Err(e) => {
+            eprintln!("splitrt-run: {e}");
+            std::process::exit(2);
+        }
+    }
+}
