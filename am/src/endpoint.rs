@@ -156,6 +156,24 @@ impl Inner {
         self.world.failure().map_or(Ok(()), Err)
     }
 
+    /// Called by the fabric while a streamed packet waits for room at the
+    /// peer: serve inbound traffic (only replies when `ch` is the reply
+    /// channel, i.e. inside a request handler), back off while nothing moves.
+    fn stall(&self, waits: u32, ch: Channel, backoff: &mut Backoff) -> Result<()> {
+        if waits == 0 {
+            backoff.reset();
+        }
+        let n = match ch {
+            Channel::Request => self.poll_all()?,
+            Channel::Reply => self.poll_channel(Channel::Reply)?,
+        };
+        if n == 0 {
+            self.check_failure()?;
+            backoff.snooze();
+        }
+        Ok(())
+    }
+
     pub(crate) fn send_request(
         &self,
         peer: usize,
@@ -172,7 +190,8 @@ impl Inner {
         }
         h.0.check(self.name(h.0.id), args, &payload).map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
-        let mut stall = || self.poll_all().and_then(|_| self.check_failure());
+        let mut stall_backoff = Backoff::new(self.world.config());
+        let mut stall = |waits: u32| self.stall(waits, Channel::Request, &mut stall_backoff);
         let mut backoff = Backoff::new(self.world.config());
         loop {
             if self.fabric().try_send(peer, Channel::Request, &pkt, &mut stall)? {
@@ -195,7 +214,8 @@ impl Inner {
         let pkt = Self::packet(&h.0, args, &payload);
         // Waiting for reply room drains only replies: their handlers cannot
         // send, so this never recurses into another request handler.
-        let mut stall = || self.poll_channel(Channel::Reply).and_then(|_| self.check_failure());
+        let mut stall_backoff = Backoff::new(self.world.config());
+        let mut stall = |waits: u32| self.stall(waits, Channel::Reply, &mut stall_backoff);
         let mut backoff = Backoff::new(self.world.config());
         while !self.fabric().try_send(peer, Channel::Reply, &pkt, &mut stall)? {
             if self.poll_channel(Channel::Reply)? == 0 {

@@ -87,14 +87,15 @@ pub trait Fabric: Send + Sync {
     /// Send `pkt` to `peer` on `ch` if there is room for its first part.
     /// Returns `Ok(false)`, having sent nothing, when the peer has no room
     /// (back-pressure). A packet larger than the room left is streamed:
-    /// `stall` is called while waiting for the peer to drain, and must make
-    /// progress on this rank's own inbound traffic.
+    /// `stall(n)` is called while waiting for the peer to drain, `n` counting
+    /// the calls since room last appeared (0 = first wait for this part); it
+    /// must make progress on this rank's own inbound traffic and may back off.
     fn try_send(
         &self,
         peer: usize,
         ch: Channel,
         pkt: &Packet<'_>,
-        stall: &mut dyn FnMut() -> Result<()>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<bool>;
     /// Deliver arrived packets on `ch` to `deliver`, returning how many were
     /// delivered. Returns `Ok(0)` at once if another thread is polling `ch`.
@@ -146,7 +147,7 @@ impl Fabric for AnyFabric {
         peer: usize,
         ch: Channel,
         pkt: &Packet<'_>,
-        stall: &mut dyn FnMut() -> Result<()>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<bool> {
         dispatch!(self, try_send(peer, ch, pkt, stall))
     }

@@ -319,7 +319,7 @@ impl Fabric for ShmFabric {
         peer: usize,
         ch: Channel,
         pkt: &Packet<'_>,
-        stall: &mut dyn FnMut() -> Result<()>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<bool> {
         let err = |e: Error| Err(e.at_rank(self.rank).with_peer(peer));
         if peer >= self.layout.size {
@@ -388,8 +388,10 @@ impl Fabric for ShmFabric {
         let cap = p.ring().capacity(0);
         let mut sent = first;
         while sent < len {
+            let mut waits = 0;
             while !p.has_room() {
-                stall().map_err(|e| e.at_rank(self.rank))?;
+                stall(waits).map_err(|e| e.at_rank(self.rank))?;
+                waits = waits.saturating_add(1);
             }
             let n = (len - sent).min(cap);
             meta.flags = if sent + n == len { F_LAST } else { 0 };

@@ -1,0 +1,183 @@
+//! How much each measurement does: sizes, batches, iteration counts, the
+//! send window. Every rank computes the same plan from the same flags, so
+//! the passive rank knows how many raw ping-pongs to answer and when a
+//! stream ends without being told.
+
+use crate::Common;
+
+/// Round trips per timed batch of the raw ping-pong (as in
+/// `shm_pingpong.c`).
+pub const RAW_BATCH: usize = 1000;
+
+/// Most round trips per timed batch of an AM latency measurement.
+pub const MAX_BATCH: usize = 1000;
+
+/// Segment offset of the Long landing zone in both ranks' segments (the raw
+/// ping-pong line lives at offset 0 of rank 0's segment).
+pub const LONG_OFFSET: u64 = 1 << 20;
+
+/// Largest Long payload measured.
+pub const MAX_LONG: usize = 4 << 20;
+
+/// The work of one benchmark job.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Repetitions of every measurement.
+    pub reps: usize,
+    /// Smoke-test sizes and counts.
+    pub quick: bool,
+    /// Untimed raw round trips before the timed ones.
+    pub raw_warm: usize,
+    /// Timed raw batches of [`RAW_BATCH`] round trips.
+    pub raw_batches: usize,
+    /// Timed batches per AM latency measurement.
+    pub batches: usize,
+    /// Round trips per batch for small messages (capped by size, see
+    /// [`Plan::batch_for`]).
+    pub batch: usize,
+    /// Bytes one throughput measurement moves (bounded by the message
+    /// counts below).
+    pub stream_bytes: usize,
+    /// Fewest messages in one throughput measurement.
+    pub stream_min_msgs: usize,
+    /// Most messages in one throughput measurement.
+    pub stream_max_msgs: usize,
+    /// Short messages in one message-rate measurement.
+    pub rate_msgs: usize,
+    /// Most unacknowledged messages a streaming sender keeps in flight.
+    pub window: usize,
+    /// The receiver acknowledges every this many messages (and the last).
+    pub ack_every: usize,
+}
+
+impl Plan {
+    /// The plan for the given flags.
+    pub fn new(c: &Common) -> Plan {
+        let reps = c.reps as usize;
+        if c.quick {
+            Plan {
+                reps,
+                quick: true,
+                raw_warm: 1000,
+                raw_batches: 5,
+                batches: 5,
+                batch: 100,
+                stream_bytes: 1 << 20,
+                stream_min_msgs: 16,
+                stream_max_msgs: 2000,
+                rate_msgs: 5000,
+                window: 256,
+                ack_every: 32,
+            }
+        } else {
+            Plan {
+                reps,
+                quick: false,
+                raw_warm: 100_000,
+                raw_batches: 1000,
+                batches: 200,
+                batch: MAX_BATCH,
+                stream_bytes: 256 << 20,
+                stream_min_msgs: 64,
+                stream_max_msgs: 500_000,
+                rate_msgs: 2_000_000,
+                window: 256,
+                ack_every: 32,
+            }
+        }
+    }
+
+    /// Medium sizes: 8 B times powers of 4, plus 1 KiB (the GASNet-EX
+    /// reference point) and `max_medium` itself.
+    pub fn medium_sizes(&self, max_medium: usize) -> Vec<usize> {
+        if self.quick {
+            return dedup(vec![8, 1024.min(max_medium), max_medium]);
+        }
+        let mut v: Vec<usize> = powers_of_4(max_medium);
+        v.push(1024.min(max_medium));
+        v.push(max_medium);
+        dedup(v)
+    }
+
+    /// Long sizes: 8 B times powers of 4 up to `max` (at most [`MAX_LONG`]),
+    /// plus `max_medium` (to compare with the largest Medium) and `max`.
+    pub fn long_sizes(&self, max_medium: usize, max: usize) -> Vec<usize> {
+        let max = max.min(MAX_LONG);
+        if self.quick {
+            return dedup(vec![8, max_medium.min(max)]);
+        }
+        let mut v = powers_of_4(max);
+        v.push(max_medium.min(max));
+        v.push(max);
+        dedup(v)
+    }
+
+    /// Round trips per timed batch for messages of `size` bytes: up to
+    /// [`MAX_BATCH`], fewer for large messages so a batch moves at most about
+    /// 1 MiB each way (1 for messages of 1 MiB and more).
+    pub fn batch_for(&self, size: usize) -> usize {
+        (self.batch).min((1 << 20) / size.max(1)).max(1)
+    }
+
+    /// Untimed round trips before a latency measurement.
+    pub fn warm_for(&self, size: usize) -> usize {
+        (self.batch_for(size) * self.batches / 10).max(1)
+    }
+
+    /// Messages in one throughput measurement of `size`-byte messages.
+    pub fn stream_msgs(&self, size: usize) -> usize {
+        (self.stream_bytes / size.max(1)).clamp(self.stream_min_msgs, self.stream_max_msgs)
+    }
+
+    /// Raw round trips per repetition (warm-up included).
+    pub fn raw_round_trips(&self) -> u64 {
+        (self.raw_warm + self.raw_batches * RAW_BATCH) as u64
+    }
+}
+
+fn powers_of_4(max: usize) -> Vec<usize> {
+    std::iter::successors(Some(8usize), |s| s.checked_mul(4))
+        .take_while(|&s| s <= max)
+        .collect()
+}
+
+fn dedup(mut v: Vec<usize>) -> Vec<usize> {
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full() -> Plan {
+        Plan::new(&Common {
+            quick: false,
+            reps: 3,
+        })
+    }
+
+    #[test]
+    fn sizes_cover_the_range() {
+        let p = full();
+        assert_eq!(
+            p.medium_sizes(65536),
+            [8, 32, 128, 512, 1024, 2048, 8192, 32768, 65536]
+        );
+        let l = p.long_sizes(65536, 64 << 20);
+        assert_eq!(l.first(), Some(&8));
+        assert_eq!(l.last(), Some(&MAX_LONG));
+        assert!(l.contains(&65536));
+    }
+
+    #[test]
+    fn batches_shrink_with_size() {
+        let p = full();
+        assert_eq!(p.batch_for(8), MAX_BATCH);
+        assert_eq!(p.batch_for(65536), 16);
+        assert_eq!(p.batch_for(4 << 20), 1);
+        assert_eq!(p.stream_msgs(8), p.stream_max_msgs);
+        assert_eq!(p.stream_msgs(4 << 20), p.stream_min_msgs);
+    }
+}

@@ -1,0 +1,126 @@
+//! Shared by the multi-process tests: find the launcher and the test
+//! programs, run one job at a time (a file lock shared by every test binary),
+//! and bound every job in time.
+#![allow(dead_code)]
+
+use std::fs::File;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `splitrt-run` binary cargo built for this test run.
+pub fn launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_splitrt-run"))
+}
+
+/// A cargo example of this package (built by `cargo test` next to the bins).
+pub fn example(name: &str) -> PathBuf {
+    let p = launcher()
+        .parent()
+        .expect("target dir")
+        .join("examples")
+        .join(name);
+    assert!(p.exists(), "{} not built (cargo test builds examples)", p.display());
+    p
+}
+
+/// Held while a job runs: two 8-rank jobs at once would starve 2 cores.
+pub struct JobLock(File);
+
+pub fn job_lock() -> JobLock {
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("splitrt-jobs.lock");
+    let f = File::create(&path).expect("lock file");
+    f.lock().expect("lock");
+    JobLock(f)
+}
+
+/// A finished job.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn ok(&self) -> &Self {
+        assert_eq!(self.code, 0, "job failed:\n--- stdout\n{}\n--- stderr\n{}", self.stdout, self.stderr);
+        self
+    }
+}
+
+/// A unique job id, so leftover files can be checked per test.
+pub fn job_id(tag: &str) -> String {
+    format!("t{}{}", tag, std::process::id())
+}
+
+/// `splitrt-run -n N --timeout T PROG ARGS` with extra environment.
+pub fn launch(n: usize, prog: &PathBuf, args: &[&str], env: &[(&str, &str)], timeout_s: u64) -> Command {
+    let mut c = Command::new(launcher());
+    c.arg("-n")
+        .arg(n.to_string())
+        .arg("--timeout")
+        .arg(timeout_s.to_string())
+        .arg(prog)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// Wait for `child`, killing it if it outlives `limit` (the launcher's own
+/// timeout should fire first; this is the outer bound).
+pub fn finish(mut child: Child, limit: Duration) -> Run {
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let end = Instant::now() + limit;
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("launcher did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Run {
+        code: status.code().unwrap_or(-1),
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+    }
+}
+
+/// Run a job to completion under the job lock.
+pub fn run_job(n: usize, prog: &PathBuf, args: &[&str], env: &[(&str, &str)], timeout_s: u64) -> Run {
+    let _lock = job_lock();
+    let child = launch(n, prog, args, env, timeout_s).spawn().expect("spawn splitrt-run");
+    finish(child, Duration::from_secs(timeout_s + 30))
+}
+
+/// Shared-memory files of `job` still in /dev/shm.
+pub fn shm_leftovers(job: &str) -> Vec<String> {
+    let prefix = format!("splitrt-{job}-");
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
