@@ -48,6 +48,10 @@ pub struct Plan {
     pub window: usize,
     /// The receiver acknowledges every this many messages (and the last).
     pub ack_every: usize,
+    /// `ucx_perftest -n` for `ucp_am_lat`.
+    pub ucx_lat_iters: usize,
+    /// `ucx_perftest -n` for the `ucp_am_bw` message rate.
+    pub ucx_rate_iters: usize,
 }
 
 impl Plan {
@@ -68,6 +72,8 @@ impl Plan {
                 rate_msgs: 5000,
                 window: 256,
                 ack_every: 32,
+                ucx_lat_iters: 10_000,
+                ucx_rate_iters: 50_000,
             }
         } else {
             Plan {
@@ -83,6 +89,8 @@ impl Plan {
                 rate_msgs: 2_000_000,
                 window: 256,
                 ack_every: 32,
+                ucx_lat_iters: 200_000,
+                ucx_rate_iters: 1_000_000,
             }
         }
     }

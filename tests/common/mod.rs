@@ -74,18 +74,17 @@ pub fn launch(n: usize, prog: &PathBuf, args: &[&str], env: &[(&str, &str)], tim
 /// Wait for `child`, killing it if it outlives `limit` (the launcher's own
 /// timeout should fire first; this is the outer bound).
 pub fn finish(mut child: Child, limit: Duration) -> Run {
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
+    fn slurp(r: Option<impl Read + Send + 'static>) -> std::thread::JoinHandle<String> {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_string(&mut s);
+            }
+            s
+        })
+    }
+    let t_out = slurp(child.stdout.take());
+    let t_err = slurp(child.stderr.take());
     let end = Instant::now() + limit;
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {

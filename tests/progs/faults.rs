@@ -1,1 +1,52 @@
-fn main(){}
+//! Misbehaving ranks for the failure tests.
+//!
+//! Usage: t_faults MODE RANK
+//!   panic RANK    that rank panics after start; the others wait forever
+//!   exit RANK     that rank exits with code 3 after start; the others wait
+//!   mismatch RANK that rank registers one more handler than the others
+//!   late RANK     that rank sleeps 30 s before joining the bootstrap
+//!   hang          every rank waits forever (for the launcher's --timeout)
+//! Every rank prints `ready` once it has started.
+
+use splitrt::{EndpointBuilder, Kind};
+use std::time::Duration;
+
+fn main() {
+    let mut a = std::env::args().skip(1);
+    let mode = a.next().unwrap_or_default();
+    let target: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
+    let me: usize = std::env::var("SPLITRT_RANK")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let mut b = EndpointBuilder::new();
+    b.request("noop", Kind::Short, 0, |_tok, _m| {}).unwrap();
+    if mode == "mismatch" && me == target {
+        b.request("extra", Kind::Medium, 2, |_tok, _m| {}).unwrap();
+    }
+    if mode == "late" && me == target {
+        std::thread::sleep(Duration::from_secs(30));
+    }
+    let ep = match b.attach() {
+        Ok(ep) => ep,
+        Err(e) => {
+            eprintln!("t_faults: {e}");
+            std::process::exit(1);
+        }
+    };
+    println!("ready");
+    match mode.as_str() {
+        "panic" if me == target => panic!("rank {me} panics on purpose"),
+        "exit" if me == target => std::process::exit(3),
+        _ => {}
+    }
+    // Wait for something that never happens: only a peer failure (or the
+    // launcher) ends this.
+    match ep.wait_until(|| false) {
+        Err(e) => {
+            eprintln!("t_faults: {e}");
+            std::process::exit(1);
+        }
+        Ok(()) => unreachable!(),
+    }
+}

@@ -93,7 +93,7 @@ impl Client {
                     Ok(Some(Msg::Release(e))) => {
                         sh.released.fetch_max(e, Ordering::AcqRel);
                     }
-                    Ok(Some(Msg::Abort(_, why))) => return fail(why),
+                    Ok(Some(Msg::Abort(r, why))) => return fail(format!("rank {r} failed: {why}")),
                     Ok(Some(m)) => return fail(format!("unexpected bootstrap message {m:?}")),
                     Ok(None) | Err(_) => {
                         if !sh.finishing.load(Ordering::Acquire) {

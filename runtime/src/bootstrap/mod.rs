@@ -8,5 +8,5 @@ mod server;
 pub mod wire;
 
 pub use client::Client;
-pub use server::Server;
+pub use server::{Culprit, Server};
 pub use wire::{Hello, Msg, Peer};

@@ -10,13 +10,20 @@ use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
+use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A bootstrap rendezvous bound to a TCP port.
 pub struct Server {
     listener: TcpListener,
+    culprit: Culprit,
 }
+
+/// The first rank that aborted or was lost after the job started, shared
+/// with the launcher so it can blame the cause rather than the ranks that
+/// merely noticed.
+pub type Culprit = Arc<Mutex<Option<usize>>>;
 
 enum Event {
     Connected(usize, TcpStream),
@@ -29,7 +36,15 @@ impl Server {
     pub fn bind(addr: &str) -> Result<Server> {
         let listener =
             TcpListener::bind(addr).map_err(|e| Error::io(format!("bootstrap bind {addr}"), e))?;
-        Ok(Server { listener })
+        Ok(Server {
+            listener,
+            culprit: Culprit::default(),
+        })
+    }
+
+    /// Where the first failed rank will be recorded.
+    pub fn culprit(&self) -> Culprit {
+        self.culprit.clone()
     }
 
     /// The address ranks connect to.
@@ -45,18 +60,19 @@ impl Server {
     pub fn run(self, size: usize, timeout: Duration) -> Result<()> {
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
+        let listener = self.listener;
         let acceptor = {
             let (tx, stop) = (tx.clone(), stop.clone());
-            self.listener
+            listener
                 .set_nonblocking(true)
                 .map_err(|e| Error::io("bootstrap listener", e))?;
             std::thread::Builder::new()
                 .name("splitrt-boot-accept".into())
-                .spawn(move || accept_loop(self.listener, tx, stop))
+                .spawn(move || accept_loop(listener, tx, stop))
                 .map_err(|e| Error::io("spawning bootstrap thread", e))?
         };
         drop(tx);
-        let result = serve(size, timeout, &rx);
+        let result = serve(size, timeout, &rx, &self.culprit);
         stop.store(true, Ordering::Relaxed);
         let _ = acceptor.join();
         result
@@ -130,7 +146,7 @@ fn table_difference(a: &[String], b: &[String], rank: usize) -> Option<String> {
     (0..n).find(|&i| a.get(i) != b.get(i)).map(|i| {
         let show = |x: Option<&String>| x.map_or("nothing".to_string(), |s| format!("'{s}'"));
         format!(
-            "registration tables differ at index {i}: rank 0 has {}, rank {rank} has {} \
+            "registration tables differ at entry {i}: rank 0 has {}, rank {rank} has {} \
              (every rank must register the same handlers in the same order)",
             show(a.get(i)),
             show(b.get(i))
@@ -138,7 +154,7 @@ fn table_difference(a: &[String], b: &[String], rank: usize) -> Option<String> {
     })
 }
 
-fn serve(size: usize, timeout: Duration, rx: &mpsc::Receiver<Event>) -> Result<()> {
+fn serve(size: usize, timeout: Duration, rx: &mpsc::Receiver<Event>, culprit: &Culprit) -> Result<()> {
     let deadline = Instant::now() + timeout;
     let mut conns: BTreeMap<usize, Conn> = BTreeMap::new();
     let mut hellos: BTreeMap<usize, Hello> = BTreeMap::new();
@@ -274,9 +290,10 @@ fn serve(size: usize, timeout: Duration, rx: &mpsc::Receiver<Event>) -> Result<(
                 if let Some(c) = conns.get_mut(&id) {
                     c.bye = true;
                 }
+                culprit.lock().get_or_insert(r as usize);
                 broadcast(&mut conns, &Msg::Abort(r, why.clone()));
                 failure.get_or_insert(Error::new(ErrorKind::PeerFailed(format!(
-                    "rank {r} aborted: {why}"
+                    "rank {r} failed: {why}"
                 ))));
             }
             Event::Message(id, m) => {
@@ -291,11 +308,16 @@ fn serve(size: usize, timeout: Duration, rx: &mpsc::Receiver<Event>) -> Result<(
                 if !c.bye {
                     let r = c.rank.unwrap_or(usize::MAX);
                     let why = match err {
-                        Some(e) => format!("rank {r} lost its bootstrap connection ({e})"),
-                        None => format!("rank {r} exited or was killed before finishing"),
+                        Some(e) => format!("lost its bootstrap connection ({e})"),
+                        None => "exited or was killed before finishing".to_string(),
                     };
+                    if let Some(r) = c.rank {
+                        culprit.lock().get_or_insert(r);
+                    }
                     broadcast(&mut conns, &Msg::Abort(r as u32, why.clone()));
-                    failure.get_or_insert(Error::new(ErrorKind::PeerFailed(why)));
+                    failure.get_or_insert(Error::new(ErrorKind::PeerFailed(format!(
+                        "rank {r} {why}"
+                    ))));
                 }
             }
         }

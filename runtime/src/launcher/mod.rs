@@ -114,6 +114,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     let server = Server::bind("127.0.0.1:0")?;
     let addr = server.local_addr()?.to_string();
     let boot_timeout = cfg.bootstrap_timeout;
+    let culprit = server.culprit();
     let boot = std::thread::spawn(move || server.run(n, boot_timeout));
 
     // SAFETY: installing an async-signal-safe handler that only stores to an
@@ -180,6 +181,9 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
 
     let started = Instant::now();
     let mut running: Vec<bool> = vec![true; pids.len()];
+    // Why each rank failed, once it has exited unsuccessfully.
+    let mut failed: Vec<Option<(i32, String)>> = vec![None; pids.len()];
+    let mut first_failure: Option<(usize, Instant)> = None;
     let mut outcome: Option<JobOutcome> = spawn_error.as_ref().map(|e| JobOutcome {
         code: 127,
         reason: Some(e.to_string()),
@@ -200,15 +204,37 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
         match rx.recv_timeout(Duration::from_millis(20)) {
             Ok((rank, st)) => {
                 running[rank] = false;
-                let (code, why) = match st {
-                    Ok(st) if st.success() => continue,
-                    Ok(st) => describe(rank, &st),
-                    Err(e) => (1, format!("waiting for rank {rank} failed: {e}")),
+                match st {
+                    Ok(st) if st.success() => {}
+                    Ok(st) => failed[rank] = Some(describe(rank, &st)),
+                    Err(e) => failed[rank] = Some((1, format!("waiting for rank {rank} failed: {e}"))),
+                }
+                if failed[rank].is_some() && first_failure.is_none() {
+                    first_failure = Some((rank, Instant::now()));
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if outcome.is_none() {
+            if let Some((first, when)) = first_failure {
+                // Ranks that saw a peer fail exit quickly; the rank that
+                // caused it (named by the bootstrap) may still be printing
+                // its panic. Blame the cause if it ends within a grace period.
+                let cause = culprit.lock().filter(|&c| c < pids.len()).unwrap_or(first);
+                let grace_over = !running[cause] || when.elapsed() > Duration::from_secs(2);
+                let blamed = if failed[cause].is_some() {
+                    Some(cause)
+                } else if grace_over {
+                    Some(first)
+                } else {
+                    None
                 };
-                if outcome.is_none() {
+                if let Some(b) = blamed {
+                    let (code, why) = failed[b].clone().expect("failed rank");
                     if running.iter().any(|&r| r) {
                         eprintln!("splitrt-run: {why}; stopping the other ranks");
-                    } else if opts.verbose {
+                    } else {
                         eprintln!("splitrt-run: {why}");
                     }
                     outcome = Some(JobOutcome {
@@ -218,8 +244,6 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
                     stop_all(&running, &mut kill_at);
                 }
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
         if outcome.is_none() {
             if let Some(t) = opts.timeout.filter(|t| started.elapsed() >= *t) {
@@ -247,6 +271,18 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
                 }
             }
             kill_at = Some(Instant::now() + Duration::from_secs(3600));
+        }
+    }
+    // Every rank is gone; a failure noticed only now still counts.
+    if outcome.is_none() {
+        if let Some((first, _)) = first_failure {
+            let cause = culprit.lock().filter(|&c| failed.get(c).is_some_and(Option::is_some));
+            let (code, why) = failed[cause.unwrap_or(first)].clone().expect("failed rank");
+            eprintln!("splitrt-run: {why}");
+            outcome = Some(JobOutcome {
+                code,
+                reason: Some(why),
+            });
         }
     }
     for r in relays {

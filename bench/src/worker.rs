@@ -1,0 +1,233 @@
+//! One rank of the benchmark job. Rank r pins itself to CPU r. Rank 0
+//! drives every measurement and writes the results; rank 1 answers: it plays
+//! side B of the raw ping-pong, then serves Active Messages until rank 0
+//! says the repetition is over.
+//!
+//! Each repetition runs, in order: raw line ping-pong, AM Short RTT (back to
+//! back with the raw one), Medium RTT, Long RTT, Medium and Long one-way
+//! throughput, Short flood rate.
+
+use crate::handlers::{self, Handlers, Shared};
+use crate::latency::{round_trips, Rounds};
+use crate::pin::pin_to_cpu;
+use crate::pingpong::Line;
+use crate::plan::{Plan, LONG_OFFSET};
+use crate::results::{Bench, Record, Results, Value};
+use crate::stats::p50_p99;
+use crate::throughput::stream;
+use crate::Common;
+use splitrt::{Endpoint, EndpointBuilder, Error, Payload, Result};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The rank that answers.
+const PEER: usize = 1;
+
+/// Run this rank; rank 0 writes its measurements to `result`.
+pub fn run(common: Common, result: &Path) -> Result<()> {
+    let plan = Plan::new(&common);
+    let rank: usize = std::env::var(splitrt::runtime::job::ENV_RANK)
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    if let Err(e) = pin_to_cpu(rank) {
+        eprintln!("warning: could not pin rank {rank} to CPU {rank}: {e}; numbers will be noisy");
+    }
+    let shared = Arc::new(Shared::default());
+    let mut b = EndpointBuilder::new();
+    let h = handlers::register(&mut b, &shared, plan.ack_every as u64)?;
+    let ep = b.attach()?;
+    if ep.size() != 2 {
+        return Err(Error::usage(format!(
+            "the benchmark needs exactly 2 ranks, this job has {}",
+            ep.size()
+        )));
+    }
+    let line = Line::of(&ep)?;
+    if ep.rank() == 0 {
+        let mut bench = Bencher::new(&ep, &plan, &shared, h, &line)?;
+        for rep in 0..plan.reps {
+            let t = Instant::now();
+            ep.barrier()?;
+            bench.repetition(rep)?;
+            ep.request(PEER, h.done, &[rep as u64 + 1], Payload::None)?;
+            if !plan.quick {
+                eprintln!(
+                    "repetition {}/{} done in {:.1} s",
+                    rep + 1,
+                    plan.reps,
+                    t.elapsed().as_secs_f64()
+                );
+            }
+        }
+        let results = bench.into_results();
+        std::fs::write(result, results.to_csv())
+            .map_err(|e| Error::io(format!("writing {}", result.display()), e).at_rank(0))?;
+    } else {
+        for rep in 0..plan.reps {
+            ep.barrier()?;
+            line.side_b(rep as u64 * plan.raw_round_trips(), plan.raw_round_trips());
+            ep.wait_until(|| shared.done.load(Ordering::Acquire) > rep as u64)?;
+        }
+    }
+    ep.finish()
+}
+
+/// Rank 0's side of the measurements.
+struct Bencher<'a> {
+    ep: &'a Endpoint,
+    plan: &'a Plan,
+    shared: &'a Shared,
+    h: Handlers,
+    line: &'a Line<'a>,
+    /// Last ping sequence number used.
+    seq: u64,
+    /// Payload source for Medium and Long messages.
+    buf: Vec<u8>,
+    medium_sizes: Vec<usize>,
+    long_sizes: Vec<usize>,
+    out: Results,
+}
+
+impl<'a> Bencher<'a> {
+    fn new(ep: &'a Endpoint, plan: &'a Plan, shared: &'a Shared, h: Handlers, line: &'a Line<'a>) -> Result<Self> {
+        let max_medium = ep.max_medium(PEER);
+        // Long payloads land at LONG_OFFSET in both segments.
+        let room = ep.max_long(PEER).min(ep.segment_len()).saturating_sub(LONG_OFFSET as usize);
+        if room < 8 {
+            return Err(Error::usage(format!(
+                "segments of {} B leave no room for Long payloads at offset {LONG_OFFSET}",
+                ep.segment_len()
+            )));
+        }
+        let medium_sizes = plan.medium_sizes(max_medium);
+        let long_sizes = plan.long_sizes(max_medium, room);
+        let largest = medium_sizes.iter().chain(&long_sizes).copied().max().unwrap_or(8);
+        let c = ep.config();
+        let config = [
+            ("ranks_pinned_to_cpus", "0,1".to_string()),
+            ("spin_only", c.spin_only.to_string()),
+            ("cell_size", c.cell_size.to_string()),
+            ("ring_len", c.ring_len.to_string()),
+            ("max_medium", max_medium.to_string()),
+            ("segment_size", ep.segment_len().to_string()),
+            ("window", plan.window.to_string()),
+            ("ack_every", plan.ack_every.to_string()),
+            ("batch", plan.batch.to_string()),
+            ("batches", plan.batches.to_string()),
+            ("raw_batches", plan.raw_batches.to_string()),
+            ("reps", plan.reps.to_string()),
+            ("quick", plan.quick.to_string()),
+            ("build", if cfg!(debug_assertions) { "debug" } else { "release" }.to_string()),
+        ];
+        Ok(Bencher {
+            ep,
+            plan,
+            shared,
+            h,
+            line,
+            seq: 0,
+            buf: (0..largest).map(|i| i as u8).collect(),
+            medium_sizes,
+            long_sizes,
+            out: Results {
+                config: config.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                records: Vec::new(),
+            },
+        })
+    }
+
+    fn into_results(self) -> Results {
+        self.out
+    }
+
+    fn record(&mut self, bench: Bench, size: usize, rep: usize, value: Value) {
+        self.out.records.push(Record {
+            bench,
+            size,
+            rep,
+            value,
+        });
+    }
+
+    fn record_latency(&mut self, bench: Bench, size: usize, rep: usize, batch_means: &[f64]) {
+        let (p50_ns, p99_ns) = p50_p99(batch_means);
+        self.record(bench, size, rep, Value::Latency { p50_ns, p99_ns });
+    }
+
+    fn repetition(&mut self, rep: usize) -> Result<()> {
+        let p = self.plan;
+        // The baseline and AM Short RTT run back to back.
+        let raw = self.line.side_a(rep as u64 * p.raw_round_trips(), p.raw_warm, p.raw_batches);
+        self.record_latency(Bench::RawLineRtt, 64, rep, &raw);
+        let short = self.rtt(0, |ep, h, seq, _| ep.request(PEER, h.ping_short, &[seq], Payload::None))?;
+        self.record_latency(Bench::ShortRtt, 0, rep, &short);
+
+        for size in self.medium_sizes.clone() {
+            let m = self.rtt(size, |ep, h, seq, data| ep.request(PEER, h.ping_medium, &[seq], Payload::Medium(data)))?;
+            self.record_latency(Bench::MediumRtt, size, rep, &m);
+        }
+        for size in self.long_sizes.clone() {
+            let m = self.rtt(size, |ep, h, seq, data| {
+                ep.request(PEER, h.ping_long, &[seq], long(data))
+            })?;
+            self.record_latency(Bench::LongRtt, size, rep, &m);
+        }
+
+        for size in self.medium_sizes.clone() {
+            let mbs = self.bandwidth(size, |ep, h, n, data| ep.request(PEER, h.sink_medium, &[n], Payload::Medium(data)))?;
+            self.record(Bench::MediumBw, size, rep, Value::Rate(mbs));
+        }
+        for size in self.long_sizes.clone() {
+            let mbs = self.bandwidth(size, |ep, h, n, data| ep.request(PEER, h.sink_long, &[n], long(data)))?;
+            self.record(Bench::LongBw, size, rep, Value::Rate(mbs));
+        }
+
+        let (ep, h, msgs) = (self.ep, self.h, p.rate_msgs);
+        let flood = |n| ep.request(PEER, h.sink_short, &[n], Payload::None);
+        stream(ep, &self.shared.acked, (msgs / 10).max(1), p.window, flood)?;
+        let t = stream(ep, &self.shared.acked, msgs, p.window, flood)?;
+        self.record(Bench::ShortRate, 0, rep, Value::Rate(msgs as f64 / t.as_secs_f64()));
+        Ok(())
+    }
+
+    /// Round trips of `size`-byte pings (`send(ep, handlers, seq, payload)`);
+    /// returns per-batch means (ns).
+    fn rtt(
+        &mut self,
+        size: usize,
+        send: impl Fn(&Endpoint, &Handlers, u64, &[u8]) -> Result<()>,
+    ) -> Result<Vec<f64>> {
+        let rounds = Rounds {
+            warm: self.plan.warm_for(size),
+            batch: self.plan.batch_for(size),
+            batches: self.plan.batches,
+        };
+        let (ep, h, data) = (self.ep, &self.h, &self.buf[..size]);
+        round_trips(ep, &self.shared.pong, &mut self.seq, rounds, |seq| send(ep, h, seq, data))
+    }
+
+    /// One-way stream of `size`-byte messages (`send(ep, handlers,
+    /// stream_len, payload)`), after a warm-up stream; returns MB/s.
+    fn bandwidth(
+        &mut self,
+        size: usize,
+        send: impl Fn(&Endpoint, &Handlers, u64, &[u8]) -> Result<()>,
+    ) -> Result<f64> {
+        let msgs = self.plan.stream_msgs(size);
+        let (ep, h, data, acked) = (self.ep, &self.h, &self.buf[..size], &self.shared.acked);
+        stream(ep, acked, (msgs / 10).max(1), self.plan.window, |n| send(ep, h, n, data))?;
+        let t = stream(ep, acked, msgs, self.plan.window, |n| send(ep, h, n, data))?;
+        Ok((msgs * size) as f64 / t.as_secs_f64() / 1e6)
+    }
+}
+
+/// A Long payload landing at [`LONG_OFFSET`].
+fn long(data: &[u8]) -> Payload<'_> {
+    Payload::Long {
+        data,
+        offset: LONG_OFFSET,
+    }
+}

@@ -1,0 +1,121 @@
+//! Active Messages over shared memory, through the launcher, as real
+//! multi-process jobs.
+
+mod common;
+use common::*;
+
+/// testcore4-style conformance: every kind x argument count 0..=16, random
+/// arguments and payload sizes up to the maximum, every byte checked.
+fn conformance(n: usize, rounds: &str) {
+    let r = run_job(
+        n,
+        &example("t_conformance"),
+        &[rounds],
+        &[("SPLITRT_SEGMENT_SIZE", "16M")],
+        120,
+    );
+    r.ok();
+    assert_eq!(
+        r.stdout.matches("conformance ok").count(),
+        n,
+        "every rank reports: {}",
+        r.stdout
+    );
+}
+
+#[test]
+fn conformance_1_rank() {
+    conformance(1, "2");
+}
+
+#[test]
+fn conformance_2_ranks() {
+    conformance(2, "3");
+}
+
+#[test]
+fn conformance_4_ranks() {
+    conformance(4, "2");
+}
+
+/// 8 ranks on this 2-core machine complete the conformance test.
+#[test]
+fn conformance_8_ranks_oversubscribed() {
+    conformance(8, "1");
+}
+
+/// Small cells force Medium payloads to stream over many cells.
+#[test]
+fn conformance_small_cells_short_rings() {
+    let r = run_job(
+        3,
+        &example("t_conformance"),
+        &["1"],
+        &[
+            ("SPLITRT_SEGMENT_SIZE", "8M"),
+            ("SPLITRT_CELL_SIZE", "256"),
+            ("SPLITRT_RING_LEN", "2"),
+        ],
+        120,
+    );
+    r.ok();
+    assert_eq!(r.stdout.matches("conformance ok").count(), 3);
+}
+
+fn stress(n: usize, msgs: &str, threads: &str, ring: &str, cell: &str) {
+    let r = run_job(
+        n,
+        &example("t_stress"),
+        &[msgs, threads],
+        &[
+            ("SPLITRT_SEGMENT_SIZE", "8M"),
+            ("SPLITRT_RING_LEN", ring),
+            ("SPLITRT_CELL_SIZE", cell),
+        ],
+        120,
+    );
+    r.ok();
+    assert_eq!(r.stdout.matches("stress ok").count(), n, "{}", r.stdout);
+    // With 2-cell rings every rank must have run out of credits at times.
+    if ring == "2" {
+        let refusals: u64 = r
+            .stdout
+            .lines()
+            .filter_map(|l| l.split(", ").last()?.split(' ').next()?.parse::<u64>().ok())
+            .sum();
+        assert!(refusals > 0, "no back-pressure seen:\n{}", r.stdout);
+    }
+}
+
+/// testcore2-style flood with credits exhausted on all ranks at once.
+#[test]
+fn stress_flood_tiny_rings() {
+    stress(4, "400", "1", "2", "256");
+}
+
+#[test]
+fn stress_flood_8_ranks() {
+    stress(8, "150", "1", "2", "512");
+}
+
+/// Several threads of each rank send at once (the endpoint is Send + Sync).
+#[test]
+fn stress_threads() {
+    stress(3, "200", "3", "4", "512");
+}
+
+#[test]
+fn hello_runs_on_4_ranks() {
+    let r = run_job(4, &example("hello"), &[], &[], 60);
+    r.ok();
+    for rank in 0..4 {
+        let from = (rank + 3) % 4;
+        let line = format!("[{rank}] rank got \"hello from rank {from} of 4\" from rank {from}");
+        assert!(r.stdout.contains(&line), "missing {line:?} in\n{}", r.stdout);
+    }
+}
+
+#[test]
+fn am_reqrep_example_runs() {
+    run_job(4, &example("am_reqrep"), &[], &[], 60).ok();
+}
