@@ -17,8 +17,9 @@ use std::sync::{Arc, Mutex};
 const BLOCK: usize = 256 << 10;
 
 fn checksum(data: &[u8]) -> u64 {
-    data.iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 fn main() {
@@ -44,7 +45,8 @@ fn run() -> splitrt::Result<()> {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
             .sum();
-        tok.reply(sum_reply, &[total], Payload::None).expect("reply");
+        tok.reply(sum_reply, &[total], Payload::None)
+            .expect("reply");
     })?;
     let h = head.clone();
     let stored_reply = b.reply("stored_reply", Kind::Medium, 1, move |m| {
@@ -54,8 +56,12 @@ fn run() -> splitrt::Result<()> {
         // The block is already in our segment at the offset the sender gave.
         let data = m.payload();
         assert_eq!(m.arg(0), data.len() as u64);
-        tok.reply(stored_reply, &[checksum(data)], Payload::Medium(&data[..64]))
-            .expect("reply");
+        tok.reply(
+            stored_reply,
+            &[checksum(data)],
+            Payload::Medium(&data[..64]),
+        )
+        .expect("reply");
     })?;
     let ep = b.attach()?;
     let (rank, size) = (ep.rank(), ep.size());
@@ -73,7 +79,15 @@ fn run() -> splitrt::Result<()> {
     // Long request into the neighbour's segment, Medium reply.
     let block: Vec<u8> = (0..BLOCK).map(|i| (i * 7 + rank) as u8).collect();
     let offset = (rank * BLOCK) as u64; // each sender its own region
-    ep.request(right, store_request, &[BLOCK as u64], Payload::Long { data: &block, offset })?;
+    ep.request(
+        right,
+        store_request,
+        &[BLOCK as u64],
+        Payload::Long {
+            data: &block,
+            offset,
+        },
+    )?;
     ep.wait_until(|| head.lock().unwrap().is_some())?;
     let (sum_there, first) = head.lock().unwrap().take().unwrap();
     println!(

@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-
 fn main() {
     if let Err(e) = run() {
         eprintln!("hello: {e}");
@@ -61,7 +60,9 @@ fn run() -> splitrt::Result<()> {
     ep.request(right, hello, &[], Payload::Medium(text.as_bytes()))?;
     ep.wait_until(|| greeted.load(Ordering::Acquire) != u64::MAX)?;
     if greeted.load(Ordering::Acquire) != rank as u64 {
-        return Err(splitrt::Error::usage(format!("rank {rank}: wrong acknowledgement")));
+        return Err(splitrt::Error::usage(format!(
+            "rank {rank}: wrong acknowledgement"
+        )));
     }
     ep.barrier()?;
 
@@ -84,7 +85,11 @@ fn run() -> splitrt::Result<()> {
                 }
                 break;
             }
-            let next = if rank == 0 && Instant::now() >= end { STOP } else { last + 1 };
+            let next = if rank == 0 && Instant::now() >= end {
+                STOP
+            } else {
+                last + 1
+            };
             ep.request(right, token, &[next], Payload::None)?;
             if next == STOP {
                 break;

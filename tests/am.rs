@@ -111,7 +111,11 @@ fn hello_runs_on_4_ranks() {
     for rank in 0..4 {
         let from = (rank + 3) % 4;
         let line = format!("[{rank}] rank got \"hello from rank {from} of 4\" from rank {from}");
-        assert!(r.stdout.contains(&line), "missing {line:?} in\n{}", r.stdout);
+        assert!(
+            r.stdout.contains(&line),
+            "missing {line:?} in\n{}",
+            r.stdout
+        );
     }
 }
 

@@ -18,10 +18,22 @@ fn panicking_rank_ends_the_job() {
     let job = job_id("panic");
     let r = faults("panic", "2", &job, &[]);
     assert_eq!(r.code, 101, "exit code of the panicking rank: {r:?}");
-    assert!(r.stderr.contains("rank 2 exited with code 101"), "{}", r.stderr);
-    assert!(r.stderr.contains("[2] ") && r.stderr.contains("panics on purpose"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("rank 2 exited with code 101"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("[2] ") && r.stderr.contains("panics on purpose"),
+        "{}",
+        r.stderr
+    );
     // the others were told who failed
-    assert!(r.stderr.contains("rank 2 failed: the rank panicked"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("rank 2 failed: the rank panicked"),
+        "{}",
+        r.stderr
+    );
     assert!(shm_leftovers(&job).is_empty());
 }
 
@@ -30,7 +42,11 @@ fn exit_code_of_first_failing_rank() {
     let job = job_id("exit");
     let r = faults("exit", "1", &job, &[]);
     assert_eq!(r.code, 3, "{r:?}");
-    assert!(r.stderr.contains("rank 1 exited with code 3"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("rank 1 exited with code 3"),
+        "{}",
+        r.stderr
+    );
     assert!(shm_leftovers(&job).is_empty());
 }
 
@@ -41,11 +57,16 @@ fn handler_table_mismatch_is_refused() {
     assert_ne!(r.code, 0);
     assert!(
         r.stderr.contains("registration tables differ at entry 1")
-            && r.stderr.contains("rank 1 has '#65 extra (Medium request, 2 args)'"),
+            && r.stderr
+                .contains("rank 1 has '#65 extra (Medium request, 2 args)'"),
         "{}",
         r.stderr
     );
-    assert!(!r.stdout.contains("ready"), "no rank may start: {}", r.stdout);
+    assert!(
+        !r.stdout.contains("ready"),
+        "no rank may start: {}",
+        r.stdout
+    );
     assert!(shm_leftovers(&job).is_empty());
 }
 
@@ -56,11 +77,16 @@ fn missing_rank_times_out_with_its_name() {
     let r = faults("late", "3", &job, &[("SPLITRT_BOOTSTRAP_TIMEOUT", "1.5")]);
     assert_ne!(r.code, 0);
     assert!(
-        r.stderr.contains("rank 3 never arrived at the bootstrap within 1.5 s"),
+        r.stderr
+            .contains("rank 3 never arrived at the bootstrap within 1.5 s"),
         "{}",
         r.stderr
     );
-    assert!(t.elapsed() < Duration::from_secs(20), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(20),
+        "took {:?}",
+        t.elapsed()
+    );
     assert!(shm_leftovers(&job).is_empty());
 }
 
@@ -68,10 +94,20 @@ fn missing_rank_times_out_with_its_name() {
 fn launcher_timeout_kills_a_hung_job() {
     let job = job_id("hang");
     let _lock = job_lock();
-    let mut c = launch(2, &example("t_faults"), &["hang"], &[("SPLITRT_JOB", &job)], 2);
+    let mut c = launch(
+        2,
+        &example("t_faults"),
+        &["hang"],
+        &[("SPLITRT_JOB", &job)],
+        2,
+    );
     let r = finish(c.spawn().unwrap(), Duration::from_secs(30));
     assert_eq!(r.code, 124, "{r:?}");
-    assert!(r.stderr.contains("job timed out after 2.0 s"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("job timed out after 2.0 s"),
+        "{}",
+        r.stderr
+    );
     assert!(shm_leftovers(&job).is_empty());
 }
 
@@ -80,9 +116,15 @@ fn launcher_timeout_kills_a_hung_job() {
 fn killed_rank_ends_the_job_and_leaves_nothing() {
     let job = job_id("kill");
     let _lock = job_lock();
-    let mut child = launch(4, &example("hello"), &["--spin", "30"], &[("SPLITRT_JOB", &job)], 60)
-        .spawn()
-        .unwrap();
+    let mut child = launch(
+        4,
+        &example("hello"),
+        &["--spin", "30"],
+        &[("SPLITRT_JOB", &job)],
+        60,
+    )
+    .spawn()
+    .unwrap();
     // Wait for every rank's ready line, then kill rank 1.
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut pids = std::collections::BTreeMap::new();
@@ -97,7 +139,10 @@ fn killed_rank_ends_the_job_and_leaves_nothing() {
             .strip_prefix('[')
             .and_then(|l| l.split_once("] ready pid="))
         {
-            pids.insert(r.parse::<usize>().unwrap(), pid.trim().parse::<i32>().unwrap());
+            pids.insert(
+                r.parse::<usize>().unwrap(),
+                pid.trim().parse::<i32>().unwrap(),
+            );
         }
     }
     assert_eq!(pids.len(), 4, "ranks did not all get ready");
@@ -106,6 +151,10 @@ fn killed_rank_ends_the_job_and_leaves_nothing() {
     std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
     let r = finish(child, Duration::from_secs(40));
     assert_eq!(r.code, 128 + 9, "{r:?}");
-    assert!(r.stderr.contains("rank 1 was killed by signal 9 (SIGKILL)"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("rank 1 was killed by signal 9 (SIGKILL)"),
+        "{}",
+        r.stderr
+    );
     assert!(shm_leftovers(&job).is_empty(), "{:?}", shm_leftovers(&job));
 }

@@ -18,7 +18,11 @@ fn ranks_get_their_environment_and_prefixes() {
     r.ok();
     for rank in 0..3 {
         let line = format!("[{rank}] {rank}/3/{rank}/3/0 a b");
-        assert!(r.stdout.lines().any(|l| l == line), "missing {line:?}:\n{}", r.stdout);
+        assert!(
+            r.stdout.lines().any(|l| l == line),
+            "missing {line:?}:\n{}",
+            r.stdout
+        );
         assert!(r.stderr.contains(&format!("[{rank}] err")), "{}", r.stderr);
     }
 }
@@ -27,21 +31,37 @@ fn ranks_get_their_environment_and_prefixes() {
 fn missing_program_is_a_clear_error() {
     let r = run_job(2, &"/nonexistent/prog".into(), &[], &[], 30);
     assert_ne!(r.code, 0);
-    assert!(r.stderr.contains("starting rank 0: /nonexistent/prog"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("starting rank 0: /nonexistent/prog"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
 fn bad_setting_fails_before_any_rank_starts() {
     let r = run_job(2, &example("hello"), &[], &[("SPLITRT_RING_LEN", "1")], 30);
     assert_eq!(r.code, 2);
-    assert!(r.stderr.contains("SPLITRT_RING_LEN=1 must be at least 2"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("SPLITRT_RING_LEN=1 must be at least 2"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]
 fn flags_override_environment() {
     let _lock = job_lock();
     let out = Command::new(launcher())
-        .args(["-n", "1", "--ring-len", "3", "/bin/sh", "-c", "echo ring=$SPLITRT_RING_LEN"])
+        .args([
+            "-n",
+            "1",
+            "--ring-len",
+            "3",
+            "/bin/sh",
+            "-c",
+            "echo ring=$SPLITRT_RING_LEN",
+        ])
         .env("SPLITRT_RING_LEN", "9")
         .output()
         .unwrap();

@@ -35,9 +35,11 @@ impl Drop for HandlerScope {
 
 pub(crate) fn dispatch(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> {
     let bad = |why: String| {
-        Err(Error::protocol(format!("message from rank {}: {why}", d.src))
-            .at_rank(ep.rank)
-            .with_peer(d.src))
+        Err(
+            Error::protocol(format!("message from rank {}: {why}", d.src))
+                .at_rank(ep.rank)
+                .with_peer(d.src),
+        )
     };
     let Some(e) = ep.table.get(d.tag as usize).and_then(Option::as_ref) else {
         return bad(format!("unknown handler id {}", d.tag));
@@ -66,7 +68,12 @@ pub(crate) fn dispatch(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> 
     match (&e.func, ch) {
         (Func::Request(f), Channel::Request) => f(Token { ep, src: d.src }, &msg),
         (Func::Reply(f), Channel::Reply) => f(&msg),
-        _ => return bad(format!("handler '{}' arrived on the {ch:?} channel", e.name)),
+        _ => {
+            return bad(format!(
+                "handler '{}' arrived on the {ch:?} channel",
+                e.name
+            ))
+        }
     }
     Ok(())
 }

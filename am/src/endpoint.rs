@@ -27,7 +27,13 @@ impl EndpointBuilder {
 
     /// Register a request handler taking `nargs` argument words on channel
     /// `kind`. Every rank must register the same handlers in the same order.
-    pub fn request<F>(&mut self, name: &str, kind: Kind, nargs: usize, f: F) -> Result<RequestHandler>
+    pub fn request<F>(
+        &mut self,
+        name: &str,
+        kind: Kind,
+        nargs: usize,
+        f: F,
+    ) -> Result<RequestHandler>
     where
         F: Fn(Token<'_>, &Incoming<'_>) + Send + Sync + 'static,
     {
@@ -49,7 +55,14 @@ impl EndpointBuilder {
     /// Register one of splitrt's own request handlers at a fixed id below
     /// [`RESERVED_HANDLERS`](crate::RESERVED_HANDLERS) (for the PGAS layer).
     #[doc(hidden)]
-    pub fn reserved_request<F>(&mut self, id: u16, name: &str, kind: Kind, nargs: usize, f: F) -> Result<RequestHandler>
+    pub fn reserved_request<F>(
+        &mut self,
+        id: u16,
+        name: &str,
+        kind: Kind,
+        nargs: usize,
+        f: F,
+    ) -> Result<RequestHandler>
     where
         F: Fn(Token<'_>, &Incoming<'_>) + Send + Sync + 'static,
     {
@@ -60,7 +73,14 @@ impl EndpointBuilder {
 
     /// Register one of splitrt's own reply handlers at a fixed reserved id.
     #[doc(hidden)]
-    pub fn reserved_reply<F>(&mut self, id: u16, name: &str, kind: Kind, nargs: usize, f: F) -> Result<ReplyHandler>
+    pub fn reserved_reply<F>(
+        &mut self,
+        id: u16,
+        name: &str,
+        kind: Kind,
+        nargs: usize,
+        f: F,
+    ) -> Result<ReplyHandler>
     where
         F: Fn(&Incoming<'_>) + Send + Sync + 'static,
     {
@@ -194,7 +214,10 @@ impl Inner {
         let mut stall = |waits: u32| self.stall(waits, Channel::Request, &mut stall_backoff);
         let mut backoff = Backoff::new(self.world.config());
         loop {
-            if self.fabric().try_send(peer, Channel::Request, &pkt, &mut stall)? {
+            if self
+                .fabric()
+                .try_send(peer, Channel::Request, &pkt, &mut stall)?
+            {
                 return Ok(true);
             }
             if !block {
@@ -208,7 +231,13 @@ impl Inner {
         }
     }
 
-    pub(crate) fn send_reply(&self, peer: usize, h: ReplyHandler, args: &[u64], payload: Payload<'_>) -> Result<()> {
+    pub(crate) fn send_reply(
+        &self,
+        peer: usize,
+        h: ReplyHandler,
+        args: &[u64],
+        payload: Payload<'_>,
+    ) -> Result<()> {
         let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
         h.0.check(self.name(h.0.id), args, &payload).map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
@@ -217,7 +246,10 @@ impl Inner {
         let mut stall_backoff = Backoff::new(self.world.config());
         let mut stall = |waits: u32| self.stall(waits, Channel::Reply, &mut stall_backoff);
         let mut backoff = Backoff::new(self.world.config());
-        while !self.fabric().try_send(peer, Channel::Reply, &pkt, &mut stall)? {
+        while !self
+            .fabric()
+            .try_send(peer, Channel::Reply, &pkt, &mut stall)?
+        {
             if self.poll_channel(Channel::Reply)? == 0 {
                 self.check_failure()?;
                 backoff.snooze();
@@ -286,14 +318,28 @@ impl Endpoint {
     /// Send a request, waiting (and serving inbound traffic) while `peer`
     /// has no room. The payload variant must match the handler's kind and
     /// `args` its argument count; a Long offset must lie in `peer`'s segment.
-    pub fn request(&self, peer: usize, h: RequestHandler, args: &[u64], payload: Payload<'_>) -> Result<()> {
-        self.inner.send_request(peer, h, args, payload, true).map(|_| ())
+    pub fn request(
+        &self,
+        peer: usize,
+        h: RequestHandler,
+        args: &[u64],
+        payload: Payload<'_>,
+    ) -> Result<()> {
+        self.inner
+            .send_request(peer, h, args, payload, true)
+            .map(|_| ())
     }
 
     /// Send a request if `peer` has room now. `Ok(false)`: back-pressure,
     /// nothing was sent; poll and try again.
     #[must_use = "Ok(false) means the request was not sent"]
-    pub fn try_request(&self, peer: usize, h: RequestHandler, args: &[u64], payload: Payload<'_>) -> Result<bool> {
+    pub fn try_request(
+        &self,
+        peer: usize,
+        h: RequestHandler,
+        args: &[u64],
+        payload: Payload<'_>,
+    ) -> Result<bool> {
         self.inner.send_request(peer, h, args, payload, false)
     }
 
@@ -301,7 +347,9 @@ impl Endpoint {
     /// ran. Returns `Ok(0)` at once if another thread is polling.
     pub fn poll(&self) -> Result<usize> {
         if in_handler() {
-            return Err(Error::usage("poll() cannot be called from inside a handler").at_rank(self.rank()));
+            return Err(
+                Error::usage("poll() cannot be called from inside a handler").at_rank(self.rank()),
+            );
         }
         self.inner.poll_all()
     }
@@ -310,7 +358,10 @@ impl Endpoint {
     /// ranks than cores still progress. Fails if another rank dies.
     pub fn wait_until(&self, mut cond: impl FnMut() -> bool) -> Result<()> {
         if in_handler() {
-            return Err(Error::usage("wait_until() cannot be called from inside a handler").at_rank(self.rank()));
+            return Err(
+                Error::usage("wait_until() cannot be called from inside a handler")
+                    .at_rank(self.rank()),
+            );
         }
         let mut backoff = Backoff::new(self.config());
         loop {
@@ -329,9 +380,14 @@ impl Endpoint {
     /// Wait for every rank (through the bootstrap; serves traffic meanwhile).
     pub fn barrier(&self) -> Result<()> {
         if in_handler() {
-            return Err(Error::usage("barrier() cannot be called from inside a handler").at_rank(self.rank()));
+            return Err(
+                Error::usage("barrier() cannot be called from inside a handler")
+                    .at_rank(self.rank()),
+            );
         }
-        self.inner.world.barrier(&mut || self.inner.poll_all().map(|_| ()))
+        self.inner
+            .world
+            .barrier(&mut || self.inner.poll_all().map(|_| ()))
     }
 
     /// Length of this rank's segment.

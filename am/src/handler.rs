@@ -109,22 +109,35 @@ pub(crate) struct Table {
 }
 
 impl Table {
-    pub(crate) fn add(&mut self, id: Option<u16>, name: &str, kind: Kind, nargs: usize, func: Func) -> Result<Sig> {
+    pub(crate) fn add(
+        &mut self,
+        id: Option<u16>,
+        name: &str,
+        kind: Kind,
+        nargs: usize,
+        func: Func,
+    ) -> Result<Sig> {
         if nargs > MAX_ARGS {
             return Err(Error::usage(format!(
                 "handler '{name}' declares {nargs} argument words (max {MAX_ARGS})"
             )));
         }
         if self.entries.iter().flatten().any(|e| e.name == name) {
-            return Err(Error::usage(format!("handler '{name}' is registered twice")));
+            return Err(Error::usage(format!(
+                "handler '{name}' is registered twice"
+            )));
         }
         let id = match id {
             Some(id) if id < RESERVED_HANDLERS => id,
-            Some(id) => return Err(Error::usage(format!("reserved handler id {id} out of range"))),
+            Some(id) => {
+                return Err(Error::usage(format!(
+                    "reserved handler id {id} out of range"
+                )))
+            }
             None => {
-                let id = RESERVED_HANDLERS.checked_add(self.user).ok_or_else(|| {
-                    Error::usage("too many handlers (the wire id is 16 bits)")
-                })?;
+                let id = RESERVED_HANDLERS
+                    .checked_add(self.user)
+                    .ok_or_else(|| Error::usage("too many handlers (the wire id is 16 bits)"))?;
                 self.user += 1;
                 id
             }

@@ -25,7 +25,13 @@ pub struct Row {
 
 impl Row {
     /// A row without a note.
-    pub fn new(source: &str, measurement: impl Into<String>, size: Option<usize>, unit: &str, summary: Summary) -> Row {
+    pub fn new(
+        source: &str,
+        measurement: impl Into<String>,
+        size: Option<usize>,
+        unit: &str,
+        summary: Summary,
+    ) -> Row {
         Row {
             source: source.to_string(),
             measurement: measurement.into(),
@@ -78,7 +84,16 @@ fn num(x: f64) -> String {
     }
 }
 
-const HEAD: [&str; 8] = ["measurement", "size", "unit", "p50/median", "p99", "spread (min..max)", "reps", "note"];
+const HEAD: [&str; 8] = [
+    "measurement",
+    "size",
+    "unit",
+    "p50/median",
+    "p99",
+    "spread (min..max)",
+    "reps",
+    "note",
+];
 
 fn cells(r: &Row) -> [String; 8] {
     let s = &r.summary;
@@ -108,7 +123,10 @@ fn cells(r: &Row) -> [String; 8] {
 
 /// The table as text.
 pub fn table(sections: &[Section]) -> String {
-    let all: Vec<[String; 8]> = sections.iter().flat_map(|s| s.rows.iter().map(cells)).collect();
+    let all: Vec<[String; 8]> = sections
+        .iter()
+        .flat_map(|s| s.rows.iter().map(cells))
+        .collect();
     let mut w = HEAD.map(str::len);
     for c in &all {
         for (i, x) in c.iter().enumerate() {
@@ -132,7 +150,12 @@ pub fn table(sections: &[Section]) -> String {
     let mut out = line(&HEAD.map(String::from));
     let width: usize = w.iter().sum::<usize>() + 2 * (w.len() - 1);
     for sec in sections {
-        let _ = writeln!(out, "-- {} {}", sec.title, "-".repeat(width.saturating_sub(sec.title.len() + 4)));
+        let _ = writeln!(
+            out,
+            "-- {} {}",
+            sec.title,
+            "-".repeat(width.saturating_sub(sec.title.len() + 4))
+        );
         for r in &sec.rows {
             out.push_str(&line(&cells(r)));
         }
@@ -150,8 +173,16 @@ fn csv_field(s: &str) -> String {
 
 /// The final CSV: one line per row.
 pub fn csv(sections: &[Section]) -> String {
-    let mut out = String::from("section,source,measurement,size_bytes,unit,median,p99,min,max,reps,noisy,note\n");
-    let f = |x: f64| if x.is_finite() { format!("{x:.4}") } else { String::new() };
+    let mut out = String::from(
+        "section,source,measurement,size_bytes,unit,median,p99,min,max,reps,noisy,note\n",
+    );
+    let f = |x: f64| {
+        if x.is_finite() {
+            format!("{x:.4}")
+        } else {
+            String::new()
+        }
+    };
     for sec in sections {
         for r in &sec.rows {
             let s = &r.summary;
@@ -188,10 +219,14 @@ mod tests {
         assert_eq!(size_label(Some(1500)), "1500 B");
         let sec = Section {
             title: "t".into(),
-            rows: vec![
-                Row::new("splitrt", "AM Short RTT", None, "us", Summary::latency(&[1.0, 2.0], &[3.0, 3.0]))
-                    .with_note("a, b"),
-            ],
+            rows: vec![Row::new(
+                "splitrt",
+                "AM Short RTT",
+                None,
+                "us",
+                Summary::latency(&[1.0, 2.0], &[3.0, 3.0]),
+            )
+            .with_note("a, b")],
         };
         let t = table(std::slice::from_ref(&sec));
         assert!(t.contains("NOISY; a, b"), "{t}");

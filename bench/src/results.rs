@@ -142,7 +142,11 @@ impl Results {
         s.push('\n');
         for r in &self.records {
             let (p50, p99, v) = match r.value {
-                Value::Latency { p50_ns, p99_ns } => (format!("{p50_ns:.1}"), format!("{p99_ns:.1}"), String::new()),
+                Value::Latency { p50_ns, p99_ns } => (
+                    format!("{p50_ns:.1}"),
+                    format!("{p99_ns:.1}"),
+                    String::new(),
+                ),
                 Value::Rate(x) => (String::new(), String::new(), format!("{x:.1}")),
             };
             let _ = writeln!(s, "{},{},{},{p50},{p99},{v}", r.bench.id(), r.size, r.rep);
@@ -156,7 +160,9 @@ impl Results {
         for (n, line) in text.lines().enumerate() {
             let bad = |why: &str| format!("line {}: {why}: {line:?}", n + 1);
             if let Some(kv) = line.strip_prefix("# ") {
-                let (k, v) = kv.split_once('=').ok_or_else(|| bad("expected key=value"))?;
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| bad("expected key=value"))?;
                 out.config.push((k.to_string(), v.to_string()));
                 continue;
             }

@@ -28,13 +28,17 @@ pub struct Final {
 /// Parse the `Final:` line of `ucx_perftest` output:
 /// `Final: iters p50 avg overall bw_avg bw_overall mr_avg mr_overall`.
 pub fn parse_final(out: &str) -> Option<Final> {
-    let line = out.lines().rev().find_map(|l| l.trim().strip_prefix("Final:"))?;
+    let line = out
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("Final:"))?;
     let v: Vec<f64> = line
         .split_whitespace()
         .map(str::parse)
         .collect::<Result<_, _>>()
         .ok()?;
-    let [iters, p50_us, avg_us, _overall, _bw_avg, bw_overall, _mr_avg, rate_overall] = v[..] else {
+    let [iters, p50_us, avg_us, _overall, _bw_avg, bw_overall, _mr_avg, rate_overall] = v[..]
+    else {
         return None;
     };
     Some(Final {

@@ -92,10 +92,19 @@ struct Bencher<'a> {
 }
 
 impl<'a> Bencher<'a> {
-    fn new(ep: &'a Endpoint, plan: &'a Plan, shared: &'a Shared, h: Handlers, line: &'a Line<'a>) -> Result<Self> {
+    fn new(
+        ep: &'a Endpoint,
+        plan: &'a Plan,
+        shared: &'a Shared,
+        h: Handlers,
+        line: &'a Line<'a>,
+    ) -> Result<Self> {
         let max_medium = ep.max_medium(PEER);
         // Long payloads land at LONG_OFFSET in both segments.
-        let room = ep.max_long(PEER).min(ep.segment_len()).saturating_sub(LONG_OFFSET as usize);
+        let room = ep
+            .max_long(PEER)
+            .min(ep.segment_len())
+            .saturating_sub(LONG_OFFSET as usize);
         if room < 8 {
             return Err(Error::usage(format!(
                 "segments of {} B leave no room for Long payloads at offset {LONG_OFFSET}",
@@ -104,7 +113,12 @@ impl<'a> Bencher<'a> {
         }
         let medium_sizes = plan.medium_sizes(max_medium);
         let long_sizes = plan.long_sizes(max_medium, room);
-        let largest = medium_sizes.iter().chain(&long_sizes).copied().max().unwrap_or(8);
+        let largest = medium_sizes
+            .iter()
+            .chain(&long_sizes)
+            .copied()
+            .max()
+            .unwrap_or(8);
         let c = ep.config();
         let config = [
             ("ranks_pinned_to_cpus", "0,1".to_string()),
@@ -120,7 +134,15 @@ impl<'a> Bencher<'a> {
             ("raw_batches", plan.raw_batches.to_string()),
             ("reps", plan.reps.to_string()),
             ("quick", plan.quick.to_string()),
-            ("build", if cfg!(debug_assertions) { "debug" } else { "release" }.to_string()),
+            (
+                "build",
+                if cfg!(debug_assertions) {
+                    "debug"
+                } else {
+                    "release"
+                }
+                .to_string(),
+            ),
         ];
         Ok(Bencher {
             ep,
@@ -133,7 +155,10 @@ impl<'a> Bencher<'a> {
             medium_sizes,
             long_sizes,
             out: Results {
-                config: config.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                config: config
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
                 records: Vec::new(),
             },
         })
@@ -160,13 +185,19 @@ impl<'a> Bencher<'a> {
     fn repetition(&mut self, rep: usize) -> Result<()> {
         let p = self.plan;
         // The baseline and AM Short RTT run back to back.
-        let raw = self.line.side_a(rep as u64 * p.raw_round_trips(), p.raw_warm, p.raw_batches);
+        let raw = self
+            .line
+            .side_a(rep as u64 * p.raw_round_trips(), p.raw_warm, p.raw_batches);
         self.record_latency(Bench::RawLineRtt, 64, rep, &raw);
-        let short = self.rtt(0, |ep, h, seq, _| ep.request(PEER, h.ping_short, &[seq], Payload::None))?;
+        let short = self.rtt(0, |ep, h, seq, _| {
+            ep.request(PEER, h.ping_short, &[seq], Payload::None)
+        })?;
         self.record_latency(Bench::ShortRtt, 0, rep, &short);
 
         for size in self.medium_sizes.clone() {
-            let m = self.rtt(size, |ep, h, seq, data| ep.request(PEER, h.ping_medium, &[seq], Payload::Medium(data)))?;
+            let m = self.rtt(size, |ep, h, seq, data| {
+                ep.request(PEER, h.ping_medium, &[seq], Payload::Medium(data))
+            })?;
             self.record_latency(Bench::MediumRtt, size, rep, &m);
         }
         for size in self.long_sizes.clone() {
@@ -177,11 +208,15 @@ impl<'a> Bencher<'a> {
         }
 
         for size in self.medium_sizes.clone() {
-            let mbs = self.bandwidth(size, |ep, h, n, data| ep.request(PEER, h.sink_medium, &[n], Payload::Medium(data)))?;
+            let mbs = self.bandwidth(size, |ep, h, n, data| {
+                ep.request(PEER, h.sink_medium, &[n], Payload::Medium(data))
+            })?;
             self.record(Bench::MediumBw, size, rep, Value::Rate(mbs));
         }
         for size in self.long_sizes.clone() {
-            let mbs = self.bandwidth(size, |ep, h, n, data| ep.request(PEER, h.sink_long, &[n], long(data)))?;
+            let mbs = self.bandwidth(size, |ep, h, n, data| {
+                ep.request(PEER, h.sink_long, &[n], long(data))
+            })?;
             self.record(Bench::LongBw, size, rep, Value::Rate(mbs));
         }
 
@@ -189,7 +224,12 @@ impl<'a> Bencher<'a> {
         let flood = |n| ep.request(PEER, h.sink_short, &[n], Payload::None);
         stream(ep, &self.shared.acked, (msgs / 10).max(1), p.window, flood)?;
         let t = stream(ep, &self.shared.acked, msgs, p.window, flood)?;
-        self.record(Bench::ShortRate, 0, rep, Value::Rate(msgs as f64 / t.as_secs_f64()));
+        self.record(
+            Bench::ShortRate,
+            0,
+            rep,
+            Value::Rate(msgs as f64 / t.as_secs_f64()),
+        );
         Ok(())
     }
 
@@ -206,7 +246,9 @@ impl<'a> Bencher<'a> {
             batches: self.plan.batches,
         };
         let (ep, h, data) = (self.ep, &self.h, &self.buf[..size]);
-        round_trips(ep, &self.shared.pong, &mut self.seq, rounds, |seq| send(ep, h, seq, data))
+        round_trips(ep, &self.shared.pong, &mut self.seq, rounds, |seq| {
+            send(ep, h, seq, data)
+        })
     }
 
     /// One-way stream of `size`-byte messages (`send(ep, handlers,
@@ -218,7 +260,9 @@ impl<'a> Bencher<'a> {
     ) -> Result<f64> {
         let msgs = self.plan.stream_msgs(size);
         let (ep, h, data, acked) = (self.ep, &self.h, &self.buf[..size], &self.shared.acked);
-        stream(ep, acked, (msgs / 10).max(1), self.plan.window, |n| send(ep, h, n, data))?;
+        stream(ep, acked, (msgs / 10).max(1), self.plan.window, |n| {
+            send(ep, h, n, data)
+        })?;
         let t = stream(ep, acked, msgs, self.plan.window, |n| send(ep, h, n, data))?;
         Ok((msgs * size) as f64 / t.as_secs_f64() / 1e6)
     }

@@ -28,15 +28,27 @@ pub const ENV_SPIN_ONLY: &str = "SPLITRT_SPIN_ONLY";
 
 /// Every tunable with its documented name, for `--help` texts and docs.
 pub const ALL_VARS: &[(&str, &str)] = &[
-    (ENV_SEGMENT_SIZE, "registered segment per rank (default 64M)"),
+    (
+        ENV_SEGMENT_SIZE,
+        "registered segment per rank (default 64M)",
+    ),
     (ENV_CELL_SIZE, "shm ring cell size (default 4K)"),
     (ENV_RING_LEN, "cells per shm ring (default 16)"),
     (ENV_MAX_MEDIUM, "largest Medium payload (default 64K)"),
-    (ENV_BOOTSTRAP_TIMEOUT, "bootstrap timeout in seconds (default 30)"),
+    (
+        ENV_BOOTSTRAP_TIMEOUT,
+        "bootstrap timeout in seconds (default 30)",
+    ),
     (ENV_FABRIC, "fabric: shm (default shm)"),
     (ENV_SPIN_US, "spin time before yielding, us (default 20)"),
-    (ENV_SLEEP_US, "sleep per idle round after yielding, us (default 100)"),
-    (ENV_SPIN_ONLY, "1 = spin only, never yield or sleep (default 0)"),
+    (
+        ENV_SLEEP_US,
+        "sleep per idle round after yielding, us (default 100)",
+    ),
+    (
+        ENV_SPIN_ONLY,
+        "1 = spin only, never yield or sleep (default 0)",
+    ),
 ];
 
 /// Which fabric carries packets between ranks.
@@ -160,7 +172,8 @@ impl Config {
                 self.ring_len
             )));
         }
-        if self.cell_size < 256 || self.cell_size % 64 != 0 || self.cell_size > (16 << 20) {
+        if self.cell_size < 256 || !self.cell_size.is_multiple_of(64) || self.cell_size > (16 << 20)
+        {
             return Err(Error::config(format!(
                 "{ENV_CELL_SIZE}={} must be a multiple of 64 between 256 B and 16 MiB",
                 self.cell_size
@@ -172,7 +185,7 @@ impl Config {
                 self.max_medium
             )));
         }
-        if self.segment_size % 4096 != 0 || self.segment_size > (1 << 40) {
+        if !self.segment_size.is_multiple_of(4096) || self.segment_size > (1 << 40) {
             return Err(Error::config(format!(
                 "{ENV_SEGMENT_SIZE}={} must be a multiple of 4096 and at most 1 TiB",
                 self.segment_size

@@ -277,17 +277,19 @@ mod tests {
             ("OMPI_MCA_ess_base_jobid", "123"),
         ])
         .unwrap();
-        assert_eq!(
-            (j.rank, j.size, j.local_rank, j.local_size),
-            (2, 4, 0, 2)
-        );
+        assert_eq!((j.rank, j.size, j.local_rank, j.local_size), (2, 4, 0, 2));
         assert_eq!(j.job_id, "ompi123");
         assert_eq!(j.source, JobSource::OpenMpi);
     }
 
     #[test]
     fn pmi_variables() {
-        let j = job(&[("PMI_RANK", "0"), ("PMI_SIZE", "3"), ("PMI_KVSNAME", "kvs_9")]).unwrap();
+        let j = job(&[
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "3"),
+            ("PMI_KVSNAME", "kvs_9"),
+        ])
+        .unwrap();
         assert_eq!((j.rank, j.size, j.source), (0, 3, JobSource::Pmi));
         assert_eq!(j.job_id, "pmikvs_9");
     }

@@ -11,7 +11,9 @@ fn env_help() -> String {
     for (k, v) in config::ALL_VARS {
         s.push_str(&format!("  {k:<28} {v}\n"));
     }
-    s.push_str("  SPLITRT_JOB                  job id (names /dev/shm files; default: generated)\n");
+    s.push_str(
+        "  SPLITRT_JOB                  job id (names /dev/shm files; default: generated)\n",
+    );
     s
 }
 
@@ -72,7 +74,10 @@ fn main() {
     set(config::ENV_CELL_SIZE, a.cell_size);
     set(config::ENV_RING_LEN, a.ring_len);
     set(config::ENV_MAX_MEDIUM, a.max_medium);
-    set(config::ENV_BOOTSTRAP_TIMEOUT, a.bootstrap_timeout.map(|t| t.to_string()));
+    set(
+        config::ENV_BOOTSTRAP_TIMEOUT,
+        a.bootstrap_timeout.map(|t| t.to_string()),
+    );
     set(config::ENV_SPIN_ONLY, a.spin_only.then(|| "1".to_string()));
     let timeout = match a.timeout {
         Some(t) if !(t.is_finite() && t > 0.0) => {

@@ -21,7 +21,11 @@ pub fn example(name: &str) -> PathBuf {
         .expect("target dir")
         .join("examples")
         .join(name);
-    assert!(p.exists(), "{} not built (cargo test builds examples)", p.display());
+    assert!(
+        p.exists(),
+        "{} not built (cargo test builds examples)",
+        p.display()
+    );
     p
 }
 
@@ -45,7 +49,11 @@ pub struct Run {
 
 impl Run {
     pub fn ok(&self) -> &Self {
-        assert_eq!(self.code, 0, "job failed:\n--- stdout\n{}\n--- stderr\n{}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "job failed:\n--- stdout\n{}\n--- stderr\n{}",
+            self.stdout, self.stderr
+        );
         self
     }
 }
@@ -56,7 +64,13 @@ pub fn job_id(tag: &str) -> String {
 }
 
 /// `splitrt-run -n N --timeout T PROG ARGS` with extra environment.
-pub fn launch(n: usize, prog: &PathBuf, args: &[&str], env: &[(&str, &str)], timeout_s: u64) -> Command {
+pub fn launch(
+    n: usize,
+    prog: &PathBuf,
+    args: &[&str],
+    env: &[(&str, &str)],
+    timeout_s: u64,
+) -> Command {
     let mut c = Command::new(launcher());
     c.arg("-n")
         .arg(n.to_string())
@@ -105,9 +119,17 @@ pub fn finish(mut child: Child, limit: Duration) -> Run {
 }
 
 /// Run a job to completion under the job lock.
-pub fn run_job(n: usize, prog: &PathBuf, args: &[&str], env: &[(&str, &str)], timeout_s: u64) -> Run {
+pub fn run_job(
+    n: usize,
+    prog: &PathBuf,
+    args: &[&str],
+    env: &[(&str, &str)],
+    timeout_s: u64,
+) -> Run {
     let _lock = job_lock();
-    let child = launch(n, prog, args, env, timeout_s).spawn().expect("spawn splitrt-run");
+    let child = launch(n, prog, args, env, timeout_s)
+        .spawn()
+        .expect("spawn splitrt-run");
     finish(child, Duration::from_secs(timeout_s + 30))
 }
 

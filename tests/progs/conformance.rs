@@ -76,7 +76,17 @@ impl State {
 
     /// Check one message against what (src, dst, handler, count) implies.
     #[allow(clippy::too_many_arguments)]
-    fn check(&self, what: &str, m: &splitrt::Incoming<'_>, src: usize, dst: usize, h: usize, count: u64, reply: bool, long_base: u64) {
+    fn check(
+        &self,
+        what: &str,
+        m: &splitrt::Incoming<'_>,
+        src: usize,
+        dst: usize,
+        h: usize,
+        count: u64,
+        reply: bool,
+        long_base: u64,
+    ) {
         let kind = KINDS[h / (MAX_ARGS + 1)];
         let n = h % (MAX_ARGS + 1);
         let s = seed(src, dst, h, count, reply);
@@ -93,13 +103,19 @@ impl State {
         };
         let len = size_for(s, max);
         if m.payload().len() != len {
-            self.fail(format!("{what} #{count} from {src}: {} payload bytes, expected {len}", m.payload().len()));
+            self.fail(format!(
+                "{what} #{count} from {src}: {} payload bytes, expected {len}",
+                m.payload().len()
+            ));
         } else if m.payload() != bytes_for(s, len).as_slice() {
             self.fail(format!("{what} #{count} from {src}: payload bytes differ"));
         }
         let want_off = (kind == Kind::Long).then_some(long_base);
         if m.long_offset() != want_off {
-            self.fail(format!("{what}: long offset {:?} expected {want_off:?}", m.long_offset()));
+            self.fail(format!(
+                "{what}: long offset {:?} expected {want_off:?}",
+                m.long_offset()
+            ));
         }
         self.checked_bytes.fetch_add(len as u64, Ordering::Relaxed);
     }
@@ -136,7 +152,10 @@ fn main() {
 }
 
 fn run() -> splitrt::Result<()> {
-    let rounds: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(2);
+    let rounds: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
     let job = JobInfo::from_env()?;
     let seg = splitrt::runtime::config::Config::from_env()?.segment_size;
     let st = Arc::new(State {
@@ -161,7 +180,16 @@ fn run() -> splitrt::Result<()> {
             let st = st.clone();
             reps.push(b.reply(&format!("rep_{kind:?}_{n}"), kind, n, move |m| {
                 let c = st.rep_seen[m.src() * NH + h].fetch_add(1, Ordering::Relaxed);
-                st.check("reply", m, m.src(), st.rank, h, c, true, st.rep_region(m.src()));
+                st.check(
+                    "reply",
+                    m,
+                    m.src(),
+                    st.rank,
+                    h,
+                    c,
+                    true,
+                    st.rep_region(m.src()),
+                );
                 st.replies.fetch_add(1, Ordering::Release);
             })?);
         }
@@ -172,23 +200,25 @@ fn run() -> splitrt::Result<()> {
             let h = ki * (MAX_ARGS + 1) + n;
             let st = st.clone();
             let rep = reps[h];
-            reqs.push(b.request(&format!("req_{kind:?}_{n}"), kind, n, move |tok, m| {
-                let src = m.src();
-                let c = st.req_seen[src * NH + h].fetch_add(1, Ordering::Relaxed);
-                st.check("request", m, src, st.rank, h, c, false, st.req_region(src));
-                // answer with the same kind and argument count
-                let s = seed(st.rank, src, h, c, true);
-                let max = match kind {
-                    Kind::Short => 0,
-                    Kind::Medium => st.max_medium.load(Ordering::Relaxed),
-                    Kind::Long => st.region,
-                };
-                let data = bytes_for(s, size_for(s, max));
-                let off = st.rep_region(st.rank);
-                if let Err(e) = tok.reply(rep, &args_for(s, n), payload_for(kind, &data, off)) {
-                    st.fail(format!("reply failed: {e}"));
-                }
-            })?);
+            reqs.push(
+                b.request(&format!("req_{kind:?}_{n}"), kind, n, move |tok, m| {
+                    let src = m.src();
+                    let c = st.req_seen[src * NH + h].fetch_add(1, Ordering::Relaxed);
+                    st.check("request", m, src, st.rank, h, c, false, st.req_region(src));
+                    // answer with the same kind and argument count
+                    let s = seed(st.rank, src, h, c, true);
+                    let max = match kind {
+                        Kind::Short => 0,
+                        Kind::Medium => st.max_medium.load(Ordering::Relaxed),
+                        Kind::Long => st.region,
+                    };
+                    let data = bytes_for(s, size_for(s, max));
+                    let off = st.rep_region(st.rank);
+                    if let Err(e) = tok.reply(rep, &args_for(s, n), payload_for(kind, &data, off)) {
+                        st.fail(format!("reply failed: {e}"));
+                    }
+                })?,
+            );
         }
     }
     let ep_cell: Arc<OnceLock<Endpoint>> = Arc::new(OnceLock::new());
@@ -213,19 +243,48 @@ fn run() -> splitrt::Result<()> {
     // Misuse is refused at the sender, with the cause in the message.
     let peer = (rank + 1) % size;
     let (short2, med0, long0) = (reqs[2], reqs[MAX_ARGS + 1], reqs[2 * (MAX_ARGS + 1)]);
-    expect_err("wrong arg count", ep.request(peer, short2, &[1], Payload::None), "takes 2 argument words", &st);
-    expect_err("wrong kind", ep.request(peer, short2, &[1, 2], Payload::Medium(b"x")), "is a Short handler", &st);
+    expect_err(
+        "wrong arg count",
+        ep.request(peer, short2, &[1], Payload::None),
+        "takes 2 argument words",
+        &st,
+    );
+    expect_err(
+        "wrong kind",
+        ep.request(peer, short2, &[1, 2], Payload::Medium(b"x")),
+        "is a Short handler",
+        &st,
+    );
     let big = vec![0u8; ep.max_medium(peer) + 1];
-    expect_err("medium too big", ep.request(peer, med0, &[], Payload::Medium(&big)), "exceeds the Medium maximum", &st);
+    expect_err(
+        "medium too big",
+        ep.request(peer, med0, &[], Payload::Medium(&big)),
+        "exceeds the Medium maximum",
+        &st,
+    );
     let end = ep.max_long(peer) as u64;
     for off in [end - 4, end, u64::MAX - 2] {
-        let r = ep.request(peer, long0, &[], Payload::Long { data: &[1; 8], offset: off });
+        let r = ep.request(
+            peer,
+            long0,
+            &[],
+            Payload::Long {
+                data: &[1; 8],
+                offset: off,
+            },
+        );
         match r {
-            Err(e) if matches!(e.kind(), ErrorKind::OutOfBounds { .. }) && e.peer() == Some(peer) => {}
+            Err(e)
+                if matches!(e.kind(), ErrorKind::OutOfBounds { .. }) && e.peer() == Some(peer) => {}
             other => st.fail(format!("long at {off:#x} beyond the segment: {other:?}")),
         }
     }
-    expect_err("bad rank", ep.request(size, short2, &[1, 2], Payload::None), "does not exist", &st);
+    expect_err(
+        "bad rank",
+        ep.request(size, short2, &[1, 2], Payload::None),
+        "does not exist",
+        &st,
+    );
     ep.request(rank, nested, &[], Payload::None)?;
     ep.wait_until(|| st.nested.lock().unwrap().is_some())?;
     let n = st.nested.lock().unwrap().clone().unwrap();
@@ -265,7 +324,10 @@ fn run() -> splitrt::Result<()> {
         for e in &errors {
             eprintln!("rank {rank}: {e}");
         }
-        return Err(Error::usage(format!("{} conformance check(s) failed", errors.len())));
+        return Err(Error::usage(format!(
+            "{} conformance check(s) failed",
+            errors.len()
+        )));
     }
     println!(
         "conformance ok: {expected_replies} round trips, {} payload bytes checked",

@@ -24,7 +24,9 @@ fn mix(mut z: u64) -> u64 {
 }
 
 fn bytes_for(seed: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|i| (mix(seed ^ (i as u64 / 8)) >> ((i % 8) * 8)) as u8).collect()
+    (0..len)
+        .map(|i| (mix(seed ^ (i as u64 / 8)) >> ((i % 8) * 8)) as u8)
+        .collect()
 }
 
 fn seed(src: usize, dst: usize, seq: u64) -> u64 {
@@ -106,7 +108,10 @@ fn run() -> splitrt::Result<()> {
         let (seq, len) = (m.arg(0), m.arg(1) as usize);
         let sd = seed(m.src(), s.rank, seq);
         if m.payload() != bytes_for(sd, len).as_slice() {
-            s.fail(format!("medium from {} seq {seq}: payload differs", m.src()));
+            s.fail(format!(
+                "medium from {} seq {seq}: payload differs",
+                m.src()
+            ));
         }
         s.handled.fetch_add(1, Ordering::Relaxed);
         tok.reply(echo, &[seq, len as u64], Payload::Medium(m.payload()))
@@ -160,7 +165,9 @@ fn run() -> splitrt::Result<()> {
                         let try_first = r & 0x100 != 0;
                         match kind {
                             0 => {
-                                if !(try_first && sent(ep.try_request(dst, short, &args3, Payload::None)?)) {
+                                if !(try_first
+                                    && sent(ep.try_request(dst, short, &args3, Payload::None)?))
+                                {
                                     ep.request(dst, short, &args3, Payload::None)?;
                                 }
                             }
@@ -173,7 +180,9 @@ fn run() -> splitrt::Result<()> {
                                 };
                                 let data = bytes_for(sd, len);
                                 let p = Payload::Medium(&data);
-                                if !(try_first && sent(ep.try_request(dst, medium, &[seq, len as u64], p)?)) {
+                                if !(try_first
+                                    && sent(ep.try_request(dst, medium, &[seq, len as u64], p)?))
+                                {
                                     ep.request(dst, medium, &[seq, len as u64], p)?;
                                 }
                             }
@@ -181,12 +190,17 @@ fn run() -> splitrt::Result<()> {
                                 // wait for a free slot at dst
                                 let n = longs_sent[dst];
                                 let st2 = &st;
-                                ep.wait_until(|| n - st2.long_done[dst].load(Ordering::Acquire) < SLOTS as u64)?;
+                                ep.wait_until(|| {
+                                    n - st2.long_done[dst].load(Ordering::Acquire) < SLOTS as u64
+                                })?;
                                 let slot = n as usize % SLOTS;
                                 let off = ((rank * SLOTS + slot) * SLOT_BYTES) as u64;
                                 let len = (r >> 20) as usize % (SLOT_BYTES + 1);
                                 let data = bytes_for(sd, len);
-                                let p = Payload::Long { data: &data, offset: off };
+                                let p = Payload::Long {
+                                    data: &data,
+                                    offset: off,
+                                };
                                 ep.request(dst, long, &[seq, len as u64], p)?;
                                 longs_sent[dst] += 1;
                             }
@@ -208,7 +222,10 @@ fn run() -> splitrt::Result<()> {
         for e in &errors {
             eprintln!("rank {rank}: {e}");
         }
-        return Err(Error::usage(format!("{} stress check(s) failed", errors.len())));
+        return Err(Error::usage(format!(
+            "{} stress check(s) failed",
+            errors.len()
+        )));
     }
     println!(
         "stress ok: {total} requests sent and answered, {} handled here, {} back-pressure refusals",

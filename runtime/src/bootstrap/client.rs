@@ -36,7 +36,9 @@ impl Client {
             .to_socket_addrs()
             .map_err(|e| Error::io(format!("resolving bootstrap address '{addr}'"), e))?
             .next()
-            .ok_or_else(|| Error::bootstrap(format!("bootstrap address '{addr}' resolves to nothing")))?;
+            .ok_or_else(|| {
+                Error::bootstrap(format!("bootstrap address '{addr}' resolves to nothing"))
+            })?;
         let mut stream = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match TcpStream::connect_timeout(&sockaddr, left.max(Duration::from_millis(10))) {
@@ -57,10 +59,19 @@ impl Client {
         // The server refuses at its deadline; give it a moment past ours.
         let grace = deadline + Duration::from_secs(5);
         stream
-            .set_read_timeout(Some(grace.saturating_duration_since(Instant::now()).max(Duration::from_millis(10))))
+            .set_read_timeout(Some(
+                grace
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(10)),
+            ))
             .map_err(|e| Error::io("bootstrap socket", e))?;
         let reply = Msg::read_from(&mut stream).map_err(|e| match e.kind() {
-            ErrorKind::Io(_, io) if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+            ErrorKind::Io(_, io)
+                if matches!(
+                    io.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
                 Error::new(ErrorKind::Timeout(format!(
                     "bootstrap at {addr} did not start the job within {:.1} s",
                     timeout.as_secs_f64()
@@ -71,8 +82,16 @@ impl Client {
         let peers = match reply {
             Some(Msg::Welcome(p)) => p,
             Some(Msg::Refuse(why)) => return Err(Error::bootstrap(why)),
-            Some(m) => return Err(Error::protocol(format!("bootstrap answered {m:?} to hello"))),
-            None => return Err(Error::bootstrap(format!("bootstrap at {addr} closed the connection"))),
+            Some(m) => {
+                return Err(Error::protocol(format!(
+                    "bootstrap answered {m:?} to hello"
+                )))
+            }
+            None => {
+                return Err(Error::bootstrap(format!(
+                    "bootstrap at {addr} closed the connection"
+                )))
+            }
         };
         stream
             .set_read_timeout(None)
@@ -97,7 +116,10 @@ impl Client {
                     Ok(Some(m)) => return fail(format!("unexpected bootstrap message {m:?}")),
                     Ok(None) | Err(_) => {
                         if !sh.finishing.load(Ordering::Acquire) {
-                            fail("lost the connection to the bootstrap server (launcher gone?)".into());
+                            fail(
+                                "lost the connection to the bootstrap server (launcher gone?)"
+                                    .into(),
+                            );
                         }
                         return;
                     }

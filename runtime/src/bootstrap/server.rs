@@ -5,12 +5,12 @@
 
 use super::wire::{Hello, Msg, Peer};
 use crate::{Error, ErrorKind, Result};
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -154,7 +154,12 @@ fn table_difference(a: &[String], b: &[String], rank: usize) -> Option<String> {
     })
 }
 
-fn serve(size: usize, timeout: Duration, rx: &mpsc::Receiver<Event>, culprit: &Culprit) -> Result<()> {
+fn serve(
+    size: usize,
+    timeout: Duration,
+    rx: &mpsc::Receiver<Event>,
+    culprit: &Culprit,
+) -> Result<()> {
     let deadline = Instant::now() + timeout;
     let mut conns: BTreeMap<usize, Conn> = BTreeMap::new();
     let mut hellos: BTreeMap<usize, Hello> = BTreeMap::new();
@@ -205,10 +210,8 @@ fn serve(size: usize, timeout: Duration, rx: &mpsc::Receiver<Event>, culprit: &C
                 }
                 if let Some(first) = hellos.values().next() {
                     if first.job != h.job {
-                        let why = format!(
-                            "rank {r} belongs to job '{}', not '{}'",
-                            h.job, first.job
-                        );
+                        let why =
+                            format!("rank {r} belongs to job '{}', not '{}'", h.job, first.job);
                         return refuse(&mut conns, why);
                     }
                 }
@@ -221,11 +224,16 @@ fn serve(size: usize, timeout: Duration, rx: &mpsc::Receiver<Event>, culprit: &C
                 hellos.insert(r, h);
             }
             Event::Message(id, Msg::Abort(r, why)) => {
-                conns.get_mut(&id).map(|c| c.bye = true);
+                if let Some(c) = conns.get_mut(&id) {
+                    c.bye = true;
+                }
                 return refuse(&mut conns, format!("rank {r} aborted during start: {why}"));
             }
             Event::Message(_, m) => {
-                return refuse(&mut conns, format!("unexpected {m:?} before the job started"));
+                return refuse(
+                    &mut conns,
+                    format!("unexpected {m:?} before the job started"),
+                );
             }
             Event::Closed(id, err) => {
                 if let Some(c) = conns.remove(&id) {
@@ -303,7 +311,9 @@ fn serve(size: usize, timeout: Duration, rx: &mpsc::Receiver<Event>, culprit: &C
                 failure.get_or_insert(Error::protocol(why));
             }
             Event::Closed(id, err) => {
-                let Some(c) = conns.get_mut(&id) else { continue };
+                let Some(c) = conns.get_mut(&id) else {
+                    continue;
+                };
                 c.open = false;
                 if !c.bye {
                     let r = c.rank.unwrap_or(usize::MAX);

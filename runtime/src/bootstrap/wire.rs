@@ -223,7 +223,11 @@ impl Msg {
             T_RELEASE => Msg::Release(d.u64()?),
             T_BYE => Msg::Bye,
             T_ABORT => Msg::Abort(d.u32()?, d.string()?),
-            t => return Err(Error::protocol(format!("unknown bootstrap message tag {t}"))),
+            t => {
+                return Err(Error::protocol(format!(
+                    "unknown bootstrap message tag {t}"
+                )))
+            }
         };
         d.end()?;
         Ok(m)

@@ -61,7 +61,10 @@ fn describe(rank: usize, st: &ExitStatus) -> (i32, String) {
         (c, format!("rank {rank} exited with code {c}"))
     } else {
         let s = st.signal().unwrap_or(0);
-        (128 + s, format!("rank {rank} was killed by signal {s} ({})", signal_name(s)))
+        (
+            128 + s,
+            format!("rank {rank} was killed by signal {s} ({})", signal_name(s)),
+        )
     }
 }
 
@@ -139,7 +142,10 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
             .env(ENV_NODE, "0")
             .env(ENV_JOB, &job)
             .env(ENV_BOOTSTRAP, &addr)
-            .env(ENV_BOOTSTRAP_TIMEOUT, boot_timeout.as_secs_f64().to_string())
+            .env(
+                ENV_BOOTSTRAP_TIMEOUT,
+                boot_timeout.as_secs_f64().to_string(),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -207,7 +213,9 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
                 match st {
                     Ok(st) if st.success() => {}
                     Ok(st) => failed[rank] = Some(describe(rank, &st)),
-                    Err(e) => failed[rank] = Some((1, format!("waiting for rank {rank} failed: {e}"))),
+                    Err(e) => {
+                        failed[rank] = Some((1, format!("waiting for rank {rank} failed: {e}")))
+                    }
                 }
                 if failed[rank].is_some() && first_failure.is_none() {
                     first_failure = Some((rank, Instant::now()));
@@ -247,7 +255,10 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
         }
         if outcome.is_none() {
             if let Some(t) = opts.timeout.filter(|t| started.elapsed() >= *t) {
-                let why = format!("job timed out after {:.1} s; killing all ranks", t.as_secs_f64());
+                let why = format!(
+                    "job timed out after {:.1} s; killing all ranks",
+                    t.as_secs_f64()
+                );
                 eprintln!("splitrt-run: {why}");
                 outcome = Some(JobOutcome {
                     code: 124,
@@ -276,7 +287,9 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     // Every rank is gone; a failure noticed only now still counts.
     if outcome.is_none() {
         if let Some((first, _)) = first_failure {
-            let cause = culprit.lock().filter(|&c| failed.get(c).is_some_and(Option::is_some));
+            let cause = culprit
+                .lock()
+                .filter(|&c| failed.get(c).is_some_and(Option::is_some));
             let (code, why) = failed[cause.unwrap_or(first)].clone().expect("failed rank");
             eprintln!("splitrt-run: {why}");
             outcome = Some(JobOutcome {

@@ -1,0 +1,467 @@
+//! The driver: launch two ranks of this binary (pinned, spin-only), read
+//! rank 0's measurements, run UCX when it is installed, print the table and
+//! write `OUT/am.csv` (rank 0's per-repetition rows stay in
+//! `OUT/worker-rank0.csv`).
+
+use crate::plan::Plan;
+use crate::report::{self, Row, Section};
+use crate::results::{Bench, Record, Results, Value};
+use crate::stats::Summary;
+use crate::ucx::{self, Ucx};
+use crate::Common;
+use splitrt::runtime::config::ENV_SPIN_ONLY;
+use splitrt::runtime::launcher::{launch, LaunchOptions};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// GASNet-EX AM Short round trip from the issue (reference, fixed; us).
+pub const GASNET_SHORT_RTT_US: f64 = 0.26;
+/// GASNet-EX 1 KiB Medium round trip from the issue (reference, fixed; us).
+pub const GASNET_MEDIUM_1K_RTT_US: f64 = 0.45;
+/// GASNet-EX Short AM flood rate from the issue (reference, fixed; M/s).
+pub const GASNET_SHORT_RATE_M: f64 = 14.0;
+
+/// Source label of the fixed GASNet-EX numbers.
+const GASNET: &str = "GASNet-EX (reference, fixed)";
+
+/// What the user asked for.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Flags passed on to the ranks.
+    pub common: Common,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Run `ucx_perftest` if installed.
+    pub ucx: bool,
+    /// Seconds before the job is killed.
+    pub timeout: f64,
+}
+
+/// Run the whole benchmark.
+pub fn run(o: &Options) -> Result<(), String> {
+    let plan = Plan::new(&o.common);
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
+    let result = o.out.join("worker-rank0.csv");
+    let _ = std::fs::remove_file(&result);
+    let load_before = loadavg();
+
+    let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
+    let mut args: Vec<OsString> = vec!["worker".into(), "--result".into(), result.clone().into()];
+    args.extend(["--reps".into(), o.common.reps.to_string().into()]);
+    if o.common.quick {
+        args.push("--quick".into());
+    }
+    eprintln!(
+        "splitrt-bench: running 2 ranks ({} repetition(s){}) ...",
+        plan.reps,
+        if plan.quick { ", quick" } else { "" }
+    );
+    let outcome = launch(&LaunchOptions {
+        ranks: 2,
+        program: exe.into(),
+        args,
+        env: vec![(ENV_SPIN_ONLY.to_string(), "1".to_string())],
+        timeout: Some(Duration::from_secs_f64(o.timeout)),
+        prefix_output: true,
+        verbose: false,
+    })
+    .map_err(|e| format!("launching the ranks: {e}"))?;
+    if outcome.code != 0 {
+        return Err(format!(
+            "the benchmark job failed (exit code {}): {}",
+            outcome.code,
+            outcome.reason.unwrap_or_default()
+        ));
+    }
+    let text = std::fs::read_to_string(&result)
+        .map_err(|e| format!("reading {}: {e}", result.display()))?;
+    let res = Results::parse(&text).map_err(|e| format!("{}: {e}", result.display()))?;
+
+    let ucx = match (o.ucx, ucx::find()) {
+        (false, _) => UcxOutcome::Disabled,
+        (true, None) => UcxOutcome::Missing,
+        (true, Some(exe)) => {
+            eprintln!("splitrt-bench: running ucx_perftest (UCX_TLS=sm,self) ...");
+            UcxOutcome::Ran(run_ucx(Ucx::new(exe), &plan))
+        }
+    };
+    let load_after = loadavg();
+
+    let sections = build_sections(&res, &plan, &ucx);
+    println!("{}", header(&res, &plan, &load_before, &load_after));
+    print!("{}", report::table(&sections));
+    match &ucx {
+        UcxOutcome::Missing => println!("UCX: skipped (apt-get install ucx-utils)"),
+        UcxOutcome::Disabled => println!("UCX: skipped (--no-ucx)"),
+        UcxOutcome::Ran(u) => {
+            for e in &u.errors {
+                println!("UCX: {e}");
+            }
+        }
+    }
+    let csv_path = o.out.join("am.csv");
+    std::fs::write(&csv_path, report::csv(&sections))
+        .map_err(|e| format!("writing {}: {e}", csv_path.display()))?;
+    println!(
+        "wrote {} (per-repetition rows: {})",
+        csv_path.display(),
+        result.display()
+    );
+    Ok(())
+}
+
+/// UCX per-repetition results.
+struct UcxRuns {
+    /// `ucp_am_lat` 8 B RTT = 2 x one-way p50 (us), one per repetition.
+    rtt_us: Vec<f64>,
+    /// `ucp_am_bw` 8 B overall message rate (M/s), one per repetition.
+    rate_m: Vec<f64>,
+    /// Runs that failed.
+    errors: Vec<String>,
+}
+
+enum UcxOutcome {
+    Disabled,
+    Missing,
+    Ran(UcxRuns),
+}
+
+fn run_ucx(mut u: Ucx, plan: &Plan) -> UcxRuns {
+    let mut r = UcxRuns {
+        rtt_us: Vec::new(),
+        rate_m: Vec::new(),
+        errors: Vec::new(),
+    };
+    for _ in 0..plan.reps {
+        match u.run("ucp_am_lat", 8, plan.ucx_lat_iters) {
+            Ok(f) => r.rtt_us.push(2.0 * f.p50_us),
+            Err(e) => r.errors.push(e),
+        }
+        match u.run("ucp_am_bw", 8, plan.ucx_rate_iters) {
+            Ok(f) => r.rate_m.push(f.rate_overall / 1e6),
+            Err(e) => r.errors.push(e),
+        }
+    }
+    r
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
+            })
+        })
+        .unwrap_or_else(|| "?".into())
+}
+
+fn header(res: &Results, plan: &Plan, before: &str, after: &str) -> String {
+    let c = |k: &str| res.config_value(k).unwrap_or("?").to_string();
+    let seg = c("segment_size").parse::<usize>().ok();
+    let max_medium = c("max_medium").parse::<usize>().ok();
+    format!(
+        "splitrt-bench ({} build{}): 2 ranks pinned to CPUs 0 and 1, SPLITRT_SPIN_ONLY=1, {} repetition(s)\n\
+         cpu: {}; load average before: {before}, after: {after}\n\
+         shm fabric: cell {} B, ring {} cells, max Medium {}, segment {}\n\
+         latency = full round trip (request + reply carrying the same payload size); p50/p99 are over\n\
+         per-batch means (batches of up to {} round trips, fewer for big payloads so a batch moves <= 1 MiB\n\
+         each way); a row shows the median over repetitions, spread = min..max of the per-repetition p50s.\n\
+         throughput = one-way, <= {} messages in flight, receiver acks every {}; MB/s with 1 MB = 1e6 B.\n\
+         NOISY = spread max/min > {}.\n",
+        c("build"),
+        if plan.quick { ", --quick: smoke test only, numbers mean little" } else { "" },
+        plan.reps,
+        cpu_model(),
+        c("cell_size"),
+        c("ring_len"),
+        report::size_label(max_medium),
+        report::size_label(seg),
+        c("batch"),
+        c("window"),
+        c("ack_every"),
+        crate::stats::NOISY_RATIO,
+    )
+}
+
+/// Rows of `bench` at `size`, in repetition order.
+fn reps_of(res: &Results, bench: Bench, size: usize) -> Vec<Record> {
+    let mut v: Vec<Record> = res
+        .records
+        .iter()
+        .filter(|r| r.bench == bench && r.size == size)
+        .copied()
+        .collect();
+    v.sort_by_key(|r| r.rep);
+    v
+}
+
+/// Sizes measured for `bench`, ascending.
+fn sizes_of(res: &Results, bench: Bench) -> Vec<usize> {
+    let mut v: Vec<usize> = res
+        .records
+        .iter()
+        .filter(|r| r.bench == bench)
+        .map(|r| r.size)
+        .collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Per-repetition p50s (us) of a latency row.
+fn p50s_us(recs: &[Record]) -> Vec<f64> {
+    recs.iter()
+        .filter_map(|r| match r.value {
+            Value::Latency { p50_ns, .. } => Some(p50_ns / 1e3),
+            Value::Rate(_) => None,
+        })
+        .collect()
+}
+
+/// Summary (us, Mmsg/s or MB/s as printed) of `bench` at `size`.
+fn summary(res: &Results, bench: Bench, size: usize) -> Summary {
+    let recs = reps_of(res, bench, size);
+    if bench.is_latency() {
+        let p99: Vec<f64> = recs
+            .iter()
+            .filter_map(|r| match r.value {
+                Value::Latency { p99_ns, .. } => Some(p99_ns / 1e3),
+                Value::Rate(_) => None,
+            })
+            .collect();
+        Summary::latency(&p50s_us(&recs), &p99)
+    } else {
+        let v: Vec<f64> = recs
+            .iter()
+            .filter_map(|r| match r.value {
+                Value::Rate(x) => Some(x),
+                Value::Latency { .. } => None,
+            })
+            .collect();
+        let s = Summary::values(&v);
+        if bench == Bench::ShortRate {
+            s.scaled(1e-6)
+        } else {
+            s
+        }
+    }
+}
+
+fn unit(bench: Bench) -> &'static str {
+    if bench == Bench::ShortRate {
+        "Mmsg/s"
+    } else {
+        bench.unit()
+    }
+}
+
+fn bench_row(res: &Results, bench: Bench, size: usize) -> Row {
+    let shown = match bench {
+        Bench::ShortRtt | Bench::ShortRate => None,
+        _ => Some(size),
+    };
+    let label = match bench {
+        Bench::RawLineRtt => "raw line ping-pong RTT (both flags on 1 line)".to_string(),
+        Bench::ShortRtt => "AM Short RTT (1 arg)".to_string(),
+        Bench::ShortRate => "AM Short flood rate (1 arg)".to_string(),
+        b => b.label().to_string(),
+    };
+    let source = if bench == Bench::RawLineRtt {
+        "raw"
+    } else {
+        "splitrt"
+    };
+    Row::new(source, label, shown, unit(bench), summary(res, bench, size))
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    format!("{:.2}x", a / b)
+}
+
+fn build_sections(res: &Results, plan: &Plan, ucx: &UcxOutcome) -> Vec<Section> {
+    let mut out = Vec::new();
+
+    // 1. Baseline and AM Short, back to back.
+    let raw = reps_of(res, Bench::RawLineRtt, 64);
+    let short = reps_of(res, Bench::ShortRtt, 0);
+    let per_rep: Vec<f64> = p50s_us(&short)
+        .iter()
+        .zip(p50s_us(&raw))
+        .map(|(s, r)| s / r)
+        .collect();
+    out.push(Section {
+        title: "baseline vs AM Short, back to back in the same two pinned processes".into(),
+        rows: vec![
+            bench_row(res, Bench::RawLineRtt, 64),
+            bench_row(res, Bench::ShortRtt, 0),
+            Row::new(
+                "ratio",
+                "AM Short RTT / raw line RTT",
+                None,
+                "x",
+                Summary::values(&per_rep),
+            )
+            .with_note("per repetition, p50 over p50"),
+        ],
+    });
+
+    // 2. Round trips by size.
+    let mut rows = Vec::new();
+    for b in [Bench::MediumRtt, Bench::LongRtt] {
+        rows.extend(sizes_of(res, b).into_iter().map(|s| bench_row(res, b, s)));
+    }
+    out.push(Section {
+        title:
+            "AM round-trip latency by size (same size each way; Long lands in the peer's segment)"
+                .into(),
+        rows,
+    });
+
+    // 3. One-way throughput.
+    let mut rows = Vec::new();
+    for b in [Bench::MediumBw, Bench::LongBw] {
+        rows.extend(sizes_of(res, b).into_iter().map(|s| bench_row(res, b, s)));
+    }
+    out.push(Section {
+        title: format!(
+            "AM one-way throughput (<= {} in flight, ack every {})",
+            plan.window, plan.ack_every
+        ),
+        rows,
+    });
+
+    // 4. Message rate.
+    out.push(Section {
+        title: "AM Short message rate (one-way flood)".into(),
+        rows: vec![bench_row(res, Bench::ShortRate, 0)],
+    });
+
+    // 5. Comparisons.
+    let our_rtt = summary(res, Bench::ShortRtt, 0).median;
+    let our_1k = sizes_of(res, Bench::MediumRtt)
+        .contains(&1024)
+        .then(|| summary(res, Bench::MediumRtt, 1024).median);
+    let our_rate = summary(res, Bench::ShortRate, 0).median;
+    let mut rows = Vec::new();
+    match ucx {
+        UcxOutcome::Ran(u) => {
+            if !u.rtt_us.is_empty() {
+                let s = Summary::values(&u.rtt_us);
+                rows.push(
+                    Row::new(
+                        "UCX",
+                        "UCX ucp_am_lat RTT (2 x one-way p50), UCX_TLS=sm,self",
+                        Some(8),
+                        "us",
+                        s,
+                    )
+                    .with_note(format!(
+                        "splitrt AM Short RTT / UCX = {}",
+                        ratio(our_rtt, s.median)
+                    )),
+                );
+                rows.push(Row::new(
+                    "ratio",
+                    "AM Short RTT / UCX ucp_am_lat RTT",
+                    None,
+                    "x",
+                    Summary::single(our_rtt / s.median),
+                ));
+            }
+            if !u.rate_m.is_empty() {
+                let s = Summary::values(&u.rate_m);
+                rows.push(
+                    Row::new(
+                        "UCX",
+                        "UCX ucp_am_bw 8 B message rate, UCX_TLS=sm,self",
+                        Some(8),
+                        "Mmsg/s",
+                        s,
+                    )
+                    .with_note(format!(
+                        "splitrt Short rate / UCX = {}",
+                        ratio(our_rate, s.median)
+                    )),
+                );
+                rows.push(Row::new(
+                    "ratio",
+                    "AM Short flood rate / UCX ucp_am_bw rate",
+                    None,
+                    "x",
+                    Summary::single(our_rate / s.median),
+                ));
+            }
+        }
+        UcxOutcome::Missing | UcxOutcome::Disabled => {
+            let why = if matches!(ucx, UcxOutcome::Missing) {
+                "skipped (apt-get install ucx-utils)"
+            } else {
+                "skipped (--no-ucx)"
+            };
+            rows.push(Row::new(
+                "UCX",
+                format!("UCX: {why}"),
+                None,
+                "-",
+                Summary::values(&[]),
+            ));
+        }
+    }
+    rows.push(
+        Row::new(
+            GASNET,
+            "GASNet-EX AM Short RTT (reference, fixed)",
+            None,
+            "us",
+            Summary::single(GASNET_SHORT_RTT_US),
+        )
+        .with_note(format!(
+            "splitrt {:.3} us = {} of it",
+            our_rtt,
+            ratio(our_rtt, GASNET_SHORT_RTT_US)
+        )),
+    );
+    let mut r = Row::new(
+        GASNET,
+        "GASNet-EX Medium RTT (reference, fixed)",
+        Some(1024),
+        "us",
+        Summary::single(GASNET_MEDIUM_1K_RTT_US),
+    );
+    if let Some(m) = our_1k {
+        r = r.with_note(format!(
+            "splitrt {m:.3} us = {} of it",
+            ratio(m, GASNET_MEDIUM_1K_RTT_US)
+        ));
+    }
+    rows.push(r);
+    rows.push(
+        Row::new(
+            GASNET,
+            "GASNet-EX Short AM flood rate (reference, fixed)",
+            None,
+            "Mmsg/s",
+            Summary::single(GASNET_SHORT_RATE_M),
+        )
+        .with_note(format!(
+            "splitrt {:.2} M/s = {} of it",
+            our_rate,
+            ratio(our_rate, GASNET_SHORT_RATE_M)
+        )),
+    );
+    out.push(Section {
+        title: "comparisons (UCX measured now on the same CPUs; GASNet-EX not measured here)"
+            .into(),
+        rows,
+    });
+    out
+}
