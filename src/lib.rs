@@ -17,3 +17,8 @@ pub use splitrt_am::{
     MAX_ARGS,
 };
 pub use splitrt_runtime::{Error, ErrorKind, Result};
+
+/// The README's code blocks, compiled as doctests so they stay true.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

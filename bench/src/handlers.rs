@@ -84,7 +84,7 @@ pub fn register(b: &mut EndpointBuilder, shared: &Arc<Shared>, ack_every: u64) -
             if n == total {
                 s.sunk.store(0, Ordering::Relaxed);
             }
-            if n == total || n % ack_every == 0 {
+            if n == total || n.checked_rem(ack_every) == Some(0) {
                 tok.reply(ack, &[n], Payload::None).expect("stream ack");
             }
         }

@@ -25,7 +25,7 @@ impl<'a> Line<'a> {
             .fabric()
             .peer_segment(0)
             .ok_or_else(|| Error::usage("rank 0's segment is not mapped here"))?;
-        if seg.len < 64 || seg.base as usize % 64 != 0 {
+        if seg.len < 64 || seg.base.align_offset(64) != 0 {
             return Err(Error::usage(format!(
                 "rank 0's segment ({} B at {:p}) has no 64-byte aligned line at offset 0",
                 seg.len, seg.base
