@@ -78,6 +78,8 @@ pub fn launch(
         .arg(timeout_s.to_string())
         .arg(prog)
         .args(args)
+        // a start-up that goes wrong fails in seconds, not the default 30 s
+        .env("SPLITRT_BOOTSTRAP_TIMEOUT", "10")
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
