@@ -41,13 +41,17 @@ pub struct Options {
 /// Run the whole benchmark.
 pub fn run(o: &Options) -> Result<(), String> {
     let plan = Plan::new(&o.common);
+    if !(o.timeout.is_finite() && o.timeout > 0.0) {
+        return Err("--timeout must be a positive number of seconds".into());
+    }
     std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
     let result = o.out.join("worker-rank0.csv");
     let _ = std::fs::remove_file(&result);
     let load_before = loadavg();
 
     let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
-    let mut args: Vec<OsString> = vec!["worker".into(), "--result".into(), result.clone().into()];
+    let result_abs = std::path::absolute(&result).unwrap_or_else(|_| result.clone());
+    let mut args: Vec<OsString> = vec!["worker".into(), "--result".into(), result_abs.into()];
     args.extend(["--reps".into(), o.common.reps.to_string().into()]);
     if o.common.quick {
         args.push("--quick".into());
@@ -83,7 +87,7 @@ pub fn run(o: &Options) -> Result<(), String> {
         (true, None) => UcxOutcome::Missing,
         (true, Some(exe)) => {
             eprintln!("splitrt-bench: running ucx_perftest (UCX_TLS=sm,self) ...");
-            UcxOutcome::Ran(run_ucx(Ucx::new(exe), &plan))
+            UcxOutcome::Ran(run_ucx(Ucx::new(exe, o.out.join("ucx.log")), &plan))
         }
     };
     let load_after = loadavg();
@@ -104,9 +108,13 @@ pub fn run(o: &Options) -> Result<(), String> {
     std::fs::write(&csv_path, report::csv(&sections))
         .map_err(|e| format!("writing {}: {e}", csv_path.display()))?;
     println!(
-        "wrote {} (per-repetition rows: {})",
+        "wrote {} (per-repetition rows: {}{})",
         csv_path.display(),
-        result.display()
+        result.display(),
+        match ucx {
+            UcxOutcome::Ran(_) => format!("; UCX output: {}", o.out.join("ucx.log").display()),
+            _ => String::new(),
+        }
     );
     Ok(())
 }
@@ -174,7 +182,8 @@ fn header(res: &Results, plan: &Plan, before: &str, after: &str) -> String {
          shm fabric: cell {} B, ring {} cells, max Medium {}, segment {}\n\
          latency = full round trip (request + reply carrying the same payload size); p50/p99 are over\n\
          per-batch means (batches of up to {} round trips, fewer for big payloads so a batch moves <= 1 MiB\n\
-         each way); a row shows the median over repetitions, spread = min..max of the per-repetition p50s.\n\
+         each way); a row shows the median over repetitions; spread = min..max over repetitions (of the\n\
+         p50s for latencies). Every payload received is read (1 byte per 64 B line) by its handler.\n\
          throughput = one-way, <= {} messages in flight, receiver acks every {}; MB/s with 1 MB = 1e6 B.\n\
          NOISY = spread max/min > {}.\n",
         c("build"),

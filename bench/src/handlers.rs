@@ -10,6 +10,11 @@
 //!   receiver counts, acknowledges every `ack_every` messages and the last
 //!   one (`ack`, carrying the count), and starts over after the last.
 //! * `done`: rank 0 tells rank 1 that a repetition's AM measurements ended.
+//!
+//! Every handler that receives a payload reads one byte of each 64-byte
+//! line of it ([`touch`]), so the bytes really move to the receiving core:
+//! without that, a Long stream would only measure the sender's copy into
+//! lines that stay in its own cache.
 
 use crate::plan::LONG_OFFSET;
 use splitrt::{EndpointBuilder, Kind, Payload, RequestHandler, Result};
@@ -53,7 +58,10 @@ pub struct Handlers {
 pub fn register(b: &mut EndpointBuilder, shared: &Arc<Shared>, ack_every: u64) -> Result<Handlers> {
     let published = |what: fn(&Shared) -> &AtomicU64| {
         let s = shared.clone();
-        move |m: &splitrt::Incoming<'_>| what(&s).store(m.arg(0), Ordering::Release)
+        move |m: &splitrt::Incoming<'_>| {
+            touch(m.payload());
+            what(&s).store(m.arg(0), Ordering::Release)
+        }
     };
     let pong_short = b.reply("bench_pong_short", Kind::Short, 1, published(|s| &s.pong))?;
     let pong_medium = b.reply("bench_pong_medium", Kind::Medium, 1, published(|s| &s.pong))?;
@@ -79,6 +87,7 @@ pub fn register(b: &mut EndpointBuilder, shared: &Arc<Shared>, ack_every: u64) -
     let sink = || {
         let s = shared.clone();
         move |tok: splitrt::Token<'_>, m: &splitrt::Incoming<'_>| {
+            touch(m.payload());
             let total = m.arg(0);
             let n = s.sunk.fetch_add(1, Ordering::Relaxed) + 1;
             if n == total {
@@ -106,4 +115,10 @@ pub fn register(b: &mut EndpointBuilder, shared: &Arc<Shared>, ack_every: u64) -
         sink_long,
         done,
     })
+}
+
+/// Read one byte per 64-byte line of `payload` (and its last byte).
+pub fn touch(payload: &[u8]) {
+    let x = payload.iter().step_by(64).fold(0u8, |a, &b| a ^ b);
+    std::hint::black_box(x ^ payload.last().copied().unwrap_or(0));
 }

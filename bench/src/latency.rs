@@ -31,8 +31,7 @@ pub fn round_trips(
         *seq += 1;
         let s = *seq;
         send(s)?;
-        while pong.load(Ordering::Acquire) != s { ep.poll()?; }
-        Ok(())
+        ep.wait_until(|| pong.load(Ordering::Acquire) == s)
     };
     for _ in 0..rounds.warm {
         one()?;

@@ -37,7 +37,7 @@ use std::path::PathBuf;
 struct Cli {
     #[command(flatten)]
     common: Common,
-    /// Output directory (default `bench-out`).
+    /// Output directory: am.csv, worker-rank0.csv (per repetition), ucx.log.
     #[arg(long, default_value = "bench-out")]
     out: PathBuf,
     /// Do not run ucx_perftest even if it is installed.

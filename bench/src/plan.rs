@@ -16,6 +16,10 @@ pub const MAX_BATCH: usize = 1000;
 /// ping-pong line lives at offset 0 of rank 0's segment).
 pub const LONG_OFFSET: u64 = 1 << 20;
 
+/// Most bytes of landing slots a Long stream cycles through (from
+/// [`LONG_OFFSET`]).
+pub const LONG_STREAM_AREA: usize = 16 << 20;
+
 /// Largest Long payload measured.
 pub const MAX_LONG: usize = 4 << 20;
 

@@ -148,7 +148,8 @@ pub fn table(sections: &[Section]) -> String {
         s.trim_end().to_string() + "\n"
     };
     let mut out = line(&HEAD.map(String::from));
-    let width: usize = w.iter().sum::<usize>() + 2 * (w.len() - 1);
+    // The rule spans the numeric columns, not the free-text note.
+    let width: usize = w[..7].iter().sum::<usize>() + 2 * 6;
     for sec in sections {
         let _ = writeln!(
             out,

@@ -7,16 +7,17 @@ use splitrt::{Endpoint, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Send `msgs` messages through `send(msgs)` (each message tells the
-/// receiver the stream length), never more than `window` ahead of the
-/// acknowledgements in `acked`; returns the time until the last one was
+/// Send `msgs` messages through `send(index, msgs)` (each message tells
+/// the receiver the stream length), never more than `window` ahead of the
+/// acknowledgements in `acked`, so message `index` may reuse a buffer slot
+/// of message `index - window`; returns the time until the last one was
 /// acknowledged.
 pub fn stream(
     ep: &Endpoint,
     acked: &AtomicU64,
     msgs: usize,
     window: usize,
-    mut send: impl FnMut(u64) -> Result<()>,
+    mut send: impl FnMut(u64, u64) -> Result<()>,
 ) -> Result<Duration> {
     let (msgs, window) = (msgs as u64, window as u64);
     acked.store(0, Ordering::Relaxed);
@@ -25,7 +26,7 @@ pub fn stream(
         if sent - acked.load(Ordering::Acquire) >= window {
             ep.wait_until(|| sent - acked.load(Ordering::Acquire) < window)?;
         }
-        send(msgs)?;
+        send(sent, msgs)?;
     }
     ep.wait_until(|| acked.load(Ordering::Acquire) == msgs)?;
     Ok(t.elapsed())

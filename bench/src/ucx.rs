@@ -5,7 +5,7 @@
 //! (RTT/2), which is doubled here so every latency in the table is a full
 //! round trip.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -58,10 +58,12 @@ pub fn find() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Runs `ucx_perftest` pairs on consecutive TCP ports.
+/// Runs `ucx_perftest` pairs on consecutive TCP ports, appending each
+/// client's command line and output to a log file.
 pub struct Ucx {
     exe: PathBuf,
     port: u16,
+    log: PathBuf,
 }
 
 /// Kill and reap a child we started (by its own handle, never by name).
@@ -99,11 +101,24 @@ fn finish(mut c: Child, limit: Duration) -> (String, bool) {
 }
 
 impl Ucx {
-    /// A runner for `exe`, starting from a port derived from our pid.
-    pub fn new(exe: PathBuf) -> Ucx {
+    /// A runner for `exe` logging to `log` (truncated first), starting
+    /// from a port derived from our pid.
+    pub fn new(exe: PathBuf, log: PathBuf) -> Ucx {
+        let _ = std::fs::write(&log, "");
         Ucx {
             exe,
             port: 20000 + (std::process::id() % 20000) as u16,
+            log,
+        }
+    }
+
+    fn note(&self, text: &str) {
+        let f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&self.log);
+        if let Ok(mut f) = f {
+            let _ = f.write_all(text.as_bytes());
         }
     }
 
@@ -157,6 +172,9 @@ impl Ucx {
         };
         let (out, ok) = finish(client, Duration::from_secs(60));
         let _ = finish(server, Duration::from_secs(5));
+        self.note(&format!(
+            "# UCX_TLS=sm,self taskset -c 0 ucx_perftest 127.0.0.1 -p {port} -t {test} -s {size} -n {iters} (server: taskset -c 1)\n{out}\n"
+        ));
         match parse_final(&out) {
             Some(f) if ok => Ok(f),
             _ => Err(format!(

@@ -11,7 +11,7 @@ use crate::handlers::{self, Handlers, Shared};
 use crate::latency::{round_trips, Rounds};
 use crate::pin::pin_to_cpu;
 use crate::pingpong::Line;
-use crate::plan::{Plan, LONG_OFFSET};
+use crate::plan::{Plan, LONG_OFFSET, LONG_STREAM_AREA};
 use crate::results::{Bench, Record, Results, Value};
 use crate::stats::p50_p99;
 use crate::throughput::stream;
@@ -88,6 +88,8 @@ struct Bencher<'a> {
     buf: Vec<u8>,
     medium_sizes: Vec<usize>,
     long_sizes: Vec<usize>,
+    /// Bytes from [`LONG_OFFSET`] to the end of the smaller segment.
+    long_room: usize,
     out: Results,
 }
 
@@ -154,6 +156,7 @@ impl<'a> Bencher<'a> {
             buf: (0..largest).map(|i| i as u8).collect(),
             medium_sizes,
             long_sizes,
+            long_room: room,
             out: Results {
                 config: config
                     .into_iter()
@@ -208,20 +211,20 @@ impl<'a> Bencher<'a> {
         }
 
         for size in self.medium_sizes.clone() {
-            let mbs = self.bandwidth(size, |ep, h, n, data| {
+            let mbs = self.bandwidth(size, |ep, h, n, data, _| {
                 ep.request(PEER, h.sink_medium, &[n], Payload::Medium(data))
             })?;
             self.record(Bench::MediumBw, size, rep, Value::Rate(mbs));
         }
         for size in self.long_sizes.clone() {
-            let mbs = self.bandwidth(size, |ep, h, n, data| {
-                ep.request(PEER, h.sink_long, &[n], long(data))
+            let mbs = self.bandwidth(size, |ep, h, n, data, offset| {
+                ep.request(PEER, h.sink_long, &[n], Payload::Long { data, offset })
             })?;
             self.record(Bench::LongBw, size, rep, Value::Rate(mbs));
         }
 
         let (ep, h, msgs) = (self.ep, self.h, p.rate_msgs);
-        let flood = |n| ep.request(PEER, h.sink_short, &[n], Payload::None);
+        let flood = |_, n| ep.request(PEER, h.sink_short, &[n], Payload::None);
         stream(ep, &self.shared.acked, (msgs / 10).max(1), p.window, flood)?;
         let t = stream(ep, &self.shared.acked, msgs, p.window, flood)?;
         self.record(
@@ -252,18 +255,26 @@ impl<'a> Bencher<'a> {
     }
 
     /// One-way stream of `size`-byte messages (`send(ep, handlers,
-    /// stream_len, payload)`), after a warm-up stream; returns MB/s.
+    /// stream_len, payload, long_offset)`), after a warm-up stream; returns
+    /// MB/s. Long messages land in a ring of slots starting at
+    /// [`LONG_OFFSET`], one per message in flight (up to
+    /// [`LONG_STREAM_AREA`] bytes), so no deposit overwrites a payload the
+    /// receiver has not read yet and consecutive messages do not fight over
+    /// the same cache lines.
     fn bandwidth(
         &mut self,
         size: usize,
-        send: impl Fn(&Endpoint, &Handlers, u64, &[u8]) -> Result<()>,
+        send: impl Fn(&Endpoint, &Handlers, u64, &[u8], u64) -> Result<()>,
     ) -> Result<f64> {
         let msgs = self.plan.stream_msgs(size);
+        let stride = size.div_ceil(64) * 64;
+        let slots =
+            (self.long_room.min(LONG_STREAM_AREA) / stride).clamp(1, self.plan.window) as u64;
         let (ep, h, data, acked) = (self.ep, &self.h, &self.buf[..size], &self.shared.acked);
-        stream(ep, acked, (msgs / 10).max(1), self.plan.window, |n| {
-            send(ep, h, n, data)
-        })?;
-        let t = stream(ep, acked, msgs, self.plan.window, |n| send(ep, h, n, data))?;
+        let mut one =
+            |i: u64, n: u64| send(ep, h, n, data, LONG_OFFSET + (i % slots) * stride as u64);
+        stream(ep, acked, (msgs / 10).max(1), self.plan.window, &mut one)?;
+        let t = stream(ep, acked, msgs, self.plan.window, &mut one)?;
         Ok((msgs * size) as f64 / t.as_secs_f64() / 1e6)
     }
 }
