@@ -208,7 +208,8 @@ impl Inner {
                 "a request cannot be sent from inside a handler (reply through the token)",
             )));
         }
-        h.0.check(self.name(h.0.id), args, &payload).map_err(at)?;
+        h.0.check(|| self.name(h.0.id), args, &payload)
+            .map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         let mut stall_backoff = Backoff::new(self.world.config());
         let mut stall = |waits: u32| self.stall(waits, Channel::Request, &mut stall_backoff);
@@ -239,7 +240,8 @@ impl Inner {
         payload: Payload<'_>,
     ) -> Result<()> {
         let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
-        h.0.check(self.name(h.0.id), args, &payload).map_err(at)?;
+        h.0.check(|| self.name(h.0.id), args, &payload)
+            .map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         // Waiting for reply room drains only replies: their handlers cannot
         // send, so this never recurses into another request handler.

@@ -53,11 +53,19 @@ pub(crate) struct Sig {
 }
 
 impl Sig {
-    /// Check a send against the registration.
-    pub(crate) fn check(&self, name: &str, args: &[u64], payload: &Payload<'_>) -> Result<()> {
+    /// Check a send against the registration; `name` is only looked up to
+    /// word an error.
+    #[inline]
+    pub(crate) fn check<'a>(
+        &self,
+        name: impl FnOnce() -> &'a str,
+        args: &[u64],
+        payload: &Payload<'_>,
+    ) -> Result<()> {
         if args.len() != self.nargs as usize {
             return Err(Error::usage(format!(
-                "handler '{name}' takes {} argument words, {} given",
+                "handler '{}' takes {} argument words, {} given",
+                name(),
                 self.nargs,
                 args.len()
             )));
@@ -65,7 +73,8 @@ impl Sig {
         let k = Kind::of(payload);
         if k != self.kind {
             return Err(Error::usage(format!(
-                "handler '{name}' is a {:?} handler, sent a {k:?} message",
+                "handler '{}' is a {:?} handler, sent a {k:?} message",
+                name(),
                 self.kind
             )));
         }

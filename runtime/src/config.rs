@@ -33,7 +33,7 @@ pub const ALL_VARS: &[(&str, &str)] = &[
         "registered segment per rank (default 64M)",
     ),
     (ENV_CELL_SIZE, "shm ring cell size (default 4K)"),
-    (ENV_RING_LEN, "cells per shm ring (default 16)"),
+    (ENV_RING_LEN, "cells per shm ring (default 64)"),
     (ENV_MAX_MEDIUM, "largest Medium payload (default 64K)"),
     (
         ENV_BOOTSTRAP_TIMEOUT,
@@ -101,7 +101,7 @@ impl Default for Config {
         Config {
             segment_size: 64 << 20,
             cell_size: 4096,
-            ring_len: 16,
+            ring_len: 64,
             max_medium: 64 << 10,
             bootstrap_timeout: Duration::from_secs(30),
             fabric: FabricKind::Shm,

@@ -203,7 +203,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
         }
         kill_at.get_or_insert(Instant::now() + Duration::from_secs(2));
     };
-    if outcome.is_some() {
+    if let Some(e) = &spawn_error {
+        eprintln!("splitrt-run: {e}; stopping the ranks already started");
         stop_all(&running, &mut kill_at);
     }
     while running.iter().any(|&r| r) {

@@ -6,7 +6,8 @@
 //! [ segment, page aligned ]
 //! ```
 //! A ring is a 128-byte control block (the consumer's published tail) and
-//! `ring_len` cells of `cell_size` bytes. A cell starts with an 8-byte
+//! `ring_len` cells of `cell_size` bytes, each followed by [`CELL_PAD`]
+//! unused bytes. A cell starts with an 8-byte
 //! sequence word (published last) and a [`CellMeta`]; argument words and
 //! payload follow at [`CELL_HDR`].
 
@@ -26,6 +27,15 @@ pub const HEADER_BYTES: usize = 4096;
 pub const RING_CTRL: usize = 128;
 /// Bytes before a cell's argument words: sequence word + [`CellMeta`].
 pub const CELL_HDR: usize = 32;
+
+/// Unused bytes after every cell, so consecutive cell headers fall into
+/// different L1 cache sets even when the cell size is a multiple of 4 KiB.
+pub const CELL_PAD: usize = 64;
+
+/// Distance between consecutive cells of a ring.
+pub const fn cell_stride(cell_size: usize) -> usize {
+    cell_size + CELL_PAD
+}
 
 /// Cell flag: first cell of a packet.
 pub const F_FIRST: u8 = 1;
@@ -133,7 +143,7 @@ impl Layout {
                 "{size} ranks x 2 rings x {ring_len} cells x {cell_size} B does not fit in memory"
             ))
         };
-        let ring_stride = cell_size
+        let ring_stride = cell_stride(cell_size)
             .checked_mul(ring_len)
             .and_then(|c| c.checked_add(RING_CTRL))
             .ok_or_else(too_big)?;

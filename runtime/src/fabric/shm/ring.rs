@@ -10,7 +10,7 @@
 //! the producer's credits, and publishing the tail is how the consumer
 //! returns them.
 
-use super::layout::{CellMeta, CELL_HDR, F_DEPOSIT, F_FIRST, F_LAST, RING_CTRL};
+use super::layout::{cell_stride, CellMeta, CELL_HDR, F_DEPOSIT, F_FIRST, F_LAST, RING_CTRL};
 use crate::fabric::MAX_WORDS;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub(crate) struct Ring {
     base: *mut u8,
     cell_size: usize,
+    stride: usize,
     len: u64,
 }
 
@@ -28,12 +29,14 @@ unsafe impl Send for Ring {}
 
 impl Ring {
     /// # Safety
-    /// `base` must point to `RING_CTRL + len * cell_size` mapped bytes that
-    /// stay mapped for the lifetime of the ring, 64-byte aligned.
+    /// `base` must point to `RING_CTRL + len * cell_stride(cell_size)`
+    /// mapped bytes that stay mapped for the lifetime of the ring, 64-byte
+    /// aligned.
     pub(crate) unsafe fn new(base: *mut u8, cell_size: usize, len: usize) -> Self {
         Ring {
             base,
             cell_size,
+            stride: cell_stride(cell_size),
             len: len as u64,
         }
     }
@@ -48,7 +51,7 @@ impl Ring {
         // SAFETY: n % len < len, so the cell lies inside the ring.
         unsafe {
             self.base
-                .add(RING_CTRL + (n % self.len) as usize * self.cell_size)
+                .add(RING_CTRL + (n % self.len) as usize * self.stride)
         }
     }
 
@@ -204,7 +207,7 @@ mod tests {
     #[test]
     fn single_thread_wraparound() {
         let (cell, len) = (256usize, 4usize);
-        let mut mem = vec![0u64; (RING_CTRL + cell * len) / 8];
+        let mut mem = vec![0u64; (RING_CTRL + cell_stride(cell) * len) / 8];
         // SAFETY: `mem` outlives the ring and is 8-aligned; the test needs
         // only 8-byte alignment.
         let ring = unsafe { Ring::new(mem.as_mut_ptr() as *mut u8, cell, len) };
