@@ -1,5 +1,35 @@
-//! # splitrt-pgas — layer 3 (in progress)
+//! # splitrt-pgas — layer 3, Split-C for Rust
 //!
-//! Global pointers, split-phase get/put/store, collectives and atomics are
-//! built here on top of [`splitrt_am`]. This crate is a placeholder until
-//! that work lands; it exports nothing yet.
+//! A global address space over every rank's registered segment:
+//! [`GlobalPtr`]s, a symmetric and a local heap, spread arrays, split-phase
+//! `get` / `put` / `store` with `sync`, `store_sync` and `all_store_sync`,
+//! collectives and remote atomics.
+//!
+//! Every operation has two implementations behind the same API, chosen per
+//! job with `SPLITRT_RMA` (launcher flag `--rma`): `native` copies straight
+//! through the peer's mapped segment (shared memory), `am` uses Active
+//! Message request/reply (the Split-C-over-AM scheme, which works on any
+//! fabric). Every remote access is checked against the target segment's
+//! bounds and the element's alignment at the caller.
+#![warn(missing_docs)]
+
+mod arrays;
+mod atomic;
+mod collectives;
+mod context;
+mod handlers;
+pub mod heap;
+mod ops;
+mod ptr;
+mod reduce;
+mod rma;
+mod state;
+
+pub use arrays::{Dist, SpreadArray, SymArray};
+pub use atomic::AtomicInt;
+pub use bytemuck::{Pod, Zeroable};
+pub use context::Pgas;
+pub use ptr::GlobalPtr;
+pub use reduce::{Op, Reduce};
+pub use rma::{Get, Scope};
+pub use splitrt_runtime::config::RmaPath;

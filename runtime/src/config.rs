@@ -25,6 +25,9 @@ pub const ENV_SPIN_US: &str = "SPLITRT_SPIN_US";
 pub const ENV_SLEEP_US: &str = "SPLITRT_SLEEP_US";
 /// `1` = never yield or sleep while waiting (benchmarks on dedicated cores).
 pub const ENV_SPIN_ONLY: &str = "SPLITRT_SPIN_ONLY";
+/// How one-sided get/put/store travel: `native` (direct access where the
+/// fabric maps peer segments) or `am` (request/reply Active Messages).
+pub const ENV_RMA: &str = "SPLITRT_RMA";
 
 /// Every tunable with its documented name, for `--help` texts and docs.
 pub const ALL_VARS: &[(&str, &str)] = &[
@@ -73,6 +76,28 @@ impl std::str::FromStr for FabricKind {
     }
 }
 
+/// How one-sided accesses (get/put/store/atomics) travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RmaPath {
+    /// Direct loads and stores into the peer's mapped segment (shm).
+    Native,
+    /// Active Message request/reply (works on every fabric).
+    Am,
+}
+
+impl std::str::FromStr for RmaPath {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "native" => Ok(RmaPath::Native),
+            "am" => Ok(RmaPath::Am),
+            _ => Err(Error::config(format!(
+                "{ENV_RMA}={s:?}: expected 'native' or 'am'"
+            ))),
+        }
+    }
+}
+
 /// The tunables of one rank.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
@@ -94,6 +119,8 @@ pub struct Config {
     pub sleep: Duration,
     /// Never yield or sleep (benchmarks on dedicated cores).
     pub spin_only: bool,
+    /// One-sided access path.
+    pub rma: RmaPath,
 }
 
 impl Default for Config {
@@ -108,6 +135,7 @@ impl Default for Config {
             spin: Duration::from_micros(20),
             sleep: Duration::from_micros(100),
             spin_only: false,
+            rma: RmaPath::Native,
         }
     }
 }
@@ -156,6 +184,9 @@ impl Config {
         secs(ENV_SLEEP_US, 1e-6, &mut c.sleep)?;
         if let Some(v) = get(ENV_FABRIC) {
             c.fabric = v.parse()?;
+        }
+        if let Some(v) = get(ENV_RMA) {
+            c.rma = v.trim().parse()?;
         }
         if let Some(v) = get(ENV_SPIN_ONLY) {
             c.spin_only = matches!(v.trim(), "1" | "true" | "yes");

@@ -45,6 +45,9 @@ struct Args {
     /// Bootstrap timeout in seconds.
     #[arg(long)]
     bootstrap_timeout: Option<f64>,
+    /// One-sided access path for get/put/store/atomics.
+    #[arg(long, value_parser = ["native", "am"])]
+    rma: Option<String>,
     /// Spin without ever yielding or sleeping (dedicated cores only).
     #[arg(long)]
     spin_only: bool,
@@ -79,6 +82,7 @@ fn main() {
         a.bootstrap_timeout.map(|t| t.to_string()),
     );
     set(config::ENV_SPIN_ONLY, a.spin_only.then(|| "1".to_string()));
+    set(config::ENV_RMA, a.rma);
     let timeout = match a.timeout {
         Some(t) if !(t.is_finite() && t > 0.0) => {
             eprintln!("splitrt-run: --timeout must be a positive number of seconds");

@@ -1,0 +1,319 @@
+//! The PGAS context of one rank: attach, bounds and alignment checks, the
+//! heap, completion (`sync`, `store_sync`, `all_store_sync`) and finish.
+
+use crate::handlers::{self, Handlers};
+use crate::heap::{Heap, RESERVED_BYTES};
+use crate::ptr::GlobalPtr;
+use crate::state::{Issued, State};
+use bytemuck::Pod;
+use parking_lot::Mutex;
+use splitrt_am::{Endpoint, EndpointBuilder, Error, ErrorKind, Payload, Result};
+use splitrt_runtime::config::RmaPath;
+use splitrt_runtime::fabric::{Fabric, SegmentRef};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Bytes of symmetric scratch used by broadcast and reductions per step.
+pub(crate) const SCRATCH: u64 = 256 << 10;
+
+/// A rank's handle on the global address space. Cheap to clone,
+/// `Send + Sync`.
+///
+/// ```no_run
+/// use splitrt_pgas::{Op, Pgas};
+/// # fn main() -> splitrt_am::Result<()> {
+/// let pg = Pgas::attach()?;
+/// let counts = pg.alloc_sym::<u64>(1)?;              // same offset on every rank
+/// let right = counts.ptr((pg.rank() + 1) % pg.size());
+/// pg.put(right, &[pg.rank() as u64])?;                 // split-phase
+/// pg.sync()?;                                          // my puts are done
+/// pg.barrier()?;                                       // everyone's are
+/// let mut total = [counts.local()[0]];
+/// pg.allreduce(&mut total, Op::Sum)?;
+/// pg.finish()
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Pgas {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub ep: Endpoint,
+    pub st: Arc<State>,
+    pub h: Handlers,
+    pub path: RmaPath,
+    pub rank: usize,
+    pub size: usize,
+    /// Every rank's segment as mapped here (native path only).
+    pub segs: Vec<Option<SegmentRef>>,
+    pub seg_lens: Vec<u64>,
+    pub heap: Mutex<Heap>,
+    pub scratch: u64,
+    pub issued: Issued,
+    /// Bytes this rank stored into each rank since the last all_store_sync.
+    pub sent_bytes: Vec<AtomicU64>,
+    /// Stored bytes already accounted for by store_sync.
+    pub consumed: AtomicU64,
+    /// Stored-bytes counter value every all_store_sync so far accounted for.
+    pub all_synced: AtomicU64,
+    pub notified: AtomicU64,
+    pub waited: AtomicU64,
+    pub store_epoch: AtomicU64,
+}
+
+impl Pgas {
+    /// Join the job with only splitrt's own handlers registered.
+    pub fn attach() -> Result<Pgas> {
+        Self::attach_with(EndpointBuilder::new())
+    }
+
+    /// Join the job with the user's AM handlers registered in `b` as well
+    /// (splitrt's reserved ids never collide with them).
+    pub fn attach_with(mut b: EndpointBuilder) -> Result<Pgas> {
+        let st = Arc::new(State::default());
+        let h = handlers::register(&mut b, &st)?;
+        let ep = b.attach()?;
+        let (rank, size) = (ep.rank(), ep.size());
+        let fabric = ep.world().fabric();
+        let _ = st.seg.set(fabric.local_segment());
+        let _ = st.rank.set(rank);
+        let path = ep.config().rma;
+        let segs: Vec<Option<SegmentRef>> = (0..size).map(|r| fabric.peer_segment(r)).collect();
+        if path == RmaPath::Native && segs.iter().any(Option::is_none) {
+            return Err(Error::config(
+                "SPLITRT_RMA=native needs a fabric that maps every peer's segment; use SPLITRT_RMA=am",
+            )
+            .at_rank(rank));
+        }
+        let seg_lens: Vec<u64> = (0..size).map(|r| fabric.segment_len(r) as u64).collect();
+        let mut heap = Heap::new(seg_lens[rank]);
+        let scratch = heap.alloc_sym(SCRATCH).map_err(|e| e.at_rank(rank))?;
+        Ok(Pgas {
+            inner: Arc::new(Inner {
+                ep,
+                st,
+                h,
+                path,
+                rank,
+                size,
+                segs,
+                seg_lens,
+                heap: Mutex::new(heap),
+                scratch,
+                issued: Issued::default(),
+                sent_bytes: (0..size).map(|_| AtomicU64::new(0)).collect(),
+                consumed: AtomicU64::new(0),
+                all_synced: AtomicU64::new(0),
+                notified: AtomicU64::new(0),
+                waited: AtomicU64::new(0),
+                store_epoch: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// Ranks in the job.
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// How one-sided accesses travel in this job.
+    pub fn rma_path(&self) -> RmaPath {
+        self.inner.path
+    }
+
+    /// The Active Messages endpoint underneath (for user handlers).
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.inner.ep
+    }
+
+    /// Whether `p` lives in this rank's segment.
+    pub fn is_local<T: Pod>(&self, p: GlobalPtr<T>) -> bool {
+        p.rank() == self.inner.rank
+    }
+
+    /// `n` elements at `p` in this rank's own segment, read in place.
+    /// Remote ranks may write there concurrently; read between
+    /// synchronization points (barrier, all_store_sync) as in any PGAS
+    /// program.
+    pub fn local_slice<T: Pod>(&self, p: GlobalPtr<T>, n: usize) -> Result<&[T]> {
+        if !self.is_local(p) {
+            return Err(
+                Error::usage(format!("{p:?} is not local to rank {}", self.rank()))
+                    .at_rank(self.rank()),
+            );
+        }
+        self.inner.check::<T>(p, n)?;
+        let seg = self.inner.st.seg();
+        // SAFETY: bounds and alignment checked against the local segment,
+        // which lives as long as `self`; T is Pod, so any bytes are valid.
+        Ok(unsafe { std::slice::from_raw_parts(seg.base.add(p.offset() as usize) as *const T, n) })
+    }
+
+    /// Allocate `n` elements in this rank's own segment (not collective).
+    pub fn alloc_local<T: Pod>(&self, n: usize) -> Result<GlobalPtr<T>> {
+        let bytes = (n as u64)
+            .checked_mul(std::mem::size_of::<T>() as u64)
+            .ok_or_else(|| Error::usage("allocation size overflows"))?;
+        let off = self
+            .inner
+            .heap
+            .lock()
+            .alloc_local(bytes)
+            .map_err(|e| e.at_rank(self.rank()))?;
+        Ok(GlobalPtr::new(self.rank(), off))
+    }
+
+    /// Free a block from [`alloc_local`](Self::alloc_local).
+    pub fn free_local<T: Pod>(&self, p: GlobalPtr<T>) -> Result<()> {
+        if !self.is_local(p) {
+            return Err(Error::usage(format!("{p:?} is not local")).at_rank(self.rank()));
+        }
+        self.inner
+            .heap
+            .lock()
+            .free_local(p.offset())
+            .map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// Wait until every get and put this rank issued has completed (puts
+    /// are visible at their targets). Reports failures peers sent back.
+    pub fn sync(&self) -> Result<()> {
+        let i = &self.inner;
+        let (g, p) = (
+            i.issued.gets.load(Ordering::Relaxed),
+            i.issued.puts.load(Ordering::Relaxed),
+        );
+        let st = &i.st;
+        i.ep.wait_until(|| {
+            st.gets_done.load(Ordering::Acquire) >= g && st.puts_done.load(Ordering::Acquire) >= p
+        })?;
+        fence(Ordering::SeqCst);
+        i.take_errors()
+    }
+
+    /// Wait until `bytes` more bytes have been stored into this rank (by
+    /// any ranks), then account for them.
+    pub fn store_sync(&self, bytes: u64) -> Result<()> {
+        let i = &self.inner;
+        let stored = i.st.stored();
+        let base = i.consumed.load(Ordering::Relaxed);
+        i.ep.wait_until(|| stored.load(Ordering::Acquire).wrapping_sub(base) >= bytes)?;
+        i.consumed.fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Collective: wait until every store issued by any rank before this
+    /// call has landed, everywhere. Bytes it covers no longer count for a
+    /// later `store_sync`.
+    pub fn all_store_sync(&self) -> Result<()> {
+        let i = &self.inner;
+        let e = i.store_epoch.fetch_add(1, Ordering::Relaxed) + 1;
+        let p = (e % 2) as usize;
+        for r in 0..i.size {
+            let bytes = i.sent_bytes[r].swap(0, Ordering::Relaxed);
+            i.ep.request(r, i.h.store_count, &[e, bytes], Payload::None)?;
+        }
+        let st = &i.st;
+        let n = i.size as u64;
+        i.ep.wait_until(|| st.store_reports[p].load(Ordering::Acquire) == n)?;
+        let expected = st.store_expected[p].swap(0, Ordering::AcqRel);
+        st.store_reports[p].store(0, Ordering::Release);
+        // Every byte announced so far must have landed, whether or not a
+        // store_sync already waited for some of it.
+        let target = i.all_synced.load(Ordering::Relaxed) + expected;
+        let stored = st.stored();
+        i.ep.wait_until(|| stored.load(Ordering::Acquire) >= target)?;
+        i.all_synced.store(target, Ordering::Relaxed);
+        i.consumed.fetch_max(target, Ordering::Relaxed);
+        self.barrier()
+    }
+
+    /// Leave the job: complete outstanding operations, exit barrier.
+    pub fn finish(self) -> Result<()> {
+        self.sync()?;
+        self.barrier()?;
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => inner.ep.finish(),
+            // other clones still alive: the last drop finishes the endpoint
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn err(&self, e: Error, peer: usize) -> Error {
+        e.at_rank(self.rank).with_peer(peer)
+    }
+
+    /// Bounds, alignment and reserved-area check of `n` elements at `p`.
+    pub(crate) fn check<T: Pod>(&self, p: GlobalPtr<T>, n: usize) -> Result<()> {
+        let bytes = (n as u64).checked_mul(std::mem::size_of::<T>() as u64);
+        self.check_bytes(
+            p.rank(),
+            p.offset(),
+            bytes.unwrap_or(u64::MAX),
+            std::mem::align_of::<T>() as u64,
+        )
+    }
+
+    pub(crate) fn check_bytes(&self, rank: usize, off: u64, bytes: u64, align: u64) -> Result<()> {
+        if rank >= self.size {
+            return Err(self.err(
+                Error::usage(format!(
+                    "rank {rank} does not exist in a job of {} ranks",
+                    self.size
+                )),
+                rank,
+            ));
+        }
+        if !off.is_multiple_of(align) {
+            return Err(self.err(
+                Error::usage(format!(
+                    "global pointer {rank}:{off:#x} is not aligned to {align} B"
+                )),
+                rank,
+            ));
+        }
+        if off < RESERVED_BYTES {
+            return Err(self.err(
+                Error::usage(format!(
+                    "global pointer {rank}:{off:#x} points into splitrt's reserved first {RESERVED_BYTES} B"
+                )),
+                rank,
+            ));
+        }
+        let len = self.seg_lens[rank];
+        if off.checked_add(bytes).is_none_or(|e| e > len) {
+            return Err(self.err(
+                Error::new(ErrorKind::OutOfBounds {
+                    offset: off,
+                    len: bytes,
+                    segment_len: len,
+                }),
+                rank,
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn take_errors(&self) -> Result<()> {
+        let mut e = self.st.errors.lock();
+        if e.is_empty() {
+            return Ok(());
+        }
+        let why = e.join("; ");
+        e.clear();
+        Err(Error::protocol(why).at_rank(self.rank))
+    }
+
+    /// Base address of `rank`'s segment (native path).
+    pub(crate) fn seg(&self, rank: usize) -> SegmentRef {
+        self.segs[rank].expect("native path has every segment")
+    }
+}

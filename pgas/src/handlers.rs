@@ -1,0 +1,171 @@
+//! The AM path: splitrt's reserved handlers implementing get/put/store,
+//! atomics, barrier and store counting as request/reply (the Split-C over AM
+//! scheme: request "get" -> reply carrying the data). Registered at fixed ids
+//! below `RESERVED_HANDLERS`, so user handlers never shift them.
+
+use crate::atomic::{apply_atomic, AtomicOp};
+use crate::heap::RESERVED_BYTES;
+use crate::state::{AtomicSlot, State};
+use splitrt_am::{EndpointBuilder, Kind, Payload, ReplyHandler, RequestHandler, Result};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Handles of the reserved handlers a rank sends.
+#[derive(Clone, Copy)]
+pub(crate) struct Handlers {
+    pub get: RequestHandler,
+    pub put: RequestHandler,
+    pub store: RequestHandler,
+    pub atomic: RequestHandler,
+    pub arrive: RequestHandler,
+    pub release: RequestHandler,
+    pub store_count: RequestHandler,
+}
+
+const OK: u64 = 0;
+const REFUSED: u64 = 1;
+
+fn in_segment(st: &State, off: u64, len: u64) -> bool {
+    off >= RESERVED_BYTES
+        && off
+            .checked_add(len)
+            .is_some_and(|e| e <= st.seg().len as u64)
+}
+
+pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handlers> {
+    // Replies first: requests capture their handles.
+    let s = st.clone();
+    let get_r: ReplyHandler = b.reserved_reply(1, "splitrt.get_r", Kind::Medium, 3, move |m| {
+        let (slot, at, status) = (m.arg(0) as usize, m.arg(1) as usize, m.arg(2));
+        let mut dests = s.dests.lock();
+        let Some(d) = dests.get_mut(slot) else {
+            return s.fail(format!(
+                "get reply from rank {} for unknown slot {slot}",
+                m.src()
+            ));
+        };
+        let data = m.payload();
+        if status != OK {
+            d.error = Some(format!(
+                "rank {} refused a get (out of its segment)",
+                m.src()
+            ));
+        } else if at.checked_add(data.len()).is_none_or(|e| e > d.len) {
+            d.error = Some(format!(
+                "rank {} sent a get reply beyond the buffer",
+                m.src()
+            ));
+        } else {
+            // SAFETY: the destination is alive until `remaining` hits zero
+            // (see Dest) and [at, at + len) lies inside it (checked above).
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), d.ptr.add(at), data.len()) };
+        }
+        d.remaining -= 1;
+        drop(dests);
+        s.gets_done.fetch_add(1, Ordering::Release);
+    })?;
+    let s = st.clone();
+    let put_r = b.reserved_reply(3, "splitrt.put_r", Kind::Short, 1, move |m| {
+        if m.arg(0) != OK {
+            s.fail(format!("rank {} refused a put", m.src()));
+        }
+        s.puts_done.fetch_add(1, Ordering::Release);
+    })?;
+    let s = st.clone();
+    let atomic_r = b.reserved_reply(6, "splitrt.atomic_r", Kind::Short, 3, move |m| {
+        let mut a = s.atomics.lock();
+        if let Some(slot) = a.get_mut(m.arg(0) as usize) {
+            *slot = if m.arg(2) == OK {
+                AtomicSlot::Done(m.arg(1))
+            } else {
+                AtomicSlot::Failed(format!("rank {} refused an atomic (bad address)", m.src()))
+            };
+        }
+    })?;
+
+    let s = st.clone();
+    let get = b.reserved_request(0, "splitrt.get", Kind::Short, 4, move |tok, m| {
+        let (slot, at, off, len) = (m.arg(0), m.arg(1), m.arg(2), m.arg(3));
+        let seg = s.seg();
+        let ok = in_segment(&s, off, len) && len as usize <= 1 << 26;
+        let data: &[u8] = if ok {
+            // SAFETY: [off, off + len) was checked to lie in our segment.
+            unsafe { std::slice::from_raw_parts(seg.base.add(off as usize), len as usize) }
+        } else {
+            &[]
+        };
+        let status = if ok { OK } else { REFUSED };
+        let r = tok.reply(get_r, &[slot, at, status], Payload::Medium(data));
+        if let Err(e) = r {
+            s.fail(format!("replying to a get: {e}"));
+        }
+    })?;
+    let s = st.clone();
+    let put = b.reserved_request(2, "splitrt.put", Kind::Long, 0, move |tok, m| {
+        // The payload already sits where it belongs; acknowledge it.
+        let ok = m.long_offset().is_some_and(|o| o >= RESERVED_BYTES);
+        let status = if ok { OK } else { REFUSED };
+        if let Err(e) = tok.reply(put_r, &[status], Payload::None) {
+            s.fail(format!("replying to a put: {e}"));
+        }
+    })?;
+    let s = st.clone();
+    let store = b.reserved_request(4, "splitrt.store", Kind::Long, 0, move |_tok, m| {
+        // Reply-free: count the bytes for store_sync.
+        s.stored()
+            .fetch_add(m.payload().len() as u64, Ordering::Release);
+    })?;
+    let s = st.clone();
+    let atomic = b.reserved_request(5, "splitrt.atomic", Kind::Short, 6, move |tok, m| {
+        let (slot, op, width, off, a, b) =
+            (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
+        let res = AtomicOp::decode(op, a, b).and_then(|op| {
+            (in_segment(&s, off, width) && off % width == 0)
+                .then(|| apply_atomic(s.seg(), off, width, op))
+                .flatten()
+        });
+        let (old, status) = match res {
+            Some(v) => (v, OK),
+            None => (0, REFUSED),
+        };
+        if let Err(e) = tok.reply(atomic_r, &[slot, old, status], Payload::None) {
+            s.fail(format!("replying to an atomic: {e}"));
+        }
+    })?;
+    let s = st.clone();
+    let arrive = b.reserved_request(
+        7,
+        "splitrt.barrier_arrive",
+        Kind::Short,
+        1,
+        move |_tok, m| {
+            s.arrivals[(m.arg(0) % 2) as usize].fetch_add(1, Ordering::AcqRel);
+        },
+    )?;
+    let s = st.clone();
+    let release = b.reserved_request(
+        8,
+        "splitrt.barrier_release",
+        Kind::Short,
+        1,
+        move |_tok, m| {
+            s.released.fetch_max(m.arg(0), Ordering::AcqRel);
+        },
+    )?;
+    let s = st.clone();
+    let store_count =
+        b.reserved_request(9, "splitrt.store_count", Kind::Short, 2, move |_tok, m| {
+            let p = (m.arg(0) % 2) as usize;
+            s.store_expected[p].fetch_add(m.arg(1), Ordering::AcqRel);
+            s.store_reports[p].fetch_add(1, Ordering::AcqRel);
+        })?;
+    Ok(Handlers {
+        get,
+        put,
+        store,
+        atomic,
+        arrive,
+        release,
+        store_count,
+    })
+}

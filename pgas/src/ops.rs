@@ -1,0 +1,66 @@
+//! Remote atomics as `Pgas` methods (blocking: they return the old value).
+
+use crate::atomic::{apply_atomic, AtomicInt, AtomicOp};
+use crate::context::Pgas;
+use crate::ptr::GlobalPtr;
+use crate::state::AtomicSlot;
+use splitrt_am::{Error, Payload, Result};
+use splitrt_runtime::config::RmaPath;
+
+impl Pgas {
+    fn atomic<T: AtomicInt>(&self, p: GlobalPtr<T>, op: AtomicOp) -> Result<T> {
+        let i = &self.inner;
+        i.check(p, 1)?;
+        let (rank, off) = (p.rank(), p.offset());
+        if i.path == RmaPath::Native {
+            let old = apply_atomic(i.seg(rank), off, T::WIDTH, op).expect("width is 4 or 8");
+            return Ok(T::from_bits(old));
+        }
+        let slot = i.st.atomics.lock().insert(AtomicSlot::Waiting);
+        let (code, a, b) = op.encode();
+        let sent = i.ep.request(
+            rank,
+            i.h.atomic,
+            &[slot as u64, code, T::WIDTH, off, a, b],
+            Payload::None,
+        );
+        let waited = sent.and_then(|()| {
+            i.ep.wait_until(|| {
+                !matches!(i.st.atomics.lock().get_mut(slot), Some(AtomicSlot::Waiting))
+            })
+        });
+        let outcome = i.st.atomics.lock().remove(slot);
+        waited?;
+        match outcome {
+            Some(AtomicSlot::Done(v)) => Ok(T::from_bits(v)),
+            Some(AtomicSlot::Failed(why)) => {
+                Err(Error::protocol(why).at_rank(i.rank).with_peer(rank))
+            }
+            _ => Err(Error::protocol("atomic reply lost")
+                .at_rank(i.rank)
+                .with_peer(rank)),
+        }
+    }
+
+    /// `*p += v` atomically at the owner; returns the previous value.
+    pub fn fetch_add<T: AtomicInt>(&self, p: GlobalPtr<T>, v: T) -> Result<T> {
+        self.atomic(p, AtomicOp::FetchAdd(v.to_bits()))
+    }
+
+    /// `*p = v` atomically; returns the previous value.
+    pub fn swap<T: AtomicInt>(&self, p: GlobalPtr<T>, v: T) -> Result<T> {
+        self.atomic(p, AtomicOp::Swap(v.to_bits()))
+    }
+
+    /// If `*p == current` set it to `new`; returns the previous value either
+    /// way (success iff it equals `current`).
+    pub fn compare_swap<T: AtomicInt>(&self, p: GlobalPtr<T>, current: T, new: T) -> Result<T> {
+        self.atomic(
+            p,
+            AtomicOp::CompareSwap {
+                current: current.to_bits(),
+                new: new.to_bits(),
+            },
+        )
+    }
+}

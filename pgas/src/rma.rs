@@ -1,0 +1,377 @@
+//! Split-phase one-sided access: `get` (l := r), `put` (r := l), `store`
+//! (r :- l). Native path: a copy through the peer's mapped segment,
+//! complete at once. AM path: request/reply messages, complete when the
+//! reply arrives (stores are reply-free and counted at the target).
+//!
+//! Buffer lifetimes are safe without `unsafe`: a get writes either into a
+//! buffer borrowed by a [`Scope`] (which waits for its gets before it
+//! returns, also when unwinding) or into a buffer owned by a [`Get`] handle.
+//! Puts and stores copy their source at issue.
+
+use crate::context::{Inner, Pgas};
+use crate::ptr::GlobalPtr;
+use crate::state::{stored_counter, Dest};
+use bytemuck::Pod;
+use parking_lot::Mutex;
+use splitrt_am::{Payload, Result};
+use splitrt_runtime::config::RmaPath;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+impl Inner {
+    /// Start fetching `len` bytes at (rank, off) into `dst`; returns the AM
+    /// slot to wait for, if any. The caller keeps `dst` alive until then.
+    pub(crate) fn start_get(
+        &self,
+        rank: usize,
+        off: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<Option<usize>> {
+        self.check_bytes(rank, off, len as u64, 1)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        if self.path == RmaPath::Native {
+            // SAFETY: the source range was checked against the peer's
+            // segment; the destination is the caller's live buffer of `len`
+            // bytes, which cannot overlap a segment it only borrows from Rust.
+            unsafe {
+                std::ptr::copy_nonoverlapping(self.seg(rank).base.add(off as usize), dst, len)
+            };
+            return Ok(None);
+        }
+        let chunk = self.ep.max_medium(rank);
+        let chunks = len.div_ceil(chunk);
+        let slot = self.st.dests.lock().insert(Dest {
+            ptr: dst,
+            len,
+            remaining: chunks,
+            error: None,
+        });
+        self.issued.add_gets(chunks as u64);
+        for c in 0..chunks {
+            let at = c * chunk;
+            let n = chunk.min(len - at);
+            let args = [slot as u64, at as u64, off + at as u64, n as u64];
+            if let Err(e) = self.ep.request(rank, self.h.get, &args, Payload::None) {
+                // never sent: account for the rest so waits end
+                let mut d = self.st.dests.lock();
+                if let Some(d) = d.get_mut(slot) {
+                    d.remaining -= chunks - c;
+                }
+                self.st
+                    .gets_done
+                    .fetch_add((chunks - c) as u64, Ordering::Release);
+                self.wait_slots(&[slot]).ok();
+                return Err(e);
+            }
+        }
+        Ok(Some(slot))
+    }
+
+    /// Wait for AM get slots, release them, report the first failure.
+    pub(crate) fn wait_slots(&self, slots: &[usize]) -> Result<()> {
+        if slots.is_empty() {
+            return Ok(());
+        }
+        let st = &self.st;
+        let waited = self.ep.wait_until(|| {
+            let mut d = st.dests.lock();
+            slots.iter().all(|&s| d.items_remaining(s) == 0)
+        });
+        let mut first = None;
+        let mut d = st.dests.lock();
+        for &s in slots {
+            if let Some(dest) = d.remove(s) {
+                if let (None, Some(e)) = (&first, dest.error) {
+                    first = Some(e);
+                }
+            }
+        }
+        drop(d);
+        waited?;
+        match first {
+            Some(e) => Err(splitrt_am::Error::protocol(e).at_rank(self.rank)),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn put_bytes(&self, rank: usize, off: u64, src: &[u8]) -> Result<()> {
+        self.check_bytes(rank, off, src.len() as u64, 1)?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        if self.path == RmaPath::Native {
+            // SAFETY: destination range checked against the peer's segment.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.as_ptr(),
+                    self.seg(rank).base.add(off as usize),
+                    src.len(),
+                )
+            };
+            return Ok(());
+        }
+        self.issued.add_puts(1);
+        let r = self.ep.request(
+            rank,
+            self.h.put,
+            &[],
+            Payload::Long {
+                data: src,
+                offset: off,
+            },
+        );
+        if r.is_err() {
+            self.st.puts_done.fetch_add(1, Ordering::Release);
+        }
+        r
+    }
+
+    pub(crate) fn store_bytes(&self, rank: usize, off: u64, src: &[u8]) -> Result<()> {
+        self.check_bytes(rank, off, src.len() as u64, 1)?;
+        self.sent_bytes[rank].fetch_add(src.len() as u64, Ordering::Relaxed);
+        if self.path == RmaPath::Native {
+            let seg = self.seg(rank);
+            // SAFETY: destination range checked against the peer's segment.
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.as_ptr(), seg.base.add(off as usize), src.len())
+            };
+            // Release: the data is visible before the count that announces it.
+            stored_counter(seg).fetch_add(src.len() as u64, Ordering::Release);
+            return Ok(());
+        }
+        self.ep.request(
+            rank,
+            self.h.store,
+            &[],
+            Payload::Long {
+                data: src,
+                offset: off,
+            },
+        )
+    }
+
+    /// Blocking get of raw bytes (collectives use it).
+    pub(crate) fn get_blocking(&self, rank: usize, off: u64, dst: &mut [u8]) -> Result<()> {
+        match self.start_get(rank, off, dst.as_mut_ptr(), dst.len())? {
+            Some(slot) => self.wait_slots(&[slot]),
+            None => Ok(()),
+        }
+    }
+}
+
+impl crate::state::Slots<Dest> {
+    /// Replies still missing for slot `s` (0 if the slot is gone).
+    pub(crate) fn items_remaining(&mut self, s: usize) -> usize {
+        self.get_mut(s).map_or(0, |d| d.remaining)
+    }
+}
+
+/// A split-phase region: gets write into buffers borrowed for `'env`, and
+/// the region waits for all of them (and for this rank's puts) before
+/// [`Pgas::scope`] returns.
+pub struct Scope<'env> {
+    inner: &'env Inner,
+    slots: Mutex<Vec<usize>>,
+    _buffers: PhantomData<&'env mut ()>,
+}
+
+impl<'env> Scope<'env> {
+    /// Start `dst := *src` for `dst.len()` elements; `dst` is valid once the
+    /// scope ends.
+    pub fn get<T: Pod>(&self, src: GlobalPtr<T>, dst: &'env mut [T]) -> Result<()> {
+        self.inner.check(src, dst.len())?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+        if let Some(s) =
+            self.inner
+                .start_get(src.rank(), src.offset(), bytes.as_mut_ptr(), bytes.len())?
+        {
+            self.slots.lock().push(s);
+        }
+        Ok(())
+    }
+
+    /// Start `*dst := src` (copied now; complete when the scope ends).
+    pub fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        self.inner.check(dst, src.len())?;
+        self.inner
+            .put_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
+    }
+
+    /// Store (`*dst :- src`): no acknowledgement to this rank; the target
+    /// learns of it through `store_sync` / `all_store_sync`.
+    pub fn store<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        self.inner.check(dst, src.len())?;
+        self.inner
+            .store_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
+    }
+
+    fn finish(&self) -> Result<()> {
+        let slots = std::mem::take(&mut *self.slots.lock());
+        self.inner.wait_slots(&slots)
+    }
+}
+
+/// Waits for the scope's gets even when the closure panics, so no reply
+/// ever writes into a buffer that is gone.
+struct ScopeGuard<'a, 'env>(&'a Scope<'env>);
+impl Drop for ScopeGuard<'_, '_> {
+    fn drop(&mut self) {
+        let _ = self.0.finish();
+    }
+}
+
+impl Pgas {
+    /// Run `f` with a split-phase [`Scope`]; when it returns, every get it
+    /// started has landed and every put this rank issued is complete.
+    ///
+    /// ```no_run
+    /// # use splitrt_pgas::{Pgas, GlobalPtr};
+    /// # fn f(pg: &Pgas, a: GlobalPtr<f64>, b: GlobalPtr<f64>) -> splitrt_am::Result<()> {
+    /// let (mut x, mut y) = (vec![0.0; 100], vec![0.0; 100]);
+    /// pg.scope(|s| {
+    ///     s.get(a, &mut x)?;   // both gets in flight at once
+    ///     s.get(b, &mut y)
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scope<'env, R>(&'env self, f: impl FnOnce(&Scope<'env>) -> Result<R>) -> Result<R> {
+        let scope = Scope {
+            inner: &self.inner,
+            slots: Mutex::new(Vec::new()),
+            _buffers: PhantomData,
+        };
+        let guard = ScopeGuard(&scope);
+        let r = f(&scope);
+        std::mem::forget(guard);
+        let done = scope.finish();
+        let r = r?;
+        done?;
+        self.sync()?;
+        Ok(r)
+    }
+
+    /// Start fetching `n` elements at `src` into a buffer the returned
+    /// handle owns.
+    pub fn get<T: Pod>(&self, src: GlobalPtr<T>, n: usize) -> Result<Get<T>> {
+        self.inner.check(src, n)?;
+        let mut buf = vec![T::zeroed(); n];
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut buf);
+        let slot =
+            self.inner
+                .start_get(src.rank(), src.offset(), bytes.as_mut_ptr(), bytes.len())?;
+        Ok(Get {
+            pg: self.clone(),
+            buf: Some(buf),
+            slot,
+        })
+    }
+
+    /// Start `*dst := src` (split-phase: copied now, complete at [`sync`]).
+    ///
+    /// [`sync`]: Pgas::sync
+    pub fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        self.inner.check(dst, src.len())?;
+        self.inner
+            .put_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
+    }
+
+    /// Store `*dst :- src`: no acknowledgement; the target waits for it with
+    /// [`store_sync`](Pgas::store_sync) or everyone with
+    /// [`all_store_sync`](Pgas::all_store_sync).
+    pub fn store<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        self.inner.check(dst, src.len())?;
+        self.inner
+            .store_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
+    }
+
+    /// Blocking read of one element.
+    pub fn read<T: Pod>(&self, src: GlobalPtr<T>) -> Result<T> {
+        let mut v = [T::zeroed()];
+        self.read_slice(src, &mut v)?;
+        Ok(v[0])
+    }
+
+    /// Blocking read of `dst.len()` elements.
+    pub fn read_slice<T: Pod>(&self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
+        self.inner.check(src, dst.len())?;
+        self.inner
+            .get_blocking(src.rank(), src.offset(), bytemuck::cast_slice_mut(dst))
+    }
+
+    /// Blocking write of one element (complete at the target on return).
+    pub fn write<T: Pod>(&self, dst: GlobalPtr<T>, v: T) -> Result<()> {
+        self.write_slice(dst, &[v])
+    }
+
+    /// Blocking write of a slice (complete at the target on return).
+    pub fn write_slice<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        self.put(dst, src)?;
+        self.sync()
+    }
+}
+
+/// An in-flight get into a buffer it owns. [`wait`](Get::wait) for the
+/// data, or `.await` it (it polls the endpoint; any executor works).
+/// Dropping it early waits for the data first.
+pub struct Get<T: Pod> {
+    pg: Pgas,
+    buf: Option<Vec<T>>,
+    slot: Option<usize>,
+}
+
+impl<T: Pod> Get<T> {
+    /// Whether the data has arrived (polls once).
+    pub fn is_done(&self) -> bool {
+        match self.slot {
+            None => true,
+            Some(s) => {
+                let _ = self.pg.endpoint().poll();
+                self.pg.inner.st.dests.lock().items_remaining(s) == 0
+            }
+        }
+    }
+
+    /// Wait for the data.
+    pub fn wait(mut self) -> Result<Vec<T>> {
+        if let Some(s) = self.slot.take() {
+            self.pg.inner.wait_slots(&[s])?;
+        }
+        Ok(self.buf.take().expect("buffer present until taken"))
+    }
+}
+
+// The data lives in the Vec's heap block, which never moves: pinning the
+// handle guarantees nothing we need.
+impl<T: Pod> Unpin for Get<T> {}
+
+impl<T: Pod> Future for Get<T> {
+    type Output = Result<Vec<T>>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if !this.is_done() {
+            // Progress is driven by polling; ask to be polled again.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        if let Some(s) = this.slot.take() {
+            if let Err(e) = this.pg.inner.wait_slots(&[s]) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        Poll::Ready(Ok(this.buf.take().expect("polled after completion")))
+    }
+}
+
+impl<T: Pod> Drop for Get<T> {
+    fn drop(&mut self) {
+        if let Some(s) = self.slot.take() {
+            let _ = self.pg.inner.wait_slots(&[s]);
+        }
+    }
+}
