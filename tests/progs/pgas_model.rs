@@ -51,7 +51,7 @@ fn run() -> splitrt::Result<()> {
     let ops: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(200);
     let pg = Pgas::attach()?;
     let (me, n) = (pg.rank(), pg.size());
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (me as u64 + 1) * 0x1234_5678_9abc_def1);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((me as u64 + 1) * 0x1234_5678_9abc_def1));
 
     let mut arr = pg.alloc_sym::<u64>(n * K)?;
     let stores = pg.alloc_sym::<u64>(n * K)?;
@@ -127,7 +127,7 @@ fn run() -> splitrt::Result<()> {
         let left = (me + n - 1) % n;
         let words = 1 + round % 7;
         let msg: Vec<u64> = (0..words as u64)
-            .map(|w| (me as u64) << 32 | round as u64 * 100 + w)
+            .map(|w| ((me as u64) << 32) | (round as u64 * 100 + w))
             .collect();
         pg.store(arr_ptr(&pg, &stores, right, me * K + K - words), &msg)?;
         store_model[right][K - words..].copy_from_slice(&msg);
@@ -136,7 +136,7 @@ fn run() -> splitrt::Result<()> {
         // neighbour sent (known), and let each writer verify its own stores
         let from_left = &stores.local()[left * K + K - words..left * K + K];
         let want: Vec<u64> = (0..words as u64)
-            .map(|w| (left as u64) << 32 | round as u64 * 100 + w)
+            .map(|w| ((left as u64) << 32) | (round as u64 * 100 + w))
             .collect();
         expect(from_left, &want, "store after all_store_sync", me)?;
         for (t, m) in store_model.iter().enumerate() {
