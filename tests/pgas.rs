@@ -1,0 +1,73 @@
+//! The PGAS layer through real multi-process jobs, on both one-sided paths:
+//! `native` (copies through the mapped peer segment) and `am` (Active
+//! Message request/reply). `t_pgas_model` checks random get/put/store
+//! sequences against a sequential model, store_sync byte counting, atomics
+//! under contention, refused bad pointers and the collectives.
+
+mod common;
+use common::*;
+
+fn model(n: usize, rma: &str, rounds: &str, ops: &str) {
+    let r = run_job(n, &example("t_pgas_model"), &[rounds, ops], &[("SPLITRT_RMA", rma)], 120);
+    r.ok();
+    let path = if rma == "am" { "(Am path)" } else { "(Native path)" };
+    let ok = r.stdout.lines().filter(|l| l.contains("pgas model ok") && l.contains(path)).count();
+    assert_eq!(ok, n, "every rank reports success on the {rma} path:\n{}", r.stdout);
+}
+
+#[test]
+fn model_native_1_rank() {
+    model(1, "native", "3", "200");
+}
+
+#[test]
+fn model_am_1_rank() {
+    model(1, "am", "3", "200");
+}
+
+#[test]
+fn model_native_2_ranks() {
+    model(2, "native", "4", "200");
+}
+
+#[test]
+fn model_am_2_ranks() {
+    model(2, "am", "4", "200");
+}
+
+#[test]
+fn model_native_4_ranks() {
+    model(4, "native", "3", "150");
+}
+
+#[test]
+fn model_am_4_ranks() {
+    model(4, "am", "3", "150");
+}
+
+#[test]
+fn model_native_8_ranks() {
+    model(8, "native", "2", "100");
+}
+
+#[test]
+fn model_am_8_ranks() {
+    model(8, "am", "2", "100");
+}
+
+/// The launcher flag selects the path too (flag > variable).
+#[test]
+fn rma_flag_overrides_environment() {
+    let _lock = job_lock();
+    let out = std::process::Command::new(launcher())
+        .args(["-n", "2", "--rma", "am"])
+        .arg(example("t_pgas_model"))
+        .args(["1", "20"])
+        .env("SPLITRT_RMA", "native")
+        .env("SPLITRT_BOOTSTRAP_TIMEOUT", "10")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.matches("(Am path)").count(), 2, "{stdout}");
+}
