@@ -1,0 +1,143 @@
+//! NAS Parallel Benchmarks IS and CG ported to the PGAS layer
+//! (`examples/npb_is.rs`, `examples/npb_cg.rs`): each job must pass NPB's
+//! official verification on 1, 2 and 4 ranks over both one-sided paths
+//! (classes S), and on 2 ranks for the larger classes W and (IS) A.
+//! No class needs a larger SPLITRT_SEGMENT_SIZE than the default 64 MiB.
+
+mod common;
+use common::*;
+
+// The generator the benchmarks share; its unit tests run here too.
+#[path = "../examples/npb_common/mod.rs"]
+mod npb_common;
+
+const SUCCESS: &str = "Verification    =               SUCCESSFUL";
+
+fn bench(n: usize, prog: &str, class: &str, rma: &str, timeout_s: u64) -> Run {
+    let r = run_job(
+        n,
+        &example(prog),
+        &[class],
+        &[("SPLITRT_RMA", rma)],
+        timeout_s,
+    );
+    r.ok();
+    assert!(
+        r.stdout.contains(SUCCESS),
+        "{prog} {class} on {n} ranks ({rma}) did not verify:\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stdout
+            .contains(&format!("Class           =                        {class}")),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains(&format!("Total processes =             {n:>12}")),
+        "{}",
+        r.stdout
+    );
+    r
+}
+
+fn is(n: usize, class: &str, rma: &str) {
+    let r = bench(n, "npb_is", class, rma, 60);
+    assert!(
+        r.stdout.contains("Partial verification: 50 of 50"),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains(&format!("Full verification: {n} of {n} processes sorted")),
+        "{}",
+        r.stdout
+    );
+}
+
+fn cg(n: usize, class: &str, rma: &str, zeta: &str) {
+    let r = bench(n, "npb_cg", class, rma, 60);
+    assert!(
+        r.stdout.contains(&format!("Zeta is    {zeta:>20}")),
+        "{}",
+        r.stdout
+    );
+}
+
+const ZETA_S: &str = "8.5971775078648E+00";
+const ZETA_W: &str = "1.0362595087124E+01";
+
+#[test]
+fn is_s_native_1_2_4() {
+    for n in [1, 2, 4] {
+        is(n, "S", "native");
+    }
+}
+
+#[test]
+fn is_s_am_1_2_4() {
+    for n in [1, 2, 4] {
+        is(n, "S", "am");
+    }
+}
+
+#[test]
+fn cg_s_native_1_2_4() {
+    for n in [1, 2, 4] {
+        cg(n, "S", "native", ZETA_S);
+    }
+}
+
+#[test]
+fn cg_s_am_1_2_4() {
+    for n in [1, 2, 4] {
+        cg(n, "S", "am", ZETA_S);
+    }
+}
+
+#[test]
+fn is_w_native_2() {
+    is(2, "W", "native");
+}
+
+#[test]
+fn cg_w_native_2() {
+    cg(2, "W", "native", ZETA_W);
+}
+
+#[test]
+fn is_a_native_2() {
+    is(2, "A", "native");
+}
+
+/// Rank counts that are not powers of two (NPB-MPI IS needs powers of
+/// two; this port does not) and the most oversubscribed job, over AM.
+#[test]
+fn odd_rank_counts_am() {
+    for n in [3, 8] {
+        is(n, "S", "am");
+        cg(n, "S", "am", ZETA_S);
+    }
+}
+
+/// Class A on one rank: its 32 MiB receive buffer fits the default segment.
+#[test]
+fn is_a_native_1() {
+    is(1, "A", "native");
+}
+
+#[test]
+fn cg_w_am_4() {
+    cg(4, "W", "am", ZETA_W);
+}
+
+/// A class the benchmark does not have is refused with a non-zero exit.
+#[test]
+fn unknown_class_fails() {
+    let r = run_job(1, &example("npb_cg"), &["A"], &[], 30);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(r.stderr.contains("not supported"), "{}", r.stderr);
+}
