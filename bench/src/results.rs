@@ -1,94 +1,30 @@
-//! What rank 0 hands to the driver: `# key=value` lines describing the
-//! configuration, then one CSV row per (benchmark, size, repetition):
-//! `bench,size,rep,p50_ns,p99_ns,value` (latencies fill the two
-//! percentiles, throughputs the value).
+//! What rank 0 of a benchmark job hands to the driver: `# key=value` lines
+//! describing the configuration, then one CSV row per (benchmark, size,
+//! repetition): `bench,size,rep,p50_ns,p99_ns,value` (latencies fill the two
+//! percentiles, throughputs the value). Generic over the benchmark's set of
+//! measured quantities ([`BenchId`]).
 
+use crate::stats::Summary;
 use std::fmt::Write as _;
 
-/// The measured quantities.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Bench {
-    /// Raw cache-line ping-pong round trip.
-    RawLineRtt,
-    /// AM Short round trip.
-    ShortRtt,
-    /// AM Medium round trip (same size each way).
-    MediumRtt,
-    /// AM Long round trip (same size each way).
-    LongRtt,
-    /// AM Medium one-way throughput.
-    MediumBw,
-    /// AM Long one-way throughput.
-    LongBw,
-    /// AM Short one-way message rate.
-    ShortRate,
-}
-
-impl Bench {
-    /// Every benchmark, in table order.
-    pub const ALL: [Bench; 7] = [
-        Bench::RawLineRtt,
-        Bench::ShortRtt,
-        Bench::MediumRtt,
-        Bench::LongRtt,
-        Bench::MediumBw,
-        Bench::LongBw,
-        Bench::ShortRate,
-    ];
+/// A set of measured quantities with stable CSV identifiers.
+pub trait BenchId: Copy + Eq + std::fmt::Debug + 'static {
+    /// Every member, in table order.
+    const ALL: &'static [Self];
 
     /// Identifier used in CSV files.
-    pub fn id(self) -> &'static str {
-        match self {
-            Bench::RawLineRtt => "raw_line_rtt",
-            Bench::ShortRtt => "am_short_rtt",
-            Bench::MediumRtt => "am_medium_rtt",
-            Bench::LongRtt => "am_long_rtt",
-            Bench::MediumBw => "am_medium_oneway_bw",
-            Bench::LongBw => "am_long_oneway_bw",
-            Bench::ShortRate => "am_short_msg_rate",
-        }
-    }
+    fn id(self) -> &'static str;
 
-    /// The benchmark with identifier `id`.
-    pub fn from_id(id: &str) -> Option<Bench> {
-        Bench::ALL.into_iter().find(|b| b.id() == id)
-    }
-
-    /// Name in the printed table.
-    pub fn label(self) -> &'static str {
-        match self {
-            Bench::RawLineRtt => "raw line ping-pong RTT",
-            Bench::ShortRtt => "AM Short RTT",
-            Bench::MediumRtt => "AM Medium RTT",
-            Bench::LongRtt => "AM Long RTT",
-            Bench::MediumBw => "AM Medium one-way",
-            Bench::LongBw => "AM Long one-way",
-            Bench::ShortRate => "AM Short flood rate",
-        }
-    }
-
-    /// Whether rows hold round-trip percentiles (else a throughput value).
-    pub fn is_latency(self) -> bool {
-        matches!(
-            self,
-            Bench::RawLineRtt | Bench::ShortRtt | Bench::MediumRtt | Bench::LongRtt
-        )
-    }
-
-    /// Unit of the printed values.
-    pub fn unit(self) -> &'static str {
-        match self {
-            Bench::MediumBw | Bench::LongBw => "MB/s",
-            Bench::ShortRate => "msgs/s",
-            _ => "us",
-        }
+    /// The member with identifier `id`.
+    fn from_id(id: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|b| b.id() == id)
     }
 }
 
 /// One repetition's result.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Value {
-    /// Percentiles of per-batch mean round-trip times, in ns.
+    /// Percentiles of per-batch mean times, in ns.
     Latency {
         /// Median batch.
         p50_ns: f64,
@@ -101,10 +37,10 @@ pub enum Value {
 
 /// One row: a benchmark at one size in one repetition.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Record {
+pub struct Record<B> {
     /// What was measured.
-    pub bench: Bench,
-    /// Payload bytes (0 for Short, 64 for the raw line).
+    pub bench: B,
+    /// Payload bytes (0 when the quantity has no size).
     pub size: usize,
     /// Repetition, from 0.
     pub rep: usize,
@@ -113,23 +49,121 @@ pub struct Record {
 }
 
 /// Everything one job measured.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Results {
+#[derive(Clone, Debug, PartialEq)]
+pub struct Results<B> {
     /// Settings in force (`cell_size`, `ring_len`, ...), in order.
     pub config: Vec<(String, String)>,
     /// The measurements.
-    pub records: Vec<Record>,
+    pub records: Vec<Record<B>>,
+}
+
+impl<B> Default for Results<B> {
+    fn default() -> Self {
+        Results {
+            config: Vec::new(),
+            records: Vec::new(),
+        }
+    }
 }
 
 const HEADER: &str = "bench,size,rep,p50_ns,p99_ns,value";
 
-impl Results {
+impl<B: BenchId> Results<B> {
+    /// Empty results with the given configuration lines.
+    pub fn with_config(config: Vec<(&str, String)>) -> Self {
+        Results {
+            config: config
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            records: Vec::new(),
+        }
+    }
+
+    /// Append one record.
+    pub fn push(&mut self, bench: B, size: usize, rep: usize, value: Value) {
+        self.records.push(Record {
+            bench,
+            size,
+            rep,
+            value,
+        });
+    }
+
     /// The configuration value named `key`.
     pub fn config_value(&self, key: &str) -> Option<&str> {
         self.config
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// Records of `bench` at `size`, in repetition order.
+    pub fn reps_of(&self, bench: B, size: usize) -> Vec<Record<B>> {
+        let mut v: Vec<Record<B>> = self
+            .records
+            .iter()
+            .filter(|r| r.bench == bench && r.size == size)
+            .copied()
+            .collect();
+        v.sort_by_key(|r| r.rep);
+        v
+    }
+
+    /// Sizes measured for `bench`, ascending.
+    pub fn sizes_of(&self, bench: B) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .records
+            .iter()
+            .filter(|r| r.bench == bench)
+            .map(|r| r.size)
+            .collect();
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// Summary over repetitions of `bench` at `size`: latencies in us
+    /// (median of the p50s, median p99), rates as recorded.
+    pub fn summary(&self, bench: B, size: usize) -> Summary {
+        let recs = self.reps_of(bench, size);
+        let (mut p50, mut p99, mut rate) = (Vec::new(), Vec::new(), Vec::new());
+        for r in &recs {
+            match r.value {
+                Value::Latency { p50_ns, p99_ns } => {
+                    p50.push(p50_ns / 1e3);
+                    p99.push(p99_ns / 1e3);
+                }
+                Value::Rate(x) => rate.push(x),
+            }
+        }
+        if rate.is_empty() && !p50.is_empty() {
+            Summary::latency(&p50, &p99)
+        } else {
+            Summary::values(&rate)
+        }
+    }
+
+    /// Per-repetition p50s (us) of a latency quantity, in repetition order.
+    pub fn p50s_us(&self, bench: B, size: usize) -> Vec<f64> {
+        self.reps_of(bench, size)
+            .iter()
+            .filter_map(|r| match r.value {
+                Value::Latency { p50_ns, .. } => Some(p50_ns / 1e3),
+                Value::Rate(_) => None,
+            })
+            .collect()
+    }
+
+    /// Per-repetition values of a rate quantity, in repetition order.
+    pub fn rates(&self, bench: B, size: usize) -> Vec<f64> {
+        self.reps_of(bench, size)
+            .iter()
+            .filter_map(|r| match r.value {
+                Value::Rate(x) => Some(x),
+                Value::Latency { .. } => None,
+            })
+            .collect()
     }
 
     /// The CSV text.
@@ -155,7 +189,7 @@ impl Results {
     }
 
     /// Parse [`Results::to_csv`] output.
-    pub fn parse(text: &str) -> Result<Results, String> {
+    pub fn parse(text: &str) -> Result<Self, String> {
         let mut out = Results::default();
         for (n, line) in text.lines().enumerate() {
             let bad = |why: &str| format!("line {}: {why}: {line:?}", n + 1);
@@ -183,7 +217,7 @@ impl Results {
                 Value::Rate(num(value)?)
             };
             out.records.push(Record {
-                bench: Bench::from_id(bench).ok_or_else(|| bad("unknown benchmark"))?,
+                bench: B::from_id(bench).ok_or_else(|| bad("unknown benchmark"))?,
                 size: size.parse().map_err(|_| bad("bad size"))?,
                 rep: rep.parse().map_err(|_| bad("bad repetition"))?,
                 value,
@@ -197,29 +231,60 @@ impl Results {
 mod tests {
     use super::*;
 
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum T {
+        Lat,
+        Bw,
+    }
+
+    impl BenchId for T {
+        const ALL: &'static [T] = &[T::Lat, T::Bw];
+        fn id(self) -> &'static str {
+            match self {
+                T::Lat => "lat",
+                T::Bw => "bw",
+            }
+        }
+    }
+
     #[test]
     fn csv_round_trip() {
-        let r = Results {
-            config: vec![("cell_size".into(), "4096".into())],
-            records: vec![
-                Record {
-                    bench: Bench::ShortRtt,
-                    size: 0,
-                    rep: 1,
-                    value: Value::Latency {
-                        p50_ns: 512.5,
-                        p99_ns: 700.0,
-                    },
-                },
-                Record {
-                    bench: Bench::LongBw,
-                    size: 4096,
-                    rep: 0,
-                    value: Value::Rate(1234.5),
-                },
-            ],
-        };
+        let mut r = Results::<T>::with_config(vec![("cell_size", "4096".into())]);
+        r.push(
+            T::Lat,
+            0,
+            1,
+            Value::Latency {
+                p50_ns: 512.5,
+                p99_ns: 700.0,
+            },
+        );
+        r.push(T::Bw, 4096, 0, Value::Rate(1234.5));
         assert_eq!(Results::parse(&r.to_csv()).unwrap(), r);
-        assert!(Results::parse("nope,1,2,3,4,5").is_err());
+        assert!(Results::<T>::parse("nope,1,2,3,4,5").is_err());
+        assert_eq!(r.config_value("cell_size"), Some("4096"));
+    }
+
+    #[test]
+    fn summaries_by_kind() {
+        let mut r = Results::<T>::default();
+        for (rep, ns) in [(1, 3000.0), (0, 1000.0), (2, 2000.0)] {
+            r.push(
+                T::Lat,
+                8,
+                rep,
+                Value::Latency {
+                    p50_ns: ns,
+                    p99_ns: 2.0 * ns,
+                },
+            );
+            r.push(T::Bw, 8, rep, Value::Rate(ns));
+        }
+        assert_eq!(r.p50s_us(T::Lat, 8), [1.0, 3.0, 2.0]);
+        let s = r.summary(T::Lat, 8);
+        assert_eq!((s.median, s.p99, s.reps), (2.0, Some(4.0), 3));
+        assert_eq!(r.summary(T::Bw, 8).median, 2000.0);
+        assert_eq!(r.sizes_of(T::Bw), [8]);
+        assert!(r.summary(T::Bw, 16).median.is_nan());
     }
 }

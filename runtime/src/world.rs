@@ -4,7 +4,7 @@
 //! [`World`]: the job, its fabric and the bootstrap link.
 
 use crate::backoff::Backoff;
-use crate::bootstrap::{Client, Hello};
+use crate::bootstrap::{Client, Hello, Hosted};
 use crate::config::{Config, FabricKind};
 use crate::fabric::shm::PendingShm;
 use crate::fabric::AnyFabric;
@@ -54,15 +54,16 @@ impl World {
         let at = |e: Error| e.at_rank(rank);
         config.validate().map_err(at)?;
         let FabricKind::Shm = config.fabric;
+        // Under srun / mpirun without SPLITRT_BOOTSTRAP, rank 0 hosts it.
+        let mut hosted = None;
         let addr = match (&job.bootstrap, job.size) {
             (Some(a), _) => Some(a.clone()),
             (None, 1) => None,
-            (None, n) => {
-                return Err(at(Error::bootstrap(format!(
-                    "a {n}-rank job ({:?} launch) needs SPLITRT_BOOTSTRAP=host:port; \
-                     start it with splitrt-run (bootstrap under srun/mpirun without it is not implemented yet)",
-                    job.source
-                ))))
+            (None, _) => {
+                let h = Hosted::start(&job, config.bootstrap_timeout).map_err(at)?;
+                let a = h.addr.clone();
+                hosted = Some(h);
+                Some(a)
             }
         };
         let pending = PendingShm::create(&job.job_id, rank, job.size, &config).map_err(at)?;
@@ -82,6 +83,10 @@ impl World {
                 };
                 let (client, peers) =
                     Client::join(&addr, hello, config.bootstrap_timeout).map_err(at)?;
+                // everyone has joined: the address file has served its purpose
+                if let Some(h) = hosted.as_mut() {
+                    h.unpublish();
+                }
                 if let Some((p, other)) = peers.iter().enumerate().find(|(_, p)| p.host != host) {
                     let why = format!(
                         "the job spans hosts '{host}' and '{}' (rank {p}); only the shared-memory \

@@ -15,10 +15,8 @@ fn main() {
     let mut a = std::env::args().skip(1);
     let mode = a.next().unwrap_or_default();
     let target: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
-    let me: usize = std::env::var("SPLITRT_RANK")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
+    // the rank however the job was launched (splitrt-run, srun, mpirun)
+    let me = splitrt::runtime::job::JobInfo::from_env().map_or(0, |j| j.rank);
     let mut b = EndpointBuilder::new();
     b.request("noop", Kind::Short, 0, |_tok, _m| {}).unwrap();
     if mode == "mismatch" && me == target {

@@ -3,17 +3,16 @@
 //! write `OUT/am.csv` (rank 0's per-repetition rows stay in
 //! `OUT/worker-rank0.csv`).
 
-use crate::plan::Plan;
+use super::measure::Bench;
+use super::plan::Plan;
+use super::ucx::{self, Ucx};
+use crate::host::{cpu_model, loadavg};
+use crate::job::{self, Job};
 use crate::report::{self, Row, Section};
-use crate::results::{Bench, Record, Results, Value};
+use crate::results::Results;
 use crate::stats::Summary;
-use crate::ucx::{self, Ucx};
 use crate::Common;
-use splitrt::runtime::config::ENV_SPIN_ONLY;
-use splitrt::runtime::launcher::{launch, LaunchOptions};
-use std::ffi::OsString;
 use std::path::PathBuf;
-use std::time::Duration;
 
 /// GASNet-EX AM Short round trip from the issue (reference, fixed; us).
 pub const GASNET_SHORT_RTT_US: f64 = 0.26;
@@ -41,46 +40,24 @@ pub struct Options {
 /// Run the whole benchmark.
 pub fn run(o: &Options) -> Result<(), String> {
     let plan = Plan::new(&o.common);
-    if !(o.timeout.is_finite() && o.timeout > 0.0) {
-        return Err("--timeout must be a positive number of seconds".into());
-    }
+    job::check_timeout(o.timeout)?;
     std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
     let result = o.out.join("worker-rank0.csv");
-    let _ = std::fs::remove_file(&result);
     let load_before = loadavg();
-
-    let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
-    let result_abs = std::path::absolute(&result).unwrap_or_else(|_| result.clone());
-    let mut args: Vec<OsString> = vec!["worker".into(), "--result".into(), result_abs.into()];
-    args.extend(["--reps".into(), o.common.reps.to_string().into()]);
-    if o.common.quick {
-        args.push("--quick".into());
-    }
     eprintln!(
         "splitrt-bench: running 2 ranks ({} repetition(s){}) ...",
         plan.reps,
         if plan.quick { ", quick" } else { "" }
     );
-    let outcome = launch(&LaunchOptions {
-        ranks: 2,
-        program: exe.into(),
-        args,
-        env: vec![(ENV_SPIN_ONLY.to_string(), "1".to_string())],
-        timeout: Some(Duration::from_secs_f64(o.timeout)),
-        prefix_output: true,
-        verbose: false,
-    })
-    .map_err(|e| format!("launching the ranks: {e}"))?;
-    if outcome.code != 0 {
-        return Err(format!(
-            "the benchmark job failed (exit code {}): {}",
-            outcome.code,
-            outcome.reason.unwrap_or_default()
-        ));
-    }
-    let text = std::fs::read_to_string(&result)
-        .map_err(|e| format!("reading {}: {e}", result.display()))?;
-    let res = Results::parse(&text).map_err(|e| format!("{}: {e}", result.display()))?;
+    let text = job::run(&Job {
+        worker: "worker",
+        common: o.common,
+        result: &result,
+        env: Vec::new(),
+        timeout: o.timeout,
+    })?;
+    let res: Results<Bench> =
+        Results::parse(&text).map_err(|e| format!("{}: {e}", result.display()))?;
 
     let ucx = match (o.ucx, ucx::find()) {
         (false, _) => UcxOutcome::Disabled,
@@ -154,25 +131,7 @@ fn run_ucx(mut u: Ucx, plan: &Plan) -> UcxRuns {
     r
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
-fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_string())
-            })
-        })
-        .unwrap_or_else(|| "?".into())
-}
-
-fn header(res: &Results, plan: &Plan, before: &str, after: &str) -> String {
+fn header(res: &Results<Bench>, plan: &Plan, before: &str, after: &str) -> String {
     let c = |k: &str| res.config_value(k).unwrap_or("?").to_string();
     let seg = c("segment_size").parse::<usize>().ok();
     let max_medium = c("max_medium").parse::<usize>().ok();
@@ -201,67 +160,13 @@ fn header(res: &Results, plan: &Plan, before: &str, after: &str) -> String {
     )
 }
 
-/// Rows of `bench` at `size`, in repetition order.
-fn reps_of(res: &Results, bench: Bench, size: usize) -> Vec<Record> {
-    let mut v: Vec<Record> = res
-        .records
-        .iter()
-        .filter(|r| r.bench == bench && r.size == size)
-        .copied()
-        .collect();
-    v.sort_by_key(|r| r.rep);
-    v
-}
-
-/// Sizes measured for `bench`, ascending.
-fn sizes_of(res: &Results, bench: Bench) -> Vec<usize> {
-    let mut v: Vec<usize> = res
-        .records
-        .iter()
-        .filter(|r| r.bench == bench)
-        .map(|r| r.size)
-        .collect();
-    v.sort_unstable();
-    v.dedup();
-    v
-}
-
-/// Per-repetition p50s (us) of a latency row.
-fn p50s_us(recs: &[Record]) -> Vec<f64> {
-    recs.iter()
-        .filter_map(|r| match r.value {
-            Value::Latency { p50_ns, .. } => Some(p50_ns / 1e3),
-            Value::Rate(_) => None,
-        })
-        .collect()
-}
-
 /// Summary (us, Mmsg/s or MB/s as printed) of `bench` at `size`.
-fn summary(res: &Results, bench: Bench, size: usize) -> Summary {
-    let recs = reps_of(res, bench, size);
-    if bench.is_latency() {
-        let p99: Vec<f64> = recs
-            .iter()
-            .filter_map(|r| match r.value {
-                Value::Latency { p99_ns, .. } => Some(p99_ns / 1e3),
-                Value::Rate(_) => None,
-            })
-            .collect();
-        Summary::latency(&p50s_us(&recs), &p99)
+fn summary(res: &Results<Bench>, bench: Bench, size: usize) -> Summary {
+    let s = res.summary(bench, size);
+    if bench == Bench::ShortRate {
+        s.scaled(1e-6)
     } else {
-        let v: Vec<f64> = recs
-            .iter()
-            .filter_map(|r| match r.value {
-                Value::Rate(x) => Some(x),
-                Value::Latency { .. } => None,
-            })
-            .collect();
-        let s = Summary::values(&v);
-        if bench == Bench::ShortRate {
-            s.scaled(1e-6)
-        } else {
-            s
-        }
+        s
     }
 }
 
@@ -273,7 +178,7 @@ fn unit(bench: Bench) -> &'static str {
     }
 }
 
-fn bench_row(res: &Results, bench: Bench, size: usize) -> Row {
+fn bench_row(res: &Results<Bench>, bench: Bench, size: usize) -> Row {
     let shown = match bench {
         Bench::ShortRtt | Bench::ShortRate => None,
         _ => Some(size),
@@ -296,15 +201,14 @@ fn ratio(a: f64, b: f64) -> String {
     format!("{:.2}x", a / b)
 }
 
-fn build_sections(res: &Results, plan: &Plan, ucx: &UcxOutcome) -> Vec<Section> {
+fn build_sections(res: &Results<Bench>, plan: &Plan, ucx: &UcxOutcome) -> Vec<Section> {
     let mut out = Vec::new();
 
     // 1. Baseline and AM Short, back to back.
-    let raw = reps_of(res, Bench::RawLineRtt, 64);
-    let short = reps_of(res, Bench::ShortRtt, 0);
-    let per_rep: Vec<f64> = p50s_us(&short)
+    let per_rep: Vec<f64> = res
+        .p50s_us(Bench::ShortRtt, 0)
         .iter()
-        .zip(p50s_us(&raw))
+        .zip(res.p50s_us(Bench::RawLineRtt, 64))
         .map(|(s, r)| s / r)
         .collect();
     out.push(Section {
@@ -326,7 +230,7 @@ fn build_sections(res: &Results, plan: &Plan, ucx: &UcxOutcome) -> Vec<Section> 
     // 2. Round trips by size.
     let mut rows = Vec::new();
     for b in [Bench::MediumRtt, Bench::LongRtt] {
-        rows.extend(sizes_of(res, b).into_iter().map(|s| bench_row(res, b, s)));
+        rows.extend(res.sizes_of(b).into_iter().map(|s| bench_row(res, b, s)));
     }
     out.push(Section {
         title:
@@ -338,7 +242,7 @@ fn build_sections(res: &Results, plan: &Plan, ucx: &UcxOutcome) -> Vec<Section> 
     // 3. One-way throughput.
     let mut rows = Vec::new();
     for b in [Bench::MediumBw, Bench::LongBw] {
-        rows.extend(sizes_of(res, b).into_iter().map(|s| bench_row(res, b, s)));
+        rows.extend(res.sizes_of(b).into_iter().map(|s| bench_row(res, b, s)));
     }
     out.push(Section {
         title: format!(
@@ -356,7 +260,8 @@ fn build_sections(res: &Results, plan: &Plan, ucx: &UcxOutcome) -> Vec<Section> 
 
     // 5. Comparisons.
     let our_rtt = summary(res, Bench::ShortRtt, 0).median;
-    let our_1k = sizes_of(res, Bench::MediumRtt)
+    let our_1k = res
+        .sizes_of(Bench::MediumRtt)
         .contains(&1024)
         .then(|| summary(res, Bench::MediumRtt, 1024).median);
     let our_rate = summary(res, Bench::ShortRate, 0).median;

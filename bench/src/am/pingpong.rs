@@ -5,7 +5,7 @@
 //! until `ping == i` and stores `pong = i`. No splitrt code runs in between,
 //! so this is the floor any shared-memory AM round trip sits on.
 
-use crate::plan::RAW_BATCH;
+use super::plan::RAW_BATCH;
 use splitrt::runtime::fabric::Fabric;
 use splitrt::{Endpoint, Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -16,7 +16,8 @@
 //! without that, a Long stream would only measure the sender's copy into
 //! lines that stay in its own cache.
 
-use crate::plan::LONG_OFFSET;
+use super::plan::LONG_OFFSET;
+use crate::touch::touch;
 use splitrt::{EndpointBuilder, Kind, Payload, RequestHandler, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -115,10 +116,4 @@ pub fn register(b: &mut EndpointBuilder, shared: &Arc<Shared>, ack_every: u64) -
         sink_long,
         done,
     })
-}
-
-/// Read one byte per 64-byte line of `payload` (and its last byte).
-pub fn touch(payload: &[u8]) {
-    let x = payload.iter().step_by(64).fold(0u8, |a, &b| a ^ b);
-    std::hint::black_box(x ^ payload.last().copied().unwrap_or(0));
 }

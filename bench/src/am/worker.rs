@@ -7,14 +7,15 @@
 //! back with the raw one), Medium RTT, Long RTT, Medium and Long one-way
 //! throughput, Short flood rate.
 
-use crate::handlers::{self, Handlers, Shared};
-use crate::latency::{round_trips, Rounds};
-use crate::pin::pin_to_cpu;
-use crate::pingpong::Line;
-use crate::plan::{Plan, LONG_OFFSET, LONG_STREAM_AREA};
-use crate::results::{Bench, Record, Results, Value};
+use super::handlers::{self, Handlers, Shared};
+use super::latency::{round_trips, Rounds};
+use super::measure::Bench;
+use super::pingpong::Line;
+use super::plan::{Plan, LONG_OFFSET, LONG_STREAM_AREA};
+use super::throughput::stream;
+use crate::job::{pin_this_rank, this_rank};
+use crate::results::{Results, Value};
 use crate::stats::p50_p99;
-use crate::throughput::stream;
 use crate::Common;
 use splitrt::{Endpoint, EndpointBuilder, Error, Payload, Result};
 use std::path::Path;
@@ -28,13 +29,7 @@ const PEER: usize = 1;
 /// Run this rank; rank 0 writes its measurements to `result`.
 pub fn run(common: Common, result: &Path) -> Result<()> {
     let plan = Plan::new(&common);
-    let rank: usize = std::env::var(splitrt::runtime::job::ENV_RANK)
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0);
-    if let Err(e) = pin_to_cpu(rank) {
-        eprintln!("warning: could not pin rank {rank} to CPU {rank}: {e}; numbers will be noisy");
-    }
+    pin_this_rank(this_rank());
     let shared = Arc::new(Shared::default());
     let mut b = EndpointBuilder::new();
     let h = handlers::register(&mut b, &shared, plan.ack_every as u64)?;
@@ -90,7 +85,7 @@ struct Bencher<'a> {
     long_sizes: Vec<usize>,
     /// Bytes from [`LONG_OFFSET`] to the end of the smaller segment.
     long_room: usize,
-    out: Results,
+    out: Results<Bench>,
 }
 
 impl<'a> Bencher<'a> {
@@ -136,15 +131,7 @@ impl<'a> Bencher<'a> {
             ("raw_batches", plan.raw_batches.to_string()),
             ("reps", plan.reps.to_string()),
             ("quick", plan.quick.to_string()),
-            (
-                "build",
-                if cfg!(debug_assertions) {
-                    "debug"
-                } else {
-                    "release"
-                }
-                .to_string(),
-            ),
+            ("build", crate::host::build().to_string()),
         ];
         Ok(Bencher {
             ep,
@@ -157,27 +144,16 @@ impl<'a> Bencher<'a> {
             medium_sizes,
             long_sizes,
             long_room: room,
-            out: Results {
-                config: config
-                    .into_iter()
-                    .map(|(k, v)| (k.to_string(), v))
-                    .collect(),
-                records: Vec::new(),
-            },
+            out: Results::with_config(config.into()),
         })
     }
 
-    fn into_results(self) -> Results {
+    fn into_results(self) -> Results<Bench> {
         self.out
     }
 
     fn record(&mut self, bench: Bench, size: usize, rep: usize, value: Value) {
-        self.out.records.push(Record {
-            bench,
-            size,
-            rep,
-            value,
-        });
+        self.out.push(bench, size, rep, value);
     }
 
     fn record_latency(&mut self, bench: Bench, size: usize, rep: usize, batch_means: &[f64]) {

@@ -1,0 +1,15 @@
+//! The Active Message benchmark (`splitrt-bench` / `splitrt-bench am`):
+//! AM latency, throughput and message rate between two pinned ranks, next
+//! to a raw cache-line ping-pong measured in the same run (and UCX, when
+//! `ucx_perftest` is installed). [`driver`] runs in the user's process,
+//! [`worker`] in each rank.
+
+pub mod driver;
+mod handlers;
+mod latency;
+mod measure;
+mod pingpong;
+mod plan;
+mod throughput;
+mod ucx;
+pub mod worker;

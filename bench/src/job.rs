@@ -1,0 +1,87 @@
+//! One benchmark job: two ranks of this very binary (a hidden worker
+//! subcommand) started through the splitrt launcher with
+//! `SPLITRT_SPIN_ONLY=1`; each rank pins itself to the CPU of its number
+//! ([`pin_this_rank`]) and rank 0 writes its measurements to a file that
+//! the driver reads back.
+
+use crate::pin::pin_to_cpu;
+use crate::Common;
+use splitrt::runtime::config::ENV_SPIN_ONLY;
+use splitrt::runtime::launcher::{launch, LaunchOptions};
+use std::ffi::OsString;
+use std::path::Path;
+use std::time::Duration;
+
+/// What to launch.
+#[derive(Clone, Debug)]
+pub struct Job<'a> {
+    /// The hidden worker subcommand the ranks run.
+    pub worker: &'a str,
+    /// Flags passed on to the ranks.
+    pub common: Common,
+    /// Where rank 0 writes its measurements (removed first).
+    pub result: &'a Path,
+    /// Environment of the ranks besides `SPLITRT_SPIN_ONLY=1`.
+    pub env: Vec<(String, String)>,
+    /// Seconds before the job is killed.
+    pub timeout: f64,
+}
+
+/// Check a `--timeout` value.
+pub fn check_timeout(t: f64) -> Result<(), String> {
+    if t.is_finite() && t > 0.0 {
+        Ok(())
+    } else {
+        Err("--timeout must be a positive number of seconds".into())
+    }
+}
+
+/// Run `job` on 2 ranks; returns the text rank 0 wrote.
+pub fn run(job: &Job<'_>) -> Result<String, String> {
+    check_timeout(job.timeout)?;
+    let _ = std::fs::remove_file(job.result);
+    let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
+    let result_abs = std::path::absolute(job.result).unwrap_or_else(|_| job.result.to_path_buf());
+    let mut args: Vec<OsString> = vec![job.worker.into(), "--result".into(), result_abs.into()];
+    args.extend(["--reps".into(), job.common.reps.to_string().into()]);
+    if job.common.quick {
+        args.push("--quick".into());
+    }
+    let mut env = vec![(ENV_SPIN_ONLY.to_string(), "1".to_string())];
+    env.extend(job.env.iter().cloned());
+    let outcome = launch(&LaunchOptions {
+        ranks: 2,
+        program: exe.into(),
+        args,
+        env,
+        timeout: Some(Duration::from_secs_f64(job.timeout)),
+        prefix_output: true,
+        verbose: false,
+    })
+    .map_err(|e| format!("launching the ranks: {e}"))?;
+    if outcome.code != 0 {
+        return Err(format!(
+            "the benchmark job failed (exit code {}): {}",
+            outcome.code,
+            outcome.reason.unwrap_or_default()
+        ));
+    }
+    std::fs::read_to_string(job.result)
+        .map_err(|e| format!("reading {}: {e}", job.result.display()))
+}
+
+/// This process's rank in the job (0 when started without the launcher).
+pub fn this_rank() -> usize {
+    std::env::var(splitrt::runtime::job::ENV_RANK)
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Pin this process to CPU `rank`, warning (not failing) when that is
+/// impossible.
+pub fn pin_this_rank(rank: usize) {
+    if let Err(e) = pin_to_cpu(rank) {
+        eprintln!("warning: could not pin rank {rank} to CPU {rank}: {e}; numbers will be noisy");
+    }
+}

@@ -1,0 +1,82 @@
+//! The quantities the PGAS benchmark measures, with their CSV identifiers.
+//! Every job measures all of them on its one-sided path (`SPLITRT_RMA`).
+
+use crate::results::BenchId;
+
+/// The measured quantities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Bench {
+    /// `pg.put(p, &[x]); pg.sync()` of 8 B, the same word every time.
+    PutSync,
+    /// `pg.read(p)` of 8 B, the same word every time.
+    Read,
+    /// `pg.read(p)` of 8 B in a line the peer wrote just before.
+    ReadDirty,
+    /// Put ping-pong round trip: put + sync, the peer polls and puts back.
+    PutPingPong,
+    /// `pg.sync()` with nothing outstanding.
+    SyncEmpty,
+    /// `pg.sync()` right after one 8 B put (timed alone).
+    SyncAfterPut,
+    /// Cost of reading the clock twice (subtracted from `SyncAfterPut`).
+    ClockPair,
+    /// Single-threaded memcpy within rank 0 (MB/s).
+    Memcpy,
+    /// Split-phase puts, one sync per round (MB/s).
+    PutBw,
+    /// Split-phase gets in a scope, one wait per round (MB/s).
+    GetBw,
+    /// Stores until the target's `store_sync` returns (MB/s).
+    StoreBw,
+}
+
+impl BenchId for Bench {
+    const ALL: &'static [Bench] = &[
+        Bench::PutSync,
+        Bench::Read,
+        Bench::ReadDirty,
+        Bench::PutPingPong,
+        Bench::SyncEmpty,
+        Bench::SyncAfterPut,
+        Bench::ClockPair,
+        Bench::Memcpy,
+        Bench::PutBw,
+        Bench::GetBw,
+        Bench::StoreBw,
+    ];
+
+    fn id(self) -> &'static str {
+        match self {
+            Bench::PutSync => "put_sync_8b",
+            Bench::Read => "read_8b",
+            Bench::ReadDirty => "read_peer_written_line_8b",
+            Bench::PutPingPong => "put_pingpong_rtt_8b",
+            Bench::SyncEmpty => "sync_empty",
+            Bench::SyncAfterPut => "sync_after_put",
+            Bench::ClockPair => "clock_pair",
+            Bench::Memcpy => "memcpy_bw",
+            Bench::PutBw => "put_bw",
+            Bench::GetBw => "get_bw",
+            Bench::StoreBw => "store_bw",
+        }
+    }
+}
+
+impl Bench {
+    /// Name in the printed table (the path is appended to it).
+    pub fn label(self) -> &'static str {
+        match self {
+            Bench::PutSync => "put 8 B + sync",
+            Bench::Read => "read 8 B (blocking get)",
+            Bench::ReadDirty => "read 8 B of a line the peer just wrote",
+            Bench::PutPingPong => "put ping-pong RTT (put+sync, peer puts back)",
+            Bench::SyncEmpty => "sync with nothing outstanding",
+            Bench::SyncAfterPut => "sync right after one 8 B put",
+            Bench::ClockPair => "Instant::now() pair",
+            Bench::Memcpy => "memcpy (rank 0, same pattern)",
+            Bench::PutBw => "put",
+            Bench::GetBw => "get",
+            Bench::StoreBw => "store",
+        }
+    }
+}

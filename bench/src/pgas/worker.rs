@@ -1,0 +1,90 @@
+//! One rank of a PGAS benchmark job (`SPLITRT_RMA` chooses the path). Rank
+//! r pins itself to CPU r. Rank 0 drives every measurement and writes the
+//! results; rank 1 is the target: it waits in barriers (serving AM-path
+//! requests from there) and plays its part of the peer-written-line reads,
+//! the put ping-pong and the stores.
+//!
+//! Each repetition runs, in order: rank-0-alone latencies and sync costs,
+//! peer-written-line reads, put ping-pong, then per size memcpy, put and
+//! get bandwidth, then store throughput.
+
+use super::bandwidth::{self, Buffers};
+use super::latency::{self, WORDS};
+use super::measure::Bench;
+use super::plan::{Plan, DIRTY_STRIDE};
+use super::store;
+use crate::job::{pin_this_rank, this_rank};
+use crate::results::Results;
+use crate::Common;
+use splitrt::pgas::Pgas;
+use splitrt::{Error, Result};
+use std::path::Path;
+use std::time::Instant;
+
+/// Run this rank; rank 0 writes its measurements to `result`.
+pub fn run(common: Common, result: &Path) -> Result<()> {
+    let plan = Plan::new(&common);
+    pin_this_rank(this_rank());
+    let pg = Pgas::attach()?;
+    if pg.size() != 2 {
+        return Err(Error::usage(format!(
+            "the benchmark needs exactly 2 ranks, this job has {}",
+            pg.size()
+        )));
+    }
+    let words = pg.alloc_sym::<u64>(WORDS)?;
+    let mut lines = pg.alloc_sym::<u64>(plan.dirty_lines * DIRTY_STRIDE / 8)?;
+    let mut area = pg.alloc_sym::<u8>(plan.area)?;
+    let mut bufs = Buffers::new(&plan, pg.rank());
+    let mut out: Results<Bench> = Results::with_config(config(&pg, &plan));
+    bandwidth::prefault(&pg, &mut area, &mut bufs)?;
+    for rep in 0..plan.reps {
+        let t = Instant::now();
+        latency::solo(&pg, &plan, &words, rep, &mut out)?;
+        latency::peer_written_reads(&pg, &plan, &mut lines, rep, &mut out)?;
+        latency::ping_pong(&pg, &plan, &words, rep, &mut out)?;
+        bandwidth::run(&pg, &plan, &mut area, &mut bufs, rep, &mut out)?;
+        store::run(&pg, &plan, &area, &bufs.src, rep, &mut out)?;
+        if pg.rank() == 0 && !plan.quick {
+            eprintln!(
+                "{:?} path: repetition {}/{} done in {:.1} s",
+                pg.rma_path(),
+                rep + 1,
+                plan.reps,
+                t.elapsed().as_secs_f64()
+            );
+        }
+    }
+    if pg.rank() == 0 {
+        std::fs::write(result, out.to_csv())
+            .map_err(|e| Error::io(format!("writing {}", result.display()), e).at_rank(0))?;
+    }
+    pg.finish()
+}
+
+/// The settings rank 0 reports with its measurements.
+fn config(pg: &Pgas, plan: &Plan) -> Vec<(&'static str, String)> {
+    let ep = pg.endpoint();
+    let c = ep.config();
+    let path = match pg.rma_path() {
+        splitrt::pgas::RmaPath::Native => "native",
+        splitrt::pgas::RmaPath::Am => "am",
+    };
+    vec![
+        ("rma", path.to_string()),
+        ("ranks_pinned_to_cpus", "0,1".to_string()),
+        ("spin_only", c.spin_only.to_string()),
+        ("cell_size", c.cell_size.to_string()),
+        ("ring_len", c.ring_len.to_string()),
+        ("max_medium", ep.max_medium(1 - pg.rank()).to_string()),
+        ("segment_size", ep.segment_len().to_string()),
+        ("area", plan.area.to_string()),
+        ("window", plan.window.to_string()),
+        ("batch", plan.batch.to_string()),
+        ("batches", plan.batches.to_string()),
+        ("dirty_lines", plan.dirty_lines.to_string()),
+        ("reps", plan.reps.to_string()),
+        ("quick", plan.quick.to_string()),
+        ("build", crate::host::build().to_string()),
+    ]
+}
