@@ -8,11 +8,29 @@ mod common;
 use common::*;
 
 fn model(n: usize, rma: &str, rounds: &str, ops: &str) {
-    let r = run_job(n, &example("t_pgas_model"), &[rounds, ops], &[("SPLITRT_RMA", rma)], 120);
+    let r = run_job(
+        n,
+        &example("t_pgas_model"),
+        &[rounds, ops],
+        &[("SPLITRT_RMA", rma)],
+        120,
+    );
     r.ok();
-    let path = if rma == "am" { "(Am path)" } else { "(Native path)" };
-    let ok = r.stdout.lines().filter(|l| l.contains("pgas model ok") && l.contains(path)).count();
-    assert_eq!(ok, n, "every rank reports success on the {rma} path:\n{}", r.stdout);
+    let path = if rma == "am" {
+        "(Am path)"
+    } else {
+        "(Native path)"
+    };
+    let ok = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains("pgas model ok") && l.contains(path))
+        .count();
+    assert_eq!(
+        ok, n,
+        "every rank reports success on the {rma} path:\n{}",
+        r.stdout
+    );
 }
 
 #[test]
@@ -68,6 +86,10 @@ fn rma_flag_overrides_environment() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(stdout.matches("(Am path)").count(), 2, "{stdout}");
 }

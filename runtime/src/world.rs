@@ -19,6 +19,8 @@ pub struct World {
     config: Config,
     fabric: AnyFabric,
     boot: Option<Client>,
+    /// The rendezvous this rank hosts (rank 0 under srun / mpirun).
+    hosted: parking_lot::Mutex<Option<Hosted>>,
     epoch: AtomicU64,
 }
 
@@ -113,6 +115,7 @@ impl World {
             config,
             fabric: AnyFabric::Shm(fabric),
             boot,
+            hosted: parking_lot::Mutex::new(hosted),
             epoch: AtomicU64::new(0),
         };
         // Start barrier: every rank has mapped every file, so names can go.
@@ -160,7 +163,9 @@ impl World {
                 return Ok(());
             }
             if let Some(f) = b.failure() {
-                return Err(f);
+                // The reader records a release before a later failure: a
+                // barrier that completed just before the job ended counts.
+                return if b.released(e) { Ok(()) } else { Err(f) };
             }
             progress()?;
             backoff.snooze();
@@ -170,10 +175,15 @@ impl World {
     /// Exit barrier, then goodbye: after this no peer will send to us.
     pub fn finish(&self, progress: &mut dyn FnMut() -> Result<()>) -> Result<()> {
         self.barrier(progress)?;
-        match &self.boot {
-            Some(b) => b.bye(),
-            None => Ok(()),
+        if let Some(b) = &self.boot {
+            // Everyone passed the exit barrier: the job is complete even if
+            // the rendezvous has gone already, so the goodbye is best effort.
+            b.bye();
         }
+        if let Some(h) = self.hosted.lock().as_mut() {
+            h.wait_for_goodbyes(self.config.bootstrap_timeout);
+        }
+        Ok(())
     }
 
     /// Tell every rank that this one failed (best effort).

@@ -168,9 +168,9 @@ impl Client {
         let _ = self.send(&Msg::Abort(self.rank as u32, why.to_string()));
     }
 
-    /// Say goodbye after the exit barrier.
-    pub fn bye(&self) -> Result<()> {
+    /// Say goodbye after the exit barrier (best effort: the job is done).
+    pub fn bye(&self) {
         self.shared.finishing.store(true, Ordering::Release);
-        self.send(&Msg::Bye)
+        let _ = self.send(&Msg::Bye);
     }
 }

@@ -22,6 +22,7 @@ pub struct Hosted {
     /// Address every rank (rank 0 included) joins.
     pub addr: String,
     file: Option<PathBuf>,
+    server: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Hosted {
@@ -41,14 +42,12 @@ impl Hosted {
             let server = Server::bind("127.0.0.1:0")?;
             let addr = server.local_addr()?.to_string();
             let size = job.size;
-            std::thread::Builder::new()
+            let server = std::thread::Builder::new()
                 .name("splitrt-boot-host".into())
                 .spawn(move || {
-                    if let Err(e) = server.run(size, timeout) {
-                        // The ranks learn the details themselves; keep the
-                        // host's view for post-mortems only.
-                        let _ = e;
-                    }
+                    // The ranks learn every failure through their own
+                    // connections; the host's verdict adds nothing.
+                    let _ = server.run(size, timeout);
                 })
                 .map_err(|e| Error::io("spawning the bootstrap host", e))?;
             let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
@@ -63,6 +62,7 @@ impl Hosted {
             return Ok(Hosted {
                 addr,
                 file: Some(path),
+                server: Some(server),
             });
         }
         let deadline = Instant::now() + timeout;
@@ -70,7 +70,11 @@ impl Hosted {
             if let Ok(s) = std::fs::read_to_string(&path) {
                 let addr = s.trim().to_string();
                 if !addr.is_empty() {
-                    return Ok(Hosted { addr, file: None });
+                    return Ok(Hosted {
+                        addr,
+                        file: None,
+                        server: None,
+                    });
                 }
             }
             if Instant::now() >= deadline {
@@ -85,6 +89,17 @@ impl Hosted {
         }
     }
 
+    /// Rank 0 at exit: keep the rendezvous up until every rank has said
+    /// goodbye (or was lost), at most `limit`, so no rank sees it vanish.
+    pub fn wait_for_goodbyes(&mut self, limit: Duration) {
+        if let Some(h) = self.server.take() {
+            let end = Instant::now() + limit;
+            while !h.is_finished() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
     /// Remove the address file (rank 0, once everyone has joined).
     pub fn unpublish(&mut self) {
         if let Some(p) = self.file.take() {
@@ -96,5 +111,51 @@ impl Hosted {
 impl Drop for Hosted {
     fn drop(&mut self) {
         self.unpublish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::JobSource;
+
+    #[test]
+    fn several_nodes_without_an_address_is_refused_with_the_reason() {
+        let job = JobInfo {
+            rank: 1,
+            size: 4,
+            local_rank: 1,
+            local_size: 2,
+            node: 0,
+            job_id: "slurm9.0".into(),
+            bootstrap: None,
+            source: JobSource::Slurm,
+        };
+        let e = Hosted::start(&job, Duration::from_millis(10))
+            .err()
+            .expect("refused");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("spans several nodes") && msg.contains("SPLITRT_BOOTSTRAP"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_rank_waits_for_rank_0_and_times_out_clearly() {
+        let job = JobInfo {
+            rank: 3,
+            size: 4,
+            local_rank: 3,
+            local_size: 4,
+            node: 0,
+            job_id: format!("unit-absent-{}", std::process::id()),
+            bootstrap: None,
+            source: JobSource::OpenMpi,
+        };
+        let e = Hosted::start(&job, Duration::from_millis(50))
+            .err()
+            .expect("times out");
+        assert!(e.to_string().contains("rank 0 did not publish"), "{e}");
     }
 }

@@ -269,7 +269,9 @@ fn serve(
     // Phase 2: barriers, goodbyes, failures.
     let mut waiting: BTreeMap<u64, usize> = BTreeMap::new();
     let mut failure: Option<Error> = None;
-    while conns.values().any(|c| c.open) {
+    // Done once every rank said goodbye or is gone (a rank hosting this
+    // server keeps its own connection open while it waits for us).
+    while conns.values().any(|c| c.open && !c.bye) {
         let Ok(ev) = rx.recv() else { break };
         match ev {
             Event::Connected(_, stream) => {
