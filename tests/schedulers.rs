@@ -145,6 +145,23 @@ fn srun_propagates_the_exit_code() {
     }
 }
 
+/// The multi-node way, on one node: rank 0 listens at SPLITRT_BOOTSTRAP.
+#[test]
+fn srun_with_an_explicit_bootstrap_address() {
+    if enabled("SPLITRT_TEST_SLURM") {
+        let port = 20000 + std::process::id() % 20000;
+        let addr = format!("127.0.0.1:{port}");
+        let r = srun(3, &example("hello"), &[], &[("SPLITRT_BOOTSTRAP", &addr)]);
+        r.ok();
+        assert_eq!(
+            r.stdout.matches("rank got \"hello from rank").count(),
+            3,
+            "{}",
+            r.stdout
+        );
+    }
+}
+
 #[test]
 fn mpirun_am_conformance() {
     if enabled("SPLITRT_TEST_MPIRUN") {

@@ -58,11 +58,16 @@ impl World {
         let FabricKind::Shm = config.fabric;
         // Under srun / mpirun without SPLITRT_BOOTSTRAP, rank 0 hosts it.
         let mut hosted = None;
-        let addr = match (&job.bootstrap, job.size) {
-            (Some(a), _) => Some(a.clone()),
-            (None, 1) => None,
-            (None, _) => {
-                let h = Hosted::start(&job, config.bootstrap_timeout).map_err(at)?;
+        let addr = match (&job.bootstrap, job.source, job.size) {
+            // splitrt-run hosts the rendezvous at the address it passed us
+            (Some(a), JobSource::Splitrt, _) => Some(a.clone()),
+            (None, _, 1) => None,
+            (given, _, _) => {
+                let h = match given {
+                    Some(a) => Hosted::at(&job, a, config.bootstrap_timeout),
+                    None => Hosted::start(&job, config.bootstrap_timeout),
+                }
+                .map_err(at)?;
                 let a = h.addr.clone();
                 hosted = Some(h);
                 Some(a)

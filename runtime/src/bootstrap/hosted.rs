@@ -3,7 +3,7 @@
 //! `$TMPDIR/splitrt-boot-<job>` (the job id comes from the scheduler's job
 //! and step ids, so concurrent jobs never share a file); the other ranks
 //! wait for that file. A job over several nodes cannot share a file and
-//! needs `SPLITRT_BOOTSTRAP`.
+//! needs `SPLITRT_BOOTSTRAP=host:port`, where rank 0 then listens.
 
 use super::Server;
 use crate::job::{JobInfo, ENV_BOOTSTRAP};
@@ -26,6 +26,43 @@ pub struct Hosted {
 }
 
 impl Hosted {
+    /// With `SPLITRT_BOOTSTRAP=host:port` under a scheduler (the multi-node
+    /// way): rank 0 listens on that address; every rank joins it.
+    pub fn at(job: &JobInfo, addr: &str, timeout: Duration) -> Result<Hosted> {
+        if job.rank != 0 {
+            return Ok(Hosted {
+                addr: addr.to_string(),
+                file: None,
+                server: None,
+            });
+        }
+        let server = Server::bind(addr).map_err(|e| {
+            Error::bootstrap(format!(
+                "rank 0 cannot listen on {ENV_BOOTSTRAP}={addr} (it must be an address of rank 0's node): {e}"
+            ))
+        })?;
+        Ok(Hosted {
+            addr: addr.to_string(),
+            file: None,
+            server: Some(Self::spawn(server, job.size, timeout)?),
+        })
+    }
+
+    fn spawn(
+        server: Server,
+        size: usize,
+        timeout: Duration,
+    ) -> Result<std::thread::JoinHandle<()>> {
+        std::thread::Builder::new()
+            .name("splitrt-boot-host".into())
+            .spawn(move || {
+                // The ranks learn every failure through their own
+                // connections; the host's verdict adds nothing.
+                let _ = server.run(size, timeout);
+            })
+            .map_err(|e| Error::io("spawning the bootstrap host", e))
+    }
+
     /// Rank 0: start the server and publish its address. Others: wait (at
     /// most `timeout`) for the address.
     pub fn start(job: &JobInfo, timeout: Duration) -> Result<Hosted> {
@@ -41,15 +78,7 @@ impl Hosted {
         if job.rank == 0 {
             let server = Server::bind("127.0.0.1:0")?;
             let addr = server.local_addr()?.to_string();
-            let size = job.size;
-            let server = std::thread::Builder::new()
-                .name("splitrt-boot-host".into())
-                .spawn(move || {
-                    // The ranks learn every failure through their own
-                    // connections; the host's verdict adds nothing.
-                    let _ = server.run(size, timeout);
-                })
-                .map_err(|e| Error::io("spawning the bootstrap host", e))?;
+            let server = Self::spawn(server, job.size, timeout)?;
             let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
             std::fs::write(&tmp, format!("{addr}\n"))
                 .and_then(|()| std::fs::rename(&tmp, &path))
