@@ -7,6 +7,7 @@ use crate::handler::{Func, Kind};
 use crate::message::Incoming;
 use crate::token::Token;
 use splitrt_runtime::fabric::{Channel, Delivery};
+use splitrt_runtime::trace::{self, Stage};
 use splitrt_runtime::{Error, Result};
 use std::cell::Cell;
 
@@ -34,6 +35,7 @@ impl Drop for HandlerScope {
 }
 
 pub(crate) fn dispatch(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> {
+    let t = trace::start();
     let bad = |why: String| {
         Err(
             Error::protocol(format!("message from rank {}: {why}", d.src))
@@ -65,6 +67,7 @@ pub(crate) fn dispatch(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> 
         offset: d.deposit,
     };
     let _scope = HandlerScope::enter();
+    let t = trace::record(Stage::Dispatch, t);
     match (&e.func, ch) {
         (Func::Request(f), Channel::Request) => f(Token { ep, src: d.src }, &msg),
         (Func::Reply(f), Channel::Reply) => f(&msg),
@@ -75,5 +78,6 @@ pub(crate) fn dispatch(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> 
             ))
         }
     }
+    trace::record(Stage::Handler, t);
     Ok(())
 }

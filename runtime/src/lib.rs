@@ -19,6 +19,7 @@ pub mod job;
 pub mod launcher;
 pub mod segment;
 pub mod size;
+pub mod trace;
 pub mod world;
 
 pub use error::{Error, ErrorKind, Result};

@@ -55,6 +55,9 @@ impl World {
         let rank = job.rank;
         let at = |e: Error| e.at_rank(rank);
         config.validate().map_err(at)?;
+        if std::env::var(crate::trace::ENV_TRACE).is_ok_and(|v| v == "1") {
+            crate::trace::set_enabled(true);
+        }
         let FabricKind::Shm = config.fabric;
         // Under srun / mpirun without SPLITRT_BOOTSTRAP, rank 0 hosts it.
         let mut hosted = None;

@@ -16,6 +16,7 @@ use self::ring::{Consumer, Producer, Ring};
 use super::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
 use crate::config::Config;
 use crate::segment::ShmFile;
+use crate::trace::{self, Stage};
 use crate::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
@@ -218,6 +219,7 @@ impl ShmFabric {
                 return bad(why);
             }
         };
+        let found = trace::start();
         let m = view.meta;
         let (first, last) = (m.flags & F_FIRST != 0, m.flags & F_LAST != 0);
         if first && last {
@@ -249,6 +251,7 @@ impl ShmFabric {
                 }
                 view.chunk
             };
+            trace::record(Stage::Poll, found);
             deliver(&Delivery {
                 src,
                 tag: m.tag,
@@ -256,7 +259,9 @@ impl ShmFabric {
                 payload,
                 deposit: (m.flags & F_DEPOSIT != 0).then_some(m.deposit),
             });
+            let t = trace::start();
             r.cons.release();
+            trace::record(Stage::Release, t);
             return Ok(Some(true));
         }
         // A chunk of a streamed packet: copy it out and free the cell at once
@@ -293,6 +298,7 @@ impl ShmFabric {
         if a.buf.len() != a.total {
             return bad(format!("packet ended at {} of {} B", a.buf.len(), a.total));
         }
+        trace::record(Stage::Poll, found);
         deliver(&Delivery {
             src,
             tag: a.tag,
@@ -336,6 +342,7 @@ impl Fabric for ShmFabric {
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<bool> {
+        let t0 = trace::start();
         let err = |e: Error| Err(e.at_rank(self.rank).with_peer(peer));
         if peer >= self.layout.size {
             return err(Error::usage(format!(
@@ -367,6 +374,7 @@ impl Fabric for ShmFabric {
             if !p.has_room() {
                 return Ok(false);
             }
+            let t = trace::record(Stage::Enqueue, t0);
             // SAFETY: bounds checked above; the destination is the peer's
             // segment mapped in this process, the source a caller's slice.
             unsafe {
@@ -381,7 +389,10 @@ impl Fabric for ShmFabric {
                 pad: 0,
                 deposit: off,
             };
-            p.push(meta, pkt.words, &[]);
+            p.write(meta, pkt.words, &[]);
+            let t = trace::record(Stage::Copy, t);
+            p.publish();
+            trace::record(Stage::Publish, t);
             return Ok(true);
         }
         if len > self.max_medium {
@@ -394,6 +405,7 @@ impl Fabric for ShmFabric {
         if !p.has_room() {
             return Ok(false);
         }
+        let t = trace::record(Stage::Enqueue, t0);
         let cap0 = p.ring().capacity(nw);
         let first = len.min(cap0);
         let mut meta = CellMeta {
@@ -405,7 +417,10 @@ impl Fabric for ShmFabric {
             pad: 0,
             deposit: 0,
         };
-        p.push(meta, pkt.words, &pkt.payload[..first]);
+        p.write(meta, pkt.words, &pkt.payload[..first]);
+        let t = trace::record(Stage::Copy, t);
+        p.publish();
+        trace::record(Stage::Publish, t);
         let cap = p.ring().capacity(0);
         let mut sent = first;
         while sent < len {
@@ -535,6 +550,31 @@ mod tests {
             }
         }
         assert_eq!(got, 1);
+    }
+
+    /// With tracing on, one packet through a real ring leaves a sample in
+    /// every fabric stage (send: enqueue, copy, publish; receive: poll,
+    /// release) on this thread.
+    #[test]
+    fn trace_records_every_fabric_stage() {
+        let f = solo("trace", 256, 4);
+        let _ = trace::take();
+        trace::set_enabled(true);
+        let pkt = Packet {
+            tag: 1,
+            words: &[7],
+            payload: b"abc",
+            deposit: None,
+        };
+        assert!(f.try_send(0, Channel::Request, &pkt, &mut |_| Ok(())).unwrap());
+        let mut got = 0;
+        f.poll(Channel::Request, &mut |_| got += 1).unwrap();
+        trace::set_enabled(false);
+        let t = trace::take();
+        assert_eq!(got, 1);
+        for s in [Stage::Enqueue, Stage::Copy, Stage::Publish, Stage::Poll, Stage::Release] {
+            assert_eq!(t.count[s as usize], 1, "{s:?}: {t:?}");
+        }
     }
 
     /// Senders check Long deposits and Medium sizes before touching memory.

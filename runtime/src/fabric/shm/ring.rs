@@ -97,16 +97,15 @@ impl Producer {
         self.head - self.cached_tail < self.ring.len
     }
 
-    /// Write and publish one cell. The caller checked [`Self::has_room`],
-    /// `words.len() <= MAX_WORDS` and that `chunk` fits.
+    /// Write one cell without publishing it. The caller checked
+    /// [`Self::has_room`], `words.len() <= MAX_WORDS` and that `chunk` fits.
     #[inline]
-    pub(crate) fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+    pub(crate) fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
         debug_assert!(words.len() <= MAX_WORDS);
         debug_assert!(chunk.len() <= self.ring.capacity(words.len()));
-        let n = self.head;
-        let cell = self.ring.cell(n);
+        let cell = self.ring.cell(self.head);
         // SAFETY: the cell is free (has_room), so the consumer does not read
-        // it until the sequence word below is published; the writes stay
+        // it until `publish` stores its sequence word; the writes stay
         // inside the cell because the caller checked the sizes.
         unsafe {
             std::ptr::write(cell.add(8) as *mut CellMeta, meta);
@@ -121,8 +120,21 @@ impl Producer {
                 chunk.len(),
             );
         }
+    }
+
+    /// Publish the cell written last: it becomes visible to the consumer.
+    #[inline]
+    pub(crate) fn publish(&mut self) {
+        let n = self.head;
         self.ring.seq(n).store(n + 1, Ordering::Release);
         self.head = n + 1;
+    }
+
+    /// Write and publish one cell.
+    #[inline]
+    pub(crate) fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        self.write(meta, words, chunk);
+        self.publish();
     }
 }
 
