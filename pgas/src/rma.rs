@@ -23,7 +23,8 @@ use std::task::{Context, Poll};
 
 impl Inner {
     /// Start fetching `len` bytes at (rank, off) into `dst`; returns the AM
-    /// slot to wait for, if any. The caller keeps `dst` alive until then.
+    /// slot to wait for, if any. The caller checked the range (see
+    /// [`Inner::check`]) and keeps `dst` alive until then.
     pub(crate) fn start_get(
         &self,
         rank: usize,
@@ -31,7 +32,6 @@ impl Inner {
         dst: *mut u8,
         len: usize,
     ) -> Result<Option<usize>> {
-        self.check_bytes(rank, off, len as u64, 1)?;
         if len == 0 {
             return Ok(None);
         }
@@ -101,7 +101,6 @@ impl Inner {
     }
 
     pub(crate) fn put_bytes(&self, rank: usize, off: u64, src: &[u8]) -> Result<()> {
-        self.check_bytes(rank, off, src.len() as u64, 1)?;
         if src.is_empty() {
             return Ok(());
         }
@@ -133,7 +132,6 @@ impl Inner {
     }
 
     pub(crate) fn store_bytes(&self, rank: usize, off: u64, src: &[u8]) -> Result<()> {
-        self.check_bytes(rank, off, src.len() as u64, 1)?;
         self.sent_bytes[rank].fetch_add(src.len() as u64, Ordering::Relaxed);
         if self.path == RmaPath::Native {
             let seg = self.seg(rank);
@@ -156,7 +154,20 @@ impl Inner {
         )
     }
 
-    /// Blocking get of raw bytes (collectives use it).
+    /// Checked typed put: the one entry point of `Pgas::put` and `Scope::put`.
+    pub(crate) fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        self.check(dst, src.len())?;
+        self.put_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
+    }
+
+    /// Checked typed store: the one entry point of `Pgas::store` and `Scope::store`.
+    pub(crate) fn store<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        self.check(dst, src.len())?;
+        self.store_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
+    }
+
+    /// Blocking get of raw bytes (checked by the caller; collectives use it
+    /// on their own scratch block).
     pub(crate) fn get_blocking(&self, rank: usize, off: u64, dst: &mut [u8]) -> Result<()> {
         match self.start_get(rank, off, dst.as_mut_ptr(), dst.len())? {
             Some(slot) => self.wait_slots(&[slot]),
@@ -198,17 +209,13 @@ impl<'env> Scope<'env> {
 
     /// Start `*dst := src` (copied now; complete when the scope ends).
     pub fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
-        self.inner.check(dst, src.len())?;
-        self.inner
-            .put_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
+        self.inner.put(dst, src)
     }
 
     /// Store (`*dst :- src`): no acknowledgement to this rank; the target
     /// learns of it through `store_sync` / `all_store_sync`.
     pub fn store<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
-        self.inner.check(dst, src.len())?;
-        self.inner
-            .store_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
+        self.inner.store(dst, src)
     }
 
     fn finish(&self) -> Result<()> {
@@ -276,18 +283,14 @@ impl Pgas {
     ///
     /// [`sync`]: Pgas::sync
     pub fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
-        self.inner.check(dst, src.len())?;
-        self.inner
-            .put_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
+        self.inner.put(dst, src)
     }
 
     /// Store `*dst :- src`: no acknowledgement; the target waits for it with
     /// [`store_sync`](Pgas::store_sync) or everyone with
     /// [`all_store_sync`](Pgas::all_store_sync).
     pub fn store<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
-        self.inner.check(dst, src.len())?;
-        self.inner
-            .store_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
+        self.inner.store(dst, src)
     }
 
     /// Blocking read of one element.
