@@ -303,6 +303,11 @@ impl Inner {
     }
 
     pub(crate) fn take_errors(&self) -> Result<()> {
+        if !self.st.has_errors.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        // A failure recorded after this store sets the flag again.
+        self.st.has_errors.store(false, Ordering::Release);
         let mut e = self.st.errors.lock();
         if e.is_empty() {
             return Ok(());

@@ -83,6 +83,8 @@ pub(crate) struct State {
     pub store_expected: [AtomicU64; 2],
     /// Failures reported by peers' handlers, returned by the next sync.
     pub errors: Mutex<Vec<String>>,
+    /// Whether `errors` may be non-empty (spares `sync` the lock).
+    pub has_errors: std::sync::atomic::AtomicBool,
 }
 
 impl State {
@@ -103,6 +105,7 @@ impl State {
         if e.len() < 16 {
             e.push(why);
         }
+        self.has_errors.store(true, Ordering::Release);
     }
 }
 
