@@ -1,31 +1,46 @@
-//! `splitrt-bench`: benchmarks of splitrt between two pinned ranks.
+//! `splitrt-bench`: benchmarks of splitrt between pinned processes.
 //!
 //! ```text
-//! splitrt-bench [am] [--quick] [--reps R] [--out DIR] [--no-ucx]
-//! splitrt-bench pgas [--quick] [--reps R] [--out DIR]
+//! splitrt-bench [am] [--quick] [--reps R] [--out DIR] [--timeout S] [--no-ucx]
+//! splitrt-bench pgas | latency | throughput | ring-scan | cell-scan | breakdown [--quick] [--reps R] [--out DIR]
+//! splitrt-bench compare [--no-peers] [--quick] [--reps R] [--out DIR]
+//! splitrt-bench apps [--class S|W] [--quick] [--reps R] [--out DIR]
 //! ```
 //!
 //! * `am` (the default): Active Message latency, throughput and message
 //!   rate next to a raw cache-line ping-pong measured in the same run (and
-//!   UCX, when `ucx_perftest` is installed); writes `DIR/am.csv`.
-//! * `pgas`: one-sided put/get/store latency and bandwidth and the cost of
-//!   `sync`, on both one-sided paths (`SPLITRT_RMA=native` and `am`, one
-//!   job each, back to back) next to a memcpy baseline measured in the same
-//!   run; writes `DIR/pgas.csv`.
+//!   UCX, when `ucx_perftest` is installed); `DIR/am.csv`, `am-*.svg`.
+//! * `pgas`: one-sided put/get/store on both one-sided paths next to a
+//!   memcpy baseline; `DIR/pgas.csv`, `pgas-bandwidth.svg`.
+//! * `latency`, `throughput`: size sweeps of AM Short/Medium/Long and
+//!   get/put (round trips with p50/p99; one-way MB/s and msgs/s).
+//! * `ring-scan`, `cell-scan`: max-size Medium streaming vs the shm ring
+//!   length / cell size, one job per setting.
+//! * `compare`: splitrt beside UCX, libfabric, raw UDP, the raw line
+//!   ping-pong and memcpy on the same pinned CPUs, with ratios.
+//! * `apps`: the example applications at 1, 2, 4, 8 ranks (speedup).
+//! * `breakdown`: per-stage time of an AM round trip (`SPLITRT_TRACE=1`).
 //!
-//! Run by a user, the binary is the *driver*: it launches two ranks of
-//! itself (hidden worker subcommands) through the splitrt launcher, reads
-//! rank 0's measurements, prints the table and writes the CSV. The text
-//! printed above each table says what every number means.
+//! Every subcommand prints a table, writes `DIR/<name>.csv` and SVG plots,
+//! repeats every measurement (`--reps`) and flags noisy rows. Run by a
+//! user, the binary is the *driver*: it launches two ranks of itself
+//! (hidden worker subcommands) through the splitrt launcher, reads rank 0's
+//! measurements and reports. See `docs/BENCHMARKS.md`.
 
 mod am;
+mod apps;
+mod breakdown;
+mod compare;
 mod host;
 mod job;
 mod pgas;
 mod pin;
+mod plot;
+mod progress;
 mod report;
 mod results;
 mod stats;
+mod sweep;
 mod touch;
 
 use clap::{Args, Parser, Subcommand};
@@ -37,7 +52,9 @@ use std::path::PathBuf;
     name = "splitrt-bench",
     version,
     about = "splitrt benchmarks on 2 pinned ranks: AM latency / throughput / message rate \
-             (default, or `am`) and PGAS one-sided put / get / store (`pgas`)"
+             (default, or `am`), PGAS put / get / store (`pgas`), size sweeps, ring and cell \
+             scans, comparisons with UCX / libfabric / hardware limits, applications, and a \
+             per-stage breakdown"
 )]
 struct Cli {
     #[command(flatten)]
@@ -88,6 +105,45 @@ enum Cmd {
     /// PGAS one-sided put/get/store on the native and the AM path, with a
     /// memcpy baseline.
     Pgas,
+    /// AM Short/Medium/Long and get/put round-trip latency vs size (p50, p99).
+    Latency,
+    /// One-way bandwidth and message rate vs size (AM Medium/Long, put, get).
+    Throughput,
+    /// Max-size Medium streaming vs shm ring length (2 .. 64 cells).
+    RingScan,
+    /// Max-size Medium streaming vs shm cell size (256 B .. 1 MiB, ring of 4).
+    CellScan,
+    /// splitrt beside UCX, libfabric (if installed), raw UDP, the raw
+    /// cache-line ping-pong and memcpy, on the same pinned CPUs.
+    Compare {
+        /// Do not run ucx_perftest / fi_pingpong even if installed.
+        #[arg(long)]
+        no_peers: bool,
+    },
+    /// Wall-clock time and speedup of the example applications at 1, 2, 4
+    /// and 8 ranks (needs `cargo build --release --examples --bins`).
+    Apps {
+        /// NPB problem class (S or W).
+        #[arg(long, default_value = "S")]
+        class: String,
+    },
+    /// Where an AM round trip's time goes, per runtime stage
+    /// (SPLITRT_TRACE=1), beside the untraced round trip.
+    Breakdown,
+    /// One rank of a breakdown job (started by the driver, not by users).
+    #[command(hide = true)]
+    BreakdownWorker {
+        /// Where rank 0 writes its measurements (CSV).
+        #[arg(long)]
+        result: PathBuf,
+    },
+    /// One rank of a sweep job (started by the driver, not by users).
+    #[command(hide = true)]
+    SweepWorker {
+        /// Where rank 0 writes its measurements (CSV).
+        #[arg(long)]
+        result: PathBuf,
+    },
     /// One rank of the AM benchmark job (started by the driver, not by users).
     #[command(hide = true)]
     Worker {
@@ -113,6 +169,14 @@ fn am_options(cli: &Cli, a: AmArgs) -> am::driver::Options {
     }
 }
 
+fn sweep_options(cli: &Cli) -> sweep::driver::Options {
+    sweep::driver::Options {
+        common: cli.common,
+        out: cli.driver.out.clone(),
+        timeout: cli.driver.timeout,
+    }
+}
+
 fn main() {
     let cli = Cli::parse();
     let outcome = match &cli.cmd {
@@ -124,6 +188,33 @@ fn main() {
         }
         None => am::driver::run(&am_options(&cli, AmArgs::default())),
         Some(Cmd::Am(a)) => am::driver::run(&am_options(&cli, *a)),
+        Some(Cmd::SweepWorker { result }) => {
+            sweep::worker::run(cli.common, result).map_err(|e| e.to_string())
+        }
+        Some(Cmd::Latency) => sweep::driver::latency(&sweep_options(&cli)),
+        Some(Cmd::Throughput) => sweep::driver::throughput(&sweep_options(&cli)),
+        Some(Cmd::RingScan) => sweep::driver::ring_scan(&sweep_options(&cli)),
+        Some(Cmd::CellScan) => sweep::driver::cell_scan(&sweep_options(&cli)),
+        Some(Cmd::Compare { no_peers }) => compare::run(&compare::Options {
+            common: cli.common,
+            out: cli.driver.out.clone(),
+            timeout: cli.driver.timeout,
+            no_peers: *no_peers || cli.am.no_ucx,
+        }),
+        Some(Cmd::Apps { class }) => apps::run(&apps::Options {
+            common: cli.common,
+            out: cli.driver.out.clone(),
+            timeout: cli.driver.timeout,
+            class: class.clone(),
+        }),
+        Some(Cmd::Breakdown) => breakdown::run(&breakdown::Options {
+            common: cli.common,
+            out: cli.driver.out.clone(),
+            timeout: cli.driver.timeout,
+        }),
+        Some(Cmd::BreakdownWorker { result }) => {
+            breakdown::worker(cli.common, result).map_err(|e| e.to_string())
+        }
         Some(Cmd::Pgas) if cli.am.no_ucx => {
             Err("--no-ucx applies to the AM benchmark only".to_string())
         }

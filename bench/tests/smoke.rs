@@ -1,7 +1,6 @@
-//! CI smoke tests: `splitrt-bench --quick` (the AM benchmark) and
-//! `splitrt-bench pgas --quick` run end to end (two real ranks per job) and
-//! write their CSV. No number is judged here: performance is measured, not
-//! tested.
+//! CI smoke tests: every `splitrt-bench` subcommand runs end to end with
+//! `--quick --reps 1` (two real ranks per job) and writes its CSV and SVG.
+//! No number is judged here: performance is measured, not tested.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -45,6 +44,7 @@ fn quick_run_writes_its_table_and_csv() {
     }
     let csv = std::fs::read_to_string(out.join("am.csv")).unwrap();
     assert!(csv.lines().count() > 10, "{csv}");
+    assert_outputs(&out, &["am.csv", "am-latency.svg", "am-bandwidth.svg"]);
 }
 
 #[test]
@@ -79,8 +79,152 @@ fn quick_pgas_run_writes_its_table_and_csv() {
     assert!(csv.starts_with("section,source,measurement,"), "{csv}");
     // 12 latency and sync rows, 4 sizes x 5 bandwidth rows, 3 x 2 stores.
     assert!(csv.lines().count() > 12 + 4 * 5 + 3 * 2, "{csv}");
+    assert_outputs(&out, &["pgas.csv", "pgas-bandwidth.svg"]);
     for f in ["pgas-native-rank0.csv", "pgas-am-rank0.csv"] {
         let per_rep = std::fs::read_to_string(out.join(f)).unwrap();
         assert!(per_rep.contains("put_bw,"), "{f}: {per_rep}");
     }
+}
+
+/// Every file in `files` exists in `out`, non-empty; SVGs are SVG.
+fn assert_outputs(out: &Path, files: &[&str]) {
+    for f in files {
+        let p = out.join(f);
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert!(!text.is_empty(), "{} is empty", p.display());
+        if f.ends_with(".svg") {
+            assert!(text.contains("<svg"), "{} is not SVG", p.display());
+        } else {
+            assert!(
+                text.starts_with("section,source,measurement,"),
+                "{}",
+                p.display()
+            );
+        }
+    }
+}
+
+/// Run one subcommand quickly; check its rows and files.
+fn sub(name: &str, extra: &[&str], rows: &[&str], files: &[&str]) {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("bench-smoke-{name}"));
+    let mut args = vec![name];
+    args.extend_from_slice(extra);
+    let stdout = quick_run(&args, &out);
+    for row in rows {
+        assert!(stdout.contains(row), "missing {row:?} in\n{stdout}");
+    }
+    assert_outputs(&out, files);
+}
+
+#[test]
+fn quick_latency() {
+    sub(
+        "latency",
+        &[],
+        &[
+            "AM Short RTT",
+            "AM Medium RTT",
+            "AM Long RTT",
+            "get (blocking read_slice)",
+            "put + sync",
+        ],
+        &["latency.csv", "latency.svg"],
+    );
+}
+
+#[test]
+fn quick_throughput() {
+    sub(
+        "throughput",
+        &[],
+        &[
+            "AM Medium one-way",
+            "AM Long one-way",
+            "put one-way",
+            "message rate",
+        ],
+        &["throughput.csv", "throughput.svg", "throughput-rate.svg"],
+    );
+}
+
+#[test]
+fn quick_ring_and_cell_scans() {
+    sub(
+        "ring-scan",
+        &[],
+        &[
+            "max Medium stream, ring 2 cells",
+            "max Medium stream, ring 8 cells",
+        ],
+        &["ring-scan.csv", "ring-scan.svg"],
+    );
+    sub(
+        "cell-scan",
+        &[],
+        &[
+            "max Medium stream, cell 256 B",
+            "max Medium stream, cell 4 KiB",
+        ],
+        &["cell-scan.csv", "cell-scan.svg"],
+    );
+}
+
+#[test]
+fn quick_compare_without_peers() {
+    sub(
+        "compare",
+        &["--no-peers"],
+        &[
+            "raw cache-line ping-pong RTT",
+            "memcpy 1 MiB",
+            "UDP 127.0.0.1 ping-pong RTT",
+            "UCX: skipped",
+            "libfabric: skipped",
+            "ratios: splitrt / peer",
+        ],
+        &["compare.csv", "compare.svg"],
+    );
+}
+
+#[test]
+fn quick_apps() {
+    // The examples are built by `cargo test --workspace` (or `cargo build
+    // --examples`), next to this crate's binary.
+    let dir = Path::new(env!("CARGO_BIN_EXE_splitrt-bench"))
+        .parent()
+        .unwrap();
+    let missing: Vec<_> = ["em3d", "sample_sort", "matmul", "npb_is", "npb_cg"]
+        .iter()
+        .map(|e| dir.join("examples").join(e))
+        .filter(|p| !p.is_file())
+        .collect();
+    if !missing.is_empty() || !dir.join("splitrt-run").is_file() {
+        eprintln!("skipping apps smoke test: examples not built (cargo test --workspace builds them): {missing:?}");
+        return;
+    }
+    sub(
+        "apps",
+        &[],
+        &[
+            "em3d wall clock, 2 rank(s)",
+            "npb_cg \"Mop/s total\"",
+            "speedup t1/t2",
+        ],
+        &["apps.csv", "apps-speedup.svg"],
+    );
+}
+
+#[test]
+fn quick_breakdown() {
+    sub(
+        "breakdown",
+        &[],
+        &[
+            "round trip, trace off",
+            "round trip, trace on",
+            "rank 0 send: copy (ping)",
+            "rank 1 recv: handler (ping)",
+        ],
+        &["breakdown.csv", "breakdown.svg"],
+    );
 }

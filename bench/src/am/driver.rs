@@ -84,6 +84,23 @@ pub fn run(o: &Options) -> Result<(), String> {
     let csv_path = o.out.join("am.csv");
     std::fs::write(&csv_path, report::csv(&sections))
         .map_err(|e| format!("writing {}: {e}", csv_path.display()))?;
+    let lat_svg = crate::plot::sections_by_size(
+        &o.out.join("am-latency.svg"),
+        "splitrt AM round-trip latency (2 pinned ranks, shm)",
+        &sections,
+        "us",
+        "round trip (us)",
+        true,
+    )?;
+    let bw_svg = crate::plot::sections_by_size(
+        &o.out.join("am-bandwidth.svg"),
+        "splitrt AM one-way throughput (2 pinned ranks, shm)",
+        &sections,
+        "MB/s",
+        "MB/s (1 MB = 1e6 B)",
+        true,
+    )?;
+    println!("wrote {} and {}", lat_svg.display(), bw_svg.display());
     println!(
         "wrote {} (per-repetition rows: {}{})",
         csv_path.display(),

@@ -5,11 +5,11 @@
 //! [`worker`] in each rank.
 
 pub mod driver;
-mod handlers;
-mod latency;
+pub(crate) mod handlers;
+pub(crate) mod latency;
 mod measure;
-mod pingpong;
-mod plan;
-mod throughput;
-mod ucx;
+pub(crate) mod pingpong;
+pub(crate) mod plan;
+pub(crate) mod throughput;
+pub(crate) mod ucx;
 pub mod worker;

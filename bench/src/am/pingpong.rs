@@ -20,27 +20,33 @@ pub struct Line<'a> {
 impl<'a> Line<'a> {
     /// The line at offset 0 of rank 0's segment as mapped in this process.
     pub fn of(ep: &'a Endpoint) -> Result<Line<'a>> {
+        Self::at(ep, 0)
+    }
+
+    /// The 64-byte line at `offset` (a multiple of 64) of rank 0's segment
+    /// as mapped in this process.
+    pub fn at(ep: &'a Endpoint, offset: usize) -> Result<Line<'a>> {
         let seg = ep
             .world()
             .fabric()
             .peer_segment(0)
             .ok_or_else(|| Error::usage("rank 0's segment is not mapped here"))?;
-        if seg.len < 64 || seg.base.align_offset(64) != 0 {
+        if !offset.is_multiple_of(64) || seg.len < offset + 64 || seg.base.align_offset(64) != 0 {
             return Err(Error::usage(format!(
                 "rank 0's segment ({} B at {:p}) has no 64-byte aligned line at offset 0",
                 seg.len, seg.base
             )));
         }
-        // SAFETY: the first 64 bytes of rank 0's segment are mapped in both
+        // SAFETY: bytes offset..offset+64 of rank 0's segment are mapped in both
         // processes for as long as the fabric lives, which `'a` (a borrow of
         // the endpoint) guarantees; the line is 64-byte aligned (checked
         // above), so both words are aligned for AtomicU64; nothing else in
-        // this benchmark touches offsets 0..64 of rank 0's segment, and the
+        // this benchmark touches that line of rank 0's segment, and the
         // two processes only access the words atomically.
         let (ping, pong) = unsafe {
             (
-                &*(seg.base as *const AtomicU64),
-                &*(seg.base.add(8) as *const AtomicU64),
+                &*(seg.base.add(offset) as *const AtomicU64),
+                &*(seg.base.add(offset + 8) as *const AtomicU64),
             )
         };
         Ok(Line { ping, pong })

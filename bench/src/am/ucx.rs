@@ -62,19 +62,21 @@ pub fn find() -> Option<PathBuf> {
 /// client's command line and output to a log file.
 pub struct Ucx {
     exe: PathBuf,
+    /// `UCX_TLS` of both sides (`tcp` adds `UCX_NET_DEVICES=lo`).
+    tls: String,
     port: u16,
     log: PathBuf,
 }
 
 /// Kill and reap a child we started (by its own handle, never by name).
-fn stop(mut c: Child) {
+pub(crate) fn stop(mut c: Child) {
     let _ = c.kill();
     let _ = c.wait();
 }
 
 /// Wait up to `limit` for `c` to exit; kill it after that. Returns its
 /// stdout and whether it exited successfully in time.
-fn finish(mut c: Child, limit: Duration) -> (String, bool) {
+pub(crate) fn finish(mut c: Child, limit: Duration) -> (String, bool) {
     let end = Instant::now() + limit;
     let mut out = String::new();
     let reader = c.stdout.take().map(|mut o| {
@@ -107,9 +109,17 @@ impl Ucx {
         let _ = std::fs::write(&log, "");
         Ucx {
             exe,
+            tls: "sm,self".into(),
             port: 20000 + (std::process::id() % 20000) as u16,
             log,
         }
+    }
+
+    /// The same runner with `UCX_TLS=tls` (`tcp` also sets
+    /// `UCX_NET_DEVICES=lo`).
+    pub fn with_tls(mut self, tls: &str) -> Ucx {
+        self.tls = tls.to_string();
+        self
     }
 
     fn note(&self, text: &str) {
@@ -127,8 +137,11 @@ impl Ucx {
         c.arg("-c")
             .arg(cpu.to_string())
             .arg(&self.exe)
-            .env("UCX_TLS", "sm,self")
+            .env("UCX_TLS", &self.tls)
             .stdin(Stdio::null());
+        if self.tls == "tcp" {
+            c.env("UCX_NET_DEVICES", "lo");
+        }
         c
     }
 
@@ -173,7 +186,8 @@ impl Ucx {
         let (out, ok) = finish(client, Duration::from_secs(60));
         let _ = finish(server, Duration::from_secs(5));
         self.note(&format!(
-            "# UCX_TLS=sm,self taskset -c 0 ucx_perftest 127.0.0.1 -p {port} -t {test} -s {size} -n {iters} (server: taskset -c 1)\n{out}\n"
+            "# UCX_TLS={} taskset -c 0 ucx_perftest 127.0.0.1 -p {port} -t {test} -s {size} -n {iters} (server: taskset -c 1)\n{out}\n",
+            self.tls
         ));
         match parse_final(&out) {
             Some(f) if ok => Ok(f),

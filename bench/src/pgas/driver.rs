@@ -35,13 +35,14 @@ pub fn run(o: &Options) -> Result<(), String> {
     std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
     let load_before = loadavg();
     let mut done: Vec<(PathBuf, Results<Bench>)> = Vec::new();
+    let bar = crate::progress::Progress::new("splitrt-bench pgas", PATHS.len(), plan.quick);
     for path in PATHS {
         let result = o.out.join(format!("pgas-{path}-rank0.csv"));
-        eprintln!(
-            "splitrt-bench pgas: running 2 ranks with {ENV_RMA}={path} ({} repetition(s){}) ...",
+        bar.step(&format!(
+            "running 2 ranks with {ENV_RMA}={path} ({} repetition(s){})",
             plan.reps,
             if plan.quick { ", quick" } else { "" }
-        );
+        ));
         let text = job::run(&Job {
             worker: "pgas-worker",
             common: o.common,
@@ -63,7 +64,9 @@ pub fn run(o: &Options) -> Result<(), String> {
             ));
         }
         done.push((result, res));
+        bar.done();
     }
+    bar.finish();
     let load_after = loadavg();
 
     let runs = Runs {
@@ -76,6 +79,15 @@ pub fn run(o: &Options) -> Result<(), String> {
     let csv_path = o.out.join("pgas.csv");
     std::fs::write(&csv_path, report::csv(&sections))
         .map_err(|e| format!("writing {}: {e}", csv_path.display()))?;
+    let svg = crate::plot::sections_by_size(
+        &o.out.join("pgas-bandwidth.svg"),
+        "splitrt one-sided bandwidth vs memcpy (2 pinned ranks, shm)",
+        &sections,
+        "MB/s",
+        "MB/s (1 MB = 1e6 B)",
+        true,
+    )?;
+    println!("wrote {}", svg.display());
     println!(
         "wrote {} (per-repetition rows: {}, {})",
         csv_path.display(),

@@ -566,13 +566,21 @@ mod tests {
             payload: b"abc",
             deposit: None,
         };
-        assert!(f.try_send(0, Channel::Request, &pkt, &mut |_| Ok(())).unwrap());
+        assert!(f
+            .try_send(0, Channel::Request, &pkt, &mut |_| Ok(()))
+            .unwrap());
         let mut got = 0;
         f.poll(Channel::Request, &mut |_| got += 1).unwrap();
         trace::set_enabled(false);
         let t = trace::take();
         assert_eq!(got, 1);
-        for s in [Stage::Enqueue, Stage::Copy, Stage::Publish, Stage::Poll, Stage::Release] {
+        for s in [
+            Stage::Enqueue,
+            Stage::Copy,
+            Stage::Publish,
+            Stage::Poll,
+            Stage::Release,
+        ] {
             assert_eq!(t.count[s as usize], 1, "{s:?}: {t:?}");
         }
     }

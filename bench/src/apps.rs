@@ -1,0 +1,282 @@
+//! `apps`: whole-job wall-clock time of the example applications (em3d,
+//! sample_sort, matmul, npb_is, npb_cg) at 1, 2, 4 and 8 ranks, launched
+//! through `splitrt-run -n N` (found next to this executable, as cargo lays
+//! out `target/<profile>/`), repeated; speedup = t(1 rank) / t(N ranks).
+//! NPB runs also report their own "Time in seconds" and "Mop/s total".
+//! Runs with more ranks than CPUs are oversubscribed and flagged.
+
+use crate::host::{cpu_model, loadavg};
+use crate::job;
+use crate::plot::{self, Chart, Series};
+use crate::progress::Progress;
+use crate::report::{self, Row, Section};
+use crate::stats::{Summary, NOISY_RATIO};
+use crate::Common;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// What the user asked for.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `--quick` and `--reps`.
+    pub common: Common,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Seconds before one run is killed (the launcher's `--timeout`).
+    pub timeout: f64,
+    /// NPB class (`S` or `W`).
+    pub class: String,
+}
+
+/// One application and its arguments.
+struct App {
+    name: &'static str,
+    args: Vec<String>,
+    npb: bool,
+}
+
+fn apps(quick: bool, class: &str) -> Vec<App> {
+    let a = |name, args: &[&str], npb| App {
+        name,
+        args: args.iter().map(|s| s.to_string()).collect(),
+        npb,
+    };
+    if quick {
+        vec![
+            a("em3d", &["600", "6", "0.25", "6"], false),
+            a("sample_sort", &["4000"], false),
+            a("matmul", &["100", "16"], false),
+            a("npb_is", &["S"], true),
+            a("npb_cg", &["S"], true),
+        ]
+    } else {
+        vec![
+            a("em3d", &[], false),
+            a("sample_sort", &[], false),
+            a("matmul", &[], false),
+            a("npb_is", &[class], true),
+            a("npb_cg", &[class], true),
+        ]
+    }
+}
+
+/// CPUs this process may run on.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The directory holding this executable (`target/<profile>`).
+fn bin_dir() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
+    exe.parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| "this executable has no parent directory".into())
+}
+
+/// One run's numbers.
+struct Run {
+    wall: f64,
+    npb_secs: Option<f64>,
+    mops: Option<f64>,
+}
+
+fn field(out: &str, key: &str) -> Option<f64> {
+    out.lines().find_map(|l| {
+        let (_, rest) = l.split_once(key)?;
+        rest.trim_start_matches([' ', '=']).trim().parse().ok()
+    })
+}
+
+fn run_once(
+    launcher: &Path,
+    exe: &Path,
+    ranks: usize,
+    app: &App,
+    timeout: f64,
+) -> Result<Run, String> {
+    let t = Instant::now();
+    let out = Command::new(launcher)
+        .args(["-n", &ranks.to_string(), "--timeout", &format!("{timeout}")])
+        .arg(exe)
+        .args(&app.args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| format!("starting {}: {e}", launcher.display()))?;
+    let wall = t.elapsed().as_secs_f64();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "{} on {ranks} ranks failed ({}): {}",
+            app.name,
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        ));
+    }
+    Ok(Run {
+        wall,
+        npb_secs: app.npb.then(|| field(&stdout, "Time in seconds")).flatten(),
+        mops: app.npb.then(|| field(&stdout, "Mop/s total")).flatten(),
+    })
+}
+
+/// Run every application at every rank count and report.
+pub fn run(o: &Options) -> Result<(), String> {
+    job::check_timeout(o.timeout)?;
+    if !matches!(o.class.as_str(), "S" | "W") {
+        return Err(format!("--class {:?}: expected S or W", o.class));
+    }
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
+    let dir = bin_dir()?;
+    let launcher = dir.join("splitrt-run");
+    let list = apps(o.common.quick, &o.class);
+    let missing: Vec<String> = std::iter::once(launcher.clone())
+        .chain(list.iter().map(|a| dir.join("examples").join(a.name)))
+        .filter(|p| !p.is_file())
+        .map(|p| p.display().to_string())
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "missing {}; build with cargo build --release --examples --bins",
+            missing.join(", ")
+        ));
+    }
+    let ranks: &[usize] = if o.common.quick {
+        &[1, 2]
+    } else {
+        &[1, 2, 4, 8]
+    };
+    let reps = o.common.reps as usize;
+    let ncpu = cpus();
+    let before = loadavg();
+    let bar = Progress::new(
+        "splitrt-bench apps",
+        list.len() * ranks.len(),
+        o.common.quick,
+    );
+    let mut sections = Vec::new();
+    let mut speedups = Vec::new();
+    for app in &list {
+        let exe = dir.join("examples").join(app.name);
+        let mut rows = Vec::new();
+        let mut t1 = f64::NAN;
+        let mut pts = Vec::new();
+        for &n in ranks {
+            bar.step(&format!("{} on {n} rank(s), {reps} run(s)", app.name));
+            let mut runs = Vec::new();
+            for _ in 0..reps {
+                runs.push(run_once(&launcher, &exe, n, app, o.timeout)?);
+            }
+            bar.done();
+            let wall = Summary::values(&runs.iter().map(|r| r.wall).collect::<Vec<_>>());
+            if n == 1 {
+                t1 = wall.median;
+            }
+            let speedup = t1 / wall.median;
+            pts.push((n as f64, speedup));
+            let over = n > ncpu;
+            let flag = |r: Row| {
+                if over {
+                    r.with_note(format!("OVERSUBSCRIBED ({n} ranks on {ncpu} CPUs)"))
+                } else {
+                    r
+                }
+            };
+            rows.push(flag(
+                Row::new(
+                    "splitrt",
+                    format!("{} wall clock, {n} rank(s)", app.name),
+                    None,
+                    "s",
+                    wall,
+                )
+                .with_note(format!("speedup t1/t{n} = {speedup:.2}x")),
+            ));
+            let npb: Vec<f64> = runs.iter().filter_map(|r| r.npb_secs).collect();
+            if !npb.is_empty() {
+                rows.push(flag(Row::new(
+                    "splitrt",
+                    format!("{} \"Time in seconds\", {n} rank(s)", app.name),
+                    None,
+                    "s",
+                    Summary::values(&npb),
+                )));
+            }
+            let mops: Vec<f64> = runs.iter().filter_map(|r| r.mops).collect();
+            if !mops.is_empty() {
+                rows.push(flag(Row::new(
+                    "splitrt",
+                    format!("{} \"Mop/s total\", {n} rank(s)", app.name),
+                    None,
+                    "Mop/s",
+                    Summary::values(&mops),
+                )));
+            }
+        }
+        let args = if app.args.is_empty() {
+            "default arguments".to_string()
+        } else {
+            app.args.join(" ")
+        };
+        sections.push(Section {
+            title: format!("{} ({args})", app.name),
+            rows,
+        });
+        speedups.push(Series {
+            name: app.name.to_string(),
+            points: pts,
+        });
+    }
+    bar.finish();
+    speedups.push(Series {
+        name: format!("ideal up to {ncpu} CPUs"),
+        points: ranks
+            .iter()
+            .map(|&n| (n as f64, n.min(ncpu) as f64))
+            .collect(),
+    });
+    println!(
+        "splitrt-bench apps ({} build{}): whole-job wall clock of `splitrt-run -n N EXAMPLE ARGS`, {reps} run(s) each\n\
+         cpu: {} ({ncpu} CPUs); load average before: {before}, after: {}\n\
+         speedup = median t(1 rank) / median t(N ranks); runs with more ranks than CPUs are OVERSUBSCRIBED\n\
+         (ranks time-share cores and back off to sleeping: such numbers measure scheduling, not scaling).\n\
+         NPB rows also show the benchmark's own \"Time in seconds\" and \"Mop/s total\". NOISY = max/min > {NOISY_RATIO}.\n",
+        crate::host::build(),
+        if o.common.quick { ", --quick: smoke test only, numbers mean little" } else { "" },
+        cpu_model(),
+        loadavg(),
+    );
+    print!("{}", report::table(&sections));
+    let csv = o.out.join("apps.csv");
+    std::fs::write(&csv, report::csv(&sections))
+        .map_err(|e| format!("writing {}: {e}", csv.display()))?;
+    let svg = o.out.join("apps-speedup.svg");
+    plot::draw(
+        &svg,
+        &Chart {
+            title: "example applications: speedup t1 / tN (whole job)",
+            x_label: "ranks",
+            y_label: "speedup",
+            log_x: true,
+            log_y: false,
+        },
+        &speedups,
+    )?;
+    println!("wrote {} and {}", csv.display(), svg.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn parses_npb_fields() {
+        let out = "[0]  Time in seconds =                     0.42\n[0]  Mop/s total     =                   123.45\n";
+        assert_eq!(super::field(out, "Time in seconds"), Some(0.42));
+        assert_eq!(super::field(out, "Mop/s total"), Some(123.45));
+        assert_eq!(super::field(out, "nope"), None);
+    }
+}

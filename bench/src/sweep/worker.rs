@@ -1,0 +1,334 @@
+//! One rank of a sweep job. Rank r pins itself to CPU r. Rank 0 drives
+//! every measurement; rank 1 answers the raw ping-pong (compare mode only)
+//! and otherwise waits in a barrier, serving Active Messages (and AM-path
+//! one-sided requests) from there.
+
+use super::{Bench, Mode, Plan, ENV_MODE};
+use crate::am::handlers::{self, Handlers, Shared};
+use crate::am::latency::{round_trips, Rounds};
+use crate::am::pingpong::Line;
+use crate::am::plan::{LONG_OFFSET, LONG_STREAM_AREA};
+use crate::am::throughput::stream;
+use crate::job::{pin_this_rank, this_rank};
+use crate::results::{Results, Value};
+use crate::stats::p50_p99;
+use crate::touch::touch;
+use crate::Common;
+use splitrt::pgas::{Pgas, SymArray};
+use splitrt::{EndpointBuilder, Error, Payload, Result};
+use std::hint::black_box;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The rank that answers.
+const PEER: usize = 1;
+
+/// The job's mode from [`ENV_MODE`].
+fn mode() -> Result<Mode> {
+    let v = std::env::var(ENV_MODE).unwrap_or_default();
+    Mode::parse(&v).ok_or_else(|| Error::usage(format!("{ENV_MODE}={v:?}: unknown sweep mode")))
+}
+
+/// Run this rank; rank 0 writes its measurements to `result`.
+pub fn run(common: Common, result: &Path) -> Result<()> {
+    let plan = Plan::new(mode()?, &common);
+    pin_this_rank(this_rank());
+    let shared = Arc::new(Shared::default());
+    let mut b = EndpointBuilder::new();
+    let h = handlers::register(&mut b, &shared, plan.ack_every as u64)?;
+    let pg = Pgas::attach_with(b)?;
+    if pg.size() != 2 {
+        return Err(Error::usage(format!(
+            "the benchmark needs exactly 2 ranks, this job has {}",
+            pg.size()
+        )));
+    }
+    let ep = pg.endpoint().clone();
+    // The Long landing zone of the AM handlers is [LONG_OFFSET, +16 MiB +
+    // the largest payload): reserve it on the symmetric heap so nothing
+    // else lands there.
+    let zone_len = if plan.quick {
+        4 << 20
+    } else {
+        LONG_STREAM_AREA
+    };
+    let zone = pg.alloc_sym::<u8>(LONG_OFFSET as usize + zone_len)?;
+    if zone.ptr(0).offset() > LONG_OFFSET {
+        return Err(Error::usage("the Long landing zone overlaps the PGAS heap"));
+    }
+    let line_block = pg.alloc_sym::<u8>(128)?;
+    let line_off = (line_block.ptr(0).offset() as usize).div_ceil(64) * 64;
+    let line = Line::at(&ep, line_off)?;
+    let mut area = pg.alloc_sym::<u8>(plan.area)?;
+    let max_medium = ep.max_medium(PEER);
+    let long_room = ep.max_long(PEER).min(zone_len);
+    let max_long = long_room.min(plan.area).min(super::MAX_SIZE);
+
+    if pg.rank() == 0 {
+        let c = ep.config();
+        let config = vec![
+            ("mode", plan.mode.name().to_string()),
+            ("rma", format!("{:?}", pg.rma_path()).to_lowercase()),
+            ("ranks_pinned_to_cpus", "0,1".to_string()),
+            ("spin_only", c.spin_only.to_string()),
+            ("cell_size", c.cell_size.to_string()),
+            ("ring_len", c.ring_len.to_string()),
+            ("max_medium", max_medium.to_string()),
+            ("segment_size", ep.segment_len().to_string()),
+            ("window", plan.window.to_string()),
+            ("ack_every", plan.ack_every.to_string()),
+            ("batches", plan.batches.to_string()),
+            ("batch", plan.batch.to_string()),
+            ("reps", plan.reps.to_string()),
+            ("quick", plan.quick.to_string()),
+            ("build", crate::host::build().to_string()),
+        ];
+        let mut r = Rank0 {
+            pg: &pg,
+            plan: &plan,
+            shared: &shared,
+            h,
+            seq: 0,
+            src: (0..plan.area).map(|i| i as u8).collect(),
+            dst: vec![0x5a; plan.area],
+            long_room,
+            out: Results::with_config(config),
+        };
+        // Fault in rank 1's area through our mapping and both buffers.
+        pg.put(area.ptr(1), &r.src)?;
+        pg.sync()?;
+        pg.read_slice(area.ptr(1), &mut r.dst)?;
+        area.local_mut().fill(1);
+        for rep in 0..plan.reps {
+            let t = Instant::now();
+            pg.barrier()?;
+            if plan.raw() {
+                let base = rep as u64 * plan.raw_round_trips();
+                let means = line.side_a(base, plan.raw_warm, plan.raw_batches);
+                r.latency(Bench::RawLineRtt, 64, rep, &means);
+            }
+            r.repetition(rep, max_medium, max_long, &mut area)?;
+            pg.barrier()?;
+            if !plan.quick {
+                eprintln!(
+                    "{} repetition {}/{} done in {:.1} s",
+                    plan.mode.name(),
+                    rep + 1,
+                    plan.reps,
+                    t.elapsed().as_secs_f64()
+                );
+            }
+        }
+        std::fs::write(result, r.out.to_csv())
+            .map_err(|e| Error::io(format!("writing {}", result.display()), e).at_rank(0))?;
+    } else {
+        for rep in 0..plan.reps {
+            pg.barrier()?;
+            if plan.raw() {
+                line.side_b(rep as u64 * plan.raw_round_trips(), plan.raw_round_trips());
+            }
+            pg.barrier()?;
+        }
+    }
+    pg.finish()
+}
+
+/// Rank 0's side.
+struct Rank0<'a> {
+    pg: &'a Pgas,
+    plan: &'a Plan,
+    shared: &'a Shared,
+    h: Handlers,
+    seq: u64,
+    /// Source of every payload.
+    src: Vec<u8>,
+    /// Destination of gets.
+    dst: Vec<u8>,
+    long_room: usize,
+    out: Results<Bench>,
+}
+
+impl Rank0<'_> {
+    fn latency(&mut self, bench: Bench, size: usize, rep: usize, means: &[f64]) {
+        let (p50_ns, p99_ns) = p50_p99(means);
+        self.out
+            .push(bench, size, rep, Value::Latency { p50_ns, p99_ns });
+    }
+
+    fn repetition(
+        &mut self,
+        rep: usize,
+        max_medium: usize,
+        max_long: usize,
+        area: &mut SymArray<u8>,
+    ) -> Result<()> {
+        let plan = self.plan;
+        let sizes = |b: Bench| plan.sizes(b, max_medium, max_long);
+        let (pg, h) = (self.pg, self.h);
+        let ep = pg.endpoint();
+        for size in sizes(Bench::ShortRtt) {
+            let m = self.rtt(size, |_, seq| {
+                ep.request(PEER, h.ping_short, &[seq], Payload::None)
+            })?;
+            self.latency(Bench::ShortRtt, size, rep, &m);
+        }
+        for size in sizes(Bench::MediumRtt) {
+            let m = self.rtt(size, |d, seq| {
+                ep.request(PEER, h.ping_medium, &[seq], Payload::Medium(d))
+            })?;
+            self.latency(Bench::MediumRtt, size, rep, &m);
+        }
+        for size in sizes(Bench::LongRtt) {
+            let m = self.rtt(size, |data, seq| {
+                let p = Payload::Long {
+                    data,
+                    offset: LONG_OFFSET,
+                };
+                ep.request(PEER, h.ping_long, &[seq], p)
+            })?;
+            self.latency(Bench::LongRtt, size, rep, &m);
+        }
+        let remote = area.ptr(1);
+        for size in sizes(Bench::GetRtt) {
+            let m = self.timed(size, |me| pg.read_slice(remote, &mut me.dst[..size]))?;
+            self.latency(Bench::GetRtt, size, rep, &m);
+        }
+        for size in sizes(Bench::PutRtt) {
+            let m = self.timed(size, |me| {
+                pg.put(remote, &me.src[..size])?;
+                pg.sync()
+            })?;
+            self.latency(Bench::PutRtt, size, rep, &m);
+        }
+        for size in sizes(Bench::MediumBw) {
+            let mbs = self.am_stream(size, |d, n, _| {
+                ep.request(PEER, h.sink_medium, &[n], Payload::Medium(d))
+            })?;
+            self.out.push(Bench::MediumBw, size, rep, Value::Rate(mbs));
+        }
+        for size in sizes(Bench::LongBw) {
+            let mbs = self.am_stream(size, |data, n, offset| {
+                ep.request(PEER, h.sink_long, &[n], Payload::Long { data, offset })
+            })?;
+            self.out.push(Bench::LongBw, size, rep, Value::Rate(mbs));
+        }
+        for size in sizes(Bench::PutBw) {
+            let mbs = self.windows(size, |me, first, k| {
+                for j in first..first + k {
+                    pg.put(remote.add(j * size), &me.src[j * size..(j + 1) * size])?;
+                }
+                pg.sync()
+            })?;
+            self.out.push(Bench::PutBw, size, rep, Value::Rate(mbs));
+        }
+        for size in sizes(Bench::GetBw) {
+            let mbs = self.windows(size, |me, first, k| {
+                let region = &mut me.dst[first * size..(first + k) * size];
+                pg.scope(|s| {
+                    for (j, part) in region.chunks_mut(size).enumerate() {
+                        s.get(remote.add((first + j) * size), part)?;
+                    }
+                    Ok(())
+                })?;
+                touch(&me.dst[first * size..(first + k) * size]);
+                Ok(())
+            })?;
+            self.out.push(Bench::GetBw, size, rep, Value::Rate(mbs));
+        }
+        if plan.mode == Mode::Compare {
+            for size in sizes(Bench::PutBw) {
+                let own = area.local_mut();
+                let mbs = self.windows(size, |me, first, k| {
+                    let r = first * size..(first + k) * size;
+                    own[r.clone()].copy_from_slice(&me.src[r]);
+                    black_box(own.as_mut_ptr());
+                    Ok(())
+                })?;
+                self.out.push(Bench::Memcpy, size, rep, Value::Rate(mbs));
+            }
+        }
+        Ok(())
+    }
+
+    /// AM round trips of `size`-byte pings.
+    fn rtt(&mut self, size: usize, send: impl Fn(&[u8], u64) -> Result<()>) -> Result<Vec<f64>> {
+        let rounds = Rounds {
+            warm: self.plan.warm_for(size),
+            batch: self.plan.batch_for(size),
+            batches: self.plan.batches,
+        };
+        let (ep, data) = (self.pg.endpoint(), &self.src[..size]);
+        round_trips(ep, &self.shared.pong, &mut self.seq, rounds, |seq| {
+            send(data, seq)
+        })
+    }
+
+    /// Batches of a blocking operation; per-batch means (ns).
+    fn timed(
+        &mut self,
+        size: usize,
+        mut op: impl FnMut(&mut Self) -> Result<()>,
+    ) -> Result<Vec<f64>> {
+        let (batch, batches) = (self.plan.batch_for(size), self.plan.batches);
+        for _ in 0..self.plan.warm_for(size) {
+            op(self)?;
+        }
+        let mut means = Vec::with_capacity(batches);
+        let mut t = Instant::now();
+        for _ in 0..batches {
+            for _ in 0..batch {
+                op(self)?;
+            }
+            let now = Instant::now();
+            means.push((now - t).as_nanos() as f64 / batch as f64);
+            t = now;
+        }
+        Ok(means)
+    }
+
+    /// A one-way AM stream (`send(payload, stream_len, long_offset)`),
+    /// warm-up stream first; MB/s.
+    fn am_stream(
+        &mut self,
+        size: usize,
+        send: impl Fn(&[u8], u64, u64) -> Result<()>,
+    ) -> Result<f64> {
+        let msgs = self.plan.stream_msgs(size);
+        let stride = size.div_ceil(64) * 64;
+        let slots =
+            (self.long_room.min(LONG_STREAM_AREA) / stride).clamp(1, self.plan.window) as u64;
+        let (ep, data, acked) = (self.pg.endpoint(), &self.src[..size], &self.shared.acked);
+        let mut one = |i: u64, n: u64| send(data, n, LONG_OFFSET + (i % slots) * stride as u64);
+        stream(ep, acked, (msgs / 10).max(1), self.plan.window, &mut one)?;
+        let t = stream(ep, acked, msgs, self.plan.window, &mut one)?;
+        Ok((msgs * size) as f64 / t.as_secs_f64() / 1e6)
+    }
+
+    /// Rounds of `k` operations on consecutive slots of the area
+    /// (`round(self, first_slot, k)`), warm-up first; MB/s.
+    fn windows(
+        &mut self,
+        size: usize,
+        mut round: impl FnMut(&mut Self, usize, usize) -> Result<()>,
+    ) -> Result<f64> {
+        let fit = (self.plan.area / size.max(1)).max(1);
+        let k = self.plan.window.min(fit).max(1);
+        let slots = fit / k * k;
+        let timed = self.plan.stream_msgs(size).div_ceil(k);
+        let mut slot = 0;
+        let mut next = || {
+            let s = slot;
+            slot = (slot + k) % slots;
+            s
+        };
+        for _ in 0..(timed / 10).max(1) {
+            round(self, next(), k)?;
+        }
+        let t = Instant::now();
+        for _ in 0..timed {
+            round(self, next(), k)?;
+        }
+        Ok((timed * k * size) as f64 / t.elapsed().as_secs_f64() / 1e6)
+    }
+}
