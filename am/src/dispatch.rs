@@ -7,7 +7,7 @@ use crate::handler::{Func, Kind};
 use crate::message::Incoming;
 use crate::token::Token;
 use splitrt_runtime::fabric::{Channel, Delivery};
-use splitrt_runtime::trace::{self, Stage};
+use splitrt_runtime::trace::{self, Clock, Off, On, Stage};
 use splitrt_runtime::{Error, Result};
 use std::cell::Cell;
 
@@ -35,7 +35,16 @@ impl Drop for HandlerScope {
 }
 
 pub(crate) fn dispatch(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> {
-    let t = trace::start();
+    // One check of the tracing switch per message; `Off` has no probes.
+    if trace::enabled() {
+        dispatch_with::<On>(ep, ch, d)
+    } else {
+        dispatch_with::<Off>(ep, ch, d)
+    }
+}
+
+fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> {
+    let t = C::start();
     let bad = |why: String| {
         Err(
             Error::protocol(format!("message from rank {}: {why}", d.src))
@@ -67,7 +76,7 @@ pub(crate) fn dispatch(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> 
         offset: d.deposit,
     };
     let _scope = HandlerScope::enter();
-    let t = trace::record(Stage::Dispatch, t);
+    let t = C::record(Stage::Dispatch, t);
     match (&e.func, ch) {
         (Func::Request(f), Channel::Request) => f(Token { ep, src: d.src }, &msg),
         (Func::Reply(f), Channel::Reply) => f(&msg),
@@ -78,6 +87,6 @@ pub(crate) fn dispatch(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> 
             ))
         }
     }
-    trace::record(Stage::Handler, t);
+    C::record(Stage::Handler, t);
     Ok(())
 }

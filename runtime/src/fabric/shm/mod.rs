@@ -16,7 +16,7 @@ use self::ring::{Consumer, Producer, Ring};
 use super::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
 use crate::config::Config;
 use crate::segment::ShmFile;
-use crate::trace::{self, Stage};
+use crate::trace::{self, Clock, Off, On, Stage};
 use crate::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
@@ -197,7 +197,141 @@ impl ShmFabric {
         }
     }
 
-    fn rx_one(
+    fn send_with<C: Clock>(
+        &self,
+        peer: usize,
+        ch: Channel,
+        pkt: &Packet<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<bool> {
+        let t0 = C::start();
+        let err = |e: Error| Err(e.at_rank(self.rank).with_peer(peer));
+        if peer >= self.layout.size {
+            return err(Error::usage(format!(
+                "rank {peer} does not exist in a job of {} ranks",
+                self.layout.size
+            )));
+        }
+        let nw = pkt.words.len();
+        if nw > MAX_WORDS {
+            return err(Error::usage(format!(
+                "{nw} argument words (max {MAX_WORDS})"
+            )));
+        }
+        let len = pkt.payload.len();
+        if let Some(off) = pkt.deposit {
+            let seg = self.segment_of(peer);
+            if off
+                .checked_add(len as u64)
+                .is_none_or(|e| e > seg.len as u64)
+                || len > u32::MAX as usize
+            {
+                return err(Error::new(ErrorKind::OutOfBounds {
+                    offset: off,
+                    len: len as u64,
+                    segment_len: seg.len as u64,
+                }));
+            }
+            let mut p = self.tx[peer * 2 + ch as usize].lock();
+            if !p.has_room() {
+                return Ok(false);
+            }
+            let t = C::record(Stage::Enqueue, t0);
+            // SAFETY: bounds checked above; the destination is the peer's
+            // segment mapped in this process, the source a caller's slice.
+            unsafe {
+                std::ptr::copy_nonoverlapping(pkt.payload.as_ptr(), seg.base.add(off as usize), len)
+            };
+            let meta = CellMeta {
+                tag: pkt.tag,
+                flags: F_FIRST | F_LAST | F_DEPOSIT,
+                nwords: nw as u8,
+                len: 0,
+                total: len as u32,
+                pad: 0,
+                deposit: off,
+            };
+            p.write(meta, pkt.words, &[]);
+            let t = C::record(Stage::Copy, t);
+            p.publish();
+            C::record(Stage::Publish, t);
+            return Ok(true);
+        }
+        if len > self.max_medium {
+            return err(Error::usage(format!(
+                "payload of {len} B exceeds the Medium maximum of {} B",
+                self.max_medium
+            )));
+        }
+        let mut p = self.tx[peer * 2 + ch as usize].lock();
+        if !p.has_room() {
+            return Ok(false);
+        }
+        let t = C::record(Stage::Enqueue, t0);
+        let cap0 = p.ring().capacity(nw);
+        let first = len.min(cap0);
+        let mut meta = CellMeta {
+            tag: pkt.tag,
+            flags: F_FIRST | if first == len { F_LAST } else { 0 },
+            nwords: nw as u8,
+            len: first as u32,
+            total: len as u32,
+            pad: 0,
+            deposit: 0,
+        };
+        p.write(meta, pkt.words, &pkt.payload[..first]);
+        let t = C::record(Stage::Copy, t);
+        p.publish();
+        C::record(Stage::Publish, t);
+        let cap = p.ring().capacity(0);
+        let mut sent = first;
+        while sent < len {
+            let mut waits = 0;
+            while !p.has_room() {
+                stall(waits).map_err(|e| e.at_rank(self.rank))?;
+                waits = waits.saturating_add(1);
+            }
+            let n = (len - sent).min(cap);
+            meta.flags = if sent + n == len { F_LAST } else { 0 };
+            meta.nwords = 0;
+            meta.len = n as u32;
+            p.push(meta, &[], &pkt.payload[sent..sent + n]);
+            sent += n;
+        }
+        Ok(true)
+    }
+
+    fn poll_with<C: Clock>(
+        &self,
+        ch: Channel,
+        deliver: &mut dyn FnMut(&Delivery<'_>),
+    ) -> Result<usize> {
+        let Some(mut set) = self.rx[ch as usize].try_lock() else {
+            return Ok(0);
+        };
+        let set = &mut *set;
+        let n = set.rings.len();
+        let start = set.next;
+        set.next = if start + 1 == n { 0 } else { start + 1 };
+        let budget = self.layout.ring_len;
+        let mut delivered = 0;
+        for i in 0..n {
+            let src = if start + i >= n {
+                start + i - n
+            } else {
+                start + i
+            };
+            let r = &mut set.rings[src];
+            for _ in 0..budget {
+                match self.rx_one::<C>(src, r, deliver)? {
+                    None => break,
+                    Some(done) => delivered += done as usize,
+                }
+            }
+        }
+        Ok(delivered)
+    }
+    fn rx_one<C: Clock>(
         &self,
         src: usize,
         r: &mut RxRing,
@@ -219,7 +353,7 @@ impl ShmFabric {
                 return bad(why);
             }
         };
-        let found = trace::start();
+        let found = C::start();
         let m = view.meta;
         let (first, last) = (m.flags & F_FIRST != 0, m.flags & F_LAST != 0);
         if first && last {
@@ -251,7 +385,7 @@ impl ShmFabric {
                 }
                 view.chunk
             };
-            trace::record(Stage::Poll, found);
+            C::record(Stage::Poll, found);
             deliver(&Delivery {
                 src,
                 tag: m.tag,
@@ -259,9 +393,9 @@ impl ShmFabric {
                 payload,
                 deposit: (m.flags & F_DEPOSIT != 0).then_some(m.deposit),
             });
-            let t = trace::start();
+            let t = C::start();
             r.cons.release();
-            trace::record(Stage::Release, t);
+            C::record(Stage::Release, t);
             return Ok(Some(true));
         }
         // A chunk of a streamed packet: copy it out and free the cell at once
@@ -298,7 +432,7 @@ impl ShmFabric {
         if a.buf.len() != a.total {
             return bad(format!("packet ended at {} of {} B", a.buf.len(), a.total));
         }
-        trace::record(Stage::Poll, found);
+        C::record(Stage::Poll, found);
         deliver(&Delivery {
             src,
             tag: a.tag,
@@ -342,128 +476,20 @@ impl Fabric for ShmFabric {
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<bool> {
-        let t0 = trace::start();
-        let err = |e: Error| Err(e.at_rank(self.rank).with_peer(peer));
-        if peer >= self.layout.size {
-            return err(Error::usage(format!(
-                "rank {peer} does not exist in a job of {} ranks",
-                self.layout.size
-            )));
+        // One check of the tracing switch per send; the `Off` copy has no probes.
+        if trace::enabled() {
+            self.send_with::<On>(peer, ch, pkt, stall)
+        } else {
+            self.send_with::<Off>(peer, ch, pkt, stall)
         }
-        let nw = pkt.words.len();
-        if nw > MAX_WORDS {
-            return err(Error::usage(format!(
-                "{nw} argument words (max {MAX_WORDS})"
-            )));
-        }
-        let len = pkt.payload.len();
-        if let Some(off) = pkt.deposit {
-            let seg = self.segment_of(peer);
-            if off
-                .checked_add(len as u64)
-                .is_none_or(|e| e > seg.len as u64)
-                || len > u32::MAX as usize
-            {
-                return err(Error::new(ErrorKind::OutOfBounds {
-                    offset: off,
-                    len: len as u64,
-                    segment_len: seg.len as u64,
-                }));
-            }
-            let mut p = self.tx[peer * 2 + ch as usize].lock();
-            if !p.has_room() {
-                return Ok(false);
-            }
-            let t = trace::record(Stage::Enqueue, t0);
-            // SAFETY: bounds checked above; the destination is the peer's
-            // segment mapped in this process, the source a caller's slice.
-            unsafe {
-                std::ptr::copy_nonoverlapping(pkt.payload.as_ptr(), seg.base.add(off as usize), len)
-            };
-            let meta = CellMeta {
-                tag: pkt.tag,
-                flags: F_FIRST | F_LAST | F_DEPOSIT,
-                nwords: nw as u8,
-                len: 0,
-                total: len as u32,
-                pad: 0,
-                deposit: off,
-            };
-            p.write(meta, pkt.words, &[]);
-            let t = trace::record(Stage::Copy, t);
-            p.publish();
-            trace::record(Stage::Publish, t);
-            return Ok(true);
-        }
-        if len > self.max_medium {
-            return err(Error::usage(format!(
-                "payload of {len} B exceeds the Medium maximum of {} B",
-                self.max_medium
-            )));
-        }
-        let mut p = self.tx[peer * 2 + ch as usize].lock();
-        if !p.has_room() {
-            return Ok(false);
-        }
-        let t = trace::record(Stage::Enqueue, t0);
-        let cap0 = p.ring().capacity(nw);
-        let first = len.min(cap0);
-        let mut meta = CellMeta {
-            tag: pkt.tag,
-            flags: F_FIRST | if first == len { F_LAST } else { 0 },
-            nwords: nw as u8,
-            len: first as u32,
-            total: len as u32,
-            pad: 0,
-            deposit: 0,
-        };
-        p.write(meta, pkt.words, &pkt.payload[..first]);
-        let t = trace::record(Stage::Copy, t);
-        p.publish();
-        trace::record(Stage::Publish, t);
-        let cap = p.ring().capacity(0);
-        let mut sent = first;
-        while sent < len {
-            let mut waits = 0;
-            while !p.has_room() {
-                stall(waits).map_err(|e| e.at_rank(self.rank))?;
-                waits = waits.saturating_add(1);
-            }
-            let n = (len - sent).min(cap);
-            meta.flags = if sent + n == len { F_LAST } else { 0 };
-            meta.nwords = 0;
-            meta.len = n as u32;
-            p.push(meta, &[], &pkt.payload[sent..sent + n]);
-            sent += n;
-        }
-        Ok(true)
     }
 
     fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize> {
-        let Some(mut set) = self.rx[ch as usize].try_lock() else {
-            return Ok(0);
-        };
-        let set = &mut *set;
-        let n = set.rings.len();
-        let start = set.next;
-        set.next = if start + 1 == n { 0 } else { start + 1 };
-        let budget = self.layout.ring_len;
-        let mut delivered = 0;
-        for i in 0..n {
-            let src = if start + i >= n {
-                start + i - n
-            } else {
-                start + i
-            };
-            let r = &mut set.rings[src];
-            for _ in 0..budget {
-                match self.rx_one(src, r, deliver)? {
-                    None => break,
-                    Some(done) => delivered += done as usize,
-                }
-            }
+        if trace::enabled() {
+            self.poll_with::<On>(ch, deliver)
+        } else {
+            self.poll_with::<Off>(ch, deliver)
         }
-        Ok(delivered)
     }
 }
 
