@@ -56,6 +56,15 @@ fn size_tick(x: f64) -> String {
     }
 }
 
+/// Tick label at `v` on a log2 axis: the size 2^v at whole powers, else none.
+fn pow2_tick(v: f64) -> String {
+    if (v - v.round()).abs() < 1e-6 {
+        size_tick(2f64.powi(v.round() as i32))
+    } else {
+        String::new()
+    }
+}
+
 fn trim(x: f64) -> String {
     if (x - x.round()).abs() < 1e-9 {
         format!("{}", x.round() as i64)
@@ -67,8 +76,12 @@ fn trim(x: f64) -> String {
 fn value_tick(y: f64) -> String {
     if y == 0.0 {
         "0".into()
-    } else if y.abs() >= 1e4 || y.abs() < 1e-2 {
-        format!("{y:.0e}")
+    } else if y.abs() >= 1e6 {
+        format!("{}M", trim(y / 1e6))
+    } else if y.abs() >= 1e4 {
+        format!("{}k", trim(y / 1e3))
+    } else if y.abs() < 1e-2 {
+        format!("{y:.1e}")
     } else if y.abs() >= 10.0 {
         format!("{y:.0}")
     } else {
@@ -117,9 +130,34 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(), Str
         .collect();
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
+    // A log x axis is drawn as log2(x) on a linear axis labelled 2^v: every
+    // size and ring length here is a power of two, and plotters' own log
+    // axis labels only powers of ten (nothing below 10 on a 2..64 scan).
+    let series: Vec<Series> = if chart.log_x {
+        series
+            .into_iter()
+            .map(|s| Series {
+                name: s.name,
+                points: s.points.into_iter().map(|(x, y)| (x.log2(), y)).collect(),
+            })
+            .collect()
+    } else {
+        series
+    };
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
-    let (x0, x1) = range(xs, chart.log_x);
+    let (x0, x1) = if chart.log_x {
+        let (lo, hi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), x| {
+            (l.min(x), h.max(x))
+        });
+        if lo.is_finite() {
+            (lo - 0.3, hi + 0.3)
+        } else {
+            (0.0, 4.0)
+        }
+    } else {
+        range(xs, false)
+    };
     let (y0, y1) = range(ys, chart.log_y);
     let mut b = ChartBuilder::on(&root);
     b.caption(chart.title, ("sans-serif", 20))
@@ -133,6 +171,7 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(), Str
             ctx.configure_mesh()
                 .x_desc(chart.x_label)
                 .y_desc(chart.y_label)
+                .x_labels(26)
                 .x_label_formatter(&$xfmt)
                 .y_label_formatter(&|y: &f64| value_tick(*y))
                 .light_line_style(RGBColor(235, 235, 235))
@@ -167,28 +206,22 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<(), Str
             }
         }};
     }
-    let xfmt_size = |x: &f64| size_tick(*x);
-    let xfmt_val = |x: &f64| value_tick(*x);
-    match (chart.log_x, chart.log_y) {
-        (true, true) => body!(
-            b.build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())
-                .map_err(|e| err(&e))?,
-            xfmt_size
-        ),
-        (true, false) => body!(
-            b.build_cartesian_2d((x0..x1).log_scale(), y0..y1)
-                .map_err(|e| err(&e))?,
-            xfmt_size
-        ),
-        (false, true) => body!(
+    let xfmt: fn(&f64) -> String = if chart.log_x {
+        |v| pow2_tick(*v)
+    } else {
+        |v| value_tick(*v)
+    };
+    if chart.log_y {
+        body!(
             b.build_cartesian_2d(x0..x1, (y0..y1).log_scale())
                 .map_err(|e| err(&e))?,
-            xfmt_val
-        ),
-        (false, false) => body!(
+            xfmt
+        )
+    } else {
+        body!(
             b.build_cartesian_2d(x0..x1, y0..y1).map_err(|e| err(&e))?,
-            xfmt_val
-        ),
+            xfmt
+        )
     }
     root.present().map_err(|e| err(&e))?;
     Ok(())
