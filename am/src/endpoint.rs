@@ -111,6 +111,8 @@ impl EndpointBuilder {
                 table: table.entries,
                 world,
                 finished: AtomicBool::new(false),
+                deferred: parking_lot::Mutex::new(None),
+                has_deferred: AtomicBool::new(false),
             }),
         }
     }
@@ -122,6 +124,9 @@ pub(crate) struct Inner {
     pub(crate) table: Vec<Option<Entry>>,
     world: World,
     finished: AtomicBool,
+    /// A non-fatal error met while a send waited (see `progress_while_sending`).
+    deferred: parking_lot::Mutex<Option<Error>>,
+    has_deferred: AtomicBool,
 }
 
 /// A rank's Active Messages endpoint. Cheap to clone, `Send + Sync`: any
@@ -183,15 +188,41 @@ impl Inner {
         if waits == 0 {
             backoff.reset();
         }
-        let n = match ch {
-            Channel::Request => self.poll_all()?,
-            Channel::Reply => self.poll_channel(Channel::Reply)?,
-        };
-        if n == 0 {
+        if self.progress_while_sending(ch)? == 0 {
             self.check_failure()?;
             backoff.snooze();
         }
         Ok(())
+    }
+
+    /// Poll while a send waits for room: all traffic (`Request`: main
+    /// context) or only replies (`Reply`: inside a request handler). A
+    /// malformed unrelated message must not abandon this send half-way (a
+    /// half-streamed packet would poison the ring), so such errors are kept
+    /// for the next `poll` / `wait_until`; only a failed peer ends the send.
+    fn progress_while_sending(&self, ch: Channel) -> Result<usize> {
+        let polled = match ch {
+            Channel::Request => self.poll_all(),
+            Channel::Reply => self.poll_channel(Channel::Reply),
+        };
+        match polled {
+            Ok(n) => Ok(n),
+            Err(e) if matches!(e.kind(), ErrorKind::PeerFailed(_)) => Err(e),
+            Err(e) => {
+                self.deferred.lock().get_or_insert(e);
+                self.has_deferred.store(true, Ordering::Release);
+                Ok(0)
+            }
+        }
+    }
+
+    /// An error kept while sending, reported by the next poll or wait.
+    fn take_deferred(&self) -> Result<()> {
+        if !self.has_deferred.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.has_deferred.store(false, Ordering::Release);
+        self.deferred.lock().take().map_or(Ok(()), Err)
     }
 
     pub(crate) fn send_request(
@@ -225,7 +256,7 @@ impl Inner {
                 return Ok(false);
             }
             // Out of credits: serve our own inbound traffic while we wait.
-            if self.poll_all()? == 0 {
+            if self.progress_while_sending(Channel::Request)? == 0 {
                 self.check_failure()?;
                 backoff.snooze();
             }
@@ -252,7 +283,7 @@ impl Inner {
             .fabric()
             .try_send(peer, Channel::Reply, &pkt, &mut stall)?
         {
-            if self.poll_channel(Channel::Reply)? == 0 {
+            if self.progress_while_sending(Channel::Reply)? == 0 {
                 self.check_failure()?;
                 backoff.snooze();
             }
@@ -353,6 +384,7 @@ impl Endpoint {
                 Error::usage("poll() cannot be called from inside a handler").at_rank(self.rank()),
             );
         }
+        self.inner.take_deferred()?;
         self.inner.poll_all()
     }
 
@@ -365,6 +397,7 @@ impl Endpoint {
                     .at_rank(self.rank()),
             );
         }
+        self.inner.take_deferred()?;
         let mut backoff = Backoff::new(self.config());
         loop {
             if cond() {
@@ -375,6 +408,7 @@ impl Endpoint {
                 continue;
             }
             self.inner.check_failure()?;
+            self.inner.take_deferred()?;
             backoff.snooze();
         }
     }
@@ -402,7 +436,7 @@ impl Endpoint {
         let seg = self.inner.fabric().local_segment();
         let off = self.segment_range(offset, buf.len(), seg.len)?;
         // SAFETY: the range was checked to lie inside the local segment.
-        unsafe { std::ptr::copy_nonoverlapping(seg.base.add(off), buf.as_mut_ptr(), buf.len()) };
+        unsafe { std::ptr::copy(seg.base.add(off), buf.as_mut_ptr(), buf.len()) };
         Ok(())
     }
 
@@ -410,8 +444,9 @@ impl Endpoint {
     pub fn write_segment(&self, offset: u64, data: &[u8]) -> Result<()> {
         let seg = self.inner.fabric().local_segment();
         let off = self.segment_range(offset, data.len(), seg.len)?;
-        // SAFETY: the range was checked to lie inside the local segment.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), seg.base.add(off), data.len()) };
+        // SAFETY: the range was checked to lie inside the local segment;
+        // `data` may be a slice of that segment (a Long payload), so memmove.
+        unsafe { std::ptr::copy(data.as_ptr(), seg.base.add(off), data.len()) };
         Ok(())
     }
 

@@ -136,7 +136,7 @@ impl Pgas {
         // SAFETY: the scratch block is a symmetric allocation of SCRATCH
         // bytes in our own segment; chunks never exceed it.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            std::ptr::copy(
                 bytes.as_ptr(),
                 seg.base.add(i.scratch as usize),
                 bytes.len(),

@@ -190,7 +190,7 @@ impl Pgas {
             i.issued.puts.load(Ordering::Relaxed),
         );
         let st = &i.st;
-        i.ep.wait_until(|| {
+        i.wait_through(|| {
             st.gets_done.load(Ordering::Acquire) >= g && st.puts_done.load(Ordering::Acquire) >= p
         })?;
         fence(Ordering::SeqCst);
@@ -300,6 +300,22 @@ impl Inner {
             ));
         }
         Ok(())
+    }
+
+    /// Wait for `cond`, riding out non-fatal errors (a malformed unrelated
+    /// message) so this rank's own replies still land; a failed peer ends
+    /// the wait. Returns the first non-fatal error once `cond` holds.
+    pub(crate) fn wait_through(&self, mut cond: impl FnMut() -> bool) -> Result<()> {
+        let mut first = None;
+        loop {
+            match self.ep.wait_until(&mut cond) {
+                Ok(()) => return first.map_or(Ok(()), Err),
+                Err(e) if matches!(e.kind(), ErrorKind::PeerFailed(_)) => return Err(e),
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
     }
 
     pub(crate) fn take_errors(&self) -> Result<()> {

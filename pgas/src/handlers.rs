@@ -38,30 +38,41 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
     let get_r: ReplyHandler = b.reserved_reply(1, "splitrt.get_r", Kind::Medium, 3, move |m| {
         let (slot, at, status) = (m.arg(0) as usize, m.arg(1) as usize, m.arg(2));
         let mut dests = s.dests.lock();
-        let Some(d) = dests.get_mut(slot) else {
-            return s.fail(format!(
+        match dests.get_mut(slot) {
+            None => s.fail(format!(
                 "get reply from rank {} for unknown slot {slot}",
                 m.src()
-            ));
-        };
-        let data = m.payload();
-        if status != OK {
-            d.error = Some(format!(
-                "rank {} refused a get (out of its segment)",
-                m.src()
-            ));
-        } else if at.checked_add(data.len()).is_none_or(|e| e > d.len) {
-            d.error = Some(format!(
-                "rank {} sent a get reply beyond the buffer",
-                m.src()
-            ));
-        } else {
-            // SAFETY: the destination is alive until `remaining` hits zero
-            // (see Dest) and [at, at + len) lies inside it (checked above).
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), d.ptr.add(at), data.len()) };
+            )),
+            Some(d) if d.cancelled => {
+                // the owner gave up and released its buffer: drop the data
+                d.remaining = d.remaining.saturating_sub(1);
+                if d.remaining == 0 {
+                    dests.remove(slot);
+                }
+            }
+            Some(d) => {
+                let data = m.payload();
+                if status != OK {
+                    d.error = Some(format!(
+                        "rank {} refused a get (out of its segment)",
+                        m.src()
+                    ));
+                } else if at.checked_add(data.len()).is_none_or(|e| e > d.len) {
+                    d.error = Some(format!(
+                        "rank {} sent a get reply beyond the buffer",
+                        m.src()
+                    ));
+                } else {
+                    // SAFETY: the destination is alive until `remaining` hits
+                    // zero or the slot is cancelled (see Dest), and
+                    // [at, at + len) lies inside it (checked above).
+                    unsafe { std::ptr::copy(data.as_ptr(), d.ptr.add(at), data.len()) };
+                }
+                d.remaining = d.remaining.saturating_sub(1);
+            }
         }
-        d.remaining -= 1;
         drop(dests);
+        // every reply counts, so sync's books always balance
         s.gets_done.fetch_add(1, Ordering::Release);
     })?;
     let s = st.clone();
@@ -74,7 +85,10 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
     let s = st.clone();
     let atomic_r = b.reserved_reply(6, "splitrt.atomic_r", Kind::Short, 3, move |m| {
         let mut a = s.atomics.lock();
-        if let Some(slot) = a.get_mut(m.arg(0) as usize) {
+        let i = m.arg(0) as usize;
+        if matches!(a.get_mut(i), Some(AtomicSlot::Cancelled)) {
+            a.remove(i);
+        } else if let Some(slot) = a.get_mut(i) {
             *slot = if m.arg(2) == OK {
                 AtomicSlot::Done(m.arg(1))
             } else {
@@ -111,16 +125,22 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
     })?;
     let s = st.clone();
     let store = b.reserved_request(4, "splitrt.store", Kind::Long, 0, move |_tok, m| {
-        // Reply-free: count the bytes for store_sync.
-        s.stored()
-            .fetch_add(m.payload().len() as u64, Ordering::Release);
+        // Reply-free: count the bytes for store_sync. Senders never target
+        // the reserved area (checked at the caller); a peer that did is
+        // reported rather than counted.
+        if m.long_offset().is_some_and(|o| o >= RESERVED_BYTES) {
+            s.stored()
+                .fetch_add(m.payload().len() as u64, Ordering::Release);
+        } else {
+            s.fail(format!("rank {} stored into the reserved area", m.src()));
+        }
     })?;
     let s = st.clone();
     let atomic = b.reserved_request(5, "splitrt.atomic", Kind::Short, 6, move |tok, m| {
         let (slot, op, width, off, a, b) =
             (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
         let res = AtomicOp::decode(op, a, b).and_then(|op| {
-            (in_segment(&s, off, width) && off % width == 0)
+            (matches!(width, 4 | 8) && in_segment(&s, off, width) && off % width == 0)
                 .then(|| apply_atomic(s.seg(), off, width, op))
                 .flatten()
         });

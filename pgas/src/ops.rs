@@ -24,12 +24,22 @@ impl Pgas {
             &[slot as u64, code, T::WIDTH, off, a, b],
             Payload::None,
         );
+        let was_sent = sent.is_ok();
         let waited = sent.and_then(|()| {
-            i.ep.wait_until(|| {
+            i.wait_through(|| {
                 !matches!(i.st.atomics.lock().get_mut(slot), Some(AtomicSlot::Waiting))
             })
         });
-        let outcome = i.st.atomics.lock().remove(slot);
+        let outcome = {
+            let mut a = i.st.atomics.lock();
+            if was_sent && waited.is_err() && matches!(a.get_mut(slot), Some(AtomicSlot::Waiting)) {
+                // a reply may still come: it frees the slot, not a reuse
+                *a.get_mut(slot).expect("present") = AtomicSlot::Cancelled;
+                None
+            } else {
+                a.remove(slot)
+            }
+        };
         waited?;
         match outcome {
             Some(AtomicSlot::Done(v)) => Ok(T::from_bits(v)),

@@ -38,10 +38,9 @@ impl Inner {
         if self.path == RmaPath::Native {
             // SAFETY: the source range was checked against the peer's
             // segment; the destination is the caller's live buffer of `len`
-            // bytes, which cannot overlap a segment it only borrows from Rust.
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.seg(rank).base.add(off as usize), dst, len)
-            };
+            // bytes. The two may overlap (a local get into a slice of our own
+            // segment), so this is a memmove.
+            unsafe { std::ptr::copy(self.seg(rank).base.add(off as usize), dst, len) };
             return Ok(None);
         }
         let chunk = self.ep.max_medium(rank);
@@ -51,6 +50,7 @@ impl Inner {
             len,
             remaining: chunks,
             error: None,
+            cancelled: false,
         });
         self.issued.add_gets(chunks as u64);
         for c in 0..chunks {
@@ -73,23 +73,32 @@ impl Inner {
         Ok(Some(slot))
     }
 
-    /// Wait for AM get slots, release them, report the first failure.
+    /// Wait for AM get slots, release them, report the first failure. If
+    /// the job fails first, the slots still awaiting replies are cancelled
+    /// (late replies are dropped, never written into the released buffer).
     pub(crate) fn wait_slots(&self, slots: &[usize]) -> Result<()> {
         if slots.is_empty() {
             return Ok(());
         }
         let st = &self.st;
-        let waited = self.ep.wait_until(|| {
+        let waited = self.wait_through(|| {
             let mut d = st.dests.lock();
             slots.iter().all(|&s| d.items_remaining(s) == 0)
         });
         let mut first = None;
         let mut d = st.dests.lock();
         for &s in slots {
-            if let Some(dest) = d.remove(s) {
-                if let (None, Some(e)) = (&first, dest.error) {
-                    first = Some(e);
+            match d.get_mut(s) {
+                Some(dest) if dest.remaining > 0 => {
+                    dest.cancelled = true;
+                    dest.ptr = std::ptr::null_mut();
                 }
+                Some(_) => {
+                    if let Some(e) = d.remove(s).and_then(|dest| dest.error) {
+                        first.get_or_insert(e);
+                    }
+                }
+                None => {}
             }
         }
         drop(d);
@@ -107,7 +116,7 @@ impl Inner {
         if self.path == RmaPath::Native {
             // SAFETY: destination range checked against the peer's segment.
             unsafe {
-                std::ptr::copy_nonoverlapping(
+                std::ptr::copy(
                     src.as_ptr(),
                     self.seg(rank).base.add(off as usize),
                     src.len(),
@@ -136,9 +145,7 @@ impl Inner {
         if self.path == RmaPath::Native {
             let seg = self.seg(rank);
             // SAFETY: destination range checked against the peer's segment.
-            unsafe {
-                std::ptr::copy_nonoverlapping(src.as_ptr(), seg.base.add(off as usize), src.len())
-            };
+            unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
             // Release: the data is visible before the count that announces it.
             stored_counter(seg).fetch_add(src.len() as u64, Ordering::Release);
             return Ok(());

@@ -12,6 +12,10 @@ pub(crate) struct Dest {
     pub len: usize,
     pub remaining: usize,
     pub error: Option<String>,
+    /// The owner gave up (the job failed) and released the buffer: late
+    /// replies are dropped, and the slot is freed by the last one, so the
+    /// index is never reused while a reply for it may still arrive.
+    pub cancelled: bool,
 }
 
 // SAFETY: `ptr` is only dereferenced by the reply handler, under the slots
@@ -64,6 +68,8 @@ pub(crate) enum AtomicSlot {
     Waiting,
     Done(u64),
     Failed(String),
+    /// The caller gave up; the reply frees the slot.
+    Cancelled,
 }
 
 #[derive(Default)]

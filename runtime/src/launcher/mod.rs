@@ -88,10 +88,31 @@ fn new_job_id() -> String {
     format!("{:x}{:05x}", std::process::id(), t & 0xfffff)
 }
 
+/// Block until child `pid` has exited, without reaping it: the exited
+/// child stays a zombie, so its pid cannot be reused while the main thread
+/// may still signal it; the main thread reaps it after marking it stopped.
+fn wait_exit_keep_zombie(pid: u32) {
+    loop {
+        // SAFETY: waitid(2) writes only into `info`, a zeroed siginfo_t we own.
+        let rc = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
+
 fn kill(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) has no memory effects; pid is a child we spawned and
-    // have not reaped yet (reaping happens in the waiter thread, which
-    // reports before we stop signalling it).
+    // have not reaped (the waiter threads wait with WNOWAIT, and the main
+    // thread reaps a rank only after it stopped signalling it).
     unsafe {
         libc::kill(pid as libc::pid_t, sig);
     }
@@ -129,7 +150,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
 
     let mut pids = Vec::with_capacity(n);
     let mut relays = Vec::new();
-    let (tx, rx) = mpsc::channel::<(usize, std::io::Result<ExitStatus>)>();
+    let (tx, rx) = mpsc::channel::<usize>();
+    let mut children = Vec::with_capacity(n);
     let mut spawn_error = None;
     for rank in 0..n {
         let mut cmd = Command::new(&opts.program);
@@ -167,11 +189,13 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
                 if let Some(e) = child.stderr.take() {
                     relays.push(output::relay(e, prefix, true));
                 }
-                pids.push(child.id());
+                let pid = child.id();
+                pids.push(pid);
+                children.push(child);
                 let tx = tx.clone();
                 std::thread::spawn(move || {
-                    let st = child.wait();
-                    let _ = tx.send((rank, st));
+                    wait_exit_keep_zombie(pid);
+                    let _ = tx.send(rank);
                 });
             }
             Err(e) => {
@@ -209,9 +233,10 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     }
     while running.iter().any(|&r| r) {
         match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok((rank, st)) => {
+            Ok(rank) => {
                 running[rank] = false;
-                match st {
+                // now that nothing signals it any more, reap it
+                match children[rank].wait() {
                     Ok(st) if st.success() => {}
                     Ok(st) => failed[rank] = Some(describe(rank, &st)),
                     Err(e) => {

@@ -238,10 +238,9 @@ impl ShmFabric {
             }
             let t = C::record(Stage::Enqueue, t0);
             // SAFETY: bounds checked above; the destination is the peer's
-            // segment mapped in this process, the source a caller's slice.
-            unsafe {
-                std::ptr::copy_nonoverlapping(pkt.payload.as_ptr(), seg.base.add(off as usize), len)
-            };
+            // segment mapped in this process, the source a caller's slice,
+            // which may itself lie in a segment (hence a memmove).
+            unsafe { std::ptr::copy(pkt.payload.as_ptr(), seg.base.add(off as usize), len) };
             let meta = CellMeta {
                 tag: pkt.tag,
                 flags: F_FIRST | F_LAST | F_DEPOSIT,
