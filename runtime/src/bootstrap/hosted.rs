@@ -98,7 +98,9 @@ impl Hosted {
         loop {
             if let Ok(s) = std::fs::read_to_string(&path) {
                 let addr = s.trim().to_string();
-                if !addr.is_empty() {
+                // A file left by an earlier rank 0 that died points at a dead
+                // port: keep watching until the live rank 0 replaces it.
+                if !addr.is_empty() && listening(&addr) {
                     return Ok(Hosted {
                         addr,
                         file: None,
@@ -137,6 +139,16 @@ impl Hosted {
     }
 }
 
+/// Whether something accepts connections at `addr` (the server ignores a
+/// connection that closes without saying hello).
+fn listening(addr: &str) -> bool {
+    use std::net::{TcpStream, ToSocketAddrs};
+    addr.to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok())
+}
+
 impl Drop for Hosted {
     fn drop(&mut self) {
         self.unpublish();
@@ -168,6 +180,34 @@ mod tests {
             msg.contains("spans several nodes") && msg.contains("SPLITRT_BOOTSTRAP"),
             "{msg}"
         );
+    }
+
+    /// An address file left by a dead rank 0 is not trusted: the rank keeps
+    /// waiting for a live address (here: none comes, so it times out).
+    #[test]
+    fn a_stale_address_file_is_ignored() {
+        let id = format!("unit-stale-{}", std::process::id());
+        // a port nobody listens on: bind, note it, close
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        std::fs::write(address_file(&id), format!("{dead}\n")).unwrap();
+        let job = JobInfo {
+            rank: 1,
+            size: 2,
+            local_rank: 1,
+            local_size: 2,
+            node: 0,
+            job_id: id.clone(),
+            bootstrap: None,
+            source: JobSource::Slurm,
+        };
+        let e = Hosted::start(&job, Duration::from_millis(300))
+            .err()
+            .expect("no live rank 0");
+        assert!(e.to_string().contains("did not publish"), "{e}");
+        let _ = std::fs::remove_file(address_file(&id));
     }
 
     #[test]

@@ -265,6 +265,8 @@ fn serve(
         })
         .collect();
     broadcast(&mut conns, &Msg::Welcome(peers));
+    // connections that never said hello take no part in the running job
+    conns.retain(|_, c| c.rank.is_some());
 
     // Phase 2: barriers, goodbyes, failures.
     let mut waiting: BTreeMap<u64, usize> = BTreeMap::new();
@@ -317,6 +319,12 @@ fn serve(
                     continue;
                 };
                 c.open = false;
+                // A connection that never said hello (a liveness probe, a
+                // stray client) is nobody's: its end is no rank's failure.
+                if c.rank.is_none() {
+                    conns.remove(&id);
+                    continue;
+                }
                 if !c.bye {
                     let r = c.rank.unwrap_or(usize::MAX);
                     let why = match err {
