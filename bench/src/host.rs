@@ -63,3 +63,18 @@ pub fn caches() -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// The job settings every benchmark records beside its numbers (its own
+/// plan's settings are added by each benchmark).
+pub fn job_config(ep: &splitrt::Endpoint, max_medium: usize) -> Vec<(&'static str, String)> {
+    let c = ep.config();
+    vec![
+        ("ranks_pinned_to_cpus", "0,1".to_string()),
+        ("spin_only", c.spin_only.to_string()),
+        ("cell_size", c.cell_size.to_string()),
+        ("ring_len", c.ring_len.to_string()),
+        ("max_medium", max_medium.to_string()),
+        ("segment_size", ep.segment_len().to_string()),
+        ("build", build().to_string()),
+    ]
+}

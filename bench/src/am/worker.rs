@@ -116,14 +116,8 @@ impl<'a> Bencher<'a> {
             .copied()
             .max()
             .unwrap_or(8);
-        let c = ep.config();
-        let config = [
-            ("ranks_pinned_to_cpus", "0,1".to_string()),
-            ("spin_only", c.spin_only.to_string()),
-            ("cell_size", c.cell_size.to_string()),
-            ("ring_len", c.ring_len.to_string()),
-            ("max_medium", max_medium.to_string()),
-            ("segment_size", ep.segment_len().to_string()),
+        let mut config = crate::host::job_config(ep, max_medium);
+        config.extend([
             ("window", plan.window.to_string()),
             ("ack_every", plan.ack_every.to_string()),
             ("batch", plan.batch.to_string()),
@@ -131,8 +125,7 @@ impl<'a> Bencher<'a> {
             ("raw_batches", plan.raw_batches.to_string()),
             ("reps", plan.reps.to_string()),
             ("quick", plan.quick.to_string()),
-            ("build", crate::host::build().to_string()),
-        ];
+        ]);
         Ok(Bencher {
             ep,
             plan,
@@ -144,7 +137,7 @@ impl<'a> Bencher<'a> {
             medium_sizes,
             long_sizes,
             long_room: room,
-            out: Results::with_config(config.into()),
+            out: Results::with_config(config),
         })
     }
 

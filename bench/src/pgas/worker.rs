@@ -65,19 +65,13 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
 /// The settings rank 0 reports with its measurements.
 fn config(pg: &Pgas, plan: &Plan) -> Vec<(&'static str, String)> {
     let ep = pg.endpoint();
-    let c = ep.config();
     let path = match pg.rma_path() {
         splitrt::pgas::RmaPath::Native => "native",
         splitrt::pgas::RmaPath::Am => "am",
     };
-    vec![
+    let mut config = crate::host::job_config(ep, ep.max_medium(1 - pg.rank()));
+    config.extend([
         ("rma", path.to_string()),
-        ("ranks_pinned_to_cpus", "0,1".to_string()),
-        ("spin_only", c.spin_only.to_string()),
-        ("cell_size", c.cell_size.to_string()),
-        ("ring_len", c.ring_len.to_string()),
-        ("max_medium", ep.max_medium(1 - pg.rank()).to_string()),
-        ("segment_size", ep.segment_len().to_string()),
         ("area", plan.area.to_string()),
         ("window", plan.window.to_string()),
         ("batch", plan.batch.to_string()),
@@ -85,6 +79,6 @@ fn config(pg: &Pgas, plan: &Plan) -> Vec<(&'static str, String)> {
         ("dirty_lines", plan.dirty_lines.to_string()),
         ("reps", plan.reps.to_string()),
         ("quick", plan.quick.to_string()),
-        ("build", crate::host::build().to_string()),
-    ]
+    ]);
+    config
 }

@@ -66,24 +66,17 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     let max_long = long_room.min(plan.area).min(super::MAX_SIZE);
 
     if pg.rank() == 0 {
-        let c = ep.config();
-        let config = vec![
+        let mut config = crate::host::job_config(&ep, max_medium);
+        config.extend([
             ("mode", plan.mode.name().to_string()),
             ("rma", format!("{:?}", pg.rma_path()).to_lowercase()),
-            ("ranks_pinned_to_cpus", "0,1".to_string()),
-            ("spin_only", c.spin_only.to_string()),
-            ("cell_size", c.cell_size.to_string()),
-            ("ring_len", c.ring_len.to_string()),
-            ("max_medium", max_medium.to_string()),
-            ("segment_size", ep.segment_len().to_string()),
             ("window", plan.window.to_string()),
             ("ack_every", plan.ack_every.to_string()),
             ("batches", plan.batches.to_string()),
             ("batch", plan.batch.to_string()),
             ("reps", plan.reps.to_string()),
             ("quick", plan.quick.to_string()),
-            ("build", crate::host::build().to_string()),
-        ];
+        ]);
         let mut r = Rank0 {
             pg: &pg,
             plan: &plan,
