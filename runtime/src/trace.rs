@@ -10,14 +10,12 @@
 //! that overhead.
 //!
 //! ```
-//! use splitrt_runtime::trace::{self, Stage};
-//! trace::set_enabled(true);
-//! let t = trace::start();
-//! let t = trace::record(Stage::Enqueue, t);
-//! trace::record(Stage::Copy, t);
+//! use splitrt_runtime::trace::{self, Clock, On, Stage};
+//! let t = On::start();
+//! let t = On::record(Stage::Enqueue, t);
+//! On::record(Stage::Copy, t);
 //! let totals = trace::take();
 //! assert_eq!(totals.count[Stage::Copy as usize], 1);
-//! trace::set_enabled(false);
 //! ```
 
 use std::cell::RefCell;
@@ -155,18 +153,6 @@ impl Clock for On {
     fn record(stage: Stage, since: Instant) -> Instant {
         record_slow(stage, since)
     }
-}
-
-/// Start timing: the current time if recording, else `None` (for code off
-/// the hot path; hot paths use [`Clock`]).
-pub fn start() -> Option<Instant> {
-    enabled().then(Instant::now)
-}
-
-/// Record the time since `since` as `stage`; returns now (the start of the
-/// next stage). Does nothing when `since` is `None`.
-pub fn record(stage: Stage, since: Option<Instant>) -> Option<Instant> {
-    since.map(|t0| record_slow(stage, t0))
 }
 
 #[cold]

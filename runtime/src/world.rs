@@ -149,11 +149,6 @@ impl World {
         &self.fabric
     }
 
-    /// Whether this rank runs without any launcher.
-    pub fn is_singleton(&self) -> bool {
-        self.job.source == JobSource::Singleton
-    }
-
     /// If another rank failed, the error to report.
     pub fn failure(&self) -> Option<Error> {
         self.boot.as_ref().and_then(|b| b.failure())
