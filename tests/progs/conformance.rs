@@ -8,20 +8,17 @@
 //!
 //! Usage: t_conformance [ROUNDS]   (exit 0 = all checks passed)
 
+#[path = "checks.rs"]
+mod checks;
+use checks::{mix, Failures};
+
 use splitrt::runtime::job::JobInfo;
-use splitrt::{Endpoint, EndpointBuilder, Error, ErrorKind, Kind, Payload, ReplyHandler, MAX_ARGS};
+use splitrt::{Endpoint, EndpointBuilder, ErrorKind, Kind, Payload, ReplyHandler, MAX_ARGS};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 const KINDS: [Kind; 3] = [Kind::Short, Kind::Medium, Kind::Long];
 const NH: usize = 3 * (MAX_ARGS + 1);
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 fn seed(src: usize, dst: usize, h: usize, count: u64, reply: bool) -> u64 {
     mix(mix(mix(src as u64 ^ (dst as u64) << 20) ^ h as u64) ^ count.wrapping_mul(2) ^ reply as u64)
@@ -62,16 +59,13 @@ struct State {
     rep_seen: Vec<AtomicU64>,
     replies: AtomicU64,
     checked_bytes: AtomicU64,
-    errors: Mutex<Vec<String>>,
+    failures: Failures,
     nested: Mutex<Option<String>>,
 }
 
 impl State {
     fn fail(&self, e: String) {
-        let mut v = self.errors.lock().unwrap();
-        if v.len() < 20 {
-            v.push(e);
-        }
+        self.failures.fail(e);
     }
 
     /// Check one message against what (src, dst, handler, count) implies.
@@ -168,7 +162,7 @@ fn run() -> splitrt::Result<()> {
         rep_seen: (0..job.size * NH).map(|_| AtomicU64::new(0)).collect(),
         replies: AtomicU64::new(0),
         checked_bytes: AtomicU64::new(0),
-        errors: Mutex::new(Vec::new()),
+        failures: Failures::default(),
         nested: Mutex::new(None),
     });
 
@@ -319,16 +313,7 @@ fn run() -> splitrt::Result<()> {
         }
     }
     ep.barrier()?;
-    let errors = st.errors.lock().unwrap().clone();
-    if !errors.is_empty() {
-        for e in &errors {
-            eprintln!("rank {rank}: {e}");
-        }
-        return Err(Error::usage(format!(
-            "{} conformance check(s) failed",
-            errors.len()
-        )));
-    }
+    st.failures.report(rank, "conformance")?;
     println!(
         "conformance ok: {expected_replies} round trips, {} payload bytes checked",
         st.checked_bytes.load(Ordering::Relaxed)

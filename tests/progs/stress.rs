@@ -7,21 +7,18 @@
 //!
 //! Usage: t_stress [MSGS_PER_PEER [THREADS]]   (exit 0 = all checks passed)
 
+#[path = "checks.rs"]
+mod checks;
+use checks::{mix, Failures};
+
 use splitrt::runtime::job::JobInfo;
 use splitrt::{EndpointBuilder, Error, Kind, Payload};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Long slots per (source, destination): at most this many Longs in flight.
 const SLOTS: usize = 4;
 const SLOT_BYTES: usize = 16 << 10;
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
 
 fn bytes_for(seed: u64, len: usize) -> Vec<u8> {
     (0..len)
@@ -38,15 +35,12 @@ struct State {
     replies: AtomicU64,
     long_done: Vec<AtomicU64>,
     handled: AtomicU64,
-    errors: Mutex<Vec<String>>,
+    failures: Failures,
 }
 
 impl State {
     fn fail(&self, e: String) {
-        let mut v = self.errors.lock().unwrap();
-        if v.len() < 20 {
-            v.push(e);
-        }
+        self.failures.fail(e);
     }
 }
 
@@ -68,7 +62,7 @@ fn run() -> splitrt::Result<()> {
         replies: AtomicU64::new(0),
         long_done: (0..size).map(|_| AtomicU64::new(0)).collect(),
         handled: AtomicU64::new(0),
-        errors: Mutex::new(Vec::new()),
+        failures: Failures::default(),
     });
 
     let mut b = EndpointBuilder::new();
@@ -217,16 +211,7 @@ fn run() -> splitrt::Result<()> {
     let total = sent_total.load(Ordering::Relaxed);
     ep.wait_until(|| st.replies.load(Ordering::Acquire) == total)?;
     ep.barrier()?;
-    let errors = st.errors.lock().unwrap().clone();
-    if !errors.is_empty() {
-        for e in &errors {
-            eprintln!("rank {rank}: {e}");
-        }
-        return Err(Error::usage(format!(
-            "{} stress check(s) failed",
-            errors.len()
-        )));
-    }
+    st.failures.report(rank, "stress")?;
     println!(
         "stress ok: {total} requests sent and answered, {} handled here, {} back-pressure refusals",
         st.handled.load(Ordering::Relaxed),
