@@ -5,6 +5,31 @@
 //! v[ceil(0.99 n) - 1]). Across repetitions a row shows the median of the
 //! per-repetition values and their spread (min..max).
 
+/// Run `warm` untimed calls of `op`, then `batches` timed batches of
+/// `batch` calls; returns each batch's mean time per call (ns). One clock
+/// read per batch keeps the timer out of the measured calls.
+pub fn batch_means<E>(
+    warm: usize,
+    batches: usize,
+    batch: usize,
+    mut op: impl FnMut() -> Result<(), E>,
+) -> Result<Vec<f64>, E> {
+    for _ in 0..warm {
+        op()?;
+    }
+    let mut means = Vec::with_capacity(batches);
+    let mut t = std::time::Instant::now();
+    for _ in 0..batches {
+        for _ in 0..batch {
+            op()?;
+        }
+        let now = std::time::Instant::now();
+        means.push((now - t).as_nanos() as f64 / batch as f64);
+        t = now;
+    }
+    Ok(means)
+}
+
 /// A row is noisy when the largest per-repetition value exceeds the
 /// smallest by more than this factor.
 pub const NOISY_RATIO: f64 = 1.5;

@@ -4,7 +4,6 @@
 
 use splitrt::{Endpoint, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 /// How many round trips one measurement makes.
 #[derive(Clone, Copy, Debug)]
@@ -27,24 +26,11 @@ pub fn round_trips(
     rounds: Rounds,
     mut send: impl FnMut(u64) -> Result<()>,
 ) -> Result<Vec<f64>> {
-    let mut one = || -> Result<()> {
+    let one = || -> Result<()> {
         *seq += 1;
         let s = *seq;
         send(s)?;
         ep.wait_until(|| pong.load(Ordering::Acquire) == s)
     };
-    for _ in 0..rounds.warm {
-        one()?;
-    }
-    let mut means = Vec::with_capacity(rounds.batches);
-    let mut t = Instant::now();
-    for _ in 0..rounds.batches {
-        for _ in 0..rounds.batch {
-            one()?;
-        }
-        let now = Instant::now();
-        means.push((now - t).as_nanos() as f64 / rounds.batch as f64);
-        t = now;
-    }
-    Ok(means)
+    crate::stats::batch_means(rounds.warm, rounds.batches, rounds.batch, one)
 }

@@ -31,21 +31,8 @@ pub const WORDS: usize = 24;
 
 /// Run `plan.warm()` untimed calls of `op`, then `plan.batches` batches of
 /// `plan.batch`; returns each batch's mean time per call (ns).
-fn batched(plan: &Plan, mut op: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
-    for _ in 0..plan.warm() {
-        op()?;
-    }
-    let mut means = Vec::with_capacity(plan.batches);
-    let mut t = Instant::now();
-    for _ in 0..plan.batches {
-        for _ in 0..plan.batch {
-            op()?;
-        }
-        let now = Instant::now();
-        means.push((now - t).as_nanos() as f64 / plan.batch as f64);
-        t = now;
-    }
-    Ok(means)
+fn batched(plan: &Plan, op: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
+    crate::stats::batch_means(plan.warm(), plan.batches, plan.batch, op)
 }
 
 /// Like [`batched`], but `op` returns the part of its time that counts.

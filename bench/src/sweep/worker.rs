@@ -264,20 +264,8 @@ impl Rank0<'_> {
         mut op: impl FnMut(&mut Self) -> Result<()>,
     ) -> Result<Vec<f64>> {
         let (batch, batches) = (self.plan.batch_for(size), self.plan.batches);
-        for _ in 0..self.plan.warm_for(size) {
-            op(self)?;
-        }
-        let mut means = Vec::with_capacity(batches);
-        let mut t = Instant::now();
-        for _ in 0..batches {
-            for _ in 0..batch {
-                op(self)?;
-            }
-            let now = Instant::now();
-            means.push((now - t).as_nanos() as f64 / batch as f64);
-            t = now;
-        }
-        Ok(means)
+        let warm = self.plan.warm_for(size);
+        crate::stats::batch_means(warm, batches, batch, || op(self))
     }
 
     /// A one-way AM stream (`send(payload, stream_len, long_offset)`),
