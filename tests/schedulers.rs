@@ -145,13 +145,24 @@ fn srun_propagates_the_exit_code() {
     }
 }
 
-/// The multi-node way, on one node: rank 0 listens at SPLITRT_BOOTSTRAP.
+/// The multi-node way, on one node: rank 0 listens at SPLITRT_BOOTSTRAP,
+/// every rank proves it holds SPLITRT_JOB_KEY; without the key the job is
+/// refused with a message naming it.
 #[test]
 fn srun_with_an_explicit_bootstrap_address() {
     if enabled("SPLITRT_TEST_SLURM") {
         let port = 20000 + std::process::id() % 20000;
         let addr = format!("127.0.0.1:{port}");
-        let r = srun(3, &example("hello"), &[], &[("SPLITRT_BOOTSTRAP", &addr)]);
+        let r = srun(2, &example("hello"), &[], &[("SPLITRT_BOOTSTRAP", &addr)]);
+        assert_ne!(r.code, 0, "no key, no job: {r:?}");
+        assert!(r.stderr.contains("SPLITRT_JOB_KEY is not"), "{}", r.stderr);
+        let key = "5e".repeat(32);
+        let r = srun(
+            3,
+            &example("hello"),
+            &[],
+            &[("SPLITRT_BOOTSTRAP", &addr), ("SPLITRT_JOB_KEY", &key)],
+        );
         r.ok();
         assert_eq!(
             r.stdout.matches("rank got \"hello from rank").count(),

@@ -3,6 +3,7 @@
 //! under `splitrt-run`, `srun` or `mpirun`. `SPLITRT_*` wins; a process with
 //! none of these variables is a 1-rank job.
 
+use crate::key::{JobKey, ENV_JOB_KEY};
 use crate::{Error, Result};
 
 /// Global rank of this process.
@@ -53,6 +54,8 @@ pub struct JobInfo {
     pub job_id: String,
     /// Bootstrap rendezvous address, if a launcher published one.
     pub bootstrap: Option<String>,
+    /// The job key from `SPLITRT_JOB_KEY`, if set (splitrt-run sets it).
+    pub key: Option<JobKey>,
     /// Where this came from.
     pub source: JobSource,
 }
@@ -83,6 +86,9 @@ impl JobInfo {
                 }),
             }
         };
+        let key = get(ENV_JOB_KEY)
+            .map(|k| JobKey::from_hex(&k))
+            .transpose()?;
         let job = if let Some(rank) = num(ENV_RANK)? {
             let size = num(ENV_SIZE)?
                 .ok_or_else(|| Error::config(format!("{ENV_RANK} is set but {ENV_SIZE} is not")))?;
@@ -94,6 +100,7 @@ impl JobInfo {
                 node: num(ENV_NODE)?.unwrap_or(0),
                 job_id: get(ENV_JOB).unwrap_or_else(|| "job".into()),
                 bootstrap: get(ENV_BOOTSTRAP),
+                key: key.clone(),
                 source: JobSource::Splitrt,
             }
         } else if let Some(rank) = num("SLURM_PROCID")? {
@@ -123,6 +130,7 @@ impl JobInfo {
                 node,
                 job_id: id,
                 bootstrap: get(ENV_BOOTSTRAP),
+                key: key.clone(),
                 source: JobSource::Slurm,
             }
         } else if let Some(rank) = num("OMPI_COMM_WORLD_RANK")? {
@@ -141,6 +149,7 @@ impl JobInfo {
                 node: 0,
                 job_id: format!("ompi{id}"),
                 bootstrap: get(ENV_BOOTSTRAP),
+                key: key.clone(),
                 source: JobSource::OpenMpi,
             }
         } else if let Some(rank) = num("PMI_RANK")? {
@@ -157,6 +166,7 @@ impl JobInfo {
                 node: 0,
                 job_id: format!("pmi{id}"),
                 bootstrap: get(ENV_BOOTSTRAP),
+                key: key.clone(),
                 source: JobSource::Pmi,
             }
         } else {
@@ -168,6 +178,7 @@ impl JobInfo {
                 node: 0,
                 job_id: format!("solo{}", std::process::id()),
                 bootstrap: None,
+                key: key.clone(),
                 source: JobSource::Singleton,
             }
         };

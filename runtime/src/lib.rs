@@ -16,6 +16,7 @@ pub mod config;
 pub mod error;
 pub mod fabric;
 pub mod job;
+pub mod key;
 pub mod launcher;
 pub mod segment;
 pub mod size;

@@ -1,11 +1,17 @@
-//! Shared-memory files: each rank's `/dev/shm/splitrt-<job>-<rank>` holds its
-//! header, its inbound rings and its registered segment. Owner-only
-//! permissions, created exclusively, unlinked right after the start barrier.
+//! Shared-memory files: each rank's `/dev/shm/splitrt-<job>-<tag>-<rank>`
+//! holds its header, its inbound rings and its registered segment; `<tag>`
+//! comes from the job key ([`JobKey::file_tag`](crate::key::JobKey::file_tag)),
+//! so two jobs given the same job id never touch each other's files.
+//!
+//! Created `O_EXCL | O_NOFOLLOW` with mode 0600 and its space reserved up
+//! front (a full `/dev/shm` is an error naming it, never a `SIGBUS` later);
+//! a peer's file is trusted only if it belongs to this user and nobody else
+//! can open it. Unlinked right after the start barrier.
 
 use crate::{Error, Result};
 use memmap2::MmapRaw;
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
 /// Directory holding the shared-memory files.
@@ -21,47 +27,64 @@ pub struct ShmFile {
 }
 
 impl ShmFile {
-    /// Path of `rank`'s file in `job`.
-    pub fn path_for(job: &str, rank: usize) -> PathBuf {
-        PathBuf::from(format!("{SHM_DIR}/{FILE_PREFIX}{job}-{rank}"))
+    /// Path of `rank`'s file; `stem` is `<job>-<tag>`.
+    pub fn path_for(stem: &str, rank: usize) -> PathBuf {
+        PathBuf::from(format!("{SHM_DIR}/{FILE_PREFIX}{stem}-{rank}"))
     }
 
-    /// Create and map a new zero-filled file of `len` bytes; fails if it exists.
-    pub fn create(job: &str, rank: usize, len: usize) -> Result<ShmFile> {
-        let path = Self::path_for(job, rank);
+    /// Create and map a new zero-filled file of `len` bytes with all its
+    /// space reserved; fails if it exists. `ranks_here` (how many ranks of
+    /// the job make such a file on this node) only words the error when
+    /// `/dev/shm` is too small.
+    pub fn create(stem: &str, rank: usize, len: usize, ranks_here: usize) -> Result<ShmFile> {
+        let path = Self::path_for(stem, rank);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| {
                 Error::io(
                     format!(
-                        "creating {} (left by an earlier job with the same id? remove it)",
+                        "creating {} (exists already: another job with the same id and key?)",
                         path.display()
                     ),
                     e,
                 )
             })?;
-        let res = file
-            .set_len(len as u64)
-            .map_err(|e| Error::io(format!("sizing {} to {len} B", path.display()), e))
-            .and_then(|()| Self::map(&file, &path));
+        let res = reserve(&file, &path, len, ranks_here).and_then(|()| Self::map(&file, &path));
         if res.is_err() {
             let _ = std::fs::remove_file(&path);
         }
         res
     }
 
-    /// Map an existing file (another rank's).
-    pub fn open(job: &str, rank: usize) -> Result<ShmFile> {
-        let path = Self::path_for(job, rank);
+    /// Map an existing file (another rank's), if it is this user's and
+    /// private.
+    pub fn open(stem: &str, rank: usize) -> Result<ShmFile> {
+        let path = Self::path_for(stem, rank);
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
             .map_err(|e| Error::io(format!("opening {}", path.display()), e).with_peer(rank))?;
+        let md = file
+            .metadata()
+            .map_err(|e| Error::io(format!("checking {}", path.display()), e))?;
+        // SAFETY: geteuid(2) cannot fail and touches no memory.
+        let me = unsafe { libc::geteuid() };
+        if !md.file_type().is_file() || md.uid() != me || md.mode() & 0o077 != 0 {
+            return Err(Error::bootstrap(format!(
+                "refusing to map {}: owned by uid {} with mode {:o}, expected a private file of uid {me}",
+                path.display(),
+                md.uid(),
+                md.mode() & 0o7777
+            ))
+            .with_peer(rank));
+        }
         Self::map(&file, &path)
     }
 
@@ -99,9 +122,54 @@ impl ShmFile {
     }
 }
 
-/// Remove every shared-memory file of `job`; returns how many were left.
-pub fn remove_job_files(job: &str) -> usize {
-    let prefix = format!("{FILE_PREFIX}{job}-");
+/// Size the file and reserve its space, so a shortage is an error now and
+/// not a `SIGBUS` at first touch.
+fn reserve(file: &File, path: &std::path::Path, len: usize, ranks_here: usize) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    file.set_len(len as u64)
+        .map_err(|e| Error::io(format!("sizing {} to {len} B", path.display()), e))?;
+    // SAFETY: posix_fallocate(3) on a file descriptor we own; no memory.
+    let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
+    match rc {
+        0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
+        libc::ENOSPC | libc::EFBIG => {
+            let mib = |b: u64| b as f64 / (1 << 20) as f64;
+            let (free, total) = space(SHM_DIR).unwrap_or((0, 0));
+            Err(Error::config(format!(
+                "{SHM_DIR} is too small: this rank's shared-memory file needs {:.1} MiB,                  {SHM_DIR} has {:.1} MiB free of {:.1} MiB, and the {ranks_here} rank(s) of this job on                  this node need about {:.1} MiB. Enlarge {SHM_DIR} (`mount -o remount,size=<bytes> {SHM_DIR}`;                  in a container, e.g. `--shm-size`) or lower SPLITRT_SEGMENT_SIZE / SPLITRT_RING_LEN",
+                mib(len as u64),
+                mib(free),
+                mib(total),
+                mib(len as u64 * ranks_here as u64),
+            )))
+        }
+        e => Err(Error::io(
+            format!("reserving {len} B for {}", path.display()),
+            std::io::Error::from_raw_os_error(e),
+        )),
+    }
+}
+
+/// Free and total bytes of the file system holding `dir`.
+fn space(dir: &str) -> Option<(u64, u64)> {
+    let c = std::ffi::CString::new(dir).ok()?;
+    // SAFETY: statvfs(3) writes only into `st`, a zeroed struct we own; the
+    // path is a valid NUL-terminated string.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
+            return None;
+        }
+        let f = st.f_frsize as u64;
+        Some((st.f_bavail as u64 * f, st.f_blocks as u64 * f))
+    }
+}
+
+/// Remove every shared-memory file of the job whose files are named by
+/// `stem` (`<job>-<tag>`); returns how many were left. Files of another job
+/// with the same id but another key are not touched.
+pub fn remove_job_files(stem: &str) -> usize {
+    let prefix = format!("{FILE_PREFIX}{stem}-");
     let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
         return 0;
     };

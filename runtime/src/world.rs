@@ -4,11 +4,12 @@
 //! [`World`]: the job, its fabric and the bootstrap link.
 
 use crate::backoff::Backoff;
-use crate::bootstrap::{Client, Hello, Hosted};
+use crate::bootstrap::{Client, Collective, Hello, Hosted};
 use crate::config::{Config, FabricKind};
 use crate::fabric::shm::PendingShm;
 use crate::fabric::AnyFabric;
-use crate::job::{JobInfo, JobSource};
+use crate::job::{JobInfo, JobSource, ENV_BOOTSTRAP};
+use crate::key::{JobKey, ENV_JOB_KEY};
 use crate::segment::ShmFile;
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,7 +18,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct World {
     job: JobInfo,
     config: Config,
-    fabric: AnyFabric,
+    key: JobKey,
+    stem: String,
+    /// `None` only during start-up.
+    fabric: Option<AnyFabric>,
     boot: Option<Client>,
     /// The rendezvous this rank hosts (rank 0 under srun / mpirun).
     hosted: parking_lot::Mutex<Option<Hosted>>,
@@ -59,25 +63,38 @@ impl World {
             crate::trace::set_enabled(true);
         }
         let FabricKind::Shm = config.fabric;
+        let need_key = |why: &str| {
+            job.key.clone().ok_or_else(|| {
+                at(Error::config(format!(
+                    "{ENV_BOOTSTRAP} is set but {ENV_JOB_KEY} is not: {why} \
+                     (e.g. `export {ENV_JOB_KEY}=$(openssl rand -hex 32)` once for the whole job)"
+                )))
+            })
+        };
         // Under srun / mpirun without SPLITRT_BOOTSTRAP, rank 0 hosts it.
         let mut hosted = None;
-        let addr = match (&job.bootstrap, job.source, job.size) {
+        let (addr, key) = match (&job.bootstrap, job.source, job.size) {
             // splitrt-run hosts the rendezvous at the address it passed us
-            (Some(a), JobSource::Splitrt, _) => Some(a.clone()),
-            (None, _, 1) => None,
+            (Some(a), JobSource::Splitrt, _) => (
+                Some(a.clone()),
+                need_key("splitrt-run sets both; a rank started by hand needs the job's key")?,
+            ),
+            (None, _, 1) => (None, job.key.clone().map_or_else(JobKey::generate, Ok)?),
             (given, _, _) => {
                 let h = match given {
-                    Some(a) => Hosted::at(&job, a, config.bootstrap_timeout),
+                    Some(a) => {
+                        let key = need_key("every rank needs the same secret job key")?;
+                        Hosted::at(&job, a, key, config.bootstrap_timeout)
+                    }
                     None => Hosted::start(&job, config.bootstrap_timeout),
                 }
                 .map_err(at)?;
-                let a = h.addr.clone();
+                let a = (Some(h.addr.clone()), h.key.clone());
                 hosted = Some(h);
-                Some(a)
+                a
             }
         };
-        let pending = PendingShm::create(&job.job_id, rank, job.size, &config).map_err(at)?;
-        let mut guard = UnlinkGuard(Some(ShmFile::path_for(&job.job_id, rank)));
+        let stem = format!("{}-{}", job.job_id, key.file_tag());
         let boot = match addr {
             None => None,
             Some(addr) => {
@@ -92,7 +109,7 @@ impl World {
                     endpoint: Vec::new(),
                 };
                 let (client, peers) =
-                    Client::join(&addr, hello, config.bootstrap_timeout).map_err(at)?;
+                    Client::join(&addr, &key, hello, config.bootstrap_timeout).map_err(at)?;
                 // everyone has joined: the address file has served its purpose
                 if let Some(h) = hosted.as_mut() {
                     h.unpublish();
@@ -109,26 +126,36 @@ impl World {
                 Some(client)
             }
         };
-        let fabric = match pending.connect() {
-            Ok(f) => f,
-            Err(e) => {
-                if let Some(b) = &boot {
-                    b.abort(&e.to_string());
-                }
-                return Err(at(e));
+        let abort = |e: Error| {
+            if let Some(b) = &boot {
+                b.abort(&e.to_string());
             }
+            at(e)
         };
-        let world = World {
+        // Files are made only once every rank has joined, so a job that
+        // never starts leaves nothing in /dev/shm.
+        let pending = PendingShm::create(&stem, rank, job.size, &config).map_err(abort)?;
+        let mut guard = UnlinkGuard(Some(ShmFile::path_for(&stem, rank)));
+        let mut world = World {
             job,
             config,
-            fabric: AnyFabric::Shm(fabric),
+            key,
+            stem,
+            fabric: None,
             boot,
             hosted: parking_lot::Mutex::new(hosted),
             epoch: AtomicU64::new(0),
         };
+        // Every rank created its file: map them all.
+        world.barrier_of(Collective::Setup, &mut || Ok(()))?;
+        let fabric = pending.connect().map_err(|e| {
+            world.abort(&e.to_string());
+            at(e)
+        })?;
+        world.fabric = Some(AnyFabric::Shm(fabric));
         // Start barrier: every rank has mapped every file, so names can go.
-        world.barrier(&mut || Ok(()))?;
-        let AnyFabric::Shm(f) = &world.fabric;
+        world.barrier_of(Collective::Start, &mut || Ok(()))?;
+        let AnyFabric::Shm(f) = world.fabric();
         f.unlink_own().map_err(at)?;
         guard.0 = None;
         Ok(world)
@@ -146,7 +173,17 @@ impl World {
 
     /// The fabric.
     pub fn fabric(&self) -> &AnyFabric {
-        &self.fabric
+        self.fabric.as_ref().expect("the fabric is connected before start returns")
+    }
+
+    /// The job key.
+    pub fn key(&self) -> &JobKey {
+        &self.key
+    }
+
+    /// What names this job's shared-memory files: `<job>-<key tag>`.
+    pub fn file_stem(&self) -> &str {
+        &self.stem
     }
 
     /// If another rank failed, the error to report.
@@ -154,12 +191,23 @@ impl World {
         self.boot.as_ref().and_then(|b| b.failure())
     }
 
-    /// Bootstrap barrier: wait for every rank, calling `progress` while
-    /// waiting so this rank keeps serving its peers. Fails if a rank dies.
+    /// Bootstrap barrier (`Endpoint::barrier`): wait for every rank,
+    /// calling `progress` while waiting so this rank keeps serving its
+    /// peers. Fails if a rank dies or another rank is in a different
+    /// collective.
     pub fn barrier(&self, progress: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        self.barrier_of(Collective::User, progress)
+    }
+
+    /// Bootstrap barrier of collective `kind`.
+    pub fn barrier_of(
+        &self,
+        kind: Collective,
+        progress: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
         let Some(b) = &self.boot else { return Ok(()) };
         let e = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
-        b.enter_barrier(e)?;
+        b.enter_barrier(kind, e)?;
         let mut backoff = Backoff::new(&self.config);
         loop {
             if b.released(e) {
@@ -177,7 +225,7 @@ impl World {
 
     /// Exit barrier, then goodbye: after this no peer will send to us.
     pub fn finish(&self, progress: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-        self.barrier(progress)?;
+        self.barrier_of(Collective::Exit, progress)?;
         if let Some(b) = &self.boot {
             // Everyone passed the exit barrier: the job is complete even if
             // the rendezvous has gone already, so the goodbye is best effort.

@@ -1,15 +1,27 @@
-//! A rank's side of the rendezvous: join, learn the peers, then a reader
-//! thread records barrier releases and failure notices so waiting code can
-//! check them without blocking.
+//! A rank's side of the rendezvous: authenticate, join, learn the peers,
+//! then a reader thread records barrier releases, failure notices and
+//! status answers so waiting code can check them without blocking.
 
-use super::wire::{Hello, Msg, Peer};
+use super::auth::{self, HandshakeError, Sealer};
+use super::wire::{Collective, Hello, Msg, Peer};
+use crate::key::JobKey;
 use crate::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
-use std::io::Write;
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// What the server last said about a barrier this rank asked after.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BarrierStatus {
+    /// Barrier epoch.
+    pub epoch: u64,
+    /// Which collective the ranks already in it are in.
+    pub kind: Option<Collective>,
+    /// Ranks that have not entered it.
+    pub missing: Vec<u32>,
+}
 
 #[derive(Default)]
 struct Shared {
@@ -17,19 +29,74 @@ struct Shared {
     failed: AtomicBool,
     failure: Mutex<Option<String>>,
     finishing: AtomicBool,
+    status: Mutex<Option<BarrierStatus>>,
 }
 
 /// A rank's connection to the bootstrap rendezvous.
 pub struct Client {
     rank: usize,
-    stream: Mutex<TcpStream>,
+    writer: Mutex<(TcpStream, Sealer)>,
     shared: Arc<Shared>,
 }
 
+/// Connect and authenticate, retrying while the server is not there yet or
+/// busy, until `deadline`.
+fn connect(
+    addr: &str,
+    sockaddr: SocketAddr,
+    key: &JobKey,
+    rank: u32,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<(TcpStream, Sealer, auth::Opener)> {
+    let mut last: Option<Error> = None;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let why = last.map_or_else(String::new, |e| format!(": {e}"));
+            return Err(Error::new(ErrorKind::Timeout(format!(
+                "no bootstrap server answered at {addr} within {:.1} s{why}",
+                timeout.as_secs_f64()
+            ))));
+        }
+        let attempt = TcpStream::connect_timeout(&sockaddr, left.max(Duration::from_millis(10)))
+            .map_err(|e| Error::io(format!("connecting to the bootstrap at {addr}"), e))
+            .and_then(|mut s| {
+                let t = Some(left.clamp(Duration::from_millis(10), Duration::from_secs(10)));
+                s.set_nodelay(true)
+                    .and_then(|()| s.set_read_timeout(t))
+                    .and_then(|()| s.set_write_timeout(t))
+                    .map_err(|e| Error::io("bootstrap socket", e))?;
+                Ok(auth::client(&mut s, key, rank).map(|(seal, open)| (s, seal, open)))
+            });
+        match attempt {
+            Ok(Ok(c)) => return Ok(c),
+            Ok(Err(HandshakeError::Rejected)) => {
+                return Err(Error::bootstrap(format!(
+                    "the bootstrap server at {addr} rejected this rank's job key \
+                     ({} differs from the job's: a rank of another job?)",
+                    crate::key::ENV_JOB_KEY
+                )))
+            }
+            Ok(Err(HandshakeError::BadServer(why))) => {
+                return Err(Error::bootstrap(format!("{addr}: {why}")))
+            }
+            Ok(Err(HandshakeError::Transient(e))) | Err(e) => last = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 impl Client {
-    /// Connect to `addr`, introduce ourselves, and wait (at most `timeout`
-    /// plus a grace period for the server's own verdict) for every rank.
-    pub fn join(addr: &str, hello: Hello, timeout: Duration) -> Result<(Client, Vec<Peer>)> {
+    /// Connect to `addr`, prove this rank holds `key`, introduce ourselves,
+    /// and wait (at most `timeout` plus a grace period for the server's own
+    /// verdict) for every rank.
+    pub fn join(
+        addr: &str,
+        key: &JobKey,
+        hello: Hello,
+        timeout: Duration,
+    ) -> Result<(Client, Vec<Peer>)> {
         let rank = hello.rank as usize;
         let deadline = Instant::now() + timeout;
         let sockaddr = addr
@@ -39,22 +106,10 @@ impl Client {
             .ok_or_else(|| {
                 Error::bootstrap(format!("bootstrap address '{addr}' resolves to nothing"))
             })?;
-        let mut stream = loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match TcpStream::connect_timeout(&sockaddr, left.max(Duration::from_millis(10))) {
-                Ok(s) => break s,
-                Err(e) if Instant::now() >= deadline => {
-                    return Err(Error::new(ErrorKind::Timeout(format!(
-                        "no bootstrap server at {addr} within {:.1} s: {e}",
-                        timeout.as_secs_f64()
-                    ))))
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        Msg::Hello(hello)
-            .write_to(&mut stream)
+        let (mut stream, mut sealer, mut opener) =
+            connect(addr, sockaddr, key, hello.rank, deadline, timeout)?;
+        sealer
+            .send(&mut stream, &Msg::Hello(hello))
             .map_err(|e| Error::io("sending bootstrap hello", e))?;
         // The server refuses at its deadline; give it a moment past ours.
         let grace = deadline + Duration::from_secs(5);
@@ -65,7 +120,7 @@ impl Client {
                     .max(Duration::from_millis(10)),
             ))
             .map_err(|e| Error::io("bootstrap socket", e))?;
-        let reply = Msg::read_from(&mut stream).map_err(|e| match e.kind() {
+        let reply = opener.recv(&mut stream).map_err(|e| match e.kind() {
             ErrorKind::Io(_, io)
                 if matches!(
                     io.kind(),
@@ -103,14 +158,22 @@ impl Client {
         let sh = shared.clone();
         std::thread::Builder::new()
             .name("splitrt-boot".into())
+            .stack_size(256 << 10)
             .spawn(move || loop {
                 let fail = |why: String| {
                     *sh.failure.lock() = Some(why);
                     sh.failed.store(true, Ordering::Release);
                 };
-                match Msg::read_from(&mut reader) {
+                match opener.recv(&mut reader) {
                     Ok(Some(Msg::Release(e))) => {
                         sh.released.fetch_max(e, Ordering::AcqRel);
+                    }
+                    Ok(Some(Msg::Pending(epoch, kind, missing))) => {
+                        *sh.status.lock() = Some(BarrierStatus {
+                            epoch,
+                            kind,
+                            missing,
+                        });
                     }
                     Ok(Some(Msg::Abort(r, why))) => return fail(format!("rank {r} failed: {why}")),
                     Ok(Some(m)) => return fail(format!("unexpected bootstrap message {m:?}")),
@@ -129,7 +192,7 @@ impl Client {
         Ok((
             Client {
                 rank,
-                stream: Mutex::new(stream),
+                writer: Mutex::new((stream, sealer)),
                 shared,
             },
             peers,
@@ -137,20 +200,32 @@ impl Client {
     }
 
     fn send(&self, m: &Msg) -> Result<()> {
-        self.stream
-            .lock()
-            .write_all(&m.encode())
+        let mut w = self.writer.lock();
+        let (stream, sealer) = &mut *w;
+        sealer
+            .send(stream, m)
             .map_err(|e| Error::io("writing to bootstrap server", e).at_rank(self.rank))
     }
 
-    /// Enter barrier `epoch` (epochs count up from 1).
-    pub fn enter_barrier(&self, epoch: u64) -> Result<()> {
-        self.send(&Msg::Barrier(epoch))
+    /// Enter barrier `epoch` (epochs count up from 1) of collective `kind`.
+    pub fn enter_barrier(&self, kind: Collective, epoch: u64) -> Result<()> {
+        self.send(&Msg::Barrier(kind, epoch))
     }
 
     /// Whether barrier `epoch` is complete.
     pub fn released(&self, epoch: u64) -> bool {
         self.shared.released.load(Ordering::Acquire) >= epoch
+    }
+
+    /// Ask the server which ranks barrier `epoch` still waits for; the
+    /// answer shows up in [`status`](Self::status).
+    pub fn ask_status(&self, epoch: u64) -> Result<()> {
+        self.send(&Msg::Status(epoch))
+    }
+
+    /// The server's latest answer to [`ask_status`](Self::ask_status).
+    pub fn status(&self) -> Option<BarrierStatus> {
+        self.shared.status.lock().clone()
     }
 
     /// If the job failed, why.

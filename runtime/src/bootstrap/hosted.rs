@@ -1,48 +1,54 @@
-//! Bootstrap without splitrt-run (srun, mpirun on one node): rank 0 hosts
-//! the rendezvous in a thread and publishes its address in a per-job file,
-//! `$TMPDIR/splitrt-boot-<job>` (the job id comes from the scheduler's job
-//! and step ids, so concurrent jobs never share a file); the other ranks
-//! wait for that file. A job over several nodes cannot share a file and
-//! needs `SPLITRT_BOOTSTRAP=host:port`, where rank 0 then listens.
+//! Bootstrap without splitrt-run (srun, mpirun): rank 0 hosts the
+//! rendezvous in a thread.
+//!
+//! * On one node rank 0 makes a fresh job key and publishes the address and
+//!   the key in `boot-<job>` inside this user's [`PrivateDir`] (the job id
+//!   comes from the scheduler's job and step ids, so concurrent jobs never
+//!   share a file); the other ranks wait for that file.
+//! * A job over several nodes cannot share a file: with
+//!   `SPLITRT_BOOTSTRAP=host:port` rank 0 listens there, and every rank
+//!   needs the key in `SPLITRT_JOB_KEY`.
 
-use super::Server;
+use super::{PrivateDir, Server};
 use crate::job::{JobInfo, ENV_BOOTSTRAP};
+use crate::key::{JobKey, ENV_JOB_KEY};
 use crate::{Error, ErrorKind, Result};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-/// Where rank 0 publishes the rendezvous address of `job`.
-pub fn address_file(job: &str) -> PathBuf {
-    let dir = std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/tmp"), PathBuf::from);
-    dir.join(format!("splitrt-boot-{job}"))
-}
-
-/// A rendezvous hosted by rank 0 for a one-node job.
+/// A rendezvous hosted by rank 0.
 pub struct Hosted {
     /// Address every rank (rank 0 included) joins.
     pub addr: String,
-    file: Option<PathBuf>,
+    /// The job key.
+    pub key: JobKey,
+    file: Option<(PrivateDir, String)>,
     server: Option<std::thread::JoinHandle<()>>,
+}
+
+fn file_name(job: &str) -> String {
+    format!("boot-{job}")
 }
 
 impl Hosted {
     /// With `SPLITRT_BOOTSTRAP=host:port` under a scheduler (the multi-node
-    /// way): rank 0 listens on that address; every rank joins it.
-    pub fn at(job: &JobInfo, addr: &str, timeout: Duration) -> Result<Hosted> {
+    /// way): rank 0 listens on that address; every rank joins it with `key`.
+    pub fn at(job: &JobInfo, addr: &str, key: JobKey, timeout: Duration) -> Result<Hosted> {
         if job.rank != 0 {
             return Ok(Hosted {
                 addr: addr.to_string(),
+                key,
                 file: None,
                 server: None,
             });
         }
-        let server = Server::bind(addr).map_err(|e| {
+        let server = Server::bind(addr, key.clone()).map_err(|e| {
             Error::bootstrap(format!(
                 "rank 0 cannot listen on {ENV_BOOTSTRAP}={addr} (it must be an address of rank 0's node): {e}"
             ))
         })?;
         Ok(Hosted {
             addr: addr.to_string(),
+            key,
             file: None,
             server: Some(Self::spawn(server, job.size, timeout)?),
         })
@@ -63,56 +69,57 @@ impl Hosted {
             .map_err(|e| Error::io("spawning the bootstrap host", e))
     }
 
-    /// Rank 0: start the server and publish its address. Others: wait (at
-    /// most `timeout`) for the address.
+    /// One node: rank 0 makes the key, starts the server and publishes
+    /// both; the others wait (at most `timeout`) for them.
     pub fn start(job: &JobInfo, timeout: Duration) -> Result<Hosted> {
         if job.local_size < job.size {
             return Err(Error::bootstrap(format!(
                 "this {:?} job spans several nodes ({} of {} ranks on this one); set {ENV_BOOTSTRAP}=host:port \
-                 to an address every node can reach (rank 0 listens there). Only the shared-memory fabric \
-                 exists so far, so multi-node jobs cannot run yet",
+                 to an address every node can reach (rank 0 listens there) and {ENV_JOB_KEY} to the same \
+                 secret on every rank (e.g. `export {ENV_JOB_KEY}=$(openssl rand -hex 32)`). Only the \
+                 shared-memory fabric exists so far, so multi-node jobs cannot run yet",
                 job.source, job.local_size, job.size
             )));
         }
-        let path = address_file(&job.job_id);
+        let dir = PrivateDir::open()?;
+        let name = file_name(&job.job_id);
         if job.rank == 0 {
-            let server = Server::bind("127.0.0.1:0")?;
+            let key = JobKey::generate()?;
+            let server = Server::bind("127.0.0.1:0", key.clone())?;
             let addr = server.local_addr()?.to_string();
             let server = Self::spawn(server, job.size, timeout)?;
-            let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-            std::fs::write(&tmp, format!("{addr}\n"))
-                .and_then(|()| std::fs::rename(&tmp, &path))
-                .map_err(|e| {
-                    Error::io(
-                        format!("publishing the bootstrap address in {}", path.display()),
-                        e,
-                    )
-                })?;
+            dir.publish(&name, &format!("{addr}\n{}\n", key.to_hex()))?;
             return Ok(Hosted {
                 addr,
-                file: Some(path),
+                key,
+                file: Some((dir, name)),
                 server: Some(server),
             });
         }
         let deadline = Instant::now() + timeout;
         loop {
-            if let Ok(s) = std::fs::read_to_string(&path) {
-                let addr = s.trim().to_string();
-                // A file left by an earlier rank 0 that died points at a dead
-                // port: keep watching until the live rank 0 replaces it.
-                if !addr.is_empty() && listening(&addr) {
-                    return Ok(Hosted {
-                        addr,
-                        file: None,
-                        server: None,
-                    });
+            if let Some(s) = dir.read(&name)? {
+                let mut lines = s.lines();
+                if let (Some(addr), Some(key)) = (lines.next(), lines.next()) {
+                    let addr = addr.trim().to_string();
+                    // A file left by an earlier rank 0 that died points at a
+                    // dead port: keep watching until the live rank 0
+                    // replaces it.
+                    if let (Ok(key), true) = (JobKey::from_hex(key), listening(&addr)) {
+                        return Ok(Hosted {
+                            addr,
+                            key,
+                            file: None,
+                            server: None,
+                        });
+                    }
                 }
             }
             if Instant::now() >= deadline {
                 return Err(Error::new(ErrorKind::Timeout(format!(
                     "rank 0 did not publish the bootstrap address in {} within {:.1} s (did rank 0 start? \
-                     ranks on other nodes need {ENV_BOOTSTRAP})",
-                    path.display(),
+                     ranks on other nodes need {ENV_BOOTSTRAP} and {ENV_JOB_KEY})",
+                    dir.path().join(&name).display(),
                     timeout.as_secs_f64()
                 ))));
             }
@@ -133,14 +140,14 @@ impl Hosted {
 
     /// Remove the address file (rank 0, once everyone has joined).
     pub fn unpublish(&mut self) {
-        if let Some(p) = self.file.take() {
-            let _ = std::fs::remove_file(p);
+        if let Some((dir, name)) = self.file.take() {
+            dir.remove(&name);
         }
     }
 }
 
-/// Whether something accepts connections at `addr` (the server ignores a
-/// connection that closes without saying hello).
+/// Whether something accepts connections at `addr` (the server drops a
+/// connection that closes without completing the handshake).
 fn listening(addr: &str) -> bool {
     use std::net::{TcpStream, ToSocketAddrs};
     addr.to_socket_addrs()
@@ -160,24 +167,30 @@ mod tests {
     use super::*;
     use crate::job::JobSource;
 
+    fn job(rank: usize, size: usize, local_size: usize, id: &str) -> JobInfo {
+        JobInfo {
+            rank,
+            size,
+            local_rank: rank % local_size,
+            local_size,
+            node: 0,
+            job_id: id.into(),
+            bootstrap: None,
+            key: None,
+            source: JobSource::Slurm,
+        }
+    }
+
     #[test]
     fn several_nodes_without_an_address_is_refused_with_the_reason() {
-        let job = JobInfo {
-            rank: 1,
-            size: 4,
-            local_rank: 1,
-            local_size: 2,
-            node: 0,
-            job_id: "slurm9.0".into(),
-            bootstrap: None,
-            source: JobSource::Slurm,
-        };
-        let e = Hosted::start(&job, Duration::from_millis(10))
+        let e = Hosted::start(&job(1, 4, 2, "slurm9.0"), Duration::from_millis(10))
             .err()
             .expect("refused");
         let msg = e.to_string();
         assert!(
-            msg.contains("spans several nodes") && msg.contains("SPLITRT_BOOTSTRAP"),
+            msg.contains("spans several nodes")
+                && msg.contains("SPLITRT_BOOTSTRAP")
+                && msg.contains("SPLITRT_JOB_KEY"),
             "{msg}"
         );
     }
@@ -192,37 +205,32 @@ mod tests {
             .unwrap()
             .local_addr()
             .unwrap();
-        std::fs::write(address_file(&id), format!("{dead}\n")).unwrap();
-        let job = JobInfo {
-            rank: 1,
-            size: 2,
-            local_rank: 1,
-            local_size: 2,
-            node: 0,
-            job_id: id.clone(),
-            bootstrap: None,
-            source: JobSource::Slurm,
-        };
-        let e = Hosted::start(&job, Duration::from_millis(300))
+        let dir = PrivateDir::open().unwrap();
+        let key = JobKey::generate().unwrap();
+        dir.publish(&file_name(&id), &format!("{dead}\n{}\n", key.to_hex()))
+            .unwrap();
+        let e = Hosted::start(&job(1, 2, 2, &id), Duration::from_millis(300))
             .err()
             .expect("no live rank 0");
         assert!(e.to_string().contains("did not publish"), "{e}");
-        let _ = std::fs::remove_file(address_file(&id));
+        dir.remove(&file_name(&id));
+    }
+
+    #[test]
+    fn rank_0_publishes_and_a_peer_finds_address_and_key() {
+        let id = format!("unit-pub-{}", std::process::id());
+        let mut h0 = Hosted::start(&job(0, 2, 2, &id), Duration::from_secs(5)).unwrap();
+        let h1 = Hosted::start(&job(1, 2, 2, &id), Duration::from_secs(5)).unwrap();
+        assert_eq!((h1.addr.as_str(), &h1.key), (h0.addr.as_str(), &h0.key));
+        h0.unpublish();
+        assert_eq!(PrivateDir::open().unwrap().read(&file_name(&id)).unwrap(), None);
     }
 
     #[test]
     fn a_rank_waits_for_rank_0_and_times_out_clearly() {
-        let job = JobInfo {
-            rank: 3,
-            size: 4,
-            local_rank: 3,
-            local_size: 4,
-            node: 0,
-            job_id: format!("unit-absent-{}", std::process::id()),
-            bootstrap: None,
-            source: JobSource::OpenMpi,
-        };
-        let e = Hosted::start(&job, Duration::from_millis(50))
+        let mut j = job(3, 4, 4, &format!("unit-absent-{}", std::process::id()));
+        j.source = JobSource::OpenMpi;
+        let e = Hosted::start(&j, Duration::from_millis(50))
             .err()
             .expect("times out");
         assert!(e.to_string().contains("rank 0 did not publish"), "{e}");

@@ -1,23 +1,45 @@
-//! The rendezvous host. It runs in a thread of the launcher: it gathers
-//! every rank's [`Hello`], refuses a job whose ranks disagree (size, job id,
-//! registration table) or that is incomplete by the deadline, then serves
-//! barriers and tells every rank when one of them is lost.
+//! The rendezvous host. It runs in a thread of the launcher (or of rank 0
+//! under srun / mpirun): it authenticates every connection against the job
+//! key, gathers every rank's [`Hello`], refuses a job whose ranks disagree
+//! (size, job id, registration table) or that is incomplete by the
+//! deadline, then serves barriers and tells every rank when one of them is
+//! lost.
+//!
+//! A connection that has not proved it holds the job key can do nothing but
+//! finish the handshake: it may send at most
+//! [`MAX_HANDSHAKE_FRAME`](super::auth::MAX_HANDSHAKE_FRAME) bytes, must be
+//! done within [`HANDSHAKE_TIMEOUT`], and at most [`MAX_PENDING`] such
+//! connections are served at once (more are closed at once). After the
+//! handshake a connection speaks only for the rank it proved to be.
 
-use super::wire::{Hello, Msg, Peer};
+use super::auth::{self, Sealer};
+use super::wire::{Collective, Hello, Msg, Peer};
+use crate::key::JobKey;
 use crate::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Most connections served at once that have not yet authenticated.
+pub const MAX_PENDING: usize = 64;
+
+/// Time a new connection has to complete the handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Time a write to a rank may block (a stopped rank must not stall the
+/// server for everyone).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A bootstrap rendezvous bound to a TCP port.
 pub struct Server {
     listener: TcpListener,
+    key: JobKey,
     culprit: Culprit,
+    stats: Arc<ServerStats>,
 }
 
 /// The first rank that aborted or was lost after the job started, shared
@@ -25,26 +47,46 @@ pub struct Server {
 /// merely noticed.
 pub type Culprit = Arc<Mutex<Option<usize>>>;
 
+/// What the server turned away, for diagnostics and tests.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Connections that failed the handshake (wrong key, garbage, too slow).
+    pub unauthenticated: AtomicU64,
+    /// Connections closed at once because [`MAX_PENDING`] were pending.
+    pub over_limit: AtomicU64,
+    /// Authenticated connections turned away (a rank connected twice, or
+    /// after the job started).
+    pub turned_away: AtomicU64,
+}
+
 enum Event {
-    Connected(usize, TcpStream),
+    Connected(usize, usize, TcpStream, Sealer),
     Message(usize, Msg),
     Closed(usize, Option<Error>),
 }
 
 impl Server {
-    /// Bind to `addr` (use port 0 for an ephemeral port).
-    pub fn bind(addr: &str) -> Result<Server> {
+    /// Bind to `addr` (use port 0 for an ephemeral port); only ranks that
+    /// hold `key` will be heard.
+    pub fn bind(addr: &str, key: JobKey) -> Result<Server> {
         let listener =
             TcpListener::bind(addr).map_err(|e| Error::io(format!("bootstrap bind {addr}"), e))?;
         Ok(Server {
             listener,
+            key,
             culprit: Culprit::default(),
+            stats: Arc::default(),
         })
     }
 
     /// Where the first failed rank will be recorded.
     pub fn culprit(&self) -> Culprit {
         self.culprit.clone()
+    }
+
+    /// Counters of what was turned away.
+    pub fn stats(&self) -> Arc<ServerStats> {
+        self.stats.clone()
     }
 
     /// The address ranks connect to.
@@ -60,54 +102,59 @@ impl Server {
     pub fn run(self, size: usize, timeout: Duration) -> Result<()> {
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
-        let listener = self.listener;
+        self.listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("bootstrap listener", e))?;
         let acceptor = {
             let (tx, stop) = (tx.clone(), stop.clone());
-            listener
-                .set_nonblocking(true)
-                .map_err(|e| Error::io("bootstrap listener", e))?;
+            let (listener, key, stats) = (self.listener, self.key, self.stats.clone());
             std::thread::Builder::new()
                 .name("splitrt-boot-accept".into())
-                .spawn(move || accept_loop(listener, tx, stop))
+                .spawn(move || accept_loop(listener, key, tx, stop, stats))
                 .map_err(|e| Error::io("spawning bootstrap thread", e))?
         };
         drop(tx);
-        let result = serve(size, timeout, &rx, &self.culprit);
+        let result = serve(size, timeout, &rx, &self.culprit, &self.stats);
         stop.store(true, Ordering::Relaxed);
         let _ = acceptor.join();
         result
     }
 }
 
-fn accept_loop(listener: TcpListener, tx: mpsc::Sender<Event>, stop: Arc<AtomicBool>) {
+/// Decrements the pending count when a handshake ends, however it ends.
+struct PendingSlot(Arc<AtomicUsize>);
+impl Drop for PendingSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    key: JobKey,
+    tx: mpsc::Sender<Event>,
+    stop: Arc<AtomicBool>,
+    stats: Arc<ServerStats>,
+) {
+    let pending = Arc::new(AtomicUsize::new(0));
     let mut next = 0;
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
-                let _ = stream.set_nonblocking(false);
-                let _ = stream.set_nodelay(true);
+                if pending.load(Ordering::Acquire) >= MAX_PENDING {
+                    stats.over_limit.fetch_add(1, Ordering::Relaxed);
+                    continue; // dropped: closed at once
+                }
+                pending.fetch_add(1, Ordering::AcqRel);
+                let slot = PendingSlot(pending.clone());
                 let id = next;
                 next += 1;
-                let Ok(mut reader) = stream.try_clone() else {
-                    continue;
-                };
-                if tx.send(Event::Connected(id, stream)).is_err() {
-                    return;
-                }
-                let tx = tx.clone();
+                let (tx, key, stats) = (tx.clone(), key.clone(), stats.clone());
+                // A thread that cannot be started only costs this connection.
                 let _ = std::thread::Builder::new()
                     .name("splitrt-boot-conn".into())
-                    .spawn(move || loop {
-                        match Msg::read_from(&mut reader) {
-                            Ok(Some(m)) => {
-                                if tx.send(Event::Message(id, m)).is_err() {
-                                    return;
-                                }
-                            }
-                            Ok(None) => return drop(tx.send(Event::Closed(id, None))),
-                            Err(e) => return drop(tx.send(Event::Closed(id, Some(e)))),
-                        }
-                    });
+                    .stack_size(256 << 10)
+                    .spawn(move || connection(id, stream, &key, slot, &tx, &stats));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(2))
@@ -117,16 +164,66 @@ fn accept_loop(listener: TcpListener, tx: mpsc::Sender<Event>, stop: Arc<AtomicB
     }
 }
 
+/// One connection: handshake under a deadline, then relay its frames.
+fn connection(
+    id: usize,
+    mut stream: TcpStream,
+    key: &JobKey,
+    slot: PendingSlot,
+    tx: &mpsc::Sender<Event>,
+    stats: &ServerStats,
+) {
+    let setup = stream
+        .set_nonblocking(false)
+        .and_then(|()| stream.set_nodelay(true))
+        .and_then(|()| stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)))
+        .and_then(|()| stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT)));
+    let shaken = setup
+        .map_err(|e| Error::io("bootstrap socket", e))
+        .and_then(|()| auth::server(&mut stream, key));
+    drop(slot);
+    let Ok((rank, mut opener, sealer)) = shaken else {
+        stats.unauthenticated.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let writer = stream
+        .set_read_timeout(None)
+        .and_then(|()| stream.set_write_timeout(Some(WRITE_TIMEOUT)))
+        .and_then(|()| stream.try_clone());
+    let Ok(writer) = writer else { return };
+    if tx
+        .send(Event::Connected(id, rank as usize, writer, sealer))
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        let ev = match opener.recv(&mut stream) {
+            Ok(Some(m)) => Event::Message(id, m),
+            Ok(None) => Event::Closed(id, None),
+            Err(e) => Event::Closed(id, Some(e)),
+        };
+        let last = matches!(ev, Event::Closed(..));
+        if tx.send(ev).is_err() || last {
+            return;
+        }
+    }
+}
+
 struct Conn {
     stream: TcpStream,
-    rank: Option<usize>,
+    sealer: Sealer,
+    /// The rank this connection proved to be.
+    rank: usize,
+    /// It said hello (start-up) and so takes part in the job.
+    joined: bool,
     bye: bool,
     open: bool,
 }
 
 fn send(c: &mut Conn, m: &Msg) {
     // A rank that cannot be written to is gone; its reader reports it.
-    let _ = c.stream.write_all(&m.encode());
+    let _ = c.sealer.send(&mut c.stream, m);
 }
 
 fn broadcast(conns: &mut BTreeMap<usize, Conn>, m: &Msg) {
@@ -154,15 +251,28 @@ fn table_difference(a: &[String], b: &[String], rank: usize) -> Option<String> {
     })
 }
 
+/// Ranks that entered one barrier epoch so far.
+struct Arrivals {
+    kind: Collective,
+    first: usize,
+    ranks: Vec<bool>,
+    count: usize,
+}
+
 fn serve(
     size: usize,
     timeout: Duration,
     rx: &mpsc::Receiver<Event>,
     culprit: &Culprit,
+    stats: &ServerStats,
 ) -> Result<()> {
     let deadline = Instant::now() + timeout;
     let mut conns: BTreeMap<usize, Conn> = BTreeMap::new();
     let mut hellos: BTreeMap<usize, Hello> = BTreeMap::new();
+    let turn_away = |mut c: Conn, why: &str| {
+        stats.turned_away.fetch_add(1, Ordering::Relaxed);
+        send(&mut c, &Msg::Refuse(why.to_string()));
+    };
 
     // Phase 1: gather.
     let refuse = |conns: &mut BTreeMap<usize, Conn>, why: String| -> Result<()> {
@@ -188,19 +298,33 @@ fn serve(
             }
         };
         match ev {
-            Event::Connected(id, stream) => {
-                conns.insert(
-                    id,
-                    Conn {
-                        stream,
-                        rank: None,
-                        bye: false,
-                        open: true,
-                    },
-                );
+            Event::Connected(id, rank, stream, sealer) => {
+                let c = Conn {
+                    stream,
+                    sealer,
+                    rank,
+                    joined: false,
+                    bye: false,
+                    open: true,
+                };
+                if conns.values().any(|o| o.rank == rank && o.open) {
+                    turn_away(c, &format!("rank {rank} is already connected"));
+                } else {
+                    conns.insert(id, c);
+                }
             }
             Event::Message(id, Msg::Hello(h)) => {
-                let r = h.rank as usize;
+                let Some(c) = conns.get_mut(&id) else {
+                    continue;
+                };
+                let r = c.rank;
+                if h.rank as usize != r || c.joined {
+                    let why = format!(
+                        "rank {r} sent a second hello, or one for rank {} (a broken rank)",
+                        h.rank
+                    );
+                    return refuse(&mut conns, why);
+                }
                 if h.size as usize != size || r >= size {
                     let why = format!(
                         "rank {r} believes the job has {} ranks, the launcher started {size}",
@@ -215,29 +339,28 @@ fn serve(
                         return refuse(&mut conns, why);
                     }
                 }
-                if hellos.contains_key(&r) {
-                    return refuse(&mut conns, format!("rank {r} joined twice"));
-                }
-                if let Some(c) = conns.get_mut(&id) {
-                    c.rank = Some(r);
-                }
+                c.joined = true;
                 hellos.insert(r, h);
             }
-            Event::Message(id, Msg::Abort(r, why)) => {
-                if let Some(c) = conns.get_mut(&id) {
-                    c.bye = true;
-                }
+            Event::Message(id, Msg::Abort(_, why)) => {
+                let Some(c) = conns.get_mut(&id) else {
+                    continue;
+                };
+                c.bye = true;
+                let r = c.rank;
                 return refuse(&mut conns, format!("rank {r} aborted during start: {why}"));
             }
-            Event::Message(_, m) => {
+            Event::Message(id, m) => {
+                let r = conns.get(&id).map_or(usize::MAX, |c| c.rank);
                 return refuse(
                     &mut conns,
-                    format!("unexpected {m:?} before the job started"),
+                    format!("rank {r} sent {m:?} before the job started"),
                 );
             }
             Event::Closed(id, err) => {
                 if let Some(c) = conns.remove(&id) {
-                    if let Some(r) = c.rank {
+                    if c.joined {
+                        let r = c.rank;
                         let why = match err {
                             Some(e) => format!("rank {r} lost its bootstrap connection: {e}"),
                             None => format!("rank {r} exited during bootstrap"),
@@ -264,81 +387,117 @@ fn serve(
             endpoint: h.endpoint.clone(),
         })
         .collect();
-    broadcast(&mut conns, &Msg::Welcome(peers));
+    drop(hellos);
     // connections that never said hello take no part in the running job
-    conns.retain(|_, c| c.rank.is_some());
+    conns.retain(|_, c| c.joined);
+    broadcast(&mut conns, &Msg::Welcome(peers));
 
     // Phase 2: barriers, goodbyes, failures.
-    let mut waiting: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut arrivals: BTreeMap<u64, Arrivals> = BTreeMap::new();
+    let mut released: u64 = 0;
     let mut failure: Option<Error> = None;
+    let fail = |conns: &mut BTreeMap<usize, Conn>, r: usize, why: String| {
+        culprit.lock().get_or_insert(r);
+        broadcast(conns, &Msg::Abort(r as u32, why));
+    };
     // Done once every rank said goodbye or is gone (a rank hosting this
     // server keeps its own connection open while it waits for us).
     while conns.values().any(|c| c.open && !c.bye) {
         let Ok(ev) = rx.recv() else { break };
-        match ev {
-            Event::Connected(_, stream) => {
-                let mut c = Conn {
+        let (id, m) = match ev {
+            Event::Connected(_, _, stream, sealer) => {
+                let c = Conn {
                     stream,
-                    rank: None,
+                    sealer,
+                    rank: usize::MAX,
+                    joined: false,
                     bye: true,
                     open: false,
                 };
-                send(&mut c, &Msg::Refuse("the job has already started".into()));
-            }
-            Event::Message(_, Msg::Barrier(epoch)) => {
-                let n = waiting.entry(epoch).or_default();
-                *n += 1;
-                if *n == size {
-                    waiting.remove(&epoch);
-                    broadcast(&mut conns, &Msg::Release(epoch));
-                }
-            }
-            Event::Message(id, Msg::Bye) => {
-                if let Some(c) = conns.get_mut(&id) {
-                    c.bye = true;
-                }
-            }
-            Event::Message(id, Msg::Abort(r, why)) => {
-                if let Some(c) = conns.get_mut(&id) {
-                    c.bye = true;
-                }
-                culprit.lock().get_or_insert(r as usize);
-                broadcast(&mut conns, &Msg::Abort(r, why.clone()));
-                failure.get_or_insert(Error::new(ErrorKind::PeerFailed(format!(
-                    "rank {r} failed: {why}"
-                ))));
-            }
-            Event::Message(id, m) => {
-                let r = conns.get(&id).and_then(|c| c.rank).unwrap_or(usize::MAX);
-                let why = format!("rank {r} sent unexpected bootstrap message {m:?}");
-                broadcast(&mut conns, &Msg::Abort(r as u32, why.clone()));
-                failure.get_or_insert(Error::protocol(why));
+                turn_away(c, "the job has already started");
+                continue;
             }
             Event::Closed(id, err) => {
                 let Some(c) = conns.get_mut(&id) else {
                     continue;
                 };
                 c.open = false;
-                // A connection that never said hello (a liveness probe, a
-                // stray client) is nobody's: its end is no rank's failure.
-                if c.rank.is_none() {
-                    conns.remove(&id);
-                    continue;
-                }
                 if !c.bye {
-                    let r = c.rank.unwrap_or(usize::MAX);
+                    let r = c.rank;
                     let why = match err {
                         Some(e) => format!("lost its bootstrap connection ({e})"),
                         None => "exited or was killed before finishing".to_string(),
                     };
-                    if let Some(r) = c.rank {
-                        culprit.lock().get_or_insert(r);
-                    }
-                    broadcast(&mut conns, &Msg::Abort(r as u32, why.clone()));
                     failure.get_or_insert(Error::new(ErrorKind::PeerFailed(format!(
                         "rank {r} {why}"
                     ))));
+                    fail(&mut conns, r, why);
                 }
+                continue;
+            }
+            Event::Message(id, m) => (id, m),
+        };
+        let Some(c) = conns.get_mut(&id) else {
+            continue;
+        };
+        let r = c.rank;
+        match m {
+            Msg::Barrier(kind, epoch) => {
+                let a = arrivals.entry(epoch).or_insert_with(|| Arrivals {
+                    kind,
+                    first: r,
+                    ranks: vec![false; size],
+                    count: 0,
+                });
+                let why = if epoch <= released || a.ranks[r] {
+                    Some(format!("entered bootstrap barrier #{epoch} twice"))
+                } else if a.kind != kind {
+                    Some(format!(
+                        "collective mismatch: rank {r} is in {} #{epoch} while rank {} is in {} #{epoch} \
+                         (every rank must call the same collectives in the same order)",
+                        kind.name(),
+                        a.first,
+                        a.kind.name()
+                    ))
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    failure.get_or_insert(Error::protocol(format!("rank {r}: {why}")));
+                    fail(&mut conns, r, why);
+                    continue;
+                }
+                a.ranks[r] = true;
+                a.count += 1;
+                if a.count == size {
+                    arrivals.remove(&epoch);
+                    released = released.max(epoch);
+                    broadcast(&mut conns, &Msg::Release(epoch));
+                }
+            }
+            Msg::Status(epoch) => {
+                let (kind, missing) = match arrivals.get(&epoch) {
+                    Some(a) => (
+                        Some(a.kind),
+                        (0..size).filter(|&q| !a.ranks[q]).map(|q| q as u32).collect(),
+                    ),
+                    None if epoch <= released => (None, Vec::new()),
+                    None => (None, (0..size as u32).collect()),
+                };
+                send(c, &Msg::Pending(epoch, kind, missing));
+            }
+            Msg::Bye => c.bye = true,
+            Msg::Abort(_, why) => {
+                c.bye = true;
+                failure.get_or_insert(Error::new(ErrorKind::PeerFailed(format!(
+                    "rank {r} failed: {why}"
+                ))));
+                fail(&mut conns, r, why);
+            }
+            m => {
+                let why = format!("sent unexpected bootstrap message {m:?}");
+                failure.get_or_insert(Error::protocol(format!("rank {r} {why}")));
+                fail(&mut conns, r, why);
             }
         }
     }

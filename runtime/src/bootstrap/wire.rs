@@ -1,6 +1,9 @@
 //! Bootstrap messages and their encoding: a frame is a little-endian `u32`
-//! length, a one-byte tag and the body. Decoding never panics on malformed
-//! input; it returns a protocol error.
+//! length and a body; a message body is a one-byte tag and its fields. On an
+//! authenticated connection every body is followed by a MAC (see
+//! [`auth`](super::auth)). Decoding never panics on malformed input; it
+//! returns a protocol error, and a frame longer than the reader allows is
+//! refused before anything is allocated for it.
 
 use crate::{Error, Result};
 use std::io::{Read, Write};
@@ -39,6 +42,50 @@ pub struct Peer {
     pub endpoint: Vec<u8>,
 }
 
+/// Which collective a bootstrap barrier belongs to. Barriers carry it, so
+/// ranks in different collectives never match each other: a mismatch is an
+/// error naming both sides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Collective {
+    /// Every rank created its shared-memory file (start-up).
+    Setup,
+    /// Every rank mapped every peer (start-up).
+    Start,
+    /// `Endpoint::barrier`.
+    User,
+    /// The exit barrier of `finish`.
+    Exit,
+}
+
+impl Collective {
+    /// What a user reads in an error or hang report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::Setup => "the start-up barrier (files created)",
+            Collective::Start => "the start barrier",
+            Collective::User => "Endpoint::barrier",
+            Collective::Exit => "the exit barrier of finish",
+        }
+    }
+    fn code(self) -> u8 {
+        match self {
+            Collective::Setup => 1,
+            Collective::Start => 2,
+            Collective::User => 3,
+            Collective::Exit => 4,
+        }
+    }
+    fn from_code(c: u8) -> Result<Self> {
+        Ok(match c {
+            1 => Collective::Setup,
+            2 => Collective::Start,
+            3 => Collective::User,
+            4 => Collective::Exit,
+            _ => return Err(Error::protocol(format!("unknown collective kind {c}"))),
+        })
+    }
+}
+
 /// A bootstrap message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
@@ -48,14 +95,19 @@ pub enum Msg {
     Welcome(Vec<Peer>),
     /// server -> rank: the job cannot start.
     Refuse(String),
-    /// rank -> server: entered barrier `epoch`.
-    Barrier(u64),
+    /// rank -> server: entered barrier `epoch` of this kind.
+    Barrier(Collective, u64),
     /// server -> rank: barrier `epoch` is complete.
     Release(u64),
     /// rank -> server: finished cleanly; closing.
     Bye,
     /// either way: rank `.0` failed for reason `.1`; the job is over.
     Abort(u32, String),
+    /// rank -> server: who is barrier `epoch` still waiting for?
+    Status(u64),
+    /// server -> rank: barrier `.0` (kind `.1`, if any rank entered it) still
+    /// waits for ranks `.2`.
+    Pending(u64, Option<Collective>, Vec<u32>),
 }
 
 const T_HELLO: u8 = 1;
@@ -65,6 +117,8 @@ const T_BARRIER: u8 = 4;
 const T_RELEASE: u8 = 5;
 const T_BYE: u8 = 6;
 const T_ABORT: u8 = 7;
+const T_STATUS: u8 = 8;
+const T_PENDING: u8 = 9;
 
 struct Enc(Vec<u8>);
 impl Enc {
@@ -96,6 +150,9 @@ impl<'a> Dec<'a> {
     fn u64(&mut self) -> Result<u64> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
     }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
     fn bytes(&mut self) -> Result<&'a [u8]> {
         let n = self.u32()? as usize;
         self.take(n)
@@ -122,9 +179,9 @@ impl<'a> Dec<'a> {
 }
 
 impl Msg {
-    /// Encode as one frame (length word included).
-    pub fn encode(&self) -> Vec<u8> {
-        let mut e = Enc(vec![0; 4]);
+    /// Encode the message body (tag and fields, no length word).
+    pub fn encode_body(&self) -> Vec<u8> {
+        let mut e = Enc(Vec::with_capacity(64));
         match self {
             Msg::Hello(h) => {
                 e.0.push(T_HELLO);
@@ -152,8 +209,9 @@ impl Msg {
                 e.0.push(T_REFUSE);
                 e.bytes(r.as_bytes());
             }
-            Msg::Barrier(n) => {
+            Msg::Barrier(k, n) => {
                 e.0.push(T_BARRIER);
+                e.0.push(k.code());
                 e.u64(*n);
             }
             Msg::Release(n) => {
@@ -166,9 +224,20 @@ impl Msg {
                 e.u32(*r);
                 e.bytes(why.as_bytes());
             }
+            Msg::Status(n) => {
+                e.0.push(T_STATUS);
+                e.u64(*n);
+            }
+            Msg::Pending(n, k, missing) => {
+                e.0.push(T_PENDING);
+                e.u64(*n);
+                e.0.push(k.map_or(0, Collective::code));
+                e.u32(missing.len() as u32);
+                for r in missing {
+                    e.u32(*r);
+                }
+            }
         }
-        let len = (e.0.len() - 4) as u32;
-        e.0[..4].copy_from_slice(&len.to_le_bytes());
         e.0
     }
 
@@ -177,7 +246,7 @@ impl Msg {
     /// ```
     /// use splitrt_runtime::bootstrap::Msg;
     /// let m = Msg::Abort(3, "boom".into());
-    /// assert_eq!(Msg::decode(&m.encode()[4..]).unwrap(), m);
+    /// assert_eq!(Msg::decode(&m.encode_body()).unwrap(), m);
     /// assert!(Msg::decode(&[99]).is_err());
     /// ```
     pub fn decode(body: &[u8]) -> Result<Msg> {
@@ -219,10 +288,21 @@ impl Msg {
                 Msg::Welcome(peers)
             }
             T_REFUSE => Msg::Refuse(d.string()?),
-            T_BARRIER => Msg::Barrier(d.u64()?),
+            T_BARRIER => Msg::Barrier(Collective::from_code(d.u8()?)?, d.u64()?),
             T_RELEASE => Msg::Release(d.u64()?),
             T_BYE => Msg::Bye,
             T_ABORT => Msg::Abort(d.u32()?, d.string()?),
+            T_STATUS => Msg::Status(d.u64()?),
+            T_PENDING => {
+                let n = d.u64()?;
+                let k = match d.u8()? {
+                    0 => None,
+                    c => Some(Collective::from_code(c)?),
+                };
+                let count = d.count()?;
+                let missing = (0..count).map(|_| d.u32()).collect::<Result<_>>()?;
+                Msg::Pending(n, k, missing)
+            }
             t => {
                 return Err(Error::protocol(format!(
                     "unknown bootstrap message tag {t}"
@@ -233,28 +313,38 @@ impl Msg {
         Ok(m)
     }
 
-    /// Write one frame.
-    pub fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
-        w.write_all(&self.encode())
-    }
+}
 
-    /// Read one frame; `Ok(None)` on a clean end of stream.
-    pub fn read_from(r: &mut impl Read) -> Result<Option<Msg>> {
-        let mut len = [0u8; 4];
-        match r.read_exact(&mut len) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
-            Err(e) => return Err(Error::io("reading bootstrap message", e)),
-        }
-        let len = u32::from_le_bytes(len) as usize;
-        if len == 0 || len > MAX_FRAME {
-            return Err(Error::protocol(format!("bootstrap frame of {len} B")));
-        }
-        let mut body = vec![0u8; len];
-        r.read_exact(&mut body)
-            .map_err(|e| Error::io("reading bootstrap message", e))?;
-        Msg::decode(&body).map(Some)
+/// Write `body` as one frame (length word first).
+pub fn write_frame(w: &mut impl Write, body: &[u8]) -> std::io::Result<()> {
+    let len = u32::try_from(body.len())
+        .map_err(|_| std::io::Error::other("bootstrap frame over 4 GiB"))?;
+    let mut f = Vec::with_capacity(4 + body.len());
+    f.extend_from_slice(&len.to_le_bytes());
+    f.extend_from_slice(body);
+    w.write_all(&f)
+}
+
+/// Read one frame body of at most `max` bytes; `Ok(None)` on a clean end of
+/// stream before the frame. A longer frame is refused before its body is
+/// read or allocated.
+pub fn read_frame(r: &mut impl Read, max: usize) -> Result<Option<Vec<u8>>> {
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(Error::io("reading bootstrap message", e)),
     }
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 || len > max {
+        return Err(Error::protocol(format!(
+            "bootstrap frame of {len} B (at most {max} B allowed here)"
+        )));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)
+        .map_err(|e| Error::io("reading bootstrap message", e))?;
+    Ok(Some(body))
 }
 
 #[cfg(test)]
@@ -279,19 +369,26 @@ mod tests {
                 endpoint: vec![9],
             }]),
             Msg::Refuse("no".into()),
-            Msg::Barrier(5),
+            Msg::Barrier(Collective::User, 5),
+            Msg::Barrier(Collective::Exit, 7),
             Msg::Release(6),
             Msg::Bye,
             Msg::Abort(2, "dead".into()),
+            Msg::Status(3),
+            Msg::Pending(3, Some(Collective::Start), vec![1, 4]),
+            Msg::Pending(4, None, vec![]),
         ]
     }
 
     #[test]
     fn roundtrip() {
         for m in samples() {
-            let f = m.encode();
+            let mut f = Vec::new();
+            write_frame(&mut f, &m.encode_body()).unwrap();
             let mut r = &f[..];
-            assert_eq!(Msg::read_from(&mut r).unwrap().unwrap(), m);
+            let body = read_frame(&mut r, MAX_FRAME).unwrap().unwrap();
+            assert_eq!(Msg::decode(&body).unwrap(), m);
+            assert!(read_frame(&mut &f[..], body.len() - 1).is_err(), "limit holds");
         }
     }
 
@@ -300,12 +397,12 @@ mod tests {
     fn decoder_survives_garbage() {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(1);
         for m in samples() {
-            let f = m.encode();
-            for cut in 0..f.len() - 4 {
-                let _ = Msg::decode(&f[4..4 + cut]);
+            let f = m.encode_body();
+            for cut in 0..f.len() {
+                let _ = Msg::decode(&f[..cut]);
             }
             for _ in 0..2000 {
-                let mut g = f[4..].to_vec();
+                let mut g = f.clone();
                 let i = rng.gen_range(0..g.len());
                 g[i] = rng.gen();
                 let _ = Msg::decode(&g);

@@ -12,6 +12,7 @@ use crate::job::{
     sanitize_job_id, ENV_BOOTSTRAP, ENV_JOB, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_NODE, ENV_RANK,
     ENV_SIZE,
 };
+use crate::key::{JobKey, ENV_JOB_KEY};
 use crate::segment::remove_job_files;
 use crate::{Error, Result};
 use std::ffi::OsString;
@@ -135,7 +136,11 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     // Validate settings once here, so a typo fails before any rank starts.
     let cfg = Config::from_lookup(lookup)?;
     let job = sanitize_job_id(&lookup(ENV_JOB).unwrap_or_else(new_job_id));
-    let server = Server::bind("127.0.0.1:0")?;
+    // A fresh secret for every job: only our ranks can join the rendezvous,
+    // and the job's shared-memory files are named after it.
+    let key = JobKey::generate()?;
+    let stem = format!("{job}-{}", key.file_tag());
+    let server = Server::bind("127.0.0.1:0", key.clone())?;
     let addr = server.local_addr()?.to_string();
     let boot_timeout = cfg.bootstrap_timeout;
     let culprit = server.culprit();
@@ -164,6 +169,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
             .env(ENV_NODE, "0")
             .env(ENV_JOB, &job)
             .env(ENV_BOOTSTRAP, &addr)
+            .env(ENV_JOB_KEY, key.to_hex())
             .env(
                 ENV_BOOTSTRAP_TIMEOUT,
                 boot_timeout.as_secs_f64().to_string(),
@@ -327,7 +333,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     for r in relays {
         let _ = r.join();
     }
-    let left = remove_job_files(&job);
+    let left = remove_job_files(&stem);
     if opts.verbose && left > 0 {
         eprintln!("splitrt-run: removed {left} shared-memory file(s) the ranks left behind");
     }

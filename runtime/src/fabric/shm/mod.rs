@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 
 /// A rank's file, created and initialized, before the peers are known.
 pub struct PendingShm {
-    job: String,
+    stem: String,
     rank: usize,
     layout: Layout,
     max_medium: usize,
@@ -31,10 +31,11 @@ pub struct PendingShm {
 }
 
 impl PendingShm {
-    /// Create this rank's file for a job of `size` ranks and write its header.
-    pub fn create(job: &str, rank: usize, size: usize, cfg: &Config) -> Result<PendingShm> {
+    /// Create this rank's file for a job of `size` ranks and write its
+    /// header; `stem` (`<job>-<tag>`) names the job's files.
+    pub fn create(stem: &str, rank: usize, size: usize, cfg: &Config) -> Result<PendingShm> {
         let layout = Layout::new(size, cfg.cell_size, cfg.ring_len, cfg.segment_size)?;
-        let own = ShmFile::create(job, rank, layout.total).map_err(|e| e.at_rank(rank))?;
+        let own = ShmFile::create(stem, rank, layout.total, size).map_err(|e| e.at_rank(rank))?;
         let hdr = FileHeader::new(rank, &layout, cfg.max_medium);
         // SAFETY: the file is at least HEADER_BYTES long, freshly created and
         // not yet visible to any other rank (nobody knows it is complete).
@@ -45,7 +46,7 @@ impl PendingShm {
                 .store(1, Ordering::Release);
         }
         Ok(PendingShm {
-            job: job.to_string(),
+            stem: stem.to_string(),
             rank,
             layout,
             max_medium: cfg.max_medium,
@@ -63,7 +64,7 @@ impl PendingShm {
             let f = if peer == rank {
                 own.take().expect("own file used once")
             } else {
-                let f = ShmFile::open(&self.job, peer).map_err(|e| e.at_rank(rank))?;
+                let f = ShmFile::open(&self.stem, peer).map_err(|e| e.at_rank(rank))?;
                 check_peer(&f, peer, &self.layout, self.max_medium)
                     .map_err(|e| e.at_rank(rank).with_peer(peer))?;
                 f
