@@ -86,9 +86,7 @@ impl JobInfo {
                 }),
             }
         };
-        let key = get(ENV_JOB_KEY)
-            .map(|k| JobKey::from_hex(&k))
-            .transpose()?;
+        let key = get(ENV_JOB_KEY).map(|k| JobKey::from_hex(&k)).transpose()?;
         let job = if let Some(rank) = num(ENV_RANK)? {
             let size = num(ENV_SIZE)?
                 .ok_or_else(|| Error::config(format!("{ENV_RANK} is set but {ENV_SIZE} is not")))?;

@@ -173,7 +173,9 @@ impl World {
 
     /// The fabric.
     pub fn fabric(&self) -> &AnyFabric {
-        self.fabric.as_ref().expect("the fabric is connected before start returns")
+        self.fabric
+            .as_ref()
+            .expect("the fabric is connected before start returns")
     }
 
     /// The job key.

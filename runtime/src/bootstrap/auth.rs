@@ -33,12 +33,8 @@ const REJECT: u8 = 0;
 
 fn nonce() -> Result<[u8; NONCE]> {
     let mut n = [0u8; NONCE];
-    getrandom::getrandom(&mut n).map_err(|e| {
-        Error::io(
-            "reading random bytes",
-            std::io::Error::other(e.to_string()),
-        )
-    })?;
+    getrandom::getrandom(&mut n)
+        .map_err(|e| Error::io("reading random bytes", std::io::Error::other(e.to_string())))?;
     Ok(n)
 }
 
@@ -283,8 +279,11 @@ mod tests {
         let (mut seal, _) = client(&mut c, &k, 1).unwrap();
         // capture a sealed frame, send it, then replay the same bytes
         let mut frame = Vec::new();
-        seal.send(&mut frame, &Msg::Barrier(super::super::wire::Collective::User, 1))
-            .unwrap();
+        seal.send(
+            &mut frame,
+            &Msg::Barrier(super::super::wire::Collective::User, 1),
+        )
+        .unwrap();
         c.write_all(&frame).unwrap();
         c.write_all(&frame).unwrap();
         let (first, replay_refused) = srv.join().unwrap();

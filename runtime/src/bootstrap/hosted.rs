@@ -223,7 +223,10 @@ mod tests {
         let h1 = Hosted::start(&job(1, 2, 2, &id), Duration::from_secs(5)).unwrap();
         assert_eq!((h1.addr.as_str(), &h1.key), (h0.addr.as_str(), &h0.key));
         h0.unpublish();
-        assert_eq!(PrivateDir::open().unwrap().read(&file_name(&id)).unwrap(), None);
+        assert_eq!(
+            PrivateDir::open().unwrap().read(&file_name(&id)).unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -69,10 +69,7 @@ impl PrivateDir {
     /// The directory under `base`, created if missing.
     pub fn open_in(base: &Path) -> Result<PrivateDir> {
         let path = base.join(format!("splitrt-{}", euid()));
-        match std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&path)
-        {
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(Error::io(format!("creating {}", path.display()), e)),
@@ -126,7 +123,8 @@ impl PrivateDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io(format!("opening {}", p.display()), e)),
         };
-        let md = File::metadata(&f).map_err(|e| Error::io(format!("checking {}", p.display()), e))?;
+        let md =
+            File::metadata(&f).map_err(|e| Error::io(format!("checking {}", p.display()), e))?;
         check_private(&md, &p, false)?;
         if md.len() > MAX_FILE {
             return Err(Error::bootstrap(format!(

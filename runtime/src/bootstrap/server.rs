@@ -479,7 +479,10 @@ fn serve(
                 let (kind, missing) = match arrivals.get(&epoch) {
                     Some(a) => (
                         Some(a.kind),
-                        (0..size).filter(|&q| !a.ranks[q]).map(|q| q as u32).collect(),
+                        (0..size)
+                            .filter(|&q| !a.ranks[q])
+                            .map(|q| q as u32)
+                            .collect(),
                     ),
                     None if epoch <= released => (None, Vec::new()),
                     None => (None, (0..size as u32).collect()),

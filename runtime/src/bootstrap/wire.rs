@@ -312,7 +312,6 @@ impl Msg {
         d.end()?;
         Ok(m)
     }
-
 }
 
 /// Write `body` as one frame (length word first).
@@ -388,7 +387,10 @@ mod tests {
             let mut r = &f[..];
             let body = read_frame(&mut r, MAX_FRAME).unwrap().unwrap();
             assert_eq!(Msg::decode(&body).unwrap(), m);
-            assert!(read_frame(&mut &f[..], body.len() - 1).is_err(), "limit holds");
+            assert!(
+                read_frame(&mut &f[..], body.len() - 1).is_err(),
+                "limit holds"
+            );
         }
     }
 

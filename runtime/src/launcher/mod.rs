@@ -6,7 +6,7 @@
 
 mod output;
 
-use crate::bootstrap::Server;
+use crate::bootstrap::{Server, MAX_PENDING};
 use crate::config::{Config, ENV_BOOTSTRAP_TIMEOUT};
 use crate::job::{
     sanitize_job_id, ENV_BOOTSTRAP, ENV_JOB, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_NODE, ENV_RANK,
@@ -144,6 +144,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     let addr = server.local_addr()?.to_string();
     let boot_timeout = cfg.bootstrap_timeout;
     let culprit = server.culprit();
+    let stats = server.stats();
     let boot = std::thread::spawn(move || server.run(n, boot_timeout));
 
     // SAFETY: installing an async-signal-safe handler that only stores to an
@@ -336,6 +337,20 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     let left = remove_job_files(&stem);
     if opts.verbose && left > 0 {
         eprintln!("splitrt-run: removed {left} shared-memory file(s) the ranks left behind");
+    }
+    if opts.verbose {
+        let (u, o, t) = (
+            stats.unauthenticated.load(Ordering::Relaxed),
+            stats.over_limit.load(Ordering::Relaxed),
+            stats.turned_away.load(Ordering::Relaxed),
+        );
+        if u + o + t > 0 {
+            eprintln!(
+                "splitrt-run: the bootstrap turned away {u} unauthenticated connection(s), \
+                 closed {o} over the limit of {MAX_PENDING} pending, and refused {t} late or \
+                 duplicate rank(s)"
+            );
+        }
     }
     // The rendezvous ends when every rank is gone; its verdict is already
     // known to the ranks, so only join it if it has finished.

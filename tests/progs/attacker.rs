@@ -1,0 +1,196 @@
+//! A hostile local user attacking a running job's bootstrap port: what a
+//! stranger without the job key can send. Used by `tests/security.rs`; it
+//! never targets anything but the address it is given (loopback).
+//!
+//! Usage: t_attacker ADDR MODE...   modes:
+//! * `garbage`  — 300 connections sending random bytes
+//! * `oversize` — 64 connections announcing 16 MiB frames and sending 1 MiB
+//! * `halves`   — 256 connections at once each sending half a length word,
+//!   held open for 2 s
+//! * `forge`    — old-style unauthenticated Barrier / Release / Abort / Hello
+//!   / Bye frames, each on its own connection and all on one
+//! * `fakerank` — the real handshake with a wrong key, claiming ranks 0..4,
+//!   then sealed frames anyway
+//!
+//! Prints one line per mode and `attacker: done`; exits 1 only if the
+//! server ever accepted it (a fake rank got in).
+
+use splitrt::runtime::bootstrap::auth::{self, HandshakeError};
+use splitrt::runtime::bootstrap::wire::write_frame;
+use splitrt::runtime::bootstrap::{Collective, Hello, Msg};
+use splitrt::runtime::key::JobKey;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+fn connect(addr: SocketAddr) -> Option<TcpStream> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = s.set_write_timeout(Some(Duration::from_secs(2)));
+    Some(s)
+}
+
+/// Read whatever the server says until it closes or goes quiet.
+fn drain(s: &mut TcpStream) -> usize {
+    let mut buf = [0u8; 4096];
+    let mut n = 0;
+    while let Ok(k) = s.read(&mut buf) {
+        if k == 0 {
+            break;
+        }
+        n += k;
+    }
+    n
+}
+
+fn xorshift(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+fn garbage(addr: SocketAddr) -> String {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut sent = 0;
+    for i in 0..300 {
+        let Some(mut s) = connect(addr) else { continue };
+        let len = 1 + (xorshift(&mut seed) % 200) as usize;
+        let mut junk: Vec<u8> = (0..len).map(|_| xorshift(&mut seed) as u8).collect();
+        if i % 3 == 0 {
+            // a plausible small length word first
+            junk[..4.min(len)].copy_from_slice(&[8, 0, 0, 0][..4.min(len)]);
+        }
+        if s.write_all(&junk).is_ok() {
+            sent += 1;
+        }
+        drop(s);
+    }
+    format!("garbage: {sent} connections sent random bytes")
+}
+
+fn oversize(addr: SocketAddr) -> String {
+    let chunk = vec![0xabu8; 1 << 20];
+    let conns: Vec<TcpStream> = (0..64)
+        .filter_map(|_| {
+            let mut s = connect(addr)?;
+            s.write_all(&(16u32 << 20).to_le_bytes()).ok()?;
+            let _ = s.write_all(&chunk);
+            Some(s)
+        })
+        .collect();
+    format!(
+        "oversize: {} connections announced 16 MiB frames",
+        conns.len()
+    )
+}
+
+fn halves(addr: SocketAddr) -> String {
+    let conns: Vec<TcpStream> = (0..256)
+        .filter_map(|_| {
+            let mut s = connect(addr)?;
+            s.write_all(&[0xff, 0xff]).ok()?;
+            Some(s)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    format!("halves: {} connections held half a frame", conns.len())
+}
+
+fn forged() -> Vec<Msg> {
+    let mut v = Vec::new();
+    for e in 1..=200 {
+        v.push(Msg::Barrier(Collective::User, e));
+        v.push(Msg::Release(e));
+    }
+    v.push(Msg::Abort(1, "forged abort from a stranger".into()));
+    v.push(Msg::Hello(Hello {
+        rank: 0,
+        size: 2,
+        job: "x".into(),
+        host: "evil".into(),
+        pid: 1,
+        table: vec![],
+        endpoint: vec![],
+    }));
+    v.push(Msg::Bye);
+    v
+}
+
+fn forge(addr: SocketAddr) -> String {
+    let msgs = forged();
+    let mut answered = 0;
+    for m in &msgs[msgs.len() - 3..] {
+        if let Some(mut s) = connect(addr) {
+            let _ = write_frame(&mut s, &m.encode_body());
+            answered += drain(&mut s);
+        }
+    }
+    if let Some(mut s) = connect(addr) {
+        for m in &msgs {
+            if write_frame(&mut s, &m.encode_body()).is_err() {
+                break;
+            }
+        }
+        answered += drain(&mut s);
+    }
+    format!(
+        "forge: {} unauthenticated frames sent; server said {answered} B",
+        msgs.len() + 3
+    )
+}
+
+fn fakerank(addr: SocketAddr) -> Result<String, String> {
+    let mut rejected = 0;
+    for rank in 0..4u32 {
+        let Some(mut s) = connect(addr) else { continue };
+        let key = JobKey::generate().map_err(|e| e.to_string())?;
+        match auth::client(&mut s, &key, rank) {
+            Ok((mut seal, _)) => {
+                let _ = seal.send(&mut s, &Msg::Abort(rank, "fake rank".into()));
+                return Err(format!("the server accepted a fake rank {rank}"));
+            }
+            Err(HandshakeError::Rejected) => rejected += 1,
+            Err(HandshakeError::Transient(_)) => {}
+            Err(HandshakeError::BadServer(why)) => return Err(why),
+        }
+    }
+    Ok(format!(
+        "fakerank: {rejected} of 4 wrong-key handshakes rejected"
+    ))
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let addr: SocketAddr = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .expect("usage: t_attacker ADDR MODE...");
+    assert!(addr.ip().is_loopback(), "attacks only loopback addresses");
+    let modes: Vec<String> = args.collect();
+    let handles: Vec<_> = modes
+        .into_iter()
+        .map(|m| {
+            std::thread::spawn(move || match m.as_str() {
+                "garbage" => Ok(garbage(addr)),
+                "oversize" => Ok(oversize(addr)),
+                "halves" => Ok(halves(addr)),
+                "forge" => Ok(forge(addr)),
+                "fakerank" => fakerank(addr),
+                other => Err(format!("unknown mode {other}")),
+            })
+        })
+        .collect();
+    let mut failed = false;
+    for h in handles {
+        match h.join().expect("attack thread") {
+            Ok(line) => println!("{line}"),
+            Err(e) => {
+                println!("attacker: {e}");
+                failed = true;
+            }
+        }
+    }
+    println!("attacker: done");
+    std::process::exit(i32::from(failed));
+}

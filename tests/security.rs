@@ -1,0 +1,392 @@
+//! The trust model under attack (docs/security.md): strangers hitting a
+//! running job's bootstrap port, a second user planting files, jobs sharing
+//! an id, a launcher killed during start-up, a too-small `/dev/shm`. Every
+//! job here must either finish with correct results or fail with a clear
+//! message, and leave nothing behind.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The unprivileged user the hostile-user tests run as.
+const NOBODY: &str = "65534";
+
+fn is_root() -> bool {
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `cmd` run as the unprivileged user (we are root in CI).
+fn as_nobody(prog: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", "--"])
+        .arg(prog);
+    c
+}
+
+/// Peak resident set (kB) and thread count of `pid`, sampled until `stop`.
+fn watch(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)> {
+    std::thread::spawn(move || {
+        let (mut rss, mut threads) = (0, 0);
+        let field = |s: &str, k: &str| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(k))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+                rss = rss.max(field(&s, "VmRSS:"));
+                threads = threads.max(field(&s, "Threads:"));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        (rss, threads)
+    })
+}
+
+/// Run `t_attacker ADDR MODES` (as `nobody` if asked) and return its output.
+fn attack(addr: &str, modes: &[&str], nobody: bool) -> String {
+    let prog = example("t_attacker");
+    let mut c = if nobody {
+        as_nobody(&prog)
+    } else {
+        Command::new(&prog)
+    };
+    let out = c
+        .arg(addr)
+        .args(modes)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the attacker");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "the attacker got in:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// Start a job whose rank 0 prints `BOOT <addr>`, attack its bootstrap port
+/// while it runs, and require correct results and exit 0.
+fn attacked_job(program: &[&str], modes: &[&str], nobody: bool) -> (Run, String, (u64, u64)) {
+    let _lock = job_lock();
+    let (prog, args) = program.split_first().unwrap();
+    let mut child = Command::new(launcher())
+        .args(["-n", "3", "--timeout", "90", "--verbose", prog])
+        .args(args)
+        .env("SPLITRT_BOOTSTRAP_TIMEOUT", "10")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn splitrt-run");
+    let pid = child.id();
+    // read rank 0's address line, then keep relaying stdout for the checks
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut seen = String::new();
+    let addr = loop {
+        let mut line = String::new();
+        if out.read_line(&mut line).unwrap() == 0 {
+            panic!("job ended before printing its address:\n{seen}");
+        }
+        seen.push_str(&line);
+        if let Some(a) = line.trim().split("BOOT ").nth(1) {
+            break a.to_string();
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let peaks = watch(pid, stop.clone());
+    // the floods together, then a wrong-key rank alone (so no flood can
+    // crowd its handshake out and it is always answered)
+    let report = attack(&addr, modes, nobody) + &attack(&addr, &["fakerank"], nobody);
+    stop.store(true, Ordering::Relaxed);
+    let peaks = peaks.join().unwrap();
+    child.stdout = None;
+    let rest = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut out, &mut s);
+        s
+    });
+    let mut r = finish(child, Duration::from_secs(120));
+    r.stdout = seen + &rest.join().unwrap();
+    (r, report, peaks)
+}
+
+fn barriers_ok(r: &Run, n: usize) {
+    r.ok();
+    assert_eq!(r.stdout.matches("barriers ok").count(), n, "{}", r.stdout);
+}
+
+/// A stranger (another user) throws everything at a running job's bootstrap
+/// port: the job's barriers stay exact, it exits 0, and the launcher's
+/// memory and threads stay bounded.
+#[test]
+fn strangers_attacking_a_running_job_change_nothing() {
+    if !is_root() {
+        eprintln!("skipped: needs root to become another user");
+        return;
+    }
+    let prog = example("t_barriers");
+    let (r, report, (rss_kb, threads)) = attacked_job(
+        &[prog.to_str().unwrap(), "150", "20"],
+        &["garbage", "oversize", "halves", "forge"],
+        true,
+    );
+    barriers_ok(&r, 3);
+    assert!(report.contains("fakerank: 4 of 4"), "{report}");
+    assert!(report.contains("halves: "), "{report}");
+    // the launcher said what it turned away
+    assert!(
+        r.stderr.contains("turned away") || r.stderr.contains("unauthenticated"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        rss_kb < 64 << 10,
+        "launcher grew to {rss_kb} kB under attack"
+    );
+    assert!(
+        threads <= (splitrt::runtime::bootstrap::MAX_PENDING + 40) as u64,
+        "launcher ran {threads} threads under attack"
+    );
+}
+
+/// Attacks while the ranks are still joining (each rank waits 2 s before it
+/// attaches): nothing a stranger sends refuses or aborts the job.
+#[test]
+fn attacks_during_start_up_do_not_refuse_the_job() {
+    let prog = example("t_barriers");
+    let script = format!(
+        "echo BOOT $SPLITRT_BOOTSTRAP; sleep 2; exec {} 20",
+        prog.display()
+    );
+    let (r, report, _) = attacked_job(
+        &["/bin/sh", "-c", &script],
+        &["garbage", "forge", "halves"],
+        false,
+    );
+    barriers_ok(&r, 3);
+    assert!(report.contains("fakerank: 4 of 4"), "{report}");
+}
+
+/// Two jobs given the same SPLITRT_JOB run side by side: their files are
+/// named by their own keys, so neither refuses nor damages the other.
+#[test]
+fn two_jobs_with_the_same_id_do_not_touch_each_other() {
+    let _lock = job_lock();
+    let job = job_id("same");
+    let prog = example("t_barriers");
+    let start = || {
+        launch(2, &prog, &["40", "5"], &[("SPLITRT_JOB", &job)], 60)
+            .spawn()
+            .expect("spawn")
+    };
+    let (a, b) = (start(), start());
+    let (ra, rb) = (
+        finish(a, Duration::from_secs(90)),
+        finish(b, Duration::from_secs(90)),
+    );
+    barriers_ok(&ra, 2);
+    barriers_ok(&rb, 2);
+    assert!(shm_leftovers(&job).is_empty(), "{:?}", shm_leftovers(&job));
+}
+
+/// SIGKILL to the launcher while its ranks are still in the bootstrap: the
+/// ranks die with it and leave no file (files are made only after every
+/// rank joined).
+#[test]
+fn killing_the_launcher_during_start_up_leaves_nothing() {
+    let _lock = job_lock();
+    let job = job_id("killboot");
+    let hello = example("hello");
+    let script = format!("sleep 0.5; exec {}", hello.display());
+    let mut c = launch(
+        4,
+        &"/bin/sh".into(),
+        &["-c", &script],
+        &[("SPLITRT_JOB", &job)],
+        60,
+    )
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    let _ = c.kill();
+    let _ = c.wait();
+    // the ranks get SIGKILL from the kernel (parent-death signal)
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(shm_leftovers(&job).is_empty(), "{:?}", shm_leftovers(&job));
+}
+
+/// Ranks started by hand (the srun / mpirun way, no splitrt-run) in a
+/// `TMPDIR` that is shared with other users.
+fn by_hand(tmp: &Path, job: &str, ranks: &[usize], size: usize) -> Vec<std::process::Child> {
+    ranks
+        .iter()
+        .map(|&r| {
+            Command::new(example("hello"))
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .env("TMPDIR", tmp)
+                .env("SPLITRT_RANK", r.to_string())
+                .env("SPLITRT_SIZE", size.to_string())
+                .env("SPLITRT_JOB", job)
+                .env("SPLITRT_BOOTSTRAP_TIMEOUT", "3")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+fn shared_tmp(tag: &str) -> PathBuf {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("sharedtmp-{tag}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    // like /tmp: everyone may create, sticky
+    let _ = Command::new("chmod").arg("1777").arg(&d).status();
+    d
+}
+
+/// Without splitrt-run, rank 0 hands the address and key over through a
+/// private directory; a clean run leaves no file there.
+#[test]
+fn hand_started_ranks_meet_through_the_private_directory() {
+    let _lock = job_lock();
+    let tmp = shared_tmp("clean");
+    let job = job_id("byhand");
+    let ranks = by_hand(&tmp, &job, &[0, 1, 2], 3);
+    for c in ranks {
+        let r = finish(c, Duration::from_secs(60));
+        r.ok();
+        assert!(r.stdout.contains("rank got"), "{r:?}");
+    }
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    let dir = tmp.join(format!("splitrt-{}", unsafe { libc::geteuid() }));
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left in {}: {left:?}", dir.display());
+    assert!(shm_leftovers(&job).is_empty());
+}
+
+/// Another user plants the rendezvous directory (and an address file
+/// pointing at their own listener) before the job starts: the ranks refuse
+/// it with a clear message and never connect to the planted address.
+#[test]
+fn a_stranger_cannot_plant_the_rendezvous_file() {
+    if !is_root() {
+        eprintln!("skipped: needs root to become another user");
+        return;
+    }
+    let _lock = job_lock();
+    let tmp = shared_tmp("planted");
+    let job = job_id("planted");
+    let trap = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    trap.set_nonblocking(true).unwrap();
+    let trap_addr = trap.local_addr().unwrap();
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    let dir = tmp.join(format!("splitrt-{}", unsafe { libc::geteuid() }));
+    let plant = format!(
+        "mkdir -m 0777 {d} && printf '{trap_addr}\\n{key}\\n' > {d}/boot-{job} && chmod 0666 {d}/boot-{job}",
+        d = dir.display(),
+        key = "ab".repeat(32)
+    );
+    let st = as_nobody(Path::new("/bin/sh"))
+        .args(["-c", &plant])
+        .status()
+        .unwrap();
+    assert!(st.success(), "nobody could not plant (test setup)");
+    for c in by_hand(&tmp, &job, &[0, 1], 2) {
+        let r = finish(c, Duration::from_secs(60));
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains("refusing to trust") && r.stderr.contains("owned by uid 65534"),
+            "{}",
+            r.stderr
+        );
+    }
+    assert!(
+        trap.accept().is_err(),
+        "a rank connected to the planted address"
+    );
+    assert!(shm_leftovers(&job).is_empty());
+}
+
+/// A `/dev/shm` too small for the segments (a private mount namespace with
+/// an 8 MiB tmpfs): a clear error naming `/dev/shm`, the size needed and the
+/// size free, never a SIGBUS (exit 135).
+#[test]
+fn a_full_dev_shm_is_named_not_a_sigbus() {
+    if !is_root() {
+        eprintln!("skipped: needs root for a private mount namespace");
+        return;
+    }
+    let _lock = job_lock();
+    let script = format!(
+        "mount -t tmpfs -o size=8m splitrt-test /dev/shm && exec {} -n 2 --timeout 60 --segment-size 16M {}",
+        launcher().display(),
+        example("hello").display()
+    );
+    let child = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = finish(child, Duration::from_secs(90));
+    assert_ne!(r.code, 0, "{r:?}");
+    assert_ne!(r.code, 135, "SIGBUS: {r:?}");
+    assert!(
+        r.stderr.contains("/dev/shm is too small") && r.stderr.contains("MiB free of 8.0 MiB"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A rank of another job (right address, wrong key) is turned away with a
+/// message about the key, and the job it knocked on is unaffected.
+#[test]
+fn a_rank_with_the_wrong_key_is_told_so() {
+    let _lock = job_lock();
+    let started = Instant::now();
+    // a lone rank pointed at a server that holds another key
+    let key = splitrt::runtime::key::JobKey::generate().unwrap();
+    let server = splitrt::runtime::bootstrap::Server::bind("127.0.0.1:0", key).unwrap();
+    let addr = server.local_addr().unwrap().to_string();
+    let stats = server.stats();
+    std::thread::spawn(move || server.run(2, Duration::from_secs(5)));
+    let r = finish(
+        Command::new(example("hello"))
+            .env("SPLITRT_RANK", "1")
+            .env("SPLITRT_SIZE", "2")
+            .env("SPLITRT_BOOTSTRAP", &addr)
+            .env("SPLITRT_JOB_KEY", "cd".repeat(32))
+            .env("SPLITRT_BOOTSTRAP_TIMEOUT", "3")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        Duration::from_secs(30),
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "a wrong key is final at once, not retried until the timeout"
+    );
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("rejected this rank's job key"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 1);
+}
