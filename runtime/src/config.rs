@@ -32,6 +32,14 @@ pub const ENV_RMA: &str = "SPLITRT_RMA";
 /// Every tunable with its documented name, for `--help` texts and docs.
 pub const ALL_VARS: &[(&str, &str)] = &[
     (
+        crate::hang::ENV_HANG_REPORT,
+        "seconds without progress before a wait reports what it waits for; off = never (default 30)",
+    ),
+    (
+        crate::hang::ENV_HANG_ABORT,
+        "1 = a hang report ends the job instead (default 0)",
+    ),
+    (
         ENV_SEGMENT_SIZE,
         "registered segment per rank (default 64M)",
     ),
@@ -121,6 +129,10 @@ pub struct Config {
     pub spin_only: bool,
     /// One-sided access path.
     pub rma: RmaPath,
+    /// Time without progress before a wait reports (`None`: never).
+    pub hang_report: Option<Duration>,
+    /// A hang report ends the job.
+    pub hang_abort: bool,
 }
 
 impl Default for Config {
@@ -136,6 +148,8 @@ impl Default for Config {
             sleep: Duration::from_micros(100),
             spin_only: false,
             rma: RmaPath::Native,
+            hang_report: Some(crate::hang::DEFAULT_HANG_REPORT),
+            hang_abort: false,
         }
     }
 }
@@ -187,6 +201,26 @@ impl Config {
         }
         if let Some(v) = get(ENV_RMA) {
             c.rma = v.trim().parse()?;
+        }
+        if let Some(v) = get(crate::hang::ENV_HANG_REPORT) {
+            let name = crate::hang::ENV_HANG_REPORT;
+            c.hang_report = match v.trim() {
+                "off" | "0" | "no" | "false" => None,
+                t => Some(
+                    t.parse::<f64>()
+                        .ok()
+                        .filter(|x| x.is_finite() && *x > 0.0 && *x <= 365.0 * 86400.0)
+                        .map(Duration::from_secs_f64)
+                        .ok_or_else(|| {
+                            Error::config(format!(
+                                "{name}={v:?}: expected seconds (0 < s <= one year) or 'off'"
+                            ))
+                        })?,
+                ),
+            };
+        }
+        if let Some(v) = get(crate::hang::ENV_HANG_ABORT) {
+            c.hang_abort = matches!(v.trim(), "1" | "true" | "yes");
         }
         if let Some(v) = get(ENV_SPIN_ONLY) {
             c.spin_only = matches!(v.trim(), "1" | "true" | "yes");

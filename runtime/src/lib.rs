@@ -15,6 +15,7 @@ pub mod bootstrap;
 pub mod config;
 pub mod error;
 pub mod fabric;
+pub mod hang;
 pub mod job;
 pub mod key;
 pub mod launcher;

@@ -7,7 +7,8 @@ use crate::backoff::Backoff;
 use crate::bootstrap::{Client, Collective, Hello, Hosted};
 use crate::config::{Config, FabricKind};
 use crate::fabric::shm::PendingShm;
-use crate::fabric::AnyFabric;
+use crate::fabric::{AnyFabric, Channel, Fabric};
+use crate::hang::{abort_error, rank_list, HangWatch};
 use crate::job::{JobInfo, JobSource, ENV_BOOTSTRAP};
 use crate::key::{JobKey, ENV_JOB_KEY};
 use crate::segment::ShmFile;
@@ -211,6 +212,8 @@ impl World {
         let e = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
         b.enter_barrier(kind, e)?;
         let mut backoff = Backoff::new(&self.config);
+        let mut watch = HangWatch::new(&self.config);
+        let mut asked: Option<std::time::Instant> = None;
         loop {
             if b.released(e) {
                 return Ok(());
@@ -221,7 +224,61 @@ impl World {
                 return if b.released(e) { Ok(()) } else { Err(f) };
             }
             progress()?;
+            if backoff.is_slow() && watch.due() {
+                // Ask the server who is missing; report once it answered
+                // (or after a second without an answer).
+                let t = *asked.get_or_insert_with(|| {
+                    let _ = b.ask_status(e);
+                    std::time::Instant::now()
+                });
+                let status = b.status().filter(|s| s.epoch == e);
+                if status.is_some() || t.elapsed() > std::time::Duration::from_secs(1) {
+                    let who = match status {
+                        Some(s) if !s.missing.is_empty() => format!(
+                            "for rank{} {}, which {} not entered it",
+                            if s.missing.len() > 1 { "s" } else { "" },
+                            rank_list(&s.missing),
+                            if s.missing.len() > 1 { "have" } else { "has" }
+                        ),
+                        Some(_) => "for the release (every rank has entered it)".into(),
+                        None => "(the bootstrap did not say who is missing)".into(),
+                    };
+                    let what = format!("in {} #{e} {who}; {}", kind.name(), self.credit_report());
+                    if let Err(why) = watch.report(self.job.rank, &what) {
+                        b.abort(&why);
+                        return Err(abort_error(self.job.rank, why));
+                    }
+                }
+            }
             backoff.snooze();
+        }
+    }
+
+    /// Send credits toward peers that are short of them, as a sentence for
+    /// hang reports.
+    pub fn credit_report(&self) -> String {
+        let Some(f) = self.fabric.as_ref() else {
+            return "the fabric is not connected yet".into();
+        };
+        let mut short = Vec::new();
+        for peer in 0..self.job.size {
+            for (ch, name) in [(Channel::Request, "request"), (Channel::Reply, "reply")] {
+                match f.credits(peer, ch) {
+                    Some((free, total)) if free < total => {
+                        short.push(format!("rank {peer} {name} {free}/{total}"))
+                    }
+                    Some(_) => {}
+                    None => short.push(format!("rank {peer} {name} busy")),
+                }
+            }
+        }
+        if short.is_empty() {
+            "send credits: all free".into()
+        } else {
+            format!(
+                "send credits (free/total cells) short toward: {}",
+                short.join(", ")
+            )
         }
     }
 

@@ -102,6 +102,10 @@ pub trait Fabric: Send + Sync {
     /// A malformed packet is skipped and reported as an error naming its
     /// sender.
     fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize>;
+    /// Send credits toward `peer` on `ch` as (free, total), for hang
+    /// reports; `None` if they cannot be read without waiting (another
+    /// thread is sending there). Not for the fast path.
+    fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)>;
 }
 
 /// The fabric a rank runs on (static dispatch over the implementations).
@@ -154,5 +158,8 @@ impl Fabric for AnyFabric {
     #[inline]
     fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize> {
         dispatch!(self, poll(ch, deliver))
+    }
+    fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
+        dispatch!(self, credits(peer, ch))
     }
 }

@@ -491,6 +491,12 @@ impl Fabric for ShmFabric {
             self.poll_with::<Off>(ch, deliver)
         }
     }
+
+    fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
+        let p = self.tx.get(peer * 2 + ch as usize)?.try_lock()?;
+        let (free, total) = p.free_cells();
+        Some((free as usize, total as usize))
+    }
 }
 
 #[cfg(test)]

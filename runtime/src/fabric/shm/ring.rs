@@ -97,6 +97,15 @@ impl Producer {
         self.head - self.cached_tail < self.ring.len
     }
 
+    /// Free cells as the consumer last published them, and the ring length.
+    pub(crate) fn free_cells(&self) -> (u64, u64) {
+        let tail = self.ring.tail().load(Ordering::Acquire);
+        (
+            self.ring.len - self.head.saturating_sub(tail).min(self.ring.len),
+            self.ring.len,
+        )
+    }
+
     /// Write one cell without publishing it. The caller checked
     /// [`Self::has_room`], `words.len() <= MAX_WORDS` and that `chunk` fits.
     #[inline]

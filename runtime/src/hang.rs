@@ -1,0 +1,131 @@
+//! Hang reports. A peer that is alive but stuck (stopped, in an endless
+//! handler, missing from a collective) cannot be told apart from a slow one,
+//! so instead of guessing, a wait that makes no progress for
+//! `SPLITRT_HANG_REPORT` seconds prints once what this rank waits for, and
+//! keeps waiting; with `SPLITRT_HANG_ABORT=1` it ends the job instead,
+//! naming what everyone waited for.
+//!
+//! Every waiting loop owns a [`HangWatch`]; it reads the clock only on idle
+//! rounds that have already stopped spinning, so it costs nothing while
+//! messages flow.
+
+use crate::config::Config;
+use crate::{Error, ErrorKind};
+use std::time::{Duration, Instant};
+
+/// Seconds without progress before a wait reports (`off` or `0`: never).
+pub const ENV_HANG_REPORT: &str = "SPLITRT_HANG_REPORT";
+/// `1`: a hang report ends the job instead of only printing.
+pub const ENV_HANG_ABORT: &str = "SPLITRT_HANG_ABORT";
+
+/// Default time without progress before a report.
+pub const DEFAULT_HANG_REPORT: Duration = Duration::from_secs(30);
+
+/// The hang watch of one wait.
+///
+/// ```
+/// use splitrt_runtime::{config::Config, hang::HangWatch};
+/// let mut w = HangWatch::new(&Config::default());
+/// assert!(!w.due()); // 30 s have not passed
+/// ```
+pub struct HangWatch {
+    since: Instant,
+    limit: Option<Duration>,
+    abort: bool,
+    reported: bool,
+}
+
+impl HangWatch {
+    /// A watch that starts now, with the configured limit.
+    pub fn new(cfg: &Config) -> Self {
+        HangWatch {
+            since: Instant::now(),
+            limit: cfg.hang_report,
+            abort: cfg.hang_abort,
+            reported: false,
+        }
+    }
+
+    /// Something moved: start counting again.
+    pub fn progress(&mut self) {
+        if !self.reported {
+            self.since = Instant::now();
+        }
+    }
+
+    /// Whether this wait has gone without progress for the limit and has
+    /// not reported yet.
+    pub fn due(&self) -> bool {
+        !self.reported && self.limit.is_some_and(|l| self.since.elapsed() >= l)
+    }
+
+    /// Report what this wait waits for (`what`, a sentence fragment such as
+    /// "in Endpoint::barrier #3 for ranks 1, 2"). Prints once to stderr.
+    /// With `SPLITRT_HANG_ABORT=1` returns why the job should end (for the
+    /// caller to tell the other ranks, see [`abort_error`]).
+    pub fn report(&mut self, rank: usize, what: &str) -> std::result::Result<(), String> {
+        self.reported = true;
+        let secs = self.since.elapsed().as_secs_f64();
+        if self.abort {
+            let why =
+                format!("gave up after {secs:.1} s without progress {what} ({ENV_HANG_ABORT}=1)");
+            eprintln!("splitrt: rank {rank}: {why}");
+            return Err(why);
+        }
+        eprintln!(
+            "splitrt: rank {rank}: no progress for {secs:.1} s {what}; still waiting \
+             ({ENV_HANG_REPORT}=off silences this, {ENV_HANG_ABORT}=1 ends the job instead)"
+        );
+        Ok(())
+    }
+}
+
+/// The error a wait returns when its hang report ended the job.
+pub fn abort_error(rank: usize, why: String) -> Error {
+    Error::new(ErrorKind::Timeout(why)).at_rank(rank)
+}
+
+/// A list of ranks as "1, 3, 4" (long lists shortened).
+pub fn rank_list<T: std::fmt::Display>(ranks: &[T]) -> String {
+    const SHOWN: usize = 32;
+    let mut s: Vec<String> = ranks.iter().take(SHOWN).map(|r| r.to_string()).collect();
+    if ranks.len() > SHOWN {
+        s.push(format!("and {} more", ranks.len() - SHOWN));
+    }
+    s.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn due_after_the_limit_once_and_abort_is_an_error() {
+        let cfg = Config {
+            hang_report: Some(Duration::from_millis(20)),
+            ..Config::default()
+        };
+        let mut w = HangWatch::new(&cfg);
+        assert!(!w.due());
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(w.due());
+        w.report(3, "in a test").unwrap();
+        assert!(!w.due(), "reports once");
+        let cfg = Config {
+            hang_report: Some(Duration::ZERO),
+            hang_abort: true,
+            ..Config::default()
+        };
+        let mut w = HangWatch::new(&cfg);
+        assert!(w.due());
+        let e = w.report(1, "in a test").unwrap_err();
+        assert!(e.contains("gave up"), "{e}");
+        let off = HangWatch::new(&Config {
+            hang_report: None,
+            ..Config::default()
+        });
+        assert!(!off.due());
+        assert_eq!(rank_list(&[1, 2]), "1, 2");
+        assert!(rank_list(&(0..40).collect::<Vec<_>>()).ends_with("and 8 more"));
+    }
+}

@@ -1,0 +1,75 @@
+//! No silent hangs: a wait that makes no progress reports what it waits
+//! for (`SPLITRT_HANG_REPORT`), or ends the job naming the missing ranks
+//! (`SPLITRT_HANG_ABORT=1`); collectives of different kinds never match.
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+
+/// Rank 2 is 3 s late to a barrier: the others report, once each, that
+/// they wait for rank 2, and the job still succeeds.
+#[test]
+fn a_late_rank_is_named_by_the_hang_report() {
+    let r = run_job(
+        4,
+        &example("t_hangs"),
+        &["barrier", "2", "3"],
+        &[("SPLITRT_HANG_REPORT", "1")],
+        60,
+    );
+    r.ok();
+    assert_eq!(r.stdout.matches("done").count(), 4, "{}", r.stdout);
+    for rank in [0, 1, 3] {
+        let line = format!("[{rank}] splitrt: rank {rank}: no progress for");
+        let reports = r.stderr.lines().filter(|l| l.starts_with(&line)).count();
+        assert_eq!(reports, 1, "rank {rank} reports once:\n{}", r.stderr);
+    }
+    assert!(
+        r.stderr
+            .contains("in Endpoint::barrier #3 for rank 2, which has not entered it"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("rank 2: no progress"), "{}", r.stderr);
+}
+
+/// Rank 1 never arrives: with SPLITRT_HANG_ABORT=1 the job ends within a
+/// few seconds (not at the launcher's timeout) naming rank 1.
+#[test]
+fn hang_abort_ends_a_partial_barrier_naming_the_missing_rank() {
+    let t = Instant::now();
+    let r = run_job(
+        3,
+        &example("t_hangs"),
+        &["barrier", "1", "0"],
+        &[("SPLITRT_HANG_REPORT", "1"), ("SPLITRT_HANG_ABORT", "1")],
+        60,
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{r:?}");
+    assert_ne!(r.code, 0);
+    assert_ne!(r.code, 124, "ended by the report, not the timeout: {r:?}");
+    assert!(
+        r.stderr.contains("gave up after")
+            && r.stderr.contains("for rank 1, which has not entered it"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// Rank 0 calls finish while the others are in Endpoint::barrier: an error
+/// naming both collectives on every rank, at once.
+#[test]
+fn a_barrier_never_matches_the_exit_barrier() {
+    let t = Instant::now();
+    let r = run_job(3, &example("t_hangs"), &["vs_finish", "0"], &[], 60);
+    assert!(t.elapsed() < Duration::from_secs(20), "{r:?}");
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("collective mismatch")
+            && r.stderr.contains("the exit barrier of finish")
+            && r.stderr.contains("Endpoint::barrier"),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stdout.contains("done"), "{}", r.stdout);
+}
