@@ -390,3 +390,34 @@ fn a_rank_with_the_wrong_key_is_told_so() {
     );
     assert_eq!(stats.unauthenticated.load(Ordering::Relaxed), 1);
 }
+
+/// Rank 0 hosting the rendezvous of a large job under a low descriptor
+/// limit: it fails at start saying how many it needs and how to raise it.
+#[test]
+fn too_few_file_descriptors_are_named_with_the_fix() {
+    let tmp = shared_tmp("nofile");
+    let r = finish(
+        Command::new("prlimit")
+            .arg("--nofile=64:64")
+            .arg(example("hello"))
+            .env("TMPDIR", &tmp)
+            .env("SPLITRT_RANK", "0")
+            .env("SPLITRT_SIZE", "300")
+            .env("SPLITRT_JOB", job_id("nofile"))
+            .env("SPLITRT_BOOTSTRAP_TIMEOUT", "2")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+        Duration::from_secs(30),
+    );
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr.contains("needs about 728 open files")
+            && r.stderr.contains("the limit is 64")
+            && r.stderr.contains("ulimit -n 728"),
+        "{}",
+        r.stderr
+    );
+}

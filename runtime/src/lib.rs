@@ -19,6 +19,7 @@ pub mod hang;
 pub mod job;
 pub mod key;
 pub mod launcher;
+pub mod limits;
 pub mod segment;
 pub mod size;
 pub mod trace;
