@@ -421,3 +421,19 @@ fn too_few_file_descriptors_are_named_with_the_fix() {
         r.stderr
     );
 }
+
+/// The mpirun case of a rank 0 that fails during start-up: the other ranks
+/// give up at the bootstrap timeout with a clear message and leave no file
+/// (files are made only once every rank has joined).
+#[test]
+fn a_missing_rank_0_leaves_no_files_behind() {
+    let _lock = job_lock();
+    let tmp = shared_tmp("norank0");
+    let job = job_id("norank0");
+    for c in by_hand(&tmp, &job, &[1, 2], 3) {
+        let r = finish(c, Duration::from_secs(30));
+        assert_ne!(r.code, 0);
+        assert!(r.stderr.contains("rank 0 did not publish"), "{}", r.stderr);
+    }
+    assert!(shm_leftovers(&job).is_empty(), "{:?}", shm_leftovers(&job));
+}
