@@ -50,11 +50,27 @@ fn watch(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)>
     })
 }
 
+/// A copy of `prog` that any user can run (the checkout may sit in a
+/// directory only root can enter).
+fn world_runnable(prog: &Path, tag: &str) -> (Scratch, PathBuf) {
+    let dir = Scratch(std::env::temp_dir().join(format!(
+        "splitrt-test-bin-{tag}-{}",
+        std::process::id()
+    )));
+    std::fs::create_dir_all(&*dir).unwrap();
+    let _ = Command::new("chmod").arg("755").arg(&*dir).status();
+    let copy = dir.join(prog.file_name().unwrap());
+    std::fs::copy(prog, &copy).unwrap();
+    let _ = Command::new("chmod").arg("755").arg(&copy).status();
+    (dir, copy)
+}
+
 /// Run `t_attacker ADDR MODES` (as `nobody` if asked) and return its output.
 fn attack(addr: &str, modes: &[&str], nobody: bool) -> String {
     let prog = example("t_attacker");
+    let (_dir, copy) = world_runnable(&prog, &modes.join("-"));
     let mut c = if nobody {
-        as_nobody(&prog)
+        as_nobody(&copy)
     } else {
         Command::new(&prog)
     };
@@ -103,9 +119,13 @@ fn attacked_job(program: &[&str], modes: &[&str], nobody: bool) -> (Run, String,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let peaks = watch(pid, stop.clone());
-    // the floods together, then a wrong-key rank alone (so no flood can
-    // crowd its handshake out and it is always answered)
-    let report = attack(&addr, modes, nobody) + &attack(&addr, &["fakerank"], nobody);
+    // a wrong-key rank alone first (so no flood can crowd its handshake out
+    // and it is always answered), then the floods together
+    let report = attack(&addr, &["fakerank"], nobody) + &attack(&addr, modes, nobody);
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the job ended before the attack did (make it longer):\n{report}"
+    );
     stop.store(true, Ordering::Relaxed);
     let peaks = peaks.join().unwrap();
     child.stdout = None;
@@ -164,7 +184,7 @@ fn strangers_attacking_a_running_job_change_nothing() {
 fn attacks_during_start_up_do_not_refuse_the_job() {
     let prog = example("t_barriers");
     let script = format!(
-        "echo BOOT $SPLITRT_BOOTSTRAP; sleep 2; exec {} 20",
+        "echo BOOT $SPLITRT_BOOTSTRAP; sleep 2; exec {} 150 20",
         prog.display()
     );
     let (r, report, _) = attacked_job(
@@ -247,13 +267,29 @@ fn by_hand(tmp: &Path, job: &str, ranks: &[usize], size: usize) -> Vec<std::proc
         .collect()
 }
 
-fn shared_tmp(tag: &str) -> PathBuf {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("sharedtmp-{tag}"));
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A directory like `/tmp` (everyone may create, sticky) that other users
+/// can reach.
+fn shared_tmp(tag: &str) -> Scratch {
+    let d = std::env::temp_dir().join(format!("splitrt-test-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     // like /tmp: everyone may create, sticky
     let _ = Command::new("chmod").arg("1777").arg(&d).status();
-    d
+    Scratch(d)
 }
 
 /// Without splitrt-run, rank 0 hands the address and key over through a
@@ -400,7 +436,7 @@ fn too_few_file_descriptors_are_named_with_the_fix() {
         Command::new("prlimit")
             .arg("--nofile=64:64")
             .arg(example("hello"))
-            .env("TMPDIR", &tmp)
+            .env("TMPDIR", &*tmp)
             .env("SPLITRT_RANK", "0")
             .env("SPLITRT_SIZE", "300")
             .env("SPLITRT_JOB", job_id("nofile"))
