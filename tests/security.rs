@@ -53,10 +53,9 @@ fn watch(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)>
 /// A copy of `prog` that any user can run (the checkout may sit in a
 /// directory only root can enter).
 fn world_runnable(prog: &Path, tag: &str) -> (Scratch, PathBuf) {
-    let dir = Scratch(std::env::temp_dir().join(format!(
-        "splitrt-test-bin-{tag}-{}",
-        std::process::id()
-    )));
+    let dir = Scratch(
+        std::env::temp_dir().join(format!("splitrt-test-bin-{tag}-{}", std::process::id())),
+    );
     std::fs::create_dir_all(&*dir).unwrap();
     let _ = Command::new("chmod").arg("755").arg(&*dir).status();
     let copy = dir.join(prog.file_name().unwrap());
@@ -155,7 +154,7 @@ fn strangers_attacking_a_running_job_change_nothing() {
     }
     let prog = example("t_barriers");
     let (r, report, (rss_kb, threads)) = attacked_job(
-        &[prog.to_str().unwrap(), "150", "20"],
+        &[prog.to_str().unwrap(), "250", "20"],
         &["garbage", "oversize", "halves", "forge"],
         true,
     );

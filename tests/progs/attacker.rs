@@ -32,6 +32,7 @@ fn connect(addr: SocketAddr) -> Option<TcpStream> {
 
 /// Read whatever the server says until it closes or goes quiet.
 fn drain(s: &mut TcpStream) -> usize {
+    let _ = s.set_read_timeout(Some(Duration::from_millis(300)));
     let mut buf = [0u8; 4096];
     let mut n = 0;
     while let Ok(k) = s.read(&mut buf) {
