@@ -194,3 +194,30 @@ fn mpirun_rank_failure_ends_the_job() {
         rank_failure(mpirun);
     }
 }
+
+/// `srun --mpi=pmi2`: the address and key travel through Slurm's PMI-2
+/// key-value space, so no file is needed (TMPDIR here cannot even be
+/// created) and no variable either.
+#[test]
+fn srun_pmi2_hands_over_address_and_key() {
+    if enabled("SPLITRT_TEST_SLURM") {
+        let mut c = Command::new("srun");
+        c.args(["--mpi=pmi2", "-n", "4", "--overcommit", "--time=5"]);
+        let r = sched(
+            c,
+            &example("t_conformance"),
+            &["1"],
+            &[
+                ("TMPDIR", "/nonexistent/splitrt-no-files"),
+                ("SPLITRT_SEGMENT_SIZE", "16M"),
+            ],
+        );
+        r.ok();
+        assert_eq!(
+            r.stdout.matches("conformance ok").count(),
+            4,
+            "{}",
+            r.stdout
+        );
+    }
+}

@@ -8,7 +8,11 @@
 //! * A job over several nodes cannot share a file: with
 //!   `SPLITRT_BOOTSTRAP=host:port` rank 0 listens there, and every rank
 //!   needs the key in `SPLITRT_JOB_KEY`.
+//! * Under `srun --mpi=pmi2` (on one node or several) rank 0 hands the
+//!   address and key over through the job's PMI-2 key-value space; no
+//!   variable is needed.
 
+use super::pmi2::Pmi2;
 use super::{PrivateDir, Server};
 use crate::job::{JobInfo, ENV_BOOTSTRAP};
 use crate::key::{JobKey, ENV_JOB_KEY};
@@ -76,9 +80,57 @@ impl Hosted {
             .map_err(|e| Error::io("spawning the bootstrap host", e))
     }
 
+    /// Under `srun --mpi=pmi2`: rank 0 makes the key, listens on an address
+    /// the other nodes can reach and puts both in the job's PMI-2 key-value
+    /// space; after a fence every rank reads them.
+    pub fn via_pmi2(job: &JobInfo, timeout: Duration) -> Result<Hosted> {
+        const KEY: &str = "splitrt-boot";
+        let mut pmi = Pmi2::init(timeout)?;
+        if (pmi.rank, pmi.size) != (job.rank, job.size) {
+            return Err(Error::bootstrap(format!(
+                "PMI-2 says rank {} of {}, the environment says rank {} of {}",
+                pmi.rank, pmi.size, job.rank, job.size
+            )));
+        }
+        let mut hosted = None;
+        if job.rank == 0 {
+            let key = JobKey::generate()?;
+            let server = Server::bind(&format!("{}:0", reachable_ip(job)), key.clone())?;
+            let addr = server.local_addr()?.to_string();
+            let server = Self::spawn(server, job.size, timeout)?;
+            pmi.put(KEY, &format!("{addr} {}", key.to_hex()))?;
+            hosted = Some(Hosted {
+                addr,
+                key,
+                file: None,
+                server: Some(server),
+            });
+        }
+        pmi.fence()?;
+        let found = pmi.get(KEY)?;
+        pmi.finalize();
+        if let Some(h) = hosted {
+            return Ok(h);
+        }
+        let v =
+            found.ok_or_else(|| Error::bootstrap("rank 0 published no address through PMI-2"))?;
+        let (addr, key) = v
+            .split_once(' ')
+            .ok_or_else(|| Error::bootstrap("malformed bootstrap address from PMI-2"))?;
+        Ok(Hosted {
+            addr: addr.to_string(),
+            key: JobKey::from_hex(key)?,
+            file: None,
+            server: None,
+        })
+    }
+
     /// One node: rank 0 makes the key, starts the server and publishes
     /// both; the others wait (at most `timeout`) for them.
     pub fn start(job: &JobInfo, timeout: Duration) -> Result<Hosted> {
+        if Pmi2::available() {
+            return Self::via_pmi2(job, timeout);
+        }
         if job.local_size < job.size {
             return Err(Error::bootstrap(format!(
                 "this {:?} job spans several nodes ({} of {} ranks on this one); set {ENV_BOOTSTRAP}=host:port \
@@ -151,6 +203,36 @@ impl Hosted {
             dir.remove(&name);
         }
     }
+}
+
+/// An address of this node the others can reach: the one the route to
+/// srun's node uses (Slurm names it), else what the host name resolves to,
+/// else loopback (one-node jobs).
+fn reachable_ip(job: &JobInfo) -> String {
+    use std::net::{ToSocketAddrs, UdpSocket};
+    if job.local_size == job.size {
+        return "127.0.0.1".into();
+    }
+    let routed = std::env::var("SLURM_LAUNCH_NODE_IPADDR")
+        .ok()
+        .and_then(|ip| {
+            let s = UdpSocket::bind("0.0.0.0:0").ok()?;
+            // connect() on UDP sends nothing; it only picks the route
+            s.connect((ip.as_str(), 9)).ok()?;
+            s.local_addr().ok().map(|a| a.ip())
+        });
+    let by_name = || {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+        (host.trim(), 0)
+            .to_socket_addrs()
+            .ok()?
+            .find(|a| a.is_ipv4() && !a.ip().is_loopback())
+            .map(|a| a.ip())
+    };
+    routed
+        .filter(|ip| !ip.is_unspecified())
+        .or_else(by_name)
+        .map_or_else(|| "127.0.0.1".into(), |ip| ip.to_string())
 }
 
 /// Whether something accepts connections at `addr` (the server drops a

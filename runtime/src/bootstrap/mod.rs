@@ -8,6 +8,7 @@
 pub mod auth;
 mod client;
 mod hosted;
+pub mod pmi2;
 mod private_dir;
 mod server;
 pub mod wire;

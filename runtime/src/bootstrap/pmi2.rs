@@ -1,0 +1,248 @@
+//! A PMI-2 client (the wire protocol Slurm's `srun --mpi=pmi2` serves on
+//! the socket named by `PMI_FD`), used only to hand rank 0's rendezvous
+//! address and the job key to every rank: rank 0 puts them in the job's
+//! key-value space, everyone fences, the others get them.
+//!
+//! Wire format: one PMI-1 style line to start
+//! (`cmd=init pmi_version=2 pmi_subversion=0\n`, answered by
+//! `cmd=response_to_init rc=0 ...\n`), then commands and answers framed by a
+//! 6-character decimal length: `cmd=fullinit;pmijobid=J;pmirank=R;threaded=FALSE;`,
+//! `cmd=kvs-put;key=K;value=V;`, `cmd=kvs-fence;`,
+//! `cmd=kvs-get;jobid=J;srcid=-1;key=K;`, `cmd=finalize;`; every answer
+//! carries `rc=0` on success. The process manager is trusted, but its
+//! answers are still length-checked and parsed without panicking.
+
+use crate::{Error, ErrorKind, Result};
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+/// Largest answer accepted from the process manager.
+const MAX_MSG: usize = 64 << 10;
+
+/// A connection to the PMI-2 server of this job step.
+pub struct Pmi2 {
+    sock: UnixStream,
+    jobid: String,
+    /// This process's rank as the process manager knows it.
+    pub rank: usize,
+    /// Ranks in the job.
+    pub size: usize,
+}
+
+fn err(what: impl Into<String>) -> Error {
+    Error::bootstrap(format!("PMI-2: {}", what.into()))
+}
+
+/// `key=value` fields of a `;`-separated answer.
+fn field<'a>(msg: &'a str, key: &str) -> Option<&'a str> {
+    msg.split(';').find_map(|kv| {
+        kv.split_once('=')
+            .filter(|(k, _)| *k == key)
+            .map(|(_, v)| v)
+    })
+}
+
+impl Pmi2 {
+    /// Whether this process was started with a PMI-2 socket (`PMI_FD`).
+    pub fn available() -> bool {
+        std::env::var_os("PMI_FD").is_some()
+    }
+
+    /// Connect through `PMI_FD` and introduce this rank (`PMI_RANK`,
+    /// `PMI_JOBID`). Every wait is bounded by `timeout`.
+    pub fn init(timeout: Duration) -> Result<Pmi2> {
+        let var = |k: &str| std::env::var(k).map_err(|_| err(format!("{k} is not set")));
+        let fd: i32 = var("PMI_FD")?
+            .trim()
+            .parse()
+            .map_err(|_| err("PMI_FD is not a file descriptor number"))?;
+        let rank = var("PMI_RANK")?;
+        let jobid = std::env::var("PMI_JOBID").unwrap_or_default();
+        // SAFETY: fstat(2) on a descriptor number only writes into `st`.
+        let is_socket = unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
+        };
+        if fd < 3 || !is_socket {
+            return Err(err(format!("PMI_FD={fd} is not an open socket")));
+        }
+        // SAFETY: the process manager handed this socket to us for PMI and
+        // nothing else in the process uses it; we take ownership once.
+        let sock = unsafe { UnixStream::from_raw_fd(fd) };
+        sock.set_read_timeout(Some(timeout))
+            .and_then(|()| sock.set_write_timeout(Some(timeout)))
+            .map_err(|e| Error::io("PMI-2 socket", e))?;
+        let mut p = Pmi2 {
+            sock,
+            jobid,
+            rank: 0,
+            size: 0,
+        };
+        p.sock
+            .write_all(b"cmd=init pmi_version=2 pmi_subversion=0\n")
+            .map_err(|e| Error::io("PMI-2 init", e))?;
+        let line = p.read_line()?;
+        if field(&line.replace(' ', ";"), "rc") != Some("0") {
+            return Err(err(format!(
+                "the process manager refused PMI version 2: {line:?}"
+            )));
+        }
+        let a = p.call(&format!(
+            "cmd=fullinit;pmijobid={};pmirank={rank};threaded=FALSE;",
+            p.jobid
+        ))?;
+        let num = |k: &str| {
+            field(&a, k)
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| err(format!("fullinit answer without {k}: {a:?}")))
+        };
+        p.rank = num("rank")?;
+        p.size = num("size")?;
+        Ok(p)
+    }
+
+    fn read_line(&mut self) -> Result<String> {
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while b[0] != b'\n' {
+            self.sock.read_exact(&mut b).map_err(|e| self.io(e))?;
+            line.push(b[0]);
+            if line.len() > MAX_MSG {
+                return Err(err("init answer too long"));
+            }
+        }
+        String::from_utf8(line).map_err(|_| err("init answer is not UTF-8"))
+    }
+
+    fn io(&self, e: std::io::Error) -> Error {
+        if matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ) {
+            Error::new(ErrorKind::Timeout(
+                "PMI-2: the process manager did not answer in time (did every rank start?)".into(),
+            ))
+        } else {
+            Error::io("PMI-2 socket", e)
+        }
+    }
+
+    /// Send one command, return its answer; an answer with `rc` other than
+    /// 0 is an error.
+    fn call(&mut self, cmd: &str) -> Result<String> {
+        if cmd.len() > 999_999 {
+            return Err(err("command too long"));
+        }
+        let framed = format!("{:<6}{cmd}", cmd.len());
+        self.sock
+            .write_all(framed.as_bytes())
+            .map_err(|e| self.io(e))?;
+        let mut len = [0u8; 6];
+        self.sock.read_exact(&mut len).map_err(|e| self.io(e))?;
+        let n: usize = std::str::from_utf8(&len)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .filter(|&n| n <= MAX_MSG)
+            .ok_or_else(|| err(format!("bad answer length {len:?}")))?;
+        let mut body = vec![0u8; n];
+        self.sock.read_exact(&mut body).map_err(|e| self.io(e))?;
+        let a = String::from_utf8(body).map_err(|_| err("answer is not UTF-8"))?;
+        match field(&a, "rc") {
+            Some("0") => Ok(a),
+            _ => Err(err(format!("'{cmd}' failed: {a}"))),
+        }
+    }
+
+    /// Publish `key` = `value` (no `;` or `=` in either).
+    pub fn put(&mut self, key: &str, value: &str) -> Result<()> {
+        if [key, value]
+            .iter()
+            .any(|s| s.contains([';', '=']) || s.is_empty())
+        {
+            return Err(err(format!("cannot put {key:?}")));
+        }
+        self.call(&format!("cmd=kvs-put;key={key};value={value};"))
+            .map(drop)
+    }
+
+    /// Wait until every rank's puts are visible (a collective).
+    pub fn fence(&mut self) -> Result<()> {
+        self.call("cmd=kvs-fence;").map(drop)
+    }
+
+    /// Read `key` (after a fence); `Ok(None)` if nobody put it.
+    pub fn get(&mut self, key: &str) -> Result<Option<String>> {
+        let a = self.call(&format!(
+            "cmd=kvs-get;jobid={};srcid=-1;key={key};",
+            self.jobid
+        ))?;
+        if field(&a, "found") != Some("TRUE") {
+            return Ok(None);
+        }
+        Ok(field(&a, "value").map(str::to_string))
+    }
+
+    /// Say goodbye to the process manager (best effort).
+    pub fn finalize(mut self) {
+        let _ = self.call("cmd=finalize;");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_found_and_missing_ones_are_none() {
+        let a = "cmd=kvs-get-response;rc=0;found=TRUE;value=1.2.3.4:5 ab;";
+        assert_eq!(field(a, "rc"), Some("0"));
+        assert_eq!(field(a, "value"), Some("1.2.3.4:5 ab"));
+        assert_eq!(field(a, "nope"), None);
+        assert_eq!(field("", "rc"), None);
+        assert_eq!(field(";;==;rc", "rc"), None);
+    }
+
+    /// A fake process manager on a socket pair: the client's framing and
+    /// parsing against canned answers, and a garbage answer refused.
+    #[test]
+    fn talks_to_a_canned_process_manager_and_refuses_garbage() {
+        use std::os::fd::IntoRawFd;
+        let (ours, mut pm) = UnixStream::pair().unwrap();
+        let t = std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            let n = pm.read(&mut buf).unwrap();
+            assert!(std::str::from_utf8(&buf[..n])
+                .unwrap()
+                .starts_with("cmd=init"));
+            pm.write_all(b"cmd=response_to_init rc=0 pmi_version=2 pmi_subversion=0\n")
+                .unwrap();
+            let mut len = [0u8; 6];
+            pm.read_exact(&mut len).unwrap();
+            let n: usize = std::str::from_utf8(&len).unwrap().trim().parse().unwrap();
+            let mut cmd = vec![0u8; n];
+            pm.read_exact(&mut cmd).unwrap();
+            assert!(String::from_utf8(cmd).unwrap().contains("pmirank=3"));
+            let a = "cmd=fullinit-response;rc=0;rank=3;size=4;";
+            pm.write_all(format!("{:<6}{a}", a.len()).as_bytes())
+                .unwrap();
+            pm.read_exact(&mut len).unwrap();
+            let n: usize = std::str::from_utf8(&len).unwrap().trim().parse().unwrap();
+            let mut cmd = vec![0u8; n];
+            pm.read_exact(&mut cmd).unwrap();
+            pm.write_all(b"999999garbage").unwrap();
+        });
+        // run init against the fake through the same code path as PMI_FD
+        let fd = ours.into_raw_fd();
+        std::env::set_var("PMI_FD", fd.to_string());
+        std::env::set_var("PMI_RANK", "3");
+        let mut p = Pmi2::init(Duration::from_secs(5)).unwrap();
+        assert_eq!((p.rank, p.size), (3, 4));
+        let e = p.fence().unwrap_err();
+        assert!(e.to_string().contains("bad answer length"), "{e}");
+        t.join().unwrap();
+        std::env::remove_var("PMI_FD");
+        std::env::remove_var("PMI_RANK");
+    }
+}
