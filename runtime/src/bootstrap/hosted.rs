@@ -133,9 +133,9 @@ impl Hosted {
         }
         if job.local_size < job.size {
             return Err(Error::bootstrap(format!(
-                "this {:?} job spans several nodes ({} of {} ranks on this one); set {ENV_BOOTSTRAP}=host:port \
-                 to an address every node can reach (rank 0 listens there) and {ENV_JOB_KEY} to the same \
-                 secret on every rank (e.g. `export {ENV_JOB_KEY}=$(openssl rand -hex 32)`). Only the \
+                "this {:?} job spans several nodes ({} of {} ranks on this one); start it with \
+                 `srun --mpi=pmi2`, or set {ENV_BOOTSTRAP}=host:port to an address every node can reach \
+                 (rank 0 listens there) and {ENV_JOB_KEY} to the same secret on every rank (e.g. `export {ENV_JOB_KEY}=$(openssl rand -hex 32)`). Only the \
                  shared-memory fabric exists so far, so multi-node jobs cannot run yet",
                 job.source, job.local_size, job.size
             )));
