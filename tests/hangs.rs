@@ -73,3 +73,63 @@ fn a_barrier_never_matches_the_exit_barrier() {
     );
     assert!(!r.stdout.contains("done"), "{}", r.stdout);
 }
+
+/// A request handler on rank 1 never returns: the ranks waiting for its
+/// answer report what they wait for, and with SPLITRT_HANG_ABORT=1 the job
+/// ends well before the launcher's timeout.
+#[test]
+fn a_handler_that_never_returns_is_reported() {
+    let t = Instant::now();
+    let r = run_job(
+        3,
+        &example("t_hangs"),
+        &["stuck_handler", "1"],
+        &[("SPLITRT_HANG_REPORT", "1"), ("SPLITRT_HANG_ABORT", "1")],
+        60,
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{r:?}");
+    assert_ne!(r.code, 124, "ended by the report, not the timeout: {r:?}");
+    assert!(
+        r.stderr.contains("gave up after")
+            && r.stderr.contains("in Endpoint::wait_until")
+            && r.stderr.contains("send credits"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A stopped rank (SIGSTOP) in a ring: its neighbours report that they are
+/// waiting, once each, and keep waiting; the job still ends at --timeout.
+#[test]
+fn a_stopped_rank_is_reported_by_the_ranks_waiting_for_it() {
+    use std::io::{BufRead, BufReader};
+    let _lock = job_lock();
+    let mut child = launch(
+        3,
+        &example("hello"),
+        &["--spin", "30"],
+        &[("SPLITRT_HANG_REPORT", "1")],
+        8,
+    )
+    .spawn()
+    .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let pid = loop {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "job ended early");
+        if let Some(p) = line.trim().strip_prefix("[1] ready pid=") {
+            break p.parse::<i32>().unwrap();
+        }
+    };
+    // SAFETY: kill(2) on the rank's pid, which the launcher has not reaped
+    // (the job is running).
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let r = finish(child, Duration::from_secs(60));
+    assert_eq!(r.code, 124, "{r:?}");
+    let reports = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("no progress for") && l.contains("in Endpoint::wait_until"))
+        .count();
+    assert_eq!(reports, 2, "both other ranks report once:\n{}", r.stderr);
+}

@@ -89,9 +89,16 @@ fn attack(addr: &str, modes: &[&str], nobody: bool) -> String {
 }
 
 /// Start a job whose rank 0 prints `BOOT <addr>`, attack its bootstrap port
-/// while it runs, and require correct results and exit 0.
-fn attacked_job(program: &[&str], modes: &[&str], nobody: bool) -> (Run, String, (u64, u64)) {
+/// while it runs, and require correct results and exit 0. The job runs
+/// until `stop` exists; it is created once the attack is over.
+fn attacked_job(
+    program: &[&str],
+    modes: &[&str],
+    nobody: bool,
+    stop_file: &Path,
+) -> (Run, String, (u64, u64)) {
     let _lock = job_lock();
+    let _ = std::fs::remove_file(stop_file);
     let (prog, args) = program.split_first().unwrap();
     let mut child = Command::new(launcher())
         .args(["-n", "3", "--timeout", "90", "--verbose", prog])
@@ -123,8 +130,9 @@ fn attacked_job(program: &[&str], modes: &[&str], nobody: bool) -> (Run, String,
     let report = attack(&addr, &["fakerank"], nobody) + &attack(&addr, modes, nobody);
     assert!(
         child.try_wait().unwrap().is_none(),
-        "the job ended before the attack did (make it longer):\n{report}"
+        "the job ended before the attack did:\n{report}"
     );
+    std::fs::write(stop_file, "").unwrap();
     stop.store(true, Ordering::Relaxed);
     let peaks = peaks.join().unwrap();
     child.stdout = None;
@@ -134,8 +142,13 @@ fn attacked_job(program: &[&str], modes: &[&str], nobody: bool) -> (Run, String,
         s
     });
     let mut r = finish(child, Duration::from_secs(120));
+    let _ = std::fs::remove_file(stop_file);
     r.stdout = seen + &rest.join().unwrap();
     (r, report, peaks)
+}
+
+fn stop_file(tag: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("stop-{tag}-{}", std::process::id()))
 }
 
 fn barriers_ok(r: &Run, n: usize) {
@@ -153,10 +166,17 @@ fn strangers_attacking_a_running_job_change_nothing() {
         return;
     }
     let prog = example("t_barriers");
+    let stop = stop_file("running");
     let (r, report, (rss_kb, threads)) = attacked_job(
-        &[prog.to_str().unwrap(), "250", "20"],
+        &[
+            prog.to_str().unwrap(),
+            "100000",
+            "10",
+            stop.to_str().unwrap(),
+        ],
         &["garbage", "oversize", "halves", "forge"],
         true,
+        &stop,
     );
     barriers_ok(&r, 3);
     assert!(report.contains("fakerank: 4 of 4"), "{report}");
@@ -182,14 +202,17 @@ fn strangers_attacking_a_running_job_change_nothing() {
 #[test]
 fn attacks_during_start_up_do_not_refuse_the_job() {
     let prog = example("t_barriers");
+    let stop = stop_file("startup");
     let script = format!(
-        "echo BOOT $SPLITRT_BOOTSTRAP; sleep 2; exec {} 150 20",
-        prog.display()
+        "echo BOOT $SPLITRT_BOOTSTRAP; sleep 2; exec {} 100000 10 {}",
+        prog.display(),
+        stop.display()
     );
     let (r, report, _) = attacked_job(
         &["/bin/sh", "-c", &script],
         &["garbage", "forge", "halves"],
         false,
+        &stop,
     );
     barriers_ok(&r, 3);
     assert!(report.contains("fakerank: 4 of 4"), "{report}");

@@ -8,6 +8,7 @@ use crate::token::Token;
 use splitrt_runtime::backoff::Backoff;
 use splitrt_runtime::config::Config;
 use splitrt_runtime::fabric::{Channel, Fabric, Packet};
+use splitrt_runtime::hang::{abort_error, HangWatch};
 use splitrt_runtime::job::JobInfo;
 use splitrt_runtime::{Error, ErrorKind, Result, World};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -181,6 +182,16 @@ impl Inner {
         self.world.failure().map_or(Ok(()), Err)
     }
 
+    /// A wait made no progress for the hang-report time: say what it waits
+    /// for (and the send credits), or end the job if so configured.
+    fn hang(&self, watch: &mut HangWatch, what: &str) -> Result<()> {
+        let what = format!("{what}; {}", self.world.credit_report());
+        watch.report(self.rank, &what).map_err(|why| {
+            self.world.abort(&why);
+            abort_error(self.rank, why)
+        })
+    }
+
     /// Called by the fabric while a streamed packet waits for room at the
     /// peer: serve inbound traffic (only replies when `ch` is the reply
     /// channel, i.e. inside a request handler), back off while nothing moves.
@@ -245,6 +256,7 @@ impl Inner {
         let mut stall_backoff = Backoff::new(self.world.config());
         let mut stall = |waits: u32| self.stall(waits, Channel::Request, &mut stall_backoff);
         let mut backoff = Backoff::new(self.world.config());
+        let mut watch = HangWatch::new(self.world.config());
         loop {
             if self
                 .fabric()
@@ -258,7 +270,16 @@ impl Inner {
             // Out of credits: serve our own inbound traffic while we wait.
             if self.progress_while_sending(Channel::Request)? == 0 {
                 self.check_failure()?;
+                if backoff.is_slow() && watch.due() {
+                    let what = format!(
+                        "sending request '{}' to rank {peer}, which has no room for it",
+                        self.name(h.0.id)
+                    );
+                    self.hang(&mut watch, &what)?;
+                }
                 backoff.snooze();
+            } else {
+                watch.progress();
             }
         }
     }
@@ -279,13 +300,23 @@ impl Inner {
         let mut stall_backoff = Backoff::new(self.world.config());
         let mut stall = |waits: u32| self.stall(waits, Channel::Reply, &mut stall_backoff);
         let mut backoff = Backoff::new(self.world.config());
+        let mut watch = HangWatch::new(self.world.config());
         while !self
             .fabric()
             .try_send(peer, Channel::Reply, &pkt, &mut stall)?
         {
             if self.progress_while_sending(Channel::Reply)? == 0 {
                 self.check_failure()?;
+                if backoff.is_slow() && watch.due() {
+                    let what = format!(
+                        "replying '{}' to rank {peer}, which has no room for it",
+                        self.name(h.0.id)
+                    );
+                    self.hang(&mut watch, &what)?;
+                }
                 backoff.snooze();
+            } else {
+                watch.progress();
             }
         }
         Ok(())
@@ -389,8 +420,24 @@ impl Endpoint {
     }
 
     /// Poll until `cond` holds: spin briefly, then yield, then sleep, so more
-    /// ranks than cores still progress. Fails if another rank dies.
-    pub fn wait_until(&self, mut cond: impl FnMut() -> bool) -> Result<()> {
+    /// ranks than cores still progress. Fails if another rank dies. A wait
+    /// that sees no message for `SPLITRT_HANG_REPORT` seconds says so once
+    /// (see [`wait_until_described`](Self::wait_until_described)).
+    pub fn wait_until(&self, cond: impl FnMut() -> bool) -> Result<()> {
+        self.wait_until_described(
+            &|| "in Endpoint::wait_until (a condition of the program's)".into(),
+            cond,
+        )
+    }
+
+    /// [`wait_until`](Self::wait_until) with a description of what is
+    /// awaited for the hang report, e.g. "in Pgas::sync for 3 gets from rank
+    /// 2": called only when a report is due.
+    pub fn wait_until_described(
+        &self,
+        what: &dyn Fn() -> String,
+        mut cond: impl FnMut() -> bool,
+    ) -> Result<()> {
         if in_handler() {
             return Err(
                 Error::usage("wait_until() cannot be called from inside a handler")
@@ -399,16 +446,21 @@ impl Endpoint {
         }
         self.inner.take_deferred()?;
         let mut backoff = Backoff::new(self.config());
+        let mut watch = HangWatch::new(self.config());
         loop {
             if cond() {
                 return Ok(());
             }
             if self.inner.poll_all()? > 0 {
                 backoff.reset();
+                watch.progress();
                 continue;
             }
             self.inner.check_failure()?;
             self.inner.take_deferred()?;
+            if backoff.is_slow() && watch.due() {
+                self.inner.hang(&mut watch, &what())?;
+            }
             backoff.snooze();
         }
     }

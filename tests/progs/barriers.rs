@@ -4,7 +4,10 @@
 //! request from every rank. A barrier released early (a forged release, a
 //! stray arrival counted) shows up as a missing request.
 //!
-//! Usage: t_barriers [ROUNDS] [PAUSE_MS]   (exit 0 = every round checked)
+//! Usage: t_barriers [ROUNDS] [PAUSE_MS] [STOPFILE]   (exit 0 = every round
+//! checked). With STOPFILE, ROUNDS is a maximum: rank 0 ends the run after
+//! the round in which it sees that file exist (it tells the others in that
+//! round's request).
 //! Rank 0 prints `BOOT <addr>` first (the rendezvous address, for the
 //! bootstrap attack tests) and `barriers ok R` at the end on every rank.
 
@@ -32,6 +35,9 @@ fn run() -> splitrt::Result<()> {
     // arrivals[r % 2]: requests of round r seen (two rounds can overlap:
     // a fast rank may send round r+1 before a slow one checked round r)
     let seen = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+    let stop_file = std::env::args().nth(3);
+    // the round rank 0 declared the last one (u64::MAX: none yet)
+    let last = Arc::new(AtomicU64::new(u64::MAX));
     let acks = Arc::new(AtomicU64::new(0));
     let mut b = EndpointBuilder::new();
     let a = acks.clone();
@@ -39,8 +45,12 @@ fn run() -> splitrt::Result<()> {
         a.fetch_add(1, Ordering::AcqRel);
     })?;
     let s = seen.clone();
-    let req = b.request("round", Kind::Short, 1, move |tok, m| {
+    let l = last.clone();
+    let req = b.request("round", Kind::Short, 2, move |tok, m| {
         s[(m.arg(0) % 2) as usize].fetch_add(1, Ordering::AcqRel);
+        if m.src() == 0 && m.arg(1) == 1 {
+            l.store(m.arg(0), Ordering::Release);
+        }
         tok.reply(ack, &[], Payload::None).expect("reply");
     })?;
     let ep = b.attach()?;
@@ -51,10 +61,15 @@ fn run() -> splitrt::Result<()> {
             std::env::var("SPLITRT_BOOTSTRAP").unwrap_or_default()
         );
     }
+    let mut done = 0;
     for r in 0..rounds {
+        let stop = rank == 0
+            && stop_file
+                .as_ref()
+                .is_some_and(|f| std::path::Path::new(f).exists());
         let before = acks.load(Ordering::Acquire);
         for peer in 0..ep.size() {
-            ep.request(peer, req, &[r], Payload::None)?;
+            ep.request(peer, req, &[r, u64::from(stop)], Payload::None)?;
         }
         ep.wait_until(|| acks.load(Ordering::Acquire) == before + size)?;
         ep.barrier()?;
@@ -66,8 +81,12 @@ fn run() -> splitrt::Result<()> {
         }
         // a second barrier per round: more for forged arrivals to disturb
         ep.barrier()?;
+        done = r + 1;
+        if last.load(Ordering::Acquire) == r {
+            break;
+        }
         std::thread::sleep(pause);
     }
-    println!("barriers ok {rounds}");
+    println!("barriers ok {done}");
     ep.finish()
 }

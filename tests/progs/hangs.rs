@@ -5,10 +5,16 @@
 //!   barrier RANK SECS   every rank enters Endpoint::barrier, RANK only after
 //!                       sleeping SECS (it never does if SECS is 0)
 //!   vs_finish RANK      RANK calls finish while the others call barrier
+//!   stuck_handler RANK  every other rank asks RANK for an answer whose
+//!                       handler never returns
 //! Every rank prints `done` when it finished cleanly.
 
 use splitrt::{EndpointBuilder, Kind};
 use std::time::Duration;
+
+fn mode_is_stuck() -> bool {
+    std::env::args().nth(1).as_deref() == Some("stuck_handler")
+}
 
 fn main() {
     let mut a = std::env::args().skip(1);
@@ -17,6 +23,24 @@ fn main() {
     let secs: f64 = a.next().and_then(|s| s.parse().ok()).unwrap_or(0.0);
     let mut b = EndpointBuilder::new();
     b.request("noop", Kind::Short, 0, |_tok, _m| {}).unwrap();
+    let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let a = answered.clone();
+    let answer = b
+        .reply("answer", Kind::Short, 0, move |_m| {
+            a.store(true, std::sync::atomic::Ordering::Release)
+        })
+        .unwrap();
+    let ask = b
+        .request("ask", Kind::Short, 0, move |tok, _m| {
+            if mode_is_stuck() {
+                loop {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+            tok.reply(answer, &[], splitrt::Payload::None)
+                .expect("reply");
+        })
+        .unwrap();
     let run = || -> splitrt::Result<()> {
         let ep = b.attach()?;
         let me = ep.rank();
@@ -35,6 +59,11 @@ fn main() {
             }
             "vs_finish" if me != target => ep.barrier()?,
             "vs_finish" => {}
+            "stuck_handler" if me != target => {
+                ep.request(target, ask, &[], splitrt::Payload::None)?;
+                ep.wait_until(|| answered.load(std::sync::atomic::Ordering::Acquire))?;
+            }
+            "stuck_handler" => ep.wait_until(|| false)?,
             m => return Err(splitrt::Error::usage(format!("unknown mode {m}"))),
         }
         ep.finish()?;
