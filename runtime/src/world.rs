@@ -21,11 +21,15 @@ pub struct World {
     config: Config,
     key: JobKey,
     stem: String,
-    /// `None` only during start-up.
-    fabric: Option<AnyFabric>,
-    boot: Option<Client>,
+    fabric: AnyFabric,
+    link: Link,
     /// The rendezvous this rank hosts (rank 0 under srun / mpirun).
     hosted: parking_lot::Mutex<Option<Hosted>>,
+}
+
+/// The bootstrap connection (none for a 1-rank job) and the barrier count.
+struct Link {
+    boot: Option<Client>,
     epoch: AtomicU64,
 }
 
@@ -43,6 +47,72 @@ fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())
+}
+
+impl Link {
+    /// Enter a bootstrap barrier of collective `kind` and wait for its
+    /// release, calling `progress` meanwhile; reports a hang (naming the
+    /// ranks the server says are missing, and `credits()`).
+    fn barrier(
+        &self,
+        kind: Collective,
+        rank: usize,
+        config: &Config,
+        progress: &mut dyn FnMut() -> Result<()>,
+        credits: &dyn Fn() -> String,
+    ) -> Result<()> {
+        let Some(b) = &self.boot else { return Ok(()) };
+        let e = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
+        b.enter_barrier(kind, e)?;
+        let mut backoff = Backoff::new(config);
+        let mut watch = HangWatch::new(config);
+        let mut asked: Option<std::time::Instant> = None;
+        loop {
+            if b.released(e) {
+                return Ok(());
+            }
+            if let Some(f) = b.failure() {
+                // The reader records a release before a later failure: a
+                // barrier that completed just before the job ended counts.
+                return if b.released(e) { Ok(()) } else { Err(f) };
+            }
+            progress()?;
+            if backoff.is_slow() && watch.due() {
+                // Ask the server who is missing; report once it answered
+                // (or after a second without an answer).
+                let t = *asked.get_or_insert_with(|| {
+                    let _ = b.ask_status(e);
+                    std::time::Instant::now()
+                });
+                let status = b.status().filter(|s| s.epoch == e);
+                if status.is_some() || t.elapsed() > std::time::Duration::from_secs(1) {
+                    let who = match status {
+                        Some(s) if !s.missing.is_empty() => format!(
+                            "for rank{} {}, which {} not entered it",
+                            if s.missing.len() > 1 { "s" } else { "" },
+                            rank_list(&s.missing),
+                            if s.missing.len() > 1 { "have" } else { "has" }
+                        ),
+                        Some(_) => "for the release (every rank has entered it)".into(),
+                        None => "(the bootstrap did not say who is missing)".into(),
+                    };
+                    let what = format!("in {} #{e} {who}; {}", kind.name(), credits());
+                    if let Err(why) = watch.report(rank, &what) {
+                        b.abort(&why);
+                        return Err(abort_error(rank, why));
+                    }
+                }
+            }
+            backoff.snooze();
+        }
+    }
+
+    /// Tell every rank that this one failed (best effort).
+    fn abort(&self, why: &str) {
+        if let Some(b) = &self.boot {
+            b.abort(why);
+        }
+    }
 }
 
 impl World {
@@ -137,23 +207,27 @@ impl World {
         // never starts leaves nothing in /dev/shm.
         let pending = PendingShm::create(&stem, rank, job.size, &config).map_err(abort)?;
         let mut guard = UnlinkGuard(Some(ShmFile::path_for(&stem, rank)));
-        let mut world = World {
+        let link = Link {
+            boot,
+            epoch: AtomicU64::new(0),
+        };
+        // Every rank created its file: map them all.
+        link.barrier(Collective::Setup, rank, &config, &mut || Ok(()), &|| {
+            "the fabric is not connected yet".into()
+        })?;
+        let fabric = pending.connect().map_err(|e| {
+            link.abort(&e.to_string());
+            at(e)
+        })?;
+        let world = World {
             job,
             config,
             key,
             stem,
-            fabric: None,
-            boot,
+            fabric: AnyFabric::Shm(fabric),
+            link,
             hosted: parking_lot::Mutex::new(hosted),
-            epoch: AtomicU64::new(0),
         };
-        // Every rank created its file: map them all.
-        world.barrier_of(Collective::Setup, &mut || Ok(()))?;
-        let fabric = pending.connect().map_err(|e| {
-            world.abort(&e.to_string());
-            at(e)
-        })?;
-        world.fabric = Some(AnyFabric::Shm(fabric));
         // Start barrier: every rank has mapped every file, so names can go.
         world.barrier_of(Collective::Start, &mut || Ok(()))?;
         let AnyFabric::Shm(f) = world.fabric();
@@ -174,9 +248,7 @@ impl World {
 
     /// The fabric.
     pub fn fabric(&self) -> &AnyFabric {
-        self.fabric
-            .as_ref()
-            .expect("the fabric is connected before start returns")
+        &self.fabric
     }
 
     /// The job key.
@@ -191,7 +263,7 @@ impl World {
 
     /// If another rank failed, the error to report.
     pub fn failure(&self) -> Option<Error> {
-        self.boot.as_ref().and_then(|b| b.failure())
+        self.link.boot.as_ref().and_then(|b| b.failure())
     }
 
     /// Bootstrap barrier (`Endpoint::barrier`): wait for every rank,
@@ -208,58 +280,16 @@ impl World {
         kind: Collective,
         progress: &mut dyn FnMut() -> Result<()>,
     ) -> Result<()> {
-        let Some(b) = &self.boot else { return Ok(()) };
-        let e = self.epoch.fetch_add(1, Ordering::Relaxed) + 1;
-        b.enter_barrier(kind, e)?;
-        let mut backoff = Backoff::new(&self.config);
-        let mut watch = HangWatch::new(&self.config);
-        let mut asked: Option<std::time::Instant> = None;
-        loop {
-            if b.released(e) {
-                return Ok(());
-            }
-            if let Some(f) = b.failure() {
-                // The reader records a release before a later failure: a
-                // barrier that completed just before the job ended counts.
-                return if b.released(e) { Ok(()) } else { Err(f) };
-            }
-            progress()?;
-            if backoff.is_slow() && watch.due() {
-                // Ask the server who is missing; report once it answered
-                // (or after a second without an answer).
-                let t = *asked.get_or_insert_with(|| {
-                    let _ = b.ask_status(e);
-                    std::time::Instant::now()
-                });
-                let status = b.status().filter(|s| s.epoch == e);
-                if status.is_some() || t.elapsed() > std::time::Duration::from_secs(1) {
-                    let who = match status {
-                        Some(s) if !s.missing.is_empty() => format!(
-                            "for rank{} {}, which {} not entered it",
-                            if s.missing.len() > 1 { "s" } else { "" },
-                            rank_list(&s.missing),
-                            if s.missing.len() > 1 { "have" } else { "has" }
-                        ),
-                        Some(_) => "for the release (every rank has entered it)".into(),
-                        None => "(the bootstrap did not say who is missing)".into(),
-                    };
-                    let what = format!("in {} #{e} {who}; {}", kind.name(), self.credit_report());
-                    if let Err(why) = watch.report(self.job.rank, &what) {
-                        b.abort(&why);
-                        return Err(abort_error(self.job.rank, why));
-                    }
-                }
-            }
-            backoff.snooze();
-        }
+        self.link
+            .barrier(kind, self.job.rank, &self.config, progress, &|| {
+                self.credit_report()
+            })
     }
 
     /// Send credits toward peers that are short of them, as a sentence for
     /// hang reports.
     pub fn credit_report(&self) -> String {
-        let Some(f) = self.fabric.as_ref() else {
-            return "the fabric is not connected yet".into();
-        };
+        let f = &self.fabric;
         let mut short = Vec::new();
         for peer in 0..self.job.size {
             for (ch, name) in [(Channel::Request, "request"), (Channel::Reply, "reply")] {
@@ -285,7 +315,7 @@ impl World {
     /// Exit barrier, then goodbye: after this no peer will send to us.
     pub fn finish(&self, progress: &mut dyn FnMut() -> Result<()>) -> Result<()> {
         self.barrier_of(Collective::Exit, progress)?;
-        if let Some(b) = &self.boot {
+        if let Some(b) = &self.link.boot {
             // Everyone passed the exit barrier: the job is complete even if
             // the rendezvous has gone already, so the goodbye is best effort.
             b.bye();
@@ -298,8 +328,6 @@ impl World {
 
     /// Tell every rank that this one failed (best effort).
     pub fn abort(&self, why: &str) {
-        if let Some(b) = &self.boot {
-            b.abort(why);
-        }
+        self.link.abort(why);
     }
 }
