@@ -158,3 +158,34 @@ fn killed_rank_ends_the_job_and_leaves_nothing() {
     );
     assert!(shm_leftovers(&job).is_empty(), "{:?}", shm_leftovers(&job));
 }
+
+/// A rank that exits with 0 without finishing is the one blamed (the
+/// bootstrap saw its connection close before its goodbye), not a rank that
+/// merely noticed; the job fails.
+#[test]
+fn a_rank_exiting_0_before_finish_is_blamed() {
+    let job = job_id("exit0");
+    let r = faults("exit0", "1", &job, &[]);
+    assert_eq!(r.code, 1, "{r:?}");
+    assert!(
+        r.stderr
+            .contains("splitrt-run: rank 1 exited (code 0) before finishing the job"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// When one rank fails, every survivor's last error line is relayed (they
+/// get a moment to end on their own before SIGTERM).
+#[test]
+fn survivors_last_lines_are_kept() {
+    for _ in 0..3 {
+        let job = job_id("lastwords");
+        let r = faults("panic", "2", &job, &[]);
+        assert_eq!(r.code, 101, "{r:?}");
+        for rank in [0, 1, 3] {
+            let line = format!("[{rank}] t_faults: rank {rank}: job aborted: rank 2 failed");
+            assert!(r.stderr.contains(&line), "missing {line:?}:\n{}", r.stderr);
+        }
+    }
+}

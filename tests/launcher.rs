@@ -79,3 +79,154 @@ fn program_without_launcher_is_a_one_rank_job() {
     assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).contains("hello from rank 0 of 1"));
 }
+
+/// Absurd durations on the command line or in the environment are clear
+/// errors naming the setting, never a panic.
+#[test]
+fn absurd_durations_are_refused_clearly() {
+    let hello = example("hello");
+    let cases: [(&[&str], &[(&str, &str)], &str); 6] = [
+        (&["--timeout", "1e20"], &[], "--timeout"),
+        (&["--bootstrap-timeout", "1e19"], &[], "--bootstrap-timeout"),
+        (&[], &[("SPLITRT_SPIN_US", "1e30")], "SPLITRT_SPIN_US"),
+        (&[], &[("SPLITRT_SLEEP_US", "inf")], "SPLITRT_SLEEP_US"),
+        (
+            &[],
+            &[("SPLITRT_BOOTSTRAP_TIMEOUT", "nan")],
+            "SPLITRT_BOOTSTRAP_TIMEOUT",
+        ),
+        (
+            &[],
+            &[("SPLITRT_HANG_REPORT", "1e300")],
+            "SPLITRT_HANG_REPORT",
+        ),
+    ];
+    for (flags, env, name) in cases {
+        let out = Command::new(launcher())
+            .args(["-n", "2"])
+            .args(flags)
+            .arg(&hello)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(name) && !err.contains("panicked"),
+            "{name}: {err}"
+        );
+    }
+}
+
+/// Lines of many ranks printed at once, to stdout and stderr merged into
+/// one pipe (as `2>&1` does), never interleave: each relayed line is its
+/// prefix and one whole line of one rank.
+#[test]
+fn output_lines_never_interleave() {
+    let _lock = job_lock();
+    let (mut rd, wr) = std::io::pipe().unwrap();
+    let mut child = Command::new(launcher())
+        .args(["-n", "4", "--timeout", "60", "/bin/sh", "-c"])
+        .arg("yes \"rank $SPLITRT_RANK says a fairly long line of text\" | head -n 10000 | tee /dev/stderr")
+        .stdin(std::process::Stdio::null())
+        .stdout(wr.try_clone().unwrap())
+        .stderr(wr)
+        .spawn()
+        .unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut rd, &mut text).unwrap();
+    assert!(child.wait().unwrap().success());
+    let mut n = 0;
+    for l in text.lines() {
+        let (p, rest) = l.split_once("] ").expect(l);
+        let rank = p.strip_prefix('[').expect(l);
+        assert_eq!(
+            rest,
+            format!("rank {rank} says a fairly long line of text"),
+            "{l}"
+        );
+        n += 1;
+    }
+    assert_eq!(n, 80000);
+}
+
+/// A rank printing 64 MiB without a newline: the launcher relays it in
+/// pieces of at most 64 KiB (each prefixed) and its memory stays small.
+#[test]
+fn an_endless_line_is_relayed_in_bounded_pieces() {
+    let _lock = job_lock();
+    let child = launch(
+        1,
+        &"/bin/sh".into(),
+        &["-c", "head -c 67108864 /dev/zero | tr '\\0' x"],
+        &[],
+        60,
+    )
+    .spawn()
+    .unwrap();
+    let pid = child.id();
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let p = peak.clone();
+    let sampler = std::thread::spawn(move || {
+        while let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            if let Some(kb) = s
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            {
+                p.fetch_max(kb, std::sync::atomic::Ordering::Relaxed);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    });
+    let r = finish(child, std::time::Duration::from_secs(90));
+    sampler.join().unwrap();
+    r.ok();
+    let pieces: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(pieces.len(), 1024, "64 MiB in 64 KiB pieces");
+    assert!(pieces
+        .iter()
+        .all(|l| l.len() == 4 + 65536 && l.starts_with("[0] xx")));
+    let kb = peak.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(kb < 32 << 10, "launcher grew to {kb} kB");
+}
+
+/// A rank that leaves a background process holding its stdout: the
+/// launcher returns when the rank has exited, not when the process does.
+#[test]
+fn a_background_process_holding_output_does_not_hold_the_launcher() {
+    let t = std::time::Instant::now();
+    let r = run_job(
+        2,
+        &"/bin/sh".into(),
+        &["-c", "sleep 20 & echo started"],
+        &[],
+        60,
+    );
+    r.ok();
+    assert_eq!(r.stdout.matches("started").count(), 2, "{}", r.stdout);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?}",
+        t.elapsed()
+    );
+}
+
+/// Too few descriptors for the rank count: a message with the fix, before
+/// any rank starts.
+#[test]
+fn too_few_descriptors_for_the_ranks_are_named() {
+    let out = Command::new("prlimit")
+        .arg("--nofile=64:64")
+        .arg(launcher())
+        .args(["-n", "200", "/bin/true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("splitrt-run with 200 ranks needs about 928 open files")
+            && err.contains("ulimit -n 928"),
+        "{err}"
+    );
+}

@@ -62,6 +62,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Longest duration any setting accepts (a year): every deadline computed
+/// from one stays representable.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86400);
+
 /// Which fabric carries packets between ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FabricKind {
@@ -181,21 +185,31 @@ impl Config {
         size(ENV_CELL_SIZE, &mut c.cell_size)?;
         size(ENV_RING_LEN, &mut c.ring_len)?;
         size(ENV_MAX_MEDIUM, &mut c.max_medium)?;
-        let secs = |name: &str, scale: f64, dst: &mut Duration| -> Result<()> {
+        let secs = |name: &str, scale: f64, unit: &str, dst: &mut Duration| -> Result<()> {
             if let Some(v) = get(name) {
-                let x: f64 = v
+                *dst = v
                     .trim()
-                    .parse()
+                    .parse::<f64>()
                     .ok()
-                    .filter(|x: &f64| x.is_finite() && *x >= 0.0)
-                    .ok_or_else(|| Error::config(format!("{name}={v:?} is not a number")))?;
-                *dst = Duration::from_secs_f64(x * scale);
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .and_then(|x| Duration::try_from_secs_f64(x * scale).ok())
+                    .filter(|d| *d <= MAX_DURATION)
+                    .ok_or_else(|| {
+                        Error::config(format!(
+                            "{name}={v:?}: expected a number of {unit} from 0 to one year"
+                        ))
+                    })?;
             }
             Ok(())
         };
-        secs(ENV_BOOTSTRAP_TIMEOUT, 1.0, &mut c.bootstrap_timeout)?;
-        secs(ENV_SPIN_US, 1e-6, &mut c.spin)?;
-        secs(ENV_SLEEP_US, 1e-6, &mut c.sleep)?;
+        secs(
+            ENV_BOOTSTRAP_TIMEOUT,
+            1.0,
+            "seconds",
+            &mut c.bootstrap_timeout,
+        )?;
+        secs(ENV_SPIN_US, 1e-6, "microseconds", &mut c.spin)?;
+        secs(ENV_SLEEP_US, 1e-6, "microseconds", &mut c.sleep)?;
         if let Some(v) = get(ENV_FABRIC) {
             c.fabric = v.parse()?;
         }
@@ -209,8 +223,9 @@ impl Config {
                 t => Some(
                     t.parse::<f64>()
                         .ok()
-                        .filter(|x| x.is_finite() && *x > 0.0 && *x <= 365.0 * 86400.0)
-                        .map(Duration::from_secs_f64)
+                        .filter(|x| x.is_finite() && *x > 0.0)
+                        .and_then(|x| Duration::try_from_secs_f64(x).ok())
+                        .filter(|d| *d <= MAX_DURATION)
                         .ok_or_else(|| {
                             Error::config(format!(
                                 "{name}={v:?}: expected seconds (0 < s <= one year) or 'off'"
@@ -257,5 +272,28 @@ impl Config {
             )));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absurd_durations_are_errors_not_panics() {
+        for (k, v) in [
+            (ENV_SPIN_US, "1e30"),
+            (ENV_SLEEP_US, "inf"),
+            (ENV_BOOTSTRAP_TIMEOUT, "1e19"),
+            (ENV_BOOTSTRAP_TIMEOUT, "nan"),
+            (ENV_BOOTSTRAP_TIMEOUT, "-1"),
+            (crate::hang::ENV_HANG_REPORT, "1e300"),
+            (crate::hang::ENV_HANG_REPORT, "-3"),
+        ] {
+            let e = Config::from_lookup(|n| (n == k).then(|| v.to_string())).unwrap_err();
+            assert!(e.to_string().contains(k), "{k}={v}: {e}");
+        }
+        let c = Config::from_lookup(|n| (n == ENV_BOOTSTRAP_TIMEOUT).then(|| "31536000".into()));
+        assert_eq!(c.unwrap().bootstrap_timeout, MAX_DURATION);
     }
 }

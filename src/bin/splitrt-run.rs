@@ -83,13 +83,19 @@ fn main() {
     );
     set(config::ENV_SPIN_ONLY, a.spin_only.then(|| "1".to_string()));
     set(config::ENV_RMA, a.rma);
-    let timeout = match a.timeout {
-        Some(t) if !(t.is_finite() && t > 0.0) => {
-            eprintln!("splitrt-run: --timeout must be a positive number of seconds");
-            std::process::exit(2);
-        }
-        t => t.map(Duration::from_secs_f64),
+    let seconds = |flag: &str, t: f64| {
+        Duration::try_from_secs_f64(t)
+            .ok()
+            .filter(|d| t > 0.0 && *d <= config::MAX_DURATION)
+            .unwrap_or_else(|| {
+                eprintln!("splitrt-run: {flag} must be a number of seconds above 0 and at most one year, not {t}");
+                std::process::exit(2);
+            })
     };
+    let timeout = a.timeout.map(|t| seconds("--timeout", t));
+    if let Some(t) = a.bootstrap_timeout {
+        seconds("--bootstrap-timeout", t);
+    }
     let opts = LaunchOptions {
         ranks: a.ranks,
         program: a.program,

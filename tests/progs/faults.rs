@@ -3,6 +3,7 @@
 //! Usage: t_faults MODE RANK
 //!   panic RANK    that rank panics after start; the others wait forever
 //!   exit RANK     that rank exits with code 3 after start; the others wait
+//!   exit0 RANK    that rank exits with code 0 after start, without finishing
 //!   mismatch RANK that rank registers one more handler than the others
 //!   late RANK     that rank sleeps 30 s before joining the bootstrap
 //!   hang          every rank waits forever (for the launcher's --timeout)
@@ -36,6 +37,7 @@ fn main() {
     match mode.as_str() {
         "panic" if me == target => panic!("rank {me} panics on purpose"),
         "exit" if me == target => std::process::exit(3),
+        "exit0" if me == target => std::process::exit(0),
         _ => {}
     }
     // Wait for something that never happens: only a peer failure (or the

@@ -4,7 +4,7 @@
 //! exit code is the first failing rank's; shared-memory files are removed
 //! whatever happened.
 
-mod output;
+mod relay;
 
 use crate::bootstrap::{Server, MAX_PENDING};
 use crate::config::{Config, ENV_BOOTSTRAP_TIMEOUT};
@@ -15,11 +15,11 @@ use crate::job::{
 use crate::key::{JobKey, ENV_JOB_KEY};
 use crate::segment::remove_job_files;
 use crate::{Error, Result};
+use relay::{Relay, Source};
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// What to launch.
@@ -89,35 +89,31 @@ fn new_job_id() -> String {
     format!("{:x}{:05x}", std::process::id(), t & 0xfffff)
 }
 
-/// Block until child `pid` has exited, without reaping it: the exited
-/// child stays a zombie, so its pid cannot be reused while the main thread
-/// may still signal it; the main thread reaps it after marking it stopped.
-fn wait_exit_keep_zombie(pid: u32) {
-    loop {
-        // SAFETY: waitid(2) writes only into `info`, a zeroed siginfo_t we own.
-        let rc = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOWAIT,
-            )
-        };
-        if rc == 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return;
-        }
-    }
+fn thread_error(what: &str, e: std::io::Error) -> Error {
+    Error::io(
+        format!("cannot start a thread for {what} (process or thread limit? see `ulimit -u`)"),
+        e,
+    )
 }
 
 fn kill(pid: u32, sig: libc::c_int) {
     // SAFETY: kill(2) has no memory effects; pid is a child we spawned and
-    // have not reaped (the waiter threads wait with WNOWAIT, and the main
-    // thread reaps a rank only after it stopped signalling it).
+    // have not reaped (only this thread reaps, and it stops signalling a
+    // rank once it has reaped it).
     unsafe {
         libc::kill(pid as libc::pid_t, sig);
     }
 }
+
+/// Time the ranks get to end on their own once one has failed (the
+/// bootstrap tells them at once) before they are sent SIGTERM, so their
+/// last words are not cut off.
+const SURVIVOR_GRACE: Duration = Duration::from_secs(1);
+/// Time between SIGTERM and SIGKILL.
+const KILL_GRACE: Duration = Duration::from_secs(2);
+/// Time output may still flow after the last rank exited (a background
+/// process holding a rank's stdout is not waited for longer).
+const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 
 /// Run a job to completion.
 pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
@@ -145,7 +141,16 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     let boot_timeout = cfg.bootstrap_timeout;
     let culprit = server.culprit();
     let stats = server.stats();
-    let boot = std::thread::spawn(move || server.run(n, boot_timeout));
+    // Two pipes per rank here, two sockets per rank at the rendezvous, the
+    // handshakes it may have pending, and some slack.
+    crate::limits::ensure_open_files(
+        4 * n as u64 + MAX_PENDING as u64 + 64,
+        &format!("splitrt-run with {n} ranks"),
+    )?;
+    let boot = std::thread::Builder::new()
+        .name("splitrt-boot-host".into())
+        .spawn(move || server.run(n, boot_timeout))
+        .map_err(|e| thread_error("the bootstrap rendezvous", e))?;
 
     // SAFETY: installing an async-signal-safe handler that only stores to an
     // atomic; SIG_ERR is ignored (we would merely lose Ctrl-C cleanup).
@@ -154,10 +159,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
     }
 
-    let mut pids = Vec::with_capacity(n);
-    let mut relays = Vec::new();
-    let (tx, rx) = mpsc::channel::<usize>();
-    let mut children = Vec::with_capacity(n);
+    let mut children: Vec<Child> = Vec::with_capacity(n);
+    let mut sources = Vec::with_capacity(2 * n);
     let mut spawn_error = None;
     for rank in 0..n {
         let mut cmd = Command::new(&opts.program);
@@ -191,79 +194,104 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
             Ok(mut child) => {
                 let prefix = opts.prefix_output.then(|| format!("[{rank}] "));
                 if let Some(o) = child.stdout.take() {
-                    relays.push(output::relay(o, prefix.clone(), false));
+                    sources.push(Source {
+                        fd: o.into(),
+                        prefix: prefix.clone(),
+                        to_stderr: false,
+                    });
                 }
                 if let Some(e) = child.stderr.take() {
-                    relays.push(output::relay(e, prefix, true));
+                    sources.push(Source {
+                        fd: e.into(),
+                        prefix,
+                        to_stderr: true,
+                    });
                 }
-                let pid = child.id();
-                pids.push(pid);
                 children.push(child);
-                let tx = tx.clone();
-                std::thread::spawn(move || {
-                    wait_exit_keep_zombie(pid);
-                    let _ = tx.send(rank);
-                });
             }
             Err(e) => {
+                let hint = if e.raw_os_error() == Some(libc::EAGAIN) {
+                    " (process limit reached? see `ulimit -u`)"
+                } else {
+                    ""
+                };
                 spawn_error = Some(Error::io(
-                    format!("starting rank {rank}: {}", opts.program.to_string_lossy()),
+                    format!(
+                        "starting rank {rank}: {}{hint}",
+                        opts.program.to_string_lossy()
+                    ),
                     e,
                 ));
                 break;
             }
         }
     }
-    drop(tx);
+    let pids: Vec<u32> = children.iter().map(Child::id).collect();
+    let relay = match Relay::start(sources) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            spawn_error.get_or_insert(thread_error("relaying the ranks' output", e));
+            None
+        }
+    };
 
     let started = Instant::now();
     let mut running: Vec<bool> = vec![true; pids.len()];
     // Why each rank failed, once it has exited unsuccessfully.
     let mut failed: Vec<Option<(i32, String)>> = vec![None; pids.len()];
+    let mut exited_ok: Vec<bool> = vec![false; pids.len()];
     let mut first_failure: Option<(usize, Instant)> = None;
     let mut outcome: Option<JobOutcome> = spawn_error.as_ref().map(|e| JobOutcome {
-        code: 127,
+        code: if matches!(e.kind(), crate::ErrorKind::Io(..)) {
+            127
+        } else {
+            1
+        },
         reason: Some(e.to_string()),
     });
+    // When to send SIGTERM, then SIGKILL, to the ranks still running.
+    let mut term_at: Option<Instant> = None;
     let mut kill_at: Option<Instant> = None;
-    let stop_all = |running: &[bool], kill_at: &mut Option<Instant>| {
-        for (r, &alive) in running.iter().enumerate() {
-            if alive {
-                kill(pids[r], libc::SIGTERM);
-            }
-        }
-        kill_at.get_or_insert(Instant::now() + Duration::from_secs(2));
-    };
     if let Some(e) = &spawn_error {
         eprintln!("splitrt-run: {e}; stopping the ranks already started");
-        stop_all(&running, &mut kill_at);
+        term_at = Some(Instant::now());
     }
     while running.iter().any(|&r| r) {
-        match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(rank) => {
-                running[rank] = false;
-                // now that nothing signals it any more, reap it
-                match children[rank].wait() {
-                    Ok(st) if st.success() => {}
-                    Ok(st) => failed[rank] = Some(describe(rank, &st)),
-                    Err(e) => {
-                        failed[rank] = Some((1, format!("waiting for rank {rank} failed: {e}")))
-                    }
-                }
-                if failed[rank].is_some() && first_failure.is_none() {
-                    first_failure = Some((rank, Instant::now()));
-                }
+        std::thread::sleep(Duration::from_millis(5));
+        for (rank, child) in children.iter_mut().enumerate() {
+            if !running[rank] {
+                continue;
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            // Only this thread reaps and signals, so a reaped pid is never
+            // signalled again.
+            match child.try_wait() {
+                Ok(None) => continue,
+                Ok(Some(st)) if st.success() => exited_ok[rank] = true,
+                Ok(Some(st)) => failed[rank] = Some(describe(rank, &st)),
+                Err(e) => failed[rank] = Some((1, format!("waiting for rank {rank} failed: {e}"))),
+            }
+            running[rank] = false;
+            if failed[rank].is_some() && first_failure.is_none() {
+                first_failure = Some((rank, Instant::now()));
+            }
+        }
+        // A rank the bootstrap names as the cause (its connection closed
+        // before it finished) that exited with 0 still failed the job.
+        let cause = culprit.lock().filter(|&c| c < pids.len());
+        if let Some(c) = cause.filter(|&c| exited_ok[c] && failed[c].is_none()) {
+            failed[c] = Some((
+                1,
+                format!("rank {c} exited (code 0) before finishing the job"),
+            ));
+            first_failure.get_or_insert((c, Instant::now()));
         }
         if outcome.is_none() {
             if let Some((first, when)) = first_failure {
                 // Ranks that saw a peer fail exit quickly; the rank that
                 // caused it (named by the bootstrap) may still be printing
                 // its panic. Blame the cause if it ends within a grace period.
-                let cause = culprit.lock().filter(|&c| c < pids.len()).unwrap_or(first);
-                let grace_over = !running[cause] || when.elapsed() > Duration::from_secs(2);
+                let cause = cause.unwrap_or(first);
+                let grace_over = !running[cause] || when.elapsed() > KILL_GRACE;
                 let blamed = if failed[cause].is_some() {
                     Some(cause)
                 } else if grace_over {
@@ -282,7 +310,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
                         code,
                         reason: Some(why),
                     });
-                    stop_all(&running, &mut kill_at);
+                    // they were told; let them say their last words
+                    term_at.get_or_insert(Instant::now() + SURVIVOR_GRACE);
                 }
             }
         }
@@ -297,7 +326,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
                     code: 124,
                     reason: Some(why),
                 });
-                stop_all(&running, &mut kill_at);
+                term_at = Some(Instant::now());
             } else if INTERRUPTED.load(Ordering::SeqCst) {
                 let why = "interrupted; killing all ranks".to_string();
                 eprintln!("splitrt-run: {why}");
@@ -305,16 +334,26 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
                     code: 130,
                     reason: Some(why),
                 });
-                stop_all(&running, &mut kill_at);
+                term_at = Some(Instant::now());
             }
         }
-        if kill_at.is_some_and(|t| Instant::now() >= t) {
+        let now = Instant::now();
+        if term_at.is_some_and(|t| now >= t) {
+            term_at = None;
+            for (r, &alive) in running.iter().enumerate() {
+                if alive {
+                    kill(pids[r], libc::SIGTERM);
+                }
+            }
+            kill_at = Some(now + KILL_GRACE);
+        }
+        if kill_at.is_some_and(|t| now >= t) {
+            kill_at = None;
             for (r, &alive) in running.iter().enumerate() {
                 if alive {
                     kill(pids[r], libc::SIGKILL);
                 }
             }
-            kill_at = Some(Instant::now() + Duration::from_secs(3600));
         }
     }
     // Every rank is gone; a failure noticed only now still counts.
@@ -331,8 +370,14 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
             });
         }
     }
-    for r in relays {
-        let _ = r.join();
+    // Output still in the pipes comes through; a process that outlived its
+    // rank and holds the pipe open is not waited for.
+    if let Some(relay) = relay {
+        let end = Instant::now() + OUTPUT_GRACE;
+        while !relay.is_done() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        relay.stop();
     }
     let left = remove_job_files(&stem);
     if opts.verbose && left > 0 {
