@@ -85,7 +85,8 @@ fn program_without_launcher_is_a_one_rank_job() {
 #[test]
 fn absurd_durations_are_refused_clearly() {
     let hello = example("hello");
-    let cases: [(&[&str], &[(&str, &str)], &str); 6] = [
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 6] = [
         (&["--timeout", "1e20"], &[], "--timeout"),
         (&["--bootstrap-timeout", "1e19"], &[], "--bootstrap-timeout"),
         (&[], &[("SPLITRT_SPIN_US", "1e30")], "SPLITRT_SPIN_US"),
