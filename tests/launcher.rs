@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use std::path::Path;
 use std::process::Command;
 
 #[test]
@@ -230,4 +231,35 @@ fn too_few_descriptors_for_the_ranks_are_named() {
             && err.contains("ulimit -n 928"),
         "{err}"
     );
+}
+
+/// An ordinary user at their process limit (`ulimit -u`): starting the
+/// ranks fails part way; the launcher says so, stops the ranks it started,
+/// does not panic and leaves nothing behind.
+#[test]
+fn a_process_limit_ends_the_job_cleanly() {
+    if !is_root() {
+        eprintln!("skipped: needs root to become another user");
+        return;
+    }
+    let _lock = job_lock();
+    let (_d1, run) = world_runnable(&launcher(), "nproc-launcher");
+    let (_d2, hello) = world_runnable(&example("hello"), "nproc-hello");
+    let job = job_id("nproc");
+    let out = as_nobody(Path::new("/usr/bin/prlimit"))
+        .arg("--nproc=12")
+        .arg(&run)
+        .args(["-n", "16", "--timeout", "60"])
+        .arg(&hello)
+        .env("SPLITRT_JOB", &job)
+        .env("SPLITRT_BOOTSTRAP_TIMEOUT", "10")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("process limit") && !err.contains("panicked"),
+        "{err}"
+    );
+    assert!(shm_leftovers(&job).is_empty(), "{:?}", shm_leftovers(&job));
 }

@@ -13,22 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The unprivileged user the hostile-user tests run as.
-const NOBODY: &str = "65534";
-
-fn is_root() -> bool {
-    // SAFETY: geteuid(2) cannot fail and touches no memory.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// `cmd` run as the unprivileged user (we are root in CI).
-fn as_nobody(prog: &Path) -> Command {
-    let mut c = Command::new("setpriv");
-    c.args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", "--"])
-        .arg(prog);
-    c
-}
-
 /// Peak resident set (kB) and thread count of `pid`, sampled until `stop`.
 fn watch(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)> {
     std::thread::spawn(move || {
@@ -48,20 +32,6 @@ fn watch(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<(u64, u64)>
         }
         (rss, threads)
     })
-}
-
-/// A copy of `prog` that any user can run (the checkout may sit in a
-/// directory only root can enter).
-fn world_runnable(prog: &Path, tag: &str) -> (Scratch, PathBuf) {
-    let dir = Scratch(
-        std::env::temp_dir().join(format!("splitrt-test-bin-{tag}-{}", std::process::id())),
-    );
-    std::fs::create_dir_all(&*dir).unwrap();
-    let _ = Command::new("chmod").arg("755").arg(&*dir).status();
-    let copy = dir.join(prog.file_name().unwrap());
-    std::fs::copy(prog, &copy).unwrap();
-    let _ = Command::new("chmod").arg("755").arg(&copy).status();
-    (dir, copy)
 }
 
 /// Run `t_attacker ADDR MODES` (as `nobody` if asked) and return its output.
@@ -287,20 +257,6 @@ fn by_hand(tmp: &Path, job: &str, ranks: &[usize], size: usize) -> Vec<std::proc
                 .unwrap()
         })
         .collect()
-}
-
-/// A scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A directory like `/tmp` (everyone may create, sticky) that other users

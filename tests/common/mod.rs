@@ -5,7 +5,7 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -146,4 +146,48 @@ pub fn shm_leftovers(job: &str) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The unprivileged user the hostile-user tests run as.
+pub const NOBODY: &str = "65534";
+
+pub fn is_root() -> bool {
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `cmd` run as the unprivileged user (we are root in CI).
+pub fn as_nobody(prog: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", "--"])
+        .arg(prog);
+    c
+}
+
+/// A scratch directory, removed when dropped.
+pub struct Scratch(pub PathBuf);
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A copy of `prog` that any user can run (the checkout may sit in a
+/// directory only root can enter).
+pub fn world_runnable(prog: &Path, tag: &str) -> (Scratch, PathBuf) {
+    let dir = Scratch(
+        std::env::temp_dir().join(format!("splitrt-test-bin-{tag}-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&*dir).unwrap();
+    let _ = Command::new("chmod").arg("755").arg(&*dir).status();
+    let copy = dir.join(prog.file_name().unwrap());
+    std::fs::copy(prog, &copy).unwrap();
+    let _ = Command::new("chmod").arg("755").arg(&copy).status();
+    (dir, copy)
 }
