@@ -69,6 +69,11 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
             d.words.len()
         ));
     }
+    if let (Some(off), true) = (d.deposit, e.sig.id >= crate::RESERVED_HANDLERS) {
+        if let Err(why) = ep.check_user_deposit(off, d.payload.len() as u64) {
+            return bad(why.to_string());
+        }
+    }
     let msg = Incoming {
         src: d.src,
         args: d.words,

@@ -2,7 +2,9 @@
 //! peer, the send paths and progress (poll / wait_until).
 
 use crate::dispatch::{dispatch, in_handler};
-use crate::handler::{Entry, Func, Kind, ReplyHandler, RequestHandler, Sig, Table};
+use crate::handler::{
+    Entry, Func, Kind, ReplyHandler, RequestHandler, Sig, Table, RESERVED_HANDLERS,
+};
 use crate::message::{Incoming, Payload};
 use crate::token::Token;
 use splitrt_runtime::backoff::Backoff;
@@ -93,22 +95,30 @@ impl EndpointBuilder {
     /// Join the job described by the environment (splitrt-run, or none for
     /// a 1-rank job): bootstrap, check that every rank registered the same
     /// table, connect the fabric, pass the start barrier.
+    ///
+    /// A process joins one job once: a second attach is an error that
+    /// leaves the first endpoint (and the job) untouched.
     pub fn attach(self) -> Result<Endpoint> {
+        let _once = AttachOnce::claim()?;
         let world = World::start(self.table.describe())?;
-        Ok(Self::finish_attach(self.table, world))
+        Ok(Self::finish_attach(self.table, world, _once))
     }
 
     /// [`attach`](Self::attach) with an explicit job and configuration.
     pub fn attach_with(self, job: JobInfo, config: Config) -> Result<Endpoint> {
+        let _once = AttachOnce::claim()?;
         let world = World::start_with(job, config, self.table.describe())?;
-        Ok(Self::finish_attach(self.table, world))
+        Ok(Self::finish_attach(self.table, world, _once))
     }
 
-    fn finish_attach(table: Table, world: World) -> Endpoint {
+    fn finish_attach(table: Table, world: World, once: AttachOnce) -> Endpoint {
+        std::mem::forget(once); // the process stays attached
         Endpoint {
             inner: Arc::new(Inner {
                 rank: world.job().rank,
                 size: world.job().size,
+                table_id: table.id,
+                reserved: parking_lot::RwLock::new(Vec::new()),
                 table: table.entries,
                 world,
                 finished: AtomicBool::new(false),
@@ -119,9 +129,35 @@ impl EndpointBuilder {
     }
 }
 
+/// Whether this process has joined a job (one endpoint per process).
+static ATTACHED: AtomicBool = AtomicBool::new(false);
+
+/// The claim on [`ATTACHED`]; released if the attach fails.
+struct AttachOnce;
+impl AttachOnce {
+    fn claim() -> Result<AttachOnce> {
+        if ATTACHED.swap(true, Ordering::AcqRel) {
+            return Err(Error::usage(
+                "this process has already attached an endpoint (one per process; \
+                 share it by cloning the Endpoint or Pgas handle)",
+            ));
+        }
+        Ok(AttachOnce)
+    }
+}
+impl Drop for AttachOnce {
+    fn drop(&mut self) {
+        ATTACHED.store(false, Ordering::Release);
+    }
+}
+
 pub(crate) struct Inner {
     pub(crate) rank: usize,
     pub(crate) size: usize,
+    /// Identity of the table whose handles this endpoint accepts.
+    table_id: u32,
+    /// Segment ranges only splitrt's own handlers may deposit into.
+    reserved: parking_lot::RwLock<Vec<std::ops::Range<u64>>>,
     pub(crate) table: Vec<Option<Entry>>,
     world: World,
     finished: AtomicBool,
@@ -176,6 +212,74 @@ impl Inner {
 
     pub(crate) fn poll_all(&self) -> Result<usize> {
         Ok(self.poll_channel(Channel::Reply)? + self.poll_channel(Channel::Request)?)
+    }
+
+    /// Everything a send is checked for before anything moves: the
+    /// endpoint is live, the handle is of this endpoint's table, the peer
+    /// exists, the message fits the registration, and a user Long stays
+    /// out of splitrt's reserved segment ranges.
+    #[inline]
+    fn check_send(
+        &self,
+        peer: usize,
+        sig: &Sig,
+        args: &[u64],
+        payload: &Payload<'_>,
+    ) -> Result<()> {
+        if sig.table != self.table_id {
+            return Err(Error::usage(format!(
+                "handler handle #{} comes from another EndpointBuilder, not the one this \
+                 endpoint was attached with",
+                sig.id
+            )));
+        }
+        self.check_live()?;
+        self.check_peer(peer)?;
+        sig.check(|| self.name(sig.id), args, payload)?;
+        if let Payload::Long { data, offset } = payload {
+            if sig.id >= RESERVED_HANDLERS {
+                self.check_user_deposit(*offset, data.len() as u64)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_live(&self) -> Result<()> {
+        if self.finished.load(Ordering::Acquire) {
+            return Err(Error::usage(
+                "the endpoint has finished (finish() was called); it cannot be used any more",
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_peer(&self, peer: usize) -> Result<()> {
+        if peer >= self.size {
+            return Err(Error::usage(format!(
+                "rank {peer} does not exist in a job of {} ranks",
+                self.size
+            )));
+        }
+        Ok(())
+    }
+
+    /// A user deposit of `len` bytes at `offset` must not touch a reserved
+    /// range.
+    pub(crate) fn check_user_deposit(&self, offset: u64, len: u64) -> Result<()> {
+        let end = offset.saturating_add(len);
+        if let Some(r) = self
+            .reserved
+            .read()
+            .iter()
+            .find(|r| offset < r.end && r.start < end && len > 0)
+        {
+            return Err(Error::usage(format!(
+                "a Long payload at segment offset {offset} ({len} B) would overwrite bytes \
+                 {}..{} that splitrt reserved for itself",
+                r.start, r.end
+            )));
+        }
+        Ok(())
     }
 
     fn check_failure(&self) -> Result<()> {
@@ -250,8 +354,7 @@ impl Inner {
                 "a request cannot be sent from inside a handler (reply through the token)",
             )));
         }
-        h.0.check(|| self.name(h.0.id), args, &payload)
-            .map_err(at)?;
+        self.check_send(peer, &h.0, args, &payload).map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         let mut stall_backoff = Backoff::new(self.world.config());
         let mut stall = |waits: u32| self.stall(waits, Channel::Request, &mut stall_backoff);
@@ -292,8 +395,7 @@ impl Inner {
         payload: Payload<'_>,
     ) -> Result<()> {
         let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
-        h.0.check(|| self.name(h.0.id), args, &payload)
-            .map_err(at)?;
+        self.check_send(peer, &h.0, args, &payload).map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         // Waiting for reply room drains only replies: their handlers cannot
         // send, so this never recurses into another request handler.
@@ -337,6 +439,9 @@ impl Drop for Inner {
         }
         if std::thread::panicking() {
             self.world.abort("the rank panicked");
+        } else if self.world.has_failed() {
+            // the job has failed already; the error was (or will be)
+            // reported where it was met, so nothing to finish
         } else if let Err(e) = self.finish() {
             eprintln!("splitrt: rank {}: finishing at drop failed: {e}", self.rank);
         }
@@ -354,14 +459,34 @@ impl Endpoint {
         self.inner.size
     }
 
-    /// Largest Medium payload to `peer` (at least 512 B).
-    pub fn max_medium(&self, peer: usize) -> usize {
-        self.inner.fabric().max_inline(peer)
+    /// Largest Medium payload to `peer` (at least 512 B); an error if
+    /// `peer` is not a rank of the job.
+    pub fn max_medium(&self, peer: usize) -> Result<usize> {
+        self.inner
+            .check_peer(peer)
+            .map_err(|e| e.at_rank(self.rank()))?;
+        Ok(self.inner.fabric().max_inline(peer))
     }
 
-    /// Largest Long payload to `peer` (its segment size).
-    pub fn max_long(&self, peer: usize) -> usize {
-        self.inner.fabric().segment_len(peer)
+    /// Largest Long payload to `peer` (its segment size); an error if
+    /// `peer` is not a rank of the job.
+    pub fn max_long(&self, peer: usize) -> Result<usize> {
+        self.inner
+            .check_peer(peer)
+            .map_err(|e| e.at_rank(self.rank()))?;
+        Ok(self.inner.fabric().segment_len(peer))
+    }
+
+    /// Reserve the segment range `offset..offset + len` for splitrt's own
+    /// handlers (ids below [`RESERVED_HANDLERS`]): user Long payloads into
+    /// it are refused at the sender. Every rank reserves the same ranges
+    /// (the PGAS layer does this for its counters and scratch block).
+    #[doc(hidden)]
+    pub fn reserve_segment_range(&self, offset: u64, len: u64) {
+        self.inner
+            .reserved
+            .write()
+            .push(offset..offset.saturating_add(len));
     }
 
     /// The job description.
@@ -410,6 +535,9 @@ impl Endpoint {
     /// Run the handlers of every message that has arrived; returns how many
     /// ran. Returns `Ok(0)` at once if another thread is polling.
     pub fn poll(&self) -> Result<usize> {
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
         if in_handler() {
             return Err(
                 Error::usage("poll() cannot be called from inside a handler").at_rank(self.rank()),
@@ -438,6 +566,9 @@ impl Endpoint {
         what: &dyn Fn() -> String,
         mut cond: impl FnMut() -> bool,
     ) -> Result<()> {
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
         if in_handler() {
             return Err(
                 Error::usage("wait_until() cannot be called from inside a handler")
@@ -467,6 +598,9 @@ impl Endpoint {
 
     /// Wait for every rank (through the bootstrap; serves traffic meanwhile).
     pub fn barrier(&self) -> Result<()> {
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
         if in_handler() {
             return Err(
                 Error::usage("barrier() cannot be called from inside a handler")

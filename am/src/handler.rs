@@ -44,13 +44,19 @@ pub struct RequestHandler(pub(crate) Sig);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplyHandler(pub(crate) Sig);
 
-/// What a sender checks against: id, kind, argument count.
+/// What a sender checks against: id, kind, argument count, and the
+/// registration table the handle came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Sig {
     pub id: u16,
     pub kind: Kind,
     pub nargs: u8,
+    /// Process-unique id of the table (builder) that registered it.
+    pub table: u32,
 }
+
+/// Hands out process-unique table ids (0 is never used).
+static NEXT_TABLE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
 
 impl Sig {
     /// Check a send against the registration; `name` is only looked up to
@@ -111,10 +117,21 @@ impl Entry {
 }
 
 /// The registration table under construction.
-#[derive(Default)]
 pub(crate) struct Table {
     pub entries: Vec<Option<Entry>>,
     user: u16,
+    /// This table's identity, stamped into every handle it gives out.
+    pub id: u32,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table {
+            entries: Vec::new(),
+            user: 0,
+            id: NEXT_TABLE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        }
+    }
 }
 
 impl Table {
@@ -162,6 +179,7 @@ impl Table {
             id,
             kind,
             nargs: nargs as u8,
+            table: self.id,
         };
         self.entries[i] = Some(Entry {
             name: name.to_string(),

@@ -60,8 +60,8 @@ pub fn worker(common: Common, result: &Path) -> Result<()> {
     if ep.size() != 2 {
         return Err(Error::usage("the benchmark needs exactly 2 ranks"));
     }
-    let cs = cases(ep.max_medium(1 - ep.rank()));
-    let data: Vec<u8> = (0..65536.max(ep.max_medium(1 - ep.rank())))
+    let cs = cases(ep.max_medium(1 - ep.rank())?);
+    let data: Vec<u8> = (0..65536.max(ep.max_medium(1 - ep.rank())?))
         .map(|i| i as u8)
         .collect();
     let mut text = String::new();

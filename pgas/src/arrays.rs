@@ -1,6 +1,7 @@
 //! Collective allocations: symmetric arrays (same offset, same length on
 //! every rank) and spread arrays distributed block-wise or cyclically.
 
+use crate::collectives::Coll;
 use crate::context::Pgas;
 use crate::ptr::GlobalPtr;
 use crate::reduce::Op;
@@ -193,7 +194,7 @@ impl Pgas {
             std::ptr::write_bytes(p, 0, bytes as usize);
             p as *mut T
         };
-        self.barrier()?; // nobody writes into a block before its owner zeroed it
+        self.barrier_of(Coll::AllocSym)?; // nobody writes into a block before its owner zeroed it
         Ok(SymArray {
             rank: i.rank,
             off,
@@ -205,7 +206,7 @@ impl Pgas {
 
     /// Collective: free a symmetric array (space returns in stack order).
     pub fn free_sym<T: Pod>(&self, a: SymArray<T>) -> Result<()> {
-        self.barrier()?;
+        self.barrier_of(Coll::FreeSym)?;
         self.inner
             .heap
             .lock()

@@ -8,28 +8,105 @@ use crate::context::{Pgas, SCRATCH};
 use crate::reduce::{Op, Reduce};
 use bytemuck::Pod;
 use splitrt_am::{Error, Payload, Result};
+use splitrt_runtime::hang::rank_list;
 use std::sync::atomic::Ordering;
+
+/// Which collective a PGAS barrier belongs to. Every arrival carries it,
+/// so ranks in different collectives never match each other: rank 0, which
+/// counts the arrivals, ends the job with an error naming both sides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Coll {
+    Barrier = 1,
+    Broadcast = 2,
+    Reduce = 3,
+    Allreduce = 4,
+    AllocSym = 5,
+    FreeSym = 6,
+    AllStoreSync = 7,
+    Finish = 8,
+}
+
+impl Coll {
+    pub(crate) fn from_code(c: u64) -> Option<Coll> {
+        use Coll::*;
+        [
+            Barrier,
+            Broadcast,
+            Reduce,
+            Allreduce,
+            AllocSym,
+            FreeSym,
+            AllStoreSync,
+            Finish,
+        ]
+        .into_iter()
+        .find(|k| *k as u64 == c)
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Coll::Barrier => "Pgas::barrier",
+            Coll::Broadcast => "Pgas::broadcast",
+            Coll::Reduce => "Pgas::reduce",
+            Coll::Allreduce => "Pgas::allreduce",
+            Coll::AllocSym => "Pgas::alloc_sym",
+            Coll::FreeSym => "Pgas::free_sym",
+            Coll::AllStoreSync => "Pgas::all_store_sync",
+            Coll::Finish => "the exit barrier of Pgas::finish",
+        }
+    }
+}
 
 impl Pgas {
     /// Wait until every rank has entered the barrier.
     pub fn barrier(&self) -> Result<()> {
-        self.barrier_notify()?;
+        self.barrier_of(Coll::Barrier)
+    }
+
+    /// A barrier that is part of collective `kind`. If the last barrier
+    /// of the same kind returned an error before it completed (its wait met
+    /// an error), this call completes that barrier instead of starting
+    /// another: calling again is how a caller retries.
+    pub(crate) fn barrier_of(&self, kind: Coll) -> Result<()> {
+        let i = &self.inner;
+        if i.wait_failed.load(Ordering::Relaxed)
+            && i.notified.load(Ordering::Relaxed) != i.waited.load(Ordering::Relaxed)
+            && i.notified_kind.load(Ordering::Relaxed) == kind as u64
+        {
+            return self.barrier_wait();
+        }
+        self.notify_of(kind)?;
         self.barrier_wait()
     }
 
     /// Split-phase barrier, first half: announce arrival and return.
     pub fn barrier_notify(&self) -> Result<()> {
+        self.notify_of(Coll::Barrier)
+    }
+
+    fn notify_of(&self, kind: Coll) -> Result<()> {
         let i = &self.inner;
+        if i.notified.load(Ordering::Relaxed) != i.waited.load(Ordering::Relaxed)
+            && i.wait_failed.load(Ordering::Relaxed)
+        {
+            // the last wait returned an error before its barrier completed:
+            // complete that barrier first, so this rank stays in step
+            self.barrier_wait()?;
+        }
         if i.notified.load(Ordering::Relaxed) != i.waited.load(Ordering::Relaxed) {
             return Err(Error::usage("barrier_notify twice without barrier_wait").at_rank(i.rank));
         }
-        let e = i.notified.fetch_add(1, Ordering::Relaxed) + 1;
+        let e = i.notified.load(Ordering::Relaxed) + 1;
         if i.rank == 0 {
-            i.st.arrivals[(e % 2) as usize].fetch_add(1, Ordering::AcqRel);
-            Ok(())
+            i.st.arrive(e, kind as u64, 0, i.size);
         } else {
-            i.ep.request(0, i.h.arrive, &[e], Payload::None)
+            i.ep.request(0, i.h.arrive, &[e, kind as u64], Payload::None)?;
         }
+        // counted only once the arrival went out: a failed send leaves the
+        // barrier state as it was
+        i.notified.store(e, Ordering::Relaxed);
+        i.notified_kind.store(kind as u64, Ordering::Relaxed);
+        Ok(())
     }
 
     /// Split-phase barrier, second half: wait until every rank notified.
@@ -39,17 +116,43 @@ impl Pgas {
         if e == i.waited.load(Ordering::Relaxed) {
             return Err(Error::usage("barrier_wait without barrier_notify").at_rank(i.rank));
         }
+        let kind =
+            Coll::from_code(i.notified_kind.load(Ordering::Relaxed)).unwrap_or(Coll::Barrier);
         let st = &i.st;
         if i.rank == 0 {
-            let a = &st.arrivals[(e % 2) as usize];
-            i.ep.wait_until(|| a.load(Ordering::Acquire) == i.size as u64)?;
-            a.store(0, Ordering::Release);
+            let p = (e % 2) as usize;
+            let a = &st.arrivals[p];
+            let what = || {
+                format!(
+                    "in {} #{e} for rank(s) {}, which have not arrived",
+                    kind.name(),
+                    rank_list(&st.missing(p, i.size))
+                )
+            };
+            i.ep.wait_until_described(&what, || {
+                a.load(Ordering::Acquire) == i.size as u64 || st.has_mismatch()
+            })
+            .inspect_err(|_| i.wait_failed.store(true, Ordering::Relaxed))?;
+            if let Some(why) = st.mismatch() {
+                // every rank is stuck or wrong: end the job, naming both sides
+                i.ep.world().abort(&why);
+                return Err(Error::usage(why).at_rank(i.rank));
+            }
+            st.reset_arrivals(p);
             for r in 1..i.size {
                 i.ep.request(r, i.h.release, &[e], Payload::None)?;
             }
         } else {
-            i.ep.wait_until(|| st.released.load(Ordering::Acquire) >= e)?;
+            let what = || {
+                format!(
+                    "in {} #{e}, waiting for rank 0 to release it (rank 0 counts the arrivals)",
+                    kind.name()
+                )
+            };
+            i.ep.wait_until_described(&what, || st.released.load(Ordering::Acquire) >= e)
+                .inspect_err(|_| i.wait_failed.store(true, Ordering::Relaxed))?;
         }
+        i.wait_failed.store(false, Ordering::Relaxed);
         i.waited.store(e, Ordering::Relaxed);
         Ok(())
     }
@@ -67,11 +170,11 @@ impl Pgas {
             if i.rank == root {
                 self.write_scratch(chunk);
             }
-            self.barrier()?;
+            self.barrier_of(Coll::Broadcast)?;
             if i.rank != root {
                 i.get_blocking(root, i.scratch, chunk)?;
             }
-            self.barrier()?;
+            self.barrier_of(Coll::Broadcast)?;
         }
         Ok(())
     }
@@ -102,12 +205,17 @@ impl Pgas {
             ))
             .at_rank(i.rank));
         }
+        let kind = if root.is_some() {
+            Coll::Reduce
+        } else {
+            Coll::Allreduce
+        };
         let per = (SCRATCH as usize / std::mem::size_of::<T>().max(1)).max(1);
         let mut acc = vec![T::zeroed(); per.min(data.len())];
         let mut tmp = vec![T::zeroed(); per.min(data.len())];
         for chunk in data.chunks_mut(per) {
             self.write_scratch(bytemuck::cast_slice(chunk));
-            self.barrier()?;
+            self.barrier_of(kind)?;
             if root.is_none_or(|r| r == i.rank) {
                 let n = chunk.len();
                 for r in 0..i.size {
@@ -120,7 +228,7 @@ impl Pgas {
                     }
                 }
             }
-            self.barrier()?;
+            self.barrier_of(kind)?;
             if root.is_none_or(|r| r == i.rank) {
                 chunk.copy_from_slice(&acc[..chunk.len()]);
             }

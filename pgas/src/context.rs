@@ -1,6 +1,7 @@
 //! The PGAS context of one rank: attach, bounds and alignment checks, the
 //! heap, completion (`sync`, `store_sync`, `all_store_sync`) and finish.
 
+use crate::collectives::Coll;
 use crate::handlers::{self, Handlers};
 use crate::heap::{Heap, RESERVED_BYTES};
 use crate::ptr::GlobalPtr;
@@ -58,7 +59,11 @@ pub(crate) struct Inner {
     /// Stored-bytes counter value every all_store_sync so far accounted for.
     pub all_synced: AtomicU64,
     pub notified: AtomicU64,
+    /// The collective of the barrier notified last (a `Coll` code).
+    pub notified_kind: AtomicU64,
     pub waited: AtomicU64,
+    /// The last barrier wait returned an error before its barrier completed.
+    pub wait_failed: std::sync::atomic::AtomicBool,
     pub store_epoch: AtomicU64,
 }
 
@@ -78,6 +83,7 @@ impl Pgas {
         let fabric = ep.world().fabric();
         let _ = st.seg.set(fabric.local_segment());
         let _ = st.rank.set(rank);
+        let _ = st.size.set(size);
         let path = ep.config().rma;
         let segs: Vec<Option<SegmentRef>> = (0..size).map(|r| fabric.peer_segment(r)).collect();
         if path == RmaPath::Native && segs.iter().any(Option::is_none) {
@@ -89,6 +95,9 @@ impl Pgas {
         let seg_lens: Vec<u64> = (0..size).map(|r| fabric.segment_len(r) as u64).collect();
         let mut heap = Heap::new(seg_lens[rank]);
         let scratch = heap.alloc_sym(SCRATCH).map_err(|e| e.at_rank(rank))?;
+        // user Long payloads must not land on splitrt's counters or scratch
+        ep.reserve_segment_range(0, RESERVED_BYTES);
+        ep.reserve_segment_range(scratch, SCRATCH);
         Ok(Pgas {
             inner: Arc::new(Inner {
                 ep,
@@ -106,7 +115,9 @@ impl Pgas {
                 consumed: AtomicU64::new(0),
                 all_synced: AtomicU64::new(0),
                 notified: AtomicU64::new(0),
+                notified_kind: AtomicU64::new(0),
                 waited: AtomicU64::new(0),
+                wait_failed: Default::default(),
                 store_epoch: AtomicU64::new(0),
             }),
         })
@@ -231,13 +242,13 @@ impl Pgas {
         i.ep.wait_until(|| stored.load(Ordering::Acquire) >= target)?;
         i.all_synced.store(target, Ordering::Relaxed);
         i.consumed.fetch_max(target, Ordering::Relaxed);
-        self.barrier()
+        self.barrier_of(Coll::AllStoreSync)
     }
 
     /// Leave the job: complete outstanding operations, exit barrier.
     pub fn finish(self) -> Result<()> {
         self.sync()?;
-        self.barrier()?;
+        self.barrier_of(Coll::Finish)?;
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => inner.ep.finish(),
             // other clones still alive: the last drop finishes the endpoint
@@ -272,14 +283,6 @@ impl Inner {
                 rank,
             ));
         }
-        if !off.is_multiple_of(align) {
-            return Err(self.err(
-                Error::usage(format!(
-                    "global pointer {rank}:{off:#x} is not aligned to {align} B"
-                )),
-                rank,
-            ));
-        }
         if off < RESERVED_BYTES {
             return Err(self.err(
                 Error::usage(format!(
@@ -296,6 +299,14 @@ impl Inner {
                     len: bytes,
                     segment_len: len,
                 }),
+                rank,
+            ));
+        }
+        if !off.is_multiple_of(align) {
+            return Err(self.err(
+                Error::usage(format!(
+                    "global pointer {rank}:{off:#x} is not aligned to {align} B"
+                )),
                 rank,
             ));
         }

@@ -157,9 +157,9 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         7,
         "splitrt.barrier_arrive",
         Kind::Short,
-        1,
+        2,
         move |_tok, m| {
-            s.arrivals[(m.arg(0) % 2) as usize].fetch_add(1, Ordering::AcqRel);
+            s.arrive(m.arg(0), m.arg(1), m.src(), s.size());
         },
     )?;
     let s = st.clone();

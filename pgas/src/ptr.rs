@@ -15,7 +15,8 @@ use std::marker::PhantomData;
 /// assert_eq!(q.byte_distance(p), 16);
 /// ```
 pub struct GlobalPtr<T> {
-    rank: u32,
+    // full width: a rank is never truncated into another valid one
+    rank: usize,
     offset: u64,
     _t: PhantomData<fn() -> T>,
 }
@@ -45,10 +46,11 @@ impl<T> fmt::Debug for GlobalPtr<T> {
 
 impl<T: Pod> GlobalPtr<T> {
     /// A pointer to byte `offset` of `rank`'s segment. Nothing is checked
-    /// here; every access checks bounds and alignment at the caller.
+    /// here; every access checks the rank, bounds and alignment at the
+    /// caller.
     pub fn new(rank: usize, offset: u64) -> Self {
         GlobalPtr {
-            rank: rank as u32,
+            rank,
             offset,
             _t: PhantomData,
         }
@@ -56,7 +58,7 @@ impl<T: Pod> GlobalPtr<T> {
 
     /// The owning rank.
     pub fn rank(self) -> usize {
-        self.rank as usize
+        self.rank
     }
 
     /// Byte offset in the owner's segment.
@@ -64,12 +66,23 @@ impl<T: Pod> GlobalPtr<T> {
         self.offset
     }
 
-    /// `n` elements further (wrapping arithmetic; accesses are checked).
-    /// Named like `<*const T>::add`, which it mirrors.
+    /// `n` elements further. Named like `<*const T>::add`, which it
+    /// mirrors. Arithmetic that overflows never wraps onto a valid
+    /// location: the result points past every segment, so any access
+    /// through it is refused as out of bounds.
+    ///
+    /// ```
+    /// use splitrt_pgas::GlobalPtr;
+    /// let p: GlobalPtr<u64> = GlobalPtr::new(0, 8);
+    /// assert_eq!(p.add(usize::MAX).offset(), u64::MAX);
+    /// ```
     #[allow(clippy::should_implement_trait)]
     pub fn add(self, n: usize) -> Self {
-        let bytes = (n as u64).wrapping_mul(std::mem::size_of::<T>() as u64);
-        GlobalPtr::new(self.rank(), self.offset.wrapping_add(bytes))
+        let off = (n as u64)
+            .checked_mul(std::mem::size_of::<T>() as u64)
+            .and_then(|b| self.offset.checked_add(b))
+            .unwrap_or(u64::MAX);
+        GlobalPtr::new(self.rank(), off)
     }
 
     /// Byte distance from `base` (same rank assumed).

@@ -43,7 +43,7 @@ impl Inner {
             unsafe { std::ptr::copy(self.seg(rank).base.add(off as usize), dst, len) };
             return Ok(None);
         }
-        let chunk = self.ep.max_medium(rank);
+        let chunk = self.ep.max_medium(rank)?;
         let chunks = len.div_ceil(chunk);
         let slot = self.st.dests.lock().insert(Dest {
             ptr: dst,

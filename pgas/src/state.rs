@@ -1,5 +1,6 @@
 //! State shared between a rank's PGAS calls and its reserved AM handlers.
 
+use crate::collectives::Coll;
 use parking_lot::Mutex;
 use splitrt_runtime::fabric::SegmentRef;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,6 +83,13 @@ pub(crate) struct State {
     pub atomics: Mutex<Slots<AtomicSlot>>,
     /// Barrier arrivals counted at rank 0, by epoch parity.
     pub arrivals: [AtomicU64; 2],
+    /// Who arrived in which collective, by epoch parity (rank 0 only).
+    pub arrived: Mutex<[Arrived; 2]>,
+    /// Two ranks met in different collectives: why.
+    pub mismatch: Mutex<Option<String>>,
+    pub has_mismatch_flag: std::sync::atomic::AtomicBool,
+    /// Ranks in the job.
+    pub size: OnceLock<usize>,
     /// Highest barrier epoch released.
     pub released: AtomicU64,
     /// all_store_sync: reports received and bytes announced, by epoch parity.
@@ -93,7 +101,77 @@ pub(crate) struct State {
     pub has_errors: std::sync::atomic::AtomicBool,
 }
 
+/// The arrivals of one barrier epoch at rank 0.
+#[derive(Default)]
+pub(crate) struct Arrived {
+    /// Collective code of the first arrival (0: none yet).
+    kind: u64,
+    first: usize,
+    ranks: Vec<bool>,
+}
+
 impl State {
+    pub fn size(&self) -> usize {
+        self.size.get().copied().unwrap_or(1)
+    }
+
+    /// Rank `src` entered barrier `epoch` of collective `kind` (a `Coll`
+    /// code). A kind other than the first arrival's is a mismatch.
+    pub fn arrive(&self, epoch: u64, kind: u64, src: usize, size: usize) {
+        let p = (epoch % 2) as usize;
+        let mut a = self.arrived.lock();
+        let slot = &mut a[p];
+        if slot.ranks.len() != size {
+            slot.ranks = vec![false; size];
+        }
+        let name = |k: u64| Coll::from_code(k).map_or("an unknown collective", Coll::name);
+        if slot.kind == 0 {
+            slot.kind = kind;
+            slot.first = src;
+        } else if slot.kind != kind || slot.ranks.get(src).copied().unwrap_or(true) {
+            let why = format!(
+                "collective mismatch: rank {src} is in {} #{epoch} while rank {} is in {} #{epoch} \
+                 (every rank must call the same collectives in the same order)",
+                name(kind),
+                slot.first,
+                name(slot.kind)
+            );
+            self.mismatch.lock().get_or_insert(why);
+            self.has_mismatch_flag.store(true, Ordering::Release);
+        }
+        if let Some(r) = slot.ranks.get_mut(src) {
+            *r = true;
+        }
+        self.arrivals[p].fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn has_mismatch(&self) -> bool {
+        self.has_mismatch_flag.load(Ordering::Acquire)
+    }
+
+    pub fn mismatch(&self) -> Option<String> {
+        if !self.has_mismatch() {
+            return None;
+        }
+        self.mismatch.lock().clone()
+    }
+
+    /// Ranks that have not arrived in the barrier of parity `p`.
+    pub fn missing(&self, p: usize, size: usize) -> Vec<usize> {
+        let a = self.arrived.lock();
+        (0..size)
+            .filter(|&r| !a[p].ranks.get(r).copied().unwrap_or(false))
+            .collect()
+    }
+
+    /// The barrier of parity `p` is released: clear it for epoch + 2.
+    pub fn reset_arrivals(&self, p: usize) {
+        let mut a = self.arrived.lock();
+        a[p].kind = 0;
+        a[p].ranks.iter_mut().for_each(|r| *r = false);
+        self.arrivals[p].store(0, Ordering::Release);
+    }
+
     pub fn seg(&self) -> SegmentRef {
         *self
             .seg

@@ -25,6 +25,7 @@ pub struct World {
     link: Link,
     /// The rendezvous this rank hosts (rank 0 under srun / mpirun).
     hosted: parking_lot::Mutex<Option<Hosted>>,
+    aborted: std::sync::atomic::AtomicBool,
 }
 
 /// The bootstrap connection (none for a 1-rank job) and the barrier count.
@@ -227,6 +228,7 @@ impl World {
             fabric: AnyFabric::Shm(fabric),
             link,
             hosted: parking_lot::Mutex::new(hosted),
+            aborted: Default::default(),
         };
         // Start barrier: every rank has mapped every file, so names can go.
         world.barrier_of(Collective::Start, &mut || Ok(()))?;
@@ -328,6 +330,13 @@ impl World {
 
     /// Tell every rank that this one failed (best effort).
     pub fn abort(&self, why: &str) {
+        self.aborted.store(true, Ordering::Release);
         self.link.abort(why);
+    }
+
+    /// Whether the job has failed: another rank failed, or this one
+    /// aborted it.
+    pub fn has_failed(&self) -> bool {
+        self.aborted.load(Ordering::Acquire) || self.failure().is_some()
     }
 }

@@ -229,8 +229,8 @@ fn run() -> splitrt::Result<()> {
     let ep = b.attach()?;
     let _ = ep_cell.set(ep.clone());
     let (rank, size) = (ep.rank(), ep.size());
-    st.max_medium.store(ep.max_medium(rank), Ordering::Relaxed);
-    if ep.max_medium(rank) < 512 || ep.max_long(rank) < 512 {
+    st.max_medium.store(ep.max_medium(rank)?, Ordering::Relaxed);
+    if ep.max_medium(rank)? < 512 || ep.max_long(rank)? < 512 {
         st.fail("maximum payloads below 512 B".into());
     }
 
@@ -249,14 +249,14 @@ fn run() -> splitrt::Result<()> {
         "is a Short handler",
         &st,
     );
-    let big = vec![0u8; ep.max_medium(peer) + 1];
+    let big = vec![0u8; ep.max_medium(peer)? + 1];
     expect_err(
         "medium too big",
         ep.request(peer, med0, &[], Payload::Medium(&big)),
         "exceeds the Medium maximum",
         &st,
     );
-    let end = ep.max_long(peer) as u64;
+    let end = ep.max_long(peer)? as u64;
     for off in [end - 4, end, u64::MAX - 2] {
         let r = ep.request(
             peer,
@@ -301,7 +301,7 @@ fn run() -> splitrt::Result<()> {
                 let s = seed(rank, dst, h, c, false);
                 let max = match kind {
                     Kind::Short => 0,
-                    Kind::Medium => ep.max_medium(dst),
+                    Kind::Medium => ep.max_medium(dst)?,
                     Kind::Long => st.region,
                 };
                 let data = bytes_for(s, size_for(s, max));

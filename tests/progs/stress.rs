@@ -126,7 +126,7 @@ fn run() -> splitrt::Result<()> {
     if ep.segment_len() < 2 * size * SLOTS * SLOT_BYTES {
         return Err(Error::usage("segment too small for the Long slots"));
     }
-    let max_medium = ep.max_medium(rank);
+    let max_medium = ep.max_medium(rank)?;
     let backpressure = AtomicU64::new(0);
     let sent_total = AtomicU64::new(0);
 

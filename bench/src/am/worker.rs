@@ -96,10 +96,10 @@ impl<'a> Bencher<'a> {
         h: Handlers,
         line: &'a Line<'a>,
     ) -> Result<Self> {
-        let max_medium = ep.max_medium(PEER);
+        let max_medium = ep.max_medium(PEER)?;
         // Long payloads land at LONG_OFFSET in both segments.
         let room = ep
-            .max_long(PEER)
+            .max_long(PEER)?
             .min(ep.segment_len())
             .saturating_sub(LONG_OFFSET as usize);
         if room < 8 {

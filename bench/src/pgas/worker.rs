@@ -69,7 +69,7 @@ fn config(pg: &Pgas, plan: &Plan) -> Vec<(&'static str, String)> {
         splitrt::pgas::RmaPath::Native => "native",
         splitrt::pgas::RmaPath::Am => "am",
     };
-    let mut config = crate::host::job_config(ep, ep.max_medium(1 - pg.rank()));
+    let mut config = crate::host::job_config(ep, ep.max_medium(1 - pg.rank()).unwrap_or(0));
     config.extend([
         ("rma", path.to_string()),
         ("area", plan.area.to_string()),

@@ -61,8 +61,8 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     let line_off = (line_block.ptr(0).offset() as usize).div_ceil(64) * 64;
     let line = Line::at(&ep, line_off)?;
     let mut area = pg.alloc_sym::<u8>(plan.area)?;
-    let max_medium = ep.max_medium(PEER);
-    let long_room = ep.max_long(PEER).min(zone_len);
+    let max_medium = ep.max_medium(PEER)?;
+    let long_room = ep.max_long(PEER)?.min(zone_len);
     let max_long = long_room.min(plan.area).min(super::MAX_SIZE);
 
     if pg.rank() == 0 {
