@@ -133,3 +133,25 @@ fn a_stopped_rank_is_reported_by_the_ranks_waiting_for_it() {
         .count();
     assert_eq!(reports, 2, "both other ranks report once:\n{}", r.stderr);
 }
+
+/// Pgas::allreduce called on every rank but rank 2: rank 0 (which counts
+/// the arrivals) names rank 2, and with SPLITRT_HANG_ABORT=1 the job ends.
+#[test]
+fn a_collective_called_on_some_ranks_only_names_the_missing_rank() {
+    let t = Instant::now();
+    let r = run_job(
+        3,
+        &example("t_hangs"),
+        &["allreduce", "2"],
+        &[("SPLITRT_HANG_REPORT", "1"), ("SPLITRT_HANG_ABORT", "1")],
+        60,
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{r:?}");
+    assert_ne!(r.code, 124, "ended by the report, not the timeout: {r:?}");
+    assert!(
+        r.stderr.contains("in Pgas::allreduce #")
+            && r.stderr.contains("for rank(s) 2, which have not arrived"),
+        "{}",
+        r.stderr
+    );
+}

@@ -201,7 +201,14 @@ impl Pgas {
             i.issued.puts.load(Ordering::Relaxed),
         );
         let st = &i.st;
-        i.wait_through(|| {
+        let what = || {
+            format!(
+                "in Pgas::sync for {} get(s) and {} put(s) still unacknowledged",
+                g.saturating_sub(st.gets_done.load(Ordering::Acquire)),
+                p.saturating_sub(st.puts_done.load(Ordering::Acquire))
+            )
+        };
+        i.wait_through(&what, || {
             st.gets_done.load(Ordering::Acquire) >= g && st.puts_done.load(Ordering::Acquire) >= p
         })?;
         fence(Ordering::SeqCst);
@@ -214,7 +221,15 @@ impl Pgas {
         let i = &self.inner;
         let stored = i.st.stored();
         let base = i.consumed.load(Ordering::Relaxed);
-        i.ep.wait_until(|| stored.load(Ordering::Acquire).wrapping_sub(base) >= bytes)?;
+        let what = || {
+            format!(
+                "in Pgas::store_sync({bytes}): {} B stored into this rank so far",
+                stored.load(Ordering::Acquire).wrapping_sub(base)
+            )
+        };
+        i.ep.wait_until_described(&what, || {
+            stored.load(Ordering::Acquire).wrapping_sub(base) >= bytes
+        })?;
         i.consumed.fetch_add(bytes, Ordering::Relaxed);
         Ok(())
     }
@@ -232,14 +247,26 @@ impl Pgas {
         }
         let st = &i.st;
         let n = i.size as u64;
-        i.ep.wait_until(|| st.store_reports[p].load(Ordering::Acquire) == n)?;
+        let what = || {
+            format!(
+                "in Pgas::all_store_sync #{e}: {} of {n} ranks have sent their byte counts",
+                st.store_reports[p].load(Ordering::Acquire)
+            )
+        };
+        i.ep.wait_until_described(&what, || st.store_reports[p].load(Ordering::Acquire) == n)?;
         let expected = st.store_expected[p].swap(0, Ordering::AcqRel);
         st.store_reports[p].store(0, Ordering::Release);
         // Every byte announced so far must have landed, whether or not a
         // store_sync already waited for some of it.
         let target = i.all_synced.load(Ordering::Relaxed) + expected;
         let stored = st.stored();
-        i.ep.wait_until(|| stored.load(Ordering::Acquire) >= target)?;
+        let what = || {
+            format!(
+                "in Pgas::all_store_sync #{e}: {} of {target} announced bytes have landed",
+                stored.load(Ordering::Acquire)
+            )
+        };
+        i.ep.wait_until_described(&what, || stored.load(Ordering::Acquire) >= target)?;
         i.all_synced.store(target, Ordering::Relaxed);
         i.consumed.fetch_max(target, Ordering::Relaxed);
         self.barrier_of(Coll::AllStoreSync)
@@ -316,12 +343,19 @@ impl Inner {
     /// Wait for `cond`, riding out non-fatal errors (a malformed unrelated
     /// message) so this rank's own replies still land; a failed peer ends
     /// the wait. Returns the first non-fatal error once `cond` holds.
-    pub(crate) fn wait_through(&self, mut cond: impl FnMut() -> bool) -> Result<()> {
+    pub(crate) fn wait_through(
+        &self,
+        what: &dyn Fn() -> String,
+        mut cond: impl FnMut() -> bool,
+    ) -> Result<()> {
         let mut first = None;
         loop {
-            match self.ep.wait_until(&mut cond) {
+            match self.ep.wait_until_described(what, &mut cond) {
                 Ok(()) => return first.map_or(Ok(()), Err),
-                Err(e) if matches!(e.kind(), ErrorKind::PeerFailed(_)) => return Err(e),
+                // a failed peer, or a hang report that ended the job
+                Err(e) if matches!(e.kind(), ErrorKind::PeerFailed(_) | ErrorKind::Timeout(_)) => {
+                    return Err(e)
+                }
                 Err(e) => {
                     first.get_or_insert(e);
                 }

@@ -26,9 +26,10 @@ impl Pgas {
         );
         let was_sent = sent.is_ok();
         let waited = sent.and_then(|()| {
-            i.wait_through(|| {
-                !matches!(i.st.atomics.lock().get_mut(slot), Some(AtomicSlot::Waiting))
-            })
+            i.wait_through(
+                &|| format!("for the answer to an atomic on rank {rank}"),
+                || !matches!(i.st.atomics.lock().get_mut(slot), Some(AtomicSlot::Waiting)),
+            )
         });
         let outcome = {
             let mut a = i.st.atomics.lock();

@@ -81,7 +81,8 @@ impl Inner {
             return Ok(());
         }
         let st = &self.st;
-        let waited = self.wait_through(|| {
+        let what = || format!("for the data of {} get(s) sent by the AM path", slots.len());
+        let waited = self.wait_through(&what, || {
             let mut d = st.dests.lock();
             slots.iter().all(|&s| d.items_remaining(s) == 0)
         });

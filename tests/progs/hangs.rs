@@ -7,6 +7,7 @@
 //!   vs_finish RANK      RANK calls finish while the others call barrier
 //!   stuck_handler RANK  every other rank asks RANK for an answer whose
 //!                       handler never returns
+//!   allreduce RANK      every rank but RANK calls Pgas::allreduce
 //! Every rank prints `done` when it finished cleanly.
 
 use splitrt::{EndpointBuilder, Kind};
@@ -41,6 +42,25 @@ fn main() {
                 .expect("reply");
         })
         .unwrap();
+    if mode == "allreduce" {
+        let r = (|| -> splitrt::Result<()> {
+            let pg = splitrt::pgas::Pgas::attach_with(b)?;
+            if pg.rank() == target {
+                loop {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+            let mut x = [1u64];
+            pg.allreduce(&mut x, splitrt::pgas::Op::Sum)?;
+            pg.finish()
+        })();
+        if let Err(e) = r {
+            eprintln!("t_hangs: {e}");
+            std::process::exit(1);
+        }
+        println!("done");
+        return;
+    }
     let run = || -> splitrt::Result<()> {
         let ep = b.attach()?;
         let me = ep.rank();
