@@ -564,6 +564,19 @@ impl Endpoint {
     pub fn wait_until_described(
         &self,
         what: &dyn Fn() -> String,
+        cond: impl FnMut() -> bool,
+    ) -> Result<()> {
+        self.wait_reporting(what, std::time::Duration::ZERO, cond)
+    }
+
+    /// [`wait_until_described`](Self::wait_until_described) that reports
+    /// `extra` later than configured: for waiters that know less than
+    /// another rank that waits too (which then reports first).
+    #[doc(hidden)]
+    pub fn wait_reporting(
+        &self,
+        what: &dyn Fn() -> String,
+        extra: std::time::Duration,
         mut cond: impl FnMut() -> bool,
     ) -> Result<()> {
         self.inner
@@ -577,7 +590,7 @@ impl Endpoint {
         }
         self.inner.take_deferred()?;
         let mut backoff = Backoff::new(self.config());
-        let mut watch = HangWatch::new(self.config());
+        let mut watch = HangWatch::new(self.config()).patient(extra);
         loop {
             if cond() {
                 return Ok(());

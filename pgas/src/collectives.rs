@@ -149,8 +149,11 @@ impl Pgas {
                     kind.name()
                 )
             };
-            i.ep.wait_until_described(&what, || st.released.load(Ordering::Acquire) >= e)
-                .inspect_err(|_| i.wait_failed.store(true, Ordering::Relaxed))?;
+            // rank 0 knows who is missing: let it report first
+            i.ep.wait_reporting(&what, std::time::Duration::from_secs(2), || {
+                st.released.load(Ordering::Acquire) >= e
+            })
+            .inspect_err(|_| i.wait_failed.store(true, Ordering::Relaxed))?;
         }
         i.wait_failed.store(false, Ordering::Relaxed);
         i.waited.store(e, Ordering::Relaxed);

@@ -46,6 +46,13 @@ impl HangWatch {
         }
     }
 
+    /// Wait `extra` longer than configured before reporting (a waiter that
+    /// knows less than another, so the better-informed one reports first).
+    pub fn patient(mut self, extra: Duration) -> Self {
+        self.limit = self.limit.map(|l| l.saturating_add(extra));
+        self
+    }
+
     /// Something moved: start counting again.
     pub fn progress(&mut self) {
         if !self.reported {
