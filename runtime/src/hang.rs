@@ -6,8 +6,8 @@
 //! naming what everyone waited for.
 //!
 //! Every waiting loop owns a [`HangWatch`]; it reads the clock only on idle
-//! rounds that have already stopped spinning, so it costs nothing while
-//! messages flow.
+//! rounds that have already stopped spinning (never when it is made), so it
+//! costs nothing while messages flow.
 
 use crate::config::Config;
 use crate::{Error, ErrorKind};
@@ -26,10 +26,11 @@ pub const DEFAULT_HANG_REPORT: Duration = Duration::from_secs(30);
 /// ```
 /// use splitrt_runtime::{config::Config, hang::HangWatch};
 /// let mut w = HangWatch::new(&Config::default());
-/// assert!(!w.due()); // 30 s have not passed
+/// assert!(!w.due()); // the clock starts now; 30 s have not passed
 /// ```
 pub struct HangWatch {
-    since: Instant,
+    /// When the wait stopped making progress (set at the first idle check).
+    since: Option<Instant>,
     limit: Option<Duration>,
     abort: bool,
     reported: bool,
@@ -39,7 +40,7 @@ impl HangWatch {
     /// A watch that starts now, with the configured limit.
     pub fn new(cfg: &Config) -> Self {
         HangWatch {
-            since: Instant::now(),
+            since: None,
             limit: cfg.hang_report,
             abort: cfg.hang_abort,
             reported: false,
@@ -56,14 +57,19 @@ impl HangWatch {
     /// Something moved: start counting again.
     pub fn progress(&mut self) {
         if !self.reported {
-            self.since = Instant::now();
+            self.since = None;
         }
     }
 
     /// Whether this wait has gone without progress for the limit and has
-    /// not reported yet.
-    pub fn due(&self) -> bool {
-        !self.reported && self.limit.is_some_and(|l| self.since.elapsed() >= l)
+    /// not reported yet. Call it on idle rounds only: the first call starts
+    /// the clock.
+    pub fn due(&mut self) -> bool {
+        let Some(limit) = self.limit.filter(|_| !self.reported) else {
+            return false;
+        };
+        let since = *self.since.get_or_insert_with(Instant::now);
+        since.elapsed() >= limit
     }
 
     /// Report what this wait waits for (`what`, a sentence fragment such as
@@ -72,7 +78,7 @@ impl HangWatch {
     /// caller to tell the other ranks, see [`abort_error`]).
     pub fn report(&mut self, rank: usize, what: &str) -> std::result::Result<(), String> {
         self.reported = true;
-        let secs = self.since.elapsed().as_secs_f64();
+        let secs = self.since.map_or(0.0, |t| t.elapsed().as_secs_f64());
         if self.abort {
             let why =
                 format!("gave up after {secs:.1} s without progress {what} ({ENV_HANG_ABORT}=1)");
@@ -113,7 +119,7 @@ mod tests {
             ..Config::default()
         };
         let mut w = HangWatch::new(&cfg);
-        assert!(!w.due());
+        assert!(!w.due(), "the first idle check starts the clock");
         std::thread::sleep(Duration::from_millis(30));
         assert!(w.due());
         w.report(3, "in a test").unwrap();
@@ -127,7 +133,7 @@ mod tests {
         assert!(w.due());
         let e = w.report(1, "in a test").unwrap_err();
         assert!(e.contains("gave up"), "{e}");
-        let off = HangWatch::new(&Config {
+        let mut off = HangWatch::new(&Config {
             hang_report: None,
             ..Config::default()
         });
