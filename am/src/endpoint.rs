@@ -129,6 +129,12 @@ impl EndpointBuilder {
     }
 }
 
+#[cold]
+#[inline(never)]
+fn finished_error() -> Error {
+    Error::usage("the endpoint has finished (finish() was called); it cannot be used any more")
+}
+
 /// Whether this process has joined a job (one endpoint per process).
 static ATTACHED: AtomicBool = AtomicBool::new(false);
 
@@ -217,9 +223,34 @@ impl Inner {
     /// Everything a send is checked for before anything moves: the
     /// endpoint is live, the handle is of this endpoint's table, the peer
     /// exists, the message fits the registration, and a user Long stays
-    /// out of splitrt's reserved segment ranges.
+    /// out of splitrt's reserved segment ranges. The common case is a few
+    /// compares; the error is worded out of line.
     #[inline]
     fn check_send(
+        &self,
+        peer: usize,
+        sig: &Sig,
+        args: &[u64],
+        payload: &Payload<'_>,
+    ) -> Result<()> {
+        let long = matches!(payload, Payload::Long { .. }) && sig.id >= RESERVED_HANDLERS;
+        if sig.table != self.table_id
+            || peer >= self.size
+            || args.len() != sig.nargs as usize
+            || Kind::of(payload) != sig.kind
+            || self.finished.load(Ordering::Relaxed)
+            || long
+        {
+            return self.send_refused(peer, sig, args, payload);
+        }
+        Ok(())
+    }
+
+    /// Why [`check_send`](Self::check_send) refused a send (or `Ok` for a
+    /// user Long that turns out to stay clear of the reserved ranges).
+    #[cold]
+    #[inline(never)]
+    fn send_refused(
         &self,
         peer: usize,
         sig: &Sig,
@@ -244,11 +275,10 @@ impl Inner {
         Ok(())
     }
 
+    #[inline]
     fn check_live(&self) -> Result<()> {
-        if self.finished.load(Ordering::Acquire) {
-            return Err(Error::usage(
-                "the endpoint has finished (finish() was called); it cannot be used any more",
-            ));
+        if self.finished.load(Ordering::Relaxed) {
+            return Err(finished_error());
         }
         Ok(())
     }
