@@ -118,7 +118,7 @@ impl EndpointBuilder {
                 rank: world.job().rank,
                 size: world.job().size,
                 table_id: table.id,
-                reserved: parking_lot::RwLock::new(Vec::new()),
+                reserved: ReservedRanges::default(),
                 table: table.entries,
                 world,
                 finished: AtomicBool::new(false),
@@ -126,6 +126,42 @@ impl EndpointBuilder {
                 has_deferred: AtomicBool::new(false),
             }),
         }
+    }
+}
+
+/// A few segment ranges, readable without a lock (they are set at attach
+/// time, before user traffic, and never removed).
+#[derive(Default)]
+struct ReservedRanges {
+    n: std::sync::atomic::AtomicUsize,
+    ranges: [(std::sync::atomic::AtomicU64, std::sync::atomic::AtomicU64); 4],
+    adding: parking_lot::Mutex<()>,
+}
+
+impl ReservedRanges {
+    fn add(&self, offset: u64, len: u64) -> Result<()> {
+        let _one_writer = self.adding.lock();
+        let n = self.n.load(Ordering::Relaxed);
+        let Some((start, end)) = self.ranges.get(n) else {
+            return Err(Error::usage("too many reserved segment ranges (at most 4)"));
+        };
+        start.store(offset, Ordering::Relaxed);
+        end.store(offset.saturating_add(len), Ordering::Relaxed);
+        self.n.store(n + 1, Ordering::Release);
+        Ok(())
+    }
+
+    fn find(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
+        let end = offset.saturating_add(len);
+        let n = self.n.load(Ordering::Acquire);
+        self.ranges[..n]
+            .iter()
+            .map(|(s, e)| s.load(Ordering::Relaxed)..e.load(Ordering::Relaxed))
+            .find(|r| len > 0 && offset < r.end && r.start < end)
+    }
+
+    fn overlaps(&self, offset: u64, len: u64) -> bool {
+        self.find(offset, len).is_some()
     }
 }
 
@@ -163,7 +199,7 @@ pub(crate) struct Inner {
     /// Identity of the table whose handles this endpoint accepts.
     table_id: u32,
     /// Segment ranges only splitrt's own handlers may deposit into.
-    reserved: parking_lot::RwLock<Vec<std::ops::Range<u64>>>,
+    reserved: ReservedRanges,
     pub(crate) table: Vec<Option<Entry>>,
     world: World,
     finished: AtomicBool,
@@ -233,21 +269,23 @@ impl Inner {
         args: &[u64],
         payload: &Payload<'_>,
     ) -> Result<()> {
-        let long = matches!(payload, Payload::Long { .. }) && sig.id >= RESERVED_HANDLERS;
         if sig.table != self.table_id
             || peer >= self.size
             || args.len() != sig.nargs as usize
             || Kind::of(payload) != sig.kind
             || self.finished.load(Ordering::Relaxed)
-            || long
         {
             return self.send_refused(peer, sig, args, payload);
+        }
+        if let Payload::Long { data, offset } = payload {
+            if sig.id >= RESERVED_HANDLERS && self.reserved.overlaps(*offset, data.len() as u64) {
+                return self.send_refused(peer, sig, args, payload);
+            }
         }
         Ok(())
     }
 
-    /// Why [`check_send`](Self::check_send) refused a send (or `Ok` for a
-    /// user Long that turns out to stay clear of the reserved ranges).
+    /// Why [`check_send`](Self::check_send) refused a send.
     #[cold]
     #[inline(never)]
     fn send_refused(
@@ -296,13 +334,7 @@ impl Inner {
     /// A user deposit of `len` bytes at `offset` must not touch a reserved
     /// range.
     pub(crate) fn check_user_deposit(&self, offset: u64, len: u64) -> Result<()> {
-        let end = offset.saturating_add(len);
-        if let Some(r) = self
-            .reserved
-            .read()
-            .iter()
-            .find(|r| offset < r.end && r.start < end && len > 0)
-        {
+        if let Some(r) = self.reserved.find(offset, len) {
             return Err(Error::usage(format!(
                 "a Long payload at segment offset {offset} ({len} B) would overwrite bytes \
                  {}..{} that splitrt reserved for itself",
@@ -512,11 +544,11 @@ impl Endpoint {
     /// it are refused at the sender. Every rank reserves the same ranges
     /// (the PGAS layer does this for its counters and scratch block).
     #[doc(hidden)]
-    pub fn reserve_segment_range(&self, offset: u64, len: u64) {
+    pub fn reserve_segment_range(&self, offset: u64, len: u64) -> Result<()> {
         self.inner
             .reserved
-            .write()
-            .push(offset..offset.saturating_add(len));
+            .add(offset, len)
+            .map_err(|e| e.at_rank(self.rank()))
     }
 
     /// The job description.

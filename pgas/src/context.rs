@@ -96,8 +96,8 @@ impl Pgas {
         let mut heap = Heap::new(seg_lens[rank]);
         let scratch = heap.alloc_sym(SCRATCH).map_err(|e| e.at_rank(rank))?;
         // user Long payloads must not land on splitrt's counters or scratch
-        ep.reserve_segment_range(0, RESERVED_BYTES);
-        ep.reserve_segment_range(scratch, SCRATCH);
+        ep.reserve_segment_range(0, RESERVED_BYTES)?;
+        ep.reserve_segment_range(scratch, SCRATCH)?;
         Ok(Pgas {
             inner: Arc::new(Inner {
                 ep,
