@@ -9,12 +9,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The `splitrt-run` binary cargo built for this test run.
+/// The `splitrt-run` binary cargo built for this test run, or the one
+/// `SPLITRT_TEST_LAUNCHER` names (to run these tests against another build,
+/// e.g. an older release, and see which of them it fails).
 pub fn launcher() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_splitrt-run"))
+    match std::env::var_os("SPLITRT_TEST_LAUNCHER") {
+        Some(p) => PathBuf::from(p),
+        None => PathBuf::from(env!("CARGO_BIN_EXE_splitrt-run")),
+    }
 }
 
-/// A cargo example of this package (built by `cargo test` next to the bins).
+/// A cargo example of this package (built by `cargo test` next to the bins),
+/// or one from the `examples` directory next to `SPLITRT_TEST_LAUNCHER`.
 pub fn example(name: &str) -> PathBuf {
     let p = launcher()
         .parent()
