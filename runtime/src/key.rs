@@ -84,6 +84,12 @@ impl JobKey {
         m.finalize().into_bytes().into()
     }
 
+    /// A 256-bit subkey for `purpose` (e.g. the network fabric's datagram
+    /// MAC key): independent of every other purpose's.
+    pub fn derive(&self, purpose: &str) -> [u8; 32] {
+        self.mac(purpose, &[])
+    }
+
     /// A short public name for this key (12 hex digits): part of the job's
     /// shared-memory file names, so two jobs given the same job id never
     /// touch each other's files. Reveals nothing about the key.

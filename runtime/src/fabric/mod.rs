@@ -8,6 +8,7 @@
 //! into the receiver's segment at a given offset before delivery.
 
 pub mod shm;
+pub mod udp;
 
 use crate::Result;
 

@@ -1,0 +1,382 @@
+//! Message frames inside a datagram body, and their reassembly.
+//!
+//! A message (tag, argument words, payload, optional deposit offset) is
+//! cut into frames that fill consecutive datagrams of one stream; several
+//! small messages share a datagram (coalescing). Frames of a stream arrive
+//! in order (the protocol guarantees it), so one message at a time is
+//! partially reassembled per (peer, stream).
+//!
+//! ```text
+//!  0 flags u8 (FIRST 1, LAST 2, DEPOSIT 4)  1 nwords u8  2 tag u16
+//!  4 len u32 (payload bytes in this frame)  8 total u32 (message payload)
+//! 12 pad u32                               16 deposit u64 (segment offset)
+//! 24 words (nwords * 8, first frame only), then len payload bytes
+//! ```
+//! A deposited (Long) payload is written into the receiver's segment frame
+//! by frame, checked against the segment first; an inline (Medium) payload
+//! that spans datagrams is collected into one buffer of at most the Medium
+//! maximum, and one that fits a frame is delivered where it lies.
+
+use crate::fabric::{Delivery, MAX_WORDS};
+
+/// Frame header bytes.
+pub const FRAME_HEADER: usize = 24;
+/// First frame of a message.
+pub const F_FIRST: u8 = 1;
+/// Last frame of a message.
+pub const F_LAST: u8 = 2;
+/// The payload goes into the receiver's segment.
+pub const F_DEPOSIT: u8 = 4;
+
+/// A message to send.
+#[derive(Clone, Copy, Debug)]
+pub struct OutMsg<'a> {
+    /// Upper layer's dispatch tag.
+    pub tag: u16,
+    /// Argument words (at most [`MAX_WORDS`]).
+    pub words: &'a [u64],
+    /// Payload.
+    pub payload: &'a [u8],
+    /// Segment offset for a deposited payload.
+    pub deposit: Option<u64>,
+}
+
+/// Append one frame of `m` to `body`: the payload bytes from `from`, as
+/// many as fit in `room` bytes of frame. Returns the payload bytes taken;
+/// `None` if not even the header (and words, and one byte of a non-empty
+/// remainder) fits.
+pub fn append(body: &mut Vec<u8>, m: &OutMsg<'_>, from: usize, room: usize) -> Option<usize> {
+    let first = from == 0;
+    let words = if first { m.words.len() * 8 } else { 0 };
+    let left = m.payload.len() - from;
+    let fixed = FRAME_HEADER + words;
+    if room < fixed || (left > 0 && room == fixed) {
+        return None;
+    }
+    let n = left.min(room - fixed);
+    let mut flags = 0;
+    if first {
+        flags |= F_FIRST;
+    }
+    if from + n == m.payload.len() {
+        flags |= F_LAST;
+    }
+    if m.deposit.is_some() {
+        flags |= F_DEPOSIT;
+    }
+    body.push(flags);
+    body.push(if first { m.words.len() as u8 } else { 0 });
+    body.extend_from_slice(&m.tag.to_le_bytes());
+    body.extend_from_slice(&(n as u32).to_le_bytes());
+    body.extend_from_slice(&(m.payload.len() as u32).to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(&m.deposit.unwrap_or(0).to_le_bytes());
+    if first {
+        for w in m.words {
+            body.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    body.extend_from_slice(&m.payload[from..from + n]);
+    Some(n)
+}
+
+/// Where deposited payloads go: the receiver's segment.
+pub trait Sink {
+    /// Segment length.
+    fn len(&self) -> usize;
+    /// Whether the segment is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copy `data` to `off` (the caller checked `off + data.len() <= len()`).
+    fn write(&mut self, off: usize, data: &[u8]);
+    /// The bytes at `off..off + len` (checked by the caller).
+    fn read(&self, off: usize, len: usize) -> &[u8];
+}
+
+/// A segment held in a vector (the simulator's, and tests').
+impl Sink for Vec<u8> {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+    fn write(&mut self, off: usize, data: &[u8]) {
+        self[off..off + data.len()].copy_from_slice(data);
+    }
+    fn read(&self, off: usize, len: usize) -> &[u8] {
+        &self[off..off + len]
+    }
+}
+
+#[derive(Debug)]
+struct Partial {
+    tag: u16,
+    nwords: usize,
+    words: [u64; MAX_WORDS],
+    total: usize,
+    got: usize,
+    deposit: Option<u64>,
+    buf: Vec<u8>,
+}
+
+/// Reassembly of one (peer, stream): at most one message in progress.
+#[derive(Debug, Default)]
+pub struct Reassembler {
+    cur: Option<Partial>,
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+impl Reassembler {
+    /// Whether a message is half received.
+    pub fn in_progress(&self) -> bool {
+        self.cur.is_some()
+    }
+
+    /// Take the frames of one datagram body from `src`, depositing into
+    /// `seg` and delivering each completed message. Returns the messages
+    /// delivered, or why the body is malformed (the rest of it is
+    /// dropped and the half-received message abandoned).
+    pub fn feed(
+        &mut self,
+        src: usize,
+        mut body: &[u8],
+        max_medium: usize,
+        seg: &mut dyn Sink,
+        deliver: &mut dyn FnMut(&Delivery<'_>),
+    ) -> Result<usize, String> {
+        let mut n = 0;
+        while !body.is_empty() {
+            match self.frame(src, body, max_medium, seg, deliver) {
+                Ok((used, done)) => {
+                    body = &body[used..];
+                    n += done as usize;
+                }
+                Err(e) => {
+                    self.cur = None;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn frame(
+        &mut self,
+        src: usize,
+        b: &[u8],
+        max_medium: usize,
+        seg: &mut dyn Sink,
+        deliver: &mut dyn FnMut(&Delivery<'_>),
+    ) -> Result<(usize, bool), String> {
+        if b.len() < FRAME_HEADER {
+            return Err(format!("a frame header cut short ({} B)", b.len()));
+        }
+        let flags = b[0];
+        let nwords = b[1] as usize;
+        let tag = u16::from_le_bytes([b[2], b[3]]);
+        let len = u32_at(b, 4) as usize;
+        let total = u32_at(b, 8) as usize;
+        let deposit = u64::from_le_bytes(b[16..24].try_into().expect("8 bytes"));
+        let first = flags & F_FIRST != 0;
+        let last = flags & F_LAST != 0;
+        let is_dep = flags & F_DEPOSIT != 0;
+        if flags & !(F_FIRST | F_LAST | F_DEPOSIT) != 0 {
+            return Err(format!("unknown frame flags {flags:#x}"));
+        }
+        if nwords > MAX_WORDS || (!first && nwords != 0) {
+            return Err(format!("{nwords} argument words"));
+        }
+        let words_len = nwords * 8;
+        let end = FRAME_HEADER + words_len + len;
+        if end > b.len() {
+            return Err(format!("a frame of {len} B payload runs past its datagram"));
+        }
+        let data = &b[FRAME_HEADER + words_len..end];
+        if first {
+            if self.cur.is_some() {
+                return Err("a new message began before the last one ended".into());
+            }
+            if is_dep {
+                let fits = deposit
+                    .checked_add(total as u64)
+                    .is_some_and(|e| e <= seg.len() as u64);
+                if !fits {
+                    return Err(format!(
+                        "a deposit of {total} B at segment offset {deposit} outside the \
+                         {} B segment",
+                        seg.len()
+                    ));
+                }
+            } else if total > max_medium {
+                return Err(format!(
+                    "a Medium payload of {total} B (max {max_medium} B)"
+                ));
+            }
+            let mut words = [0u64; MAX_WORDS];
+            for (i, w) in words.iter_mut().take(nwords).enumerate() {
+                *w = u64::from_le_bytes(
+                    b[FRAME_HEADER + 8 * i..FRAME_HEADER + 8 * i + 8]
+                        .try_into()
+                        .expect("8 bytes"),
+                );
+            }
+            if len > total || (last != (len == total)) {
+                return Err(format!(
+                    "first frame of {len} B of a {total} B message, last={last}"
+                ));
+            }
+            if last && !is_dep {
+                // whole message in one frame: delivered where it lies
+                deliver(&Delivery {
+                    src,
+                    tag,
+                    words: &words[..nwords],
+                    payload: data,
+                    deposit: None,
+                });
+                return Ok((end, true));
+            }
+            self.cur = Some(Partial {
+                tag,
+                nwords,
+                words,
+                total,
+                got: 0,
+                deposit: is_dep.then_some(deposit),
+                buf: Vec::new(),
+            });
+        }
+        let Some(p) = self.cur.as_mut() else {
+            return Err("a continuation frame with no message begun".into());
+        };
+        if !first
+            && (tag != p.tag
+                || total != p.total
+                || is_dep != p.deposit.is_some()
+                || (is_dep && Some(deposit) != p.deposit))
+        {
+            return Err("a continuation frame of another message".into());
+        }
+        if p.got + len > p.total || last != (p.got + len == p.total) {
+            return Err(format!(
+                "frame of {len} B at {} of a {} B message, last={last}",
+                p.got, p.total
+            ));
+        }
+        match p.deposit {
+            Some(base) => seg.write(base as usize + p.got, data),
+            None => {
+                if p.buf.is_empty() {
+                    p.buf.reserve_exact(p.total);
+                }
+                p.buf.extend_from_slice(data);
+            }
+        }
+        p.got += len;
+        if !last {
+            return Ok((end, false));
+        }
+        let p = self.cur.take().expect("in progress");
+        let payload = match p.deposit {
+            Some(base) => seg.read(base as usize, p.total),
+            None => &p.buf[..],
+        };
+        deliver(&Delivery {
+            src,
+            tag: p.tag,
+            words: &p.words[..p.nwords],
+            payload,
+            deposit: p.deposit,
+        });
+        Ok((end, true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragments_reassemble_and_coalesce() {
+        let big: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+        let msgs = [
+            OutMsg {
+                tag: 1,
+                words: &[1, 2],
+                payload: &[],
+                deposit: None,
+            },
+            OutMsg {
+                tag: 2,
+                words: &[3],
+                payload: &big,
+                deposit: None,
+            },
+            OutMsg {
+                tag: 3,
+                words: &[],
+                payload: &big[..3000],
+                deposit: Some(100),
+            },
+        ];
+        let mut bodies = vec![Vec::new()];
+        for m in &msgs {
+            let mut from = 0;
+            loop {
+                let body = bodies.last_mut().unwrap();
+                let room = 1400 - body.len();
+                match append(body, m, from, room) {
+                    Some(n) => {
+                        from += n;
+                        if from == m.payload.len() {
+                            break;
+                        }
+                    }
+                    None => bodies.push(Vec::new()),
+                }
+            }
+        }
+        assert!(bodies.len() > 3);
+        let mut seg = vec![0u8; 4096];
+        let mut r = Reassembler::default();
+        let mut got = Vec::new();
+        for b in &bodies {
+            r.feed(7, b, 65536, &mut seg, &mut |d| {
+                got.push((
+                    d.src,
+                    d.tag,
+                    d.words.to_vec(),
+                    d.payload.to_vec(),
+                    d.deposit,
+                ))
+            })
+            .unwrap();
+        }
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[0], (7, 1, vec![1, 2], vec![], None));
+        assert_eq!(got[1].3, big);
+        assert_eq!(got[2].3, &big[..3000]);
+        assert_eq!(got[2].4, Some(100));
+        assert_eq!(&seg[100..3100], &big[..3000]);
+    }
+
+    #[test]
+    fn out_of_segment_deposit_is_refused() {
+        let mut b = Vec::new();
+        let m = OutMsg {
+            tag: 1,
+            words: &[],
+            payload: &[1; 10],
+            deposit: Some(4090),
+        };
+        append(&mut b, &m, 0, 1000).unwrap();
+        let mut seg = vec![0u8; 4096];
+        let e = Reassembler::default()
+            .feed(0, &b, 100, &mut seg, &mut |_| panic!("delivered"))
+            .unwrap_err();
+        assert!(e.contains("outside"), "{e}");
+        assert!(seg.iter().all(|&x| x == 0));
+    }
+}

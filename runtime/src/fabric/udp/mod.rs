@@ -1,0 +1,12 @@
+//! The UDP fabric: reliable, ordered, authenticated delivery over UDP for
+//! ranks on different hosts (or every rank, with `--fabric udp`).
+//!
+//! Split the way quinn-proto / quinn and smoltcp are: [`proto`] is the
+//! protocol as state machines without I/O, [`wire`] and [`frames`] its
+//! formats, [`sim`] a seeded virtual network that drives it in one
+//! process.
+
+pub mod frames;
+pub mod proto;
+pub mod sim;
+pub mod wire;

@@ -1,0 +1,740 @@
+//! The UDP fabric's protocol, sans I/O: one rank's connections to every
+//! peer as state machines with no sockets, clocks or threads (the split
+//! quinn-proto and smoltcp make). Time is a number of nanoseconds the
+//! caller passes in; datagrams come in as byte buffers and go out through
+//! a callback. The same code runs under the real driver
+//! ([`super::UdpFabric`]) and the seeded simulator ([`super::sim`]).
+//!
+//! Per peer there are two streams (0: requests, 1: replies), each with its
+//! own sequence numbers, send window and receive window, so replies never
+//! wait behind requests. Reliability follows the usnic / TCP recipe:
+//! cumulative acknowledgements piggy-backed on every datagram plus a
+//! 32-datagram selective-acknowledgement bitmap; delayed explicit
+//! acknowledgements (every second in-order datagram, or after
+//! `ack_delay`); retransmission timeouts from a smoothed RTT with
+//! exponential back-off up to `max_rto`; fast retransmission after three
+//! duplicate acknowledgements; duplicates and stale datagrams dropped;
+//! in-order hand-up. The receive window doubles as credits: a receiver
+//! whose upper layer stops polling stops opening its window. Control
+//! datagrams (acknowledgements, window updates, keepalives) are small and
+//! leave before data (the priority channel); small messages are coalesced
+//! into one datagram until it is full or the caller flushes.
+//!
+//! A datagram is acted on only if its tag verifies under the job's key,
+//! it is addressed to this rank, and its header is consistent; otherwise it
+//! is dropped and counted. A peer heard from once and then silent past
+//! `peer_timeout` (while keepalives went to it) is reported dead.
+
+mod recv;
+mod send;
+
+use self::recv::{Arrival, RecvStream};
+use self::send::{SendStream, TxSlot};
+use super::frames::{self, OutMsg};
+use super::wire::{Ack, Header, Mac, F_ACK_NOW, HEADER, KIND_CONTROL, MAX_DATAGRAM, OVERHEAD, TAG};
+use std::collections::VecDeque;
+
+/// Whether sequence number `a` comes before `b` (modulo 2^32).
+#[inline]
+pub(crate) fn seq_lt(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// Buffers kept for reuse at most.
+const POOL_MAX: usize = 256;
+
+fn recycle(pool: &mut Vec<Vec<u8>>, mut b: Vec<u8>) {
+    if pool.len() < POOL_MAX {
+        b.clear();
+        pool.push(b);
+    }
+}
+
+/// Protocol tunables (all times in nanoseconds).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProtoConfig {
+    /// Largest datagram in bytes, header and tag included.
+    pub mtu: usize,
+    /// Datagrams in flight per stream, and accepted ahead per stream.
+    pub window: u16,
+    /// Longest an in-order datagram waits for its acknowledgement.
+    pub ack_delay: u64,
+    /// Retransmission timeout before any RTT sample.
+    pub initial_rto: u64,
+    /// Shortest retransmission timeout.
+    pub min_rto: u64,
+    /// Longest retransmission timeout (back-off cap).
+    pub max_rto: u64,
+    /// Silence after which a peer gets a keepalive.
+    pub keepalive: u64,
+    /// Silence after which a peer is declared dead.
+    pub peer_timeout: u64,
+}
+
+impl Default for ProtoConfig {
+    fn default() -> Self {
+        ProtoConfig {
+            mtu: MAX_DATAGRAM,
+            window: 64,
+            ack_delay: 50_000,
+            initial_rto: 5_000_000,
+            min_rto: 1_000_000,
+            max_rto: 100_000_000,
+            keepalive: 1_000_000_000,
+            peer_timeout: 10_000_000_000,
+        }
+    }
+}
+
+impl ProtoConfig {
+    /// Check the values (a message naming the bad one).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.mtu < 512 || self.mtu > MAX_DATAGRAM {
+            return Err(format!(
+                "datagram size {} B out of range 512..={MAX_DATAGRAM}",
+                self.mtu
+            ));
+        }
+        if self.window < 2 || self.window > 4096 {
+            return Err(format!("window {} out of range 2..=4096", self.window));
+        }
+        if self.min_rto == 0 || self.min_rto > self.max_rto {
+            return Err("retransmission timeouts: need 0 < min <= max".into());
+        }
+        if self.keepalive == 0 || self.peer_timeout <= self.keepalive {
+            return Err("peer timeout must exceed the keepalive interval".into());
+        }
+        Ok(())
+    }
+}
+
+/// Something the upper layer must hear of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The peer has been silent past the peer timeout.
+    PeerDead {
+        /// The peer.
+        peer: u32,
+        /// Nanoseconds since it was last heard from.
+        silent: u64,
+    },
+}
+
+/// Counters, for reports and tests.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Datagrams handed to the network.
+    pub sent: u64,
+    /// Of which retransmissions.
+    pub retransmits: u64,
+    /// Of which control datagrams.
+    pub controls: u64,
+    /// Retransmission timeouts that fired.
+    pub timeouts: u64,
+    /// Fast retransmissions (duplicate acknowledgements).
+    pub fast_retransmits: u64,
+    /// Datagrams accepted (authentic, well formed, for us).
+    pub received: u64,
+    /// Dropped: the tag did not verify (another job, a stranger, corruption).
+    pub bad_tag: u64,
+    /// Dropped: authentic but malformed header or wrong addressee.
+    pub malformed: u64,
+    /// Dropped: seen before.
+    pub duplicates: u64,
+    /// Dropped: past the advertised window.
+    pub beyond_window: u64,
+    /// Held out of order.
+    pub out_of_order: u64,
+}
+
+struct Peer {
+    tx: [SendStream; 2],
+    rx: [RecvStream; 2],
+    /// Last datagram from this peer (0: never).
+    heard: u64,
+    /// Last datagram to this peer.
+    spoke: u64,
+    /// Traffic was exchanged: keepalives go to it, silence kills it.
+    active: bool,
+    dead: bool,
+    /// Send an acknowledgement at this time (piggy-backing clears it).
+    ack_at: Option<u64>,
+    /// Ask the peer to acknowledge at once (keepalive, window probe).
+    ping: bool,
+    /// Retransmission deadline per stream.
+    rto_at: [Option<u64>; 2],
+    srtt: u64,
+    rttvar: u64,
+    rto: u64,
+    backoff: u32,
+    /// Listed in `Proto::dirty`.
+    dirty: bool,
+    /// Listed in `Proto::ready[stream]`.
+    listed: [bool; 2],
+}
+
+/// One rank's protocol state toward every peer.
+pub struct Proto {
+    me: u32,
+    cfg: ProtoConfig,
+    mac: Mac,
+    peers: Vec<Peer>,
+    /// Peers with something to transmit.
+    dirty: Vec<u32>,
+    /// Peers with in-order data to hand up, per stream.
+    ready: [VecDeque<u32>; 2],
+    pool: Vec<Vec<u8>>,
+    events: VecDeque<Event>,
+    stats: Stats,
+    /// No timer is due before this.
+    next_timer: u64,
+}
+
+/// What [`Proto::send`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// Took payload bytes up to this offset (all of the message when it
+    /// equals the payload length).
+    Upto(usize),
+    /// No room: nothing taken (back-pressure).
+    NoRoom,
+    /// The peer is dead.
+    Dead,
+}
+
+impl Proto {
+    /// State for rank `me` of `size` ranks, authenticating with `mac_key`.
+    pub fn new(me: u32, size: u32, cfg: ProtoConfig, mac_key: [u8; 32], now: u64) -> Proto {
+        let w = cfg.window;
+        let peers = (0..size)
+            .map(|_| Peer {
+                tx: [SendStream::new(w), SendStream::new(w)],
+                rx: [RecvStream::new(w), RecvStream::new(w)],
+                heard: now,
+                spoke: now,
+                active: false,
+                dead: false,
+                ack_at: None,
+                ping: false,
+                rto_at: [None, None],
+                srtt: 0,
+                rttvar: 0,
+                rto: cfg.initial_rto,
+                backoff: 0,
+                dirty: false,
+                listed: [false, false],
+            })
+            .collect();
+        Proto {
+            me,
+            mac: Mac::new(mac_key),
+            peers,
+            dirty: Vec::new(),
+            ready: [VecDeque::new(), VecDeque::new()],
+            pool: Vec::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            next_timer: now.saturating_add(cfg.keepalive),
+            cfg,
+        }
+    }
+
+    /// The tunables.
+    pub fn config(&self) -> &ProtoConfig {
+        &self.cfg
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Count a datagram the driver dropped before handing it in.
+    pub fn count_bad_tag(&mut self) {
+        self.stats.bad_tag += 1;
+    }
+
+    /// Largest body a datagram carries.
+    pub fn max_body(&self) -> usize {
+        self.cfg.mtu - OVERHEAD
+    }
+
+    /// A buffer for the driver to receive into (from the pool).
+    pub fn buffer(&mut self) -> Vec<u8> {
+        self.pool.pop().unwrap_or_default()
+    }
+
+    /// Give a buffer back.
+    pub fn recycle(&mut self, b: Vec<u8>) {
+        recycle(&mut self.pool, b)
+    }
+
+    fn mark_dirty(&mut self, p: u32) {
+        let peer = &mut self.peers[p as usize];
+        if !peer.dirty {
+            peer.dirty = true;
+            self.dirty.push(p);
+        }
+    }
+
+    /// Queue (part of) message `m` to `peer` on `stream`, its payload from
+    /// byte `from` on. The first call for a message passes `from = 0`; the
+    /// caller keeps calling with the returned offset until the whole
+    /// payload is taken, sending nothing else on this stream meanwhile.
+    pub fn send(
+        &mut self,
+        now: u64,
+        peer: u32,
+        stream: usize,
+        m: &OutMsg<'_>,
+        from: usize,
+    ) -> Sent {
+        let max_body = self.max_body();
+        let window = self.cfg.window as usize;
+        let me = self.me;
+        let p = &mut self.peers[peer as usize];
+        if p.dead {
+            return Sent::Dead;
+        }
+        if !p.active {
+            p.active = true;
+            p.heard = now;
+        }
+        let mut from = from;
+        let mut took_any = false;
+        loop {
+            let s = &mut p.tx[stream];
+            if s.open.is_none() {
+                if s.slots.len() >= window {
+                    break;
+                }
+                let mut b = self.pool.pop().unwrap_or_default();
+                b.clear();
+                b.resize(HEADER, 0);
+                s.open = Some(b);
+            }
+            let body = s.open.as_mut().expect("open body");
+            let room = max_body - (body.len() - HEADER);
+            if let Some(n) = frames::append(body, m, from, room) {
+                from += n;
+                took_any = true;
+                if from == m.payload.len() {
+                    break;
+                }
+            }
+            // this datagram is full: seal it and go on in a fresh one
+            Self::seal(me, peer, stream, s);
+        }
+        if took_any {
+            self.mark_dirty(peer);
+            Sent::Upto(from)
+        } else {
+            Sent::NoRoom
+        }
+    }
+
+    fn seal(me: u32, peer: u32, stream: usize, s: &mut SendStream) {
+        let Some(mut b) = s.open.take() else { return };
+        let body_len = b.len() - HEADER;
+        b.resize(b.len() + TAG, 0);
+        Header {
+            kind: stream as u8,
+            flags: 0,
+            body_len: body_len as u16,
+            src: me,
+            dst: peer,
+            seq: s.next_seq,
+            acks: [Ack::default(); 2],
+        }
+        .write(&mut b);
+        s.next_seq = s.next_seq.wrapping_add(1);
+        s.slots.push_back(TxSlot {
+            buf: b,
+            sent_at: 0,
+            txs: 0,
+            sacked: false,
+            again: false,
+        });
+    }
+
+    /// Whether `peer` can take a message on `stream` now (a datagram
+    /// slot or room in the open one).
+    pub fn credits(&self, peer: u32, stream: usize) -> (usize, usize) {
+        let s = &self.peers[peer as usize].tx[stream];
+        let w = self.cfg.window as usize;
+        (w.saturating_sub(s.slots.len()), w)
+    }
+
+    /// Whether everything sent to every peer has been acknowledged.
+    pub fn quiesced(&self) -> bool {
+        self.peers
+            .iter()
+            .all(|p| p.dead || (!p.tx[0].busy() && !p.tx[1].busy()))
+    }
+
+    /// Peers with unacknowledged data (for reports).
+    pub fn unacked_peers(&self) -> Vec<u32> {
+        (0..self.peers.len() as u32)
+            .filter(|&i| {
+                let p = &self.peers[i as usize];
+                !p.dead && (p.tx[0].busy() || p.tx[1].busy())
+            })
+            .collect()
+    }
+
+    /// Take an arrived datagram. It comes back if not kept (give it to
+    /// the pool or reuse it).
+    pub fn handle_datagram(&mut self, now: u64, d: Vec<u8>) -> Option<Vec<u8>> {
+        if !self.mac.verify(&d) {
+            self.stats.bad_tag += 1;
+            return Some(d);
+        }
+        let Some(h) = Header::read(&d) else {
+            self.stats.malformed += 1;
+            return Some(d);
+        };
+        if h.dst != self.me || h.src as usize >= self.peers.len() {
+            self.stats.malformed += 1;
+            return Some(d);
+        }
+        self.stats.received += 1;
+        let src = h.src;
+        let p = &mut self.peers[src as usize];
+        if p.dead {
+            return Some(d);
+        }
+        p.heard = now;
+        p.active = true;
+        let mut wants_tx = false;
+        for st in 0..2 {
+            let a = h.acks[st];
+            let (freed, sample, dup) = p.tx[st].on_ack(a.cum, a.sack, a.win, &mut self.pool);
+            if freed > 0 {
+                if let Some((sent_at, 1)) = sample {
+                    rtt_sample(p, &self.cfg, now.saturating_sub(sent_at));
+                }
+                p.backoff = 0;
+                p.rto_at[st] = (p.tx[st].in_flight() > 0).then(|| now + p.rto);
+            }
+            if dup && p.tx[st].dups >= 3 {
+                let before = now.saturating_sub(p.srtt.max(self.cfg.min_rto / 4));
+                if p.tx[st].mark_lost(false, before) > 0 {
+                    self.stats.fast_retransmits += 1;
+                }
+            }
+            if p.tx[st].again > 0 || p.tx[st].may_send_new(self.cfg.window) {
+                wants_tx = true;
+            }
+        }
+        if h.flags & F_ACK_NOW != 0 {
+            p.ack_at = Some(now);
+        }
+        let back;
+        if h.kind != KIND_CONTROL {
+            let st = h.kind as usize;
+            let (arr, b) = p.rx[st].arrive(h.seq, d);
+            back = b;
+            match arr {
+                Arrival::Stored { in_order } => {
+                    if in_order {
+                        p.rx[st].unacked += 1;
+                        if p.rx[st].unacked >= 2 {
+                            p.ack_at = Some(now);
+                        } else {
+                            let t = now + self.cfg.ack_delay;
+                            p.ack_at = Some(p.ack_at.map_or(t, |a| a.min(t)));
+                            self.next_timer = self.next_timer.min(t);
+                        }
+                    } else {
+                        self.stats.out_of_order += 1;
+                        p.ack_at = Some(now);
+                    }
+                    if p.rx[st].ready() && !p.listed[st] {
+                        p.listed[st] = true;
+                        self.ready[st].push_back(src);
+                    }
+                }
+                Arrival::Duplicate => {
+                    self.stats.duplicates += 1;
+                    p.ack_at = Some(now);
+                }
+                Arrival::BeyondWindow => {
+                    self.stats.beyond_window += 1;
+                    p.ack_at = Some(now);
+                }
+            }
+        } else {
+            back = Some(d);
+        }
+        if wants_tx || p.ack_at == Some(now) {
+            self.mark_dirty(src);
+        }
+        back
+    }
+
+    /// The next in-order datagram of `stream` from any peer (round robin):
+    /// (peer, whole datagram; its body is
+    /// `d[HEADER..d.len() - TAG]`). Give the buffer back with
+    /// [`recycle`](Self::recycle) when done.
+    pub fn next_ready(&mut self, stream: usize) -> Option<(u32, Vec<u8>)> {
+        while let Some(src) = self.ready[stream].pop_front() {
+            let p = &mut self.peers[src as usize];
+            let r = &mut p.rx[stream];
+            let Some(d) = r.take() else {
+                p.listed[stream] = false;
+                continue;
+            };
+            if r.ready() {
+                self.ready[stream].push_back(src);
+            } else {
+                p.listed[stream] = false;
+            }
+            // A window that had closed to below half is reopened at once.
+            let half = self.cfg.window / 2;
+            if r.advertised < half && r.win() >= half {
+                p.ack_at = Some(0);
+                self.mark_dirty(src);
+            }
+            return Some((src, d));
+        }
+        None
+    }
+
+    /// Hand every due datagram to `out` as (peer, bytes): retransmissions,
+    /// then new data (replies before requests), then control. With
+    /// `flush`, partly filled datagrams are sealed and leave too (the
+    /// caller's burst of sends is over); without, they wait to be filled
+    /// (coalescing).
+    pub fn poll_transmit(&mut self, now: u64, flush: bool, out: &mut dyn FnMut(u32, &[u8])) {
+        let dirty = std::mem::take(&mut self.dirty);
+        let window = self.cfg.window as usize;
+        for &peer in &dirty {
+            let p = &mut self.peers[peer as usize];
+            p.dirty = false;
+            if flush {
+                for (st, s) in p.tx.iter_mut().enumerate() {
+                    if s.open.is_some() && s.slots.len() < window {
+                        Self::seal(self.me, peer, st, s);
+                    }
+                }
+            }
+            self.transmit_peer(now, peer, out);
+            if self.peers[peer as usize]
+                .tx
+                .iter()
+                .any(|s| s.open.is_some())
+            {
+                self.mark_dirty(peer);
+            }
+        }
+    }
+
+    fn acks_of(p: &mut Peer) -> [Ack; 2] {
+        [0, 1].map(|st| {
+            let a = p.rx[st].ack();
+            p.rx[st].advertised = a.win;
+            p.rx[st].unacked = 0;
+            a
+        })
+    }
+
+    fn transmit_peer(&mut self, now: u64, peer: u32, out: &mut dyn FnMut(u32, &[u8])) {
+        let me = self.me;
+        let window = self.cfg.window;
+        let p = &mut self.peers[peer as usize];
+        if p.dead {
+            return;
+        }
+        let mut sent_data = false;
+        for st in [1usize, 0] {
+            // retransmissions
+            if p.tx[st].again > 0 {
+                let n = p.tx[st].in_flight().min(p.tx[st].slots.len());
+                for i in 0..n {
+                    if !p.tx[st].slots[i].again {
+                        continue;
+                    }
+                    let acks = Self::acks_of(p);
+                    let s = &mut p.tx[st].slots[i];
+                    s.again = false;
+                    s.sent_at = now;
+                    s.txs += 1;
+                    emit(&self.mac, &mut s.buf, acks, 0, peer, out);
+                    self.stats.sent += 1;
+                    self.stats.retransmits += 1;
+                    sent_data = true;
+                }
+                p.tx[st].again = 0;
+            }
+            // new data
+            while p.tx[st].may_send_new(window) {
+                let acks = Self::acks_of(p);
+                let idx = p.tx[st].next_tx.wrapping_sub(p.tx[st].una) as usize;
+                let s = &mut p.tx[st].slots[idx];
+                s.sent_at = now;
+                s.txs += 1;
+                emit(&self.mac, &mut s.buf, acks, 0, peer, out);
+                p.tx[st].next_tx = p.tx[st].next_tx.wrapping_add(1);
+                self.stats.sent += 1;
+                sent_data = true;
+            }
+            if p.tx[st].in_flight() > 0 && p.rto_at[st].is_none() {
+                let t = now + p.rto;
+                p.rto_at[st] = Some(t);
+                self.next_timer = self.next_timer.min(t);
+            }
+            // data waiting for a window the receiver has closed: probe
+            if p.tx[st].next_tx != p.tx[st].next_seq
+                && p.tx[st].in_flight() == 0
+                && !seq_lt(p.tx[st].next_tx, p.tx[st].limit)
+                && p.rto_at[st].is_none()
+            {
+                let t = now + p.rto;
+                p.rto_at[st] = Some(t);
+                self.next_timer = self.next_timer.min(t);
+            }
+        }
+        if sent_data {
+            p.ack_at = None;
+            p.spoke = now;
+        }
+        let due = p.ack_at.is_some_and(|t| t <= now);
+        if due || p.ping {
+            let mut b = [0u8; OVERHEAD];
+            let acks = Self::acks_of(p);
+            Header {
+                kind: KIND_CONTROL,
+                flags: if p.ping { F_ACK_NOW } else { 0 },
+                body_len: 0,
+                src: me,
+                dst: peer,
+                seq: 0,
+                acks,
+            }
+            .write(&mut b);
+            self.mac.seal(&mut b);
+            out(peer, &b);
+            self.stats.sent += 1;
+            self.stats.controls += 1;
+            p.ack_at = None;
+            p.ping = false;
+            p.spoke = now;
+        }
+    }
+
+    /// When [`handle_timeout`](Self::handle_timeout) is next due.
+    pub fn poll_timeout(&self) -> u64 {
+        self.next_timer
+    }
+
+    /// Run the timers due at `now`: delayed acknowledgements,
+    /// retransmissions, keepalives, dead peers.
+    pub fn handle_timeout(&mut self, now: u64) {
+        if now < self.next_timer {
+            return;
+        }
+        let cfg = self.cfg.clone();
+        let mut next = now.saturating_add(cfg.keepalive);
+        for i in 0..self.peers.len() {
+            let p = &mut self.peers[i];
+            if p.dead {
+                continue;
+            }
+            let mut dirty = false;
+            if let Some(t) = p.ack_at {
+                if t <= now {
+                    dirty = true;
+                } else {
+                    next = next.min(t);
+                }
+            }
+            for st in 0..2 {
+                if let Some(t) = p.rto_at[st] {
+                    if t <= now {
+                        p.rto_at[st] = None;
+                        self.stats.timeouts += 1;
+                        p.backoff = (p.backoff + 1).min(16);
+                        p.rto = (p.rto * 2).min(cfg.max_rto);
+                        if p.tx[st].mark_lost(true, now) == 0 {
+                            // nothing in flight: a closed window; ask
+                            p.ping = true;
+                        }
+                        dirty = true;
+                    } else {
+                        next = next.min(t);
+                    }
+                }
+            }
+            if p.active {
+                let silent = now.saturating_sub(p.heard);
+                if silent >= cfg.peer_timeout {
+                    p.dead = true;
+                    self.events.push_back(Event::PeerDead {
+                        peer: i as u32,
+                        silent,
+                    });
+                    for s in 0..2 {
+                        p.rx[s].drain(&mut self.pool);
+                    }
+                    continue;
+                }
+                if silent >= cfg.keepalive && now.saturating_sub(p.spoke) >= cfg.keepalive / 4 {
+                    p.ping = true;
+                    dirty = true;
+                }
+                next = next.min(p.heard.saturating_add(cfg.keepalive));
+            }
+            if dirty {
+                self.mark_dirty(i as u32);
+            }
+        }
+        self.next_timer = next.max(now + 1);
+    }
+
+    /// The next event, if any.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Whether `peer` was declared dead.
+    pub fn is_dead(&self, peer: u32) -> bool {
+        self.peers[peer as usize].dead
+    }
+
+    /// Whether a message to `peer` on `stream` is half queued (a
+    /// fragment sealed, the rest to come).
+    pub fn has_open(&self, peer: u32, stream: usize) -> bool {
+        self.peers[peer as usize].tx[stream].open.is_some()
+    }
+}
+
+fn rtt_sample(p: &mut Peer, cfg: &ProtoConfig, rtt: u64) {
+    if p.srtt == 0 {
+        p.srtt = rtt;
+        p.rttvar = rtt / 2;
+    } else {
+        let d = p.srtt.abs_diff(rtt);
+        p.rttvar = (3 * p.rttvar + d) / 4;
+        p.srtt = (7 * p.srtt + rtt) / 8;
+    }
+    p.rto = (p.srtt + 4 * p.rttvar).clamp(cfg.min_rto, cfg.max_rto);
+}
+
+/// Stamp the acknowledgement state, seal, hand out.
+fn emit(
+    mac: &Mac,
+    buf: &mut [u8],
+    acks: [Ack; 2],
+    flags: u8,
+    peer: u32,
+    out: &mut dyn FnMut(u32, &[u8]),
+) {
+    Header {
+        acks,
+        flags,
+        ..Header::default()
+    }
+    .write_acks(buf);
+    mac.seal(buf);
+    out(peer, buf);
+}

@@ -1,0 +1,157 @@
+//! The sending half of one stream toward one peer: datagrams being
+//! filled, sealed with sequence numbers, in flight, acknowledged.
+
+use super::seq_lt;
+use std::collections::VecDeque;
+
+/// A sealed datagram kept until acknowledged.
+#[derive(Debug)]
+pub(super) struct TxSlot {
+    /// The whole datagram (header, body, room for the tag).
+    pub buf: Vec<u8>,
+    /// When it last left (0: never).
+    pub sent_at: u64,
+    /// Transmissions so far.
+    pub txs: u32,
+    /// The receiver said it has it (selective acknowledgement).
+    pub sacked: bool,
+    /// Due for retransmission.
+    pub again: bool,
+}
+
+/// One stream's send state.
+#[derive(Debug)]
+pub(super) struct SendStream {
+    /// Sequence number the next sealed datagram gets.
+    pub next_seq: u32,
+    /// Oldest unacknowledged sequence number (the first slot's).
+    pub una: u32,
+    /// Sealed datagrams `una..next_seq`.
+    pub slots: VecDeque<TxSlot>,
+    /// First sequence number never transmitted.
+    pub next_tx: u32,
+    /// The receiver accepts sequence numbers below this.
+    pub limit: u32,
+    /// Body being filled (header space reserved), if any.
+    pub open: Option<Vec<u8>>,
+    /// Same cumulative acknowledgement seen again (with later data
+    /// reported): the fast-retransmit trigger.
+    pub dups: u32,
+    /// Slots marked for retransmission.
+    pub again: usize,
+}
+
+impl SendStream {
+    pub fn new(window: u16) -> SendStream {
+        SendStream {
+            next_seq: 0,
+            una: 0,
+            slots: VecDeque::with_capacity(window as usize),
+            next_tx: 0,
+            limit: window as u32,
+            open: None,
+            dups: 0,
+            again: 0,
+        }
+    }
+
+    /// Datagrams sent but not yet acknowledged.
+    pub fn in_flight(&self) -> usize {
+        self.next_tx.wrapping_sub(self.una) as usize
+    }
+
+    /// Whether anything is unacknowledged or unsent.
+    pub fn busy(&self) -> bool {
+        !self.slots.is_empty() || self.open.is_some()
+    }
+
+    /// Whether a new datagram may leave now.
+    pub fn may_send_new(&self, window: u16) -> bool {
+        self.next_tx != self.next_seq
+            && seq_lt(self.next_tx, self.limit)
+            && self.in_flight() < window as usize
+    }
+
+    /// Apply the receiver's acknowledgement: cumulative `cum`, selective
+    /// `sack`, window `win`. Returns (slots freed, newest freed slot's
+    /// (sent_at, txs) for an RTT sample, whether this was a duplicate
+    /// acknowledgement reporting later data).
+    pub fn on_ack(
+        &mut self,
+        cum: u32,
+        sack: u32,
+        win: u16,
+        pool: &mut Vec<Vec<u8>>,
+    ) -> (usize, Option<(u64, u32)>, bool) {
+        // Ignore acknowledgements of data never sent (forged or corrupt).
+        if seq_lt(self.next_tx, cum) {
+            return (0, None, false);
+        }
+        let new_limit = cum.wrapping_add(win as u32);
+        if seq_lt(self.limit, new_limit) {
+            self.limit = new_limit;
+        }
+        let mut freed = 0;
+        let mut sample = None;
+        while seq_lt(self.una, cum) {
+            let s = self.slots.pop_front().expect("slot per unacked seq");
+            if s.again {
+                self.again -= 1;
+            }
+            sample = Some((s.sent_at, s.txs));
+            super::recycle(pool, s.buf);
+            self.una = self.una.wrapping_add(1);
+            freed += 1;
+        }
+        let mut dup = false;
+        if freed > 0 {
+            self.dups = 0;
+        } else if sack != 0 && !self.slots.is_empty() {
+            self.dups += 1;
+            dup = true;
+        }
+        if sack != 0 {
+            let flight = self.in_flight();
+            for i in 0..32u32 {
+                if sack & (1 << i) == 0 {
+                    continue;
+                }
+                let idx = (cum.wrapping_add(1 + i)).wrapping_sub(self.una) as usize;
+                if let Some(s) = self.slots.get_mut(idx) {
+                    if idx < flight && !s.sacked {
+                        s.sacked = true;
+                        if s.again {
+                            s.again = false;
+                            self.again -= 1;
+                        }
+                    }
+                }
+            }
+        }
+        (freed, sample, dup)
+    }
+
+    /// Mark sent, unacknowledged slots for retransmission: all of them
+    /// (`all`, a retransmission timeout) or the holes below the highest
+    /// selectively acknowledged one that last left before `before`.
+    pub fn mark_lost(&mut self, all: bool, before: u64) -> usize {
+        let n = self.in_flight().min(self.slots.len());
+        let top = if all {
+            n
+        } else {
+            match self.slots.iter().take(n).rposition(|s| s.sacked) {
+                Some(i) => i,
+                None => 1.min(n),
+            }
+        };
+        let mut marked = 0;
+        for s in self.slots.iter_mut().take(top) {
+            if !s.sacked && !s.again && (all || s.sent_at < before) {
+                s.again = true;
+                marked += 1;
+            }
+        }
+        self.again += marked;
+        marked
+    }
+}

@@ -1,0 +1,390 @@
+//! A test double of the network: many ranks' [`Proto`] state machines in
+//! one process over a virtual clock and a lossy virtual network (loss,
+//! duplication, reordering, delay, corruption, partitions that heal, a
+//! rank that stops). Everything is drawn from one seed, so any failure is
+//! reproduced by running the same [`SimConfig`] again.
+//!
+//! Every rank sends numbered messages of every shape (Short, Medium in one
+//! frame or across datagrams, Long deposits) to every rank on both
+//! streams; receivers check that each arrives exactly once, in order, with
+//! the right words and bytes.
+//!
+//! ```
+//! use splitrt_runtime::fabric::udp::sim::{run, SimConfig};
+//! let r = run(&SimConfig { seed: 7, ranks: 3, messages: 300, loss: 0.05, ..SimConfig::default() })
+//!     .unwrap();
+//! assert_eq!(r.delivered, 3 * 3 * 2 * 300);
+//! ```
+
+use super::frames::{OutMsg, Reassembler};
+use super::proto::{Event, Proto, ProtoConfig, Sent, Stats};
+use super::wire::{HEADER, TAG};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::BinaryHeap;
+
+/// One simulation's parameters.
+#[derive(Clone, Debug)]
+pub struct SimConfig {
+    /// Seed of every random choice.
+    pub seed: u64,
+    /// Ranks.
+    pub ranks: usize,
+    /// Messages per (sender, receiver, stream).
+    pub messages: usize,
+    /// Probability a datagram is lost.
+    pub loss: f64,
+    /// Probability a datagram is delivered twice.
+    pub dup: f64,
+    /// Probability a datagram is delayed by up to `jitter` more.
+    pub reorder: f64,
+    /// Probability a datagram has one byte flipped.
+    pub corrupt: f64,
+    /// Base one-way latency (ns).
+    pub latency: u64,
+    /// Extra delay of a reordered datagram, at most (ns).
+    pub jitter: u64,
+    /// Cut the ranks in two halves from `.0` for `.1` ns.
+    pub partition: Option<(u64, u64)>,
+    /// Probability per step that a receiver stops polling for a while
+    /// (its windows close, senders must wait).
+    pub pause: f64,
+    /// Rank that stops for good at this time (its peers must declare it
+    /// dead instead of delivering).
+    pub crash: Option<(usize, u64)>,
+    /// Protocol tunables.
+    pub proto: ProtoConfig,
+    /// Give up (an error) past this virtual time (ns).
+    pub limit: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 1,
+            ranks: 4,
+            messages: 1000,
+            loss: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            corrupt: 0.0,
+            latency: 20_000,
+            jitter: 100_000,
+            partition: None,
+            pause: 0.0,
+            crash: None,
+            proto: ProtoConfig {
+                mtu: 9000,
+                window: 32,
+                ..ProtoConfig::default()
+            },
+            limit: 600_000_000_000,
+        }
+    }
+}
+
+/// What a simulation did.
+#[derive(Clone, Debug, Default)]
+pub struct SimReport {
+    /// Messages delivered (and checked).
+    pub delivered: u64,
+    /// Virtual time at the end (ns).
+    pub time: u64,
+    /// Sum of every rank's protocol counters.
+    pub stats: Stats,
+    /// Datagrams the network dropped, corrupted, duplicated.
+    pub lost: u64,
+    /// Corrupted by the network.
+    pub corrupted: u64,
+    /// Duplicated by the network.
+    pub duplicated: u64,
+    /// After a partition healed: virtual time until the first message
+    /// crossed between the halves again (ns).
+    pub resumed_after_heal: Option<u64>,
+    /// Peers declared dead: (by rank, dead rank).
+    pub dead: Vec<(u32, u32)>,
+}
+
+#[derive(PartialEq, Eq)]
+struct InFlight {
+    at: u64,
+    n: u64,
+    dst: usize,
+    bytes: Vec<u8>,
+}
+impl Ord for InFlight {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (o.at, o.n).cmp(&(self.at, self.n))
+    }
+}
+impl PartialOrd for InFlight {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+
+/// Segment region (per sender and stream) that Long messages land in.
+const REGION: usize = 32 << 10;
+const MAX_MEDIUM: usize = 24 << 10;
+
+struct Node {
+    proto: Proto,
+    reasm: Vec<[Reassembler; 2]>,
+    seg: Vec<u8>,
+    /// Next message number to send, per (dst, stream), and the payload
+    /// offset reached in it.
+    next_out: Vec<[(usize, usize); 2]>,
+    /// Next message number expected, per (src, stream).
+    next_in: Vec<[usize; 2]>,
+    paused_until: u64,
+    crashed: bool,
+}
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51afd7ed558ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ceb9fe1a85ec53);
+    x ^ (x >> 33)
+}
+
+/// The message number `n` from `src` to `dst` on `stream`: its shape and
+/// contents follow from these numbers alone.
+fn message(src: usize, dst: usize, st: usize, n: usize) -> (u16, Vec<u64>, Vec<u8>, Option<u64>) {
+    let h = mix(((src as u64) << 48) ^ ((dst as u64) << 32) ^ ((st as u64) << 31) ^ n as u64);
+    let nwords = (h % 5) as usize;
+    let mut words = vec![n as u64, src as u64];
+    words.extend((0..nwords).map(|i| h.rotate_left(i as u32 * 7)));
+    // mostly small (the count is what matters); now and then a Medium
+    // or a Long that spans many datagrams
+    let shape = (h >> 8) % 256;
+    let size = (h >> 16) as usize;
+    let (len, long) = match shape {
+        0..=191 => (0, false),
+        192..=243 => (size % 300, false),
+        244..=253 => (size % 600, true),
+        254 => (size % MAX_MEDIUM, false),
+        _ => (size % REGION, true),
+    };
+    let payload: Vec<u8> = (0..len).map(|i| (h as usize + i * 31) as u8).collect();
+    let deposit = long.then(|| ((src * 2 + st) * REGION) as u64);
+    ((h >> 40) as u16, words, payload, deposit)
+}
+
+/// Run one simulation; `Err` names the seed and what went wrong.
+pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
+    let fail = |what: String| Err(format!("seed {}: {what}", cfg.seed));
+    let n = cfg.ranks;
+    let mut rng = SmallRng::seed_from_u64(cfg.seed);
+    let key: [u8; 32] = rng.gen();
+    let mut nodes: Vec<Node> = (0..n)
+        .map(|r| Node {
+            proto: Proto::new(r as u32, n as u32, cfg.proto.clone(), key, 0),
+            reasm: (0..n).map(|_| Default::default()).collect(),
+            seg: vec![0u8; 2 * n * REGION],
+            next_out: vec![[(0, 0); 2]; n],
+            next_in: vec![[0; 2]; n],
+            paused_until: 0,
+            crashed: false,
+        })
+        .collect();
+    let mut net: BinaryHeap<InFlight> = BinaryHeap::new();
+    let mut report = SimReport::default();
+    let mut counter = 0u64;
+    let mut now = 0u64;
+    let want = (n * n * 2 * cfg.messages) as u64;
+    let half = |r: usize| r < n / 2;
+    let cut = |t: u64, a: usize, b: usize| {
+        cfg.partition
+            .is_some_and(|(s, d)| t >= s && t < s + d && half(a) != half(b))
+    };
+    let healed_at = cfg.partition.map(|(s, d)| s + d);
+    let step = cfg.latency.max(1_000);
+    let mut outbox: Vec<(u32, Vec<u8>)> = Vec::new();
+    loop {
+        if report.delivered == want && nodes.iter().all(|x| x.crashed || x.proto.quiesced()) {
+            break;
+        }
+        if cfg.crash.is_some() && report.dead.len() >= n - 1 {
+            break;
+        }
+        if now > cfg.limit {
+            return fail(format!(
+                "not done by virtual time {} s: {} of {want} messages delivered",
+                now / 1_000_000_000,
+                report.delivered
+            ));
+        }
+        let mut busy = false;
+        // the network hands over what is due
+        while net.peek().is_some_and(|f| f.at <= now) {
+            let f = net.pop().expect("peeked");
+            busy = true;
+            let node = &mut nodes[f.dst];
+            if node.crashed {
+                continue;
+            }
+            if let Some(b) = node.proto.handle_datagram(now, f.bytes) {
+                node.proto.recycle(b);
+            }
+        }
+        for (r, node) in nodes.iter_mut().enumerate() {
+            if let Some((c, t)) = cfg.crash {
+                if c == r && now >= t {
+                    node.crashed = true;
+                }
+            }
+            if node.crashed {
+                continue;
+            }
+            node.proto.handle_timeout(now);
+            while let Some(Event::PeerDead { peer, .. }) = node.proto.poll_event() {
+                report.dead.push((r as u32, peer));
+            }
+            // deliver (unless this rank is pausing)
+            if node.paused_until <= now {
+                if cfg.pause > 0.0 && rng.gen_bool(cfg.pause) {
+                    node.paused_until = now + rng.gen_range(0..2_000_000);
+                }
+                for st in 0..2 {
+                    while let Some((src, d)) = node.proto.next_ready(st) {
+                        busy = true;
+                        let body = &d[HEADER..d.len() - TAG];
+                        let src = src as usize;
+                        let mut bad = None;
+                        let next_in = &mut node.next_in[src][st];
+                        let got = &mut report.delivered;
+                        let resumed = &mut report.resumed_after_heal;
+                        let res = node.reasm[src][st].feed(src, body, MAX_MEDIUM, &mut node.seg, &mut |m| {
+                            let (tag, words, payload, deposit) = message(src, r, st, *next_in);
+                            if m.tag != tag || m.words != &words[..] || m.payload != &payload[..] || m.deposit != deposit {
+                                bad.get_or_insert(format!(
+                                    "rank {r} stream {st}: message {} from rank {src} arrived wrong \
+                                     (got tag {} words {:?} {} B)",
+                                    *next_in, m.tag, &m.words[..m.words.len().min(2)], m.payload.len()
+                                ));
+                            }
+                            *next_in += 1;
+                            *got += 1;
+                            if let Some(h) = healed_at {
+                                if now >= h && resumed.is_none() && half(src) != half(r) {
+                                    *resumed = Some(now - h);
+                                }
+                            }
+                        });
+                        node.proto.recycle(d);
+                        if let Err(e) = res {
+                            return fail(format!(
+                                "rank {r}: malformed frames from rank {src}: {e}"
+                            ));
+                        }
+                        if let Some(b) = bad {
+                            return fail(b);
+                        }
+                        if node.next_in[src][st] > cfg.messages {
+                            return fail(format!(
+                                "rank {r}: more messages than sent from rank {src}"
+                            ));
+                        }
+                    }
+                }
+            }
+            // send: a burst per (dst, stream) until no room
+            for dst in 0..n {
+                for st in 0..2 {
+                    for _ in 0..rng.gen_range(1..8) {
+                        let (k, from) = node.next_out[dst][st];
+                        if k >= cfg.messages {
+                            break;
+                        }
+                        let (tag, words, payload, deposit) = message(r, dst, st, k);
+                        let m = OutMsg {
+                            tag,
+                            words: &words,
+                            payload: &payload,
+                            deposit,
+                        };
+                        match node.proto.send(now, dst as u32, st, &m, from) {
+                            Sent::Upto(e) if e == payload.len() => {
+                                node.next_out[dst][st] = (k + 1, 0);
+                                busy = true;
+                            }
+                            Sent::Upto(e) => {
+                                node.next_out[dst][st] = (k, e);
+                                busy = true;
+                                break;
+                            }
+                            Sent::NoRoom | Sent::Dead => break,
+                        }
+                    }
+                }
+            }
+            node.proto
+                .poll_transmit(now, true, &mut |p, b| outbox.push((p, b.to_vec())));
+            for (dst, mut bytes) in outbox.drain(..) {
+                busy = true;
+                let dst = dst as usize;
+                if cut(now, r, dst) || rng.gen_bool(cfg.loss) {
+                    report.lost += 1;
+                    continue;
+                }
+                if cfg.corrupt > 0.0 && rng.gen_bool(cfg.corrupt) {
+                    let i = rng.gen_range(0..bytes.len());
+                    bytes[i] ^= 1 << rng.gen_range(0..8);
+                    report.corrupted += 1;
+                }
+                let mut at = now + cfg.latency;
+                if cfg.reorder > 0.0 && rng.gen_bool(cfg.reorder) {
+                    at += rng.gen_range(0..=cfg.jitter);
+                }
+                if cfg.dup > 0.0 && rng.gen_bool(cfg.dup) {
+                    report.duplicated += 1;
+                    counter += 1;
+                    net.push(InFlight {
+                        at: at + rng.gen_range(0..=cfg.jitter),
+                        n: counter,
+                        dst,
+                        bytes: bytes.clone(),
+                    });
+                }
+                counter += 1;
+                net.push(InFlight {
+                    at,
+                    n: counter,
+                    dst,
+                    bytes,
+                });
+            }
+        }
+        // advance the clock: one step while busy, else to the next event
+        let mut next = now + step;
+        if !busy {
+            let mut t = net.peek().map_or(u64::MAX, |f| f.at);
+            for x in nodes.iter().filter(|x| !x.crashed) {
+                t = t.min(x.proto.poll_timeout());
+                if x.paused_until > now {
+                    t = t.min(x.paused_until);
+                }
+            }
+            next = next.max(t);
+        }
+        now = next;
+    }
+    report.time = now;
+    for x in &nodes {
+        let s = x.proto.stats();
+        let t = &mut report.stats;
+        t.sent += s.sent;
+        t.retransmits += s.retransmits;
+        t.controls += s.controls;
+        t.timeouts += s.timeouts;
+        t.fast_retransmits += s.fast_retransmits;
+        t.received += s.received;
+        t.bad_tag += s.bad_tag;
+        t.malformed += s.malformed;
+        t.duplicates += s.duplicates;
+        t.beyond_window += s.beyond_window;
+        t.out_of_order += s.out_of_order;
+    }
+    Ok(report)
+}

@@ -1,0 +1,204 @@
+//! The datagram: a fixed header, a body of message frames, and a 16-byte
+//! authentication tag (keyed BLAKE3 of everything before it, under a key
+//! derived from the job key). A datagram whose tag does not verify is
+//! dropped before any of its fields is believed.
+//!
+//! ```text
+//!  0 magic u16 "SU"   2 version u8   3 kind u8   4 flags u8   5 pad u8
+//!  6 body_len u16     8 src u32     12 dst u32  16 seq u32
+//! 20 cum[0] u32      24 sack[0] u32 28 cum[1] u32 32 sack[1] u32
+//! 36 win[0] u16      38 win[1] u16  40 reserved u64
+//! 48 body (body_len bytes)          48+body_len tag [u8; 16]
+//! ```
+//! `kind` 0 and 1 are data datagrams of stream 0 (requests) and 1
+//! (replies), carrying sequence number `seq`; kind 2 is a control datagram
+//! (acknowledgements, window updates, keepalives) with no body. Every
+//! datagram carries the sender's acknowledgement state of both streams:
+//! `cum` is the next sequence number it expects, bit i of `sack` says that
+//! `cum + 1 + i` has arrived too, `win` is how many datagrams past `cum` it
+//! accepts. All integers little-endian.
+
+/// Magic number ("SU").
+pub const MAGIC: u16 = 0x5553;
+/// Wire format version.
+pub const VERSION: u8 = 1;
+/// Header bytes.
+pub const HEADER: usize = 48;
+/// Tag bytes.
+pub const TAG: usize = 16;
+/// Header and tag together: a datagram's fixed cost.
+pub const OVERHEAD: usize = HEADER + TAG;
+/// Largest datagram UDP carries over IPv4.
+pub const MAX_DATAGRAM: usize = 65_507;
+/// The kind of a control datagram.
+pub const KIND_CONTROL: u8 = 2;
+/// Flag: the receiver should acknowledge at once (a keepalive, a sender
+/// short of window).
+pub const F_ACK_NOW: u8 = 1;
+
+/// One stream's acknowledgement state as carried in every header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ack {
+    /// Next sequence number expected in order.
+    pub cum: u32,
+    /// Bit i: `cum + 1 + i` arrived.
+    pub sack: u32,
+    /// Datagrams past `cum` the receiver accepts.
+    pub win: u16,
+}
+
+/// A decoded header.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    /// 0 / 1: data of that stream; [`KIND_CONTROL`]: control.
+    pub kind: u8,
+    /// [`F_ACK_NOW`].
+    pub flags: u8,
+    /// Body length.
+    pub body_len: u16,
+    /// Sending rank.
+    pub src: u32,
+    /// Receiving rank.
+    pub dst: u32,
+    /// Sequence number (data datagrams).
+    pub seq: u32,
+    /// The sender's acknowledgement state, per stream.
+    pub acks: [Ack; 2],
+}
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+impl Header {
+    /// Write into the first [`HEADER`] bytes of `b`.
+    pub fn write(&self, b: &mut [u8]) {
+        let b = &mut b[..HEADER];
+        b[0..2].copy_from_slice(&MAGIC.to_le_bytes());
+        b[2] = VERSION;
+        b[3] = self.kind;
+        b[4] = self.flags;
+        b[5] = 0;
+        b[6..8].copy_from_slice(&self.body_len.to_le_bytes());
+        b[8..12].copy_from_slice(&self.src.to_le_bytes());
+        b[12..16].copy_from_slice(&self.dst.to_le_bytes());
+        b[16..20].copy_from_slice(&self.seq.to_le_bytes());
+        self.write_acks(b);
+        b[40..48].fill(0);
+    }
+
+    /// Rewrite only the acknowledgement fields (a retransmission carries
+    /// the acknowledgement state of the moment it leaves).
+    pub fn write_acks(&self, b: &mut [u8]) {
+        for (i, a) in self.acks.iter().enumerate() {
+            b[20 + 8 * i..24 + 8 * i].copy_from_slice(&a.cum.to_le_bytes());
+            b[24 + 8 * i..28 + 8 * i].copy_from_slice(&a.sack.to_le_bytes());
+            b[36 + 2 * i..38 + 2 * i].copy_from_slice(&a.win.to_le_bytes());
+        }
+        b[4] = self.flags;
+    }
+
+    /// Parse a header from an authenticated datagram; `None` if the
+    /// fields are inconsistent with its length.
+    pub fn read(b: &[u8]) -> Option<Header> {
+        if b.len() < OVERHEAD || u16_at(b, 0) != MAGIC || b[2] != VERSION {
+            return None;
+        }
+        let h = Header {
+            kind: b[3],
+            flags: b[4],
+            body_len: u16_at(b, 6),
+            src: u32_at(b, 8),
+            dst: u32_at(b, 12),
+            seq: u32_at(b, 16),
+            acks: [0, 1].map(|i| Ack {
+                cum: u32_at(b, 20 + 8 * i),
+                sack: u32_at(b, 24 + 8 * i),
+                win: u16_at(b, 36 + 2 * i),
+            }),
+        };
+        let ok = h.kind <= KIND_CONTROL
+            && HEADER + h.body_len as usize + TAG == b.len()
+            && (h.kind != KIND_CONTROL || h.body_len == 0);
+        ok.then_some(h)
+    }
+}
+
+/// The datagram authenticator of one job.
+#[derive(Clone)]
+pub struct Mac {
+    key: [u8; 32],
+}
+
+impl Mac {
+    /// From a 256-bit key (derived from the job key).
+    pub fn new(key: [u8; 32]) -> Mac {
+        Mac { key }
+    }
+
+    fn tag_of(&self, data: &[u8]) -> [u8; TAG] {
+        let h = blake3::keyed_hash(&self.key, data);
+        let mut t = [0u8; TAG];
+        t.copy_from_slice(&h.as_bytes()[..TAG]);
+        t
+    }
+
+    /// Write the tag over `d[..len - TAG]` into the last [`TAG`] bytes.
+    pub fn seal(&self, d: &mut [u8]) {
+        let n = d.len() - TAG;
+        let t = self.tag_of(&d[..n]);
+        d[n..].copy_from_slice(&t);
+    }
+
+    /// Whether the datagram's tag is right (constant time).
+    pub fn verify(&self, d: &[u8]) -> bool {
+        if d.len() < OVERHEAD {
+            return false;
+        }
+        let n = d.len() - TAG;
+        let t = self.tag_of(&d[..n]);
+        crate::key::same_mac(&t, &d[n..])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trip_and_tag() {
+        let h = Header {
+            kind: 1,
+            flags: F_ACK_NOW,
+            body_len: 5,
+            src: 3,
+            dst: 9,
+            seq: 0xfffffff0,
+            acks: [
+                Ack {
+                    cum: 7,
+                    sack: 0b101,
+                    win: 64,
+                },
+                Ack {
+                    cum: 1 << 31,
+                    sack: 0,
+                    win: 0,
+                },
+            ],
+        };
+        let mut d = vec![0u8; OVERHEAD + 5];
+        h.write(&mut d);
+        let mac = Mac::new([7; 32]);
+        mac.seal(&mut d);
+        assert!(mac.verify(&d));
+        assert_eq!(Header::read(&d), Some(h));
+        assert!(!Mac::new([8; 32]).verify(&d));
+        d[HEADER] ^= 1;
+        assert!(!mac.verify(&d));
+        assert_eq!(Header::read(&d[..OVERHEAD + 4]), None);
+    }
+}
