@@ -86,12 +86,6 @@ impl Pgas {
         let _ = st.size.set(size);
         let path = ep.config().rma;
         let segs: Vec<Option<SegmentRef>> = (0..size).map(|r| fabric.peer_segment(r)).collect();
-        if path == RmaPath::Native && segs.iter().any(Option::is_none) {
-            return Err(Error::config(
-                "SPLITRT_RMA=native needs a fabric that maps every peer's segment; use SPLITRT_RMA=am",
-            )
-            .at_rank(rank));
-        }
         let seg_lens: Vec<u64> = (0..size).map(|r| fabric.segment_len(r) as u64).collect();
         let mut heap = Heap::new(seg_lens[rank]);
         let scratch = heap.alloc_sym(SCRATCH).map_err(|e| e.at_rank(rank))?;
@@ -379,7 +373,15 @@ impl Inner {
     }
 
     /// Base address of `rank`'s segment (native path).
-    pub(crate) fn seg(&self, rank: usize) -> SegmentRef {
-        self.segs[rank].expect("native path has every segment")
+    /// `rank`'s segment if one-sided accesses to it are plain loads and
+    /// stores (native path, and mapped here: a rank of this host);
+    /// `None` means the AM path.
+    #[inline]
+    pub(crate) fn native(&self, rank: usize) -> Option<SegmentRef> {
+        if self.path == RmaPath::Native {
+            self.segs[rank]
+        } else {
+            None
+        }
     }
 }

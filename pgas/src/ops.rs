@@ -5,15 +5,14 @@ use crate::context::Pgas;
 use crate::ptr::GlobalPtr;
 use crate::state::AtomicSlot;
 use splitrt_am::{Error, Payload, Result};
-use splitrt_runtime::config::RmaPath;
 
 impl Pgas {
     fn atomic<T: AtomicInt>(&self, p: GlobalPtr<T>, op: AtomicOp) -> Result<T> {
         let i = &self.inner;
         i.check(p, 1)?;
         let (rank, off) = (p.rank(), p.offset());
-        if i.path == RmaPath::Native {
-            let old = apply_atomic(i.seg(rank), off, T::WIDTH, op).expect("width is 4 or 8");
+        if let Some(seg) = i.native(rank) {
+            let old = apply_atomic(seg, off, T::WIDTH, op).expect("width is 4 or 8");
             return Ok(T::from_bits(old));
         }
         let slot = i.st.atomics.lock().insert(AtomicSlot::Waiting);

@@ -14,7 +14,6 @@ use crate::state::{stored_counter, Dest};
 use bytemuck::Pod;
 use parking_lot::Mutex;
 use splitrt_am::{Payload, Result};
-use splitrt_runtime::config::RmaPath;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -35,12 +34,12 @@ impl Inner {
         if len == 0 {
             return Ok(None);
         }
-        if self.path == RmaPath::Native {
+        if let Some(seg) = self.native(rank) {
             // SAFETY: the source range was checked against the peer's
             // segment; the destination is the caller's live buffer of `len`
             // bytes. The two may overlap (a local get into a slice of our own
             // segment), so this is a memmove.
-            unsafe { std::ptr::copy(self.seg(rank).base.add(off as usize), dst, len) };
+            unsafe { std::ptr::copy(seg.base.add(off as usize), dst, len) };
             return Ok(None);
         }
         let chunk = self.ep.max_medium(rank)?;
@@ -114,15 +113,9 @@ impl Inner {
         if src.is_empty() {
             return Ok(());
         }
-        if self.path == RmaPath::Native {
+        if let Some(seg) = self.native(rank) {
             // SAFETY: destination range checked against the peer's segment.
-            unsafe {
-                std::ptr::copy(
-                    src.as_ptr(),
-                    self.seg(rank).base.add(off as usize),
-                    src.len(),
-                )
-            };
+            unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
             return Ok(());
         }
         self.issued.add_puts(1);
@@ -143,8 +136,7 @@ impl Inner {
 
     pub(crate) fn store_bytes(&self, rank: usize, off: u64, src: &[u8]) -> Result<()> {
         self.sent_bytes[rank].fetch_add(src.len() as u64, Ordering::Relaxed);
-        if self.path == RmaPath::Native {
-            let seg = self.seg(rank);
+        if let Some(seg) = self.native(rank) {
             // SAFETY: destination range checked against the peer's segment.
             unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
             // Release: the data is visible before the count that announces it.

@@ -28,6 +28,12 @@ pub const ENV_SPIN_ONLY: &str = "SPLITRT_SPIN_ONLY";
 /// How one-sided get/put/store travel: `native` (direct access where the
 /// fabric maps peer segments) or `am` (request/reply Active Messages).
 pub const ENV_RMA: &str = "SPLITRT_RMA";
+/// Largest UDP datagram, header and tag included (bytes).
+pub const ENV_UDP_MTU: &str = "SPLITRT_UDP_MTU";
+/// UDP datagrams in flight per peer and stream.
+pub const ENV_UDP_WINDOW: &str = "SPLITRT_UDP_WINDOW";
+/// Seconds of silence after which a UDP peer is declared dead.
+pub const ENV_UDP_PEER_TIMEOUT: &str = "SPLITRT_UDP_PEER_TIMEOUT";
 
 /// Every tunable with its documented name, for `--help` texts and docs.
 pub const ALL_VARS: &[(&str, &str)] = &[
@@ -50,7 +56,26 @@ pub const ALL_VARS: &[(&str, &str)] = &[
         ENV_BOOTSTRAP_TIMEOUT,
         "bootstrap timeout in seconds (default 30)",
     ),
-    (ENV_FABRIC, "fabric: shm (default shm)"),
+    (
+        ENV_FABRIC,
+        "fabric: auto (shm within a host, udp between hosts), shm, udp (default auto)",
+    ),
+    (
+        ENV_UDP_MTU,
+        "largest UDP datagram in bytes, 512..65507 (default 65507)",
+    ),
+    (
+        ENV_UDP_WINDOW,
+        "UDP datagrams in flight per peer and stream (default 32)",
+    ),
+    (
+        ENV_UDP_PEER_TIMEOUT,
+        "seconds of silence before a UDP peer is declared dead (default 10)",
+    ),
+    (
+        crate::fabric::udp::faults::ENV_UDP_FAULTS,
+        "UDP fault injection, e.g. drop=0.01,dup=0.001,reorder=0.01,delay_us=200,seed=7,dir=tx (default off)",
+    ),
     (ENV_SPIN_US, "spin time before yielding, us (default 20)"),
     (
         ENV_SLEEP_US,
@@ -69,20 +94,26 @@ pub const MAX_DURATION: Duration = Duration::from_secs(365 * 86400);
 /// Which fabric carries packets between ranks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FabricKind {
-    /// Shared memory between ranks of one node.
+    /// Shared memory between ranks of one host, UDP between hosts.
+    Auto,
+    /// Shared memory only (every rank on one host).
     Shm,
+    /// UDP between every pair of ranks, also on one host.
+    Udp,
 }
 
 impl std::str::FromStr for FabricKind {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
         match s {
+            "auto" => Ok(FabricKind::Auto),
             "shm" => Ok(FabricKind::Shm),
-            "udp" | "ibverbs" => Err(Error::config(format!(
-                "fabric '{s}' is not implemented yet; available: shm"
+            "udp" => Ok(FabricKind::Udp),
+            "ibverbs" => Err(Error::config(format!(
+                "fabric '{s}' is not implemented yet; available: auto, shm, udp"
             ))),
             _ => Err(Error::config(format!(
-                "unknown fabric '{s}'; available: shm"
+                "unknown fabric '{s}'; available: auto, shm, udp"
             ))),
         }
     }
@@ -91,7 +122,8 @@ impl std::str::FromStr for FabricKind {
 /// How one-sided accesses (get/put/store/atomics) travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RmaPath {
-    /// Direct loads and stores into the peer's mapped segment (shm).
+    /// Direct loads and stores where the peer's segment is mapped (ranks of
+    /// this host); the AM path to the others.
     Native,
     /// Active Message request/reply (works on every fabric).
     Am,
@@ -137,6 +169,14 @@ pub struct Config {
     pub hang_report: Option<Duration>,
     /// A hang report ends the job.
     pub hang_abort: bool,
+    /// Largest UDP datagram.
+    pub udp_mtu: usize,
+    /// UDP datagrams in flight per peer and stream.
+    pub udp_window: usize,
+    /// Silence after which a UDP peer is declared dead.
+    pub udp_peer_timeout: Duration,
+    /// UDP fault injection (`None`: off).
+    pub udp_faults: Option<crate::fabric::udp::faults::FaultSpec>,
 }
 
 impl Default for Config {
@@ -147,13 +187,17 @@ impl Default for Config {
             ring_len: 64,
             max_medium: 64 << 10,
             bootstrap_timeout: Duration::from_secs(30),
-            fabric: FabricKind::Shm,
+            fabric: FabricKind::Auto,
             spin: Duration::from_micros(20),
             sleep: Duration::from_micros(100),
             spin_only: false,
             rma: RmaPath::Native,
             hang_report: Some(crate::hang::DEFAULT_HANG_REPORT),
             hang_abort: false,
+            udp_mtu: crate::fabric::udp::wire::MAX_DATAGRAM,
+            udp_window: 32,
+            udp_peer_timeout: Duration::from_secs(10),
+            udp_faults: None,
         }
     }
 }
@@ -185,6 +229,8 @@ impl Config {
         size(ENV_CELL_SIZE, &mut c.cell_size)?;
         size(ENV_RING_LEN, &mut c.ring_len)?;
         size(ENV_MAX_MEDIUM, &mut c.max_medium)?;
+        size(ENV_UDP_MTU, &mut c.udp_mtu)?;
+        size(ENV_UDP_WINDOW, &mut c.udp_window)?;
         let secs = |name: &str, scale: f64, unit: &str, dst: &mut Duration| -> Result<()> {
             if let Some(v) = get(name) {
                 *dst = v
@@ -209,6 +255,15 @@ impl Config {
             &mut c.bootstrap_timeout,
         )?;
         secs(ENV_SPIN_US, 1e-6, "microseconds", &mut c.spin)?;
+        secs(
+            ENV_UDP_PEER_TIMEOUT,
+            1.0,
+            "seconds",
+            &mut c.udp_peer_timeout,
+        )?;
+        if let Some(v) = get(crate::fabric::udp::faults::ENV_UDP_FAULTS) {
+            c.udp_faults = Some(v.parse()?);
+        }
         secs(ENV_SLEEP_US, 1e-6, "microseconds", &mut c.sleep)?;
         if let Some(v) = get(ENV_FABRIC) {
             c.fabric = v.parse()?;
@@ -271,7 +326,38 @@ impl Config {
                 self.segment_size
             )));
         }
+        if self.udp_mtu < 512 || self.udp_mtu > crate::fabric::udp::wire::MAX_DATAGRAM {
+            return Err(Error::config(format!(
+                "{ENV_UDP_MTU}={} must be between 512 and {} bytes",
+                self.udp_mtu,
+                crate::fabric::udp::wire::MAX_DATAGRAM
+            )));
+        }
+        if self.udp_window < 2 || self.udp_window > 4096 {
+            return Err(Error::config(format!(
+                "{ENV_UDP_WINDOW}={} must be between 2 and 4096",
+                self.udp_window
+            )));
+        }
+        if self.udp_peer_timeout < Duration::from_millis(100) {
+            return Err(Error::config(format!(
+                "{ENV_UDP_PEER_TIMEOUT}={:?} must be at least 0.1 s",
+                self.udp_peer_timeout
+            )));
+        }
         Ok(())
+    }
+
+    /// The UDP protocol's tunables from this configuration.
+    pub fn udp_proto(&self) -> crate::fabric::udp::proto::ProtoConfig {
+        let timeout = self.udp_peer_timeout.as_nanos().min(u64::MAX as u128) as u64;
+        crate::fabric::udp::proto::ProtoConfig {
+            mtu: self.udp_mtu,
+            window: self.udp_window as u16,
+            keepalive: (timeout / 5).max(20_000_000),
+            peer_timeout: timeout,
+            ..Default::default()
+        }
     }
 }
 

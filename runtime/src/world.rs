@@ -6,7 +6,9 @@
 use crate::backoff::Backoff;
 use crate::bootstrap::{Client, Collective, Hello, Hosted};
 use crate::config::{Config, FabricKind};
+use crate::fabric::hybrid::Hybrid;
 use crate::fabric::shm::PendingShm;
+use crate::fabric::udp::PendingUdp;
 use crate::fabric::{AnyFabric, Channel, Fabric};
 use crate::hang::{abort_error, rank_list, HangWatch};
 use crate::job::{JobInfo, JobSource, ENV_BOOTSTRAP};
@@ -134,7 +136,6 @@ impl World {
         if std::env::var(crate::trace::ENV_TRACE).is_ok_and(|v| v == "1") {
             crate::trace::set_enabled(true);
         }
-        let FabricKind::Shm = config.fabric;
         let need_key = |why: &str| {
             job.key.clone().ok_or_else(|| {
                 at(Error::config(format!(
@@ -167,10 +168,17 @@ impl World {
             }
         };
         let stem = format!("{}-{}", job.job_id, key.file_tag());
+        let host = hostname();
+        // Every rank may need the network: bind before joining so the
+        // address travels with the hello.
+        let mut udp = None;
+        let mut peers = Vec::new();
         let boot = match addr {
             None => None,
             Some(addr) => {
-                let host = hostname();
+                if config.fabric != FabricKind::Shm {
+                    udp = Some(PendingUdp::bind(&addr).map_err(at)?);
+                }
                 let hello = Hello {
                     rank: rank as u32,
                     size: job.size as u32,
@@ -178,22 +186,28 @@ impl World {
                     host: host.clone(),
                     pid: std::process::id(),
                     table,
-                    endpoint: Vec::new(),
+                    endpoint: udp.as_ref().map(PendingUdp::endpoint).unwrap_or_default(),
                 };
-                let (client, peers) =
+                let (client, all) =
                     Client::join(&addr, &key, hello, config.bootstrap_timeout).map_err(at)?;
+                peers = all;
                 // everyone has joined: the address file has served its purpose
                 if let Some(h) = hosted.as_mut() {
                     h.unpublish();
                 }
-                if let Some((p, other)) = peers.iter().enumerate().find(|(_, p)| p.host != host) {
-                    let why = format!(
-                        "the job spans hosts '{host}' and '{}' (rank {p}); only the shared-memory \
-                         fabric exists so far, which needs every rank on one node",
-                        other.host
-                    );
-                    client.abort(&why);
-                    return Err(at(Error::config(why)));
+                if config.fabric == FabricKind::Shm {
+                    if let Some((p, other)) = peers.iter().enumerate().find(|(_, p)| p.host != host)
+                    {
+                        let why = format!(
+                            "the job spans hosts '{host}' and '{}' (rank {p}) but {} says \
+                             shm, which needs every rank on one host; use --fabric auto (or \
+                             udp)",
+                            other.host,
+                            crate::config::ENV_FABRIC
+                        );
+                        client.abort(&why);
+                        return Err(at(Error::config(why)));
+                    }
                 }
                 Some(client)
             }
@@ -204,10 +218,34 @@ impl World {
             }
             at(e)
         };
+        // Which ranks share this host (shared memory), which are reached
+        // over UDP.
+        let members: Vec<usize> = match (config.fabric, peers.is_empty()) {
+            (_, true) => vec![rank],
+            (FabricKind::Udp, _) => Vec::new(),
+            _ => (0..job.size).filter(|&p| peers[p].host == host).collect(),
+        };
+        let mut addrs = vec![None; job.size];
+        if members.len() < job.size {
+            for (p, a) in addrs.iter_mut().enumerate() {
+                if !members.contains(&p) {
+                    *a = Some(
+                        PendingUdp::parse_endpoint(p, &peers[p].endpoint)
+                            .map_err(|e| abort(e.with_peer(p)))?,
+                    );
+                }
+            }
+        } else {
+            udp = None;
+        }
         // Files are made only once every rank has joined, so a job that
         // never starts leaves nothing in /dev/shm.
-        let pending = PendingShm::create(&stem, rank, job.size, &config).map_err(abort)?;
-        let mut guard = UnlinkGuard(Some(ShmFile::path_for(&stem, rank)));
+        let pending = if members.is_empty() {
+            None
+        } else {
+            Some(PendingShm::create(&stem, rank, &members, job.size, &config).map_err(abort)?)
+        };
+        let mut guard = UnlinkGuard(pending.as_ref().map(|_| ShmFile::path_for(&stem, rank)));
         let link = Link {
             boot,
             epoch: AtomicU64::new(0),
@@ -216,24 +254,43 @@ impl World {
         link.barrier(Collective::Setup, rank, &config, &mut || Ok(()), &|| {
             "the fabric is not connected yet".into()
         })?;
-        let fabric = pending.connect().map_err(|e| {
+        let fail = |e: Error| {
             link.abort(&e.to_string());
             at(e)
-        })?;
+        };
+        let shm = match pending {
+            Some(p) => Some(p.connect().map_err(fail)?),
+            None => None,
+        };
+        let fabric = match (shm, udp) {
+            (Some(s), None) => AnyFabric::Shm(s),
+            (None, Some(u)) => {
+                AnyFabric::Udp(u.connect(rank, addrs, &key, &config, None).map_err(fail)?)
+            }
+            (Some(s), Some(u)) => {
+                let seg = s.local_segment();
+                let u = u
+                    .connect(rank, addrs, &key, &config, Some(seg))
+                    .map_err(fail)?;
+                AnyFabric::Hybrid(Hybrid::new(s, u))
+            }
+            (None, None) => return Err(fail(Error::usage("no fabric reaches the peers"))),
+        };
         let world = World {
             job,
             config,
             key,
             stem,
-            fabric: AnyFabric::Shm(fabric),
+            fabric,
             link,
             hosted: parking_lot::Mutex::new(hosted),
             aborted: Default::default(),
         };
         // Start barrier: every rank has mapped every file, so names can go.
         world.barrier_of(Collective::Start, &mut || Ok(()))?;
-        let AnyFabric::Shm(f) = world.fabric();
-        f.unlink_own().map_err(at)?;
+        if let Some(f) = world.fabric().shm() {
+            f.unlink_own().map_err(at)?;
+        }
         guard.0 = None;
         Ok(world)
     }
@@ -314,8 +371,43 @@ impl World {
         }
     }
 
+    /// Wait until every peer acknowledged what this rank sent over the
+    /// network (serving inbound traffic meanwhile), so nothing is owed when
+    /// the processes end.
+    fn drain_network(&self, progress: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        let Some(udp) = self.fabric.udp() else {
+            return Ok(());
+        };
+        let mut backoff = Backoff::new(&self.config);
+        let mut watch = HangWatch::new(&self.config);
+        while !udp.quiesced().map_err(|e| e.at_rank(self.job.rank))? {
+            if let Some(f) = self.failure() {
+                return Err(f);
+            }
+            progress()?;
+            if backoff.is_slow() && watch.due() {
+                let what = format!(
+                    "for rank(s) {} to acknowledge what this rank sent over UDP",
+                    rank_list(
+                        &udp.unacked_peers()
+                            .iter()
+                            .map(|&p| p as usize)
+                            .collect::<Vec<_>>()
+                    )
+                );
+                if let Err(why) = watch.report(self.job.rank, &what) {
+                    self.abort(&why);
+                    return Err(abort_error(self.job.rank, why));
+                }
+            }
+            backoff.snooze();
+        }
+        Ok(())
+    }
+
     /// Exit barrier, then goodbye: after this no peer will send to us.
     pub fn finish(&self, progress: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        self.drain_network(progress)?;
         self.barrier_of(Collective::Exit, progress)?;
         if let Some(b) = &self.link.boot {
             // Everyone passed the exit barrier: the job is complete even if

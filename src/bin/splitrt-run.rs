@@ -24,8 +24,8 @@ struct Args {
     /// Number of ranks.
     #[arg(short = 'n', long = "ranks", default_value_t = 1)]
     ranks: usize,
-    /// Fabric between ranks.
-    #[arg(long, value_parser = ["shm"])]
+    /// Fabric between ranks: auto (shm within a host, udp between hosts), shm, udp.
+    #[arg(long, value_parser = ["auto", "shm", "udp"])]
     fabric: Option<String>,
     /// Kill the whole job after this many seconds.
     #[arg(long)]

@@ -7,6 +7,7 @@
 //! either delivered in a buffer the receiver may read in place, or deposited
 //! into the receiver's segment at a given offset before delivery.
 
+pub mod hybrid;
 pub mod shm;
 pub mod udp;
 
@@ -110,14 +111,45 @@ pub trait Fabric: Send + Sync {
 }
 
 /// The fabric a rank runs on (static dispatch over the implementations).
+// Made once per rank and never moved: boxing the large variants would only
+// add an indirection to every send.
+#[allow(clippy::large_enum_variant)]
 pub enum AnyFabric {
-    /// Shared memory.
+    /// Shared memory (every rank on this host).
     Shm(shm::ShmFabric),
+    /// UDP to every rank.
+    Udp(udp::UdpFabric),
+    /// Shared memory on this host, UDP to the others.
+    Hybrid(hybrid::Hybrid),
+}
+
+impl AnyFabric {
+    /// The UDP part, if any.
+    pub fn udp(&self) -> Option<&udp::UdpFabric> {
+        match self {
+            AnyFabric::Shm(_) => None,
+            AnyFabric::Udp(u) => Some(u),
+            AnyFabric::Hybrid(h) => Some(&h.udp),
+        }
+    }
+
+    /// The shared-memory part, if any.
+    pub fn shm(&self) -> Option<&shm::ShmFabric> {
+        match self {
+            AnyFabric::Shm(s) => Some(s),
+            AnyFabric::Udp(_) => None,
+            AnyFabric::Hybrid(h) => Some(&h.shm),
+        }
+    }
 }
 
 macro_rules! dispatch {
     ($self:ident, $f:ident ( $($a:expr),* )) => {
-        match $self { AnyFabric::Shm(x) => x.$f($($a),*) }
+        match $self {
+            AnyFabric::Shm(x) => x.$f($($a),*),
+            AnyFabric::Udp(x) => x.$f($($a),*),
+            AnyFabric::Hybrid(x) => x.$f($($a),*),
+        }
     };
 }
 

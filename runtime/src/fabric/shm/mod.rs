@@ -24,16 +24,33 @@ use std::sync::atomic::Ordering;
 /// A rank's file, created and initialized, before the peers are known.
 pub struct PendingShm {
     stem: String,
+    /// This rank's index among `members`.
     rank: usize,
+    /// Global ranks on this host, ascending (this one among them).
+    members: Vec<usize>,
+    job_size: usize,
     layout: Layout,
     max_medium: usize,
     own: ShmFile,
 }
 
 impl PendingShm {
-    /// Create this rank's file for a job of `size` ranks and write its
-    /// header; `stem` (`<job>-<tag>`) names the job's files.
-    pub fn create(stem: &str, rank: usize, size: usize, cfg: &Config) -> Result<PendingShm> {
+    /// Create this rank's file for a job of `job_size` ranks of which
+    /// `members` (ascending global ranks, `rank` among them) share this
+    /// host, and write its header; `stem` (`<job>-<tag>`) names the job's
+    /// files.
+    pub fn create(
+        stem: &str,
+        rank: usize,
+        members: &[usize],
+        job_size: usize,
+        cfg: &Config,
+    ) -> Result<PendingShm> {
+        let size = members.len();
+        let me = members
+            .iter()
+            .position(|&m| m == rank)
+            .ok_or_else(|| Error::usage(format!("rank {rank} is not among its host's ranks")))?;
         let layout = Layout::new(size, cfg.cell_size, cfg.ring_len, cfg.segment_size)?;
         let own = ShmFile::create(stem, rank, layout.total, size).map_err(|e| e.at_rank(rank))?;
         let hdr = FileHeader::new(rank, &layout, cfg.max_medium);
@@ -47,7 +64,9 @@ impl PendingShm {
         }
         Ok(PendingShm {
             stem: stem.to_string(),
-            rank,
+            rank: me,
+            members: members.to_vec(),
+            job_size,
             layout,
             max_medium: cfg.max_medium,
             own,
@@ -58,15 +77,16 @@ impl PendingShm {
     /// made with the same settings.
     pub fn connect(self) -> Result<ShmFabric> {
         let (rank, size) = (self.rank, self.layout.size);
+        let global = self.members[rank];
         let mut files = Vec::with_capacity(size);
         let mut own = Some(self.own);
-        for peer in 0..size {
-            let f = if peer == rank {
+        for (i, &peer) in self.members.iter().enumerate() {
+            let f = if i == rank {
                 own.take().expect("own file used once")
             } else {
-                let f = ShmFile::open(&self.stem, peer).map_err(|e| e.at_rank(rank))?;
+                let f = ShmFile::open(&self.stem, peer).map_err(|e| e.at_rank(global))?;
                 check_peer(&f, peer, &self.layout, self.max_medium)
-                    .map_err(|e| e.at_rank(rank).with_peer(peer))?;
+                    .map_err(|e| e.at_rank(global).with_peer(peer))?;
                 f
             };
             files.push(f);
@@ -102,8 +122,15 @@ impl PendingShm {
                 next: 0,
             })
         });
+        let mut local_of = vec![NOT_HERE; self.job_size];
+        for (i, &m) in self.members.iter().enumerate() {
+            local_of[m] = i as u32;
+        }
         Ok(ShmFabric {
-            rank,
+            me: rank,
+            global,
+            members: self.members,
+            local_of,
             layout: l,
             max_medium: self.max_medium,
             files,
@@ -164,9 +191,22 @@ struct RxSet {
     next: usize,
 }
 
-/// The shared-memory fabric of one rank.
+/// `local_of` entry of a rank on another host.
+const NOT_HERE: u32 = u32::MAX;
+
+/// The shared-memory fabric of one rank: the ranks of its host.
+///
+/// Internally ranks are indices among the host's ranks (`members`); the
+/// [`Fabric`] methods take and give global ranks.
 pub struct ShmFabric {
-    rank: usize,
+    /// This rank's index among `members`.
+    me: usize,
+    /// This rank.
+    global: usize,
+    /// Global rank of each local index.
+    members: Vec<usize>,
+    /// Local index of each global rank ([`NOT_HERE`] for other hosts').
+    local_of: Vec<u32>,
     layout: Layout,
     max_medium: usize,
     files: Vec<ShmFile>,
@@ -186,7 +226,34 @@ unsafe impl Sync for ShmFabric {}
 impl ShmFabric {
     /// Remove this rank's file name (after every rank has mapped it).
     pub fn unlink_own(&self) -> Result<()> {
-        self.files[self.rank].unlink()
+        self.files[self.me].unlink()
+    }
+
+    /// The local index of global rank `peer`.
+    #[inline]
+    fn local(&self, peer: usize) -> Result<usize> {
+        match self.local_of.get(peer) {
+            Some(&l) if l != NOT_HERE => Ok(l as usize),
+            _ => Err(self.not_local(peer)),
+        }
+    }
+
+    #[cold]
+    fn not_local(&self, peer: usize) -> Error {
+        let why = if peer >= self.local_of.len() {
+            format!(
+                "rank {peer} does not exist in a job of {} ranks",
+                self.local_of.len()
+            )
+        } else {
+            format!("rank {peer} is on another host; shared memory reaches only this host's ranks")
+        };
+        Error::usage(why).at_rank(self.global).with_peer(peer)
+    }
+
+    /// Global ranks on this host.
+    pub fn members(&self) -> &[usize] {
+        &self.members
     }
 
     fn segment_of(&self, rank: usize) -> SegmentRef {
@@ -206,13 +273,7 @@ impl ShmFabric {
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<bool> {
         let t0 = C::start();
-        let err = |e: Error| Err(e.at_rank(self.rank).with_peer(peer));
-        if peer >= self.layout.size {
-            return err(Error::usage(format!(
-                "rank {peer} does not exist in a job of {} ranks",
-                self.layout.size
-            )));
-        }
+        let err = |e: Error| Err(e.at_rank(self.global).with_peer(self.members[peer]));
         let nw = pkt.words.len();
         if nw > MAX_WORDS {
             return err(Error::usage(format!(
@@ -288,7 +349,7 @@ impl ShmFabric {
         while sent < len {
             let mut waits = 0;
             while !p.has_room() {
-                stall(waits).map_err(|e| e.at_rank(self.rank))?;
+                stall(waits).map_err(|e| e.at_rank(self.global))?;
                 waits = waits.saturating_add(1);
             }
             let n = (len - sent).min(cap);
@@ -322,6 +383,7 @@ impl ShmFabric {
                 start + i
             };
             let r = &mut set.rings[src];
+            let src = self.members[src];
             for _ in 0..budget {
                 match self.rx_one::<C>(src, r, deliver)? {
                     None => break,
@@ -340,7 +402,7 @@ impl ShmFabric {
         let bad = |why: String| {
             Err(
                 Error::protocol(format!("malformed packet from rank {src}: {why}"))
-                    .at_rank(self.rank)
+                    .at_rank(self.global)
                     .with_peer(src),
             )
         };
@@ -364,7 +426,7 @@ impl ShmFabric {
             }
             let total = m.total as usize;
             let payload: &[u8] = if m.flags & F_DEPOSIT != 0 {
-                let seg = self.segment_of(self.rank);
+                let seg = self.segment_of(self.me);
                 if m.len != 0
                     || m.deposit
                         .checked_add(total as u64)
@@ -446,11 +508,11 @@ impl ShmFabric {
 
 impl Fabric for ShmFabric {
     fn rank(&self) -> usize {
-        self.rank
+        self.global
     }
 
     fn size(&self) -> usize {
-        self.layout.size
+        self.local_of.len()
     }
 
     fn max_inline(&self, _peer: usize) -> usize {
@@ -462,11 +524,12 @@ impl Fabric for ShmFabric {
     }
 
     fn local_segment(&self) -> SegmentRef {
-        self.segment_of(self.rank)
+        self.segment_of(self.me)
     }
 
     fn peer_segment(&self, peer: usize) -> Option<SegmentRef> {
-        (peer < self.layout.size).then(|| self.segment_of(peer))
+        let l = *self.local_of.get(peer)?;
+        (l != NOT_HERE).then(|| self.segment_of(l as usize))
     }
 
     fn try_send(
@@ -476,6 +539,7 @@ impl Fabric for ShmFabric {
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<bool> {
+        let peer = self.local(peer)?;
         // One check of the tracing switch per send; the `Off` copy has no probes.
         if trace::enabled() {
             self.send_with::<On>(peer, ch, pkt, stall)
@@ -493,7 +557,11 @@ impl Fabric for ShmFabric {
     }
 
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
-        let p = self.tx.get(peer * 2 + ch as usize)?.try_lock()?;
+        let l = *self.local_of.get(peer)?;
+        if l == NOT_HERE {
+            return None;
+        }
+        let p = self.tx.get(l as usize * 2 + ch as usize)?.try_lock()?;
         let (free, total) = p.free_cells();
         Some((free as usize, total as usize))
     }
@@ -513,7 +581,7 @@ mod tests {
             max_medium: 4096,
             ..Config::default()
         };
-        let f = PendingShm::create(&job, 0, 1, &cfg)
+        let f = PendingShm::create(&job, 0, &[0], 1, &cfg)
             .unwrap()
             .connect()
             .unwrap();

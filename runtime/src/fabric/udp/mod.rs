@@ -4,9 +4,13 @@
 //! Split the way quinn-proto / quinn and smoltcp are: [`proto`] is the
 //! protocol as state machines without I/O, [`wire`] and [`frames`] its
 //! formats, [`sim`] a seeded virtual network that drives it in one
-//! process.
+//! process, [`faults`] the driver's fault injection.
 
+mod driver;
+pub mod faults;
 pub mod frames;
 pub mod proto;
 pub mod sim;
 pub mod wire;
+
+pub use driver::{PendingUdp, UdpFabric};

@@ -1,0 +1,86 @@
+//! Shared memory between the ranks of this host, UDP to the others:
+//! chosen per peer, once, at start-up; one predictable branch per send.
+
+use super::shm::ShmFabric;
+use super::udp::UdpFabric;
+use super::{Channel, Delivery, Fabric, Packet, SegmentRef};
+use crate::Result;
+
+/// A rank's fabrics in a job that spans hosts.
+pub struct Hybrid {
+    /// This host's ranks (owns the local segment).
+    pub shm: ShmFabric,
+    /// Every other rank (deposits into the shm fabric's segment).
+    pub udp: UdpFabric,
+    /// Per peer: reached over UDP.
+    remote: Vec<bool>,
+}
+
+impl Hybrid {
+    /// Combine: peers in `shm.members()` go through shared memory.
+    pub fn new(shm: ShmFabric, udp: UdpFabric) -> Hybrid {
+        let mut remote = vec![true; shm.size()];
+        for &m in shm.members() {
+            remote[m] = false;
+        }
+        Hybrid { shm, udp, remote }
+    }
+
+    #[inline]
+    fn is_remote(&self, peer: usize) -> bool {
+        self.remote.get(peer).copied().unwrap_or(false)
+    }
+}
+
+impl Fabric for Hybrid {
+    fn rank(&self) -> usize {
+        self.shm.rank()
+    }
+    fn size(&self) -> usize {
+        self.remote.len()
+    }
+    fn max_inline(&self, peer: usize) -> usize {
+        if self.is_remote(peer) {
+            self.udp.max_inline(peer)
+        } else {
+            self.shm.max_inline(peer)
+        }
+    }
+    fn segment_len(&self, peer: usize) -> usize {
+        self.shm.segment_len(peer)
+    }
+    fn local_segment(&self) -> SegmentRef {
+        self.shm.local_segment()
+    }
+    fn peer_segment(&self, peer: usize) -> Option<SegmentRef> {
+        if self.is_remote(peer) {
+            None
+        } else {
+            self.shm.peer_segment(peer)
+        }
+    }
+    #[inline]
+    fn try_send(
+        &self,
+        peer: usize,
+        ch: Channel,
+        pkt: &Packet<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<bool> {
+        if self.is_remote(peer) {
+            self.udp.try_send(peer, ch, pkt, stall)
+        } else {
+            self.shm.try_send(peer, ch, pkt, stall)
+        }
+    }
+    fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize> {
+        Ok(self.shm.poll(ch, deliver)? + self.udp.poll(ch, deliver)?)
+    }
+    fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
+        if self.is_remote(peer) {
+            self.udp.credits(peer, ch)
+        } else {
+            self.shm.credits(peer, ch)
+        }
+    }
+}

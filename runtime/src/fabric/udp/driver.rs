@@ -1,0 +1,614 @@
+//! The UDP driver: one non-blocking socket per rank, busy-polled from the
+//! progress engine, around the sans-I/O [`Proto`].
+//!
+//! Locks: `core` (the protocol, the socket's receive path, fault
+//! injection) is held only for short stretches; handlers run outside it,
+//! under the per-channel `rx` lock (like the shm fabric's), so a request
+//! handler can reply. One message at a time per (peer, channel) is
+//! streamed under `txl`.
+
+use super::faults::{Faults, Verdict};
+use super::frames::{OutMsg, Reassembler, Sink};
+use super::proto::{Event, Proto, Sent};
+use super::wire::{HEADER, MAX_DATAGRAM, TAG};
+use crate::config::Config;
+use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
+use crate::key::JobKey;
+use crate::{Error, ErrorKind, Result};
+use parking_lot::Mutex;
+use socket2::{Domain, Protocol, Socket, Type};
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::time::Instant;
+
+/// Socket buffer size asked for (the kernel may grant less).
+const SOCKET_BUFFER: usize = 16 << 20;
+/// Datagrams read per poll at most.
+const RECV_BATCH: usize = 64;
+/// Datagrams this short are copied into a small buffer so the large
+/// receive buffer is reused.
+const COPY_BELOW: usize = 2048;
+
+/// A bound socket whose address goes to the bootstrap.
+pub struct PendingUdp {
+    sock: Socket,
+    addr: SocketAddr,
+}
+
+impl PendingUdp {
+    /// Bind a socket on the interface that routes toward `toward` (the
+    /// bootstrap's `host:port`, reachable from every rank).
+    pub fn bind(toward: &str) -> Result<PendingUdp> {
+        use std::net::ToSocketAddrs;
+        let io = |what: &str, e: std::io::Error| Error::io(format!("UDP fabric: {what}"), e);
+        let target = toward
+            .to_socket_addrs()
+            .map_err(|e| io("resolving the bootstrap address", e))?
+            .next()
+            .ok_or_else(|| Error::bootstrap(format!("'{toward}' resolves to nothing")))?;
+        // A connected UDP socket sends nothing; it only asks the kernel
+        // which local address routes to the target.
+        let probe = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))
+            .and_then(|s| s.connect(target).map(|_| s))
+            .map_err(|e| io("finding the local address toward the bootstrap", e))?;
+        let mut ip = probe.local_addr().map_err(|e| io("local address", e))?.ip();
+        if ip.is_unspecified() {
+            ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        }
+        let addr = SocketAddr::new(ip, 0);
+        let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
+            .map_err(|e| io("socket", e))?;
+        sock.set_nonblocking(true)
+            .map_err(|e| io("non-blocking", e))?;
+        grow_buffers(&sock);
+        sock.bind(&addr.into()).map_err(|e| io("bind", e))?;
+        let addr = sock
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .ok_or_else(|| Error::bootstrap("UDP socket has no address"))?;
+        Ok(PendingUdp { sock, addr })
+    }
+
+    /// This rank's endpoint as sent through the bootstrap.
+    pub fn endpoint(&self) -> Vec<u8> {
+        self.addr.to_string().into_bytes()
+    }
+
+    /// Parse a peer's endpoint (as sent by [`endpoint`](Self::endpoint)).
+    pub fn parse_endpoint(peer: usize, e: &[u8]) -> Result<SocketAddr> {
+        std::str::from_utf8(e)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| {
+                Error::bootstrap(format!(
+                    "rank {peer} sent no usable UDP address ({} B); was it started with \
+                     --fabric shm?",
+                    e.len()
+                ))
+            })
+    }
+
+    /// Start the fabric toward `addrs` (`None` for peers reached
+    /// otherwise), depositing into `segment` (another fabric's), or into a
+    /// private segment of `cfg.segment_size` bytes if `None`.
+    pub fn connect(
+        self,
+        rank: usize,
+        addrs: Vec<Option<SocketAddr>>,
+        key: &JobKey,
+        cfg: &Config,
+        segment: Option<SegmentRef>,
+    ) -> Result<UdpFabric> {
+        let (segment, owned) = match segment {
+            Some(s) => (s, None),
+            None => {
+                let mut m = memmap2::MmapMut::map_anon(cfg.segment_size.max(1)).map_err(|e| {
+                    Error::io(format!("mapping a {} B segment", cfg.segment_size), e)
+                })?;
+                let s = SegmentRef {
+                    base: m.as_mut_ptr(),
+                    len: cfg.segment_size,
+                };
+                (s, Some(m))
+            }
+        };
+        let size = addrs.len();
+        let t0 = Instant::now();
+        let proto_cfg = cfg.udp_proto();
+        proto_cfg
+            .validate()
+            .map_err(|e| Error::config(format!("UDP fabric: {e}")))?;
+        let mac_key = key.derive("splitrt udp datagram mac");
+        let proto = Proto::new(rank as u32, size as u32, proto_cfg, mac_key, 0);
+        let faults = cfg.udp_faults.as_ref().map(|f| {
+            Box::new(FaultState {
+                tx: f.tx.then(|| Faults::new(f, rank, 0)),
+                rx: f.rx.then(|| Faults::new(f, rank, 1)),
+                held_tx: Vec::new(),
+                held_rx: Vec::new(),
+            })
+        });
+        let sock: UdpSocket = self.sock.into();
+        Ok(UdpFabric {
+            rank,
+            size,
+            sock,
+            addrs,
+            core: Mutex::new(Core {
+                proto,
+                big: Vec::with_capacity(MAX_DATAGRAM),
+                faults,
+                failed: None,
+                send_errors: 0,
+            }),
+            rx: [0, 1].map(|_| {
+                Mutex::new(RxSide {
+                    reasm: (0..size).map(|_| Reassembler::default()).collect(),
+                    batch: Vec::new(),
+                })
+            }),
+            txl: (0..size * 2).map(|_| Mutex::new(())).collect(),
+            seg: segment,
+            _owned: owned,
+            max_medium: cfg.max_medium,
+            segment_len: cfg.segment_size,
+            t0,
+        })
+    }
+}
+
+fn grow_buffers(sock: &Socket) {
+    // Root may exceed net.core.[rw]mem_max (SO_*BUFFORCE); others get
+    // what the limit allows.
+    for (force, opt) in [
+        (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+        (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+    ] {
+        let v = SOCKET_BUFFER as libc::c_int;
+        for o in [force, opt] {
+            // SAFETY: setsockopt on our own socket with a c_int option value
+            // of the size given.
+            let r = unsafe {
+                libc::setsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(sock),
+                    libc::SOL_SOCKET,
+                    o,
+                    &v as *const libc::c_int as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if r == 0 {
+                break;
+            }
+        }
+    }
+}
+
+struct FaultState {
+    tx: Option<Faults>,
+    rx: Option<Faults>,
+    held_tx: Vec<(u64, u32, Vec<u8>)>,
+    held_rx: Vec<(u64, Vec<u8>)>,
+}
+
+struct Core {
+    proto: Proto,
+    /// Receive buffer.
+    big: Vec<u8>,
+    faults: Option<Box<FaultState>>,
+    /// A dead peer and why: every later poll reports it.
+    failed: Option<(usize, String)>,
+    send_errors: u64,
+}
+
+struct RxSide {
+    reasm: Vec<Reassembler>,
+    batch: Vec<(u32, Vec<u8>)>,
+}
+
+/// The UDP fabric of one rank.
+pub struct UdpFabric {
+    rank: usize,
+    size: usize,
+    sock: UdpSocket,
+    addrs: Vec<Option<SocketAddr>>,
+    core: Mutex<Core>,
+    rx: [Mutex<RxSide>; 2],
+    /// One message at a time per (peer, channel): index `peer * 2 + ch`.
+    txl: Vec<Mutex<()>>,
+    seg: SegmentRef,
+    /// The segment's memory when no other fabric provides it.
+    _owned: Option<memmap2::MmapMut>,
+    max_medium: usize,
+    segment_len: usize,
+    t0: Instant,
+}
+
+/// The local segment as a deposit target.
+struct SegSink(SegmentRef);
+
+impl Sink for SegSink {
+    fn len(&self) -> usize {
+        self.0.len
+    }
+    fn write(&mut self, off: usize, data: &[u8]) {
+        debug_assert!(off + data.len() <= self.0.len);
+        // SAFETY: the reassembler checked off + len against len() before
+        // any write; the segment stays mapped as long as the fabric.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.0.base.add(off), data.len()) }
+    }
+    fn read(&self, off: usize, len: usize) -> &[u8] {
+        debug_assert!(off + len <= self.0.len);
+        // SAFETY: as above (checked by the reassembler).
+        unsafe { std::slice::from_raw_parts(self.0.base.add(off), len) }
+    }
+}
+
+impl Core {
+    /// Send what the protocol has due (with `flush`, partly filled
+    /// datagrams too), through fault injection if on.
+    fn transmit(&mut self, sock: &UdpSocket, addrs: &[Option<SocketAddr>], now: u64, flush: bool) {
+        let Core {
+            proto,
+            faults,
+            send_errors,
+            ..
+        } = self;
+        match faults {
+            None => proto.poll_transmit(now, flush, &mut |peer, b| {
+                if let Some(a) = addrs[peer as usize] {
+                    if sock.send_to(b, a).is_err() {
+                        *send_errors += 1; // a full socket buffer: retransmitted later
+                    }
+                }
+            }),
+            Some(f) => {
+                let f = &mut **f;
+                proto.poll_transmit(now, flush, &mut |peer, b| match f
+                    .tx
+                    .as_mut()
+                    .map_or(Verdict::Pass, Faults::verdict)
+                {
+                    Verdict::Drop => {}
+                    Verdict::Pass => send_to(sock, addrs, peer, b, send_errors),
+                    Verdict::Twice => {
+                        send_to(sock, addrs, peer, b, send_errors);
+                        send_to(sock, addrs, peer, b, send_errors);
+                    }
+                    Verdict::Hold(ns) => f.held_tx.push((now + ns, peer, b.to_vec())),
+                });
+                let mut i = 0;
+                while i < f.held_tx.len() {
+                    if f.held_tx[i].0 <= now {
+                        let (_, peer, b) = f.held_tx.swap_remove(i);
+                        send_to(sock, addrs, peer, &b, send_errors);
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Read what the socket has (a batch at most) into the protocol.
+    fn receive(&mut self, sock: &UdpSocket, now: u64) {
+        for _ in 0..RECV_BATCH {
+            if self.big.capacity() < MAX_DATAGRAM {
+                self.big = Vec::with_capacity(MAX_DATAGRAM);
+            }
+            let spare: &mut [MaybeUninit<u8>] = self.big.spare_capacity_mut();
+            let sref = socket2::SockRef::from(sock);
+            let n = match sref.recv(&mut spare[..MAX_DATAGRAM]) {
+                Ok(n) => n,
+                Err(_) => break, // WouldBlock (or an ICMP error: nothing to read)
+            };
+            // SAFETY: recv initialized the first n bytes of the spare capacity.
+            unsafe { self.big.set_len(n) };
+            let d = if n < COPY_BELOW {
+                let mut small = self.proto.buffer();
+                small.extend_from_slice(&self.big);
+                self.big.clear();
+                small
+            } else {
+                std::mem::take(&mut self.big)
+            };
+            let verdict = self
+                .faults
+                .as_deref_mut()
+                .and_then(|f| f.rx.as_mut())
+                .map(Faults::verdict);
+            let d = match verdict {
+                None | Some(Verdict::Pass) => d,
+                Some(Verdict::Drop) => {
+                    self.proto.recycle(d);
+                    continue;
+                }
+                Some(Verdict::Twice) => {
+                    let copy = d.clone();
+                    if let Some(b) = self.proto.handle_datagram(now, copy) {
+                        self.proto.recycle(b);
+                    }
+                    d
+                }
+                Some(Verdict::Hold(ns)) => {
+                    if let Some(f) = self.faults.as_deref_mut() {
+                        f.held_rx.push((now + ns, d));
+                    }
+                    continue;
+                }
+            };
+            if let Some(b) = self.proto.handle_datagram(now, d) {
+                if b.capacity() >= MAX_DATAGRAM && self.big.capacity() < MAX_DATAGRAM {
+                    self.big = b;
+                    self.big.clear();
+                } else {
+                    self.proto.recycle(b);
+                }
+            }
+        }
+        if let Some(f) = self.faults.as_deref_mut() {
+            let mut i = 0;
+            while i < f.held_rx.len() {
+                if f.held_rx[i].0 <= now {
+                    let (_, d) = f.held_rx.swap_remove(i);
+                    if let Some(b) = self.proto.handle_datagram(now, d) {
+                        self.proto.recycle(b);
+                    }
+                } else {
+                    i += 1;
+                }
+            }
+        }
+    }
+}
+
+fn send_to(sock: &UdpSocket, addrs: &[Option<SocketAddr>], peer: u32, b: &[u8], errs: &mut u64) {
+    if let Some(a) = addrs[peer as usize] {
+        if sock.send_to(b, a).is_err() {
+            *errs += 1;
+        }
+    }
+}
+
+impl UdpFabric {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.t0.elapsed().as_nanos() as u64
+    }
+
+    fn dead_why(peer: usize, silent: u64) -> String {
+        format!(
+            "rank {peer} has not answered over UDP for {:.1} s (keepalives unanswered): \
+             it died, stopped, or the network between us failed",
+            silent as f64 / 1e9
+        )
+    }
+
+    fn failure(&self, (peer, why): &(usize, String)) -> Error {
+        Error::new(ErrorKind::PeerFailed(why.clone()))
+            .at_rank(self.rank)
+            .with_peer(*peer)
+    }
+
+    fn check_events(&self, c: &mut Core) {
+        while let Some(Event::PeerDead { peer, silent }) = c.proto.poll_event() {
+            if c.failed.is_none() {
+                c.failed = Some((peer as usize, Self::dead_why(peer as usize, silent)));
+            }
+        }
+    }
+
+    /// One round of network progress: read the socket, run timers, send
+    /// what is due. Returns the failure, if a peer died.
+    fn pump(&self, c: &mut Core, flush: bool) -> Result<()> {
+        let now = self.now();
+        c.receive(&self.sock, now);
+        if now >= c.proto.poll_timeout() {
+            c.proto.handle_timeout(now);
+            self.check_events(c);
+        }
+        c.transmit(&self.sock, &self.addrs, now, flush);
+        match &c.failed {
+            Some(f) => Err(self.failure(f)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether everything this rank sent has been acknowledged (makes
+    /// progress meanwhile). Before the exit barrier every rank waits for
+    /// this, so no message is still owed when processes end.
+    pub fn quiesced(&self) -> Result<bool> {
+        let mut c = self.core.lock();
+        self.pump(&mut c, true)?;
+        Ok(c.proto.quiesced())
+    }
+
+    /// Ranks with unacknowledged data from this one (for reports).
+    pub fn unacked_peers(&self) -> Vec<u32> {
+        self.core.lock().proto.unacked_peers()
+    }
+
+    /// The protocol's counters.
+    pub fn stats(&self) -> super::proto::Stats {
+        self.core.lock().proto.stats().clone()
+    }
+
+    fn check_send(&self, peer: usize, pkt: &Packet<'_>) -> Result<()> {
+        let err = |e: Error| Err(e.at_rank(self.rank).with_peer(peer));
+        if peer >= self.size || self.addrs[peer].is_none() {
+            return err(Error::usage(if peer >= self.size {
+                format!("rank {peer} does not exist in a job of {} ranks", self.size)
+            } else {
+                format!("rank {peer} is not reached over UDP")
+            }));
+        }
+        if pkt.words.len() > MAX_WORDS {
+            return err(Error::usage(format!(
+                "{} argument words (max {MAX_WORDS})",
+                pkt.words.len()
+            )));
+        }
+        let len = pkt.payload.len();
+        match pkt.deposit {
+            Some(off)
+                if off
+                    .checked_add(len as u64)
+                    .is_none_or(|e| e > self.segment_len as u64)
+                    || len > u32::MAX as usize =>
+            {
+                return err(Error::new(ErrorKind::OutOfBounds {
+                    offset: off,
+                    len: len as u64,
+                    segment_len: self.segment_len as u64,
+                }));
+            }
+            Some(_) => {}
+            None if len > self.max_medium => {
+                return err(Error::usage(format!(
+                    "payload of {len} B exceeds the Medium maximum of {} B",
+                    self.max_medium
+                )))
+            }
+            None => {}
+        }
+        Ok(())
+    }
+}
+
+impl Fabric for UdpFabric {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn max_inline(&self, _peer: usize) -> usize {
+        self.max_medium
+    }
+
+    fn segment_len(&self, _peer: usize) -> usize {
+        self.segment_len
+    }
+
+    fn local_segment(&self) -> SegmentRef {
+        self.seg
+    }
+
+    fn peer_segment(&self, _peer: usize) -> Option<SegmentRef> {
+        None
+    }
+
+    fn try_send(
+        &self,
+        peer: usize,
+        ch: Channel,
+        pkt: &Packet<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<bool> {
+        self.check_send(peer, pkt)?;
+        let m = OutMsg {
+            tag: pkt.tag,
+            words: pkt.words,
+            payload: pkt.payload,
+            deposit: pkt.deposit,
+        };
+        let st = ch as usize;
+        let _one = self.txl[peer * 2 + st].lock();
+        let mut from = 0;
+        let mut waits = 0u32;
+        loop {
+            let r = {
+                let mut c = self.core.lock();
+                let now = self.now();
+                let r = c.proto.send(now, peer as u32, st, &m, from);
+                // full datagrams leave at once; a partly filled one waits
+                // for more messages until the next poll (coalescing)
+                c.transmit(&self.sock, &self.addrs, now, false);
+                r
+            };
+            match r {
+                Sent::Upto(e) if e == m.payload.len() => return Ok(true),
+                Sent::Upto(e) => {
+                    from = e;
+                    waits = 0;
+                }
+                Sent::NoRoom if from == 0 => return Ok(false),
+                Sent::NoRoom => {
+                    stall(waits).map_err(|e| e.at_rank(self.rank))?;
+                    waits = waits.saturating_add(1);
+                }
+                Sent::Dead => {
+                    let mut c = self.core.lock();
+                    let f = c
+                        .failed
+                        .get_or_insert_with(|| (peer, Self::dead_why(peer, 0)));
+                    return Err(self.failure(f));
+                }
+            }
+        }
+    }
+
+    fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize> {
+        let Some(mut rx) = self.rx[ch as usize].try_lock() else {
+            return Ok(0);
+        };
+        let rx = &mut *rx;
+        let st = ch as usize;
+        {
+            let mut c = self.core.lock();
+            self.pump(&mut c, true)?;
+            while rx.batch.len() < RECV_BATCH {
+                match c.proto.next_ready(st) {
+                    Some(x) => rx.batch.push(x),
+                    None => break,
+                }
+            }
+        }
+        if rx.batch.is_empty() {
+            return Ok(0);
+        }
+        let mut delivered = 0;
+        let mut first_err = None;
+        let mut seg = SegSink(self.seg);
+        let mut batch = std::mem::take(&mut rx.batch);
+        for (src, d) in batch.iter() {
+            let src = *src as usize;
+            let body = &d[HEADER..d.len() - TAG];
+            match rx.reasm[src].feed(src, body, self.max_medium, &mut seg, deliver) {
+                Ok(n) => delivered += n,
+                Err(why) => {
+                    first_err.get_or_insert(
+                        Error::protocol(format!("malformed UDP message from rank {src}: {why}"))
+                            .at_rank(self.rank)
+                            .with_peer(src),
+                    );
+                }
+            }
+        }
+        {
+            let mut c = self.core.lock();
+            for (_, d) in batch.drain(..) {
+                c.proto.recycle(d);
+            }
+            // replies the handlers sent, and window updates, leave now
+            let now = self.now();
+            c.transmit(&self.sock, &self.addrs, now, true);
+        }
+        rx.batch = batch;
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(delivered),
+        }
+    }
+
+    fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
+        if peer >= self.size {
+            return None;
+        }
+        let c = self.core.try_lock()?;
+        Some(c.proto.credits(peer as u32, ch as usize))
+    }
+}
