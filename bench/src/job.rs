@@ -57,6 +57,8 @@ pub fn run(job: &Job<'_>) -> Result<String, String> {
         timeout: Some(Duration::from_secs_f64(job.timeout)),
         prefix_output: true,
         verbose: false,
+        hosts: None,
+        rsh: None,
     })
     .map_err(|e| format!("launching the ranks: {e}"))?;
     if outcome.code != 0 {

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use splitrt::runtime::config;
-use splitrt::runtime::launcher::{launch, LaunchOptions};
+use splitrt::runtime::launcher::{launch, parse_hostfile, parse_hosts, LaunchOptions};
 use std::ffi::OsString;
 use std::time::Duration;
 
@@ -17,13 +17,25 @@ fn env_help() -> String {
     s
 }
 
-/// Launch PROGRAM as N ranks of one splitrt job on this node.
+/// Launch PROGRAM as N ranks of one splitrt job, on this host or on the
+/// hosts given.
 #[derive(Parser, Debug)]
 #[command(name = "splitrt-run", version, after_help = env_help())]
 struct Args {
-    /// Number of ranks.
-    #[arg(short = 'n', long = "ranks", default_value_t = 1)]
-    ranks: usize,
+    /// Number of ranks (default: 1, or every slot of --hosts / --hostfile).
+    #[arg(short = 'n', long = "ranks")]
+    ranks: Option<usize>,
+    /// Hosts and their slots, e.g. `node1:2,node2:2`: ranks fill them in
+    /// order; ranks on other hosts start through --rsh.
+    #[arg(long, conflicts_with = "hostfile")]
+    hosts: Option<String>,
+    /// A file of hosts, one per line: `host`, `host:N` or `host slots=N`.
+    #[arg(long)]
+    hostfile: Option<std::path::PathBuf>,
+    /// Remote-shell command for ranks on other hosts, run as `RSH HOST
+    /// SCRIPT` (default: ssh).
+    #[arg(long)]
+    rsh: Option<String>,
     /// Fabric between ranks: auto (shm within a host, udp between hosts), shm, udp.
     #[arg(long, value_parser = ["auto", "shm", "udp"])]
     fabric: Option<String>,
@@ -96,8 +108,31 @@ fn main() {
     if let Some(t) = a.bootstrap_timeout {
         seconds("--bootstrap-timeout", t);
     }
+    let hosts = match (&a.hosts, &a.hostfile) {
+        (Some(h), _) => Some(parse_hosts(h)),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .map_err(|e| {
+                    splitrt::runtime::Error::io(format!("reading host file {}", f.display()), e)
+                })
+                .and_then(|t| parse_hostfile(&t)),
+        ),
+        (None, None) => None,
+    }
+    .transpose()
+    .unwrap_or_else(|e| {
+        eprintln!("splitrt-run: {e}");
+        std::process::exit(2);
+    });
+    let ranks = a.ranks.unwrap_or_else(|| {
+        hosts
+            .as_ref()
+            .map_or(1, |h| h.iter().map(|h| h.slots).sum())
+    });
     let opts = LaunchOptions {
-        ranks: a.ranks,
+        ranks,
+        hosts,
+        rsh: a.rsh,
         program: a.program,
         args: a.args,
         env,

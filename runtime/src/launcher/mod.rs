@@ -5,6 +5,9 @@
 //! whatever happened.
 
 mod relay;
+mod remote;
+
+pub use remote::{parse_hostfile, parse_hosts, HostSlots};
 
 use crate::bootstrap::{Server, MAX_PENDING};
 use crate::config::{Config, ENV_BOOTSTRAP_TIMEOUT};
@@ -39,6 +42,34 @@ pub struct LaunchOptions {
     pub prefix_output: bool,
     /// Print launcher diagnostics to stderr.
     pub verbose: bool,
+    /// Hosts to place the ranks on, in order (`None`: all on this one).
+    pub hosts: Option<Vec<HostSlots>>,
+    /// Remote-shell command for other hosts (default `ssh`); run as
+    /// `RSH HOST SCRIPT`.
+    pub rsh: Option<String>,
+}
+
+/// This host's name.
+fn this_host() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The local address that routes toward `host` (where the ranks there
+/// will reach the rendezvous).
+fn address_toward(host: &str) -> Result<std::net::IpAddr> {
+    use std::net::{ToSocketAddrs, UdpSocket};
+    let target = (host, 9)
+        .to_socket_addrs()
+        .map_err(|e| Error::io(format!("resolving host '{host}'"), e))?
+        .next()
+        .ok_or_else(|| Error::usage(format!("host '{host}' resolves to no address")))?;
+    let probe = UdpSocket::bind(("0.0.0.0", 0))
+        .and_then(|s| s.connect(target).map(|_| s))
+        .and_then(|s| s.local_addr())
+        .map_err(|e| Error::io(format!("finding a route to host '{host}'"), e))?;
+    Ok(probe.ip())
 }
 
 /// How a job ended.
@@ -57,7 +88,15 @@ extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-fn describe(rank: usize, st: &ExitStatus) -> (i32, String) {
+fn describe(rank: usize, st: &ExitStatus, remote: bool) -> (i32, String) {
+    if let Some(c) = st.code().filter(|&c| remote && c > 128 && c < 160) {
+        // a remote shell reports a rank killed by a signal as 128 + signal
+        let s = c - 128;
+        return (
+            c,
+            format!("rank {rank} was killed by signal {s} ({})", signal_name(s)),
+        );
+    }
     if let Some(c) = st.code() {
         (c, format!("rank {rank} exited with code {c}"))
     } else {
@@ -136,8 +175,47 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     // and the job's shared-memory files are named after it.
     let key = JobKey::generate()?;
     let stem = format!("{job}-{}", key.file_tag());
-    let server = Server::bind("127.0.0.1:0", key.clone())?;
-    let addr = server.local_addr()?.to_string();
+    // Where each rank runs: (host, rank on the host, ranks on the host,
+    // remote?).
+    let me = this_host();
+    let placement: Vec<(usize, usize, usize, Option<String>)> = match &opts.hosts {
+        None => (0..n).map(|r| (0, r, n, None)).collect(),
+        Some(h) => remote::place(n, h)?
+            .into_iter()
+            .map(|(i, l, k)| {
+                let host = &h[i].host;
+                let local = host == "localhost" || *host == me;
+                (i, l, k, (!local).then(|| host.clone()))
+            })
+            .collect(),
+    };
+    let first_remote = placement.iter().find_map(|p| p.3.clone());
+    let (server, addr) = match &first_remote {
+        None => {
+            let s = Server::bind("127.0.0.1:0", key.clone())?;
+            let a = s.local_addr()?.to_string();
+            (s, a)
+        }
+        Some(h) => {
+            let ip = address_toward(h)?;
+            let s = Server::bind(&format!("{ip}:0"), key.clone())?;
+            let a = s.local_addr()?.to_string();
+            (s, a)
+        }
+    };
+    let rsh: Vec<String> = opts
+        .rsh
+        .as_deref()
+        .unwrap_or("ssh")
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    if rsh.is_empty() {
+        return Err(Error::usage("--rsh is empty"));
+    }
+    let cwd = std::env::current_dir()
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "/".into());
     let boot_timeout = cfg.bootstrap_timeout;
     let culprit = server.culprit();
     let stats = server.stats();
@@ -160,27 +238,55 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     }
 
     let mut children: Vec<Child> = Vec::with_capacity(n);
+    // A remote rank's lifeline: its remote shell's standard input.
+    let mut lifelines: Vec<Option<std::process::ChildStdin>> = Vec::with_capacity(n);
     let mut sources = Vec::with_capacity(2 * n);
     let mut spawn_error = None;
-    for rank in 0..n {
-        let mut cmd = Command::new(&opts.program);
-        cmd.args(&opts.args)
-            .envs(opts.env.iter().map(|(k, v)| (k, v)))
-            .env(ENV_RANK, rank.to_string())
-            .env(ENV_SIZE, n.to_string())
-            .env(ENV_LOCAL_RANK, rank.to_string())
-            .env(ENV_LOCAL_SIZE, n.to_string())
-            .env(ENV_NODE, "0")
-            .env(ENV_JOB, &job)
-            .env(ENV_BOOTSTRAP, &addr)
-            .env(ENV_JOB_KEY, key.to_hex())
-            .env(
+    for (rank, (node, local, local_n, remote_host)) in placement.iter().enumerate() {
+        let vars: Vec<(String, String)> = [
+            (ENV_RANK, rank.to_string()),
+            (ENV_SIZE, n.to_string()),
+            (ENV_LOCAL_RANK, local.to_string()),
+            (ENV_LOCAL_SIZE, local_n.to_string()),
+            (ENV_NODE, node.to_string()),
+            (ENV_JOB, job.clone()),
+            (ENV_BOOTSTRAP, addr.clone()),
+            (
                 ENV_BOOTSTRAP_TIMEOUT,
                 boot_timeout.as_secs_f64().to_string(),
-            )
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let mut cmd = match remote_host {
+            None => {
+                let mut c = Command::new(&opts.program);
+                c.args(&opts.args)
+                    .envs(opts.env.iter().map(|(k, v)| (k, v)))
+                    .envs(vars.iter().map(|(k, v)| (k, v)))
+                    .env(ENV_JOB_KEY, key.to_hex())
+                    .stdin(Stdio::null());
+                c
+            }
+            Some(host) => {
+                // The remote shell starts with a bare environment: every
+                // SPLITRT_* setting travels in the script (the key on stdin).
+                let mut env: Vec<(String, String)> = std::env::vars()
+                    .filter(|(k, _)| k.starts_with("SPLITRT_") && k != ENV_JOB_KEY)
+                    .collect();
+                env.extend(opts.env.iter().cloned());
+                env.extend(vars);
+                let mut argv = vec![opts.program.to_string_lossy().into_owned()];
+                argv.extend(opts.args.iter().map(|a| a.to_string_lossy().into_owned()));
+                let shm = crate::segment::ShmFile::path_for(&stem, rank);
+                let text = remote::script(&cwd, &env, &argv, &shm.to_string_lossy());
+                let mut c = Command::new(&rsh[0]);
+                c.args(&rsh[1..]).arg(host).arg(text).stdin(Stdio::piped());
+                c
+            }
+        };
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         // SAFETY: the closure runs in the child between fork and exec and
         // calls only prctl(2), which is async-signal-safe.
         unsafe {
@@ -192,6 +298,13 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
         }
         match cmd.spawn() {
             Ok(mut child) => {
+                let mut lifeline = child.stdin.take();
+                if let Some(w) = lifeline.as_mut() {
+                    use std::io::Write;
+                    // a remote shell that cannot take the key fails on its own
+                    let _ = writeln!(w, "{}", key.to_hex());
+                }
+                lifelines.push(lifeline);
                 let prefix = opts.prefix_output.then(|| format!("[{rank}] "));
                 if let Some(o) = child.stdout.take() {
                     sources.push(Source {
@@ -215,13 +328,11 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
                 } else {
                     ""
                 };
-                spawn_error = Some(Error::io(
-                    format!(
-                        "starting rank {rank}: {}{hint}",
-                        opts.program.to_string_lossy()
-                    ),
-                    e,
-                ));
+                let what = match remote_host {
+                    None => opts.program.to_string_lossy().into_owned(),
+                    Some(h) => format!("remote shell '{}' for host {h}", rsh[0]),
+                };
+                spawn_error = Some(Error::io(format!("starting rank {rank}: {what}{hint}"), e));
                 break;
             }
         }
@@ -267,10 +378,13 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
             match child.try_wait() {
                 Ok(None) => continue,
                 Ok(Some(st)) if st.success() => exited_ok[rank] = true,
-                Ok(Some(st)) => failed[rank] = Some(describe(rank, &st)),
+                Ok(Some(st)) => {
+                    failed[rank] = Some(describe(rank, &st, placement[rank].3.is_some()))
+                }
                 Err(e) => failed[rank] = Some((1, format!("waiting for rank {rank} failed: {e}"))),
             }
             running[rank] = false;
+            lifelines[rank] = None;
             if failed[rank].is_some() && first_failure.is_none() {
                 first_failure = Some((rank, Instant::now()));
             }
@@ -342,6 +456,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
             term_at = None;
             for (r, &alive) in running.iter().enumerate() {
                 if alive {
+                    // a remote rank's shell ends it when its input closes
+                    lifelines[r] = None;
                     kill(pids[r], libc::SIGTERM);
                 }
             }
