@@ -103,6 +103,26 @@ fn srun_pmi2_three_hosts_npb() {
     }
 }
 
+/// Four hosts, two ranks each (`.ci/run` starts four): the PGAS model and
+/// NPB CG.
+#[test]
+fn srun_pmi2_four_hosts() {
+    let Some(d) = cluster() else { return };
+    if !d.join("ns/node4.net").exists() {
+        eprintln!("skipped: the cluster has fewer than 4 hosts (NODES=4)");
+        return;
+    }
+    for prog in ["t_pgas_model", "npb_cg"] {
+        let p = example(prog);
+        let r = on(
+            &d,
+            "ctl",
+            &["srun", "--mpi=pmi2", "-N4", "-n8", p.to_str().unwrap()],
+        );
+        assert_eq!(r.code, 0, "{prog}: {r:?}");
+    }
+}
+
 /// Two hosts, four ranks, 5% of datagrams lost, 1% duplicated and 5%
 /// reordered in both directions: the conformance test still checks every byte.
 #[test]

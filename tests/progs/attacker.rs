@@ -11,6 +11,10 @@
 //!   / Bye frames, each on its own connection and all on one
 //! * `fakerank` — the real handshake with a wrong key, claiming ranks 0..4,
 //!   then sealed frames anyway
+//! * `udp` — for 1.5 s, datagrams at every loopback UDP socket of user
+//!   `ATTACK_UID` (default 0) listed in `/proc/net/udp`: random bytes, and
+//!   well-formed UDP-fabric headers (every kind, plausible sequence and
+//!   acknowledgement numbers) under a made-up tag
 //!
 //! Prints one line per mode and `attacker: done`; exits 1 only if the
 //! server ever accepted it (a fake rank got in).
@@ -161,6 +165,84 @@ fn fakerank(addr: SocketAddr) -> Result<String, String> {
     ))
 }
 
+/// Loopback UDP ports of `uid` from /proc/net/udp.
+fn udp_targets(uid: u32) -> Vec<SocketAddr> {
+    let text = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 || f[7].parse::<u32>().ok() != Some(uid) {
+            continue;
+        }
+        let Some((ip, port)) = f[1].split_once(':') else {
+            continue;
+        };
+        let (Ok(ip), Ok(port)) = (u32::from_str_radix(ip, 16), u16::from_str_radix(port, 16))
+        else {
+            continue;
+        };
+        let ip = std::net::Ipv4Addr::from(u32::from_be(ip));
+        if ip.is_loopback() {
+            out.push(SocketAddr::from((ip, port)));
+        }
+    }
+    out
+}
+
+fn udp_spray() -> String {
+    use splitrt::runtime::fabric::udp::wire::{Ack, Header, HEADER, TAG};
+    let uid = std::env::var("ATTACK_UID")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp socket");
+    let mut x = 0x2545F4914F6CDD1Du64;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let t0 = std::time::Instant::now();
+    let (mut sent, mut targets) = (0u64, 0usize);
+    while t0.elapsed() < Duration::from_millis(1500) {
+        let to = udp_targets(uid);
+        targets = targets.max(to.len());
+        for a in &to {
+            for k in 0..20u64 {
+                let body = (rnd() % 1400) as usize;
+                let mut d = vec![0u8; HEADER + body + TAG];
+                if k % 2 == 0 {
+                    d.iter_mut().for_each(|b| *b = rnd() as u8);
+                } else {
+                    Header {
+                        kind: (rnd() % 3) as u8,
+                        flags: (rnd() % 2) as u8,
+                        body_len: if k % 4 == 1 { body as u16 } else { 0 },
+                        src: (rnd() % 8) as u32,
+                        dst: (rnd() % 8) as u32,
+                        seq: (rnd() % 64) as u32,
+                        acks: [Ack {
+                            cum: (rnd() % 64) as u32,
+                            sack: rnd() as u32,
+                            win: 64,
+                        }; 2],
+                    }
+                    .write(&mut d);
+                    if k % 4 != 1 {
+                        d.truncate(HEADER + TAG);
+                    }
+                }
+                if sock.send_to(&d, a).is_ok() {
+                    sent += 1;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    format!("udp: {sent} datagrams sent at {targets} socket(s)")
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let addr: SocketAddr = args
@@ -178,6 +260,7 @@ fn main() {
                 "halves" => Ok(halves(addr)),
                 "forge" => Ok(forge(addr)),
                 "fakerank" => fakerank(addr),
+                "udp" => Ok(udp_spray()),
                 other => Err(format!("unknown mode {other}")),
             })
         })

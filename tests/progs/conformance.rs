@@ -318,5 +318,12 @@ fn run() -> splitrt::Result<()> {
         "conformance ok: {expected_replies} round trips, {} payload bytes checked",
         st.checked_bytes.load(Ordering::Relaxed)
     );
+    if let Some(u) = ep.world().fabric().udp() {
+        let s = u.stats();
+        println!(
+            "udp: {} datagrams sent, {} retransmitted, {} foreign or corrupt dropped",
+            s.sent, s.retransmits, s.bad_tag
+        );
+    }
     ep.finish()
 }
