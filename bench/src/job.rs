@@ -38,6 +38,15 @@ pub fn check_timeout(t: f64) -> Result<(), String> {
 
 /// Run `job` on 2 ranks; returns the text rank 0 wrote.
 pub fn run(job: &Job<'_>) -> Result<String, String> {
+    run_on(job, None, None)
+}
+
+/// Run `job` on 2 ranks placed on `hosts` (started through `rsh`).
+pub fn run_on(
+    job: &Job<'_>,
+    hosts: Option<Vec<splitrt::runtime::launcher::HostSlots>>,
+    rsh: Option<String>,
+) -> Result<String, String> {
     check_timeout(job.timeout)?;
     let _ = std::fs::remove_file(job.result);
     let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
@@ -57,8 +66,8 @@ pub fn run(job: &Job<'_>) -> Result<String, String> {
         timeout: Some(Duration::from_secs_f64(job.timeout)),
         prefix_output: true,
         verbose: false,
-        hosts: None,
-        rsh: None,
+        hosts,
+        rsh,
     })
     .map_err(|e| format!("launching the ranks: {e}"))?;
     if outcome.code != 0 {

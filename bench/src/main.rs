@@ -5,6 +5,7 @@
 //! splitrt-bench pgas | latency | throughput | ring-scan | cell-scan | breakdown [--quick] [--reps R] [--out DIR]
 //! splitrt-bench compare [--no-peers] [--quick] [--reps R] [--out DIR]
 //! splitrt-bench apps [--class S|W] [--quick] [--reps R] [--out DIR]
+//! splitrt-bench net [--hosts a,b --rsh CMD] [--gasnet DIR] [--quick] [--reps R] [--out DIR]
 //! ```
 //!
 //! * `am` (the default): Active Message latency, throughput and message
@@ -19,6 +20,9 @@
 //! * `compare`: splitrt beside UCX, libfabric, raw UDP, the raw line
 //!   ping-pong and memcpy on the same pinned CPUs, with ratios.
 //! * `apps`: the example applications at 1, 2, 4, 8 ranks (speedup).
+//! * `net`: the UDP fabric beside raw UDP (busy-poll ping-pong, stream)
+//!   measured by the same two ranks, lossless and under 1% / 5% loss;
+//!   `DIR/net.csv`, `net.txt`.
 //! * `breakdown`: per-stage time of an AM round trip (`SPLITRT_TRACE=1`).
 //!
 //! Every subcommand prints a table, writes `DIR/<name>.csv` and SVG plots,
@@ -33,6 +37,7 @@ mod breakdown;
 mod compare;
 mod host;
 mod job;
+mod net;
 mod pgas;
 mod pin;
 mod plot;
@@ -130,6 +135,26 @@ enum Cmd {
     /// Where an AM round trip's time goes, per runtime stage
     /// (SPLITRT_TRACE=1), beside the untraced round trip.
     Breakdown,
+    /// The UDP fabric beside raw UDP on the same cores, lossless and under
+    /// 1% and 5% loss (loopback, or two hosts with --hosts a,b --rsh CMD).
+    Net {
+        /// Two hosts of one rank each, e.g. `node1,node2`.
+        #[arg(long)]
+        hosts: Option<String>,
+        /// Remote shell for --hosts (default ssh).
+        #[arg(long)]
+        rsh: Option<String>,
+        /// A GASNet-EX build tree whose udp-conduit tests run too.
+        #[arg(long)]
+        gasnet: Option<PathBuf>,
+    },
+    /// One rank of the network benchmark job (started by the driver, not by users).
+    #[command(hide = true)]
+    NetWorker {
+        /// Where rank 0 writes its measurements.
+        #[arg(long)]
+        result: PathBuf,
+    },
     /// One rank of a breakdown job (started by the driver, not by users).
     #[command(hide = true)]
     BreakdownWorker {
@@ -212,6 +237,17 @@ fn main() {
             out: cli.driver.out.clone(),
             timeout: cli.driver.timeout,
         }),
+        Some(Cmd::Net { hosts, rsh, gasnet }) => net::run(&net::Options {
+            common: cli.common,
+            out: cli.driver.out.clone(),
+            timeout: cli.driver.timeout,
+            hosts: hosts.clone(),
+            rsh: rsh.clone(),
+            gasnet: gasnet.clone(),
+        }),
+        Some(Cmd::NetWorker { result }) => {
+            net::worker::run(cli.common, result).map_err(|e| e.to_string())
+        }
         Some(Cmd::BreakdownWorker { result }) => {
             breakdown::worker(cli.common, result).map_err(|e| e.to_string())
         }

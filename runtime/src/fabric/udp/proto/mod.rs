@@ -17,8 +17,10 @@
 //! in-order hand-up. The receive window doubles as credits: a receiver
 //! whose upper layer stops polling stops opening its window. Control
 //! datagrams (acknowledgements, window updates, keepalives) are small and
-//! leave before data (the priority channel); small messages are coalesced
-//! into one datagram until it is full or the caller flushes.
+//! leave before data (the priority channel). Small messages are coalesced
+//! Nagle-style: a message to a peer with nothing in flight on that stream
+//! leaves at once; while datagrams are in flight, later messages fill one
+//! datagram until it is full or the caller polls.
 //!
 //! A datagram is acted on only if its tag verifies under the job's key,
 //! it is addressed to this rank, and its header is consistent; otherwise it
@@ -326,6 +328,13 @@ impl Proto {
             Self::seal(me, peer, stream, s);
         }
         if took_any {
+            // Nagle's rule: on an idle stream the datagram leaves at once
+            // (latency); while earlier ones are in flight, later messages
+            // fill it until it is full or the sender polls (coalescing).
+            let s = &mut self.peers[peer as usize].tx[stream];
+            if s.in_flight() == 0 && s.next_tx == s.next_seq && s.slots.len() < window {
+                Self::seal(me, peer, stream, s);
+            }
             self.mark_dirty(peer);
             Sent::Upto(from)
         } else {

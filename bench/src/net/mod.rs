@@ -1,0 +1,231 @@
+//! `splitrt-bench net`: the UDP fabric between two ranks (on this host over
+//! loopback, or on two hosts with `--hosts a,b --rsh CMD`), beside a raw
+//! UDP busy-poll ping-pong and a raw one-way stream that the same two
+//! processes measure on the same cores in the same job; then the same
+//! under 1% and 5% injected loss (`SPLITRT_UDP_FAULTS`, every datagram
+//! either way). Ratios: AM Short RTT / raw RTT, bandwidths / raw stream,
+//! lossy / lossless. `--gasnet DIR` also runs GASNet-EX's udp-conduit
+//! testam / testsmall / testlarge from a tree the user built.
+
+pub mod worker;
+
+use crate::job::{self, Job};
+use crate::Common;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Shared flags.
+    pub common: Common,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Seconds before a job is killed.
+    pub timeout: f64,
+    /// Two hosts (`a,b`) to place the ranks on.
+    pub hosts: Option<String>,
+    /// Remote shell for `hosts`.
+    pub rsh: Option<String>,
+    /// A built GASNet-EX tree (its `udp-conduit` directory has the tests).
+    pub gasnet: Option<PathBuf>,
+}
+
+const METRICS: &[&str] = &[
+    "raw UDP RTT (us)",
+    "AM Short RTT (us)",
+    "AM Medium 1 KiB RTT (us)",
+    "AM Long 64 KiB RTT (us)",
+    "raw UDP stream (MB/s)",
+    "AM Medium max one-way (MB/s)",
+    "AM Long 1 MiB one-way (MB/s)",
+    "AM Short 8 B rate (M msg/s)",
+    "put 1 MiB (MB/s)",
+    "get 64 KiB (MB/s)",
+    "get 1 MiB (MB/s)",
+    "datagrams sent",
+    "retransmitted",
+];
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        f64::NAN
+    } else {
+        v[v.len() / 2]
+    }
+}
+
+fn parse(text: &str) -> BTreeMap<String, f64> {
+    let mut by: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for line in text.lines() {
+        let mut f = line.rsplitn(3, ',');
+        let (Some(v), Some(_rep), Some(name)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if let Ok(v) = v.parse::<f64>() {
+            by.entry(name.to_string()).or_default().push(v);
+        }
+    }
+    by.into_iter().map(|(k, v)| (k, median(v))).collect()
+}
+
+/// Run the benchmark and print its table.
+pub fn run(o: &Options) -> Result<(), String> {
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
+    let hosts = match &o.hosts {
+        None => None,
+        Some(h) => {
+            let h = splitrt::runtime::launcher::parse_hosts(h).map_err(|e| e.to_string())?;
+            if h.len() != 2 || h.iter().any(|x| x.slots != 1) {
+                return Err("--hosts takes two hosts of one slot each: a,b".into());
+            }
+            Some(h)
+        }
+    };
+    let where_ = o.hosts.clone().unwrap_or_else(|| "loopback".into());
+    let scenarios = [
+        ("lossless", None),
+        ("1% loss", Some("drop=0.01,dir=tx,seed=11")),
+        ("5% loss", Some("drop=0.05,dir=tx,seed=12")),
+    ];
+    let mut cols = Vec::new();
+    for (name, faults) in scenarios {
+        eprintln!("net: {name} ({where_})");
+        let result = o
+            .out
+            .join(format!("net-{}.raw", name.replace(['%', ' '], "")));
+        let mut env = vec![("SPLITRT_FABRIC".to_string(), "udp".to_string())];
+        if let Some(f) = faults {
+            env.push(("SPLITRT_UDP_FAULTS".into(), f.into()));
+        }
+        let text = job::run_on(
+            &Job {
+                worker: "net-worker",
+                common: o.common,
+                result: &result,
+                env,
+                timeout: o.timeout,
+            },
+            hosts.clone(),
+            o.rsh.clone(),
+        )?;
+        cols.push((name, parse(&text)));
+    }
+    let get = |c: usize, m: &str| cols[c].1.get(m).copied().unwrap_or(f64::NAN);
+    let mut table = format!(
+        "UDP fabric, 2 ranks ({where_}), {} repetition(s), medians\n{:<30} {:>12} {:>12} {:>12}\n",
+        o.common.reps, "", cols[0].0, cols[1].0, cols[2].0
+    );
+    let mut csv = String::from("metric,lossless,loss1,loss5\n");
+    for m in METRICS {
+        table += &format!(
+            "{m:<30} {:>12.2} {:>12.2} {:>12.2}\n",
+            get(0, m),
+            get(1, m),
+            get(2, m)
+        );
+        csv += &format!("{m},{},{},{}\n", get(0, m), get(1, m), get(2, m));
+    }
+    let ratio = |a: f64, b: f64| a / b;
+    table += "\nratios (same job, same cores)\n";
+    let rows = [
+        (
+            "AM Short RTT / raw UDP RTT",
+            ratio(get(0, METRICS[1]), get(0, METRICS[0])),
+        ),
+        (
+            "Long 1 MiB one-way / raw stream",
+            ratio(get(0, METRICS[6]), get(0, METRICS[4])),
+        ),
+        (
+            "put 1 MiB / raw stream",
+            ratio(get(0, METRICS[8]), get(0, METRICS[4])),
+        ),
+        (
+            "get 1 MiB / raw stream",
+            ratio(get(0, METRICS[10]), get(0, METRICS[4])),
+        ),
+        (
+            "Long 1 MiB, 1% loss / lossless",
+            ratio(get(1, METRICS[6]), get(0, METRICS[6])),
+        ),
+        (
+            "Long 1 MiB, 5% loss / lossless",
+            ratio(get(2, METRICS[6]), get(0, METRICS[6])),
+        ),
+        (
+            "put 1 MiB, 5% loss / lossless",
+            ratio(get(2, METRICS[8]), get(0, METRICS[8])),
+        ),
+        (
+            "Short rate, 5% loss / lossless",
+            ratio(get(2, METRICS[7]), get(0, METRICS[7])),
+        ),
+    ];
+    for (k, v) in rows {
+        table += &format!("{k:<34} {v:>8.2}\n");
+        csv += &format!("{k},{v},,\n");
+    }
+    if let Some(dir) = &o.gasnet {
+        table += &gasnet(dir, o.common.quick);
+    }
+    print!("{table}");
+    std::fs::write(o.out.join("net.csv"), csv).map_err(|e| format!("writing net.csv: {e}"))?;
+    std::fs::write(o.out.join("net.txt"), &table).map_err(|e| format!("writing net.txt: {e}"))?;
+    Ok(())
+}
+
+/// GASNet-EX udp-conduit tests from a user-built tree, on this host
+/// (`amudprun -np 2` with local spawning), their own output quoted.
+fn gasnet(dir: &std::path::Path, quick: bool) -> String {
+    let udp = dir.join("udp-conduit");
+    let run = udp.join("contrib/amudprun");
+    let run = if run.exists() {
+        run
+    } else {
+        dir.join("bin/amudprun")
+    };
+    let mut s = format!("\nGASNet-EX udp-conduit ({})\n", udp.display());
+    let iters = if quick { "1000" } else { "10000" };
+    for (test, args) in [
+        ("testam", vec![iters]),
+        ("testsmall", vec![iters, "8"]),
+        ("testlarge", vec!["100", "1048576"]),
+    ] {
+        let exe = udp.join(test);
+        if !exe.exists() || !run.exists() {
+            s += &format!(
+                "  {test}: not found under {} (build it with `make {test}`)\n",
+                udp.display()
+            );
+            continue;
+        }
+        let out = std::process::Command::new(&run)
+            .args(["-np", "2"])
+            .arg(&exe)
+            .args(&args)
+            .env("GASNET_SPAWNFN", "L")
+            .env("GASNET_QUIET", "1")
+            .output();
+        match out {
+            Ok(o) => {
+                for l in String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .filter(|l| {
+                        l.contains("latency")
+                            || l.contains("bandwidth")
+                            || l.contains("throughput")
+                            || l.contains("MB/s")
+                            || l.contains("us")
+                    })
+                    .take(12)
+                {
+                    s += &format!("  {test}: {}\n", l.trim());
+                }
+            }
+            Err(e) => s += &format!("  {test}: could not run: {e}\n"),
+        }
+    }
+    s
+}
