@@ -67,6 +67,19 @@ fn attacked_job(
     nobody: bool,
     stop_file: &Path,
 ) -> (Run, String, (u64, u64)) {
+    attacked_job_with(program, modes, nobody, stop_file, true, &[])
+}
+
+/// [`attacked_job`] with the wrong-key rank first or not, and extra
+/// environment for the job.
+fn attacked_job_with(
+    program: &[&str],
+    modes: &[&str],
+    nobody: bool,
+    stop_file: &Path,
+    fakerank_first: bool,
+    env: &[(&str, &str)],
+) -> (Run, String, (u64, u64)) {
     let _lock = job_lock();
     let _ = std::fs::remove_file(stop_file);
     let (prog, args) = program.split_first().unwrap();
@@ -74,6 +87,7 @@ fn attacked_job(
         .args(["-n", "3", "--timeout", "90", "--verbose", prog])
         .args(args)
         .env("SPLITRT_BOOTSTRAP_TIMEOUT", "10")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -97,7 +111,12 @@ fn attacked_job(
     let peaks = watch(pid, stop.clone());
     // a wrong-key rank alone first (so no flood can crowd its handshake out
     // and it is always answered), then the floods together
-    let report = attack(&addr, &["fakerank"], nobody) + &attack(&addr, modes, nobody);
+    let first = if fakerank_first {
+        attack(&addr, &["fakerank"], nobody)
+    } else {
+        String::new()
+    };
+    let report = first + &attack(&addr, modes, nobody);
     assert!(
         child.try_wait().unwrap().is_none(),
         "the job ended before the attack did:\n{report}"
@@ -167,6 +186,35 @@ fn strangers_attacking_a_running_job_change_nothing() {
     );
 }
 
+/// Forged barrier arrivals and releases alone (nothing else that could end
+/// the job first), while two ranks wait in every barrier for a late third:
+/// a server that counted them would let the two leave before the third
+/// sent its requests, which `t_barriers` reports as missing requests.
+#[test]
+fn forged_barrier_frames_release_no_one() {
+    if !is_root() {
+        eprintln!("skipped: needs root to become another user");
+        return;
+    }
+    let prog = example("t_barriers");
+    let stop = stop_file("barriers");
+    let (r, report, _) = attacked_job_with(
+        &[
+            prog.to_str().unwrap(),
+            "100000",
+            "20",
+            stop.to_str().unwrap(),
+        ],
+        &["barriers"],
+        true,
+        &stop,
+        false,
+        &[("T_BARRIERS_LATE_RANK", "2")],
+    );
+    barriers_ok(&r, 3);
+    assert!(report.contains("forged barrier frames sent"), "{report}");
+}
+
 /// Attacks while the ranks are still joining (each rank waits 2 s before it
 /// attaches): nothing a stranger sends refuses or aborts the job.
 #[test]
@@ -218,7 +266,12 @@ fn killing_the_launcher_during_start_up_leaves_nothing() {
     let _lock = job_lock();
     let job = job_id("killboot");
     let hello = example("hello");
-    let script = format!("sleep 0.5; exec {}", hello.display());
+    // rank 3 comes 5 s late, so the kill lands while the others wait for
+    // it in the bootstrap (where the old code had already made its files)
+    let script = format!(
+        "[ \"$SPLITRT_RANK\" = 3 ] && sleep 5; exec {}",
+        hello.display()
+    );
     let mut c = launch(
         4,
         &"/bin/sh".into(),
@@ -228,7 +281,7 @@ fn killing_the_launcher_during_start_up_leaves_nothing() {
     )
     .spawn()
     .unwrap();
-    std::thread::sleep(Duration::from_millis(600));
+    std::thread::sleep(Duration::from_millis(1500));
     let _ = c.kill();
     let _ = c.wait();
     // the ranks get SIGKILL from the kernel (parent-death signal)

@@ -11,6 +11,9 @@
 //!   / Bye frames, each on its own connection and all on one
 //! * `fakerank` — the real handshake with a wrong key, claiming ranks 0..4,
 //!   then sealed frames anyway
+//! * `barriers` — for 2 s, unauthenticated Barrier arrivals and releases of
+//!   epochs 1..=2000, over and over (nothing else, so nothing ends the job
+//!   first: a server that counted them would release waiting ranks early)
 //! * `udp` — for 1.5 s, datagrams at every loopback UDP socket of user
 //!   `ATTACK_UID` (default 0) listed in `/proc/net/udp`: random bytes, and
 //!   well-formed UDP-fabric headers (every kind, plausible sequence and
@@ -120,6 +123,26 @@ fn forged() -> Vec<Msg> {
     }));
     v.push(Msg::Bye);
     v
+}
+
+fn barriers(addr: SocketAddr) -> String {
+    let frames: Vec<Vec<u8>> = (1..=2000)
+        .flat_map(|e| [Msg::Barrier(Collective::User, e), Msg::Release(e)])
+        .map(|m| m.encode_body())
+        .collect();
+    let t0 = std::time::Instant::now();
+    let mut sent = 0;
+    while t0.elapsed() < Duration::from_secs(2) {
+        let Some(mut s) = connect(addr) else { continue };
+        for f in &frames {
+            if write_frame(&mut s, f).is_err() {
+                break;
+            }
+            sent += 1;
+        }
+        drain(&mut s);
+    }
+    format!("barriers: {sent} forged barrier frames sent")
 }
 
 fn forge(addr: SocketAddr) -> String {
@@ -261,6 +284,7 @@ fn main() {
                 "forge" => Ok(forge(addr)),
                 "fakerank" => fakerank(addr),
                 "udp" => Ok(udp_spray()),
+                "barriers" => Ok(barriers(addr)),
                 other => Err(format!("unknown mode {other}")),
             })
         })

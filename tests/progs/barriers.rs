@@ -8,6 +8,8 @@
 //! checked). With STOPFILE, ROUNDS is a maximum: rank 0 ends the run after
 //! the round in which it sees that file exist (it tells the others in that
 //! round's request).
+//! With `T_BARRIERS_LATE_RANK=r`, only rank r pauses (before its requests),
+//! so the others wait in every barrier for it.
 //! Rank 0 prints `BOOT <addr>` first (the rendezvous address, for the
 //! bootstrap attack tests) and `barriers ok R` at the end on every rank.
 
@@ -32,6 +34,9 @@ fn run() -> splitrt::Result<()> {
     };
     let rounds = arg(1, 50);
     let pause = Duration::from_millis(arg(2, 0));
+    let late: Option<usize> = std::env::var("T_BARRIERS_LATE_RANK")
+        .ok()
+        .and_then(|s| s.parse().ok());
     // arrivals[r % 2]: requests of round r seen (two rounds can overlap:
     // a fast rank may send round r+1 before a slow one checked round r)
     let seen = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
@@ -67,6 +72,9 @@ fn run() -> splitrt::Result<()> {
             && stop_file
                 .as_ref()
                 .is_some_and(|f| std::path::Path::new(f).exists());
+        if late == Some(rank) {
+            std::thread::sleep(pause);
+        }
         let before = acks.load(Ordering::Acquire);
         for peer in 0..ep.size() {
             ep.request(peer, req, &[r, u64::from(stop)], Payload::None)?;
@@ -85,7 +93,9 @@ fn run() -> splitrt::Result<()> {
         if last.load(Ordering::Acquire) == r {
             break;
         }
-        std::thread::sleep(pause);
+        if late.is_none() {
+            std::thread::sleep(pause);
+        }
     }
     println!("barriers ok {done}");
     ep.finish()
