@@ -25,6 +25,8 @@ use std::time::Instant;
 const SOCKET_BUFFER: usize = 16 << 20;
 /// Datagrams read per poll at most.
 const RECV_BATCH: usize = 64;
+/// A socket found empty this recently (ns) is not read again.
+const RECENTLY_EMPTY_NS: u64 = 300;
 /// Datagrams this short are copied into a small buffer so the large
 /// receive buffer is reused.
 const COPY_BELOW: usize = 2048;
@@ -141,6 +143,7 @@ impl PendingUdp {
                 faults,
                 failed: None,
                 send_errors: 0,
+                empty_at: 0,
             }),
             rx: [0, 1].map(|_| {
                 Mutex::new(RxSide {
@@ -199,6 +202,10 @@ struct Core {
     faults: Option<Box<FaultState>>,
     /// A dead peer and why: every later poll reports it.
     failed: Option<(usize, String)>,
+    /// When the socket was last found empty: a poll of the other channel
+    /// right after (the AM layer polls replies, then requests) skips the
+    /// system call.
+    empty_at: u64,
     send_errors: u64,
 }
 
@@ -293,6 +300,9 @@ impl Core {
 
     /// Read what the socket has (a batch at most) into the protocol.
     fn receive(&mut self, sock: &UdpSocket, now: u64) {
+        if now.saturating_sub(self.empty_at) < RECENTLY_EMPTY_NS && self.faults.is_none() {
+            return;
+        }
         for _ in 0..RECV_BATCH {
             if self.big.capacity() < MAX_DATAGRAM {
                 self.big = Vec::with_capacity(MAX_DATAGRAM);
@@ -301,7 +311,11 @@ impl Core {
             let sref = socket2::SockRef::from(sock);
             let n = match sref.recv(&mut spare[..MAX_DATAGRAM]) {
                 Ok(n) => n,
-                Err(_) => break, // WouldBlock (or an ICMP error: nothing to read)
+                Err(_) => {
+                    // WouldBlock (or an ICMP error: nothing to read)
+                    self.empty_at = now;
+                    break;
+                }
             };
             // SAFETY: recv initialized the first n bytes of the spare capacity.
             unsafe { self.big.set_len(n) };

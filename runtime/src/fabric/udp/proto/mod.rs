@@ -80,7 +80,7 @@ impl Default for ProtoConfig {
             window: 64,
             ack_delay: 50_000,
             initial_rto: 5_000_000,
-            min_rto: 1_000_000,
+            min_rto: 200_000,
             max_rto: 100_000_000,
             keepalive: 1_000_000_000,
             peer_timeout: 10_000_000_000,
@@ -426,7 +426,8 @@ impl Proto {
                 p.rto_at[st] = (p.tx[st].in_flight() > 0).then(|| now + p.rto);
             }
             if dup && p.tx[st].dups >= 3 {
-                let before = now.saturating_sub(p.srtt.max(self.cfg.min_rto / 4));
+                // holes not resent within the last round trip
+                let before = now.saturating_sub(p.srtt.max(20_000));
                 if p.tx[st].mark_lost(false, before) > 0 {
                     self.stats.fast_retransmits += 1;
                 }
