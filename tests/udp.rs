@@ -217,3 +217,25 @@ fn a_stopped_rank_is_declared_dead_over_udp() {
         "ended by the peer timeout"
     );
 }
+
+/// `SPLITRT_UDP_AUTH=header` (tag over the header only): the same checks
+/// pass, and strangers' datagrams are still refused (their header tag
+/// fails).
+#[test]
+fn header_only_tags_work() {
+    conformance(3, "1", &[("SPLITRT_UDP_AUTH", "header")]);
+}
+
+/// Ranks that disagree on what the tag covers could never read each
+/// other's datagrams: the job is refused at start, naming the setting.
+#[test]
+fn ranks_disagreeing_on_the_tag_are_refused_at_start() {
+    let hello = example("hello");
+    let script = format!(
+        "[ \"$SPLITRT_RANK\" = 1 ] && export SPLITRT_UDP_AUTH=header; exec {}",
+        hello.display()
+    );
+    let r = run_job(2, &"/bin/sh".into(), &["-c", &script], &[UDP], 30);
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(r.stderr.contains("SPLITRT_UDP_AUTH"), "{}", r.stderr);
+}

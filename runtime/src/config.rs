@@ -34,6 +34,8 @@ pub const ENV_UDP_MTU: &str = "SPLITRT_UDP_MTU";
 pub const ENV_UDP_WINDOW: &str = "SPLITRT_UDP_WINDOW";
 /// Seconds of silence after which a UDP peer is declared dead.
 pub const ENV_UDP_PEER_TIMEOUT: &str = "SPLITRT_UDP_PEER_TIMEOUT";
+/// What a UDP datagram's tag covers: `full` or `header`.
+pub const ENV_UDP_AUTH: &str = "SPLITRT_UDP_AUTH";
 
 /// Every tunable with its documented name, for `--help` texts and docs.
 pub const ALL_VARS: &[(&str, &str)] = &[
@@ -71,6 +73,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     (
         ENV_UDP_PEER_TIMEOUT,
         "seconds of silence before a UDP peer is declared dead (default 10)",
+    ),
+    (
+        ENV_UDP_AUTH,
+        "UDP tag covers: full (every byte) or header (trusted networks: faster, bodies unprotected) (default full)",
     ),
     (
         crate::fabric::udp::faults::ENV_UDP_FAULTS,
@@ -177,6 +183,8 @@ pub struct Config {
     pub udp_peer_timeout: Duration,
     /// UDP fault injection (`None`: off).
     pub udp_faults: Option<crate::fabric::udp::faults::FaultSpec>,
+    /// The UDP tag covers the body too (`SPLITRT_UDP_AUTH=full`).
+    pub udp_auth_body: bool,
 }
 
 impl Default for Config {
@@ -198,6 +206,7 @@ impl Default for Config {
             udp_window: 32,
             udp_peer_timeout: Duration::from_secs(10),
             udp_faults: None,
+            udp_auth_body: true,
         }
     }
 }
@@ -261,6 +270,17 @@ impl Config {
             "seconds",
             &mut c.udp_peer_timeout,
         )?;
+        if let Some(v) = get(ENV_UDP_AUTH) {
+            c.udp_auth_body = match v.trim() {
+                "full" => true,
+                "header" => false,
+                _ => {
+                    return Err(Error::config(format!(
+                        "{ENV_UDP_AUTH}={v:?}: expected 'full' or 'header'"
+                    )))
+                }
+            };
+        }
         if let Some(v) = get(crate::fabric::udp::faults::ENV_UDP_FAULTS) {
             c.udp_faults = Some(v.parse()?);
         }
@@ -356,6 +376,7 @@ impl Config {
             window: self.udp_window as u16,
             keepalive: (timeout / 5).max(20_000_000),
             peer_timeout: timeout,
+            auth_body: self.udp_auth_body,
             ..Default::default()
         }
     }

@@ -179,6 +179,20 @@ impl World {
                 if config.fabric != FabricKind::Shm {
                     udp = Some(PendingUdp::bind(&addr).map_err(at)?);
                 }
+                // Settings every rank must share are checked with the
+                // handler table (a mismatch names both values).
+                let mut table = table;
+                if config.fabric != FabricKind::Shm {
+                    table.push(format!(
+                        "(setting) {}={}",
+                        crate::config::ENV_UDP_AUTH,
+                        if config.udp_auth_body {
+                            "full"
+                        } else {
+                            "header"
+                        }
+                    ));
+                }
                 let hello = Hello {
                     rank: rank as u32,
                     size: job.size as u32,

@@ -242,9 +242,14 @@ fn table_difference(a: &[String], b: &[String], rank: usize) -> Option<String> {
     let n = a.len().max(b.len());
     (0..n).find(|&i| a.get(i) != b.get(i)).map(|i| {
         let show = |x: Option<&String>| x.map_or("nothing".to_string(), |s| format!("'{s}'"));
+        let setting = |x: Option<&String>| x.is_some_and(|s| s.starts_with("(setting)"));
+        let rule = if setting(a.get(i)) || setting(b.get(i)) {
+            "every rank must run with the same value of this setting"
+        } else {
+            "every rank must register the same handlers in the same order"
+        };
         format!(
-            "registration tables differ at entry {i}: rank 0 has {}, rank {rank} has {} \
-             (every rank must register the same handlers in the same order)",
+            "registration tables differ at entry {i}: rank 0 has {}, rank {rank} has {} ({rule})",
             show(a.get(i)),
             show(b.get(i))
         )

@@ -131,12 +131,30 @@ impl Header {
 #[derive(Clone)]
 pub struct Mac {
     key: [u8; 32],
+    body: bool,
 }
 
 impl Mac {
-    /// From a 256-bit key (derived from the job key).
+    /// From a 256-bit key (derived from the job key): the tag covers the
+    /// whole datagram.
     pub fn new(key: [u8; 32]) -> Mac {
-        Mac { key }
+        Mac { key, body: true }
+    }
+
+    /// A tag over the header only (`SPLITRT_UDP_AUTH=header`): datagrams
+    /// of strangers and other jobs are still refused, but the body is
+    /// protected only by UDP's checksum, so an on-path attacker could alter
+    /// it. For trusted networks, where the full tag costs bandwidth.
+    pub fn header_only(key: [u8; 32]) -> Mac {
+        Mac { key, body: false }
+    }
+
+    fn covered(&self, n: usize) -> usize {
+        if self.body {
+            n
+        } else {
+            HEADER.min(n)
+        }
     }
 
     fn tag_of(&self, data: &[u8]) -> [u8; TAG] {
@@ -146,10 +164,11 @@ impl Mac {
         t
     }
 
-    /// Write the tag over `d[..len - TAG]` into the last [`TAG`] bytes.
+    /// Write the tag over `d[..len - TAG]` (or its header) into the last
+    /// [`TAG`] bytes.
     pub fn seal(&self, d: &mut [u8]) {
         let n = d.len() - TAG;
-        let t = self.tag_of(&d[..n]);
+        let t = self.tag_of(&d[..self.covered(n)]);
         d[n..].copy_from_slice(&t);
     }
 
@@ -159,7 +178,7 @@ impl Mac {
             return false;
         }
         let n = d.len() - TAG;
-        let t = self.tag_of(&d[..n]);
+        let t = self.tag_of(&d[..self.covered(n)]);
         crate::key::same_mac(&t, &d[n..])
     }
 }

@@ -71,6 +71,8 @@ pub struct ProtoConfig {
     pub keepalive: u64,
     /// Silence after which a peer is declared dead.
     pub peer_timeout: u64,
+    /// The tag covers the body too (`false`: the header only).
+    pub auth_body: bool,
 }
 
 impl Default for ProtoConfig {
@@ -84,6 +86,7 @@ impl Default for ProtoConfig {
             max_rto: 100_000_000,
             keepalive: 1_000_000_000,
             peer_timeout: 10_000_000_000,
+            auth_body: true,
         }
     }
 }
@@ -229,7 +232,11 @@ impl Proto {
             .collect();
         Proto {
             me,
-            mac: Mac::new(mac_key),
+            mac: if cfg.auth_body {
+                Mac::new(mac_key)
+            } else {
+                Mac::header_only(mac_key)
+            },
             peers,
             dirty: Vec::new(),
             ready: [VecDeque::new(), VecDeque::new()],
