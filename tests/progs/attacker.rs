@@ -250,6 +250,8 @@ fn udp_spray() -> String {
                             sack: rnd() as u32,
                             win: 64,
                         }; 2],
+                        ts: rnd() as u32,
+                        echo: rnd() as u32,
                     }
                     .write(&mut d);
                     if k % 4 != 1 {

@@ -88,6 +88,7 @@ pub fn run(o: &Options) -> Result<(), String> {
         ("lossless", None),
         ("1% loss", Some("drop=0.01,dir=tx,seed=11")),
         ("5% loss", Some("drop=0.05,dir=tx,seed=12")),
+        ("header tag", None),
     ];
     let mut cols = Vec::new();
     for (name, faults) in scenarios {
@@ -98,6 +99,9 @@ pub fn run(o: &Options) -> Result<(), String> {
         let mut env = vec![("SPLITRT_FABRIC".to_string(), "udp".to_string())];
         if let Some(f) = faults {
             env.push(("SPLITRT_UDP_FAULTS".into(), f.into()));
+        }
+        if name == "header tag" {
+            env.push(("SPLITRT_UDP_AUTH".into(), "header".into()));
         }
         let text = job::run_on(
             &Job {
@@ -114,18 +118,25 @@ pub fn run(o: &Options) -> Result<(), String> {
     }
     let get = |c: usize, m: &str| cols[c].1.get(m).copied().unwrap_or(f64::NAN);
     let mut table = format!(
-        "UDP fabric, 2 ranks ({where_}), {} repetition(s), medians\n{:<30} {:>12} {:>12} {:>12}\n",
-        o.common.reps, "", cols[0].0, cols[1].0, cols[2].0
+        "UDP fabric, 2 ranks ({where_}), {} repetition(s), medians\n{:<30} {:>12} {:>12} {:>12} {:>12}\n",
+        o.common.reps, "", cols[0].0, cols[1].0, cols[2].0, cols[3].0
     );
-    let mut csv = String::from("metric,lossless,loss1,loss5\n");
+    let mut csv = String::from("metric,lossless,loss1,loss5,header_tag\n");
     for m in METRICS {
         table += &format!(
-            "{m:<30} {:>12.2} {:>12.2} {:>12.2}\n",
+            "{m:<30} {:>12.2} {:>12.2} {:>12.2} {:>12.2}\n",
             get(0, m),
             get(1, m),
-            get(2, m)
+            get(2, m),
+            get(3, m)
         );
-        csv += &format!("{m},{},{},{}\n", get(0, m), get(1, m), get(2, m));
+        csv += &format!(
+            "{m},{},{},{},{}\n",
+            get(0, m),
+            get(1, m),
+            get(2, m),
+            get(3, m)
+        );
     }
     let ratio = |a: f64, b: f64| a / b;
     table += "\nratios (same job, same cores)\n";
@@ -165,7 +176,7 @@ pub fn run(o: &Options) -> Result<(), String> {
     ];
     for (k, v) in rows {
         table += &format!("{k:<34} {v:>8.2}\n");
-        csv += &format!("{k},{v},,\n");
+        csv += &format!("{k},{v},,,\n");
     }
     if let Some(dir) = &o.gasnet {
         table += &gasnet(dir, o.common.quick);

@@ -160,15 +160,19 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         };
     for rep in 0..common.reps {
         let mut row = |name: &str, v: f64| out += &format!("{name},{rep},{v}\n");
-        // raw busy-poll ping-pong
+        // raw busy-poll ping-pong (8-byte counters; anything else, e.g. a
+        // late datagram of the last stream, is skipped)
+        let mut junk = vec![0u8; 65_536];
+        while raw.recv_from(&mut junk).is_ok() {}
         pg.barrier()?;
         let n = sz.rtt;
         let mut b8 = [0u8; 64];
-        let spin_recv = |b: &mut [u8]| -> Result<usize> {
+        let spin_recv = |b: &mut [u8]| -> Result<u64> {
             let t = Instant::now();
             loop {
                 match raw.recv_from(b).map(|(k, _)| k) {
-                    Ok(k) => return Ok(k),
+                    Ok(8) => return Ok(u64::from_le_bytes(b[..8].try_into().expect("8"))),
+                    Ok(_) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                         if t.elapsed() > Duration::from_secs(5) {
                             return Err(Error::usage("raw UDP: no datagram for 5 s"));
@@ -180,11 +184,11 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         };
         if me == 0 {
             let t = Instant::now();
-            for _ in 0..n {
-                if let Err(e) = send(&[1u8; 8]) {
+            for i in 0..n as u64 {
+                if let Err(e) = send(&i.to_le_bytes()) {
                     eprintln!("send: {e}");
                 }
-                spin_recv(&mut b8)?;
+                while spin_recv(&mut b8)? != i {}
             }
             row(
                 "raw UDP RTT (us)",
@@ -192,8 +196,8 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
             );
         } else {
             for _ in 0..n {
-                let k = spin_recv(&mut b8)?;
-                let _ = send(&b8[..k]);
+                let i = spin_recv(&mut b8)?;
+                let _ = send(&i.to_le_bytes());
             }
         }
         pg.barrier()?;

@@ -7,7 +7,7 @@
 //!  0 magic u16 "SU"   2 version u8   3 kind u8   4 flags u8   5 pad u8
 //!  6 body_len u16     8 src u32     12 dst u32  16 seq u32
 //! 20 cum[0] u32      24 sack[0] u32 28 cum[1] u32 32 sack[1] u32
-//! 36 win[0] u16      38 win[1] u16  40 reserved u64
+//! 36 win[0] u16      38 win[1] u16  40 ts u32       44 echo u32
 //! 48 body (body_len bytes)          48+body_len tag [u8; 16]
 //! ```
 //! `kind` 0 and 1 are data datagrams of stream 0 (requests) and 1
@@ -16,7 +16,10 @@
 //! datagram carries the sender's acknowledgement state of both streams:
 //! `cum` is the next sequence number it expects, bit i of `sack` says that
 //! `cum + 1 + i` has arrived too, `win` is how many datagrams past `cum` it
-//! accepts. All integers little-endian.
+//! accepts. `ts` is the sender's clock (microseconds, wrapping, never 0)
+//! when the datagram left; `echo` the `ts` of the last in-order data
+//! datagram the sender received (0: none), which times round trips without
+//! counting the wait for a retransmission. All integers little-endian.
 
 /// Magic number ("SU").
 pub const MAGIC: u16 = 0x5553;
@@ -64,6 +67,10 @@ pub struct Header {
     pub seq: u32,
     /// The sender's acknowledgement state, per stream.
     pub acks: [Ack; 2],
+    /// Sender's clock when it left (us, wrapping; 0: unset).
+    pub ts: u32,
+    /// Echo of the peer's `ts` (0: none).
+    pub echo: u32,
 }
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
@@ -87,11 +94,10 @@ impl Header {
         b[12..16].copy_from_slice(&self.dst.to_le_bytes());
         b[16..20].copy_from_slice(&self.seq.to_le_bytes());
         self.write_acks(b);
-        b[40..48].fill(0);
     }
 
-    /// Rewrite only the acknowledgement fields (a retransmission carries
-    /// the acknowledgement state of the moment it leaves).
+    /// Rewrite only the fields of the moment a datagram leaves: the
+    /// acknowledgements, flags, `ts` and `echo`.
     pub fn write_acks(&self, b: &mut [u8]) {
         for (i, a) in self.acks.iter().enumerate() {
             b[20 + 8 * i..24 + 8 * i].copy_from_slice(&a.cum.to_le_bytes());
@@ -99,6 +105,8 @@ impl Header {
             b[36 + 2 * i..38 + 2 * i].copy_from_slice(&a.win.to_le_bytes());
         }
         b[4] = self.flags;
+        b[40..44].copy_from_slice(&self.ts.to_le_bytes());
+        b[44..48].copy_from_slice(&self.echo.to_le_bytes());
     }
 
     /// Parse a header from an authenticated datagram; `None` if the
@@ -119,6 +127,8 @@ impl Header {
                 sack: u32_at(b, 24 + 8 * i),
                 win: u16_at(b, 36 + 2 * i),
             }),
+            ts: u32_at(b, 40),
+            echo: u32_at(b, 44),
         };
         let ok = h.kind <= KIND_CONTROL
             && HEADER + h.body_len as usize + TAG == b.len()
@@ -208,6 +218,8 @@ mod tests {
                     win: 0,
                 },
             ],
+            ts: 77,
+            echo: 5,
         };
         let mut d = vec![0u8; OVERHEAD + 5];
         h.write(&mut d);

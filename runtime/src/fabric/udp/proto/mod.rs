@@ -170,6 +170,8 @@ struct Peer {
     rto_at: [Option<u64>; 2],
     srtt: u64,
     rttvar: u64,
+    /// The `ts` of the last in-order data datagram from this peer, to echo.
+    echo: u32,
     rto: u64,
     backoff: u32,
     /// Listed in `Proto::dirty`.
@@ -224,6 +226,7 @@ impl Proto {
                 rto_at: [None, None],
                 srtt: 0,
                 rttvar: 0,
+                echo: 0,
                 rto: cfg.initial_rto,
                 backoff: 0,
                 dirty: false,
@@ -361,6 +364,8 @@ impl Proto {
             dst: peer,
             seq: s.next_seq,
             acks: [Ack::default(); 2],
+            ts: 0,
+            echo: 0,
         }
         .write(&mut b);
         s.next_seq = s.next_seq.wrapping_add(1);
@@ -424,10 +429,15 @@ impl Proto {
         let mut wants_tx = false;
         for st in 0..2 {
             let a = h.acks[st];
-            let (freed, sample, dup) = p.tx[st].on_ack(a.cum, a.sack, a.win, &mut self.pool);
+            let (freed, dup) = p.tx[st].on_ack(a.cum, a.sack, a.win, &mut self.pool);
             if freed > 0 {
-                if let Some((sent_at, 1)) = sample {
-                    rtt_sample(p, &self.cfg, now.saturating_sub(sent_at));
+                // the echoed timestamp times the transmission that was
+                // acknowledged, retransmission or not
+                let rtt = (us(now).wrapping_sub(h.echo) as u64) * 1000;
+                if h.echo != 0 && rtt < 60_000_000_000 {
+                    rtt_sample(p, &self.cfg, rtt);
+                } else if p.backoff > 0 {
+                    p.rto = base_rto(p, &self.cfg);
                 }
                 p.backoff = 0;
                 p.rto_at[st] = (p.tx[st].in_flight() > 0).then(|| now + p.rto);
@@ -454,6 +464,7 @@ impl Proto {
             match arr {
                 Arrival::Stored { in_order } => {
                     if in_order {
+                        p.echo = h.ts;
                         p.rx[st].unacked += 1;
                         if p.rx[st].unacked >= 2 {
                             p.ack_at = Some(now);
@@ -572,11 +583,12 @@ impl Proto {
                         continue;
                     }
                     let acks = Self::acks_of(p);
+                    let echo = p.echo;
                     let s = &mut p.tx[st].slots[i];
                     s.again = false;
                     s.sent_at = now;
                     s.txs += 1;
-                    emit(&self.mac, &mut s.buf, acks, 0, peer, out);
+                    emit(&self.mac, &mut s.buf, acks, (us(now), echo), peer, out);
                     self.stats.sent += 1;
                     self.stats.retransmits += 1;
                     sent_data = true;
@@ -586,11 +598,12 @@ impl Proto {
             // new data
             while p.tx[st].may_send_new(window) {
                 let acks = Self::acks_of(p);
+                let echo = p.echo;
                 let idx = p.tx[st].next_tx.wrapping_sub(p.tx[st].una) as usize;
                 let s = &mut p.tx[st].slots[idx];
                 s.sent_at = now;
                 s.txs += 1;
-                emit(&self.mac, &mut s.buf, acks, 0, peer, out);
+                emit(&self.mac, &mut s.buf, acks, (us(now), echo), peer, out);
                 p.tx[st].next_tx = p.tx[st].next_tx.wrapping_add(1);
                 self.stats.sent += 1;
                 sent_data = true;
@@ -627,6 +640,8 @@ impl Proto {
                 dst: peer,
                 seq: 0,
                 acks,
+                ts: us(now),
+                echo: p.echo,
             }
             .write(&mut b);
             self.mac.seal(&mut b);
@@ -725,6 +740,15 @@ impl Proto {
     }
 }
 
+/// The retransmission timeout the RTT estimate gives (no back-off).
+fn base_rto(p: &Peer, cfg: &ProtoConfig) -> u64 {
+    if p.srtt == 0 {
+        cfg.initial_rto
+    } else {
+        (p.srtt + 4 * p.rttvar).clamp(cfg.min_rto, cfg.max_rto)
+    }
+}
+
 fn rtt_sample(p: &mut Peer, cfg: &ProtoConfig, rtt: u64) {
     if p.srtt == 0 {
         p.srtt = rtt;
@@ -734,7 +758,12 @@ fn rtt_sample(p: &mut Peer, cfg: &ProtoConfig, rtt: u64) {
         p.rttvar = (3 * p.rttvar + d) / 4;
         p.srtt = (7 * p.srtt + rtt) / 8;
     }
-    p.rto = (p.srtt + 4 * p.rttvar).clamp(cfg.min_rto, cfg.max_rto);
+    p.rto = base_rto(p, cfg);
+}
+
+/// A time as the wire's microsecond clock (wrapping; never 0).
+fn us(now: u64) -> u32 {
+    ((now / 1000) as u32).max(1)
 }
 
 /// Stamp the acknowledgement state, seal, hand out.
@@ -742,13 +771,14 @@ fn emit(
     mac: &Mac,
     buf: &mut [u8],
     acks: [Ack; 2],
-    flags: u8,
+    (ts, echo): (u32, u32),
     peer: u32,
     out: &mut dyn FnMut(u32, &[u8]),
 ) {
     Header {
         acks,
-        flags,
+        ts,
+        echo,
         ..Header::default()
     }
     .write_acks(buf);

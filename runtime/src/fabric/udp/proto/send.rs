@@ -73,32 +73,29 @@ impl SendStream {
     }
 
     /// Apply the receiver's acknowledgement: cumulative `cum`, selective
-    /// `sack`, window `win`. Returns (slots freed, newest freed slot's
-    /// (sent_at, txs) for an RTT sample, whether this was a duplicate
-    /// acknowledgement reporting later data).
+    /// `sack`, window `win`. Returns (slots freed, whether this was a
+    /// duplicate acknowledgement reporting later data).
     pub fn on_ack(
         &mut self,
         cum: u32,
         sack: u32,
         win: u16,
         pool: &mut Vec<Vec<u8>>,
-    ) -> (usize, Option<(u64, u32)>, bool) {
+    ) -> (usize, bool) {
         // Ignore acknowledgements of data never sent (forged or corrupt).
         if seq_lt(self.next_tx, cum) {
-            return (0, None, false);
+            return (0, false);
         }
         let new_limit = cum.wrapping_add(win as u32);
         if seq_lt(self.limit, new_limit) {
             self.limit = new_limit;
         }
         let mut freed = 0;
-        let mut sample = None;
         while seq_lt(self.una, cum) {
             let s = self.slots.pop_front().expect("slot per unacked seq");
             if s.again {
                 self.again -= 1;
             }
-            sample = Some((s.sent_at, s.txs));
             super::recycle(pool, s.buf);
             self.una = self.una.wrapping_add(1);
             freed += 1;
@@ -128,7 +125,7 @@ impl SendStream {
                 }
             }
         }
-        (freed, sample, dup)
+        (freed, dup)
     }
 
     /// Mark sent, unacknowledged slots for retransmission: all of them
