@@ -173,6 +173,18 @@ pub fn run(o: &Options) -> Result<(), String> {
             "Short rate, 5% loss / lossless",
             ratio(get(2, METRICS[7]), get(0, METRICS[7])),
         ),
+        (
+            "header tag: AM Short RTT / raw",
+            ratio(get(3, METRICS[1]), get(3, METRICS[0])),
+        ),
+        (
+            "header tag: put 1 MiB / raw stream",
+            ratio(get(3, METRICS[8]), get(3, METRICS[4])),
+        ),
+        (
+            "header tag: get 1 MiB / raw stream",
+            ratio(get(3, METRICS[10]), get(3, METRICS[4])),
+        ),
     ];
     for (k, v) in rows {
         table += &format!("{k:<34} {v:>8.2}\n");
