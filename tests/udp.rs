@@ -239,3 +239,18 @@ fn ranks_disagreeing_on_the_tag_are_refused_at_start() {
     assert_ne!(r.code, 0, "{r:?}");
     assert!(r.stderr.contains("SPLITRT_UDP_AUTH"), "{}", r.stderr);
 }
+
+/// A rank that computes for 3 s without polling, with a 1 s peer timeout:
+/// its keeper thread answers for it, so nobody takes it for dead.
+#[test]
+fn a_rank_computing_past_the_peer_timeout_is_not_dead() {
+    let r = run_job(
+        3,
+        &example("t_faults"),
+        &["compute", "1"],
+        &[UDP, ("SPLITRT_UDP_PEER_TIMEOUT", "1")],
+        60,
+    );
+    r.ok();
+    assert_eq!(r.stdout.matches("computed").count(), 3, "{r:?}");
+}

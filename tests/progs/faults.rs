@@ -7,6 +7,9 @@
 //!   mismatch RANK that rank registers one more handler than the others
 //!   late RANK     that rank sleeps 30 s before joining the bootstrap
 //!   hang          every rank waits forever (for the launcher's --timeout)
+//!   compute RANK  every rank messages every rank, then that rank computes
+//!                 for 3 s without polling while the others wait in a
+//!                 barrier; exits 0 (a silent, busy rank is not dead)
 //! Every rank prints `ready` once it has started.
 
 use splitrt::{EndpointBuilder, Kind};
@@ -19,7 +22,7 @@ fn main() {
     // the rank however the job was launched (splitrt-run, srun, mpirun)
     let me = splitrt::runtime::job::JobInfo::from_env().map_or(0, |j| j.rank);
     let mut b = EndpointBuilder::new();
-    b.request("noop", Kind::Short, 0, |_tok, _m| {}).unwrap();
+    let noop = b.request("noop", Kind::Short, 0, |_tok, _m| {}).unwrap();
     if mode == "mismatch" && me == target {
         b.request("extra", Kind::Medium, 2, |_tok, _m| {}).unwrap();
     }
@@ -38,6 +41,29 @@ fn main() {
         "panic" if me == target => panic!("rank {me} panics on purpose"),
         "exit" if me == target => std::process::exit(3),
         "exit0" if me == target => std::process::exit(0),
+        "compute" => {
+            let run = || -> splitrt::Result<()> {
+                for peer in 0..ep.size() {
+                    ep.request(peer, noop, &[], splitrt::Payload::None)?;
+                }
+                ep.barrier()?;
+                if me == target {
+                    std::thread::sleep(Duration::from_secs(3));
+                }
+                ep.barrier()?;
+                ep.finish()
+            };
+            match run() {
+                Ok(()) => {
+                    println!("computed");
+                    std::process::exit(0)
+                }
+                Err(e) => {
+                    eprintln!("t_faults: {e}");
+                    std::process::exit(1);
+                }
+            }
+        }
         _ => {}
     }
     // Wait for something that never happens: only a peer failure (or the

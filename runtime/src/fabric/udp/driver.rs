@@ -19,7 +19,9 @@ use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Socket buffer size asked for (the kernel may grant less).
 const SOCKET_BUFFER: usize = 16 << 20;
@@ -122,6 +124,7 @@ impl PendingUdp {
             .validate()
             .map_err(|e| Error::config(format!("UDP fabric: {e}")))?;
         let mac_key = key.derive("splitrt udp datagram mac");
+        let proto_cfg_keepalive = proto_cfg.keepalive;
         let proto = Proto::new(rank as u32, size as u32, proto_cfg, mac_key, 0);
         let faults = cfg.udp_faults.as_ref().map(|f| {
             Box::new(FaultState {
@@ -132,9 +135,9 @@ impl PendingUdp {
             })
         });
         let sock: UdpSocket = self.sock.into();
-        Ok(UdpFabric {
+        let keep_every = Duration::from_nanos((proto_cfg_keepalive / 4).max(5_000_000));
+        let net = Arc::new(Net {
             rank,
-            size,
             sock,
             addrs,
             core: Mutex::new(Core {
@@ -145,6 +148,20 @@ impl PendingUdp {
                 send_errors: 0,
                 empty_at: 0,
             }),
+            t0,
+            polled: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let n = net.clone();
+        let keeper = std::thread::Builder::new()
+            .name("splitrt-udp-keeper".into())
+            .spawn(move || n.keep(keep_every))
+            .map_err(|e| Error::io("starting the UDP keeper thread (thread limit?)", e))?;
+        Ok(UdpFabric {
+            rank,
+            size,
+            net,
+            keeper: Some(keeper),
             rx: [0, 1].map(|_| {
                 Mutex::new(RxSide {
                     reasm: (0..size).map(|_| Reassembler::default()).collect(),
@@ -156,7 +173,6 @@ impl PendingUdp {
             _owned: owned,
             max_medium: cfg.max_medium,
             segment_len: cfg.segment_size,
-            t0,
         })
     }
 }
@@ -214,13 +230,31 @@ struct RxSide {
     batch: Vec<(u32, Vec<u8>)>,
 }
 
-/// The UDP fabric of one rank.
-pub struct UdpFabric {
+/// What the fabric and its keeper thread share.
+struct Net {
     rank: usize,
-    size: usize,
     sock: UdpSocket,
     addrs: Vec<Option<SocketAddr>>,
     core: Mutex<Core>,
+    t0: Instant,
+    /// When the owner last polled (ns since `t0`).
+    polled: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// The UDP fabric of one rank.
+///
+/// A keeper thread wakes every few hundred milliseconds and, if the rank
+/// has not polled meanwhile (it is computing), reads the socket, runs the
+/// timers and answers: acknowledgements, retransmissions and keepalives go
+/// on, so a rank that computes for minutes is not taken for dead. It never
+/// runs handlers; arrivals wait (within the windows) for the rank's next
+/// poll.
+pub struct UdpFabric {
+    rank: usize,
+    size: usize,
+    net: Arc<Net>,
+    keeper: Option<std::thread::JoinHandle<()>>,
     rx: [Mutex<RxSide>; 2],
     /// One message at a time per (peer, channel): index `peer * 2 + ch`.
     txl: Vec<Mutex<()>>,
@@ -229,7 +263,6 @@ pub struct UdpFabric {
     _owned: Option<memmap2::MmapMut>,
     max_medium: usize,
     segment_len: usize,
-    t0: Instant,
 }
 
 /// The local segment as a deposit target.
@@ -385,10 +418,31 @@ fn send_to(sock: &UdpSocket, addrs: &[Option<SocketAddr>], peer: u32, b: &[u8], 
     }
 }
 
-impl UdpFabric {
+impl Net {
     #[inline]
     fn now(&self) -> u64 {
         self.t0.elapsed().as_nanos() as u64
+    }
+
+    /// The keeper thread: progress while the owner does not poll.
+    fn keep(&self, every: Duration) {
+        let every_ns = every.as_nanos() as u64;
+        while !self.stop.load(Ordering::Acquire) {
+            std::thread::park_timeout(every);
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            if self
+                .now()
+                .saturating_sub(self.polled.load(Ordering::Relaxed))
+                < every_ns
+            {
+                continue;
+            }
+            if let Some(mut c) = self.core.try_lock() {
+                let _ = self.pump(&mut c, true);
+            }
+        }
     }
 
     fn dead_why(peer: usize, silent: u64) -> String {
@@ -428,29 +482,54 @@ impl UdpFabric {
             None => Ok(()),
         }
     }
+}
+
+impl Drop for UdpFabric {
+    fn drop(&mut self) {
+        self.net.stop.store(true, Ordering::Release);
+        if let Some(k) = self.keeper.take() {
+            k.thread().unpark();
+            let _ = k.join();
+        }
+    }
+}
+
+impl UdpFabric {
+    #[inline]
+    fn now(&self) -> u64 {
+        self.net.now()
+    }
+
+    fn failure(&self, f: &(usize, String)) -> Error {
+        self.net.failure(f)
+    }
+
+    fn dead_why(peer: usize, silent: u64) -> String {
+        Net::dead_why(peer, silent)
+    }
 
     /// Whether everything this rank sent has been acknowledged (makes
     /// progress meanwhile). Before the exit barrier every rank waits for
     /// this, so no message is still owed when processes end.
     pub fn quiesced(&self) -> Result<bool> {
-        let mut c = self.core.lock();
-        self.pump(&mut c, true)?;
+        let mut c = self.net.core.lock();
+        self.net.pump(&mut c, true)?;
         Ok(c.proto.quiesced())
     }
 
     /// Ranks with unacknowledged data from this one (for reports).
     pub fn unacked_peers(&self) -> Vec<u32> {
-        self.core.lock().proto.unacked_peers()
+        self.net.core.lock().proto.unacked_peers()
     }
 
     /// The protocol's counters.
     pub fn stats(&self) -> super::proto::Stats {
-        self.core.lock().proto.stats().clone()
+        self.net.core.lock().proto.stats().clone()
     }
 
     fn check_send(&self, peer: usize, pkt: &Packet<'_>) -> Result<()> {
         let err = |e: Error| Err(e.at_rank(self.rank).with_peer(peer));
-        if peer >= self.size || self.addrs[peer].is_none() {
+        if peer >= self.size || self.net.addrs[peer].is_none() {
             return err(Error::usage(if peer >= self.size {
                 format!("rank {peer} does not exist in a job of {} ranks", self.size)
             } else {
@@ -535,12 +614,12 @@ impl Fabric for UdpFabric {
         let mut waits = 0u32;
         loop {
             let r = {
-                let mut c = self.core.lock();
+                let mut c = self.net.core.lock();
                 let now = self.now();
                 let r = c.proto.send(now, peer as u32, st, &m, from);
                 // full datagrams leave at once; a partly filled one waits
                 // for more messages until the next poll (coalescing)
-                c.transmit(&self.sock, &self.addrs, now, false);
+                c.transmit(&self.net.sock, &self.net.addrs, now, false);
                 r
             };
             match r {
@@ -555,7 +634,7 @@ impl Fabric for UdpFabric {
                     waits = waits.saturating_add(1);
                 }
                 Sent::Dead => {
-                    let mut c = self.core.lock();
+                    let mut c = self.net.core.lock();
                     let f = c
                         .failed
                         .get_or_insert_with(|| (peer, Self::dead_why(peer, 0)));
@@ -571,9 +650,10 @@ impl Fabric for UdpFabric {
         };
         let rx = &mut *rx;
         let st = ch as usize;
+        self.net.polled.store(self.now(), Ordering::Relaxed);
         {
-            let mut c = self.core.lock();
-            self.pump(&mut c, true)?;
+            let mut c = self.net.core.lock();
+            self.net.pump(&mut c, true)?;
             while rx.batch.len() < RECV_BATCH {
                 match c.proto.next_ready(st) {
                     Some(x) => rx.batch.push(x),
@@ -603,13 +683,13 @@ impl Fabric for UdpFabric {
             }
         }
         {
-            let mut c = self.core.lock();
+            let mut c = self.net.core.lock();
             for (_, d) in batch.drain(..) {
                 c.proto.recycle(d);
             }
             // replies the handlers sent, and window updates, leave now
             let now = self.now();
-            c.transmit(&self.sock, &self.addrs, now, true);
+            c.transmit(&self.net.sock, &self.net.addrs, now, true);
         }
         rx.batch = batch;
         match first_err {
@@ -622,7 +702,7 @@ impl Fabric for UdpFabric {
         if peer >= self.size {
             return None;
         }
-        let c = self.core.try_lock()?;
+        let c = self.net.core.try_lock()?;
         Some(c.proto.credits(peer as u32, ch as usize))
     }
 }

@@ -697,7 +697,8 @@ impl Proto {
                     }
                 }
             }
-            if p.active {
+            // a rank is never silent to itself
+            if p.active && i as u32 != self.me {
                 let silent = now.saturating_sub(p.heard);
                 if silent >= cfg.peer_timeout {
                     p.dead = true;
