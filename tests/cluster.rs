@@ -53,12 +53,16 @@ fn all_say(r: &Run, what: &str, n: usize) {
 /// others through Slurm's PMI-2 space; ranks of one host talk through
 /// shared memory, hosts through UDP.
 #[test]
-fn srun_pmi2_three_hosts_hello_and_conformance() {
+fn srun_pmi2_three_hosts_examples_and_conformance() {
     let Some(d) = cluster() else { return };
     let r = srun(&d, &[], "hello", &[]);
     all_say(&r, "rank got \"hello from rank", 6);
     let r = srun(&d, &["SPLITRT_SEGMENT_SIZE=16M"], "t_conformance", &["1"]);
     all_say(&r, "conformance ok", 6);
+    for prog in ["am_reqrep", "em3d", "sample_sort", "matmul"] {
+        let r = srun(&d, &[], prog, &[]);
+        assert_eq!(r.code, 0, "{prog}: {r:?}");
+    }
 }
 
 /// Credits and back-pressure across hosts: a flood with tiny rings.
