@@ -24,6 +24,7 @@ mod ptr;
 mod reduce;
 mod rma;
 mod state;
+pub mod vys;
 
 pub use arrays::{Dist, SpreadArray, SymArray};
 pub use atomic::AtomicInt;

@@ -1,0 +1,14 @@
+//! vys: visibility streams (the VLA's system; the consumer library it
+//! follows is vysmaw). Producers write spectra into a ring in memory that
+//! consumers may read and announce them in small signal messages;
+//! consumers choose what to read by a filter and fetch it by one-sided
+//! reads, validated so a spectrum overwritten while read is never taken
+//! for a good one.
+//!
+//! Built so far: the signal message wire format ([`signal`]) and the
+//! producer's ring with the validated read ([`ring`]). The multicast
+//! transport, the consumer library and the read paths across processes
+//! come next (see ARCHITECTURE.md).
+
+pub mod ring;
+pub mod signal;

@@ -1,0 +1,380 @@
+//! The vys signal message: "what" (one data product: station pair,
+//! spectral window, stokes product, channel count, configuration) and
+//! "where" (producer, and a batch of spectra: buffer offset, timestamp,
+//! sequence id, digest), in one datagram, authenticated by the stream key.
+//!
+//! Fixed little-endian layout, version first; the sizes are checked at
+//! compile time and the bytes by golden tests, so the format cannot drift
+//! unnoticed (vysmaw's changed size between versions):
+//!
+//! ```text
+//!  0 version u16        2 digest kind u8   3 entry count u8
+//!  4 channels u32       8 producer id u64 16 producer address [u8; 16] (IPv6 or v4-mapped)
+//! 32 producer port u16 34 stations [u16; 2] 38 spectral window u16
+//! 40 stokes u16        42 reserved u16    44 reserved u32
+//! 48 configuration id u64                 56 spectrum bytes u32  60 reserved u32
+//! 64 entries: { offset u64, timestamp u64, sequence id u64, digest u64 } x count
+//! .. tag [u8; 16]: keyed BLAKE3 (stream key) of everything before it
+//! ```
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+
+/// Wire format version of this code.
+pub const SIGNAL_VERSION: u16 = 1;
+/// Fixed header bytes.
+pub const SIGNAL_HEADER: usize = 64;
+/// Bytes per entry.
+pub const SIGNAL_ENTRY: usize = 32;
+/// Tag bytes.
+pub const SIGNAL_TAG: usize = 16;
+/// Most entries in one signal: the message fits one 1500-byte Ethernet
+/// frame (1472 bytes of UDP payload).
+pub const MAX_ENTRIES: usize = (1472 - SIGNAL_HEADER - SIGNAL_TAG) / SIGNAL_ENTRY;
+
+static_assertions::const_assert_eq!(SIGNAL_HEADER % 8, 0);
+static_assertions::const_assert!(SIGNAL_HEADER + MAX_ENTRIES * SIGNAL_ENTRY + SIGNAL_TAG <= 1472);
+static_assertions::const_assert!(MAX_ENTRIES <= u8::MAX as usize);
+
+/// The digest a producer computed over each spectrum's data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DigestKind {
+    /// No digest: the head / tail sequence ids alone validate a read.
+    None = 0,
+    /// CRC-32C (hardware accelerated where available).
+    Crc32c = 1,
+    /// xxHash XXH3-64.
+    Xxh3 = 2,
+    /// MD5, first 8 bytes (for compatibility with vysmaw's digests).
+    Md5 = 3,
+}
+
+impl DigestKind {
+    fn from_u8(b: u8) -> Option<DigestKind> {
+        Some(match b {
+            0 => DigestKind::None,
+            1 => DigestKind::Crc32c,
+            2 => DigestKind::Xxh3,
+            3 => DigestKind::Md5,
+            _ => return None,
+        })
+    }
+
+    /// The digest of `data` (0 for [`DigestKind::None`]).
+    pub fn of(self, data: &[u8]) -> u64 {
+        match self {
+            DigestKind::None => 0,
+            DigestKind::Crc32c => crc32c::crc32c(data) as u64,
+            DigestKind::Xxh3 => xxhash_rust::xxh3::xxh3_64(data),
+            DigestKind::Md5 => {
+                use md5::Digest;
+                let d = md5::Md5::digest(data);
+                u64::from_le_bytes(d[..8].try_into().expect("16-byte digest"))
+            }
+        }
+    }
+}
+
+impl std::str::FromStr for DigestKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(DigestKind::None),
+            "crc32c" => Ok(DigestKind::Crc32c),
+            "xxh3" | "xxhash" => Ok(DigestKind::Xxh3),
+            "md5" => Ok(DigestKind::Md5),
+            _ => Err(format!("unknown digest '{s}': none, crc32c, xxh3, md5")),
+        }
+    }
+}
+
+/// One spectrum announced by a signal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpectrumInfo {
+    /// Offset of its buffer in the producer's exported ring.
+    pub offset: u64,
+    /// Timestamp (producer's units, e.g. ns since the epoch).
+    pub timestamp: u64,
+    /// Sequence id, also written at the head and tail of the buffer.
+    pub seq: u64,
+    /// Digest of the data ([`DigestKind`] of the signal).
+    pub digest: u64,
+}
+
+/// A decoded signal message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signal {
+    /// Digest the entries carry.
+    pub digest: DigestKind,
+    /// Channels per spectrum.
+    pub channels: u32,
+    /// Producer identity.
+    pub producer: u64,
+    /// Where the producer serves reads.
+    pub address: SocketAddr,
+    /// Station (antenna) pair.
+    pub stations: [u16; 2],
+    /// Spectral window.
+    pub spectral_window: u16,
+    /// Stokes (polarization) product.
+    pub stokes: u16,
+    /// Correlator configuration id.
+    pub config: u64,
+    /// Bytes of spectrum data per buffer.
+    pub spectrum_bytes: u32,
+    /// The spectra (1 ..= [`MAX_ENTRIES`]).
+    pub entries: Vec<SpectrumInfo>,
+}
+
+/// Why a datagram is not a signal this consumer can use.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SignalError {
+    /// Another wire format version.
+    Version {
+        /// The version it carries.
+        got: u16,
+    },
+    /// The tag does not verify under the stream key (another stream, a
+    /// stranger, or corruption).
+    Foreign,
+    /// Lengths or fields out of range.
+    Malformed(String),
+}
+
+impl std::fmt::Display for SignalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SignalError::Version { got } => write!(
+                f,
+                "signal message version {got}, this consumer reads version {SIGNAL_VERSION}"
+            ),
+            SignalError::Foreign => write!(f, "signal message not signed with this stream's key"),
+            SignalError::Malformed(m) => write!(f, "malformed signal message: {m}"),
+        }
+    }
+}
+
+fn tag(key: &[u8; 32], data: &[u8]) -> [u8; SIGNAL_TAG] {
+    let h = blake3::keyed_hash(key, data);
+    let mut t = [0u8; SIGNAL_TAG];
+    t.copy_from_slice(&h.as_bytes()[..SIGNAL_TAG]);
+    t
+}
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+impl Signal {
+    /// Encode and sign with the stream key. Panics if there are no
+    /// entries or more than [`MAX_ENTRIES`] (a producer's own mistake).
+    pub fn encode(&self, key: &[u8; 32]) -> Vec<u8> {
+        let n = self.entries.len();
+        assert!(
+            (1..=MAX_ENTRIES).contains(&n),
+            "a signal carries 1..={MAX_ENTRIES} spectra, not {n}"
+        );
+        let mut b = vec![0u8; SIGNAL_HEADER + n * SIGNAL_ENTRY + SIGNAL_TAG];
+        b[0..2].copy_from_slice(&SIGNAL_VERSION.to_le_bytes());
+        b[2] = self.digest as u8;
+        b[3] = n as u8;
+        b[4..8].copy_from_slice(&self.channels.to_le_bytes());
+        b[8..16].copy_from_slice(&self.producer.to_le_bytes());
+        let ip = match self.address.ip() {
+            IpAddr::V4(a) => a.to_ipv6_mapped(),
+            IpAddr::V6(a) => a,
+        };
+        b[16..32].copy_from_slice(&ip.octets());
+        b[32..34].copy_from_slice(&self.address.port().to_le_bytes());
+        b[34..36].copy_from_slice(&self.stations[0].to_le_bytes());
+        b[36..38].copy_from_slice(&self.stations[1].to_le_bytes());
+        b[38..40].copy_from_slice(&self.spectral_window.to_le_bytes());
+        b[40..42].copy_from_slice(&self.stokes.to_le_bytes());
+        b[48..56].copy_from_slice(&self.config.to_le_bytes());
+        b[56..60].copy_from_slice(&self.spectrum_bytes.to_le_bytes());
+        for (i, e) in self.entries.iter().enumerate() {
+            let o = SIGNAL_HEADER + i * SIGNAL_ENTRY;
+            b[o..o + 8].copy_from_slice(&e.offset.to_le_bytes());
+            b[o + 8..o + 16].copy_from_slice(&e.timestamp.to_le_bytes());
+            b[o + 16..o + 24].copy_from_slice(&e.seq.to_le_bytes());
+            b[o + 24..o + 32].copy_from_slice(&e.digest.to_le_bytes());
+        }
+        let end = b.len() - SIGNAL_TAG;
+        let t = tag(key, &b[..end]);
+        b[end..].copy_from_slice(&t);
+        b
+    }
+
+    /// Decode a datagram: the version first (a consumer of another version
+    /// says so rather than misreading), then the tag, then every field.
+    pub fn decode(b: &[u8], key: &[u8; 32]) -> Result<Signal, SignalError> {
+        if b.len() < 2 {
+            return Err(SignalError::Malformed(format!("{} B", b.len())));
+        }
+        let version = u16_at(b, 0);
+        if version != SIGNAL_VERSION {
+            return Err(SignalError::Version { got: version });
+        }
+        if b.len() < SIGNAL_HEADER + SIGNAL_ENTRY + SIGNAL_TAG {
+            return Err(SignalError::Malformed(format!(
+                "{} B is too short",
+                b.len()
+            )));
+        }
+        let end = b.len() - SIGNAL_TAG;
+        let t = tag(key, &b[..end]);
+        let same = t.iter().zip(&b[end..]).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0;
+        if !same {
+            return Err(SignalError::Foreign);
+        }
+        let n = b[3] as usize;
+        if n == 0 || n > MAX_ENTRIES || end != SIGNAL_HEADER + n * SIGNAL_ENTRY {
+            return Err(SignalError::Malformed(format!(
+                "{n} entries in {} B",
+                b.len()
+            )));
+        }
+        let digest = DigestKind::from_u8(b[2])
+            .ok_or_else(|| SignalError::Malformed(format!("digest kind {}", b[2])))?;
+        let ip = Ipv6Addr::from(<[u8; 16]>::try_from(&b[16..32]).expect("16 bytes"));
+        let ip = match ip.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(ip),
+        };
+        let entries = (0..n)
+            .map(|i| {
+                let o = SIGNAL_HEADER + i * SIGNAL_ENTRY;
+                SpectrumInfo {
+                    offset: u64_at(b, o),
+                    timestamp: u64_at(b, o + 8),
+                    seq: u64_at(b, o + 16),
+                    digest: u64_at(b, o + 24),
+                }
+            })
+            .collect();
+        Ok(Signal {
+            digest,
+            channels: u32_at(b, 4),
+            producer: u64_at(b, 8),
+            address: SocketAddr::new(ip, u16_at(b, 32)),
+            stations: [u16_at(b, 34), u16_at(b, 36)],
+            spectral_window: u16_at(b, 38),
+            stokes: u16_at(b, 40),
+            config: u64_at(b, 48),
+            spectrum_bytes: u32_at(b, 56),
+            entries,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: [u8; 32] = [0x5a; 32];
+
+    fn sample() -> Signal {
+        Signal {
+            digest: DigestKind::Crc32c,
+            channels: 1024,
+            producer: 0x0102_0304_0506_0708,
+            address: "10.231.7.11:4242".parse().unwrap(),
+            stations: [3, 17],
+            spectral_window: 5,
+            stokes: 2,
+            config: 0xdead_beef,
+            spectrum_bytes: 8192,
+            entries: vec![
+                SpectrumInfo {
+                    offset: 0x1000,
+                    timestamp: 1_700_000_000_000,
+                    seq: 41,
+                    digest: 0xabcd,
+                },
+                SpectrumInfo {
+                    offset: 0x3000,
+                    timestamp: 1_700_000_000_500,
+                    seq: 42,
+                    digest: 0x1234,
+                },
+            ],
+        }
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    /// The exact bytes: a change of layout fails here, on purpose.
+    #[test]
+    fn golden_bytes() {
+        let b = sample().encode(&KEY);
+        assert_eq!(b.len(), SIGNAL_HEADER + 2 * SIGNAL_ENTRY + SIGNAL_TAG);
+        assert_eq!(
+            hex(&b[..SIGNAL_HEADER]),
+            "0100010200040000\
+             0807060504030201\
+             00000000000000000000ffff0ae7070b\
+             921003001100050002000000\
+             00000000\
+             efbeadde00000000\
+             0020000000000000"
+        );
+        assert_eq!(
+            hex(&b[SIGNAL_HEADER..SIGNAL_HEADER + SIGNAL_ENTRY]),
+            "0010000000000000\
+             0068e5cf8b010000\
+             2900000000000000\
+             cdab000000000000"
+        );
+        assert_eq!(Signal::decode(&b, &KEY).unwrap(), sample());
+    }
+
+    #[test]
+    fn version_foreign_and_malformed_are_told_apart() {
+        let b = sample().encode(&KEY);
+        let mut v = b.clone();
+        v[0] = 2;
+        assert_eq!(
+            Signal::decode(&v, &KEY),
+            Err(SignalError::Version { got: 2 })
+        );
+        assert_eq!(Signal::decode(&b, &[1; 32]), Err(SignalError::Foreign));
+        let mut m = b.clone();
+        m[70] ^= 1;
+        assert_eq!(Signal::decode(&m, &KEY), Err(SignalError::Foreign));
+        assert!(matches!(
+            Signal::decode(&b[..40], &KEY),
+            Err(SignalError::Malformed(_))
+        ));
+        // a signed message with an inconsistent count is still refused
+        let mut s = sample();
+        s.entries.truncate(1);
+        let mut one = s.encode(&KEY);
+        one[3] = 2;
+        let end = one.len() - SIGNAL_TAG;
+        let t = tag(&KEY, &one[..end]);
+        one[end..].copy_from_slice(&t);
+        assert!(matches!(
+            Signal::decode(&one, &KEY),
+            Err(SignalError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn digests_differ_and_repeat() {
+        let d = vec![7u8; 4096];
+        for k in [DigestKind::Crc32c, DigestKind::Xxh3, DigestKind::Md5] {
+            assert_eq!(k.of(&d), k.of(&d));
+            let mut e = d.clone();
+            e[100] ^= 1;
+            assert_ne!(k.of(&d), k.of(&e), "{k:?}");
+        }
+        assert_eq!(DigestKind::None.of(&d), 0);
+    }
+}

@@ -1,0 +1,35 @@
+//! vys signal messages from arbitrary bytes: an error or a signal, never a
+//! panic; signed garbage is still checked field by field.
+use proptest::prelude::*;
+use splitrt_pgas::vys::signal::{Signal, SignalError, SIGNAL_TAG};
+
+const KEY: [u8; 32] = [9; 32];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    #[test]
+    fn arbitrary_bytes(b in proptest::collection::vec(any::<u8>(), 0..1600)) {
+        let _ = Signal::decode(&b, &KEY);
+    }
+
+    #[test]
+    fn signed_arbitrary_bytes(mut b in proptest::collection::vec(any::<u8>(), 2 + SIGNAL_TAG..1600)) {
+        b[0] = 1;
+        b[1] = 0;
+        {
+            let end = b.len() - SIGNAL_TAG;
+            let t = blake3::keyed_hash(&KEY, &b[..end]);
+            b[end..].copy_from_slice(&t.as_bytes()[..SIGNAL_TAG]);
+        }
+        match Signal::decode(&b, &KEY) {
+            Ok(s) => {
+                prop_assert!(!s.entries.is_empty());
+                // what decodes re-encodes to the same bytes
+                prop_assert_eq!(s.encode(&KEY), b);
+            }
+            Err(SignalError::Version { .. }) => prop_assert!(false, "version was set"),
+            Err(_) => {}
+        }
+    }
+}
