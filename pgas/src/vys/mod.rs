@@ -5,10 +5,11 @@
 //! reads, validated so a spectrum overwritten while read is never taken
 //! for a good one.
 //!
-//! Built so far: the signal message wire format ([`signal`]) and the
-//! producer's ring with the validated read ([`ring`]). The multicast
-//! transport, the consumer library and the read paths across processes
-//! come next (see ARCHITECTURE.md).
+//! Built so far: the signal message wire format ([`signal`]), the
+//! producer's ring with the validated read ([`ring`]) and signals over UDP
+//! multicast ([`transport`]). The consumer library and the read paths
+//! across processes come next (see ARCHITECTURE.md).
 
 pub mod ring;
 pub mod signal;
+pub mod transport;
