@@ -7,9 +7,11 @@
 //!
 //! Built so far: the signal message wire format ([`signal`]), the
 //! producer's ring with the validated read ([`ring`]) and signals over UDP
-//! multicast ([`transport`]). The consumer library and the read paths
-//! across processes come next (see ARCHITECTURE.md).
+//! multicast ([`transport`]), and the read-only handover of a ring to a
+//! consumer on the same host ([`export`]). The consumer library and the
+//! read path across hosts come next (see ARCHITECTURE.md).
 
+pub mod export;
 pub mod ring;
 pub mod signal;
 pub mod transport;

@@ -1,0 +1,229 @@
+//! Handing a producer's ring to a consumer on the same host, read-only.
+//!
+//! The producer keeps its ring in an anonymous memory file (`memfd`), so
+//! no name in `/dev/shm` exists for anyone to open. A consumer connects to
+//! the producer's Unix socket and proves it holds the stream key
+//! (challenge-response, keyed BLAKE3; the key never crosses the socket);
+//! only then does the producer pass it a descriptor of the ring opened
+//! *read-only* (`SCM_RIGHTS`). The consumer can map that ring and nothing
+//! else of the producer, and cannot map it writable: the kernel refuses a
+//! shared writable mapping of a read-only descriptor.
+
+use super::ring::{read_validated, ReadOutcome};
+use super::signal::{DigestKind, SpectrumInfo};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+const NONCE: usize = 32;
+
+fn proof(key: &[u8; 32], nonce: &[u8]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_keyed(key);
+    h.update(b"splitrt vys ring handover\0");
+    h.update(nonce);
+    *h.finalize().as_bytes()
+}
+
+fn words_of(base: *const u8, len: usize) -> &'static [AtomicU64] {
+    // SAFETY: callers pass a live mapping of `len` bytes, page aligned (so
+    // 8-byte aligned), that outlives the returned slice (it is tied to the
+    // owner's lifetime by the methods that return it); AtomicU64 has the
+    // size and alignment of u64, and every access through it is atomic.
+    unsafe { std::slice::from_raw_parts(base as *const AtomicU64, len / 8) }
+}
+
+/// A producer's ring memory, exportable read-only.
+pub struct ExportedRing {
+    file: File,
+    map: memmap2::MmapMut,
+    len: usize,
+}
+
+impl ExportedRing {
+    /// Anonymous shared memory of `len` bytes (rounded up to 8).
+    pub fn new(len: usize) -> io::Result<ExportedRing> {
+        let len = len.div_ceil(8) * 8;
+        let name = c"splitrt-vys-ring";
+        // SAFETY: memfd_create with a valid C string and flags; the result
+        // is checked before use and owned by the File.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(len as u64)?;
+        // SAFETY: the memfd is ours and stays open as long as the mapping;
+        // others only ever get read-only views of it.
+        let map = unsafe { memmap2::MmapMut::map_mut(&file)? };
+        Ok(ExportedRing { file, map, len })
+    }
+
+    /// The ring's words, for a [`super::ring::RingWriter`].
+    pub fn words(&self) -> &[AtomicU64] {
+        words_of(self.map.as_ptr(), self.len)
+    }
+
+    /// A new descriptor of the ring that only reads.
+    fn read_only_fd(&self) -> io::Result<File> {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+    }
+
+    /// Answer one consumer on `listener`: challenge it, and if it proves
+    /// the stream key, pass it the read-only descriptor and the ring's
+    /// length. Returns whether it was served.
+    pub fn serve_one(&self, listener: &UnixListener, key: &[u8; 32]) -> io::Result<bool> {
+        let (mut s, _) = listener.accept()?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.set_write_timeout(Some(Duration::from_secs(5)))?;
+        let mut nonce = [0u8; NONCE];
+        getrandom::getrandom(&mut nonce).map_err(|e| io::Error::other(e.to_string()))?;
+        s.write_all(&nonce)?;
+        let mut answer = [0u8; 32];
+        s.read_exact(&mut answer)?;
+        let want = proof(key, &nonce);
+        if answer.iter().zip(&want).fold(0u8, |a, (x, y)| a | (x ^ y)) != 0 {
+            let _ = s.write_all(&[0u8; 8]);
+            return Ok(false);
+        }
+        let ro = self.read_only_fd()?;
+        send_fd(&s, ro.as_raw_fd(), &(self.len as u64).to_le_bytes())?;
+        Ok(true)
+    }
+}
+
+/// A consumer's read-only view of a producer's ring on this host.
+pub struct ImportedRing {
+    map: memmap2::Mmap,
+    len: usize,
+}
+
+impl ImportedRing {
+    /// Connect to the producer's socket at `path`, prove the stream key and
+    /// map the ring it hands over.
+    pub fn connect(path: &Path, key: &[u8; 32]) -> io::Result<ImportedRing> {
+        let mut s = UnixStream::connect(path)?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut nonce = [0u8; NONCE];
+        s.read_exact(&mut nonce)?;
+        s.write_all(&proof(key, &nonce))?;
+        let mut len = [0u8; 8];
+        let fd = recv_fd(&s, &mut len)?.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the producer refused the stream key",
+            )
+        })?;
+        let file = File::from(fd);
+        let len = u64::from_le_bytes(len) as usize;
+        if file.metadata()?.len() < len as u64 || !len.is_multiple_of(8) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "ring length"));
+        }
+        // SAFETY: a read-only shared mapping of the descriptor the producer
+        // passed; the producer writes it concurrently, which every read
+        // handles (atomic words, validated by sequence ids).
+        let map = unsafe { memmap2::Mmap::map(&file)? };
+        Ok(ImportedRing { map, len })
+    }
+
+    /// The ring's words (read-only).
+    pub fn words(&self) -> &[AtomicU64] {
+        words_of(self.map.as_ptr(), self.len)
+    }
+
+    /// Bytes of the ring.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the ring is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Read and validate one spectrum (see [`read_validated`]).
+    pub fn read(
+        &self,
+        bytes: usize,
+        info: &SpectrumInfo,
+        digest: DigestKind,
+        out: &mut [u8],
+    ) -> ReadOutcome {
+        read_validated(self.words(), bytes, info, digest, out)
+    }
+
+    /// Base address of the mapping (for tests of its protection).
+    pub fn base(&self) -> *const u8 {
+        self.map.as_ptr()
+    }
+}
+
+fn send_fd(s: &UnixStream, fd: RawFd, data: &[u8]) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut cbuf = vec![0u8; space];
+    // SAFETY: msghdr is plain data; every pointer set below refers to live
+    // buffers of the stated lengths for the duration of sendmsg.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd);
+        if libc::sendmsg(s.as_raw_fd(), &msg, 0) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Receive `data` and, if one came, a descriptor.
+fn recv_fd(s: &UnixStream, data: &mut [u8]) -> io::Result<Option<OwnedFd>> {
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut cbuf = vec![0u8; space];
+    // SAFETY: as in send_fd; the kernel fills at most the given lengths,
+    // and the control message is checked (level, type, length) before the
+    // descriptor is taken.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as _;
+        let n = libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if c.is_null()
+            || (*c).cmsg_level != libc::SOL_SOCKET
+            || (*c).cmsg_type != libc::SCM_RIGHTS
+            || ((*c).cmsg_len as usize)
+                < libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize
+        {
+            return Ok(None);
+        }
+        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const RawFd);
+        Ok(Some(OwnedFd::from_raw_fd(fd)))
+    }
+}

@@ -1,0 +1,140 @@
+//! A producer *process* exports its ring read-only to a consumer that
+//! proves the stream key; the consumer's mapping cannot be made writable,
+//! a consumer with another key is refused, and a million-spectrum lapping
+//! run through the mapping accepts no torn spectrum (digest `none`).
+//!
+//! The producer is this test binary run again (`producer_child`), so the
+//! two sides are separate processes sharing nothing but the handed-over
+//! descriptor.
+
+use splitrt_pgas::vys::export::{ExportedRing, ImportedRing};
+use splitrt_pgas::vys::ring::{slot_bytes, ReadOutcome, RingWriter};
+use splitrt_pgas::vys::signal::{DigestKind, SpectrumInfo};
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const KEY: [u8; 32] = [0x42; 32];
+const BYTES: usize = 512;
+const SLOTS: usize = 4;
+const TOTAL: u64 = 1_000_000;
+
+fn fill(seq: u64, out: &mut [u8]) {
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = (seq.wrapping_mul(131).wrapping_add(i as u64 * 3) >> 2) as u8;
+    }
+}
+
+/// Where the producer publishes its latest sequence id: the word after
+/// the slots (a stand-in for signal messages, which have their own test).
+fn latest_word() -> usize {
+    SLOTS * slot_bytes(BYTES) / 8
+}
+
+/// The producer side, when run by the test below; otherwise nothing.
+#[test]
+fn producer_child() {
+    let Ok(sock) = std::env::var("VYS_PRODUCER_SOCKET") else {
+        return;
+    };
+    let ring = ExportedRing::new(SLOTS * slot_bytes(BYTES) + 64).unwrap();
+    let listener = UnixListener::bind(&sock).unwrap();
+    println!("listening");
+    // the stranger first (refused), then the consumer
+    assert!(!ring.serve_one(&listener, &KEY).unwrap());
+    assert!(ring.serve_one(&listener, &KEY).unwrap());
+    let words = ring.words();
+    let mut w = RingWriter::new(&words[..latest_word()], BYTES, SLOTS, 1);
+    let mut d = vec![0u8; BYTES];
+    for seq in 1..=TOTAL {
+        fill(seq, &mut d);
+        let info = w.write(&d, seq, DigestKind::None);
+        words[latest_word()].store(info.seq, Ordering::Release);
+    }
+    // stay until the consumer is done reading
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+#[test]
+fn a_consumer_reads_a_producer_process_ring_read_only_and_never_torn() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let sock = dir.join(format!("vys-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&sock);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "producer_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("VYS_PRODUCER_SOCKET", &sock)
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !sock.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "producer did not start"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // a consumer without the stream key gets nothing
+    let refused = ImportedRing::connect(&sock, &[0x41; 32]);
+    assert!(refused.is_err(), "wrong key accepted");
+    let ring = ImportedRing::connect(&sock, &KEY).expect("handover");
+    // the mapping cannot be made writable: the descriptor only reads
+    // SAFETY: mprotect on our own mapping; it is expected to fail.
+    let r = unsafe {
+        libc::mprotect(
+            ring.base() as *mut libc::c_void,
+            ring.len().div_ceil(4096) * 4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+    };
+    assert_eq!(r, -1, "a consumer could make the ring writable");
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::EACCES)
+    );
+    let words = ring.words();
+    let (mut valid, mut overwritten) = (0u64, 0u64);
+    let mut out = vec![0u8; BYTES];
+    let mut expect = vec![0u8; BYTES];
+    loop {
+        assert!(t0.elapsed() < Duration::from_secs(120), "producer stalled");
+        let seq = words[latest_word()].load(Ordering::Acquire);
+        if seq == 0 {
+            std::hint::spin_loop();
+            continue;
+        }
+        for s in [seq, seq.saturating_sub(3).max(1)] {
+            let slot = ((s - 1) % SLOTS as u64) as usize;
+            let info = SpectrumInfo {
+                offset: (slot * slot_bytes(BYTES)) as u64,
+                timestamp: s,
+                seq: s,
+                digest: 0,
+            };
+            match ring.read(BYTES, &info, DigestKind::None, &mut out) {
+                ReadOutcome::Valid => {
+                    fill(s, &mut expect);
+                    assert_eq!(out, expect, "spectrum {s} accepted torn");
+                    valid += 1;
+                }
+                ReadOutcome::Overwritten => overwritten += 1,
+                other => panic!("{other:?}"),
+            }
+        }
+        if seq == TOTAL {
+            break;
+        }
+    }
+    let st = child.wait().unwrap();
+    let _ = std::fs::remove_file(&sock);
+    assert!(st.success(), "producer failed");
+    assert!(valid > 1000, "valid {valid}, overwritten {overwritten}");
+    println!("{valid} valid, {overwritten} overwritten, none torn");
+}
