@@ -102,7 +102,7 @@ impl JobKey {
 }
 
 /// Constant-time comparison of two MACs.
-pub(crate) fn same_mac(a: &[u8], b: &[u8]) -> bool {
+pub fn same_mac(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 

@@ -20,6 +20,7 @@ pub mod job;
 pub mod key;
 pub mod launcher;
 pub mod limits;
+pub mod route;
 pub mod segment;
 pub mod size;
 pub mod trace;

@@ -46,12 +46,6 @@ impl Drop for UnlinkGuard {
     }
 }
 
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
-}
-
 impl Link {
     /// Enter a bootstrap barrier of collective `kind` and wait for its
     /// release, calling `progress` meanwhile; reports a hang (naming the
@@ -168,7 +162,7 @@ impl World {
             }
         };
         let stem = format!("{}-{}", job.job_id, key.file_tag());
-        let host = hostname();
+        let host = crate::route::hostname();
         // Every rank may need the network: bind before joining so the
         // address travels with the hello.
         let mut udp = None;

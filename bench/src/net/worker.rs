@@ -58,19 +58,9 @@ fn sizes(c: &Common) -> Sizes {
 }
 
 /// The local address the fabric uses (toward the rendezvous).
-fn local_ip() -> std::net::IpAddr {
+fn local_ip() -> Result<std::net::IpAddr> {
     let boot = std::env::var("SPLITRT_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9".into());
-    use std::net::ToSocketAddrs;
-    boot.to_socket_addrs()
-        .ok()
-        .and_then(|mut a| a.next())
-        .and_then(|t| {
-            let s = UdpSocket::bind("0.0.0.0:0").ok()?;
-            s.connect(t).ok()?;
-            s.local_addr().ok()
-        })
-        .map(|a| a.ip())
-        .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]))
+    splitrt::runtime::route::local_ip_toward(&boot)
 }
 
 /// Run this rank; rank 0 writes its measurements to `result`.
@@ -124,7 +114,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     }
     let me = pg.rank();
     let other = 1 - me;
-    let raw = UdpSocket::bind((local_ip(), 0)).map_err(|e| Error::io("raw UDP socket", e))?;
+    let raw = UdpSocket::bind((local_ip()?, 0)).map_err(|e| Error::io("raw UDP socket", e))?;
     raw.set_nonblocking(true)
         .map_err(|e| Error::io("raw UDP socket", e))?;
     let mine = raw

@@ -228,8 +228,7 @@ impl Signal {
         }
         let end = b.len() - SIGNAL_TAG;
         let t = tag(key, &b[..end]);
-        let same = t.iter().zip(&b[end..]).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0;
-        if !same {
+        if !splitrt_runtime::key::same_mac(&t, &b[end..]) {
             return Err(SignalError::Foreign);
         }
         let n = b[3] as usize;

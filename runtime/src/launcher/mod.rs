@@ -49,29 +49,6 @@ pub struct LaunchOptions {
     pub rsh: Option<String>,
 }
 
-/// This host's name.
-fn this_host() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
-/// The local address that routes toward `host` (where the ranks there
-/// will reach the rendezvous).
-fn address_toward(host: &str) -> Result<std::net::IpAddr> {
-    use std::net::{ToSocketAddrs, UdpSocket};
-    let target = (host, 9)
-        .to_socket_addrs()
-        .map_err(|e| Error::io(format!("resolving host '{host}'"), e))?
-        .next()
-        .ok_or_else(|| Error::usage(format!("host '{host}' resolves to no address")))?;
-    let probe = UdpSocket::bind(("0.0.0.0", 0))
-        .and_then(|s| s.connect(target).map(|_| s))
-        .and_then(|s| s.local_addr())
-        .map_err(|e| Error::io(format!("finding a route to host '{host}'"), e))?;
-    Ok(probe.ip())
-}
-
 /// How a job ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct JobOutcome {
@@ -177,7 +154,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     let stem = format!("{job}-{}", key.file_tag());
     // Where each rank runs: (host, rank on the host, ranks on the host,
     // remote?).
-    let me = this_host();
+    let me = crate::route::hostname();
     let placement: Vec<(usize, usize, usize, Option<String>)> = match &opts.hosts {
         None => (0..n).map(|r| (0, r, n, None)).collect(),
         Some(h) => remote::place(n, h)?
@@ -197,7 +174,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
             (s, a)
         }
         Some(h) => {
-            let ip = address_toward(h)?;
+            let ip = crate::route::local_ip_toward(&format!("{h}:9"))?;
             let s = Server::bind(&format!("{ip}:0"), key.clone())?;
             let a = s.local_addr()?.to_string();
             (s, a)

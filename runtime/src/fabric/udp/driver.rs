@@ -18,7 +18,7 @@ use crate::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
 use socket2::{Domain, Protocol, Socket, Type};
 use std::mem::MaybeUninit;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,23 +43,8 @@ impl PendingUdp {
     /// Bind a socket on the interface that routes toward `toward` (the
     /// bootstrap's `host:port`, reachable from every rank).
     pub fn bind(toward: &str) -> Result<PendingUdp> {
-        use std::net::ToSocketAddrs;
         let io = |what: &str, e: std::io::Error| Error::io(format!("UDP fabric: {what}"), e);
-        let target = toward
-            .to_socket_addrs()
-            .map_err(|e| io("resolving the bootstrap address", e))?
-            .next()
-            .ok_or_else(|| Error::bootstrap(format!("'{toward}' resolves to nothing")))?;
-        // A connected UDP socket sends nothing; it only asks the kernel
-        // which local address routes to the target.
-        let probe = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))
-            .and_then(|s| s.connect(target).map(|_| s))
-            .map_err(|e| io("finding the local address toward the bootstrap", e))?;
-        let mut ip = probe.local_addr().map_err(|e| io("local address", e))?.ip();
-        if ip.is_unspecified() {
-            ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        }
-        let addr = SocketAddr::new(ip, 0);
+        let addr = SocketAddr::new(crate::route::local_ip_toward(toward)?, 0);
         let sock = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
             .map_err(|e| io("socket", e))?;
         sock.set_nonblocking(true)
