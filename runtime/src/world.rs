@@ -396,12 +396,7 @@ impl World {
             if backoff.is_slow() && watch.due() {
                 let what = format!(
                     "for rank(s) {} to acknowledge what this rank sent over UDP",
-                    rank_list(
-                        &udp.unacked_peers()
-                            .iter()
-                            .map(|&p| p as usize)
-                            .collect::<Vec<_>>()
-                    )
+                    rank_list(&udp.unacked_peers())
                 );
                 if let Err(why) = watch.report(self.job.rank, &what) {
                     self.abort(&why);

@@ -16,7 +16,6 @@
 use super::signal::{Signal, SignalError};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::io;
-use std::mem::MaybeUninit;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::time::Duration;
 
@@ -77,9 +76,9 @@ pub struct Dropped {
 
 /// Receives signal messages of one stream from a multicast group.
 pub struct SignalReceiver {
-    sock: Socket,
+    sock: UdpSocket,
     key: [u8; 32],
-    buf: Vec<MaybeUninit<u8>>,
+    buf: Vec<u8>,
     /// Signals received and decoded.
     pub received: u64,
     /// Datagrams dropped, by kind.
@@ -100,9 +99,9 @@ impl SignalReceiver {
         s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, group.port()).into())?;
         s.join_multicast_v4(group.ip(), &interface)?;
         Ok(SignalReceiver {
-            sock: s,
+            sock: s.into(),
             key,
-            buf: vec![MaybeUninit::uninit(); 65_536],
+            buf: vec![0; 65_536],
             received: 0,
             dropped: Dropped::default(),
         })
@@ -116,9 +115,7 @@ impl SignalReceiver {
             .set_read_timeout(Some(timeout.max(Duration::from_micros(1))))
             .ok()?;
         let n = self.sock.recv(&mut self.buf).ok()?;
-        // SAFETY: recv initialized the first n bytes of the buffer.
-        let bytes = unsafe { std::slice::from_raw_parts(self.buf.as_ptr() as *const u8, n) };
-        let r = Signal::decode(bytes, &self.key);
+        let r = Signal::decode(&self.buf[..n], &self.key);
         match &r {
             Ok(_) => self.received += 1,
             Err(SignalError::Version { .. }) => self.dropped.version += 1,

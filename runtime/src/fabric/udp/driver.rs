@@ -507,9 +507,13 @@ impl UdpFabric {
         self.net.core.lock().proto.unacked_peers()
     }
 
-    /// The protocol's counters.
+    /// The protocol's counters (and the driver's `send_errors`).
     pub fn stats(&self) -> super::proto::Stats {
-        self.net.core.lock().proto.stats().clone()
+        let c = self.net.core.lock();
+        super::proto::Stats {
+            send_errors: c.send_errors,
+            ..c.proto.stats().clone()
+        }
     }
 
     fn check_send(&self, peer: usize, pkt: &Packet<'_>) -> Result<()> {

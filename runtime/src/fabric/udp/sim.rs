@@ -179,7 +179,7 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
     let key: [u8; 32] = rng.gen();
     let mut nodes: Vec<Node> = (0..n)
         .map(|r| Node {
-            proto: Proto::new(r as u32, n as u32, cfg.proto.clone(), key, 0),
+            proto: Proto::new(r as u32, n as u32, cfg.proto, key, 0),
             reasm: (0..n).map(|_| Default::default()).collect(),
             seg: vec![0u8; 2 * n * REGION],
             next_out: vec![[(0, 0); 2]; n],

@@ -53,7 +53,7 @@ fn recycle(pool: &mut Vec<Vec<u8>>, mut b: Vec<u8>) {
 }
 
 /// Protocol tunables (all times in nanoseconds).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProtoConfig {
     /// Largest datagram in bytes, header and tag included.
     pub mtu: usize,
@@ -150,6 +150,9 @@ pub struct Stats {
     pub beyond_window: u64,
     /// Held out of order.
     pub out_of_order: u64,
+    /// Refused by the socket (its buffer was full; resent later). Counted
+    /// by the driver.
+    pub send_errors: u64,
 }
 
 struct Peer {
@@ -261,11 +264,6 @@ impl Proto {
         &self.stats
     }
 
-    /// Count a datagram the driver dropped before handing it in.
-    pub fn count_bad_tag(&mut self) {
-        self.stats.bad_tag += 1;
-    }
-
     /// Largest body a datagram carries.
     pub fn max_body(&self) -> usize {
         self.cfg.mtu - OVERHEAD
@@ -372,7 +370,6 @@ impl Proto {
         s.slots.push_back(TxSlot {
             buf: b,
             sent_at: 0,
-            txs: 0,
             sacked: false,
             again: false,
         });
@@ -587,7 +584,6 @@ impl Proto {
                     let s = &mut p.tx[st].slots[i];
                     s.again = false;
                     s.sent_at = now;
-                    s.txs += 1;
                     emit(&self.mac, &mut s.buf, acks, (us(now), echo), peer, out);
                     self.stats.sent += 1;
                     self.stats.retransmits += 1;
@@ -602,7 +598,6 @@ impl Proto {
                 let idx = p.tx[st].next_tx.wrapping_sub(p.tx[st].una) as usize;
                 let s = &mut p.tx[st].slots[idx];
                 s.sent_at = now;
-                s.txs += 1;
                 emit(&self.mac, &mut s.buf, acks, (us(now), echo), peer, out);
                 p.tx[st].next_tx = p.tx[st].next_tx.wrapping_add(1);
                 self.stats.sent += 1;
@@ -665,7 +660,7 @@ impl Proto {
         if now < self.next_timer {
             return;
         }
-        let cfg = self.cfg.clone();
+        let cfg = self.cfg;
         let mut next = now.saturating_add(cfg.keepalive);
         for i in 0..self.peers.len() {
             let p = &mut self.peers[i];
@@ -727,17 +722,6 @@ impl Proto {
     /// The next event, if any.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
-    }
-
-    /// Whether `peer` was declared dead.
-    pub fn is_dead(&self, peer: u32) -> bool {
-        self.peers[peer as usize].dead
-    }
-
-    /// Whether a message to `peer` on `stream` is half queued (a
-    /// fragment sealed, the rest to come).
-    pub fn has_open(&self, peer: u32, stream: usize) -> bool {
-        self.peers[peer as usize].tx[stream].open.is_some()
     }
 }
 

@@ -11,8 +11,6 @@ pub(super) struct TxSlot {
     pub buf: Vec<u8>,
     /// When it last left (0: never).
     pub sent_at: u64,
-    /// Transmissions so far.
-    pub txs: u32,
     /// The receiver said it has it (selective acknowledgement).
     pub sacked: bool,
     /// Due for retransmission.
