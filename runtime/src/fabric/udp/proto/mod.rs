@@ -191,6 +191,9 @@ pub struct Proto {
     peers: Vec<Peer>,
     /// Peers with something to transmit.
     dirty: Vec<u32>,
+    /// The other list of `poll_transmit` (the two swap, so neither is
+    /// allocated again on the per-message path).
+    spare: Vec<u32>,
     /// Peers with in-order data to hand up, per stream.
     ready: [VecDeque<u32>; 2],
     pool: Vec<Vec<u8>>,
@@ -245,6 +248,7 @@ impl Proto {
             },
             peers,
             dirty: Vec::new(),
+            spare: Vec::new(),
             ready: [VecDeque::new(), VecDeque::new()],
             pool: Vec::new(),
             events: VecDeque::new(),
@@ -531,7 +535,8 @@ impl Proto {
     /// caller's burst of sends is over); without, they wait to be filled
     /// (coalescing).
     pub fn poll_transmit(&mut self, now: u64, flush: bool, out: &mut dyn FnMut(u32, &[u8])) {
-        let dirty = std::mem::take(&mut self.dirty);
+        let spare = std::mem::take(&mut self.spare);
+        let mut dirty = std::mem::replace(&mut self.dirty, spare);
         let window = self.cfg.window as usize;
         for &peer in &dirty {
             let p = &mut self.peers[peer as usize];
@@ -552,6 +557,8 @@ impl Proto {
                 self.mark_dirty(peer);
             }
         }
+        dirty.clear();
+        self.spare = dirty;
     }
 
     fn acks_of(p: &mut Peer) -> [Ack; 2] {
