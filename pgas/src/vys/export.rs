@@ -20,6 +20,9 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 const NONCE: usize = 32;
+/// Longest either side of a handover waits for the other (a local socket:
+/// anything slower is a peer that will not answer).
+pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn proof(key: &[u8; 32], nonce: &[u8]) -> [u8; 32] {
     let mut h = blake3::Hasher::new_keyed(key);
@@ -80,8 +83,8 @@ impl ExportedRing {
     /// length. Returns whether it was served.
     pub fn serve_one(&self, listener: &UnixListener, key: &[u8; 32]) -> io::Result<bool> {
         let (mut s, _) = listener.accept()?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
-        s.set_write_timeout(Some(Duration::from_secs(5)))?;
+        s.set_read_timeout(Some(HANDOVER_TIMEOUT))?;
+        s.set_write_timeout(Some(HANDOVER_TIMEOUT))?;
         let mut nonce = [0u8; NONCE];
         getrandom::getrandom(&mut nonce).map_err(|e| io::Error::other(e.to_string()))?;
         s.write_all(&nonce)?;
@@ -109,7 +112,7 @@ impl ImportedRing {
     /// map the ring it hands over.
     pub fn connect(path: &Path, key: &[u8; 32]) -> io::Result<ImportedRing> {
         let mut s = UnixStream::connect(path)?;
-        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.set_read_timeout(Some(HANDOVER_TIMEOUT))?;
         let mut nonce = [0u8; NONCE];
         s.read_exact(&mut nonce)?;
         s.write_all(&proof(key, &nonce))?;
@@ -225,5 +228,65 @@ fn recv_fd(s: &UnixStream, data: &mut [u8]) -> io::Result<Option<OwnedFd>> {
         }
         let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const RawFd);
         Ok(Some(OwnedFd::from_raw_fd(fd)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn sock(tag: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("splitrt-vys-{tag}-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    /// A producer that accepts and never speaks: the consumer gives up
+    /// after the handover timeout with an error, not a hang.
+    #[test]
+    fn a_silent_producer_does_not_hang_a_consumer() {
+        let path = sock("silent-producer");
+        let l = UnixListener::bind(&path).unwrap();
+        let t = Instant::now();
+        let r = ImportedRing::connect(&path, &[1; 32]);
+        assert!(r.is_err());
+        assert!(t.elapsed() < HANDOVER_TIMEOUT * 3, "{:?}", t.elapsed());
+        drop(l);
+        let _ = std::fs::remove_file(&path);
+    }
+
+    /// A client that connects and never answers, then one that sends
+    /// garbage and hangs up: the producer gives up on each (an error, no
+    /// descriptor) and then serves a real consumer.
+    #[test]
+    fn silent_and_garbage_clients_get_nothing_and_block_no_one() {
+        let path = sock("silent-consumer");
+        let l = UnixListener::bind(&path).unwrap();
+        let ring = ExportedRing::new(4096).unwrap();
+        let key = [5u8; 32];
+        let p2 = path.clone();
+        let clients = std::thread::spawn(move || {
+            let silent = UnixStream::connect(&p2).unwrap();
+            std::thread::sleep(HANDOVER_TIMEOUT + Duration::from_millis(500));
+            drop(silent);
+            let mut junk = UnixStream::connect(&p2).unwrap();
+            let _ = junk.write_all(&[0xff; 7]);
+            drop(junk);
+            ImportedRing::connect(&p2, &key).map(|r| r.len())
+        });
+        let t = Instant::now();
+        assert!(
+            ring.serve_one(&l, &key).is_err(),
+            "the silent client was served"
+        );
+        assert!(t.elapsed() < HANDOVER_TIMEOUT * 3);
+        assert!(
+            ring.serve_one(&l, &key).is_err(),
+            "the garbage client was served"
+        );
+        assert!(ring.serve_one(&l, &key).unwrap());
+        assert_eq!(clients.join().unwrap().unwrap(), 4096);
+        let _ = std::fs::remove_file(&path);
     }
 }
