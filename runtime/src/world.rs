@@ -17,6 +17,10 @@ use crate::segment::ShmFile;
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// How long a rank hosting the rendezvous waits, once the job has failed,
+/// for the rendezvous to tell the other ranks before it reports the failure.
+const PEERS_LEARN_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A started rank.
 pub struct World {
     job: JobInfo,
@@ -330,7 +334,19 @@ impl World {
 
     /// If another rank failed, the error to report.
     pub fn failure(&self) -> Option<Error> {
-        self.link.boot.as_ref().and_then(|b| b.failure())
+        let failure = self.link.boot.as_ref().and_then(|b| b.failure())?;
+        self.let_peers_learn();
+        Some(failure)
+    }
+
+    /// When this rank hosts the rendezvous (srun, mpirun) and the job has
+    /// failed: wait, bounded, until the rendezvous has told every other
+    /// rank, since the program is likely to exit on the error it is about
+    /// to see and would take the rendezvous with it.
+    fn let_peers_learn(&self) {
+        if let Some(h) = self.hosted.lock().as_mut() {
+            h.wait_for_goodbyes(self.config.bootstrap_timeout.min(PEERS_LEARN_LIMIT));
+        }
     }
 
     /// Bootstrap barrier (`Endpoint::barrier`): wait for every rank,
@@ -427,6 +443,7 @@ impl World {
     pub fn abort(&self, why: &str) {
         self.aborted.store(true, Ordering::Release);
         self.link.abort(why);
+        self.let_peers_learn();
     }
 
     /// Whether the job has failed: another rank failed, or this one

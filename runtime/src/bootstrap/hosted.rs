@@ -75,7 +75,7 @@ impl Hosted {
             .spawn(move || {
                 // The ranks learn every failure through their own
                 // connections; the host's verdict adds nothing.
-                let _ = server.run(size, timeout);
+                let _ = server.hosted_by(0).run(size, timeout);
             })
             .map_err(|e| Error::io("spawning the bootstrap host", e))
     }
@@ -186,8 +186,10 @@ impl Hosted {
         }
     }
 
-    /// Rank 0 at exit: keep the rendezvous up until every rank has said
-    /// goodbye (or was lost), at most `limit`, so no rank sees it vanish.
+    /// Rank 0 at exit, or once the job has failed: keep the rendezvous up
+    /// until every other rank has said goodbye or is gone, at most
+    /// `limit`, so no rank sees it vanish before it has been told why the
+    /// job ended. Later calls return at once.
     pub fn wait_for_goodbyes(&mut self, limit: Duration) {
         if let Some(h) = self.server.take() {
             let end = Instant::now() + limit;

@@ -40,6 +40,7 @@ pub struct Server {
     key: JobKey,
     culprit: Culprit,
     stats: Arc<ServerStats>,
+    host: Option<usize>,
 }
 
 /// The first rank that aborted or was lost after the job started, shared
@@ -76,7 +77,17 @@ impl Server {
             key,
             culprit: Culprit::default(),
             stats: Arc::default(),
+            host: None,
         })
+    }
+
+    /// This server runs inside rank `rank`'s process (srun, mpirun): once
+    /// the job has failed it stops waiting for that rank's goodbye, so the
+    /// hosting rank can wait for the server to finish telling the others
+    /// before it exits.
+    pub fn hosted_by(mut self, rank: usize) -> Server {
+        self.host = Some(rank);
+        self
     }
 
     /// Where the first failed rank will be recorded.
@@ -114,7 +125,7 @@ impl Server {
                 .map_err(|e| Error::io("spawning bootstrap thread", e))?
         };
         drop(tx);
-        let result = serve(size, timeout, &rx, &self.culprit, &self.stats);
+        let result = serve(size, timeout, &rx, &self.culprit, &self.stats, self.host);
         stop.store(true, Ordering::Relaxed);
         let _ = acceptor.join();
         result
@@ -270,6 +281,7 @@ fn serve(
     rx: &mpsc::Receiver<Event>,
     culprit: &Culprit,
     stats: &ServerStats,
+    host: Option<usize>,
 ) -> Result<()> {
     let deadline = Instant::now() + timeout;
     let mut conns: BTreeMap<usize, Conn> = BTreeMap::new();
@@ -405,9 +417,12 @@ fn serve(
         culprit.lock().get_or_insert(r);
         broadcast(conns, &Msg::Abort(r as u32, why));
     };
-    // Done once every rank said goodbye or is gone (a rank hosting this
-    // server keeps its own connection open while it waits for us).
-    while conns.values().any(|c| c.open && !c.bye) {
+    // Done once every rank said goodbye or is gone. A rank hosting this
+    // server keeps its own connection open while it waits for us; once the
+    // job has failed it waits for us to finish telling the others, so it
+    // is not waited for.
+    let awaited = |c: &Conn, failed: bool| c.open && !c.bye && !(failed && Some(c.rank) == host);
+    while conns.values().any(|c| awaited(c, failure.is_some())) {
         let Ok(ev) = rx.recv() else { break };
         let (id, m) = match ev {
             Event::Connected(_, _, stream, sealer) => {
