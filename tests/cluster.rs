@@ -332,3 +332,116 @@ fn srun_across_hosts_without_pmi_says_what_to_set() {
         r.stderr
     );
 }
+
+/// The address of cluster host `nodeI`.
+fn node_ip(d: &std::path::Path, i: u32) -> String {
+    let env = std::fs::read_to_string(d.join("env")).unwrap_or_default();
+    let net = env
+        .lines()
+        .find_map(|l| l.strip_prefix("NET="))
+        .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_string())
+        .unwrap_or_else(|| "10.231.7".into());
+    format!("{net}.{}", 10 + i)
+}
+
+/// Start a vys example on cluster host `nodeI` (in the background).
+fn vys_on(
+    d: &std::path::Path,
+    i: u32,
+    prog: &str,
+    key: &std::path::Path,
+    args: &str,
+) -> std::process::Child {
+    Command::new(d.join("bin/nsc-on"))
+        .arg(format!("node{i}"))
+        .args(["timeout", "60"])
+        .arg(example(prog))
+        .args([
+            "--group",
+            "239.255.80.1:47311",
+            "--interface",
+            &node_ip(d, i),
+            "--key-file",
+        ])
+        .arg(key)
+        .args(args.split_whitespace())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("nsc-on")
+}
+
+/// vys across hosts: producers on node1 and node2, consumers on node1 and
+/// node3; signals cross the bridge by multicast; node1's consumer maps
+/// node1's producer's ring and reads node2's through its read server,
+/// node3's reads both through their read servers; each gets exactly what
+/// its filter chose, content checked.
+#[test]
+fn vys_producers_and_consumers_across_hosts() {
+    let Some(d) = cluster() else { return };
+    let _lock = job_lock();
+    let (_dir, key) = vys_key_file("cluster");
+    let common = "--duration-s 8 --check --stats-s 0";
+    let mut c1 = vys_on(&d, 1, "vys_consumer", &key, &format!("{common} --spw 0"));
+    let mut c3 = vys_on(
+        &d,
+        3,
+        "vys_consumer",
+        &key,
+        &format!("{common} --stations 0-1"),
+    );
+    let o1 = wait_ready(&mut c1);
+    let o3 = wait_ready(&mut c3);
+    let prod = |i: u32, id: &str, antennas: &str| {
+        vys_on(
+            &d,
+            i,
+            "vys_producer",
+            &key,
+            &format!(
+                "--id {id} --antennas {antennas} --spectral-windows 2 --stokes 2 \
+                 --channels 512 --integration-ms 3 --integrations 300 --checkable --slots 100000"
+            ),
+        )
+    };
+    let p1 = prod(1, "c1", "3"); // 6 baselines x 2 windows x 2 stokes
+    let p2 = prod(2, "c2", "2"); // 3 baselines x 2 x 2
+    let (r1, r2) = (
+        finish(p1, Duration::from_secs(60)),
+        finish(p2, Duration::from_secs(60)),
+    );
+    r1.ok();
+    r2.ok();
+    c1.stdout = Some(o1);
+    c3.stdout = Some(o3);
+    let (s1, s3) = (
+        finish(c1, Duration::from_secs(60)),
+        finish(c3, Duration::from_secs(60)),
+    );
+    s1.ok();
+    s3.ok();
+    let v = |r: &Run, k| summary_value(&r.stdout, "vys_consumer:", k);
+    // node1, spw 0: (6 + 3) baselines x 2 stokes x 300; P1's 12 x 300 mapped
+    assert_eq!(v(&s1, "valid"), 5400, "{}\n{}", s1.stdout, s1.stderr);
+    assert_eq!(v(&s1, "local_reads"), 3600);
+    assert_eq!(v(&s1, "remote_reads"), 1800);
+    // node3, stations 0-1: 4 products of each producer x 300, all remote
+    assert_eq!(v(&s3, "valid"), 2400, "{}\n{}", s3.stdout, s3.stderr);
+    assert_eq!(v(&s3, "remote_reads"), 2400);
+    for s in [&s1, &s3] {
+        for k in [
+            "mismatched",
+            "verification_failures",
+            "read_failures",
+            "starved",
+            "signals_lost",
+        ] {
+            assert_eq!(v(s, k), 0, "{k}: {}\n{}", s.stdout, s.stderr);
+        }
+    }
+    assert_eq!(
+        summary_value(&r2.stdout, "vys_producer:", "remote_reads_served"),
+        3000
+    );
+}

@@ -6,6 +6,7 @@
 //! splitrt-bench compare [--no-peers] [--quick] [--reps R] [--out DIR]
 //! splitrt-bench apps [--class S|W] [--quick] [--reps R] [--out DIR]
 //! splitrt-bench net [--hosts a,b --rsh CMD] [--gasnet DIR] [--quick] [--reps R] [--out DIR]
+//! splitrt-bench vys [--hosts a,b --rsh CMD] [--sizes 512,8K] [--setups 1x1-local-none] [--no-scan] [--quick] [--reps R] [--out DIR]
 //! ```
 //!
 //! * `am` (the default): Active Message latency, throughput and message
@@ -23,6 +24,10 @@
 //! * `net`: the UDP fabric beside raw UDP (busy-poll ping-pong, stream)
 //!   measured by the same two ranks, lossless and under 1% / 5% loss;
 //!   `DIR/net.csv`, `net.txt`.
+//! * `vys`: the vys visibility stream library: delivered spectra/s and
+//!   GB/s vs spectrum size beside memcpy and the fabric's get of the same
+//!   run, and verification failures vs ring length; `DIR/vys.csv`,
+//!   `vys.txt`.
 //! * `breakdown`: per-stage time of an AM round trip (`SPLITRT_TRACE=1`).
 //!
 //! Every subcommand prints a table, writes `DIR/<name>.csv` and SVG plots,
@@ -47,6 +52,7 @@ mod results;
 mod stats;
 mod sweep;
 mod touch;
+mod vys;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -148,6 +154,39 @@ enum Cmd {
         #[arg(long)]
         gasnet: Option<PathBuf>,
     },
+    /// The vys stream library: delivered rate vs spectrum size beside
+    /// memcpy and the fabric's get, and verification failures vs ring
+    /// length (this host, or producer and consumer on two hosts with
+    /// --hosts a,b --rsh CMD).
+    Vys {
+        /// Two hosts of one rank each: producers on the first, consumers
+        /// on the second.
+        #[arg(long)]
+        hosts: Option<String>,
+        /// Remote shell for --hosts (default ssh).
+        #[arg(long)]
+        rsh: Option<String>,
+        /// Only these spectrum sizes, e.g. `512,8K,1M`.
+        #[arg(long)]
+        sizes: Option<String>,
+        /// Only these setups, e.g. `1x1-local-none,2x2-remote-none`.
+        #[arg(long)]
+        setups: Option<String>,
+        /// Skip the verification-failure scan.
+        #[arg(long)]
+        no_scan: bool,
+        /// Report an earlier run's raw file (DIR/vys-host.raw or
+        /// vys-across.raw) instead of measuring.
+        #[arg(long, hide = true)]
+        from_raw: Option<PathBuf>,
+    },
+    /// One rank of the vys benchmark job (started by the driver, not by users).
+    #[command(hide = true)]
+    VysWorker {
+        /// Where rank 1 writes its measurements.
+        #[arg(long)]
+        result: PathBuf,
+    },
     /// One rank of the network benchmark job (started by the driver, not by users).
     #[command(hide = true)]
     NetWorker {
@@ -245,6 +284,29 @@ fn main() {
             rsh: rsh.clone(),
             gasnet: gasnet.clone(),
         }),
+        Some(Cmd::Vys {
+            hosts,
+            rsh,
+            sizes,
+            setups,
+            no_scan,
+            from_raw,
+        }) => vys::plan::Selection::parse(sizes.as_deref(), setups.as_deref(), *no_scan).and_then(
+            |selection| {
+                vys::run(&vys::Options {
+                    common: cli.common,
+                    out: cli.driver.out.clone(),
+                    timeout: cli.driver.timeout,
+                    hosts: hosts.clone(),
+                    rsh: rsh.clone(),
+                    selection,
+                    from_raw: from_raw.clone(),
+                })
+            },
+        ),
+        Some(Cmd::VysWorker { result }) => {
+            vys::worker::run(cli.common, result).map_err(|e| e.to_string())
+        }
         Some(Cmd::NetWorker { result }) => {
             net::worker::run(cli.common, result).map_err(|e| e.to_string())
         }
@@ -289,6 +351,16 @@ mod tests {
         assert_eq!((c.common.quick, c.common.reps), (true, 1));
         assert_eq!(c.driver.out, PathBuf::from("y"));
         assert!(parse(&["pgas", "--no-ucx"]).is_err());
+        let c = parse(&["vys", "--hosts", "a,b", "--rsh", "r", "--quick"]).unwrap();
+        assert!(matches!(
+            c.cmd,
+            Some(Cmd::Vys {
+                hosts: Some(_),
+                rsh: Some(_),
+                no_scan: false,
+                ..
+            })
+        ));
         assert!(parse(&["--reps", "0"]).is_err());
     }
 }

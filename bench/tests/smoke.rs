@@ -228,3 +228,27 @@ fn quick_breakdown() {
         &["breakdown.csv", "breakdown.svg"],
     );
 }
+
+#[test]
+fn quick_vys() {
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-smoke-vys");
+    let stdout = quick_run(&["vys"], &out);
+    for row in [
+        "1x1 local none",
+        "1x1 local crc32c",
+        "1x1 remote none",
+        "2x2 local none",
+        "2x2 remote none",
+        "verification failures vs ring length",
+        "targets",
+        "content check:",
+    ] {
+        assert!(stdout.contains(row), "missing {row:?} in\n{stdout}");
+    }
+    let csv = std::fs::read_to_string(out.join("vys.csv")).unwrap();
+    assert!(csv.starts_with("section,place,setup,"), "{csv}");
+    // 5 setups x 2 sizes, 3 scan rows, the header
+    assert_eq!(csv.lines().count(), 1 + 5 * 2 + 3, "{csv}");
+    let txt = std::fs::read_to_string(out.join("vys.txt")).unwrap();
+    assert!(txt.contains("1x1 local none"), "{txt}");
+}

@@ -22,9 +22,7 @@ const SLOTS: usize = 4;
 const TOTAL: u64 = 1_000_000;
 
 fn fill(seq: u64, out: &mut [u8]) {
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = (seq.wrapping_mul(131).wrapping_add(i as u64 * 3) >> 2) as u8;
-    }
+    splitrt_pgas::vys::checkable::fill(([0, 0], 0, 0), seq, out)
 }
 
 /// Where the producer publishes its latest sequence id: the word after
@@ -43,8 +41,8 @@ fn producer_child() {
     let listener = UnixListener::bind(&sock).unwrap();
     println!("listening");
     // the stranger first (refused), then the consumer
-    assert!(!ring.serve_one(&listener, &KEY).unwrap());
-    assert!(ring.serve_one(&listener, &KEY).unwrap());
+    assert!(!ring.serve_one(&listener, &KEY, 1).unwrap());
+    assert!(ring.serve_one(&listener, &KEY, 1).unwrap());
     let words = ring.words();
     let mut w = RingWriter::new(&words[..latest_word()], BYTES, SLOTS, 1);
     let mut d = vec![0u8; BYTES];
@@ -137,4 +135,39 @@ fn a_consumer_reads_a_producer_process_ring_read_only_and_never_torn() {
     assert!(st.success(), "producer failed");
     assert!(valid > 1000, "valid {valid}, overwritten {overwritten}");
     println!("{valid} valid, {overwritten} overwritten, none torn");
+}
+
+/// Someone squatting producer X's handover name: one that knows the key
+/// but is another producer, one without the key, one that talks garbage.
+/// A consumer asking for X is refused by each (an error naming why), and
+/// maps nothing.
+#[test]
+fn a_squatter_on_the_handover_name_is_refused() {
+    use splitrt_pgas::vys::export::handover_addr;
+    use std::io::{Read, Write};
+    let x = 0x5eed_0000_0000_0000 | std::process::id() as u64;
+    let l = UnixListener::bind_addr(&handover_addr(x).unwrap()).unwrap();
+    let ring = ExportedRing::new(4096).unwrap();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            // another producer id, the right key
+            let (s, _) = l.accept().unwrap();
+            let _ = ring.serve(s, &KEY, x + 1);
+            // the wrong key
+            let (s, _) = l.accept().unwrap();
+            let _ = ring.serve(s, &[9; 32], x);
+            // garbage: a nonce, then 48 bytes and no descriptor
+            let (mut s, _) = l.accept().unwrap();
+            let _ = s.write_all(&[7; 32]);
+            let mut answer = [0u8; 64];
+            let _ = s.read_exact(&mut answer);
+            let _ = s.write_all(&[0xee; 48]);
+        });
+        for why in ["not the producer", "refused", "refused"] {
+            let e = ImportedRing::connect_producer(x, &KEY)
+                .err()
+                .unwrap_or_else(|| panic!("a squatter's ring was mapped ({why})"));
+            assert!(e.to_string().contains(why), "{e}");
+        }
+    });
 }

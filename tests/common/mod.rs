@@ -197,3 +197,56 @@ pub fn world_runnable(prog: &Path, tag: &str) -> (Scratch, PathBuf) {
     let _ = Command::new("chmod").arg("755").arg(&copy).status();
     (dir, copy)
 }
+
+/// The value of `key=value` on the line of `out` that starts with
+/// `prefix` (the vys examples' summary lines).
+pub fn summary_value(out: &str, prefix: &str, key: &str) -> u64 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no '{prefix}' line in:\n{out}"));
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no {key}= in '{line}'"))
+        .parse::<f64>()
+        .unwrap_or_else(|e| panic!("{key} in '{line}': {e}")) as u64
+}
+
+/// A stream key file for the vys examples (64 hex digits), in a scratch
+/// directory removed on drop.
+pub fn vys_key_file(tag: &str) -> (Scratch, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("splitrt-vys-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let mut k = [0u8; 32];
+    getrandom_bytes(&mut k);
+    let hex: String = k.iter().map(|b| format!("{b:02x}")).collect();
+    let f = dir.join("stream.key");
+    std::fs::write(&f, hex).expect("key file");
+    (Scratch(dir), f)
+}
+
+fn getrandom_bytes(b: &mut [u8]) {
+    let mut f = File::open("/dev/urandom").expect("/dev/urandom");
+    f.read_exact(b).expect("random bytes");
+}
+
+/// Read the child's stdout until a line containing `ready` (bounded in
+/// time); the rest of its stdout is returned, to be put back before
+/// [`finish`].
+pub fn wait_ready(c: &mut Child) -> std::process::ChildStdout {
+    let mut out = c.stdout.take().expect("stdout");
+    let mut seen = Vec::new();
+    let t = Instant::now();
+    let mut b = [0u8; 1];
+    while t.elapsed() < Duration::from_secs(20) {
+        if out.read(&mut b).unwrap_or(0) == 0 {
+            break;
+        }
+        seen.push(b[0]);
+        if seen.ends_with(b"\n") && String::from_utf8_lossy(&seen).contains("ready") {
+            return out;
+        }
+    }
+    panic!("no ready line: {}", String::from_utf8_lossy(&seen));
+}

@@ -5,7 +5,9 @@
 //! the producer's Unix socket and proves it holds the stream key
 //! (challenge-response, keyed BLAKE3; the key never crosses the socket);
 //! only then does the producer pass it a descriptor of the ring opened
-//! *read-only* (`SCM_RIGHTS`). The consumer can map that ring and nothing
+//! *read-only* (`SCM_RIGHTS`), with its own proof of the key over the
+//! consumer's nonce and its producer id, so a process squatting the
+//! socket's name cannot pass off memory of its own as the producer's. The consumer can map that ring and nothing
 //! else of the producer, and cannot map it writable: the kernel refuses a
 //! shared writable mapping of a read-only descriptor.
 
@@ -29,6 +31,27 @@ fn proof(key: &[u8; 32], nonce: &[u8]) -> [u8; 32] {
     h.update(b"splitrt vys ring handover\0");
     h.update(nonce);
     *h.finalize().as_bytes()
+}
+
+fn producer_proof(key: &[u8; 32], nonce: &[u8], producer: u64, len: u64) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_keyed(key);
+    h.update(b"splitrt vys ring producer\0");
+    h.update(nonce);
+    h.update(&producer.to_le_bytes());
+    h.update(&len.to_le_bytes());
+    *h.finalize().as_bytes()
+}
+
+/// The abstract Unix socket name (no file anywhere; scoped to the network
+/// namespace, so to the host) where producer `producer` hands its ring.
+pub fn handover_name(producer: u64) -> String {
+    format!("splitrt-vys-{producer:016x}")
+}
+
+/// The abstract socket address of [`handover_name`].
+pub fn handover_addr(producer: u64) -> io::Result<std::os::unix::net::SocketAddr> {
+    use std::os::linux::net::SocketAddrExt;
+    std::os::unix::net::SocketAddr::from_abstract_name(handover_name(producer).as_bytes())
 }
 
 fn words_of(base: *const u8, len: usize) -> &'static [AtomicU64] {
@@ -66,6 +89,16 @@ impl ExportedRing {
         Ok(ExportedRing { file, map, len })
     }
 
+    /// Bytes of the ring.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the ring has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The ring's words, for a [`super::ring::RingWriter`].
     pub fn words(&self) -> &[AtomicU64] {
         words_of(self.map.as_ptr(), self.len)
@@ -78,25 +111,41 @@ impl ExportedRing {
             .open(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
     }
 
-    /// Answer one consumer on `listener`: challenge it, and if it proves
-    /// the stream key, pass it the read-only descriptor and the ring's
-    /// length. Returns whether it was served.
-    pub fn serve_one(&self, listener: &UnixListener, key: &[u8; 32]) -> io::Result<bool> {
-        let (mut s, _) = listener.accept()?;
+    /// Answer one consumer on `listener` (see [`serve`](Self::serve)).
+    pub fn serve_one(
+        &self,
+        listener: &UnixListener,
+        key: &[u8; 32],
+        producer: u64,
+    ) -> io::Result<bool> {
+        let (s, _) = listener.accept()?;
+        self.serve(s, key, producer)
+    }
+
+    /// Answer one connected consumer: challenge it, and if it proves the
+    /// stream key, pass it the read-only descriptor, the ring's length,
+    /// the producer id and the producer's proof. Returns whether it was
+    /// served.
+    pub fn serve(&self, mut s: UnixStream, key: &[u8; 32], producer: u64) -> io::Result<bool> {
         s.set_read_timeout(Some(HANDOVER_TIMEOUT))?;
         s.set_write_timeout(Some(HANDOVER_TIMEOUT))?;
         let mut nonce = [0u8; NONCE];
         getrandom::getrandom(&mut nonce).map_err(|e| io::Error::other(e.to_string()))?;
         s.write_all(&nonce)?;
-        let mut answer = [0u8; 32];
+        let mut answer = [0u8; 32 + NONCE];
         s.read_exact(&mut answer)?;
         let want = proof(key, &nonce);
-        if !splitrt_runtime::key::same_mac(&answer, &want) {
+        if !splitrt_runtime::key::same_mac(&answer[..32], &want) {
             let _ = s.write_all(&[0u8; 8]);
             return Ok(false);
         }
+        let len = self.len as u64;
+        let mut msg = [0u8; 48];
+        msg[..8].copy_from_slice(&len.to_le_bytes());
+        msg[8..16].copy_from_slice(&producer.to_le_bytes());
+        msg[16..].copy_from_slice(&producer_proof(key, &answer[32..], producer, len));
         let ro = self.read_only_fd()?;
-        send_fd(&s, ro.as_raw_fd(), &(self.len as u64).to_le_bytes())?;
+        send_fd(&s, ro.as_raw_fd(), &msg)?;
         Ok(true)
     }
 }
@@ -105,26 +154,59 @@ impl ExportedRing {
 pub struct ImportedRing {
     map: memmap2::Mmap,
     len: usize,
+    producer: u64,
 }
 
 impl ImportedRing {
     /// Connect to the producer's socket at `path`, prove the stream key and
     /// map the ring it hands over.
     pub fn connect(path: &Path, key: &[u8; 32]) -> io::Result<ImportedRing> {
-        let mut s = UnixStream::connect(path)?;
+        Self::handshake(UnixStream::connect(path)?, key, None)
+    }
+
+    /// Connect to producer `producer`'s handover socket on this host
+    /// ([`handover_addr`]); fails at once if it has none here.
+    pub fn connect_producer(producer: u64, key: &[u8; 32]) -> io::Result<ImportedRing> {
+        let s = UnixStream::connect_addr(&handover_addr(producer)?)?;
+        Self::handshake(s, key, Some(producer))
+    }
+
+    fn handshake(
+        mut s: UnixStream,
+        key: &[u8; 32],
+        producer: Option<u64>,
+    ) -> io::Result<ImportedRing> {
         s.set_read_timeout(Some(HANDOVER_TIMEOUT))?;
+        s.set_write_timeout(Some(HANDOVER_TIMEOUT))?;
         let mut nonce = [0u8; NONCE];
         s.read_exact(&mut nonce)?;
-        s.write_all(&proof(key, &nonce))?;
-        let mut len = [0u8; 8];
-        let fd = recv_fd(&s, &mut len)?.ok_or_else(|| {
+        let mut mine = [0u8; NONCE];
+        getrandom::getrandom(&mut mine).map_err(|e| io::Error::other(e.to_string()))?;
+        let mut answer = [0u8; 32 + NONCE];
+        answer[..32].copy_from_slice(&proof(key, &nonce));
+        answer[32..].copy_from_slice(&mine);
+        s.write_all(&answer)?;
+        let mut msg = [0u8; 48];
+        let fd = recv_fd(&s, &mut msg)?.ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 "the producer refused the stream key",
             )
         })?;
         let file = File::from(fd);
-        let len = u64::from_le_bytes(len) as usize;
+        let len = u64::from_le_bytes(msg[..8].try_into().expect("8 bytes"));
+        let who = u64::from_le_bytes(msg[8..16].try_into().expect("8 bytes"));
+        if !splitrt_runtime::key::same_mac(&msg[16..], &producer_proof(key, &mine, who, len))
+            || producer.is_some_and(|p| p != who)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the process on the handover socket is not the producer (its proof of the \
+                 stream key or its producer id is wrong)",
+            ));
+        }
+        let len = usize::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "ring length"))?;
         if file.metadata()?.len() < len as u64 || !len.is_multiple_of(8) {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "ring length"));
         }
@@ -132,7 +214,19 @@ impl ImportedRing {
         // passed; the producer writes it concurrently, which every read
         // handles (atomic words, validated by sequence ids).
         let map = unsafe { memmap2::Mmap::map(&file)? };
-        Ok(ImportedRing { map, len })
+        if map.len() < len {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "ring length"));
+        }
+        Ok(ImportedRing {
+            map,
+            len,
+            producer: who,
+        })
+    }
+
+    /// The producer that handed the ring over.
+    pub fn producer(&self) -> u64 {
+        self.producer
     }
 
     /// The ring's words (read-only).
@@ -277,15 +371,15 @@ mod tests {
         });
         let t = Instant::now();
         assert!(
-            ring.serve_one(&l, &key).is_err(),
+            ring.serve_one(&l, &key, 1).is_err(),
             "the silent client was served"
         );
         assert!(t.elapsed() < HANDOVER_TIMEOUT * 3);
         assert!(
-            ring.serve_one(&l, &key).is_err(),
+            ring.serve_one(&l, &key, 1).is_err(),
             "the garbage client was served"
         );
-        assert!(ring.serve_one(&l, &key).unwrap());
+        assert!(ring.serve_one(&l, &key, 1).unwrap());
         assert_eq!(clients.join().unwrap().unwrap(), 4096);
         let _ = std::fs::remove_file(&path);
     }

@@ -5,13 +5,27 @@
 //! reads, validated so a spectrum overwritten while read is never taken
 //! for a good one.
 //!
-//! Built so far: the signal message wire format ([`signal`]), the
-//! producer's ring with the validated read ([`ring`]) and signals over UDP
-//! multicast ([`transport`]), and the read-only handover of a ring to a
-//! consumer on the same host ([`export`]). The consumer library and the
-//! read path across hosts come next (see ARCHITECTURE.md).
+//! * [`signal`]: the signal message wire format;
+//! * [`ring`]: the producer's ring and the validated read;
+//! * [`transport`]: signals over UDP multicast;
+//! * [`export`]: the read-only handover of a ring on the same host;
+//! * [`handshake`], [`read_proto`], [`read_server`], [`read_client`]: reads
+//!   across hosts, served by the producer's read server thread over the UDP
+//!   fabric's protocol;
+//! * [`producer`] and [`consumer`]: the library APIs;
+//! * [`checkable`]: spectra whose data is a function of their identity;
+//! * [`stream_key`]: the operator's key, parsed.
 
+pub mod checkable;
+pub mod consumer;
 pub mod export;
+pub mod handshake;
+pub mod producer;
+mod queue;
+pub mod read_client;
+pub mod read_proto;
+pub mod read_server;
 pub mod ring;
 pub mod signal;
+pub mod stream_key;
 pub mod transport;

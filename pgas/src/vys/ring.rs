@@ -21,6 +21,10 @@
 use super::signal::{DigestKind, SpectrumInfo};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
+/// Where a spectrum's data begins in its slot (after the head sequence id
+/// and the timestamp).
+pub const DATA_OFFSET: usize = 16;
+
 /// Bytes of a slot for spectra of `bytes` bytes.
 pub const fn slot_bytes(bytes: usize) -> usize {
     24 + bytes.div_ceil(8) * 8
@@ -64,28 +68,149 @@ impl<'a> RingWriter<'a> {
     /// Write the next spectrum and return what a signal announces of it.
     /// `data` must be exactly the ring's spectrum size.
     pub fn write(&mut self, data: &[u8], timestamp: u64, digest: DigestKind) -> SpectrumInfo {
-        assert_eq!(data.len(), self.bytes, "spectrum size");
         let seq = self.next;
         self.next += 1;
-        let slot = ((seq - 1) % self.slots as u64) as usize;
-        let off = slot * slot_bytes(self.bytes);
-        let w = &self.words[off / 8..(off + slot_bytes(self.bytes)) / 8];
-        let last = w.len() - 1;
-        w[0].store(seq, Ordering::Relaxed);
-        fence(Ordering::Release);
-        w[1].store(timestamp, Ordering::Relaxed);
-        for (i, chunk) in data.chunks(8).enumerate() {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            w[2 + i].store(u64::from_le_bytes(b), Ordering::Relaxed);
-        }
-        w[last].store(seq, Ordering::Release);
-        SpectrumInfo {
-            offset: off as u64,
-            timestamp,
-            seq,
-            digest: digest.of(data),
-        }
+        write_slot(
+            self.words, self.bytes, self.slots, seq, data, timestamp, digest,
+        )
+    }
+
+    /// The sequence id the next [`write`](Self::write) uses.
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+}
+
+/// Write spectrum `seq` (>= 1) into its slot (`(seq - 1) % slots`) of a
+/// ring of `slots` spectra of `bytes` bytes: head, data, tail, in the
+/// order the validated read relies on. `data` must be `bytes` long.
+pub fn write_slot(
+    words: &[AtomicU64],
+    bytes: usize,
+    slots: usize,
+    seq: u64,
+    data: &[u8],
+    timestamp: u64,
+    digest: DigestKind,
+) -> SpectrumInfo {
+    assert_eq!(data.len(), bytes, "spectrum size");
+    assert!(seq >= 1, "sequence ids start at 1");
+    let slot = ((seq - 1) % slots as u64) as usize;
+    let off = slot * slot_bytes(bytes);
+    let w = &words[off / 8..(off + slot_bytes(bytes)) / 8];
+    let last = w.len() - 1;
+    w[0].store(seq, Ordering::Relaxed);
+    fence(Ordering::Release);
+    w[1].store(timestamp, Ordering::Relaxed);
+    let mut chunks = data.chunks_exact(8);
+    for (i, chunk) in chunks.by_ref().enumerate() {
+        let v = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+        w[2 + i].store(v, Ordering::Relaxed);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut b = [0u8; 8];
+        b[..rest.len()].copy_from_slice(rest);
+        w[2 + bytes / 8].store(u64::from_le_bytes(b), Ordering::Relaxed);
+    }
+    w[last].store(seq, Ordering::Release);
+    SpectrumInfo {
+        offset: off as u64,
+        timestamp,
+        seq,
+        digest: digest.of(data),
+    }
+}
+
+/// What [`snapshot_slot`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Snapshot {
+    /// The slot is in `out` (still to be checked with [`check_slot`]: a
+    /// rewrite may have begun while it was copied).
+    Copied,
+    /// Its tail already held another sequence id: rewritten, not copied.
+    Overwritten,
+    /// The range is not inside the ring.
+    OutOfRing,
+}
+
+/// Copy the whole slot of `stride` bytes at byte `offset` of `words`, that
+/// should hold spectrum `seq`, into `out` (resized to `stride`) in the
+/// order a validated read needs: the tail word first, then the rest, the
+/// head word last. This is what a remote read serves; the reader then
+/// checks the copy with [`check_slot`]. A slot whose tail already moved on
+/// is not copied.
+pub fn snapshot_slot(
+    words: &[AtomicU64],
+    offset: u64,
+    stride: usize,
+    seq: u64,
+    out: &mut Vec<u8>,
+) -> Snapshot {
+    let Ok(off) = usize::try_from(offset) else {
+        return Snapshot::OutOfRing;
+    };
+    if !off.is_multiple_of(8)
+        || !stride.is_multiple_of(8)
+        || stride < 24
+        || off.checked_add(stride).is_none_or(|e| e > words.len() * 8)
+    {
+        return Snapshot::OutOfRing;
+    }
+    let w = &words[off / 8..(off + stride) / 8];
+    let last = w.len() - 1;
+    let tail = w[last].load(Ordering::Acquire);
+    if tail != seq {
+        return Snapshot::Overwritten;
+    }
+    out.resize(stride, 0);
+    out[stride - 8..].copy_from_slice(&tail.to_le_bytes());
+    copy_words(&w[1..last], &mut out[8..stride - 8]);
+    fence(Ordering::Acquire);
+    out[..8].copy_from_slice(&w[0].load(Ordering::Relaxed).to_le_bytes());
+    Snapshot::Copied
+}
+
+/// Validate a slot copied by [`snapshot_slot`] (`slot` is the whole slot,
+/// `slot_bytes(bytes)` long) against what the signal announced.
+pub fn check_slot(
+    slot: &[u8],
+    bytes: usize,
+    info: &SpectrumInfo,
+    digest: DigestKind,
+) -> ReadOutcome {
+    if slot.len() != slot_bytes(bytes) {
+        return ReadOutcome::OutOfRing;
+    }
+    let head = u64::from_le_bytes(slot[..8].try_into().expect("8 bytes"));
+    let tail = u64::from_le_bytes(slot[slot.len() - 8..].try_into().expect("8 bytes"));
+    if head != info.seq || tail != info.seq {
+        return ReadOutcome::Overwritten;
+    }
+    if digest != DigestKind::None
+        && digest.of(&slot[DATA_OFFSET..DATA_OFFSET + bytes]) != info.digest
+    {
+        return ReadOutcome::DigestMismatch;
+    }
+    ReadOutcome::Valid
+}
+
+/// Copy `out.len()` bytes out of `words` (relaxed atomic loads: the
+/// words may be written concurrently; the caller validates). Whole words
+/// in a fixed-size loop the compiler turns into plain moves, the partial
+/// last word apart.
+#[inline]
+fn copy_words(words: &[AtomicU64], out: &mut [u8]) {
+    let whole = out.len() / 8;
+    let mut chunks = out.chunks_exact_mut(8);
+    for (c, w) in chunks.by_ref().zip(words) {
+        c.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
+    }
+    let rest = chunks.into_remainder();
+    if !rest.is_empty() {
+        let n = rest.len();
+        let v = words[whole].load(Ordering::Relaxed).to_le_bytes();
+        rest.copy_from_slice(&v[..n]);
     }
 }
 
@@ -110,13 +235,15 @@ pub fn read_validated(
     let w = &words[off / 8..(off + stride) / 8];
     let last = w.len() - 1;
     let tail = w[last].load(Ordering::Acquire);
-    for (i, chunk) in out.chunks_mut(8).enumerate() {
-        let v = w[2 + i].load(Ordering::Relaxed).to_le_bytes();
-        chunk.copy_from_slice(&v[..chunk.len()]);
+    // already rewritten (or being rewritten): say so without copying, so a
+    // consumer that fell behind catches up at the cost of two loads
+    if tail != info.seq || w[0].load(Ordering::Relaxed) != info.seq {
+        return ReadOutcome::Overwritten;
     }
+    copy_words(&w[2..last], out);
     fence(Ordering::Acquire);
     let head = w[0].load(Ordering::Relaxed);
-    if tail != info.seq || head != info.seq {
+    if head != info.seq {
         return ReadOutcome::Overwritten;
     }
     if digest != DigestKind::None && digest.of(out) != info.digest {
@@ -130,11 +257,11 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    use crate::vys::checkable;
+
     /// Checkable data: a function of the spectrum's sequence id.
     fn fill(seq: u64, out: &mut [u8]) {
-        for (i, b) in out.iter_mut().enumerate() {
-            *b = (seq.wrapping_mul(31).wrapping_add(i as u64 * 7) >> 1) as u8;
-        }
+        checkable::fill(([0, 0], 0, 0), seq, out)
     }
 
     #[test]

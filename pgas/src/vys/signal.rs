@@ -174,12 +174,20 @@ impl Signal {
     /// Encode and sign with the stream key. Panics if there are no
     /// entries or more than [`MAX_ENTRIES`] (a producer's own mistake).
     pub fn encode(&self, key: &[u8; 32]) -> Vec<u8> {
+        let mut b = Vec::new();
+        self.encode_into(key, &mut b);
+        b
+    }
+
+    /// [`encode`](Self::encode) into `b` (its allocation reused).
+    pub fn encode_into(&self, key: &[u8; 32], b: &mut Vec<u8>) {
         let n = self.entries.len();
         assert!(
             (1..=MAX_ENTRIES).contains(&n),
             "a signal carries 1..={MAX_ENTRIES} spectra, not {n}"
         );
-        let mut b = vec![0u8; SIGNAL_HEADER + n * SIGNAL_ENTRY + SIGNAL_TAG];
+        b.clear();
+        b.resize(SIGNAL_HEADER + n * SIGNAL_ENTRY + SIGNAL_TAG, 0);
         b[0..2].copy_from_slice(&SIGNAL_VERSION.to_le_bytes());
         b[2] = self.digest as u8;
         b[3] = n as u8;
@@ -207,7 +215,6 @@ impl Signal {
         let end = b.len() - SIGNAL_TAG;
         let t = tag(key, &b[..end]);
         b[end..].copy_from_slice(&t);
-        b
     }
 
     /// Decode a datagram: the version first (a consumer of another version

@@ -83,6 +83,10 @@ pub struct SignalReceiver {
     pub received: u64,
     /// Datagrams dropped, by kind.
     pub dropped: Dropped,
+    /// Datagrams the kernel dropped because this receiver fell behind
+    /// (its socket's receive queue overflowed; `SO_RXQ_OVFL`), cumulative.
+    pub overflowed: u64,
+    error: Option<io::Error>,
 }
 
 impl SignalReceiver {
@@ -98,13 +102,100 @@ impl SignalReceiver {
         s.set_reuse_port(true)?;
         s.bind(&SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, group.port()).into())?;
         s.join_multicast_v4(group.ip(), &interface)?;
+        let _ = s.set_recv_buffer_size(4 << 20);
+        let one: libc::c_int = 1;
+        // SAFETY: setsockopt on our socket with a c_int option value of the
+        // stated size.
+        unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&s),
+                libc::SOL_SOCKET,
+                libc::SO_RXQ_OVFL,
+                &one as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
         Ok(SignalReceiver {
             sock: s.into(),
             key,
             buf: vec![0; 65_536],
             received: 0,
             dropped: Dropped::default(),
+            overflowed: 0,
+            error: None,
         })
+    }
+
+    /// The socket, for the owner's `poll`.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.sock)
+    }
+
+    /// The last receive error other than "nothing to read", taken (a
+    /// receive that fails returns `None` and keeps its error here).
+    pub fn take_error(&mut self) -> Option<io::Error> {
+        self.error.take()
+    }
+
+    /// The next datagram already queued, without waiting (as
+    /// [`recv`](Self::recv)); also updates [`overflowed`](Self::overflowed).
+    pub fn try_recv(&mut self) -> Option<Result<Signal, SignalError>> {
+        let n = self.recv_counting(libc::MSG_DONTWAIT)?;
+        Some(self.decode(n))
+    }
+
+    /// recvmsg into `buf`, reading the kernel's drop counter if it came.
+    fn recv_counting(&mut self, flags: libc::c_int) -> Option<usize> {
+        let mut iov = libc::iovec {
+            iov_base: self.buf.as_mut_ptr() as *mut libc::c_void,
+            iov_len: self.buf.len(),
+        };
+        let mut cbuf = [0u64; 8];
+        // SAFETY: msghdr is plain data; iov and control point at live
+        // buffers of the stated lengths for the call; the control message
+        // is checked (level, type, length) before its u32 is read.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&self.sock);
+            let n = libc::recvmsg(fd, &mut msg, flags);
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if !matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) {
+                    self.error = Some(e);
+                }
+                return None;
+            }
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET
+                    && (*c).cmsg_type == libc::SO_RXQ_OVFL
+                    && (*c).cmsg_len as usize >= libc::CMSG_LEN(4) as usize
+                {
+                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u32);
+                    self.overflowed = self.overflowed.max(v as u64);
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+            Some(n as usize)
+        }
+    }
+
+    fn decode(&mut self, n: usize) -> Result<Signal, SignalError> {
+        let r = Signal::decode(&self.buf[..n], &self.key);
+        match &r {
+            Ok(_) => self.received += 1,
+            Err(SignalError::Version { .. }) => self.dropped.version += 1,
+            Err(SignalError::Foreign) => self.dropped.foreign += 1,
+            Err(SignalError::Malformed(_)) => self.dropped.malformed += 1,
+        }
+        r
     }
 
     /// The next datagram of the group, waiting at most `timeout`: a
@@ -114,14 +205,7 @@ impl SignalReceiver {
         self.sock
             .set_read_timeout(Some(timeout.max(Duration::from_micros(1))))
             .ok()?;
-        let n = self.sock.recv(&mut self.buf).ok()?;
-        let r = Signal::decode(&self.buf[..n], &self.key);
-        match &r {
-            Ok(_) => self.received += 1,
-            Err(SignalError::Version { .. }) => self.dropped.version += 1,
-            Err(SignalError::Foreign) => self.dropped.foreign += 1,
-            Err(SignalError::Malformed(_)) => self.dropped.malformed += 1,
-        }
-        Some(r)
+        let n = self.recv_counting(0)?;
+        Some(self.decode(n))
     }
 }

@@ -1,0 +1,141 @@
+//! `splitrt-bench vys`: the vys visibility stream library end to end.
+//! One job of two ranks (`SPLITRT_FABRIC=udp`): rank 0 runs producers
+//! writing checkable spectra flat out, rank 1 consumers taking every
+//! spectrum, each consumer checked by an application thread that counts
+//! what it is delivered.
+//!
+//! * On this host (no `--hosts`): delivered spectra/s and GB/s vs
+//!   spectrum size for 1 producer + 1 consumer and for 2 + 2, reading
+//!   through the ring's mapping and through the read server on loopback,
+//!   digest none and CRC-32C, beside a memcpy of the same bytes and the
+//!   fabric's get measured by the same process in the same repetition;
+//!   then the fraction of spectra that fail verification as the ring
+//!   shrinks.
+//! * Across hosts (`--hosts a,b --rsh CMD`): producer on `a`, consumer on
+//!   `b`, beside the UDP fabric's get between the same two processes.
+//!
+//! Every valid spectrum is checked against the producer's pattern
+//! ([`splitrt::pgas::vys::checkable`]); a mismatch is printed and makes
+//! the run fail after the report. Writes `DIR/vys.csv`, `DIR/vys.txt` and
+//! rank 1's raw rows (`DIR/vys-host.raw` or `vys-across.raw`).
+
+pub mod baseline;
+pub mod consume;
+pub mod coordination;
+pub mod plan;
+pub mod produce;
+pub mod record;
+pub mod stream;
+pub mod table;
+pub mod worker;
+
+use crate::job::{self, Job};
+use crate::Common;
+use plan::{Place, Plan, Selection};
+use std::path::{Path, PathBuf};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Shared flags.
+    pub common: Common,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Seconds before the job is killed.
+    pub timeout: f64,
+    /// Two hosts (`a,b`): producers on `a`, consumers on `b`.
+    pub hosts: Option<String>,
+    /// Remote shell for `hosts`.
+    pub rsh: Option<String>,
+    /// The sizes, setups and scan to run.
+    pub selection: Selection,
+    /// Report this raw result file of an earlier run (same selection)
+    /// instead of measuring.
+    pub from_raw: Option<PathBuf>,
+}
+
+/// Run the benchmark, print and write its report.
+pub fn run(o: &Options) -> Result<(), String> {
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
+    if let Some(raw) = &o.from_raw {
+        return rerun_report(o, raw);
+    }
+    let hosts = match &o.hosts {
+        None => None,
+        Some(h) => {
+            let h = splitrt::runtime::launcher::parse_hosts(h).map_err(|e| e.to_string())?;
+            if h.len() != 2 || h.iter().any(|x| x.slots != 1) {
+                return Err("--hosts takes two hosts of one slot each: a,b".into());
+            }
+            Some(h)
+        }
+    };
+    let place = if hosts.is_some() {
+        Place::Across
+    } else {
+        Place::OneHost
+    };
+    let where_ = o.hosts.clone().unwrap_or_else(|| "this host".into());
+    let plan = Plan::new(place, o.common.quick).select(&o.selection)?;
+    let result = o.out.join(format!("vys-{}.raw", place.id()));
+    let mut env = stream::env(place)?;
+    env.push(("SPLITRT_FABRIC".into(), "udp".into()));
+    env.extend(o.selection.env());
+    eprintln!(
+        "vys: {} rows x {} repetition(s) on {where_} (each about {:.1} s)",
+        plan.rows().len(),
+        o.common.reps,
+        (plan.warmup + plan.window).as_secs_f64() + 0.3
+    );
+    let text = job::run_on(
+        &Job {
+            worker: "vys-worker",
+            common: o.common,
+            result: &result,
+            env,
+            timeout: o.timeout,
+        },
+        hosts,
+        o.rsh.clone(),
+    )?;
+    let output = record::Output::parse(&text)?;
+    report(o, &plan, &output, &where_)
+}
+
+/// The report of an earlier run's raw file (run with the same
+/// selection), without measuring.
+fn rerun_report(o: &Options, raw: &Path) -> Result<(), String> {
+    let text =
+        std::fs::read_to_string(raw).map_err(|e| format!("reading {}: {e}", raw.display()))?;
+    let output = record::Output::parse(&text)?;
+    let place = output
+        .fact("place")
+        .and_then(Place::from_id)
+        .ok_or_else(|| format!("{}: no place recorded", raw.display()))?;
+    let quick = output.fact("quick") == Some("true");
+    let plan = Plan::new(place, quick).select(&o.selection)?;
+    let where_ = match place {
+        Place::OneHost => "this host".to_string(),
+        Place::Across => o.hosts.clone().unwrap_or_else(|| "two hosts".into()),
+    };
+    report(o, &plan, &output, &where_)
+}
+
+/// Print and write the report of `output`; an error if any valid
+/// spectrum held the wrong data.
+fn report(o: &Options, plan: &Plan, output: &record::Output, where_: &str) -> Result<(), String> {
+    let report = table::render(plan, output, where_);
+    print!("{}", report.text);
+    std::fs::write(o.out.join("vys.csv"), &report.csv)
+        .map_err(|e| format!("writing vys.csv: {e}"))?;
+    std::fs::write(o.out.join("vys.txt"), &report.text)
+        .map_err(|e| format!("writing vys.txt: {e}"))?;
+    if report.mismatched > 0 {
+        return Err(format!(
+            "{} of {} spectra delivered as valid did not hold the producer's data: a vys bug \
+             (see the MISMATCH lines above)",
+            report.mismatched, report.checked
+        ));
+    }
+    Ok(())
+}

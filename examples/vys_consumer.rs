@@ -1,0 +1,202 @@
+//! vys_consumer: joins a vys stream, chooses spectra by a filter, reads and
+//! validates them, and prints live statistics (spectra/s, bytes/s, every
+//! message kind) each second and a summary line at the end. It can dump
+//! spectra and check the content of a `--checkable` producer's.
+//!
+//!     target/release/examples/vys_consumer --spw 0 --stokes 0 --duration-s 10 --check
+//!
+//! Filters (all optional; a spectrum passes if it matches every one given):
+//! `--stations A-B`, `--spw N`, `--stokes N`, `--every N` (one spectrum in
+//! N of what passes the rest).
+
+use clap::Parser;
+use splitrt::pgas::vys::checkable;
+use splitrt::pgas::vys::consumer::{Consumer, ConsumerConfig, ConsumerStats, Message};
+use splitrt::pgas::vys::stream_key;
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+#[derive(Parser, Debug)]
+#[command(about = "vys consumer")]
+struct Args {
+    /// Multicast group and port of the signals.
+    #[arg(long, default_value = "239.255.42.99:47000")]
+    group: SocketAddrV4,
+    /// Address of the interface to join the group on.
+    #[arg(long, default_value = "127.0.0.1")]
+    interface: Ipv4Addr,
+    /// File holding the stream key (else $SPLITRT_VYS_KEY).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// Only this station pair, as A-B.
+    #[arg(long, value_parser = parse_pair)]
+    stations: Option<[u16; 2]>,
+    /// Only this spectral window.
+    #[arg(long)]
+    spw: Option<u16>,
+    /// Only this stokes product.
+    #[arg(long)]
+    stokes: Option<u16>,
+    /// Take one spectrum in N of those passing the other filters.
+    #[arg(long, default_value_t = 1)]
+    every: u64,
+    /// Stop after this many seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration_s: f64,
+    /// Print statistics every this many seconds (0: only at the end).
+    #[arg(long, default_value_t = 1.0)]
+    stats_s: f64,
+    /// Print the first N valid spectra (identity and first values).
+    #[arg(long, default_value_t = 0)]
+    dump: usize,
+    /// Check every valid spectrum's data against its identity (for a
+    /// --checkable producer) and against the filter.
+    #[arg(long)]
+    check: bool,
+    /// Read producers on this host through their read server too.
+    #[arg(long)]
+    remote_only: bool,
+    /// Largest spectrum in bytes.
+    #[arg(long, default_value_t = 64 << 10)]
+    max_spectrum_bytes: usize,
+    /// Data buffers.
+    #[arg(long, default_value_t = 4096)]
+    buffers: usize,
+    /// Print `ready` after this long (the signal group is joined then).
+    #[arg(long, default_value_t = 0.0)]
+    ready_after_s: f64,
+}
+
+fn parse_pair(s: &str) -> Result<[u16; 2], String> {
+    let (a, b) = s.split_once('-').ok_or("stations as A-B")?;
+    Ok([
+        a.parse().map_err(|_| "station")?,
+        b.parse().map_err(|_| "station")?,
+    ])
+}
+
+fn main() {
+    match run(Args::parse()) {
+        Ok(0) => {}
+        Ok(_) => std::process::exit(2),
+        Err(e) => {
+            eprintln!("vys_consumer: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn run(a: Args) -> Result<u64, String> {
+    let key = stream_key::from_file_or_env(a.key_file.as_deref())?;
+    let mut cfg = ConsumerConfig::new(key, a.group, a.interface);
+    cfg.local_reads = !a.remote_only;
+    cfg.max_spectrum_bytes = a.max_spectrum_bytes;
+    cfg.data_buffers = a.buffers;
+    let (stations, spw, stokes, every) = (a.stations, a.spw, a.stokes, a.every.max(1));
+    let mut seen = 0u64;
+    let wanted = move |st: [u16; 2], w: u16, k: u16| {
+        stations.is_none_or(|s| s == st)
+            && spw.is_none_or(|x| x == w)
+            && stokes.is_none_or(|s| s == k)
+    };
+    let c = Consumer::start(cfg, move |p, _infos, pass| {
+        if wanted(p.stations, p.spectral_window, p.stokes) {
+            for x in pass.iter_mut() {
+                *x = seen.is_multiple_of(every);
+                seen += 1;
+            }
+        }
+    })
+    .map_err(|e| format!("joining the stream: {e}"))?;
+    std::thread::sleep(Duration::from_secs_f64(a.ready_after_s));
+    println!("ready pid={}", std::process::id());
+    let _ = std::io::stdout().flush();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(a.duration_s);
+    let mut tick = start;
+    let (mut valid, mut bytes, mut mismatched, mut dumped, mut other) =
+        (0u64, 0u64, 0u64, 0usize, 0u64);
+    let (mut last_valid, mut last_bytes) = (0u64, 0u64);
+    let mut stopping = false;
+    let stats: ConsumerStats = loop {
+        if !stopping && Instant::now() >= end {
+            c.shutdown();
+            stopping = true;
+        }
+        let Some(m) = c.recv(Duration::from_millis(50)) else {
+            continue;
+        };
+        match m {
+            Message::Valid(s) => {
+                valid += 1;
+                bytes += s.data().len() as u64;
+                let p = &s.product;
+                let id = (p.stations, p.spectral_window, p.stokes);
+                if a.check && !checkable::matches(id, s.info.timestamp, s.data()) {
+                    mismatched += 1;
+                    eprintln!(
+                        "MISMATCH {id:?} timestamp {} seq {}",
+                        s.info.timestamp, s.info.seq
+                    );
+                }
+                if dumped < a.dump {
+                    dumped += 1;
+                    let d = s.data();
+                    let first: Vec<String> = d
+                        .chunks_exact(4)
+                        .take(4)
+                        .map(|c| format!("{:e}", f32::from_le_bytes(c.try_into().unwrap())))
+                        .collect();
+                    println!(
+                        "spectrum producer={:016x} stations={}-{} spw={} stokes={} t={} seq={} bytes={} first=[{}]",
+                        p.producer, p.stations[0], p.stations[1], p.spectral_window, p.stokes,
+                        s.info.timestamp, s.info.seq, d.len(), first.join(", ")
+                    );
+                }
+            }
+            Message::End { stats, status } => {
+                if status != splitrt::pgas::vys::consumer::EndStatus::Shutdown {
+                    eprintln!("vys_consumer: ended: {status:?}");
+                }
+                break stats;
+            }
+            m => {
+                other += 1;
+                if other <= 20 {
+                    eprintln!("{m}");
+                }
+            }
+        }
+        if a.stats_s > 0.0 && tick.elapsed().as_secs_f64() >= a.stats_s {
+            let dt = tick.elapsed().as_secs_f64();
+            println!(
+                "stats: spectra/s={:.0} MB/s={:.1} valid={valid}",
+                (valid - last_valid) as f64 / dt,
+                (bytes - last_bytes) as f64 / dt / 1e6
+            );
+            tick = Instant::now();
+            (last_valid, last_bytes) = (valid, bytes);
+        }
+    };
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "vys_consumer: valid={valid} mismatched={mismatched} bytes={bytes} seconds={secs:.3} \
+         signals={} chosen={} verification_failures={} read_failures={} starved={} \
+         signals_lost={} bad_signals={} version_mismatches={} queue_dropped={} local_reads={} \
+         remote_reads={}",
+        stats.signals,
+        stats.chosen,
+        stats.verification_failures,
+        stats.read_failures,
+        stats.starved,
+        stats.signals_lost,
+        stats.bad_signals,
+        stats.version_mismatches,
+        stats.queue_dropped,
+        stats.local_reads,
+        stats.remote_reads
+    );
+    Ok(mismatched)
+}

@@ -1,0 +1,920 @@
+//! The consumer's library API, shaped like vysmaw: a filter callback
+//! chooses spectra per signal message; chosen spectra are read one-sided
+//! and validated; every outcome arrives on a queue as a [`Message`], and
+//! [`Message::End`] is always the last.
+//!
+//! A consumer is an independent process that may start and stop at any
+//! time. It learns producers from their signals and connects on demand:
+//! a read-only mapping of the producer's ring if the producer is on this
+//! host (its handover socket answers), else a read session with the
+//! producer's read server. One thread does all of it: it receives
+//! signals, dispatches each to the filter (as an Active Message reaches
+//! its handler), starts reads (a bounded number outstanding per producer,
+//! into a bounded pool of data buffers) and delivers outcomes. It never
+//! waits for the application: when the queue is full, messages are
+//! dropped and a [`Message::QueueAlert`] says how many.
+//!
+//! ```no_run
+//! use splitrt_pgas::vys::consumer::{Consumer, ConsumerConfig, Message};
+//! use std::net::{Ipv4Addr, SocketAddrV4};
+//! use std::time::Duration;
+//! let cfg = ConsumerConfig::new(
+//!     [7u8; 32],
+//!     SocketAddrV4::new(Ipv4Addr::new(239, 255, 42, 99), 47000),
+//!     Ipv4Addr::LOCALHOST,
+//! );
+//! // every spectrum of spectral window 0
+//! let c = Consumer::start(cfg, |p, _infos, pass| pass.fill(p.spectral_window == 0)).unwrap();
+//! c.shutdown();
+//! while let Some(m) = c.recv(Duration::from_secs(5)) {
+//!     match m {
+//!         Message::Valid(s) => println!("{} B at {}", s.data().len(), s.info.timestamp),
+//!         Message::End { .. } => break,
+//!         other => println!("{other}"),
+//!     }
+//! }
+//! ```
+
+use super::export::ImportedRing;
+use super::queue::MessageQueue;
+use super::read_client::{Done, ReadResult, RemoteRing};
+use super::ring::{check_slot, read_validated, slot_bytes, ReadOutcome, DATA_OFFSET};
+use super::signal::{DigestKind, Signal, SignalError, SpectrumInfo};
+use super::transport::SignalReceiver;
+use parking_lot::Mutex;
+use rustc_hash::FxHashMap;
+use std::collections::hash_map::Entry;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A consumer's settings (vysmaw's configuration: buffer pool, queue
+/// length, timeouts).
+#[derive(Clone, Debug)]
+pub struct ConsumerConfig {
+    /// The stream key (the producers hold the same).
+    pub key: [u8; 32],
+    /// Multicast group of the signals (`None`: signals come only through
+    /// [`Consumer::injector`], e.g. by Active Message inside a job).
+    pub group: Option<SocketAddrV4>,
+    /// Address of the interface to join the group on.
+    pub interface: Ipv4Addr,
+    /// Largest spectrum this consumer takes (its data buffers' size).
+    pub max_spectrum_bytes: usize,
+    /// Data buffers at most (spectra read or delivered and not yet
+    /// dropped by the application).
+    pub data_buffers: usize,
+    /// Reads outstanding per producer across hosts at most.
+    pub max_outstanding_reads: usize,
+    /// Messages waiting for the application at most.
+    pub queue_len: usize,
+    /// A read across hosts not answered in this time fails.
+    pub read_timeout: Duration,
+    /// Longest wait for a producer's read server to open a session.
+    pub connect_timeout: Duration,
+    /// A producer that could not be reached is tried again after this.
+    pub retry_after: Duration,
+    /// Read producers on this host through the mapping of their ring
+    /// (`false`: always through their read server, as across hosts).
+    pub local_reads: bool,
+}
+
+impl ConsumerConfig {
+    /// Settings with defaults: spectra up to 64 KiB, 4096 buffers, 256
+    /// reads outstanding per producer, a queue of 8192, 2 s read timeout.
+    pub fn new(key: [u8; 32], group: SocketAddrV4, interface: Ipv4Addr) -> ConsumerConfig {
+        ConsumerConfig {
+            key,
+            group: Some(group),
+            interface,
+            max_spectrum_bytes: 64 << 10,
+            data_buffers: 4096,
+            max_outstanding_reads: 256,
+            queue_len: 8192,
+            read_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(1),
+            retry_after: Duration::from_secs(2),
+            local_reads: true,
+        }
+    }
+
+    /// Settings for a consumer whose signals come only through its
+    /// [`injector`](Consumer::injector) (no multicast group joined).
+    pub fn without_multicast(key: [u8; 32]) -> ConsumerConfig {
+        ConsumerConfig {
+            group: None,
+            ..ConsumerConfig::new(
+                key,
+                SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0),
+                Ipv4Addr::UNSPECIFIED,
+            )
+        }
+    }
+}
+
+/// What a signal message says of the spectra it announces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Product {
+    /// Producer id.
+    pub producer: u64,
+    /// Producer's read server.
+    pub address: SocketAddr,
+    /// Correlator configuration id.
+    pub config: u64,
+    /// Station pair.
+    pub stations: [u16; 2],
+    /// Spectral window.
+    pub spectral_window: u16,
+    /// Stokes product.
+    pub stokes: u16,
+    /// Channels per spectrum.
+    pub channels: u32,
+    /// Bytes per spectrum.
+    pub spectrum_bytes: u32,
+    /// Digest of the entries.
+    pub digest: DigestKind,
+}
+
+impl Product {
+    fn of(s: &Signal) -> Product {
+        Product {
+            producer: s.producer,
+            address: s.address,
+            config: s.config,
+            stations: s.stations,
+            spectral_window: s.spectral_window,
+            stokes: s.stokes,
+            channels: s.channels,
+            spectrum_bytes: s.spectrum_bytes,
+            digest: s.digest,
+        }
+    }
+}
+
+/// The data buffers: made on demand up to `max`, then reused.
+struct Pool {
+    /// Free buffers, and how many were made.
+    free: Mutex<(Vec<Vec<u8>>, usize)>,
+    max: usize,
+    size: usize,
+}
+
+impl Pool {
+    fn take(&self) -> Option<Vec<u8>> {
+        let mut g = self.free.lock();
+        if let Some(b) = g.0.pop() {
+            return Some(b);
+        }
+        if g.1 >= self.max {
+            return None;
+        }
+        g.1 += 1;
+        drop(g);
+        Some(vec![0u8; self.size])
+    }
+    fn give(&self, b: Vec<u8>) {
+        self.free.lock().0.push(b);
+    }
+}
+
+/// A valid spectrum, in a data buffer of the consumer's pool (returned to
+/// the pool when this is dropped).
+pub struct Spectrum {
+    /// What the signal said of it.
+    pub product: Arc<Product>,
+    /// Where and which it was.
+    pub info: SpectrumInfo,
+    buf: Option<Vec<u8>>,
+    pool: Arc<Pool>,
+}
+
+impl Spectrum {
+    /// The spectrum's bytes.
+    pub fn data(&self) -> &[u8] {
+        let b = self.buf.as_deref().expect("buffer held until drop");
+        &b[DATA_OFFSET..DATA_OFFSET + self.product.spectrum_bytes as usize]
+    }
+}
+
+impl Drop for Spectrum {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            self.pool.give(b);
+        }
+    }
+}
+
+impl std::fmt::Debug for Spectrum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spectrum")
+            .field("product", &self.product)
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+/// Why a read spectrum failed verification.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verification {
+    /// The producer rewrote the buffer before or while it was read (the
+    /// head or tail sequence id is not the announced one).
+    Overwritten,
+    /// Head and tail were right but the data's digest was not.
+    DigestMismatch,
+}
+
+/// Counts of every message kind a consumer produced (dropped ones
+/// included), reported with [`Message::End`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConsumerStats {
+    /// Signal messages accepted.
+    pub signals: u64,
+    /// Spectra the filter chose.
+    pub chosen: u64,
+    /// Valid spectra.
+    pub valid: u64,
+    /// Verification failures.
+    pub verification_failures: u64,
+    /// Read failures.
+    pub read_failures: u64,
+    /// Spectra dropped for want of a data buffer or read slot.
+    pub starved: u64,
+    /// Signals the kernel dropped (the consumer fell behind).
+    pub signals_lost: u64,
+    /// Datagrams that were not usable signals (other key, malformed).
+    pub bad_signals: u64,
+    /// Signals of another wire format version.
+    pub version_mismatches: u64,
+    /// Messages dropped because the queue was full.
+    pub queue_dropped: u64,
+    /// Spectra read through a mapping on this host.
+    pub local_reads: u64,
+    /// Spectra read from a read server across hosts.
+    pub remote_reads: u64,
+}
+
+/// How the consumer ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EndStatus {
+    /// [`Consumer::shutdown`] (or drop) was asked.
+    Shutdown,
+    /// The signal socket failed.
+    Failed(String),
+}
+
+/// An outcome, as vysmaw delivers them.
+#[derive(Debug)]
+pub enum Message {
+    /// A spectrum read and validated.
+    Valid(Spectrum),
+    /// A spectrum read that did not validate (never delivered as valid).
+    VerificationFailure {
+        /// Its product.
+        product: Arc<Product>,
+        /// Its announcement.
+        info: SpectrumInfo,
+        /// Why.
+        cause: Verification,
+    },
+    /// A read that could not be done (producer unreachable, refused, timed
+    /// out, spectrum larger than the consumer's buffers).
+    ReadFailure {
+        /// Its product.
+        product: Arc<Product>,
+        /// Its announcement.
+        info: SpectrumInfo,
+        /// Why.
+        error: String,
+    },
+    /// Chosen spectra not read: no data buffer or read slot was free.
+    DataBufferStarvation {
+        /// How many since the last such message.
+        spectra: u64,
+    },
+    /// Signals lost before the consumer saw them (the kernel's receive
+    /// queue overflowed, or the injector's queue was full).
+    SignalBufferStarvation {
+        /// How many since the last such message.
+        signals: u64,
+    },
+    /// Messages dropped because the application did not take them fast
+    /// enough (the queue was full).
+    QueueAlert {
+        /// How many.
+        dropped: u64,
+    },
+    /// A datagram on the group that is not a usable signal of this stream
+    /// (another key, malformed), or a receive error.
+    SignalReceiveFailure {
+        /// Why.
+        error: String,
+    },
+    /// A signal of another wire format version.
+    VersionMismatch {
+        /// Its version.
+        version: u16,
+    },
+    /// The last message: the consumer has stopped.
+    End {
+        /// Why.
+        status: EndStatus,
+        /// Everything it counted.
+        stats: ConsumerStats,
+    },
+}
+
+impl std::fmt::Display for Message {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Message::Valid(s) => write!(
+                f,
+                "valid spectrum {} of producer {:x}",
+                s.info.seq, s.product.producer
+            ),
+            Message::VerificationFailure {
+                product,
+                info,
+                cause,
+            } => write!(
+                f,
+                "spectrum {} of producer {:x} failed verification: {cause:?}",
+                info.seq, product.producer
+            ),
+            Message::ReadFailure {
+                product,
+                info,
+                error,
+            } => write!(
+                f,
+                "spectrum {} of producer {:x} not read: {error}",
+                info.seq, product.producer
+            ),
+            Message::DataBufferStarvation { spectra } => {
+                write!(
+                    f,
+                    "{spectra} chosen spectra not read: no data buffer or read slot free"
+                )
+            }
+            Message::SignalBufferStarvation { signals } => {
+                write!(
+                    f,
+                    "{signals} signal messages lost: the consumer fell behind"
+                )
+            }
+            Message::QueueAlert { dropped } => {
+                write!(
+                    f,
+                    "{dropped} messages dropped: the application's queue was full"
+                )
+            }
+            Message::SignalReceiveFailure { error } => write!(f, "signal receive failure: {error}"),
+            Message::VersionMismatch { version } => write!(
+                f,
+                "signal message version {version}, this consumer reads version {}",
+                super::signal::SIGNAL_VERSION
+            ),
+            Message::End { status, .. } => write!(f, "end: {status:?}"),
+        }
+    }
+}
+
+/// A running consumer.
+pub struct Consumer {
+    rx: Arc<MessageQueue>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    injector: SignalInjector,
+}
+
+/// Hands the consumer signal messages that came by other means than its
+/// multicast group (an Active Message handler of a job's rank, say). The
+/// bytes are checked exactly as a datagram from the group is (version,
+/// stream key, layout). Cheap to clone; never blocks.
+///
+/// ```no_run
+/// # use splitrt_pgas::vys::consumer::{Consumer, ConsumerConfig};
+/// let c = Consumer::start(ConsumerConfig::without_multicast([7; 32]), |_, _, pass| pass.fill(true)).unwrap();
+/// let inject = c.injector();
+/// // in an AM handler: inject.inject(m.payload());
+/// # let _ = inject;
+/// ```
+#[derive(Clone)]
+pub struct SignalInjector {
+    sock: Arc<UnixDatagram>,
+    lost: Arc<AtomicU64>,
+}
+
+impl SignalInjector {
+    /// Queue one signal message for the consumer. `false` if its queue was
+    /// full (the signal is lost and reported as signal buffer starvation).
+    pub fn inject(&self, signal: &[u8]) -> bool {
+        match self.sock.send(signal) {
+            Ok(_) => true,
+            Err(_) => {
+                self.lost.fetch_add(1, Ordering::Relaxed);
+                false
+            }
+        }
+    }
+}
+
+/// The filter: given the product and the announced spectra of one signal,
+/// set `pass[i]` for each spectrum to read (all start `false`).
+pub trait Filter: FnMut(&Product, &[SpectrumInfo], &mut [bool]) + Send + 'static {}
+impl<F: FnMut(&Product, &[SpectrumInfo], &mut [bool]) + Send + 'static> Filter for F {}
+
+impl Consumer {
+    /// Join the signal group and start the consumer's thread.
+    pub fn start(cfg: ConsumerConfig, filter: impl Filter) -> io::Result<Consumer> {
+        if cfg.max_spectrum_bytes == 0 || cfg.data_buffers == 0 || cfg.queue_len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "spectrum size, data buffers and queue length must be positive",
+            ));
+        }
+        let signals = match cfg.group {
+            Some(g) => Some(SignalReceiver::join(g, cfg.interface, cfg.key)?),
+            None => None,
+        };
+        let (inj_tx, inj_rx) = UnixDatagram::pair()?;
+        inj_tx.set_nonblocking(true)?;
+        inj_rx.set_nonblocking(true)?;
+        let injector = SignalInjector {
+            sock: Arc::new(inj_tx),
+            lost: Arc::new(AtomicU64::new(0)),
+        };
+        let rx = Arc::new(MessageQueue::new(cfg.queue_len));
+        let tx = rx.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let pool = Arc::new(Pool {
+            free: Mutex::new((Vec::new(), 0)),
+            max: cfg.data_buffers,
+            size: slot_bytes(cfg.max_spectrum_bytes),
+        });
+        let mut w = Worker {
+            cfg,
+            signals,
+            injected: inj_rx,
+            injected_lost: injector.lost.clone(),
+            inbuf: vec![0u8; 65_536],
+            filter: Box::new(filter),
+            tx,
+            out: Vec::new(),
+            pool,
+            routes: FxHashMap::default(),
+            stats: ConsumerStats::default(),
+            starved: 0,
+            overflow_seen: 0,
+            done: Vec::new(),
+            pass: Vec::new(),
+            fds: Vec::new(),
+        };
+        let st = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("vys-consumer".into())
+            .spawn(move || w.run(&st))?;
+        Ok(Consumer {
+            rx,
+            stop,
+            thread: Some(thread),
+            injector,
+        })
+    }
+
+    /// A handle to give this consumer signals received by other means.
+    pub fn injector(&self) -> SignalInjector {
+        self.injector.clone()
+    }
+
+    /// The next message, waiting at most `timeout`; `None` on timeout or
+    /// after [`Message::End`] was taken.
+    pub fn recv(&self, timeout: Duration) -> Option<Message> {
+        self.rx.pop(timeout)
+    }
+
+    /// The next message if one is waiting.
+    pub fn try_recv(&self) -> Option<Message> {
+        self.rx.pop(Duration::ZERO)
+    }
+
+    /// Ask the consumer to stop: it takes no more signals, finishes or
+    /// fails its outstanding reads, and delivers [`Message::End`] last.
+    pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The reads in flight to one producer across hosts.
+struct Remote {
+    ring: RemoteRing,
+    reads: FxHashMap<u64, (Arc<Product>, SpectrumInfo)>,
+}
+
+enum Route {
+    Local(ImportedRing),
+    Remote(Box<Remote>),
+    Unreachable { until: Instant, why: String },
+}
+
+/// Producers remembered at most (a route per producer).
+const MAX_ROUTES: usize = 4096;
+
+struct Worker {
+    cfg: ConsumerConfig,
+    signals: Option<SignalReceiver>,
+    injected: UnixDatagram,
+    injected_lost: Arc<AtomicU64>,
+    inbuf: Vec<u8>,
+    filter: Box<dyn Filter>,
+    tx: Arc<MessageQueue>,
+    /// Messages of this round, delivered together.
+    out: Vec<Message>,
+    pool: Arc<Pool>,
+    routes: FxHashMap<u64, Route>,
+    stats: ConsumerStats,
+    starved: u64,
+    overflow_seen: u64,
+    done: Vec<Done>,
+    /// The filter's answers for one signal (kept to reuse its allocation).
+    pass: Vec<bool>,
+    /// The descriptors `wait` polls (likewise).
+    fds: Vec<libc::pollfd>,
+}
+
+impl Worker {
+    fn run(&mut self, stop: &AtomicBool) {
+        let mut status = EndStatus::Shutdown;
+        while !stop.load(Ordering::Acquire) {
+            self.wait();
+            for i in 0..256 {
+                match self.signals.as_mut().and_then(|s| s.try_recv()) {
+                    Some(r) => self.on_signal(r),
+                    None => break,
+                }
+                if i % 16 == 15 {
+                    // replies in between, so reads across hosts keep flowing
+                    self.progress_remote();
+                }
+            }
+            for _ in 0..256 {
+                match self.injected.recv(&mut self.inbuf) {
+                    Ok(n) => {
+                        let r = Signal::decode(&self.inbuf[..n], &self.cfg.key);
+                        self.on_signal(r)
+                    }
+                    Err(_) => break,
+                }
+            }
+            if let Err(e) = self.check_socket() {
+                status = EndStatus::Failed(e);
+                break;
+            }
+            self.progress_remote();
+            self.report_counts();
+            self.flush();
+        }
+        // drain: outstanding reads finish or time out
+        let until = Instant::now() + self.cfg.read_timeout + Duration::from_millis(100);
+        while Instant::now() < until && self.has_outstanding() {
+            self.wait();
+            self.progress_remote();
+            self.flush();
+        }
+        self.report_counts();
+        self.flush();
+        let stats = self.stats;
+        self.tx.push_last(Message::End { status, stats });
+    }
+
+    fn flush(&mut self) {
+        let dropped = self.tx.push(&mut self.out);
+        self.stats.queue_dropped += dropped;
+    }
+
+    /// Report a receive error of the signal socket; `Err` if the socket
+    /// itself is broken (the consumer then ends).
+    fn check_socket(&mut self) -> Result<(), String> {
+        let Some(e) = self.signals.as_mut().and_then(|s| s.take_error()) else {
+            return Ok(());
+        };
+        let broken = matches!(
+            e.raw_os_error(),
+            Some(libc::EBADF | libc::ENOTSOCK | libc::EFAULT | libc::EINVAL)
+        );
+        if broken {
+            return Err(format!("the signal socket failed: {e}"));
+        }
+        self.stats.bad_signals += 1;
+        self.send(Message::SignalReceiveFailure {
+            error: e.to_string(),
+        });
+        Ok(())
+    }
+
+    fn has_outstanding(&self) -> bool {
+        self.routes
+            .values()
+            .any(|r| matches!(r, Route::Remote(x) if !x.ring.idle()))
+    }
+
+    /// Sleep until a signal or a reply arrives or a timer is due.
+    fn wait(&mut self) {
+        let fds = &mut self.fds;
+        fds.clear();
+        fds.push(libc::pollfd {
+            fd: self.injected.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        if let Some(s) = &self.signals {
+            fds.push(libc::pollfd {
+                fd: s.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        let mut t = Duration::from_millis(20);
+        for r in self.routes.values() {
+            if let Route::Remote(x) = r {
+                fds.push(libc::pollfd {
+                    fd: x.ring.fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+                t = t.min(x.ring.next_due());
+            }
+        }
+        let ms = t.as_micros().div_ceil(1000).min(20) as libc::c_int;
+        // SAFETY: fds is a live array of fds.len() pollfd structures.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    }
+
+    /// Deliver with this round's batch (dropped and counted if the
+    /// application's queue is full then).
+    fn send(&mut self, m: Message) {
+        self.out.push(m);
+        if self.out.len() >= 256 {
+            self.flush();
+        }
+    }
+
+    fn report_counts(&mut self) {
+        if self.starved > 0 {
+            let spectra = std::mem::take(&mut self.starved);
+            self.send(Message::DataBufferStarvation { spectra });
+        }
+        let o = self.signals.as_ref().map_or(0, |s| s.overflowed)
+            + self.injected_lost.load(Ordering::Relaxed);
+        if o > self.overflow_seen {
+            let signals = o - self.overflow_seen;
+            self.overflow_seen = o;
+            self.stats.signals_lost += signals;
+            self.send(Message::SignalBufferStarvation { signals });
+        }
+    }
+
+    fn on_signal(&mut self, r: Result<Signal, SignalError>) {
+        let s = match r {
+            Ok(s) => s,
+            Err(SignalError::Version { got }) => {
+                self.stats.version_mismatches += 1;
+                self.send(Message::VersionMismatch { version: got });
+                return;
+            }
+            Err(e) => {
+                self.stats.bad_signals += 1;
+                self.send(Message::SignalReceiveFailure {
+                    error: e.to_string(),
+                });
+                return;
+            }
+        };
+        self.stats.signals += 1;
+        let product = Arc::new(Product::of(&s));
+        let mut pass = std::mem::take(&mut self.pass);
+        pass.clear();
+        pass.resize(s.entries.len(), false);
+        (self.filter)(&product, &s.entries, &mut pass);
+        for (info, _) in s.entries.iter().zip(&pass).filter(|(_, p)| **p) {
+            self.stats.chosen += 1;
+            self.read(&product, *info);
+        }
+        self.pass = pass;
+    }
+
+    fn fail(&mut self, product: &Arc<Product>, info: SpectrumInfo, error: String) {
+        self.stats.read_failures += 1;
+        self.send(Message::ReadFailure {
+            product: product.clone(),
+            info,
+            error,
+        });
+    }
+
+    fn read(&mut self, product: &Arc<Product>, info: SpectrumInfo) {
+        let bytes = product.spectrum_bytes as usize;
+        if bytes > self.cfg.max_spectrum_bytes {
+            let e = format!(
+                "a spectrum of {bytes} B is larger than this consumer's buffers ({} B)",
+                self.cfg.max_spectrum_bytes
+            );
+            return self.fail(product, info, e);
+        }
+        enum Next {
+            Read(ReadOutcome, Vec<u8>),
+            Starved,
+            Fail(String),
+            SessionFailed(String),
+        }
+        let pool = &self.pool;
+        let next = match route(&mut self.routes, &self.cfg, product) {
+            Route::Local(ring) => match pool.take() {
+                Some(mut buf) => {
+                    let data = &mut buf[DATA_OFFSET..DATA_OFFSET + bytes];
+                    let o = read_validated(ring.words(), bytes, &info, product.digest, data);
+                    Next::Read(o, buf)
+                }
+                None => Next::Starved,
+            },
+            Route::Remote(x) => match x.ring.failed() {
+                Some(f) => Next::SessionFailed(f.to_string()),
+                // every read slot of that producer busy, or no buffer free
+                None if x.ring.room() == 0 => Next::Starved,
+                None => match pool.take() {
+                    None => Next::Starved,
+                    Some(buf) => match x.ring.read(info.offset, slot_bytes(bytes), info.seq, buf) {
+                        Ok(id) => {
+                            x.reads.insert(id, (product.clone(), info));
+                            return;
+                        }
+                        Err(buf) => {
+                            pool.give(buf);
+                            Next::Starved
+                        }
+                    },
+                },
+            },
+            Route::Unreachable { why, .. } => Next::Fail(format!("producer unreachable: {why}")),
+        };
+        match next {
+            Next::Read(o, buf) => {
+                self.stats.local_reads += 1;
+                self.outcome(product.clone(), info, o, buf)
+            }
+            Next::Starved => {
+                self.starved += 1;
+                self.stats.starved += 1;
+            }
+            Next::Fail(e) => self.fail(product, info, e),
+            Next::SessionFailed(f) => {
+                self.routes.insert(
+                    product.producer,
+                    Route::Unreachable {
+                        until: Instant::now() + self.cfg.retry_after,
+                        why: f.clone(),
+                    },
+                );
+                self.fail(product, info, f)
+            }
+        }
+    }
+
+    fn outcome(&mut self, product: Arc<Product>, info: SpectrumInfo, o: ReadOutcome, buf: Vec<u8>) {
+        match o {
+            ReadOutcome::Valid => {
+                self.stats.valid += 1;
+                self.send(Message::Valid(Spectrum {
+                    product,
+                    info,
+                    buf: Some(buf),
+                    pool: self.pool.clone(),
+                }));
+            }
+            ReadOutcome::Overwritten | ReadOutcome::DigestMismatch => {
+                self.pool.give(buf);
+                self.stats.verification_failures += 1;
+                let cause = if o == ReadOutcome::Overwritten {
+                    Verification::Overwritten
+                } else {
+                    Verification::DigestMismatch
+                };
+                self.send(Message::VerificationFailure {
+                    product,
+                    info,
+                    cause,
+                });
+            }
+            ReadOutcome::OutOfRing => {
+                self.pool.give(buf);
+                self.fail(
+                    &product,
+                    info,
+                    "the announced offset is not a slot of the producer's ring".into(),
+                );
+            }
+        }
+    }
+
+    fn progress_remote(&mut self) {
+        let mut finished: Vec<(Arc<Product>, SpectrumInfo, Done)> = Vec::new();
+        let mut done = std::mem::take(&mut self.done);
+        for r in self.routes.values_mut() {
+            if let Route::Remote(x) = r {
+                x.ring.progress(&mut done);
+                for d in done.drain(..) {
+                    if let Some((p, i)) = x.reads.remove(&d.id) {
+                        finished.push((p, i, d));
+                    }
+                }
+            }
+        }
+        self.done = done;
+        for (product, info, d) in finished {
+            match d.result {
+                ReadResult::Slot => {
+                    self.stats.remote_reads += 1;
+                    let bytes = product.spectrum_bytes as usize;
+                    let o = check_slot(&d.buf[..slot_bytes(bytes)], bytes, &info, product.digest);
+                    self.outcome(product, info, o, d.buf);
+                }
+                ReadResult::Overwritten => {
+                    self.stats.remote_reads += 1;
+                    self.outcome(product, info, ReadOutcome::Overwritten, d.buf);
+                }
+                ReadResult::Failed(e) => {
+                    self.pool.give(d.buf);
+                    self.fail(&product, info, e);
+                }
+            }
+        }
+    }
+}
+
+/// The route to `product`'s producer: known, or made now (and made again
+/// once an unreachable producer's retry time has come). One map lookup
+/// when the route is known.
+fn route<'a>(
+    routes: &'a mut FxHashMap<u64, Route>,
+    cfg: &ConsumerConfig,
+    product: &Product,
+) -> &'a mut Route {
+    let p = product.producer;
+    if routes.len() >= MAX_ROUTES && !routes.contains_key(&p) {
+        routes.retain(|_, r| !matches!(r, Route::Unreachable { .. }));
+    }
+    match routes.entry(p) {
+        Entry::Occupied(mut e) => {
+            if matches!(e.get(), Route::Unreachable { until, .. } if Instant::now() >= *until) {
+                e.insert(connect(cfg, product));
+            }
+            e.into_mut()
+        }
+        Entry::Vacant(v) => v.insert(connect(cfg, product)),
+    }
+}
+
+fn connect(cfg: &ConsumerConfig, product: &Product) -> Route {
+    if cfg.local_reads {
+        if let Ok(r) = ImportedRing::connect_producer(product.producer, &cfg.key) {
+            return Route::Local(r);
+        }
+    }
+    match RemoteRing::connect(
+        product.address,
+        &cfg.key,
+        cfg.max_outstanding_reads,
+        slot_bytes(cfg.max_spectrum_bytes),
+        cfg.read_timeout,
+        cfg.connect_timeout,
+    ) {
+        Ok(ring) if ring.producer == product.producer => Route::Remote(Box::new(Remote {
+            ring,
+            reads: FxHashMap::default(),
+        })),
+        Ok(ring) => Route::Unreachable {
+            until: Instant::now() + cfg.retry_after,
+            why: format!(
+                "the read server at {} serves producer {:x}, not {:x}",
+                product.address, ring.producer, product.producer
+            ),
+        },
+        Err(e) => Route::Unreachable {
+            until: Instant::now() + cfg.retry_after,
+            why: e.to_string(),
+        },
+    }
+}

@@ -1,0 +1,152 @@
+//! The two datagrams that open a read session between a consumer and a
+//! producer's read server across hosts, and the session key they agree.
+//!
+//! Both sides hold the stream key. The consumer sends `HELLO` with a fresh
+//! nonce, tagged under a key derived from the stream key; the server
+//! answers `WELCOME` with the consumer's nonce, its own, its producer id
+//! and ring length, tagged the same way. The session key is keyed BLAKE3
+//! of both nonces under the stream key, so a replayed `HELLO` gives a
+//! stranger a session it cannot use (it cannot compute the key), and every
+//! session's datagrams are authenticated under a key of its own. After
+//! that the session speaks the UDP fabric's protocol
+//! ([`splitrt_runtime::fabric::udp::proto`]), consumer as peer 1, server
+//! as peer 0.
+//!
+//! ```text
+//! HELLO   0 magic u16 "VH"  2 version u16  4 pad u32  8 consumer nonce [32]
+//!        40 tag [16]                                     (56 bytes)
+//! WELCOME 0 magic u16 "VW"  2 version u16  4 pad u32  8 consumer nonce [32]
+//!        40 server nonce [32]  72 producer id u64  80 ring bytes u64
+//!        88 tag [16]                                     (104 bytes)
+//! ```
+
+use splitrt_runtime::key::same_mac;
+
+/// Magic of a `HELLO` ("VH").
+pub const HELLO_MAGIC: u16 = 0x4856;
+/// Magic of a `WELCOME` ("VW").
+pub const WELCOME_MAGIC: u16 = 0x5756;
+/// Version of the session handshake.
+pub const HANDSHAKE_VERSION: u16 = 1;
+/// Bytes of a `HELLO`.
+pub const HELLO_LEN: usize = 56;
+/// Bytes of a `WELCOME`.
+pub const WELCOME_LEN: usize = 104;
+
+/// A `WELCOME` as the consumer reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Welcome {
+    /// The server's nonce.
+    pub server_nonce: [u8; 32],
+    /// The producer the server reads for.
+    pub producer: u64,
+    /// Bytes of its exported ring.
+    pub ring_bytes: u64,
+}
+
+fn tag(stream_key: &[u8; 32], data: &[u8]) -> [u8; 16] {
+    let mut h = blake3::Hasher::new_keyed(stream_key);
+    h.update(b"splitrt vys handshake\0");
+    h.update(data);
+    let mut t = [0u8; 16];
+    t.copy_from_slice(&h.finalize().as_bytes()[..16]);
+    t
+}
+
+/// A fresh nonce from the operating system.
+pub fn nonce() -> std::io::Result<[u8; 32]> {
+    let mut n = [0u8; 32];
+    getrandom::getrandom(&mut n).map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(n)
+}
+
+/// The key of the session the two nonces open.
+pub fn session_key(stream_key: &[u8; 32], consumer: &[u8; 32], server: &[u8; 32]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_keyed(stream_key);
+    h.update(b"splitrt vys session\0");
+    h.update(consumer);
+    h.update(server);
+    *h.finalize().as_bytes()
+}
+
+/// Encode a `HELLO`.
+pub fn hello(stream_key: &[u8; 32], consumer_nonce: &[u8; 32]) -> [u8; HELLO_LEN] {
+    let mut b = [0u8; HELLO_LEN];
+    b[0..2].copy_from_slice(&HELLO_MAGIC.to_le_bytes());
+    b[2..4].copy_from_slice(&HANDSHAKE_VERSION.to_le_bytes());
+    b[8..40].copy_from_slice(consumer_nonce);
+    let t = tag(stream_key, &b[..40]);
+    b[40..].copy_from_slice(&t);
+    b
+}
+
+/// The consumer nonce of a `HELLO` that verifies under the stream key.
+pub fn read_hello(stream_key: &[u8; 32], b: &[u8]) -> Option<[u8; 32]> {
+    if b.len() != HELLO_LEN
+        || b[0..2] != HELLO_MAGIC.to_le_bytes()
+        || b[2..4] != HANDSHAKE_VERSION.to_le_bytes()
+        || !same_mac(&tag(stream_key, &b[..40]), &b[40..])
+    {
+        return None;
+    }
+    b[8..40].try_into().ok()
+}
+
+/// Encode a `WELCOME`.
+pub fn welcome(stream_key: &[u8; 32], consumer_nonce: &[u8; 32], w: &Welcome) -> [u8; WELCOME_LEN] {
+    let mut b = [0u8; WELCOME_LEN];
+    b[0..2].copy_from_slice(&WELCOME_MAGIC.to_le_bytes());
+    b[2..4].copy_from_slice(&HANDSHAKE_VERSION.to_le_bytes());
+    b[8..40].copy_from_slice(consumer_nonce);
+    b[40..72].copy_from_slice(&w.server_nonce);
+    b[72..80].copy_from_slice(&w.producer.to_le_bytes());
+    b[80..88].copy_from_slice(&w.ring_bytes.to_le_bytes());
+    let t = tag(stream_key, &b[..88]);
+    b[88..].copy_from_slice(&t);
+    b
+}
+
+/// A `WELCOME` answering our `HELLO` (our nonce echoed) that verifies.
+pub fn read_welcome(stream_key: &[u8; 32], consumer_nonce: &[u8; 32], b: &[u8]) -> Option<Welcome> {
+    if b.len() != WELCOME_LEN
+        || b[0..2] != WELCOME_MAGIC.to_le_bytes()
+        || b[2..4] != HANDSHAKE_VERSION.to_le_bytes()
+        || b[8..40] != consumer_nonce[..]
+        || !same_mac(&tag(stream_key, &b[..88]), &b[88..])
+    {
+        return None;
+    }
+    Some(Welcome {
+        server_nonce: b[40..72].try_into().ok()?,
+        producer: u64::from_le_bytes(b[72..80].try_into().ok()?),
+        ring_bytes: u64::from_le_bytes(b[80..88].try_into().ok()?),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_and_welcome_verify_only_under_the_stream_key() {
+        let k = [9u8; 32];
+        let n = [1u8; 32];
+        let h = hello(&k, &n);
+        assert_eq!(read_hello(&k, &h), Some(n));
+        assert_eq!(read_hello(&[8; 32], &h), None);
+        let mut bad = h;
+        bad[9] ^= 1;
+        assert_eq!(read_hello(&k, &bad), None);
+        assert_eq!(read_hello(&k, &h[..40]), None);
+        let w = Welcome {
+            server_nonce: [2; 32],
+            producer: 77,
+            ring_bytes: 4096,
+        };
+        let b = welcome(&k, &n, &w);
+        assert_eq!(read_welcome(&k, &n, &b), Some(w));
+        assert_eq!(read_welcome(&k, &[3; 32], &b), None, "not our nonce");
+        assert_eq!(read_welcome(&[8; 32], &n, &b), None);
+        assert_ne!(session_key(&k, &n, &[2; 32]), session_key(&k, &[2; 32], &n));
+    }
+}

@@ -1,0 +1,410 @@
+//! The producer's library API: the application writes spectra; the
+//! producer puts them in its ring, batches their announcements per data
+//! product into signal messages, and serves reads by its own threads (a
+//! handover socket for consumers on this host, a read server for those
+//! across hosts). The application never waits for a consumer, and no
+//! consumer can slow it or make it fail: the ring has only a write
+//! pointer, and the serving threads only ever read it.
+//!
+//! ```no_run
+//! use splitrt_pgas::vys::producer::{Producer, ProducerConfig, ProductId};
+//! use std::net::{Ipv4Addr, SocketAddrV4};
+//! let cfg = ProducerConfig::new(
+//!     [7u8; 32], // the operator's stream key
+//!     SocketAddrV4::new(Ipv4Addr::new(239, 255, 42, 99), 47000),
+//!     Ipv4Addr::LOCALHOST,
+//!     8192, // bytes per spectrum
+//! );
+//! let mut p = Producer::new(cfg).unwrap();
+//! let product = ProductId { stations: [1, 2], spectral_window: 0, stokes: 0 };
+//! p.write(product, &vec![0u8; 8192], 1_700_000_000_000).unwrap();
+//! p.flush().unwrap();
+//! ```
+
+use super::export::{handover_addr, ExportedRing};
+use super::read_server::ReadServer;
+use super::ring::{slot_bytes, write_slot};
+use super::signal::{DigestKind, Signal, SpectrumInfo, MAX_ENTRIES};
+use super::transport::SignalSender;
+use rustc_hash::FxHashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::os::unix::net::UnixListener;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// One data product: what a signal message describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProductId {
+    /// Station (antenna) pair.
+    pub stations: [u16; 2],
+    /// Spectral window.
+    pub spectral_window: u16,
+    /// Stokes (polarization) product.
+    pub stokes: u16,
+}
+
+/// A producer's settings.
+#[derive(Clone, Debug)]
+pub struct ProducerConfig {
+    /// The stream key (from the operator; consumers hold the same).
+    pub key: [u8; 32],
+    /// Multicast group signals go to (`None`: none; the application takes
+    /// them with [`Producer::take_signals`] and sends them itself, e.g. by
+    /// Active Message to ranks of its job).
+    pub group: Option<SocketAddrV4>,
+    /// Keep every signal (encoded) for [`Producer::take_signals`] too.
+    pub queue_signals: bool,
+    /// Address of the interface signals leave by and reads are served on.
+    pub interface: Ipv4Addr,
+    /// Bytes of every spectrum.
+    pub spectrum_bytes: usize,
+    /// Channels per spectrum (announced; the data's meaning).
+    pub channels: u32,
+    /// Spectra the ring holds (its buffer duration is this many
+    /// integrations).
+    pub slots: usize,
+    /// Digest announced with each spectrum.
+    pub digest: DigestKind,
+    /// Spectra of one product per signal message (1..=44).
+    pub spectra_per_signal: usize,
+    /// Correlator configuration id (announced).
+    pub config: u64,
+    /// Producer id (random if `None`).
+    pub id: Option<u64>,
+    /// Serve consumers on this host (read-only handover of the ring).
+    pub serve_local: bool,
+    /// Serve consumers on other hosts (the read server).
+    pub serve_remote: bool,
+}
+
+impl ProducerConfig {
+    /// Settings with defaults: 1024 slots, CRC-32C, 8 spectra per signal,
+    /// both kinds of reads served.
+    pub fn new(
+        key: [u8; 32],
+        group: SocketAddrV4,
+        interface: Ipv4Addr,
+        spectrum_bytes: usize,
+    ) -> ProducerConfig {
+        ProducerConfig {
+            key,
+            group: Some(group),
+            queue_signals: false,
+            interface,
+            spectrum_bytes,
+            channels: (spectrum_bytes / 8) as u32,
+            slots: 1024,
+            digest: DigestKind::Crc32c,
+            spectra_per_signal: 8,
+            config: 0,
+            id: None,
+            serve_local: true,
+            serve_remote: true,
+        }
+    }
+}
+
+/// Counters of a producer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProducerStats {
+    /// Spectra written.
+    pub spectra: u64,
+    /// Signal messages sent.
+    pub signals: u64,
+    /// Signal messages the network refused (counted, not retried:
+    /// signals are datagrams), or dropped from a full
+    /// [`Producer::take_signals`] queue.
+    pub signal_errors: u64,
+}
+
+/// A vys producer.
+pub struct Producer {
+    cfg: ProducerConfig,
+    id: u64,
+    ring: Arc<ExportedRing>,
+    next: u64,
+    sender: Option<SignalSender>,
+    queued: Vec<Vec<u8>>,
+    /// The last signal encoded (its allocation reused).
+    encoded: Vec<u8>,
+    server: Option<ReadServer>,
+    handover: Option<Handover>,
+    address: SocketAddr,
+    batches: FxHashMap<ProductId, Vec<SpectrumInfo>>,
+    stats: ProducerStats,
+}
+
+impl Producer {
+    /// Create the ring, the signal sender and the serving threads.
+    pub fn new(cfg: ProducerConfig) -> io::Result<Producer> {
+        let bad = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+        if cfg.spectrum_bytes == 0 || cfg.spectrum_bytes > super::read_proto::MAX_READ - 24 {
+            return Err(bad(format!("spectrum of {} B", cfg.spectrum_bytes)));
+        }
+        if cfg.slots < 2 {
+            return Err(bad(format!("a ring of {} slots (at least 2)", cfg.slots)));
+        }
+        if !(1..=MAX_ENTRIES).contains(&cfg.spectra_per_signal) {
+            return Err(bad(format!(
+                "{} spectra per signal (1..={MAX_ENTRIES})",
+                cfg.spectra_per_signal
+            )));
+        }
+        let id = match cfg.id {
+            Some(i) => i,
+            None => {
+                let mut b = [0u8; 8];
+                getrandom::getrandom(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
+                u64::from_le_bytes(b)
+            }
+        };
+        let len = cfg
+            .slots
+            .checked_mul(slot_bytes(cfg.spectrum_bytes))
+            .ok_or_else(|| bad("ring size overflows".into()))?;
+        let ring = Arc::new(ExportedRing::new(len)?);
+        let sender = match cfg.group {
+            Some(g) => Some(SignalSender::new(g, cfg.interface, cfg.key)?),
+            None => None,
+        };
+        let server = if cfg.serve_remote {
+            Some(ReadServer::start(
+                SocketAddr::new(IpAddr::V4(cfg.interface), 0),
+                ring.clone(),
+                id,
+                cfg.key,
+            )?)
+        } else {
+            None
+        };
+        let address = server
+            .as_ref()
+            .map_or(SocketAddr::new(IpAddr::V4(cfg.interface), 0), |s| s.addr());
+        let handover = if cfg.serve_local {
+            Some(Handover::start(ring.clone(), id, cfg.key)?)
+        } else {
+            None
+        };
+        Ok(Producer {
+            id,
+            ring,
+            next: 1,
+            sender,
+            queued: Vec::new(),
+            encoded: Vec::new(),
+            server,
+            handover,
+            address,
+            batches: FxHashMap::default(),
+            stats: ProducerStats::default(),
+            cfg,
+        })
+    }
+
+    /// This producer's id (in every signal).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Where its read server listens (in every signal).
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ProducerStats {
+        self.stats
+    }
+
+    /// The read server's counters, if it serves remote reads.
+    pub fn server(&self) -> Option<&ReadServer> {
+        self.server.as_ref()
+    }
+
+    /// Write one spectrum of `product` (exactly `spectrum_bytes` long)
+    /// into the ring; its announcement joins the product's batch, which
+    /// leaves as a signal once it holds `spectra_per_signal` spectra.
+    /// Never waits for a consumer; an error only if the signal could not
+    /// be sent at all.
+    pub fn write(
+        &mut self,
+        product: ProductId,
+        data: &[u8],
+        timestamp: u64,
+    ) -> io::Result<SpectrumInfo> {
+        if data.len() != self.cfg.spectrum_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a spectrum of {} B, this producer's are {} B",
+                    data.len(),
+                    self.cfg.spectrum_bytes
+                ),
+            ));
+        }
+        let seq = self.next;
+        self.next += 1;
+        let info = write_slot(
+            self.ring.words(),
+            self.cfg.spectrum_bytes,
+            self.cfg.slots,
+            seq,
+            data,
+            timestamp,
+            self.cfg.digest,
+        );
+        self.stats.spectra += 1;
+        let b = self.batches.entry(product).or_default();
+        b.push(info);
+        if b.len() >= self.cfg.spectra_per_signal {
+            self.send(product);
+        }
+        Ok(info)
+    }
+
+    /// Send every partial batch now.
+    pub fn flush(&mut self) -> io::Result<()> {
+        let due: Vec<ProductId> = self
+            .batches
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(p, _)| *p)
+            .collect();
+        for p in due {
+            self.send(p);
+        }
+        Ok(())
+    }
+
+    /// The signal a batch makes.
+    pub fn signal(&self, product: ProductId, entries: Vec<SpectrumInfo>) -> Signal {
+        Signal {
+            digest: self.cfg.digest,
+            channels: self.cfg.channels,
+            producer: self.id,
+            address: self.address,
+            stations: product.stations,
+            spectral_window: product.spectral_window,
+            stokes: product.stokes,
+            config: self.cfg.config,
+            spectrum_bytes: self.cfg.spectrum_bytes as u32,
+            entries,
+        }
+    }
+
+    /// The signals kept since the last call (with `queue_signals`), each
+    /// one encoded and signed, ready to send by other means (an Active
+    /// Message's payload, say; a consumer takes it through its
+    /// [`injector`](super::consumer::Consumer::injector)).
+    pub fn take_signals(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.queued)
+    }
+
+    /// Send `product`'s batch as one signal; the batch's and the encoding's
+    /// allocations are kept for the next one.
+    fn send(&mut self, product: ProductId) {
+        let Some(batch) = self.batches.get_mut(&product) else {
+            return;
+        };
+        let entries = std::mem::take(batch);
+        let s = self.signal(product, entries);
+        s.encode_into(&self.cfg.key, &mut self.encoded);
+        let mut entries = s.entries;
+        entries.clear();
+        if let Some(batch) = self.batches.get_mut(&product) {
+            *batch = entries;
+        }
+        if let Some(tx) = &self.sender {
+            match tx.send_bytes(&self.encoded) {
+                Ok(()) => self.stats.signals += 1,
+                Err(_) => self.stats.signal_errors += 1,
+            }
+        }
+        if self.cfg.queue_signals {
+            if self.queued.len() < MAX_QUEUED_SIGNALS {
+                self.queued.push(self.encoded.clone());
+                if self.sender.is_none() {
+                    self.stats.signals += 1;
+                }
+            } else {
+                self.stats.signal_errors += 1;
+            }
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        let _ = self.flush();
+        self.handover.take();
+        self.server.take();
+    }
+}
+
+/// Signals kept for [`Producer::take_signals`] at most (an application
+/// that never takes them loses the newest, counted in `signal_errors`).
+const MAX_QUEUED_SIGNALS: usize = 4096;
+
+/// Concurrent handovers at most (each is a short exchange with a 2 s
+/// timeout; more clients than this wait in the listen queue).
+const MAX_HANDOVERS: usize = 8;
+
+/// The thread answering consumers on this host on the producer's abstract
+/// handover socket.
+struct Handover {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Handover {
+    fn start(ring: Arc<ExportedRing>, id: u64, key: [u8; 32]) -> io::Result<Handover> {
+        let l = UnixListener::bind_addr(&handover_addr(id)?)?;
+        l.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let busy = Arc::new(AtomicUsize::new(0));
+        let thread = std::thread::Builder::new()
+            .name("vys-handover".into())
+            .spawn(move || {
+                while !st.load(Ordering::Acquire) {
+                    if busy.load(Ordering::Acquire) >= MAX_HANDOVERS {
+                        std::thread::sleep(Duration::from_millis(5));
+                        continue;
+                    }
+                    match l.accept() {
+                        Ok((s, _)) => {
+                            let _ = s.set_nonblocking(false);
+                            let (ring, mine) = (ring.clone(), busy.clone());
+                            busy.fetch_add(1, Ordering::AcqRel);
+                            let spawned = std::thread::Builder::new()
+                                .name("vys-handover-1".into())
+                                .spawn(move || {
+                                    let _ = ring.serve(s, &key, id);
+                                    mine.fetch_sub(1, Ordering::AcqRel);
+                                });
+                            if spawned.is_err() {
+                                busy.fetch_sub(1, Ordering::AcqRel);
+                            }
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            })?;
+        Ok(Handover {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Handover {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

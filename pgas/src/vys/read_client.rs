@@ -1,0 +1,388 @@
+//! A consumer's read session with one producer's read server across
+//! hosts: the [`super::handshake`], then `READ` requests over the UDP
+//! fabric's protocol, each reply deposited straight into the data buffer
+//! the read was given (its landing place), a bounded number outstanding.
+//!
+//! Driven by its owner (the consumer's thread): [`RemoteRing::read`]
+//! queues, [`RemoteRing::progress`] moves datagrams and hands back
+//! finished reads; nothing here blocks but [`RemoteRing::connect`].
+
+use super::handshake::{self, WELCOME_LEN};
+use super::read_proto::{self, STATUS_OK, STATUS_OVERWRITTEN, T_DATA, T_READ};
+use splitrt_runtime::fabric::udp::frames::{OutMsg, Reassembler, Sink};
+use splitrt_runtime::fabric::udp::proto::{Event, Proto, Sent};
+use splitrt_runtime::fabric::udp::wire::{HEADER, MAX_DATAGRAM, TAG};
+use std::collections::VecDeque;
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// How a read ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadResult {
+    /// The slot is in the buffer (to be checked with
+    /// [`super::ring::check_slot`]).
+    Slot,
+    /// The server found the slot already rewritten and sent nothing.
+    Overwritten,
+    /// The read failed.
+    Failed(String),
+}
+
+/// A read that finished: its id, the buffer it was given back (the slot
+/// in its first `stride` bytes for [`ReadResult::Slot`]), and how it ended.
+pub struct Done {
+    /// The id [`RemoteRing::read`] returned.
+    pub id: u64,
+    /// The buffer.
+    pub buf: Vec<u8>,
+    /// How it ended.
+    pub result: ReadResult,
+}
+
+/// A read in flight, in its landing place.
+struct Place {
+    /// The read's id: a counter above [`PLACE_BITS`], the place below.
+    id: u64,
+    buf: Vec<u8>,
+    /// Bytes the reply must bring.
+    want: usize,
+    since: Instant,
+}
+
+/// Bits of a read id that name its landing place.
+const PLACE_BITS: u32 = 16;
+
+struct Landing {
+    /// Bytes per landing place (the consumer's buffer size).
+    stride: usize,
+    places: Vec<Option<Place>>,
+    /// Places with no read.
+    free: Vec<usize>,
+}
+
+impl Sink for Landing {
+    fn len(&self) -> usize {
+        self.stride * self.places.len()
+    }
+    fn write(&mut self, off: usize, data: &[u8]) {
+        let (i, at) = (off / self.stride, off % self.stride);
+        if let Some(Some(p)) = self.places.get_mut(i) {
+            if at + data.len() <= p.want {
+                p.buf[at..at + data.len()].copy_from_slice(data);
+            }
+        }
+    }
+    fn read(&self, off: usize, len: usize) -> &[u8] {
+        let (i, at) = (off / self.stride, off % self.stride);
+        match self.places.get(i) {
+            Some(Some(p)) if at + len <= p.want => &p.buf[at..at + len],
+            _ => &[],
+        }
+    }
+}
+
+/// A read session with one producer's read server.
+pub struct RemoteRing {
+    sock: UdpSocket,
+    proto: Proto,
+    reasm: Reassembler,
+    landing: Landing,
+    /// Requests not yet taken by the protocol (its window was full).
+    unsent: VecDeque<[u64; 5]>,
+    next_id: u64,
+    /// Replies of one datagram (kept to reuse its allocation).
+    got: Vec<(u64, u64, Option<u64>, usize)>,
+    /// The late-read scan is next due then.
+    late_check: Instant,
+    t0: Instant,
+    read_timeout: Duration,
+    failed: Option<String>,
+    rbuf: Vec<u8>,
+    /// The producer the server answered for.
+    pub producer: u64,
+    /// Bytes of its ring.
+    pub ring_bytes: u64,
+}
+
+impl RemoteRing {
+    /// Open a session with the read server at `addr`: up to three
+    /// `HELLO`s, `wait` for the answer in all. `places` reads may be
+    /// outstanding (1..=65536), each into a buffer of `stride` bytes.
+    pub fn connect(
+        addr: SocketAddr,
+        key: &[u8; 32],
+        places: usize,
+        stride: usize,
+        read_timeout: Duration,
+        wait: Duration,
+    ) -> io::Result<RemoteRing> {
+        let bind: SocketAddr = if addr.is_ipv4() {
+            "0.0.0.0:0".parse().expect("address")
+        } else {
+            "[::]:0".parse().expect("address")
+        };
+        let sock = UdpSocket::bind(bind)?;
+        sock.connect(addr)?;
+        let s2 = socket2::SockRef::from(&sock);
+        let _ = s2.set_recv_buffer_size(8 << 20);
+        let cn = handshake::nonce()?;
+        let hello = handshake::hello(key, &cn);
+        let t0 = Instant::now();
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut welcome = None;
+        'tries: for _ in 0..3 {
+            sock.send(&hello)?;
+            let until = Instant::now() + wait / 3;
+            while let Some(left) = until.checked_duration_since(Instant::now()) {
+                sock.set_read_timeout(Some(left.max(Duration::from_micros(100))))?;
+                match sock.recv(&mut buf) {
+                    Ok(n) if n == WELCOME_LEN => {
+                        if let Some(w) = handshake::read_welcome(key, &cn, &buf[..n]) {
+                            welcome = Some(w);
+                            break 'tries;
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::ConnectionRefused,
+                            format!("no vys read server at {addr}"),
+                        ))
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        let w = welcome.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the vys read server at {addr} did not answer in {wait:?} (gone, or \
+                     another stream key)"
+                ),
+            )
+        })?;
+        sock.set_nonblocking(true)?;
+        let skey = handshake::session_key(key, &cn, &w.server_nonce);
+        let now = t0.elapsed().as_nanos() as u64;
+        Ok(RemoteRing {
+            sock,
+            proto: Proto::new(1, 2, read_proto::session_config(), skey, now),
+            reasm: Reassembler::default(),
+            landing: Landing {
+                stride,
+                places: (0..places.clamp(1, 1 << PLACE_BITS))
+                    .map(|_| None)
+                    .collect(),
+                free: (0..places.clamp(1, 1 << PLACE_BITS)).rev().collect(),
+            },
+            unsent: VecDeque::new(),
+            next_id: 1,
+            got: Vec::new(),
+            late_check: Instant::now(),
+            t0,
+            read_timeout,
+            failed: None,
+            rbuf: buf,
+            producer: w.producer,
+            ring_bytes: w.ring_bytes,
+        })
+    }
+
+    fn now(&self) -> u64 {
+        self.t0.elapsed().as_nanos() as u64
+    }
+
+    /// The socket, for the owner's `poll`.
+    pub fn fd(&self) -> RawFd {
+        self.sock.as_raw_fd()
+    }
+
+    /// Why the session failed, if it did (every read then fails).
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    /// Reads that may still be started.
+    pub fn room(&self) -> usize {
+        if self.failed.is_some() {
+            0
+        } else {
+            self.landing.free.len()
+        }
+    }
+
+    /// Whether no read is outstanding.
+    pub fn idle(&self) -> bool {
+        self.landing.free.len() == self.landing.places.len()
+    }
+
+    /// Read the slot of `stride` bytes at ring `offset` that should hold
+    /// sequence id `seq` into `buf` (at least `stride` long, at most the
+    /// landing stride). Returns the read's id, or the buffer back if no
+    /// read can start now.
+    pub fn read(
+        &mut self,
+        offset: u64,
+        stride: usize,
+        seq: u64,
+        buf: Vec<u8>,
+    ) -> Result<u64, Vec<u8>> {
+        if self.failed.is_some() || buf.len() < stride || stride > self.landing.stride {
+            return Err(buf);
+        }
+        let Some(place) = self.landing.free.pop() else {
+            return Err(buf);
+        };
+        let id = (self.next_id << PLACE_BITS) | place as u64;
+        self.next_id += 1;
+        self.landing.places[place] = Some(Place {
+            id,
+            buf,
+            want: stride,
+            since: Instant::now(),
+        });
+        let landing = (place * self.landing.stride) as u64;
+        self.unsent
+            .push_back([id, offset, stride as u64, landing, seq]);
+        Ok(id)
+    }
+
+    /// The place of read `id`, if that read is in flight.
+    fn place_of(&self, id: u64) -> Option<usize> {
+        let place = (id & ((1 << PLACE_BITS) - 1)) as usize;
+        match self.landing.places.get(place) {
+            Some(Some(p)) if p.id == id => Some(place),
+            _ => None,
+        }
+    }
+
+    fn finish(&mut self, place: usize, result: ReadResult, done: &mut Vec<Done>) {
+        if let Some(p) = self.landing.places[place].take() {
+            self.landing.free.push(place);
+            done.push(Done {
+                id: p.id,
+                buf: p.buf,
+                result,
+            });
+        }
+    }
+
+    /// Move datagrams both ways, run timers, and append finished reads to
+    /// `done`.
+    pub fn progress(&mut self, done: &mut Vec<Done>) {
+        let now = self.now();
+        for _ in 0..512 {
+            let n = match self.sock.recv(&mut self.rbuf) {
+                Ok(n) => n,
+                Err(_) => break,
+            };
+            let mut d = self.proto.buffer();
+            d.extend_from_slice(&self.rbuf[..n]);
+            if let Some(b) = self.proto.handle_datagram(now, d) {
+                self.proto.recycle(b);
+            }
+        }
+        while let Some((_, d)) = self.proto.next_ready(1) {
+            let body = &d[HEADER..d.len() - TAG];
+            let mut got = std::mem::take(&mut self.got);
+            got.clear();
+            let r = self.reasm.feed(0, body, 0, &mut self.landing, &mut |m| {
+                if m.tag == T_DATA && m.words.len() == 2 {
+                    got.push((m.words[0], m.words[1], m.deposit, m.payload.len()));
+                }
+            });
+            self.proto.recycle(d);
+            for &(id, status, deposit, len) in &got {
+                let Some(place) = self.place_of(id) else {
+                    continue;
+                };
+                let want = self.landing.places[place].as_ref().map_or(0, |p| p.want);
+                let at = (place * self.landing.stride) as u64;
+                let result = if status == STATUS_OK && deposit == Some(at) && len == want {
+                    ReadResult::Slot
+                } else if status == STATUS_OK {
+                    ReadResult::Failed("the read server answered with another range".into())
+                } else if status == STATUS_OVERWRITTEN {
+                    ReadResult::Overwritten
+                } else {
+                    ReadResult::Failed(
+                        "the producer says the range is not a slot of its ring".into(),
+                    )
+                };
+                self.finish(place, result, done);
+            }
+            self.got = got;
+            if let Err(e) = r {
+                self.failed = Some(format!("malformed reply from the read server: {e}"));
+            }
+        }
+        while let Some(&q) = self.unsent.front() {
+            if self.failed.is_some() {
+                break;
+            }
+            let m = OutMsg {
+                tag: T_READ,
+                words: &q,
+                payload: &[],
+                deposit: None,
+            };
+            match self.proto.send(now, 0, 0, &m, 0) {
+                Sent::Upto(_) => {
+                    self.unsent.pop_front();
+                }
+                Sent::NoRoom => break,
+                Sent::Dead => {
+                    self.failed = Some("the read server stopped answering".into());
+                }
+            }
+        }
+        if now >= self.proto.poll_timeout() {
+            self.proto.handle_timeout(now);
+        }
+        while let Some(Event::PeerDead { silent, .. }) = self.proto.poll_event() {
+            self.failed = Some(format!(
+                "the read server has not answered for {:.1} s",
+                silent as f64 / 1e9
+            ));
+        }
+        let sock = &self.sock;
+        self.proto.poll_transmit(now, true, &mut |_, b| {
+            let _ = sock.send(b);
+        });
+        // reads that took too long (looked for every 10 ms), or all of them
+        // once the session failed
+        if self.failed.is_some() || Instant::now() >= self.late_check {
+            self.late_check = Instant::now() + Duration::from_millis(10);
+            for place in 0..self.landing.places.len() {
+                let Some(p) = &self.landing.places[place] else {
+                    continue;
+                };
+                if self.failed.is_none() && p.since.elapsed() <= self.read_timeout {
+                    continue;
+                }
+                let id = p.id;
+                let why = match &self.failed {
+                    Some(f) => f.clone(),
+                    None => format!("no answer in {:?}", self.read_timeout),
+                };
+                self.unsent.retain(|q| q[0] != id);
+                self.finish(place, ReadResult::Failed(why), done);
+            }
+        }
+    }
+
+    /// When [`progress`](Self::progress) is next needed even if nothing
+    /// arrives.
+    pub fn next_due(&self) -> Duration {
+        let now = self.now();
+        let t = Duration::from_nanos(self.proto.poll_timeout().saturating_sub(now));
+        if self.unsent.is_empty() {
+            t.min(Duration::from_millis(50))
+        } else {
+            Duration::ZERO
+        }
+    }
+}

@@ -1,0 +1,410 @@
+//! The producer's read server: a progress thread that serves consumers'
+//! reads of the exported ring across hosts, without the producer
+//! application taking part (the role RDMA hardware plays on InfiniBand).
+//!
+//! One UDP socket, the address signals announce. A consumer opens a
+//! session with the [`super::handshake`]; then it and the server speak the
+//! UDP fabric's reliable protocol (sans I/O, the same state machine ranks
+//! use) under the session's key. Each `READ` is answered by copying the
+//! slot in the validated order ([`super::ring::snapshot_slot`]) and sending
+//! it back. Everything a stranger can cost is bounded: sessions (least
+//! recently confirmed evicted first when full, never-confirmed ones
+//! before confirmed ones), replies queued per session (the session's
+//! receive window closes behind them, so a greedy consumer throttles only
+//! itself), and a session silent past the peer timeout is dropped.
+
+use super::export::ExportedRing;
+use super::handshake::{self, Welcome, HELLO_LEN, HELLO_MAGIC};
+use super::read_proto::{
+    self, MAX_READ, STATUS_OK, STATUS_OUT_OF_RING, STATUS_OVERWRITTEN, T_DATA, T_READ,
+};
+use super::ring::{snapshot_slot, Snapshot};
+use splitrt_runtime::fabric::udp::frames::{OutMsg, Reassembler};
+use splitrt_runtime::fabric::udp::proto::{Event, Proto, Sent};
+use splitrt_runtime::fabric::udp::wire::{HEADER, MAX_DATAGRAM, TAG};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Sessions served at once at most.
+pub const MAX_SESSIONS: usize = 64;
+/// Replies queued per session at most (and bytes, whichever is reached
+/// first; one reply is always allowed).
+const MAX_QUEUED: usize = 64;
+const MAX_QUEUED_BYTES: usize = 32 << 20;
+
+/// What the read server did, for reports and tests.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Sessions opened.
+    pub sessions: AtomicU64,
+    /// Reads served with data.
+    pub reads: AtomicU64,
+    /// Bytes of slots served.
+    pub bytes: AtomicU64,
+    /// Reads refused: not a slot of the ring.
+    pub refused: AtomicU64,
+    /// Reads answered "overwritten" without data (the tail had moved on).
+    pub overwritten: AtomicU64,
+    /// Datagrams dropped: no session, bad handshake, or not authentic.
+    pub dropped: AtomicU64,
+    /// Sessions closed because their consumer went silent or misbehaved.
+    pub closed: AtomicU64,
+}
+
+/// A running read server; stops when dropped.
+pub struct ReadServer {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    stats: Arc<ServerStats>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Reply {
+    id: u64,
+    status: u64,
+    landing: u64,
+    slot: Vec<u8>,
+    from: usize,
+}
+
+struct Session {
+    consumer_nonce: [u8; 32],
+    welcome: [u8; handshake::WELCOME_LEN],
+    proto: Proto,
+    reasm: Reassembler,
+    replies: VecDeque<Reply>,
+    queued_bytes: usize,
+    /// An authentic datagram came (it holds the session key).
+    confirmed: bool,
+    last: u64,
+}
+
+struct Server {
+    sock: UdpSocket,
+    ring: Arc<ExportedRing>,
+    producer: u64,
+    key: [u8; 32],
+    sessions: HashMap<SocketAddr, Session>,
+    stats: Arc<ServerStats>,
+    t0: Instant,
+    spare: Vec<Vec<u8>>,
+    /// Requests of one datagram (kept to reuse its allocation).
+    reqs: Vec<[u64; 5]>,
+}
+
+impl ReadServer {
+    /// Serve reads of `ring` (of producer `producer`) on a UDP socket
+    /// bound to `bind` (port 0: any), for consumers holding `key`.
+    pub fn start(
+        bind: SocketAddr,
+        ring: Arc<ExportedRing>,
+        producer: u64,
+        key: [u8; 32],
+    ) -> io::Result<ReadServer> {
+        let sock = UdpSocket::bind(bind)?;
+        sock.set_nonblocking(true)?;
+        let s2 = socket2::SockRef::from(&sock);
+        let _ = s2.set_recv_buffer_size(8 << 20);
+        let _ = s2.set_send_buffer_size(8 << 20);
+        let addr = sock.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(ServerStats::default());
+        let mut server = Server {
+            sock,
+            ring,
+            producer,
+            key,
+            sessions: HashMap::new(),
+            stats: stats.clone(),
+            t0: Instant::now(),
+            spare: Vec::new(),
+            reqs: Vec::new(),
+        };
+        let st = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("vys-read-server".into())
+            .spawn(move || server.run(&st))?;
+        Ok(ReadServer {
+            addr,
+            stop,
+            stats,
+            thread: Some(thread),
+        })
+    }
+
+    /// The address consumers send to (announced in signals).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> &ServerStats {
+        &self.stats
+    }
+}
+
+impl Drop for ReadServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Server {
+    fn now(&self) -> u64 {
+        self.t0.elapsed().as_nanos() as u64
+    }
+
+    fn run(&mut self, stop: &AtomicBool) {
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.sock);
+        while !stop.load(Ordering::Acquire) {
+            let wait = self.next_wait();
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = wait.as_micros().div_ceil(1000).min(20) as libc::c_int;
+            // SAFETY: one live pollfd.
+            unsafe { libc::poll(&mut p, 1, ms) };
+            // whatever is there (the socket is non-blocking)
+            for _ in 0..256 {
+                match self.sock.recv_from(&mut buf) {
+                    Ok((n, from)) => self.datagram(&buf[..n], from),
+                    Err(_) => break,
+                }
+            }
+            self.progress();
+        }
+    }
+
+    fn next_wait(&self) -> Duration {
+        let now = self.now();
+        let mut due = now + 20_000_000;
+        for s in self.sessions.values() {
+            due = due.min(s.proto.poll_timeout());
+            if !s.replies.is_empty() {
+                due = now;
+            }
+        }
+        Duration::from_nanos(due.saturating_sub(now))
+    }
+
+    fn datagram(&mut self, d: &[u8], from: SocketAddr) {
+        let now = self.now();
+        if d.len() == HELLO_LEN && d[0..2] == HELLO_MAGIC.to_le_bytes() {
+            self.hello(d, from, now);
+            return;
+        }
+        let Some(s) = self.sessions.get_mut(&from) else {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let before = s.proto.stats().received;
+        let mut b = s.proto.buffer();
+        b.extend_from_slice(d);
+        if let Some(b) = s.proto.handle_datagram(now, b) {
+            s.proto.recycle(b);
+        }
+        if s.proto.stats().received > before {
+            s.confirmed = true;
+            s.last = now;
+        } else {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn hello(&mut self, d: &[u8], from: SocketAddr, now: u64) {
+        let Some(cn) = handshake::read_hello(&self.key, d) else {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        if let Some(s) = self.sessions.get(&from) {
+            if s.consumer_nonce == cn {
+                // our WELCOME was lost: the same answer again
+                let _ = self.sock.send_to(&s.welcome, from);
+            } else {
+                // a confirmed session is not replaced by a HELLO (that
+                // could be replayed); it ends by silence
+                self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        if self.sessions.len() >= MAX_SESSIONS && !self.evict_one() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Ok(sn) = handshake::nonce() else { return };
+        let w = handshake::welcome(
+            &self.key,
+            &cn,
+            &Welcome {
+                server_nonce: sn,
+                producer: self.producer,
+                ring_bytes: self.ring.len() as u64,
+            },
+        );
+        let skey = handshake::session_key(&self.key, &cn, &sn);
+        let proto = Proto::new(0, 2, read_proto::session_config(), skey, now);
+        self.sessions.insert(
+            from,
+            Session {
+                consumer_nonce: cn,
+                welcome: w,
+                proto,
+                reasm: Reassembler::default(),
+                replies: VecDeque::new(),
+                queued_bytes: 0,
+                confirmed: false,
+                last: now,
+            },
+        );
+        self.stats.sessions.fetch_add(1, Ordering::Relaxed);
+        let _ = self.sock.send_to(&w, from);
+    }
+
+    /// Make room: the oldest unconfirmed session, else none (confirmed
+    /// sessions end only by silence).
+    fn evict_one(&mut self) -> bool {
+        let victim = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| !s.confirmed)
+            .min_by_key(|(_, s)| s.last)
+            .map(|(a, _)| *a);
+        match victim {
+            Some(a) => {
+                self.sessions.remove(&a);
+                self.stats.closed.fetch_add(1, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn progress(&mut self) {
+        let now = self.now();
+        let mut gone = Vec::new();
+        let sock = &self.sock;
+        let ring = &self.ring;
+        let stats = &self.stats;
+        let spare = &mut self.spare;
+        let reqs = &mut self.reqs;
+        for (addr, s) in self.sessions.iter_mut() {
+            let mut bad = false;
+            // take requests while there is room to queue their replies
+            while s.replies.len() < MAX_QUEUED
+                && (s.replies.is_empty() || s.queued_bytes < MAX_QUEUED_BYTES)
+            {
+                let Some((_, d)) = s.proto.next_ready(0) else {
+                    break;
+                };
+                let body = &d[HEADER..d.len() - TAG];
+                reqs.clear();
+                let mut junk = false;
+                let r = s.reasm.feed(1, body, 0, &mut Vec::new(), &mut |m| {
+                    if m.tag == T_READ && m.words.len() == 5 && m.payload.is_empty() {
+                        reqs.push([m.words[0], m.words[1], m.words[2], m.words[3], m.words[4]]);
+                    } else {
+                        junk = true;
+                    }
+                });
+                s.proto.recycle(d);
+                if r.is_err() || junk {
+                    bad = true;
+                    break;
+                }
+                for &[id, offset, stride, landing, seq] in reqs.iter() {
+                    let mut slot = spare.pop().unwrap_or_default();
+                    slot.clear();
+                    let status = match usize::try_from(stride) {
+                        Ok(st) if st <= MAX_READ => {
+                            match snapshot_slot(ring.words(), offset, st, seq, &mut slot) {
+                                Snapshot::Copied => STATUS_OK,
+                                Snapshot::Overwritten => STATUS_OVERWRITTEN,
+                                Snapshot::OutOfRing => STATUS_OUT_OF_RING,
+                            }
+                        }
+                        _ => STATUS_OUT_OF_RING,
+                    };
+                    match status {
+                        STATUS_OK => {
+                            stats.reads.fetch_add(1, Ordering::Relaxed);
+                            stats.bytes.fetch_add(stride, Ordering::Relaxed);
+                        }
+                        STATUS_OVERWRITTEN => {
+                            stats.overwritten.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {
+                            stats.refused.fetch_add(1, Ordering::Relaxed);
+                            slot.clear();
+                        }
+                    }
+                    s.queued_bytes += slot.len();
+                    s.replies.push_back(Reply {
+                        id,
+                        status,
+                        landing,
+                        slot,
+                        from: 0,
+                    });
+                }
+            }
+            // send what the window allows
+            while let Some(r) = s.replies.front_mut() {
+                let words = [r.id, r.status];
+                let m = OutMsg {
+                    tag: T_DATA,
+                    words: &words,
+                    payload: &r.slot,
+                    deposit: (r.status == STATUS_OK).then_some(r.landing),
+                };
+                match s.proto.send(now, 1, 1, &m, r.from) {
+                    Sent::Upto(n) if n == r.slot.len() => {
+                        let r = s.replies.pop_front().expect("front");
+                        s.queued_bytes -= r.slot.len();
+                        if spare.len() < 8 {
+                            spare.push(r.slot);
+                        }
+                    }
+                    Sent::Upto(n) => {
+                        r.from = n;
+                        break;
+                    }
+                    Sent::NoRoom => break,
+                    Sent::Dead => {
+                        bad = true;
+                        break;
+                    }
+                }
+            }
+            if now >= s.proto.poll_timeout() {
+                s.proto.handle_timeout(now);
+            }
+            while let Some(Event::PeerDead { .. }) = s.proto.poll_event() {
+                bad = true;
+            }
+            s.proto.poll_transmit(now, true, &mut |_, b| {
+                let _ = sock.send_to(b, addr);
+            });
+            if !s.confirmed && now.saturating_sub(s.last) > 5_000_000_000 {
+                bad = true;
+            }
+            if bad {
+                gone.push(*addr);
+            }
+        }
+        for a in gone {
+            self.sessions.remove(&a);
+            self.stats.closed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
