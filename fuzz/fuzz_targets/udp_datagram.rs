@@ -5,7 +5,7 @@
 //! of any value). Nothing may panic or write outside the segment.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use splitrt_runtime::fabric::udp::frames::Reassembler;
+use splitrt_runtime::fabric::frames::Reassembler;
 use splitrt_runtime::fabric::udp::proto::{Proto, ProtoConfig};
 use splitrt_runtime::fabric::udp::wire::{Mac, HEADER, OVERHEAD, TAG};
 

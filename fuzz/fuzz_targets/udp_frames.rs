@@ -3,7 +3,7 @@
 //! outside the segment are not.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use splitrt_runtime::fabric::udp::frames::Reassembler;
+use splitrt_runtime::fabric::frames::Reassembler;
 
 fuzz_target!(|data: &[u8]| {
     let mut seg = vec![0u8; 8192];

@@ -155,7 +155,7 @@ fn rogue_server(
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
     use splitrt_pgas::vys::read_proto::{session_config, STATUS_OK, T_DATA};
-    use splitrt_runtime::fabric::udp::frames::{OutMsg, Reassembler};
+    use splitrt_runtime::fabric::frames::{OutMsg, Reassembler};
     use splitrt_runtime::fabric::udp::proto::Proto;
     use splitrt_runtime::fabric::udp::wire::{HEADER, TAG};
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();

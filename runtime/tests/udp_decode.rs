@@ -1,7 +1,7 @@
 //! Arbitrary bytes into the UDP fabric's decoders: never a panic, never a
 //! write outside the segment, nothing acted on without the job's tag.
 use proptest::prelude::*;
-use splitrt_runtime::fabric::udp::frames::Reassembler;
+use splitrt_runtime::fabric::frames::Reassembler;
 use splitrt_runtime::fabric::udp::proto::{Proto, ProtoConfig};
 use splitrt_runtime::fabric::udp::wire::{Header, Mac, HEADER, TAG};
 

@@ -9,7 +9,7 @@
 
 use super::handshake::{self, WELCOME_LEN};
 use super::read_proto::{self, STATUS_OK, STATUS_OVERWRITTEN, T_DATA, T_READ};
-use splitrt_runtime::fabric::udp::frames::{OutMsg, Reassembler, Sink};
+use splitrt_runtime::fabric::frames::{OutMsg, Reassembler, Sink};
 use splitrt_runtime::fabric::udp::proto::{Event, Proto, Sent};
 use splitrt_runtime::fabric::udp::wire::{HEADER, MAX_DATAGRAM, TAG};
 use std::collections::VecDeque;

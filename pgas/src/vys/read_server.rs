@@ -19,7 +19,7 @@ use super::read_proto::{
     self, MAX_READ, STATUS_OK, STATUS_OUT_OF_RING, STATUS_OVERWRITTEN, T_DATA, T_READ,
 };
 use super::ring::{snapshot_slot, Snapshot};
-use splitrt_runtime::fabric::udp::frames::{OutMsg, Reassembler};
+use splitrt_runtime::fabric::frames::{OutMsg, Reassembler};
 use splitrt_runtime::fabric::udp::proto::{Event, Proto, Sent};
 use splitrt_runtime::fabric::udp::wire::{HEADER, MAX_DATAGRAM, TAG};
 use std::collections::{HashMap, VecDeque};

@@ -7,7 +7,9 @@
 //! either delivered in a buffer the receiver may read in place, or deposited
 //! into the receiver's segment at a given offset before delivery.
 
+pub mod frames;
 pub mod hybrid;
+pub mod rdma;
 pub mod shm;
 pub mod udp;
 

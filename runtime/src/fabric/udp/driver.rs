@@ -8,10 +8,10 @@
 //! streamed under `txl`.
 
 use super::faults::{Faults, Verdict};
-use super::frames::{OutMsg, Reassembler, Sink};
 use super::proto::{Event, Proto, Sent};
 use super::wire::{HEADER, MAX_DATAGRAM, TAG};
 use crate::config::Config;
+use crate::fabric::frames::{OutMsg, Reassembler, SegmentSink};
 use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
 use crate::key::JobKey;
 use crate::{Error, ErrorKind, Result};
@@ -248,26 +248,6 @@ pub struct UdpFabric {
     _owned: Option<memmap2::MmapMut>,
     max_medium: usize,
     segment_len: usize,
-}
-
-/// The local segment as a deposit target.
-struct SegSink(SegmentRef);
-
-impl Sink for SegSink {
-    fn len(&self) -> usize {
-        self.0.len
-    }
-    fn write(&mut self, off: usize, data: &[u8]) {
-        debug_assert!(off + data.len() <= self.0.len);
-        // SAFETY: the reassembler checked off + len against len() before
-        // any write; the segment stays mapped as long as the fabric.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.0.base.add(off), data.len()) }
-    }
-    fn read(&self, off: usize, len: usize) -> &[u8] {
-        debug_assert!(off + len <= self.0.len);
-        // SAFETY: as above (checked by the reassembler).
-        unsafe { std::slice::from_raw_parts(self.0.base.add(off), len) }
-    }
 }
 
 impl Core {
@@ -655,7 +635,7 @@ impl Fabric for UdpFabric {
         }
         let mut delivered = 0;
         let mut first_err = None;
-        let mut seg = SegSink(self.seg);
+        let mut seg = SegmentSink(self.seg);
         let mut batch = std::mem::take(&mut rx.batch);
         for (src, d) in batch.iter() {
             let src = *src as usize;

@@ -2,13 +2,12 @@
 //! ranks on different hosts (or every rank, with `--fabric udp`).
 //!
 //! Split the way quinn-proto / quinn and smoltcp are: [`proto`] is the
-//! protocol as state machines without I/O, [`wire`] and [`frames`] its
-//! formats, [`sim`] a seeded virtual network that drives it in one
+//! protocol as state machines without I/O, [`wire`] and [`crate::fabric::frames`]
+//! (shared with the ibverbs fabric) its formats, [`sim`] a seeded virtual network that drives it in one
 //! process, [`faults`] the driver's fault injection.
 
 mod driver;
 pub mod faults;
-pub mod frames;
 pub mod proto;
 pub mod sim;
 pub mod wire;

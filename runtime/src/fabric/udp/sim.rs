@@ -16,9 +16,9 @@
 //! assert_eq!(r.delivered, 3 * 3 * 2 * 300);
 //! ```
 
-use super::frames::{OutMsg, Reassembler};
 use super::proto::{Event, Proto, ProtoConfig, Sent, Stats};
 use super::wire::{HEADER, TAG};
+use crate::fabric::frames::{OutMsg, Reassembler};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::collections::BinaryHeap;

@@ -32,8 +32,8 @@ mod send;
 
 use self::recv::{Arrival, RecvStream};
 use self::send::{SendStream, TxSlot};
-use super::frames::{self, OutMsg};
 use super::wire::{Ack, Header, Mac, F_ACK_NOW, HEADER, KIND_CONTROL, MAX_DATAGRAM, OVERHEAD, TAG};
+use crate::fabric::frames::{self, OutMsg};
 use std::collections::VecDeque;
 
 /// Whether sequence number `a` comes before `b` (modulo 2^32).

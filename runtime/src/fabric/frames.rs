@@ -7,17 +7,18 @@
 //! partially reassembled per (peer, stream).
 //!
 //! ```text
-//!  0 flags u8 (FIRST 1, LAST 2, DEPOSIT 4)  1 nwords u8  2 tag u16
+//!  0 flags u8 (FIRST 1, LAST 2, DEPOSIT 4, PLACED 8)  1 nwords u8  2 tag u16
 //!  4 len u32 (payload bytes in this frame)  8 total u32 (message payload)
 //! 12 pad u32                               16 deposit u64 (segment offset)
 //! 24 words (nwords * 8, first frame only), then len payload bytes
 //! ```
 //! A deposited (Long) payload is written into the receiver's segment frame
-//! by frame, checked against the segment first; an inline (Medium) payload
+//! by frame, checked against the segment first (or, on the ibverbs fabric,
+//! placed there by an RDMA write before a header-only `PLACED` frame); an inline (Medium) payload
 //! that spans datagrams is collected into one buffer of at most the Medium
 //! maximum, and one that fits a frame is delivered where it lies.
 
-use crate::fabric::{Delivery, MAX_WORDS};
+use crate::fabric::{Delivery, SegmentRef, MAX_WORDS};
 
 /// Frame header bytes.
 pub const FRAME_HEADER: usize = 24;
@@ -27,6 +28,10 @@ pub const F_FIRST: u8 = 1;
 pub const F_LAST: u8 = 2;
 /// The payload goes into the receiver's segment.
 pub const F_DEPOSIT: u8 = 4;
+/// With [`F_DEPOSIT`]: the sender already placed the payload in the
+/// receiver's segment (an RDMA write ordered before this frame); the frame
+/// carries none of it (one frame, `len` 0, `total` the payload length).
+pub const F_PLACED: u8 = 8;
 
 /// A message to send.
 #[derive(Clone, Copy, Debug)]
@@ -80,6 +85,28 @@ pub fn append(body: &mut Vec<u8>, m: &OutMsg<'_>, from: usize, room: usize) -> O
     Some(n)
 }
 
+/// Append the one frame of a deposited message whose payload the sender
+/// has already placed in the receiver's segment (by RDMA write, ordered
+/// before this frame): header and words only. `None` if it does not fit
+/// in `room`, or `m` is not a deposit.
+pub fn append_placed(body: &mut Vec<u8>, m: &OutMsg<'_>, room: usize) -> Option<()> {
+    let deposit = m.deposit?;
+    if room < FRAME_HEADER + m.words.len() * 8 || m.payload.len() > u32::MAX as usize {
+        return None;
+    }
+    body.push(F_FIRST | F_LAST | F_DEPOSIT | F_PLACED);
+    body.push(m.words.len() as u8);
+    body.extend_from_slice(&m.tag.to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(&(m.payload.len() as u32).to_le_bytes());
+    body.extend_from_slice(&0u32.to_le_bytes());
+    body.extend_from_slice(&deposit.to_le_bytes());
+    for w in m.words {
+        body.extend_from_slice(&w.to_le_bytes());
+    }
+    Some(())
+}
+
 /// Where deposited payloads go: the receiver's segment.
 pub trait Sink {
     /// Segment length.
@@ -104,6 +131,26 @@ impl Sink for Vec<u8> {
     }
     fn read(&self, off: usize, len: usize) -> &[u8] {
         &self[off..off + len]
+    }
+}
+
+/// A rank's mapped segment as a deposit target (the fabrics' own).
+pub struct SegmentSink(pub SegmentRef);
+
+impl Sink for SegmentSink {
+    fn len(&self) -> usize {
+        self.0.len
+    }
+    fn write(&mut self, off: usize, data: &[u8]) {
+        debug_assert!(off + data.len() <= self.0.len);
+        // SAFETY: the reassembler checked off + len against len() before
+        // any write; the segment stays mapped as long as the fabric.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.0.base.add(off), data.len()) }
+    }
+    fn read(&self, off: usize, len: usize) -> &[u8] {
+        debug_assert!(off + len <= self.0.len);
+        // SAFETY: as above (checked by the reassembler).
+        unsafe { std::slice::from_raw_parts(self.0.base.add(off), len) }
     }
 }
 
@@ -182,8 +229,14 @@ impl Reassembler {
         let first = flags & F_FIRST != 0;
         let last = flags & F_LAST != 0;
         let is_dep = flags & F_DEPOSIT != 0;
-        if flags & !(F_FIRST | F_LAST | F_DEPOSIT) != 0 {
+        let placed = flags & F_PLACED != 0;
+        if flags & !(F_FIRST | F_LAST | F_DEPOSIT | F_PLACED) != 0 {
             return Err(format!("unknown frame flags {flags:#x}"));
+        }
+        if placed && !(first && last && is_dep && len == 0) {
+            return Err(format!(
+                "a placed-payload frame with flags {flags:#x} and {len} B"
+            ));
         }
         if nwords > MAX_WORDS || (!first && nwords != 0) {
             return Err(format!("{nwords} argument words"));
@@ -221,6 +274,17 @@ impl Reassembler {
                         .try_into()
                         .expect("8 bytes"),
                 );
+            }
+            if placed {
+                // bounds checked above; the payload is already in place
+                deliver(&Delivery {
+                    src,
+                    tag,
+                    words: &words[..nwords],
+                    payload: seg.read(deposit as usize, total),
+                    deposit: Some(deposit),
+                });
+                return Ok((end, true));
             }
             if len > total || (last != (len == total)) {
                 return Err(format!(
@@ -360,6 +424,45 @@ mod tests {
         assert_eq!(got[2].3, &big[..3000]);
         assert_eq!(got[2].4, Some(100));
         assert_eq!(&seg[100..3100], &big[..3000]);
+    }
+
+    #[test]
+    fn a_placed_payload_is_delivered_from_the_segment() {
+        let mut seg = vec![0u8; 4096];
+        seg[200..210].copy_from_slice(&[9; 10]);
+        let m = OutMsg {
+            tag: 4,
+            words: &[5],
+            payload: &[9; 10],
+            deposit: Some(200),
+        };
+        let mut b = Vec::new();
+        append_placed(&mut b, &m, 100).unwrap();
+        assert_eq!(b.len(), FRAME_HEADER + 8);
+        let mut got = Vec::new();
+        Reassembler::default()
+            .feed(3, &b, 100, &mut seg, &mut |d| {
+                got.push((d.tag, d.words.to_vec(), d.payload.to_vec(), d.deposit))
+            })
+            .unwrap();
+        assert_eq!(got, vec![(4, vec![5], vec![9; 10], Some(200))]);
+        // out of the segment: refused, nothing delivered
+        let m = OutMsg {
+            deposit: Some(4090),
+            ..m
+        };
+        let mut b = Vec::new();
+        append_placed(&mut b, &m, 100).unwrap();
+        let e = Reassembler::default()
+            .feed(3, &b, 100, &mut seg, &mut |_| panic!("delivered"))
+            .unwrap_err();
+        assert!(e.contains("outside"), "{e}");
+        // a placed frame that carries bytes, or is not a deposit: malformed
+        let mut bad = b.clone();
+        bad[0] &= !F_DEPOSIT;
+        assert!(Reassembler::default()
+            .feed(3, &bad, 100, &mut seg, &mut |_| panic!("delivered"))
+            .is_err());
     }
 
     #[test]

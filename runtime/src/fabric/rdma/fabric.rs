@@ -1,0 +1,906 @@
+//! The ibverbs fabric over any [`Verbs`]: one RC queue pair per peer
+//! (itself included), Active Messages by send/receive, Long payloads and
+//! get/put by RDMA write and read.
+//!
+//! * **Receive side.** Each queue pair has `2 × buffers` receive buffers
+//!   posted, `buffers` per channel ([`Credits`]); a receive completion
+//!   names its buffer, whose header says the channel; the buffer waits in
+//!   that channel's arrival queue until [`Fabric::poll`] of the channel
+//!   feeds its frames to the peer's [`Reassembler`] (the UDP fabric's),
+//!   delivers, posts the buffer again and counts the credit.
+//! * **Send side.** A message is cut into frames that fill send buffers
+//!   ([`frames::append`]); each buffer takes a credit of its channel and a
+//!   send-queue slot, and goes inline when it is small enough (its buffer
+//!   free again at once). A Long payload is written into the peer's
+//!   segment by RDMA write (from the local segment where it lies there,
+//!   else through send buffers), followed on the same queue pair by a
+//!   header-only frame: RC ordering places the data before the frame
+//!   arrives.
+//! * **Credits** come back piggy-backed on every buffer going the other
+//!   way, or by an 8-byte RDMA write into the sender's mailbox.
+//! * **get/put** are RDMA read/write against the peer's registered
+//!   segment, waited for by completion.
+//!
+//! Every completion in error stops the fabric with an error naming the
+//! peer and the verb's status.
+
+use super::credits::Credits;
+use super::verbs::{Completion, Op, QpCaps, QpId, Region, SendWr, Verbs, WcKind, WcStatus};
+use super::wire::{BufHeader, Card, HEADER};
+use crate::fabric::frames::{self, OutMsg, Reassembler, SegmentSink};
+use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
+use crate::{Error, ErrorKind, Result};
+use memmap2::MmapMut;
+use parking_lot::Mutex;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Tunables of the ibverbs fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdmaConfig {
+    /// Receive buffers per peer and channel (the credits).
+    pub buffers: u32,
+    /// Bytes per buffer (header included).
+    pub buffer_size: usize,
+    /// Largest Medium payload.
+    pub max_medium: usize,
+    /// Inline bytes asked of the device (it may grant fewer).
+    pub max_inline: u32,
+}
+
+impl Default for RdmaConfig {
+    fn default() -> Self {
+        RdmaConfig {
+            buffers: 16,
+            buffer_size: 8192,
+            max_medium: 65536,
+            max_inline: 128,
+        }
+    }
+}
+
+impl RdmaConfig {
+    /// Check the values (a message naming the bad one).
+    pub fn validate(&self) -> Result<()> {
+        if !(2..=1024).contains(&self.buffers) {
+            return Err(Error::config(format!(
+                "ibverbs buffers per peer and channel {} out of range 2..=1024",
+                self.buffers
+            )));
+        }
+        let least = HEADER + frames::FRAME_HEADER + MAX_WORDS * 8 + 64;
+        if self.buffer_size < least || self.buffer_size > (1 << 24) {
+            return Err(Error::config(format!(
+                "ibverbs buffer size {} B out of range {least}..=16 MiB",
+                self.buffer_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// Bytes of registered (pinned) memory the fabric needs besides the
+    /// segment, for `size` ranks.
+    pub fn pinned_bytes(&self, size: usize) -> u64 {
+        let per_peer = 4 * self.buffers as u64 * self.buffer_size as u64;
+        size as u64 * (per_peer + 32) + 4096
+    }
+}
+
+/// wr_id kinds (top two bits).
+const K_RECV: u64 = 0;
+const K_SEND: u64 = 1;
+const K_CREDIT: u64 = 2;
+const K_RMA: u64 = 3;
+
+fn wr_id(kind: u64, peer: usize, index: u32) -> u64 {
+    (kind << 62) | ((peer as u64) << 32) | index as u64
+}
+
+fn wr_parts(id: u64) -> (u64, usize, u32) {
+    (id >> 62, ((id >> 32) & 0x3fff_ffff) as usize, id as u32)
+}
+
+/// A received buffer waiting for its channel's poll.
+#[derive(Clone, Copy, Debug)]
+struct Arrival {
+    peer: usize,
+    index: u32,
+    len: usize,
+}
+
+/// What a peer published (from its card).
+#[derive(Clone, Copy, Debug)]
+struct Remote {
+    seg_addr: u64,
+    seg_len: u64,
+    seg_rkey: u32,
+    mail_addr: u64,
+    mail_rkey: u32,
+}
+
+/// Everything behind the device lock.
+struct Dev<V: Verbs> {
+    verbs: V,
+    qps: Vec<QpId>,
+    pool: Region,
+    mail: Region,
+    seg: Region,
+    remote: Vec<Remote>,
+    credits: Vec<Credits>,
+    free_send: Vec<Vec<u32>>,
+    /// Send-queue entries outstanding per peer.
+    outstanding: Vec<u32>,
+    send_depth: u32,
+    inline: u32,
+    /// RDMA get/put requests outstanding (all peers).
+    rma_pending: u64,
+    /// Why the fabric stopped (every later call fails with it).
+    failed: Option<String>,
+    scratch: Vec<Completion>,
+}
+
+/// A rank's ibverbs fabric before it is connected: its queue pairs exist,
+/// receives are posted, its card is ready to publish.
+pub struct PendingRdma<V: Verbs> {
+    inner: RdmaFabric<V>,
+}
+
+/// The ibverbs fabric (see the module documentation).
+pub struct RdmaFabric<V: Verbs> {
+    rank: usize,
+    size: usize,
+    cfg: RdmaConfig,
+    seg: SegmentRef,
+    pool: MmapMut,
+    mailbox: MmapMut,
+    dev: Mutex<Dev<V>>,
+    arrived: [Mutex<VecDeque<Arrival>>; 2],
+    rx: [Mutex<Vec<Reassembler>>; 2],
+    tx: Vec<Mutex<()>>,
+    /// Each peer's segment length (from its card).
+    seg_lens: Vec<u64>,
+    closed: bool,
+}
+
+fn status_error(rank: usize, peer: usize, what: &str, s: WcStatus) -> Error {
+    Error::new(ErrorKind::PeerFailed(format!(
+        "ibverbs {what} to rank {peer} failed: {}",
+        s.describe()
+    )))
+    .at_rank(rank)
+    .with_peer(peer)
+}
+
+impl<V: Verbs> PendingRdma<V> {
+    /// Open the fabric of `rank` in a job of `size` ranks on `verbs`, with
+    /// `seg` as this rank's segment (registered for remote access).
+    pub fn new(
+        mut verbs: V,
+        rank: usize,
+        size: usize,
+        seg: SegmentRef,
+        cfg: RdmaConfig,
+    ) -> Result<PendingRdma<V>> {
+        cfg.validate()?;
+        let nb = 2 * cfg.buffers as usize;
+        let pool_len = size * 2 * nb * cfg.buffer_size + size * 2 * 8;
+        let mut pool =
+            MmapMut::map_anon(pool_len).map_err(|e| Error::io("mapping the ibverbs buffers", e))?;
+        let mut mailbox = MmapMut::map_anon(size * 2 * 8)
+            .map_err(|e| Error::io("mapping the ibverbs mailbox", e))?;
+        let at = |e: Error| e.at_rank(rank);
+        let pool_r = verbs
+            .register(pool.as_mut_ptr(), pool_len, false)
+            .map_err(at)?;
+        let mail_r = verbs
+            .register(mailbox.as_mut_ptr(), mailbox.len(), true)
+            .map_err(at)?;
+        let seg_r = verbs.register(seg.base, seg.len, true).map_err(at)?;
+        let send_depth = nb as u32 + 16;
+        let caps = QpCaps {
+            send_depth,
+            recv_depth: nb as u32,
+            max_inline: cfg.max_inline,
+        };
+        let mut qps = Vec::with_capacity(size);
+        for _ in 0..size {
+            qps.push(verbs.create_qp(caps).map_err(at)?);
+        }
+        let inline = qps.first().map_or(0, |&q| verbs.max_inline(q));
+        let dev = Dev {
+            verbs,
+            qps,
+            pool: pool_r,
+            mail: mail_r,
+            seg: seg_r,
+            remote: Vec::new(),
+            credits: (0..size).map(|_| Credits::new(cfg.buffers)).collect(),
+            free_send: (0..size).map(|_| (0..nb as u32).rev().collect()).collect(),
+            outstanding: vec![0; size],
+            send_depth,
+            inline,
+            rma_pending: 0,
+            failed: None,
+            scratch: Vec::new(),
+        };
+        let f = RdmaFabric {
+            rank,
+            size,
+            cfg,
+            seg,
+            pool,
+            mailbox,
+            dev: Mutex::new(dev),
+            arrived: Default::default(),
+            rx: [
+                Mutex::new((0..size).map(|_| Reassembler::default()).collect()),
+                Mutex::new((0..size).map(|_| Reassembler::default()).collect()),
+            ],
+            tx: (0..2 * size).map(|_| Mutex::new(())).collect(),
+            seg_lens: Vec::new(),
+            closed: false,
+        };
+        // every receive is posted before anyone can send
+        {
+            let mut d = f.dev.lock();
+            for p in 0..size {
+                for i in 0..nb as u32 {
+                    f.post_recv(&mut d, p, i).map_err(at)?;
+                }
+            }
+        }
+        Ok(PendingRdma { inner: f })
+    }
+
+    /// This rank's card, for every peer (through the bootstrap).
+    pub fn card(&self) -> Card {
+        let d = self.inner.dev.lock();
+        Card {
+            seg_addr: d.seg.addr,
+            seg_len: d.seg.len as u64,
+            seg_rkey: d.seg.rkey,
+            mail_addr: d.mail.addr,
+            mail_rkey: d.mail.rkey,
+            qps: d.qps.iter().map(|&q| d.verbs.endpoint(q)).collect(),
+        }
+    }
+
+    /// Connect to every peer from their cards (indexed by rank).
+    pub fn connect(self, cards: &[Card]) -> Result<RdmaFabric<V>> {
+        let mut f = self.inner;
+        if cards.len() != f.size {
+            return Err(Error::protocol(format!(
+                "{} ibverbs cards for {} ranks",
+                cards.len(),
+                f.size
+            ))
+            .at_rank(f.rank));
+        }
+        {
+            let mut d = f.dev.lock();
+            for (p, c) in cards.iter().enumerate() {
+                if c.qps.len() != f.size {
+                    return Err(Error::protocol(format!(
+                        "rank {p}'s ibverbs card lists {} queue pairs for {} ranks",
+                        c.qps.len(),
+                        f.size
+                    ))
+                    .at_rank(f.rank));
+                }
+                let q = d.qps[p];
+                d.verbs
+                    .connect(q, &c.qps[f.rank])
+                    .map_err(|e| e.at_rank(f.rank).with_peer(p))?;
+                d.remote.push(Remote {
+                    seg_addr: c.seg_addr,
+                    seg_len: c.seg_len,
+                    seg_rkey: c.seg_rkey,
+                    mail_addr: c.mail_addr,
+                    mail_rkey: c.mail_rkey,
+                });
+            }
+        }
+        f.seg_lens = cards.iter().map(|c| c.seg_len).collect();
+        Ok(f)
+    }
+}
+
+impl<V: Verbs> RdmaFabric<V> {
+    fn nb(&self) -> usize {
+        2 * self.cfg.buffers as usize
+    }
+
+    fn recv_addr(&self, peer: usize, index: u32) -> *mut u8 {
+        let off = (peer * self.nb() + index as usize) * self.cfg.buffer_size;
+        // SAFETY: peer < size and index < nb, so off is inside the pool.
+        unsafe { (self.pool.as_ptr() as *mut u8).add(off) }
+    }
+
+    fn send_addr(&self, peer: usize, index: u32) -> *mut u8 {
+        let off = ((self.size + peer) * self.nb() + index as usize) * self.cfg.buffer_size;
+        // SAFETY: as for recv_addr, in the send half of the pool.
+        unsafe { (self.pool.as_ptr() as *mut u8).add(off) }
+    }
+
+    fn credit_slot(&self, peer: usize, ch: usize) -> *mut u64 {
+        let off = 2 * self.nb() * self.size * self.cfg.buffer_size + (peer * 2 + ch) * 8;
+        // SAFETY: the pool's tail holds size * 2 aligned u64 slots.
+        unsafe { (self.pool.as_ptr() as *mut u8).add(off) as *mut u64 }
+    }
+
+    fn mailbox(&self, peer: usize, ch: usize) -> u64 {
+        let p = self.mailbox.as_ptr() as *const AtomicU64;
+        // SAFETY: the mailbox holds size * 2 aligned u64s; peers write them
+        // by RDMA, so they are read atomically.
+        unsafe { (*p.add(peer * 2 + ch)).load(Ordering::Acquire) }
+    }
+
+    fn post_recv(&self, d: &mut Dev<V>, peer: usize, index: u32) -> Result<()> {
+        let addr = self.recv_addr(peer, index) as u64;
+        let sge = d.pool.sge(addr, self.cfg.buffer_size);
+        let q = d.qps[peer];
+        d.verbs.post_recv(q, wr_id(K_RECV, peer, index), sge)
+    }
+
+    /// Take completions off the queue: arrivals to their channel, send
+    /// buffers back to their free lists. Fails once the fabric has failed.
+    fn reap(&self, d: &mut Dev<V>) -> Result<()> {
+        if let Some(why) = &d.failed {
+            return Err(Error::new(ErrorKind::PeerFailed(format!(
+                "the ibverbs fabric stopped earlier: {why}"
+            )))
+            .at_rank(self.rank));
+        }
+        let mut buf = std::mem::take(&mut d.scratch);
+        buf.resize(
+            32,
+            Completion {
+                wr_id: 0,
+                qp: QpId(0),
+                kind: WcKind::Send,
+                status: WcStatus::Success,
+                len: 0,
+            },
+        );
+        let r = self.reap_into(d, &mut buf);
+        d.scratch = buf;
+        if let Err(e) = &r {
+            d.failed.get_or_insert_with(|| e.to_string());
+        }
+        r
+    }
+
+    fn reap_into(&self, d: &mut Dev<V>, buf: &mut [Completion]) -> Result<()> {
+        loop {
+            let k = d.verbs.poll(buf).map_err(|e| e.at_rank(self.rank))?;
+            for c in &buf[..k] {
+                let (kind, peer, index) = wr_parts(c.wr_id);
+                if peer >= self.size {
+                    return Err(Error::protocol(format!(
+                        "ibverbs completion for unknown rank {peer}"
+                    ))
+                    .at_rank(self.rank));
+                }
+                if c.status != WcStatus::Success {
+                    if self.closed && c.status == WcStatus::Flushed {
+                        continue;
+                    }
+                    let what = match c.kind {
+                        WcKind::Send => "send",
+                        WcKind::Recv => "receive",
+                        WcKind::Write => "RDMA write",
+                        WcKind::Read => "RDMA read",
+                    };
+                    return Err(status_error(self.rank, peer, what, c.status));
+                }
+                match kind {
+                    K_RECV => {
+                        let len = c.len as usize;
+                        if index as usize >= self.nb() || len > self.cfg.buffer_size {
+                            return Err(Error::protocol(format!(
+                                "ibverbs receive of {len} B into buffer {index}"
+                            ))
+                            .at_rank(self.rank)
+                            .with_peer(peer));
+                        }
+                        // SAFETY: the device filled len <= buffer_size bytes of
+                        // this buffer, ours until it is posted again.
+                        let b =
+                            unsafe { std::slice::from_raw_parts(self.recv_addr(peer, index), len) };
+                        let h = BufHeader::decode(b).map_err(|why| {
+                            Error::protocol(format!("rank {peer} sent a malformed buffer: {why}"))
+                                .at_rank(self.rank)
+                                .with_peer(peer)
+                        })?;
+                        for ch in 0..2 {
+                            if !d.credits[peer].heard(ch, h.freed[ch]) {
+                                return Err(Error::protocol(format!(
+                                    "rank {peer} returned more credits than it was sent"
+                                ))
+                                .at_rank(self.rank)
+                                .with_peer(peer));
+                            }
+                        }
+                        self.arrived[h.channel]
+                            .lock()
+                            .push_back(Arrival { peer, index, len });
+                    }
+                    K_SEND => {
+                        d.outstanding[peer] -= 1;
+                        if index != u32::MAX {
+                            d.free_send[peer].push(index);
+                        }
+                    }
+                    K_CREDIT => d.outstanding[peer] -= 1,
+                    _ => {
+                        d.outstanding[peer] -= 1;
+                        d.rma_pending -= 1;
+                    }
+                }
+            }
+            if k < buf.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Read credit reports from the mailbox for `peer`.
+    fn read_mailbox(&self, d: &mut Dev<V>, peer: usize) -> Result<()> {
+        for ch in 0..2 {
+            let v = self.mailbox(peer, ch);
+            if !d.credits[peer].heard(ch, v) {
+                return Err(Error::protocol(format!(
+                    "rank {peer} wrote more credits into the mailbox than it was sent"
+                ))
+                .at_rank(self.rank)
+                .with_peer(peer));
+            }
+        }
+        Ok(())
+    }
+
+    /// A send buffer and a send-queue slot toward `peer` (and a credit of
+    /// `ch` if given), or `None` if one of them is short right now.
+    fn try_acquire(&self, d: &mut Dev<V>, peer: usize, ch: Option<usize>) -> Result<Option<u32>> {
+        self.reap(d)?;
+        if d.outstanding[peer] >= d.send_depth || d.free_send[peer].is_empty() {
+            return Ok(None);
+        }
+        if let Some(ch) = ch {
+            if d.credits[peer].available(ch) == 0 {
+                self.read_mailbox(d, peer)?;
+            }
+            if !d.credits[peer].take(ch) {
+                return Ok(None);
+            }
+        }
+        Ok(d.free_send[peer].pop())
+    }
+
+    /// [`try_acquire`](Self::try_acquire), waiting (with `stall`) unless
+    /// nothing of the message has left yet (`Ok(None)`: back-pressure).
+    fn acquire(
+        &self,
+        peer: usize,
+        ch: Option<usize>,
+        started: bool,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<Option<u32>> {
+        let mut waits = 0u32;
+        loop {
+            if let Some(i) = self.try_acquire(&mut self.dev.lock(), peer, ch)? {
+                return Ok(Some(i));
+            }
+            if !started {
+                return Ok(None);
+            }
+            stall(waits).map_err(|e| e.at_rank(self.rank))?;
+            waits = waits.saturating_add(1);
+        }
+    }
+
+    /// Post send buffer `index` holding `len` bytes to `peer`.
+    fn post_buffer(&self, d: &mut Dev<V>, peer: usize, index: u32, len: usize) -> Result<()> {
+        let addr = self.send_addr(peer, index) as u64;
+        let inline = len <= d.inline as usize;
+        let wr = SendWr {
+            wr_id: wr_id(K_SEND, peer, if inline { u32::MAX } else { index }),
+            op: Op::Send,
+            sge: d.pool.sge(addr, len),
+            inline,
+        };
+        let q = d.qps[peer];
+        d.verbs.post_send(q, &wr)?;
+        d.outstanding[peer] += 1;
+        if inline {
+            // the device copied the bytes: the buffer is free again
+            d.free_send[peer].push(index);
+        }
+        Ok(())
+    }
+
+    /// Fill send buffer `index` with a header for channel `ch` and the
+    /// frames `fill` appends; returns the bytes used.
+    fn fill(
+        &self,
+        d: &mut Dev<V>,
+        peer: usize,
+        index: u32,
+        ch: usize,
+        fill: impl FnOnce(&mut Vec<u8>, usize),
+    ) -> usize {
+        let mut body = Vec::with_capacity(self.cfg.buffer_size);
+        body.resize(HEADER, 0);
+        BufHeader {
+            channel: ch,
+            freed: d.credits[peer].piggyback(),
+        }
+        .encode(&mut body);
+        fill(&mut body, self.cfg.buffer_size - HEADER);
+        let n = body.len();
+        // SAFETY: send buffer `index` of `peer` is ours (taken from the free
+        // list) and buffer_size >= n bytes long.
+        unsafe { std::ptr::copy_nonoverlapping(body.as_ptr(), self.send_addr(peer, index), n) };
+        n
+    }
+
+    fn check_send(&self, peer: usize, pkt: &Packet<'_>, remote_len: u64) -> Result<()> {
+        let err = |e: Error| Err(e.at_rank(self.rank).with_peer(peer));
+        if pkt.words.len() > MAX_WORDS {
+            return err(Error::usage(format!(
+                "{} argument words (max {MAX_WORDS})",
+                pkt.words.len()
+            )));
+        }
+        let len = pkt.payload.len();
+        match pkt.deposit {
+            Some(off)
+                if off.checked_add(len as u64).is_none_or(|e| e > remote_len)
+                    || len > u32::MAX as usize =>
+            {
+                err(Error::new(ErrorKind::OutOfBounds {
+                    offset: off,
+                    len: len as u64,
+                    segment_len: remote_len,
+                }))
+            }
+            None if len > self.cfg.max_medium => err(Error::usage(format!(
+                "payload of {len} B exceeds the Medium maximum of {} B",
+                self.cfg.max_medium
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Where `bytes` lie in the local segment, if they do.
+    fn in_segment(&self, bytes: &[u8]) -> Option<u64> {
+        let a = bytes.as_ptr() as usize;
+        let base = self.seg.base as usize;
+        (a >= base && a + bytes.len() <= base + self.seg.len).then_some(a as u64)
+    }
+
+    /// RDMA write or read of `len` bytes between local `laddr` (in region
+    /// `local`) and `peer`'s segment at `off`; waits for completion.
+    fn rma_wait(
+        &self,
+        d: &mut parking_lot::MutexGuard<'_, Dev<V>>,
+        peer: usize,
+        write: bool,
+        sge_addr: u64,
+        len: usize,
+        raddr: u64,
+    ) -> Result<()> {
+        while d.outstanding[peer] >= d.send_depth {
+            self.reap(d)?;
+            parking_lot::MutexGuard::bump(d);
+        }
+        let r = d.remote[peer];
+        let op = if write {
+            Op::Write {
+                raddr,
+                rkey: r.seg_rkey,
+            }
+        } else {
+            Op::Read {
+                raddr,
+                rkey: r.seg_rkey,
+            }
+        };
+        let local = if self.in_segment_addr(sge_addr, len) {
+            d.seg
+        } else {
+            d.pool
+        };
+        let wr = SendWr {
+            wr_id: wr_id(K_RMA, peer, 0),
+            op,
+            sge: local.sge(sge_addr, len),
+            inline: false,
+        };
+        let q = d.qps[peer];
+        d.verbs.post_send(q, &wr)?;
+        d.outstanding[peer] += 1;
+        d.rma_pending += 1;
+        while d.rma_pending > 0 {
+            self.reap(d)?;
+            if d.rma_pending > 0 {
+                parking_lot::MutexGuard::bump(d);
+            }
+        }
+        Ok(())
+    }
+
+    fn in_segment_addr(&self, addr: u64, len: usize) -> bool {
+        let base = self.seg.base as u64;
+        addr >= base && addr + len as u64 <= base + self.seg.len as u64
+    }
+
+    fn remote_range(&self, d: &Dev<V>, peer: usize, off: u64, len: usize) -> Result<u64> {
+        let r = d.remote.get(peer).ok_or_else(|| {
+            Error::usage(format!(
+                "rank {peer} does not exist in a job of {} ranks",
+                self.size
+            ))
+            .at_rank(self.rank)
+        })?;
+        if off.checked_add(len as u64).is_none_or(|e| e > r.seg_len) {
+            return Err(Error::new(ErrorKind::OutOfBounds {
+                offset: off,
+                len: len as u64,
+                segment_len: r.seg_len,
+            })
+            .at_rank(self.rank)
+            .with_peer(peer));
+        }
+        Ok(r.seg_addr + off)
+    }
+
+    /// Copy `src` into `peer`'s segment at `off` by RDMA write; returns
+    /// once the write is complete at the peer.
+    pub fn put(&self, peer: usize, off: u64, src: &[u8]) -> Result<()> {
+        let mut d = self.dev.lock();
+        let raddr = self.remote_range(&d, peer, off, src.len())?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        if let Some(a) = self.in_segment(src) {
+            return self.rma_wait(&mut d, peer, true, a, src.len(), raddr);
+        }
+        // through a bounce buffer, a buffer at a time
+        let idx = loop {
+            self.reap(&mut d)?;
+            if let Some(i) = d.free_send[peer].pop() {
+                break i;
+            }
+            parking_lot::MutexGuard::bump(&mut d);
+        };
+        let bounce = self.send_addr(peer, idx);
+        let mut r = Ok(());
+        for (k, chunk) in src.chunks(self.cfg.buffer_size).enumerate() {
+            // SAFETY: the bounce buffer is ours and buffer_size long.
+            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), bounce, chunk.len()) };
+            let at = raddr + (k * self.cfg.buffer_size) as u64;
+            r = self.rma_wait(&mut d, peer, true, bounce as u64, chunk.len(), at);
+            if r.is_err() {
+                break;
+            }
+        }
+        d.free_send[peer].push(idx);
+        r
+    }
+
+    /// Copy `peer`'s segment at `off` into `dst` by RDMA read.
+    pub fn get(&self, peer: usize, off: u64, dst: &mut [u8]) -> Result<()> {
+        let mut d = self.dev.lock();
+        let raddr = self.remote_range(&d, peer, off, dst.len())?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        if let Some(a) = self.in_segment(dst) {
+            return self.rma_wait(&mut d, peer, false, a, dst.len(), raddr);
+        }
+        let idx = loop {
+            self.reap(&mut d)?;
+            if let Some(i) = d.free_send[peer].pop() {
+                break i;
+            }
+            parking_lot::MutexGuard::bump(&mut d);
+        };
+        let bounce = self.send_addr(peer, idx);
+        let mut r = Ok(());
+        let bs = self.cfg.buffer_size;
+        for (k, chunk) in dst.chunks_mut(bs).enumerate() {
+            let at = raddr + (k * bs) as u64;
+            r = self.rma_wait(&mut d, peer, false, bounce as u64, chunk.len(), at);
+            if r.is_err() {
+                break;
+            }
+            // SAFETY: the read completed into the bounce buffer, ours.
+            unsafe { std::ptr::copy_nonoverlapping(bounce, chunk.as_mut_ptr(), chunk.len()) };
+        }
+        d.free_send[peer].push(idx);
+        r
+    }
+
+    /// Consume arrival `a` of channel `ch`: deliver its frames, post the
+    /// buffer again, count the credit and report it if due.
+    fn consume(
+        &self,
+        reasm: &mut Reassembler,
+        ch: usize,
+        a: Arrival,
+        deliver: &mut dyn FnMut(&Delivery<'_>),
+    ) -> Result<usize> {
+        // SAFETY: the buffer holds a.len bytes the device wrote; it stays
+        // ours until posted again below.
+        let b = unsafe { std::slice::from_raw_parts(self.recv_addr(a.peer, a.index), a.len) };
+        let mut seg = SegmentSink(self.seg);
+        let fed = reasm.feed(a.peer, &b[HEADER..], self.cfg.max_medium, &mut seg, deliver);
+        let mut d = self.dev.lock();
+        self.post_recv(&mut d, a.peer, a.index)
+            .map_err(|e| e.at_rank(self.rank))?;
+        d.credits[a.peer].consumed(ch);
+        if let Some(v) = d.credits[a.peer].due_report(ch) {
+            self.write_credit(&mut d, a.peer, ch, v)?;
+        }
+        fed.map_err(|why| {
+            Error::protocol(format!("rank {} sent a malformed message: {why}", a.peer))
+                .at_rank(self.rank)
+                .with_peer(a.peer)
+        })
+    }
+
+    /// Write cumulative count `v` of `ch` into `peer`'s mailbox.
+    fn write_credit(&self, d: &mut Dev<V>, peer: usize, ch: usize, v: u64) -> Result<()> {
+        if d.outstanding[peer] >= d.send_depth {
+            // the queue is full of work that carries piggy-backed counts
+            // anyway; the next due report catches up
+            return Ok(());
+        }
+        let slot = self.credit_slot(peer, ch);
+        // SAFETY: the slot is ours; a write in flight may read either the
+        // old or the new count, both valid (counts are cumulative).
+        unsafe { std::ptr::write_volatile(slot, v.to_le()) };
+        let r = d.remote[peer];
+        let wr = SendWr {
+            wr_id: wr_id(K_CREDIT, peer, ch as u32),
+            op: Op::Write {
+                raddr: r.mail_addr + (self.rank * 2 + ch) as u64 * 8,
+                rkey: r.mail_rkey,
+            },
+            sge: d.pool.sge(slot as u64, 8),
+            inline: d.inline >= 8,
+        };
+        let q = d.qps[peer];
+        d.verbs
+            .post_send(q, &wr)
+            .map_err(|e| e.at_rank(self.rank))?;
+        d.outstanding[peer] += 1;
+        Ok(())
+    }
+}
+
+impl<V: Verbs> Fabric for RdmaFabric<V> {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.size
+    }
+
+    fn max_inline(&self, _peer: usize) -> usize {
+        self.cfg.max_medium
+    }
+
+    fn segment_len(&self, peer: usize) -> usize {
+        self.seg_lens.get(peer).map_or(0, |&l| l as usize)
+    }
+
+    fn local_segment(&self) -> SegmentRef {
+        self.seg
+    }
+
+    fn peer_segment(&self, _peer: usize) -> Option<SegmentRef> {
+        None
+    }
+
+    fn try_send(
+        &self,
+        peer: usize,
+        ch: Channel,
+        pkt: &Packet<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<bool> {
+        if peer >= self.size {
+            return Err(Error::usage(format!(
+                "rank {peer} does not exist in a job of {} ranks",
+                self.size
+            ))
+            .at_rank(self.rank));
+        }
+        let remote_len = self.segment_len(peer) as u64;
+        self.check_send(peer, pkt, remote_len)?;
+        let c = ch as usize;
+        let _one = self.tx[peer * 2 + c].lock();
+        let m = OutMsg {
+            tag: pkt.tag,
+            words: pkt.words,
+            payload: pkt.payload,
+            deposit: pkt.deposit,
+        };
+        if let Some(off) = pkt.deposit {
+            // the header frame's credit first: back-pressure before any write
+            let Some(hdr) = self.acquire(peer, Some(c), false, stall)? else {
+                return Ok(false);
+            };
+            if !pkt.payload.is_empty() {
+                let r = self.put(peer, off, pkt.payload);
+                if let Err(e) = r {
+                    self.dev.lock().free_send[peer].push(hdr);
+                    return Err(e);
+                }
+            }
+            let mut d = self.dev.lock();
+            let n = self.fill(&mut d, peer, hdr, c, |b, room| {
+                frames::append_placed(b, &m, room).expect("a header frame fits a buffer");
+            });
+            self.post_buffer(&mut d, peer, hdr, n)
+                .map_err(|e| e.at_rank(self.rank).with_peer(peer))?;
+            return Ok(true);
+        }
+        let mut from = 0;
+        loop {
+            let Some(i) = self.acquire(peer, Some(c), from > 0, stall)? else {
+                return Ok(false);
+            };
+            let mut d = self.dev.lock();
+            let mut taken = 0;
+            let n = self.fill(&mut d, peer, i, c, |b, room| {
+                taken = frames::append(b, &m, from, room).expect("a frame fits a buffer");
+            });
+            self.post_buffer(&mut d, peer, i, n)
+                .map_err(|e| e.at_rank(self.rank).with_peer(peer))?;
+            from += taken;
+            if from == m.payload.len() {
+                return Ok(true);
+            }
+        }
+    }
+
+    fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize> {
+        let c = ch as usize;
+        let Some(mut rx) = self.rx[c].try_lock() else {
+            return Ok(0);
+        };
+        self.reap(&mut self.dev.lock())?;
+        let mut n = 0;
+        loop {
+            let a = self.arrived[c].lock().pop_front();
+            let Some(a) = a else { break };
+            n += self.consume(&mut rx[a.peer], c, a, deliver)?;
+        }
+        Ok(n)
+    }
+
+    fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
+        let d = self.dev.try_lock()?;
+        d.credits.get(peer).map(|c| c.report(ch as usize))
+    }
+}
+
+impl<V: Verbs> Drop for RdmaFabric<V> {
+    fn drop(&mut self) {
+        self.closed = true;
+        let d = self.dev.get_mut();
+        for &q in &d.qps {
+            let _ = d.verbs.destroy_qp(q);
+        }
+        // regions go before the memory they cover (the pool and mailbox
+        // are unmapped after this, the segment by its owner)
+        let (pool, mail, seg) = (d.pool, d.mail, d.seg);
+        let _ = d.verbs.deregister(&pool);
+        let _ = d.verbs.deregister(&mail);
+        let _ = d.verbs.deregister(&seg);
+    }
+}

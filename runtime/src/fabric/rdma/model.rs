@@ -1,0 +1,729 @@
+//! A **test double** of RDMA verbs: an in-process model of reliable-
+//! connected queue pairs, so the ibverbs fabric's protocol (credits,
+//! buffers, frames, RDMA write and read, completions) runs in `cargo test`
+//! on machines without RDMA hardware. It is never chosen at run time: jobs
+//! run over a real device ([`super::device`]) or not at all.
+//!
+//! What it models, with the checks a real HCA makes:
+//! * memory regions with local and remote keys; every scatter/gather entry
+//!   and every remote address is checked against them (protection and
+//!   remote access errors), so a protocol bug cannot touch memory outside
+//!   what was registered;
+//! * RC queue pairs connected by [`QpEndpoint`]s; work runs in order per
+//!   queue pair, asynchronously: posted requests wait until some device
+//!   polls, and a seeded generator picks which queue pair advances next,
+//!   so queue pairs interleave differently per seed;
+//! * a send with no receive posted at the peer fails with
+//!   [`WcStatus::ReceiverNotReady`] and puts the queue pair in error (a
+//!   real device retries first; the fabric's credits must make it
+//!   impossible, and the model turns any slip into a visible failure);
+//! * a queue pair in error flushes its outstanding work
+//!   ([`WcStatus::Flushed`]); a destroyed peer makes later work fail with
+//!   [`WcStatus::Transport`].
+//!
+//! Inline requests copy their bytes at post time, as a device does.
+
+use super::verbs::{
+    Completion, Op, QpCaps, QpEndpoint, QpId, Region, SendWr, Sge, Verbs, WcKind, WcStatus,
+};
+use crate::{Error, Result};
+use parking_lot::Mutex;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// Completions a device's queue holds at most before the model reports an
+/// overrun (a real CQ overrun is fatal too).
+const CQ_DEPTH: usize = 1 << 16;
+
+/// The shared "wire" every model device attaches to.
+#[derive(Clone)]
+pub struct ModelNetwork {
+    net: Arc<Mutex<Net>>,
+}
+
+/// Counters of what the model did (for tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModelStats {
+    /// Sends delivered into a posted receive.
+    pub sends: u64,
+    /// RDMA writes executed.
+    pub writes: u64,
+    /// RDMA reads executed.
+    pub reads: u64,
+    /// Work requests that ended in error (any status but success or flush).
+    pub errors: u64,
+}
+
+struct Net {
+    devices: Vec<Dev>,
+    qps: Vec<Option<Qp>>,
+    rng: SmallRng,
+    next_key: u32,
+    stats: ModelStats,
+}
+
+struct Dev {
+    name: String,
+    regions: Vec<Region>,
+    cq: VecDeque<Completion>,
+    overrun: bool,
+}
+
+#[derive(PartialEq, Eq)]
+enum State {
+    Created,
+    Ready,
+    Error,
+}
+
+struct Qp {
+    dev: usize,
+    local: QpId,
+    caps: QpCaps,
+    psn: u32,
+    state: State,
+    remote: Option<usize>,
+    recvs: VecDeque<(u64, Sge)>,
+    sends: VecDeque<(SendWr, Option<Vec<u8>>)>,
+}
+
+impl Default for ModelNetwork {
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+impl ModelNetwork {
+    /// A network whose scheduling choices follow `seed`.
+    pub fn new(seed: u64) -> ModelNetwork {
+        ModelNetwork {
+            net: Arc::new(Mutex::new(Net {
+                devices: Vec::new(),
+                qps: Vec::new(),
+                rng: SmallRng::seed_from_u64(seed),
+                next_key: 0x100,
+                stats: ModelStats::default(),
+            })),
+        }
+    }
+
+    /// A new device on this network (one per rank).
+    pub fn device(&self, name: &str) -> ModelDevice {
+        let mut n = self.net.lock();
+        n.devices.push(Dev {
+            name: name.to_string(),
+            regions: Vec::new(),
+            cq: VecDeque::new(),
+            overrun: false,
+        });
+        ModelDevice {
+            net: self.net.clone(),
+            dev: n.devices.len() - 1,
+            qps: Vec::new(),
+        }
+    }
+
+    /// What the model has done so far.
+    pub fn stats(&self) -> ModelStats {
+        self.net.lock().stats
+    }
+}
+
+/// One rank's device on a [`ModelNetwork`] (test double).
+pub struct ModelDevice {
+    net: Arc<Mutex<Net>>,
+    dev: usize,
+    /// Global queue-pair index of each local [`QpId`].
+    qps: Vec<usize>,
+}
+
+impl Net {
+    fn complete(&mut self, dev: usize, c: Completion) {
+        if !matches!(c.status, WcStatus::Success | WcStatus::Flushed) {
+            self.stats.errors += 1;
+        }
+        let d = &mut self.devices[dev];
+        if d.cq.len() >= CQ_DEPTH {
+            d.overrun = true;
+        } else {
+            d.cq.push_back(c);
+        }
+    }
+
+    fn region_by_lkey(&self, dev: usize, sge: &Sge) -> bool {
+        self.devices[dev]
+            .regions
+            .iter()
+            .any(|r| r.lkey == sge.lkey && r.covers(sge.addr, sge.len as usize))
+    }
+
+    fn region_by_rkey(&self, dev: usize, rkey: u32, addr: u64, len: usize) -> bool {
+        self.devices[dev]
+            .regions
+            .iter()
+            .any(|r| r.rkey != 0 && r.rkey == rkey && r.covers(addr, len))
+    }
+
+    /// Put queue pair `g` in error and flush what it holds.
+    fn fail_qp(&mut self, g: usize) {
+        let Some(q) = self.qps[g].as_mut() else {
+            return;
+        };
+        q.state = State::Error;
+        let (dev, local) = (q.dev, q.local);
+        let sends: Vec<_> = q.sends.drain(..).collect();
+        let recvs: Vec<_> = q.recvs.drain(..).collect();
+        for (wr, _) in sends {
+            self.complete(
+                dev,
+                Completion {
+                    wr_id: wr.wr_id,
+                    qp: local,
+                    kind: kind_of(&wr.op),
+                    status: WcStatus::Flushed,
+                    len: 0,
+                },
+            );
+        }
+        for (wr_id, _) in recvs {
+            self.complete(
+                dev,
+                Completion {
+                    wr_id,
+                    qp: local,
+                    kind: WcKind::Recv,
+                    status: WcStatus::Flushed,
+                    len: 0,
+                },
+            );
+        }
+    }
+
+    /// Execute the first posted request of queue pair `g`.
+    fn step(&mut self, g: usize) {
+        let Some(q) = self.qps[g].as_mut() else {
+            return;
+        };
+        let Some((wr, inline)) = q.sends.pop_front() else {
+            return;
+        };
+        let (dev, local, remote) = (q.dev, q.local, q.remote);
+        let done = |net: &mut Net, status: WcStatus| {
+            net.complete(
+                dev,
+                Completion {
+                    wr_id: wr.wr_id,
+                    qp: local,
+                    kind: kind_of(&wr.op),
+                    status,
+                    len: 0,
+                },
+            );
+            if status != WcStatus::Success {
+                net.fail_qp(g);
+            }
+        };
+        // the peer queue pair, if it still exists and is ready
+        let peer = remote.filter(|&r| {
+            self.qps[r]
+                .as_ref()
+                .is_some_and(|p| p.state == State::Ready && p.remote == Some(g))
+        });
+        let Some(r) = peer else {
+            return done(self, WcStatus::Transport);
+        };
+        let rdev = self.qps[r].as_ref().map_or(0, |p| p.dev);
+        let len = wr.sge.len as usize;
+        match wr.op {
+            Op::Send => {
+                let Some((rid, rsge)) = self.qps[r].as_mut().and_then(|p| p.recvs.pop_front())
+                else {
+                    return done(self, WcStatus::ReceiverNotReady);
+                };
+                if len > rsge.len as usize {
+                    // the receiver's buffer is too short: both sides fail
+                    let rlocal = self.qps[r].as_ref().map_or(QpId(0), |p| p.local);
+                    self.complete(
+                        rdev,
+                        Completion {
+                            wr_id: rid,
+                            qp: rlocal,
+                            kind: WcKind::Recv,
+                            status: WcStatus::Other(1),
+                            len: 0,
+                        },
+                    );
+                    self.fail_qp(r);
+                    return done(self, WcStatus::Other(9));
+                }
+                // SAFETY: both ranges were checked against registered regions
+                // (the receive at post time, the source at post time or copied
+                // inline), which their owners keep mapped until deregistered.
+                unsafe { copy(&inline, wr.sge.addr, rsge.addr, len) };
+                self.stats.sends += 1;
+                let rlocal = self.qps[r].as_ref().map_or(QpId(0), |p| p.local);
+                self.complete(
+                    rdev,
+                    Completion {
+                        wr_id: rid,
+                        qp: rlocal,
+                        kind: WcKind::Recv,
+                        status: WcStatus::Success,
+                        len: len as u32,
+                    },
+                );
+                done(self, WcStatus::Success)
+            }
+            Op::Write { raddr, rkey } => {
+                if !self.region_by_rkey(rdev, rkey, raddr, len) {
+                    return done(self, WcStatus::RemoteAccess);
+                }
+                // SAFETY: the destination was just checked against the
+                // peer's remote-enabled region; the source as for Send.
+                unsafe { copy(&inline, wr.sge.addr, raddr, len) };
+                self.stats.writes += 1;
+                done(self, WcStatus::Success)
+            }
+            Op::Read { raddr, rkey } => {
+                if !self.region_by_rkey(rdev, rkey, raddr, len) {
+                    return done(self, WcStatus::RemoteAccess);
+                }
+                // SAFETY: the source was just checked against the peer's
+                // remote-enabled region, the destination against a local
+                // region at post time.
+                unsafe { copy(&None, raddr, wr.sge.addr, len) };
+                self.stats.reads += 1;
+                done(self, WcStatus::Success)
+            }
+        }
+    }
+
+    /// Run up to `budget` posted requests, picking queue pairs at random.
+    fn advance(&mut self, budget: usize) {
+        for _ in 0..budget {
+            let busy: Vec<usize> = (0..self.qps.len())
+                .filter(|&g| self.qps[g].as_ref().is_some_and(|q| !q.sends.is_empty()))
+                .collect();
+            if busy.is_empty() {
+                return;
+            }
+            let g = busy[self.rng.gen_range(0..busy.len())];
+            self.step(g);
+        }
+    }
+}
+
+/// Copy `len` bytes to `dst` from the inline copy if any, else from `src`.
+///
+/// # Safety
+/// `dst` (and `src` without an inline copy) must be valid for `len` bytes.
+unsafe fn copy(inline: &Option<Vec<u8>>, src: u64, dst: u64, len: usize) {
+    match inline {
+        Some(b) => std::ptr::copy(b.as_ptr(), dst as *mut u8, len.min(b.len())),
+        None => std::ptr::copy(src as *const u8, dst as *mut u8, len),
+    }
+}
+
+fn kind_of(op: &Op) -> WcKind {
+    match op {
+        Op::Send => WcKind::Send,
+        Op::Write { .. } => WcKind::Write,
+        Op::Read { .. } => WcKind::Read,
+    }
+}
+
+impl ModelDevice {
+    fn global(&self, qp: QpId) -> Result<usize> {
+        self.qps
+            .get(qp.0 as usize)
+            .copied()
+            .ok_or_else(|| Error::usage(format!("model: no queue pair {}", qp.0)))
+    }
+}
+
+impl Verbs for ModelDevice {
+    fn describe(&self) -> String {
+        format!(
+            "verbs model device {} (test double)",
+            self.net.lock().devices[self.dev].name
+        )
+    }
+
+    fn register(&mut self, addr: *mut u8, len: usize, remote: bool) -> Result<Region> {
+        if addr.is_null() || len == 0 {
+            return Err(Error::usage("model: registering an empty region"));
+        }
+        let mut n = self.net.lock();
+        let key = n.next_key;
+        n.next_key += 2;
+        let r = Region {
+            addr: addr as u64,
+            len,
+            lkey: key,
+            rkey: if remote { key + 1 } else { 0 },
+        };
+        n.devices[self.dev].regions.push(r);
+        Ok(r)
+    }
+
+    fn deregister(&mut self, region: &Region) -> Result<()> {
+        let mut n = self.net.lock();
+        let regions = &mut n.devices[self.dev].regions;
+        let before = regions.len();
+        regions.retain(|r| r.lkey != region.lkey);
+        if regions.len() == before {
+            return Err(Error::usage(format!(
+                "model: no region with key {:#x}",
+                region.lkey
+            )));
+        }
+        Ok(())
+    }
+
+    fn create_qp(&mut self, caps: QpCaps) -> Result<QpId> {
+        let mut n = self.net.lock();
+        let psn = n.rng.gen::<u32>() & 0xff_ffff;
+        let local = QpId(self.qps.len() as u32);
+        n.qps.push(Some(Qp {
+            dev: self.dev,
+            local,
+            caps,
+            psn,
+            state: State::Created,
+            remote: None,
+            recvs: VecDeque::new(),
+            sends: VecDeque::new(),
+        }));
+        self.qps.push(n.qps.len() - 1);
+        Ok(local)
+    }
+
+    fn max_inline(&self, qp: QpId) -> u32 {
+        let Ok(g) = self.global(qp) else { return 0 };
+        self.net.lock().qps[g]
+            .as_ref()
+            .map_or(0, |q| q.caps.max_inline)
+    }
+
+    fn endpoint(&self, qp: QpId) -> QpEndpoint {
+        let g = self.global(qp).unwrap_or(usize::MAX);
+        let n = self.net.lock();
+        let psn = n.qps.get(g).and_then(|q| q.as_ref()).map_or(0, |q| q.psn);
+        QpEndpoint {
+            lid: self.dev as u16 + 1,
+            qpn: g as u32 + 1,
+            psn,
+            gid: [0; 16],
+        }
+    }
+
+    fn connect(&mut self, qp: QpId, remote: &QpEndpoint) -> Result<()> {
+        let g = self.global(qp)?;
+        let mut n = self.net.lock();
+        let r = remote.qpn.wrapping_sub(1) as usize;
+        let ok = n
+            .qps
+            .get(r)
+            .and_then(|q| q.as_ref())
+            .is_some_and(|q| q.dev + 1 == remote.lid as usize && q.psn == remote.psn);
+        if !ok {
+            return Err(Error::config(format!(
+                "model: no queue pair {} at lid {} (psn {})",
+                remote.qpn, remote.lid, remote.psn
+            )));
+        }
+        let q = n.qps[g].as_mut().expect("own queue pair");
+        q.remote = Some(r);
+        q.state = State::Ready;
+        Ok(())
+    }
+
+    fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()> {
+        let g = self.global(qp)?;
+        let mut n = self.net.lock();
+        if !n.region_by_lkey(self.dev, &sge) {
+            return Err(Error::usage(format!(
+                "model: receive buffer {:#x}+{} not in a registered region (key {:#x})",
+                sge.addr, sge.len, sge.lkey
+            )));
+        }
+        let q = n.qps[g].as_mut().expect("own queue pair");
+        if q.recvs.len() >= q.caps.recv_depth as usize {
+            return Err(Error::usage("model: receive queue full"));
+        }
+        if q.state == State::Error {
+            drop(n);
+            let mut n = self.net.lock();
+            n.complete(
+                self.dev,
+                Completion {
+                    wr_id,
+                    qp,
+                    kind: WcKind::Recv,
+                    status: WcStatus::Flushed,
+                    len: 0,
+                },
+            );
+            return Ok(());
+        }
+        q.recvs.push_back((wr_id, sge));
+        Ok(())
+    }
+
+    fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()> {
+        let g = self.global(qp)?;
+        let mut n = self.net.lock();
+        let q = n.qps[g].as_ref().expect("own queue pair");
+        if q.state == State::Created {
+            return Err(Error::usage("model: posting to a queue pair not connected"));
+        }
+        if q.sends.len() >= q.caps.send_depth as usize {
+            return Err(Error::usage("model: send queue full"));
+        }
+        if wr.inline && wr.sge.len > q.caps.max_inline {
+            return Err(Error::usage(format!(
+                "model: inline request of {} B (max {})",
+                wr.sge.len, q.caps.max_inline
+            )));
+        }
+        let in_error = q.state == State::Error;
+        let inline = if wr.inline {
+            let mut b = vec![0u8; wr.sge.len as usize];
+            // SAFETY: an inline request's bytes are read at post time; the
+            // caller vouches for `sge` (no key is needed, as on a device).
+            unsafe {
+                std::ptr::copy_nonoverlapping(wr.sge.addr as *const u8, b.as_mut_ptr(), b.len())
+            };
+            Some(b)
+        } else {
+            None
+        };
+        if !wr.inline && !n.region_by_lkey(self.dev, &wr.sge) {
+            // a local protection error completes the request in error
+            n.complete(
+                self.dev,
+                Completion {
+                    wr_id: wr.wr_id,
+                    qp,
+                    kind: kind_of(&wr.op),
+                    status: WcStatus::LocalProtection,
+                    len: 0,
+                },
+            );
+            n.fail_qp(g);
+            return Ok(());
+        }
+        if in_error {
+            n.complete(
+                self.dev,
+                Completion {
+                    wr_id: wr.wr_id,
+                    qp,
+                    kind: kind_of(&wr.op),
+                    status: WcStatus::Flushed,
+                    len: 0,
+                },
+            );
+            return Ok(());
+        }
+        n.qps[g]
+            .as_mut()
+            .expect("own queue pair")
+            .sends
+            .push_back((*wr, inline));
+        Ok(())
+    }
+
+    fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let mut n = self.net.lock();
+        let budget = n.rng.gen_range(1..=32);
+        n.advance(budget);
+        let d = &mut n.devices[self.dev];
+        if d.overrun {
+            return Err(Error::protocol("model: completion queue overrun"));
+        }
+        let k = out.len().min(d.cq.len());
+        for (o, c) in out.iter_mut().zip(d.cq.drain(..k)) {
+            *o = c;
+        }
+        Ok(k)
+    }
+
+    fn destroy_qp(&mut self, qp: QpId) -> Result<()> {
+        let g = self.global(qp)?;
+        let mut n = self.net.lock();
+        n.fail_qp(g);
+        n.qps[g] = None;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CAPS: QpCaps = QpCaps {
+        send_depth: 16,
+        recv_depth: 16,
+        max_inline: 64,
+    };
+
+    fn pair(net: &ModelNetwork) -> (ModelDevice, QpId, ModelDevice, QpId) {
+        let (mut a, mut b) = (net.device("a"), net.device("b"));
+        let qa = a.create_qp(CAPS).unwrap();
+        let qb = b.create_qp(CAPS).unwrap();
+        let (ea, eb) = (a.endpoint(qa), b.endpoint(qb));
+        a.connect(qa, &eb).unwrap();
+        b.connect(qb, &ea).unwrap();
+        (a, qa, b, qb)
+    }
+
+    fn drain(d: &mut ModelDevice) -> Vec<Completion> {
+        let mut all = Vec::new();
+        let mut buf = [Completion {
+            wr_id: 0,
+            qp: QpId(0),
+            kind: WcKind::Send,
+            status: WcStatus::Success,
+            len: 0,
+        }; 8];
+        for _ in 0..100 {
+            let k = d.poll(&mut buf).unwrap();
+            all.extend_from_slice(&buf[..k]);
+        }
+        all
+    }
+
+    #[test]
+    fn send_write_read_and_their_checks() {
+        let net = ModelNetwork::new(1);
+        let (mut a, qa, mut b, qb) = pair(&net);
+        let mut abuf = vec![0u8; 256];
+        let mut bbuf = vec![0u8; 256];
+        let ra = a.register(abuf.as_mut_ptr(), 256, false).unwrap();
+        let rb = b.register(bbuf.as_mut_ptr(), 256, true).unwrap();
+        b.post_recv(qb, 7, rb.sge(rb.addr, 64)).unwrap();
+        abuf[..5].copy_from_slice(b"hello");
+        let wr = |wr_id, op, sge| SendWr {
+            wr_id,
+            op,
+            sge,
+            inline: false,
+        };
+        a.post_send(qa, &wr(1, Op::Send, ra.sge(ra.addr, 5)))
+            .unwrap();
+        a.post_send(
+            qa,
+            &wr(
+                2,
+                Op::Write {
+                    raddr: rb.addr + 100,
+                    rkey: rb.rkey,
+                },
+                ra.sge(ra.addr, 5),
+            ),
+        )
+        .unwrap();
+        a.post_send(
+            qa,
+            &wr(
+                3,
+                Op::Read {
+                    raddr: rb.addr + 100,
+                    rkey: rb.rkey,
+                },
+                ra.sge(ra.addr + 10, 5),
+            ),
+        )
+        .unwrap();
+        let ca = drain(&mut a);
+        let cb = drain(&mut b);
+        assert_eq!(
+            ca.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+            vec![
+                (1, WcStatus::Success),
+                (2, WcStatus::Success),
+                (3, WcStatus::Success)
+            ]
+        );
+        assert_eq!(cb.len(), 1);
+        assert_eq!((cb[0].wr_id, cb[0].len), (7, 5));
+        assert_eq!(&bbuf[..5], b"hello");
+        assert_eq!(&bbuf[100..105], b"hello");
+        assert_eq!(&abuf[10..15], b"hello");
+        // outside the peer's region: remote access error, queue pair in error
+        a.post_send(
+            qa,
+            &wr(
+                4,
+                Op::Write {
+                    raddr: rb.addr + 250,
+                    rkey: rb.rkey,
+                },
+                ra.sge(ra.addr, 10),
+            ),
+        )
+        .unwrap();
+        a.post_send(qa, &wr(5, Op::Send, ra.sge(ra.addr, 5)))
+            .unwrap();
+        let ca = drain(&mut a);
+        assert_eq!(ca[0].status, WcStatus::RemoteAccess);
+        assert_eq!(ca[1].status, WcStatus::Flushed);
+        assert_eq!(&bbuf[250..], &[0; 6]);
+    }
+
+    #[test]
+    fn a_send_without_a_posted_receive_fails_visibly() {
+        let net = ModelNetwork::new(2);
+        let (mut a, qa, _b, _qb) = pair(&net);
+        let c = drain(&mut a);
+        assert!(c.is_empty());
+        let msg = *b"hi";
+        a.post_send(
+            qa,
+            &SendWr {
+                wr_id: 1,
+                op: Op::Send,
+                sge: Sge {
+                    addr: msg.as_ptr() as u64,
+                    len: 2,
+                    lkey: 0,
+                },
+                inline: true,
+            },
+        )
+        .unwrap();
+        let c = drain(&mut a);
+        assert_eq!(c[0].status, WcStatus::ReceiverNotReady);
+        assert_eq!(net.stats().errors, 1);
+    }
+
+    #[test]
+    fn unregistered_memory_is_refused() {
+        let net = ModelNetwork::new(3);
+        let (mut a, qa, mut b, qb) = pair(&net);
+        let mut bbuf = vec![0u8; 64];
+        let rb = b.register(bbuf.as_mut_ptr(), 64, true).unwrap();
+        assert!(b.post_recv(qb, 1, rb.sge(rb.addr, 64)).is_ok());
+        let stray = [1u8; 8];
+        a.post_send(
+            qa,
+            &SendWr {
+                wr_id: 9,
+                op: Op::Send,
+                sge: Sge {
+                    addr: stray.as_ptr() as u64,
+                    len: 8,
+                    lkey: 0x999,
+                },
+                inline: false,
+            },
+        )
+        .unwrap();
+        let c = drain(&mut a);
+        assert_eq!(c[0].status, WcStatus::LocalProtection);
+        assert!(bbuf.iter().all(|&x| x == 0));
+    }
+}

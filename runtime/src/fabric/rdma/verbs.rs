@@ -1,0 +1,241 @@
+//! The thin verbs layer: the handful of RDMA verbs the fabric uses, as a
+//! trait. Two implementations exist: [`super::device`] over a real RDMA
+//! device (cargo feature `ibverbs`), and [`super::model`], an in-process
+//! test double of RC queue pairs that lets the protocol above run in
+//! `cargo test` on machines without RDMA hardware. Nothing else in the
+//! fabric touches verbs, so a switch to another binding replaces one file.
+//!
+//! The shapes follow libibverbs: memory regions with local and remote
+//! keys, reliable-connected queue pairs connected by exchanging
+//! [`QpEndpoint`]s, work requests posted to a send or receive queue, and
+//! one completion queue per device polled by the progress engine.
+
+use crate::Result;
+
+/// A registered memory region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// First byte's address in this process.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: usize,
+    /// Key for local access (scatter/gather entries).
+    pub lkey: u32,
+    /// Key a peer uses for RDMA read and write (0 when not remote).
+    pub rkey: u32,
+}
+
+impl Region {
+    /// Whether `[addr, addr + len)` lies inside this region.
+    pub fn covers(&self, addr: u64, len: usize) -> bool {
+        addr >= self.addr
+            && addr
+                .checked_add(len as u64)
+                .is_some_and(|e| e <= self.addr + self.len as u64)
+    }
+
+    /// A scatter/gather entry for `len` bytes at `addr` of this region.
+    pub fn sge(&self, addr: u64, len: usize) -> Sge {
+        debug_assert!(self.covers(addr, len));
+        Sge {
+            addr,
+            len: len as u32,
+            lkey: self.lkey,
+        }
+    }
+}
+
+/// A scatter/gather entry: local memory a work request reads or writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sge {
+    /// First byte.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// Key of the region holding it.
+    pub lkey: u32,
+}
+
+/// A queue pair of this device (an index the implementation chose).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QpId(pub u32);
+
+/// What a peer needs to connect its queue pair to one of ours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct QpEndpoint {
+    /// Local identifier of our port (InfiniBand; 0 on RoCE).
+    pub lid: u16,
+    /// Queue pair number.
+    pub qpn: u32,
+    /// First packet sequence number our side will send.
+    pub psn: u32,
+    /// Global identifier of our port (RoCE, or InfiniBand across subnets).
+    pub gid: [u8; 16],
+}
+
+impl QpEndpoint {
+    /// Bytes of [`encode`](Self::encode).
+    pub const LEN: usize = 26;
+
+    /// Fixed little-endian encoding (for the bootstrap).
+    pub fn encode(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[0..2].copy_from_slice(&self.lid.to_le_bytes());
+        b[2..6].copy_from_slice(&self.qpn.to_le_bytes());
+        b[6..10].copy_from_slice(&self.psn.to_le_bytes());
+        b[10..26].copy_from_slice(&self.gid);
+        b
+    }
+
+    /// Inverse of [`encode`](Self::encode); `None` if `b` is not
+    /// [`LEN`](Self::LEN) bytes.
+    pub fn decode(b: &[u8]) -> Option<QpEndpoint> {
+        if b.len() != Self::LEN {
+            return None;
+        }
+        Some(QpEndpoint {
+            lid: u16::from_le_bytes([b[0], b[1]]),
+            qpn: u32::from_le_bytes(b[2..6].try_into().ok()?),
+            psn: u32::from_le_bytes(b[6..10].try_into().ok()?),
+            gid: b[10..26].try_into().ok()?,
+        })
+    }
+}
+
+/// What a send-queue work request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Two-sided send: consumes a receive the peer posted.
+    Send,
+    /// Write the local bytes to `raddr` in the peer's region `rkey`.
+    Write {
+        /// Remote address.
+        raddr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// Read the peer's bytes at `raddr` (region `rkey`) into the local ones.
+    Read {
+        /// Remote address.
+        raddr: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+}
+
+/// A send-queue work request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendWr {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// What to do.
+    pub op: Op,
+    /// Local memory (source of a send or write, destination of a read).
+    pub sge: Sge,
+    /// The bytes are copied at post time (small sends and writes): the
+    /// local buffer may be reused at once and needs no key.
+    pub inline: bool,
+}
+
+/// Which work request a completion ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcKind {
+    /// A send left (the peer received it).
+    Send,
+    /// A receive was filled.
+    Recv,
+    /// An RDMA write completed.
+    Write,
+    /// An RDMA read completed (the bytes are here).
+    Read,
+}
+
+/// How a work request ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WcStatus {
+    /// It succeeded.
+    Success,
+    /// A local key or address was wrong.
+    LocalProtection,
+    /// The peer refused the remote key, address or length.
+    RemoteAccess,
+    /// The peer had no receive posted (and retries ran out).
+    ReceiverNotReady,
+    /// The queue pair was in error: the request was not executed.
+    Flushed,
+    /// The peer did not answer (retries ran out): link or peer down.
+    Transport,
+    /// Another status (the device's own code).
+    Other(u32),
+}
+
+impl WcStatus {
+    /// A short description for error messages.
+    pub fn describe(&self) -> String {
+        match self {
+            WcStatus::Success => "success".into(),
+            WcStatus::LocalProtection => "local protection error (bad local key or address)".into(),
+            WcStatus::RemoteAccess => {
+                "remote access error (the peer refused key, address or length)".into()
+            }
+            WcStatus::ReceiverNotReady => "receiver not ready (no receive posted)".into(),
+            WcStatus::Flushed => "flushed (the queue pair is in error)".into(),
+            WcStatus::Transport => "transport retry exceeded (peer or link down)".into(),
+            WcStatus::Other(c) => format!("completion status {c}"),
+        }
+    }
+}
+
+/// A completion-queue entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// Its queue pair.
+    pub qp: QpId,
+    /// What ended.
+    pub kind: WcKind,
+    /// How it ended.
+    pub status: WcStatus,
+    /// Bytes received (receives only).
+    pub len: u32,
+}
+
+/// Queue depths of a queue pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Send work requests outstanding at most.
+    pub send_depth: u32,
+    /// Receive work requests posted at most.
+    pub recv_depth: u32,
+    /// Largest inline send or write.
+    pub max_inline: u32,
+}
+
+/// The verbs the fabric uses. Implementations are used from one thread at
+/// a time (the fabric holds them under a lock).
+pub trait Verbs: Send {
+    /// What this device is (for messages): e.g. `mlx5_0 port 1`.
+    fn describe(&self) -> String;
+    /// Register `len` bytes at `addr`; `remote`: peers may read and write
+    /// them. The memory must stay mapped until [`deregister`](Self::deregister).
+    fn register(&mut self, addr: *mut u8, len: usize, remote: bool) -> Result<Region>;
+    /// Undo [`register`](Self::register).
+    fn deregister(&mut self, region: &Region) -> Result<()>;
+    /// Create a reliable-connected queue pair.
+    fn create_qp(&mut self, caps: QpCaps) -> Result<QpId>;
+    /// Largest inline payload `qp` accepts (may be less than asked).
+    fn max_inline(&self, qp: QpId) -> u32;
+    /// What a peer needs to connect to `qp`.
+    fn endpoint(&self, qp: QpId) -> QpEndpoint;
+    /// Connect `qp` to the peer's queue pair `remote` (ready to send).
+    fn connect(&mut self, qp: QpId, remote: &QpEndpoint) -> Result<()>;
+    /// Post a receive of at most `sge.len` bytes.
+    fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()>;
+    /// Post a send, RDMA write or RDMA read.
+    fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()>;
+    /// Take up to `out.len()` completions; returns how many.
+    fn poll(&mut self, out: &mut [Completion]) -> Result<usize>;
+    /// Destroy `qp` (posted work is flushed).
+    fn destroy_qp(&mut self, qp: QpId) -> Result<()>;
+}
