@@ -10,6 +10,7 @@
 //!   fabric's), credits per peer and channel, and the progress engine.
 
 pub mod credits;
+pub mod device;
 
 mod fabric;
 pub mod model;
