@@ -14,6 +14,8 @@ use crate::state::{stored_counter, Dest};
 use bytemuck::Pod;
 use parking_lot::Mutex;
 use splitrt_am::{Payload, Result};
+use splitrt_runtime::config::RmaPath;
+use splitrt_runtime::fabric::Fabric;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -41,6 +43,14 @@ impl Inner {
             // segment), so this is a memmove.
             unsafe { std::ptr::copy(seg.base.add(off as usize), dst, len) };
             return Ok(None);
+        }
+        if self.path == RmaPath::Native {
+            // SAFETY: the caller keeps `dst` alive and unaliased for `len`
+            // bytes until the get completes, which a direct get does here.
+            let d = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+            if let Some(r) = self.ep.world().fabric().get_direct(rank, off, d) {
+                return r.map(|()| None);
+            }
         }
         let chunk = self.ep.max_medium(rank)?;
         let chunks = len.div_ceil(chunk);
@@ -117,6 +127,11 @@ impl Inner {
             // SAFETY: destination range checked against the peer's segment.
             unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
             return Ok(());
+        }
+        if self.path == RmaPath::Native {
+            if let Some(r) = self.ep.world().fabric().put_direct(rank, off, src) {
+                return r;
+            }
         }
         self.issued.add_puts(1);
         let r = self.ep.request(

@@ -36,6 +36,10 @@ pub const ENV_UDP_WINDOW: &str = "SPLITRT_UDP_WINDOW";
 pub const ENV_UDP_PEER_TIMEOUT: &str = "SPLITRT_UDP_PEER_TIMEOUT";
 /// What a UDP datagram's tag covers: `full` or `header`.
 pub const ENV_UDP_AUTH: &str = "SPLITRT_UDP_AUTH";
+/// Receive buffers per peer and channel on the ibverbs fabric (its credits).
+pub const ENV_IBV_BUFFERS: &str = "SPLITRT_IBV_BUFFERS";
+/// Bytes per ibverbs buffer.
+pub const ENV_IBV_BUFFER_SIZE: &str = "SPLITRT_IBV_BUFFER_SIZE";
 
 /// Every tunable with its documented name, for `--help` texts and docs.
 pub const ALL_VARS: &[(&str, &str)] = &[
@@ -60,7 +64,27 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     ),
     (
         ENV_FABRIC,
-        "fabric: auto (shm within a host, udp between hosts), shm, udp (default auto)",
+        "fabric: auto (shm within a host, udp between hosts), shm, udp, ibverbs (default auto)",
+    ),
+    (
+        ENV_IBV_BUFFERS,
+        "ibverbs receive buffers per peer and channel, 2..1024 (default 16)",
+    ),
+    (
+        ENV_IBV_BUFFER_SIZE,
+        "bytes per ibverbs buffer (default 8K)",
+    ),
+    (
+        crate::fabric::rdma::device::ENV_IBV_DEVICE,
+        "RDMA device for the ibverbs fabric, e.g. mlx5_0 (default the first)",
+    ),
+    (
+        crate::fabric::rdma::device::ENV_IBV_PORT,
+        "RDMA port number for the ibverbs fabric (default 1)",
+    ),
+    (
+        crate::fabric::rdma::device::ENV_IBV_GID_INDEX,
+        "GID index on RoCE (default a RoCE v2 GID of the port)",
     ),
     (
         ENV_UDP_MTU,
@@ -106,6 +130,9 @@ pub enum FabricKind {
     Shm,
     /// UDP between every pair of ranks, also on one host.
     Udp,
+    /// RDMA (InfiniBand or RoCE, cargo feature `ibverbs`) between every
+    /// pair of ranks, also on one host.
+    Ibverbs,
 }
 
 impl std::str::FromStr for FabricKind {
@@ -115,11 +142,9 @@ impl std::str::FromStr for FabricKind {
             "auto" => Ok(FabricKind::Auto),
             "shm" => Ok(FabricKind::Shm),
             "udp" => Ok(FabricKind::Udp),
-            "ibverbs" => Err(Error::config(format!(
-                "fabric '{s}' is not implemented yet; available: auto, shm, udp"
-            ))),
+            "ibverbs" => Ok(FabricKind::Ibverbs),
             _ => Err(Error::config(format!(
-                "unknown fabric '{s}'; available: auto, shm, udp"
+                "unknown fabric '{s}'; available: auto, shm, udp, ibverbs"
             ))),
         }
     }
@@ -185,6 +210,10 @@ pub struct Config {
     pub udp_faults: Option<crate::fabric::udp::faults::FaultSpec>,
     /// The UDP tag covers the body too (`SPLITRT_UDP_AUTH=full`).
     pub udp_auth_body: bool,
+    /// ibverbs receive buffers per peer and channel.
+    pub ibv_buffers: usize,
+    /// Bytes per ibverbs buffer.
+    pub ibv_buffer_size: usize,
 }
 
 impl Default for Config {
@@ -207,6 +236,8 @@ impl Default for Config {
             udp_peer_timeout: Duration::from_secs(10),
             udp_faults: None,
             udp_auth_body: true,
+            ibv_buffers: 16,
+            ibv_buffer_size: 8192,
         }
     }
 }
@@ -240,6 +271,8 @@ impl Config {
         size(ENV_MAX_MEDIUM, &mut c.max_medium)?;
         size(ENV_UDP_MTU, &mut c.udp_mtu)?;
         size(ENV_UDP_WINDOW, &mut c.udp_window)?;
+        size(ENV_IBV_BUFFERS, &mut c.ibv_buffers)?;
+        size(ENV_IBV_BUFFER_SIZE, &mut c.ibv_buffer_size)?;
         let secs = |name: &str, scale: f64, unit: &str, dst: &mut Duration| -> Result<()> {
             if let Some(v) = get(name) {
                 *dst = v
@@ -359,6 +392,12 @@ impl Config {
                 self.udp_window
             )));
         }
+        self.rdma().validate().map_err(|e| {
+            Error::config(format!(
+                "{ENV_IBV_BUFFERS}={} / {ENV_IBV_BUFFER_SIZE}={}: {e}",
+                self.ibv_buffers, self.ibv_buffer_size
+            ))
+        })?;
         if self.udp_peer_timeout < Duration::from_millis(100) {
             return Err(Error::config(format!(
                 "{ENV_UDP_PEER_TIMEOUT}={:?} must be at least 0.1 s",
@@ -366,6 +405,16 @@ impl Config {
             )));
         }
         Ok(())
+    }
+
+    /// The ibverbs fabric's tunables from this configuration.
+    pub fn rdma(&self) -> crate::fabric::rdma::RdmaConfig {
+        crate::fabric::rdma::RdmaConfig {
+            buffers: self.ibv_buffers.min(u32::MAX as usize) as u32,
+            buffer_size: self.ibv_buffer_size,
+            max_medium: self.max_medium,
+            ..Default::default()
+        }
     }
 
     /// The UDP protocol's tunables from this configuration.

@@ -7,6 +7,9 @@ use crate::backoff::Backoff;
 use crate::bootstrap::{Client, Collective, Hello, Hosted};
 use crate::config::{Config, FabricKind};
 use crate::fabric::hybrid::Hybrid;
+use crate::fabric::rdma::device::{self, IbvDevice};
+use crate::fabric::rdma::wire::Card;
+use crate::fabric::rdma::PendingRdma;
 use crate::fabric::shm::PendingShm;
 use crate::fabric::udp::PendingUdp;
 use crate::fabric::{AnyFabric, Channel, Fabric};
@@ -16,6 +19,14 @@ use crate::key::{JobKey, ENV_JOB_KEY};
 use crate::segment::ShmFile;
 use crate::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Open this rank's RDMA device and prepare its queue pairs and buffers.
+fn open_rdma(job: &JobInfo, config: &Config) -> Result<PendingRdma<IbvDevice>> {
+    let cfg = config.rdma();
+    let needed = config.segment_size as u64 + cfg.pinned_bytes(job.size);
+    let dev = device::open(&device::DeviceChoice::from_env(needed)?)?;
+    PendingRdma::with_own_segment(dev, job.rank, job.size, config.segment_size, cfg)
+}
 
 /// How long a rank hosting the rendezvous waits, once the job has failed,
 /// for the rendezvous to tell the other ranks before it reports the failure.
@@ -167,6 +178,14 @@ impl World {
         };
         let stem = format!("{}-{}", job.job_id, key.file_tag());
         let host = crate::route::hostname();
+        // On ibverbs, open the device first: its errors (no device, locked
+        // memory, port, GID) are this rank's own and say what to change.
+        let ibverbs = config.fabric == FabricKind::Ibverbs;
+        let rdma = if ibverbs {
+            Some(open_rdma(&job, &config).map_err(at)?)
+        } else {
+            None
+        };
         // Every rank may need the network: bind before joining so the
         // address travels with the hello.
         let mut udp = None;
@@ -174,7 +193,7 @@ impl World {
         let boot = match addr {
             None => None,
             Some(addr) => {
-                if config.fabric != FabricKind::Shm {
+                if !matches!(config.fabric, FabricKind::Shm | FabricKind::Ibverbs) {
                     udp = Some(PendingUdp::bind(&addr).map_err(at)?);
                 }
                 // Settings every rank must share are checked with the
@@ -198,7 +217,10 @@ impl World {
                     host: host.clone(),
                     pid: std::process::id(),
                     table,
-                    endpoint: udp.as_ref().map(PendingUdp::endpoint).unwrap_or_default(),
+                    endpoint: match &rdma {
+                        Some(r) => r.card().encode(),
+                        None => udp.as_ref().map(PendingUdp::endpoint).unwrap_or_default(),
+                    },
                 };
                 let (client, all) =
                     Client::join(&addr, &key, hello, config.bootstrap_timeout).map_err(at)?;
@@ -233,12 +255,13 @@ impl World {
         // Which ranks share this host (shared memory), which are reached
         // over UDP.
         let members: Vec<usize> = match (config.fabric, peers.is_empty()) {
+            (FabricKind::Ibverbs, _) => Vec::new(),
             (_, true) => vec![rank],
             (FabricKind::Udp, _) => Vec::new(),
             _ => (0..job.size).filter(|&p| peers[p].host == host).collect(),
         };
         let mut addrs = vec![None; job.size];
-        if members.len() < job.size {
+        if members.len() < job.size && !ibverbs {
             for (p, a) in addrs.iter_mut().enumerate() {
                 if !members.contains(&p) {
                     *a = Some(
@@ -275,6 +298,29 @@ impl World {
             None => None,
         };
         let fabric = match (shm, udp) {
+            _ if rdma.is_some() => {
+                let r = rdma.expect("checked");
+                // one rank alone connects to itself
+                let cards = if peers.is_empty() {
+                    vec![r.card()]
+                } else {
+                    peers
+                        .iter()
+                        .enumerate()
+                        .map(|(p, h)| {
+                            Card::decode(&h.endpoint, job.size).map_err(|why| {
+                                Error::bootstrap(format!(
+                                    "rank {p} sent no usable ibverbs card ({why}); \
+                                     was it started with another --fabric?"
+                                ))
+                                .with_peer(p)
+                            })
+                        })
+                        .collect::<Result<Vec<_>>>()
+                        .map_err(fail)?
+                };
+                AnyFabric::Rdma(r.connect(&cards).map_err(fail)?)
+            }
             (Some(s), None) => AnyFabric::Shm(s),
             (None, Some(u)) => {
                 AnyFabric::Udp(u.connect(rank, addrs, &key, &config, None).map_err(fail)?)

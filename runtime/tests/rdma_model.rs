@@ -236,9 +236,7 @@ fn get_and_put_by_rdma_with_bounds_checked() {
     let in_seg = unsafe { std::slice::from_raw_parts_mut(seg0.base.add(2000), 5000) };
     j.fabrics[0].get(1, 100, in_seg).unwrap();
     assert_eq!(&j.segs[0][2000..7000], &data[..5000]);
-    j.fabrics[1]
-        .put(1, 0, &j.segs[0][2000..2010])
-        .unwrap();
+    j.fabrics[1].put(1, 0, &j.segs[0][2000..2010]).unwrap();
     // outside the peer's segment: refused before anything moves
     let e = j.fabrics[0].put(1, (64 << 10) - 5, &[1; 10]).unwrap_err();
     assert!(matches!(e.kind(), ErrorKind::OutOfBounds { .. }), "{e}");

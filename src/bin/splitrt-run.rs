@@ -36,8 +36,9 @@ struct Args {
     /// SCRIPT` (default: ssh).
     #[arg(long)]
     rsh: Option<String>,
-    /// Fabric between ranks: auto (shm within a host, udp between hosts), shm, udp.
-    #[arg(long, value_parser = ["auto", "shm", "udp"])]
+    /// Fabric between ranks: auto (shm within a host, udp between hosts),
+    /// shm, udp, ibverbs (RDMA; needs a build with `--features ibverbs`).
+    #[arg(long, value_parser = ["auto", "shm", "udp", "ibverbs"])]
     fabric: Option<String>,
     /// Kill the whole job after this many seconds.
     #[arg(long)]

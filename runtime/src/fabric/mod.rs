@@ -110,6 +110,17 @@ pub trait Fabric: Send + Sync {
     /// reports; `None` if they cannot be read without waiting (another
     /// thread is sending there). Not for the fast path.
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)>;
+    /// Copy `src` into `peer`'s segment at `off` one-sidedly (RDMA write),
+    /// complete at the peer on return. `None`: this fabric has no
+    /// one-sided path to `peer` (use messages, or [`peer_segment`](Self::peer_segment)).
+    fn put_direct(&self, _peer: usize, _off: u64, _src: &[u8]) -> Option<Result<()>> {
+        None
+    }
+    /// Copy `peer`'s segment at `off` into `dst` one-sidedly (RDMA read).
+    /// `None` as for [`put_direct`](Self::put_direct).
+    fn get_direct(&self, _peer: usize, _off: u64, _dst: &mut [u8]) -> Option<Result<()>> {
+        None
+    }
 }
 
 /// The fabric a rank runs on (static dispatch over the implementations).
@@ -123,6 +134,8 @@ pub enum AnyFabric {
     Udp(udp::UdpFabric),
     /// Shared memory on this host, UDP to the others.
     Hybrid(hybrid::Hybrid),
+    /// RDMA to every rank (cargo feature `ibverbs`).
+    Rdma(rdma::RdmaFabric<rdma::device::IbvDevice>),
 }
 
 impl AnyFabric {
@@ -132,6 +145,7 @@ impl AnyFabric {
             AnyFabric::Shm(_) => None,
             AnyFabric::Udp(u) => Some(u),
             AnyFabric::Hybrid(h) => Some(&h.udp),
+            AnyFabric::Rdma(_) => None,
         }
     }
 
@@ -141,6 +155,7 @@ impl AnyFabric {
             AnyFabric::Shm(s) => Some(s),
             AnyFabric::Udp(_) => None,
             AnyFabric::Hybrid(h) => Some(&h.shm),
+            AnyFabric::Rdma(_) => None,
         }
     }
 }
@@ -151,6 +166,7 @@ macro_rules! dispatch {
             AnyFabric::Shm(x) => x.$f($($a),*),
             AnyFabric::Udp(x) => x.$f($($a),*),
             AnyFabric::Hybrid(x) => x.$f($($a),*),
+            AnyFabric::Rdma(x) => x.$f($($a),*),
         }
     };
 }
@@ -196,5 +212,19 @@ impl Fabric for AnyFabric {
     }
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
         dispatch!(self, credits(peer, ch))
+    }
+    #[inline]
+    fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
+        match self {
+            AnyFabric::Rdma(x) => x.put_direct(peer, off, src),
+            _ => None,
+        }
+    }
+    #[inline]
+    fn get_direct(&self, peer: usize, off: u64, dst: &mut [u8]) -> Option<Result<()>> {
+        match self {
+            AnyFabric::Rdma(x) => x.get_direct(peer, off, dst),
+            _ => None,
+        }
     }
 }

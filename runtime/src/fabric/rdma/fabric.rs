@@ -61,19 +61,19 @@ impl Default for RdmaConfig {
 
 impl RdmaConfig {
     /// Check the values (a message naming the bad one).
-    pub fn validate(&self) -> Result<()> {
+    pub fn validate(&self) -> std::result::Result<(), String> {
         if !(2..=1024).contains(&self.buffers) {
-            return Err(Error::config(format!(
+            return Err(format!(
                 "ibverbs buffers per peer and channel {} out of range 2..=1024",
                 self.buffers
-            )));
+            ));
         }
         let least = HEADER + frames::FRAME_HEADER + MAX_WORDS * 8 + 64;
         if self.buffer_size < least || self.buffer_size > (1 << 24) {
-            return Err(Error::config(format!(
+            return Err(format!(
                 "ibverbs buffer size {} B out of range {least}..=16 MiB",
                 self.buffer_size
-            )));
+            ));
         }
         Ok(())
     }
@@ -159,6 +159,9 @@ pub struct RdmaFabric<V: Verbs> {
     tx: Vec<Mutex<()>>,
     /// Each peer's segment length (from its card).
     seg_lens: Vec<u64>,
+    /// The segment's memory when the fabric made it (unmapped after the
+    /// fabric deregistered it).
+    own_seg: Option<MmapMut>,
     closed: bool,
 }
 
@@ -181,7 +184,7 @@ impl<V: Verbs> PendingRdma<V> {
         seg: SegmentRef,
         cfg: RdmaConfig,
     ) -> Result<PendingRdma<V>> {
-        cfg.validate()?;
+        cfg.validate().map_err(Error::config)?;
         let nb = 2 * cfg.buffers as usize;
         let pool_len = size * 2 * nb * cfg.buffer_size + size * 2 * 8;
         let mut pool =
@@ -238,6 +241,7 @@ impl<V: Verbs> PendingRdma<V> {
             ],
             tx: (0..2 * size).map(|_| Mutex::new(())).collect(),
             seg_lens: Vec::new(),
+            own_seg: None,
             closed: false,
         };
         // every receive is posted before anyone can send
@@ -250,6 +254,26 @@ impl<V: Verbs> PendingRdma<V> {
             }
         }
         Ok(PendingRdma { inner: f })
+    }
+
+    /// [`new`](Self::new) with a private segment of `seg_len` bytes (the
+    /// fabric maps and owns it).
+    pub fn with_own_segment(
+        verbs: V,
+        rank: usize,
+        size: usize,
+        seg_len: usize,
+        cfg: RdmaConfig,
+    ) -> Result<PendingRdma<V>> {
+        let mut m = MmapMut::map_anon(seg_len.max(1))
+            .map_err(|e| Error::io(format!("mapping a {seg_len} B segment"), e).at_rank(rank))?;
+        let seg = SegmentRef {
+            base: m.as_mut_ptr(),
+            len: seg_len,
+        };
+        let mut p = Self::new(verbs, rank, size, seg, cfg)?;
+        p.inner.own_seg = Some(m);
+        Ok(p)
     }
 
     /// This rank's card, for every peer (through the bootstrap).
@@ -886,6 +910,14 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
         let d = self.dev.try_lock()?;
         d.credits.get(peer).map(|c| c.report(ch as usize))
+    }
+
+    fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
+        Some(self.put(peer, off, src))
+    }
+
+    fn get_direct(&self, peer: usize, off: u64, dst: &mut [u8]) -> Option<Result<()>> {
+        Some(self.get(peer, off, dst))
     }
 }
 
