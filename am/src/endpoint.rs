@@ -111,6 +111,25 @@ impl EndpointBuilder {
         Ok(Self::finish_attach(self.table, world, _once))
     }
 
+    /// **Test double.** Join as rank `job.rank` of a job whose ranks are
+    /// threads of this process, on the ibverbs fabric over the verbs model
+    /// (`dev`: this rank's device of a shared
+    /// [`ModelNetwork`](splitrt_runtime::fabric::rdma::model::ModelNetwork);
+    /// see [`World::start_over_verbs_model`]), so the AM layer over ibverbs
+    /// runs in `cargo test` without RDMA hardware. Exempt from the
+    /// one-endpoint-per-process rule, which is why it exists only for tests.
+    pub fn attach_over_verbs_model(
+        self,
+        job: JobInfo,
+        config: Config,
+        dev: splitrt_runtime::fabric::rdma::model::ModelDevice,
+    ) -> Result<Endpoint> {
+        let world = World::start_over_verbs_model(job, config, self.table.describe(), dev)?;
+        let once = AttachOnce;
+        let ep = Self::finish_attach(self.table, world, once);
+        Ok(ep)
+    }
+
     fn finish_attach(table: Table, world: World, once: AttachOnce) -> Endpoint {
         std::mem::forget(once); // the process stays attached
         Endpoint {

@@ -75,10 +75,32 @@ impl Pgas {
 
     /// Join the job with the user's AM handlers registered in `b` as well
     /// (splitrt's reserved ids never collide with them).
-    pub fn attach_with(mut b: EndpointBuilder) -> Result<Pgas> {
+    pub fn attach_with(b: EndpointBuilder) -> Result<Pgas> {
+        Self::attach_by(b, EndpointBuilder::attach)
+    }
+
+    /// **Test double.** [`attach_with`](Self::attach_with) as rank
+    /// `job.rank` of a job whose ranks are threads of this process, on the
+    /// ibverbs fabric over the verbs model (see
+    /// [`EndpointBuilder::attach_over_verbs_model`]): the PGAS layer over
+    /// ibverbs (get/put by RDMA read/write) runs in `cargo test` without
+    /// RDMA hardware.
+    pub fn attach_over_verbs_model(
+        b: EndpointBuilder,
+        job: splitrt_runtime::job::JobInfo,
+        config: splitrt_runtime::config::Config,
+        dev: splitrt_runtime::fabric::rdma::model::ModelDevice,
+    ) -> Result<Pgas> {
+        Self::attach_by(b, move |b| b.attach_over_verbs_model(job, config, dev))
+    }
+
+    fn attach_by(
+        mut b: EndpointBuilder,
+        attach: impl FnOnce(EndpointBuilder) -> Result<splitrt_am::Endpoint>,
+    ) -> Result<Pgas> {
         let st = Arc::new(State::default());
         let h = handlers::register(&mut b, &st)?;
-        let ep = b.attach()?;
+        let ep = attach(b)?;
         let (rank, size) = (ep.rank(), ep.size());
         let fabric = ep.world().fabric();
         let _ = st.seg.set(fabric.local_segment());

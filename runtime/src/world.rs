@@ -8,6 +8,7 @@ use crate::bootstrap::{Client, Collective, Hello, Hosted};
 use crate::config::{Config, FabricKind};
 use crate::fabric::hybrid::Hybrid;
 use crate::fabric::rdma::device::{self, IbvDevice};
+use crate::fabric::rdma::model::ModelDevice;
 use crate::fabric::rdma::wire::Card;
 use crate::fabric::rdma::PendingRdma;
 use crate::fabric::shm::PendingShm;
@@ -26,6 +27,30 @@ fn open_rdma(job: &JobInfo, config: &Config) -> Result<PendingRdma<IbvDevice>> {
     let needed = config.segment_size as u64 + cfg.pinned_bytes(job.size);
     let dev = device::open(&device::DeviceChoice::from_env(needed)?)?;
     PendingRdma::with_own_segment(dev, job.rank, job.size, config.segment_size, cfg)
+}
+
+/// A rank's RDMA side before it connects: the real device, or the verbs
+/// model (a test double, reachable only through
+/// [`World::start_over_verbs_model`]).
+enum RdmaStart {
+    Device(PendingRdma<IbvDevice>),
+    Model(PendingRdma<ModelDevice>),
+}
+
+impl RdmaStart {
+    fn card(&self) -> Card {
+        match self {
+            RdmaStart::Device(p) => p.card(),
+            RdmaStart::Model(p) => p.card(),
+        }
+    }
+
+    fn connect(self, cards: &[Card]) -> Result<AnyFabric> {
+        Ok(match self {
+            RdmaStart::Device(p) => AnyFabric::Rdma(p.connect(cards)?),
+            RdmaStart::Model(p) => AnyFabric::RdmaModel(p.connect(cards)?),
+        })
+    }
 }
 
 /// How long a rank hosting the rendezvous waits, once the job has failed,
@@ -139,6 +164,37 @@ impl World {
 
     /// Start with an explicit job and configuration.
     pub fn start_with(job: JobInfo, config: Config, table: Vec<String>) -> Result<World> {
+        Self::start_inner(job, config, table, None)
+    }
+
+    /// **Test double.** Start this rank on the ibverbs fabric over the
+    /// verbs model ([`ModelDevice`], one device per rank of one
+    /// [`ModelNetwork`](crate::fabric::rdma::model::ModelNetwork)) instead
+    /// of a real RDMA device, so the fabric and every layer above it run in
+    /// `cargo test` on a machine without RDMA. The ranks are threads of one
+    /// process; everything else (bootstrap, cards in the hello, the
+    /// protocol) is the production path. Never chosen by configuration.
+    pub fn start_over_verbs_model(
+        job: JobInfo,
+        mut config: Config,
+        table: Vec<String>,
+        dev: ModelDevice,
+    ) -> Result<World> {
+        let rank = job.rank;
+        config.fabric = FabricKind::Ibverbs;
+        config.validate().map_err(|e| e.at_rank(rank))?;
+        let p =
+            PendingRdma::with_own_segment(dev, rank, job.size, config.segment_size, config.rdma())
+                .map_err(|e| e.at_rank(rank))?;
+        Self::start_inner(job, config, table, Some(RdmaStart::Model(p)))
+    }
+
+    fn start_inner(
+        job: JobInfo,
+        config: Config,
+        table: Vec<String>,
+        rdma: Option<RdmaStart>,
+    ) -> Result<World> {
         let rank = job.rank;
         let at = |e: Error| e.at_rank(rank);
         config.validate().map_err(at)?;
@@ -181,10 +237,10 @@ impl World {
         // On ibverbs, open the device first: its errors (no device, locked
         // memory, port, GID) are this rank's own and say what to change.
         let ibverbs = config.fabric == FabricKind::Ibverbs;
-        let rdma = if ibverbs {
-            Some(open_rdma(&job, &config).map_err(at)?)
-        } else {
-            None
+        let rdma = match rdma {
+            Some(r) => Some(r),
+            None if ibverbs => Some(RdmaStart::Device(open_rdma(&job, &config).map_err(at)?)),
+            None => None,
         };
         // Every rank may need the network: bind before joining so the
         // address travels with the hello.
@@ -319,7 +375,7 @@ impl World {
                         .collect::<Result<Vec<_>>>()
                         .map_err(fail)?
                 };
-                AnyFabric::Rdma(r.connect(&cards).map_err(fail)?)
+                r.connect(&cards).map_err(fail)?
             }
             (Some(s), None) => AnyFabric::Shm(s),
             (None, Some(u)) => {

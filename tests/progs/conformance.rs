@@ -8,6 +8,8 @@
 //!
 //! Usage: t_conformance [ROUNDS]   (exit 0 = all checks passed)
 
+#![allow(dead_code)] // `main` is unused where a test includes this file
+
 #[path = "checks.rs"]
 mod checks;
 use checks::{mix, Failures};
@@ -152,6 +154,17 @@ fn run() -> splitrt::Result<()> {
         .unwrap_or(2);
     let job = JobInfo::from_env()?;
     let seg = splitrt::runtime::config::Config::from_env()?.segment_size;
+    run_on(rounds, &job, seg, EndpointBuilder::attach)
+}
+
+/// The sweep for rank `job.rank` with segments of `seg` bytes, joining
+/// through `attach` (`tests/verbs_model.rs` attaches over the verbs model).
+pub fn run_on(
+    rounds: u64,
+    job: &JobInfo,
+    seg: usize,
+    attach: impl FnOnce(EndpointBuilder) -> splitrt::Result<Endpoint>,
+) -> splitrt::Result<()> {
     let st = Arc::new(State {
         rank: job.rank,
         size: job.size,
@@ -226,7 +239,7 @@ fn run() -> splitrt::Result<()> {
         });
     })?;
 
-    let ep = b.attach()?;
+    let ep = attach(b)?;
     let _ = ep_cell.set(ep.clone());
     let (rank, size) = (ep.rank(), ep.size());
     st.max_medium.store(ep.max_medium(rank)?, Ordering::Relaxed);

@@ -16,6 +16,8 @@
 //!
 //! Usage: t_pgas_model [ROUNDS] [OPS]    (exit 0 = every check passed)
 
+#![allow(dead_code)] // `main` is unused where a test includes this file
+
 use splitrt::pgas::{Dist, GlobalPtr, Op, Pgas};
 use splitrt::{Error, ErrorKind};
 
@@ -49,7 +51,12 @@ fn run() -> splitrt::Result<()> {
     let mut a = std::env::args().skip(1);
     let rounds: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(4);
     let ops: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(200);
-    let pg = Pgas::attach()?;
+    run_on(rounds, ops, Pgas::attach()?)
+}
+
+/// The checks on an attached context (`tests/verbs_model.rs` runs them on
+/// ranks attached over the verbs model).
+pub fn run_on(rounds: usize, ops: usize, pg: Pgas) -> splitrt::Result<()> {
     let (me, n) = (pg.rank(), pg.size());
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((me as u64 + 1) * 0x1234_5678_9abc_def1));
 

@@ -136,6 +136,9 @@ pub enum AnyFabric {
     Hybrid(hybrid::Hybrid),
     /// RDMA to every rank (cargo feature `ibverbs`).
     Rdma(rdma::RdmaFabric<rdma::device::IbvDevice>),
+    /// **Test double**: the ibverbs fabric over the verbs model, ranks as
+    /// threads of one process ([`crate::world::World::start_over_verbs_model`]).
+    RdmaModel(rdma::RdmaFabric<rdma::model::ModelDevice>),
 }
 
 impl AnyFabric {
@@ -145,7 +148,7 @@ impl AnyFabric {
             AnyFabric::Shm(_) => None,
             AnyFabric::Udp(u) => Some(u),
             AnyFabric::Hybrid(h) => Some(&h.udp),
-            AnyFabric::Rdma(_) => None,
+            AnyFabric::Rdma(_) | AnyFabric::RdmaModel(_) => None,
         }
     }
 
@@ -155,7 +158,7 @@ impl AnyFabric {
             AnyFabric::Shm(s) => Some(s),
             AnyFabric::Udp(_) => None,
             AnyFabric::Hybrid(h) => Some(&h.shm),
-            AnyFabric::Rdma(_) => None,
+            AnyFabric::Rdma(_) | AnyFabric::RdmaModel(_) => None,
         }
     }
 }
@@ -167,6 +170,7 @@ macro_rules! dispatch {
             AnyFabric::Udp(x) => x.$f($($a),*),
             AnyFabric::Hybrid(x) => x.$f($($a),*),
             AnyFabric::Rdma(x) => x.$f($($a),*),
+            AnyFabric::RdmaModel(x) => x.$f($($a),*),
         }
     };
 }
@@ -217,6 +221,7 @@ impl Fabric for AnyFabric {
     fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
         match self {
             AnyFabric::Rdma(x) => x.put_direct(peer, off, src),
+            AnyFabric::RdmaModel(x) => x.put_direct(peer, off, src),
             _ => None,
         }
     }
@@ -224,6 +229,7 @@ impl Fabric for AnyFabric {
     fn get_direct(&self, peer: usize, off: u64, dst: &mut [u8]) -> Option<Result<()>> {
         match self {
             AnyFabric::Rdma(x) => x.get_direct(peer, off, dst),
+            AnyFabric::RdmaModel(x) => x.get_direct(peer, off, dst),
             _ => None,
         }
     }
