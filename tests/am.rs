@@ -123,3 +123,26 @@ fn hello_runs_on_4_ranks() {
 fn am_reqrep_example_runs() {
     run_job(4, &example("am_reqrep"), &[], &[], 60).ok();
 }
+
+/// A rank waiting a second for a peer that computes sleeps on its doorbell
+/// (woken by the message, or every 2 ms to check on the job) instead of
+/// waking every 100 us: a few hundred wake-ups, not thousands, and the
+/// message still arrives.
+#[test]
+fn an_idle_rank_sleeps_until_a_peer_wakes_it() {
+    let r = run_job(2, &example("t_idle"), &["1"], &[], 60);
+    assert_eq!(r.code, 0, "{r:?}");
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("idle wait:"))
+        .unwrap_or_else(|| panic!("{r:?}"));
+    let n: u64 = line
+        .split("idle wait: ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    // 1 s at one wake-up per 2 ms is 500; the 100 us timed sleep was > 5000
+    assert!(n < 1500, "{line}");
+}

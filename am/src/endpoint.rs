@@ -377,6 +377,13 @@ impl Inner {
         })
     }
 
+    /// Back off once; past spinning and yielding, sleep in the fabric
+    /// (on the shm doorbell, woken by the peer that gives us work).
+    fn snooze(&self, backoff: &mut Backoff) {
+        let sleep = backoff.sleep_time();
+        backoff.snooze_with(&|| self.fabric().idle_wait(sleep));
+    }
+
     /// Called by the fabric while a streamed packet waits for room at the
     /// peer: serve inbound traffic (only replies when `ch` is the reply
     /// channel, i.e. inside a request handler), back off while nothing moves.
@@ -386,7 +393,7 @@ impl Inner {
         }
         if self.progress_while_sending(ch)? == 0 {
             self.check_failure()?;
-            backoff.snooze();
+            self.snooze(backoff);
         }
         Ok(())
     }
@@ -461,7 +468,7 @@ impl Inner {
                     );
                     self.hang(&mut watch, &what)?;
                 }
-                backoff.snooze();
+                self.snooze(&mut backoff);
             } else {
                 watch.progress();
             }
@@ -497,7 +504,7 @@ impl Inner {
                     );
                     self.hang(&mut watch, &what)?;
                 }
-                backoff.snooze();
+                self.snooze(&mut backoff);
             } else {
                 watch.progress();
             }
@@ -686,7 +693,7 @@ impl Endpoint {
             if backoff.is_slow() && watch.due() {
                 self.inner.hang(&mut watch, &what())?;
             }
-            backoff.snooze();
+            self.inner.snooze(&mut backoff);
         }
     }
 

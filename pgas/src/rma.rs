@@ -126,6 +126,7 @@ impl Inner {
         if let Some(seg) = self.native(rank) {
             // SAFETY: destination range checked against the peer's segment.
             unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
+            self.ep.world().fabric().wake(rank); // it may sleep waiting for this data
             return Ok(());
         }
         if self.path == RmaPath::Native {
@@ -156,6 +157,7 @@ impl Inner {
             unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
             // Release: the data is visible before the count that announces it.
             stored_counter(seg).fetch_add(src.len() as u64, Ordering::Release);
+            self.ep.world().fabric().wake(rank); // it may sleep in store_sync
             return Ok(());
         }
         self.ep.request(

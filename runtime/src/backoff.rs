@@ -5,9 +5,6 @@
 use crate::config::Config;
 use std::time::{Duration, Instant};
 
-/// How long a waiter yields (after spinning) before it starts sleeping.
-const YIELD_PHASE: Duration = Duration::from_micros(500);
-
 /// The back-off state of one wait.
 ///
 /// ```
@@ -20,6 +17,7 @@ pub struct Backoff {
     spins: u32,
     phase: Phase,
     spin: Duration,
+    yield_time: Duration,
     sleep: Duration,
     spin_only: bool,
 }
@@ -39,6 +37,7 @@ impl Backoff {
             spins: 0,
             phase: Phase::Spin,
             spin: cfg.spin,
+            yield_time: cfg.yield_time,
             sleep: cfg.sleep,
             spin_only: cfg.spin_only,
         }
@@ -59,6 +58,14 @@ impl Backoff {
 
     /// Wait a little; each call waits at least as long as the previous one.
     pub fn snooze(&mut self) {
+        let sleep = self.sleep;
+        self.snooze_with(&|| std::thread::sleep(sleep));
+    }
+
+    /// [`snooze`](Self::snooze), with `idle` instead of the timed sleep
+    /// once the waiter has spun and yielded (a fabric's
+    /// [`idle_wait`](crate::fabric::Fabric::idle_wait): a doorbell).
+    pub fn snooze_with(&mut self, idle: &dyn Fn()) {
         let start = *self.start.get_or_insert_with(Instant::now);
         if self.phase == Phase::Spin {
             self.spins = self.spins.wrapping_add(1);
@@ -70,12 +77,17 @@ impl Backoff {
             self.phase = Phase::Yield;
         }
         if self.phase == Phase::Yield {
-            if start.elapsed() < self.spin + YIELD_PHASE {
+            if start.elapsed() < self.spin + self.yield_time {
                 std::thread::yield_now();
                 return;
             }
             self.phase = Phase::Sleep;
         }
-        std::thread::sleep(self.sleep);
+        idle();
+    }
+
+    /// The configured timed sleep (`SPLITRT_SLEEP_US`).
+    pub fn sleep_time(&self) -> std::time::Duration {
+        self.sleep
     }
 }

@@ -20,6 +20,9 @@ pub const ENV_BOOTSTRAP_TIMEOUT: &str = "SPLITRT_BOOTSTRAP_TIMEOUT";
 pub const ENV_FABRIC: &str = "SPLITRT_FABRIC";
 /// Microseconds a waiting rank spins before it starts yielding.
 pub const ENV_SPIN_US: &str = "SPLITRT_SPIN_US";
+/// Microseconds a waiting rank yields the CPU (after spinning) before it
+/// sleeps.
+pub const ENV_YIELD_US: &str = "SPLITRT_YIELD_US";
 /// Microseconds a waiting rank sleeps per round once spinning and yielding
 /// did not help.
 pub const ENV_SLEEP_US: &str = "SPLITRT_SLEEP_US";
@@ -106,7 +109,14 @@ pub const ALL_VARS: &[(&str, &str)] = &[
         crate::fabric::udp::faults::ENV_UDP_FAULTS,
         "UDP fault injection, e.g. drop=0.01,dup=0.001,reorder=0.01,delay_us=200,seed=7,dir=tx (default off)",
     ),
-    (ENV_SPIN_US, "spin time before yielding, us (default 20)"),
+    (
+        ENV_SPIN_US,
+        "spin time before yielding, us (default 20; 0 when this host has more ranks than CPUs)",
+    ),
+    (
+        ENV_YIELD_US,
+        "yield time before sleeping, us (default 500)",
+    ),
     (
         ENV_SLEEP_US,
         "sleep per idle round after yielding, us (default 100)",
@@ -190,7 +200,13 @@ pub struct Config {
     pub fabric: FabricKind,
     /// Spin time before a waiting rank yields.
     pub spin: Duration,
-    /// Sleep per idle round once yielding did not help.
+    /// Yield time before a waiting rank sleeps.
+    pub yield_time: Duration,
+    /// Whether `spin` or `yield_time` was set by the user (else the spin
+    /// drops to 0 on a host with more ranks than CPUs).
+    pub wait_set: bool,
+    /// Sleep per idle round once yielding did not help (fabrics without a
+    /// doorbell; on shared memory a waiting rank sleeps until woken).
     pub sleep: Duration,
     /// Never yield or sleep (benchmarks on dedicated cores).
     pub spin_only: bool,
@@ -226,6 +242,8 @@ impl Default for Config {
             bootstrap_timeout: Duration::from_secs(30),
             fabric: FabricKind::Auto,
             spin: Duration::from_micros(20),
+            yield_time: Duration::from_micros(500),
+            wait_set: false,
             sleep: Duration::from_micros(100),
             spin_only: false,
             rma: RmaPath::Native,
@@ -297,6 +315,8 @@ impl Config {
             &mut c.bootstrap_timeout,
         )?;
         secs(ENV_SPIN_US, 1e-6, "microseconds", &mut c.spin)?;
+        secs(ENV_YIELD_US, 1e-6, "microseconds", &mut c.yield_time)?;
+        c.wait_set = get(ENV_SPIN_US).is_some() || get(ENV_YIELD_US).is_some();
         secs(
             ENV_UDP_PEER_TIMEOUT,
             1.0,

@@ -53,6 +53,12 @@ impl RdmaStart {
     }
 }
 
+/// Whether `local_ranks` ranks on this host outnumber the CPUs this
+/// process may run on.
+fn oversubscribed(local_ranks: usize) -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| local_ranks > n.get())
+}
+
 /// How long a rank hosting the rendezvous waits, once the job has failed,
 /// for the rendezvous to tell the other ranks before it reports the failure.
 const PEERS_LEARN_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
@@ -191,13 +197,17 @@ impl World {
 
     fn start_inner(
         job: JobInfo,
-        config: Config,
+        mut config: Config,
         table: Vec<String>,
         rdma: Option<RdmaStart>,
     ) -> Result<World> {
         let rank = job.rank;
         let at = |e: Error| e.at_rank(rank);
         config.validate().map_err(at)?;
+        if !config.wait_set && oversubscribed(job.local_size) {
+            // Spinning only steals the CPU from the rank we wait for.
+            config.spin = std::time::Duration::ZERO;
+        }
         if std::env::var(crate::trace::ENV_TRACE).is_ok_and(|v| v == "1") {
             crate::trace::set_enabled(true);
         }

@@ -110,6 +110,16 @@ pub trait Fabric: Send + Sync {
     /// reports; `None` if they cannot be read without waiting (another
     /// thread is sending there). Not for the fast path.
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)>;
+    /// Wait a little with nothing to do: until a peer gives this rank
+    /// work if the fabric can tell (the shm doorbell), else `sleep`.
+    fn idle_wait(&self, sleep: std::time::Duration) {
+        std::thread::sleep(sleep);
+    }
+    /// Tell `peer` that its memory was written directly (a native put,
+    /// store or atomic through [`peer_segment`](Self::peer_segment)), in
+    /// case it sleeps waiting for that. No-op where there is no doorbell.
+    #[inline]
+    fn wake(&self, _peer: usize) {}
     /// Copy `src` into `peer`'s segment at `off` one-sidedly (RDMA write),
     /// complete at the peer on return. `None`: this fabric has no
     /// one-sided path to `peer` (use messages, or [`peer_segment`](Self::peer_segment)).
@@ -216,6 +226,13 @@ impl Fabric for AnyFabric {
     }
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
         dispatch!(self, credits(peer, ch))
+    }
+    fn idle_wait(&self, sleep: std::time::Duration) {
+        dispatch!(self, idle_wait(sleep))
+    }
+    #[inline]
+    fn wake(&self, peer: usize) {
+        dispatch!(self, wake(peer))
     }
     #[inline]
     fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {

@@ -1,7 +1,7 @@
 //! Byte layout of a rank's shared-memory file:
 //!
 //! ```text
-//! [ FileHeader, padded to 4 KiB ]
+//! [ FileHeader (48 B), Doorbell at 64, padded to 4 KiB ]
 //! [ ring (src 0, Request) ][ ring (src 0, Reply) ][ ring (src 1, Request) ] ...
 //! [ segment, page aligned ]
 //! ```
@@ -19,7 +19,7 @@ use std::sync::atomic::AtomicU32;
 /// "SPLITRT1" as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SPLITRT1");
 /// Layout version; bump on any change to this file.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Bytes reserved for the file header.
 pub const HEADER_BYTES: usize = 4096;
 /// Bytes of a ring's control block (two cache lines: no false sharing with

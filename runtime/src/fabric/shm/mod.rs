@@ -8,9 +8,11 @@
 //! reassembled by the receiver (one packet in flight per ring, so one
 //! reassembly buffer per ring).
 
+pub mod doorbell;
 pub mod layout;
 mod ring;
 
+use self::doorbell::{Doorbell, DOORBELL_OFF};
 use self::layout::{CellMeta, FileHeader, Layout, F_DEPOSIT, F_FIRST, F_LAST, MAGIC, VERSION};
 use self::ring::{Consumer, Producer, Ring};
 use super::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
@@ -256,6 +258,24 @@ impl ShmFabric {
         &self.members
     }
 
+    /// The doorbell of local rank `l` (see [`doorbell`]).
+    #[inline]
+    fn doorbell(&self, l: usize) -> &Doorbell {
+        // SAFETY: DOORBELL_OFF + 64 <= HEADER_BYTES <= file length (checked
+        // at connect), 64-aligned in a page-aligned mapping that lives as
+        // long as the fabric; the words are atomics.
+        unsafe { &*(self.files[l].as_ptr().add(DOORBELL_OFF) as *const Doorbell) }
+    }
+
+    /// Whether anything waits in this rank's rings (or another thread is
+    /// polling them): a sleeper's last look before it sleeps.
+    fn has_work(&self) -> bool {
+        self.rx.iter().any(|set| match set.try_lock() {
+            None => true,
+            Some(set) => set.rings.iter().any(|r| r.cons.has_next()),
+        })
+    }
+
     fn segment_of(&self, rank: usize) -> SegmentRef {
         // SAFETY: segment_off + segment_len == file length (Layout::new).
         let base = unsafe { self.files[rank].as_ptr().add(self.layout.segment_off) };
@@ -315,6 +335,7 @@ impl ShmFabric {
             p.write(meta, pkt.words, &[]);
             let t = C::record(Stage::Copy, t);
             p.publish();
+            self.doorbell(peer).ring();
             C::record(Stage::Publish, t);
             return Ok(true);
         }
@@ -343,6 +364,7 @@ impl ShmFabric {
         p.write(meta, pkt.words, &pkt.payload[..first]);
         let t = C::record(Stage::Copy, t);
         p.publish();
+        self.doorbell(peer).ring();
         C::record(Stage::Publish, t);
         let cap = p.ring().capacity(0);
         let mut sent = first;
@@ -357,6 +379,7 @@ impl ShmFabric {
             meta.nwords = 0;
             meta.len = n as u32;
             p.push(meta, &[], &pkt.payload[sent..sent + n]);
+            self.doorbell(peer).ring();
             sent += n;
         }
         Ok(true)
@@ -383,13 +406,27 @@ impl ShmFabric {
                 start + i
             };
             let r = &mut set.rings[src];
+            let local = src;
             let src = self.members[src];
+            let mut freed = false;
             for _ in 0..budget {
                 match self.rx_one::<C>(src, r, deliver)? {
                     None => break,
-                    Some(done) => delivered += done as usize,
+                    Some(done) => {
+                        delivered += done as usize;
+                        freed = true;
+                    }
                 }
             }
+            if freed {
+                // its sender may be asleep waiting for room
+                self.doorbell(local).ring();
+            }
+        }
+        if delivered > 0 {
+            // another thread of this rank may be asleep waiting for what
+            // the handlers just did
+            self.doorbell(self.me).ring();
         }
         Ok(delivered)
     }
@@ -564,6 +601,23 @@ impl Fabric for ShmFabric {
         let p = self.tx.get(l as usize * 2 + ch as usize)?.try_lock()?;
         let (free, total) = p.free_cells();
         Some((free as usize, total as usize))
+    }
+
+    /// Sleep on this rank's doorbell until a peer rings it (at most
+    /// [`doorbell::WAIT_LIMIT`]; `_sleep`, the timed sleep of fabrics
+    /// without a doorbell, does not apply).
+    fn idle_wait(&self, _sleep: std::time::Duration) {
+        self.doorbell(self.me)
+            .wait(doorbell::WAIT_LIMIT, || self.has_work());
+    }
+
+    #[inline]
+    fn wake(&self, peer: usize) {
+        if let Some(&l) = self.local_of.get(peer) {
+            if l != NOT_HERE {
+                self.doorbell(l as usize).ring();
+            }
+        }
     }
 }
 

@@ -211,6 +211,12 @@ impl Consumer {
         Some(Ok(CellView { meta, words, chunk }))
     }
 
+    /// Whether the next cell has been published (for a sleeper's last look).
+    #[inline]
+    pub(crate) fn has_next(&self) -> bool {
+        self.ring.seq(self.tail).load(Ordering::Acquire) == self.tail + 1
+    }
+
     /// Hand the current cell back to the producer.
     #[inline]
     pub(crate) fn release(&mut self) {
