@@ -444,10 +444,13 @@ impl Inner {
         }
         self.check_send(peer, &h.0, args, &payload).map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
-        let mut stall_backoff = Backoff::new(self.world.config());
-        let mut stall = |waits: u32| self.stall(waits, Channel::Request, &mut stall_backoff);
-        let mut backoff = Backoff::new(self.world.config());
-        let mut watch = HangWatch::new(self.world.config());
+        // the waiting state is made only if the first try must wait
+        let mut stall_backoff = None;
+        let mut stall = |waits: u32| {
+            let b = stall_backoff.get_or_insert_with(|| Backoff::new(self.world.config()));
+            self.stall(waits, Channel::Request, b)
+        };
+        let mut wait: Option<(Backoff, HangWatch)> = None;
         loop {
             if self
                 .fabric()
@@ -459,6 +462,10 @@ impl Inner {
                 return Ok(false);
             }
             // Out of credits: serve our own inbound traffic while we wait.
+            let (backoff, watch) = wait.get_or_insert_with(|| {
+                let c = self.world.config();
+                (Backoff::new(c), HangWatch::new(c))
+            });
             if self.progress_while_sending(Channel::Request)? == 0 {
                 self.check_failure()?;
                 if backoff.is_slow() && watch.due() {
@@ -466,9 +473,9 @@ impl Inner {
                         "sending request '{}' to rank {peer}, which has no room for it",
                         self.name(h.0.id)
                     );
-                    self.hang(&mut watch, &what)?;
+                    self.hang(watch, &what)?;
                 }
-                self.snooze(&mut backoff);
+                self.snooze(backoff);
             } else {
                 watch.progress();
             }
@@ -487,14 +494,20 @@ impl Inner {
         let pkt = Self::packet(&h.0, args, &payload);
         // Waiting for reply room drains only replies: their handlers cannot
         // send, so this never recurses into another request handler.
-        let mut stall_backoff = Backoff::new(self.world.config());
-        let mut stall = |waits: u32| self.stall(waits, Channel::Reply, &mut stall_backoff);
-        let mut backoff = Backoff::new(self.world.config());
-        let mut watch = HangWatch::new(self.world.config());
+        let mut stall_backoff = None;
+        let mut stall = |waits: u32| {
+            let b = stall_backoff.get_or_insert_with(|| Backoff::new(self.world.config()));
+            self.stall(waits, Channel::Reply, b)
+        };
+        let mut wait: Option<(Backoff, HangWatch)> = None;
         while !self
             .fabric()
             .try_send(peer, Channel::Reply, &pkt, &mut stall)?
         {
+            let (backoff, watch) = wait.get_or_insert_with(|| {
+                let c = self.world.config();
+                (Backoff::new(c), HangWatch::new(c))
+            });
             if self.progress_while_sending(Channel::Reply)? == 0 {
                 self.check_failure()?;
                 if backoff.is_slow() && watch.due() {
@@ -502,9 +515,9 @@ impl Inner {
                         "replying '{}' to rank {peer}, which has no room for it",
                         self.name(h.0.id)
                     );
-                    self.hang(&mut watch, &what)?;
+                    self.hang(watch, &what)?;
                 }
-                self.snooze(&mut backoff);
+                self.snooze(backoff);
             } else {
                 watch.progress();
             }

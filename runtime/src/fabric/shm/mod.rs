@@ -107,10 +107,23 @@ impl PendingShm {
                 )
             }
         };
+        let bells: Vec<Bell> = files
+            .iter()
+            .map(|f| {
+                // SAFETY: DOORBELL_OFF + 64 <= HEADER_BYTES <= the file's
+                // length (checked by `check_peer`, ours by creation);
+                // 64-aligned in a page-aligned mapping kept as long as the
+                // fabric.
+                Bell(unsafe { f.as_ptr().add(DOORBELL_OFF) } as *const Doorbell)
+            })
+            .collect();
         let mut tx = Vec::with_capacity(size * 2);
-        for file in files.iter() {
+        for (file, &bell) in files.iter().zip(&bells) {
             for ch in 0..2 {
-                tx.push(Mutex::new(Producer::new(ring(file, rank, ch))));
+                tx.push(Mutex::new(Tx {
+                    p: Producer::new(ring(file, rank, ch)),
+                    bell,
+                }));
             }
         }
         let rx = [0, 1].map(|ch| {
@@ -119,6 +132,7 @@ impl PendingShm {
                     .map(|src| RxRing {
                         cons: Consumer::new(ring(&files[rank], src, ch)),
                         reasm: Reassembly::default(),
+                        bell: bells[src],
                     })
                     .collect(),
                 next: 0,
@@ -135,6 +149,8 @@ impl PendingShm {
             local_of,
             layout: l,
             max_medium: self.max_medium,
+            own_bell: bells[rank],
+            bells,
             files,
             tx,
             rx,
@@ -186,6 +202,27 @@ struct Reassembly {
 struct RxRing {
     cons: Consumer,
     reasm: Reassembly,
+    /// The sender's doorbell (rung when cells were freed).
+    bell: Bell,
+}
+
+/// A doorbell in a mapped file (valid as long as the fabric's files).
+#[derive(Clone, Copy)]
+struct Bell(*const Doorbell);
+
+impl Bell {
+    #[inline]
+    fn get(&self) -> &Doorbell {
+        // SAFETY: made in `connect` from a mapping the fabric keeps for its
+        // whole life; the words are atomics.
+        unsafe { &*self.0 }
+    }
+}
+
+/// A producer and the doorbell of the ring's owner.
+struct Tx {
+    p: Producer,
+    bell: Bell,
 }
 
 struct RxSet {
@@ -213,9 +250,13 @@ pub struct ShmFabric {
     max_medium: usize,
     files: Vec<ShmFile>,
     /// Producer per (peer, channel), index `peer * 2 + ch`.
-    tx: Vec<Mutex<Producer>>,
+    tx: Vec<Mutex<Tx>>,
     /// Consumers of every source, one set per channel.
     rx: [Mutex<RxSet>; 2],
+    /// Every local rank's doorbell.
+    bells: Vec<Bell>,
+    /// This rank's doorbell.
+    own_bell: Bell,
 }
 
 // SAFETY: the raw pointers inside (rings, mappings) point into shared
@@ -256,15 +297,6 @@ impl ShmFabric {
     /// Global ranks on this host.
     pub fn members(&self) -> &[usize] {
         &self.members
-    }
-
-    /// The doorbell of local rank `l` (see [`doorbell`]).
-    #[inline]
-    fn doorbell(&self, l: usize) -> &Doorbell {
-        // SAFETY: DOORBELL_OFF + 64 <= HEADER_BYTES <= file length (checked
-        // at connect), 64-aligned in a page-aligned mapping that lives as
-        // long as the fabric; the words are atomics.
-        unsafe { &*(self.files[l].as_ptr().add(DOORBELL_OFF) as *const Doorbell) }
     }
 
     /// Whether anything waits in this rank's rings (or another thread is
@@ -314,7 +346,8 @@ impl ShmFabric {
                     segment_len: seg.len as u64,
                 }));
             }
-            let mut p = self.tx[peer * 2 + ch as usize].lock();
+            let mut tx = self.tx[peer * 2 + ch as usize].lock();
+            let Tx { p, bell } = &mut *tx;
             if !p.has_room() {
                 return Ok(false);
             }
@@ -335,7 +368,7 @@ impl ShmFabric {
             p.write(meta, pkt.words, &[]);
             let t = C::record(Stage::Copy, t);
             p.publish();
-            self.doorbell(peer).ring();
+            bell.get().ring();
             C::record(Stage::Publish, t);
             return Ok(true);
         }
@@ -345,7 +378,8 @@ impl ShmFabric {
                 self.max_medium
             )));
         }
-        let mut p = self.tx[peer * 2 + ch as usize].lock();
+        let mut tx = self.tx[peer * 2 + ch as usize].lock();
+        let Tx { p, bell } = &mut *tx;
         if !p.has_room() {
             return Ok(false);
         }
@@ -364,7 +398,7 @@ impl ShmFabric {
         p.write(meta, pkt.words, &pkt.payload[..first]);
         let t = C::record(Stage::Copy, t);
         p.publish();
-        self.doorbell(peer).ring();
+        bell.get().ring();
         C::record(Stage::Publish, t);
         let cap = p.ring().capacity(0);
         let mut sent = first;
@@ -379,7 +413,7 @@ impl ShmFabric {
             meta.nwords = 0;
             meta.len = n as u32;
             p.push(meta, &[], &pkt.payload[sent..sent + n]);
-            self.doorbell(peer).ring();
+            bell.get().ring();
             sent += n;
         }
         Ok(true)
@@ -406,7 +440,6 @@ impl ShmFabric {
                 start + i
             };
             let r = &mut set.rings[src];
-            let local = src;
             let src = self.members[src];
             let mut freed = false;
             for _ in 0..budget {
@@ -420,13 +453,13 @@ impl ShmFabric {
             }
             if freed {
                 // its sender may be asleep waiting for room
-                self.doorbell(local).ring();
+                r.bell.get().ring();
             }
         }
         if delivered > 0 {
             // another thread of this rank may be asleep waiting for what
             // the handlers just did
-            self.doorbell(self.me).ring();
+            self.own_bell.get().ring();
         }
         Ok(delivered)
     }
@@ -599,7 +632,7 @@ impl Fabric for ShmFabric {
             return None;
         }
         let p = self.tx.get(l as usize * 2 + ch as usize)?.try_lock()?;
-        let (free, total) = p.free_cells();
+        let (free, total) = p.p.free_cells();
         Some((free as usize, total as usize))
     }
 
@@ -607,7 +640,8 @@ impl Fabric for ShmFabric {
     /// [`doorbell::WAIT_LIMIT`]; `_sleep`, the timed sleep of fabrics
     /// without a doorbell, does not apply).
     fn idle_wait(&self, _sleep: std::time::Duration) {
-        self.doorbell(self.me)
+        self.own_bell
+            .get()
             .wait(doorbell::WAIT_LIMIT, || self.has_work());
     }
 
@@ -615,7 +649,9 @@ impl Fabric for ShmFabric {
     fn wake(&self, peer: usize) {
         if let Some(&l) = self.local_of.get(peer) {
             if l != NOT_HERE {
-                self.doorbell(l as usize).ring();
+                if let Some(b) = self.bells.get(l as usize) {
+                    b.get().ring();
+                }
             }
         }
     }
@@ -662,7 +698,7 @@ mod tests {
                 pad: 0,
                 deposit: rng.gen_range(0..(2u64 << 20)),
             };
-            f.tx[0].lock().push(meta, &[], &[]);
+            f.tx[0].lock().p.push(meta, &[], &[]);
             let r = f.poll(Channel::Request, &mut |d| {
                 assert!(d.words.len() <= MAX_WORDS);
                 match d.deposit {
@@ -684,7 +720,7 @@ mod tests {
             flags: F_LAST,
             ..CellMeta::default()
         };
-        f.tx[0].lock().push(end, &[], &[]);
+        f.tx[0].lock().p.push(end, &[], &[]);
         let _ = f.poll(Channel::Request, &mut |_| {});
         let payload: Vec<u8> = (0..600u32).map(|i| i as u8).collect();
         let pkt = Packet {
