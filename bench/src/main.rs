@@ -6,6 +6,7 @@
 //! splitrt-bench compare [--no-peers] [--quick] [--reps R] [--out DIR]
 //! splitrt-bench apps [--class S|W] [--quick] [--reps R] [--out DIR]
 //! splitrt-bench net [--hosts a,b --rsh CMD] [--gasnet DIR] [--quick] [--reps R] [--out DIR]
+//! splitrt-bench gasnet [--gasnet DIR] [--iters N] [--max-size B] [--quick] [--reps R] [--out DIR]
 //! splitrt-bench vys [--hosts a,b --rsh CMD] [--sizes 512,8K] [--setups 1x1-local-none] [--no-scan] [--quick] [--reps R] [--out DIR]
 //! ```
 //!
@@ -28,6 +29,10 @@
 //!   GB/s vs spectrum size beside memcpy and the fabric's get of the same
 //!   run, and verification failures vs ring length; `DIR/vys.csv`,
 //!   `vys.txt`.
+//! * `gasnet`: GASNet-EX's `testam` methodology run by splitrt, and with
+//!   `--gasnet DIR` the user's GASNet-EX smp-conduit `testam` back to back
+//!   in the same run, rows paired, with ratios and the raw cache-line
+//!   round trip of the same moment; `DIR/gasnet.csv`, `gasnet.txt`.
 //! * `breakdown`: per-stage time of an AM round trip (`SPLITRT_TRACE=1`).
 //!
 //! Every subcommand prints a table, writes `DIR/<name>.csv` and SVG plots,
@@ -40,6 +45,7 @@ mod am;
 mod apps;
 mod breakdown;
 mod compare;
+mod gasnet;
 mod host;
 mod job;
 mod net;
@@ -180,6 +186,28 @@ enum Cmd {
         #[arg(long, hide = true)]
         from_raw: Option<PathBuf>,
     },
+    /// GASNet-EX's testam methodology (AM Short / Medium / Long ping-pong
+    /// and flood) run by splitrt, beside the user's own GASNet-EX
+    /// smp-conduit testam with --gasnet DIR, with ratios.
+    Gasnet {
+        /// A GASNet-EX tree configured with --enable-smp, with
+        /// `make -C smp-conduit testam` done.
+        #[arg(long)]
+        gasnet: Option<PathBuf>,
+        /// Iterations per row (testam's default 1000).
+        #[arg(long, default_value_t = 1000)]
+        iters: usize,
+        /// Largest payload in bytes (testam's default 2 MiB).
+        #[arg(long, default_value_t = 2 << 20)]
+        max_size: usize,
+    },
+    /// One rank of the testam job (started by the driver, not by users).
+    #[command(hide = true)]
+    GasnetWorker {
+        /// Where rank 0 writes its measurements.
+        #[arg(long)]
+        result: PathBuf,
+    },
     /// One rank of the vys benchmark job (started by the driver, not by users).
     #[command(hide = true)]
     VysWorker {
@@ -306,6 +334,21 @@ fn main() {
         ),
         Some(Cmd::VysWorker { result }) => {
             vys::worker::run(cli.common, result).map_err(|e| e.to_string())
+        }
+        Some(Cmd::Gasnet {
+            gasnet,
+            iters,
+            max_size,
+        }) => gasnet::run(&gasnet::Options {
+            common: cli.common,
+            out: cli.driver.out.clone(),
+            timeout: cli.driver.timeout,
+            gasnet: gasnet.clone(),
+            iters: *iters,
+            max_size: *max_size,
+        }),
+        Some(Cmd::GasnetWorker { result }) => {
+            gasnet::testam::run(result).map_err(|e| e.to_string())
         }
         Some(Cmd::NetWorker { result }) => {
             net::worker::run(cli.common, result).map_err(|e| e.to_string())

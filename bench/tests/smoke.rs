@@ -252,3 +252,21 @@ fn quick_vys() {
     let txt = std::fs::read_to_string(out.join("vys.txt")).unwrap();
     assert!(txt.contains("1x1 local none"), "{txt}");
 }
+
+#[test]
+fn quick_gasnet_testam_rows() {
+    // without --gasnet: our side of the testam methodology, every row kind
+    sub(
+        "gasnet",
+        &[],
+        &[
+            "raw cache-line ping-pong roundtrip",
+            "AMShort ping-pong roundtrip ReqRep",
+            "AMShort flood one-way Req",
+            "4096 AMMedium ping-pong roundtrip ReqReq",
+            "4096 AMLong flood two-way Req",
+            "(no --gasnet DIR",
+        ],
+        &["gasnet.csv"],
+    );
+}

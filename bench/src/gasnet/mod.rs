@@ -1,0 +1,284 @@
+//! `splitrt-bench gasnet`: GASNet-EX's own microbenchmark methodology
+//! (`testam`: AM Short / Medium / Long ping-pong and flood, see
+//! [`testam`]) run by splitrt, and with `--gasnet DIR` the user's own
+//! GASNet-EX smp-conduit `testam` run back to back with it in the same
+//! invocation, round after round, rows paired by their description and
+//! shown with the ratio. Every round also measures the raw cache-line
+//! round trip (the floor of the moment). Nothing of GASNet-EX is
+//! downloaded or built here.
+
+pub mod testam;
+
+use crate::job::{self, Job};
+use crate::stats::p50_p99;
+use crate::Common;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// What to run.
+pub struct Options {
+    /// Flags passed on to the ranks (`--reps`: rounds; `--quick`).
+    pub common: Common,
+    /// Output directory.
+    pub out: PathBuf,
+    /// Seconds before a job is killed.
+    pub timeout: f64,
+    /// A GASNet-EX tree configured with `--enable-smp` whose
+    /// `smp-conduit/testam` was built (`make -C smp-conduit testam`).
+    pub gasnet: Option<PathBuf>,
+    /// Iterations per row (`testam`'s first argument; default 1000).
+    pub iters: usize,
+    /// Largest payload (`testam`'s second argument; default 2 MiB).
+    pub max_size: usize,
+}
+
+/// Microseconds per row description, one value per round.
+type Rows = BTreeMap<String, Vec<f64>>;
+
+/// The largest size of `kind` (`AMMedium`, `AMLong`) among the rows.
+fn max_size_of(rows: &Rows, kind: &str) -> Option<usize> {
+    rows.keys()
+        .filter(|k| k.contains(kind))
+        .filter_map(|k| k.split(' ').next()?.parse().ok())
+        .max()
+}
+
+/// The description with runs of spaces collapsed (both sides pad
+/// differently).
+fn key(desc: &str) -> String {
+    desc.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Parse `desc \t us \t MB/s` rows (ours) into `rows`; returns the extra
+/// lines (maxima, raw line) as (key, value).
+fn parse_ours(text: &str, rows: &mut Rows, extra: &mut Rows) {
+    for l in text.lines() {
+        let mut f = l.split('\t');
+        let (Some(d), Some(us)) = (f.next(), f.next().and_then(|v| v.parse::<f64>().ok())) else {
+            continue;
+        };
+        let target = if d.starts_with("raw ") || d.starts_with("max ") {
+            &mut *extra
+        } else {
+            &mut *rows
+        };
+        target.entry(key(d)).or_default().push(us);
+    }
+}
+
+/// Parse `testam`'s report lines (`A: desc: 0.123 sec    0.456 us ...`).
+fn parse_testam(text: &str, rows: &mut Rows) -> usize {
+    let mut n = 0;
+    for l in text.lines() {
+        let mut f = l.splitn(3, ": ");
+        let (Some(sec), Some(desc), Some(rest)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        if sec.len() != 1 {
+            continue;
+        }
+        let mut w = rest.split_whitespace();
+        let us = match (w.next(), w.next(), w.next(), w.next()) {
+            (Some(_), Some("sec"), Some(us), Some("us")) => us.parse::<f64>().ok(),
+            _ => None,
+        };
+        if let Some(us) = us {
+            rows.entry(key(desc)).or_default().push(us);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Run GASNet-EX's smp-conduit `testam` on 2 processes of this host.
+fn run_theirs(dir: &Path, iters: usize, max: usize) -> Result<String, String> {
+    let exe = dir.join("smp-conduit/testam");
+    if !exe.exists() {
+        return Err(format!(
+            "{} not found: configure GASNet-EX with --enable-smp, then `make -C smp-conduit testam`",
+            exe.display()
+        ));
+    }
+    let out = std::process::Command::new(&exe)
+        .args([iters.to_string(), max.to_string()])
+        .env("GASNET_PSHM_NODES", "2")
+        .env("GASNET_QUIET", "1")
+        .output()
+        .map_err(|e| format!("running {}: {e}", exe.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} failed ({}): {}",
+            exe.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn cell(v: Option<&Vec<f64>>) -> String {
+    match v {
+        Some(v) if !v.is_empty() => {
+            let (p50, _) = p50_p99(v);
+            let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            format!("{p50:9.3} ({lo:.3}..{hi:.3})")
+        }
+        _ => format!("{:>9}", "-"),
+    }
+}
+
+fn p50(v: Option<&Vec<f64>>) -> Option<f64> {
+    v.filter(|v| !v.is_empty()).map(|v| p50_p99(v).0)
+}
+
+/// Run the comparison.
+pub fn run(o: &Options) -> Result<(), String> {
+    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
+    let (iters, max) = if o.common.quick {
+        (50, o.max_size.min(4096))
+    } else {
+        (o.iters, o.max_size)
+    };
+    let mut ours = Rows::new();
+    let mut order: Vec<String> = Vec::new();
+    let mut theirs = Rows::new();
+    let mut extra = Rows::new();
+    let mut notes = String::new();
+    let result = o.out.join("gasnet-testam.raw");
+    for round in 0..o.common.reps {
+        // theirs first: its maxima become ours, so the rows pair up
+        if let Some(dir) = &o.gasnet {
+            match run_theirs(dir, iters, max) {
+                Ok(t) => {
+                    if parse_testam(&t, &mut theirs) == 0 {
+                        let _ = writeln!(notes, "round {round}: GASNet-EX testam printed no rows");
+                    }
+                }
+                Err(e) => {
+                    let _ = writeln!(notes, "round {round}: {e}");
+                }
+            }
+        }
+        let mut env = vec![
+            (testam::ENV_ITERS.into(), iters.to_string()),
+            (testam::ENV_MAXSZ.into(), max.to_string()),
+        ];
+        for (kind, var) in [
+            ("AMMedium", testam::ENV_MAX_MEDIUM),
+            ("AMLong", testam::ENV_MAX_LONG),
+        ] {
+            if let Some(m) = max_size_of(&theirs, kind) {
+                env.push((var.into(), m.to_string()));
+            }
+        }
+        let text = job::run(&Job {
+            worker: "gasnet-worker",
+            common: o.common,
+            result: &result,
+            env,
+            timeout: o.timeout,
+        })?;
+        if order.is_empty() {
+            order = text
+                .lines()
+                .filter_map(|l| l.split('\t').next())
+                .filter(|d| !d.starts_with("raw ") && !d.starts_with("max "))
+                .map(key)
+                .collect();
+        }
+        parse_ours(&text, &mut ours, &mut extra);
+    }
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "testam methodology, {iters} iterations per row, sizes up to {max} B, {} round(s); \
+         microseconds per iteration: p50 over rounds (min..max)",
+        o.common.reps
+    );
+    for (k, v) in &extra {
+        let _ = writeln!(t, "{k}: {}", cell(Some(v)).trim());
+    }
+    let _ = writeln!(
+        t,
+        "{:<44} {:>28} {:>28} {:>8}",
+        "row (testam's description)", "GASNet-EX smp", "splitrt", "ratio"
+    );
+    let mut csv = String::from(
+        "section,source,measurement,size_bytes,unit,median,p99,min,max,reps,noisy,note\n",
+    );
+    let only_theirs: Vec<String> = theirs
+        .keys()
+        .filter(|k| !ours.contains_key(*k))
+        .cloned()
+        .collect();
+    for k in order.iter().chain(&only_theirs) {
+        let v = ours.get(k).cloned().unwrap_or_default();
+        let v = &v;
+        let g = theirs.get(k);
+        let ratio = match (p50(Some(v)), p50(g)) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        let r = ratio.map_or("-".to_string(), |r| format!("{r:.2}x"));
+        let _ = writeln!(t, "{k:<44} {:>28} {:>28} {r:>8}", cell(g), cell(Some(v)));
+        let size = k.split(' ').next().and_then(|w| w.parse::<usize>().ok());
+        for (source, vals, note) in [
+            ("GASNet-EX smp", g, String::new()),
+            (
+                "splitrt",
+                Some(v),
+                ratio.map_or(String::new(), |r| format!("{r:.3}x GASNet-EX")),
+            ),
+        ] {
+            let Some(vals) = vals.filter(|x| !x.is_empty()) else {
+                continue;
+            };
+            let lo = vals.iter().cloned().fold(f64::INFINITY, f64::min);
+            let hi = vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let _ = writeln!(
+                csv,
+                "testam,{source},{k},{},us,{:.4},,{lo:.4},{hi:.4},{},{},{note}",
+                size.map_or(String::new(), |x| x.to_string()),
+                p50_p99(vals).0,
+                vals.len(),
+                hi > 1.5 * lo
+            );
+        }
+    }
+    if o.gasnet.is_none() {
+        t += "(no --gasnet DIR: GASNet-EX's own testam was not run)\n";
+    }
+    t += &notes;
+    print!("{t}");
+    std::fs::write(o.out.join("gasnet.csv"), csv)
+        .map_err(|e| format!("writing gasnet.csv: {e}"))?;
+    std::fs::write(o.out.join("gasnet.txt"), &t).map_err(|e| format!("writing gasnet.txt: {e}"))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn testam_lines_pair_with_ours() {
+        let theirs = "A: AMShort     ping-pong roundtrip ReqRep  :  0.000 sec    0.135 us\n\
+                      B:     512 AMMedium    flood     one-way   Req            :  0.001 sec    0.200 us   2441.406 MB/s\n\
+                      Running 1000 iterations\n";
+        let mut t = Rows::new();
+        assert_eq!(parse_testam(theirs, &mut t), 2);
+        let mut o = Rows::new();
+        let mut x = Rows::new();
+        parse_ours(
+            "        AMShort     ping-pong roundtrip ReqRep\t0.250\t0\n    512 AMMedium    flood     one-way   Req\t0.3\t1\nraw cache-line ping-pong roundtrip\t0.06\t0\n",
+            &mut o,
+            &mut x,
+        );
+        for k in o.keys() {
+            assert!(t.contains_key(k), "{k} unpaired");
+        }
+        assert_eq!(x.len(), 1);
+    }
+}
