@@ -14,6 +14,9 @@ pub const ENV_CELL_SIZE: &str = "SPLITRT_CELL_SIZE";
 pub const ENV_RING_LEN: &str = "SPLITRT_RING_LEN";
 /// Largest Medium payload (bytes, >= 512).
 pub const ENV_MAX_MEDIUM: &str = "SPLITRT_MAX_MEDIUM";
+/// Landing slots per sender and channel for Mediums larger than a shm cell
+/// (0: stream them cell by cell instead).
+pub const ENV_MEDIUM_SLOTS: &str = "SPLITRT_MEDIUM_SLOTS";
 /// Bootstrap timeout in seconds (fractions allowed).
 pub const ENV_BOOTSTRAP_TIMEOUT: &str = "SPLITRT_BOOTSTRAP_TIMEOUT";
 /// Fabric name (`shm`).
@@ -61,6 +64,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     (ENV_CELL_SIZE, "shm ring cell size (default 4K)"),
     (ENV_RING_LEN, "cells per shm ring (default 64)"),
     (ENV_MAX_MEDIUM, "largest Medium payload (default 64K)"),
+    (
+        ENV_MEDIUM_SLOTS,
+        "shm landing slots per sender and channel for Mediums larger than a cell, 0..8 (default 2; 0 streams them cell by cell)",
+    ),
     (
         ENV_BOOTSTRAP_TIMEOUT,
         "bootstrap timeout in seconds (default 30)",
@@ -194,6 +201,8 @@ pub struct Config {
     pub ring_len: usize,
     /// Largest Medium payload in bytes.
     pub max_medium: usize,
+    /// shm landing slots per sender and channel for large Mediums.
+    pub medium_slots: usize,
     /// How long bootstrap waits for every rank.
     pub bootstrap_timeout: Duration,
     /// The fabric.
@@ -239,6 +248,7 @@ impl Default for Config {
             cell_size: 4096,
             ring_len: 64,
             max_medium: 64 << 10,
+            medium_slots: 2,
             bootstrap_timeout: Duration::from_secs(30),
             fabric: FabricKind::Auto,
             spin: Duration::from_micros(20),
@@ -287,6 +297,7 @@ impl Config {
         size(ENV_CELL_SIZE, &mut c.cell_size)?;
         size(ENV_RING_LEN, &mut c.ring_len)?;
         size(ENV_MAX_MEDIUM, &mut c.max_medium)?;
+        size(ENV_MEDIUM_SLOTS, &mut c.medium_slots)?;
         size(ENV_UDP_MTU, &mut c.udp_mtu)?;
         size(ENV_UDP_WINDOW, &mut c.udp_window)?;
         size(ENV_IBV_BUFFERS, &mut c.ibv_buffers)?;
@@ -391,6 +402,13 @@ impl Config {
             return Err(Error::config(format!(
                 "{ENV_MAX_MEDIUM}={} must be between 512 B and 64 MiB",
                 self.max_medium
+            )));
+        }
+        if self.medium_slots > crate::fabric::shm::layout::MAX_MEDIUM_SLOTS {
+            return Err(Error::config(format!(
+                "{ENV_MEDIUM_SLOTS}={} must be at most {}",
+                self.medium_slots,
+                crate::fabric::shm::layout::MAX_MEDIUM_SLOTS
             )));
         }
         if !self.segment_size.is_multiple_of(4096) || self.segment_size > (1 << 40) {

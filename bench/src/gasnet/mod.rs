@@ -194,7 +194,7 @@ pub fn run(o: &Options) -> Result<(), String> {
     let _ = writeln!(
         t,
         "testam methodology, {iters} iterations per row, sizes up to {max} B, {} round(s); \
-         microseconds per iteration: p50 over rounds (min..max)",
+         microseconds per iteration: p50 over rounds (min..max); ratio: splitrt / GASNet-EX per round, p50",
         o.common.reps
     );
     for (k, v) in &extra {
@@ -217,10 +217,18 @@ pub fn run(o: &Options) -> Result<(), String> {
         let v = ours.get(k).cloned().unwrap_or_default();
         let v = &v;
         let g = theirs.get(k);
-        let ratio = match (p50(Some(v)), p50(g)) {
-            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-            _ => None,
-        };
+        // per round (theirs and ours ran back to back), then the p50: the
+        // host's placement moves between rounds, not within one
+        let ratios: Vec<f64> = g
+            .map(|g| {
+                g.iter()
+                    .zip(v)
+                    .filter(|(t, _)| **t > 0.0)
+                    .map(|(t, o)| o / t)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let ratio = p50(Some(&ratios));
         let r = ratio.map_or("-".to_string(), |r| format!("{r:.2}x"));
         let _ = writeln!(t, "{k:<44} {:>28} {:>28} {r:>8}", cell(g), cell(Some(v)));
         let size = k.split(' ').next().and_then(|w| w.parse::<usize>().ok());

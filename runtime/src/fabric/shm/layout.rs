@@ -3,8 +3,15 @@
 //! ```text
 //! [ FileHeader (48 B), Doorbell at 64, padded to 4 KiB ]
 //! [ ring (src 0, Request) ][ ring (src 0, Reply) ][ ring (src 1, Request) ] ...
+//! [ Medium landing slots: per (src, channel) `medium_slots` x max Medium ]
 //! [ segment, page aligned ]
 //! ```
+//! A Medium too large for one cell is copied by its sender into one of the
+//! landing slots the receiver keeps for that sender and channel, and the
+//! cell that announces it names the slot ([`F_ZONE`]): the handler reads
+//! the payload where it landed, in one piece. A slot is reused only after
+//! the cell that announced its last use was released (after its handler
+//! returned), which the sender sees in the ring's tail.
 //! A ring is a 128-byte control block (the consumer's published tail) and
 //! `ring_len` cells of `cell_size` bytes, each followed by [`CELL_PAD`]
 //! unused bytes. A cell starts with an 8-byte
@@ -19,7 +26,7 @@ use std::sync::atomic::AtomicU32;
 /// "SPLITRT1" as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SPLITRT1");
 /// Layout version; bump on any change to this file.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Bytes reserved for the file header.
 pub const HEADER_BYTES: usize = 4096;
 /// Bytes of a ring's control block (two cache lines: no false sharing with
@@ -43,6 +50,10 @@ pub const F_FIRST: u8 = 1;
 pub const F_LAST: u8 = 2;
 /// Cell flag: the payload was deposited into the segment.
 pub const F_DEPOSIT: u8 = 4;
+/// Cell flag: a Medium whose payload is in the landing slot `deposit`.
+pub const F_ZONE: u8 = 8;
+/// Most landing slots per sender and channel.
+pub const MAX_MEDIUM_SLOTS: usize = 8;
 
 /// The fixed header at the start of every rank's file.
 #[repr(C)]
@@ -65,7 +76,8 @@ pub struct FileHeader {
     pub segment_len: u64,
     /// Set to 1 (release) once the header is complete.
     pub ready: AtomicU32,
-    _pad: u32,
+    /// Medium landing slots per sender and channel.
+    pub medium_slots: u32,
 }
 const_assert_eq!(size_of::<FileHeader>(), 48);
 
@@ -104,7 +116,7 @@ impl FileHeader {
             max_medium: max_medium as u32,
             segment_len: l.segment_len as u64,
             ready: AtomicU32::new(0),
-            _pad: 0,
+            medium_slots: l.medium_slots as u32,
         }
     }
 }
@@ -122,6 +134,12 @@ pub struct Layout {
     pub segment_len: usize,
     /// Bytes per ring (control block + cells).
     pub ring_stride: usize,
+    /// Medium landing slots per sender and channel.
+    pub medium_slots: usize,
+    /// Bytes per landing slot (the Medium maximum, 64-aligned).
+    pub slot_stride: usize,
+    /// Offset of the first landing slot.
+    pub slots_off: usize,
     /// Offset of the segment.
     pub segment_off: usize,
     /// File length.
@@ -133,11 +151,19 @@ impl Layout {
     ///
     /// ```
     /// use splitrt_runtime::fabric::shm::layout::Layout;
-    /// let l = Layout::new(4, 4096, 16, 1 << 20).unwrap();
+    /// let l = Layout::new(4, 4096, 16, 1 << 20, 65536, 2).unwrap();
     /// assert_eq!(l.segment_off % 4096, 0);
-    /// assert!(l.ring_off(3, 1) + l.ring_stride <= l.segment_off);
+    /// assert!(l.ring_off(3, 1) + l.ring_stride <= l.slot_off(0, 0, 0));
+    /// assert!(l.slot_off(3, 1, 1) + l.slot_stride <= l.segment_off);
     /// ```
-    pub fn new(size: usize, cell_size: usize, ring_len: usize, segment_len: usize) -> Result<Self> {
+    pub fn new(
+        size: usize,
+        cell_size: usize,
+        ring_len: usize,
+        segment_len: usize,
+        max_medium: usize,
+        medium_slots: usize,
+    ) -> Result<Self> {
         let too_big = || {
             Error::config(format!(
                 "{size} ranks x 2 rings x {ring_len} cells x {cell_size} B does not fit in memory"
@@ -151,7 +177,14 @@ impl Layout {
             .checked_mul(2)
             .and_then(|r| r.checked_mul(size))
             .ok_or_else(too_big)?;
-        let segment_off = (HEADER_BYTES + rings).div_ceil(4096) * 4096;
+        let slots_off = (HEADER_BYTES + rings).div_ceil(64) * 64;
+        let slot_stride = max_medium.div_ceil(64) * 64;
+        let slots = slot_stride
+            .checked_mul(medium_slots)
+            .and_then(|s| s.checked_mul(2 * size))
+            .and_then(|s| s.checked_add(slots_off))
+            .ok_or_else(too_big)?;
+        let segment_off = slots.div_ceil(4096) * 4096;
         let total = segment_off.checked_add(segment_len).ok_or_else(too_big)?;
         Ok(Layout {
             size,
@@ -159,9 +192,17 @@ impl Layout {
             ring_len,
             segment_len,
             ring_stride,
+            medium_slots,
+            slot_stride,
+            slots_off,
             segment_off,
             total,
         })
+    }
+
+    /// Offset of landing slot `slot` for `src`'s Mediums on channel `ch`.
+    pub fn slot_off(&self, src: usize, ch: usize, slot: usize) -> usize {
+        self.slots_off + ((src * 2 + ch) * self.medium_slots + slot) * self.slot_stride
     }
 
     /// Offset of the ring carrying `src`'s packets on channel `ch` (0 or 1).

@@ -13,7 +13,10 @@ pub mod layout;
 mod ring;
 
 use self::doorbell::{Doorbell, DOORBELL_OFF};
-use self::layout::{CellMeta, FileHeader, Layout, F_DEPOSIT, F_FIRST, F_LAST, MAGIC, VERSION};
+use self::layout::{
+    CellMeta, FileHeader, Layout, F_DEPOSIT, F_FIRST, F_LAST, F_ZONE, MAGIC, MAX_MEDIUM_SLOTS,
+    VERSION,
+};
 use self::ring::{Consumer, Producer, Ring};
 use super::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
 use crate::config::Config;
@@ -53,7 +56,14 @@ impl PendingShm {
             .iter()
             .position(|&m| m == rank)
             .ok_or_else(|| Error::usage(format!("rank {rank} is not among its host's ranks")))?;
-        let layout = Layout::new(size, cfg.cell_size, cfg.ring_len, cfg.segment_size)?;
+        let layout = Layout::new(
+            size,
+            cfg.cell_size,
+            cfg.ring_len,
+            cfg.segment_size,
+            cfg.max_medium,
+            cfg.medium_slots,
+        )?;
         let own = ShmFile::create(stem, rank, layout.total, size).map_err(|e| e.at_rank(rank))?;
         let hdr = FileHeader::new(rank, &layout, cfg.max_medium);
         // SAFETY: the file is at least HEADER_BYTES long, freshly created and
@@ -123,6 +133,15 @@ impl PendingShm {
                 tx.push(Mutex::new(Tx {
                     p: Producer::new(ring(file, rank, ch)),
                     bell,
+                    zone: Zone {
+                        // SAFETY: slot_off(rank, ch, 0) + medium_slots *
+                        // slot_stride lies inside the file (Layout::new).
+                        base: unsafe { file.as_ptr().add(l.slot_off(rank, ch, 0)) },
+                        stride: l.slot_stride,
+                        slots: l.medium_slots,
+                        used: [u64::MAX; MAX_MEDIUM_SLOTS],
+                        next: 0,
+                    },
                 }));
             }
         }
@@ -133,6 +152,8 @@ impl PendingShm {
                         cons: Consumer::new(ring(&files[rank], src, ch)),
                         reasm: Reassembly::default(),
                         bell: bells[src],
+                        // SAFETY: as for the sender's side above.
+                        zone: unsafe { files[rank].as_ptr().add(l.slot_off(src, ch, 0)) },
                     })
                     .collect(),
                 next: 0,
@@ -173,17 +194,25 @@ fn check_peer(f: &ShmFile, peer: usize, l: &Layout, max_medium: usize) -> Result
             "shared-memory file of rank {peer} is not a splitrt v{VERSION} file"
         )));
     }
-    let mine = (l.size, l.cell_size, l.ring_len, l.segment_len, max_medium);
+    let mine = (
+        l.size,
+        l.cell_size,
+        l.ring_len,
+        l.segment_len,
+        max_medium,
+        l.medium_slots,
+    );
     let theirs = (
         h.size as usize,
         h.cell_size as usize,
         h.ring_len as usize,
         h.segment_len as usize,
         h.max_medium as usize,
+        h.medium_slots as usize,
     );
     if h.rank as usize != peer || mine != theirs || f.len() != l.total {
         return Err(Error::config(format!(
-            "rank {peer} was started with different settings: (size, cell, ring, segment, max medium) = {theirs:?}, here {mine:?}; give every rank the same SPLITRT_* values"
+            "rank {peer} was started with different settings: (size, cell, ring, segment, max medium, medium slots) = {theirs:?}, here {mine:?}; give every rank the same SPLITRT_* values"
         )));
     }
     Ok(())
@@ -204,6 +233,8 @@ struct RxRing {
     reasm: Reassembly,
     /// The sender's doorbell (rung when cells were freed).
     bell: Bell,
+    /// This sender's first landing slot on this channel, in our file.
+    zone: *const u8,
 }
 
 /// A doorbell in a mapped file (valid as long as the fabric's files).
@@ -223,6 +254,22 @@ impl Bell {
 struct Tx {
     p: Producer,
     bell: Bell,
+    zone: Zone,
+}
+
+/// The sender's side of its landing slots in a peer's file.
+struct Zone {
+    /// The first slot (in the peer's file).
+    base: *mut u8,
+    /// Bytes per slot.
+    stride: usize,
+    /// Slots (0: none; large Mediums are streamed).
+    slots: usize,
+    /// Per slot, the sequence number of the cell that announced its last
+    /// use (`u64::MAX`: never used).
+    used: [u64; MAX_MEDIUM_SLOTS],
+    /// The slot to use next.
+    next: usize,
 }
 
 struct RxSet {
@@ -347,7 +394,7 @@ impl ShmFabric {
                 }));
             }
             let mut tx = self.tx[peer * 2 + ch as usize].lock();
-            let Tx { p, bell } = &mut *tx;
+            let Tx { p, bell, .. } = &mut *tx;
             if !p.has_room() {
                 return Ok(false);
             }
@@ -379,12 +426,47 @@ impl ShmFabric {
             )));
         }
         let mut tx = self.tx[peer * 2 + ch as usize].lock();
-        let Tx { p, bell } = &mut *tx;
+        let Tx { p, bell, zone } = &mut *tx;
         if !p.has_room() {
             return Ok(false);
         }
         let t = C::record(Stage::Enqueue, t0);
         let cap0 = p.ring().capacity(nw);
+        if len > cap0 && zone.slots > 0 {
+            // Into a landing slot in one copy; the cell only announces it.
+            let slot = zone.next;
+            let last = zone.used[slot];
+            if last != u64::MAX && !p.released(last) {
+                return Ok(false); // its previous Medium is still being handled
+            }
+            // SAFETY: the slot lies in the peer's file (Layout::new), len <=
+            // max_medium <= stride (checked above), and the peer does not
+            // read it before the cell published below names it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    pkt.payload.as_ptr(),
+                    zone.base.add(slot * zone.stride),
+                    len,
+                )
+            };
+            let meta = CellMeta {
+                tag: pkt.tag,
+                flags: F_FIRST | F_LAST | F_ZONE,
+                nwords: nw as u8,
+                len: 0,
+                total: len as u32,
+                pad: 0,
+                deposit: slot as u64,
+            };
+            p.write(meta, pkt.words, &[]);
+            let t = C::record(Stage::Copy, t);
+            zone.used[slot] = p.head();
+            zone.next = if slot + 1 == zone.slots { 0 } else { slot + 1 };
+            p.publish();
+            bell.get().ring();
+            C::record(Stage::Publish, t);
+            return Ok(true);
+        }
         let first = len.min(cap0);
         let mut meta = CellMeta {
             tag: pkt.tag,
@@ -495,7 +577,30 @@ impl ShmFabric {
                 return bad("new packet while another was being reassembled".into());
             }
             let total = m.total as usize;
-            let payload: &[u8] = if m.flags & F_DEPOSIT != 0 {
+            let payload: &[u8] = if m.flags & F_ZONE != 0 {
+                let slot = m.deposit;
+                if m.len != 0
+                    || m.flags & F_DEPOSIT != 0
+                    || slot >= self.layout.medium_slots as u64
+                    || total > self.max_medium
+                {
+                    r.cons.release();
+                    return bad(format!(
+                        "Medium of {total} B in landing slot {slot} (there are {}, of {} B)",
+                        self.layout.medium_slots, self.max_medium
+                    ));
+                }
+                // SAFETY: slot < medium_slots and total <= max_medium <=
+                // slot_stride, so the range lies in this sender's slots of
+                // our own file; the sender does not reuse the slot before
+                // this cell is released (after the handler).
+                unsafe {
+                    std::slice::from_raw_parts(
+                        r.zone.add(slot as usize * self.layout.slot_stride),
+                        total,
+                    )
+                }
+            } else if m.flags & F_DEPOSIT != 0 {
                 let seg = self.segment_of(self.me);
                 if m.len != 0
                     || m.deposit
@@ -677,6 +782,50 @@ mod tests {
             .unwrap();
         f.unlink_own().unwrap();
         f
+    }
+
+    /// A Medium larger than a cell lands in a slot and reaches the handler
+    /// whole; a cell naming a slot that does not exist, or claiming more
+    /// than a slot holds, is refused naming the sender.
+    #[test]
+    fn large_mediums_land_in_slots_and_bad_slots_are_refused() {
+        let f = solo("zone", 256, 8);
+        let data: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
+        for round in 0..10u64 {
+            let pkt = Packet {
+                tag: 3,
+                words: &[round],
+                payload: &data,
+                deposit: None,
+            };
+            assert!(f
+                .try_send(0, Channel::Request, &pkt, &mut |_| Ok(()))
+                .unwrap());
+            let mut got = 0;
+            f.poll(Channel::Request, &mut |d| {
+                assert_eq!((d.tag, d.words, d.payload), (3, &[round][..], &data[..]));
+                assert!(d.deposit.is_none());
+                got += 1;
+            })
+            .unwrap();
+            assert_eq!(got, 1);
+        }
+        for (slot, total) in [(2u64, 10u32), (u64::MAX, 10), (0, 4097)] {
+            let meta = CellMeta {
+                tag: 1,
+                flags: F_FIRST | F_LAST | F_ZONE,
+                nwords: 0,
+                len: 0,
+                total,
+                pad: 0,
+                deposit: slot,
+            };
+            f.tx[0].lock().p.push(meta, &[], &[]);
+            let e = f
+                .poll(Channel::Request, &mut |_| panic!("delivered a bad slot"))
+                .unwrap_err();
+            assert!(e.to_string().contains("landing slot"), "{e}");
+        }
     }
 
     /// Random cell headers (as a buggy or hostile peer could write) are

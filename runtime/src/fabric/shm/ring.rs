@@ -10,7 +10,9 @@
 //! the producer's credits, and publishing the tail is how the consumer
 //! returns them.
 
-use super::layout::{cell_stride, CellMeta, CELL_HDR, F_DEPOSIT, F_FIRST, F_LAST, RING_CTRL};
+use super::layout::{
+    cell_stride, CellMeta, CELL_HDR, F_DEPOSIT, F_FIRST, F_LAST, F_ZONE, RING_CTRL,
+};
 use crate::fabric::MAX_WORDS;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -97,6 +99,23 @@ impl Producer {
         self.head - self.cached_tail < self.ring.len
     }
 
+    /// The sequence number the next published cell gets.
+    #[inline]
+    pub(crate) fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// Whether the consumer has released cell `seq` (re-reads its tail
+    /// only when the cached one says no).
+    #[inline]
+    pub(crate) fn released(&mut self, seq: u64) -> bool {
+        if self.cached_tail > seq {
+            return true;
+        }
+        self.cached_tail = self.ring.tail().load(Ordering::Acquire);
+        self.cached_tail > seq
+    }
+
     /// Free cells as the consumer last published them, and the ring length.
     pub(crate) fn free_cells(&self) -> (u64, u64) {
         let tail = self.ring.tail().load(Ordering::Acquire);
@@ -159,7 +178,7 @@ pub(crate) fn check_meta(meta: &CellMeta, cap_bytes: usize) -> Result<(), String
     if meta.nwords as usize > MAX_WORDS {
         return Err(format!("{} argument words (max {MAX_WORDS})", meta.nwords));
     }
-    let known = F_FIRST | F_LAST | F_DEPOSIT;
+    let known = F_FIRST | F_LAST | F_DEPOSIT | F_ZONE;
     if meta.flags & !known != 0 {
         return Err(format!("unknown cell flags {:#x}", meta.flags));
     }
