@@ -208,6 +208,13 @@ enum Cmd {
         #[arg(long)]
         result: PathBuf,
     },
+    /// One rank of the testsmall / testlarge job (started by the driver, not by users).
+    #[command(hide = true)]
+    GasnetRmaWorker {
+        /// Where rank 0 writes its measurements.
+        #[arg(long)]
+        result: PathBuf,
+    },
     /// One rank of the vys benchmark job (started by the driver, not by users).
     #[command(hide = true)]
     VysWorker {
@@ -347,6 +354,9 @@ fn main() {
             iters: *iters,
             max_size: *max_size,
         }),
+        Some(Cmd::GasnetRmaWorker { result }) => {
+            gasnet::testrma::run(result).map_err(|e| e.to_string())
+        }
         Some(Cmd::GasnetWorker { result }) => {
             gasnet::testam::run(result).map_err(|e| e.to_string())
         }

@@ -217,6 +217,14 @@ impl Pgas {
             i.issued.puts.load(Ordering::Relaxed),
         );
         let st = &i.st;
+        let done = || {
+            st.gets_done.load(Ordering::Acquire) >= g && st.puts_done.load(Ordering::Acquire) >= p
+        };
+        if done() {
+            // nothing outstanding: no waiting machinery
+            fence(Ordering::SeqCst);
+            return i.take_errors();
+        }
         let what = || {
             format!(
                 "in Pgas::sync for {} get(s) and {} put(s) still unacknowledged",
@@ -224,9 +232,7 @@ impl Pgas {
                 p.saturating_sub(st.puts_done.load(Ordering::Acquire))
             )
         };
-        i.wait_through(&what, || {
-            st.gets_done.load(Ordering::Acquire) >= g && st.puts_done.load(Ordering::Acquire) >= p
-        })?;
+        i.wait_through(&what, done)?;
         fence(Ordering::SeqCst);
         i.take_errors()
     }
@@ -316,44 +322,63 @@ impl Inner {
         )
     }
 
+    /// Check a global access: the rank exists, the range is outside the
+    /// reserved first bytes and inside the target's segment, and `off` is
+    /// aligned to `align` (a power of two). The fast path is a few
+    /// compares; the message is built only on failure.
+    #[inline]
     pub(crate) fn check_bytes(&self, rank: usize, off: u64, bytes: u64, align: u64) -> Result<()> {
+        debug_assert!(align.is_power_of_two());
+        let ok = rank < self.size
+            && off >= RESERVED_BYTES
+            && off
+                .checked_add(bytes)
+                .is_some_and(|e| e <= self.seg_lens[rank])
+            && off & (align - 1) == 0;
+        if ok {
+            Ok(())
+        } else {
+            Err(self.check_failed(rank, off, bytes, align))
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check_failed(&self, rank: usize, off: u64, bytes: u64, align: u64) -> Error {
         if rank >= self.size {
-            return Err(self.err(
+            return self.err(
                 Error::usage(format!(
                     "rank {rank} does not exist in a job of {} ranks",
                     self.size
                 )),
                 rank,
-            ));
+            );
         }
         if off < RESERVED_BYTES {
-            return Err(self.err(
+            return self.err(
                 Error::usage(format!(
                     "global pointer {rank}:{off:#x} points into splitrt's reserved first {RESERVED_BYTES} B"
                 )),
                 rank,
-            ));
+            );
         }
         let len = self.seg_lens[rank];
         if off.checked_add(bytes).is_none_or(|e| e > len) {
-            return Err(self.err(
+            return self.err(
                 Error::new(ErrorKind::OutOfBounds {
                     offset: off,
                     len: bytes,
                     segment_len: len,
                 }),
                 rank,
-            ));
+            );
         }
-        if !off.is_multiple_of(align) {
-            return Err(self.err(
-                Error::usage(format!(
-                    "global pointer {rank}:{off:#x} is not aligned to {align} B"
-                )),
-                rank,
-            ));
-        }
-        Ok(())
+        self.err(
+            Error::usage(format!(
+                "global pointer {rank}:{off:#x} is not aligned to {align} B"
+            )),
+            rank,
+        )
     }
 
     /// Wait for `cond`, riding out non-fatal errors (a malformed unrelated
@@ -379,10 +404,17 @@ impl Inner {
         }
     }
 
+    #[inline]
     pub(crate) fn take_errors(&self) -> Result<()> {
         if !self.st.has_errors.load(Ordering::Acquire) {
             return Ok(());
         }
+        self.take_errors_slow()
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn take_errors_slow(&self) -> Result<()> {
         // A failure recorded after this store sets the flag again.
         self.st.has_errors.store(false, Ordering::Release);
         let mut e = self.st.errors.lock();

@@ -8,6 +8,7 @@
 //! downloaded or built here.
 
 pub mod testam;
+pub mod testrma;
 
 use crate::job::{self, Job};
 use crate::stats::p50_p99;
@@ -91,12 +92,57 @@ fn parse_testam(text: &str, rows: &mut Rows) -> usize {
     n
 }
 
-/// Run GASNet-EX's smp-conduit `testam` on 2 processes of this host.
-fn run_theirs(dir: &Path, iters: usize, max: usize) -> Result<String, String> {
-    let exe = dir.join("smp-conduit/testam");
+/// Parse `testsmall` / `testlarge` report lines
+/// (`A:  0 -  8 byte :  1000 iters, latency  4 us total,  0.004 us ave. (PutBlocking latency)`,
+/// `... throughput 47407407.407 KB/sec (PutBlocking throughput)`) as
+/// microseconds per operation, keyed `SIZE byte NAME`; throughput rows
+/// below [`testrma::LARGE_MIN`] or reading 0 (below the timer) are skipped.
+fn parse_rma(text: &str, rows: &mut Rows) -> usize {
+    let mut n = 0;
+    for l in text.lines() {
+        let Some((_, rest)) = l.split_once(" - ") else {
+            continue;
+        };
+        let Some((size, rest)) = rest.split_once(" byte :") else {
+            continue;
+        };
+        let Ok(size) = size.trim().parse::<usize>() else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (rest.rfind('('), rest.rfind(')')) else {
+            continue;
+        };
+        if close <= open {
+            continue;
+        }
+        let name = &rest[open + 1..close];
+        let w: Vec<&str> = rest[..open].split_whitespace().collect();
+        let us = if let Some(i) = w.iter().position(|x| *x == "ave.") {
+            w.get(i.wrapping_sub(2)).and_then(|v| v.parse::<f64>().ok())
+        } else if let Some(i) = w.iter().position(|x| *x == "KB/sec") {
+            w.get(i.wrapping_sub(1))
+                .and_then(|v| v.parse::<f64>().ok())
+                .filter(|kbs| *kbs > 0.0 && size >= testrma::LARGE_MIN)
+                .map(|kbs| size as f64 / (kbs * 1024.0) * 1e6)
+        } else {
+            None
+        };
+        if let Some(us) = us {
+            rows.entry(key(&format!("{size} byte {name}")))
+                .or_default()
+                .push(us);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// Run GASNet-EX's smp-conduit `test` on 2 processes of this host.
+fn run_theirs(dir: &Path, test: &str, iters: usize, max: usize) -> Result<String, String> {
+    let exe = dir.join("smp-conduit").join(test);
     if !exe.exists() {
         return Err(format!(
-            "{} not found: configure GASNet-EX with --enable-smp, then `make -C smp-conduit testam`",
+            "{} not found: configure GASNet-EX with --enable-smp, then `make -C smp-conduit {test}`",
             exe.display()
         ));
     }
@@ -141,6 +187,12 @@ pub fn run(o: &Options) -> Result<(), String> {
     } else {
         (o.iters, o.max_size)
     };
+    // testsmall / testlarge: (iterations, largest size)
+    let (small, large) = if o.common.quick {
+        ((50, 64), (10, 8192))
+    } else {
+        ((1000, 1024), (100, 1 << 20))
+    };
     let mut ours = Rows::new();
     let mut order: Vec<String> = Vec::new();
     let mut theirs = Rows::new();
@@ -150,14 +202,26 @@ pub fn run(o: &Options) -> Result<(), String> {
     for round in 0..o.common.reps {
         // theirs first: its maxima become ours, so the rows pair up
         if let Some(dir) = &o.gasnet {
-            match run_theirs(dir, iters, max) {
-                Ok(t) => {
-                    if parse_testam(&t, &mut theirs) == 0 {
-                        let _ = writeln!(notes, "round {round}: GASNet-EX testam printed no rows");
+            for (test, it, mx) in [
+                ("testam", iters, max),
+                ("testsmall", small.0, small.1),
+                ("testlarge", large.0, large.1),
+            ] {
+                let parsed = run_theirs(dir, test, it, mx).map(|t| {
+                    if test == "testam" {
+                        parse_testam(&t, &mut theirs)
+                    } else {
+                        parse_rma(&t, &mut theirs)
                     }
-                }
-                Err(e) => {
-                    let _ = writeln!(notes, "round {round}: {e}");
+                });
+                match parsed {
+                    Ok(0) => {
+                        let _ = writeln!(notes, "round {round}: GASNet-EX {test} printed no rows");
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        let _ = writeln!(notes, "round {round}: {e}");
+                    }
                 }
             }
         }
@@ -180,6 +244,23 @@ pub fn run(o: &Options) -> Result<(), String> {
             env,
             timeout: o.timeout,
         })?;
+        let rma = job::run(&Job {
+            worker: "gasnet-rma-worker",
+            common: o.common,
+            result: &result,
+            env: vec![
+                (
+                    testrma::ENV_SMALL.into(),
+                    format!("{},{}", small.0, small.1),
+                ),
+                (
+                    testrma::ENV_LARGE.into(),
+                    format!("{},{}", large.0, large.1),
+                ),
+            ],
+            timeout: o.timeout,
+        })?;
+        let text = text + &rma;
         if order.is_empty() {
             order = text
                 .lines()

@@ -1,0 +1,191 @@
+//! One rank of GASNet-EX's `testsmall` and `testlarge` (put / get),
+//! measured their way (GASNet-EX 2025.8 `tests/testsmall.c`,
+//! `testlarge.c`): rank 0 puts into and gets from rank 1's segment, with
+//! one local buffer and one remote buffer reused by every iteration
+//! (cache resident), sizes doubling from 1 B; rank 1 only waits. Each
+//! row's key is `testsmall`'s / `testlarge`'s (`SIZE byte NAME`), so rows
+//! pair with theirs.
+//!
+//! * testsmall latency rows, per iteration one operation completed before
+//!   the next: `PutBlocking` = `write_slice`, `GetBlocking` =
+//!   `read_slice`, `PutNB+NOW` = `put` then `sync`, `GetNB` = `get` then
+//!   `wait` on its handle, `PutNBI+NOW` / `GetNBI` = one put / get in a
+//!   `scope` (which waits at its end).
+//! * testlarge throughput rows: `PutBlocking` / `GetBlocking` as above;
+//!   `PutNBI+DEFER` / `GetNBI` = `iters` puts / gets in one `scope`;
+//!   `PutNB+DEFER` = `iters` puts then one `sync`, `GetNB` = `iters`
+//!   handles then waiting for each. Reported as microseconds per
+//!   operation, like the latency rows (lower is better).
+
+use crate::job::{pin_this_rank, this_rank};
+use splitrt::pgas::{GlobalPtr, Pgas};
+use splitrt::{Error, Result};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+/// Environment: testsmall's iterations and largest size.
+pub const ENV_SMALL: &str = "SPLITRT_BENCH_TESTSMALL";
+/// Environment: testlarge's iterations and largest size.
+pub const ENV_LARGE: &str = "SPLITRT_BENCH_TESTLARGE";
+
+/// The smallest testlarge size compared ("large messages with payload
+/// size 512 .. limit", as testlarge describes itself).
+pub const LARGE_MIN: usize = 512;
+
+/// `ITERS,MAXSZ` from `name`, else the defaults.
+fn iters_max(name: &str, default: (usize, usize)) -> (usize, usize) {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| {
+            let (a, b) = v.split_once(',')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .unwrap_or(default)
+}
+
+fn sizes(min: usize, max: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    let mut s = min.max(1);
+    while s <= max {
+        v.push(s);
+        s *= 2;
+    }
+    v
+}
+
+struct Bench<'a> {
+    pg: &'a Pgas,
+    remote: GlobalPtr<u8>,
+    local: Vec<u8>,
+    out: String,
+}
+
+impl Bench<'_> {
+    fn row(&mut self, size: usize, name: &str, t: Instant, ops: usize) {
+        let us = t.elapsed().as_secs_f64() * 1e6 / ops as f64;
+        let _ = writeln!(self.out, "{size} byte {name}\t{us:.4}\t0");
+    }
+
+    fn small(&mut self, iters: usize, max: usize) -> Result<()> {
+        let pg = self.pg;
+        for sz in sizes(1, max) {
+            let r = self.remote;
+            let t = Instant::now();
+            for _ in 0..iters {
+                pg.write_slice(r, &self.local[..sz])?;
+            }
+            self.row(sz, "PutBlocking latency", t, iters);
+            let t = Instant::now();
+            for _ in 0..iters {
+                pg.read_slice(r, &mut self.local[..sz])?;
+            }
+            self.row(sz, "GetBlocking latency", t, iters);
+            let t = Instant::now();
+            for _ in 0..iters {
+                pg.scope(|s| s.put(r, &self.local[..sz]))?;
+            }
+            self.row(sz, "PutNBI+NOW latency", t, iters);
+            let t = Instant::now();
+            for _ in 0..iters {
+                let dst = &mut self.local[..sz];
+                pg.scope(|s| s.get(r, dst))?;
+            }
+            self.row(sz, "GetNBI latency", t, iters);
+            let t = Instant::now();
+            for _ in 0..iters {
+                pg.put(r, &self.local[..sz])?;
+                pg.sync()?;
+            }
+            self.row(sz, "PutNB+NOW latency", t, iters);
+            let t = Instant::now();
+            for _ in 0..iters {
+                pg.get(r, sz)?.wait()?;
+            }
+            self.row(sz, "GetNB latency", t, iters);
+        }
+        Ok(())
+    }
+
+    fn large(&mut self, iters: usize, max: usize) -> Result<()> {
+        let pg = self.pg;
+        for sz in sizes(LARGE_MIN, max) {
+            let r = self.remote;
+            let t = Instant::now();
+            for _ in 0..iters {
+                pg.write_slice(r, &self.local[..sz])?;
+            }
+            self.row(sz, "PutBlocking throughput", t, iters);
+            let t = Instant::now();
+            for _ in 0..iters {
+                pg.read_slice(r, &mut self.local[..sz])?;
+            }
+            self.row(sz, "GetBlocking throughput", t, iters);
+            let t = Instant::now();
+            pg.scope(|s| {
+                for _ in 0..iters {
+                    s.put(r, &self.local[..sz])?;
+                }
+                Ok(())
+            })?;
+            self.row(sz, "PutNBI+DEFER throughput", t, iters);
+            // every get of the scope lands in the same buffer, as in testlarge
+            let base = self.local.as_mut_ptr();
+            let t = Instant::now();
+            pg.scope(|s| {
+                for _ in 0..iters {
+                    // SAFETY: the gets all write the same bytes of `local`,
+                    // which outlives the scope and is not read before the
+                    // scope (which waits for every get) ends.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(base, sz) };
+                    s.get(r, dst)?;
+                }
+                Ok(())
+            })?;
+            self.row(sz, "GetNBI throughput", t, iters);
+            let t = Instant::now();
+            for _ in 0..iters {
+                pg.put(r, &self.local[..sz])?;
+            }
+            pg.sync()?;
+            self.row(sz, "PutNB+DEFER throughput", t, iters);
+            let t = Instant::now();
+            let handles = (0..iters)
+                .map(|_| pg.get(r, sz))
+                .collect::<Result<Vec<_>>>()?;
+            for h in handles {
+                h.wait()?;
+            }
+            self.row(sz, "GetNB throughput", t, iters);
+        }
+        Ok(())
+    }
+}
+
+/// Run this rank; rank 0 writes `key \t us \t 0` rows to `result`.
+pub fn run(result: &Path) -> Result<()> {
+    pin_this_rank(this_rank());
+    let (si, sm) = iters_max(ENV_SMALL, (1000, 1024));
+    let (li, lm) = iters_max(ENV_LARGE, (100, 1 << 20));
+    let pg = Pgas::attach()?;
+    if pg.size() != 2 {
+        return Err(Error::usage("testsmall / testlarge need exactly 2 ranks"));
+    }
+    let max = sm.max(lm);
+    let area = pg.alloc_sym::<u8>(max)?;
+    if pg.rank() == 0 {
+        let mut b = Bench {
+            pg: &pg,
+            remote: area.ptr(1),
+            local: vec![1u8; max],
+            out: String::new(),
+        };
+        b.small(si.max(1), sm)?;
+        b.large(li.max(1), lm)?;
+        std::fs::write(result, &b.out)
+            .map_err(|e| Error::usage(format!("writing {}: {e}", result.display())))?;
+    }
+    pg.barrier_notify()?;
+    pg.barrier_wait()?;
+    pg.finish()
+}
