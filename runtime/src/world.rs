@@ -33,8 +33,8 @@ fn open_rdma(job: &JobInfo, config: &Config) -> Result<PendingRdma<IbvDevice>> {
 /// model (a test double, reachable only through
 /// [`World::start_over_verbs_model`]).
 enum RdmaStart {
-    Device(PendingRdma<IbvDevice>),
-    Model(PendingRdma<ModelDevice>),
+    Device(Box<PendingRdma<IbvDevice>>),
+    Model(Box<PendingRdma<ModelDevice>>),
 }
 
 impl RdmaStart {
@@ -47,8 +47,8 @@ impl RdmaStart {
 
     fn connect(self, cards: &[Card]) -> Result<AnyFabric> {
         Ok(match self {
-            RdmaStart::Device(p) => AnyFabric::Rdma(p.connect(cards)?),
-            RdmaStart::Model(p) => AnyFabric::RdmaModel(p.connect(cards)?),
+            RdmaStart::Device(p) => AnyFabric::Rdma((*p).connect(cards)?),
+            RdmaStart::Model(p) => AnyFabric::RdmaModel((*p).connect(cards)?),
         })
     }
 }
@@ -192,7 +192,7 @@ impl World {
         let p =
             PendingRdma::with_own_segment(dev, rank, job.size, config.segment_size, config.rdma())
                 .map_err(|e| e.at_rank(rank))?;
-        Self::start_inner(job, config, table, Some(RdmaStart::Model(p)))
+        Self::start_inner(job, config, table, Some(RdmaStart::Model(Box::new(p))))
     }
 
     fn start_inner(
@@ -249,7 +249,9 @@ impl World {
         let ibverbs = config.fabric == FabricKind::Ibverbs;
         let rdma = match rdma {
             Some(r) => Some(r),
-            None if ibverbs => Some(RdmaStart::Device(open_rdma(&job, &config).map_err(at)?)),
+            None if ibverbs => Some(RdmaStart::Device(Box::new(
+                open_rdma(&job, &config).map_err(at)?,
+            ))),
             None => None,
         };
         // Every rank may need the network: bind before joining so the
