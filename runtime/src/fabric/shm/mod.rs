@@ -237,6 +237,34 @@ struct RxRing {
     zone: *const u8,
 }
 
+/// Publish the one-cell header of a payload already placed (in the
+/// segment: `F_DEPOSIT` at offset `at`; in a landing slot: `F_ZONE`, slot
+/// `at`) and wake the receiver if it sleeps.
+#[inline]
+fn announce<C: Clock>(
+    p: &mut Producer,
+    bell: Bell,
+    pkt: &Packet<'_>,
+    flag: u8,
+    at: u64,
+    t: C::Mark,
+) {
+    let meta = CellMeta {
+        tag: pkt.tag,
+        flags: F_FIRST | F_LAST | flag,
+        nwords: pkt.words.len() as u8,
+        len: 0,
+        total: pkt.payload.len() as u32,
+        pad: 0,
+        deposit: at,
+    };
+    p.write(meta, pkt.words, &[]);
+    let t = C::record(Stage::Copy, t);
+    p.publish();
+    bell.get().ring();
+    C::record(Stage::Publish, t);
+}
+
 /// A doorbell in a mapped file (valid as long as the fabric's files).
 #[derive(Clone, Copy)]
 struct Bell(*const Doorbell);
@@ -403,20 +431,7 @@ impl ShmFabric {
             // segment mapped in this process, the source a caller's slice,
             // which may itself lie in a segment (hence a memmove).
             unsafe { std::ptr::copy(pkt.payload.as_ptr(), seg.base.add(off as usize), len) };
-            let meta = CellMeta {
-                tag: pkt.tag,
-                flags: F_FIRST | F_LAST | F_DEPOSIT,
-                nwords: nw as u8,
-                len: 0,
-                total: len as u32,
-                pad: 0,
-                deposit: off,
-            };
-            p.write(meta, pkt.words, &[]);
-            let t = C::record(Stage::Copy, t);
-            p.publish();
-            bell.get().ring();
-            C::record(Stage::Publish, t);
+            announce::<C>(p, *bell, pkt, F_DEPOSIT, off, t);
             return Ok(true);
         }
         if len > self.max_medium {
@@ -449,22 +464,9 @@ impl ShmFabric {
                     len,
                 )
             };
-            let meta = CellMeta {
-                tag: pkt.tag,
-                flags: F_FIRST | F_LAST | F_ZONE,
-                nwords: nw as u8,
-                len: 0,
-                total: len as u32,
-                pad: 0,
-                deposit: slot as u64,
-            };
-            p.write(meta, pkt.words, &[]);
-            let t = C::record(Stage::Copy, t);
             zone.used[slot] = p.head();
             zone.next = if slot + 1 == zone.slots { 0 } else { slot + 1 };
-            p.publish();
-            bell.get().ring();
-            C::record(Stage::Publish, t);
+            announce::<C>(p, *bell, pkt, F_ZONE, slot as u64, t);
             return Ok(true);
         }
         let first = len.min(cap0);
