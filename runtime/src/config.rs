@@ -46,6 +46,8 @@ pub const ENV_UDP_AUTH: &str = "SPLITRT_UDP_AUTH";
 pub const ENV_IBV_BUFFERS: &str = "SPLITRT_IBV_BUFFERS";
 /// Bytes per ibverbs buffer.
 pub const ENV_IBV_BUFFER_SIZE: &str = "SPLITRT_IBV_BUFFER_SIZE";
+/// Bytes the ibverbs registration cache may pin (0: off).
+pub const ENV_IBV_REG_CACHE: &str = "SPLITRT_IBV_REG_CACHE";
 
 /// Every tunable with its documented name, for `--help` texts and docs.
 pub const ALL_VARS: &[(&str, &str)] = &[
@@ -83,6 +85,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     (
         ENV_IBV_BUFFER_SIZE,
         "bytes per ibverbs buffer (default 8K)",
+    ),
+    (
+        ENV_IBV_REG_CACHE,
+        "bytes the ibverbs registration cache may pin for large get/put buffers outside the segment; 0 = off (default 256M)",
     ),
     (
         crate::fabric::rdma::device::ENV_IBV_DEVICE,
@@ -239,6 +245,8 @@ pub struct Config {
     pub ibv_buffers: usize,
     /// Bytes per ibverbs buffer.
     pub ibv_buffer_size: usize,
+    /// Bytes the ibverbs registration cache may pin (0: off).
+    pub ibv_reg_cache: usize,
 }
 
 impl Default for Config {
@@ -266,6 +274,7 @@ impl Default for Config {
             udp_auth_body: true,
             ibv_buffers: 16,
             ibv_buffer_size: 8192,
+            ibv_reg_cache: 256 << 20,
         }
     }
 }
@@ -302,6 +311,7 @@ impl Config {
         size(ENV_UDP_WINDOW, &mut c.udp_window)?;
         size(ENV_IBV_BUFFERS, &mut c.ibv_buffers)?;
         size(ENV_IBV_BUFFER_SIZE, &mut c.ibv_buffer_size)?;
+        size(ENV_IBV_REG_CACHE, &mut c.ibv_reg_cache)?;
         let secs = |name: &str, scale: f64, unit: &str, dst: &mut Duration| -> Result<()> {
             if let Some(v) = get(name) {
                 *dst = v
@@ -451,6 +461,7 @@ impl Config {
             buffers: self.ibv_buffers.min(u32::MAX as usize) as u32,
             buffer_size: self.ibv_buffer_size,
             max_medium: self.max_medium,
+            reg_cache: self.ibv_reg_cache,
             ..Default::default()
         }
     }

@@ -198,6 +198,7 @@ fn messages_of_every_kind_arrive_intact_and_in_order_over_the_model() {
         buffer_size: 1024,
         max_medium: 5000,
         max_inline: 96,
+        ..RdmaConfig::default()
     };
     let mut sends = 0;
     for seed in 0..6 {
@@ -222,6 +223,7 @@ fn get_and_put_by_rdma_with_bounds_checked() {
         buffer_size: 1024,
         max_medium: 4096,
         max_inline: 64,
+        ..RdmaConfig::default()
     };
     let mut j = job(2, 64 << 10, cfg, 7);
     let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
@@ -330,4 +332,55 @@ fn back_pressure_per_channel_and_credits_come_back() {
     }
     assert!(again, "credits came back");
     assert_eq!(j.net.stats().errors, 0);
+}
+
+/// Large get/put from memory outside the segment move straight to and from
+/// it through a cached registration: registered once, reused, evicted
+/// (deregistered: the model refuses a stale key, so a use after eviction
+/// fails the test) under a small cap, dropped by `forget`; with the cache
+/// off they go through the bounce buffers. Every byte is checked.
+#[test]
+fn large_out_of_segment_get_put_use_the_registration_cache() {
+    use splitrt_runtime::fabric::rdma::reg_cache::REG_MIN;
+    let n = 3 * REG_MIN;
+    let pattern = |k: usize| -> Vec<u8> { (0..n).map(|i| (i * 31 + k * 7) as u8).collect() };
+    // a cap of one buffer's pages: every new buffer evicts the previous
+    for (cap, expect_cached) in [(256 << 20, true), (n + 8192, true), (0, false)] {
+        let cfg = RdmaConfig {
+            reg_cache: cap,
+            ..RdmaConfig::default()
+        };
+        let mut j = job(2, 1 << 20, cfg, 11);
+        let bufs: Vec<Vec<u8>> = (0..3).map(pattern).collect();
+        for round in 0..3 {
+            for (k, b) in bufs.iter().enumerate() {
+                let off = (k * n) as u64;
+                j.fabrics[0].put(1, off, b).unwrap();
+                assert_eq!(&j.segs[1][k * n..(k + 1) * n], &b[..], "put {k} cap {cap}");
+                let mut back = vec![0u8; n];
+                j.fabrics[0].get(1, off, &mut back).unwrap();
+                assert_eq!(back, *b, "get {k} round {round} cap {cap}");
+            }
+        }
+        let s = j.fabrics[0].reg_cache_stats();
+        assert_eq!(j.net.stats().errors, 0, "cap {cap}: {s:?}");
+        if !expect_cached {
+            assert_eq!((s.hits, s.misses, s.entries), (0, 0, 0), "{s:?}");
+            continue;
+        }
+        assert!(s.pinned_bytes <= cap, "{s:?}");
+        if cap > 3 * (n + 8192) {
+            // the 3 put sources registered once each, then hits
+            assert!(s.hits >= 12 && s.evictions == 0, "{s:?}");
+        } else {
+            assert!(s.evictions > 0, "a small cap evicts: {s:?}");
+        }
+        // forget: the next use registers again
+        let before = s.misses;
+        j.fabrics[0].forget(bufs[0].as_ptr(), n).unwrap();
+        j.fabrics[0].put(1, 0, &bufs[0]).unwrap();
+        assert_eq!(j.fabrics[0].reg_cache_stats().misses, before + 1);
+        assert_eq!(j.net.stats().errors, 0);
+        j.segs.iter_mut().for_each(|s| s.clear());
+    }
 }

@@ -25,6 +25,7 @@
 //! peer and the verb's status.
 
 use super::credits::Credits;
+use super::reg_cache::{RegCache, RegCacheStats};
 use super::verbs::{Completion, Op, QpCaps, QpId, Region, SendWr, Verbs, WcKind, WcStatus};
 use super::wire::{BufHeader, Card, HEADER};
 use crate::fabric::frames::{self, OutMsg, Reassembler, SegmentSink};
@@ -46,6 +47,9 @@ pub struct RdmaConfig {
     pub max_medium: usize,
     /// Inline bytes asked of the device (it may grant fewer).
     pub max_inline: u32,
+    /// Bytes the registration cache may pin for user buffers of large
+    /// get/put outside the segment (0: off; see [`super::reg_cache`]).
+    pub reg_cache: usize,
 }
 
 impl Default for RdmaConfig {
@@ -55,6 +59,7 @@ impl Default for RdmaConfig {
             buffer_size: 8192,
             max_medium: 65536,
             max_inline: 128,
+            reg_cache: 256 << 20,
         }
     }
 }
@@ -85,6 +90,9 @@ impl RdmaConfig {
         size as u64 * (per_peer + 32) + 4096
     }
 }
+
+/// Most regions the registration cache keeps.
+const REG_CACHE_ENTRIES: usize = 256;
 
 /// wr_id kinds (top two bits).
 const K_RECV: u64 = 0;
@@ -137,6 +145,8 @@ struct Dev<V: Verbs> {
     /// Why the fabric stopped (every later call fails with it).
     failed: Option<String>,
     scratch: Vec<Completion>,
+    /// Registrations of user buffers (large out-of-segment get/put).
+    cache: RegCache,
 }
 
 /// A rank's ibverbs fabric before it is connected: its queue pairs exist,
@@ -225,6 +235,7 @@ impl<V: Verbs> PendingRdma<V> {
             rma_pending: 0,
             failed: None,
             scratch: Vec::new(),
+            cache: RegCache::new(cfg.reg_cache, REG_CACHE_ENTRIES),
         };
         let f = RdmaFabric {
             rank,
@@ -603,13 +614,16 @@ impl<V: Verbs> RdmaFabric<V> {
         (a >= base && a + bytes.len() <= base + self.seg.len).then_some(a as u64)
     }
 
-    /// RDMA write or read of `len` bytes between local `laddr` (in region
-    /// `local`) and `peer`'s segment at `off`; waits for completion.
+    /// RDMA write or read of `len` bytes between local `sge_addr` (in
+    /// region `local`) and `peer`'s segment at `raddr`; waits for
+    /// completion.
+    #[allow(clippy::too_many_arguments)]
     fn rma_wait(
         &self,
         d: &mut parking_lot::MutexGuard<'_, Dev<V>>,
         peer: usize,
         write: bool,
+        local: Region,
         sge_addr: u64,
         len: usize,
         raddr: u64,
@@ -630,11 +644,6 @@ impl<V: Verbs> RdmaFabric<V> {
                 rkey: r.seg_rkey,
             }
         };
-        let local = if self.in_segment_addr(sge_addr, len) {
-            d.seg
-        } else {
-            d.pool
-        };
         let wr = SendWr {
             wr_id: wr_id(K_RMA, peer, 0),
             op,
@@ -654,9 +663,62 @@ impl<V: Verbs> RdmaFabric<V> {
         Ok(())
     }
 
-    fn in_segment_addr(&self, addr: u64, len: usize) -> bool {
-        let base = self.seg.base as u64;
-        addr >= base && addr + len as u64 <= base + self.seg.len as u64
+    /// A registration covering `[addr, addr + len)` of user memory, pinned
+    /// for the caller: from the cache, or registered now (after evicting
+    /// what the caps require). `None`: no room (every cached region in use)
+    /// or the device refused (e.g. the locked-memory limit): the caller
+    /// copies through the bounce buffers instead.
+    fn cached(
+        &self,
+        d: &mut parking_lot::MutexGuard<'_, Dev<V>>,
+        addr: u64,
+        len: usize,
+    ) -> Result<Option<Region>> {
+        if let Some(r) = d.cache.lookup_pin(addr, len) {
+            return Ok(Some(r));
+        }
+        let Some((start, n)) = d.cache.span(addr, len) else {
+            return Ok(None);
+        };
+        let Some(evicted) = d.cache.make_room(n) else {
+            return Ok(None);
+        };
+        for r in &evicted {
+            d.verbs.deregister(r)?;
+        }
+        // local write too: an RDMA read lands in it
+        match d.verbs.register(start as *mut u8, n, false) {
+            Ok(r) => {
+                d.cache.insert_pinned(r);
+                Ok(Some(r))
+            }
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Unpin `region` after use (deregistering it if it was forgotten).
+    fn release(&self, d: &mut parking_lot::MutexGuard<'_, Dev<V>>, region: &Region) -> Result<()> {
+        if let Some(dead) = d.cache.unpin(region) {
+            d.verbs.deregister(&dead)?;
+        }
+        Ok(())
+    }
+
+    /// The program is about to unmap (or reuse for something else) the
+    /// memory `[addr, addr + len)`: drop cached registrations of it (see
+    /// the hazard in [`super::reg_cache`]). Those in use by an operation of
+    /// another thread go when it ends.
+    pub fn forget(&self, addr: *const u8, len: usize) -> Result<()> {
+        let mut d = self.dev.lock();
+        for r in d.cache.forget(addr as u64, len) {
+            d.verbs.deregister(&r)?;
+        }
+        Ok(())
+    }
+
+    /// The registration cache's counters.
+    pub fn reg_cache_stats(&self) -> RegCacheStats {
+        self.dev.lock().cache.stats()
     }
 
     fn remote_range(&self, d: &Dev<V>, peer: usize, off: u64, len: usize) -> Result<u64> {
@@ -688,7 +750,15 @@ impl<V: Verbs> RdmaFabric<V> {
             return Ok(());
         }
         if let Some(a) = self.in_segment(src) {
-            return self.rma_wait(&mut d, peer, true, a, src.len(), raddr);
+            let seg = d.seg;
+            return self.rma_wait(&mut d, peer, true, seg, a, src.len(), raddr);
+        }
+        if d.cache.wants(src.len()) {
+            let a = src.as_ptr() as u64;
+            if let Some(region) = self.cached(&mut d, a, src.len())? {
+                let r = self.rma_wait(&mut d, peer, true, region, a, src.len(), raddr);
+                return self.release(&mut d, &region).and(r);
+            }
         }
         // through a bounce buffer, a buffer at a time
         let idx = loop {
@@ -704,7 +774,8 @@ impl<V: Verbs> RdmaFabric<V> {
             // SAFETY: the bounce buffer is ours and buffer_size long.
             unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), bounce, chunk.len()) };
             let at = raddr + (k * self.cfg.buffer_size) as u64;
-            r = self.rma_wait(&mut d, peer, true, bounce as u64, chunk.len(), at);
+            let pool = d.pool;
+            r = self.rma_wait(&mut d, peer, true, pool, bounce as u64, chunk.len(), at);
             if r.is_err() {
                 break;
             }
@@ -721,7 +792,15 @@ impl<V: Verbs> RdmaFabric<V> {
             return Ok(());
         }
         if let Some(a) = self.in_segment(dst) {
-            return self.rma_wait(&mut d, peer, false, a, dst.len(), raddr);
+            let seg = d.seg;
+            return self.rma_wait(&mut d, peer, false, seg, a, dst.len(), raddr);
+        }
+        if d.cache.wants(dst.len()) {
+            let a = dst.as_mut_ptr() as u64;
+            if let Some(region) = self.cached(&mut d, a, dst.len())? {
+                let r = self.rma_wait(&mut d, peer, false, region, a, dst.len(), raddr);
+                return self.release(&mut d, &region).and(r);
+            }
         }
         let idx = loop {
             self.reap(&mut d)?;
@@ -735,7 +814,8 @@ impl<V: Verbs> RdmaFabric<V> {
         let bs = self.cfg.buffer_size;
         for (k, chunk) in dst.chunks_mut(bs).enumerate() {
             let at = raddr + (k * bs) as u64;
-            r = self.rma_wait(&mut d, peer, false, bounce as u64, chunk.len(), at);
+            let pool = d.pool;
+            r = self.rma_wait(&mut d, peer, false, pool, bounce as u64, chunk.len(), at);
             if r.is_err() {
                 break;
             }
@@ -930,6 +1010,9 @@ impl<V: Verbs> Drop for RdmaFabric<V> {
         }
         // regions go before the memory they cover (the pool and mailbox
         // are unmapped after this, the segment by its owner)
+        for r in d.cache.drain() {
+            let _ = d.verbs.deregister(&r);
+        }
         let (pool, mail, seg) = (d.pool, d.mail, d.seg);
         let _ = d.verbs.deregister(&pool);
         let _ = d.verbs.deregister(&mail);

@@ -14,6 +14,7 @@ pub mod device;
 
 mod fabric;
 pub mod model;
+pub mod reg_cache;
 pub mod verbs;
 pub mod wire;
 
