@@ -607,13 +607,6 @@ impl<V: Verbs> RdmaFabric<V> {
         }
     }
 
-    /// Where `bytes` lie in the local segment, if they do.
-    fn in_segment(&self, bytes: &[u8]) -> Option<u64> {
-        let a = bytes.as_ptr() as usize;
-        let base = self.seg.base as usize;
-        (a >= base && a + bytes.len() <= base + self.seg.len).then_some(a as u64)
-    }
-
     /// RDMA write or read of `len` bytes between local `sge_addr` (in
     /// region `local`) and `peer`'s segment at `raddr`; waits for
     /// completion.
@@ -744,61 +737,34 @@ impl<V: Verbs> RdmaFabric<V> {
     /// Copy `src` into `peer`'s segment at `off` by RDMA write; returns
     /// once the write is complete at the peer.
     pub fn put(&self, peer: usize, off: u64, src: &[u8]) -> Result<()> {
-        let mut d = self.dev.lock();
-        let raddr = self.remote_range(&d, peer, off, src.len())?;
-        if src.is_empty() {
-            return Ok(());
-        }
-        if let Some(a) = self.in_segment(src) {
-            let seg = d.seg;
-            return self.rma_wait(&mut d, peer, true, seg, a, src.len(), raddr);
-        }
-        if d.cache.wants(src.len()) {
-            let a = src.as_ptr() as u64;
-            if let Some(region) = self.cached(&mut d, a, src.len())? {
-                let r = self.rma_wait(&mut d, peer, true, region, a, src.len(), raddr);
-                return self.release(&mut d, &region).and(r);
-            }
-        }
-        // through a bounce buffer, a buffer at a time
-        let idx = loop {
-            self.reap(&mut d)?;
-            if let Some(i) = d.free_send[peer].pop() {
-                break i;
-            }
-            parking_lot::MutexGuard::bump(&mut d);
-        };
-        let bounce = self.send_addr(peer, idx);
-        let mut r = Ok(());
-        for (k, chunk) in src.chunks(self.cfg.buffer_size).enumerate() {
-            // SAFETY: the bounce buffer is ours and buffer_size long.
-            unsafe { std::ptr::copy_nonoverlapping(chunk.as_ptr(), bounce, chunk.len()) };
-            let at = raddr + (k * self.cfg.buffer_size) as u64;
-            let pool = d.pool;
-            r = self.rma_wait(&mut d, peer, true, pool, bounce as u64, chunk.len(), at);
-            if r.is_err() {
-                break;
-            }
-        }
-        d.free_send[peer].push(idx);
-        r
+        // the buffer is only read (the RDMA write's source)
+        self.rma(peer, off, src.as_ptr() as *mut u8, src.len(), true)
     }
 
     /// Copy `peer`'s segment at `off` into `dst` by RDMA read.
     pub fn get(&self, peer: usize, off: u64, dst: &mut [u8]) -> Result<()> {
+        self.rma(peer, off, dst.as_mut_ptr(), dst.len(), false)
+    }
+
+    /// RDMA write (`write`) of `len` bytes at `buf` to `peer`'s segment at
+    /// `off`, or read from it into `buf`; complete on return. From the
+    /// segment directly, from a cached registration when large, else a
+    /// send buffer at a time.
+    fn rma(&self, peer: usize, off: u64, buf: *mut u8, len: usize, write: bool) -> Result<()> {
         let mut d = self.dev.lock();
-        let raddr = self.remote_range(&d, peer, off, dst.len())?;
-        if dst.is_empty() {
+        let raddr = self.remote_range(&d, peer, off, len)?;
+        if len == 0 {
             return Ok(());
         }
-        if let Some(a) = self.in_segment(dst) {
+        let a = buf as u64;
+        let base = self.seg.base as u64;
+        if a >= base && a + len as u64 <= base + self.seg.len as u64 {
             let seg = d.seg;
-            return self.rma_wait(&mut d, peer, false, seg, a, dst.len(), raddr);
+            return self.rma_wait(&mut d, peer, write, seg, a, len, raddr);
         }
-        if d.cache.wants(dst.len()) {
-            let a = dst.as_mut_ptr() as u64;
-            if let Some(region) = self.cached(&mut d, a, dst.len())? {
-                let r = self.rma_wait(&mut d, peer, false, region, a, dst.len(), raddr);
+        if d.cache.wants(len) {
+            if let Some(region) = self.cached(&mut d, a, len)? {
+                let r = self.rma_wait(&mut d, peer, write, region, a, len, raddr);
                 return self.release(&mut d, &region).and(r);
             }
         }
@@ -810,17 +776,33 @@ impl<V: Verbs> RdmaFabric<V> {
             parking_lot::MutexGuard::bump(&mut d);
         };
         let bounce = self.send_addr(peer, idx);
-        let mut r = Ok(());
         let bs = self.cfg.buffer_size;
-        for (k, chunk) in dst.chunks_mut(bs).enumerate() {
-            let at = raddr + (k * bs) as u64;
+        let mut r = Ok(());
+        for at in (0..len).step_by(bs) {
+            let n = bs.min(len - at);
+            if write {
+                // SAFETY: `buf` holds `len` bytes (a caller's slice); the
+                // bounce buffer is ours and `bs` long.
+                unsafe { std::ptr::copy_nonoverlapping(buf.add(at), bounce, n) };
+            }
             let pool = d.pool;
-            r = self.rma_wait(&mut d, peer, false, pool, bounce as u64, chunk.len(), at);
+            r = self.rma_wait(
+                &mut d,
+                peer,
+                write,
+                pool,
+                bounce as u64,
+                n,
+                raddr + at as u64,
+            );
             if r.is_err() {
                 break;
             }
-            // SAFETY: the read completed into the bounce buffer, ours.
-            unsafe { std::ptr::copy_nonoverlapping(bounce, chunk.as_mut_ptr(), chunk.len()) };
+            if !write {
+                // SAFETY: the read completed into the bounce buffer; `buf`
+                // is the caller's `&mut` slice of `len` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(bounce, buf.add(at), n) };
+            }
         }
         d.free_send[peer].push(idx);
         r
