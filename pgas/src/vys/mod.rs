@@ -12,6 +12,8 @@
 //! * [`handshake`], [`read_proto`], [`read_server`], [`read_client`]: reads
 //!   across hosts, served by the producer's read server thread over the UDP
 //!   fabric's protocol;
+//! * [`rdma_read`]: reads by RDMA read (ordered for the seqlock), over the
+//!   verbs layer; not yet a consumer route;
 //! * [`producer`] and [`consumer`]: the library APIs;
 //! * [`checkable`]: spectra whose data is a function of their identity;
 //! * [`stream_key`]: the operator's key, parsed.
@@ -22,6 +24,7 @@ pub mod export;
 pub mod handshake;
 pub mod producer;
 mod queue;
+pub mod rdma_read;
 pub mod read_client;
 pub mod read_proto;
 pub mod read_server;

@@ -974,6 +974,9 @@ mod real {
             if wr.inline {
                 flags |= ffi::ibv_send_flags::IBV_SEND_INLINE;
             }
+            if wr.fence {
+                flags |= ffi::ibv_send_flags::IBV_SEND_FENCE;
+            }
             let mut s = ffi::ibv_sge {
                 addr: wr.sge.addr,
                 length: wr.sge.len,

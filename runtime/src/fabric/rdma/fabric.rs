@@ -543,6 +543,7 @@ impl<V: Verbs> RdmaFabric<V> {
             op: Op::Send,
             sge: d.pool.sge(addr, len),
             inline,
+            fence: false,
         };
         let q = d.qps[peer];
         d.verbs.post_send(q, &wr)?;
@@ -642,6 +643,7 @@ impl<V: Verbs> RdmaFabric<V> {
             op,
             sge: local.sge(sge_addr, len),
             inline: false,
+            fence: false,
         };
         let q = d.qps[peer];
         d.verbs.post_send(q, &wr)?;
@@ -856,6 +858,7 @@ impl<V: Verbs> RdmaFabric<V> {
             },
             sge: d.pool.sge(slot as u64, 8),
             inline: d.inline >= 8,
+            fence: false,
         };
         let q = d.qps[peer];
         d.verbs

@@ -611,6 +611,7 @@ mod tests {
             op,
             sge,
             inline: false,
+            fence: false,
         };
         a.post_send(qa, &wr(1, Op::Send, ra.sge(ra.addr, 5)))
             .unwrap();
@@ -692,6 +693,7 @@ mod tests {
                     lkey: 0,
                 },
                 inline: true,
+                fence: false,
             },
         )
         .unwrap();
@@ -719,6 +721,7 @@ mod tests {
                     lkey: 0x999,
                 },
                 inline: false,
+                fence: false,
             },
         )
         .unwrap();

@@ -135,6 +135,9 @@ pub struct SendWr {
     /// The bytes are copied at post time (small sends and writes): the
     /// local buffer may be reused at once and needs no key.
     pub inline: bool,
+    /// Start only after the queue pair's earlier RDMA reads completed
+    /// (`IBV_SEND_FENCE`): how a reader orders the reads of a seqlock.
+    pub fence: bool,
 }
 
 /// Which work request a completion ends.
