@@ -32,5 +32,5 @@ pub use bytemuck::{Pod, Zeroable};
 pub use context::Pgas;
 pub use ptr::GlobalPtr;
 pub use reduce::{Op, Reduce};
-pub use rma::{Get, Scope};
+pub use rma::{Get, GetInto, Scope};
 pub use splitrt_runtime::config::RmaPath;

@@ -296,6 +296,56 @@ impl Pgas {
         })
     }
 
+    /// Start fetching `dst.len()` elements at `src` into the caller's
+    /// buffer `dst`; the returned handle borrows it until
+    /// [`wait`](GetInto::wait) (or drop, which waits too).
+    ///
+    /// Over a mapped segment (shm, native path) the copy is done before this
+    /// returns and the handle costs nothing. Over the AM path the data lands
+    /// in a staging buffer the handle owns and `wait` copies it into `dst`:
+    /// a handle that is leaked (`mem::forget`) can then never write into a
+    /// buffer that is gone. For zero-copy gets over the network use
+    /// [`scope`](Pgas::scope).
+    ///
+    /// ```no_run
+    /// # use splitrt_pgas::{Pgas, GlobalPtr};
+    /// # fn f(pg: &Pgas, a: GlobalPtr<u64>, b: GlobalPtr<u64>) -> splitrt_am::Result<()> {
+    /// let (mut x, mut y) = ([0u64; 8], [0u64; 8]);
+    /// let hx = pg.get_into(a, &mut x)?;
+    /// let hy = pg.get_into(b, &mut y)?; // both in flight
+    /// hx.wait()?;
+    /// hy.wait()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn get_into<'a, T: Pod>(
+        &'a self,
+        src: GlobalPtr<T>,
+        dst: &'a mut [T],
+    ) -> Result<GetInto<'a>> {
+        let inner = &self.inner;
+        inner.check(src, dst.len())?;
+        let dst: &'a mut [u8] = bytemuck::cast_slice_mut(dst);
+        let (rank, off) = (src.rank(), src.offset());
+        if inner.native(rank).is_some() {
+            // complete at issue: nothing can write into `dst` later
+            inner.start_get(rank, off, dst.as_mut_ptr(), dst.len())?;
+            return Ok(GetInto {
+                inner,
+                dst: None,
+                staged: None,
+                slot: None,
+            });
+        }
+        let mut staged = vec![0u8; dst.len()];
+        let slot = inner.start_get(rank, off, staged.as_mut_ptr(), staged.len())?;
+        Ok(GetInto {
+            inner,
+            dst: Some(dst),
+            staged: Some(staged),
+            slot,
+        })
+    }
+
     /// Start `*dst := src` (split-phase: copied now, complete at [`sync`]).
     ///
     /// [`sync`]: Pgas::sync
@@ -370,6 +420,65 @@ impl<T: Pod> Get<T> {
             self.pg.inner.wait_slots(&[s])?;
         }
         Ok(self.buf.take().expect("buffer present until taken"))
+    }
+}
+
+/// An in-flight get into a caller's buffer (see [`Pgas::get_into`]).
+/// [`wait`](GetInto::wait) for the data, or `.await` it. Dropping it
+/// early waits for the data first.
+pub struct GetInto<'a> {
+    inner: &'a Inner,
+    dst: Option<&'a mut [u8]>,
+    /// Where an AM-path reply lands (heap: stays valid if the handle leaks).
+    staged: Option<Vec<u8>>,
+    slot: Option<usize>,
+}
+
+impl GetInto<'_> {
+    /// Whether the data has arrived (polls once).
+    pub fn is_done(&self) -> bool {
+        match self.slot {
+            None => true,
+            Some(s) => {
+                let _ = self.inner.ep.poll();
+                self.inner.st.dests.lock().items_remaining(s) == 0
+            }
+        }
+    }
+
+    /// Wait for the data; it is in the caller's buffer on `Ok`.
+    pub fn wait(mut self) -> Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if let Some(s) = self.slot.take() {
+            self.inner.wait_slots(&[s])?;
+        }
+        if let (Some(staged), Some(dst)) = (self.staged.take(), self.dst.take()) {
+            dst.copy_from_slice(&staged);
+        }
+        Ok(())
+    }
+}
+
+impl Future for GetInto<'_> {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if !this.is_done() {
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        Poll::Ready(this.finish())
+    }
+}
+
+impl Drop for GetInto<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.slot.take() {
+            let _ = self.inner.wait_slots(&[s]);
+        }
     }
 }
 

@@ -102,9 +102,24 @@ pub fn run_on(rounds: usize, ops: usize, pg: Pgas) -> splitrt::Result<()> {
                     // owned handles, waited in reverse order
                     let h1 = pg.get(slot(t, k), len)?;
                     let h2 = pg.get(slot(t, 0), K)?;
+                    // and gets into caller buffers, one of them leaked
+                    let (t2, k2) = (rng.below(n), rng.below(K));
+                    let len2 = 1 + rng.below((K - k2).min(64));
+                    let (mut x, mut y) = (vec![0u64; len2], vec![!0u64; K]);
+                    let hx = pg.get_into(slot(t2, k2), &mut x)?;
+                    let hy = pg.get_into(slot(t, 0), &mut y)?;
+                    if rng.below(8) == 0 {
+                        std::mem::forget(hy); // its reply must land in its own staging
+                        y.fill(!0);
+                    } else {
+                        hy.wait()?;
+                        expect(&y, &model[t], "get_into", t)?;
+                    }
+                    hx.wait()?;
+                    expect(&x, &model[t2][k2..k2 + len2], "get_into", t2)?;
                     expect(&h2.wait()?, &model[t], "owned get", t)?;
                     expect(&h1.wait()?, &model[t][k..k + len], "owned get", t)?;
-                    checked += len + K;
+                    checked += len + K + len2;
                 }
                 3 => {
                     let v = rng.next();

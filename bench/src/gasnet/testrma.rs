@@ -8,13 +8,14 @@
 //!
 //! * testsmall latency rows, per iteration one operation completed before
 //!   the next: `PutBlocking` = `write_slice`, `GetBlocking` =
-//!   `read_slice`, `PutNB+NOW` = `put` then `sync`, `GetNB` = `get` then
-//!   `wait` on its handle, `PutNBI+NOW` / `GetNBI` = one put / get in a
+//!   `read_slice`, `PutNB+NOW` = `put` then `sync`, `GetNB` = `get_into`
+//!   (the caller's buffer, as GASNet-EX's `gex_RMA_GetNB`) then `wait` on
+//!   its handle, `PutNBI+NOW` / `GetNBI` = one put / get in a
 //!   `scope` (which waits at its end).
 //! * testlarge throughput rows: `PutBlocking` / `GetBlocking` as above;
 //!   `PutNBI+DEFER` / `GetNBI` = `iters` puts / gets in one `scope`;
 //!   `PutNB+DEFER` = `iters` puts then one `sync`, `GetNB` = `iters`
-//!   handles then waiting for each. Reported as microseconds per
+//!   `get_into` handles (all into the one buffer) then waiting for each. Reported as microseconds per
 //!   operation, like the latency rows (lower is better).
 
 use crate::job::{pin_this_rank, this_rank};
@@ -100,7 +101,7 @@ impl Bench<'_> {
             self.row(sz, "PutNB+NOW latency", t, iters);
             let t = Instant::now();
             for _ in 0..iters {
-                pg.get(r, sz)?.wait()?;
+                pg.get_into(r, &mut self.local[..sz])?.wait()?;
             }
             self.row(sz, "GetNB latency", t, iters);
         }
@@ -151,7 +152,12 @@ impl Bench<'_> {
             self.row(sz, "PutNB+DEFER throughput", t, iters);
             let t = Instant::now();
             let handles = (0..iters)
-                .map(|_| pg.get(r, sz))
+                .map(|_| {
+                    // SAFETY: as for GetNBI: every handle writes the same
+                    // bytes of `local`, not read until all are waited for.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(base, sz) };
+                    pg.get_into(r, dst)
+                })
                 .collect::<Result<Vec<_>>>()?;
             for h in handles {
                 h.wait()?;
