@@ -58,7 +58,7 @@ fn sizes(min: usize, max: usize) -> Vec<usize> {
 struct Bench<'a> {
     pg: &'a Pgas,
     remote: GlobalPtr<u8>,
-    local: Vec<u8>,
+    local: &'a mut [u8],
     out: String,
 }
 
@@ -178,12 +178,17 @@ pub fn run(result: &Path) -> Result<()> {
         return Err(Error::usage("testsmall / testlarge need exactly 2 ranks"));
     }
     let max = sm.max(lm);
+    // as in testlarge: the local buffer is in this rank's own segment
+    // (`msgbuf = myseg`), the remote one in the peer's
     let area = pg.alloc_sym::<u8>(max)?;
+    let mut mine = pg.alloc_sym::<u8>(max)?;
     if pg.rank() == 0 {
+        let local = mine.local_mut();
+        local.fill(1);
         let mut b = Bench {
             pg: &pg,
             remote: area.ptr(1),
-            local: vec![1u8; max],
+            local,
             out: String::new(),
         };
         b.small(si.max(1), sm)?;
