@@ -5,7 +5,6 @@ use crate::context::Pgas;
 use crate::ptr::GlobalPtr;
 use crate::state::AtomicSlot;
 use splitrt_am::{Error, Payload, Result};
-use splitrt_runtime::fabric::Fabric;
 
 impl Pgas {
     fn atomic<T: AtomicInt>(&self, p: GlobalPtr<T>, op: AtomicOp) -> Result<T> {
@@ -14,7 +13,7 @@ impl Pgas {
         let (rank, off) = (p.rank(), p.offset());
         if let Some(seg) = i.native(rank) {
             let old = apply_atomic(seg, off, T::WIDTH, op).expect("width is 4 or 8");
-            i.ep.world().fabric().wake(rank); // it may sleep waiting for this word
+            seg.wake_owner(); // it may sleep waiting for this word
             return Ok(T::from_bits(old));
         }
         let slot = i.st.atomics.lock().insert(AtomicSlot::Waiting);

@@ -126,7 +126,7 @@ impl Inner {
         if let Some(seg) = self.native(rank) {
             // SAFETY: destination range checked against the peer's segment.
             unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
-            self.ep.world().fabric().wake(rank); // it may sleep waiting for this data
+            seg.wake_owner(); // it may sleep waiting for this data
             return Ok(());
         }
         if self.path == RmaPath::Native {
@@ -157,7 +157,7 @@ impl Inner {
             unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
             // Release: the data is visible before the count that announces it.
             stored_counter(seg).fetch_add(src.len() as u64, Ordering::Release);
-            self.ep.world().fabric().wake(rank); // it may sleep in store_sync
+            seg.wake_owner(); // it may sleep in store_sync
             return Ok(());
         }
         self.ep.request(
@@ -317,6 +317,7 @@ impl Pgas {
     /// hy.wait()?;
     /// # Ok(()) }
     /// ```
+    #[inline]
     pub fn get_into<'a, T: Pod>(
         &'a self,
         src: GlobalPtr<T>,
@@ -326,23 +327,22 @@ impl Pgas {
         inner.check(src, dst.len())?;
         let dst: &'a mut [u8] = bytemuck::cast_slice_mut(dst);
         let (rank, off) = (src.rank(), src.offset());
-        if inner.native(rank).is_some() {
-            // complete at issue: nothing can write into `dst` later
-            inner.start_get(rank, off, dst.as_mut_ptr(), dst.len())?;
+        if let Some(seg) = inner.native(rank) {
+            // Complete at issue: nothing can write into `dst` later.
+            // SAFETY: the source range was checked against the peer's
+            // segment; `dst` is the caller's buffer. They may overlap (a
+            // slice of our own segment): memmove.
+            unsafe { std::ptr::copy(seg.base.add(off as usize), dst.as_mut_ptr(), dst.len()) };
             return Ok(GetInto {
                 inner,
-                dst: None,
-                staged: None,
-                slot: None,
+                pending: None,
             });
         }
         let mut staged = vec![0u8; dst.len()];
         let slot = inner.start_get(rank, off, staged.as_mut_ptr(), staged.len())?;
         Ok(GetInto {
             inner,
-            dst: Some(dst),
-            staged: Some(staged),
-            slot,
+            pending: Some(Box::new(Staged { dst, staged, slot })),
         })
     }
 
@@ -368,10 +368,22 @@ impl Pgas {
     }
 
     /// Blocking read of `dst.len()` elements.
+    #[inline]
     pub fn read_slice<T: Pod>(&self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
-        self.inner.check(src, dst.len())?;
-        self.inner
-            .get_blocking(src.rank(), src.offset(), bytemuck::cast_slice_mut(dst))
+        let inner = &self.inner;
+        inner.check(src, dst.len())?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+        if let Some(seg) = inner.native(src.rank()) {
+            // SAFETY: source range checked against the peer's segment;
+            // `bytes` is the caller's buffer (maybe in our own segment:
+            // memmove).
+            unsafe {
+                let from = seg.base.add(src.offset() as usize);
+                std::ptr::copy(from, bytes.as_mut_ptr(), bytes.len());
+            }
+            return Ok(());
+        }
+        inner.get_blocking(src.rank(), src.offset(), bytes)
     }
 
     /// Blocking write of one element (complete at the target on return).
@@ -380,13 +392,23 @@ impl Pgas {
     }
 
     /// Blocking write of a slice (complete at the target on return).
+    #[inline]
     pub fn write_slice<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
-        if self.inner.native(dst.rank()).is_some() {
+        let inner = &self.inner;
+        inner.check(dst, src.len())?;
+        if let Some(seg) = inner.native(dst.rank()) {
             // A native put is complete at the target once the copy returns:
             // no need to wait for this rank's other operations.
-            self.inner.put(dst, src)?;
+            let bytes: &[u8] = bytemuck::cast_slice(src);
+            // SAFETY: destination range checked against the peer's segment;
+            // the source may be a slice of our own segment (memmove).
+            unsafe {
+                let to = seg.base.add(dst.offset() as usize);
+                std::ptr::copy(bytes.as_ptr(), to, bytes.len());
+            }
+            seg.wake_owner(); // it may sleep waiting for this
             std::sync::atomic::fence(Ordering::Release);
-            return self.inner.take_errors();
+            return inner.take_errors();
         }
         self.put(dst, src)?;
         self.sync()
@@ -428,16 +450,22 @@ impl<T: Pod> Get<T> {
 /// early waits for the data first.
 pub struct GetInto<'a> {
     inner: &'a Inner,
-    dst: Option<&'a mut [u8]>,
-    /// Where an AM-path reply lands (heap: stays valid if the handle leaks).
-    staged: Option<Vec<u8>>,
+    /// `None`: the data is in the caller's buffer already.
+    pending: Option<Box<Staged<'a>>>,
+}
+
+/// A get over messages: the reply lands in `staged` (heap, so it stays
+/// valid if the handle leaks), copied into `dst` once it is complete.
+struct Staged<'a> {
+    dst: &'a mut [u8],
+    staged: Vec<u8>,
     slot: Option<usize>,
 }
 
 impl GetInto<'_> {
     /// Whether the data has arrived (polls once).
     pub fn is_done(&self) -> bool {
-        match self.slot {
+        match self.pending.as_ref().and_then(|p| p.slot) {
             None => true,
             Some(s) => {
                 let _ = self.inner.ep.poll();
@@ -447,17 +475,20 @@ impl GetInto<'_> {
     }
 
     /// Wait for the data; it is in the caller's buffer on `Ok`.
+    #[inline]
     pub fn wait(mut self) -> Result<()> {
-        self.finish()
+        match self.pending.take() {
+            None => Ok(()),
+            Some(p) => self.finish(*p),
+        }
     }
 
-    fn finish(&mut self) -> Result<()> {
-        if let Some(s) = self.slot.take() {
+    #[cold]
+    fn finish(&self, mut p: Staged<'_>) -> Result<()> {
+        if let Some(s) = p.slot.take() {
             self.inner.wait_slots(&[s])?;
         }
-        if let (Some(staged), Some(dst)) = (self.staged.take(), self.dst.take()) {
-            dst.copy_from_slice(&staged);
-        }
+        p.dst.copy_from_slice(&p.staged);
         Ok(())
     }
 }
@@ -470,13 +501,17 @@ impl Future for GetInto<'_> {
             cx.waker().wake_by_ref();
             return Poll::Pending;
         }
-        Poll::Ready(this.finish())
+        match this.pending.take() {
+            None => Poll::Ready(Ok(())),
+            Some(p) => Poll::Ready(this.finish(*p)),
+        }
     }
 }
 
 impl Drop for GetInto<'_> {
+    #[inline]
     fn drop(&mut self) {
-        if let Some(s) = self.slot.take() {
+        if let Some(s) = self.pending.as_mut().and_then(|p| p.slot.take()) {
             let _ = self.inner.wait_slots(&[s]);
         }
     }

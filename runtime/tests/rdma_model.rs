@@ -27,10 +27,7 @@ fn job(size: usize, seg_len: usize, cfg: RdmaConfig, seed: u64) -> Job {
         .iter_mut()
         .enumerate()
         .map(|(r, s)| {
-            let seg = SegmentRef {
-                base: s.as_mut_ptr(),
-                len: s.len(),
-            };
+            let seg = SegmentRef::new(s.as_mut_ptr(), s.len());
             PendingRdma::new(net.device(&format!("rank{r}")), r, size, seg, cfg).unwrap()
         })
         .collect();

@@ -66,6 +66,49 @@ pub struct SegmentRef {
     pub base: *mut u8,
     /// Length in bytes.
     pub len: usize,
+    /// The owner's doorbell when it may sleep on one (a rank of this host
+    /// on the shm fabric): whoever writes into the segment directly rings
+    /// it through [`wake_owner`](Self::wake_owner). Null otherwise.
+    owner_bell: *const shm::doorbell::Doorbell,
+}
+
+impl SegmentRef {
+    /// A segment whose owner has no doorbell.
+    ///
+    /// ```
+    /// # use splitrt_runtime::fabric::SegmentRef;
+    /// let mut bytes = vec![0u8; 64];
+    /// let seg = SegmentRef::new(bytes.as_mut_ptr(), bytes.len());
+    /// seg.wake_owner(); // nothing to ring
+    /// ```
+    pub fn new(base: *mut u8, len: usize) -> Self {
+        Self {
+            base,
+            len,
+            owner_bell: std::ptr::null(),
+        }
+    }
+
+    /// The same segment, whose owner sleeps on `bell` (which must stay
+    /// mapped as long as this reference is used).
+    pub(crate) fn with_owner_bell(self, bell: *const shm::doorbell::Doorbell) -> Self {
+        Self {
+            owner_bell: bell,
+            ..self
+        }
+    }
+
+    /// Tell the owner that its segment changed (after a direct write it
+    /// may be asleep waiting for): one load when it is awake.
+    #[inline]
+    pub fn wake_owner(&self) {
+        if !self.owner_bell.is_null() {
+            // SAFETY: set only by the shm fabric from a mapping it keeps for
+            // its whole life (as long as any SegmentRef it handed out is
+            // used); the words are atomics.
+            unsafe { &*self.owner_bell }.ring();
+        }
+    }
 }
 
 // SAFETY: a SegmentRef is an address range of a shared mapping that lives as

@@ -278,10 +278,7 @@ impl<V: Verbs> PendingRdma<V> {
     ) -> Result<PendingRdma<V>> {
         let mut m = MmapMut::map_anon(seg_len.max(1))
             .map_err(|e| Error::io(format!("mapping a {seg_len} B segment"), e).at_rank(rank))?;
-        let seg = SegmentRef {
-            base: m.as_mut_ptr(),
-            len: seg_len,
-        };
+        let seg = SegmentRef::new(m.as_mut_ptr(), seg_len);
         let mut p = Self::new(verbs, rank, size, seg, cfg)?;
         p.inner.own_seg = Some(m);
         Ok(p)

@@ -386,10 +386,7 @@ impl ShmFabric {
     fn segment_of(&self, rank: usize) -> SegmentRef {
         // SAFETY: segment_off + segment_len == file length (Layout::new).
         let base = unsafe { self.files[rank].as_ptr().add(self.layout.segment_off) };
-        SegmentRef {
-            base,
-            len: self.layout.segment_len,
-        }
+        SegmentRef::new(base, self.layout.segment_len).with_owner_bell(self.bells[rank].0)
     }
 
     fn send_with<C: Clock>(
@@ -784,6 +781,32 @@ mod tests {
             .unwrap();
         f.unlink_own().unwrap();
         f
+    }
+
+    /// A direct write into a peer's segment wakes it through the segment
+    /// reference: with a sleeper announced on the owner's doorbell, the
+    /// bell moves; with none, it does not (the common case is one load).
+    #[test]
+    fn a_segment_reference_rings_its_owners_doorbell() {
+        let f = solo("bell", 256, 8);
+        let seg = f.peer_segment(0).unwrap();
+        let bell = f.own_bell.get();
+        let before = bell.bell.load(Ordering::SeqCst);
+        seg.wake_owner();
+        assert_eq!(
+            bell.bell.load(Ordering::SeqCst),
+            before,
+            "no sleeper: no ring"
+        );
+        bell.sleepers.fetch_add(1, Ordering::SeqCst);
+        seg.wake_owner();
+        bell.sleepers.fetch_sub(1, Ordering::SeqCst);
+        assert_eq!(
+            bell.bell.load(Ordering::SeqCst),
+            before + 1,
+            "a sleeper is rung"
+        );
+        assert_eq!(f.local_segment().base, seg.base);
     }
 
     /// A Medium larger than a cell lands in a slot and reaches the handler

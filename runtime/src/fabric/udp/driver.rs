@@ -95,10 +95,7 @@ impl PendingUdp {
                 let mut m = memmap2::MmapMut::map_anon(cfg.segment_size.max(1)).map_err(|e| {
                     Error::io(format!("mapping a {} B segment", cfg.segment_size), e)
                 })?;
-                let s = SegmentRef {
-                    base: m.as_mut_ptr(),
-                    len: cfg.segment_size,
-                };
+                let s = SegmentRef::new(m.as_mut_ptr(), cfg.segment_size);
                 (s, Some(m))
             }
         };
