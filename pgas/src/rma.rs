@@ -15,7 +15,7 @@ use bytemuck::Pod;
 use parking_lot::Mutex;
 use splitrt_am::{Payload, Result};
 use splitrt_runtime::config::RmaPath;
-use splitrt_runtime::fabric::Fabric;
+use splitrt_runtime::fabric::{Fabric, SegmentRef};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -124,9 +124,7 @@ impl Inner {
             return Ok(());
         }
         if let Some(seg) = self.native(rank) {
-            // SAFETY: destination range checked against the peer's segment.
-            unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
-            seg.wake_owner(); // it may sleep waiting for this data
+            put_native(seg, off, src);
             return Ok(());
         }
         if self.path == RmaPath::Native {
@@ -172,8 +170,13 @@ impl Inner {
     }
 
     /// Checked typed put: the one entry point of `Pgas::put` and `Scope::put`.
+    #[inline]
     pub(crate) fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         self.check(dst, src.len())?;
+        if let Some(seg) = self.native(dst.rank()) {
+            put_native(seg, dst.offset(), bytemuck::cast_slice(src));
+            return Ok(());
+        }
         self.put_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
     }
 
@@ -191,6 +194,16 @@ impl Inner {
             None => Ok(()),
         }
     }
+}
+
+/// A put into a mapped segment: copy, then wake its owner (it may sleep
+/// waiting for this data). The caller checked the range.
+#[inline]
+fn put_native(seg: SegmentRef, off: u64, src: &[u8]) {
+    // SAFETY: the destination range was checked against the segment; the
+    // source may be a slice of our own segment, so this is a memmove.
+    unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
+    seg.wake_owner();
 }
 
 impl crate::state::Slots<Dest> {
@@ -399,14 +412,7 @@ impl Pgas {
         if let Some(seg) = inner.native(dst.rank()) {
             // A native put is complete at the target once the copy returns:
             // no need to wait for this rank's other operations.
-            let bytes: &[u8] = bytemuck::cast_slice(src);
-            // SAFETY: destination range checked against the peer's segment;
-            // the source may be a slice of our own segment (memmove).
-            unsafe {
-                let to = seg.base.add(dst.offset() as usize);
-                std::ptr::copy(bytes.as_ptr(), to, bytes.len());
-            }
-            seg.wake_owner(); // it may sleep waiting for this
+            put_native(seg, dst.offset(), bytemuck::cast_slice(src));
             std::sync::atomic::fence(Ordering::Release);
             return inner.take_errors();
         }
