@@ -207,8 +207,10 @@ pub struct Config {
     pub ring_len: usize,
     /// Largest Medium payload in bytes.
     pub max_medium: usize,
-    /// shm landing slots per sender and channel for large Mediums.
-    pub medium_slots: usize,
+    /// shm landing zone per sender and channel for large Mediums, in units
+    /// of the Medium maximum; `None`: as many as fit a per-rank budget
+    /// ([`medium_slots_for`](crate::fabric::shm::layout::medium_slots_for)).
+    pub medium_slots: Option<usize>,
     /// How long bootstrap waits for every rank.
     pub bootstrap_timeout: Duration,
     /// The fabric.
@@ -256,7 +258,7 @@ impl Default for Config {
             cell_size: 4096,
             ring_len: 64,
             max_medium: 64 << 10,
-            medium_slots: 2,
+            medium_slots: None,
             bootstrap_timeout: Duration::from_secs(30),
             fabric: FabricKind::Auto,
             spin: Duration::from_micros(20),
@@ -306,7 +308,11 @@ impl Config {
         size(ENV_CELL_SIZE, &mut c.cell_size)?;
         size(ENV_RING_LEN, &mut c.ring_len)?;
         size(ENV_MAX_MEDIUM, &mut c.max_medium)?;
-        size(ENV_MEDIUM_SLOTS, &mut c.medium_slots)?;
+        if let Ok(v) = std::env::var(ENV_MEDIUM_SLOTS) {
+            let n = parse_size(&v)
+                .ok_or_else(|| Error::config(format!("{ENV_MEDIUM_SLOTS}={v:?} is not a count")))?;
+            c.medium_slots = Some(n);
+        }
         size(ENV_UDP_MTU, &mut c.udp_mtu)?;
         size(ENV_UDP_WINDOW, &mut c.udp_window)?;
         size(ENV_IBV_BUFFERS, &mut c.ibv_buffers)?;
@@ -414,10 +420,13 @@ impl Config {
                 self.max_medium
             )));
         }
-        if self.medium_slots > crate::fabric::shm::layout::MAX_MEDIUM_SLOTS {
+        if let Some(n) = self
+            .medium_slots
+            .filter(|&n| n > crate::fabric::shm::layout::MAX_MEDIUM_SLOTS)
+        {
             return Err(Error::config(format!(
                 "{ENV_MEDIUM_SLOTS}={} must be at most {}",
-                self.medium_slots,
+                n,
                 crate::fabric::shm::layout::MAX_MEDIUM_SLOTS
             )));
         }

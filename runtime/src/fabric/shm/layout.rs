@@ -3,15 +3,16 @@
 //! ```text
 //! [ FileHeader (48 B), Doorbell at 64, padded to 4 KiB ]
 //! [ ring (src 0, Request) ][ ring (src 0, Reply) ][ ring (src 1, Request) ] ...
-//! [ Medium landing slots: per (src, channel) `medium_slots` x max Medium ]
+//! [ Medium landing zones: per (src, channel) `medium_slots` x max Medium ]
 //! [ segment, page aligned ]
 //! ```
-//! A Medium too large for one cell is copied by its sender into one of the
-//! landing slots the receiver keeps for that sender and channel, and the
-//! cell that announces it names the slot ([`F_ZONE`]): the handler reads
-//! the payload where it landed, in one piece. A slot is reused only after
-//! the cell that announced its last use was released (after its handler
-//! returned), which the sender sees in the ring's tail.
+//! A Medium too large for one cell is copied by its sender into the
+//! landing zone the receiver keeps for that sender and channel, and the
+//! cell that announces it names its offset there ([`F_ZONE`]): the handler
+//! reads the payload where it landed, in one piece. The sender fills the
+//! zone as a byte ring ([`ZoneAlloc`](super::zone::ZoneAlloc)): bytes are
+//! reused only after the cell that announced them was released (after its
+//! handler returned), which the sender sees in the ring's tail.
 //! A ring is a 128-byte control block (the consumer's published tail) and
 //! `ring_len` cells of `cell_size` bytes, each followed by [`CELL_PAD`]
 //! unused bytes. A cell starts with an 8-byte
@@ -26,7 +27,7 @@ use std::sync::atomic::AtomicU32;
 /// "SPLITRT1" as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SPLITRT1");
 /// Layout version; bump on any change to this file.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// Bytes reserved for the file header.
 pub const HEADER_BYTES: usize = 4096;
 /// Bytes of a ring's control block (two cache lines: no false sharing with
@@ -50,10 +51,32 @@ pub const F_FIRST: u8 = 1;
 pub const F_LAST: u8 = 2;
 /// Cell flag: the payload was deposited into the segment.
 pub const F_DEPOSIT: u8 = 4;
-/// Cell flag: a Medium whose payload is in the landing slot `deposit`.
+/// Cell flag: a Medium whose payload is at offset `deposit` of the
+/// sender's landing zone.
 pub const F_ZONE: u8 = 8;
-/// Most landing slots per sender and channel.
-pub const MAX_MEDIUM_SLOTS: usize = 8;
+/// Largest landing zone per sender and channel, in Medium maxima.
+pub const MAX_MEDIUM_SLOTS: usize = 64;
+/// Landing-zone bytes per rank's file when `SPLITRT_MEDIUM_SLOTS` is not
+/// set (see [`medium_slots_for`]).
+pub const ZONE_BUDGET: usize = 8 << 20;
+
+/// The landing zone per sender and channel, in Medium maxima, when the
+/// user did not choose: as much of [`ZONE_BUDGET`] as `ranks` senders x 2
+/// channels share, at least 2 and at most 32. Two ranks get 32 x 64 KiB
+/// = 2 MiB each way, so successive Mediums rotate through more memory than
+/// a core's private cache holds (see [`zone`](super::zone)); 16 ranks get
+/// 4 each.
+///
+/// ```
+/// use splitrt_runtime::fabric::shm::layout::medium_slots_for;
+/// assert_eq!(medium_slots_for(2, 65536), 32);
+/// assert_eq!(medium_slots_for(16, 65536), 4);
+/// assert_eq!(medium_slots_for(256, 65536), 2);
+/// ```
+pub fn medium_slots_for(ranks: usize, max_medium: usize) -> usize {
+    let stride = max_medium.div_ceil(64) * 64;
+    (ZONE_BUDGET / (2 * ranks.max(1) * stride.max(64))).clamp(2, 32)
+}
 
 /// The fixed header at the start of every rank's file.
 #[repr(C)]
@@ -134,7 +157,7 @@ pub struct Layout {
     pub segment_len: usize,
     /// Bytes per ring (control block + cells).
     pub ring_stride: usize,
-    /// Medium landing slots per sender and channel.
+    /// Landing zone per sender and channel, in Medium maxima.
     pub medium_slots: usize,
     /// Bytes per landing slot (the Medium maximum, 64-aligned).
     pub slot_stride: usize,
@@ -200,7 +223,13 @@ impl Layout {
         })
     }
 
-    /// Offset of landing slot `slot` for `src`'s Mediums on channel `ch`.
+    /// Bytes of one (sender, channel) landing zone.
+    pub fn zone_len(&self) -> usize {
+        self.medium_slots * self.slot_stride
+    }
+
+    /// Offset of landing slot `slot` for `src`'s Mediums on channel `ch`
+    /// (slot 0: the start of its landing zone).
     pub fn slot_off(&self, src: usize, ch: usize, slot: usize) -> usize {
         self.slots_off + ((src * 2 + ch) * self.medium_slots + slot) * self.slot_stride
     }

@@ -11,13 +11,14 @@
 pub mod doorbell;
 pub mod layout;
 mod ring;
+pub mod zone;
 
 use self::doorbell::{Doorbell, DOORBELL_OFF};
 use self::layout::{
-    CellMeta, FileHeader, Layout, F_DEPOSIT, F_FIRST, F_LAST, F_ZONE, MAGIC, MAX_MEDIUM_SLOTS,
-    VERSION,
+    CellMeta, FileHeader, Layout, F_DEPOSIT, F_FIRST, F_LAST, F_ZONE, MAGIC, VERSION,
 };
 use self::ring::{Consumer, Producer, Ring};
+use self::zone::ZoneAlloc;
 use super::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
 use crate::config::Config;
 use crate::segment::ShmFile;
@@ -62,7 +63,8 @@ impl PendingShm {
             cfg.ring_len,
             cfg.segment_size,
             cfg.max_medium,
-            cfg.medium_slots,
+            cfg.medium_slots
+                .unwrap_or_else(|| layout::medium_slots_for(size, cfg.max_medium)),
         )?;
         let own = ShmFile::create(stem, rank, layout.total, size).map_err(|e| e.at_rank(rank))?;
         let hdr = FileHeader::new(rank, &layout, cfg.max_medium);
@@ -134,13 +136,11 @@ impl PendingShm {
                     p: Producer::new(ring(file, rank, ch)),
                     bell,
                     zone: Zone {
-                        // SAFETY: slot_off(rank, ch, 0) + medium_slots *
-                        // slot_stride lies inside the file (Layout::new).
+                        // SAFETY: slot_off(rank, ch, 0) + zone_len lies
+                        // inside the file (Layout::new).
                         base: unsafe { file.as_ptr().add(l.slot_off(rank, ch, 0)) },
-                        stride: l.slot_stride,
-                        slots: l.medium_slots,
-                        used: [u64::MAX; MAX_MEDIUM_SLOTS],
-                        next: 0,
+                        len: l.zone_len(),
+                        alloc: ZoneAlloc::new(l.zone_len(), l.ring_len),
                     },
                 }));
             }
@@ -233,13 +233,13 @@ struct RxRing {
     reasm: Reassembly,
     /// The sender's doorbell (rung when cells were freed).
     bell: Bell,
-    /// This sender's first landing slot on this channel, in our file.
+    /// This sender's landing zone on this channel, in our file.
     zone: *const u8,
 }
 
 /// Publish the one-cell header of a payload already placed (in the
-/// segment: `F_DEPOSIT` at offset `at`; in a landing slot: `F_ZONE`, slot
-/// `at`) and wake the receiver if it sleeps.
+/// segment: `F_DEPOSIT` at offset `at`; in the landing zone: `F_ZONE` at
+/// zone offset `at`) and wake the receiver if it sleeps.
 #[inline]
 fn announce<C: Clock>(
     p: &mut Producer,
@@ -285,19 +285,14 @@ struct Tx {
     zone: Zone,
 }
 
-/// The sender's side of its landing slots in a peer's file.
+/// The sender's side of its landing zone in a peer's file.
 struct Zone {
-    /// The first slot (in the peer's file).
+    /// The zone's first byte (in the peer's file).
     base: *mut u8,
-    /// Bytes per slot.
-    stride: usize,
-    /// Slots (0: none; large Mediums are streamed).
-    slots: usize,
-    /// Per slot, the sequence number of the cell that announced its last
-    /// use (`u64::MAX`: never used).
-    used: [u64; MAX_MEDIUM_SLOTS],
-    /// The slot to use next.
-    next: usize,
+    /// Its bytes (0: none; large Mediums are streamed).
+    len: usize,
+    /// Which bytes are free.
+    alloc: ZoneAlloc,
 }
 
 struct RxSet {
@@ -444,26 +439,19 @@ impl ShmFabric {
         }
         let t = C::record(Stage::Enqueue, t0);
         let cap0 = p.ring().capacity(nw);
-        if len > cap0 && zone.slots > 0 {
-            // Into a landing slot in one copy; the cell only announces it.
-            let slot = zone.next;
-            let last = zone.used[slot];
-            if last != u64::MAX && !p.released(last) {
-                return Ok(false); // its previous Medium is still being handled
-            }
-            // SAFETY: the slot lies in the peer's file (Layout::new), len <=
-            // max_medium <= stride (checked above), and the peer does not
-            // read it before the cell published below names it.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    pkt.payload.as_ptr(),
-                    zone.base.add(slot * zone.stride),
-                    len,
-                )
+        if len > cap0 && len <= zone.len {
+            // Into the landing zone in one copy; the cell only announces it.
+            let Some(at) = zone.alloc.place(len, |seq| p.released(seq)) else {
+                return Ok(false); // the zone is full of Mediums being handled
             };
-            zone.used[slot] = p.head();
-            zone.next = if slot + 1 == zone.slots { 0 } else { slot + 1 };
-            announce::<C>(p, *bell, pkt, F_ZONE, slot as u64, t);
+            // SAFETY: at + len <= zone.len (ZoneAlloc::place), the zone lies
+            // in the peer's file (Layout::new), and the peer reads these
+            // bytes only after the cell published below names them and
+            // until it releases that cell, before which place() does not
+            // hand them out again.
+            unsafe { std::ptr::copy_nonoverlapping(pkt.payload.as_ptr(), zone.base.add(at), len) };
+            zone.alloc.placed(p.head(), at, len);
+            announce::<C>(p, *bell, pkt, F_ZONE, at as u64, t);
             return Ok(true);
         }
         let first = len.min(cap0);
@@ -577,28 +565,24 @@ impl ShmFabric {
             }
             let total = m.total as usize;
             let payload: &[u8] = if m.flags & F_ZONE != 0 {
-                let slot = m.deposit;
+                let at = m.deposit;
+                let zone = self.layout.zone_len() as u64;
                 if m.len != 0
                     || m.flags & F_DEPOSIT != 0
-                    || slot >= self.layout.medium_slots as u64
                     || total > self.max_medium
+                    || at.checked_add(total as u64).is_none_or(|e| e > zone)
                 {
                     r.cons.release();
                     return bad(format!(
-                        "Medium of {total} B in landing slot {slot} (there are {}, of {} B)",
-                        self.layout.medium_slots, self.max_medium
+                        "Medium of {total} B at {at} of its landing zone ({zone} B, Mediums up to {} B)",
+                        self.max_medium
                     ));
                 }
-                // SAFETY: slot < medium_slots and total <= max_medium <=
-                // slot_stride, so the range lies in this sender's slots of
-                // our own file; the sender does not reuse the slot before
-                // this cell is released (after the handler).
-                unsafe {
-                    std::slice::from_raw_parts(
-                        r.zone.add(slot as usize * self.layout.slot_stride),
-                        total,
-                    )
-                }
+                // SAFETY: at + total <= zone_len, so the range lies in this
+                // sender's zone in our own file; the sender does not reuse
+                // these bytes before this cell is released (after the
+                // handler).
+                unsafe { std::slice::from_raw_parts(r.zone.add(at as usize), total) }
             } else if m.flags & F_DEPOSIT != 0 {
                 let seg = self.segment_of(self.me);
                 if m.len != 0
@@ -809,33 +793,38 @@ mod tests {
         assert_eq!(f.local_segment().base, seg.base);
     }
 
-    /// A Medium larger than a cell lands in a slot and reaches the handler
-    /// whole; a cell naming a slot that does not exist, or claiming more
-    /// than a slot holds, is refused naming the sender.
+    /// Mediums larger than a cell land in the zone (round and round it)
+    /// and reach the handler whole; a cell naming bytes outside the zone,
+    /// or claiming more than a Medium holds, is refused naming the sender.
     #[test]
-    fn large_mediums_land_in_slots_and_bad_slots_are_refused() {
+    fn large_mediums_land_in_the_zone_and_bad_offsets_are_refused() {
         let f = solo("zone", 256, 8);
-        let data: Vec<u8> = (0..4000u32).map(|i| (i * 7) as u8).collect();
-        for round in 0..10u64 {
+        let zone = f.layout.zone_len();
+        let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+        let mut placed = 0;
+        for round in 0..500u64 {
+            let n = 300 + (round as usize * 997) % 3797; // 300..4096 B
             let pkt = Packet {
                 tag: 3,
                 words: &[round],
-                payload: &data,
+                payload: &data[..n],
                 deposit: None,
             };
             assert!(f
                 .try_send(0, Channel::Request, &pkt, &mut |_| Ok(()))
                 .unwrap());
+            placed += n;
             let mut got = 0;
             f.poll(Channel::Request, &mut |d| {
-                assert_eq!((d.tag, d.words, d.payload), (3, &[round][..], &data[..]));
+                assert_eq!((d.tag, d.words, d.payload), (3, &[round][..], &data[..n]));
                 assert!(d.deposit.is_none());
                 got += 1;
             })
             .unwrap();
             assert_eq!(got, 1);
         }
-        for (slot, total) in [(2u64, 10u32), (u64::MAX, 10), (0, 4097)] {
+        assert!(placed > 2 * zone, "went round the zone");
+        for (at, total) in [(zone as u64 - 5, 10u32), (u64::MAX, 10), (0, 4097)] {
             let meta = CellMeta {
                 tag: 1,
                 flags: F_FIRST | F_LAST | F_ZONE,
@@ -843,13 +832,13 @@ mod tests {
                 len: 0,
                 total,
                 pad: 0,
-                deposit: slot,
+                deposit: at,
             };
             f.tx[0].lock().p.push(meta, &[], &[]);
             let e = f
-                .poll(Channel::Request, &mut |_| panic!("delivered a bad slot"))
+                .poll(Channel::Request, &mut |_| panic!("delivered a bad offset"))
                 .unwrap_err();
-            assert!(e.to_string().contains("landing slot"), "{e}");
+            assert!(e.to_string().contains("landing zone"), "{e}");
         }
     }
 

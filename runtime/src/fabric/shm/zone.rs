@@ -1,0 +1,179 @@
+//! Where a sender places Mediums larger than a cell in its landing zone in
+//! the receiver's file: a byte ring, allocated in send order and freed in
+//! that order (a Medium's bytes are free once the ring cell announcing it
+//! is released, and cells are released in order). No I/O: the caller says
+//! which cells were released.
+//!
+//! Large Mediums ([`ROTATE_MIN`] and up) go to successive bytes of the
+//! whole zone rather than back to the same few buffers: a receiver then
+//! reads a payload the sender wrote a while ago, which has left the
+//! sender's private cache, instead of probing it out of that cache line by
+//! line (on this host's EPYC, a 64 KiB Medium round trip copied through 2
+//! reused buffers takes 2.5x as long as through 16 rotating ones). Smaller
+//! ones cycle through the first [`SMALL_WINDOW`] x their size, which stays
+//! in the sender's cache (its writes hit; rotating 4-16 KiB Mediums
+//! through 2 MiB made their round trip up to 2x slower).
+
+use std::collections::VecDeque;
+
+/// Mediums of at least this many bytes rotate through the whole zone.
+pub const ROTATE_MIN: usize = 32 << 10;
+/// Smaller Mediums of `n` bytes wrap after `SMALL_WINDOW * n` bytes.
+pub const SMALL_WINDOW: usize = 2;
+
+/// The sender's books of one landing zone (see the module docs).
+#[derive(Debug)]
+pub struct ZoneAlloc {
+    /// Zone length in bytes.
+    len: usize,
+    /// Where the next Medium goes if it fits (end of the last one placed).
+    head: usize,
+    /// Mediums not yet known to be released: (announcing cell, first byte),
+    /// oldest first. At most one per ring cell.
+    inflight: VecDeque<(u64, usize)>,
+}
+
+impl ZoneAlloc {
+    /// Books for a zone of `len` bytes whose ring has `cells` cells.
+    pub fn new(len: usize, cells: usize) -> Self {
+        Self {
+            len,
+            head: 0,
+            inflight: VecDeque::with_capacity(cells),
+        }
+    }
+
+    /// Where `n` bytes (0 < n <= zone length) can go now, or `None` while
+    /// the zone is full. `released(seq)` says whether the receiver has
+    /// released cell `seq` (cells are released in order).
+    ///
+    /// ```
+    /// # use splitrt_runtime::fabric::shm::zone::ZoneAlloc;
+    /// let mut z = ZoneAlloc::new(100, 8);
+    /// let at = z.place(60, |_| false).unwrap();
+    /// z.placed(0, at, 60);
+    /// assert_eq!(z.place(60, |_| false), None); // cell 0 still in use
+    /// let at = z.place(60, |seq| seq == 0).unwrap(); // released: reuse
+    /// assert_eq!(at, 0);
+    /// ```
+    pub fn place(&mut self, n: usize, mut released: impl FnMut(u64) -> bool) -> Option<usize> {
+        debug_assert!(n > 0 && n <= self.len);
+        while let Some(&(seq, _)) = self.inflight.front() {
+            if !released(seq) {
+                break;
+            }
+            self.inflight.pop_front();
+        }
+        let h = self.head;
+        // where this Medium wraps to the start (safety needs only <= len)
+        let limit = if n >= ROTATE_MIN {
+            self.len
+        } else {
+            (n * SMALL_WINDOW).min(self.len)
+        };
+        match self.inflight.front() {
+            // empty zone: keep going round it
+            None => Some(if h + n <= limit { h } else { 0 }),
+            // in use: [oldest, h); free: [h, len) and [0, oldest)
+            Some(&(_, oldest)) if h > oldest => {
+                if h + n <= limit {
+                    Some(h)
+                } else if n <= oldest {
+                    Some(0)
+                } else {
+                    None
+                }
+            }
+            // wrapped: in use [oldest, len) and [0, h); free: [h, oldest)
+            Some(&(_, oldest)) if h < oldest => (h + n <= oldest).then_some(h),
+            // h == oldest with Mediums in flight: the zone is full
+            Some(_) => None,
+        }
+    }
+
+    /// Record that `n` bytes at `at` (from [`place`](Self::place)) were
+    /// announced by cell `seq`.
+    pub fn placed(&mut self, seq: u64, at: usize, n: usize) {
+        self.inflight.push_back((seq, at));
+        self.head = at + n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// Seeded model: a sender places Mediums of random sizes, a receiver
+    /// releases their cells in order at random moments. Every placement
+    /// must lie in the zone and overlap no Medium still in use, and the
+    /// sender must never be refused when the zone is empty.
+    #[test]
+    fn placements_never_overlap_a_medium_in_use() {
+        for seed in 0..20u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let len = rng.gen_range(64..5000) * if seed % 2 == 0 { 1 } else { 64 };
+            let cells = rng.gen_range(1..16);
+            let mut z = ZoneAlloc::new(len, cells);
+            // the receiver's view: (seq, start, end) not yet released
+            let mut live: VecDeque<(u64, usize, usize)> = VecDeque::new();
+            let (mut next_seq, mut released_below) = (0u64, 0u64);
+            let mut placed_total = 0u64;
+            for step in 0..100_000 {
+                if rng.gen_bool(0.45) && !live.is_empty() {
+                    live.pop_front();
+                    released_below += 1;
+                    continue;
+                }
+                if live.len() == cells {
+                    continue; // no free cell: the ring refuses before the zone
+                }
+                let n = rng.gen_range(1..=len);
+                let r = released_below;
+                match z.place(n, |seq| seq < r) {
+                    Some(at) => {
+                        assert!(at + n <= len, "seed {seed} step {step}: {at}+{n} > {len}");
+                        for &(s, a, b) in &live {
+                            assert!(
+                                at + n <= a || at >= b,
+                                "seed {seed} step {step}: [{at},{}) overlaps cell {s} [{a},{b})",
+                                at + n
+                            );
+                        }
+                        z.placed(next_seq, at, n);
+                        live.push_back((next_seq, at, at + n));
+                        next_seq += 1;
+                        placed_total += 1;
+                    }
+                    None => assert!(!live.is_empty(), "seed {seed}: refused an empty zone"),
+                }
+            }
+            assert!(
+                placed_total > 10_000,
+                "seed {seed}: only {placed_total} placed"
+            );
+        }
+    }
+
+    fn starts(zone: usize, n: usize, count: u64) -> Vec<usize> {
+        let mut z = ZoneAlloc::new(zone, 4);
+        (0..count)
+            .map(|seq| {
+                let at = z.place(n, |s| s < seq).unwrap();
+                z.placed(seq, at, n);
+                at / n
+            })
+            .collect()
+    }
+
+    /// Large Mediums walk round the whole zone before reusing bytes;
+    /// small ones cycle through a few of their sizes.
+    #[test]
+    fn large_mediums_rotate_through_the_zone_small_ones_stay_near() {
+        assert_eq!(
+            starts(10 * ROTATE_MIN, ROTATE_MIN, 12),
+            [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 0, 1]
+        );
+        assert_eq!(starts(10 * ROTATE_MIN, 4096, 5), [0, 1, 0, 1, 0]);
+    }
+}
