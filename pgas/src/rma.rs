@@ -82,6 +82,18 @@ impl Inner {
         Ok(Some(slot))
     }
 
+    /// Whether the get awaiting `slot` has all its data (polls once);
+    /// `None`: nothing awaited.
+    pub(crate) fn slot_done(&self, slot: Option<usize>) -> bool {
+        match slot {
+            None => true,
+            Some(s) => {
+                let _ = self.ep.poll();
+                self.st.dests.lock().items_remaining(s) == 0
+            }
+        }
+    }
+
     /// Wait for AM get slots, release them, report the first failure. If
     /// the job fails first, the slots still awaiting replies are cancelled
     /// (late replies are dropped, never written into the released buffer).
@@ -433,13 +445,7 @@ pub struct Get<T: Pod> {
 impl<T: Pod> Get<T> {
     /// Whether the data has arrived (polls once).
     pub fn is_done(&self) -> bool {
-        match self.slot {
-            None => true,
-            Some(s) => {
-                let _ = self.pg.endpoint().poll();
-                self.pg.inner.st.dests.lock().items_remaining(s) == 0
-            }
-        }
+        self.pg.inner.slot_done(self.slot)
     }
 
     /// Wait for the data.
@@ -471,13 +477,8 @@ struct Staged<'a> {
 impl GetInto<'_> {
     /// Whether the data has arrived (polls once).
     pub fn is_done(&self) -> bool {
-        match self.pending.as_ref().and_then(|p| p.slot) {
-            None => true,
-            Some(s) => {
-                let _ = self.inner.ep.poll();
-                self.inner.st.dests.lock().items_remaining(s) == 0
-            }
-        }
+        self.inner
+            .slot_done(self.pending.as_ref().and_then(|p| p.slot))
     }
 
     /// Wait for the data; it is in the caller's buffer on `Ok`.

@@ -84,7 +84,4 @@ impl Fabric for Hybrid {
         }
     }
     // idle_wait: the timed sleep (datagrams ring no doorbell)
-    fn wake(&self, peer: usize) {
-        self.shm.wake(peer)
-    }
 }

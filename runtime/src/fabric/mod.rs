@@ -158,11 +158,6 @@ pub trait Fabric: Send + Sync {
     fn idle_wait(&self, sleep: std::time::Duration) {
         std::thread::sleep(sleep);
     }
-    /// Tell `peer` that its memory was written directly (a native put,
-    /// store or atomic through [`peer_segment`](Self::peer_segment)), in
-    /// case it sleeps waiting for that. No-op where there is no doorbell.
-    #[inline]
-    fn wake(&self, _peer: usize) {}
     /// Copy `src` into `peer`'s segment at `off` one-sidedly (RDMA write),
     /// complete at the peer on return. `None`: this fabric has no
     /// one-sided path to `peer` (use messages, or [`peer_segment`](Self::peer_segment)).
@@ -272,10 +267,6 @@ impl Fabric for AnyFabric {
     }
     fn idle_wait(&self, sleep: std::time::Duration) {
         dispatch!(self, idle_wait(sleep))
-    }
-    #[inline]
-    fn wake(&self, peer: usize) {
-        dispatch!(self, wake(peer))
     }
     #[inline]
     fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {

@@ -176,8 +176,8 @@ impl Layout {
     /// use splitrt_runtime::fabric::shm::layout::Layout;
     /// let l = Layout::new(4, 4096, 16, 1 << 20, 65536, 2).unwrap();
     /// assert_eq!(l.segment_off % 4096, 0);
-    /// assert!(l.ring_off(3, 1) + l.ring_stride <= l.slot_off(0, 0, 0));
-    /// assert!(l.slot_off(3, 1, 1) + l.slot_stride <= l.segment_off);
+    /// assert!(l.ring_off(3, 1) + l.ring_stride <= l.zone_off(0, 0));
+    /// assert!(l.zone_off(3, 1) + l.zone_len() <= l.segment_off);
     /// ```
     pub fn new(
         size: usize,
@@ -228,10 +228,9 @@ impl Layout {
         self.medium_slots * self.slot_stride
     }
 
-    /// Offset of landing slot `slot` for `src`'s Mediums on channel `ch`
-    /// (slot 0: the start of its landing zone).
-    pub fn slot_off(&self, src: usize, ch: usize, slot: usize) -> usize {
-        self.slots_off + ((src * 2 + ch) * self.medium_slots + slot) * self.slot_stride
+    /// Offset of the landing zone for `src`'s Mediums on channel `ch`.
+    pub fn zone_off(&self, src: usize, ch: usize) -> usize {
+        self.slots_off + (src * 2 + ch) * self.zone_len()
     }
 
     /// Offset of the ring carrying `src`'s packets on channel `ch` (0 or 1).

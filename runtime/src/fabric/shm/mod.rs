@@ -136,10 +136,9 @@ impl PendingShm {
                     p: Producer::new(ring(file, rank, ch)),
                     bell,
                     zone: Zone {
-                        // SAFETY: slot_off(rank, ch, 0) + zone_len lies
+                        // SAFETY: zone_off(rank, ch) + zone_len lies
                         // inside the file (Layout::new).
-                        base: unsafe { file.as_ptr().add(l.slot_off(rank, ch, 0)) },
-                        len: l.zone_len(),
+                        base: unsafe { file.as_ptr().add(l.zone_off(rank, ch)) },
                         alloc: ZoneAlloc::new(l.zone_len(), l.ring_len),
                     },
                 }));
@@ -153,7 +152,7 @@ impl PendingShm {
                         reasm: Reassembly::default(),
                         bell: bells[src],
                         // SAFETY: as for the sender's side above.
-                        zone: unsafe { files[rank].as_ptr().add(l.slot_off(src, ch, 0)) },
+                        zone: unsafe { files[rank].as_ptr().add(l.zone_off(src, ch)) },
                     })
                     .collect(),
                 next: 0,
@@ -289,9 +288,8 @@ struct Tx {
 struct Zone {
     /// The zone's first byte (in the peer's file).
     base: *mut u8,
-    /// Its bytes (0: none; large Mediums are streamed).
-    len: usize,
-    /// Which bytes are free.
+    /// Which of its bytes are free (length 0: no zone; large Mediums are
+    /// streamed).
     alloc: ZoneAlloc,
 }
 
@@ -439,12 +437,12 @@ impl ShmFabric {
         }
         let t = C::record(Stage::Enqueue, t0);
         let cap0 = p.ring().capacity(nw);
-        if len > cap0 && len <= zone.len {
+        if len > cap0 && len <= zone.alloc.capacity() {
             // Into the landing zone in one copy; the cell only announces it.
             let Some(at) = zone.alloc.place(len, |seq| p.released(seq)) else {
                 return Ok(false); // the zone is full of Mediums being handled
             };
-            // SAFETY: at + len <= zone.len (ZoneAlloc::place), the zone lies
+            // SAFETY: at + len <= the zone's length (ZoneAlloc::place), the zone lies
             // in the peer's file (Layout::new), and the peer reads these
             // bytes only after the cell published below names them and
             // until it releases that cell, before which place() does not
@@ -731,17 +729,6 @@ impl Fabric for ShmFabric {
         self.own_bell
             .get()
             .wait(doorbell::WAIT_LIMIT, || self.has_work());
-    }
-
-    #[inline]
-    fn wake(&self, peer: usize) {
-        if let Some(&l) = self.local_of.get(peer) {
-            if l != NOT_HERE {
-                if let Some(b) = self.bells.get(l as usize) {
-                    b.get().ring();
-                }
-            }
-        }
     }
 }
 

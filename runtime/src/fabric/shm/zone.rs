@@ -43,6 +43,11 @@ impl ZoneAlloc {
         }
     }
 
+    /// Zone length in bytes (a Medium larger than this cannot go here).
+    pub fn capacity(&self) -> usize {
+        self.len
+    }
+
     /// Where `n` bytes (0 < n <= zone length) can go now, or `None` while
     /// the zone is full. `released(seq)` says whether the receiver has
     /// released cell `seq` (cells are released in order).
