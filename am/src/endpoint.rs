@@ -380,8 +380,15 @@ impl Inner {
     /// Back off once; past spinning and yielding, sleep in the fabric
     /// (on the shm doorbell, woken by the peer that gives us work).
     fn snooze(&self, backoff: &mut Backoff) {
+        self.snooze_unless(backoff, &|| false);
+    }
+
+    /// [`snooze`](Self::snooze) that does not sleep once `done()`, asked
+    /// after the sleep is announced on the doorbell (see
+    /// [`Fabric::idle_wait`]).
+    fn snooze_unless(&self, backoff: &mut Backoff, done: &dyn Fn() -> bool) {
         let sleep = backoff.sleep_time();
-        backoff.snooze_with(&|| self.fabric().idle_wait(sleep));
+        backoff.snooze_with(&|| self.fabric().idle_wait(sleep, done));
     }
 
     /// Called by the fabric while a streamed packet waits for room at the
@@ -678,8 +685,15 @@ impl Endpoint {
         &self,
         what: &dyn Fn() -> String,
         extra: std::time::Duration,
-        mut cond: impl FnMut() -> bool,
+        cond: impl FnMut() -> bool,
     ) -> Result<()> {
+        // `cond` is also asked inside the doorbell wait (so a peer's wake-up
+        // is never missed); a true answer there is kept, never asked again.
+        let (cond, met) = (std::cell::RefCell::new(cond), std::cell::Cell::new(false));
+        let cond = || {
+            met.set(met.get() || (cond.borrow_mut())());
+            met.get()
+        };
         self.inner
             .check_live()
             .map_err(|e| e.at_rank(self.rank()))?;
@@ -706,7 +720,7 @@ impl Endpoint {
             if backoff.is_slow() && watch.due() {
                 self.inner.hang(&mut watch, &what())?;
             }
-            self.inner.snooze(&mut backoff);
+            self.inner.snooze_unless(&mut backoff, &cond);
         }
     }
 

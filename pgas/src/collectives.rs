@@ -1,10 +1,18 @@
 //! Collectives over the PGAS layer: barrier (also split-phase
 //! notify/wait), broadcast, reduce and allreduce. Data moves with the
-//! job's one-sided path (native or AM) through a symmetric scratch block,
-//! so both paths are exercised; reductions combine in rank order, so every
-//! rank gets bit-identical floating-point results.
+//! job's one-sided path (native or AM) through a symmetric scratch block
+//! whose two halves alternate, so each step of a broadcast or reduction
+//! costs one barrier; reductions combine in rank order, so every rank gets
+//! bit-identical floating-point results.
+//!
+//! The barrier goes through shared memory when every rank's segment is
+//! mapped here on the native path ([`crate::shm_barrier`]), else through
+//! AMs counted at rank 0.
 
 use crate::context::{Pgas, SCRATCH};
+
+/// Bytes of one scratch half: the data of one collective step.
+const HALF: u64 = SCRATCH / 2;
 use crate::reduce::{Op, Reduce};
 use bytemuck::Pod;
 use splitrt_am::{Error, Payload, Result};
@@ -97,7 +105,13 @@ impl Pgas {
             return Err(Error::usage("barrier_notify twice without barrier_wait").at_rank(i.rank));
         }
         let e = i.notified.load(Ordering::Relaxed) + 1;
-        if i.rank == 0 {
+        if let Some(b) = &i.shm_barrier {
+            if let Err(why) = b.arrive(e, kind) {
+                // every rank is stuck or wrong: end the job, naming both sides
+                i.ep.world().abort(&why);
+                return Err(Error::usage(why).at_rank(i.rank));
+            }
+        } else if i.rank == 0 {
             i.st.arrive(e, kind as u64, 0, i.size);
         } else {
             i.ep.request(0, i.h.arrive, &[e, kind as u64], Payload::None)?;
@@ -119,7 +133,28 @@ impl Pgas {
         let kind =
             Coll::from_code(i.notified_kind.load(Ordering::Relaxed)).unwrap_or(Coll::Barrier);
         let st = &i.st;
-        if i.rank == 0 {
+        if let Some(b) = &i.shm_barrier {
+            let what = || {
+                let missing = b.missing(e);
+                if missing.is_empty() {
+                    format!(
+                        "in {} #{e}: every rank arrived, none released it",
+                        kind.name()
+                    )
+                } else {
+                    format!(
+                        "in {} #{e} for rank(s) {}, which have not arrived",
+                        kind.name(),
+                        rank_list(&missing)
+                    )
+                }
+            };
+            // every rank knows who is missing: rank 0 reports, the others
+            // only if it cannot
+            let extra = std::time::Duration::from_secs(if i.rank == 0 { 0 } else { 2 });
+            i.ep.wait_reporting(&what, extra, || b.released(e))
+                .inspect_err(|_| i.wait_failed.store(true, Ordering::Relaxed))?;
+        } else if i.rank == 0 {
             let p = (e % 2) as usize;
             let a = &st.arrivals[p];
             let what = || {
@@ -169,15 +204,15 @@ impl Pgas {
             );
         }
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(data);
-        for chunk in bytes.chunks_mut(SCRATCH as usize) {
+        for chunk in bytes.chunks_mut(HALF as usize) {
+            let half = self.next_half();
             if i.rank == root {
-                self.write_scratch(chunk);
+                self.write_scratch(half, chunk);
             }
             self.barrier_of(Coll::Broadcast)?;
             if i.rank != root {
-                i.get_blocking(root, i.scratch, chunk)?;
+                i.get_blocking(root, half, chunk)?;
             }
-            self.barrier_of(Coll::Broadcast)?;
         }
         Ok(())
     }
@@ -213,45 +248,51 @@ impl Pgas {
         } else {
             Coll::Allreduce
         };
-        let per = (SCRATCH as usize / std::mem::size_of::<T>().max(1)).max(1);
+        let per = (HALF as usize / std::mem::size_of::<T>().max(1)).max(1);
         let mut acc = vec![T::zeroed(); per.min(data.len())];
         let mut tmp = vec![T::zeroed(); per.min(data.len())];
         for chunk in data.chunks_mut(per) {
-            self.write_scratch(bytemuck::cast_slice(chunk));
+            let half = self.next_half();
+            self.write_scratch(half, bytemuck::cast_slice(chunk));
             self.barrier_of(kind)?;
             if root.is_none_or(|r| r == i.rank) {
                 let n = chunk.len();
                 for r in 0..i.size {
                     let dst = if r == 0 { &mut acc[..n] } else { &mut tmp[..n] };
-                    i.get_blocking(r, i.scratch, bytemuck::cast_slice_mut(dst))?;
+                    i.get_blocking(r, half, bytemuck::cast_slice_mut(dst))?;
                     if r > 0 {
                         for (a, b) in acc[..n].iter_mut().zip(&tmp[..n]) {
                             *a = T::combine(op, *a, *b).expect("op checked above");
                         }
                     }
                 }
-            }
-            self.barrier_of(kind)?;
-            if root.is_none_or(|r| r == i.rank) {
-                chunk.copy_from_slice(&acc[..chunk.len()]);
+                chunk.copy_from_slice(&acc[..n]);
             }
         }
         Ok(())
     }
 
-    /// Copy bytes into this rank's own scratch block.
-    fn write_scratch(&self, bytes: &[u8]) {
+    /// The scratch half (its segment offset) of the next collective step.
+    ///
+    /// Steps alternate between the two halves, so one barrier per step is
+    /// enough: a rank writes a half again two steps later, after passing
+    /// the barrier of the step between, which every rank entered only once
+    /// it had read what it needed of this step.
+    fn next_half(&self) -> u64 {
+        let i = &self.inner;
+        let step = i.coll_steps.fetch_add(1, Ordering::Relaxed);
+        i.scratch + (step % 2) * HALF
+    }
+
+    /// Copy bytes into this rank's own scratch half at offset `half`.
+    fn write_scratch(&self, half: u64, bytes: &[u8]) {
         let i = &self.inner;
         let seg = i.st.seg();
-        debug_assert!(bytes.len() as u64 <= SCRATCH);
+        debug_assert!(bytes.len() as u64 <= HALF);
+        debug_assert!(half == i.scratch || half == i.scratch + HALF);
         // SAFETY: the scratch block is a symmetric allocation of SCRATCH
-        // bytes in our own segment; chunks never exceed it.
-        unsafe {
-            std::ptr::copy(
-                bytes.as_ptr(),
-                seg.base.add(i.scratch as usize),
-                bytes.len(),
-            )
-        };
+        // bytes in our own segment, `half` one of its halves; chunks never
+        // exceed a half.
+        unsafe { std::ptr::copy(bytes.as_ptr(), seg.base.add(half as usize), bytes.len()) };
     }
 }

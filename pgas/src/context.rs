@@ -5,6 +5,7 @@ use crate::collectives::Coll;
 use crate::handlers::{self, Handlers};
 use crate::heap::{Heap, RESERVED_BYTES};
 use crate::ptr::GlobalPtr;
+use crate::shm_barrier::ShmBarrier;
 use crate::state::{Issued, State};
 use bytemuck::Pod;
 use parking_lot::Mutex;
@@ -14,7 +15,8 @@ use splitrt_runtime::fabric::{Fabric, SegmentRef};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// Bytes of symmetric scratch used by broadcast and reductions per step.
+/// Bytes of symmetric scratch used by broadcast and reductions (two
+/// halves, one per step, alternating).
 pub(crate) const SCRATCH: u64 = 256 << 10;
 
 /// A rank's handle on the global address space. Cheap to clone,
@@ -48,6 +50,9 @@ pub(crate) struct Inner {
     pub size: usize,
     /// Every rank's segment as mapped here (native path only).
     pub segs: Vec<Option<SegmentRef>>,
+    /// The barrier through shared memory, when every rank's segment is
+    /// mapped here and the path is native (else barriers are AMs to rank 0).
+    pub shm_barrier: Option<ShmBarrier>,
     pub seg_lens: Vec<u64>,
     pub heap: Mutex<Heap>,
     pub scratch: u64,
@@ -65,6 +70,9 @@ pub(crate) struct Inner {
     /// The last barrier wait returned an error before its barrier completed.
     pub wait_failed: std::sync::atomic::AtomicBool,
     pub store_epoch: AtomicU64,
+    /// Collective steps (broadcast and reduction chunks) so far: which
+    /// scratch half the next one uses.
+    pub coll_steps: AtomicU64,
 }
 
 impl Pgas {
@@ -109,6 +117,10 @@ impl Pgas {
         let path = ep.config().rma;
         let segs: Vec<Option<SegmentRef>> = (0..size).map(|r| fabric.peer_segment(r)).collect();
         let seg_lens: Vec<u64> = (0..size).map(|r| fabric.segment_len(r) as u64).collect();
+        let shm_barrier = match path {
+            RmaPath::Native => ShmBarrier::new(&segs, rank),
+            RmaPath::Am => None,
+        };
         let mut heap = Heap::new(seg_lens[rank]);
         let scratch = heap.alloc_sym(SCRATCH).map_err(|e| e.at_rank(rank))?;
         // user Long payloads must not land on splitrt's counters or scratch
@@ -123,6 +135,7 @@ impl Pgas {
                 rank,
                 size,
                 segs,
+                shm_barrier,
                 seg_lens,
                 heap: Mutex::new(heap),
                 scratch,
@@ -135,6 +148,7 @@ impl Pgas {
                 waited: AtomicU64::new(0),
                 wait_failed: Default::default(),
                 store_epoch: AtomicU64::new(0),
+                coll_steps: AtomicU64::new(0),
             }),
         })
     }

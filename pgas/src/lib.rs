@@ -23,6 +23,7 @@ mod ops;
 mod ptr;
 mod reduce;
 mod rma;
+mod shm_barrier;
 mod state;
 pub mod vys;
 

@@ -35,6 +35,10 @@ fn a_lapping_producer_never_yields_a_torn_spectrum() {
     reader.connect(offer).unwrap();
 
     let (tx, rx) = mpsc::sync_channel::<SpectrumInfo>(64);
+    // Every PACEd spectrum the writer waits until the reader has read it,
+    // so some reads are valid however the two threads are scheduled.
+    const PACE: u64 = 1024;
+    let (ack_tx, ack_rx) = mpsc::channel::<()>();
     let stop = Arc::new(AtomicBool::new(false));
     let (r2, s2) = (ring.clone(), stop.clone());
     let writer = std::thread::spawn(move || {
@@ -44,8 +48,14 @@ fn a_lapping_producer_never_yields_a_torn_spectrum() {
         while !s2.load(Ordering::Relaxed) && n < 2_000_000 {
             fill(ID, n, &mut data);
             let info = w.write(&data, n, DigestKind::None);
-            // announce some; keep writing regardless (lapping the reader)
-            let _ = tx.try_send(info);
+            if n.is_multiple_of(PACE) {
+                if tx.send(info).is_err() || ack_rx.recv_timeout(Duration::from_secs(10)).is_err() {
+                    break;
+                }
+            } else {
+                // announce some; keep writing regardless (lapping the reader)
+                let _ = tx.try_send(info);
+            }
             n += 1;
         }
         n
@@ -72,9 +82,13 @@ fn a_lapping_producer_never_yields_a_torn_spectrum() {
             ReadOutcome::Overwritten => overwritten += 1,
             other => panic!("{other:?} for {info:?}"),
         }
+        if info.timestamp.is_multiple_of(PACE) {
+            let _ = ack_tx.send(());
+        }
     }
     stop.store(true, Ordering::Relaxed);
     drop(rx);
+    drop(ack_tx);
     let written = writer.join().unwrap();
     assert!(valid > 100, "valid {valid}, overwritten {overwritten}");
     assert!(written > valid + overwritten);

@@ -70,7 +70,11 @@ impl Backoff {
         if self.phase == Phase::Spin {
             self.spins = self.spins.wrapping_add(1);
             // Reading the clock costs ~20 ns: look at it once every 64 rounds.
-            if self.spin_only || !self.spins.is_multiple_of(64) || start.elapsed() < self.spin {
+            // (No spin time: yield at once; more ranks than cores.)
+            if self.spin_only
+                || (!self.spin.is_zero()
+                    && (!self.spins.is_multiple_of(64) || start.elapsed() < self.spin))
+            {
                 std::hint::spin_loop();
                 return;
             }

@@ -154,9 +154,14 @@ pub trait Fabric: Send + Sync {
     /// thread is sending there). Not for the fast path.
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)>;
     /// Wait a little with nothing to do: until a peer gives this rank
-    /// work if the fabric can tell (the shm doorbell), else `sleep`.
-    fn idle_wait(&self, sleep: std::time::Duration) {
-        std::thread::sleep(sleep);
+    /// work if the fabric can tell (the shm doorbell), else `sleep`. Does
+    /// not sleep if `done()`, which the shm fabric asks after announcing
+    /// the sleep: a peer that makes `done()` true, fences, and then rings
+    /// (as a native barrier's release does) is never missed.
+    fn idle_wait(&self, sleep: std::time::Duration, done: &dyn Fn() -> bool) {
+        if !done() {
+            std::thread::sleep(sleep);
+        }
     }
     /// Copy `src` into `peer`'s segment at `off` one-sidedly (RDMA write),
     /// complete at the peer on return. `None`: this fabric has no
@@ -265,8 +270,8 @@ impl Fabric for AnyFabric {
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
         dispatch!(self, credits(peer, ch))
     }
-    fn idle_wait(&self, sleep: std::time::Duration) {
-        dispatch!(self, idle_wait(sleep))
+    fn idle_wait(&self, sleep: std::time::Duration, done: &dyn Fn() -> bool) {
+        dispatch!(self, idle_wait(sleep, done))
     }
     #[inline]
     fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {

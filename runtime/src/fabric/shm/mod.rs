@@ -724,11 +724,12 @@ impl Fabric for ShmFabric {
 
     /// Sleep on this rank's doorbell until a peer rings it (at most
     /// [`doorbell::WAIT_LIMIT`]; `_sleep`, the timed sleep of fabrics
-    /// without a doorbell, does not apply).
-    fn idle_wait(&self, _sleep: std::time::Duration) {
+    /// without a doorbell, does not apply), unless `done()` or work shows
+    /// once the sleep is announced.
+    fn idle_wait(&self, _sleep: std::time::Duration, done: &dyn Fn() -> bool) {
         self.own_bell
             .get()
-            .wait(doorbell::WAIT_LIMIT, || self.has_work());
+            .wait(doorbell::WAIT_LIMIT, || self.has_work() || done());
     }
 }
 
