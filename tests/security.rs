@@ -419,6 +419,55 @@ fn a_full_dev_shm_is_named_not_a_sigbus() {
     );
 }
 
+/// `/dev/shm` fills up after start-up (a private 64 MiB tmpfs, filled by
+/// a rank's own file): the write to a fresh segment page dies by `SIGBUS`
+/// with a message naming the rank, the cause and the remedies; with
+/// `SPLITRT_SHM_RESERVE=1` the space was reserved at start-up and the same
+/// job completes.
+#[test]
+fn dev_shm_filling_up_later_is_named_and_reserving_prevents_it() {
+    if !is_root() {
+        eprintln!("skipped: needs root for a private mount namespace");
+        return;
+    }
+    let _lock = job_lock();
+    let run = |reserve: &str| {
+        let script = format!(
+            "mount -t tmpfs -o size=64m splitrt-test /dev/shm && SPLITRT_SHM_RESERVE={reserve} \
+             exec {} -n 2 --timeout 60 --segment-size 16M {} fill_shm 0",
+            launcher().display(),
+            example("t_faults").display()
+        );
+        let child = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
+            .arg(&script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        finish(child, Duration::from_secs(90))
+    };
+    let r = run("0");
+    assert_ne!(r.code, 0, "{r:?}");
+    assert_ne!(r.code, 124, "ended by the fault, not the timeout: {r:?}");
+    assert!(
+        r.stderr
+            .contains("SIGBUS writing its shared memory: /dev/shm ran out of space")
+            && r.stderr.contains("SPLITRT_SHM_RESERVE=1")
+            && (r.stderr.contains("splitrt: rank 0:") || r.stderr.contains("splitrt: rank 1:")),
+        "{}",
+        r.stderr
+    );
+    let r = run("1");
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(
+        r.stdout.contains("[0] allocated") && r.stdout.contains("[1] allocated"),
+        "{}",
+        r.stdout
+    );
+}
+
 /// A rank of another job (right address, wrong key) is turned away with a
 /// message about the key, and the job it knocked on is unaffected.
 #[test]

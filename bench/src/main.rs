@@ -21,7 +21,8 @@
 //!   length / cell size, one job per setting.
 //! * `compare`: splitrt beside UCX, libfabric, raw UDP, the raw line
 //!   ping-pong and memcpy on the same pinned CPUs, with ratios.
-//! * `apps`: the example applications at 1, 2, 4, 8 ranks (speedup).
+//! * `apps`: the example applications at 1, 2, 4, 8, 16 ranks (speedup,
+//!   and the cost of oversubscription against 2 ranks).
 //! * `net`: the UDP fabric beside raw UDP (busy-poll ping-pong, stream)
 //!   measured by the same two ranks, lossless and under 1% / 5% loss;
 //!   `DIR/net.csv`, `net.txt`.
@@ -137,8 +138,8 @@ enum Cmd {
         #[arg(long)]
         no_peers: bool,
     },
-    /// Wall-clock time and speedup of the example applications at 1, 2, 4
-    /// and 8 ranks (needs `cargo build --release --examples --bins`).
+    /// Wall-clock time and speedup of the example applications at 1, 2, 4,
+    /// 8 and 16 ranks (needs `cargo build --release --examples --bins`).
     Apps {
         /// NPB problem class (S or W).
         #[arg(long, default_value = "S")]

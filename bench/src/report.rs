@@ -44,6 +44,9 @@ impl Row {
 
     /// The same row with `note` appended to its note.
     pub fn with_note(mut self, note: impl AsRef<str>) -> Row {
+        if note.as_ref().is_empty() {
+            return self;
+        }
         if !self.note.is_empty() {
             self.note.push_str("; ");
         }

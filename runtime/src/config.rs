@@ -10,6 +10,9 @@ use std::time::Duration;
 pub const ENV_SEGMENT_SIZE: &str = "SPLITRT_SEGMENT_SIZE";
 /// Size of one shared-memory ring cell (bytes, multiple of 64, >= 256).
 pub const ENV_CELL_SIZE: &str = "SPLITRT_CELL_SIZE";
+/// `1` = reserve every shared-memory file's space at start-up
+/// (`posix_fallocate`) instead of at first touch.
+pub const ENV_SHM_RESERVE: &str = "SPLITRT_SHM_RESERVE";
 /// Cells per ring (>= 2).
 pub const ENV_RING_LEN: &str = "SPLITRT_RING_LEN";
 /// Largest Medium payload (bytes, >= 512).
@@ -62,6 +65,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     (
         ENV_SEGMENT_SIZE,
         "registered segment per rank (default 64M)",
+    ),
+    (
+        ENV_SHM_RESERVE,
+        "1 = reserve each rank's whole shm file at start-up (slower start; no SIGBUS if /dev/shm fills up later); default 0: pages come at first touch, after a check that /dev/shm has room",
     ),
     (ENV_CELL_SIZE, "shm ring cell size (default 4K)"),
     (ENV_RING_LEN, "cells per shm ring (default 64)"),
@@ -201,6 +208,9 @@ impl std::str::FromStr for RmaPath {
 pub struct Config {
     /// Registered segment size in bytes (page multiple).
     pub segment_size: usize,
+    /// Reserve shared-memory files' space at start-up
+    /// ([`ENV_SHM_RESERVE`]).
+    pub shm_reserve: bool,
     /// Ring cell size in bytes.
     pub cell_size: usize,
     /// Cells per ring.
@@ -255,6 +265,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             segment_size: 64 << 20,
+            shm_reserve: false,
             cell_size: 4096,
             ring_len: 64,
             max_medium: 64 << 10,
@@ -394,6 +405,9 @@ impl Config {
         }
         if let Some(v) = get(ENV_SPIN_ONLY) {
             c.spin_only = matches!(v.trim(), "1" | "true" | "yes");
+        }
+        if let Some(v) = get(ENV_SHM_RESERVE) {
+            c.shm_reserve = matches!(v.trim(), "1" | "true" | "yes");
         }
         c.validate()?;
         Ok(c)

@@ -22,6 +22,7 @@ pub mod launcher;
 pub mod limits;
 pub mod route;
 pub mod segment;
+pub mod shm_full;
 pub mod size;
 pub mod trace;
 pub mod world;

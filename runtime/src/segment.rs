@@ -3,10 +3,14 @@
 //! comes from the job key ([`JobKey::file_tag`](crate::key::JobKey::file_tag)),
 //! so two jobs given the same job id never touch each other's files.
 //!
-//! Created `O_EXCL | O_NOFOLLOW` with mode 0600 and its space reserved up
-//! front (a full `/dev/shm` is an error naming it, never a `SIGBUS` later);
-//! a peer's file is trusted only if it belongs to this user and nobody else
-//! can open it. Unlinked right after the start barrier.
+//! Created `O_EXCL | O_NOFOLLOW` with mode 0600. Its pages are allocated
+//! when first touched; at creation `/dev/shm` must have room for every
+//! rank's file of this host (else an error naming it), and if it fills up
+//! later a write's `SIGBUS` is named ([`crate::shm_full`]). With
+//! `SPLITRT_SHM_RESERVE=1` the space is reserved up front instead
+//! (`posix_fallocate`: no `SIGBUS` is possible, start-up zeroes every
+//! page). A peer's file is trusted only if it belongs to this user and
+//! nobody else can open it. Unlinked right after the start barrier.
 
 use crate::{Error, Result};
 use memmap2::MmapRaw;
@@ -22,6 +26,9 @@ pub const FILE_PREFIX: &str = "splitrt-";
 
 /// One rank's mapped shared-memory file.
 pub struct ShmFile {
+    /// Names a `SIGBUS` in this mapping (declared first: it stops watching
+    /// before the mapping goes, so a later mapping is never misnamed).
+    _watch: crate::shm_full::Watch,
     map: MmapRaw,
     path: PathBuf,
 }
@@ -32,11 +39,19 @@ impl ShmFile {
         PathBuf::from(format!("{SHM_DIR}/{FILE_PREFIX}{stem}-{rank}"))
     }
 
-    /// Create and map a new zero-filled file of `len` bytes with all its
-    /// space reserved; fails if it exists. `ranks_here` (how many ranks of
-    /// the job make such a file on this node) only words the error when
-    /// `/dev/shm` is too small.
-    pub fn create(stem: &str, rank: usize, len: usize, ranks_here: usize) -> Result<ShmFile> {
+    /// Create and map a new zero-filled file of `len` bytes; fails if it
+    /// exists. `ranks_here`: how many ranks of the job make such a file on
+    /// this node (`/dev/shm` must have room for all of them). `reserve`:
+    /// allocate all its space now (`SPLITRT_SHM_RESERVE=1`), else pages
+    /// come at first touch.
+    pub fn create(
+        stem: &str,
+        rank: usize,
+        len: usize,
+        ranks_here: usize,
+        reserve: bool,
+    ) -> Result<ShmFile> {
+        crate::shm_full::name_rank(rank);
         let path = Self::path_for(stem, rank);
         let file = OpenOptions::new()
             .read(true)
@@ -54,7 +69,8 @@ impl ShmFile {
                     e,
                 )
             })?;
-        let res = reserve(&file, &path, len, ranks_here).and_then(|()| Self::map(&file, &path));
+        let res = make_room(&file, &path, len, ranks_here, reserve)
+            .and_then(|()| Self::map(&file, &path));
         if res.is_err() {
             let _ = std::fs::remove_file(&path);
         }
@@ -91,9 +107,11 @@ impl ShmFile {
     fn map(file: &File, path: &std::path::Path) -> Result<ShmFile> {
         let map = MmapRaw::map_raw(file)
             .map_err(|e| Error::io(format!("mapping {}", path.display()), e))?;
+        let _watch = crate::shm_full::watch(map.as_ptr(), map.len());
         Ok(ShmFile {
             map,
             path: path.to_path_buf(),
+            _watch,
         })
     }
 
@@ -122,32 +140,54 @@ impl ShmFile {
     }
 }
 
-/// Size the file and reserve its space, so a shortage is an error now and
-/// not a `SIGBUS` at first touch.
-fn reserve(file: &File, path: &std::path::Path, len: usize, ranks_here: usize) -> Result<()> {
+/// Size the file and, with `reserve`, allocate its space; without, check
+/// that `/dev/shm` has room for the files of all `ranks_here` ranks. Either
+/// way a shortage is an error now.
+fn make_room(
+    file: &File,
+    path: &std::path::Path,
+    len: usize,
+    ranks_here: usize,
+    reserve: bool,
+) -> Result<()> {
     use std::os::fd::AsRawFd;
     file.set_len(len as u64)
         .map_err(|e| Error::io(format!("sizing {} to {len} B", path.display()), e))?;
+    if !reserve {
+        let need = len as u64 * ranks_here.max(1) as u64;
+        return match space(SHM_DIR) {
+            Some((free, total)) if free < need => Err(too_small(len, ranks_here, free, total)),
+            _ => Ok(()),
+        };
+    }
     // SAFETY: posix_fallocate(3) on a file descriptor we own; no memory.
     let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len as libc::off_t) };
     match rc {
         0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
         libc::ENOSPC | libc::EFBIG => {
-            let mib = |b: u64| b as f64 / (1 << 20) as f64;
             let (free, total) = space(SHM_DIR).unwrap_or((0, 0));
-            Err(Error::config(format!(
-                "{SHM_DIR} is too small: this rank's shared-memory file needs {:.1} MiB,                  {SHM_DIR} has {:.1} MiB free of {:.1} MiB, and the {ranks_here} rank(s) of this job on                  this node need about {:.1} MiB. Enlarge {SHM_DIR} (`mount -o remount,size=<bytes> {SHM_DIR}`;                  in a container, e.g. `--shm-size`) or lower SPLITRT_SEGMENT_SIZE / SPLITRT_RING_LEN",
-                mib(len as u64),
-                mib(free),
-                mib(total),
-                mib(len as u64 * ranks_here as u64),
-            )))
+            Err(too_small(len, ranks_here, free, total))
         }
         e => Err(Error::io(
             format!("reserving {len} B for {}", path.display()),
             std::io::Error::from_raw_os_error(e),
         )),
     }
+}
+
+/// The error for a `/dev/shm` without room for `ranks_here` files of `len`.
+fn too_small(len: usize, ranks_here: usize, free: u64, total: u64) -> Error {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    Error::config(format!(
+        "{SHM_DIR} is too small: this rank's shared-memory file needs {:.1} MiB, \
+         {SHM_DIR} has {:.1} MiB free of {:.1} MiB, and the {ranks_here} rank(s) of this job on \
+         this node need about {:.1} MiB. Enlarge {SHM_DIR} (`mount -o remount,size=<bytes> {SHM_DIR}`; \
+         in a container, e.g. `--shm-size`) or lower SPLITRT_SEGMENT_SIZE / SPLITRT_RING_LEN",
+        mib(len as u64),
+        mib(free),
+        mib(total),
+        mib(len as u64 * ranks_here as u64),
+    ))
 }
 
 /// Free and total bytes of the file system holding `dir`.

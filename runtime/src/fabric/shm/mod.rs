@@ -66,7 +66,8 @@ impl PendingShm {
             cfg.medium_slots
                 .unwrap_or_else(|| layout::medium_slots_for(size, cfg.max_medium)),
         )?;
-        let own = ShmFile::create(stem, rank, layout.total, size).map_err(|e| e.at_rank(rank))?;
+        let own = ShmFile::create(stem, rank, layout.total, size, cfg.shm_reserve)
+            .map_err(|e| e.at_rank(rank))?;
         let hdr = FileHeader::new(rank, &layout, cfg.max_medium);
         // SAFETY: the file is at least HEADER_BYTES long, freshly created and
         // not yet visible to any other rank (nobody knows it is complete).
