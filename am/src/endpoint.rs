@@ -363,7 +363,11 @@ impl Inner {
         Ok(())
     }
 
+    #[inline]
     fn check_failure(&self) -> Result<()> {
+        if !self.world.peer_failed() {
+            return Ok(());
+        }
         self.world.failure().map_or(Ok(()), Err)
     }
 

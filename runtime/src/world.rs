@@ -446,6 +446,13 @@ impl World {
         &self.stem
     }
 
+    /// Whether another rank failed (one load, for polling loops;
+    /// [`failure`](Self::failure) makes the error).
+    #[inline]
+    pub fn peer_failed(&self) -> bool {
+        self.link.boot.as_ref().is_some_and(|b| b.has_failed())
+    }
+
     /// If another rank failed, the error to report.
     pub fn failure(&self) -> Option<Error> {
         let failure = self.link.boot.as_ref().and_then(|b| b.failure())?;
@@ -563,6 +570,6 @@ impl World {
     /// Whether the job has failed: another rank failed, or this one
     /// aborted it.
     pub fn has_failed(&self) -> bool {
-        self.aborted.load(Ordering::Acquire) || self.failure().is_some()
+        self.aborted.load(Ordering::Acquire) || (self.peer_failed() && self.failure().is_some())
     }
 }

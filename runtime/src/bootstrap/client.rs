@@ -228,6 +228,12 @@ impl Client {
         self.shared.status.lock().clone()
     }
 
+    /// Whether the job failed (one load; [`failure`](Self::failure) says why).
+    #[inline]
+    pub fn has_failed(&self) -> bool {
+        self.shared.failed.load(Ordering::Acquire)
+    }
+
     /// If the job failed, why.
     pub fn failure(&self) -> Option<Error> {
         if !self.shared.failed.load(Ordering::Acquire) {

@@ -23,6 +23,10 @@ pub(crate) struct Ring {
     cell_size: usize,
     stride: usize,
     len: u64,
+    /// `len - 1` when `len` is a power of two (the default 64): the cell
+    /// index is then a mask, not a 64-bit division (20-40 cycles on every
+    /// poll and send); 0 otherwise.
+    mask: u64,
 }
 
 // SAFETY: the ring lives in a shared mapping owned by the fabric; access is
@@ -40,6 +44,11 @@ impl Ring {
             cell_size,
             stride: cell_stride(cell_size),
             len: len as u64,
+            mask: if len.is_power_of_two() {
+                len as u64 - 1
+            } else {
+                0
+            },
         }
     }
 
@@ -50,11 +59,15 @@ impl Ring {
     }
 
     fn cell(&self, n: u64) -> *mut u8 {
-        // SAFETY: n % len < len, so the cell lies inside the ring.
-        unsafe {
-            self.base
-                .add(RING_CTRL + (n % self.len) as usize * self.stride)
-        }
+        // (len >= 2, so a zero mask means "not a power of two")
+        let i = if self.mask != 0 {
+            n & self.mask
+        } else {
+            n % self.len
+        };
+        // SAFETY: i < len (a mask of a power of two, or a remainder), so
+        // the cell lies inside the ring.
+        unsafe { self.base.add(RING_CTRL + i as usize * self.stride) }
     }
 
     fn seq(&self, n: u64) -> &AtomicU64 {
