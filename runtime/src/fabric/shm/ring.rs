@@ -265,7 +265,14 @@ mod tests {
     /// consumer: wrap-around, back-pressure and payload integrity.
     #[test]
     fn single_thread_wraparound() {
-        let (cell, len) = (256usize, 4usize);
+        // a power of two (cell index by mask) and not (by remainder)
+        for len in [4, 5, 2, 3] {
+            wraparound(len);
+        }
+    }
+
+    fn wraparound(len: usize) {
+        let cell = 256usize;
         let mut mem = vec![0u64; (RING_CTRL + cell_stride(cell) * len) / 8];
         // SAFETY: `mem` outlives the ring and is 8-aligned; the test needs
         // only 8-byte alignment.
