@@ -386,6 +386,26 @@ fn a_stranger_cannot_plant_the_rendezvous_file() {
     assert!(shm_leftovers(&job).is_empty());
 }
 
+/// A 2-rank job (16 MiB segments) of `prog args` with `env` set, in a
+/// private mount namespace whose `/dev/shm` is a tmpfs of `size`.
+fn in_private_shm(size: &str, env: &str, prog: &Path, args: &str) -> Run {
+    let script = format!(
+        "mount -t tmpfs -o size={size} splitrt-test /dev/shm && {env} \
+         exec {} -n 2 --timeout 60 --segment-size 16M {} {args}",
+        launcher().display(),
+        prog.display()
+    );
+    let child = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
+        .arg(&script)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    finish(child, Duration::from_secs(90))
+}
+
 /// A `/dev/shm` too small for the segments (a private mount namespace with
 /// an 8 MiB tmpfs): a clear error naming `/dev/shm`, the size needed and the
 /// size free, never a SIGBUS (exit 135).
@@ -396,20 +416,7 @@ fn a_full_dev_shm_is_named_not_a_sigbus() {
         return;
     }
     let _lock = job_lock();
-    let script = format!(
-        "mount -t tmpfs -o size=8m splitrt-test /dev/shm && exec {} -n 2 --timeout 60 --segment-size 16M {}",
-        launcher().display(),
-        example("hello").display()
-    );
-    let child = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
-        .arg(&script)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let r = finish(child, Duration::from_secs(90));
+    let r = in_private_shm("8m", "", &example("hello"), "");
     assert_ne!(r.code, 0, "{r:?}");
     assert_ne!(r.code, 135, "SIGBUS: {r:?}");
     assert!(
@@ -432,21 +439,12 @@ fn dev_shm_filling_up_later_is_named_and_reserving_prevents_it() {
     }
     let _lock = job_lock();
     let run = |reserve: &str| {
-        let script = format!(
-            "mount -t tmpfs -o size=64m splitrt-test /dev/shm && SPLITRT_SHM_RESERVE={reserve} \
-             exec {} -n 2 --timeout 60 --segment-size 16M {} fill_shm 0",
-            launcher().display(),
-            example("t_faults").display()
-        );
-        let child = Command::new("unshare")
-            .args(["--mount", "--propagation", "private", "/bin/sh", "-c"])
-            .arg(&script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        finish(child, Duration::from_secs(90))
+        in_private_shm(
+            "64m",
+            &format!("SPLITRT_SHM_RESERVE={reserve}"),
+            &example("t_faults"),
+            "fill_shm 0",
+        )
     };
     let r = run("0");
     assert_ne!(r.code, 0, "{r:?}");

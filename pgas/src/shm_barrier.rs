@@ -162,6 +162,12 @@ mod tests {
                     .collect(),
             ))
         }
+        /// Every rank's barrier over these segments.
+        fn barriers(&self) -> Vec<ShmBarrier> {
+            (0..self.0.len())
+                .map(|r| ShmBarrier::new(&self.refs(), r).unwrap())
+                .collect()
+        }
         fn refs(&self) -> Vec<Option<SegmentRef>> {
             self.0
                 .iter()
@@ -203,9 +209,7 @@ mod tests {
     #[test]
     fn the_last_arrival_names_a_rank_in_another_collective_and_never_releases() {
         let segs = Segs::new(3);
-        let b: Vec<_> = (0..3)
-            .map(|r| ShmBarrier::new(&segs.refs(), r).unwrap())
-            .collect();
+        let b = segs.barriers();
         b[1].arrive(1, Coll::Allreduce).unwrap();
         assert_eq!(b[0].missing(1), vec![0, 2]);
         b[2].arrive(1, Coll::Allreduce).unwrap();
@@ -222,9 +226,7 @@ mod tests {
     #[test]
     fn an_arrival_after_rank_0_in_another_collective_fails_at_once() {
         let segs = Segs::new(3);
-        let b: Vec<_> = (0..3)
-            .map(|r| ShmBarrier::new(&segs.refs(), r).unwrap())
-            .collect();
+        let b = segs.barriers();
         b[0].arrive(1, Coll::Finish).unwrap();
         let why = b[2].arrive(1, Coll::Barrier).unwrap_err();
         assert!(why.contains("the exit barrier of Pgas::finish"), "{why}");
