@@ -3,6 +3,7 @@
 
 mod common;
 use common::*;
+use std::path::PathBuf;
 
 /// testcore4-style conformance: every kind x argument count 0..=16, random
 /// arguments and payload sizes up to the maximum, every byte checked.
@@ -128,6 +129,38 @@ fn am_reqrep_example_runs() {
 /// (woken by the message, or every 2 ms to check on the job) instead of
 /// waking every 100 us: a few hundred wake-ups, not thousands, and the
 /// message still arrives.
+/// Ranks bound one per CPU (as `srun --cpu-bind=cores` or `mpirun
+/// --bind-to core` bind them) each see one CPU in their own mask, yet are
+/// not oversubscribed: they keep spinning while they wait (yielding at once
+/// had made a Short round trip 3.5x slower). Ranks bound to one CPU
+/// together are oversubscribed and do not spin.
+#[test]
+fn ranks_bound_one_per_cpu_spin_and_ranks_sharing_one_cpu_do_not() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("skipped: needs 2 CPUs");
+        return;
+    }
+    let sh = PathBuf::from("/bin/sh");
+    let idle = example("t_idle");
+    let idle = idle.to_str().expect("utf-8 path");
+    for (cpu, spins) in [("$SPLITRT_RANK", true), ("0", false)] {
+        let script = format!("exec taskset -c {cpu} \"$0\" 0");
+        let r = run_job(2, &sh, &["-c", &script, idle], &[], 60);
+        assert_eq!(r.code, 0, "{r:?}");
+        let spin: Vec<u64> = r
+            .stdout
+            .lines()
+            .filter_map(|l| l.split("spin_us=").nth(1))
+            .map(|v| v.trim().parse().expect("a number"))
+            .collect();
+        assert_eq!(spin.len(), 2, "{r:?}");
+        assert!(
+            spin.iter().all(|&s| (s > 0) == spins),
+            "bound to CPU {cpu}: spin {spin:?} us\n{r:?}"
+        );
+    }
+}
+
 #[test]
 fn an_idle_rank_sleeps_until_a_peer_wakes_it() {
     let r = run_job(2, &example("t_idle"), &["1"], &[], 60);

@@ -131,7 +131,7 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     ),
     (
         ENV_SPIN_US,
-        "spin time before yielding, us (default 20; 0 when this host has more ranks than CPUs)",
+        "spin time before yielding, us (default 20; 0 when this host's ranks outnumber the CPUs they may run on together)",
     ),
     (
         ENV_YIELD_US,
@@ -230,7 +230,8 @@ pub struct Config {
     /// Yield time before a waiting rank sleeps.
     pub yield_time: Duration,
     /// Whether `spin` or `yield_time` was set by the user (else the spin
-    /// drops to 0 on a host with more ranks than CPUs).
+    /// drops to 0 when the host's ranks outnumber their CPUs, see
+    /// [`crate::cpus::oversubscribed`]).
     pub wait_set: bool,
     /// Sleep per idle round once yielding did not help (fabrics without a
     /// doorbell; on shared memory a waiting rank sleeps until woken).

@@ -13,6 +13,7 @@
 pub mod backoff;
 pub mod bootstrap;
 pub mod config;
+pub mod cpus;
 pub mod error;
 pub mod fabric;
 pub mod hang;

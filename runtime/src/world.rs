@@ -11,7 +11,7 @@ use crate::fabric::rdma::device::{self, IbvDevice};
 use crate::fabric::rdma::model::ModelDevice;
 use crate::fabric::rdma::wire::Card;
 use crate::fabric::rdma::PendingRdma;
-use crate::fabric::shm::PendingShm;
+use crate::fabric::shm::{PendingShm, ShmFabric};
 use crate::fabric::udp::PendingUdp;
 use crate::fabric::{AnyFabric, Channel, Fabric};
 use crate::hang::{abort_error, rank_list, HangWatch};
@@ -51,12 +51,6 @@ impl RdmaStart {
             RdmaStart::Model(p) => AnyFabric::RdmaModel((*p).connect(cards)?),
         })
     }
-}
-
-/// Whether `local_ranks` ranks on this host outnumber the CPUs this
-/// process may run on.
-fn oversubscribed(local_ranks: usize) -> bool {
-    std::thread::available_parallelism().is_ok_and(|n| local_ranks > n.get())
 }
 
 /// How long a rank hosting the rendezvous waits, once the job has failed,
@@ -204,10 +198,6 @@ impl World {
         let rank = job.rank;
         let at = |e: Error| e.at_rank(rank);
         config.validate().map_err(at)?;
-        if !config.wait_set && oversubscribed(job.local_size) {
-            // Spinning only steals the CPU from the rank we wait for.
-            config.spin = std::time::Duration::ZERO;
-        }
         if std::env::var(crate::trace::ENV_TRACE).is_ok_and(|v| v == "1") {
             crate::trace::set_enabled(true);
         }
@@ -402,6 +392,16 @@ impl World {
             }
             (None, None) => return Err(fail(Error::usage("no fabric reaches the peers"))),
         };
+        // Spinning only steals the CPU from the rank we wait for when the
+        // host's ranks outnumber the CPUs they may run on together.
+        if !config.wait_set
+            && crate::cpus::oversubscribed_here(
+                job.local_size,
+                fabric.shm().and_then(ShmFabric::host_cpus),
+            )
+        {
+            config.spin = std::time::Duration::ZERO;
+        }
         let world = World {
             job,
             config,

@@ -3,6 +3,9 @@
 //! sleeping) for SECONDS, and reports how often its waiting thread woke
 //! (voluntary context switches) and the CPU time it used meanwhile.
 //!
+//! Every rank also prints the spin time it chose (`rank R spin_us=N`): 0
+//! when its host's ranks outnumber the CPUs they may run on together.
+//!
 //! Usage: t_idle [SECONDS]   (prints `idle wait: N wake-ups, C ms CPU, W ms`)
 
 use splitrt::{EndpointBuilder, Kind, Payload};
@@ -52,6 +55,11 @@ fn run() -> splitrt::Result<()> {
         g.store(true, Ordering::Release)
     })?;
     let ep = b.attach()?;
+    println!(
+        "rank {} spin_us={}",
+        ep.rank(),
+        ep.config().spin.as_micros()
+    );
     ep.barrier()?;
     match ep.rank() {
         0 => {

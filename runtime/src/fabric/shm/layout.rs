@@ -1,7 +1,7 @@
 //! Byte layout of a rank's shared-memory file:
 //!
 //! ```text
-//! [ FileHeader (48 B), Doorbell at 64, padded to 4 KiB ]
+//! [ FileHeader (48 B), Doorbell at 64, CPU mask at 128, padded to 4 KiB ]
 //! [ ring (src 0, Request) ][ ring (src 0, Reply) ][ ring (src 1, Request) ] ...
 //! [ Medium landing zones: per (src, channel) `medium_slots` x max Medium ]
 //! [ segment, page aligned ]
@@ -20,16 +20,21 @@
 //! payload follow at [`CELL_HDR`].
 
 use crate::{Error, Result};
-use static_assertions::const_assert_eq;
+use static_assertions::{const_assert, const_assert_eq};
 use std::mem::{align_of, size_of};
 use std::sync::atomic::AtomicU32;
 
 /// "SPLITRT1" as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SPLITRT1");
 /// Layout version; bump on any change to this file.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Bytes reserved for the file header.
 pub const HEADER_BYTES: usize = 4096;
+/// Offset in the header of the owner's CPU affinity mask
+/// ([`CpuSet::words`](crate::cpus::CpuSet::words), all zero if unknown),
+/// from which every rank learns whether its host is oversubscribed.
+pub const CPUS_OFF: usize = 128;
+const_assert!(CPUS_OFF + 8 * crate::cpus::CPU_WORDS <= HEADER_BYTES);
 /// Bytes of a ring's control block (two cache lines: no false sharing with
 /// the first cell).
 pub const RING_CTRL: usize = 128;

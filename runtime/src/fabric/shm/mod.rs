@@ -21,6 +21,7 @@ use self::ring::{Consumer, Producer, Ring};
 use self::zone::ZoneAlloc;
 use super::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
 use crate::config::Config;
+use crate::cpus::{CpuSet, CPU_WORDS};
 use crate::segment::ShmFile;
 use crate::trace::{self, Clock, Off, On, Stage};
 use crate::{Error, ErrorKind, Result};
@@ -73,6 +74,10 @@ impl PendingShm {
         // not yet visible to any other rank (nobody knows it is complete).
         unsafe {
             std::ptr::write(own.as_ptr() as *mut FileHeader, hdr);
+            std::ptr::write(
+                own.as_ptr().add(layout::CPUS_OFF) as *mut [u64; CPU_WORDS],
+                CpuSet::of_this_process().map_or([0; CPU_WORDS], |c| c.words()),
+            );
             (*(own.as_ptr() as *const FileHeader))
                 .ready
                 .store(1, Ordering::Release);
@@ -159,6 +164,17 @@ impl PendingShm {
                 next: 0,
             })
         });
+        // The union of the host's ranks' CPU masks, if every one is known.
+        let host_cpus = files.iter().try_fold(CpuSet::default(), |acc, f| {
+            // SAFETY: CPUS_OFF + 128 <= HEADER_BYTES <= the file's length
+            // (check_peer, ours by creation); 8-aligned; written by its
+            // owner before it set `ready`, which check_peer read (acquire).
+            let words = unsafe {
+                std::ptr::read(f.as_ptr().add(layout::CPUS_OFF) as *const [u64; CPU_WORDS])
+            };
+            let set = CpuSet::from_words(words);
+            (set.count() > 0).then(|| acc.union(&set))
+        });
         let mut local_of = vec![NOT_HERE; self.job_size];
         for (i, &m) in self.members.iter().enumerate() {
             local_of[m] = i as u32;
@@ -171,6 +187,7 @@ impl PendingShm {
             layout: l,
             max_medium: self.max_medium,
             own_bell: bells[rank],
+            host_cpus,
             bells,
             files,
             tx,
@@ -326,6 +343,8 @@ pub struct ShmFabric {
     bells: Vec<Bell>,
     /// This rank's doorbell.
     own_bell: Bell,
+    /// The union of the CPU masks of this host's ranks, if all are known.
+    host_cpus: Option<CpuSet>,
 }
 
 // SAFETY: the raw pointers inside (rings, mappings) point into shared
@@ -361,6 +380,13 @@ impl ShmFabric {
             format!("rank {peer} is on another host; shared memory reaches only this host's ranks")
         };
         Error::usage(why).at_rank(self.global).with_peer(peer)
+    }
+
+    /// The CPUs this host's ranks may run on together (the union of the
+    /// affinity masks each published in its file header), if every rank's
+    /// is known: what decides whether waiting ranks may spin.
+    pub fn host_cpus(&self) -> Option<CpuSet> {
+        self.host_cpus
     }
 
     /// Global ranks on this host.

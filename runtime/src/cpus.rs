@@ -1,0 +1,146 @@
+//! The CPUs a rank may run on, and whether a host's ranks outnumber them.
+//!
+//! A rank that waits should spin only when it has a CPU of its own:
+//! otherwise spinning steals the CPU from the rank it waits for. A launcher
+//! that binds ranks (`srun --cpu-bind=cores`, `mpirun --bind-to core`, or
+//! `taskset`) gives each rank a one-CPU affinity mask, so a rank's own mask
+//! says nothing about its neighbours: two ranks bound to CPUs 0 and 1 are
+//! not oversubscribed, eight ranks bound to the same two CPUs are. What
+//! decides is the union of the masks of the ranks sharing the host, which
+//! every rank publishes in its shared-memory file header
+//! ([`CpuSet::words`]).
+
+/// 64-bit words in a [`CpuSet`]: 1024 CPUs, glibc's `cpu_set_t`.
+pub const CPU_WORDS: usize = 16;
+
+/// A set of CPU numbers below `64 * CPU_WORDS`.
+///
+/// ```
+/// use splitrt_runtime::cpus::CpuSet;
+/// let a = CpuSet::from_words([1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+/// let b = CpuSet::from_words([2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+/// assert_eq!(a.union(&b).count(), 2);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuSet {
+    words: [u64; CPU_WORDS],
+}
+
+impl CpuSet {
+    /// The CPUs this process may run on (its affinity mask), or `None` if
+    /// the kernel does not say.
+    pub fn of_this_process() -> Option<CpuSet> {
+        // SAFETY: cpu_set_t is plain bits; zeroed is the empty set, and
+        // sched_getaffinity writes at most size_of::<cpu_set_t>() bytes.
+        let set = unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+                return None;
+            }
+            set
+        };
+        let mut s = CpuSet::default();
+        for cpu in 0..64 * CPU_WORDS {
+            // SAFETY: cpu < CPU_SETSIZE (1024), the bits of `set`.
+            if unsafe { libc::CPU_ISSET(cpu, &set) } {
+                s.words[cpu / 64] |= 1 << (cpu % 64);
+            }
+        }
+        (s.count() > 0).then_some(s)
+    }
+
+    /// A set from its words (bit `c % 64` of word `c / 64` is CPU `c`).
+    pub fn from_words(words: [u64; CPU_WORDS]) -> CpuSet {
+        CpuSet { words }
+    }
+
+    /// The words of the set, as published in a shared-memory file header.
+    pub fn words(&self) -> [u64; CPU_WORDS] {
+        self.words
+    }
+
+    /// CPUs in either set.
+    pub fn union(&self, other: &CpuSet) -> CpuSet {
+        let mut words = self.words;
+        for (w, o) in words.iter_mut().zip(other.words) {
+            *w |= o;
+        }
+        CpuSet { words }
+    }
+
+    /// Number of CPUs in the set.
+    pub fn count(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+}
+
+/// Whether `ranks` ranks on one host outnumber the CPUs they may run on.
+///
+/// `host_cpus` is the union of those ranks' affinity masks when it is known
+/// (every rank on the host published one); otherwise the CPUs this process
+/// may use stand in for it (which over-counts ranks bound one per CPU as
+/// oversubscribed). `available` is what the standard library reports for
+/// this process, which also honours a cgroup CPU quota: when it is below
+/// this process' own mask, the quota caps the host's CPUs too.
+///
+/// ```
+/// use splitrt_runtime::cpus::{oversubscribed, CpuSet};
+/// let one = |c: usize| {
+///     let mut w = [0u64; 16];
+///     w[c / 64] |= 1 << (c % 64);
+///     CpuSet::from_words(w)
+/// };
+/// // two ranks bound to CPUs 0 and 1: not oversubscribed
+/// let host = one(0).union(&one(1));
+/// assert!(!oversubscribed(2, Some(host), Some(one(0)), 1));
+/// // eight ranks bound to the same two CPUs: oversubscribed
+/// assert!(oversubscribed(8, Some(host), Some(one(0)), 1));
+/// // nothing published: this process' CPUs stand in
+/// assert!(oversubscribed(2, None, Some(one(0)), 1));
+/// ```
+pub fn oversubscribed(
+    ranks: usize,
+    host_cpus: Option<CpuSet>,
+    mine: Option<CpuSet>,
+    available: usize,
+) -> bool {
+    let cpus = match (host_cpus, mine) {
+        (Some(host), Some(mine)) if available < mine.count() => host.count().min(available),
+        (Some(host), _) => host.count(),
+        (None, _) => available,
+    };
+    ranks > cpus
+}
+
+/// [`oversubscribed`] for this process: its mask and the standard
+/// library's count of the CPUs it may use.
+pub fn oversubscribed_here(ranks: usize, host_cpus: Option<CpuSet>) -> bool {
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+    oversubscribed(ranks, host_cpus, CpuSet::of_this_process(), available)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_runs_somewhere() {
+        let s = CpuSet::of_this_process().expect("Linux reports an affinity mask");
+        assert!(s.count() >= 1);
+        assert!(
+            s.count()
+                <= std::thread::available_parallelism()
+                    .unwrap()
+                    .get()
+                    .max(s.count())
+        );
+    }
+
+    #[test]
+    fn a_quota_below_the_mask_caps_the_host() {
+        let all = CpuSet::from_words([0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        // 8 CPUs in every mask, a quota of 2 CPUs: 4 ranks are too many
+        assert!(oversubscribed(4, Some(all), Some(all), 2));
+        assert!(!oversubscribed(4, Some(all), Some(all), 8));
+    }
+}
