@@ -75,7 +75,7 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     (ENV_MAX_MEDIUM, "largest Medium payload (default 64K)"),
     (
         ENV_MEDIUM_SLOTS,
-        "shm landing zone per sender and channel for Mediums larger than a cell, in Medium maxima, 0..64 (default: an 8 MiB budget per rank's file, 2..32; 0 streams them cell by cell)",
+        "shm landing zone per sender and channel for Mediums larger than a cell, in Medium maxima, 0..64 (default: a 2 MiB budget per rank's file, 2..8; 0 streams them cell by cell)",
     ),
     (
         ENV_BOOTSTRAP_TIMEOUT,

@@ -205,6 +205,35 @@ fn space(dir: &str) -> Option<(u64, u64)> {
     }
 }
 
+/// Fault in the whole pages of `addr..addr + len` now, writable, so that
+/// first touches on a hot path take no page fault: a 32 KiB Medium
+/// rotating through a landing zone whose pages were not there yet took
+/// 4.3 us per round trip instead of 1.3 over 1000 round trips. Best
+/// effort: on a kernel without `MADV_POPULATE_WRITE` (before 5.14), or if
+/// `/dev/shm` has filled up (then the first touch is reported as before,
+/// see [`crate::shm_full`]), the pages come at first touch.
+///
+/// # Safety
+/// `addr..addr + len` must lie in one live shared mapping.
+pub unsafe fn populate(addr: *mut u8, len: usize) {
+    let page = 4096;
+    let start = (addr as usize).div_ceil(page) * page;
+    let end = (addr as usize).saturating_add(len) / page * page;
+    if start >= end {
+        return;
+    }
+    // SAFETY: start..end is the whole pages inside addr..addr + len, in a
+    // live mapping (the caller's promise); populating allocates and maps
+    // pages, it changes no byte.
+    unsafe {
+        libc::madvise(
+            start as *mut libc::c_void,
+            end - start,
+            libc::MADV_POPULATE_WRITE,
+        );
+    }
+}
+
 /// Remove every shared-memory file of the job whose files are named by
 /// `stem` (`<job>-<tag>`); returns how many were left. Files of another job
 /// with the same id but another key are not touched.

@@ -63,24 +63,28 @@ pub const F_ZONE: u8 = 8;
 pub const MAX_MEDIUM_SLOTS: usize = 64;
 /// Landing-zone bytes per rank's file when `SPLITRT_MEDIUM_SLOTS` is not
 /// set (see [`medium_slots_for`]).
-pub const ZONE_BUDGET: usize = 8 << 20;
+pub const ZONE_BUDGET: usize = 2 << 20;
 
 /// The landing zone per sender and channel, in Medium maxima, when the
 /// user did not choose: as much of [`ZONE_BUDGET`] as `ranks` senders x 2
-/// channels share, at least 2 and at most 32. Two ranks get 32 x 64 KiB
-/// = 2 MiB each way, so successive Mediums rotate through more memory than
-/// a core's private cache holds (see [`zone`](super::zone)); 16 ranks get
-/// 4 each.
+/// channels share, at least 2 and at most 8. Two ranks get 8 x 64 KiB
+/// each way, so successive large Mediums rotate through 512 KiB (see
+/// [`zone`](super::zone)); 8 or more ranks get 2 each. Every rank's
+/// zones get their pages at start-up, so the budget is start-up time too. (At most 32 measured
+/// slower for 32 and 64 KiB Mediums once the zone's pages were populated
+/// up front: 32 KiB request + echoed reply 1.3-1.6 us against 1.0-1.2 us
+/// with 8, 64 KiB 1.9-2.0 against 1.7-2.2.)
 ///
 /// ```
 /// use splitrt_runtime::fabric::shm::layout::medium_slots_for;
-/// assert_eq!(medium_slots_for(2, 65536), 32);
-/// assert_eq!(medium_slots_for(16, 65536), 4);
+/// assert_eq!(medium_slots_for(2, 65536), 8);
+/// assert_eq!(medium_slots_for(4, 65536), 4);
+/// assert_eq!(medium_slots_for(16, 65536), 2);
 /// assert_eq!(medium_slots_for(256, 65536), 2);
 /// ```
 pub fn medium_slots_for(ranks: usize, max_medium: usize) -> usize {
     let stride = max_medium.div_ceil(64) * 64;
-    (ZONE_BUDGET / (2 * ranks.max(1) * stride.max(64))).clamp(2, 32)
+    (ZONE_BUDGET / (2 * ranks.max(1) * stride.max(64))).clamp(2, 8)
 }
 
 /// The fixed header at the start of every rank's file.

@@ -22,7 +22,7 @@ use self::zone::ZoneAlloc;
 use super::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
 use crate::config::Config;
 use crate::cpus::{CpuSet, CPU_WORDS};
-use crate::segment::ShmFile;
+use crate::segment::{populate, ShmFile};
 use crate::trace::{self, Clock, Off, On, Stage};
 use crate::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
@@ -146,6 +146,7 @@ impl PendingShm {
                         // inside the file (Layout::new).
                         base: unsafe { file.as_ptr().add(l.zone_off(rank, ch)) },
                         alloc: ZoneAlloc::new(l.zone_len(), l.ring_len),
+                        populated: false,
                     },
                 }));
             }
@@ -159,6 +160,7 @@ impl PendingShm {
                         bell: bells[src],
                         // SAFETY: as for the sender's side above.
                         zone: unsafe { files[rank].as_ptr().add(l.zone_off(src, ch)) },
+                        zone_populated: false,
                     })
                     .collect(),
                 next: 0,
@@ -252,6 +254,9 @@ struct RxRing {
     bell: Bell,
     /// This sender's landing zone on this channel, in our file.
     zone: *const u8,
+    /// Whether this mapping of the zone was faulted in (at the first
+    /// Medium in it; see [`populate`]).
+    zone_populated: bool,
 }
 
 /// Publish the one-cell header of a payload already placed (in the
@@ -309,6 +314,9 @@ struct Zone {
     /// Which of its bytes are free (length 0: no zone; large Mediums are
     /// streamed).
     alloc: ZoneAlloc,
+    /// Whether its pages were faulted in (at its first use; see
+    /// [`populate`]).
+    populated: bool,
 }
 
 struct RxSet {
@@ -465,6 +473,14 @@ impl ShmFabric {
         let t = C::record(Stage::Enqueue, t0);
         let cap0 = p.ring().capacity(nw);
         if len > cap0 && len <= zone.alloc.capacity() {
+            if !zone.populated {
+                // Large Mediums rotate through the whole zone: fault it in
+                // once rather than page by page on its first lap.
+                // SAFETY: the zone lies in the peer's file, mapped as long
+                // as the fabric (Layout::new, connect).
+                unsafe { populate(zone.base, zone.alloc.capacity()) };
+                zone.populated = true;
+            }
             // Into the landing zone in one copy; the cell only announces it.
             let Some(at) = zone.alloc.place(len, |seq| p.released(seq)) else {
                 return Ok(false); // the zone is full of Mediums being handled
@@ -602,6 +618,12 @@ impl ShmFabric {
                         "Medium of {total} B at {at} of its landing zone ({zone} B, Mediums up to {} B)",
                         self.max_medium
                     ));
+                }
+                if !r.zone_populated {
+                    // SAFETY: the zone lies in our own file, mapped as long
+                    // as the fabric (Layout::new, connect).
+                    unsafe { populate(r.zone as *mut u8, zone as usize) };
+                    r.zone_populated = true;
                 }
                 // SAFETY: at + total <= zone_len, so the range lies in this
                 // sender's zone in our own file; the sender does not reuse
