@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use splitrt_am::{Endpoint, EndpointBuilder, Error, ErrorKind, Payload, Result};
 use splitrt_runtime::config::RmaPath;
 use splitrt_runtime::fabric::{Fabric, SegmentRef};
-use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Bytes of symmetric scratch used by broadcast and reductions (two
@@ -236,7 +236,7 @@ impl Pgas {
         };
         if done() {
             // nothing outstanding: no waiting machinery
-            fence(Ordering::SeqCst);
+            crate::full_fence::full_fence();
             return i.take_errors();
         }
         let what = || {
@@ -247,7 +247,7 @@ impl Pgas {
             )
         };
         i.wait_through(&what, done)?;
-        fence(Ordering::SeqCst);
+        crate::full_fence::full_fence();
         i.take_errors()
     }
 

@@ -9,6 +9,7 @@
 //! Puts and stores copy their source at issue.
 
 use crate::context::{Inner, Pgas};
+use crate::memmove::memmove;
 use crate::ptr::GlobalPtr;
 use crate::state::{stored_counter, Dest};
 use bytemuck::Pod;
@@ -19,7 +20,7 @@ use splitrt_runtime::fabric::{Fabric, SegmentRef};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 
 impl Inner {
@@ -41,7 +42,7 @@ impl Inner {
             // segment; the destination is the caller's live buffer of `len`
             // bytes. The two may overlap (a local get into a slice of our own
             // segment), so this is a memmove.
-            unsafe { std::ptr::copy(seg.base.add(off as usize), dst, len) };
+            unsafe { memmove(seg.base.add(off as usize), dst, len) };
             return Ok(None);
         }
         if self.path == RmaPath::Native {
@@ -164,7 +165,7 @@ impl Inner {
         self.sent_bytes[rank].fetch_add(src.len() as u64, Ordering::Relaxed);
         if let Some(seg) = self.native(rank) {
             // SAFETY: destination range checked against the peer's segment.
-            unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
+            unsafe { memmove(src.as_ptr(), seg.base.add(off as usize), src.len()) };
             // Release: the data is visible before the count that announces it.
             stored_counter(seg).fetch_add(src.len() as u64, Ordering::Release);
             seg.wake_owner(); // it may sleep in store_sync
@@ -214,7 +215,7 @@ impl Inner {
 fn put_native(seg: SegmentRef, off: u64, src: &[u8]) {
     // SAFETY: the destination range was checked against the segment; the
     // source may be a slice of our own segment, so this is a memmove.
-    unsafe { std::ptr::copy(src.as_ptr(), seg.base.add(off as usize), src.len()) };
+    unsafe { memmove(src.as_ptr(), seg.base.add(off as usize), src.len()) };
     seg.wake_owner();
 }
 
@@ -231,6 +232,10 @@ impl crate::state::Slots<Dest> {
 pub struct Scope<'env> {
     inner: &'env Inner,
     slots: Mutex<Vec<usize>>,
+    /// Whether `slots` was ever pushed to: a scope of native accesses only
+    /// ends without taking the lock (two locked instructions, half of a
+    /// one-put scope's cost).
+    any_slots: AtomicBool,
     _buffers: PhantomData<&'env mut ()>,
 }
 
@@ -245,6 +250,7 @@ impl<'env> Scope<'env> {
                 .start_get(src.rank(), src.offset(), bytes.as_mut_ptr(), bytes.len())?
         {
             self.slots.lock().push(s);
+            self.any_slots.store(true, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -261,6 +267,11 @@ impl<'env> Scope<'env> {
     }
 
     fn finish(&self) -> Result<()> {
+        // Relaxed: every get of the scope was started by code that
+        // returned before this (the closure and whatever it joined).
+        if !self.any_slots.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         let slots = std::mem::take(&mut *self.slots.lock());
         self.inner.wait_slots(&slots)
     }
@@ -293,6 +304,7 @@ impl Pgas {
         let scope = Scope {
             inner: &self.inner,
             slots: Mutex::new(Vec::new()),
+            any_slots: AtomicBool::new(false),
             _buffers: PhantomData,
         };
         let guard = ScopeGuard(&scope);
@@ -357,7 +369,7 @@ impl Pgas {
             // SAFETY: the source range was checked against the peer's
             // segment; `dst` is the caller's buffer. They may overlap (a
             // slice of our own segment): memmove.
-            unsafe { std::ptr::copy(seg.base.add(off as usize), dst.as_mut_ptr(), dst.len()) };
+            unsafe { memmove(seg.base.add(off as usize), dst.as_mut_ptr(), dst.len()) };
             return Ok(GetInto {
                 inner,
                 pending: None,
@@ -404,7 +416,7 @@ impl Pgas {
             // memmove).
             unsafe {
                 let from = seg.base.add(src.offset() as usize);
-                std::ptr::copy(from, bytes.as_mut_ptr(), bytes.len());
+                memmove(from, bytes.as_mut_ptr(), bytes.len());
             }
             return Ok(());
         }
@@ -428,6 +440,15 @@ impl Pgas {
             std::sync::atomic::fence(Ordering::Release);
             return inner.take_errors();
         }
+        self.write_slice_am(dst, src)
+    }
+
+    /// [`write_slice`](Self::write_slice) over messages, out of line so
+    /// the native path needs few registers (its 8 B cost is counted in
+    /// instructions).
+    #[cold]
+    #[inline(never)]
+    fn write_slice_am<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         self.put(dst, src)?;
         self.sync()
     }

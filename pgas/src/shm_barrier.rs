@@ -108,7 +108,7 @@ impl ShmBarrier {
         word(self.root(), RELEASED_OFF).store(epoch, Ordering::Release);
         // Dekker with the sleepers (they announce, then look at the
         // release): a ring is never missed for one fence per barrier.
-        std::sync::atomic::fence(Ordering::SeqCst);
+        crate::full_fence::full_fence();
         for s in &self.segs {
             s.wake_owner();
         }
