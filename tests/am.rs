@@ -63,6 +63,27 @@ fn conformance_small_cells_short_rings() {
     assert_eq!(r.stdout.matches("conformance ok").count(), 3);
 }
 
+/// `SPLITRT_THREADS=single` (sends and polls without locks on the
+/// attaching thread): the conformance test with Mediums streamed through
+/// 2-cell rings, so sends wait for credits and run handlers meanwhile.
+#[test]
+fn conformance_single_threaded() {
+    let r = run_job(
+        3,
+        &example("t_conformance"),
+        &["1"],
+        &[
+            ("SPLITRT_SEGMENT_SIZE", "8M"),
+            ("SPLITRT_CELL_SIZE", "256"),
+            ("SPLITRT_RING_LEN", "2"),
+            ("SPLITRT_THREADS", "single"),
+        ],
+        120,
+    );
+    r.ok();
+    assert_eq!(r.stdout.matches("conformance ok").count(), 3);
+}
+
 fn stress(n: usize, msgs: &str, threads: &str, ring: &str, cell: &str) {
     let r = run_job(
         n,

@@ -36,6 +36,26 @@ fn user_longs_into_reserved_ranges_are_refused() {
     refused_and_job_goes_on("reserved_long");
 }
 
+/// A rank that promised one thread (SPLITRT_THREADS=single, no locks on
+/// its rings) refuses a call from another thread with a clear error
+/// instead of racing, and goes on.
+#[test]
+fn a_single_threaded_rank_refuses_another_thread() {
+    let r = run_job(
+        3,
+        &example("t_misuse"),
+        &["other_thread"],
+        &[("SPLITRT_THREADS", "single")],
+        60,
+    );
+    r.ok();
+    assert_eq!(
+        r.stdout.matches("misuse ok other_thread").count(),
+        3,
+        "{r:?}"
+    );
+}
+
 #[test]
 fn limits_of_a_rank_that_does_not_exist_are_errors() {
     refused_and_job_goes_on("bad_peer");

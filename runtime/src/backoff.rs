@@ -75,7 +75,13 @@ impl Backoff {
                 || (!self.spin.is_zero()
                     && (!self.spins.is_multiple_of(64) || start.elapsed() < self.spin))
             {
-                std::hint::spin_loop();
+                // A polling round is itself some hundred instructions; a
+                // `pause` after every one (tens of cycles on this EPYC)
+                // delayed noticing a message by about that much: an AM
+                // round trip 0.22 -> 0.19 us with one every 8th round.
+                if self.spins.is_multiple_of(8) {
+                    std::hint::spin_loop();
+                }
                 return;
             }
             self.phase = Phase::Yield;

@@ -13,6 +13,10 @@ pub const ENV_CELL_SIZE: &str = "SPLITRT_CELL_SIZE";
 /// `1` = reserve every shared-memory file's space at start-up
 /// (`posix_fallocate`) instead of at first touch.
 pub const ENV_SHM_RESERVE: &str = "SPLITRT_SHM_RESERVE";
+/// `single`: only the thread that attached calls splitrt (as
+/// MPI_THREAD_FUNNELED); shared-memory sends and polls then take no lock.
+/// `multiple` (the default): any thread may call.
+pub const ENV_THREADS: &str = "SPLITRT_THREADS";
 /// Cells per ring (>= 2).
 pub const ENV_RING_LEN: &str = "SPLITRT_RING_LEN";
 /// Largest Medium payload (bytes, >= 512).
@@ -69,6 +73,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     (
         ENV_SHM_RESERVE,
         "1 = reserve each rank's whole shm file at start-up (slower start; no SIGBUS if /dev/shm fills up later); default 0: pages come at first touch, after a check that /dev/shm has room",
+    ),
+    (
+        ENV_THREADS,
+        "single: only the thread that attached calls splitrt, and shm sends and polls take no lock (a call from another thread is an error); multiple: any thread (default)",
     ),
     (ENV_CELL_SIZE, "shm ring cell size (default 4K)"),
     (ENV_RING_LEN, "cells per shm ring (default 64)"),
@@ -211,6 +219,8 @@ pub struct Config {
     /// Reserve shared-memory files' space at start-up
     /// ([`ENV_SHM_RESERVE`]).
     pub shm_reserve: bool,
+    /// Only the attaching thread calls splitrt ([`ENV_THREADS`]).
+    pub single_thread: bool,
     /// Ring cell size in bytes.
     pub cell_size: usize,
     /// Cells per ring.
@@ -267,6 +277,7 @@ impl Default for Config {
         Config {
             segment_size: 64 << 20,
             shm_reserve: false,
+            single_thread: false,
             cell_size: 4096,
             ring_len: 64,
             max_medium: 64 << 10,
@@ -409,6 +420,17 @@ impl Config {
         }
         if let Some(v) = get(ENV_SHM_RESERVE) {
             c.shm_reserve = matches!(v.trim(), "1" | "true" | "yes");
+        }
+        if let Some(v) = get(ENV_THREADS) {
+            c.single_thread = match v.trim() {
+                "single" => true,
+                "multiple" => false,
+                other => {
+                    return Err(Error::config(format!(
+                        "{ENV_THREADS}={other:?}: expected single or multiple"
+                    )))
+                }
+            };
         }
         c.validate()?;
         Ok(c)

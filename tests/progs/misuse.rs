@@ -7,6 +7,8 @@
 //!   second_attach   a second attach in the same process
 //!   reserved_long   user Long payloads into splitrt's reserved ranges
 //!   bad_peer        max_medium / max_long of a rank that does not exist
+//!   other_thread    (run with SPLITRT_THREADS=single) a second thread's
+//!                   request and poll are refused, naming the setting
 //!   after_finish    every operation on a finished endpoint
 //!   pgas_vs_finish  rank 0 in Pgas::barrier while the others finish
 //!   raw_unknown_id  rank 1 plays a broken peer and sends rank 0 a packet
@@ -152,6 +154,33 @@ fn run(mode: &str) -> Result<()> {
             expect_err("max_medium", ep.max_medium(n), "does not exist")?;
             expect_err("max_long", ep.max_long(n + 5), "does not exist")?;
             ep.max_medium(n - 1)?;
+            ep.finish()
+        }
+        "other_thread" => {
+            let got = Arc::new(AtomicU64::new(0));
+            let g = got.clone();
+            let mut b = EndpointBuilder::new();
+            let h = b.request("h", Kind::Short, 1, move |_t, m| {
+                g.fetch_add(m.arg(0), Ordering::AcqRel);
+            })?;
+            let ep = b.attach()?;
+            let peer = (ep.rank() + 1) % ep.size();
+            let other = ep.clone();
+            std::thread::spawn(move || -> Result<()> {
+                let single = "SPLITRT_THREADS=single";
+                expect_err(
+                    "request from another thread",
+                    other.request(peer, h, &[1], Payload::None),
+                    single,
+                )?;
+                expect_err("poll from another thread", other.poll(), single)
+            })
+            .join()
+            .expect("thread ran")?;
+            // the attaching thread goes on
+            ep.request(peer, h, &[5], Payload::None)?;
+            ep.wait_until(|| got.load(Ordering::Acquire) == 5)?;
+            ep.barrier()?;
             ep.finish()
         }
         "after_finish" => {

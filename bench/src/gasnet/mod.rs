@@ -13,6 +13,7 @@ pub mod testrma;
 use crate::job::{self, Job};
 use crate::stats::p50_p99;
 use crate::Common;
+use splitrt::runtime::config::ENV_THREADS;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -225,9 +226,12 @@ pub fn run(o: &Options) -> Result<(), String> {
                 }
             }
         }
+        // GASNet-EX's tests link its SEQ (single-threaded) library: ours
+        // run single-threaded too (no locks on the rings).
         let mut env = vec![
             (testam::ENV_ITERS.into(), iters.to_string()),
             (testam::ENV_MAXSZ.into(), max.to_string()),
+            (ENV_THREADS.into(), "single".into()),
         ];
         for (kind, var) in [
             ("AMMedium", testam::ENV_MAX_MEDIUM),
@@ -249,6 +253,7 @@ pub fn run(o: &Options) -> Result<(), String> {
             common: o.common,
             result: &result,
             env: vec![
+                (ENV_THREADS.into(), "single".into()),
                 (
                     testrma::ENV_SMALL.into(),
                     format!("{},{}", small.0, small.1),
@@ -275,7 +280,8 @@ pub fn run(o: &Options) -> Result<(), String> {
     let _ = writeln!(
         t,
         "testam methodology, {iters} iterations per row, sizes up to {max} B, {} round(s); \
-         microseconds per iteration: p50 over rounds (min..max); ratio: splitrt / GASNet-EX per round, p50",
+         microseconds per iteration: p50 over rounds (min..max); ratio: splitrt / GASNet-EX per round, p50; \
+         both single-threaded (GASNet-EX's SEQ library, splitrt {ENV_THREADS}=single)",
         o.common.reps
     );
     for (k, v) in &extra {

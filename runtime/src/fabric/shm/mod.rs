@@ -10,6 +10,7 @@
 
 pub mod doorbell;
 pub mod layout;
+mod owner;
 mod ring;
 pub mod zone;
 
@@ -17,6 +18,7 @@ use self::doorbell::{Doorbell, DOORBELL_OFF};
 use self::layout::{
     CellMeta, FileHeader, Layout, F_DEPOSIT, F_FIRST, F_LAST, F_ZONE, MAGIC, VERSION,
 };
+use self::owner::{Guarded, Owner};
 use self::ring::{Consumer, Producer, Ring};
 use self::zone::ZoneAlloc;
 use super::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
@@ -25,7 +27,6 @@ use crate::cpus::{CpuSet, CPU_WORDS};
 use crate::segment::{populate, ShmFile};
 use crate::trace::{self, Clock, Off, On, Stage};
 use crate::{Error, ErrorKind, Result};
-use parking_lot::Mutex;
 use std::sync::atomic::Ordering;
 
 /// A rank's file, created and initialized, before the peers are known.
@@ -39,6 +40,8 @@ pub struct PendingShm {
     layout: Layout,
     max_medium: usize,
     own: ShmFile,
+    /// `SPLITRT_THREADS=single`: the connecting thread owns the rings.
+    single_thread: bool,
 }
 
 impl PendingShm {
@@ -90,6 +93,7 @@ impl PendingShm {
             layout,
             max_medium: cfg.max_medium,
             own,
+            single_thread: cfg.single_thread,
         })
     }
 
@@ -138,7 +142,7 @@ impl PendingShm {
         let mut tx = Vec::with_capacity(size * 2);
         for (file, &bell) in files.iter().zip(&bells) {
             for ch in 0..2 {
-                tx.push(Mutex::new(Tx {
+                tx.push(Guarded::new(Tx {
                     p: Producer::new(ring(file, rank, ch)),
                     bell,
                     zone: Zone {
@@ -152,7 +156,7 @@ impl PendingShm {
             }
         }
         let rx = [0, 1].map(|ch| {
-            Mutex::new(RxSet {
+            Guarded::new(RxSet {
                 rings: (0..size)
                     .map(|src| RxRing {
                         cons: Consumer::new(ring(&files[rank], src, ch)),
@@ -190,6 +194,11 @@ impl PendingShm {
             max_medium: self.max_medium,
             own_bell: bells[rank],
             host_cpus,
+            owner: if self.single_thread {
+                Owner::this_thread()
+            } else {
+                Owner::any()
+            },
             bells,
             files,
             tx,
@@ -344,9 +353,12 @@ pub struct ShmFabric {
     max_medium: usize,
     files: Vec<ShmFile>,
     /// Producer per (peer, channel), index `peer * 2 + ch`.
-    tx: Vec<Mutex<Tx>>,
+    tx: Vec<Guarded<Tx>>,
     /// Consumers of every source, one set per channel.
-    rx: [Mutex<RxSet>; 2],
+    rx: [Guarded<RxSet>; 2],
+    /// The one thread allowed in without locks (`SPLITRT_THREADS=single`),
+    /// or any thread through the locks.
+    owner: Owner,
     /// Every local rank's doorbell.
     bells: Vec<Bell>,
     /// This rank's doorbell.
@@ -405,7 +417,7 @@ impl ShmFabric {
     /// Whether anything waits in this rank's rings (or another thread is
     /// polling them): a sleeper's last look before it sleeps.
     fn has_work(&self) -> bool {
-        self.rx.iter().any(|set| match set.try_lock() {
+        self.rx.iter().any(|set| match self.owner.try_lock(set) {
             None => true,
             Some(set) => set.rings.iter().any(|r| r.cons.has_next()),
         })
@@ -446,7 +458,10 @@ impl ShmFabric {
                     segment_len: seg.len as u64,
                 }));
             }
-            let mut tx = self.tx[peer * 2 + ch as usize].lock();
+            let mut tx = self
+                .owner
+                .lock(&self.tx[peer * 2 + ch as usize])
+                .map_err(|e| e.at_rank(self.global))?;
             let Tx { p, bell, .. } = &mut *tx;
             if !p.has_room() {
                 return Ok(false);
@@ -465,7 +480,10 @@ impl ShmFabric {
                 self.max_medium
             )));
         }
-        let mut tx = self.tx[peer * 2 + ch as usize].lock();
+        let mut tx = self
+            .owner
+            .lock(&self.tx[peer * 2 + ch as usize])
+            .map_err(|e| e.at_rank(self.global))?;
         let Tx { p, bell, zone } = &mut *tx;
         if !p.has_room() {
             return Ok(false);
@@ -534,7 +552,12 @@ impl ShmFabric {
         ch: Channel,
         deliver: &mut dyn FnMut(&Delivery<'_>),
     ) -> Result<usize> {
-        let Some(mut set) = self.rx[ch as usize].try_lock() else {
+        let Some(mut set) = self.owner.try_lock(&self.rx[ch as usize]) else {
+            // held (another thread polls, or a handler up this stack), or
+            // a single-threaded rank called from another thread
+            self.owner
+                .allows_this_thread()
+                .map_err(|e| e.at_rank(self.global))?;
             return Ok(0);
         };
         let set = &mut *set;
@@ -766,7 +789,9 @@ impl Fabric for ShmFabric {
         if l == NOT_HERE {
             return None;
         }
-        let p = self.tx.get(l as usize * 2 + ch as usize)?.try_lock()?;
+        let p = self
+            .owner
+            .try_lock(self.tx.get(l as usize * 2 + ch as usize)?)?;
         let (free, total) = p.p.free_cells();
         Some((free as usize, total as usize))
     }
