@@ -75,6 +75,12 @@ impl Ring {
         unsafe { &*(self.cell(n) as *const AtomicU64) }
     }
 
+    /// The ring's bytes: its first byte and its length (control block and
+    /// cells).
+    pub(crate) fn span(&self) -> (*mut u8, usize) {
+        (self.base, RING_CTRL + self.len as usize * self.stride)
+    }
+
     /// Payload capacity of a cell carrying `nwords` argument words.
     pub(crate) fn capacity(&self, nwords: usize) -> usize {
         self.cell_size - CELL_HDR - nwords * 8
@@ -241,6 +247,17 @@ impl Consumer {
             )
         };
         Some(Ok(CellView { meta, words, chunk }))
+    }
+
+    /// How many cells this consumer has released.
+    #[inline]
+    pub(crate) fn released(&self) -> u64 {
+        self.tail
+    }
+
+    /// The ring.
+    pub(crate) fn ring(&self) -> &Ring {
+        &self.ring
     }
 
     /// Whether the next cell has been published (for a sleeper's last look).
