@@ -234,6 +234,44 @@ pub unsafe fn populate(addr: *mut u8, len: usize) {
     }
 }
 
+/// How far into a region (a landing zone) pages were faulted in, growing
+/// as uses reach further: a small Medium that cycles through the first
+/// 8 KiB of its zone populates those, not the whole zone (populating
+/// 512 KiB at a 4 KiB Medium's first use cost 0.8 ms, 0.8 us per round
+/// trip of a 1000-round-trip row).
+#[derive(Debug, Default)]
+pub struct PopulatedPrefix {
+    to: usize,
+}
+
+impl PopulatedPrefix {
+    /// Bytes faulted in ahead of a use, at least (64 KiB).
+    pub const AHEAD: usize = 64 << 10;
+
+    /// A region whose first `to` bytes were faulted in already.
+    pub fn upto(to: usize) -> Self {
+        PopulatedPrefix { to }
+    }
+
+    /// Make sure `base..base + end` is faulted in (and up to
+    /// [`AHEAD`](Self::AHEAD) more, within `limit` bytes).
+    ///
+    /// # Safety
+    /// `base..base + limit` must lie in one live shared mapping, and
+    /// `end <= limit`.
+    #[inline]
+    pub unsafe fn cover(&mut self, base: *mut u8, end: usize, limit: usize) {
+        if end <= self.to {
+            return;
+        }
+        let to = end.max(self.to + Self::AHEAD).min(limit);
+        // SAFETY: self.to..to lies within base..base + limit (the
+        // caller's promise).
+        unsafe { populate(base.add(self.to), to - self.to) };
+        self.to = to;
+    }
+}
+
 /// Remove every shared-memory file of the job whose files are named by
 /// `stem` (`<job>-<tag>`); returns how many were left. Files of another job
 /// with the same id but another key are not touched.

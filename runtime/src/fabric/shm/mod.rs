@@ -24,7 +24,7 @@ use self::zone::ZoneAlloc;
 use super::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
 use crate::config::Config;
 use crate::cpus::{CpuSet, CPU_WORDS};
-use crate::segment::{populate, ShmFile};
+use crate::segment::{populate, PopulatedPrefix, ShmFile};
 use crate::trace::{self, Clock, Off, On, Stage};
 use crate::{Error, ErrorKind, Result};
 use std::sync::atomic::Ordering;
@@ -139,6 +139,32 @@ impl PendingShm {
                 Bell(unsafe { f.as_ptr().add(DOORBELL_OFF) } as *const Doorbell)
             })
             .collect();
+        // The rings and landing zones this rank writes (its own in every
+        // file) and reads (every sender's in its own file) get their pages
+        // now when that is cheap (2 ranks: 4.5 MiB, about 2 ms here); in
+        // larger jobs each ring gets them at its first cell (`first_use`)
+        // and each zone as Mediums reach further into it
+        // (`PopulatedPrefix`), so start-up stays short. Faulting them one
+        // by one in use cost 3 us per 4 KiB page.
+        let pairs = 2 * size + 2 * (size - 1);
+        let eager = pairs * (l.ring_stride + l.zone_len()) <= EAGER_BYTES;
+        if eager {
+            for (i, f) in files.iter().enumerate() {
+                for src in 0..size {
+                    if i == rank || src == rank {
+                        for ch in 0..2 {
+                            let (at, len) = ring(f, src, ch).span();
+                            // SAFETY: the ring and the zone lie in the file
+                            // (Layout::new), mapped as long as the fabric.
+                            unsafe {
+                                populate(at, len);
+                                populate(f.as_ptr().add(l.zone_off(src, ch)), l.zone_len());
+                            }
+                        }
+                    }
+                }
+            }
+        }
         let mut tx = Vec::with_capacity(size * 2);
         for (file, &bell) in files.iter().zip(&bells) {
             for ch in 0..2 {
@@ -150,28 +176,9 @@ impl PendingShm {
                         // inside the file (Layout::new).
                         base: unsafe { file.as_ptr().add(l.zone_off(rank, ch)) },
                         alloc: ZoneAlloc::new(l.zone_len(), l.ring_len),
-                        populated: false,
+                        populated: PopulatedPrefix::upto(if eager { l.zone_len() } else { 0 }),
                     },
                 }));
-            }
-        }
-        // The rings this rank writes (its own in every file) and reads (every
-        // sender's in its own file) get their pages now when that is cheap
-        // (2 ranks: 1.5 MiB); in larger jobs each ring gets them at its
-        // first cell (see `first_use`), so start-up stays short.
-        let rings_here = 2 * size + 2 * (size - 1);
-        if rings_here * l.ring_stride <= EAGER_RING_BYTES {
-            for (i, f) in files.iter().enumerate() {
-                for src in 0..size {
-                    if i == rank || src == rank {
-                        for ch in 0..2 {
-                            let (at, len) = ring(f, src, ch).span();
-                            // SAFETY: the ring lies in the file, mapped as
-                            // long as the fabric.
-                            unsafe { populate(at, len) };
-                        }
-                    }
-                }
             }
         }
         let rx = [0, 1].map(|ch| {
@@ -183,7 +190,7 @@ impl PendingShm {
                         bell: bells[src],
                         // SAFETY: as for the sender's side above.
                         zone: unsafe { files[rank].as_ptr().add(l.zone_off(src, ch)) },
-                        zone_populated: false,
+                        zone_populated: PopulatedPrefix::upto(if eager { l.zone_len() } else { 0 }),
                     })
                     .collect(),
                 next: 0,
@@ -282,13 +289,13 @@ struct RxRing {
     bell: Bell,
     /// This sender's landing zone on this channel, in our file.
     zone: *const u8,
-    /// Whether this mapping of the zone was faulted in (at the first
-    /// Medium in it; see [`populate`]).
-    zone_populated: bool,
+    /// How far this mapping of the zone was faulted in.
+    zone_populated: PopulatedPrefix,
 }
 
-/// Ring bytes a rank faults in at start-up if its rings are no more.
-const EAGER_RING_BYTES: usize = 2 << 20;
+/// Ring and landing-zone bytes a rank faults in at start-up if its rings
+/// and zones are no more (2 ranks with the default sizes).
+const EAGER_BYTES: usize = 5 << 20;
 
 /// Before a sender's first cell into a ring: fault in the ring's pages at
 /// once (a ring of 64 cells of 4 KiB spans 65 pages; faulting them one
@@ -359,9 +366,8 @@ struct Zone {
     /// Which of its bytes are free (length 0: no zone; large Mediums are
     /// streamed).
     alloc: ZoneAlloc,
-    /// Whether its pages were faulted in (at its first use; see
-    /// [`populate`]).
-    populated: bool,
+    /// How far its pages were faulted in.
+    populated: PopulatedPrefix,
 }
 
 struct RxSet {
@@ -529,17 +535,16 @@ impl ShmFabric {
         let t = C::record(Stage::Enqueue, t0);
         let cap0 = p.ring().capacity(nw);
         if len > cap0 && len <= zone.alloc.capacity() {
-            if !zone.populated {
-                // Large Mediums rotate through the whole zone: fault it in
-                // once rather than page by page on its first lap.
-                // SAFETY: the zone lies in the peer's file, mapped as long
-                // as the fabric (Layout::new, connect).
-                unsafe { populate(zone.base, zone.alloc.capacity()) };
-                zone.populated = true;
-            }
             // Into the landing zone in one copy; the cell only announces it.
             let Some(at) = zone.alloc.place(len, |seq| p.released(seq)) else {
                 return Ok(false); // the zone is full of Mediums being handled
+            };
+            // Its pages ahead of the first lap, not one fault per 4 KiB.
+            // SAFETY: the zone lies in the peer's file, mapped as long as
+            // the fabric (Layout::new, connect); at + len <= its length.
+            unsafe {
+                zone.populated
+                    .cover(zone.base, at + len, zone.alloc.capacity())
             };
             // SAFETY: at + len <= the zone's length (ZoneAlloc::place), the zone lies
             // in the peer's file (Layout::new), and the peer reads these
@@ -688,12 +693,15 @@ impl ShmFabric {
                         self.max_medium
                     ));
                 }
-                if !r.zone_populated {
-                    // SAFETY: the zone lies in our own file, mapped as long
-                    // as the fabric (Layout::new, connect).
-                    unsafe { populate(r.zone as *mut u8, zone as usize) };
-                    r.zone_populated = true;
-                }
+                // SAFETY: the zone lies in our own file, mapped as long as
+                // the fabric (Layout::new, connect); at + total <= zone.
+                unsafe {
+                    r.zone_populated.cover(
+                        r.zone as *mut u8,
+                        (at + total as u64) as usize,
+                        zone as usize,
+                    )
+                };
                 // SAFETY: at + total <= zone_len, so the range lies in this
                 // sender's zone in our own file; the sender does not reuse
                 // these bytes before this cell is released (after the
