@@ -8,13 +8,11 @@ use std::path::PathBuf;
 /// testcore4-style conformance: every kind x argument count 0..=16, random
 /// arguments and payload sizes up to the maximum, every byte checked.
 fn conformance(n: usize, rounds: &str) {
-    let r = run_job(
-        n,
-        &example("t_conformance"),
-        &[rounds],
-        &[("SPLITRT_SEGMENT_SIZE", "16M")],
-        120,
-    );
+    conformance_with(n, rounds, &[("SPLITRT_SEGMENT_SIZE", "16M")]);
+}
+
+fn conformance_with(n: usize, rounds: &str, env: &[(&str, &str)]) {
+    let r = run_job(n, &example("t_conformance"), &[rounds], env, 120);
     r.ok();
     assert_eq!(
         r.stdout.matches("conformance ok").count(),
@@ -23,6 +21,14 @@ fn conformance(n: usize, rounds: &str) {
         r.stdout
     );
 }
+
+/// Small cells and 2-cell rings: Mediums stream over many cells and sends
+/// wait for credits (running handlers meanwhile).
+const SMALL_RINGS: [(&str, &str); 3] = [
+    ("SPLITRT_SEGMENT_SIZE", "8M"),
+    ("SPLITRT_CELL_SIZE", "256"),
+    ("SPLITRT_RING_LEN", "2"),
+];
 
 #[test]
 fn conformance_1_rank() {
@@ -48,40 +54,16 @@ fn conformance_8_ranks_oversubscribed() {
 /// Small cells force Medium payloads to stream over many cells.
 #[test]
 fn conformance_small_cells_short_rings() {
-    let r = run_job(
-        3,
-        &example("t_conformance"),
-        &["1"],
-        &[
-            ("SPLITRT_SEGMENT_SIZE", "8M"),
-            ("SPLITRT_CELL_SIZE", "256"),
-            ("SPLITRT_RING_LEN", "2"),
-        ],
-        120,
-    );
-    r.ok();
-    assert_eq!(r.stdout.matches("conformance ok").count(), 3);
+    conformance_with(3, "1", &SMALL_RINGS);
 }
 
 /// `SPLITRT_THREADS=single` (sends and polls without locks on the
-/// attaching thread): the conformance test with Mediums streamed through
-/// 2-cell rings, so sends wait for credits and run handlers meanwhile.
+/// attaching thread) over the same small rings.
 #[test]
 fn conformance_single_threaded() {
-    let r = run_job(
-        3,
-        &example("t_conformance"),
-        &["1"],
-        &[
-            ("SPLITRT_SEGMENT_SIZE", "8M"),
-            ("SPLITRT_CELL_SIZE", "256"),
-            ("SPLITRT_RING_LEN", "2"),
-            ("SPLITRT_THREADS", "single"),
-        ],
-        120,
-    );
-    r.ok();
-    assert_eq!(r.stdout.matches("conformance ok").count(), 3);
+    let mut env = SMALL_RINGS.to_vec();
+    env.push(("SPLITRT_THREADS", "single"));
+    conformance_with(3, "1", &env);
 }
 
 fn stress(n: usize, msgs: &str, threads: &str, ring: &str, cell: &str) {
