@@ -141,11 +141,11 @@ impl PendingShm {
             .collect();
         // The rings and landing zones this rank writes (its own in every
         // file) and reads (every sender's in its own file) get their pages
-        // now when that is cheap (2 ranks: 4.5 MiB, about 2 ms here); in
-        // larger jobs each ring gets them at its first cell (`first_use`)
-        // and each zone as Mediums reach further into it
-        // (`PopulatedPrefix`), so start-up stays short. Faulting them one
-        // by one in use cost 3 us per 4 KiB page.
+        // now when that is cheap (2 ranks: 4.5 MiB, about 2 ms here), not
+        // one fault (3 us here) per 4 KiB page on their first lap. In
+        // larger jobs a page comes when first used (a zone's, in one call
+        // per Medium: `PopulatedPrefix`), so start-up stays short and
+        // memory no rank uses is never allocated.
         let pairs = 2 * size + 2 * (size - 1);
         let eager = pairs * (l.ring_stride + l.zone_len()) <= EAGER_BYTES;
         if eager {
@@ -296,20 +296,6 @@ struct RxRing {
 /// Ring and landing-zone bytes a rank faults in at start-up if its rings
 /// and zones are no more (2 ranks with the default sizes).
 const EAGER_BYTES: usize = 5 << 20;
-
-/// Before a sender's first cell into a ring: fault in the ring's pages at
-/// once (a ring of 64 cells of 4 KiB spans 65 pages; faulting them one
-/// cell at a time on the first lap cost 130-260 us, which the first
-/// 1000-round-trip row of a benchmark showed as 0.27 us per round trip).
-#[inline]
-fn first_use(p: &Producer) {
-    if p.head() == 0 {
-        let (at, len) = p.ring().span();
-        // SAFETY: the ring lies in the peer's file, mapped as long as the
-        // fabric (Ring::new's contract).
-        unsafe { populate(at, len) };
-    }
-}
 
 /// Publish the one-cell header of a payload already placed (in the
 /// segment: `F_DEPOSIT` at offset `at`; in the landing zone: `F_ZONE` at
@@ -508,7 +494,6 @@ impl ShmFabric {
             if !p.has_room() {
                 return Ok(false);
             }
-            first_use(p);
             let t = C::record(Stage::Enqueue, t0);
             // SAFETY: bounds checked above; the destination is the peer's
             // segment mapped in this process, the source a caller's slice,
@@ -531,7 +516,6 @@ impl ShmFabric {
         if !p.has_room() {
             return Ok(false);
         }
-        first_use(p);
         let t = C::record(Stage::Enqueue, t0);
         let cap0 = p.ring().capacity(nw);
         if len > cap0 && len <= zone.alloc.capacity() {
@@ -662,14 +646,6 @@ impl ShmFabric {
             }
         };
         let found = C::start();
-        if r.cons.released() == 0 {
-            // the first cell from this sender: the rest of the ring's pages
-            // now, not one fault per cell on the first lap
-            let (at, len) = r.cons.ring().span();
-            // SAFETY: the ring lies in our own file, mapped as long as the
-            // fabric.
-            unsafe { populate(at, len) };
-        }
         let m = view.meta;
         let (first, last) = (m.flags & F_FIRST != 0, m.flags & F_LAST != 0);
         if first && last {

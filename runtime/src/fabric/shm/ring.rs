@@ -249,17 +249,6 @@ impl Consumer {
         Some(Ok(CellView { meta, words, chunk }))
     }
 
-    /// How many cells this consumer has released.
-    #[inline]
-    pub(crate) fn released(&self) -> u64 {
-        self.tail
-    }
-
-    /// The ring.
-    pub(crate) fn ring(&self) -> &Ring {
-        &self.ring
-    }
-
     /// Whether the next cell has been published (for a sleeper's last look).
     #[inline]
     pub(crate) fn has_next(&self) -> bool {
