@@ -27,7 +27,7 @@ use crate::cpus::{CpuSet, CPU_WORDS};
 use crate::segment::{populate, PopulatedPrefix, ShmFile};
 use crate::trace::{self, Clock, Off, On, Stage};
 use crate::{Error, ErrorKind, Result};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// A rank's file, created and initialized, before the peers are known.
 pub struct PendingShm {
@@ -220,6 +220,7 @@ impl PendingShm {
             max_medium: self.max_medium,
             own_bell: bells[rank],
             host_cpus,
+            self_pending: Default::default(),
             owner: if self.single_thread {
                 Owner::this_thread()
             } else {
@@ -393,6 +394,10 @@ pub struct ShmFabric {
     own_bell: Bell,
     /// The union of the CPU masks of this host's ranks, if all are known.
     host_cpus: Option<CpuSet>,
+    /// Per channel: this rank published into its own ring (a message to
+    /// itself) since its last poll of it. An idle poll then skips that
+    /// ring: half the ring checks of a 2-rank job's polling loop.
+    self_pending: [AtomicBool; 2],
 }
 
 // SAFETY: the raw pointers inside (rings, mappings) point into shared
@@ -500,6 +505,7 @@ impl ShmFabric {
             // which may itself lie in a segment (hence a memmove).
             unsafe { std::ptr::copy(pkt.payload.as_ptr(), seg.base.add(off as usize), len) };
             announce::<C>(p, *bell, pkt, F_DEPOSIT, off, t);
+            self.mark_if_self(peer, ch);
             return Ok(true);
         }
         if len > self.max_medium {
@@ -538,6 +544,7 @@ impl ShmFabric {
             unsafe { std::ptr::copy_nonoverlapping(pkt.payload.as_ptr(), zone.base.add(at), len) };
             zone.alloc.placed(p.head(), at, len);
             announce::<C>(p, *bell, pkt, F_ZONE, at as u64, t);
+            self.mark_if_self(peer, ch);
             return Ok(true);
         }
         let first = len.min(cap0);
@@ -553,6 +560,7 @@ impl ShmFabric {
         p.write(meta, pkt.words, &pkt.payload[..first]);
         let t = C::record(Stage::Copy, t);
         p.publish();
+        self.mark_if_self(peer, ch);
         bell.get().ring();
         C::record(Stage::Publish, t);
         let cap = p.ring().capacity(0);
@@ -568,10 +576,30 @@ impl ShmFabric {
             meta.nwords = 0;
             meta.len = n as u32;
             p.push(meta, &[], &pkt.payload[sent..sent + n]);
+            self.mark_if_self(peer, ch);
             bell.get().ring();
             sent += n;
         }
         Ok(true)
+    }
+
+    /// After publishing into `peer`'s ring: if that is this rank's own,
+    /// say so to its next poll.
+    #[inline]
+    fn mark_if_self(&self, peer: usize, ch: Channel) {
+        if peer == self.me {
+            self.self_pending[ch as usize].store(true, Ordering::Release);
+        }
+    }
+
+    /// Whether this rank's own ring on `ch` may hold a message; clears the
+    /// mark. The read-modify-write (a full fence) runs only when the mark
+    /// is set: anything published before a mark it reads is then visible
+    /// to the look that follows, and a later publish marks again.
+    #[inline]
+    fn take_self_pending(&self, ch: Channel) -> bool {
+        let m = &self.self_pending[ch as usize];
+        m.load(Ordering::Relaxed) && m.swap(false, Ordering::AcqRel)
     }
 
     fn poll_with<C: Clock>(
@@ -599,17 +627,27 @@ impl ShmFabric {
             } else {
                 start + i
             };
+            if src == self.me && !self.take_self_pending(ch) {
+                continue; // nothing sent to itself since the last look
+            }
             let r = &mut set.rings[src];
-            let src = self.members[src];
-            let mut freed = false;
+            let global = self.members[src];
+            let (mut freed, mut drained) = (false, false);
             for _ in 0..budget {
-                match self.rx_one::<C>(src, r, deliver)? {
-                    None => break,
+                match self.rx_one::<C>(global, r, deliver)? {
+                    None => {
+                        drained = true;
+                        break;
+                    }
                     Some(done) => {
                         delivered += done as usize;
                         freed = true;
                     }
                 }
+            }
+            if src == self.me && !drained {
+                // the budget ran out first: look again next time
+                self.self_pending[ch as usize].store(true, Ordering::Release);
             }
             if freed {
                 // its sender may be asleep waiting for room
@@ -842,6 +880,14 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
+    /// A raw cell into a 1-rank fabric's own Request ring, as a broken
+    /// sender would write it (past `send_with`'s checks), marked for the
+    /// next poll.
+    fn inject(f: &ShmFabric, meta: CellMeta) {
+        f.tx[0].lock().p.push(meta, &[], &[]);
+        f.mark_if_self(0, Channel::Request);
+    }
+
     fn solo(tag: &str, cell: usize, ring: usize) -> ShmFabric {
         let job = format!("unit{tag}{}", std::process::id());
         let cfg = Config {
@@ -926,7 +972,7 @@ mod tests {
                 pad: 0,
                 deposit: at,
             };
-            f.tx[0].lock().p.push(meta, &[], &[]);
+            inject(&f, meta);
             let e = f
                 .poll(Channel::Request, &mut |_| panic!("delivered a bad offset"))
                 .unwrap_err();
@@ -953,7 +999,7 @@ mod tests {
                 pad: 0,
                 deposit: rng.gen_range(0..(2u64 << 20)),
             };
-            f.tx[0].lock().p.push(meta, &[], &[]);
+            inject(&f, meta);
             let r = f.poll(Channel::Request, &mut |d| {
                 assert!(d.words.len() <= MAX_WORDS);
                 match d.deposit {
@@ -975,7 +1021,7 @@ mod tests {
             flags: F_LAST,
             ..CellMeta::default()
         };
-        f.tx[0].lock().p.push(end, &[], &[]);
+        inject(&f, end);
         let _ = f.poll(Channel::Request, &mut |_| {});
         let payload: Vec<u8> = (0..600u32).map(|i| i as u8).collect();
         let pkt = Packet {
