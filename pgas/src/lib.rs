@@ -20,7 +20,6 @@ mod context;
 mod full_fence;
 mod handlers;
 pub mod heap;
-mod memmove;
 mod ops;
 mod ptr;
 mod reduce;

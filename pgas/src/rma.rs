@@ -9,7 +9,6 @@
 //! Puts and stores copy their source at issue.
 
 use crate::context::{Inner, Pgas};
-use crate::memmove::memmove;
 use crate::ptr::GlobalPtr;
 use crate::state::{stored_counter, Dest};
 use bytemuck::Pod;
@@ -17,6 +16,7 @@ use parking_lot::Mutex;
 use splitrt_am::{Payload, Result};
 use splitrt_runtime::config::RmaPath;
 use splitrt_runtime::fabric::{Fabric, SegmentRef};
+use splitrt_runtime::memmove::memmove;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;

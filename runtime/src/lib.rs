@@ -21,6 +21,7 @@ pub mod job;
 pub mod key;
 pub mod launcher;
 pub mod limits;
+pub mod memmove;
 pub mod route;
 pub mod segment;
 pub mod shm_full;

@@ -151,17 +151,19 @@ impl Producer {
         debug_assert!(words.len() <= MAX_WORDS);
         debug_assert!(chunk.len() <= self.ring.capacity(words.len()));
         let cell = self.ring.cell(self.head);
+        // (Word by word and `memmove`, not two `memcpy` calls: those cost
+        // about 60 instructions for a Short with no words and no payload.)
         // SAFETY: the cell is free (has_room), so the consumer does not read
         // it until `publish` stores its sequence word; the writes stay
-        // inside the cell because the caller checked the sizes.
+        // inside the cell because the caller checked the sizes; the words
+        // are 8-aligned (cells are 64-aligned, CELL_HDR is 32).
         unsafe {
             std::ptr::write(cell.add(8) as *mut CellMeta, meta);
-            std::ptr::copy_nonoverlapping(
-                words.as_ptr() as *const u8,
-                cell.add(CELL_HDR),
-                words.len() * 8,
-            );
-            std::ptr::copy_nonoverlapping(
+            let at = cell.add(CELL_HDR) as *mut u64;
+            for (i, &w) in words.iter().enumerate() {
+                at.add(i).write(w);
+            }
+            crate::memmove::memmove(
                 chunk.as_ptr(),
                 cell.add(CELL_HDR + words.len() * 8),
                 chunk.len(),

@@ -1,16 +1,25 @@
-//! The copy of a native put or get: `memmove` semantics (the caller's
-//! buffer may be a slice of a segment it also reads), with accesses of up
-//! to 16 bytes done inline. A call into libc's `memmove` for 8 bytes cost
-//! about 25 instructions (call, PLT, size dispatch); two overlapping
-//! unaligned loads and two stores cover every length from `n/2` to `n`.
+//! A copy with `memmove` semantics for the hot paths' small copies (a
+//! native put or get, whose buffer may be a slice of a segment it also
+//! reads; a Short or small Medium into a ring cell), with up to 16 bytes
+//! done inline. A call into libc's `memmove` for 8 bytes cost about 25
+//! instructions (call, PLT, size dispatch), also for 0 bytes; two
+//! overlapping unaligned loads and two stores cover every length from
+//! `n/2` to `n`.
 
 /// Copy `len` bytes from `src` to `dst`; the ranges may overlap.
+///
+/// ```
+/// let (a, mut b) = ([1u8, 2, 3], [0u8; 3]);
+/// // SAFETY: both arrays hold 3 bytes.
+/// unsafe { splitrt_runtime::memmove::memmove(a.as_ptr(), b.as_mut_ptr(), 3) };
+/// assert_eq!(b, a);
+/// ```
 ///
 /// # Safety
 /// As `std::ptr::copy`: `src` readable and `dst` writable for `len`
 /// bytes.
 #[inline(always)]
-pub(crate) unsafe fn memmove(src: *const u8, dst: *mut u8, len: usize) {
+pub unsafe fn memmove(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY (all arms): every access lies in the first `len` bytes of
     // `src` or `dst` (the caller's promise), unaligned accesses are
     // `read_unaligned` / `write_unaligned`, and both loads come before
