@@ -143,6 +143,7 @@ impl EndpointBuilder {
                 finished: AtomicBool::new(false),
                 deferred: parking_lot::Mutex::new(None),
                 has_deferred: AtomicBool::new(false),
+                skipped_requests: AtomicBool::new(false),
             }),
         }
     }
@@ -225,6 +226,9 @@ pub(crate) struct Inner {
     /// A non-fatal error met while a send waited (see `progress_while_sending`).
     deferred: parking_lot::Mutex<Option<Error>>,
     has_deferred: AtomicBool,
+    /// The last `poll_all` found replies and returned before polling
+    /// requests (so the next one polls both).
+    skipped_requests: AtomicBool,
 }
 
 /// A rank's Active Messages endpoint. Cheap to clone, `Send + Sync`: any
@@ -271,8 +275,22 @@ impl Inner {
         err.map_or(Ok(n), Err)
     }
 
+    /// Poll replies, then requests. A call that ran reply handlers returns
+    /// before polling requests, unless the call before did so too: a
+    /// waiter usually waits for a reply, and it learns of one a channel
+    /// poll sooner (a round trip's critical path), while requests are
+    /// still polled at least every other call.
     pub(crate) fn poll_all(&self) -> Result<usize> {
-        Ok(self.poll_channel(Channel::Reply)? + self.poll_channel(Channel::Request)?)
+        let replies = self.poll_channel(Channel::Reply)?;
+        let skipped = self.skipped_requests.load(Ordering::Relaxed);
+        if replies > 0 && !skipped {
+            self.skipped_requests.store(true, Ordering::Relaxed);
+            return Ok(replies);
+        }
+        if skipped {
+            self.skipped_requests.store(false, Ordering::Relaxed);
+        }
+        Ok(replies + self.poll_channel(Channel::Request)?)
     }
 
     /// Everything a send is checked for before anything moves: the
