@@ -547,4 +547,14 @@ mod tests {
         let c = Config::from_lookup(|n| (n == ENV_BOOTSTRAP_TIMEOUT).then(|| "31536000".into()));
         assert_eq!(c.unwrap().bootstrap_timeout, MAX_DURATION);
     }
+
+    #[test]
+    fn thread_mode_is_single_or_multiple() {
+        let threads = |v: &str| Config::from_lookup(|n| (n == ENV_THREADS).then(|| v.into()));
+        assert!(threads("single").unwrap().single_thread);
+        assert!(!threads(" multiple ").unwrap().single_thread);
+        assert!(!Config::from_lookup(|_| None).unwrap().single_thread);
+        let e = threads("funneled").unwrap_err();
+        assert!(e.to_string().contains("SPLITRT_THREADS"), "{e}");
+    }
 }
