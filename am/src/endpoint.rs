@@ -275,7 +275,13 @@ impl Inner {
         err.map_or(Ok(n), Err)
     }
 
-    /// Poll replies, then requests. A call that ran reply handlers returns
+    /// Poll replies, then requests, always both (`Endpoint::poll`).
+    pub(crate) fn poll_every_channel(&self) -> Result<usize> {
+        self.skipped_requests.store(false, Ordering::Relaxed);
+        Ok(self.poll_channel(Channel::Reply)? + self.poll_channel(Channel::Request)?)
+    }
+
+    /// Poll replies, then requests (for wait loops). A call that ran reply handlers returns
     /// before polling requests, unless the call before did so too: a
     /// waiter usually waits for a reply, and it learns of one a channel
     /// poll sooner (a round trip's critical path), while requests are
@@ -674,7 +680,7 @@ impl Endpoint {
             );
         }
         self.inner.take_deferred()?;
-        self.inner.poll_all()
+        self.inner.poll_every_channel()
     }
 
     /// Poll until `cond` holds: spin briefly, then yield, then sleep, so more

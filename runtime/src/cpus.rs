@@ -6,9 +6,8 @@
 //! `taskset`) gives each rank a one-CPU affinity mask, so a rank's own mask
 //! says nothing about its neighbours: two ranks bound to CPUs 0 and 1 are
 //! not oversubscribed, eight ranks bound to the same two CPUs are. What
-//! decides is the union of the masks of the ranks sharing the host, which
-//! every rank publishes in its shared-memory file header
-//! ([`CpuSet::words`]).
+//! decides is the masks of all the ranks sharing the host, which every
+//! rank publishes in its shared-memory file header ([`CpuSet::words`]).
 
 /// 64-bit words in a [`CpuSet`]: 1024 CPUs, glibc's `cpu_set_t`.
 pub const CPU_WORDS: usize = 16;
@@ -72,16 +71,24 @@ impl CpuSet {
     pub fn count(&self) -> usize {
         self.words.iter().map(|w| w.count_ones() as usize).sum()
     }
+
+    /// Whether every CPU of this set is in `other`.
+    pub fn is_subset_of(&self, other: &CpuSet) -> bool {
+        self.words.iter().zip(other.words).all(|(w, o)| w & !o == 0)
+    }
 }
 
 /// Whether `ranks` ranks on one host outnumber the CPUs they may run on.
 ///
-/// `host_cpus` is the union of those ranks' affinity masks when it is known
-/// (every rank on the host published one); otherwise the CPUs this process
-/// may use stand in for it (which over-counts ranks bound one per CPU as
-/// oversubscribed). `available` is what the standard library reports for
-/// this process, which also honours a cgroup CPU quota: when it is below
-/// this process' own mask, the quota caps the host's CPUs too.
+/// `masks`, when every rank on the host published one: the host is
+/// oversubscribed if the ranks outnumber the union of the masks, or if
+/// some rank's mask holds more ranks' whole masks than it has CPUs (two
+/// ranks bound to CPU 0 beside an unbound one on 8 CPUs take turns on
+/// CPU 0). Without them, the CPUs this process may use stand in (which
+/// counts ranks bound one per CPU as oversubscribed). `available` is what
+/// the standard library reports for this process, which also honours a
+/// cgroup CPU quota: when it is below this process' own mask, the quota
+/// caps the host's CPUs too.
 ///
 /// ```
 /// use splitrt_runtime::cpus::{oversubscribed, CpuSet};
@@ -91,32 +98,42 @@ impl CpuSet {
 ///     CpuSet::from_words(w)
 /// };
 /// // two ranks bound to CPUs 0 and 1: not oversubscribed
-/// let host = one(0).union(&one(1));
-/// assert!(!oversubscribed(2, Some(host), Some(one(0)), 1));
+/// assert!(!oversubscribed(2, Some(&[one(0), one(1)]), Some(one(0)), 1));
 /// // eight ranks bound to the same two CPUs: oversubscribed
-/// assert!(oversubscribed(8, Some(host), Some(one(0)), 1));
+/// let both = one(0).union(&one(1));
+/// assert!(oversubscribed(8, Some(&[both; 8]), Some(both), 2));
+/// // two ranks bound to CPU 0 beside one free to use CPUs 0..8
+/// let all = (1..8).fold(one(0), |s, c| s.union(&one(c)));
+/// assert!(oversubscribed(3, Some(&[one(0), one(0), all]), Some(one(0)), 1));
 /// // nothing published: this process' CPUs stand in
 /// assert!(oversubscribed(2, None, Some(one(0)), 1));
 /// ```
 pub fn oversubscribed(
     ranks: usize,
-    host_cpus: Option<CpuSet>,
+    masks: Option<&[CpuSet]>,
     mine: Option<CpuSet>,
     available: usize,
 ) -> bool {
-    let cpus = match (host_cpus, mine) {
-        (Some(host), Some(mine)) if available < mine.count() => host.count().min(available),
-        (Some(host), _) => host.count(),
-        (None, _) => available,
+    let Some(masks) = masks.filter(|m| !m.is_empty()) else {
+        return ranks > available;
+    };
+    let host = masks.iter().fold(CpuSet::default(), |a, m| a.union(m));
+    let cpus = match mine {
+        // a quota below this process' own mask caps the host's CPUs too
+        Some(mine) if available < mine.count() => host.count().min(available),
+        _ => host.count(),
     };
     ranks > cpus
+        || masks
+            .iter()
+            .any(|m| masks.iter().filter(|n| n.is_subset_of(m)).count() > m.count())
 }
 
 /// [`oversubscribed`] for this process: its mask and the standard
 /// library's count of the CPUs it may use.
-pub fn oversubscribed_here(ranks: usize, host_cpus: Option<CpuSet>) -> bool {
+pub fn oversubscribed_here(ranks: usize, masks: Option<&[CpuSet]>) -> bool {
     let available = std::thread::available_parallelism().map_or(1, |n| n.get());
-    oversubscribed(ranks, host_cpus, CpuSet::of_this_process(), available)
+    oversubscribed(ranks, masks, CpuSet::of_this_process(), available)
 }
 
 #[cfg(test)]
@@ -140,7 +157,7 @@ mod tests {
     fn a_quota_below_the_mask_caps_the_host() {
         let all = CpuSet::from_words([0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         // 8 CPUs in every mask, a quota of 2 CPUs: 4 ranks are too many
-        assert!(oversubscribed(4, Some(all), Some(all), 2));
-        assert!(!oversubscribed(4, Some(all), Some(all), 8));
+        assert!(oversubscribed(4, Some(&[all; 4]), Some(all), 2));
+        assert!(!oversubscribed(4, Some(&[all; 4]), Some(all), 8));
     }
 }

@@ -393,11 +393,11 @@ impl World {
             (None, None) => return Err(fail(Error::usage("no fabric reaches the peers"))),
         };
         // Spinning only steals the CPU from the rank we wait for when the
-        // host's ranks outnumber the CPUs they may run on together.
+        // host's ranks outnumber the CPUs they may run on.
         if !config.wait_set
             && crate::cpus::oversubscribed_here(
                 job.local_size,
-                fabric.shm().and_then(ShmFabric::host_cpus),
+                fabric.shm().and_then(ShmFabric::cpu_masks),
             )
         {
             config.spin = std::time::Duration::ZERO;

@@ -196,17 +196,21 @@ impl PendingShm {
                 next: 0,
             })
         });
-        // The union of the host's ranks' CPU masks, if every one is known.
-        let host_cpus = files.iter().try_fold(CpuSet::default(), |acc, f| {
-            // SAFETY: CPUS_OFF + 128 <= HEADER_BYTES <= the file's length
-            // (check_peer, ours by creation); 8-aligned; written by its
-            // owner before it set `ready`, which check_peer read (acquire).
-            let words = unsafe {
-                std::ptr::read(f.as_ptr().add(layout::CPUS_OFF) as *const [u64; CPU_WORDS])
-            };
-            let set = CpuSet::from_words(words);
-            (set.count() > 0).then(|| acc.union(&set))
-        });
+        // The host's ranks' CPU masks, if every one is known.
+        let cpu_masks = files
+            .iter()
+            .map(|f| {
+                // SAFETY: CPUS_OFF + 128 <= HEADER_BYTES <= the file's
+                // length (check_peer, ours by creation); 8-aligned; written
+                // by its owner before it set `ready`, which check_peer read
+                // (acquire).
+                let words = unsafe {
+                    std::ptr::read(f.as_ptr().add(layout::CPUS_OFF) as *const [u64; CPU_WORDS])
+                };
+                let set = CpuSet::from_words(words);
+                (set.count() > 0).then_some(set)
+            })
+            .collect::<Option<Vec<CpuSet>>>();
         let mut local_of = vec![NOT_HERE; self.job_size];
         for (i, &m) in self.members.iter().enumerate() {
             local_of[m] = i as u32;
@@ -219,7 +223,7 @@ impl PendingShm {
             layout: l,
             max_medium: self.max_medium,
             own_bell: bells[rank],
-            host_cpus,
+            cpu_masks,
             self_pending: Default::default(),
             owner: if self.single_thread {
                 Owner::this_thread()
@@ -297,6 +301,18 @@ struct RxRing {
 /// Ring and landing-zone bytes a rank faults in at start-up if its rings
 /// and zones are no more (2 ranks with the default sizes).
 const EAGER_BYTES: usize = 5 << 20;
+
+/// Sets a rank's own-ring mark again when dropped armed: a poll that did
+/// not drain the ring, however it ended, leaves it marked.
+struct Remark<'a>(Option<&'a AtomicBool>);
+
+impl Drop for Remark<'_> {
+    fn drop(&mut self) {
+        if let Some(m) = self.0 {
+            m.store(true, Ordering::Release);
+        }
+    }
+}
 
 /// Publish the one-cell header of a payload already placed (in the
 /// segment: `F_DEPOSIT` at offset `at`; in the landing zone: `F_ZONE` at
@@ -392,8 +408,8 @@ pub struct ShmFabric {
     bells: Vec<Bell>,
     /// This rank's doorbell.
     own_bell: Bell,
-    /// The union of the CPU masks of this host's ranks, if all are known.
-    host_cpus: Option<CpuSet>,
+    /// The CPU masks of this host's ranks, if all are known.
+    cpu_masks: Option<Vec<CpuSet>>,
     /// Per channel: this rank published into its own ring (a message to
     /// itself) since its last poll of it. An idle poll then skips that
     /// ring: half the ring checks of a 2-rank job's polling loop.
@@ -435,11 +451,11 @@ impl ShmFabric {
         Error::usage(why).at_rank(self.global).with_peer(peer)
     }
 
-    /// The CPUs this host's ranks may run on together (the union of the
-    /// affinity masks each published in its file header), if every rank's
-    /// is known: what decides whether waiting ranks may spin.
-    pub fn host_cpus(&self) -> Option<CpuSet> {
-        self.host_cpus
+    /// The CPU affinity masks this host's ranks published in their file
+    /// headers, if every rank's is known: what decides whether waiting
+    /// ranks may spin ([`crate::cpus::oversubscribed`]).
+    pub fn cpu_masks(&self) -> Option<&[CpuSet]> {
+        self.cpu_masks.as_deref()
     }
 
     /// Global ranks on this host.
@@ -630,13 +646,16 @@ impl ShmFabric {
             if src == self.me && !self.take_self_pending(ch) {
                 continue; // nothing sent to itself since the last look
             }
+            // Own ring not drained (the budget ran out, a malformed cell
+            // returned an error, a handler panicked): look again next time.
+            let mut again = Remark((src == self.me).then_some(&self.self_pending[ch as usize]));
             let r = &mut set.rings[src];
             let global = self.members[src];
-            let (mut freed, mut drained) = (false, false);
+            let mut freed = false;
             for _ in 0..budget {
                 match self.rx_one::<C>(global, r, deliver)? {
                     None => {
-                        drained = true;
+                        again.0 = None;
                         break;
                     }
                     Some(done) => {
@@ -645,10 +664,7 @@ impl ShmFabric {
                     }
                 }
             }
-            if src == self.me && !drained {
-                // the budget ran out first: look again next time
-                self.self_pending[ch as usize].store(true, Ordering::Release);
-            }
+            drop(again);
             if freed {
                 // its sender may be asleep waiting for room
                 r.bell.get().ring();
@@ -1044,6 +1060,43 @@ mod tests {
             .try_send(0, Channel::Request, &pkt, &mut no_stall)
             .unwrap());
         f.poll(Channel::Request, &mut check).unwrap();
+        assert_eq!(got, 1);
+    }
+
+    /// A malformed cell in a rank's own ring fails the poll; a good
+    /// message to itself queued behind it still arrives at the next poll
+    /// (the own-ring mark is set again when a poll ends without draining).
+    #[test]
+    fn a_message_to_itself_behind_a_bad_cell_is_not_stranded() {
+        let f = solo("selfbad", 256, 4);
+        inject(
+            &f,
+            CellMeta {
+                flags: F_FIRST | F_LAST | F_ZONE,
+                total: 10,
+                deposit: u64::MAX,
+                ..CellMeta::default()
+            },
+        );
+        let pkt = Packet {
+            tag: 9,
+            words: &[4],
+            payload: &[],
+            deposit: None,
+        };
+        let mut no_stall = |_| -> Result<()> { panic!("the ring had room") };
+        assert!(f
+            .try_send(0, Channel::Request, &pkt, &mut no_stall)
+            .unwrap());
+        assert!(f.poll(Channel::Request, &mut |_| {}).is_err());
+        let mut got = 0;
+        for _ in 0..3 {
+            got += f
+                .poll(Channel::Request, &mut |d| {
+                    assert_eq!((d.tag, d.words), (9, &[4][..]))
+                })
+                .unwrap();
+        }
         assert_eq!(got, 1);
     }
 
