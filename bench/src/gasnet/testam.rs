@@ -16,6 +16,10 @@
 //!   wait for every reply.
 //! * flood two-way Req (Medium, Long): both ranks flood each other.
 //!
+//! Before each kind's rows, testam's warm-up (skipped only by its `-s`):
+//! one ping of the kind's largest size, then an untimed flood of
+//! `min(iters, 10000)` of them.
+//!
 //! The barrier between rows is two Active Messages (as cheap as
 //! `testam`'s shared-memory barrier; the bootstrap barrier would dominate
 //! a 1000-message flood). The raw cache-line round trip is measured first
@@ -123,6 +127,23 @@ impl Rank<'_> {
         let e = self.epoch;
         self.ep
             .wait_until(|| self.c.arrived.load(Ordering::Acquire) >= e)
+    }
+
+    /// testam's warm-up before each kind's rows: one ping of the kind's
+    /// largest size, then a flood of `min(iters, 10000)` of them, untimed.
+    fn warm_up(&mut self, k: usize, sz: usize) -> Result<()> {
+        self.barrier()?;
+        if self.sender {
+            let base = self.flag();
+            self.send(self.h.ping[k], k, sz)?;
+            self.wait_flag(base + 1)?;
+            let n = self.iters.min(10_000);
+            for _ in 0..n {
+                self.send(self.h.ping[k], k, sz)?;
+            }
+            self.wait_flag(base + 1 + n)?;
+        }
+        Ok(())
     }
 
     fn flag(&self) -> u64 {
@@ -297,17 +318,10 @@ pub fn run(result: &Path) -> Result<()> {
     } else {
         line.side_b(0, 10_000 + (batches * RAW_BATCH) as u64);
     }
-    // warm-up (testam's: a flood of pings)
-    r.barrier()?;
-    if r.sender {
-        let base = r.flag();
-        for _ in 0..iters.min(10_000) {
-            r.send(h.ping[0], 0, 0)?;
-        }
-        r.wait_flag(base + iters.min(10_000))?;
-    }
+    r.warm_up(0, 0)?;
     r.rows(0, 0, "        AMShort    ")?;
     for (k, max, name) in [(1, max_med, "AMMedium   "), (2, max_long, "AMLong     ")] {
+        r.warm_up(k, max)?;
         for sz in sizes(max) {
             r.rows(k, sz, &format!("{sz:7} {name}"))?;
         }
