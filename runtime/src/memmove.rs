@@ -20,41 +20,39 @@
 /// bytes.
 #[inline(always)]
 pub unsafe fn memmove(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY (all arms): every access lies in the first `len` bytes of
-    // `src` or `dst` (the caller's promise), unaligned accesses are
-    // `read_unaligned` / `write_unaligned`, and both loads come before
-    // either store, so overlapping ranges copy as memmove does.
+    // SAFETY: every access lies in the first `len` bytes of `src` or
+    // `dst` (the caller's promise; `ends` gets `size_of::<T>() <= len`).
     unsafe {
         match len {
             0 => {}
             1 => *dst = *src,
             8 => (dst as *mut u64).write_unaligned((src as *const u64).read_unaligned()),
-            2..=3 => {
-                let (a, b) = (
-                    (src as *const u16).read_unaligned(),
-                    (src.add(len - 2) as *const u16).read_unaligned(),
-                );
-                (dst as *mut u16).write_unaligned(a);
-                (dst.add(len - 2) as *mut u16).write_unaligned(b);
-            }
-            4..=7 => {
-                let (a, b) = (
-                    (src as *const u32).read_unaligned(),
-                    (src.add(len - 4) as *const u32).read_unaligned(),
-                );
-                (dst as *mut u32).write_unaligned(a);
-                (dst.add(len - 4) as *mut u32).write_unaligned(b);
-            }
-            9..=16 => {
-                let (a, b) = (
-                    (src as *const u64).read_unaligned(),
-                    (src.add(len - 8) as *const u64).read_unaligned(),
-                );
-                (dst as *mut u64).write_unaligned(a);
-                (dst.add(len - 8) as *mut u64).write_unaligned(b);
-            }
+            2..=3 => ends::<u16>(src, dst, len),
+            4..=7 => ends::<u32>(src, dst, len),
+            9..=16 => ends::<u64>(src, dst, len),
             _ => std::ptr::copy(src, dst, len),
         }
+    }
+}
+
+/// Copy `len` bytes as two `T`s, the first and the last (overlapping when
+/// `len < 2 * size_of::<T>()`): both loads come before either store, so
+/// overlapping ranges copy as memmove does.
+///
+/// # Safety
+/// As [`memmove`], and `size_of::<T>() <= len`.
+#[inline(always)]
+unsafe fn ends<T: Copy>(src: *const u8, dst: *mut u8, len: usize) {
+    let last = len - std::mem::size_of::<T>();
+    // SAFETY: both `T`s lie in the first `len` bytes (size_of::<T>() <=
+    // len); unaligned accesses use read_unaligned / write_unaligned.
+    unsafe {
+        let (a, b) = (
+            (src as *const T).read_unaligned(),
+            (src.add(last) as *const T).read_unaligned(),
+        );
+        (dst as *mut T).write_unaligned(a);
+        (dst.add(last) as *mut T).write_unaligned(b);
     }
 }
 
