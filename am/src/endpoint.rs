@@ -293,7 +293,9 @@ impl Inner {
 
     /// Poll replies, then requests, always both (`Endpoint::poll`).
     pub(crate) fn poll_every_channel(&self) -> Result<usize> {
-        self.skipped_requests.store(false, Ordering::Relaxed);
+        if self.skipped_requests.load(Ordering::Relaxed) {
+            self.skipped_requests.store(false, Ordering::Relaxed);
+        }
         Ok(self.poll_channel(Channel::Reply)? + self.poll_channel(Channel::Request)?)
     }
 

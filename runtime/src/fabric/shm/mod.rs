@@ -148,6 +148,7 @@ impl PendingShm {
         // memory no rank uses is never allocated.
         let pairs = 2 * size + 2 * (size - 1);
         let eager = pairs * (l.ring_stride + l.zone_len()) <= EAGER_BYTES;
+        let zone_populated = if eager { l.zone_len() } else { 0 };
         if eager {
             for (i, f) in files.iter().enumerate() {
                 for src in 0..size {
@@ -176,7 +177,7 @@ impl PendingShm {
                         // inside the file (Layout::new).
                         base: unsafe { file.as_ptr().add(l.zone_off(rank, ch)) },
                         alloc: ZoneAlloc::new(l.zone_len(), l.ring_len),
-                        populated: PopulatedPrefix::upto(if eager { l.zone_len() } else { 0 }),
+                        populated: PopulatedPrefix::upto(zone_populated),
                     },
                 }));
             }
@@ -190,7 +191,7 @@ impl PendingShm {
                         bell: bells[src],
                         // SAFETY: as for the sender's side above.
                         zone: unsafe { files[rank].as_ptr().add(l.zone_off(src, ch)) },
-                        zone_populated: PopulatedPrefix::upto(if eager { l.zone_len() } else { 0 }),
+                        zone_populated: PopulatedPrefix::upto(zone_populated),
                     })
                     .collect(),
                 next: 0,
