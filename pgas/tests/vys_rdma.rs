@@ -1,18 +1,73 @@
 //! vys reads by RDMA read over the verbs model (a named test double of RC
-//! queue pairs; the real device path needs hardware): a producer thread
-//! writes checkable spectra into a tiny ring as fast as it can while a
-//! consumer reads what it announced by ordered RDMA reads. Every spectrum
-//! taken as valid must be exactly the one announced; the lapped ones are
-//! reported as overwritten. Bounded in count and time.
+//! queue pairs; the real device path needs hardware).
+//!
+//! The reader as a component: a producer thread writes checkable spectra
+//! into a tiny ring as fast as it can while a consumer reads what it
+//! announced by ordered RDMA reads. Every spectrum taken as valid must be
+//! exactly the one announced; the lapped ones are reported as overwritten.
+//! Bounded in count and time. The end-to-end tests through the producer
+//! and consumer APIs are in `vys_rdma_stream.rs`.
 
 use splitrt_pgas::vys::checkable::{fill, matches, Identity};
-use splitrt_pgas::vys::rdma_read::{RdmaRingReader, RingExport, RingOffer};
-use splitrt_pgas::vys::ring::{slot_bytes, ReadOutcome, RingWriter};
+use splitrt_pgas::vys::rdma_export::{RingExport, RingOffer};
+use splitrt_pgas::vys::rdma_read::RdmaReader;
+use splitrt_pgas::vys::read_client::{Done, ReadResult};
+use splitrt_pgas::vys::ring::{check_slot, slot_bytes, ReadOutcome, RingWriter, DATA_OFFSET};
 use splitrt_pgas::vys::signal::{DigestKind, SpectrumInfo};
-use splitrt_runtime::fabric::rdma::model::ModelNetwork;
+use splitrt_runtime::fabric::rdma::model::{ModelDevice, ModelNetwork};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
+
+/// A reader connected to `export` (one producer).
+fn reader(
+    net: &ModelNetwork,
+    export: &mut RingExport<ModelDevice>,
+    timeout: Duration,
+) -> (
+    RdmaReader<ModelDevice>,
+    splitrt_pgas::vys::rdma_read::ProducerQp,
+) {
+    let mut r = RdmaReader::new(net.device("consumer"), 8, timeout);
+    let (p, ep) = r.open(8).unwrap();
+    let (_, offer) = export.accept(&ep).unwrap();
+    // the offer travels as bytes
+    let offer = RingOffer::decode(&offer.encode()).unwrap();
+    r.connect(p, offer).unwrap();
+    (r, p)
+}
+
+/// One read, waited for, checked; the data copied to `out`.
+fn read_now(
+    r: &mut RdmaReader<ModelDevice>,
+    p: splitrt_pgas::vys::rdma_read::ProducerQp,
+    info: &SpectrumInfo,
+    bytes: usize,
+    buf: &mut Option<Vec<u8>>,
+    out: &mut [u8],
+) -> ReadOutcome {
+    let stride = slot_bytes(bytes);
+    let id = r.read(p, info.offset, stride, buf.take().unwrap()).unwrap();
+    let mut done: Vec<Done> = Vec::new();
+    let t = Instant::now();
+    loop {
+        r.progress(&mut done).unwrap();
+        if let Some(d) = done.pop() {
+            assert_eq!(d.id, id);
+            let o = match d.result {
+                ReadResult::Slot => check_slot(&d.buf[..stride], bytes, info, DigestKind::None),
+                ReadResult::Failed(e) if e.contains("not a slot") => ReadOutcome::OutOfRing,
+                other => panic!("{other:?}"),
+            };
+            if o == ReadOutcome::Valid {
+                out.copy_from_slice(&d.buf[DATA_OFFSET..DATA_OFFSET + bytes]);
+            }
+            *buf = Some(d.buf);
+            return o;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "read not done");
+    }
+}
 
 const ID: Identity = ([1, 2], 3, 0);
 
@@ -27,12 +82,8 @@ fn a_lapping_producer_never_yields_a_torn_spectrum() {
     );
     let net = ModelNetwork::new(21);
     let mut export = RingExport::new(net.device("producer"), &ring).unwrap();
-    let mut reader =
-        RdmaRingReader::new(net.device("consumer"), bytes, Duration::from_secs(10)).unwrap();
-    let offer = export.accept(&reader.endpoint()).unwrap();
-    // the offer travels as bytes
-    let offer = RingOffer::decode(&offer.encode()).unwrap();
-    reader.connect(offer).unwrap();
+    let (mut reader, p) = reader(&net, &mut export, Duration::from_secs(10));
+    let mut buf = Some(vec![0u8; slot_bytes(bytes)]);
 
     let (tx, rx) = mpsc::sync_channel::<SpectrumInfo>(64);
     // Every PACEd spectrum the writer waits until the reader has read it,
@@ -67,10 +118,7 @@ fn a_lapping_producer_never_yields_a_torn_spectrum() {
         let Ok(info) = rx.recv_timeout(Duration::from_secs(5)) else {
             break;
         };
-        match reader
-            .read(&info, bytes, DigestKind::None, &mut out)
-            .unwrap()
-        {
+        match read_now(&mut reader, p, &info, bytes, &mut buf, &mut out) {
             ReadOutcome::Valid => {
                 assert!(
                     matches(ID, info.timestamp, &out),
@@ -104,9 +152,8 @@ fn places_outside_the_offered_ring_are_refused_before_any_read() {
         .collect();
     let net = ModelNetwork::new(3);
     let mut export = RingExport::new(net.device("p"), &ring).unwrap();
-    let mut reader = RdmaRingReader::new(net.device("c"), bytes, Duration::from_secs(5)).unwrap();
-    let offer = export.accept(&reader.endpoint()).unwrap();
-    reader.connect(offer).unwrap();
+    let (mut reader, p) = reader(&net, &mut export, Duration::from_secs(5));
+    let mut buf = Some(vec![0u8; slot_bytes(bytes)]);
     let mut out = vec![0u8; bytes];
     for offset in [2 * slot_bytes(bytes) as u64, 4, u64::MAX - 7] {
         let info = SpectrumInfo {
@@ -115,9 +162,7 @@ fn places_outside_the_offered_ring_are_refused_before_any_read() {
             seq: 1,
             digest: 0,
         };
-        let r = reader
-            .read(&info, bytes, DigestKind::None, &mut out)
-            .unwrap();
+        let r = read_now(&mut reader, p, &info, bytes, &mut buf, &mut out);
         assert_eq!(r, ReadOutcome::OutOfRing, "offset {offset}");
     }
     assert_eq!(net.stats().reads, 0, "nothing was posted");
@@ -128,11 +173,10 @@ fn places_outside_the_offered_ring_are_refused_before_any_read() {
         seq: 7,
         digest: 0,
     };
-    let r = reader
-        .read(&info, bytes, DigestKind::None, &mut out)
-        .unwrap();
+    let r = read_now(&mut reader, p, &info, bytes, &mut buf, &mut out);
     assert_eq!(r, ReadOutcome::Overwritten);
     assert_eq!(net.stats().reads, 3, "tail, body, head");
+    let offer = export.accept(&reader.open(1).unwrap().1).unwrap().1;
     // garbage offers are refused
     assert!(RingOffer::decode(&[0u8; 3]).is_none());
     let mut b = offer.encode();

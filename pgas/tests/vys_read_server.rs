@@ -24,6 +24,7 @@ fn read_one(server: std::net::SocketAddr, key: &[u8; 32]) -> std::io::Result<Rea
         slot_bytes(bytes),
         Duration::from_secs(2),
         Duration::from_millis(600),
+        None,
     )?;
     let info = splitrt_pgas::vys::signal::SpectrumInfo {
         offset: slot_bytes(bytes) as u64,
@@ -73,7 +74,7 @@ fn server() -> ReadServer {
             DigestKind::Xxh3,
         );
     }
-    ReadServer::start("127.0.0.1:0".parse().unwrap(), ring, 9, KEY).unwrap()
+    ReadServer::start("127.0.0.1:0".parse().unwrap(), ring, 9, KEY, None).unwrap()
 }
 
 #[test]
@@ -115,7 +116,13 @@ fn a_handshake_flood_is_bounded_and_does_not_lock_out_a_consumer() {
     let s = server();
     // replayed HELLOs (valid tags: an insider's, or a captured one) from
     // many addresses: sessions nobody can use
-    let h = handshake::hello(&KEY, &[3u8; 32]);
+    let h = handshake::hello(
+        &KEY,
+        &handshake::Hello {
+            consumer_nonce: [3u8; 32],
+            rdma: None,
+        },
+    );
     let socks: Vec<UdpSocket> = (0..3 * MAX_SESSIONS)
         .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
         .collect();
@@ -169,12 +176,14 @@ fn rogue_server(
         while !stop.load(Ordering::Acquire) && t0.elapsed() < Duration::from_secs(10) {
             let now = t0.elapsed().as_nanos() as u64;
             if let Ok((n, from)) = sock.recv_from(&mut buf) {
-                if let Some(cn) = handshake::read_hello(&KEY, &buf[..n]) {
+                if let Some(h) = handshake::read_hello(&KEY, &buf[..n]) {
+                    let cn = h.consumer_nonce;
                     let sn = [9u8; 32];
                     let w = handshake::Welcome {
                         server_nonce: sn,
                         producer: 9,
                         ring_bytes: 1 << 20,
+                        offer: None,
                     };
                     sock.send_to(&handshake::welcome(&KEY, &cn, &w), from)
                         .unwrap();
@@ -245,6 +254,7 @@ fn a_misbehaving_read_server_fails_reads_cleanly() {
             slot_bytes(bytes),
             Duration::from_millis(400),
             Duration::from_millis(600),
+            None,
         )
         .unwrap();
         r.read(0, slot_bytes(bytes), 1, vec![0u8; slot_bytes(bytes)])

@@ -7,7 +7,11 @@
 //! time. It learns producers from their signals and connects on demand:
 //! a read-only mapping of the producer's ring if the producer is on this
 //! host (its handover socket answers), else a read session with the
-//! producer's read server. One thread does all of it: it receives
+//! producer's read server; with [`ConsumerConfig::rdma`] set, that
+//! session's handshake also connects a queue pair to the producer's and
+//! spectra are then read by RDMA read ([`super::rdma_read`]), the
+//! producer's CPU not involved (a producer without RDMA is read through
+//! its read server as before). One thread does all of it: it receives
 //! signals, dispatches each to the filter (as an Active Message reaches
 //! its handler), starts reads (a bounded number outstanding per producer,
 //! into a bounded pool of data buffers) and delivers outcomes. It never
@@ -37,12 +41,15 @@
 
 use super::export::ImportedRing;
 use super::queue::MessageQueue;
+use super::rdma_device::RdmaDevice;
+use super::rdma_read::{ProducerQp, RdmaReader};
 use super::read_client::{Done, ReadResult, RemoteRing};
 use super::ring::{check_slot, read_validated, slot_bytes, ReadOutcome, DATA_OFFSET};
 use super::signal::{DigestKind, Signal, SignalError, SpectrumInfo};
 use super::transport::SignalReceiver;
 use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
+use splitrt_runtime::fabric::rdma::verbs::Verbs;
 use std::collections::hash_map::Entry;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
@@ -82,6 +89,10 @@ pub struct ConsumerConfig {
     /// Read producers on this host through the mapping of their ring
     /// (`false`: always through their read server, as across hosts).
     pub local_reads: bool,
+    /// Read producers on other hosts by RDMA read over this device, where
+    /// the producer offers it (`None`: through their read servers).
+    /// [`Consumer::start`] fails if the device cannot be opened.
+    pub rdma: Option<RdmaDevice>,
 }
 
 impl ConsumerConfig {
@@ -100,6 +111,7 @@ impl ConsumerConfig {
             connect_timeout: Duration::from_secs(1),
             retry_after: Duration::from_secs(2),
             local_reads: true,
+            rdma: None,
         }
     }
 
@@ -256,6 +268,8 @@ pub struct ConsumerStats {
     pub local_reads: u64,
     /// Spectra read from a read server across hosts.
     pub remote_reads: u64,
+    /// Spectra read by RDMA read.
+    pub rdma_reads: u64,
 }
 
 /// How the consumer ended.
@@ -456,7 +470,18 @@ impl Consumer {
             max: cfg.data_buffers,
             size: slot_bytes(cfg.max_spectrum_bytes),
         });
+        let rdma = match &cfg.rdma {
+            Some(dev) => {
+                let pinned = (pool.max as u64).saturating_mul(pool.size as u64);
+                let verbs = dev.open("consumer", pinned)?;
+                Some(RdmaReader::new(verbs, pool.max, cfg.read_timeout))
+            }
+            None => None,
+        };
         let mut w = Worker {
+            rdma,
+            rdma_reads: FxHashMap::default(),
+            rdma_done: Vec::new(),
             cfg,
             signals,
             injected: inj_rx,
@@ -522,6 +547,9 @@ impl Drop for Consumer {
 struct Remote {
     ring: RemoteRing,
     reads: FxHashMap<u64, (Arc<Product>, SpectrumInfo)>,
+    /// Reads go by RDMA over this queue pair (the session is then only
+    /// their liveness channel).
+    rdma: Option<ProducerQp>,
 }
 
 enum Route {
@@ -534,6 +562,13 @@ enum Route {
 const MAX_ROUTES: usize = 4096;
 
 struct Worker {
+    /// Declared before `pool`: dropped (queue pairs destroyed, buffers
+    /// deregistered) before the buffers can be freed.
+    rdma: Option<RdmaReader<Box<dyn Verbs>>>,
+    /// RDMA reads in flight, by id.
+    rdma_reads: FxHashMap<u64, (Arc<Product>, SpectrumInfo)>,
+    /// RDMA reads failed by closing their queue pair, to report.
+    rdma_done: Vec<Done>,
     cfg: ConsumerConfig,
     signals: Option<SignalReceiver>,
     injected: UnixDatagram,
@@ -626,13 +661,20 @@ impl Worker {
     }
 
     fn has_outstanding(&self) -> bool {
-        self.routes
-            .values()
-            .any(|r| matches!(r, Route::Remote(x) if !x.ring.idle()))
+        self.rdma_busy()
+            || self
+                .routes
+                .values()
+                .any(|r| matches!(r, Route::Remote(x) if !x.ring.idle()))
+    }
+
+    fn rdma_busy(&self) -> bool {
+        !self.rdma_done.is_empty() || self.rdma.as_ref().is_some_and(|r| !r.idle())
     }
 
     /// Sleep until a signal or a reply arrives or a timer is due.
     fn wait(&mut self) {
+        let busy = self.rdma_busy();
         let fds = &mut self.fds;
         fds.clear();
         fds.push(libc::pollfd {
@@ -647,7 +689,12 @@ impl Worker {
                 revents: 0,
             });
         }
-        let mut t = Duration::from_millis(20);
+        // RDMA completions have no descriptor here: look again at once
+        let mut t = if busy {
+            Duration::ZERO
+        } else {
+            Duration::from_millis(20)
+        };
         for r in self.routes.values() {
             if let Route::Remote(x) = r {
                 fds.push(libc::pollfd {
@@ -741,7 +788,7 @@ impl Worker {
             SessionFailed(String),
         }
         let pool = &self.pool;
-        let next = match route(&mut self.routes, &self.cfg, product) {
+        let next = match route(&mut self.routes, &mut self.rdma, &self.cfg, product) {
             Route::Local(ring) => match pool.take() {
                 Some(mut buf) => {
                     let data = &mut buf[DATA_OFFSET..DATA_OFFSET + bytes];
@@ -750,6 +797,29 @@ impl Worker {
                 }
                 None => Next::Starved,
             },
+            Route::Remote(x) if x.rdma.is_some() => {
+                let (p, r) = (
+                    x.rdma.expect("checked"),
+                    self.rdma.as_mut().expect("rdma route"),
+                );
+                match x.ring.failed().or(r.failed(p)) {
+                    Some(f) => Next::SessionFailed(f.to_string()),
+                    None if r.room(p) == 0 => Next::Starved,
+                    None => match pool.take() {
+                        None => Next::Starved,
+                        Some(buf) => match r.read(p, info.offset, slot_bytes(bytes), buf) {
+                            Ok(id) => {
+                                self.rdma_reads.insert(id, (product.clone(), info));
+                                return;
+                            }
+                            Err(buf) => {
+                                pool.give(buf);
+                                Next::Starved
+                            }
+                        },
+                    },
+                }
+            }
             Route::Remote(x) => match x.ring.failed() {
                 Some(f) => Next::SessionFailed(f.to_string()),
                 // every read slot of that producer busy, or no buffer free
@@ -781,13 +851,18 @@ impl Worker {
             }
             Next::Fail(e) => self.fail(product, info, e),
             Next::SessionFailed(f) => {
-                self.routes.insert(
+                let old = self.routes.insert(
                     product.producer,
                     Route::Unreachable {
                         until: Instant::now() + self.cfg.retry_after,
                         why: f.clone(),
                     },
                 );
+                if let (Some(Route::Remote(x)), Some(r)) = (old, self.rdma.as_mut()) {
+                    if let Some(p) = x.rdma {
+                        r.close(p, &f, &mut self.rdma_done);
+                    }
+                }
                 self.fail(product, info, f)
             }
         }
@@ -830,21 +905,51 @@ impl Worker {
     }
 
     fn progress_remote(&mut self) {
-        let mut finished: Vec<(Arc<Product>, SpectrumInfo, Done)> = Vec::new();
+        // (product, announcement, read, by RDMA)
+        let mut finished: Vec<(Arc<Product>, SpectrumInfo, Done, bool)> = Vec::new();
         let mut done = std::mem::take(&mut self.done);
         for r in self.routes.values_mut() {
             if let Route::Remote(x) = r {
                 x.ring.progress(&mut done);
                 for d in done.drain(..) {
                     if let Some((p, i)) = x.reads.remove(&d.id) {
-                        finished.push((p, i, d));
+                        finished.push((p, i, d, false));
                     }
                 }
             }
         }
         self.done = done;
-        for (product, info, d) in finished {
+        if let Some(r) = self.rdma.as_mut() {
+            if let Err(e) = r.progress(&mut self.rdma_done) {
+                // the device failed: every producer read by RDMA is
+                // closed (and connected again after the retry time)
+                let why = format!("the RDMA device failed: {e}");
+                for route in self.routes.values_mut() {
+                    if let Route::Remote(x) = route {
+                        if let Some(p) = x.rdma.take() {
+                            r.close(p, &why, &mut self.rdma_done);
+                            *route = Route::Unreachable {
+                                until: Instant::now() + self.cfg.retry_after,
+                                why: why.clone(),
+                            };
+                        }
+                    }
+                }
+            }
+        }
+        for d in self.rdma_done.drain(..) {
+            if let Some((p, i)) = self.rdma_reads.remove(&d.id) {
+                finished.push((p, i, d, true));
+            }
+        }
+        for (product, info, d, by_rdma) in finished {
             match d.result {
+                ReadResult::Slot if by_rdma => {
+                    self.stats.rdma_reads += 1;
+                    let bytes = product.spectrum_bytes as usize;
+                    let o = check_slot(&d.buf[..slot_bytes(bytes)], bytes, &info, product.digest);
+                    self.outcome(product, info, o, d.buf);
+                }
                 ReadResult::Slot => {
                     self.stats.remote_reads += 1;
                     let bytes = product.spectrum_bytes as usize;
@@ -869,6 +974,7 @@ impl Worker {
 /// when the route is known.
 fn route<'a>(
     routes: &'a mut FxHashMap<u64, Route>,
+    rdma: &mut Option<RdmaReader<Box<dyn Verbs>>>,
     cfg: &ConsumerConfig,
     product: &Product,
 ) -> &'a mut Route {
@@ -879,42 +985,68 @@ fn route<'a>(
     match routes.entry(p) {
         Entry::Occupied(mut e) => {
             if matches!(e.get(), Route::Unreachable { until, .. } if Instant::now() >= *until) {
-                e.insert(connect(cfg, product));
+                e.insert(connect(cfg, rdma, product));
             }
             e.into_mut()
         }
-        Entry::Vacant(v) => v.insert(connect(cfg, product)),
+        Entry::Vacant(v) => v.insert(connect(cfg, rdma, product)),
     }
 }
 
-fn connect(cfg: &ConsumerConfig, product: &Product) -> Route {
+fn connect(
+    cfg: &ConsumerConfig,
+    rdma: &mut Option<RdmaReader<Box<dyn Verbs>>>,
+    product: &Product,
+) -> Route {
     if cfg.local_reads {
         if let Ok(r) = ImportedRing::connect_producer(product.producer, &cfg.key) {
             return Route::Local(r);
         }
     }
-    match RemoteRing::connect(
+    let unreachable = |why: String| Route::Unreachable {
+        until: Instant::now() + cfg.retry_after,
+        why,
+    };
+    // a queue pair for the handshake to carry, if this consumer reads by RDMA
+    let qp = match rdma.as_mut().map(|r| r.open(cfg.max_outstanding_reads)) {
+        None => None,
+        Some(Ok(qp)) => Some(qp),
+        Some(Err(e)) => return unreachable(format!("no RDMA queue pair for it: {e}")),
+    };
+    let ring = RemoteRing::connect(
         product.address,
         &cfg.key,
         cfg.max_outstanding_reads,
         slot_bytes(cfg.max_spectrum_bytes),
         cfg.read_timeout,
         cfg.connect_timeout,
-    ) {
-        Ok(ring) if ring.producer == product.producer => Route::Remote(Box::new(Remote {
-            ring,
-            reads: FxHashMap::default(),
-        })),
-        Ok(ring) => Route::Unreachable {
-            until: Instant::now() + cfg.retry_after,
-            why: format!(
-                "the read server at {} serves producer {:x}, not {:x}",
-                product.address, ring.producer, product.producer
-            ),
-        },
-        Err(e) => Route::Unreachable {
-            until: Instant::now() + cfg.retry_after,
-            why: e.to_string(),
-        },
+        qp.map(|(_, e)| e),
+    );
+    let mut rdma_qp = None;
+    let route = match ring {
+        Ok(ring) if ring.producer == product.producer => {
+            if let (Some((p, _)), Some(offer), Some(r)) = (qp, ring.offer, rdma.as_mut()) {
+                if let Err(e) = r.connect(p, offer) {
+                    r.close(p, "", &mut Vec::new());
+                    return unreachable(format!("connecting the RDMA queue pair failed: {e}"));
+                }
+                rdma_qp = Some(p);
+            }
+            Route::Remote(Box::new(Remote {
+                ring,
+                reads: FxHashMap::default(),
+                rdma: rdma_qp,
+            }))
+        }
+        Ok(ring) => unreachable(format!(
+            "the read server at {} serves producer {:x}, not {:x}",
+            product.address, ring.producer, product.producer
+        )),
+        Err(e) => unreachable(e.to_string()),
+    };
+    // no offer (a producer without RDMA reads it through its read server)
+    if let (Some((p, _)), None, Some(r)) = (qp, rdma_qp, rdma.as_mut()) {
+        r.close(p, "", &mut Vec::new());
     }
+    route
 }

@@ -12,8 +12,9 @@
 //! * [`handshake`], [`read_proto`], [`read_server`], [`read_client`]: reads
 //!   across hosts, served by the producer's read server thread over the UDP
 //!   fabric's protocol;
-//! * [`rdma_read`]: reads by RDMA read (ordered for the seqlock), over the
-//!   verbs layer; not yet a consumer route;
+//! * [`rdma_export`], [`rdma_read`], [`rdma_device`]: reads by RDMA read
+//!   (ordered for the seqlock) over the verbs layer, the queue pair and
+//!   the ring's key exchanged in the read session's handshake;
 //! * [`producer`] and [`consumer`]: the library APIs;
 //! * [`checkable`]: spectra whose data is a function of their identity;
 //! * [`stream_key`]: the operator's key, parsed.
@@ -24,6 +25,8 @@ pub mod export;
 pub mod handshake;
 pub mod producer;
 mod queue;
+pub mod rdma_device;
+pub mod rdma_export;
 pub mod rdma_read;
 pub mod read_client;
 pub mod read_proto;

@@ -22,6 +22,7 @@
 //! ```
 
 use super::export::{handover_addr, ExportedRing};
+use super::rdma_device::RdmaDevice;
 use super::read_server::ReadServer;
 use super::ring::{slot_bytes, write_slot};
 use super::signal::{DigestKind, Signal, SpectrumInfo, MAX_ENTRIES};
@@ -78,6 +79,11 @@ pub struct ProducerConfig {
     pub serve_local: bool,
     /// Serve consumers on other hosts (the read server).
     pub serve_remote: bool,
+    /// Also offer consumers on other hosts RDMA reads of the ring over
+    /// this device (their queue pairs come through the read server's
+    /// handshake; needs `serve_remote`). [`Producer::new`] fails if the
+    /// device cannot be opened or the ring not registered.
+    pub rdma: Option<RdmaDevice>,
 }
 
 impl ProducerConfig {
@@ -103,6 +109,7 @@ impl ProducerConfig {
             id: None,
             serve_local: true,
             serve_remote: true,
+            rdma: None,
         }
     }
 }
@@ -170,12 +177,22 @@ impl Producer {
             Some(g) => Some(SignalSender::new(g, cfg.interface, cfg.key)?),
             None => None,
         };
+        if cfg.rdma.is_some() && !cfg.serve_remote {
+            return Err(bad(
+                "RDMA reads are offered through the read server: set serve_remote too".into(),
+            ));
+        }
+        let rdma = match &cfg.rdma {
+            Some(dev) => Some(dev.open("producer", len as u64)?),
+            None => None,
+        };
         let server = if cfg.serve_remote {
             Some(ReadServer::start(
                 SocketAddr::new(IpAddr::V4(cfg.interface), 0),
                 ring.clone(),
                 id,
                 cfg.key,
+                rdma,
             )?)
         } else {
             None

@@ -1,6 +1,8 @@
-//! vys reads by RDMA read: the producer's ring registered for remote read,
-//! one reliable-connected queue pair per consumer, and each spectrum read
-//! with no producer CPU, validated exactly like the other read paths.
+//! The consumer's side of vys reads by RDMA read: one device, a queue pair
+//! per producer ([`super::rdma_export`] is the producer's side), reads
+//! landing straight in the consumer's data buffers (registered on first
+//! use), a bounded number in flight, completions polled by the consumer's
+//! thread. Nothing here blocks.
 //!
 //! **The ordering a validated read needs.** A slot is a seqlock framed by
 //! its sequence id at the head and the tail ([`super::ring`]): the reader
@@ -8,272 +10,400 @@
 //! of the whole slot gives no such order (a device may fetch the bytes of
 //! one read in any order), which is how a reader that checks only an id
 //! can take a torn spectrum for a good one. So a read here is three RDMA
-//! reads on the same queue pair into one local slot buffer: the tail word,
-//! then the head, timestamp and data with `IBV_SEND_FENCE` (it starts only
-//! after the tail read completed), then the head word again, fenced; the
-//! copy is then checked with [`check_slot`](super::ring::check_slot).
+//! reads on the same queue pair into the slot-shaped buffer: the tail
+//! word, then the head, timestamp and data with `IBV_SEND_FENCE` (it
+//! starts only after the tail read completed), then the head word again,
+//! fenced. The consumer checks the buffer with
+//! [`check_slot`](super::ring::check_slot), as for every other route.
 //!
-//! Both sides run over the [`Verbs`] trait: the real device (cargo feature
-//! `ibverbs`) or, in tests, the verbs model (a named test double; it
-//! executes a queue pair's requests in order, so it cannot show what the
-//! fence prevents on hardware). The offer a producer makes
-//! ([`RingOffer`]: queue pair, ring address, length, key) is meant to ride
-//! in the read-session handshake; that wiring, and a consumer route that
-//! uses this reader, are not built yet (see docs/ibverbs.md).
+//! **A read that does not complete** (the producer's host died, a link is
+//! down) cannot simply be given up: the device could still write its
+//! buffer later. Past the read timeout the producer's queue pair is
+//! destroyed first, and only then are its reads failed and their buffers
+//! handed back.
+//!
+//! Completions carry the read's id (a counter above the place index), so
+//! a completion of a read already failed and replaced is recognised and
+//! ignored.
 
-use super::ring::{check_slot, slot_bytes, ReadOutcome};
-use super::signal::{DigestKind, SpectrumInfo};
+use super::rdma_export::RingOffer;
+use super::read_client::{Done, ReadResult};
+use rustc_hash::FxHashMap;
 use splitrt_runtime::fabric::rdma::verbs::{
-    Completion, Op, QpCaps, QpEndpoint, QpId, Region, SendWr, Verbs, WcStatus,
+    Completion, Op, QpCaps, QpEndpoint, QpId, Region, SendWr, Verbs, WcKind, WcStatus,
 };
-use splitrt_runtime::{Error, Result};
-use std::sync::atomic::AtomicU64;
+use splitrt_runtime::Result;
 use std::time::{Duration, Instant};
 
-/// What a producer offers a consumer for RDMA reads of its ring.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RingOffer {
-    /// The producer's queue pair for this consumer.
-    pub qp: QpEndpoint,
-    /// The ring's address in the producer.
-    pub addr: u64,
-    /// The ring's length in bytes.
-    pub len: u64,
-    /// The key for remote reads of it.
-    pub rkey: u32,
-}
+/// Bits of a read id that name its place.
+const PLACE_BITS: u32 = 16;
+/// Work requests per read: tail, body, head.
+const PARTS: u64 = 3;
+/// Reads in flight per producer at most.
+pub const MAX_PER_PRODUCER: usize = 256;
 
-impl RingOffer {
-    /// Bytes of an encoded offer.
-    pub const LEN: usize = QpEndpoint::LEN + 20;
+/// A producer the reader has a queue pair to (from [`RdmaReader::open`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ProducerQp(usize);
 
-    /// Little-endian encoding.
-    pub fn encode(&self) -> [u8; Self::LEN] {
-        let mut b = [0u8; Self::LEN];
-        let q = QpEndpoint::LEN;
-        b[..q].copy_from_slice(&self.qp.encode());
-        b[q..q + 8].copy_from_slice(&self.addr.to_le_bytes());
-        b[q + 8..q + 16].copy_from_slice(&self.len.to_le_bytes());
-        b[q + 16..q + 20].copy_from_slice(&self.rkey.to_le_bytes());
-        b
-    }
-
-    /// Decode what a peer sent (`None`: wrong length or malformed).
-    pub fn decode(b: &[u8]) -> Option<RingOffer> {
-        if b.len() != Self::LEN {
-            return None;
-        }
-        let q = QpEndpoint::LEN;
-        let u64_at = |i: usize| Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?));
-        let offer = RingOffer {
-            qp: QpEndpoint::decode(&b[..q])?,
-            addr: u64_at(q)?,
-            len: u64_at(q + 8)?,
-            rkey: u32::from_le_bytes(b[q + 16..q + 20].try_into().ok()?),
-        };
-        offer.addr.checked_add(offer.len)?;
-        Some(offer)
-    }
-}
-
-const CAPS: QpCaps = QpCaps {
-    send_depth: 16,
-    recv_depth: 1,
-    max_inline: 0,
-};
-
-/// The producer's side: its ring registered for remote reads, a queue
-/// pair per consumer it accepted.
-pub struct RingExport<V: Verbs> {
-    verbs: V,
-    ring: Region,
-    qps: Vec<QpId>,
-}
-
-impl<V: Verbs> RingExport<V> {
-    /// Register `ring` (the producer's ring words) for remote reads.
-    pub fn new(mut verbs: V, ring: &[AtomicU64]) -> Result<RingExport<V>> {
-        let r = verbs.register(ring.as_ptr() as *mut u8, ring.len() * 8, true)?;
-        Ok(RingExport {
-            verbs,
-            ring: r,
-            qps: Vec::new(),
-        })
-    }
-
-    /// A queue pair for the consumer whose queue pair is `consumer`,
-    /// connected, and the offer to send back to it.
-    pub fn accept(&mut self, consumer: &QpEndpoint) -> Result<RingOffer> {
-        let qp = self.verbs.create_qp(CAPS)?;
-        self.verbs.connect(qp, consumer)?;
-        self.qps.push(qp);
-        Ok(RingOffer {
-            qp: self.verbs.endpoint(qp),
-            addr: self.ring.addr,
-            len: self.ring.len as u64,
-            rkey: self.ring.rkey,
-        })
-    }
-
-    /// Drain the completion queue (a producer never posts, but a device
-    /// may report its queue pairs' errors here).
-    pub fn poll(&mut self) -> Result<usize> {
-        let mut c = [Completion {
-            wr_id: 0,
-            qp: QpId(0),
-            kind: splitrt_runtime::fabric::rdma::verbs::WcKind::Recv,
-            status: WcStatus::Success,
-            len: 0,
-        }; 8];
-        self.verbs.poll(&mut c)
-    }
-}
-
-impl<V: Verbs> Drop for RingExport<V> {
-    fn drop(&mut self) {
-        for q in self.qps.drain(..) {
-            let _ = self.verbs.destroy_qp(q);
-        }
-        let _ = self.verbs.deregister(&self.ring);
-    }
-}
-
-/// The consumer's side for one producer: a queue pair connected to the
-/// producer's, and a registered slot buffer the reads land in.
-pub struct RdmaRingReader<V: Verbs> {
-    verbs: V,
+struct Peer {
     qp: QpId,
     offer: Option<RingOffer>,
-    slot: Vec<u64>,
-    local: Region,
-    timeout: Duration,
+    limit: usize,
+    inflight: usize,
+    failed: Option<String>,
 }
 
-impl<V: Verbs> RdmaRingReader<V> {
-    /// A reader for spectra up to `max_bytes`; send [`endpoint`] to the
-    /// producer, then [`connect`] with its offer.
-    ///
-    /// [`endpoint`]: Self::endpoint
-    /// [`connect`]: Self::connect
-    pub fn new(mut verbs: V, max_bytes: usize, timeout: Duration) -> Result<RdmaRingReader<V>> {
-        let mut slot = vec![0u64; slot_bytes(max_bytes) / 8];
-        let local = verbs.register(slot.as_mut_ptr() as *mut u8, slot.len() * 8, false)?;
-        let qp = verbs.create_qp(CAPS)?;
-        Ok(RdmaRingReader {
+struct Place {
+    id: u64,
+    peer: usize,
+    buf: Vec<u8>,
+    /// Work requests posted and not yet completed.
+    pending: u64,
+    error: Option<String>,
+    since: Instant,
+}
+
+/// Reads by RDMA of producers' rings, for one consumer.
+pub struct RdmaReader<V: Verbs> {
+    verbs: V,
+    /// Registrations of the data buffers, by address.
+    regions: FxHashMap<u64, Region>,
+    peers: Vec<Option<Peer>>,
+    places: Vec<Option<Place>>,
+    free: Vec<usize>,
+    next_id: u64,
+    /// Reads that ended without reaching the device.
+    ready: Vec<Done>,
+    read_timeout: Duration,
+    late_check: Instant,
+    comps: Vec<Completion>,
+}
+
+impl<V: Verbs> RdmaReader<V> {
+    /// A reader with at most `places` reads in flight in all
+    /// (1..=65536), each failing past `read_timeout`.
+    pub fn new(verbs: V, places: usize, read_timeout: Duration) -> RdmaReader<V> {
+        let n = places.clamp(1, 1 << PLACE_BITS);
+        RdmaReader {
             verbs,
+            regions: FxHashMap::default(),
+            peers: Vec::new(),
+            places: (0..n).map(|_| None).collect(),
+            free: (0..n).rev().collect(),
+            next_id: 1,
+            ready: Vec::new(),
+            read_timeout,
+            late_check: Instant::now(),
+            comps: vec![
+                Completion {
+                    wr_id: 0,
+                    qp: QpId(0),
+                    kind: WcKind::Read,
+                    status: WcStatus::Success,
+                    len: 0,
+                };
+                32
+            ],
+        }
+    }
+
+    /// What the device is (for messages).
+    pub fn describe(&self) -> String {
+        self.verbs.describe()
+    }
+
+    /// A queue pair for a new producer, `per_producer` reads in flight at
+    /// most (1..=[`MAX_PER_PRODUCER`]); its endpoint goes in the `HELLO`,
+    /// then [`connect`](Self::connect) with the producer's offer (or
+    /// [`close`](Self::close) if none comes).
+    pub fn open(&mut self, per_producer: usize) -> Result<(ProducerQp, QpEndpoint)> {
+        let limit = per_producer.clamp(1, MAX_PER_PRODUCER);
+        let qp = self.verbs.create_qp(QpCaps {
+            send_depth: (limit as u64 * PARTS) as u32,
+            recv_depth: 1,
+            max_inline: 0,
+        })?;
+        let peer = Peer {
             qp,
             offer: None,
-            slot,
-            local,
-            timeout,
-        })
+            limit,
+            inflight: 0,
+            failed: None,
+        };
+        let i = match self.peers.iter().position(Option::is_none) {
+            Some(i) => {
+                self.peers[i] = Some(peer);
+                i
+            }
+            None => {
+                self.peers.push(Some(peer));
+                self.peers.len() - 1
+            }
+        };
+        Ok((ProducerQp(i), self.verbs.endpoint(qp)))
     }
 
-    /// This reader's queue pair, for the producer.
-    pub fn endpoint(&self) -> QpEndpoint {
-        self.verbs.endpoint(self.qp)
-    }
-
-    /// Connect to the producer's queue pair of `offer`.
-    pub fn connect(&mut self, offer: RingOffer) -> Result<()> {
-        self.verbs.connect(self.qp, &offer.qp)?;
-        self.offer = Some(offer);
+    /// Connect `p`'s queue pair to the producer's of `offer`.
+    pub fn connect(&mut self, p: ProducerQp, offer: RingOffer) -> Result<()> {
+        let Some(Some(peer)) = self.peers.get_mut(p.0) else {
+            return Err(splitrt_runtime::Error::usage("no such RDMA producer"));
+        };
+        self.verbs.connect(peer.qp, &offer.qp)?;
+        peer.offer = Some(offer);
         Ok(())
     }
 
-    /// Read the spectrum `info` announced (of `bytes` bytes) into `out`
-    /// (exactly `bytes` long) and validate it. An announced place outside
-    /// the offered ring is refused before anything is posted.
+    /// Why reads of `p` fail, if they do (a completion in error, a read
+    /// past the timeout): the consumer then closes it.
+    pub fn failed(&self, p: ProducerQp) -> Option<&str> {
+        match self.peers.get(p.0) {
+            Some(Some(peer)) => peer.failed.as_deref(),
+            _ => Some("the RDMA queue pair was closed"),
+        }
+    }
+
+    /// Reads of `p` that may start now.
+    pub fn room(&self, p: ProducerQp) -> usize {
+        match self.peers.get(p.0) {
+            Some(Some(peer)) if peer.failed.is_none() && peer.offer.is_some() => {
+                (peer.limit - peer.inflight).min(self.free.len())
+            }
+            _ => 0,
+        }
+    }
+
+    /// Whether no read is in flight.
+    pub fn idle(&self) -> bool {
+        self.free.len() == self.places.len() && self.ready.is_empty()
+    }
+
+    /// Read the slot of `stride` bytes at ring `offset` of producer `p`
+    /// into `buf` (its first `stride` bytes; the buffer stays registered
+    /// for later reads, so it must be one of a fixed pool). Returns the
+    /// read's id, or the buffer back if no read can start now. A place
+    /// outside the offered ring ends as a failure without reaching the
+    /// device.
     pub fn read(
         &mut self,
-        info: &SpectrumInfo,
-        bytes: usize,
-        digest: DigestKind,
-        out: &mut [u8],
-    ) -> Result<ReadOutcome> {
-        let offer = self
-            .offer
-            .ok_or_else(|| Error::usage("RDMA ring reader used before connect"))?;
-        let stride = slot_bytes(bytes);
-        if out.len() != bytes
-            || stride > self.slot.len() * 8
-            || !info.offset.is_multiple_of(8)
-            || info
-                .offset
-                .checked_add(stride as u64)
-                .is_none_or(|e| e > offer.len)
-        {
-            return Ok(ReadOutcome::OutOfRing);
+        p: ProducerQp,
+        offset: u64,
+        stride: usize,
+        buf: Vec<u8>,
+    ) -> std::result::Result<u64, Vec<u8>> {
+        if self.room(p) == 0 || buf.len() < stride || stride < 16 || !stride.is_multiple_of(8) {
+            return Err(buf);
         }
-        let raddr = offer.addr + info.offset;
-        let base = self.local.addr;
+        let Some(place) = self.free.pop() else {
+            return Err(buf);
+        };
+        let id = (self.next_id << PLACE_BITS) | place as u64;
+        self.next_id += 1;
+        let peer = self.peers[p.0].as_mut().expect("room checked the peer");
+        let offer = peer.offer.expect("room checked the offer");
+        let in_ring = offset.is_multiple_of(8)
+            && offset
+                .checked_add(stride as u64)
+                .is_some_and(|e| e <= offer.len);
+        if !in_ring {
+            self.free.push(place);
+            self.ready.push(Done {
+                id,
+                buf,
+                result: ReadResult::Failed(
+                    "the announced offset is not a slot of the producer's ring".into(),
+                ),
+            });
+            return Ok(id);
+        }
+        let base = buf.as_ptr() as u64;
+        let local = match self.regions.get(&base) {
+            Some(r) if r.len >= buf.len() => *r,
+            _ => match self
+                .verbs
+                .register(buf.as_ptr() as *mut u8, buf.len(), false)
+            {
+                Ok(r) => {
+                    if let Some(old) = self.regions.insert(base, r) {
+                        let _ = self.verbs.deregister(&old);
+                    }
+                    r
+                }
+                Err(e) => {
+                    self.free.push(place);
+                    self.ready.push(Done {
+                        id,
+                        buf,
+                        result: ReadResult::Failed(format!(
+                            "registering a data buffer for RDMA failed: {e}"
+                        )),
+                    });
+                    return Ok(id);
+                }
+            },
+        };
+        let raddr = offer.addr + offset;
         // tail, then everything before it, then the head again: each waits
         // for the read before it (fence)
         let parts = [(stride - 8, 8, false), (0, stride - 8, true), (0, 8, true)];
+        let mut posted = 0;
+        let mut error = None;
         for (i, &(at, len, fence)) in parts.iter().enumerate() {
             let wr = SendWr {
-                wr_id: i as u64,
+                wr_id: (id << 2) | i as u64,
                 op: Op::Read {
                     raddr: raddr + at as u64,
                     rkey: offer.rkey,
                 },
-                sge: self.local.sge(base + at as u64, len),
+                sge: local.sge(base + at as u64, len),
                 inline: false,
                 fence,
             };
-            self.verbs.post_send(self.qp, &wr)?;
-        }
-        self.wait(parts.len())?;
-        // SAFETY: the slot buffer holds `stride` initialized bytes (u64s);
-        // the reads completed, nothing writes it now.
-        let copy = unsafe { std::slice::from_raw_parts(self.slot.as_ptr() as *const u8, stride) };
-        let outcome = check_slot(copy, bytes, info, digest);
-        if outcome == ReadOutcome::Valid {
-            out.copy_from_slice(&copy[super::ring::DATA_OFFSET..super::ring::DATA_OFFSET + bytes]);
-        }
-        Ok(outcome)
-    }
-
-    /// Poll until `n` completions arrived, all successful, or fail (a
-    /// completion in error, or the timeout: the producer's side is gone).
-    fn wait(&mut self, n: usize) -> Result<()> {
-        let start = Instant::now();
-        let mut got = 0;
-        let mut c = [Completion {
-            wr_id: 0,
-            qp: self.qp,
-            kind: splitrt_runtime::fabric::rdma::verbs::WcKind::Read,
-            status: WcStatus::Success,
-            len: 0,
-        }; 4];
-        while got < n {
-            let k = self.verbs.poll(&mut c)?;
-            for x in &c[..k] {
-                if x.status != WcStatus::Success {
-                    return Err(Error::protocol(format!(
-                        "RDMA read of the producer's ring failed: {}",
-                        x.status.describe()
-                    )));
+            match self.verbs.post_send(peer.qp, &wr) {
+                Ok(()) => posted += 1,
+                Err(e) => {
+                    let why = format!("posting an RDMA read failed: {e}");
+                    peer.failed = Some(why.clone());
+                    error = Some(why);
+                    break;
                 }
             }
-            got += k;
-            if k == 0 {
-                if start.elapsed() > self.timeout {
-                    return Err(Error::protocol(format!(
-                        "RDMA read of the producer's ring not completed within {:?}",
-                        self.timeout
-                    )));
+        }
+        if posted == 0 {
+            self.free.push(place);
+            self.ready.push(Done {
+                id,
+                buf,
+                result: ReadResult::Failed(error.unwrap_or_default()),
+            });
+            return Ok(id);
+        }
+        peer.inflight += 1;
+        self.places[place] = Some(Place {
+            id,
+            peer: p.0,
+            buf,
+            pending: posted,
+            error,
+            since: Instant::now(),
+        });
+        Ok(id)
+    }
+
+    fn finish(&mut self, place: usize, done: &mut Vec<Done>) {
+        if let Some(pl) = self.places[place].take() {
+            self.free.push(place);
+            if let Some(Some(peer)) = self.peers.get_mut(pl.peer) {
+                peer.inflight -= 1;
+            }
+            let result = match pl.error {
+                Some(e) => ReadResult::Failed(e),
+                None => ReadResult::Slot,
+            };
+            done.push(Done {
+                id: pl.id,
+                buf: pl.buf,
+                result,
+            });
+        }
+    }
+
+    /// Take completions, fail reads past the timeout (their producer's
+    /// queue pair destroyed first), and append finished reads to `done`
+    /// (a [`ReadResult::Slot`] is to be checked by the caller).
+    pub fn progress(&mut self, done: &mut Vec<Done>) -> Result<()> {
+        done.append(&mut self.ready);
+        loop {
+            let n = self.verbs.poll(&mut self.comps)?;
+            for k in 0..n {
+                let c = self.comps[k];
+                let id = c.wr_id >> 2;
+                let place = (id & ((1 << PLACE_BITS) - 1)) as usize;
+                let Some(Some(pl)) = self.places.get_mut(place) else {
+                    continue;
+                };
+                if pl.id != id {
+                    continue;
                 }
-                std::hint::spin_loop();
+                pl.pending -= 1;
+                if c.status != WcStatus::Success && pl.error.is_none() {
+                    let why = format!(
+                        "RDMA read of the producer's ring failed: {}",
+                        c.status.describe()
+                    );
+                    if let Some(Some(peer)) = self.peers.get_mut(pl.peer) {
+                        peer.failed.get_or_insert_with(|| why.clone());
+                    }
+                    pl.error = Some(why);
+                }
+                if pl.pending == 0 {
+                    self.finish(place, done);
+                }
+            }
+            if n < self.comps.len() {
+                break;
+            }
+        }
+        if Instant::now() >= self.late_check {
+            self.late_check = Instant::now() + Duration::from_millis(10);
+            let late: Vec<usize> = self
+                .places
+                .iter()
+                .flatten()
+                .filter(|pl| pl.since.elapsed() > self.read_timeout)
+                .map(|pl| pl.peer)
+                .collect();
+            for peer in late {
+                let why = format!(
+                    "RDMA read of the producer's ring not completed within {:?}",
+                    self.read_timeout
+                );
+                self.fail_peer(peer, why, done);
             }
         }
         Ok(())
     }
+
+    /// Destroy `peer`'s queue pair (so the device writes none of its
+    /// buffers any more), then fail its reads with `why`.
+    fn fail_peer(&mut self, peer: usize, why: String, done: &mut Vec<Done>) {
+        let Some(Some(pr)) = self.peers.get_mut(peer) else {
+            return;
+        };
+        if pr.qp != QpId(u32::MAX) {
+            let _ = self.verbs.destroy_qp(pr.qp);
+            pr.qp = QpId(u32::MAX);
+        }
+        pr.failed.get_or_insert(why.clone());
+        for place in 0..self.places.len() {
+            if let Some(pl) = &mut self.places[place] {
+                if pl.peer == peer {
+                    pl.error.get_or_insert(why.clone());
+                    self.finish(place, done);
+                }
+            }
+        }
+    }
+
+    /// Forget producer `p`: its queue pair destroyed, its reads failed
+    /// with `why` into `done`.
+    pub fn close(&mut self, p: ProducerQp, why: &str, done: &mut Vec<Done>) {
+        self.fail_peer(p.0, why.to_string(), done);
+        if let Some(slot) = self.peers.get_mut(p.0) {
+            *slot = None;
+        }
+    }
 }
 
-impl<V: Verbs> Drop for RdmaRingReader<V> {
+impl<V: Verbs> Drop for RdmaReader<V> {
     fn drop(&mut self) {
-        let _ = self.verbs.destroy_qp(self.qp);
-        let _ = self.verbs.deregister(&self.local);
+        for peer in self.peers.iter().flatten() {
+            if peer.qp != QpId(u32::MAX) {
+                let _ = self.verbs.destroy_qp(peer.qp);
+            }
+        }
+        for r in self.regions.values() {
+            let _ = self.verbs.deregister(r);
+        }
     }
 }

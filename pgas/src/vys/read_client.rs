@@ -8,8 +8,10 @@
 //! finished reads; nothing here blocks but [`RemoteRing::connect`].
 
 use super::handshake::{self, WELCOME_LEN};
-use super::read_proto::{self, STATUS_OK, STATUS_OVERWRITTEN, T_DATA, T_READ};
+use super::rdma_export::RingOffer;
+use super::read_proto::{self, STATUS_OK, STATUS_OVERWRITTEN, T_DATA, T_RDMA, T_READ};
 use splitrt_runtime::fabric::frames::{OutMsg, Reassembler, Sink};
+use splitrt_runtime::fabric::rdma::verbs::QpEndpoint;
 use splitrt_runtime::fabric::udp::proto::{Event, Proto, Sent};
 use splitrt_runtime::fabric::udp::wire::{HEADER, MAX_DATAGRAM, TAG};
 use std::collections::VecDeque;
@@ -104,12 +106,20 @@ pub struct RemoteRing {
     pub producer: u64,
     /// Bytes of its ring.
     pub ring_bytes: u64,
+    /// The server's offer of RDMA reads (if a queue pair was sent).
+    pub offer: Option<RingOffer>,
+    /// The `RDMA` note is still to be sent.
+    note_rdma: bool,
 }
 
 impl RemoteRing {
     /// Open a session with the read server at `addr`: up to three
     /// `HELLO`s, `wait` for the answer in all. `places` reads may be
     /// outstanding (1..=65536), each into a buffer of `stride` bytes.
+    /// With `rdma` (this consumer's queue pair for the producer) the
+    /// server may answer with an [`offer`](Self::offer) of RDMA reads;
+    /// the session then tells the server it is used that way
+    /// ([`read_proto::T_RDMA`]) and stays open as their liveness channel.
     pub fn connect(
         addr: SocketAddr,
         key: &[u8; 32],
@@ -117,6 +127,7 @@ impl RemoteRing {
         stride: usize,
         read_timeout: Duration,
         wait: Duration,
+        rdma: Option<QpEndpoint>,
     ) -> io::Result<RemoteRing> {
         let bind: SocketAddr = if addr.is_ipv4() {
             "0.0.0.0:0".parse().expect("address")
@@ -128,7 +139,13 @@ impl RemoteRing {
         let s2 = socket2::SockRef::from(&sock);
         let _ = s2.set_recv_buffer_size(8 << 20);
         let cn = handshake::nonce()?;
-        let hello = handshake::hello(key, &cn);
+        let hello = handshake::hello(
+            key,
+            &handshake::Hello {
+                consumer_nonce: cn,
+                rdma,
+            },
+        );
         let t0 = Instant::now();
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut welcome = None;
@@ -188,6 +205,8 @@ impl RemoteRing {
             rbuf: buf,
             producer: w.producer,
             ring_bytes: w.ring_bytes,
+            offer: w.offer,
+            note_rdma: w.offer.is_some(),
         })
     }
 
@@ -319,6 +338,19 @@ impl RemoteRing {
                 self.failed = Some(format!("malformed reply from the read server: {e}"));
             }
         }
+        if self.note_rdma && self.failed.is_none() {
+            let m = OutMsg {
+                tag: T_RDMA,
+                words: &[],
+                payload: &[],
+                deposit: None,
+            };
+            match self.proto.send(now, 0, 0, &m, 0) {
+                Sent::Upto(_) => self.note_rdma = false,
+                Sent::NoRoom => {}
+                Sent::Dead => self.failed = Some("the read server stopped answering".into()),
+            }
+        }
         while let Some(&q) = self.unsent.front() {
             if self.failed.is_some() {
                 break;
@@ -379,7 +411,7 @@ impl RemoteRing {
     pub fn next_due(&self) -> Duration {
         let now = self.now();
         let t = Duration::from_nanos(self.proto.poll_timeout().saturating_sub(now));
-        if self.unsent.is_empty() {
+        if self.unsent.is_empty() && !self.note_rdma {
             t.min(Duration::from_millis(50))
         } else {
             Duration::ZERO

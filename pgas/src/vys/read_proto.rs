@@ -8,6 +8,11 @@
 //!   status]`; with status [`STATUS_OK`] the payload is the whole slot as
 //!   [`super::ring::snapshot_slot`] copied it, deposited at the landing
 //!   offset the request named (straight into the consumer's buffer).
+//! * `RDMA` (consumer to server, once): no words, no payload. The
+//!   consumer reads by RDMA over the queue pair the `WELCOME` offered; the
+//!   session carries no reads, but this first message starts its
+//!   keepalives, so the server learns when the consumer is gone (and
+//!   destroys the queue pair).
 
 use splitrt_runtime::fabric::udp::proto::ProtoConfig;
 
@@ -15,6 +20,8 @@ use splitrt_runtime::fabric::udp::proto::ProtoConfig;
 pub const T_READ: u16 = 1;
 /// Tag of a read reply.
 pub const T_DATA: u16 = 2;
+/// Tag of the consumer's note that it reads by RDMA.
+pub const T_RDMA: u16 = 3;
 /// The slot follows.
 pub const STATUS_OK: u64 = 0;
 /// The range is not a slot of the ring (nothing follows).

@@ -12,14 +12,22 @@
 //! before confirmed ones), replies queued per session (the session's
 //! receive window closes behind them, so a greedy consumer throttles only
 //! itself), and a session silent past the peer timeout is dropped.
+//!
+//! With the ring registered for RDMA ([`RingExport`]), a consumer whose
+//! `HELLO` carries a queue pair gets one of the producer's, connected to
+//! it, in the `WELCOME`; its reads then bypass this thread entirely. The
+//! session lives on as their liveness channel, and the queue pair is
+//! destroyed when the session ends.
 
 use super::export::ExportedRing;
 use super::handshake::{self, Welcome, HELLO_LEN, HELLO_MAGIC};
+use super::rdma_export::RingExport;
 use super::read_proto::{
-    self, MAX_READ, STATUS_OK, STATUS_OUT_OF_RING, STATUS_OVERWRITTEN, T_DATA, T_READ,
+    self, MAX_READ, STATUS_OK, STATUS_OUT_OF_RING, STATUS_OVERWRITTEN, T_DATA, T_RDMA, T_READ,
 };
 use super::ring::{snapshot_slot, Snapshot};
 use splitrt_runtime::fabric::frames::{OutMsg, Reassembler};
+use splitrt_runtime::fabric::rdma::verbs::{QpId, Verbs};
 use splitrt_runtime::fabric::udp::proto::{Event, Proto, Sent};
 use splitrt_runtime::fabric::udp::wire::{HEADER, MAX_DATAGRAM, TAG};
 use std::collections::{HashMap, VecDeque};
@@ -54,6 +62,12 @@ pub struct ServerStats {
     pub dropped: AtomicU64,
     /// Sessions closed because their consumer went silent or misbehaved.
     pub closed: AtomicU64,
+    /// Sessions given a queue pair for RDMA reads.
+    pub rdma_sessions: AtomicU64,
+    /// Queue pairs asked for and not made (the device refused).
+    pub rdma_refused: AtomicU64,
+    /// Queue pairs open now.
+    pub rdma_open: AtomicU64,
 }
 
 /// A running read server; stops when dropped.
@@ -82,10 +96,14 @@ struct Session {
     /// An authentic datagram came (it holds the session key).
     confirmed: bool,
     last: u64,
+    /// The producer's queue pair for this consumer's RDMA reads.
+    qp: Option<QpId>,
 }
 
 struct Server {
     sock: UdpSocket,
+    /// Declared before `ring`: deregistered before the ring can go.
+    rdma: Option<RingExport<Box<dyn Verbs>>>,
     ring: Arc<ExportedRing>,
     producer: u64,
     key: [u8; 32],
@@ -99,13 +117,23 @@ struct Server {
 
 impl ReadServer {
     /// Serve reads of `ring` (of producer `producer`) on a UDP socket
-    /// bound to `bind` (port 0: any), for consumers holding `key`.
+    /// bound to `bind` (port 0: any), for consumers holding `key`; with
+    /// `rdma`, also offer RDMA reads of the ring over that device.
     pub fn start(
         bind: SocketAddr,
         ring: Arc<ExportedRing>,
         producer: u64,
         key: [u8; 32],
+        rdma: Option<Box<dyn Verbs>>,
     ) -> io::Result<ReadServer> {
+        let rdma = match rdma {
+            Some(v) => Some(RingExport::new(v, ring.words()).map_err(|e| {
+                io::Error::other(format!(
+                    "vys producer: registering the ring for RDMA reads failed: {e}"
+                ))
+            })?),
+            None => None,
+        };
         let sock = UdpSocket::bind(bind)?;
         sock.set_nonblocking(true)?;
         let s2 = socket2::SockRef::from(&sock);
@@ -116,6 +144,7 @@ impl ReadServer {
         let stats = Arc::new(ServerStats::default());
         let mut server = Server {
             sock,
+            rdma,
             ring,
             producer,
             key,
@@ -223,10 +252,11 @@ impl Server {
     }
 
     fn hello(&mut self, d: &[u8], from: SocketAddr, now: u64) {
-        let Some(cn) = handshake::read_hello(&self.key, d) else {
+        let Some(h) = handshake::read_hello(&self.key, d) else {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         };
+        let cn = h.consumer_nonce;
         if let Some(s) = self.sessions.get(&from) {
             if s.consumer_nonce == cn {
                 // our WELCOME was lost: the same answer again
@@ -243,6 +273,23 @@ impl Server {
             return;
         }
         let Ok(sn) = handshake::nonce() else { return };
+        let (qp, offer) = match (&mut self.rdma, &h.rdma) {
+            (Some(x), Some(consumer)) => match x.accept(consumer) {
+                Ok((qp, offer)) => {
+                    self.stats.rdma_sessions.fetch_add(1, Ordering::Relaxed);
+                    self.stats
+                        .rdma_open
+                        .store(x.consumers() as u64, Ordering::Relaxed);
+                    (Some(qp), Some(offer))
+                }
+                Err(_) => {
+                    // reads then come over the session instead
+                    self.stats.rdma_refused.fetch_add(1, Ordering::Relaxed);
+                    (None, None)
+                }
+            },
+            _ => (None, None),
+        };
         let w = handshake::welcome(
             &self.key,
             &cn,
@@ -250,6 +297,7 @@ impl Server {
                 server_nonce: sn,
                 producer: self.producer,
                 ring_bytes: self.ring.len() as u64,
+                offer,
             },
         );
         let skey = handshake::session_key(&self.key, &cn, &sn);
@@ -265,6 +313,7 @@ impl Server {
                 queued_bytes: 0,
                 confirmed: false,
                 last: now,
+                qp,
             },
         );
         self.stats.sessions.fetch_add(1, Ordering::Relaxed);
@@ -282,11 +331,23 @@ impl Server {
             .map(|(a, _)| *a);
         match victim {
             Some(a) => {
-                self.sessions.remove(&a);
-                self.stats.closed.fetch_add(1, Ordering::Relaxed);
+                self.close(&a);
                 true
             }
             None => false,
+        }
+    }
+
+    /// End the session of `a`, and its queue pair with it.
+    fn close(&mut self, a: &SocketAddr) {
+        if let Some(s) = self.sessions.remove(a) {
+            self.stats.closed.fetch_add(1, Ordering::Relaxed);
+            if let (Some(x), Some(qp)) = (&mut self.rdma, s.qp) {
+                x.release(qp);
+                self.stats
+                    .rdma_open
+                    .store(x.consumers() as u64, Ordering::Relaxed);
+            }
         }
     }
 
@@ -313,6 +374,8 @@ impl Server {
                 let r = s.reasm.feed(1, body, 0, &mut Vec::new(), &mut |m| {
                     if m.tag == T_READ && m.words.len() == 5 && m.payload.is_empty() {
                         reqs.push([m.words[0], m.words[1], m.words[2], m.words[3], m.words[4]]);
+                    } else if m.tag == T_RDMA && m.words.is_empty() && m.payload.is_empty() {
+                        // the session is now the RDMA reads' liveness channel
                     } else {
                         junk = true;
                     }
@@ -403,8 +466,10 @@ impl Server {
             }
         }
         for a in gone {
-            self.sessions.remove(&a);
-            self.stats.closed.fetch_add(1, Ordering::Relaxed);
+            self.close(&a);
+        }
+        if let Some(x) = &mut self.rdma {
+            let _ = x.poll();
         }
     }
 }

@@ -129,6 +129,11 @@ impl ModelNetwork {
     pub fn stats(&self) -> ModelStats {
         self.net.lock().stats
     }
+
+    /// Queue pairs created and not destroyed, on every device.
+    pub fn live_qps(&self) -> usize {
+        self.net.lock().qps.iter().flatten().count()
+    }
 }
 
 /// One rank's device on a [`ModelNetwork`] (test double).

@@ -242,3 +242,41 @@ pub trait Verbs: Send {
     /// Destroy `qp` (posted work is flushed).
     fn destroy_qp(&mut self, qp: QpId) -> Result<()>;
 }
+
+/// A boxed device is a device (so code can hold `Box<dyn Verbs>` where the
+/// choice of device is made at run time).
+impl<T: Verbs + ?Sized> Verbs for Box<T> {
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+    fn register(&mut self, addr: *mut u8, len: usize, remote: bool) -> Result<Region> {
+        (**self).register(addr, len, remote)
+    }
+    fn deregister(&mut self, region: &Region) -> Result<()> {
+        (**self).deregister(region)
+    }
+    fn create_qp(&mut self, caps: QpCaps) -> Result<QpId> {
+        (**self).create_qp(caps)
+    }
+    fn max_inline(&self, qp: QpId) -> u32 {
+        (**self).max_inline(qp)
+    }
+    fn endpoint(&self, qp: QpId) -> QpEndpoint {
+        (**self).endpoint(qp)
+    }
+    fn connect(&mut self, qp: QpId, remote: &QpEndpoint) -> Result<()> {
+        (**self).connect(qp, remote)
+    }
+    fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()> {
+        (**self).post_recv(qp, wr_id, sge)
+    }
+    fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()> {
+        (**self).post_send(qp, wr)
+    }
+    fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        (**self).poll(out)
+    }
+    fn destroy_qp(&mut self, qp: QpId) -> Result<()> {
+        (**self).destroy_qp(qp)
+    }
+}

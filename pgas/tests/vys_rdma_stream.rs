@@ -1,0 +1,382 @@
+//! vys end to end with reads by RDMA: producers and consumers through the
+//! library APIs, signals by multicast on loopback, the read session's
+//! handshake over real UDP sockets, and the reads themselves over the
+//! verbs model (a named test double of RC queue pairs: this machine has
+//! no RDMA device, so producer and consumer share one process and one
+//! model network). The real device path is tested here only as far as it
+//! can run: asking for it fails at start, saying what is missing.
+
+use splitrt_pgas::vys::checkable;
+use splitrt_pgas::vys::consumer::{Consumer, ConsumerConfig, ConsumerStats, Message};
+use splitrt_pgas::vys::handshake;
+use splitrt_pgas::vys::producer::{Producer, ProducerConfig, ProductId};
+use splitrt_pgas::vys::rdma_device::RdmaDevice;
+use splitrt_pgas::vys::signal::DigestKind;
+use splitrt_runtime::fabric::rdma::model::ModelNetwork;
+use splitrt_runtime::fabric::rdma::verbs::QpEndpoint;
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const KEY: [u8; 32] = [0x5a; 32];
+
+fn group(n: u16) -> SocketAddrV4 {
+    let port = 36_000 + ((std::process::id() as u16 % 5_000) * 4 + n);
+    SocketAddrV4::new(Ipv4Addr::new(239, 255, 79, n as u8 + 1), port)
+}
+
+fn product(spw: u16) -> ProductId {
+    ProductId {
+        stations: [3, 4],
+        spectral_window: spw,
+        stokes: 0,
+    }
+}
+
+fn producer(n: u16, bytes: usize, slots: usize, rdma: Option<RdmaDevice>) -> Producer {
+    let mut pc = ProducerConfig::new(KEY, group(n), Ipv4Addr::LOCALHOST, bytes);
+    pc.slots = slots;
+    pc.digest = DigestKind::None;
+    pc.spectra_per_signal = 4;
+    pc.rdma = rdma;
+    Producer::new(pc).unwrap()
+}
+
+fn consumer_config(n: u16, bytes: usize, rdma: Option<RdmaDevice>) -> ConsumerConfig {
+    let mut cc = ConsumerConfig::new(KEY, group(n), Ipv4Addr::LOCALHOST);
+    // across hosts, as far as the consumer can tell
+    cc.local_reads = false;
+    cc.max_spectrum_bytes = bytes;
+    cc.queue_len = 1 << 16;
+    cc.rdma = rdma;
+    cc
+}
+
+/// Write `rounds` checkable spectra of spectral windows 0 and 1.
+fn produce(p: &mut Producer, bytes: usize, rounds: u64) {
+    let mut d = vec![0u8; bytes];
+    for t in 1..=rounds {
+        for spw in 0..2 {
+            let pr = product(spw);
+            checkable::fill((pr.stations, spw, 0), t, &mut d);
+            p.write(pr, &d, t).unwrap();
+        }
+    }
+    p.flush().unwrap();
+}
+
+/// Messages until END, shutting down after `expect` valid ones (each
+/// checked: chosen by the filter, exactly its content).
+fn drain(c: &Consumer, expect: u64) -> (u64, ConsumerStats) {
+    let mut valid = 0;
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < Duration::from_secs(60), "no END");
+        match c.recv(Duration::from_secs(10)) {
+            Some(Message::Valid(s)) => {
+                let p = &s.product;
+                assert_eq!(p.spectral_window, 1, "a spectrum the filter did not choose");
+                assert!(
+                    checkable::matches(
+                        (p.stations, p.spectral_window, p.stokes),
+                        s.info.timestamp,
+                        s.data()
+                    ),
+                    "spectrum t={} has the wrong content",
+                    s.info.timestamp
+                );
+                valid += 1;
+                if valid == expect {
+                    c.shutdown();
+                }
+            }
+            Some(Message::End { stats, .. }) => return (valid, stats),
+            Some(m) => println!("{m}"),
+            None => panic!("no message for 10 s ({valid} of {expect} valid spectra came)"),
+        }
+    }
+}
+
+#[test]
+fn a_consumer_reads_by_rdma_what_its_filter_chose_and_the_producer_serves_no_read() {
+    let net = ModelNetwork::new(5);
+    let bytes = 4096;
+    let mut p = producer(0, bytes, 1024, Some(RdmaDevice::verbs_model(net.clone())));
+    let cc = consumer_config(0, bytes, Some(RdmaDevice::verbs_model(net.clone())));
+    let c = Consumer::start(cc, |p, _, pass| pass.fill(p.spectral_window == 1)).unwrap();
+    let rounds = 300;
+    produce(&mut p, bytes, rounds);
+    let (valid, stats) = drain(&c, rounds);
+    println!("{valid} valid, {stats:?}, model {:?}", net.stats());
+    assert_eq!(valid, rounds, "every chosen spectrum, valid");
+    assert_eq!(stats.rdma_reads, valid);
+    assert_eq!(stats.remote_reads + stats.local_reads, 0);
+    assert_eq!(
+        stats.verification_failures + stats.read_failures + stats.starved,
+        0
+    );
+    let server = p.server().unwrap().stats();
+    assert_eq!(
+        server.reads.load(Ordering::Relaxed),
+        0,
+        "no read by the server"
+    );
+    assert_eq!(server.rdma_sessions.load(Ordering::Relaxed), 1);
+    assert_eq!(
+        net.stats().reads,
+        3 * valid,
+        "tail, body and head per spectrum"
+    );
+}
+
+/// The lapping test over RDMA: a tiny ring written flat out, digest none;
+/// every spectrum delivered as valid has exactly its content.
+#[test]
+fn lapping_producer_no_torn_spectrum_is_valid_over_rdma_digest_none() {
+    let net = ModelNetwork::new(11);
+    let bytes = 512;
+    let total = 300_000u64;
+    let mut p = producer(1, bytes, 8, Some(RdmaDevice::verbs_model(net.clone())));
+    let c = Consumer::start(
+        consumer_config(1, bytes, Some(RdmaDevice::verbs_model(net.clone()))),
+        |_, _, pass| pass.fill(true),
+    )
+    .unwrap();
+    let writer = std::thread::spawn(move || {
+        let pr = product(0);
+        let mut d = vec![0u8; bytes];
+        for t in 1..=total {
+            checkable::fill((pr.stations, 0, 0), t, &mut d);
+            p.write(pr, &d, t).unwrap();
+            if t % 4096 == 0 {
+                std::thread::yield_now();
+            }
+        }
+        p.flush().unwrap();
+        p
+    });
+    let (mut valid, mut overwritten) = (0u64, 0u64);
+    let t = Instant::now();
+    let mut asked = false;
+    let stats = loop {
+        assert!(t.elapsed() < Duration::from_secs(120), "no END");
+        if !asked && writer.is_finished() {
+            c.shutdown();
+            asked = true;
+        }
+        match c.recv(Duration::from_millis(100)) {
+            Some(Message::Valid(s)) => {
+                assert!(
+                    checkable::matches(([3, 4], 0, 0), s.info.timestamp, s.data()),
+                    "a torn spectrum delivered as valid: t={}",
+                    s.info.timestamp
+                );
+                valid += 1;
+            }
+            Some(Message::VerificationFailure { .. }) => overwritten += 1,
+            Some(Message::End { stats, .. }) => break stats,
+            Some(_) => {}
+            None => {}
+        }
+    };
+    let p = writer.join().unwrap();
+    println!(
+        "lapping over RDMA: written {}, chosen {}, valid {valid}, overwritten {overwritten}, \
+         starved {}, torn accepted 0",
+        p.stats().spectra,
+        stats.chosen,
+        stats.starved
+    );
+    assert_eq!(valid, stats.valid);
+    assert_eq!(stats.rdma_reads, valid + overwritten);
+    assert!(valid > 0, "valid {valid}, overwritten {overwritten}");
+}
+
+/// A consumer that goes away: the producer's queue pair for it is
+/// destroyed once its session falls silent, and a consumer that comes
+/// later is served.
+#[test]
+fn a_consumer_that_goes_away_leaves_no_queue_pair_behind() {
+    let net = ModelNetwork::new(7);
+    let bytes = 1024;
+    let mut p = producer(2, bytes, 256, Some(RdmaDevice::verbs_model(net.clone())));
+    for round in 0..2 {
+        let cc = consumer_config(2, bytes, Some(RdmaDevice::verbs_model(net.clone())));
+        let c = Consumer::start(cc, |p, _, pass| pass.fill(p.spectral_window == 1)).unwrap();
+        produce(&mut p, bytes, 50);
+        let (valid, stats) = drain(&c, 50);
+        assert_eq!((valid, stats.rdma_reads), (50, 50), "round {round}");
+        let open = p
+            .server()
+            .unwrap()
+            .stats()
+            .rdma_open
+            .load(Ordering::Relaxed);
+        assert_eq!(open, 1, "round {round}: the producer's queue pair for it");
+        drop(c);
+        // the consumer's side is gone with it; the producer's when the
+        // session's peer timeout (5 s) passes
+        let t = Instant::now();
+        while net.live_qps() > 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "the producer kept the queue pair of a consumer that left"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let s = p.server().unwrap().stats();
+        assert_eq!(s.rdma_open.load(Ordering::Relaxed), 0);
+        assert_eq!(s.rdma_sessions.load(Ordering::Relaxed), round + 1);
+    }
+}
+
+/// A consumer with RDMA and a producer without: read through the read
+/// server, and the consumer's unused queue pair is destroyed.
+#[test]
+fn a_producer_without_rdma_is_read_through_its_read_server() {
+    let net = ModelNetwork::new(9);
+    let bytes = 2048;
+    let mut p = producer(3, bytes, 1024, None);
+    let cc = consumer_config(3, bytes, Some(RdmaDevice::verbs_model(net.clone())));
+    let c = Consumer::start(cc, |p, _, pass| pass.fill(p.spectral_window == 1)).unwrap();
+    produce(&mut p, bytes, 100);
+    let (valid, stats) = drain(&c, 100);
+    assert_eq!(valid, 100);
+    assert_eq!((stats.remote_reads, stats.rdma_reads), (100, 0));
+    assert_eq!(net.live_qps(), 0);
+}
+
+/// A `HELLO` asking for a queue pair under another key gets nothing: no
+/// queue pair is made, no offer (no key to the ring) is sent.
+#[test]
+fn a_stranger_gets_no_queue_pair() {
+    let net = ModelNetwork::new(13);
+    let p = producer(0, 512, 16, Some(RdmaDevice::verbs_model(net.clone())));
+    let mut dev = net.device("stranger");
+    use splitrt_runtime::fabric::rdma::verbs::{QpCaps, Verbs};
+    let qp = dev
+        .create_qp(QpCaps {
+            send_depth: 4,
+            recv_depth: 1,
+            max_inline: 0,
+        })
+        .unwrap();
+    let ep: QpEndpoint = dev.endpoint(qp);
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let hello = handshake::hello(
+        &[0x11; 32],
+        &handshake::Hello {
+            consumer_nonce: [1; 32],
+            rdma: Some(ep),
+        },
+    );
+    sock.send_to(&hello, p.address()).unwrap();
+    let mut b = [0u8; 2048];
+    assert!(sock.recv(&mut b).is_err(), "no answer to a stranger");
+    let s = p.server().unwrap().stats();
+    assert_eq!(s.rdma_sessions.load(Ordering::Relaxed), 0);
+    assert_eq!(net.live_qps(), 1, "only the stranger's own");
+}
+
+/// On this machine (no RDMA device; maybe no `ibverbs` feature) asking
+/// for RDMA reads fails at start on both sides, saying what is missing
+/// and how to do without.
+#[test]
+fn rdma_without_a_device_fails_at_start_saying_why() {
+    let cc = consumer_config(0, 512, Some(RdmaDevice::hardware()));
+    let e = Consumer::start(cc, |_, _, pass| pass.fill(true))
+        .err()
+        .expect("no RDMA device here");
+    let m = e.to_string();
+    println!("{m}");
+    assert!(
+        m.contains("vys consumer: RDMA reads need the RDMA device"),
+        "{m}"
+    );
+    assert!(
+        m.contains("no RDMA device found") || m.contains("--features ibverbs"),
+        "{m}"
+    );
+    assert!(m.contains("leave `rdma` unset"), "{m}");
+    let mut pc = ProducerConfig::new(KEY, group(0), Ipv4Addr::LOCALHOST, 512);
+    pc.rdma = Some(RdmaDevice::hardware());
+    let e = Producer::new(pc).err().expect("no RDMA device here");
+    assert!(
+        e.to_string().contains("vys producer: RDMA reads need"),
+        "{e}"
+    );
+}
+
+/// A producer that goes away while a consumer reads it by RDMA: the
+/// consumer's reads fail (reported, never taken as valid), nothing hangs,
+/// and END still comes last.
+#[test]
+fn a_producer_that_goes_away_fails_the_reads_of_it_and_nothing_hangs() {
+    let net = ModelNetwork::new(17);
+    let bytes = 1024;
+    let mut pc = ProducerConfig::new(KEY, group(0), Ipv4Addr::LOCALHOST, bytes);
+    pc.group = None;
+    pc.queue_signals = true;
+    pc.spectra_per_signal = 1;
+    pc.digest = DigestKind::None;
+    pc.rdma = Some(RdmaDevice::verbs_model(net.clone()));
+    let mut p = Producer::new(pc).unwrap();
+    let mut cc = ConsumerConfig::without_multicast(KEY);
+    cc.local_reads = false;
+    cc.max_spectrum_bytes = bytes;
+    cc.rdma = Some(RdmaDevice::verbs_model(net.clone()));
+    let c = Consumer::start(cc, |_, _, pass| pass.fill(true)).unwrap();
+    let inject = c.injector();
+    let mut d = vec![0u8; bytes];
+    let mut write = |p: &mut Producer, t: u64| {
+        checkable::fill(([3, 4], 0, 0), t, &mut d);
+        p.write(product(0), &d, t).unwrap();
+    };
+    for t in 1..=20 {
+        write(&mut p, t);
+    }
+    p.flush().unwrap();
+    for s in p.take_signals() {
+        assert!(inject.inject(&s));
+    }
+    let mut valid = 0;
+    let t = Instant::now();
+    while valid < 20 {
+        assert!(t.elapsed() < Duration::from_secs(30), "{valid} of 20");
+        if let Some(Message::Valid(_)) = c.recv(Duration::from_secs(5)) {
+            valid += 1;
+        }
+    }
+    for t in 21..=40 {
+        write(&mut p, t);
+    }
+    p.flush().unwrap();
+    let late = p.take_signals();
+    drop(p);
+    for s in late {
+        assert!(inject.inject(&s));
+    }
+    let mut failed = 0;
+    let t = Instant::now();
+    let stats = loop {
+        assert!(t.elapsed() < Duration::from_secs(30), "no END");
+        match c.recv(Duration::from_secs(5)) {
+            Some(Message::Valid(s)) => panic!("valid after the producer left: {:?}", s.info),
+            Some(Message::ReadFailure { error, .. }) => {
+                if failed == 0 {
+                    println!("first failure: {error}");
+                }
+                failed += 1;
+                if failed == 20 {
+                    c.shutdown();
+                }
+            }
+            Some(Message::End { stats, .. }) => break stats,
+            Some(m) => println!("{m}"),
+            None => panic!("no message for 5 s ({failed} of 20 failures)"),
+        }
+    };
+    assert_eq!((stats.valid, stats.read_failures), (20, 20), "{stats:?}");
+}
