@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use splitrt_am::{Endpoint, EndpointBuilder, Error, ErrorKind, Payload, Result};
 use splitrt_runtime::config::RmaPath;
 use splitrt_runtime::fabric::{Fabric, SegmentRef};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Bytes of symmetric scratch used by broadcast and reductions (two
@@ -57,6 +57,9 @@ pub(crate) struct Inner {
     pub heap: Mutex<Heap>,
     pub scratch: u64,
     pub issued: Issued,
+    /// Puts were issued that the fabric completes only at its next quiet
+    /// (RDMA writes from a bounce buffer): `sync` must wait for them.
+    pub direct_puts: AtomicBool,
     /// Bytes this rank stored into each rank since the last all_store_sync.
     pub sent_bytes: Vec<AtomicU64>,
     /// Stored bytes already accounted for by store_sync.
@@ -140,6 +143,7 @@ impl Pgas {
                 heap: Mutex::new(heap),
                 scratch,
                 issued: Issued::default(),
+                direct_puts: AtomicBool::new(false),
                 sent_bytes: (0..size).map(|_| AtomicU64::new(0)).collect(),
                 consumed: AtomicU64::new(0),
                 all_synced: AtomicU64::new(0),
@@ -231,6 +235,13 @@ impl Pgas {
             i.issued.puts.load(Ordering::Relaxed),
         );
         let st = &i.st;
+        if i.direct_puts.load(Ordering::Relaxed) {
+            i.direct_puts.store(false, Ordering::Relaxed);
+            i.ep.world()
+                .fabric()
+                .rma_quiet()
+                .map_err(|e| splitrt_am::Error::from(e).at_rank(i.rank))?;
+        }
         let done = || {
             st.gets_done.load(Ordering::Acquire) >= g && st.puts_done.load(Ordering::Acquire) >= p
         };

@@ -174,6 +174,18 @@ pub trait Fabric: Send + Sync {
     fn get_direct(&self, _peer: usize, _off: u64, _dst: &mut [u8]) -> Option<Result<()>> {
         None
     }
+    /// Like [`put_direct`](Self::put_direct), but returns once `src` has
+    /// been copied out: the write is complete at the peer by the next
+    /// [`rma_quiet`](Self::rma_quiet). `None`: no such path for this
+    /// peer or size (use `put_direct`).
+    fn put_direct_nb(&self, _peer: usize, _off: u64, _src: &[u8]) -> Option<Result<()>> {
+        None
+    }
+    /// Wait until every [`put_direct_nb`](Self::put_direct_nb) is
+    /// complete at its peer.
+    fn rma_quiet(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The fabric a rank runs on (static dispatch over the implementations).
@@ -281,6 +293,23 @@ impl Fabric for AnyFabric {
             _ => None,
         }
     }
+    #[inline]
+    fn put_direct_nb(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
+        match self {
+            AnyFabric::Rdma(x) => x.put_direct_nb(peer, off, src),
+            AnyFabric::RdmaModel(x) => x.put_direct_nb(peer, off, src),
+            _ => None,
+        }
+    }
+
+    fn rma_quiet(&self) -> Result<()> {
+        match self {
+            AnyFabric::Rdma(x) => x.rma_quiet(),
+            AnyFabric::RdmaModel(x) => x.rma_quiet(),
+            _ => Ok(()),
+        }
+    }
+
     #[inline]
     fn get_direct(&self, peer: usize, off: u64, dst: &mut [u8]) -> Option<Result<()>> {
         match self {

@@ -100,6 +100,10 @@ const K_SEND: u64 = 1;
 const K_CREDIT: u64 = 2;
 const K_RMA: u64 = 3;
 
+/// The index of a blocking get/put's work request (a non-blocking put's
+/// is its bounce buffer's).
+const RMA_BLOCKING: u32 = u32::MAX;
+
 fn wr_id(kind: u64, peer: usize, index: u32) -> u64 {
     (kind << 62) | ((peer as u64) << 32) | index as u64
 }
@@ -140,8 +144,11 @@ struct Dev<V: Verbs> {
     outstanding: Vec<u32>,
     send_depth: u32,
     inline: u32,
-    /// RDMA get/put requests outstanding (all peers).
+    /// Blocking RDMA get/put requests outstanding (all peers).
     rma_pending: u64,
+    /// Non-blocking puts outstanding (all peers): each holds a send
+    /// buffer until its write completes.
+    put_nb_pending: u64,
     /// Why the fabric stopped (every later call fails with it).
     failed: Option<String>,
     scratch: Vec<Completion>,
@@ -233,6 +240,7 @@ impl<V: Verbs> PendingRdma<V> {
             send_depth,
             inline,
             rma_pending: 0,
+            put_nb_pending: 0,
             failed: None,
             scratch: Vec::new(),
             cache: RegCache::new(cfg.reg_cache, REG_CACHE_ENTRIES),
@@ -464,9 +472,15 @@ impl<V: Verbs> RdmaFabric<V> {
                         }
                     }
                     K_CREDIT => d.outstanding[peer] -= 1,
-                    _ => {
+                    _ if index == RMA_BLOCKING => {
                         d.outstanding[peer] -= 1;
                         d.rma_pending -= 1;
+                    }
+                    _ => {
+                        // a non-blocking put's write: its bounce buffer is free
+                        d.outstanding[peer] -= 1;
+                        d.put_nb_pending -= 1;
+                        d.free_send[peer].push(index);
                     }
                 }
             }
@@ -636,7 +650,7 @@ impl<V: Verbs> RdmaFabric<V> {
             }
         };
         let wr = SendWr {
-            wr_id: wr_id(K_RMA, peer, 0),
+            wr_id: wr_id(K_RMA, peer, RMA_BLOCKING),
             op,
             sge: local.sge(sge_addr, len),
             inline: false,
@@ -738,6 +752,66 @@ impl<V: Verbs> RdmaFabric<V> {
     pub fn put(&self, peer: usize, off: u64, src: &[u8]) -> Result<()> {
         // the buffer is only read (the RDMA write's source)
         self.rma(peer, off, src.as_ptr() as *mut u8, src.len(), true)
+    }
+
+    /// Copy `src` (at most one message buffer, `SPLITRT_IBV_BUFFER`
+    /// bytes) into a send buffer and RDMA-write it to `peer`'s segment at
+    /// `off`; returns once posted, `src` free for reuse. The write is
+    /// complete at the peer by the next [`quiet`](Self::quiet). `Ok(false)`:
+    /// too large for one buffer (use [`put`](Self::put)).
+    pub fn put_nb(&self, peer: usize, off: u64, src: &[u8]) -> Result<bool> {
+        if src.len() > self.cfg.buffer_size {
+            return Ok(false);
+        }
+        let mut d = self.dev.lock();
+        let raddr = self.remote_range(&d, peer, off, src.len())?;
+        if src.is_empty() {
+            return Ok(true);
+        }
+        let idx = loop {
+            self.reap(&mut d)?;
+            if d.outstanding[peer] < d.send_depth {
+                if let Some(i) = d.free_send[peer].pop() {
+                    break i;
+                }
+            }
+            parking_lot::MutexGuard::bump(&mut d);
+        };
+        let bounce = self.send_addr(peer, idx);
+        // SAFETY: the bounce buffer is ours (taken off the free list) and
+        // `buffer_size` >= `src.len()` bytes long; `src` is a live slice.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), bounce, src.len()) };
+        let wr = SendWr {
+            wr_id: wr_id(K_RMA, peer, idx),
+            op: Op::Write {
+                raddr,
+                rkey: d.remote[peer].seg_rkey,
+            },
+            sge: d.pool.sge(bounce as u64, src.len()),
+            inline: src.len() <= d.inline as usize,
+            fence: false,
+        };
+        let q = d.qps[peer];
+        if let Err(e) = d.verbs.post_send(q, &wr) {
+            d.free_send[peer].push(idx);
+            return Err(e.at_rank(self.rank).with_peer(peer));
+        }
+        d.outstanding[peer] += 1;
+        d.put_nb_pending += 1;
+        Ok(true)
+    }
+
+    /// Wait until every non-blocking put is complete at its peer (its
+    /// RDMA write acknowledged); fails if one failed.
+    pub fn quiet(&self) -> Result<()> {
+        let mut d = self.dev.lock();
+        while d.put_nb_pending > 0 {
+            self.reap(&mut d)?;
+            if d.put_nb_pending > 0 {
+                parking_lot::MutexGuard::bump(&mut d);
+            }
+        }
+        Ok(())
     }
 
     /// Copy `peer`'s segment at `off` into `dst` by RDMA read.
@@ -976,6 +1050,18 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
 
     fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
         Some(self.put(peer, off, src))
+    }
+
+    fn put_direct_nb(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
+        match self.put_nb(peer, off, src) {
+            Ok(true) => Some(Ok(())),
+            Ok(false) => None,
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    fn rma_quiet(&self) -> Result<()> {
+        self.quiet()
     }
 
     fn get_direct(&self, peer: usize, off: u64, dst: &mut [u8]) -> Option<Result<()>> {
