@@ -240,7 +240,7 @@ impl Pgas {
             i.ep.world()
                 .fabric()
                 .rma_quiet()
-                .map_err(|e| splitrt_am::Error::from(e).at_rank(i.rank))?;
+                .map_err(|e| e.at_rank(i.rank))?;
         }
         let done = || {
             st.gets_done.load(Ordering::Acquire) >= g && st.puts_done.load(Ordering::Acquire) >= p
