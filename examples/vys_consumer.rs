@@ -12,6 +12,7 @@
 use clap::Parser;
 use splitrt::pgas::vys::checkable;
 use splitrt::pgas::vys::consumer::{Consumer, ConsumerConfig, ConsumerStats, Message};
+use splitrt::pgas::vys::rdma_device::RdmaDevice;
 use splitrt::pgas::vys::stream_key;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -58,6 +59,10 @@ struct Args {
     /// Read producers on this host through their read server too.
     #[arg(long)]
     remote_only: bool,
+    /// Read producers on other hosts by RDMA read (the RDMA device of
+    /// SPLITRT_IBV_DEVICE; a build with `--features splitrt/ibverbs`).
+    #[arg(long)]
+    rdma: bool,
     /// Largest spectrum in bytes.
     #[arg(long, default_value_t = 64 << 10)]
     max_spectrum_bytes: usize,
@@ -92,6 +97,7 @@ fn run(a: Args) -> Result<u64, String> {
     let key = stream_key::from_file_or_env(a.key_file.as_deref())?;
     let mut cfg = ConsumerConfig::new(key, a.group, a.interface);
     cfg.local_reads = !a.remote_only;
+    cfg.rdma = a.rdma.then(RdmaDevice::hardware);
     cfg.max_spectrum_bytes = a.max_spectrum_bytes;
     cfg.data_buffers = a.buffers;
     let (stations, spw, stokes, every) = (a.stations, a.spw, a.stokes, a.every.max(1));
@@ -185,7 +191,7 @@ fn run(a: Args) -> Result<u64, String> {
         "vys_consumer: valid={valid} mismatched={mismatched} bytes={bytes} seconds={secs:.3} \
          signals={} chosen={} verification_failures={} read_failures={} starved={} \
          signals_lost={} bad_signals={} version_mismatches={} queue_dropped={} local_reads={} \
-         remote_reads={}",
+         remote_reads={} rdma_reads={}",
         stats.signals,
         stats.chosen,
         stats.verification_failures,
@@ -196,7 +202,8 @@ fn run(a: Args) -> Result<u64, String> {
         stats.version_mismatches,
         stats.queue_dropped,
         stats.local_reads,
-        stats.remote_reads
+        stats.remote_reads,
+        stats.rdma_reads
     );
     Ok(mismatched)
 }

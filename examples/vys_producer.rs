@@ -16,6 +16,7 @@
 use clap::Parser;
 use splitrt::pgas::vys::checkable;
 use splitrt::pgas::vys::producer::{Producer, ProducerConfig, ProductId};
+use splitrt::pgas::vys::rdma_device::RdmaDevice;
 use splitrt::pgas::vys::signal::DigestKind;
 use splitrt::pgas::vys::stream_key;
 use std::net::{Ipv4Addr, SocketAddrV4};
@@ -84,6 +85,11 @@ struct Args {
     /// Do not serve consumers on other hosts.
     #[arg(long)]
     no_remote: bool,
+    /// Offer consumers on other hosts RDMA reads of the ring (the RDMA
+    /// device of SPLITRT_IBV_DEVICE; a build with `--features
+    /// splitrt/ibverbs`).
+    #[arg(long)]
+    rdma: bool,
 }
 
 fn parse_hex(s: &str) -> Result<u64, String> {
@@ -134,6 +140,7 @@ fn run(a: Args) -> Result<(), String> {
     cfg.id = a.id;
     cfg.serve_local = !a.no_local;
     cfg.serve_remote = !a.no_remote;
+    cfg.rdma = a.rdma.then(RdmaDevice::hardware);
     let mut p = Producer::new(cfg).map_err(|e| format!("starting the producer: {e}"))?;
     println!(
         "ready producer={:016x} address={} products={} spectrum_bytes={bytes} slots={slots}",
