@@ -717,7 +717,20 @@ impl Proto {
                     p.ping = true;
                     dirty = true;
                 }
-                next = next.min(p.heard.saturating_add(cfg.keepalive));
+                let keepalive_at = p.heard.saturating_add(cfg.keepalive);
+                if now < keepalive_at {
+                    next = next.min(keepalive_at);
+                } else {
+                    // silent past the keepalive: the next ping (a quarter
+                    // of it after the last datagram to it; a ping not yet
+                    // sent goes out at the next transmit) or the end of
+                    // its time, not a timer in the past firing at once
+                    // until then
+                    let ping_at = p.spoke.saturating_add(cfg.keepalive / 4).max(now + 1);
+                    next = next
+                        .min(ping_at)
+                        .min(p.heard.saturating_add(cfg.peer_timeout));
+                }
             }
             if dirty {
                 self.mark_dirty(i as u32);
