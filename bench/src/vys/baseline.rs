@@ -5,13 +5,15 @@
 //! flight, as a consumer keeps many reads outstanding): alone, and while a
 //! thread of rank 0 writes memory flat out as a producer does (on a
 //! machine with few CPUs that thread takes one of them, as the producer
-//! does while its read server serves).
+//! does while its read server serves). And the same host's ceiling for
+//! a stream: a pipeline of three plain threads doing what a producer, a
+//! consumer and its application do, with no vys in between.
 
 use splitrt::pgas::vys::ring::slot_bytes;
 use splitrt::pgas::{Pgas, SymArray};
 use splitrt::Result;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -51,6 +53,78 @@ pub fn memcpy(size: usize, slots: usize, time: Duration) -> f64 {
             return copied as f64 / e.as_secs_f64() / 1e9;
         }
     }
+}
+
+/// GB/s through a pipeline of three plain threads on this host, the
+/// work of one stream without vys: a writer stores `size`-byte chunks
+/// flat out into an area of `slots` slots (a producer), a copier copies
+/// the newest chunk at a time out of it into one of 256 buffers (a
+/// consumer's read), a checker reads every copied buffer once and hands
+/// it back (an application checking each spectrum). Buffers travel by
+/// bounded channels; the rate is bytes checked per second over about
+/// `time`. On a machine with fewer CPUs than busy threads this, not one
+/// thread's memcpy, is what a stream can deliver at most.
+pub fn pipeline(size: usize, slots: usize, time: Duration) -> f64 {
+    let words = size.div_ceil(8);
+    let stride = slot_bytes(size) / 8;
+    let area: Arc<Vec<AtomicU64>> =
+        Arc::new((0..slots * stride).map(|_| AtomicU64::new(0)).collect());
+    let written = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (area, written, stop) = (area.clone(), written.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let base = (n as usize % slots) * stride;
+                for (i, w) in area[base..base + words].iter().enumerate() {
+                    w.store(n ^ i as u64, Ordering::Relaxed);
+                }
+                n += 1;
+                written.store(n, Ordering::Release);
+            }
+        })
+    };
+    let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<u64>>(256);
+    let (free_tx, free_rx) = std::sync::mpsc::channel::<Vec<u64>>();
+    for _ in 0..256 {
+        let _ = free_tx.send(vec![0u64; words]);
+    }
+    let checker = std::thread::spawn(move || {
+        let mut checked = 0usize;
+        let mut sum = 0u64;
+        while let Ok(b) = full_rx.recv() {
+            for &w in &b {
+                sum = sum.wrapping_add(w);
+            }
+            checked += b.len() * 8;
+            if free_tx.send(b).is_err() {
+                break;
+            }
+        }
+        black_box(sum);
+        checked
+    });
+    let t = Instant::now();
+    while t.elapsed() < time {
+        let Ok(mut b) = free_rx.recv_timeout(Duration::from_millis(100)) else {
+            continue;
+        };
+        let n = written.load(Ordering::Acquire).max(1);
+        let base = ((n - 1) as usize % slots) * stride;
+        for (o, w) in b.iter_mut().zip(&area[base..base + words]) {
+            *o = w.load(Ordering::Relaxed);
+        }
+        if full_tx.send(b).is_err() {
+            break;
+        }
+    }
+    drop(full_tx);
+    let checked = checker.join().unwrap_or(0);
+    let e = t.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let _ = writer.join();
+    checked as f64 / e.as_secs_f64() / 1e9
 }
 
 /// GB/s of `size`-byte gets from `area` on rank 0 into this rank, in

@@ -2,7 +2,8 @@
 //! one host or two). Rank 0 hosts the producers, rank 1 the consumers;
 //! neither pins itself (a producer, a consumer's thread and its
 //! application thread are three busy threads; the kernel places them).
-//! Per repetition and spectrum size: memcpy on rank 1 (rank 0 idle), the
+//! Per repetition and spectrum size: memcpy and the three-thread pipeline
+//! on rank 1 (rank 0 idle), the
 //! fabric's get from rank 0 to rank 1 (alone, then while a thread of rank
 //! 0 writes flat out), then every stream row; then the failure-rate scan.
 //! Rank 1 writes the results.
@@ -124,6 +125,8 @@ impl Worker<'_> {
         if me == 1 {
             let gbps = baseline::memcpy(size, slots, self.plan.baseline);
             self.push_base("memcpy", rep, size, gbps);
+            let gbps = baseline::pipeline(size, slots, self.plan.baseline);
+            self.push_base("pipe", rep, size, gbps);
         }
         self.link.barrier()?;
         for (what, loaded) in [("get", false), ("get_loaded", true)] {
