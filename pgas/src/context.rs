@@ -57,8 +57,9 @@ pub(crate) struct Inner {
     pub heap: Mutex<Heap>,
     pub scratch: u64,
     pub issued: Issued,
-    /// Puts were issued that the fabric completes only at its next quiet
-    /// (RDMA writes from a bounce buffer): `sync` must wait for them.
+    /// Puts were issued that the fabric completes only at a quiet (RDMA
+    /// writes from a bounce buffer): `sync` waits for them. Set once,
+    /// never cleared, so no thread's `sync` can skip another's puts.
     pub direct_puts: AtomicBool,
     /// Bytes this rank stored into each rank since the last all_store_sync.
     pub sent_bytes: Vec<AtomicU64>,
@@ -236,7 +237,6 @@ impl Pgas {
         );
         let st = &i.st;
         if i.direct_puts.load(Ordering::Relaxed) {
-            i.direct_puts.store(false, Ordering::Relaxed);
             i.ep.world()
                 .fabric()
                 .rma_quiet()

@@ -47,7 +47,9 @@ fn read_now(
     out: &mut [u8],
 ) -> ReadOutcome {
     let stride = slot_bytes(bytes);
-    let id = r.read(p, info.offset, stride, buf.take().unwrap()).unwrap();
+    // SAFETY: the one buffer of this test, taken back and given again,
+    // never freed while the reader lives.
+    let id = unsafe { r.read(p, info.offset, stride, buf.take().unwrap()) }.unwrap();
     let mut done: Vec<Done> = Vec::new();
     let t = Instant::now();
     loop {
@@ -82,8 +84,9 @@ fn a_lapping_producer_never_yields_a_torn_spectrum() {
     );
     let net = ModelNetwork::new(21);
     let mut export = RingExport::new(net.device("producer"), &ring).unwrap();
-    let (mut reader, p) = reader(&net, &mut export, Duration::from_secs(10));
+    // before the reader: it stays allocated while the reader lives
     let mut buf = Some(vec![0u8; slot_bytes(bytes)]);
+    let (mut reader, p) = reader(&net, &mut export, Duration::from_secs(10));
 
     let (tx, rx) = mpsc::sync_channel::<SpectrumInfo>(64);
     // Every PACEd spectrum the writer waits until the reader has read it,
@@ -152,8 +155,8 @@ fn places_outside_the_offered_ring_are_refused_before_any_read() {
         .collect();
     let net = ModelNetwork::new(3);
     let mut export = RingExport::new(net.device("p"), &ring).unwrap();
-    let (mut reader, p) = reader(&net, &mut export, Duration::from_secs(5));
     let mut buf = Some(vec![0u8; slot_bytes(bytes)]);
+    let (mut reader, p) = reader(&net, &mut export, Duration::from_secs(5));
     let mut out = vec![0u8; bytes];
     for offset in [2 * slot_bytes(bytes) as u64, 4, u64::MAX - 7] {
         let info = SpectrumInfo {
@@ -182,4 +185,60 @@ fn places_outside_the_offered_ring_are_refused_before_any_read() {
     let mut b = offer.encode();
     b[RingOffer::LEN - 20..RingOffer::LEN - 12].copy_from_slice(&u64::MAX.to_le_bytes());
     assert!(RingOffer::decode(&b).is_none(), "address + length overflow");
+}
+
+/// A read that never completes (the link is down): past the read timeout
+/// the producer's queue pair is destroyed first, then the read fails and
+/// its buffer comes back; when the link comes back nothing is written
+/// into that buffer any more.
+#[test]
+fn a_read_that_never_completes_fails_and_its_buffer_is_never_written_later() {
+    let bytes = 256;
+    let ring: Vec<AtomicU64> = (0..4 * slot_bytes(bytes) / 8)
+        .map(|_| AtomicU64::new(0x77))
+        .collect();
+    let net = ModelNetwork::new(5);
+    let mut export = RingExport::new(net.device("p"), &ring).unwrap();
+    let buf = vec![0u8; slot_bytes(bytes)];
+    let (mut reader, p) = reader(&net, &mut export, Duration::from_millis(100));
+    assert_eq!(net.live_qps(), 2);
+    net.hold(true);
+    // SAFETY: `buf` is not freed before the reader (it is moved in and
+    // comes back below; its allocation stays).
+    let id = unsafe { reader.read(p, 0, slot_bytes(bytes), buf) }.unwrap();
+    let mut done: Vec<Done> = Vec::new();
+    let t = Instant::now();
+    while done.is_empty() {
+        reader.progress(&mut done).unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the read never failed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut d = done.pop().unwrap();
+    assert_eq!(d.id, id);
+    match &d.result {
+        ReadResult::Failed(e) => assert!(e.contains("not completed within"), "{e}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(t.elapsed() >= Duration::from_millis(100));
+    assert_eq!(
+        net.live_qps(),
+        1,
+        "the consumer's queue pair was destroyed first"
+    );
+    assert!(reader.failed(p).is_some());
+    d.buf.fill(0xab);
+    net.hold(false);
+    for _ in 0..10 {
+        reader.progress(&mut done).unwrap();
+        export.poll().unwrap();
+    }
+    assert!(done.is_empty(), "a late completion was taken for a read");
+    assert!(
+        d.buf.iter().all(|&b| b == 0xab),
+        "the buffer was written after the read failed"
+    );
+    assert_eq!(net.stats().reads, 0);
 }

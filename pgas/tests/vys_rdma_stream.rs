@@ -13,7 +13,6 @@ use splitrt_pgas::vys::producer::{Producer, ProducerConfig, ProductId};
 use splitrt_pgas::vys::rdma_device::RdmaDevice;
 use splitrt_pgas::vys::signal::DigestKind;
 use splitrt_runtime::fabric::rdma::model::ModelNetwork;
-use splitrt_runtime::fabric::rdma::verbs::QpEndpoint;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -246,38 +245,132 @@ fn a_producer_without_rdma_is_read_through_its_read_server() {
     assert_eq!(net.live_qps(), 0);
 }
 
-/// A `HELLO` asking for a queue pair under another key gets nothing: no
-/// queue pair is made, no offer (no key to the ring) is sent.
+/// A captured `HELLO` replayed from new addresses (or one under another
+/// key) gets no queue pair: queue pairs are made only for a consumer that
+/// proved the session key inside the session.
 #[test]
-fn a_stranger_gets_no_queue_pair() {
+fn a_replayed_hello_gets_no_queue_pair() {
     let net = ModelNetwork::new(13);
-    let p = producer(0, 512, 16, Some(RdmaDevice::verbs_model(net.clone())));
-    let mut dev = net.device("stranger");
-    use splitrt_runtime::fabric::rdma::verbs::{QpCaps, Verbs};
+    let p = producer(5, 512, 16, Some(RdmaDevice::verbs_model(net.clone())));
+    let socks: Vec<UdpSocket> = (0..10)
+        .map(|_| UdpSocket::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let captured = handshake::hello(
+        &KEY,
+        &handshake::Hello {
+            consumer_nonce: [1; 32],
+            rdma: true,
+        },
+    );
+    let foreign = handshake::hello(
+        &[0x11; 32],
+        &handshake::Hello {
+            consumer_nonce: [2; 32],
+            rdma: true,
+        },
+    );
+    let mut answered = 0;
+    for so in &socks {
+        so.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        so.send_to(&captured, p.address()).unwrap();
+        so.send_to(&foreign, p.address()).unwrap();
+        // what a stranger can send inside the session: not authentic
+        so.send_to(&[0u8; 200], p.address()).unwrap();
+        let mut b = [0u8; 2048];
+        if let Ok(n) = so.recv(&mut b) {
+            assert_eq!(n, handshake::WELCOME_LEN, "only the WELCOME comes back");
+            answered += 1;
+        }
+    }
+    assert_eq!(
+        answered, 10,
+        "each replay is welcomed (a session nobody can use)"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    let s = p.server().unwrap().stats();
+    assert_eq!(s.rdma_sessions.load(Ordering::Relaxed), 0);
+    assert_eq!(net.live_qps(), 0, "no queue pair for a replay");
+}
+
+/// A consumer that got a queue pair the honest way cannot write the
+/// producer's ring: the ring and the queue pair allow remote reads only.
+#[test]
+fn a_consumer_cannot_write_the_producers_ring() {
+    use splitrt_pgas::vys::read_client::RemoteRing;
+    use splitrt_runtime::fabric::rdma::verbs::{
+        Access, Completion, Op, QpCaps, QpId, SendWr, Verbs, WcKind, WcStatus,
+    };
+    let net = ModelNetwork::new(15);
+    let bytes = 512;
+    let mut p = producer(4, bytes, 256, Some(RdmaDevice::verbs_model(net.clone())));
+    produce(&mut p, bytes, 4);
+    let mut dev = net.device("evil");
     let qp = dev
         .create_qp(QpCaps {
             send_depth: 4,
             recv_depth: 1,
             max_inline: 0,
+            remote: Access::Local,
         })
         .unwrap();
-    let ep: QpEndpoint = dev.endpoint(qp);
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(300)))
+    let ring = RemoteRing::connect(
+        p.address(),
+        &KEY,
+        4,
+        4096,
+        Duration::from_secs(2),
+        Duration::from_secs(2),
+        Some(dev.endpoint(qp)),
+    )
+    .unwrap();
+    let offer = ring.offer.expect("an offer for a holder of the key");
+    dev.connect(qp, &offer.qp).unwrap();
+    let mut evil = vec![0xffu8; 64];
+    let local = dev
+        .register(evil.as_mut_ptr(), evil.len(), Access::Local)
         .unwrap();
-    let hello = handshake::hello(
-        &[0x11; 32],
-        &handshake::Hello {
-            consumer_nonce: [1; 32],
-            rdma: Some(ep),
+    let try_op = |dev: &mut splitrt_runtime::fabric::rdma::model::ModelDevice, op: Op| {
+        let wr = SendWr {
+            wr_id: 1,
+            op,
+            sge: local.sge(local.addr, 64),
+            inline: false,
+            fence: false,
+        };
+        dev.post_send(qp, &wr).unwrap();
+        let mut c = [Completion {
+            wr_id: 0,
+            qp: QpId(0),
+            kind: WcKind::Send,
+            status: WcStatus::Success,
+            len: 0,
+        }; 4];
+        let t = Instant::now();
+        loop {
+            if dev.poll(&mut c).unwrap() > 0 {
+                return c[0].status;
+            }
+            assert!(t.elapsed() < Duration::from_secs(5));
+        }
+    };
+    let st = try_op(
+        &mut dev,
+        Op::Write {
+            raddr: offer.addr,
+            rkey: offer.rkey,
         },
     );
-    sock.send_to(&hello, p.address()).unwrap();
-    let mut b = [0u8; 2048];
-    assert!(sock.recv(&mut b).is_err(), "no answer to a stranger");
-    let s = p.server().unwrap().stats();
-    assert_eq!(s.rdma_sessions.load(Ordering::Relaxed), 0);
-    assert_eq!(net.live_qps(), 1, "only the stranger's own");
+    assert_eq!(st, WcStatus::RemoteAccess, "an RDMA write into the ring");
+    assert_eq!(net.stats().writes, 0);
+    // the spectra are untouched: a consumer still reads them all
+    let c = Consumer::start(consumer_config(4, bytes, None), |p, _, pass| {
+        pass.fill(p.spectral_window == 1)
+    })
+    .unwrap();
+    produce(&mut p, bytes, 20);
+    let (valid, _) = drain(&c, 20);
+    assert_eq!(valid, 20);
 }
 
 /// On this machine (no RDMA device; maybe no `ibverbs` feature) asking
@@ -285,7 +378,7 @@ fn a_stranger_gets_no_queue_pair() {
 /// and how to do without.
 #[test]
 fn rdma_without_a_device_fails_at_start_saying_why() {
-    let cc = consumer_config(0, 512, Some(RdmaDevice::hardware()));
+    let cc = consumer_config(6, 512, Some(RdmaDevice::hardware()));
     let e = Consumer::start(cc, |_, _, pass| pass.fill(true))
         .err()
         .expect("no RDMA device here");
@@ -300,7 +393,7 @@ fn rdma_without_a_device_fails_at_start_saying_why() {
         "{m}"
     );
     assert!(m.contains("leave `rdma` unset"), "{m}");
-    let mut pc = ProducerConfig::new(KEY, group(0), Ipv4Addr::LOCALHOST, 512);
+    let mut pc = ProducerConfig::new(KEY, group(6), Ipv4Addr::LOCALHOST, 512);
     pc.rdma = Some(RdmaDevice::hardware());
     let e = Producer::new(pc).err().expect("no RDMA device here");
     assert!(
@@ -316,7 +409,7 @@ fn rdma_without_a_device_fails_at_start_saying_why() {
 fn a_producer_that_goes_away_fails_the_reads_of_it_and_nothing_hangs() {
     let net = ModelNetwork::new(17);
     let bytes = 1024;
-    let mut pc = ProducerConfig::new(KEY, group(0), Ipv4Addr::LOCALHOST, bytes);
+    let mut pc = ProducerConfig::new(KEY, group(7), Ipv4Addr::LOCALHOST, bytes);
     pc.group = None;
     pc.queue_signals = true;
     pc.spectra_per_signal = 1;

@@ -120,7 +120,7 @@ fn a_handshake_flood_is_bounded_and_does_not_lock_out_a_consumer() {
         &KEY,
         &handshake::Hello {
             consumer_nonce: [3u8; 32],
-            rdma: None,
+            rdma: false,
         },
     );
     let socks: Vec<UdpSocket> = (0..3 * MAX_SESSIONS)
@@ -183,7 +183,7 @@ fn rogue_server(
                         server_nonce: sn,
                         producer: 9,
                         ring_bytes: 1 << 20,
-                        offer: None,
+                        rdma: false,
                     };
                     sock.send_to(&handshake::welcome(&KEY, &cn, &w), from)
                         .unwrap();

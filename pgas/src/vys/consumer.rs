@@ -674,7 +674,14 @@ impl Worker {
 
     /// Sleep until a signal or a reply arrives or a timer is due.
     fn wait(&mut self) {
-        let busy = self.rdma_busy();
+        // RDMA completions have no descriptor here: poll again at once
+        // while reads complete, every millisecond once they stall
+        let waiting = self.rdma_busy();
+        let busy = waiting
+            && self
+                .rdma
+                .as_ref()
+                .is_none_or(|r| r.quiet_for() < Duration::from_millis(1));
         let fds = &mut self.fds;
         fds.clear();
         fds.push(libc::pollfd {
@@ -689,9 +696,10 @@ impl Worker {
                 revents: 0,
             });
         }
-        // RDMA completions have no descriptor here: look again at once
         let mut t = if busy {
             Duration::ZERO
+        } else if waiting {
+            Duration::from_millis(1)
         } else {
             Duration::from_millis(20)
         };
@@ -807,16 +815,21 @@ impl Worker {
                     None if r.room(p) == 0 => Next::Starved,
                     None => match pool.take() {
                         None => Next::Starved,
-                        Some(buf) => match r.read(p, info.offset, slot_bytes(bytes), buf) {
-                            Ok(id) => {
-                                self.rdma_reads.insert(id, (product.clone(), info));
-                                return;
+                        // SAFETY: the buffer is one of the pool's, which
+                        // frees none while the worker (and so the reader,
+                        // declared before the pool) lives.
+                        Some(buf) => {
+                            match unsafe { r.read(p, info.offset, slot_bytes(bytes), buf) } {
+                                Ok(id) => {
+                                    self.rdma_reads.insert(id, (product.clone(), info));
+                                    return;
+                                }
+                                Err(buf) => {
+                                    pool.give(buf);
+                                    Next::Starved
+                                }
                             }
-                            Err(buf) => {
-                                pool.give(buf);
-                                Next::Starved
-                            }
-                        },
+                        }
                     },
                 }
             }
@@ -1007,12 +1020,11 @@ fn connect(
         until: Instant::now() + cfg.retry_after,
         why,
     };
-    // a queue pair for the handshake to carry, if this consumer reads by RDMA
-    let qp = match rdma.as_mut().map(|r| r.open(cfg.max_outstanding_reads)) {
-        None => None,
-        Some(Ok(qp)) => Some(qp),
-        Some(Err(e)) => return unreachable(format!("no RDMA queue pair for it: {e}")),
-    };
+    // a queue pair to offer, if this consumer reads by RDMA (none: the
+    // device refused one, e.g. at its limits; read through the session)
+    let qp = rdma
+        .as_mut()
+        .and_then(|r| r.open(cfg.max_outstanding_reads).ok());
     let ring = RemoteRing::connect(
         product.address,
         &cfg.key,

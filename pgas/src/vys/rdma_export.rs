@@ -9,7 +9,7 @@
 //! remote read only, and the queue pair carries no receive buffers.
 
 use splitrt_runtime::fabric::rdma::verbs::{
-    Completion, QpCaps, QpEndpoint, QpId, Region, Verbs, WcKind, WcStatus,
+    Access, Completion, QpCaps, QpEndpoint, QpId, Region, Verbs, WcKind, WcStatus,
 };
 use splitrt_runtime::Result;
 use std::sync::atomic::AtomicU64;
@@ -67,6 +67,7 @@ const CAPS: QpCaps = QpCaps {
     send_depth: 1,
     recv_depth: 1,
     max_inline: 0,
+    remote: Access::RemoteRead,
 };
 
 /// The producer's side: its ring registered for remote reads, a queue
@@ -81,7 +82,7 @@ impl<V: Verbs> RingExport<V> {
     /// Register `ring` (the producer's ring words) for remote reads. The
     /// ring must stay mapped while this lives (drop deregisters it).
     pub fn new(mut verbs: V, ring: &[AtomicU64]) -> Result<RingExport<V>> {
-        let r = verbs.register(ring.as_ptr() as *mut u8, ring.len() * 8, true)?;
+        let r = verbs.register(ring.as_ptr() as *mut u8, ring.len() * 8, Access::RemoteRead)?;
         Ok(RingExport {
             verbs,
             ring: r,

@@ -30,13 +30,17 @@ use super::rdma_export::RingOffer;
 use super::read_client::{Done, ReadResult};
 use rustc_hash::FxHashMap;
 use splitrt_runtime::fabric::rdma::verbs::{
-    Completion, Op, QpCaps, QpEndpoint, QpId, Region, SendWr, Verbs, WcKind, WcStatus,
+    Access, Completion, Op, QpCaps, QpEndpoint, QpId, Region, SendWr, Verbs, WcKind, WcStatus,
 };
 use splitrt_runtime::Result;
 use std::time::{Duration, Instant};
 
 /// Bits of a read id that name its place.
 const PLACE_BITS: u32 = 16;
+/// Bits of a read id's counter: with the place and the two bits of the
+/// part it fills a work request id; it wraps (after 2^46 reads, long
+/// after a place's earlier read has ended).
+const COUNTER_MASK: u64 = (1 << (62 - PLACE_BITS)) - 1;
 /// Work requests per read: tail, body, head.
 const PARTS: u64 = 3;
 /// Reads in flight per producer at most.
@@ -75,6 +79,8 @@ pub struct RdmaReader<V: Verbs> {
     next_id: u64,
     /// Reads that ended without reaching the device.
     ready: Vec<Done>,
+    /// A read started or completed then.
+    last_progress: Instant,
     read_timeout: Duration,
     late_check: Instant,
     comps: Vec<Completion>,
@@ -93,6 +99,7 @@ impl<V: Verbs> RdmaReader<V> {
             free: (0..n).rev().collect(),
             next_id: 1,
             ready: Vec::new(),
+            last_progress: Instant::now(),
             read_timeout,
             late_check: Instant::now(),
             comps: vec![
@@ -123,6 +130,7 @@ impl<V: Verbs> RdmaReader<V> {
             send_depth: (limit as u64 * PARTS) as u32,
             recv_depth: 1,
             max_inline: 0,
+            remote: Access::Local,
         })?;
         let peer = Peer {
             qp,
@@ -178,13 +186,26 @@ impl<V: Verbs> RdmaReader<V> {
         self.free.len() == self.places.len() && self.ready.is_empty()
     }
 
+    /// How long since a read started or completed: a caller polling for
+    /// completions may sleep between polls once this grows (a producer
+    /// whose host died answers nothing until the read timeout).
+    pub fn quiet_for(&self) -> Duration {
+        self.last_progress.elapsed()
+    }
+
     /// Read the slot of `stride` bytes at ring `offset` of producer `p`
-    /// into `buf` (its first `stride` bytes; the buffer stays registered
-    /// for later reads, so it must be one of a fixed pool). Returns the
-    /// read's id, or the buffer back if no read can start now. A place
-    /// outside the offered ring ends as a failure without reaching the
-    /// device.
-    pub fn read(
+    /// into `buf` (its first `stride` bytes). Returns the read's id, or
+    /// the buffer back if no read can start now. A place outside the
+    /// offered ring ends as a failure without reaching the device.
+    ///
+    /// # Safety
+    /// `buf`'s memory is registered with the device on first use and stays
+    /// registered (by address) for later reads until the reader is dropped.
+    /// Every buffer given here must therefore stay allocated, and not be
+    /// reallocated, while the reader lives (one of a fixed pool, as the
+    /// consumer's data buffers are): a buffer freed and another allocated
+    /// at the same address would be written through the old registration.
+    pub unsafe fn read(
         &mut self,
         p: ProducerQp,
         offset: u64,
@@ -197,8 +218,8 @@ impl<V: Verbs> RdmaReader<V> {
         let Some(place) = self.free.pop() else {
             return Err(buf);
         };
-        let id = (self.next_id << PLACE_BITS) | place as u64;
-        self.next_id += 1;
+        let id = ((self.next_id & COUNTER_MASK) << PLACE_BITS) | place as u64;
+        self.next_id = self.next_id.wrapping_add(1);
         let peer = self.peers[p.0].as_mut().expect("room checked the peer");
         let offer = peer.offer.expect("room checked the offer");
         let in_ring = offset.is_multiple_of(8)
@@ -221,7 +242,7 @@ impl<V: Verbs> RdmaReader<V> {
             Some(r) if r.len >= buf.len() => *r,
             _ => match self
                 .verbs
-                .register(buf.as_ptr() as *mut u8, buf.len(), false)
+                .register(buf.as_ptr() as *mut u8, buf.len(), Access::Local)
             {
                 Ok(r) => {
                     if let Some(old) = self.regions.insert(base, r) {
@@ -279,6 +300,7 @@ impl<V: Verbs> RdmaReader<V> {
             return Ok(id);
         }
         peer.inflight += 1;
+        self.last_progress = Instant::now();
         self.places[place] = Some(Place {
             id,
             peer: p.0,
@@ -315,6 +337,9 @@ impl<V: Verbs> RdmaReader<V> {
         done.append(&mut self.ready);
         loop {
             let n = self.verbs.poll(&mut self.comps)?;
+            if n > 0 {
+                self.last_progress = Instant::now();
+            }
             for k in 0..n {
                 let c = self.comps[k];
                 let id = c.wr_id >> 2;

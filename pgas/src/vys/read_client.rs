@@ -9,7 +9,9 @@
 
 use super::handshake::{self, WELCOME_LEN};
 use super::rdma_export::RingOffer;
-use super::read_proto::{self, STATUS_OK, STATUS_OVERWRITTEN, T_DATA, T_RDMA, T_READ};
+use super::read_proto::{
+    self, MAX_CONTROL, STATUS_OK, STATUS_OVERWRITTEN, T_DATA, T_OFFER, T_RDMA, T_READ,
+};
 use splitrt_runtime::fabric::frames::{OutMsg, Reassembler, Sink};
 use splitrt_runtime::fabric::rdma::verbs::QpEndpoint;
 use splitrt_runtime::fabric::udp::proto::{Event, Proto, Sent};
@@ -106,20 +108,35 @@ pub struct RemoteRing {
     pub producer: u64,
     /// Bytes of its ring.
     pub ring_bytes: u64,
-    /// The server's offer of RDMA reads (if a queue pair was sent).
+    /// The server's offer of RDMA reads (if a queue pair was sent and
+    /// the server made one).
     pub offer: Option<RingOffer>,
-    /// The `RDMA` note is still to be sent.
-    note_rdma: bool,
+    /// Where asking for RDMA reads stands.
+    rdma: Asking,
+}
+
+/// Where a session's request for RDMA reads stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Asking {
+    /// Not asked (not wanted, or not offered).
+    No,
+    /// The queue pair is to be sent.
+    Send(QpEndpoint),
+    /// Sent; the answer is awaited.
+    Sent,
+    /// Answered (an offer, or a refusal).
+    Answered,
 }
 
 impl RemoteRing {
     /// Open a session with the read server at `addr`: up to three
     /// `HELLO`s, `wait` for the answer in all. `places` reads may be
     /// outstanding (1..=65536), each into a buffer of `stride` bytes.
-    /// With `rdma` (this consumer's queue pair for the producer) the
-    /// server may answer with an [`offer`](Self::offer) of RDMA reads;
-    /// the session then tells the server it is used that way
-    /// ([`read_proto::T_RDMA`]) and stays open as their liveness channel.
+    /// With `rdma` (this consumer's queue pair for the producer), if the
+    /// server offers RDMA reads, the queue pair goes to it inside the
+    /// session ([`read_proto::T_RDMA`]) and its answer is awaited (within
+    /// `wait` in all): [`offer`](Self::offer) is then set, and the
+    /// session stays open as the reads' liveness channel.
     pub fn connect(
         addr: SocketAddr,
         key: &[u8; 32],
@@ -143,7 +160,7 @@ impl RemoteRing {
             key,
             &handshake::Hello {
                 consumer_nonce: cn,
-                rdma,
+                rdma: rdma.is_some(),
             },
         );
         let t0 = Instant::now();
@@ -184,7 +201,7 @@ impl RemoteRing {
         sock.set_nonblocking(true)?;
         let skey = handshake::session_key(key, &cn, &w.server_nonce);
         let now = t0.elapsed().as_nanos() as u64;
-        Ok(RemoteRing {
+        let mut ring = RemoteRing {
             sock,
             proto: Proto::new(1, 2, read_proto::session_config(), skey, now),
             reasm: Reassembler::default(),
@@ -205,9 +222,33 @@ impl RemoteRing {
             rbuf: buf,
             producer: w.producer,
             ring_bytes: w.ring_bytes,
-            offer: w.offer,
-            note_rdma: w.offer.is_some(),
-        })
+            offer: None,
+            rdma: match rdma {
+                Some(e) if w.rdma => Asking::Send(e),
+                _ => Asking::No,
+            },
+        };
+        // the offer, within what is left of `wait`
+        let mut done = Vec::new();
+        while matches!(ring.rdma, Asking::Send(_) | Asking::Sent) && ring.failed.is_none() {
+            let Some(left) = wait.checked_sub(t0.elapsed()) else {
+                break;
+            };
+            let mut p = libc::pollfd {
+                fd: ring.fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = left.min(ring.next_due()).as_micros().div_ceil(1000) as libc::c_int;
+            // SAFETY: one live pollfd.
+            unsafe { libc::poll(&mut p, 1, ms) };
+            ring.progress(&mut done);
+        }
+        if ring.offer.is_some_and(|o| o.len != ring.ring_bytes) {
+            // not the ring the WELCOME described: read through the session
+            ring.offer = None;
+        }
+        Ok(ring)
     }
 
     fn now(&self) -> u64 {
@@ -308,12 +349,25 @@ impl RemoteRing {
             let body = &d[HEADER..d.len() - TAG];
             let mut got = std::mem::take(&mut self.got);
             got.clear();
-            let r = self.reasm.feed(0, body, 0, &mut self.landing, &mut |m| {
-                if m.tag == T_DATA && m.words.len() == 2 {
-                    got.push((m.words[0], m.words[1], m.deposit, m.payload.len()));
-                }
-            });
+            let mut answer: Option<Option<RingOffer>> = None;
+            let r = self
+                .reasm
+                .feed(0, body, MAX_CONTROL, &mut self.landing, &mut |m| {
+                    if m.tag == T_DATA && m.words.len() == 2 {
+                        got.push((m.words[0], m.words[1], m.deposit, m.payload.len()));
+                    } else if m.tag == T_OFFER && m.words.len() == 1 && m.deposit.is_none() {
+                        answer = Some(if m.words[0] == STATUS_OK {
+                            RingOffer::decode(m.payload)
+                        } else {
+                            None
+                        });
+                    }
+                });
             self.proto.recycle(d);
+            if let (Some(a), Asking::Sent) = (answer, self.rdma) {
+                self.offer = a;
+                self.rdma = Asking::Answered;
+            }
             for &(id, status, deposit, len) in &got {
                 let Some(place) = self.place_of(id) else {
                     continue;
@@ -338,15 +392,16 @@ impl RemoteRing {
                 self.failed = Some(format!("malformed reply from the read server: {e}"));
             }
         }
-        if self.note_rdma && self.failed.is_none() {
+        if let (Asking::Send(e), None) = (self.rdma, &self.failed) {
+            let qp = e.encode();
             let m = OutMsg {
                 tag: T_RDMA,
                 words: &[],
-                payload: &[],
+                payload: &qp,
                 deposit: None,
             };
             match self.proto.send(now, 0, 0, &m, 0) {
-                Sent::Upto(_) => self.note_rdma = false,
+                Sent::Upto(_) => self.rdma = Asking::Sent,
                 Sent::NoRoom => {}
                 Sent::Dead => self.failed = Some("the read server stopped answering".into()),
             }
@@ -411,7 +466,7 @@ impl RemoteRing {
     pub fn next_due(&self) -> Duration {
         let now = self.now();
         let t = Duration::from_nanos(self.proto.poll_timeout().saturating_sub(now));
-        if self.unsent.is_empty() && !self.note_rdma {
+        if self.unsent.is_empty() && !matches!(self.rdma, Asking::Send(_)) {
             t.min(Duration::from_millis(50))
         } else {
             Duration::ZERO

@@ -8,11 +8,18 @@
 //!   status]`; with status [`STATUS_OK`] the payload is the whole slot as
 //!   [`super::ring::snapshot_slot`] copied it, deposited at the landing
 //!   offset the request named (straight into the consumer's buffer).
-//! * `RDMA` (consumer to server, once): no words, no payload. The
-//!   consumer reads by RDMA over the queue pair the `WELCOME` offered; the
-//!   session carries no reads, but this first message starts its
-//!   keepalives, so the server learns when the consumer is gone (and
-//!   destroys the queue pair).
+//! * `RDMA` (consumer to server, once, if the `WELCOME` said RDMA reads
+//!   are offered): no words; payload the consumer's queue pair
+//!   ([`QpEndpoint`](splitrt_runtime::fabric::rdma::verbs::QpEndpoint),
+//!   26 bytes). Authentic under the session key, so the server makes a
+//!   queue pair only for a holder of the stream key.
+//! * `OFFER` (server to consumer, the answer): words `[status]`; with
+//!   [`STATUS_OK`] the payload is the
+//!   [`RingOffer`](super::rdma_export::RingOffer) (46 bytes); otherwise
+//!   nothing (the device refused: read through the session instead).
+//!   From then on the session carries no reads, but its keepalives tell
+//!   the server the consumer still exists; the queue pair is destroyed
+//!   with the session.
 
 use splitrt_runtime::fabric::udp::proto::ProtoConfig;
 
@@ -20,8 +27,14 @@ use splitrt_runtime::fabric::udp::proto::ProtoConfig;
 pub const T_READ: u16 = 1;
 /// Tag of a read reply.
 pub const T_DATA: u16 = 2;
-/// Tag of the consumer's note that it reads by RDMA.
+/// Tag of the consumer's queue pair for RDMA reads.
 pub const T_RDMA: u16 = 3;
+/// Tag of the server's offer of RDMA reads.
+pub const T_OFFER: u16 = 4;
+/// Largest payload of a control message (`RDMA`, `OFFER`).
+pub const MAX_CONTROL: usize = 64;
+/// The device refused a queue pair (an `OFFER` status).
+pub const STATUS_REFUSED: u64 = 3;
 /// The slot follows.
 pub const STATUS_OK: u64 = 0;
 /// The range is not a slot of the ring (nothing follows).

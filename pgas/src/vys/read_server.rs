@@ -13,21 +13,24 @@
 //! receive window closes behind them, so a greedy consumer throttles only
 //! itself), and a session silent past the peer timeout is dropped.
 //!
-//! With the ring registered for RDMA ([`RingExport`]), a consumer whose
-//! `HELLO` carries a queue pair gets one of the producer's, connected to
-//! it, in the `WELCOME`; its reads then bypass this thread entirely. The
-//! session lives on as their liveness channel, and the queue pair is
+//! With the ring registered for RDMA, remote read only ([`RingExport`]),
+//! the `WELCOME` says so; a consumer that then sends its queue pair inside
+//! the session (`RDMA`, authentic under the session key) gets one of the
+//! producer's connected to it, and the offer (`OFFER`); its reads then
+//! bypass this thread entirely. One queue pair per session at most; the
+//! session lives on as the reads' liveness channel, and the queue pair is
 //! destroyed when the session ends.
 
 use super::export::ExportedRing;
 use super::handshake::{self, Welcome, HELLO_LEN, HELLO_MAGIC};
 use super::rdma_export::RingExport;
 use super::read_proto::{
-    self, MAX_READ, STATUS_OK, STATUS_OUT_OF_RING, STATUS_OVERWRITTEN, T_DATA, T_RDMA, T_READ,
+    self, MAX_CONTROL, MAX_READ, STATUS_OK, STATUS_OUT_OF_RING, STATUS_OVERWRITTEN, STATUS_REFUSED,
+    T_DATA, T_OFFER, T_RDMA, T_READ,
 };
 use super::ring::{snapshot_slot, Snapshot};
 use splitrt_runtime::fabric::frames::{OutMsg, Reassembler};
-use splitrt_runtime::fabric::rdma::verbs::{QpId, Verbs};
+use splitrt_runtime::fabric::rdma::verbs::{QpEndpoint, QpId, Verbs};
 use splitrt_runtime::fabric::udp::proto::{Event, Proto, Sent};
 use splitrt_runtime::fabric::udp::wire::{HEADER, MAX_DATAGRAM, TAG};
 use std::collections::{HashMap, VecDeque};
@@ -98,6 +101,10 @@ struct Session {
     last: u64,
     /// The producer's queue pair for this consumer's RDMA reads.
     qp: Option<QpId>,
+    /// The consumer sent its queue pair (once per session at most).
+    asked_rdma: bool,
+    /// The answer to it, not yet taken by the window: status, offer.
+    offer: Option<(u64, Vec<u8>)>,
 }
 
 struct Server {
@@ -273,23 +280,6 @@ impl Server {
             return;
         }
         let Ok(sn) = handshake::nonce() else { return };
-        let (qp, offer) = match (&mut self.rdma, &h.rdma) {
-            (Some(x), Some(consumer)) => match x.accept(consumer) {
-                Ok((qp, offer)) => {
-                    self.stats.rdma_sessions.fetch_add(1, Ordering::Relaxed);
-                    self.stats
-                        .rdma_open
-                        .store(x.consumers() as u64, Ordering::Relaxed);
-                    (Some(qp), Some(offer))
-                }
-                Err(_) => {
-                    // reads then come over the session instead
-                    self.stats.rdma_refused.fetch_add(1, Ordering::Relaxed);
-                    (None, None)
-                }
-            },
-            _ => (None, None),
-        };
         let w = handshake::welcome(
             &self.key,
             &cn,
@@ -297,7 +287,8 @@ impl Server {
                 server_nonce: sn,
                 producer: self.producer,
                 ring_bytes: self.ring.len() as u64,
-                offer,
+                // offered inside the session, to a holder of its key
+                rdma: h.rdma && self.rdma.is_some(),
             },
         );
         let skey = handshake::session_key(&self.key, &cn, &sn);
@@ -313,7 +304,9 @@ impl Server {
                 queued_bytes: 0,
                 confirmed: false,
                 last: now,
-                qp,
+                qp: None,
+                asked_rdma: false,
+                offer: None,
             },
         );
         self.stats.sessions.fetch_add(1, Ordering::Relaxed);
@@ -359,8 +352,10 @@ impl Server {
         let stats = &self.stats;
         let spare = &mut self.spare;
         let reqs = &mut self.reqs;
+        let rdma = &mut self.rdma;
         for (addr, s) in self.sessions.iter_mut() {
             let mut bad = false;
+            let mut asks: Option<QpEndpoint> = None;
             // take requests while there is room to queue their replies
             while s.replies.len() < MAX_QUEUED
                 && (s.replies.is_empty() || s.queued_bytes < MAX_QUEUED_BYTES)
@@ -371,15 +366,20 @@ impl Server {
                 let body = &d[HEADER..d.len() - TAG];
                 reqs.clear();
                 let mut junk = false;
-                let r = s.reasm.feed(1, body, 0, &mut Vec::new(), &mut |m| {
-                    if m.tag == T_READ && m.words.len() == 5 && m.payload.is_empty() {
-                        reqs.push([m.words[0], m.words[1], m.words[2], m.words[3], m.words[4]]);
-                    } else if m.tag == T_RDMA && m.words.is_empty() && m.payload.is_empty() {
-                        // the session is now the RDMA reads' liveness channel
-                    } else {
-                        junk = true;
-                    }
-                });
+                let r = s
+                    .reasm
+                    .feed(1, body, MAX_CONTROL, &mut Vec::new(), &mut |m| {
+                        if m.tag == T_READ && m.words.len() == 5 && m.payload.is_empty() {
+                            reqs.push([m.words[0], m.words[1], m.words[2], m.words[3], m.words[4]]);
+                        } else if m.tag == T_RDMA && m.words.is_empty() && asks.is_none() {
+                            match QpEndpoint::decode(m.payload) {
+                                Some(e) => asks = Some(e),
+                                None => junk = true,
+                            }
+                        } else {
+                            junk = true;
+                        }
+                    });
                 s.proto.recycle(d);
                 if r.is_err() || junk {
                     bad = true;
@@ -419,6 +419,45 @@ impl Server {
                         slot,
                         from: 0,
                     });
+                }
+            }
+            // a queue pair asked for: once per session, only if offered
+            if let Some(consumer) = asks.take() {
+                match rdma.as_mut() {
+                    Some(x) if !s.asked_rdma => {
+                        s.asked_rdma = true;
+                        s.offer = Some(match x.accept(&consumer) {
+                            Ok((qp, offer)) => {
+                                s.qp = Some(qp);
+                                stats.rdma_sessions.fetch_add(1, Ordering::Relaxed);
+                                stats
+                                    .rdma_open
+                                    .store(x.consumers() as u64, Ordering::Relaxed);
+                                (STATUS_OK, offer.encode().to_vec())
+                            }
+                            Err(_) => {
+                                // reads then come over the session instead
+                                stats.rdma_refused.fetch_add(1, Ordering::Relaxed);
+                                (STATUS_REFUSED, Vec::new())
+                            }
+                        });
+                    }
+                    // asked twice, or never offered: a misbehaving consumer
+                    _ => bad = true,
+                }
+            }
+            if let Some((status, offer)) = &s.offer {
+                let words = [*status];
+                let m = OutMsg {
+                    tag: T_OFFER,
+                    words: &words,
+                    payload: offer,
+                    deposit: None,
+                };
+                match s.proto.send(now, 1, 1, &m, 0) {
+                    Sent::Upto(_) => s.offer = None,
+                    Sent::NoRoom => {}
+                    Sent::Dead => bad = true,
                 }
             }
             // send what the window allows

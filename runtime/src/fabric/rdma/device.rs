@@ -27,7 +27,7 @@
 //! [`devices`]: https://docs.rs/ibverbs/0.9/ibverbs/fn.devices.html
 
 #[cfg(not(feature = "ibverbs"))]
-use super::verbs::{Completion, QpCaps, QpEndpoint, QpId, Region, SendWr, Sge, Verbs};
+use super::verbs::{Access, Completion, QpCaps, QpEndpoint, QpId, Region, SendWr, Sge, Verbs};
 use crate::{Error, Result};
 
 /// Which RDMA device to use (default: the first one listed).
@@ -174,7 +174,7 @@ impl Verbs for IbvDevice {
     fn describe(&self) -> String {
         match *self {}
     }
-    fn register(&mut self, _addr: *mut u8, _len: usize, _remote: bool) -> Result<Region> {
+    fn register(&mut self, _addr: *mut u8, _len: usize, _remote: Access) -> Result<Region> {
         match *self {}
     }
     fn deregister(&mut self, _region: &Region) -> Result<()> {
@@ -212,7 +212,8 @@ mod real {
         check_memlock, DeviceChoice, ENV_IBV_DEVICE, ENV_IBV_GID_INDEX, ENV_IBV_PORT, NO_DEVICE,
     };
     use crate::fabric::rdma::verbs::{
-        Completion, Op, QpCaps, QpEndpoint, QpId, Region, SendWr, Sge, Verbs, WcKind, WcStatus,
+        Access, Completion, Op, QpCaps, QpEndpoint, QpId, Region, SendWr, Sge, Verbs, WcKind,
+        WcStatus,
     };
     use crate::{Error, Result};
     use ibverbs_sys as ffi;
@@ -252,9 +253,21 @@ mod real {
     ) -> c_int;
     type PollCqFn = unsafe extern "C" fn(*mut ffi::ibv_cq, c_int, *mut ffi::ibv_wc) -> c_int;
 
+    /// The remote access flags of `a` (for a region or a queue pair).
+    fn remote_flags(a: Access) -> ffi::ibv_access_flags {
+        use ffi::ibv_access_flags as F;
+        match a {
+            Access::Local => F(0),
+            Access::RemoteRead => F::IBV_ACCESS_REMOTE_READ,
+            Access::RemoteReadWrite => F::IBV_ACCESS_REMOTE_READ | F::IBV_ACCESS_REMOTE_WRITE,
+        }
+    }
+
     /// One queue pair.
     struct Qp {
         qp: *mut ffi::ibv_qp,
+        /// What the peer may do through it (set at INIT).
+        remote: Access,
         qpn: u32,
         /// First packet sequence number we send (random, 24 bits).
         psn: u32,
@@ -693,7 +706,7 @@ mod real {
             self.what.clone()
         }
 
-        fn register(&mut self, addr: *mut u8, len: usize, remote: bool) -> Result<Region> {
+        fn register(&mut self, addr: *mut u8, len: usize, remote: Access) -> Result<Region> {
             if len == 0 {
                 // nothing to access; devices refuse empty regions
                 return Ok(Region {
@@ -703,11 +716,7 @@ mod real {
                     rkey: 0,
                 });
             }
-            let mut access = ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
-            if remote {
-                access |= ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ
-                    | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
-            }
+            let access = ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE | remote_flags(remote);
             // SAFETY: `self.pd` is our live protection domain; the caller
             // keeps `len` bytes at `addr` mapped until deregister.
             let mr = unsafe { ffi::ibv_reg_mr(self.pd, addr.cast(), len, access.0 as c_int) };
@@ -730,7 +739,7 @@ mod real {
                 addr: addr as u64,
                 len,
                 lkey,
-                rkey: if remote { rkey } else { 0 },
+                rkey: if remote > Access::Local { rkey } else { 0 },
             })
         }
 
@@ -809,6 +818,7 @@ mod real {
             let id = self.qps.len() as u32;
             self.qps.push(Some(Qp {
                 qp,
+                remote: caps.remote,
                 qpn,
                 psn: rand::random::<u32>() & 0x00ff_ffff,
                 max_inline: granted,
@@ -837,14 +847,12 @@ mod real {
         }
 
         fn connect(&mut self, qp: QpId, remote: &QpEndpoint) -> Result<()> {
-            let (raw, psn) = {
+            let (raw, psn, remote_access) = {
                 let q = self.qp(qp)?;
-                (q.qp, q.psn)
+                (q.qp, q.psn, q.remote)
             };
             use ffi::ibv_qp_attr_mask as M;
-            let flags = ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE
-                | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_READ
-                | ffi::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
+            let flags = ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE | remote_flags(remote_access);
 
             let mut a = ffi::ibv_qp_attr {
                 qp_state: ffi::ibv_qp_state::IBV_QPS_INIT,

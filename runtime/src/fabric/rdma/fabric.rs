@@ -26,7 +26,7 @@
 
 use super::credits::Credits;
 use super::reg_cache::{RegCache, RegCacheStats};
-use super::verbs::{Completion, Op, QpCaps, QpId, Region, SendWr, Verbs, WcKind, WcStatus};
+use super::verbs::{Access, Completion, Op, QpCaps, QpId, Region, SendWr, Verbs, WcKind, WcStatus};
 use super::wire::{BufHeader, Card, HEADER};
 use crate::fabric::frames::{self, OutMsg, Reassembler, SegmentSink};
 use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
@@ -35,6 +35,7 @@ use memmap2::MmapMut;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 /// Tunables of the ibverbs fabric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,6 +101,10 @@ const K_SEND: u64 = 1;
 const K_CREDIT: u64 = 2;
 const K_RMA: u64 = 3;
 
+/// Longest wait for the device in a non-blocking put or a quiet (its
+/// own retries give up within seconds).
+const WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The index of a blocking get/put's work request (a non-blocking put's
 /// is its bounce buffer's).
 const RMA_BLOCKING: u32 = u32::MAX;
@@ -148,7 +153,11 @@ struct Dev<V: Verbs> {
     rma_pending: u64,
     /// Non-blocking puts outstanding (all peers): each holds a send
     /// buffer until its write completes.
-    put_nb_pending: u64,
+    /// Per peer: non-blocking puts posted, and completed (RC completes a
+    /// queue pair's writes in order, so completed >= a count posted
+    /// earlier means all of those are done).
+    nb_posted: Vec<u64>,
+    nb_done: Vec<u64>,
     /// Why the fabric stopped (every later call fails with it).
     failed: Option<String>,
     scratch: Vec<Completion>,
@@ -210,17 +219,21 @@ impl<V: Verbs> PendingRdma<V> {
             .map_err(|e| Error::io("mapping the ibverbs mailbox", e))?;
         let at = |e: Error| e.at_rank(rank);
         let pool_r = verbs
-            .register(pool.as_mut_ptr(), pool_len, false)
+            .register(pool.as_mut_ptr(), pool_len, Access::Local)
             .map_err(at)?;
         let mail_r = verbs
-            .register(mailbox.as_mut_ptr(), mailbox.len(), true)
+            .register(mailbox.as_mut_ptr(), mailbox.len(), Access::RemoteReadWrite)
             .map_err(at)?;
-        let seg_r = verbs.register(seg.base, seg.len, true).map_err(at)?;
+        let seg_r = verbs
+            .register(seg.base, seg.len, Access::RemoteReadWrite)
+            .map_err(at)?;
         let send_depth = nb as u32 + 16;
         let caps = QpCaps {
             send_depth,
             recv_depth: nb as u32,
             max_inline: cfg.max_inline,
+            // peers write Long payloads and puts, read gets, credit reports
+            remote: Access::RemoteReadWrite,
         };
         let mut qps = Vec::with_capacity(size);
         for _ in 0..size {
@@ -240,7 +253,8 @@ impl<V: Verbs> PendingRdma<V> {
             send_depth,
             inline,
             rma_pending: 0,
-            put_nb_pending: 0,
+            nb_posted: vec![0; size],
+            nb_done: vec![0; size],
             failed: None,
             scratch: Vec::new(),
             cache: RegCache::new(cfg.reg_cache, REG_CACHE_ENTRIES),
@@ -479,7 +493,7 @@ impl<V: Verbs> RdmaFabric<V> {
                     _ => {
                         // a non-blocking put's write: its bounce buffer is free
                         d.outstanding[peer] -= 1;
-                        d.put_nb_pending -= 1;
+                        d.nb_done[peer] += 1;
                         d.free_send[peer].push(index);
                     }
                 }
@@ -693,7 +707,7 @@ impl<V: Verbs> RdmaFabric<V> {
             d.verbs.deregister(r)?;
         }
         // local write too: an RDMA read lands in it
-        match d.verbs.register(start as *mut u8, n, false) {
+        match d.verbs.register(start as *mut u8, n, Access::Local) {
             Ok(r) => {
                 d.cache.insert_pinned(r);
                 Ok(Some(r))
@@ -754,7 +768,7 @@ impl<V: Verbs> RdmaFabric<V> {
         self.rma(peer, off, src.as_ptr() as *mut u8, src.len(), true)
     }
 
-    /// Copy `src` (at most one message buffer, `SPLITRT_IBV_BUFFER`
+    /// Copy `src` (at most one message buffer, `SPLITRT_IBV_BUFFER_SIZE`
     /// bytes) into a send buffer and RDMA-write it to `peer`'s segment at
     /// `off`; returns once posted, `src` free for reuse. The write is
     /// complete at the peer by the next [`quiet`](Self::quiet). `Ok(false)`:
@@ -768,6 +782,7 @@ impl<V: Verbs> RdmaFabric<V> {
         if src.is_empty() {
             return Ok(true);
         }
+        let since = Instant::now();
         let idx = loop {
             self.reap(&mut d)?;
             if d.outstanding[peer] < d.send_depth {
@@ -775,6 +790,7 @@ impl<V: Verbs> RdmaFabric<V> {
                     break i;
                 }
             }
+            self.waited_too_long(since, peer, "a send buffer for a put")?;
             parking_lot::MutexGuard::bump(&mut d);
         };
         let bounce = self.send_addr(peer, idx);
@@ -797,21 +813,40 @@ impl<V: Verbs> RdmaFabric<V> {
             return Err(e.at_rank(self.rank).with_peer(peer));
         }
         d.outstanding[peer] += 1;
-        d.put_nb_pending += 1;
+        d.nb_posted[peer] += 1;
         Ok(true)
     }
 
-    /// Wait until every non-blocking put is complete at its peer (its
-    /// RDMA write acknowledged); fails if one failed.
+    /// Wait until every non-blocking put posted before this call (by any
+    /// thread) is complete at its peer (its RDMA write acknowledged);
+    /// fails if one failed. Puts posted meanwhile are not waited for.
     pub fn quiet(&self) -> Result<()> {
         let mut d = self.dev.lock();
-        while d.put_nb_pending > 0 {
+        let want = d.nb_posted.clone();
+        let since = Instant::now();
+        while let Some(peer) = (0..self.size).find(|&p| d.nb_done[p] < want[p]) {
             self.reap(&mut d)?;
-            if d.put_nb_pending > 0 {
+            if d.nb_done[peer] < want[peer] {
+                self.waited_too_long(since, peer, "non-blocking puts to complete")?;
                 parking_lot::MutexGuard::bump(&mut d);
             }
         }
         Ok(())
+    }
+
+    /// An error once a wait for `what` toward `peer` has lasted past
+    /// [`WAIT_LIMIT`] (a device completes or fails every request long
+    /// before: this is a bug or a wedged device, reported, not a hang).
+    fn waited_too_long(&self, since: Instant, peer: usize, what: &str) -> Result<()> {
+        if since.elapsed() < WAIT_LIMIT {
+            return Ok(());
+        }
+        Err(Error::new(ErrorKind::PeerFailed(format!(
+            "ibverbs: waited {:?} for {what} toward rank {peer}",
+            WAIT_LIMIT
+        )))
+        .at_rank(self.rank)
+        .with_peer(peer))
     }
 
     /// Copy `peer`'s segment at `off` into `dst` by RDMA read.

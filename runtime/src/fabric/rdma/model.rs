@@ -5,7 +5,8 @@
 //! run over a real device ([`super::device`]) or not at all.
 //!
 //! What it models, with the checks a real HCA makes:
-//! * memory regions with local and remote keys; every scatter/gather entry
+//! * memory regions with local and remote keys and the remote access each
+//!   allows (read, or read and write), as queue pairs do; every scatter/gather entry
 //!   and every remote address is checked against them (protection and
 //!   remote access errors), so a protocol bug cannot touch memory outside
 //!   what was registered;
@@ -24,7 +25,7 @@
 //! Inline requests copy their bytes at post time, as a device does.
 
 use super::verbs::{
-    Completion, Op, QpCaps, QpEndpoint, QpId, Region, SendWr, Sge, Verbs, WcKind, WcStatus,
+    Access, Completion, Op, QpCaps, QpEndpoint, QpId, Region, SendWr, Sge, Verbs, WcKind, WcStatus,
 };
 use crate::{Error, Result};
 use parking_lot::Mutex;
@@ -62,11 +63,13 @@ struct Net {
     rng: SmallRng,
     next_key: u32,
     stats: ModelStats,
+    /// Nothing moves ([`ModelNetwork::hold`]): a link down, a wedged peer.
+    held: bool,
 }
 
 struct Dev {
     name: String,
-    regions: Vec<Region>,
+    regions: Vec<(Region, Access)>,
     cq: VecDeque<Completion>,
     overrun: bool,
 }
@@ -87,6 +90,10 @@ struct Qp {
     remote: Option<usize>,
     recvs: VecDeque<(u64, Sge)>,
     sends: VecDeque<(SendWr, Option<Vec<u8>>)>,
+    /// The request after the first already read its data (an unfenced
+    /// RDMA read may run before the read ahead of it; it completes in
+    /// order all the same).
+    next_prefetched: bool,
 }
 
 impl Default for ModelNetwork {
@@ -105,6 +112,7 @@ impl ModelNetwork {
                 rng: SmallRng::seed_from_u64(seed),
                 next_key: 0x100,
                 stats: ModelStats::default(),
+                held: false,
             })),
         }
     }
@@ -128,6 +136,13 @@ impl ModelNetwork {
     /// What the model has done so far.
     pub fn stats(&self) -> ModelStats {
         self.net.lock().stats
+    }
+
+    /// Stop (`true`) or resume executing posted requests: while held,
+    /// requests wait and nothing completes, as over a link that went down
+    /// or toward a wedged peer.
+    pub fn hold(&self, held: bool) {
+        self.net.lock().held = held;
     }
 
     /// Queue pairs created and not destroyed, on every device.
@@ -161,14 +176,16 @@ impl Net {
         self.devices[dev]
             .regions
             .iter()
-            .any(|r| r.lkey == sge.lkey && r.covers(sge.addr, sge.len as usize))
+            .any(|(r, _)| r.lkey == sge.lkey && r.covers(sge.addr, sge.len as usize))
     }
 
-    fn region_by_rkey(&self, dev: usize, rkey: u32, addr: u64, len: usize) -> bool {
+    /// Whether `dev` has a region of key `rkey` covering the range that
+    /// allows `need` remote access.
+    fn region_by_rkey(&self, dev: usize, rkey: u32, addr: u64, len: usize, need: Access) -> bool {
         self.devices[dev]
             .regions
             .iter()
-            .any(|r| r.rkey != 0 && r.rkey == rkey && r.covers(addr, len))
+            .any(|(r, a)| r.rkey != 0 && r.rkey == rkey && r.covers(addr, len) && *a >= need)
     }
 
     /// Put queue pair `g` in error and flush what it holds.
@@ -214,6 +231,7 @@ impl Net {
         let Some((wr, inline)) = q.sends.pop_front() else {
             return;
         };
+        let early = std::mem::take(&mut q.next_prefetched);
         let (dev, local, remote) = (q.dev, q.local, q.remote);
         let done = |net: &mut Net, status: WcStatus| {
             net.complete(
@@ -240,6 +258,10 @@ impl Net {
             return done(self, WcStatus::Transport);
         };
         let rdev = self.qps[r].as_ref().map_or(0, |p| p.dev);
+        // what the target queue pair lets its peer do
+        let allowed = self.qps[r]
+            .as_ref()
+            .map_or(Access::Local, |p| p.caps.remote);
         let len = wr.sge.len as usize;
         match wr.op {
             Op::Send => {
@@ -282,7 +304,9 @@ impl Net {
                 done(self, WcStatus::Success)
             }
             Op::Write { raddr, rkey } => {
-                if !self.region_by_rkey(rdev, rkey, raddr, len) {
+                if allowed < Access::RemoteReadWrite
+                    || !self.region_by_rkey(rdev, rkey, raddr, len, Access::RemoteReadWrite)
+                {
                     return done(self, WcStatus::RemoteAccess);
                 }
                 // SAFETY: the destination was just checked against the
@@ -292,13 +316,48 @@ impl Net {
                 done(self, WcStatus::Success)
             }
             Op::Read { raddr, rkey } => {
-                if !self.region_by_rkey(rdev, rkey, raddr, len) {
+                if allowed < Access::RemoteRead
+                    || !self.region_by_rkey(rdev, rkey, raddr, len, Access::RemoteRead)
+                {
                     return done(self, WcStatus::RemoteAccess);
                 }
-                // SAFETY: the source was just checked against the peer's
-                // remote-enabled region, the destination against a local
-                // region at post time.
-                unsafe { copy(&None, raddr, wr.sge.addr, len) };
+                // What a device may do: start the next read before this
+                // one ends, unless it is fenced (`IBV_SEND_FENCE`). Half
+                // the time the next unfenced read's data is fetched first.
+                let next = self.qps[g]
+                    .as_ref()
+                    .and_then(|q| q.sends.front())
+                    .map(|(w, _)| *w);
+                if let Some(SendWr {
+                    op:
+                        Op::Read {
+                            raddr: nraddr,
+                            rkey: nrkey,
+                        },
+                    sge: nsge,
+                    fence: false,
+                    ..
+                }) = next
+                {
+                    let nlen = nsge.len as usize;
+                    if self.region_by_rkey(rdev, nrkey, nraddr, nlen, Access::RemoteRead)
+                        && self.rng.gen_bool(0.5)
+                    {
+                        // SAFETY: the source was just checked against the
+                        // peer's remote-enabled region, the destination
+                        // against a local region at post time.
+                        unsafe { copy(&None, nraddr, nsge.addr, nlen) };
+                        if let Some(q) = self.qps[g].as_mut() {
+                            q.next_prefetched = true;
+                        }
+                    }
+                }
+                if !early {
+                    // SAFETY: the source was just checked against the
+                    // peer's remote-enabled region, the destination
+                    // against a local region at post time.
+                    unsafe { copy(&None, raddr, wr.sge.addr, len) };
+                }
                 self.stats.reads += 1;
                 done(self, WcStatus::Success)
             }
@@ -307,6 +366,9 @@ impl Net {
 
     /// Run up to `budget` posted requests, picking queue pairs at random.
     fn advance(&mut self, budget: usize) {
+        if self.held {
+            return;
+        }
         for _ in 0..budget {
             let busy: Vec<usize> = (0..self.qps.len())
                 .filter(|&g| self.qps[g].as_ref().is_some_and(|q| !q.sends.is_empty()))
@@ -356,7 +418,7 @@ impl Verbs for ModelDevice {
         )
     }
 
-    fn register(&mut self, addr: *mut u8, len: usize, remote: bool) -> Result<Region> {
+    fn register(&mut self, addr: *mut u8, len: usize, access: Access) -> Result<Region> {
         if addr.is_null() || len == 0 {
             return Err(Error::usage("model: registering an empty region"));
         }
@@ -367,9 +429,9 @@ impl Verbs for ModelDevice {
             addr: addr as u64,
             len,
             lkey: key,
-            rkey: if remote { key + 1 } else { 0 },
+            rkey: if access > Access::Local { key + 1 } else { 0 },
         };
-        n.devices[self.dev].regions.push(r);
+        n.devices[self.dev].regions.push((r, access));
         Ok(r)
     }
 
@@ -377,7 +439,7 @@ impl Verbs for ModelDevice {
         let mut n = self.net.lock();
         let regions = &mut n.devices[self.dev].regions;
         let before = regions.len();
-        regions.retain(|r| r.lkey != region.lkey);
+        regions.retain(|(r, _)| r.lkey != region.lkey);
         if regions.len() == before {
             return Err(Error::usage(format!(
                 "model: no region with key {:#x}",
@@ -400,6 +462,7 @@ impl Verbs for ModelDevice {
             remote: None,
             recvs: VecDeque::new(),
             sends: VecDeque::new(),
+            next_prefetched: false,
         }));
         self.qps.push(n.qps.len() - 1);
         Ok(local)
@@ -573,6 +636,7 @@ mod tests {
         send_depth: 16,
         recv_depth: 16,
         max_inline: 64,
+        remote: Access::RemoteReadWrite,
     };
 
     fn pair(net: &ModelNetwork) -> (ModelDevice, QpId, ModelDevice, QpId) {
@@ -601,14 +665,53 @@ mod tests {
         all
     }
 
+    /// Remote access as a device enforces it: a read-only region refuses
+    /// writes, and so does a queue pair that allows reads only, even to a
+    /// read-write region; reads pass both.
+    #[test]
+    fn read_only_regions_and_queue_pairs_refuse_writes() {
+        for (region, qp) in [
+            (Access::RemoteRead, Access::RemoteReadWrite),
+            (Access::RemoteReadWrite, Access::RemoteRead),
+        ] {
+            let net = ModelNetwork::new(2);
+            let (mut a, mut b) = (net.device("a"), net.device("b"));
+            let qa = a.create_qp(CAPS).unwrap();
+            let qb = b.create_qp(QpCaps { remote: qp, ..CAPS }).unwrap();
+            let (ea, eb) = (a.endpoint(qa), b.endpoint(qb));
+            a.connect(qa, &eb).unwrap();
+            b.connect(qb, &ea).unwrap();
+            let mut abuf = vec![1u8; 64];
+            let mut bbuf = vec![2u8; 64];
+            let ra = a.register(abuf.as_mut_ptr(), 64, Access::Local).unwrap();
+            let rb = b.register(bbuf.as_mut_ptr(), 64, region).unwrap();
+            let wr = |wr_id, op| SendWr {
+                wr_id,
+                op,
+                sge: ra.sge(ra.addr, 8),
+                inline: false,
+                fence: false,
+            };
+            let (raddr, rkey) = (rb.addr, rb.rkey);
+            a.post_send(qa, &wr(1, Op::Read { raddr, rkey })).unwrap();
+            assert_eq!(drain(&mut a)[0].status, WcStatus::Success);
+            a.post_send(qa, &wr(2, Op::Write { raddr, rkey })).unwrap();
+            assert_eq!(drain(&mut a)[0].status, WcStatus::RemoteAccess);
+            assert_eq!(bbuf, vec![2u8; 64], "{region:?} region, {qp:?} queue pair");
+            assert_eq!(&abuf[..8], &[2u8; 8]);
+        }
+    }
+
     #[test]
     fn send_write_read_and_their_checks() {
         let net = ModelNetwork::new(1);
         let (mut a, qa, mut b, qb) = pair(&net);
         let mut abuf = vec![0u8; 256];
         let mut bbuf = vec![0u8; 256];
-        let ra = a.register(abuf.as_mut_ptr(), 256, false).unwrap();
-        let rb = b.register(bbuf.as_mut_ptr(), 256, true).unwrap();
+        let ra = a.register(abuf.as_mut_ptr(), 256, Access::Local).unwrap();
+        let rb = b
+            .register(bbuf.as_mut_ptr(), 256, Access::RemoteReadWrite)
+            .unwrap();
         b.post_recv(qb, 7, rb.sge(rb.addr, 64)).unwrap();
         abuf[..5].copy_from_slice(b"hello");
         let wr = |wr_id, op, sge| SendWr {
@@ -712,7 +815,9 @@ mod tests {
         let net = ModelNetwork::new(3);
         let (mut a, qa, mut b, qb) = pair(&net);
         let mut bbuf = vec![0u8; 64];
-        let rb = b.register(bbuf.as_mut_ptr(), 64, true).unwrap();
+        let rb = b
+            .register(bbuf.as_mut_ptr(), 64, Access::RemoteReadWrite)
+            .unwrap();
         assert!(b.post_recv(qb, 1, rb.sge(rb.addr, 64)).is_ok());
         let stray = [1u8; 8];
         a.post_send(

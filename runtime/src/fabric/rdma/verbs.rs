@@ -204,7 +204,20 @@ pub struct Completion {
     pub len: u32,
 }
 
-/// Queue depths of a queue pair.
+/// What remote peers may do to a memory region, or through a queue pair
+/// to this side's regions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Access {
+    /// Nothing remote: a region only this side's requests use (the
+    /// device may still write it, as the target of an RDMA read).
+    Local,
+    /// RDMA reads (a vys producer's ring).
+    RemoteRead,
+    /// RDMA reads and writes (a rank's segment, a credit mailbox).
+    RemoteReadWrite,
+}
+
+/// Queue depths and remote access of a queue pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct QpCaps {
     /// Send work requests outstanding at most.
@@ -213,6 +226,9 @@ pub struct QpCaps {
     pub recv_depth: u32,
     /// Largest inline send or write.
     pub max_inline: u32,
+    /// What the peer's requests may do through this queue pair (and
+    /// only to regions that allow it too).
+    pub remote: Access,
 }
 
 /// The verbs the fabric uses. Implementations are used from one thread at
@@ -220,9 +236,10 @@ pub struct QpCaps {
 pub trait Verbs: Send {
     /// What this device is (for messages): e.g. `mlx5_0 port 1`.
     fn describe(&self) -> String;
-    /// Register `len` bytes at `addr`; `remote`: peers may read and write
-    /// them. The memory must stay mapped until [`deregister`](Self::deregister).
-    fn register(&mut self, addr: *mut u8, len: usize, remote: bool) -> Result<Region>;
+    /// Register `len` bytes at `addr`, with what remote peers may do to
+    /// them (local writes by the device are always allowed). The memory
+    /// must stay mapped until [`deregister`](Self::deregister).
+    fn register(&mut self, addr: *mut u8, len: usize, access: Access) -> Result<Region>;
     /// Undo [`register`](Self::register).
     fn deregister(&mut self, region: &Region) -> Result<()>;
     /// Create a reliable-connected queue pair.
@@ -249,8 +266,8 @@ impl<T: Verbs + ?Sized> Verbs for Box<T> {
     fn describe(&self) -> String {
         (**self).describe()
     }
-    fn register(&mut self, addr: *mut u8, len: usize, remote: bool) -> Result<Region> {
-        (**self).register(addr, len, remote)
+    fn register(&mut self, addr: *mut u8, len: usize, access: Access) -> Result<Region> {
+        (**self).register(addr, len, access)
     }
     fn deregister(&mut self, region: &Region) -> Result<()> {
         (**self).deregister(region)
