@@ -47,6 +47,9 @@ fn consumer_config(n: u16, bytes: usize, rdma: Option<RdmaDevice>) -> ConsumerCo
     cc.local_reads = false;
     cc.max_spectrum_bytes = bytes;
     cc.queue_len = 1 << 16;
+    // a read for every spectrum the tests write at once (a burst beyond
+    // the reads allowed outstanding is starvation, by design)
+    cc.max_outstanding_reads = 1024;
     cc.rdma = rdma;
     cc
 }
@@ -90,6 +93,12 @@ fn drain(c: &Consumer, expect: u64) -> (u64, ConsumerStats) {
                 }
             }
             Some(Message::End { stats, .. }) => return (valid, stats),
+            // a chosen spectrum that will not come: say so now
+            Some(
+                m @ (Message::DataBufferStarvation { .. }
+                | Message::ReadFailure { .. }
+                | Message::VerificationFailure { .. }),
+            ) => panic!("{m} ({valid} of {expect} valid spectra came)"),
             Some(m) => println!("{m}"),
             None => panic!("no message for 10 s ({valid} of {expect} valid spectra came)"),
         }

@@ -44,7 +44,7 @@ const COUNTER_MASK: u64 = (1 << (62 - PLACE_BITS)) - 1;
 /// Work requests per read: tail, body, head.
 const PARTS: u64 = 3;
 /// Reads in flight per producer at most.
-pub const MAX_PER_PRODUCER: usize = 256;
+pub const MAX_PER_PRODUCER: usize = 1024;
 
 /// A producer the reader has a queue pair to (from [`RdmaReader::open`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
