@@ -156,8 +156,12 @@ fn lapping_producer_no_torn_spectrum_is_valid_over_rdma_digest_none() {
         for t in 1..=total {
             checkable::fill((pr.stations, 0, 0), t, &mut d);
             p.write(pr, &d, t).unwrap();
-            if t % 4096 == 0 {
-                std::thread::yield_now();
+            if t % 8192 == 0 {
+                // a pause now and then, long enough for the consumer to
+                // drain its backlog and meet the newest slots at rest
+                // (flat out on 2 CPUs nearly every read is lapped)
+                p.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(3));
             }
         }
         p.flush().unwrap();
