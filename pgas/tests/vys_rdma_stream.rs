@@ -6,8 +6,10 @@
 //! model network). The real device path is tested here only as far as it
 //! can run: asking for it fails at start, saying what is missing.
 
+mod common;
+use common::drain;
 use splitrt_pgas::vys::checkable;
-use splitrt_pgas::vys::consumer::{Consumer, ConsumerConfig, ConsumerStats, Message};
+use splitrt_pgas::vys::consumer::{Consumer, ConsumerConfig, Message};
 use splitrt_pgas::vys::handshake;
 use splitrt_pgas::vys::producer::{Producer, ProducerConfig, ProductId};
 use splitrt_pgas::vys::rdma_device::RdmaDevice;
@@ -67,44 +69,6 @@ fn produce(p: &mut Producer, bytes: usize, rounds: u64) {
     p.flush().unwrap();
 }
 
-/// Messages until END, shutting down after `expect` valid ones (each
-/// checked: chosen by the filter, exactly its content).
-fn drain(c: &Consumer, expect: u64) -> (u64, ConsumerStats) {
-    let mut valid = 0;
-    let t = Instant::now();
-    loop {
-        assert!(t.elapsed() < Duration::from_secs(60), "no END");
-        match c.recv(Duration::from_secs(10)) {
-            Some(Message::Valid(s)) => {
-                let p = &s.product;
-                assert_eq!(p.spectral_window, 1, "a spectrum the filter did not choose");
-                assert!(
-                    checkable::matches(
-                        (p.stations, p.spectral_window, p.stokes),
-                        s.info.timestamp,
-                        s.data()
-                    ),
-                    "spectrum t={} has the wrong content",
-                    s.info.timestamp
-                );
-                valid += 1;
-                if valid == expect {
-                    c.shutdown();
-                }
-            }
-            Some(Message::End { stats, .. }) => return (valid, stats),
-            // a chosen spectrum that will not come: say so now
-            Some(
-                m @ (Message::DataBufferStarvation { .. }
-                | Message::ReadFailure { .. }
-                | Message::VerificationFailure { .. }),
-            ) => panic!("{m} ({valid} of {expect} valid spectra came)"),
-            Some(m) => println!("{m}"),
-            None => panic!("no message for 10 s ({valid} of {expect} valid spectra came)"),
-        }
-    }
-}
-
 #[test]
 fn a_consumer_reads_by_rdma_what_its_filter_chose_and_the_producer_serves_no_read() {
     let net = ModelNetwork::new(5);
@@ -114,7 +78,7 @@ fn a_consumer_reads_by_rdma_what_its_filter_chose_and_the_producer_serves_no_rea
     let c = Consumer::start(cc, |p, _, pass| pass.fill(p.spectral_window == 1)).unwrap();
     let rounds = 300;
     produce(&mut p, bytes, rounds);
-    let (valid, stats) = drain(&c, rounds);
+    let (valid, stats) = drain(&c, |id| id.spectral_window == 1, rounds);
     println!("{valid} valid, {stats:?}, model {:?}", net.stats());
     assert_eq!(valid, rounds, "every chosen spectrum, valid");
     assert_eq!(stats.rdma_reads, valid);
@@ -137,73 +101,6 @@ fn a_consumer_reads_by_rdma_what_its_filter_chose_and_the_producer_serves_no_rea
     );
 }
 
-/// The lapping test over RDMA: a tiny ring written flat out, digest none;
-/// every spectrum delivered as valid has exactly its content.
-#[test]
-fn lapping_producer_no_torn_spectrum_is_valid_over_rdma_digest_none() {
-    let net = ModelNetwork::new(11);
-    let bytes = 512;
-    let total = 300_000u64;
-    let mut p = producer(1, bytes, 8, Some(RdmaDevice::verbs_model(net.clone())));
-    let c = Consumer::start(
-        consumer_config(1, bytes, Some(RdmaDevice::verbs_model(net.clone()))),
-        |_, _, pass| pass.fill(true),
-    )
-    .unwrap();
-    let writer = std::thread::spawn(move || {
-        let pr = product(0);
-        let mut d = vec![0u8; bytes];
-        for t in 1..=total {
-            checkable::fill((pr.stations, 0, 0), t, &mut d);
-            p.write(pr, &d, t).unwrap();
-            if t % 8192 == 0 {
-                // a pause now and then, long enough for the consumer to
-                // drain its backlog and meet the newest slots at rest
-                // (flat out on 2 CPUs nearly every read is lapped)
-                p.flush().unwrap();
-                std::thread::sleep(Duration::from_millis(3));
-            }
-        }
-        p.flush().unwrap();
-        p
-    });
-    let (mut valid, mut overwritten) = (0u64, 0u64);
-    let t = Instant::now();
-    let mut asked = false;
-    let stats = loop {
-        assert!(t.elapsed() < Duration::from_secs(120), "no END");
-        if !asked && writer.is_finished() {
-            c.shutdown();
-            asked = true;
-        }
-        match c.recv(Duration::from_millis(100)) {
-            Some(Message::Valid(s)) => {
-                assert!(
-                    checkable::matches(([3, 4], 0, 0), s.info.timestamp, s.data()),
-                    "a torn spectrum delivered as valid: t={}",
-                    s.info.timestamp
-                );
-                valid += 1;
-            }
-            Some(Message::VerificationFailure { .. }) => overwritten += 1,
-            Some(Message::End { stats, .. }) => break stats,
-            Some(_) => {}
-            None => {}
-        }
-    };
-    let p = writer.join().unwrap();
-    println!(
-        "lapping over RDMA: written {}, chosen {}, valid {valid}, overwritten {overwritten}, \
-         starved {}, torn accepted 0",
-        p.stats().spectra,
-        stats.chosen,
-        stats.starved
-    );
-    assert_eq!(valid, stats.valid);
-    assert_eq!(stats.rdma_reads, valid + overwritten);
-    assert!(valid > 0, "valid {valid}, overwritten {overwritten}");
-}
-
 /// A consumer that goes away: the producer's queue pair for it is
 /// destroyed once its session falls silent, and a consumer that comes
 /// later is served.
@@ -216,7 +113,7 @@ fn a_consumer_that_goes_away_leaves_no_queue_pair_behind() {
         let cc = consumer_config(2, bytes, Some(RdmaDevice::verbs_model(net.clone())));
         let c = Consumer::start(cc, |p, _, pass| pass.fill(p.spectral_window == 1)).unwrap();
         produce(&mut p, bytes, 50);
-        let (valid, stats) = drain(&c, 50);
+        let (valid, stats) = drain(&c, |id| id.spectral_window == 1, 50);
         assert_eq!((valid, stats.rdma_reads), (50, 50), "round {round}");
         let open = p
             .server()
@@ -252,7 +149,7 @@ fn a_producer_without_rdma_is_read_through_its_read_server() {
     let cc = consumer_config(3, bytes, Some(RdmaDevice::verbs_model(net.clone())));
     let c = Consumer::start(cc, |p, _, pass| pass.fill(p.spectral_window == 1)).unwrap();
     produce(&mut p, bytes, 100);
-    let (valid, stats) = drain(&c, 100);
+    let (valid, stats) = drain(&c, |id| id.spectral_window == 1, 100);
     assert_eq!(valid, 100);
     assert_eq!((stats.remote_reads, stats.rdma_reads), (100, 0));
     assert_eq!(net.live_qps(), 0);
@@ -382,7 +279,7 @@ fn a_consumer_cannot_write_the_producers_ring() {
     })
     .unwrap();
     produce(&mut p, bytes, 20);
-    let (valid, _) = drain(&c, 20);
+    let (valid, _) = drain(&c, |id| id.spectral_window == 1, 20);
     assert_eq!(valid, 20);
 }
 

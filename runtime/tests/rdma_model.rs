@@ -213,15 +213,21 @@ fn default_buffers_with_more_ranks() {
     assert!(s.writes > 0, "Long payloads went by RDMA write");
 }
 
-#[test]
-fn get_and_put_by_rdma_with_bounds_checked() {
-    let cfg = RdmaConfig {
+/// 4 buffers of 1 KiB per peer and channel: bounce copies and buffer
+/// reuse happen within a few operations.
+fn small_buffers() -> RdmaConfig {
+    RdmaConfig {
         buffers: 4,
         buffer_size: 1024,
         max_medium: 4096,
         max_inline: 64,
         ..RdmaConfig::default()
-    };
+    }
+}
+
+#[test]
+fn get_and_put_by_rdma_with_bounds_checked() {
+    let cfg = small_buffers();
     let mut j = job(2, 64 << 10, cfg, 7);
     let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
     // from ordinary memory (bounce buffers), then from the segment itself
@@ -251,13 +257,7 @@ fn get_and_put_by_rdma_with_bounds_checked() {
 /// after `quiet`, and messages sent between them still arrive.
 #[test]
 fn non_blocking_puts_complete_by_quiet_and_free_their_buffers() {
-    let cfg = RdmaConfig {
-        buffers: 4,
-        buffer_size: 1024,
-        max_medium: 4096,
-        max_inline: 64,
-        ..RdmaConfig::default()
-    };
+    let cfg = small_buffers();
     for seed in 0..8 {
         let mut j = job(3, 64 << 10, cfg, seed);
         let mut src = vec![0u8; 1024];
