@@ -58,13 +58,17 @@ pub fn memcpy(size: usize, slots: usize, time: Duration) -> f64 {
 /// GB/s through a pipeline of three plain threads on this host, the
 /// work of one stream without vys: a writer stores `size`-byte chunks
 /// flat out into an area of `slots` slots (a producer), a copier copies
-/// the newest chunk at a time out of it into one of 256 buffers (a
-/// consumer's read), a checker reads every copied buffer once and hands
-/// it back (an application checking each spectrum). Buffers travel by
-/// bounded channels; the rate is bytes checked per second over about
-/// `time`. On a machine with fewer CPUs than busy threads this, not one
-/// thread's memcpy, is what a stream can deliver at most.
-pub fn pipeline(size: usize, slots: usize, time: Duration) -> f64 {
+/// one chunk at a time out of it into one of 256 buffers (a consumer's
+/// read), a checker reads every copied buffer once and hands it back (an
+/// application checking each spectrum). Buffers travel by bounded
+/// channels; the rate is bytes checked per second over about `time`. On a
+/// machine with fewer CPUs than busy threads this, not one thread's
+/// memcpy, is what a stream can deliver at most. The copier takes the
+/// newest chunk (cache-hot: the ceiling), or with `lagged` the chunk half
+/// the area behind the writer (as cold as what a consumer that fell
+/// behind reads).
+pub fn pipeline(size: usize, slots: usize, time: Duration, lagged: bool) -> f64 {
+    let lag = if lagged { (slots as u64 / 2).max(1) } else { 1 };
     let words = size.div_ceil(8);
     let stride = slot_bytes(size) / 8;
     let area: Arc<Vec<AtomicU64>> =
@@ -110,8 +114,8 @@ pub fn pipeline(size: usize, slots: usize, time: Duration) -> f64 {
         let Ok(mut b) = free_rx.recv_timeout(Duration::from_millis(100)) else {
             continue;
         };
-        let n = written.load(Ordering::Acquire).max(1);
-        let base = ((n - 1) as usize % slots) * stride;
+        let n = written.load(Ordering::Acquire);
+        let base = (n.saturating_sub(lag) as usize % slots) * stride;
         for (o, w) in b.iter_mut().zip(&area[base..base + words]) {
             *o = w.load(Ordering::Relaxed);
         }

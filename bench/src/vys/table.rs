@@ -39,6 +39,8 @@ struct Summary {
     memcpy: f64,
     /// The three-thread pipeline of plain copies ([`super::baseline::pipeline`]).
     pipe: f64,
+    /// The same reading half the area behind its writer.
+    cold: f64,
     get: f64,
     get_loaded: f64,
     produced: f64,
@@ -49,6 +51,7 @@ struct Summary {
     gbps_max: f64,
     ratio_memcpy: f64,
     ratio_pipe: f64,
+    ratio_cold: f64,
     ratio_get: f64,
     ratio_get_loaded: f64,
     kept: f64,
@@ -64,6 +67,7 @@ fn summarize(row: Row, o: &Output) -> Summary {
     let rs: Vec<&RowResult> = o.row(&row.key());
     let memcpy = o.baseline("memcpy", row.size);
     let pipe = o.baseline("pipe", row.size);
+    let cold = o.baseline("pipe_cold", row.size);
     let get = o.baseline("get", row.size);
     let get_loaded = o.baseline("get_loaded", row.size);
     let per = |f: &dyn Fn(&RowResult) -> f64| median(&rs.iter().map(|r| f(r)).collect::<Vec<_>>());
@@ -78,6 +82,7 @@ fn summarize(row: Row, o: &Output) -> Summary {
         reps: rs.len(),
         memcpy: median(&memcpy.values().copied().collect::<Vec<_>>()),
         pipe: median(&pipe.values().copied().collect::<Vec<_>>()),
+        cold: median(&cold.values().copied().collect::<Vec<_>>()),
         get: median(&get.values().copied().collect::<Vec<_>>()),
         get_loaded: median(&get_loaded.values().copied().collect::<Vec<_>>()),
         produced: per(&|r| r.produced_per_s),
@@ -90,6 +95,7 @@ fn summarize(row: Row, o: &Output) -> Summary {
             r.delivered_gbps() / memcpy.get(&r.rep).copied().unwrap_or(f64::NAN)
         }),
         ratio_pipe: per(&|r| r.delivered_gbps() / pipe.get(&r.rep).copied().unwrap_or(f64::NAN)),
+        ratio_cold: per(&|r| r.delivered_gbps() / cold.get(&r.rep).copied().unwrap_or(f64::NAN)),
         ratio_get: per(&|r| r.delivered_gbps() / get.get(&r.rep).copied().unwrap_or(f64::NAN)),
         ratio_get_loaded: per(&|r| {
             r.delivered_gbps() / get_loaded.get(&r.rep).copied().unwrap_or(f64::NAN)
@@ -183,17 +189,19 @@ pub fn render(plan: &Plan, o: &Output, where_: &str) -> Report {
     t += "memcpy: one spectrum at a time out of a ring-sized area into one buffer (consumer's\n\
           host); pipe: the same bytes through three plain threads on the consumer's host (one\n\
           writes chunks flat out, one copies the newest out, one reads every copy: a stream's\n\
-          work without vys, its ceiling when busy threads outnumber CPUs); get: the UDP fabric's get, 8 MiB in flight (4..256 gets; remote consumers\n\
+          work without vys, its ceiling when busy threads outnumber CPUs); cold: the same with\n\
+          the copier half the area behind the writer (data as cold as a lagging consumer's); get: the UDP fabric's get, 8 MiB in flight (4..256 gets; remote consumers\n\
           keep as many reads outstanding), rank 0 -> rank 1; get+w: the same while a thread\n\
           of rank 0 writes memory flat out, as a producer does; read = what the consumers\n\
           copied, overwritten spectra included; kept = delivered / (produced x consumers)\n\n";
     let _ = writeln!(
         t,
-        "{:<18} {:>8} {:>7} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>7} {:>8} {:>6} {:>5} {:>6} {:>6} {:>7} {:>7}  other",
+        "{:<18} {:>8} {:>7} {:>6} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>7} {:>8} {:>6} {:>6} {:>5} {:>6} {:>6} {:>7} {:>7}  other",
         "setup",
         "size",
         "memcpy",
         "pipe",
+        "cold",
         "get",
         "get+w",
         "produced",
@@ -202,6 +210,7 @@ pub fn render(plan: &Plan, o: &Output, where_: &str) -> Report {
         "read",
         "/memcpy",
         "/pipe",
+        "/cold",
         "/get",
         "/get+w",
         "kept",
@@ -210,18 +219,19 @@ pub fn render(plan: &Plan, o: &Output, where_: &str) -> Report {
     );
     let _ = writeln!(
         t,
-        "{:<18} {:>8} {:>7} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>7}",
-        "", "", "GB/s", "GB/s", "GB/s", "GB/s", "M sp/s", "M sp/s", "GB/s", "GB/s"
+        "{:<18} {:>8} {:>7} {:>6} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>7}",
+        "", "", "GB/s", "GB/s", "GB/s", "GB/s", "GB/s", "M sp/s", "M sp/s", "GB/s", "GB/s"
     );
     for s in &stream {
         let chosen = s.counts.chosen();
         let _ = writeln!(
             t,
-            "{:<18} {:>8} {:>7} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>7} {:>8} {:>6} {:>5} {:>6} {:>6} {:>7} {:>7}  {}",
+            "{:<18} {:>8} {:>7} {:>6} {:>6} {:>6} {:>6} {:>8} {:>9} {:>9} {:>7} {:>8} {:>6} {:>6} {:>5} {:>6} {:>6} {:>7} {:>7}  {}",
             s.row.setup.label(),
             size_label(Some(s.row.size)),
             f(s.memcpy, 2),
             f(s.pipe, 2),
+            f(s.cold, 2),
             f(s.get, 3),
             f(s.get_loaded, 3),
             f(s.produced / 1e6, 3),
@@ -230,6 +240,7 @@ pub fn render(plan: &Plan, o: &Output, where_: &str) -> Report {
             f(s.read, 3),
             f(s.ratio_memcpy, 3),
             f(s.ratio_pipe, 3),
+            f(s.ratio_cold, 3),
             f(s.ratio_get, 2),
             f(s.ratio_get_loaded, 2),
             f(s.kept, 3),
@@ -298,8 +309,8 @@ pub fn render(plan: &Plan, o: &Output, where_: &str) -> Report {
     );
     let mut csv = String::from(
         "section,place,setup,producers,consumers,reads,digest,spectrum_bytes,slots,reps,\
-         memcpy_gbps,pipe_gbps,get_gbps,get_loaded_gbps,produced_per_s,delivered_per_s,delivered_gbps,delivered_gbps_min,\
-         delivered_gbps_max,read_gbps,ratio_memcpy,ratio_pipe,ratio_get,ratio_get_loaded,kept,chosen,valid,overwritten,\
+         memcpy_gbps,pipe_gbps,pipe_cold_gbps,get_gbps,get_loaded_gbps,produced_per_s,delivered_per_s,delivered_gbps,delivered_gbps_min,\
+         delivered_gbps_max,read_gbps,ratio_memcpy,ratio_pipe,ratio_pipe_cold,ratio_get,ratio_get_loaded,kept,chosen,valid,overwritten,\
          digest_mismatch,read_failures,starved,signals_lost,queue_dropped,signal_errors,checked,\
          mismatched,local_reads,remote_reads\n",
     );
@@ -308,7 +319,7 @@ pub fn render(plan: &Plan, o: &Output, where_: &str) -> Report {
         let c = &s.counts;
         let _ = writeln!(
             csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             r.section.id(),
             plan.place.id(),
             r.setup.label(),
@@ -321,6 +332,7 @@ pub fn render(plan: &Plan, o: &Output, where_: &str) -> Report {
             s.reps,
             s.memcpy,
             s.pipe,
+            s.cold,
             s.get,
             s.get_loaded,
             s.produced,
@@ -331,6 +343,7 @@ pub fn render(plan: &Plan, o: &Output, where_: &str) -> Report {
             s.read,
             s.ratio_memcpy,
             s.ratio_pipe,
+            s.ratio_cold,
             s.ratio_get,
             s.ratio_get_loaded,
             s.kept,
@@ -376,11 +389,12 @@ fn targets(plan: &Plan, stream: &[Summary]) -> String {
                 let _ = writeln!(
                     t,
                     "  1x1 local none {:>8}: delivered / memcpy {:.3} (target >= {TARGET_RATIO}): {} \
-                     (delivered / pipe {:.3}; read / memcpy {:.3}, valid {}%)",
+                     (delivered / pipe {:.3}, / cold pipe {:.3}; read / memcpy {:.3}, valid {}%)",
                     size_label(Some(s.row.size)),
                     s.ratio_memcpy,
                     verdict(s.ratio_memcpy >= TARGET_RATIO),
                     s.ratio_pipe,
+                    s.ratio_cold,
                     s.read / s.memcpy,
                     pct(s.counts.valid, s.counts.chosen())
                 );

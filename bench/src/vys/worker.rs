@@ -125,8 +125,10 @@ impl Worker<'_> {
         if me == 1 {
             let gbps = baseline::memcpy(size, slots, self.plan.baseline);
             self.push_base("memcpy", rep, size, gbps);
-            let gbps = baseline::pipeline(size, slots, self.plan.baseline);
+            let gbps = baseline::pipeline(size, slots, self.plan.baseline, false);
             self.push_base("pipe", rep, size, gbps);
+            let gbps = baseline::pipeline(size, slots, self.plan.baseline, true);
+            self.push_base("pipe_cold", rep, size, gbps);
         }
         self.link.barrier()?;
         for (what, loaded) in [("get", false), ("get_loaded", true)] {
