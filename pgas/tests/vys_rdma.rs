@@ -203,8 +203,8 @@ fn a_read_that_never_completes_fails_and_its_buffer_is_never_written_later() {
     let (mut reader, p) = reader(&net, &mut export, Duration::from_millis(100));
     assert_eq!(net.live_qps(), 2);
     net.hold(true);
-    // SAFETY: `buf` is not freed before the reader (it is moved in and
-    // comes back below; its allocation stays).
+    // SAFETY: `buf`'s allocation comes back in `d`, dropped only after
+    // the reader at the end.
     let id = unsafe { reader.read(p, 0, slot_bytes(bytes), buf) }.unwrap();
     let mut done: Vec<Done> = Vec::new();
     let t = Instant::now();
@@ -241,4 +241,7 @@ fn a_read_that_never_completes_fails_and_its_buffer_is_never_written_later() {
         "the buffer was written after the read failed"
     );
     assert_eq!(net.stats().reads, 0);
+    // the buffer stays registered with the reader: the reader goes first
+    drop(reader);
+    drop(d);
 }

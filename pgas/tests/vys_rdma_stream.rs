@@ -273,6 +273,9 @@ fn a_consumer_cannot_write_the_producers_ring() {
     );
     assert_eq!(st, WcStatus::RemoteAccess, "an RDMA write into the ring");
     assert_eq!(net.stats().writes, 0);
+    // registered memory stays mapped until deregistered
+    dev.deregister(&local).unwrap();
+    drop(evil);
     // the spectra are untouched: a consumer still reads them all
     let c = Consumer::start(consumer_config(4, bytes, None), |p, _, pass| {
         pass.fill(p.spectral_window == 1)

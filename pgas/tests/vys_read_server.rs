@@ -149,12 +149,15 @@ fn a_stranger_gets_no_session() {
 /// A read server that holds the stream key but misbehaves after the
 /// handshake: `Silent` never answers, `OutsideLanding` answers with a
 /// deposit outside the consumer's buffers, `WrongId` answers a read the
-/// consumer never asked for. Runs until `stop` is set (10 s at most).
-#[derive(Clone, Copy, Debug)]
+/// consumer never asked for, `RdmaSilent` offers RDMA reads in its
+/// `WELCOME` and never answers the consumer's queue pair. Runs until
+/// `stop` is set (10 s at most).
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Rogue {
     Silent,
     OutsideLanding,
     WrongId,
+    RdmaSilent,
 }
 
 fn rogue_server(
@@ -183,7 +186,7 @@ fn rogue_server(
                         server_nonce: sn,
                         producer: 9,
                         ring_bytes: 1 << 20,
-                        rdma: false,
+                        rdma: mode == Rogue::RdmaSilent,
                     };
                     sock.send_to(&handshake::welcome(&KEY, &cn, &w), from)
                         .unwrap();
@@ -202,13 +205,21 @@ fn rogue_server(
             };
             while let Some((_, d)) = p.next_ready(0) {
                 let mut reads = Vec::new();
-                let _ = r.feed(1, &d[HEADER..d.len() - TAG], 0, &mut Vec::new(), &mut |m| {
-                    reads.push([m.words[0], m.words[2], m.words[3]]);
-                });
+                let _ = r.feed(
+                    1,
+                    &d[HEADER..d.len() - TAG],
+                    64,
+                    &mut Vec::new(),
+                    &mut |m| {
+                        if m.words.len() == 5 {
+                            reads.push([m.words[0], m.words[2], m.words[3]]);
+                        }
+                    },
+                );
                 for [id, stride, landing] in reads {
                     let slot = vec![0u8; stride as usize];
                     let (id, deposit) = match mode {
-                        Rogue::Silent => continue,
+                        Rogue::Silent | Rogue::RdmaSilent => continue,
                         Rogue::OutsideLanding => (id, landing + (1 << 40)),
                         Rogue::WrongId => (id ^ 0xdead_0000, landing),
                     };
@@ -288,4 +299,35 @@ fn a_misbehaving_read_server_fails_reads_cleanly() {
         stop.store(true, Ordering::Release);
         server.join().unwrap();
     }
+}
+
+/// A read server that offers RDMA reads and never answers the consumer's
+/// queue pair: the session is given up within the connect wait, saying
+/// so (a queue pair it might still make would never be used), instead of
+/// being kept with a request half done.
+#[test]
+fn an_rdma_offer_that_never_comes_fails_the_connect_in_time() {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (addr, server) = rogue_server(Rogue::RdmaSilent, stop.clone());
+    let ep = splitrt_runtime::fabric::rdma::verbs::QpEndpoint {
+        lid: 1,
+        qpn: 2,
+        psn: 3,
+        gid: [0; 16],
+    };
+    let t = Instant::now();
+    let r = RemoteRing::connect(
+        addr,
+        &KEY,
+        4,
+        4096,
+        Duration::from_millis(400),
+        Duration::from_millis(600),
+        Some(ep),
+    );
+    let e = r.err().expect("no offer came");
+    assert!(e.to_string().contains("offered no RDMA reads"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    stop.store(true, Ordering::Release);
+    server.join().unwrap();
 }

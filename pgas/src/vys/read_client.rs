@@ -244,9 +244,19 @@ impl RemoteRing {
             unsafe { libc::poll(&mut p, 1, ms) };
             ring.progress(&mut done);
         }
-        if ring.offer.is_some_and(|o| o.len != ring.ring_bytes) {
-            // not the ring the WELCOME described: read through the session
-            ring.offer = None;
+        match ring.rdma {
+            // the queue pair never left: read through the session
+            Asking::Send(_) => ring.rdma = Asking::No,
+            // the server may yet make a queue pair for it, which this side
+            // would never use: give the session up (its queue pair goes
+            // with it when its keepalives stop) and let the caller retry
+            Asking::Sent => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the vys read server at {addr} offered no RDMA reads within {wait:?}"),
+                ))
+            }
+            Asking::No | Asking::Answered => {}
         }
         Ok(ring)
     }
@@ -365,7 +375,9 @@ impl RemoteRing {
                 });
             self.proto.recycle(d);
             if let (Some(a), Asking::Sent) = (answer, self.rdma) {
-                self.offer = a;
+                // an offer of another ring than the WELCOME described is
+                // refused: reads then go through the session
+                self.offer = a.filter(|o| o.len == self.ring_bytes);
                 self.rdma = Asking::Answered;
             }
             for &(id, status, deposit, len) in &got {
