@@ -496,6 +496,7 @@ impl Consumer {
             starved: 0,
             overflow_seen: 0,
             done: Vec::new(),
+            finished: Vec::new(),
             pass: Vec::new(),
             fds: Vec::new(),
         };
@@ -584,6 +585,9 @@ struct Worker {
     starved: u64,
     overflow_seen: u64,
     done: Vec<Done>,
+    /// Reads finished in one progress round: product, announcement, read,
+    /// by RDMA (kept to reuse its allocation).
+    finished: Vec<(Arc<Product>, SpectrumInfo, Done, bool)>,
     /// The filter's answers for one signal (kept to reuse its allocation).
     pass: Vec<bool>,
     /// The descriptors `wait` polls (likewise).
@@ -918,8 +922,7 @@ impl Worker {
     }
 
     fn progress_remote(&mut self) {
-        // (product, announcement, read, by RDMA)
-        let mut finished: Vec<(Arc<Product>, SpectrumInfo, Done, bool)> = Vec::new();
+        let mut finished = std::mem::take(&mut self.finished);
         let mut done = std::mem::take(&mut self.done);
         for r in self.routes.values_mut() {
             if let Route::Remote(x) = r {
@@ -955,7 +958,7 @@ impl Worker {
                 finished.push((p, i, d, true));
             }
         }
-        for (product, info, d, by_rdma) in finished {
+        for (product, info, d, by_rdma) in finished.drain(..) {
             match d.result {
                 ReadResult::Slot if by_rdma => {
                     self.stats.rdma_reads += 1;
@@ -979,6 +982,7 @@ impl Worker {
                 }
             }
         }
+        self.finished = finished;
     }
 }
 

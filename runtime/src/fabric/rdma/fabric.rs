@@ -158,6 +158,8 @@ struct Dev<V: Verbs> {
     /// earlier means all of those are done).
     nb_posted: Vec<u64>,
     nb_done: Vec<u64>,
+    /// `quiet`'s snapshot of `nb_posted` (kept to reuse its allocation).
+    nb_want: Vec<u64>,
     /// Why the fabric stopped (every later call fails with it).
     failed: Option<String>,
     scratch: Vec<Completion>,
@@ -255,6 +257,7 @@ impl<V: Verbs> PendingRdma<V> {
             rma_pending: 0,
             nb_posted: vec![0; size],
             nb_done: vec![0; size],
+            nb_want: Vec::with_capacity(size),
             failed: None,
             scratch: Vec::new(),
             cache: RegCache::new(cfg.reg_cache, REG_CACHE_ENTRIES),
@@ -822,16 +825,29 @@ impl<V: Verbs> RdmaFabric<V> {
     /// fails if one failed. Puts posted meanwhile are not waited for.
     pub fn quiet(&self) -> Result<()> {
         let mut d = self.dev.lock();
-        let want = d.nb_posted.clone();
+        if d.nb_done == d.nb_posted {
+            return Ok(());
+        }
+        let mut want = std::mem::take(&mut d.nb_want);
+        want.clear();
+        want.extend_from_slice(&d.nb_posted);
         let since = Instant::now();
-        while let Some(peer) = (0..self.size).find(|&p| d.nb_done[p] < want[p]) {
-            self.reap(&mut d)?;
+        let r = loop {
+            let Some(peer) = (0..self.size).find(|&p| d.nb_done[p] < want[p]) else {
+                break Ok(());
+            };
+            if let Err(e) = self.reap(&mut d) {
+                break Err(e);
+            }
             if d.nb_done[peer] < want[peer] {
-                self.waited_too_long(since, peer, "non-blocking puts to complete")?;
+                if let Err(e) = self.waited_too_long(since, peer, "non-blocking puts to complete") {
+                    break Err(e);
+                }
                 parking_lot::MutexGuard::bump(&mut d);
             }
-        }
-        Ok(())
+        };
+        d.nb_want = want;
+        r
     }
 
     /// An error once a wait for `what` toward `peer` has lasted past
