@@ -10,6 +10,8 @@ use splitrt_pgas::vys::rdma_device::RdmaDevice;
 use splitrt_pgas::vys::signal::DigestKind;
 use splitrt_runtime::fabric::rdma::model::ModelNetwork;
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const KEY: [u8; 32] = [0x42; 32];
@@ -135,6 +137,9 @@ fn lap(reads: Reads, digest: DigestKind, total: u64, n: u16) -> (u64, u64, u64) 
     cc.queue_len = 1 << 16;
     cc.rdma = rdma;
     let c = Consumer::start(cc, |_, _, pass| pass.fill(true)).unwrap();
+    // the newest spectrum the consumer has an outcome for
+    let seen = Arc::new(AtomicU64::new(0));
+    let seen_w = seen.clone();
     let writer = std::thread::spawn(move || {
         let pr = ProductId {
             stations: [1, 1],
@@ -145,12 +150,17 @@ fn lap(reads: Reads, digest: DigestKind, total: u64, n: u16) -> (u64, u64, u64) 
         for t in 1..=total {
             checkable::fill((pr.stations, 0, 0), t, &mut d);
             p.write(pr, &d, t).unwrap();
-            if t % 8192 == 0 {
-                // a pause now and then, long enough for the consumer to
-                // drain its backlog and meet the newest slots at rest
-                // (flat out on 2 CPUs nearly every read may be lapped)
+            if t % 65_536 == 0 {
+                // Now and then the writer waits until the consumer has
+                // the spectrum it just wrote (flat out on 2 CPUs nearly
+                // every read may be lapped): that one is read at rest,
+                // so some reads are valid whatever the scheduling. At
+                // most 1 s (the consumer may have starved it).
                 p.flush().unwrap();
-                std::thread::sleep(Duration::from_millis(3));
+                let until = Instant::now() + Duration::from_secs(1);
+                while seen_w.load(Ordering::Relaxed) < t && Instant::now() < until {
+                    std::thread::yield_now();
+                }
             }
         }
         p.flush().unwrap();
@@ -172,9 +182,13 @@ fn lap(reads: Reads, digest: DigestKind, total: u64, n: u16) -> (u64, u64, u64) 
                     "a torn spectrum delivered as valid: t={} ({how}, {digest:?})",
                     s.info.timestamp
                 );
+                seen.fetch_max(s.info.timestamp, Ordering::Relaxed);
                 valid += 1;
             }
-            Some(Message::VerificationFailure { .. }) => overwritten += 1,
+            Some(Message::VerificationFailure { info, .. }) => {
+                seen.fetch_max(info.timestamp, Ordering::Relaxed);
+                overwritten += 1;
+            }
             Some(Message::End { stats, .. }) => break stats,
             Some(_) => other += 1,
             None => {}
