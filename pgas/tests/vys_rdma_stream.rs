@@ -386,3 +386,95 @@ fn a_producer_that_goes_away_fails_the_reads_of_it_and_nothing_hangs() {
     };
     assert_eq!((stats.valid, stats.read_failures), (20, 20), "{stats:?}");
 }
+
+/// A consumer that holds the key but sends a malformed queue pair (wrong
+/// length), or asks twice: its session is closed, no queue pair is left,
+/// and the server goes on serving others.
+#[test]
+fn a_malformed_or_repeated_rdma_request_closes_the_session() {
+    use splitrt_pgas::vys::read_proto::{session_config, T_RDMA};
+    use splitrt_runtime::fabric::frames::OutMsg;
+    use splitrt_runtime::fabric::rdma::verbs::{Access, QpCaps, Verbs};
+    use splitrt_runtime::fabric::udp::proto::Proto;
+    let net = ModelNetwork::new(19);
+    let p = producer(7, 512, 16, Some(RdmaDevice::verbs_model(net.clone())));
+    let server = p.server().unwrap().stats();
+    let mut dev = net.device("rogue");
+    let qp = dev
+        .create_qp(QpCaps {
+            send_depth: 4,
+            recv_depth: 1,
+            max_inline: 0,
+            remote: Access::Local,
+        })
+        .unwrap();
+    let good = dev.endpoint(qp).encode();
+    // (payloads of the RDMA messages each session sends, then whether a
+    // queue pair may be left for it)
+    let cases: [(&[&[u8]], usize); 2] = [(&[&good[..3]], 0), (&[&good, &good], 0)];
+    for (i, (payloads, qps_left)) in cases.iter().enumerate() {
+        let closed = server.closed.load(Ordering::Relaxed);
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.connect(p.address()).unwrap();
+        sock.set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        let cn = [i as u8 + 1; 32];
+        let hello = handshake::Hello {
+            consumer_nonce: cn,
+            rdma: true,
+        };
+        sock.send(&handshake::hello(&KEY, &hello)).unwrap();
+        let mut b = vec![0u8; 65_536];
+        let n = sock.recv(&mut b).unwrap();
+        let w = handshake::read_welcome(&KEY, &cn, &b[..n]).expect("welcome");
+        assert!(w.rdma, "RDMA reads offered");
+        let t0 = Instant::now();
+        let key = handshake::session_key(&KEY, &cn, &w.server_nonce);
+        let mut proto = Proto::new(1, 2, session_config(), key, 0);
+        for pl in payloads.iter() {
+            let m = OutMsg {
+                tag: T_RDMA,
+                words: &[],
+                payload: pl,
+                deposit: None,
+            };
+            proto.send(t0.elapsed().as_nanos() as u64, 0, 0, &m, 0);
+        }
+        // move datagrams until the server closes the session (5 s at most)
+        while server.closed.load(Ordering::Relaxed) == closed {
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "case {i}: session kept"
+            );
+            let now = t0.elapsed().as_nanos() as u64;
+            proto.poll_transmit(now, true, &mut |_, d| {
+                let _ = sock.send(d);
+            });
+            if let Ok(n) = sock.recv(&mut b) {
+                let mut d = proto.buffer();
+                d.extend_from_slice(&b[..n]);
+                let _ = proto.handle_datagram(now, d);
+            }
+            if now >= proto.poll_timeout() {
+                proto.handle_timeout(now);
+            }
+        }
+        assert_eq!(
+            server.rdma_open.load(Ordering::Relaxed) as usize,
+            *qps_left,
+            "case {i}"
+        );
+    }
+    // only the rogue's own queue pair is left
+    assert_eq!(net.live_qps(), 1);
+    // a well-behaved consumer is still served
+    let mut p = p;
+    let c = Consumer::start(
+        consumer_config(7, 512, Some(RdmaDevice::verbs_model(net.clone()))),
+        |p, _, pass| pass.fill(p.spectral_window == 1),
+    )
+    .unwrap();
+    produce(&mut p, 512, 5);
+    let (valid, stats) = drain(&c, |id| id.spectral_window == 1, 5);
+    assert_eq!((valid, stats.rdma_reads), (5, 5));
+}
