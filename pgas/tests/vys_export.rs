@@ -97,6 +97,9 @@ fn a_consumer_reads_a_producer_process_ring_read_only_and_never_torn() {
         std::io::Error::last_os_error().raw_os_error(),
         Some(libc::EACCES)
     );
+    // nor can the ring be changed through the file behind the mapping,
+    // opened again read-write as an attacker would
+    attack_the_file_behind(ring.base());
     let words = ring.words();
     let (mut valid, mut overwritten) = (0u64, 0u64);
     let mut out = vec![0u8; BYTES];
@@ -135,6 +138,85 @@ fn a_consumer_reads_a_producer_process_ring_read_only_and_never_torn() {
     assert!(st.success(), "producer failed");
     assert!(valid > 1000, "valid {valid}, overwritten {overwritten}");
     println!("{valid} valid, {overwritten} overwritten, none torn");
+}
+
+/// Open the file behind the mapping at `base` again, read-write (through
+/// `/proc/self/map_files`, as root; an unprivileged consumer that keeps the
+/// descriptor it was passed reopens `/proc/self/fd/N` the same way), and
+/// try every way to change or resize the producer's ring: each must fail.
+fn attack_the_file_behind(base: *const u8) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let at = base as usize;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let range = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .find(|r| {
+            let (a, b) = r.split_once('-').unwrap();
+            let (a, b) = (
+                usize::from_str_radix(a, 16).unwrap(),
+                usize::from_str_radix(b, 16).unwrap(),
+            );
+            (a..b).contains(&at)
+        })
+        .expect("the ring's mapping is listed")
+        .to_string();
+    let path = format!("/proc/self/map_files/{range}");
+    let f = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) && !is_root() => {
+            // map_files needs CAP_SYS_ADMIN; CI runs as root
+            println!("not root: reopening {path} refused ({e}); attack skipped");
+            return;
+        }
+        Err(e) => panic!("reopening {path} read-write failed unexpectedly: {e}"),
+    };
+    let w = f.write_at(&[0xff; 8], 0);
+    assert!(w.is_err(), "a consumer wrote the producer's ring: {w:?}");
+    // SAFETY: an attempt at a shared writable mapping of the reopened
+    // file; it is expected to fail, and is unmapped if it does not.
+    let m = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    if m != libc::MAP_FAILED {
+        // SAFETY: the mapping just made, 4096 bytes.
+        unsafe { libc::munmap(m, 4096) };
+        panic!("a consumer mapped the producer's ring writable");
+    }
+    let t = f.set_len(0);
+    assert!(t.is_err(), "a consumer shrank the producer's ring");
+    let t = f.set_len(1 << 30);
+    assert!(t.is_err(), "a consumer grew the producer's ring");
+    // SAFETY: fallocate on a descriptor we own; expected to fail.
+    let p = unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            0,
+            4096,
+        )
+    };
+    assert_eq!(p, -1, "a consumer punched a hole in the producer's ring");
+    // SAFETY: fcntl on a descriptor we own; expected to fail (sealed).
+    let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_WRITE) };
+    assert_eq!(r, -1, "a consumer changed the ring's seals");
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// Someone squatting producer X's handover name: one that knows the key

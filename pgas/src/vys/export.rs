@@ -10,6 +10,16 @@
 //! socket's name cannot pass off memory of its own as the producer's. The consumer can map that ring and nothing
 //! else of the producer, and cannot map it writable: the kernel refuses a
 //! shared writable mapping of a read-only descriptor.
+//!
+//! A read-only descriptor alone is not enough: a memory file can be opened
+//! again through `/proc/self/fd/N`, read-write. So the producer *seals* the
+//! file once it has mapped it (`F_SEAL_FUTURE_WRITE`, `F_SEAL_SHRINK`,
+//! `F_SEAL_GROW`, `F_SEAL_SEAL`): its own mapping stays writable, but no
+//! one, the producer included, can write the file through a new mapping or
+//! `write`, punch holes in it, or change its size (which would make the
+//! producer's next write a `SIGBUS`). The consumer refuses a ring without
+//! those seals, so a producer cannot shrink a ring under its consumers
+//! either.
 
 use super::ring::{read_validated, ReadOutcome};
 use super::signal::{DigestKind, SpectrumInfo};
@@ -22,6 +32,12 @@ use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 const NONCE: usize = 32;
+
+/// The seals a ring's memory file carries before any consumer sees it: no
+/// new writable mapping or `write` (the producer's own mapping stays
+/// writable), no size change, no further seal change.
+const RING_SEALS: libc::c_int =
+    libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 /// Longest either side of a handover waits for the other (a local socket:
 /// anything slower is a peer that will not answer).
 pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
@@ -76,7 +92,9 @@ impl ExportedRing {
         let name = c"splitrt-vys-ring";
         // SAFETY: memfd_create with a valid C string and flags; the result
         // is checked before use and owned by the File.
-        let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        let fd = unsafe {
+            libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -92,6 +110,16 @@ impl ExportedRing {
         // ones. Best effort (before Linux 5.14, or short of memory, the
         // pages come at first touch as before).
         let _ = map.advise(memmap2::Advice::PopulateWrite);
+        // SAFETY: fcntl on a descriptor we own; the result is checked.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, RING_SEALS) } < 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(
+                e.kind(),
+                format!(
+                    "vys producer: cannot seal the ring's memory file against writes and                      resizing by its readers (F_SEAL_FUTURE_WRITE needs Linux 5.1): {e}"
+                ),
+            ));
+        }
         Ok(ExportedRing { file, map, len })
     }
 
@@ -213,6 +241,14 @@ impl ImportedRing {
         }
         let len = usize::try_from(len)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "ring length"))?;
+        // SAFETY: fcntl on the descriptor we were passed; checked.
+        let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & RING_SEALS != RING_SEALS {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "the producer's ring is not sealed against writes and resizing by others                  (a reader could shrink it under the producer and us)",
+            ));
+        }
         if file.metadata()?.len() < len as u64 || !len.is_multiple_of(8) {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "ring length"));
         }
