@@ -122,21 +122,34 @@ fn run(a: Args) -> Result<u64, String> {
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(a.duration_s);
     let mut tick = start;
-    let (mut valid, mut bytes, mut mismatched, mut dumped, mut other) =
-        (0u64, 0u64, 0u64, 0usize, 0u64);
-    let (mut last_valid, mut last_bytes) = (0u64, 0u64);
+    let (mut bytes, mut mismatched, mut unfiltered, mut dumped) = (0u64, 0u64, 0u64, 0usize);
+    let mut kinds = Kinds::default();
+    let mut last = (kinds, 0u64);
     let mut stopping = false;
     let stats: ConsumerStats = loop {
         if !stopping && Instant::now() >= end {
             c.shutdown();
             stopping = true;
         }
+        if a.stats_s > 0.0 && tick.elapsed().as_secs_f64() >= a.stats_s {
+            let dt = tick.elapsed().as_secs_f64();
+            let (k0, b0) = last;
+            println!(
+                "stats: spectra/s={:.0} MB/s={:.1} {}",
+                (kinds.valid - k0.valid) as f64 / dt,
+                (bytes - b0) as f64 / dt / 1e6,
+                kinds.since(&k0)
+            );
+            let _ = std::io::stdout().flush();
+            tick = Instant::now();
+            last = (kinds, bytes);
+        }
         let Some(m) = c.recv(Duration::from_millis(50)) else {
             continue;
         };
+        kinds.count(&m);
         match m {
             Message::Valid(s) => {
-                valid += 1;
                 bytes += s.data().len() as u64;
                 let p = &s.product;
                 let id = (p.stations, p.spectral_window, p.stokes);
@@ -146,6 +159,10 @@ fn run(a: Args) -> Result<u64, String> {
                         "MISMATCH {id:?} timestamp {} seq {}",
                         s.info.timestamp, s.info.seq
                     );
+                }
+                if a.check && !wanted(p.stations, p.spectral_window, p.stokes) {
+                    unfiltered += 1;
+                    eprintln!("NOT CHOSEN {id:?} timestamp {} delivered", s.info.timestamp);
                 }
                 if dumped < a.dump {
                     dumped += 1;
@@ -169,26 +186,16 @@ fn run(a: Args) -> Result<u64, String> {
                 break stats;
             }
             m => {
-                other += 1;
-                if other <= 20 {
+                if kinds.not_valid() <= 20 {
                     eprintln!("{m}");
                 }
             }
         }
-        if a.stats_s > 0.0 && tick.elapsed().as_secs_f64() >= a.stats_s {
-            let dt = tick.elapsed().as_secs_f64();
-            println!(
-                "stats: spectra/s={:.0} MB/s={:.1} valid={valid}",
-                (valid - last_valid) as f64 / dt,
-                (bytes - last_bytes) as f64 / dt / 1e6
-            );
-            tick = Instant::now();
-            (last_valid, last_bytes) = (valid, bytes);
-        }
     };
+    let valid = kinds.valid;
     let secs = start.elapsed().as_secs_f64();
     println!(
-        "vys_consumer: valid={valid} mismatched={mismatched} bytes={bytes} seconds={secs:.3} \
+        "vys_consumer: valid={valid} mismatched={mismatched} unfiltered={unfiltered} bytes={bytes} seconds={secs:.3} \
          signals={} chosen={} verification_failures={} read_failures={} starved={} \
          signals_lost={} bad_signals={} version_mismatches={} queue_dropped={} local_reads={} \
          remote_reads={} rdma_reads={}",
@@ -205,5 +212,62 @@ fn run(a: Args) -> Result<u64, String> {
         stats.remote_reads,
         stats.rdma_reads
     );
-    Ok(mismatched)
+    Ok(mismatched + unfiltered)
+}
+
+/// Messages taken from the queue, by kind (each `Message` counts once;
+/// the starvation and queue alerts carry how many they stand for, and
+/// those are summed).
+#[derive(Default, Clone, Copy)]
+struct Kinds {
+    valid: u64,
+    verification_failures: u64,
+    read_failures: u64,
+    starved: u64,
+    signals_lost: u64,
+    queue_dropped: u64,
+    bad_signals: u64,
+    version_mismatches: u64,
+}
+
+impl Kinds {
+    fn count(&mut self, m: &Message) {
+        match m {
+            Message::Valid(_) => self.valid += 1,
+            Message::VerificationFailure { .. } => self.verification_failures += 1,
+            Message::ReadFailure { .. } => self.read_failures += 1,
+            Message::DataBufferStarvation { spectra } => self.starved += spectra,
+            Message::SignalBufferStarvation { signals } => self.signals_lost += signals,
+            Message::QueueAlert { dropped } => self.queue_dropped += dropped,
+            Message::SignalReceiveFailure { .. } => self.bad_signals += 1,
+            Message::VersionMismatch { .. } => self.version_mismatches += 1,
+            Message::End { .. } => {}
+        }
+    }
+
+    fn not_valid(&self) -> u64 {
+        self.verification_failures
+            + self.read_failures
+            + self.bad_signals
+            + self.version_mismatches
+            + u64::from(self.starved > 0)
+            + u64::from(self.signals_lost > 0)
+            + u64::from(self.queue_dropped > 0)
+    }
+
+    /// This interval's counts of every kind, as `name=n` pairs.
+    fn since(&self, o: &Kinds) -> String {
+        format!(
+            "valid={} verification_failures={} read_failures={} starved={} signals_lost={} \
+             queue_dropped={} bad_signals={} version_mismatches={}",
+            self.valid - o.valid,
+            self.verification_failures - o.verification_failures,
+            self.read_failures - o.read_failures,
+            self.starved - o.starved,
+            self.signals_lost - o.signals_lost,
+            self.queue_dropped - o.queue_dropped,
+            self.bad_signals - o.bad_signals,
+            self.version_mismatches - o.version_mismatches
+        )
+    }
 }

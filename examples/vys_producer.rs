@@ -182,16 +182,18 @@ fn run(a: Args) -> Result<(), String> {
     let secs = start.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs_f64(a.linger_s));
     let s = p.stats();
-    let (served, sessions) = p.server().map_or((0, 0), |x| {
+    let (served, sessions, closed) = p.server().map_or((0, 0, 0), |x| {
         use std::sync::atomic::Ordering::Relaxed;
         (
             x.stats().reads.load(Relaxed),
             x.stats().sessions.load(Relaxed),
+            x.stats().closed.load(Relaxed),
         )
     });
     println!(
         "vys_producer: integrations={n} spectra={} signals={} signal_errors={} seconds={secs:.3} \
-         spectra_per_s={:.0} late_integrations={late} remote_reads_served={served} sessions={sessions}",
+         spectra_per_s={:.0} late_integrations={late} remote_reads_served={served} sessions={sessions} \
+         sessions_closed={closed}",
         s.spectra,
         s.signals,
         s.signal_errors,

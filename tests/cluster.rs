@@ -432,6 +432,7 @@ fn vys_producers_and_consumers_across_hosts() {
     for s in [&s1, &s3] {
         for k in [
             "mismatched",
+            "unfiltered",
             "verification_failures",
             "read_failures",
             "starved",

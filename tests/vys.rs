@@ -90,6 +90,7 @@ fn several_producers_and_consumers_get_exactly_what_their_filters_chose() {
         assert_eq!(v("valid"), want, "{}", r.stdout);
         for k in [
             "mismatched",
+            "unfiltered",
             "verification_failures",
             "read_failures",
             "starved",
@@ -116,9 +117,11 @@ fn several_producers_and_consumers_get_exactly_what_their_filters_chose() {
 }
 
 /// A consumer that starts after the producer and two killed mid-run (one
-/// mapping the ring, one in a read session): the producer keeps its
-/// schedule and finishes, the undisturbed consumer gets every spectrum it
-/// chose, and the producer's read server closes the dead session.
+/// mapping the ring, one in a read session), each killed only once it has
+/// delivered valid spectra: the producer keeps its schedule and finishes,
+/// the undisturbed consumer gets every spectrum it chose, and the
+/// producer's read server closes the dead consumer's session (5 s of
+/// silence) while it lingers.
 #[test]
 fn late_and_killed_consumers_leave_the_producer_and_others_undisturbed() {
     let _lock = job_lock();
@@ -136,19 +139,18 @@ fn late_and_killed_consumers_leave_the_producer_and_others_undisturbed() {
         "vys_producer",
         &key,
         &g,
-        "--antennas 2 --spectral-windows 2 --stokes 1 --channels 256 --integration-ms 2 --integrations 1500 --checkable --buffer-ms 500",
+        "--antennas 2 --spectral-windows 2 --stokes 1 --channels 256 --integration-ms 2 \
+         --integrations 1500 --checkable --buffer-ms 500 --linger-s 6",
     );
     std::thread::sleep(Duration::from_millis(500));
-    let mut late_local = start("vys_consumer", &key, &g, "--duration-s 30 --check");
-    let mut late_remote = start(
-        "vys_consumer",
-        &key,
-        &g,
-        "--duration-s 30 --check --remote-only",
-    );
-    let _a = wait_ready(&mut late_local);
-    let _b = wait_ready(&mut late_remote);
-    std::thread::sleep(Duration::from_millis(800));
+    let args = "--duration-s 30 --check --stats-s 0.1";
+    let mut late_local = start("vys_consumer", &key, &g, args);
+    let mut late_remote = start("vys_consumer", &key, &g, &format!("{args} --remote-only"));
+    let mut a = wait_ready(&mut late_local);
+    let mut b = wait_ready(&mut late_remote);
+    // both are reading before they are killed
+    wait_valid(&mut a, "late local consumer");
+    wait_valid(&mut b, "late remote consumer");
     late_local.kill().unwrap();
     late_remote.kill().unwrap();
     let _ = late_local.wait();
@@ -166,11 +168,17 @@ fn late_and_killed_consumers_leave_the_producer_and_others_undisturbed() {
         "the remote consumer had a session: {}",
         r.stdout
     );
+    assert!(
+        pv("sessions_closed") >= 1,
+        "the killed consumer's session was closed: {}",
+        r.stdout
+    );
     // 3 baselines x 1 window (spw 0) x 1 stokes per integration
     let sv = |k| summary_value(&s.stdout, "vys_consumer:", k);
     assert_eq!(sv("valid"), 3 * integrations, "{}\n{}", s.stdout, s.stderr);
     for k in [
         "mismatched",
+        "unfiltered",
         "verification_failures",
         "read_failures",
         "starved",
@@ -195,6 +203,32 @@ fn late_and_killed_consumers_leave_the_producer_and_others_undisturbed() {
     assert!(
         secs < 6.0,
         "the producer fell behind: {secs} s for a 3 s schedule"
+    );
+}
+
+/// Read a consumer's `stats:` lines until one counts valid spectra (at
+/// most 10 s).
+fn wait_valid(out: &mut std::process::ChildStdout, who: &str) {
+    use std::io::Read;
+    let t = std::time::Instant::now();
+    let mut seen = Vec::new();
+    let mut b = [0u8; 1];
+    while t.elapsed() < Duration::from_secs(10) {
+        if out.read(&mut b).unwrap_or(0) == 0 {
+            break;
+        }
+        seen.push(b[0]);
+        if b[0] == b'\n' {
+            let text = String::from_utf8_lossy(&seen);
+            let line = text.lines().last().unwrap_or("");
+            if line.starts_with("stats:") && summary_value(line, "stats:", "valid") > 0 {
+                return;
+            }
+        }
+    }
+    panic!(
+        "{who} delivered nothing: {}",
+        String::from_utf8_lossy(&seen)
     );
 }
 

@@ -204,6 +204,13 @@ fn lap(reads: Reads, digest: DigestKind, total: u64, n: u16) -> (u64, u64, u64) 
     assert_eq!(valid, stats.valid);
     assert!(stats.queue_dropped == 0, "{stats:?}");
     assert_eq!(overwritten, stats.verification_failures);
+    // every chosen spectrum got exactly one outcome
+    assert_eq!(
+        stats.chosen,
+        stats.valid + stats.verification_failures + stats.read_failures + stats.starved,
+        "{stats:?}"
+    );
+    assert_eq!(stats.read_failures, 0, "{stats:?}");
     (valid, overwritten, written)
 }
 

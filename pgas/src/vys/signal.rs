@@ -338,6 +338,22 @@ mod tests {
              2900000000000000\
              cdab000000000000"
         );
+        let second = SIGNAL_HEADER + SIGNAL_ENTRY;
+        assert_eq!(
+            hex(&b[second..second + SIGNAL_ENTRY]),
+            "0030000000000000\
+             f469e5cf8b010000\
+             2a00000000000000\
+             3412000000000000"
+        );
+        // the tag: the first 16 bytes of keyed BLAKE3 over all before it,
+        // pinned, so a change of MAC or of what it covers is seen too
+        let end = second + SIGNAL_ENTRY;
+        assert_eq!(hex(&b[end..]), "1f01f455f31ed5b539fb2c8baf42307f");
+        assert_eq!(
+            &b[end..],
+            &blake3::keyed_hash(&KEY, &b[..end]).as_bytes()[..SIGNAL_TAG]
+        );
         assert_eq!(Signal::decode(&b, &KEY).unwrap(), sample());
     }
 
