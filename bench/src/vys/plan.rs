@@ -282,6 +282,7 @@ impl Plan {
             Place::Across => vec![
                 s(1, 1, Reads::Remote, DigestKind::None),
                 s(1, 1, Reads::Remote, DigestKind::Crc32c),
+                s(2, 2, Reads::Remote, DigestKind::None),
             ],
         };
         let scan_slots: &[usize] = if quick {

@@ -389,10 +389,12 @@ fn targets(plan: &Plan, stream: &[Summary]) -> String {
                 let _ = writeln!(
                     t,
                     "  1x1 local none {:>8}: delivered / memcpy {:.3} (target >= {TARGET_RATIO}): {} \
-                     (delivered / pipe {:.3}, / cold pipe {:.3}; read / memcpy {:.3}, valid {}%)",
+                     (no consumer can pass produced / memcpy {:.3}; \
+                     delivered / pipe {:.3}, / cold pipe {:.3}; read / memcpy {:.3}, valid {}%)",
                     size_label(Some(s.row.size)),
                     s.ratio_memcpy,
                     verdict(s.ratio_memcpy >= TARGET_RATIO),
+                    s.produced * s.row.size as f64 / 1e9 / s.memcpy,
                     s.ratio_pipe,
                     s.ratio_cold,
                     s.read / s.memcpy,
