@@ -1,11 +1,13 @@
 //! `splitrt-bench gasnet`: GASNet-EX's own microbenchmark methodology
 //! (`testam`: AM Short / Medium / Long ping-pong and flood, see
-//! [`testam`]) run by splitrt, and with `--gasnet DIR` the user's own
-//! GASNet-EX smp-conduit `testam` run back to back with it in the same
-//! invocation, round after round, rows paired by their description and
-//! shown with the ratio. Every round also measures the raw cache-line
-//! round trip (the floor of the moment). Nothing of GASNet-EX is
-//! downloaded or built here.
+//! [`testam`]; `testsmall` and `testlarge`: put / get latency and
+//! throughput, see [`testrma`]) run by splitrt, and with `--gasnet DIR`
+//! the user's own GASNet-EX smp-conduit `testam`, `testsmall` and
+//! `testlarge` run back to back with it in the same invocation, round after
+//! round, rows paired by test, round and description and shown with the
+//! ratio. Every round also measures the raw cache-line round trip (the
+//! floor of the moment). Nothing of GASNet-EX is downloaded or built
+//! here.
 
 pub mod testam;
 pub mod testrma;
@@ -35,8 +37,15 @@ pub struct Options {
     pub max_size: usize,
 }
 
-/// Microseconds per row description, one value per round.
-type Rows = BTreeMap<String, Vec<f64>>;
+/// Microseconds per row description: (round, value), one per round that
+/// printed the row (a round whose GASNet-EX test failed has none, and the
+/// ratios pair rounds by number, never by position).
+type Rows = BTreeMap<String, Vec<(usize, f64)>>;
+
+/// The values of one row, rounds dropped.
+fn values(v: &[(usize, f64)]) -> Vec<f64> {
+    v.iter().map(|&(_, x)| x).collect()
+}
 
 /// The largest size of `kind` (`AMMedium`, `AMLong`) among the rows.
 fn max_size_of(rows: &Rows, kind: &str) -> Option<usize> {
@@ -52,9 +61,9 @@ fn key(desc: &str) -> String {
     desc.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Parse `desc \t us \t MB/s` rows (ours) into `rows`; returns the extra
-/// lines (maxima, raw line) as (key, value).
-fn parse_ours(text: &str, rows: &mut Rows, extra: &mut Rows) {
+/// Parse `desc \t us \t MB/s` rows (ours) of `round` into `rows`; the
+/// extra lines (maxima, raw line) go to `extra`.
+fn parse_ours(text: &str, round: usize, rows: &mut Rows, extra: &mut Rows) {
     for l in text.lines() {
         let mut f = l.split('\t');
         let (Some(d), Some(us)) = (f.next(), f.next().and_then(|v| v.parse::<f64>().ok())) else {
@@ -65,12 +74,13 @@ fn parse_ours(text: &str, rows: &mut Rows, extra: &mut Rows) {
         } else {
             &mut *rows
         };
-        target.entry(key(d)).or_default().push(us);
+        target.entry(key(d)).or_default().push((round, us));
     }
 }
 
-/// Parse `testam`'s report lines (`A: desc: 0.123 sec    0.456 us ...`).
-fn parse_testam(text: &str, rows: &mut Rows) -> usize {
+/// Parse `testam`'s report lines (`A: desc: 0.123 sec    0.456 us ...`)
+/// of `round`.
+fn parse_testam(text: &str, round: usize, rows: &mut Rows) -> usize {
     let mut n = 0;
     for l in text.lines() {
         let mut f = l.splitn(3, ": ");
@@ -86,7 +96,7 @@ fn parse_testam(text: &str, rows: &mut Rows) -> usize {
             _ => None,
         };
         if let Some(us) = us {
-            rows.entry(key(desc)).or_default().push(us);
+            rows.entry(key(desc)).or_default().push((round, us));
             n += 1;
         }
     }
@@ -96,9 +106,11 @@ fn parse_testam(text: &str, rows: &mut Rows) -> usize {
 /// Parse `testsmall` / `testlarge` report lines
 /// (`A:  0 -  8 byte :  1000 iters, latency  4 us total,  0.004 us ave. (PutBlocking latency)`,
 /// `... throughput 47407407.407 KB/sec (PutBlocking throughput)`) as
-/// microseconds per operation, keyed `SIZE byte NAME`; throughput rows
-/// below [`testrma::LARGE_MIN`] or reading 0 (below the timer) are skipped.
-fn parse_rma(text: &str, rows: &mut Rows) -> usize {
+/// microseconds per operation, keyed `TEST: SIZE byte NAME` (`testsmall`
+/// and `testlarge` print throughput rows of the same names and sizes, which
+/// must not pair with each other); throughput rows reading 0 (below the
+/// timer) are skipped.
+fn parse_rma(text: &str, test: &str, round: usize, rows: &mut Rows) -> usize {
     let mut n = 0;
     for l in text.lines() {
         let Some((_, rest)) = l.split_once(" - ") else {
@@ -123,15 +135,15 @@ fn parse_rma(text: &str, rows: &mut Rows) -> usize {
         } else if let Some(i) = w.iter().position(|x| *x == "KB/sec") {
             w.get(i.wrapping_sub(1))
                 .and_then(|v| v.parse::<f64>().ok())
-                .filter(|kbs| *kbs > 0.0 && size >= testrma::LARGE_MIN)
+                .filter(|kbs| *kbs > 0.0)
                 .map(|kbs| size as f64 / (kbs * 1024.0) * 1e6)
         } else {
             None
         };
         if let Some(us) = us {
-            rows.entry(key(&format!("{size} byte {name}")))
+            rows.entry(key(&format!("{test}: {size} byte {name}")))
                 .or_default()
-                .push(us);
+                .push((round, us));
             n += 1;
         }
     }
@@ -164,20 +176,31 @@ fn run_theirs(dir: &Path, test: &str, iters: usize, max: usize) -> Result<String
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn cell(v: Option<&Vec<f64>>) -> String {
+/// `p50 p99 (min..max)` over rounds.
+fn cell(v: Option<&Vec<(usize, f64)>>) -> String {
     match v {
         Some(v) if !v.is_empty() => {
-            let (p50, _) = p50_p99(v);
+            let v = values(v);
+            let (p50, p99) = p50_p99(&v);
             let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
             let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            format!("{p50:9.3} ({lo:.3}..{hi:.3})")
+            format!("{p50:9.3} {p99:.3} ({lo:.3}..{hi:.3})")
         }
         _ => format!("{:>9}", "-"),
     }
 }
 
-fn p50(v: Option<&Vec<f64>>) -> Option<f64> {
-    v.filter(|v| !v.is_empty()).map(|v| p50_p99(v).0)
+fn p50(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| p50_p99(v).0)
+}
+
+/// splitrt / GASNet-EX for each round both printed the row.
+fn round_ratios(theirs: &[(usize, f64)], ours: &[(usize, f64)]) -> Vec<f64> {
+    theirs
+        .iter()
+        .filter(|(_, t)| *t > 0.0)
+        .filter_map(|&(r, t)| ours.iter().find(|&&(q, _)| q == r).map(|&(_, o)| o / t))
+        .collect()
 }
 
 /// Run the comparison.
@@ -188,11 +211,11 @@ pub fn run(o: &Options) -> Result<(), String> {
     } else {
         (o.iters, o.max_size)
     };
-    // testsmall / testlarge: (iterations, largest size)
+    // testsmall / testlarge: (iterations, largest size); their defaults
     let (small, large) = if o.common.quick {
         ((50, 64), (10, 8192))
     } else {
-        ((1000, 1024), (100, 1 << 20))
+        (testrma::SMALL_DEFAULT, testrma::LARGE_DEFAULT)
     };
     let mut ours = Rows::new();
     let mut order: Vec<String> = Vec::new();
@@ -200,7 +223,7 @@ pub fn run(o: &Options) -> Result<(), String> {
     let mut extra = Rows::new();
     let mut notes = String::new();
     let result = o.out.join("gasnet-testam.raw");
-    for round in 0..o.common.reps {
+    for round in 0..o.common.reps as usize {
         // theirs first: its maxima become ours, so the rows pair up
         if let Some(dir) = &o.gasnet {
             for (test, it, mx) in [
@@ -210,9 +233,9 @@ pub fn run(o: &Options) -> Result<(), String> {
             ] {
                 let parsed = run_theirs(dir, test, it, mx).map(|t| {
                     if test == "testam" {
-                        parse_testam(&t, &mut theirs)
+                        parse_testam(&t, round, &mut theirs)
                     } else {
-                        parse_rma(&t, &mut theirs)
+                        parse_rma(&t, test, round, &mut theirs)
                     }
                 });
                 match parsed {
@@ -274,23 +297,30 @@ pub fn run(o: &Options) -> Result<(), String> {
                 .map(key)
                 .collect();
         }
-        parse_ours(&text, &mut ours, &mut extra);
+        parse_ours(&text, round, &mut ours, &mut extra);
     }
     let mut t = String::new();
     let _ = writeln!(
         t,
         "testam methodology, {iters} iterations per row, sizes up to {max} B, {} round(s); \
-         microseconds per iteration: p50 over rounds (min..max); ratio: splitrt / GASNet-EX per round, p50; \
+         testsmall {} iterations up to {} B, testlarge {} iterations from {} B up to {} B; \
+         microseconds per iteration (throughput rows: per operation): p50 p99 over rounds (min..max); \
+         ratio: splitrt / GASNet-EX per round, p50; \
          both single-threaded (GASNet-EX's SEQ library, splitrt {ENV_THREADS}=single)",
-        o.common.reps
+        o.common.reps,
+        small.0,
+        small.1,
+        large.0,
+        testrma::LARGE_MIN,
+        large.1
     );
     for (k, v) in &extra {
         let _ = writeln!(t, "{k}: {}", cell(Some(v)).trim());
     }
     let _ = writeln!(
         t,
-        "{:<44} {:>28} {:>28} {:>8}",
-        "row (testam's description)", "GASNet-EX smp", "splitrt", "ratio"
+        "{:<52} {:>34} {:>34} {:>8}",
+        "row (the test's own description)", "GASNet-EX smp", "splitrt", "ratio"
     );
     let mut csv = String::from(
         "section,source,measurement,size_bytes,unit,median,p99,min,max,reps,noisy,note\n",
@@ -306,19 +336,11 @@ pub fn run(o: &Options) -> Result<(), String> {
         let g = theirs.get(k);
         // per round (theirs and ours ran back to back), then the p50: the
         // host's placement moves between rounds, not within one
-        let ratios: Vec<f64> = g
-            .map(|g| {
-                g.iter()
-                    .zip(v)
-                    .filter(|(t, _)| **t > 0.0)
-                    .map(|(t, o)| o / t)
-                    .collect()
-            })
-            .unwrap_or_default();
-        let ratio = p50(Some(&ratios));
+        let ratios = g.map(|g| round_ratios(g, v)).unwrap_or_default();
+        let ratio = p50(&ratios);
         let r = ratio.map_or("-".to_string(), |r| format!("{r:.2}x"));
-        let _ = writeln!(t, "{k:<44} {:>28} {:>28} {r:>8}", cell(g), cell(Some(v)));
-        let size = k.split(' ').next().and_then(|w| w.parse::<usize>().ok());
+        let _ = writeln!(t, "{k:<52} {:>34} {:>34} {r:>8}", cell(g), cell(Some(v)));
+        let size = k.split(' ').find_map(|w| w.parse::<usize>().ok());
         for (source, vals, note) in [
             ("GASNet-EX smp", g, String::new()),
             (
@@ -327,16 +349,17 @@ pub fn run(o: &Options) -> Result<(), String> {
                 ratio.map_or(String::new(), |r| format!("{r:.3}x GASNet-EX")),
             ),
         ] {
-            let Some(vals) = vals.filter(|x| !x.is_empty()) else {
+            let Some(vals) = vals.filter(|x| !x.is_empty()).map(|x| values(x)) else {
                 continue;
             };
             let lo = vals.iter().cloned().fold(f64::INFINITY, f64::min);
             let hi = vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let (p50, p99) = p50_p99(&vals);
+            let section = k.split_once(": ").map_or("testam", |(t, _)| t);
             let _ = writeln!(
                 csv,
-                "testam,{source},{k},{},us,{:.4},,{lo:.4},{hi:.4},{},{},{note}",
+                "{section},{source},{k},{},us,{p50:.4},{p99:.4},{lo:.4},{hi:.4},{},{},{note}",
                 size.map_or(String::new(), |x| x.to_string()),
-                p50_p99(vals).0,
                 vals.len(),
                 hi > 1.5 * lo
             );
@@ -363,11 +386,12 @@ mod tests {
                       B:     512 AMMedium    flood     one-way   Req            :  0.001 sec    0.200 us   2441.406 MB/s\n\
                       Running 1000 iterations\n";
         let mut t = Rows::new();
-        assert_eq!(parse_testam(theirs, &mut t), 2);
+        assert_eq!(parse_testam(theirs, 0, &mut t), 2);
         let mut o = Rows::new();
         let mut x = Rows::new();
         parse_ours(
             "        AMShort     ping-pong roundtrip ReqRep\t0.250\t0\n    512 AMMedium    flood     one-way   Req\t0.3\t1\nraw cache-line ping-pong roundtrip\t0.06\t0\n",
+            0,
             &mut o,
             &mut x,
         );
@@ -375,5 +399,56 @@ mod tests {
             assert!(t.contains_key(k), "{k} unpaired");
         }
         assert_eq!(x.len(), 1);
+    }
+
+    /// testsmall's and testlarge's throughput rows of one size stay apart,
+    /// and a round GASNet-EX missed pairs with nothing.
+    #[test]
+    fn rma_rows_pair_by_test_and_round() {
+        let line = |kbs: f64| {
+            format!(
+                "0:  0 -       1024 byte :    1000 iters, throughput {kbs:11.3} KB/sec (PutBlocking throughput)\n"
+            )
+        };
+        let lat = "0:  0 -          8 byte :    1000 iters, latency          3 us total,   0.003 us ave. (PutBlocking latency)\n";
+        let mut t = Rows::new();
+        assert_eq!(parse_rma(&(line(1000.0) + lat), "testsmall", 0, &mut t), 2);
+        assert_eq!(parse_rma(&line(2000.0), "testlarge", 0, &mut t), 1);
+        assert_eq!(parse_rma(&line(4000.0), "testlarge", 2, &mut t), 1);
+        // 1024 B at 1000 KB/s (KiB, as the tests count) is 1000 us per op
+        let near = |v: &[(usize, f64)], want: &[(usize, f64)]| {
+            v.len() == want.len()
+                && v.iter()
+                    .zip(want)
+                    .all(|(a, b)| a.0 == b.0 && (a.1 - b.1).abs() < 1e-9 * b.1)
+        };
+        assert!(near(
+            &t["testsmall: 1024 byte PutBlocking throughput"],
+            &[(0, 1000.0)]
+        ));
+        assert!(near(
+            &t["testlarge: 1024 byte PutBlocking throughput"],
+            &[(0, 500.0), (2, 250.0)]
+        ));
+        assert!(near(
+            &t["testsmall: 8 byte PutBlocking latency"],
+            &[(0, 0.003)]
+        ));
+        let mut o = Rows::new();
+        let mut x = Rows::new();
+        for r in 0..3 {
+            parse_ours(
+                "testlarge: 1024 byte PutBlocking throughput\t500\t0\n",
+                r,
+                &mut o,
+                &mut x,
+            );
+        }
+        let k = "testlarge: 1024 byte PutBlocking throughput";
+        let r = round_ratios(&t[k], &o[k]);
+        assert!(
+            r.len() == 2 && (r[0] - 1.0).abs() < 1e-9 && (r[1] - 2.0).abs() < 1e-9,
+            "{r:?}"
+        );
     }
 }

@@ -1,22 +1,26 @@
 //! One rank of GASNet-EX's `testsmall` and `testlarge` (put / get),
 //! measured their way (GASNet-EX 2025.8 `tests/testsmall.c`,
-//! `testlarge.c`): rank 0 puts into and gets from rank 1's segment, with
-//! one local buffer and one remote buffer reused by every iteration
-//! (cache resident), sizes doubling from 1 B; rank 1 only waits. Each
-//! row's key is `testsmall`'s / `testlarge`'s (`SIZE byte NAME`), so rows
-//! pair with theirs.
+//! `testlarge.c`), with their default iterations and sizes: rank 0 puts
+//! into and gets from rank 1's segment, with one local buffer and one
+//! remote buffer reused by every iteration (cache resident), sizes
+//! doubling; rank 1 only waits. Each row's key is `TEST: SIZE byte NAME`
+//! with the test's own row name, so rows pair with theirs (the two tests
+//! print throughput rows of the same names and sizes, kept apart by TEST).
 //!
-//! * testsmall latency rows, per iteration one operation completed before
-//!   the next: `PutBlocking` = `write_slice`, `GetBlocking` =
-//!   `read_slice`, `PutNB+NOW` = `put` then `sync`, `GetNB` = `get_into`
-//!   (the caller's buffer, as GASNet-EX's `gex_RMA_GetNB`) then `wait` on
-//!   its handle, `PutNBI+NOW` / `GetNBI` = one put / get in a
-//!   `scope` (which waits at its end).
-//! * testlarge throughput rows: `PutBlocking` / `GetBlocking` as above;
-//!   `PutNBI+DEFER` / `GetNBI` = `iters` puts / gets in one `scope`;
-//!   `PutNB+DEFER` = `iters` puts then one `sync`, `GetNB` = `iters`
-//!   `get_into` handles (all into the one buffer) then waiting for each. Reported as microseconds per
-//!   operation, like the latency rows (lower is better).
+//! * testsmall (1 B .. 2 KiB, 1000 iterations) latency rows, one
+//!   operation completed before the next: `PutBlocking` = `write_slice`,
+//!   `GetBlocking` = `read_slice`, `PutNB+NOW` = `put` then `sync`, `GetNB`
+//!   = `get_into` (the caller's buffer, as GASNet-EX's `gex_RMA_GetNB`) then
+//!   `wait` on its handle, `PutNBI+NOW` / `GetNBI` = one put / get in a
+//!   `scope` (which waits at its end); and its throughput rows, as below.
+//! * throughput rows (testsmall's, and testlarge's from 16 B to 2 MiB,
+//!   1000 iterations): `PutBlocking` / `GetBlocking` as above; `PutNBI+NOW`
+//!   (testsmall) / `PutNBI+DEFER` (testlarge) and `GetNBI` = `iters` puts /
+//!   gets in one `scope`; `PutNB+NOW` / `PutNB+DEFER` = `iters` puts then
+//!   one `sync`, `GetNB` = `iters` `get_into` handles (all into the one
+//!   buffer) then waiting for each. (A put here has copied its source when
+//!   it returns, so NOW and DEFER are the same call.) Reported as
+//!   microseconds per operation, like the latency rows (lower is better).
 
 use crate::job::{pin_this_rank, this_rank};
 use splitrt::pgas::{GlobalPtr, Pgas};
@@ -30,9 +34,33 @@ pub const ENV_SMALL: &str = "SPLITRT_BENCH_TESTSMALL";
 /// Environment: testlarge's iterations and largest size.
 pub const ENV_LARGE: &str = "SPLITRT_BENCH_TESTLARGE";
 
-/// The smallest testlarge size compared ("large messages with payload
-/// size 512 .. limit", as testlarge describes itself).
-pub const LARGE_MIN: usize = 512;
+/// testlarge's smallest size (its default `min_payload`).
+pub const LARGE_MIN: usize = 16;
+
+/// testsmall's default iterations and largest size.
+pub const SMALL_DEFAULT: (usize, usize) = (1000, 2048);
+
+/// testlarge's default iterations and largest size.
+pub const LARGE_DEFAULT: (usize, usize) = (1000, 2 << 20);
+
+/// The throughput rows' names: testsmall's, testlarge's (they differ in
+/// the local-completion mode of the non-blocking puts).
+const SMALL_NAMES: [&str; 6] = [
+    "PutBlocking throughput",
+    "GetBlocking throughput",
+    "PutNBI+NOW throughput",
+    "GetNBI throughput",
+    "PutNB+NOW throughput",
+    "GetNB throughput",
+];
+const LARGE_NAMES: [&str; 6] = [
+    "PutBlocking throughput",
+    "GetBlocking throughput",
+    "PutNBI+DEFER throughput",
+    "GetNBI throughput",
+    "PutNB+DEFER throughput",
+    "GetNB throughput",
+];
 
 /// `ITERS,MAXSZ` from `name`, else the defaults.
 fn iters_max(name: &str, default: (usize, usize)) -> (usize, usize) {
@@ -63,9 +91,9 @@ struct Bench<'a> {
 }
 
 impl Bench<'_> {
-    fn row(&mut self, size: usize, name: &str, t: Instant, ops: usize) {
+    fn row(&mut self, test: &str, size: usize, name: &str, t: Instant, ops: usize) {
         let us = t.elapsed().as_secs_f64() * 1e6 / ops as f64;
-        let _ = writeln!(self.out, "{size} byte {name}\t{us:.4}\t0");
+        let _ = writeln!(self.out, "{test}: {size} byte {name}\t{us:.4}\t0");
     }
 
     fn small(&mut self, iters: usize, max: usize) -> Result<()> {
@@ -76,95 +104,102 @@ impl Bench<'_> {
             for _ in 0..iters {
                 pg.write_slice(r, &self.local[..sz])?;
             }
-            self.row(sz, "PutBlocking latency", t, iters);
+            self.row("testsmall", sz, "PutBlocking latency", t, iters);
             let t = Instant::now();
             for _ in 0..iters {
                 pg.read_slice(r, &mut self.local[..sz])?;
             }
-            self.row(sz, "GetBlocking latency", t, iters);
+            self.row("testsmall", sz, "GetBlocking latency", t, iters);
             let t = Instant::now();
             for _ in 0..iters {
                 pg.scope(|s| s.put(r, &self.local[..sz]))?;
             }
-            self.row(sz, "PutNBI+NOW latency", t, iters);
+            self.row("testsmall", sz, "PutNBI+NOW latency", t, iters);
             let t = Instant::now();
             for _ in 0..iters {
                 let dst = &mut self.local[..sz];
                 pg.scope(|s| s.get(r, dst))?;
             }
-            self.row(sz, "GetNBI latency", t, iters);
+            self.row("testsmall", sz, "GetNBI latency", t, iters);
             let t = Instant::now();
             for _ in 0..iters {
                 pg.put(r, &self.local[..sz])?;
                 pg.sync()?;
             }
-            self.row(sz, "PutNB+NOW latency", t, iters);
+            self.row("testsmall", sz, "PutNB+NOW latency", t, iters);
             let t = Instant::now();
             for _ in 0..iters {
                 pg.get_into(r, &mut self.local[..sz])?.wait()?;
             }
-            self.row(sz, "GetNB latency", t, iters);
+            self.row("testsmall", sz, "GetNB latency", t, iters);
+            self.throughput("testsmall", &SMALL_NAMES, sz, iters)?;
         }
         Ok(())
     }
 
     fn large(&mut self, iters: usize, max: usize) -> Result<()> {
-        let pg = self.pg;
         for sz in sizes(LARGE_MIN, max) {
-            let r = self.remote;
-            let t = Instant::now();
-            for _ in 0..iters {
-                pg.write_slice(r, &self.local[..sz])?;
-            }
-            self.row(sz, "PutBlocking throughput", t, iters);
-            let t = Instant::now();
-            for _ in 0..iters {
-                pg.read_slice(r, &mut self.local[..sz])?;
-            }
-            self.row(sz, "GetBlocking throughput", t, iters);
-            let t = Instant::now();
-            pg.scope(|s| {
-                for _ in 0..iters {
-                    s.put(r, &self.local[..sz])?;
-                }
-                Ok(())
-            })?;
-            self.row(sz, "PutNBI+DEFER throughput", t, iters);
-            // every get of the scope lands in the same buffer, as in testlarge
-            let base = self.local.as_mut_ptr();
-            let t = Instant::now();
-            pg.scope(|s| {
-                for _ in 0..iters {
-                    // SAFETY: the gets all write the same bytes of `local`,
-                    // which outlives the scope and is not read before the
-                    // scope (which waits for every get) ends.
-                    let dst = unsafe { std::slice::from_raw_parts_mut(base, sz) };
-                    s.get(r, dst)?;
-                }
-                Ok(())
-            })?;
-            self.row(sz, "GetNBI throughput", t, iters);
-            let t = Instant::now();
-            for _ in 0..iters {
-                pg.put(r, &self.local[..sz])?;
-            }
-            pg.sync()?;
-            self.row(sz, "PutNB+DEFER throughput", t, iters);
-            // the handle array is allocated before the clock starts, as
-            // testlarge's `events`
-            let mut handles = Vec::with_capacity(iters);
-            let t = Instant::now();
-            for _ in 0..iters {
-                // SAFETY: as for GetNBI: every handle writes the same bytes
-                // of `local`, not read until all are waited for.
-                let dst = unsafe { std::slice::from_raw_parts_mut(base, sz) };
-                handles.push(pg.get_into(r, dst)?);
-            }
-            for h in handles.drain(..) {
-                h.wait()?;
-            }
-            self.row(sz, "GetNB throughput", t, iters);
+            self.throughput("testlarge", &LARGE_NAMES, sz, iters)?;
         }
+        Ok(())
+    }
+
+    /// The six throughput rows of one size, named as `test` names them.
+    fn throughput(&mut self, test: &str, names: &[&str; 6], sz: usize, iters: usize) -> Result<()> {
+        let pg = self.pg;
+        let r = self.remote;
+        let t = Instant::now();
+        for _ in 0..iters {
+            pg.write_slice(r, &self.local[..sz])?;
+        }
+        self.row(test, sz, names[0], t, iters);
+        let t = Instant::now();
+        for _ in 0..iters {
+            pg.read_slice(r, &mut self.local[..sz])?;
+        }
+        self.row(test, sz, names[1], t, iters);
+        let t = Instant::now();
+        pg.scope(|s| {
+            for _ in 0..iters {
+                s.put(r, &self.local[..sz])?;
+            }
+            Ok(())
+        })?;
+        self.row(test, sz, names[2], t, iters);
+        // every get of the scope lands in the same buffer, as in the tests
+        let base = self.local.as_mut_ptr();
+        let t = Instant::now();
+        pg.scope(|s| {
+            for _ in 0..iters {
+                // SAFETY: the gets all write the same bytes of `local`,
+                // which outlives the scope and is not read before the
+                // scope (which waits for every get) ends.
+                let dst = unsafe { std::slice::from_raw_parts_mut(base, sz) };
+                s.get(r, dst)?;
+            }
+            Ok(())
+        })?;
+        self.row(test, sz, names[3], t, iters);
+        let t = Instant::now();
+        for _ in 0..iters {
+            pg.put(r, &self.local[..sz])?;
+        }
+        pg.sync()?;
+        self.row(test, sz, names[4], t, iters);
+        // the handle array is allocated before the clock starts, as the
+        // tests' `events`
+        let mut handles = Vec::with_capacity(iters);
+        let t = Instant::now();
+        for _ in 0..iters {
+            // SAFETY: as for GetNBI: every handle writes the same bytes
+            // of `local`, not read until all are waited for.
+            let dst = unsafe { std::slice::from_raw_parts_mut(base, sz) };
+            handles.push(pg.get_into(r, dst)?);
+        }
+        for h in handles.drain(..) {
+            h.wait()?;
+        }
+        self.row(test, sz, names[5], t, iters);
         Ok(())
     }
 }
@@ -172,8 +207,8 @@ impl Bench<'_> {
 /// Run this rank; rank 0 writes `key \t us \t 0` rows to `result`.
 pub fn run(result: &Path) -> Result<()> {
     pin_this_rank(this_rank());
-    let (si, sm) = iters_max(ENV_SMALL, (1000, 1024));
-    let (li, lm) = iters_max(ENV_LARGE, (100, 1 << 20));
+    let (si, sm) = iters_max(ENV_SMALL, SMALL_DEFAULT);
+    let (li, lm) = iters_max(ENV_LARGE, LARGE_DEFAULT);
     let pg = Pgas::attach()?;
     if pg.size() != 2 {
         return Err(Error::usage("testsmall / testlarge need exactly 2 ranks"));
