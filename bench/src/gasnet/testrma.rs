@@ -18,8 +18,10 @@
 //!   (testsmall) / `PutNBI+DEFER` (testlarge) and `GetNBI` = `iters` puts /
 //!   gets in one `scope`; `PutNB+NOW` / `PutNB+DEFER` = `iters` puts then
 //!   one `sync`, `GetNB` = `iters` `get_into` handles (all into the one
-//!   buffer) then waiting for each. (A put here has copied its source when
-//!   it returns, so NOW and DEFER are the same call.) Reported as
+//!   buffer) then waiting for each; testlarge's `PutNBI+GROUP` and
+//!   `PutNB+event` repeat its two non-blocking put rows. (A put here has
+//!   copied its source when it returns, so NOW, DEFER, GROUP and event are
+//!   the same call.) Reported as
 //!   microseconds per operation, like the latency rows (lower is better).
 
 use crate::job::{pin_this_rank, this_rank};
@@ -140,7 +142,38 @@ impl Bench<'_> {
     fn large(&mut self, iters: usize, max: usize) -> Result<()> {
         for sz in sizes(LARGE_MIN, max) {
             self.throughput("testlarge", &LARGE_NAMES, sz, iters)?;
+            // testlarge's second pass, local completion tracked by a group
+            // or an event: for a put that has copied its source when it
+            // returns, the same calls
+            self.nbi_puts("testlarge", "PutNBI+GROUP throughput", sz, iters)?;
+            self.nb_puts("testlarge", "PutNB+event throughput", sz, iters)?;
         }
+        Ok(())
+    }
+
+    /// `iters` puts in one `scope`, as row `name`.
+    fn nbi_puts(&mut self, test: &str, name: &str, sz: usize, iters: usize) -> Result<()> {
+        let (pg, r) = (self.pg, self.remote);
+        let t = Instant::now();
+        pg.scope(|s| {
+            for _ in 0..iters {
+                s.put(r, &self.local[..sz])?;
+            }
+            Ok(())
+        })?;
+        self.row(test, sz, name, t, iters);
+        Ok(())
+    }
+
+    /// `iters` puts then one `sync`, as row `name`.
+    fn nb_puts(&mut self, test: &str, name: &str, sz: usize, iters: usize) -> Result<()> {
+        let (pg, r) = (self.pg, self.remote);
+        let t = Instant::now();
+        for _ in 0..iters {
+            pg.put(r, &self.local[..sz])?;
+        }
+        pg.sync()?;
+        self.row(test, sz, name, t, iters);
         Ok(())
     }
 
@@ -158,14 +191,7 @@ impl Bench<'_> {
             pg.read_slice(r, &mut self.local[..sz])?;
         }
         self.row(test, sz, names[1], t, iters);
-        let t = Instant::now();
-        pg.scope(|s| {
-            for _ in 0..iters {
-                s.put(r, &self.local[..sz])?;
-            }
-            Ok(())
-        })?;
-        self.row(test, sz, names[2], t, iters);
+        self.nbi_puts(test, names[2], sz, iters)?;
         // every get of the scope lands in the same buffer, as in the tests
         let base = self.local.as_mut_ptr();
         let t = Instant::now();
@@ -180,12 +206,7 @@ impl Bench<'_> {
             Ok(())
         })?;
         self.row(test, sz, names[3], t, iters);
-        let t = Instant::now();
-        for _ in 0..iters {
-            pg.put(r, &self.local[..sz])?;
-        }
-        pg.sync()?;
-        self.row(test, sz, names[4], t, iters);
+        self.nb_puts(test, names[4], sz, iters)?;
         // the handle array is allocated before the clock starts, as the
         // tests' `events`
         let mut handles = Vec::with_capacity(iters);

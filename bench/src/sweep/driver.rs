@@ -114,13 +114,17 @@ pub fn latency(o: &Options) -> Result<(), String> {
         Bench::GetRtt,
         Bench::PutRtt,
     ];
-    let sections: Vec<Section> = kinds
-        .iter()
-        .map(|&b| Section {
-            title: format!("{} round trip by size", b.label()),
-            rows: rows_of(&res, b, "us", 1.0),
-        })
-        .collect();
+    // the raw cache-line round trip of the same job first: the floor of
+    // the moment, which moves with the host's placement of the two ranks
+    let sections: Vec<Section> = std::iter::once(Section {
+        title: "raw cache-line ping-pong round trip (the floor, same job)".into(),
+        rows: rows_of(&res, Bench::RawLineRtt, "us", 1.0),
+    })
+    .chain(kinds.iter().map(|&b| Section {
+        title: format!("{} round trip by size", b.label()),
+        rows: rows_of(&res, b, "us", 1.0),
+    }))
+    .collect();
     println!("{}", header("latency", &res, o, &before, &loadavg()));
     println!(
         "latency = full round trip in us: AM = request + reply of the same size (Long lands in the peer's\n\

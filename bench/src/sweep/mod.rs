@@ -229,9 +229,10 @@ impl Plan {
         (self.stream_bytes / size.max(1)).clamp(self.min_msgs, self.max_msgs)
     }
 
-    /// Whether this job runs the raw ping-pong (both ranks must agree).
+    /// Whether this job runs the raw ping-pong (both ranks must agree):
+    /// every latency table shows the floor of its own moment.
     pub fn raw(&self) -> bool {
-        self.mode == Mode::Compare
+        matches!(self.mode, Mode::Compare | Mode::Latency)
     }
 
     /// Raw round trips per repetition (warm-up included).
@@ -318,5 +319,7 @@ mod tests {
         assert_eq!(s.sizes(Bench::MediumBw, 1 << 20, 1 << 20), [1 << 20]);
         assert_eq!(Mode::parse("compare"), Some(Mode::Compare));
         assert!(Plan::new(Mode::Compare, &c).raw());
+        assert!(Plan::new(Mode::Latency, &c).raw());
+        assert!(!Plan::new(Mode::Throughput, &c).raw());
     }
 }
