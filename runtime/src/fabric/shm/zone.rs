@@ -21,6 +21,17 @@ pub const ROTATE_MIN: usize = 32 << 10;
 /// Smaller Mediums of `n` bytes wrap after `SMALL_WINDOW * n` bytes.
 pub const SMALL_WINDOW: usize = 2;
 
+/// The period of the phase a large Medium is placed in. The sender asks
+/// for a landing place whose offset in its page is half a page from its
+/// source's: the copy's stores then never fall a few lines ahead of its
+/// loads modulo 4 KiB, where a load waits on a store it does not depend
+/// on ("4 KiB aliasing"). On this host's EPYC (L2 512 KiB), a flood of
+/// 64 KiB Mediums from a source at page offset 16 took 6.5-7.2 us each
+/// landing wherever the zone's head was, 1.7-2.1 placed in phase (1.9-2.4
+/// with the offsets equal; alternated builds, same placement). At most a
+/// page minus one byte of the zone is skipped per large Medium.
+pub const PAGE: usize = 4096;
+
 /// The sender's books of one landing zone (see the module docs).
 #[derive(Debug)]
 pub struct ZoneAlloc {
@@ -61,7 +72,19 @@ impl ZoneAlloc {
     /// let at = z.place(60, |seq| seq == 0).unwrap(); // released: reuse
     /// assert_eq!(at, 0);
     /// ```
-    pub fn place(&mut self, n: usize, mut released: impl FnMut(u64) -> bool) -> Option<usize> {
+    pub fn place(&mut self, n: usize, released: impl FnMut(u64) -> bool) -> Option<usize> {
+        self.place_in_phase(n, None, released)
+    }
+
+    /// [`place`](Self::place), preferring a start `at` with `at % PAGE ==
+    /// phase` (see [`PAGE`]); a place out of phase when no place in phase
+    /// is free, so an empty zone never refuses.
+    pub fn place_in_phase(
+        &mut self,
+        n: usize,
+        phase: Option<usize>,
+        mut released: impl FnMut(u64) -> bool,
+    ) -> Option<usize> {
         debug_assert!(n > 0 && n <= self.len);
         while let Some(&(seq, _)) = self.inflight.front() {
             if !released(seq) {
@@ -69,7 +92,21 @@ impl ZoneAlloc {
             }
             self.inflight.pop_front();
         }
-        let h = self.head;
+        match phase {
+            Some(ph) => self.free(n, Some(ph % PAGE)).or_else(|| self.free(n, None)),
+            None => self.free(n, None),
+        }
+    }
+
+    /// A free place for `n` bytes starting in `phase` (if given).
+    fn free(&self, n: usize, phase: Option<usize>) -> Option<usize> {
+        // the first place at or after `x` in phase
+        let at = |x: usize| match phase {
+            Some(ph) => x + (ph + PAGE - x % PAGE) % PAGE,
+            None => x,
+        };
+        let h = at(self.head);
+        let zero = at(0);
         // where this Medium wraps to the start (safety needs only <= len)
         let limit = if n >= ROTATE_MIN {
             self.len
@@ -78,20 +115,21 @@ impl ZoneAlloc {
         };
         match self.inflight.front() {
             // empty zone: keep going round it
-            None => Some(if h + n <= limit { h } else { 0 }),
-            // in use: [oldest, h); free: [h, len) and [0, oldest)
-            Some(&(_, oldest)) if h > oldest => {
+            None if h + n <= limit => Some(h),
+            None => (zero + n <= self.len).then_some(zero),
+            // in use: [oldest, head); free: [head, len) and [0, oldest)
+            Some(&(_, oldest)) if self.head > oldest => {
                 if h + n <= limit {
                     Some(h)
-                } else if n <= oldest {
-                    Some(0)
+                } else if zero + n <= oldest {
+                    Some(zero)
                 } else {
                     None
                 }
             }
-            // wrapped: in use [oldest, len) and [0, h); free: [h, oldest)
-            Some(&(_, oldest)) if h < oldest => (h + n <= oldest).then_some(h),
-            // h == oldest with Mediums in flight: the zone is full
+            // wrapped: in use [oldest, len) and [0, head); free: [head, oldest)
+            Some(&(_, oldest)) if self.head < oldest => (h + n <= oldest).then_some(h),
+            // head == oldest with Mediums in flight: the zone is full
             Some(_) => None,
         }
     }
@@ -115,7 +153,11 @@ mod tests {
     /// sender must never be refused when the zone is empty.
     #[test]
     fn placements_never_overlap_a_medium_in_use() {
-        for seed in 0..20u64 {
+        // seeds 20 and up ask for a phase most of the time, as large
+        // Mediums do
+        for seed in 0..40u64 {
+            let phased = seed >= 20;
+            let mut in_phase = 0u64;
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
             let len = rng.gen_range(64..5000) * if seed % 2 == 0 { 1 } else { 64 };
             let cells = rng.gen_range(1..16);
@@ -135,8 +177,10 @@ mod tests {
                 }
                 let n = rng.gen_range(1..=len);
                 let r = released_below;
-                match z.place(n, |seq| seq < r) {
+                let phase = (phased && rng.gen_bool(0.7)).then(|| rng.gen_range(0..2 * PAGE));
+                match z.place_in_phase(n, phase, |seq| seq < r) {
                     Some(at) => {
+                        in_phase += u64::from(phase.is_some_and(|p| at % PAGE == p % PAGE));
                         assert!(at + n <= len, "seed {seed} step {step}: {at}+{n} > {len}");
                         for &(s, a, b) in &live {
                             assert!(
@@ -157,6 +201,12 @@ mod tests {
                 placed_total > 10_000,
                 "seed {seed}: only {placed_total} placed"
             );
+            if phased && len > 4 * PAGE {
+                assert!(
+                    in_phase > placed_total / 10,
+                    "seed {seed}: {in_phase} of {placed_total} in phase"
+                );
+            }
         }
     }
 
