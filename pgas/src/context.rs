@@ -451,6 +451,32 @@ impl Inner {
         Err(Error::protocol(why).at_rank(self.rank))
     }
 
+    /// `rank`'s segment if an access of `bytes` at `off` aligned to `align`
+    /// is a native one that passes every check of
+    /// [`check_bytes`](Self::check_bytes); `None` otherwise (a bad access
+    /// or a message path: the caller's slow path checks again and says
+    /// which). The fast path of blocking put / get, inlined into the
+    /// caller: a handful of compares and no call.
+    #[inline(always)]
+    pub(crate) fn native_checked(
+        &self,
+        rank: usize,
+        off: u64,
+        bytes: u64,
+        align: u64,
+    ) -> Option<SegmentRef> {
+        if self.path != RmaPath::Native {
+            return None;
+        }
+        let seg = (*self.segs.get(rank)?)?;
+        let ok = off >= RESERVED_BYTES
+            && off
+                .checked_add(bytes)
+                .is_some_and(|e| e <= self.seg_lens[rank])
+            && off & (align - 1) == 0;
+        ok.then_some(seg)
+    }
+
     /// Base address of `rank`'s segment (native path).
     /// `rank`'s segment if one-sided accesses to it are plain loads and
     /// stores (native path, and mapped here: a rank of this host);

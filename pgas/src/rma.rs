@@ -411,15 +411,36 @@ impl Pgas {
     }
 
     /// Blocking read of `dst.len()` elements.
-    #[inline]
+    #[inline(always)]
     pub fn read_slice<T: Pod>(&self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
+        let inner = &self.inner;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+        let len = bytes.len() as u64;
+        let align = std::mem::align_of::<T>() as u64;
+        if let Some(seg) = inner.native_checked(src.rank(), src.offset(), len, align) {
+            // SAFETY: source range checked against the peer's segment;
+            // `bytes` is the caller's buffer (maybe in our own segment:
+            // memmove).
+            unsafe {
+                let from = seg.base.add(src.offset() as usize);
+                memmove(from, bytes.as_mut_ptr(), bytes.len());
+            }
+            return Ok(());
+        }
+        self.read_slice_slow(src, dst)
+    }
+
+    /// [`read_slice`](Self::read_slice) when its inlined fast path did not
+    /// apply: the checks again (an error names what is wrong), then the
+    /// message path.
+    #[cold]
+    #[inline(never)]
+    fn read_slice_slow<T: Pod>(&self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
         let inner = &self.inner;
         inner.check(src, dst.len())?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
         if let Some(seg) = inner.native(src.rank()) {
-            // SAFETY: source range checked against the peer's segment;
-            // `bytes` is the caller's buffer (maybe in our own segment:
-            // memmove).
+            // SAFETY: as in read_slice (checked just above).
             unsafe {
                 let from = seg.base.add(src.offset() as usize);
                 memmove(from, bytes.as_mut_ptr(), bytes.len());
@@ -435,8 +456,28 @@ impl Pgas {
     }
 
     /// Blocking write of a slice (complete at the target on return).
-    #[inline]
+    #[inline(always)]
     pub fn write_slice<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        let inner = &self.inner;
+        let bytes: &[u8] = bytemuck::cast_slice(src);
+        let align = std::mem::align_of::<T>() as u64;
+        if let Some(seg) = inner.native_checked(dst.rank(), dst.offset(), bytes.len() as u64, align)
+        {
+            // A native put is complete at the target once the copy returns:
+            // no need to wait for this rank's other operations.
+            put_native(seg, dst.offset(), bytes);
+            std::sync::atomic::fence(Ordering::Release);
+            return inner.take_errors();
+        }
+        self.write_slice_slow(dst, src)
+    }
+
+    /// [`write_slice`](Self::write_slice) when its inlined fast path did
+    /// not apply: the checks again (an error names what is wrong), then
+    /// the message path.
+    #[cold]
+    #[inline(never)]
+    fn write_slice_slow<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         let inner = &self.inner;
         inner.check(dst, src.len())?;
         if let Some(seg) = inner.native(dst.rank()) {
