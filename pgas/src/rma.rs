@@ -189,8 +189,23 @@ impl Inner {
     }
 
     /// Checked typed put: the one entry point of `Pgas::put` and `Scope::put`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        let bytes: &[u8] = bytemuck::cast_slice(src);
+        let align = std::mem::align_of::<T>() as u64;
+        if let Some(seg) = self.native_checked(dst.rank(), dst.offset(), bytes.len() as u64, align)
+        {
+            put_native(seg, dst.offset(), bytes);
+            return Ok(());
+        }
+        self.put_slow(dst, src)
+    }
+
+    /// [`put`](Self::put) past its inlined fast path: the checks again (an
+    /// error names what is wrong), then the message path.
+    #[cold]
+    #[inline(never)]
+    fn put_slow<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         self.check(dst, src.len())?;
         if let Some(seg) = self.native(dst.rank()) {
             put_native(seg, dst.offset(), bytemuck::cast_slice(src));
@@ -248,7 +263,25 @@ pub struct Scope<'env> {
 impl<'env> Scope<'env> {
     /// Start `dst := *src` for `dst.len()` elements; `dst` is valid once the
     /// scope ends.
+    #[inline(always)]
     pub fn get<T: Pod>(&self, src: GlobalPtr<T>, dst: &'env mut [T]) -> Result<()> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+        let align = std::mem::align_of::<T>() as u64;
+        let (rank, off, len) = (src.rank(), src.offset(), bytes.len());
+        if let Some(seg) = self.inner.native_checked(rank, off, len as u64, align) {
+            // SAFETY: the source range passed the checks against the
+            // peer's segment; `bytes` is the caller's buffer (maybe in our
+            // own segment: memmove). Done now: nothing to wait for.
+            unsafe { memmove(seg.base.add(off as usize), bytes.as_mut_ptr(), len) };
+            return Ok(());
+        }
+        self.get_slow(src, dst)
+    }
+
+    /// [`get`](Self::get) past its inlined fast path.
+    #[cold]
+    #[inline(never)]
+    fn get_slow<T: Pod>(&self, src: GlobalPtr<T>, dst: &'env mut [T]) -> Result<()> {
         self.inner.check(src, dst.len())?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
         if let Some(s) =
@@ -262,6 +295,7 @@ impl<'env> Scope<'env> {
     }
 
     /// Start `*dst := src` (copied now; complete when the scope ends).
+    #[inline(always)]
     pub fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         self.inner.put(dst, src)
     }
@@ -360,8 +394,38 @@ impl Pgas {
     /// hy.wait()?;
     /// # Ok(()) }
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn get_into<'a, T: Pod>(
+        &'a self,
+        src: GlobalPtr<T>,
+        dst: &'a mut [T],
+    ) -> Result<GetInto<'a>> {
+        let inner = &self.inner;
+        let align = std::mem::align_of::<T>() as u64;
+        let len = std::mem::size_of_val(dst) as u64;
+        if let Some(seg) = inner.native_checked(src.rank(), src.offset(), len, align) {
+            let dst: &'a mut [u8] = bytemuck::cast_slice_mut(dst);
+            // Complete at issue, as below.
+            // SAFETY: as below; the range passed the same checks.
+            unsafe {
+                memmove(
+                    seg.base.add(src.offset() as usize),
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                )
+            };
+            return Ok(GetInto {
+                inner,
+                pending: None,
+            });
+        }
+        self.get_into_slow(src, dst)
+    }
+
+    /// [`get_into`](Self::get_into) past its inlined fast path.
+    #[cold]
+    #[inline(never)]
+    fn get_into_slow<'a, T: Pod>(
         &'a self,
         src: GlobalPtr<T>,
         dst: &'a mut [T],
@@ -392,6 +456,7 @@ impl Pgas {
     /// Start `*dst := src` (split-phase: copied now, complete at [`sync`]).
     ///
     /// [`sync`]: Pgas::sync
+    #[inline(always)]
     pub fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         self.inner.put(dst, src)
     }
