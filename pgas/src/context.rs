@@ -480,8 +480,8 @@ impl Inner {
     /// is a native one that passes every check of
     /// [`check_bytes`](Self::check_bytes); `None` otherwise (a bad access
     /// or a message path: the caller's slow path checks again and says
-    /// which). The fast path of blocking put / get, inlined into the
-    /// caller: a handful of compares and no call.
+    /// which). The fast path of put / get (blocking, `get_into`, in a
+    /// scope), inlined into the caller: a handful of compares and no call.
     #[inline(always)]
     pub(crate) fn native_checked(
         &self,
@@ -502,7 +502,6 @@ impl Inner {
         ok.then_some(seg)
     }
 
-    /// Base address of `rank`'s segment (native path).
     /// `rank`'s segment if one-sided accesses to it are plain loads and
     /// stores (native path, and mapped here: a rank of this host);
     /// `None` means the AM path.

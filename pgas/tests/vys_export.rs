@@ -97,9 +97,9 @@ fn a_consumer_reads_a_producer_process_ring_read_only_and_never_torn() {
         std::io::Error::last_os_error().raw_os_error(),
         Some(libc::EACCES)
     );
-    // nor can the ring be changed through the file behind the mapping,
-    // opened again read-write as an attacker would
-    attack_the_file_behind(ring.base());
+    // nor can the ring be changed through its file, opened again
+    // read-write as an attacker would
+    attack_the_file_behind(&ring);
     let words = ring.words();
     let (mut valid, mut overwritten) = (0u64, 0u64);
     let mut out = vec![0u8; BYTES];
@@ -140,42 +140,21 @@ fn a_consumer_reads_a_producer_process_ring_read_only_and_never_torn() {
     println!("{valid} valid, {overwritten} overwritten, none torn");
 }
 
-/// Open the file behind the mapping at `base` again, read-write (through
-/// `/proc/self/map_files`, as root; an unprivileged consumer that keeps the
-/// descriptor it was passed reopens `/proc/self/fd/N` the same way), and
-/// try every way to change or resize the producer's ring: each must fail.
-fn attack_the_file_behind(base: *const u8) {
-    use std::os::fd::AsRawFd;
+/// Open the ring's file again, read-write, through `/proc/self/fd/N` of
+/// the read-only descriptor the producer passed (what any consumer process
+/// can do, unprivileged), and try every way to change or resize the
+/// producer's ring: each must fail.
+fn attack_the_file_behind(ring: &ImportedRing) {
+    use std::os::fd::{AsFd, AsRawFd};
     use std::os::unix::fs::FileExt;
-    let at = base as usize;
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    let range = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .find(|r| {
-            let (a, b) = r.split_once('-').unwrap();
-            let (a, b) = (
-                usize::from_str_radix(a, 16).unwrap(),
-                usize::from_str_radix(b, 16).unwrap(),
-            );
-            (a..b).contains(&at)
-        })
-        .expect("the ring's mapping is listed")
-        .to_string();
-    let path = format!("/proc/self/map_files/{range}");
-    let f = match std::fs::OpenOptions::new()
+    let path = format!("/proc/self/fd/{}", ring.as_fd().as_raw_fd());
+    // a memory file's mode lets its owner open it again read-write: the
+    // seals, not the descriptor's mode, are what protect the ring
+    let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) && !is_root() => {
-            // map_files needs CAP_SYS_ADMIN; CI runs as root
-            println!("not root: reopening {path} refused ({e}); attack skipped");
-            return;
-        }
-        Err(e) => panic!("reopening {path} read-write failed unexpectedly: {e}"),
-    };
+        .unwrap_or_else(|e| panic!("reopening {path} read-write: {e}"));
     let w = f.write_at(&[0xff; 8], 0);
     assert!(w.is_err(), "a consumer wrote the producer's ring: {w:?}");
     // SAFETY: an attempt at a shared writable mapping of the reopened
@@ -195,6 +174,24 @@ fn attack_the_file_behind(base: *const u8) {
         unsafe { libc::munmap(m, 4096) };
         panic!("a consumer mapped the producer's ring writable");
     }
+    // a read-only shared mapping of the read-write descriptor, then
+    // mprotect to writable
+    // SAFETY: a fresh read-only mapping of the reopened file, checked,
+    // unmapped below; mprotect on it is expected to fail.
+    unsafe {
+        let m = libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(m, libc::MAP_FAILED, "a read-only mapping is allowed");
+        let r = libc::mprotect(m, 4096, libc::PROT_READ | libc::PROT_WRITE);
+        libc::munmap(m, 4096);
+        assert_eq!(r, -1, "a consumer made its mapping of the ring writable");
+    }
     let t = f.set_len(0);
     assert!(t.is_err(), "a consumer shrank the producer's ring");
     let t = f.set_len(1 << 30);
@@ -212,11 +209,6 @@ fn attack_the_file_behind(base: *const u8) {
     // SAFETY: fcntl on a descriptor we own; expected to fail (sealed).
     let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_WRITE) };
     assert_eq!(r, -1, "a consumer changed the ring's seals");
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// Someone squatting producer X's handover name: one that knows the key

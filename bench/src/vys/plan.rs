@@ -380,7 +380,8 @@ mod tests {
         let keys: std::collections::HashSet<String> = p.rows().iter().map(Row::key).collect();
         assert_eq!(keys.len(), p.rows().len(), "every row has its own key");
         let a = Plan::new(Place::Across, true);
-        assert!(a.scan.is_empty() && a.rows().len() == 2 * 2);
+        // 2 quick sizes x (1x1 none, 1x1 crc32c, 2x2 none)
+        assert!(a.scan.is_empty() && a.rows().len() == 2 * 3);
         assert_eq!(Place::from_id("across"), Some(Place::Across));
         assert_eq!(p.setups[0].label(), "1x1 local none");
         let sel = Selection::parse(Some("512,8K"), Some("1x1-local-none"), true).unwrap();

@@ -116,7 +116,8 @@ impl ExportedRing {
             return Err(io::Error::new(
                 e.kind(),
                 format!(
-                    "vys producer: cannot seal the ring's memory file against writes and                      resizing by its readers (F_SEAL_FUTURE_WRITE needs Linux 5.1): {e}"
+                    "vys producer: cannot seal the ring's memory file against writes and \
+                     resizing by its readers (F_SEAL_FUTURE_WRITE needs Linux 5.1): {e}"
                 ),
             ));
         }
@@ -187,8 +188,18 @@ impl ExportedRing {
 /// A consumer's read-only view of a producer's ring on this host.
 pub struct ImportedRing {
     map: memmap2::Mmap,
+    /// The read-only descriptor the producer passed (kept: the mapping's
+    /// file, e.g. to map it again).
+    file: File,
     len: usize,
     producer: u64,
+}
+
+impl std::os::fd::AsFd for ImportedRing {
+    /// The read-only descriptor of the ring the producer passed.
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.file.as_fd()
+    }
 }
 
 impl ImportedRing {
@@ -246,7 +257,8 @@ impl ImportedRing {
         if seals < 0 || seals & RING_SEALS != RING_SEALS {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
-                "the producer's ring is not sealed against writes and resizing by others                  (a reader could shrink it under the producer and us)",
+                "the producer's ring is not sealed against writes and resizing by others \
+                 (a reader could shrink it under the producer and us)",
             ));
         }
         if file.metadata()?.len() < len as u64 || !len.is_multiple_of(8) {
@@ -264,6 +276,7 @@ impl ImportedRing {
         let _ = map.advise(memmap2::Advice::PopulateRead);
         Ok(ImportedRing {
             map,
+            file,
             len,
             producer: who,
         })
