@@ -388,6 +388,31 @@ mod tests {
     use super::*;
     use std::time::Instant;
 
+    /// A producer holding the key that hands over a ring it did not seal:
+    /// the consumer refuses it (anyone could shrink it under both).
+    #[test]
+    fn an_unsealed_ring_is_refused() {
+        let len = 4096;
+        // SAFETY: memfd_create with a valid C string and flags; checked.
+        let fd = unsafe { libc::memfd_create(c"unsealed".as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0, "{}", io::Error::last_os_error());
+        // SAFETY: a fresh descriptor we own.
+        let file = unsafe { File::from_raw_fd(fd) };
+        file.set_len(len as u64).unwrap();
+        // SAFETY: our own memory file, mapped as long as the ring lives.
+        let map = unsafe { memmap2::MmapMut::map_mut(&file).unwrap() };
+        let ring = ExportedRing { file, map, len };
+        let key = [7u8; 32];
+        let path = sock("unsealed");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || ring.serve_one(&listener, &key, 9).unwrap());
+        let r = ImportedRing::connect(&path, &key);
+        assert!(server.join().unwrap(), "the rogue producer served the ring");
+        let _ = std::fs::remove_file(&path);
+        let e = r.err().expect("an unsealed ring was accepted");
+        assert!(e.to_string().contains("not sealed"), "{e}");
+    }
+
     fn sock(tag: &str) -> std::path::PathBuf {
         let p = std::env::temp_dir().join(format!("splitrt-vys-{tag}-{}.sock", std::process::id()));
         let _ = std::fs::remove_file(&p);
