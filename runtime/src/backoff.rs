@@ -59,13 +59,22 @@ impl Backoff {
     /// Wait a little; each call waits at least as long as the previous one.
     pub fn snooze(&mut self) {
         let sleep = self.sleep;
-        self.snooze_with(&|| std::thread::sleep(sleep));
+        self.snooze_with(&|| {
+            std::thread::sleep(sleep);
+            false
+        });
     }
 
     /// [`snooze`](Self::snooze), with `idle` instead of the timed sleep
     /// once the waiter has spun and yielded (a fabric's
     /// [`idle_wait`](crate::fabric::Fabric::idle_wait): a doorbell).
-    pub fn snooze_with(&mut self, idle: &dyn Fn()) {
+    /// `idle` returns whether a peer's ring woke it: the peer is active
+    /// (say, putting into this rank's segment), so the waiter spins again
+    /// (with a spin time; an oversubscribed host has none) instead of
+    /// going straight back to sleep, where each of the peer's next writes
+    /// would cost the peer a wake-up system call (an 8 B put into a rank
+    /// waiting in a barrier took 0.2-0.4 us instead of 6 ns).
+    pub fn snooze_with(&mut self, idle: &dyn Fn() -> bool) {
         let start = *self.start.get_or_insert_with(Instant::now);
         if self.phase == Phase::Spin {
             self.spins = self.spins.wrapping_add(1);
@@ -93,11 +102,49 @@ impl Backoff {
             }
             self.phase = Phase::Sleep;
         }
-        idle();
+        if idle() && !self.spin.is_zero() {
+            self.reset();
+        }
     }
 
     /// The configured timed sleep (`SPLITRT_SLEEP_US`).
     pub fn sleep_time(&self) -> std::time::Duration {
         self.sleep
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Snooze with nothing to do until the waiter is asleep (bounded).
+    fn to_sleep(b: &mut Backoff) {
+        let t = Instant::now();
+        while b.phase != Phase::Sleep {
+            assert!(t.elapsed() < Duration::from_secs(5), "never reached sleep");
+            b.snooze_with(&|| false);
+        }
+    }
+
+    /// A waiter woken by a peer's ring spins again (the peer is active)
+    /// unless its host is oversubscribed (no spin time): then it goes
+    /// back to sleep as before.
+    #[test]
+    fn a_ring_sends_a_sleeper_back_to_spinning_unless_oversubscribed() {
+        let mut cfg = Config::default();
+        cfg.spin = Duration::from_micros(200);
+        cfg.yield_time = Duration::from_micros(200);
+        cfg.spin_only = false;
+        let mut b = Backoff::new(&cfg);
+        to_sleep(&mut b);
+        b.snooze_with(&|| false);
+        assert!(b.is_slow(), "a timed-out wait stays asleep");
+        b.snooze_with(&|| true);
+        assert!(!b.is_slow(), "rung: spinning again");
+        cfg.spin = Duration::ZERO;
+        let mut b = Backoff::new(&cfg);
+        to_sleep(&mut b);
+        b.snooze_with(&|| true);
+        assert!(b.is_slow(), "no spin time: back to sleep");
     }
 }

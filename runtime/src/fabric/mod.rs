@@ -157,11 +157,14 @@ pub trait Fabric: Send + Sync {
     /// work if the fabric can tell (the shm doorbell), else `sleep`. Does
     /// not sleep if `done()`, which the shm fabric asks after announcing
     /// the sleep: a peer that makes `done()` true, fences, and then rings
-    /// (as a native barrier's release does) is never missed.
-    fn idle_wait(&self, sleep: std::time::Duration, done: &dyn Fn() -> bool) {
+    /// (as a native barrier's release does) is never missed. Returns
+    /// whether a peer's ring ended the wait (the peer is active: the
+    /// waiter should spin again before it sleeps).
+    fn idle_wait(&self, sleep: std::time::Duration, done: &dyn Fn() -> bool) -> bool {
         if !done() {
             std::thread::sleep(sleep);
         }
+        false
     }
     /// Copy `src` into `peer`'s segment at `off` one-sidedly (RDMA write),
     /// complete at the peer on return. `None`: this fabric has no
@@ -282,7 +285,7 @@ impl Fabric for AnyFabric {
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
         dispatch!(self, credits(peer, ch))
     }
-    fn idle_wait(&self, sleep: std::time::Duration, done: &dyn Fn() -> bool) {
+    fn idle_wait(&self, sleep: std::time::Duration, done: &dyn Fn() -> bool) -> bool {
         dispatch!(self, idle_wait(sleep, done))
     }
     #[inline]

@@ -75,7 +75,7 @@ impl Doorbell {
 
     /// Sleep until rung or `limit` (at most [`WAIT_LIMIT`]) passed, unless
     /// `has_work()` (checked after announcing the sleep) finds work.
-    /// Returns whether it slept.
+    /// Returns whether it slept and was rung (not timed out).
     pub fn wait(&self, limit: Duration, has_work: impl FnOnce() -> bool) -> bool {
         self.wait_capped(limit.min(WAIT_LIMIT), has_work)
     }
@@ -106,7 +106,7 @@ impl Doorbell {
             }
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
-        slept
+        slept && self.bell.load(Ordering::Relaxed) != seq
     }
 }
 
@@ -134,7 +134,8 @@ mod tests {
     fn an_unrung_wait_ends_at_the_limit() {
         let b = bell();
         let t = Instant::now();
-        assert!(b.wait(Duration::from_secs(5), || false));
+        // slept, but timed out: not rung
+        assert!(!b.wait(Duration::from_secs(5), || false));
         let e = t.elapsed();
         assert!(e >= WAIT_LIMIT && e < Duration::from_secs(2), "{e:?}");
     }
@@ -160,7 +161,7 @@ mod tests {
                 b.ring();
                 std::thread::sleep(Duration::from_millis(1));
             }
-            assert!(t.join().unwrap());
+            assert!(t.join().unwrap(), "a ring ended the wait");
         }
     }
 }

@@ -891,10 +891,10 @@ impl Fabric for ShmFabric {
     /// [`doorbell::WAIT_LIMIT`]; `_sleep`, the timed sleep of fabrics
     /// without a doorbell, does not apply), unless `done()` or work shows
     /// once the sleep is announced.
-    fn idle_wait(&self, _sleep: std::time::Duration, done: &dyn Fn() -> bool) {
+    fn idle_wait(&self, _sleep: std::time::Duration, done: &dyn Fn() -> bool) -> bool {
         self.own_bell
             .get()
-            .wait(doorbell::WAIT_LIMIT, || self.has_work() || done());
+            .wait(doorbell::WAIT_LIMIT, || self.has_work() || done())
     }
 }
 
