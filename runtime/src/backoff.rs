@@ -131,10 +131,12 @@ mod tests {
     /// back to sleep as before.
     #[test]
     fn a_ring_sends_a_sleeper_back_to_spinning_unless_oversubscribed() {
-        let mut cfg = Config::default();
-        cfg.spin = Duration::from_micros(200);
-        cfg.yield_time = Duration::from_micros(200);
-        cfg.spin_only = false;
+        let mut cfg = Config {
+            spin: Duration::from_micros(200),
+            yield_time: Duration::from_micros(200),
+            spin_only: false,
+            ..Default::default()
+        };
         let mut b = Backoff::new(&cfg);
         to_sleep(&mut b);
         b.snooze_with(&|| false);
