@@ -151,7 +151,12 @@ fn srun_propagates_the_exit_code() {
 #[test]
 fn srun_with_an_explicit_bootstrap_address() {
     if enabled("SPLITRT_TEST_SLURM") {
-        let port = 20000 + std::process::id() % 20000;
+        // a port free now (a fixed guess from the pid collided with a port
+        // in use: EADDRINUSE); each job binds it again in turn
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
         let addr = format!("127.0.0.1:{port}");
         let r = srun(2, &example("hello"), &[], &[("SPLITRT_BOOTSTRAP", &addr)]);
         assert_ne!(r.code, 0, "no key, no job: {r:?}");
