@@ -248,18 +248,16 @@ impl Pgas {
                 return Ok(());
             }
         }
-        self.sync_slow()
+        self.sync_slow(g, p)
     }
 
-    /// [`sync`](Self::sync) when something is outstanding or to report.
+    /// [`sync`](Self::sync) when something is outstanding or to report:
+    /// wait for `g` gets and `p` puts (the counts issued when it was
+    /// called).
     #[cold]
     #[inline(never)]
-    fn sync_slow(&self) -> Result<()> {
+    fn sync_slow(&self, g: u64, p: u64) -> Result<()> {
         let i = &self.inner;
-        let (g, p) = (
-            i.issued.gets.load(Ordering::Relaxed),
-            i.issued.puts.load(Ordering::Relaxed),
-        );
         let st = &i.st;
         if i.direct_puts.load(Ordering::Relaxed) {
             i.ep.world()
@@ -378,18 +376,24 @@ impl Inner {
     /// compares; the message is built only on failure.
     #[inline]
     pub(crate) fn check_bytes(&self, rank: usize, off: u64, bytes: u64, align: u64) -> Result<()> {
-        debug_assert!(align.is_power_of_two());
-        let ok = rank < self.size
-            && off >= RESERVED_BYTES
-            && off
-                .checked_add(bytes)
-                .is_some_and(|e| e <= self.seg_lens[rank])
-            && off & (align - 1) == 0;
-        if ok {
+        if rank < self.size && self.range_ok(rank, off, bytes, align) {
             Ok(())
         } else {
             Err(self.check_failed(rank, off, bytes, align))
         }
+    }
+
+    /// The range part of [`check_bytes`](Self::check_bytes) (and of
+    /// [`native_checked`](Self::native_checked)), for a rank that exists:
+    /// past the reserved bytes, inside its segment, `off` aligned.
+    #[inline(always)]
+    fn range_ok(&self, rank: usize, off: u64, bytes: u64, align: u64) -> bool {
+        debug_assert!(align.is_power_of_two());
+        off >= RESERVED_BYTES
+            && off
+                .checked_add(bytes)
+                .is_some_and(|e| e <= self.seg_lens[rank])
+            && off & (align - 1) == 0
     }
 
     #[cold]
@@ -493,13 +497,9 @@ impl Inner {
         if self.path != RmaPath::Native {
             return None;
         }
+        // (`segs` has an entry per rank: the rank exists)
         let seg = (*self.segs.get(rank)?)?;
-        let ok = off >= RESERVED_BYTES
-            && off
-                .checked_add(bytes)
-                .is_some_and(|e| e <= self.seg_lens[rank])
-            && off & (align - 1) == 0;
-        ok.then_some(seg)
+        self.range_ok(rank, off, bytes, align).then_some(seg)
     }
 
     /// `rank`'s segment if one-sided accesses to it are plain loads and

@@ -201,16 +201,13 @@ impl Inner {
         self.put_slow(dst, src)
     }
 
-    /// [`put`](Self::put) past its inlined fast path: the checks again (an
-    /// error names what is wrong), then the message path.
+    /// [`put`](Self::put) past its inlined fast path (which took every
+    /// native access that passes the checks): the checks again (an error
+    /// names what is wrong), then the message path.
     #[cold]
     #[inline(never)]
     fn put_slow<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         self.check(dst, src.len())?;
-        if let Some(seg) = self.native(dst.rank()) {
-            put_native(seg, dst.offset(), bytemuck::cast_slice(src));
-            return Ok(());
-        }
         self.put_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
     }
 
@@ -405,8 +402,10 @@ impl Pgas {
         let len = std::mem::size_of_val(dst) as u64;
         if let Some(seg) = inner.native_checked(src.rank(), src.offset(), len, align) {
             let dst: &'a mut [u8] = bytemuck::cast_slice_mut(dst);
-            // Complete at issue, as below.
-            // SAFETY: as below; the range passed the same checks.
+            // Complete at issue: nothing can write into `dst` later.
+            // SAFETY: the source range passed the checks against the peer's
+            // segment; `dst` is the caller's buffer. They may overlap (a
+            // slice of our own segment): memmove.
             unsafe {
                 memmove(
                     seg.base.add(src.offset() as usize),
@@ -422,7 +421,9 @@ impl Pgas {
         self.get_into_slow(src, dst)
     }
 
-    /// [`get_into`](Self::get_into) past its inlined fast path.
+    /// [`get_into`](Self::get_into) past its inlined fast path (which
+    /// took every native access that passes the checks): the checks again,
+    /// then the message path.
     #[cold]
     #[inline(never)]
     fn get_into_slow<'a, T: Pod>(
@@ -434,17 +435,6 @@ impl Pgas {
         inner.check(src, dst.len())?;
         let dst: &'a mut [u8] = bytemuck::cast_slice_mut(dst);
         let (rank, off) = (src.rank(), src.offset());
-        if let Some(seg) = inner.native(rank) {
-            // Complete at issue: nothing can write into `dst` later.
-            // SAFETY: the source range was checked against the peer's
-            // segment; `dst` is the caller's buffer. They may overlap (a
-            // slice of our own segment): memmove.
-            unsafe { memmove(seg.base.add(off as usize), dst.as_mut_ptr(), dst.len()) };
-            return Ok(GetInto {
-                inner,
-                pending: None,
-            });
-        }
         let mut staged = vec![0u8; dst.len()];
         let slot = inner.start_get(rank, off, staged.as_mut_ptr(), staged.len())?;
         Ok(GetInto {
@@ -495,23 +485,15 @@ impl Pgas {
         self.read_slice_slow(src, dst)
     }
 
-    /// [`read_slice`](Self::read_slice) when its inlined fast path did not
-    /// apply: the checks again (an error names what is wrong), then the
-    /// message path.
+    /// [`read_slice`](Self::read_slice) when its inlined fast path (every
+    /// native access that passes the checks) did not apply: the checks
+    /// again (an error names what is wrong), then the message path.
     #[cold]
     #[inline(never)]
     fn read_slice_slow<T: Pod>(&self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
         let inner = &self.inner;
         inner.check(src, dst.len())?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
-        if let Some(seg) = inner.native(src.rank()) {
-            // SAFETY: as in read_slice (checked just above).
-            unsafe {
-                let from = seg.base.add(src.offset() as usize);
-                memmove(from, bytes.as_mut_ptr(), bytes.len());
-            }
-            return Ok(());
-        }
         inner.get_blocking(src.rank(), src.offset(), bytes)
     }
 
@@ -537,30 +519,12 @@ impl Pgas {
         self.write_slice_slow(dst, src)
     }
 
-    /// [`write_slice`](Self::write_slice) when its inlined fast path did
-    /// not apply: the checks again (an error names what is wrong), then
-    /// the message path.
+    /// [`write_slice`](Self::write_slice) when its inlined fast path
+    /// (every native access that passes the checks) did not apply: a put
+    /// over messages (which checks again and names an error) and a `sync`.
     #[cold]
     #[inline(never)]
     fn write_slice_slow<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
-        let inner = &self.inner;
-        inner.check(dst, src.len())?;
-        if let Some(seg) = inner.native(dst.rank()) {
-            // A native put is complete at the target once the copy returns:
-            // no need to wait for this rank's other operations.
-            put_native(seg, dst.offset(), bytemuck::cast_slice(src));
-            std::sync::atomic::fence(Ordering::Release);
-            return inner.take_errors();
-        }
-        self.write_slice_am(dst, src)
-    }
-
-    /// [`write_slice`](Self::write_slice) over messages, out of line so
-    /// the native path needs few registers (its 8 B cost is counted in
-    /// instructions).
-    #[cold]
-    #[inline(never)]
-    fn write_slice_am<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         self.put(dst, src)?;
         self.sync()
     }

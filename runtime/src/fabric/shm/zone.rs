@@ -92,10 +92,10 @@ impl ZoneAlloc {
             }
             self.inflight.pop_front();
         }
-        match phase {
-            Some(ph) => self.free(n, Some(ph % PAGE)).or_else(|| self.free(n, None)),
-            None => self.free(n, None),
-        }
+        let phase = phase.map(|ph| ph % PAGE);
+        // out of phase only if in phase found nothing
+        self.free(n, phase)
+            .or_else(|| phase.and_then(|_| self.free(n, None)))
     }
 
     /// A free place for `n` bytes starting in `phase` (if given).
