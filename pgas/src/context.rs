@@ -50,6 +50,11 @@ pub(crate) struct Inner {
     pub size: usize,
     /// Every rank's segment as mapped here (native path only).
     pub segs: Vec<Option<SegmentRef>>,
+    /// The fast path's table: every rank's segment when one-sided
+    /// accesses to it are loads and stores (native path, mapped here),
+    /// else an empty one (length 0: no range passes). One load finds the
+    /// base, the length and the doorbell; no path or presence test.
+    pub direct: Box<[SegmentRef]>,
     /// The barrier through shared memory, when every rank's segment is
     /// mapped here and the path is native (else barriers are AMs to rank 0).
     pub shm_barrier: Option<ShmBarrier>,
@@ -121,6 +126,12 @@ impl Pgas {
         let path = ep.config().rma;
         let segs: Vec<Option<SegmentRef>> = (0..size).map(|r| fabric.peer_segment(r)).collect();
         let seg_lens: Vec<u64> = (0..size).map(|r| fabric.segment_len(r) as u64).collect();
+        let direct = (0..size)
+            .map(|r| match (path, segs[r]) {
+                (RmaPath::Native, Some(s)) => s.shortened(seg_lens[r] as usize),
+                _ => SegmentRef::new(std::ptr::null_mut(), 0),
+            })
+            .collect();
         let shm_barrier = match path {
             RmaPath::Native => ShmBarrier::new(&segs, rank),
             RmaPath::Am => None,
@@ -139,6 +150,7 @@ impl Pgas {
                 rank,
                 size,
                 segs,
+                direct,
                 shm_barrier,
                 seg_lens,
                 heap: Mutex::new(heap),
@@ -494,12 +506,11 @@ impl Inner {
         bytes: u64,
         align: u64,
     ) -> Option<SegmentRef> {
-        if self.path != RmaPath::Native {
-            return None;
-        }
-        // (`segs` has an entry per rank: the rank exists)
-        let seg = (*self.segs.get(rank)?)?;
-        self.range_ok(rank, off, bytes, align).then_some(seg)
+        let seg = *self.direct.get(rank)?;
+        let fits = off >= RESERVED_BYTES
+            && off.checked_add(bytes).is_some_and(|e| e <= seg.len as u64)
+            && off & (align - 1) == 0;
+        fits.then_some(seg)
     }
 
     /// `rank`'s segment if one-sided accesses to it are plain loads and

@@ -98,6 +98,23 @@ impl SegmentRef {
         }
     }
 
+    /// Its first `len` bytes at most (a length no longer than this one
+    /// is kept; a longer one is not granted).
+    ///
+    /// ```
+    /// # use splitrt_runtime::fabric::SegmentRef;
+    /// let mut bytes = vec![0u8; 64];
+    /// let seg = SegmentRef::new(bytes.as_mut_ptr(), bytes.len());
+    /// assert_eq!(seg.shortened(16).len, 16);
+    /// assert_eq!(seg.shortened(100).len, 64);
+    /// ```
+    pub fn shortened(self, len: usize) -> Self {
+        Self {
+            len: self.len.min(len),
+            ..self
+        }
+    }
+
     /// Tell the owner that its segment changed (after a direct write it
     /// may be asleep waiting for): one load when it is awake.
     #[inline]
