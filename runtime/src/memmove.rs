@@ -5,8 +5,11 @@
 //! instructions (call, PLT, size dispatch), also for 0 bytes; two
 //! overlapping unaligned loads and two stores of `n` bytes each cover
 //! every length from `n` to `2n` (of 16, 32 and 64 bytes, as 16-byte
-//! moves, for 17-128 bytes: a 64 B native put took twice GASNet-EX's time
-//! through the call).
+//! moves, for 16-128 bytes). The size classes are a short tree, not a
+//! chain of compares: with one compare per class, smallest first, a
+//! 256 B copy (libc's, after the chain) took 11-13 ns against 5-6 ns for
+//! the same libc call alone, measured in one process on the EPYC of
+//! 2026-11-26; with the tree both take 4.6-5.5 ns.
 
 /// Copy `len` bytes from `src` to `dst`; the ranges may overlap.
 ///
@@ -25,17 +28,28 @@ pub unsafe fn memmove(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY: every access lies in the first `len` bytes of `src` or
     // `dst` (the caller's promise; `ends` gets `size_of::<T>() <= len`).
     unsafe {
-        match len {
-            0 => {}
-            1 => *dst = *src,
-            8 => (dst as *mut u64).write_unaligned((src as *const u64).read_unaligned()),
-            2..=3 => ends::<u16>(src, dst, len),
-            4..=7 => ends::<u32>(src, dst, len),
-            9..=16 => ends::<u64>(src, dst, len),
-            17..=32 => ends::<u128>(src, dst, len),
-            33..=64 => ends::<[u128; 2]>(src, dst, len),
-            65..=128 => ends::<[u128; 4]>(src, dst, len),
-            _ => std::ptr::copy(src, dst, len),
+        // Few branches on every path: a chain of compares (one per size
+        // class, smallest first) cost 256 B copies twice libc's time on
+        // the 2026-11-26 EPYC, in same-process A/B runs; past 128 B it is
+        // one compare and libc's own copy.
+        if len > 128 {
+            std::ptr::copy(src, dst, len)
+        } else if len >= 16 {
+            if len > 64 {
+                ends::<[u128; 4]>(src, dst, len)
+            } else if len > 32 {
+                ends::<[u128; 2]>(src, dst, len)
+            } else {
+                ends::<u128>(src, dst, len)
+            }
+        } else if len >= 8 {
+            ends::<u64>(src, dst, len)
+        } else if len >= 4 {
+            ends::<u32>(src, dst, len)
+        } else if len >= 2 {
+            ends::<u16>(src, dst, len)
+        } else if len == 1 {
+            *dst = *src
         }
     }
 }
