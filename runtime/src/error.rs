@@ -40,11 +40,27 @@ pub enum ErrorKind {
 /// let e = Error::new(ErrorKind::Usage("bad".into())).at_rank(2).with_peer(5);
 /// assert_eq!(e.to_string(), "rank 2 (peer 5): usage error: bad");
 /// ```
-#[derive(Debug)]
-pub struct Error {
+///
+/// One pointer wide (the details are boxed): a `Result<()>` is returned in
+/// a register, and the hot paths' `Ok` costs no 72-byte return slot.
+pub struct Error(Box<Detail>);
+
+struct Detail {
     rank: Option<usize>,
     peer: Option<usize>,
     kind: ErrorKind,
+}
+
+static_assertions::assert_eq_size!(Result<()>, usize);
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("rank", &self.0.rank)
+            .field("peer", &self.0.peer)
+            .field("kind", &self.0.kind)
+            .finish()
+    }
 }
 
 /// `Result` with the splitrt [`Error`].
@@ -53,11 +69,11 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Error {
     /// An error with no rank attached yet.
     pub fn new(kind: ErrorKind) -> Self {
-        Error {
+        Error(Box::new(Detail {
             rank: None,
             peer: None,
             kind,
-        }
+        }))
     }
     /// Shorthand for [`ErrorKind::Usage`].
     pub fn usage(msg: impl Into<String>) -> Self {
@@ -81,25 +97,25 @@ impl Error {
     }
     /// Attach the rank that saw the error (keeps an existing one).
     pub fn at_rank(mut self, rank: usize) -> Self {
-        self.rank.get_or_insert(rank);
+        self.0.rank.get_or_insert(rank);
         self
     }
     /// Attach the peer involved (keeps an existing one).
     pub fn with_peer(mut self, peer: usize) -> Self {
-        self.peer.get_or_insert(peer);
+        self.0.peer.get_or_insert(peer);
         self
     }
     /// The cause.
     pub fn kind(&self) -> &ErrorKind {
-        &self.kind
+        &self.0.kind
     }
     /// The rank that saw the error, if known.
     pub fn rank(&self) -> Option<usize> {
-        self.rank
+        self.0.rank
     }
     /// The peer involved, if any.
     pub fn peer(&self) -> Option<usize> {
-        self.peer
+        self.0.peer
     }
 }
 
@@ -127,18 +143,19 @@ impl fmt::Display for ErrorKind {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.rank, self.peer) {
-            (Some(r), Some(p)) => write!(f, "rank {r} (peer {p}): {}", self.kind),
-            (Some(r), None) => write!(f, "rank {r}: {}", self.kind),
-            (None, Some(p)) => write!(f, "peer {p}: {}", self.kind),
-            (None, None) => write!(f, "{}", self.kind),
+        let d = &self.0;
+        match (d.rank, d.peer) {
+            (Some(r), Some(p)) => write!(f, "rank {r} (peer {p}): {}", d.kind),
+            (Some(r), None) => write!(f, "rank {r}: {}", d.kind),
+            (None, Some(p)) => write!(f, "peer {p}: {}", d.kind),
+            (None, None) => write!(f, "{}", d.kind),
         }
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
+        match &self.0.kind {
             ErrorKind::Io(_, e) => Some(e),
             _ => None,
         }
