@@ -247,13 +247,19 @@ pub struct Endpoint {
 /// ranks flooding each other with large Mediums otherwise freed each
 /// other's landing-zone room only when their own sends blocked, in
 /// lockstep: 64 KiB two-way flood 1.09-1.21 -> 0.59-0.63 us per message
-/// (GASNet-EX 0.73-0.9), 64 KiB Long 1.04 -> 0.59. Smaller payloads skip
+/// (GASNet-EX 0.73-0.9), 64 KiB Long 1.04 -> 0.59. From 4 KiB, where
+/// the shm fabric's Mediums leave the ring cell for the landing zone and
+/// its few slots (16 KiB until 2026-11-26: a flood of 4-16 KiB requests
+/// answered by replies of the same size ran 1.06-1.38x GASNet-EX's time,
+/// now 0.70-0.74x; same run, alternated builds). Smaller payloads skip
 /// it: the poll would be a large part of their cost.
-const POLL_AFTER_BYTES: usize = 16 << 10;
+const POLL_AFTER_BYTES: usize = 4 << 10;
 
 /// Of those requests, every this many is followed by the poll (each one:
-/// one-way floods, whose receiver has nothing to send back, paid 20-30%).
-const POLL_EVERY: u32 = 4;
+/// one-way floods, whose receiver has nothing to send back, paid 20-30%;
+/// every 2nd costs an 8 KiB one-way flood 0.15 -> 0.18-0.23 us, still
+/// 0.66x GASNet-EX's).
+const POLL_EVERY: u32 = 2;
 
 impl Inner {
     fn fabric(&self) -> &impl Fabric {
