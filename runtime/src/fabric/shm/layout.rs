@@ -68,13 +68,10 @@ pub const ZONE_BUDGET: usize = 2 << 20;
 /// The landing zone per sender and channel, in Medium maxima, when the
 /// user did not choose: as much of [`ZONE_BUDGET`] as `ranks` senders x 2
 /// channels share, at least 2 and at most 8. Two ranks get 8 x 64 KiB
-/// each way, so successive large Mediums rotate through 512 KiB (see
-/// [`zone`](super::zone)); 8 or more ranks get 2 each. Small jobs'
+/// each way; 8 or more ranks get 2 each. (Since Mediums stopped rotating
+/// through the zone, see [`zone`](super::zone), a Medium uses at most two
+/// of its sizes and a page: the rest is spare.) Small jobs'
 /// zones get their pages at start-up, so the budget is start-up time too.
-/// (A cap of 32 instead of 8 measured slower for 32 and 64 KiB Mediums
-/// once the zone's pages were populated up front: 32 KiB request + echoed
-/// reply 1.3-1.6 us against 1.0-1.2 us with 8, 64 KiB 1.9-2.0 against
-/// 1.7-2.2.)
 ///
 /// ```
 /// use splitrt_runtime::fabric::shm::layout::medium_slots_for;
