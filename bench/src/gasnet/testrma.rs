@@ -23,6 +23,15 @@
 //!   copied its source when it returns, so NOW, DEFER, GROUP and event are
 //!   the same call.) Reported as
 //!   microseconds per operation, like the latency rows (lower is better).
+//!
+//! Each test runs as theirs does: first its warm-up (every operation on
+//! 8 B, `iters` times, with a handle array of twice that, then the largest
+//! size once), then its sections in their order, each over every size
+//! before the next section starts (testsmall: blocking latency, blocking
+//! throughput, NBI latency, NBI throughput, NB latency, NB throughput;
+//! testlarge: blocking, NBI, NB, NBI+GROUP, NB+event), the source written
+//! before each row. Until 2026-11-26 ours ran every row of a size before
+//! the next size and warmed up with one large put and get only.
 
 use crate::job::{pin_this_rank, this_rank};
 use splitrt::pgas::{GlobalPtr, Pgas};
@@ -45,23 +54,78 @@ pub const SMALL_DEFAULT: (usize, usize) = (1000, 2048);
 /// testlarge's default iterations and largest size.
 pub const LARGE_DEFAULT: (usize, usize) = (1000, 2 << 20);
 
-/// The throughput rows' names: testsmall's, testlarge's (they differ in
-/// the local-completion mode of the non-blocking puts).
-const SMALL_NAMES: [&str; 6] = [
-    "PutBlocking throughput",
-    "GetBlocking throughput",
-    "PutNBI+NOW throughput",
-    "GetNBI throughput",
-    "PutNB+NOW throughput",
-    "GetNB throughput",
+/// How a row runs its `iters` operations (see the module docs).
+#[derive(Clone, Copy)]
+enum Op {
+    /// `write_slice` each.
+    PutBlocking,
+    /// `read_slice` each.
+    GetBlocking,
+    /// One put in a `scope` each.
+    PutScopeEach,
+    /// One get in a `scope` each.
+    GetScopeEach,
+    /// `put` then `sync` each.
+    PutSyncEach,
+    /// `get_into` then `wait` each.
+    GetHandleEach,
+    /// All puts in one `scope`.
+    PutScopeAll,
+    /// All gets in one `scope`.
+    GetScopeAll,
+    /// All puts, then one `sync`.
+    PutSyncAll,
+    /// All `get_into` handles, then a `wait` on each.
+    GetHandleAll,
+}
+
+/// testsmall's sections in its order (`main`: each runs every size before
+/// the next starts), each a list of (row name, how).
+const SMALL_SECTIONS: [&[(&str, Op)]; 6] = [
+    &[
+        ("PutBlocking latency", Op::PutBlocking),
+        ("GetBlocking latency", Op::GetBlocking),
+    ],
+    &[
+        ("PutBlocking throughput", Op::PutBlocking),
+        ("GetBlocking throughput", Op::GetBlocking),
+    ],
+    &[
+        ("PutNBI+NOW latency", Op::PutScopeEach),
+        ("GetNBI latency", Op::GetScopeEach),
+    ],
+    &[
+        ("PutNBI+NOW throughput", Op::PutScopeAll),
+        ("GetNBI throughput", Op::GetScopeAll),
+    ],
+    &[
+        ("PutNB+NOW latency", Op::PutSyncEach),
+        ("GetNB latency", Op::GetHandleEach),
+    ],
+    &[
+        ("PutNB+NOW throughput", Op::PutSyncAll),
+        ("GetNB throughput", Op::GetHandleAll),
+    ],
 ];
-const LARGE_NAMES: [&str; 6] = [
-    "PutBlocking throughput",
-    "GetBlocking throughput",
-    "PutNBI+DEFER throughput",
-    "GetNBI throughput",
-    "PutNB+DEFER throughput",
-    "GetNB throughput",
+
+/// testlarge's sections in its order (`bulk_test`, `bulk_test_nbi` and
+/// `bulk_test_nb` with deferred local completion, then with a group and
+/// events, which time no gets).
+const LARGE_SECTIONS: [&[(&str, Op)]; 5] = [
+    &[
+        ("PutBlocking throughput", Op::PutBlocking),
+        ("GetBlocking throughput", Op::GetBlocking),
+    ],
+    &[
+        ("PutNBI+DEFER throughput", Op::PutScopeAll),
+        ("GetNBI throughput", Op::GetScopeAll),
+    ],
+    &[
+        ("PutNB+DEFER throughput", Op::PutSyncAll),
+        ("GetNB throughput", Op::GetHandleAll),
+    ],
+    &[("PutNBI+GROUP throughput", Op::PutScopeAll)],
+    &[("PutNB+event throughput", Op::PutSyncAll)],
 ];
 
 /// `ITERS,MAXSZ` from `name`, else the defaults.
@@ -98,129 +162,137 @@ impl Bench<'_> {
         let _ = writeln!(self.out, "{test}: {size} byte {name}\t{us:.4}\t0");
     }
 
-    fn small(&mut self, iters: usize, max: usize) -> Result<()> {
-        let pg = self.pg;
-        for sz in sizes(1, max) {
-            let r = self.remote;
-            let t = Instant::now();
-            for _ in 0..iters {
-                pg.write_slice(r, &self.local[..sz])?;
-            }
-            self.row("testsmall", sz, "PutBlocking latency", t, iters);
-            let t = Instant::now();
-            for _ in 0..iters {
-                pg.read_slice(r, &mut self.local[..sz])?;
-            }
-            self.row("testsmall", sz, "GetBlocking latency", t, iters);
-            let t = Instant::now();
-            for _ in 0..iters {
-                pg.scope(|s| s.put(r, &self.local[..sz]))?;
-            }
-            self.row("testsmall", sz, "PutNBI+NOW latency", t, iters);
-            let t = Instant::now();
-            for _ in 0..iters {
-                let dst = &mut self.local[..sz];
-                pg.scope(|s| s.get(r, dst))?;
-            }
-            self.row("testsmall", sz, "GetNBI latency", t, iters);
-            let t = Instant::now();
-            for _ in 0..iters {
-                pg.put(r, &self.local[..sz])?;
-                pg.sync()?;
-            }
-            self.row("testsmall", sz, "PutNB+NOW latency", t, iters);
-            let t = Instant::now();
-            for _ in 0..iters {
-                pg.get_into(r, &mut self.local[..sz])?.wait()?;
-            }
-            self.row("testsmall", sz, "GetNB latency", t, iters);
-            self.throughput("testsmall", &SMALL_NAMES, sz, iters)?;
-        }
-        Ok(())
-    }
-
-    fn large(&mut self, iters: usize, max: usize) -> Result<()> {
-        for sz in sizes(LARGE_MIN, max) {
-            self.throughput("testlarge", &LARGE_NAMES, sz, iters)?;
-            // testlarge's second pass, local completion tracked by a group
-            // or an event: for a put that has copied its source when it
-            // returns, the same calls
-            self.nbi_puts("testlarge", "PutNBI+GROUP throughput", sz, iters)?;
-            self.nb_puts("testlarge", "PutNB+event throughput", sz, iters)?;
-        }
-        Ok(())
-    }
-
-    /// `iters` puts in one `scope`, as row `name`.
-    fn nbi_puts(&mut self, test: &str, name: &str, sz: usize, iters: usize) -> Result<()> {
+    /// The tests' warm-up before their first section: `iters` (at most
+    /// 32767) rounds of every operation on 8 B with a handle array of
+    /// twice that, then one put and one get of the largest size. It also
+    /// leaves the heap with the pages a later handle array reuses.
+    fn warm_up(&mut self, iters: usize, max: usize) -> Result<()> {
         let (pg, r) = (self.pg, self.remote);
-        let t = Instant::now();
-        pg.scope(|s| {
-            for _ in 0..iters {
-                s.put(r, &self.local[..sz])?;
-            }
-            Ok(())
-        })?;
-        self.row(test, sz, name, t, iters);
-        Ok(())
-    }
-
-    /// `iters` puts then one `sync`, as row `name`.
-    fn nb_puts(&mut self, test: &str, name: &str, sz: usize, iters: usize) -> Result<()> {
-        let (pg, r) = (self.pg, self.remote);
-        let t = Instant::now();
-        for _ in 0..iters {
-            pg.put(r, &self.local[..sz])?;
-        }
-        pg.sync()?;
-        self.row(test, sz, name, t, iters);
-        Ok(())
-    }
-
-    /// The six throughput rows of one size, named as `test` names them.
-    fn throughput(&mut self, test: &str, names: &[&str; 6], sz: usize, iters: usize) -> Result<()> {
-        let pg = self.pg;
-        let r = self.remote;
-        let t = Instant::now();
-        for _ in 0..iters {
-            pg.write_slice(r, &self.local[..sz])?;
-        }
-        self.row(test, sz, names[0], t, iters);
-        let t = Instant::now();
-        for _ in 0..iters {
-            pg.read_slice(r, &mut self.local[..sz])?;
-        }
-        self.row(test, sz, names[1], t, iters);
-        self.nbi_puts(test, names[2], sz, iters)?;
-        // every get of the scope lands in the same buffer, as in the tests
+        let n = iters.min(32767);
+        let w = self.local.len().min(8);
         let base = self.local.as_mut_ptr();
-        let t = Instant::now();
-        pg.scope(|s| {
-            for _ in 0..iters {
-                // SAFETY: the gets all write the same bytes of `local`,
-                // which outlives the scope and is not read before the
-                // scope (which waits for every get) ends.
-                let dst = unsafe { std::slice::from_raw_parts_mut(base, sz) };
-                s.get(r, dst)?;
-            }
-            Ok(())
-        })?;
-        self.row(test, sz, names[3], t, iters);
-        self.nb_puts(test, names[4], sz, iters)?;
-        // the handle array is allocated before the clock starts, as the
-        // tests' `events`
-        let mut handles = Vec::with_capacity(iters);
-        let t = Instant::now();
-        for _ in 0..iters {
-            // SAFETY: as for GetNBI: every handle writes the same bytes
-            // of `local`, not read until all are waited for.
-            let dst = unsafe { std::slice::from_raw_parts_mut(base, sz) };
+        let mut handles = Vec::with_capacity(2 * n);
+        for _ in 0..n {
+            pg.write_slice(r, &self.local[..w])?;
+            pg.read_slice(r, &mut self.local[..w])?;
+            pg.scope(|s| s.put(r, &self.local[..w]))?;
+            pg.scope(|s| s.get(r, &mut self.local[..w]))?;
+            pg.put(r, &self.local[..w])?;
+            // SAFETY: every handle writes the same `w` bytes of `local`,
+            // which is not read until all are waited for below.
+            let dst = unsafe { std::slice::from_raw_parts_mut(base, w) };
             handles.push(pg.get_into(r, dst)?);
         }
+        pg.write_slice(r, &self.local[..max])?;
+        pg.read_slice(r, &mut self.local[..max])?;
         for h in handles.drain(..) {
             h.wait()?;
         }
-        self.row(test, sz, names[5], t, iters);
+        pg.sync()
+    }
+
+    /// Every section of a test in its order, each over every size.
+    fn sections(
+        &mut self,
+        test: &str,
+        sections: &[&[(&str, Op)]],
+        sizes: &[usize],
+        iters: usize,
+    ) -> Result<()> {
+        for section in sections {
+            for &sz in sizes {
+                for &(name, op) in section.iter() {
+                    // as the tests: the source is written before each row
+                    self.local[..sz].fill(1);
+                    self.run(test, name, op, sz, iters)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Row `name`: `iters` operations of `sz` bytes as `op`.
+    fn run(&mut self, test: &str, name: &str, op: Op, sz: usize, iters: usize) -> Result<()> {
+        let (pg, r) = (self.pg, self.remote);
+        let base = self.local.as_mut_ptr();
+        // the handle array is allocated before the clock starts, as the
+        // tests' `events`
+        let mut handles = match op {
+            Op::GetHandleAll => Vec::with_capacity(iters),
+            _ => Vec::new(),
+        };
+        let t = Instant::now();
+        match op {
+            Op::PutBlocking => {
+                for _ in 0..iters {
+                    pg.write_slice(r, &self.local[..sz])?;
+                }
+            }
+            Op::GetBlocking => {
+                for _ in 0..iters {
+                    pg.read_slice(r, &mut self.local[..sz])?;
+                }
+            }
+            Op::PutScopeEach => {
+                for _ in 0..iters {
+                    pg.scope(|s| s.put(r, &self.local[..sz]))?;
+                }
+            }
+            Op::GetScopeEach => {
+                for _ in 0..iters {
+                    let dst = &mut self.local[..sz];
+                    pg.scope(|s| s.get(r, dst))?;
+                }
+            }
+            Op::PutSyncEach => {
+                for _ in 0..iters {
+                    pg.put(r, &self.local[..sz])?;
+                    pg.sync()?;
+                }
+            }
+            Op::GetHandleEach => {
+                for _ in 0..iters {
+                    pg.get_into(r, &mut self.local[..sz])?.wait()?;
+                }
+            }
+            Op::PutScopeAll => pg.scope(|s| {
+                for _ in 0..iters {
+                    s.put(r, &self.local[..sz])?;
+                }
+                Ok(())
+            })?,
+            Op::GetScopeAll => pg.scope(|s| {
+                // every get of the scope lands in the same buffer, as in
+                // the tests
+                for _ in 0..iters {
+                    // SAFETY: the gets all write the same bytes of
+                    // `local`, which outlives the scope and is not read
+                    // before the scope (which waits for every get) ends.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(base, sz) };
+                    s.get(r, dst)?;
+                }
+                Ok(())
+            })?,
+            Op::PutSyncAll => {
+                for _ in 0..iters {
+                    pg.put(r, &self.local[..sz])?;
+                }
+                pg.sync()?;
+            }
+            Op::GetHandleAll => {
+                for _ in 0..iters {
+                    // SAFETY: as for GetScopeAll: every handle writes the
+                    // same bytes of `local`, not read until all are
+                    // waited for.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(base, sz) };
+                    handles.push(pg.get_into(r, dst)?);
+                }
+                for h in handles.drain(..) {
+                    h.wait()?;
+                }
+            }
+        }
+        self.row(test, sz, name, t, iters);
         Ok(())
     }
 }
@@ -246,14 +318,21 @@ pub fn run(result: &Path) -> Result<()> {
             pg: &pg,
             remote: area.ptr(1),
             local,
-            out: String::new(),
+            // sized once: growing it would take the heap blocks the handle
+            // arrays reuse (as the tests print rather than collect rows)
+            out: String::with_capacity(64 << 10),
         };
-        // warm-up: map both buffers' pages in this process before timing
-        // (the first touch of a peer's page is a page fault, ~1 us)
-        pg.write_slice(b.remote, &b.local[..max])?;
-        pg.read_slice(b.remote, &mut b.local[..max])?;
-        b.small(si.max(1), sm)?;
-        b.large(li.max(1), lm)?;
+        // each test warms up before its first section (this also maps
+        // both buffers' pages here: a first touch is a page fault, ~1 us)
+        b.warm_up(si.max(1), sm)?;
+        b.sections("testsmall", &SMALL_SECTIONS, &sizes(1, sm), si.max(1))?;
+        b.warm_up(li.max(1), lm)?;
+        b.sections(
+            "testlarge",
+            &LARGE_SECTIONS,
+            &sizes(LARGE_MIN, lm),
+            li.max(1),
+        )?;
         std::fs::write(result, &b.out)
             .map_err(|e| Error::usage(format!("writing {}: {e}", result.display())))?;
     }
