@@ -544,7 +544,7 @@ impl ShmFabric {
         if len > cap0 && len <= zone.alloc.capacity() {
             // Into the landing zone in one copy; the cell only announces it.
             // A large one lands half a page away from its source's offset
-            // in a page (see zone::PAGE): nearer, the copy ran 2-3x slower.
+            // in a page (see zone::PAGE: 4 KiB aliasing of the copy).
             let phase = (len >= zone::PHASE_MIN).then(|| {
                 (pkt.payload.as_ptr() as usize + zone::PAGE / 2).wrapping_sub(zone.base as usize)
                     % zone::PAGE
