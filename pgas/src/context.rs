@@ -48,11 +48,9 @@ pub(crate) struct Inner {
     pub path: RmaPath,
     pub rank: usize,
     pub size: usize,
-    /// Every rank's segment as mapped here (native path only).
-    pub segs: Vec<Option<SegmentRef>>,
-    /// The fast path's table: every rank's segment when one-sided
-    /// accesses to it are loads and stores (native path, mapped here),
-    /// else an empty one (length 0: no range passes). One load finds the
+    /// Every rank's segment when one-sided accesses to it are loads and
+    /// stores (native path, mapped here), else an empty one (null base,
+    /// length 0: no range passes). The fast path's one load finds the
     /// base, the length and the doorbell; no path or presence test.
     pub direct: Box<[SegmentRef]>,
     /// The barrier through shared memory, when every rank's segment is
@@ -149,7 +147,6 @@ impl Pgas {
                 path,
                 rank,
                 size,
-                segs,
                 direct,
                 shm_barrier,
                 seg_lens,
@@ -395,17 +392,11 @@ impl Inner {
         }
     }
 
-    /// The range part of [`check_bytes`](Self::check_bytes) (and of
-    /// [`native_checked`](Self::native_checked)), for a rank that exists:
-    /// past the reserved bytes, inside its segment, `off` aligned.
+    /// The range part of [`check_bytes`](Self::check_bytes), for a rank
+    /// that exists (see [`range_fits`]).
     #[inline(always)]
     fn range_ok(&self, rank: usize, off: u64, bytes: u64, align: u64) -> bool {
-        debug_assert!(align.is_power_of_two());
-        off >= RESERVED_BYTES
-            && off
-                .checked_add(bytes)
-                .is_some_and(|e| e <= self.seg_lens[rank])
-            && off & (align - 1) == 0
+        range_fits(off, bytes, align, self.seg_lens[rank])
     }
 
     #[cold]
@@ -507,10 +498,7 @@ impl Inner {
         align: u64,
     ) -> Option<SegmentRef> {
         let seg = *self.direct.get(rank)?;
-        let fits = off >= RESERVED_BYTES
-            && off.checked_add(bytes).is_some_and(|e| e <= seg.len as u64)
-            && off & (align - 1) == 0;
-        fits.then_some(seg)
+        range_fits(off, bytes, align, seg.len as u64).then_some(seg)
     }
 
     /// `rank`'s segment if one-sided accesses to it are plain loads and
@@ -518,10 +506,19 @@ impl Inner {
     /// `None` means the AM path.
     #[inline]
     pub(crate) fn native(&self, rank: usize) -> Option<SegmentRef> {
-        if self.path == RmaPath::Native {
-            self.segs[rank]
-        } else {
-            None
-        }
+        let seg = self.direct[rank];
+        (!seg.base.is_null()).then_some(seg)
     }
+}
+
+/// Whether `bytes` at segment offset `off` lie past splitrt's reserved
+/// bytes and inside a segment of `len` bytes, with `off` aligned to
+/// `align` (a power of two): the one range predicate of the checked and
+/// the inlined paths.
+#[inline(always)]
+fn range_fits(off: u64, bytes: u64, align: u64, len: u64) -> bool {
+    debug_assert!(align.is_power_of_two());
+    off >= RESERVED_BYTES
+        && off.checked_add(bytes).is_some_and(|e| e <= len)
+        && off & (align - 1) == 0
 }
