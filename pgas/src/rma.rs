@@ -254,7 +254,11 @@ pub struct Scope<'env> {
     /// ends without taking the lock (two locked instructions, half of a
     /// one-put scope's cost).
     any_slots: AtomicBool,
-    _buffers: PhantomData<&'env mut ()>,
+    /// Invariant in `'env` (as `std::thread::Scope` is): a covariant
+    /// scope coerces to a shorter lifetime, and a buffer local to the
+    /// closure would be accepted by [`get`](Self::get) and written by a
+    /// reply after it was freed (`tests/ui/scope_*.rs`).
+    _buffers: PhantomData<&'env mut &'env ()>,
 }
 
 impl<'env> Scope<'env> {
