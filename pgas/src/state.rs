@@ -17,6 +17,21 @@ pub(crate) struct Dest {
     /// replies are dropped, and the slot is freed by the last one, so the
     /// index is never reused while a reply for it may still arrive.
     pub cancelled: bool,
+    /// The task awaiting this get as a future (`Get` / `GetInto`), woken
+    /// by the reply handler that completes the slot.
+    pub waker: Option<std::task::Waker>,
+}
+
+impl Dest {
+    /// Remember `w` as the task to wake at completion, replacing a waker
+    /// of another task (a future moved to another task, or polled with a
+    /// new waker); the same task's waker is kept, no clone.
+    pub fn set_waker(&mut self, w: &std::task::Waker) {
+        match &self.waker {
+            Some(old) if old.will_wake(w) => {}
+            _ => self.waker = Some(w.clone()),
+        }
+    }
 }
 
 // SAFETY: `ptr` is only dereferenced by the reply handler, under the slots

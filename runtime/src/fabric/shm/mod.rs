@@ -473,6 +473,18 @@ impl ShmFabric {
         })
     }
 
+    /// Whether anything is seen waiting in this rank's rings, looking
+    /// only into those no other thread holds (and, single-threaded, only
+    /// from the owner thread): unlike [`has_work`](Self::has_work), a ring
+    /// it cannot look into counts as empty.
+    fn has_work_seen(&self) -> bool {
+        self.rx.iter().any(|set| {
+            self.owner
+                .try_lock(set)
+                .is_some_and(|set| set.rings.iter().any(|r| r.cons.has_next()))
+        })
+    }
+
     fn segment_of(&self, rank: usize) -> SegmentRef {
         // SAFETY: segment_off + segment_len == file length (Layout::new).
         let base = unsafe { self.files[rank].as_ptr().add(self.layout.segment_off) };
@@ -895,6 +907,25 @@ impl Fabric for ShmFabric {
         self.own_bell
             .get()
             .wait(doorbell::WAIT_LIMIT, || self.has_work() || done())
+    }
+
+    /// Sleep on this rank's doorbell as one of its sleepers (so every peer
+    /// giving it work rings: a `FUTEX_WAKE` per ring while someone waits
+    /// here, one load otherwise) until rung, `limit` (at most
+    /// [`doorbell::WAIT_LIMIT`]) passed or `stop()`. Before sleeping it
+    /// looks into the rings only where it can without waiting (a ring
+    /// another thread is polling counts as empty: that thread delivers
+    /// it); after a wait that timed out, a ring it cannot look into
+    /// counts as work (`SPLITRT_THREADS=single`: only the owner thread may
+    /// look, so a helper answers "maybe" once per wait limit). A wake-up
+    /// the unfenced ring lost (see [`doorbell`]) is found by that last look.
+    fn await_traffic(&self, limit: std::time::Duration, stop: &dyn Fn() -> bool) -> bool {
+        let mut seen = false;
+        let rung = self.own_bell.get().wait(limit, || {
+            seen = self.has_work_seen();
+            seen || stop()
+        });
+        rung || seen || self.has_work()
     }
 }
 
