@@ -46,3 +46,19 @@ fn a_pending_get_sleeps_under_tokio_until_the_reply_comes() {
         );
     }
 }
+
+/// The tokio example: every rank gathers every rank's part by async gets
+/// (over the AM path and over UDP), driven by a progress task waiting on
+/// the doorbell descriptor through `AsyncFd`, and checks the data.
+#[test]
+fn the_async_get_example_gathers_right_data() {
+    for (n, env) in [
+        (4, [("SPLITRT_RMA", "am"), ("SPLITRT_FABRIC", "shm")]),
+        (3, [("SPLITRT_RMA", "native"), ("SPLITRT_FABRIC", "udp")]),
+    ] {
+        let r = run_job(n, &example("async_get"), &[], &env, 60);
+        r.ok();
+        let right = r.stdout.lines().filter(|l| l.ends_with("all right")).count();
+        assert_eq!(right, n, "{env:?}: {r:?}");
+    }
+}
