@@ -58,7 +58,11 @@ fn the_async_get_example_gathers_right_data() {
     ] {
         let r = run_job(n, &example("async_get"), &[], &env, 60);
         r.ok();
-        let right = r.stdout.lines().filter(|l| l.ends_with("all right")).count();
+        let right = r
+            .stdout
+            .lines()
+            .filter(|l| l.ends_with("all right"))
+            .count();
         assert_eq!(right, n, "{env:?}: {r:?}");
     }
 }

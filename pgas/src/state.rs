@@ -234,3 +234,49 @@ impl Issued {
         self.puts.fetch_add(n, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A get's slot keeps one waker: the same task's is kept (no clone),
+    /// another task's replaces it, so the task that polled last is woken.
+    #[test]
+    fn a_slot_keeps_the_waker_of_the_task_that_polled_last() {
+        let (a, b) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        let (wa, wb) = (Waker::from(a.clone()), Waker::from(b.clone()));
+        let mut d = Dest {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+            remaining: 1,
+            error: None,
+            cancelled: false,
+            waker: None,
+        };
+        d.set_waker(&wa);
+        d.set_waker(&wa.clone());
+        assert_eq!(
+            Arc::strong_count(&a),
+            3,
+            "one clone kept (a, wa, the slot's)"
+        );
+        d.set_waker(&wb);
+        assert_eq!(Arc::strong_count(&a), 2, "a's waker replaced");
+        d.waker.take().expect("b's waker").wake();
+        assert_eq!(b.0.load(Ordering::SeqCst), 1);
+        assert_eq!(a.0.load(Ordering::SeqCst), 0);
+    }
+}

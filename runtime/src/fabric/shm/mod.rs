@@ -985,6 +985,66 @@ mod tests {
         assert_eq!(f.local_segment().base, seg.base);
     }
 
+    /// The doorbell bridge's wait: `false` when it timed out with the rings
+    /// empty or `stop()` held, `true` when a message waits (at once) or a
+    /// ring of the doorbell ended it.
+    #[test]
+    fn await_traffic_tells_traffic_from_a_timeout() {
+        let f = solo("await", 256, 8);
+        let t = std::time::Instant::now();
+        assert!(!f.await_traffic(std::time::Duration::from_secs(5), &|| false));
+        let e = t.elapsed();
+        assert!(
+            e >= doorbell::WAIT_LIMIT && e < std::time::Duration::from_secs(1),
+            "{e:?}"
+        );
+        assert!(
+            !f.await_traffic(std::time::Duration::from_secs(5), &|| true),
+            "stopped"
+        );
+        let pkt = Packet {
+            tag: 1,
+            words: &[7],
+            payload: &[],
+            deposit: None,
+        };
+        assert!(f
+            .try_send(0, Channel::Reply, &pkt, &mut |_| Ok(()))
+            .unwrap());
+        let t = std::time::Instant::now();
+        assert!(f.await_traffic(std::time::Duration::from_secs(5), &|| false));
+        assert!(
+            t.elapsed() < doorbell::WAIT_LIMIT,
+            "a waiting message: no sleep"
+        );
+        assert_eq!(f.poll(Channel::Reply, &mut |_| {}).unwrap(), 1);
+        assert!(
+            !f.await_traffic(std::time::Duration::from_secs(5), &|| false),
+            "drained"
+        );
+        // a peer's ring (a direct write into the segment) ends the wait
+        let bell = f.own_bell.get();
+        std::thread::scope(|s| {
+            let waiter =
+                s.spawn(
+                    || {
+                        while !f.await_traffic(std::time::Duration::from_secs(5), &|| false) {}
+                    },
+                );
+            let start = std::time::Instant::now();
+            while !waiter.is_finished() {
+                assert!(
+                    start.elapsed() < std::time::Duration::from_secs(10),
+                    "not woken"
+                );
+                if bell.sleepers.load(Ordering::SeqCst) > 0 {
+                    f.peer_segment(0).unwrap().wake_owner();
+                }
+                std::thread::yield_now();
+            }
+        });
+    }
+
     /// Mediums larger than a cell land in the zone (round and round it)
     /// and reach the handler whole; a cell naming bytes outside the zone,
     /// or claiming more than a Medium holds, is refused naming the sender.
