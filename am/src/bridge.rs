@@ -163,12 +163,7 @@ impl Bridge {
             let w = WorldRef(world);
             let h = std::thread::Builder::new()
                 .name("splitrt-bridge".into())
-                .spawn(move || {
-                    let w = w;
-                    // SAFETY: the caller of `start` keeps the world valid
-                    // until `stop` has joined this thread.
-                    run(&shared, unsafe { &*w.0 })
-                })
+                .spawn(move || run(&shared, w))
                 .map_err(|e| Error::io("starting the doorbell bridge thread (thread limit?)", e))?;
             *t = Some(h);
         }
@@ -185,8 +180,16 @@ impl Bridge {
             self.shared.cv.notify_all();
         }
         let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(t) = t {
-            let _ = t.join();
+        match t {
+            // A waker run by the bridge dropped the last endpoint handle
+            // (an executor that polls inside `wake`): the thread cannot
+            // join itself. It reads the world no more: after waking it
+            // checks `stop` before anything else.
+            Some(t) if t.thread().id() == std::thread::current().id() => {}
+            Some(t) => {
+                let _ = t.join();
+            }
+            None => {}
         }
     }
 }
@@ -202,8 +205,9 @@ impl Borrow for OwnedFd {
 }
 
 /// The bridge thread: park while nobody waits; else wait for traffic and
-/// fire.
-fn run(sh: &Shared, world: &World) {
+/// fire. The world is borrowed only between the `stop` check and the fire
+/// (a waker may drop the endpoint: see [`Bridge::stop`]).
+fn run(sh: &Shared, world: WorldRef) {
     loop {
         {
             let mut a = sh.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -214,10 +218,16 @@ fn run(sh: &Shared, world: &World) {
         if sh.stop.load(Ordering::SeqCst) {
             return;
         }
-        let maybe = world.fabric().await_traffic(WAIT_LIMIT, &|| {
+        // SAFETY: the callers of `Bridge::start` keep the world valid
+        // until `stop` has returned, and `stop` joins this thread first;
+        // the one exception, `stop` called on this thread (a waker it runs
+        // dropped the endpoint), happens inside `fire`, past `w`'s last
+        // use, and the loop sees `stop` before it borrows again.
+        let w = unsafe { &*world.0 };
+        let maybe = w.fabric().await_traffic(WAIT_LIMIT, &|| {
             !sh.armed.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst)
         });
-        if maybe || world.peer_failed() {
+        if maybe || w.peer_failed() {
             fire(sh);
         }
     }
