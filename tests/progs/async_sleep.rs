@@ -1,4 +1,5 @@
-//! A pending get sleeps: rank 1 awaits a get of rank 0's data under a
+//! A pending get sleeps: rank 1 awaits two gets of rank 0's data (a
+//! `Get` and a `GetInto`, joined) under a
 //! current-thread tokio runtime while rank 0, for SECONDS, neither polls
 //! nor serves anything (a plain `thread::sleep`, so the request waits in
 //! its ring). Rank 1 reports the CPU time its whole process used over the
@@ -55,9 +56,18 @@ fn run() -> splitrt::Result<()> {
                 .build()
                 .expect("a tokio runtime");
             let (c0, t0) = (process_cpu(), Instant::now());
-            let got = rt.block_on(async { pg.get(a.at(0, 0), N)?.await })?;
+            let mut into = vec![0u64; N];
+            let got = rt.block_on(async {
+                let g = pg.get(a.at(0, 0), N)?;
+                let h = pg.get_into(a.at(0, 0), &mut into)?;
+                let (g, h) = tokio::join!(g, h);
+                h?;
+                g
+            })?;
             let (cpu, wall) = (process_cpu() - c0, t0.elapsed());
-            let ok = got.iter().enumerate().all(|(i, &v)| v == value(0, i));
+            let ok = [&got, &into]
+                .iter()
+                .all(|d| d.iter().enumerate().all(|(i, &v)| v == value(0, i)));
             println!(
                 "async get: cpu_ms={} wall_ms={} data={}",
                 cpu.as_millis(),
