@@ -66,3 +66,28 @@ fn the_async_get_example_gathers_right_data() {
         assert_eq!(right, n, "{env:?}: {r:?}");
     }
 }
+
+/// A pending get whose owner dies ends with an error naming the owner,
+/// promptly and without spinning (the bridge fires for a failed job;
+/// the future must then end, not register again).
+#[test]
+fn a_pending_get_ends_with_an_error_when_its_owner_dies() {
+    let r = run_job(
+        2,
+        &example("t_async_sleep"),
+        &["1", "die"],
+        &[("SPLITRT_RMA", "am")],
+        60,
+    );
+    assert_ne!(r.code, 0, "{r:?}");
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("async get failed:"))
+        .unwrap_or_else(|| panic!("the await never ended: {r:?}"));
+    assert!(line.contains("rank 0"), "{line}");
+    let cpu: u64 = field(line, "cpu_ms=").parse().expect("a number");
+    let wall: u64 = field(line, "wall_ms=").parse().expect("a number");
+    assert!(wall < 10_000, "{line}");
+    assert!(cpu * 10 < wall, "spun: {line}");
+}

@@ -161,7 +161,9 @@ impl Inner {
     ) -> Poll<Result<()>> {
         let polled = self.ep.poll();
         let over = match polled {
-            Ok(_) => false,
+            // the job failed (the bridge fires at once while it stays
+            // failed: registering again would spin)
+            Ok(_) => self.ep.world().peer_failed(),
             Err(e) => {
                 // the job failed, or polling is refused here (in a
                 // handler, after finish): end the get; else ride it out

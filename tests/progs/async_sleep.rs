@@ -7,8 +7,10 @@
 //! too), the wall time, and whether the data is right.
 //!
 //! Usage (with `--rma am`, so the get is a request answered by rank 0's
-//! handler): t_async_sleep [SECONDS]
-//! prints `async get: cpu_ms=C wall_ms=W data=ok|bad`
+//! handler): t_async_sleep [SECONDS] [die]
+//! prints `async get: cpu_ms=C wall_ms=W data=ok|bad`; with `die`, rank 0
+//! exits (code 3) instead of answering and rank 1 prints
+//! `async get failed: cpu_ms=C wall_ms=W error=...`.
 
 use splitrt::pgas::Pgas;
 use std::time::{Duration, Instant};
@@ -42,6 +44,7 @@ fn run() -> splitrt::Result<()> {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(2.0);
+    let die = std::env::args().nth(2).as_deref() == Some("die");
     let pg = Pgas::attach()?;
     let me = pg.rank();
     let a = pg.alloc_sym::<u64>(N)?;
@@ -49,7 +52,12 @@ fn run() -> splitrt::Result<()> {
     pg.write_slice(a.at(me, 0), &mine)?;
     pg.barrier()?;
     match me {
-        0 => std::thread::sleep(Duration::from_secs_f64(secs)),
+        0 => {
+            std::thread::sleep(Duration::from_secs_f64(secs));
+            if die {
+                std::process::exit(3);
+            }
+        }
         1 => {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -63,8 +71,19 @@ fn run() -> splitrt::Result<()> {
                 let (g, h) = tokio::join!(g, h);
                 h?;
                 g
-            })?;
+            });
             let (cpu, wall) = (process_cpu() - c0, t0.elapsed());
+            let got = match got {
+                Ok(got) => got,
+                Err(e) => {
+                    println!(
+                        "async get failed: cpu_ms={} wall_ms={} error={e}",
+                        cpu.as_millis(),
+                        wall.as_millis()
+                    );
+                    return Err(e);
+                }
+            };
             let ok = [&got, &into]
                 .iter()
                 .all(|d| d.iter().enumerate().all(|(i, &v)| v == value(0, i)));
