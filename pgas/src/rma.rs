@@ -646,8 +646,9 @@ impl<T: Pod> Get<T> {
 }
 
 /// An in-flight get into a caller's buffer (see [`Pgas::get_into`]).
-/// [`wait`](GetInto::wait) for the data, or `.await` it. Dropping it
-/// early waits for the data first.
+/// [`wait`](GetInto::wait) for the data, or `.await` it (a future that
+/// sleeps while the data is missing, as [`Get`] is). Dropping it early
+/// waits for the data first.
 pub struct GetInto<'a> {
     /// `None`: the data is in the caller's buffer already. One pointer
     /// in all (an array of handles costs what GASNet-EX's events do:
