@@ -665,11 +665,12 @@ impl Fabric for UdpFabric {
     }
 
     /// Wait on the socket (`poll(2)`, which reads nothing) until a
-    /// datagram arrives, `limit` passed or `stop()` held before; `true`
+    /// datagram arrives, `limit` passed (zero: only look) or `stop()`
+    /// held before; `true`
     /// also when the protocol holds in-order messages not yet delivered
     /// (the keeper thread read them while the rank did not poll). With
     /// fault injection on (held datagrams leave only when polled) it
-    /// cannot tell: a bounded sleep, then `true`.
+    /// cannot tell: [`AWAIT_TRAFFIC_BLIND`](crate::fabric::AWAIT_TRAFFIC_BLIND), then `true`.
     fn await_traffic(&self, limit: Duration, stop: &dyn Fn() -> bool) -> bool {
         if stop() {
             return false;
@@ -680,7 +681,9 @@ impl Fabric for UdpFabric {
         };
         if queued() {
             if self.net.core.lock().faults.is_some() {
-                std::thread::sleep(limit.min(crate::fabric::AWAIT_TRAFFIC_BLIND));
+                // blind: as often as a fabric without a doorbell, also
+                // for a zero limit (the hybrid's look), which must not spin
+                std::thread::sleep(crate::fabric::AWAIT_TRAFFIC_BLIND);
             }
             return true;
         }
@@ -689,7 +692,8 @@ impl Fabric for UdpFabric {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = limit.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+        // whole milliseconds, rounded up (a zero limit only looks)
+        let ms = limit.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
         // SAFETY: one valid pollfd on our own socket, for the duration of
         // the call; poll only reports readiness.
         let n = unsafe { libc::poll(&mut p, 1, ms) };
