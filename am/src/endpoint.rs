@@ -1,6 +1,7 @@
 //! The endpoint: a rank's handler table plus its fabric connection to every
 //! peer, the send paths and progress (poll / wait_until).
 
+use crate::bridge::Bridge;
 use crate::dispatch::{dispatch, in_handler};
 use crate::handler::{
     Entry, Func, Kind, ReplyHandler, RequestHandler, Sig, Table, RESERVED_HANDLERS,
@@ -13,8 +14,10 @@ use splitrt_runtime::fabric::{Channel, Fabric, Packet};
 use splitrt_runtime::hang::{abort_error, HangWatch};
 use splitrt_runtime::job::JobInfo;
 use splitrt_runtime::{Error, ErrorKind, Result, World};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
+use std::task::Waker;
 
 /// Collects handler registrations, then [`attach`](Self::attach)es to the job.
 #[derive(Default)]
@@ -145,6 +148,7 @@ impl EndpointBuilder {
                 has_deferred: AtomicBool::new(false),
                 skipped_requests: AtomicBool::new(false),
                 large_sends: AtomicU32::new(0),
+                bridge: Bridge::default(),
             }),
         }
     }
@@ -232,6 +236,9 @@ pub(crate) struct Inner {
     skipped_requests: AtomicBool,
     /// Requests of at least [`POLL_AFTER_BYTES`] sent (wrapping).
     large_sends: AtomicU32,
+    /// Waits on the doorbell for futures and `doorbell_fd` users; reads
+    /// `world` from its thread, so it is stopped before `world` drops.
+    bridge: Bridge,
 }
 
 /// A rank's Active Messages endpoint. Cheap to clone, `Send + Sync`: any
@@ -605,6 +612,8 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // First: the bridge thread reads `world` (see `Bridge`'s contract).
+        self.bridge.stop();
         if self.finished.load(Ordering::Acquire) {
             return;
         }
@@ -716,6 +725,71 @@ impl Endpoint {
         }
         self.inner.take_deferred()?;
         self.inner.poll_every_channel()
+    }
+
+    /// Have `waker` woken once when traffic may have arrived for this rank
+    /// (a message, room in a ring, a direct write into its segment), or the
+    /// job failed: how a future that waits for a handler sleeps instead of
+    /// asking to be polled again. Poll the endpoint when woken (that runs
+    /// the handlers), and register again before waiting again.
+    ///
+    /// The first call starts this rank's doorbell bridge, a helper thread
+    /// that sleeps on the doorbell while any waker (or an armed
+    /// [`doorbell_fd`](Self::doorbell_fd)) waits, and parks otherwise;
+    /// see `docs/safety-futures.md` for what it costs.
+    pub fn wake_on_traffic(&self, waker: &Waker) -> Result<()> {
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
+        // SAFETY: `world` lives in `self.inner` (an `Arc`, never moved) and
+        // `Inner::drop` stops the bridge before the world drops.
+        unsafe { self.inner.bridge.wake_on_traffic(&self.inner.world, waker) }
+            .map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// This rank's doorbell as a file descriptor (an `eventfd`) that
+    /// becomes readable when traffic may have arrived since the last
+    /// [`arm_doorbell`](Self::arm_doorbell): for executors that wait on
+    /// descriptors (`tokio::io::unix::AsyncFd`, `epoll`, `poll`). A
+    /// progress loop: arm, [`poll`](Self::poll), wait until readable,
+    /// [`clear_doorbell`](Self::clear_doorbell), repeat. (Arming before
+    /// polling: traffic that arrives after the poll fires the armed
+    /// doorbell.) The descriptor stays readable until cleared.
+    ///
+    /// ```no_run
+    /// # fn f(ep: &splitrt_am::Endpoint) -> splitrt_am::Result<()> {
+    /// use std::os::fd::AsRawFd;
+    /// let fd = ep.doorbell_fd()?.as_raw_fd();
+    /// loop {
+    ///     ep.arm_doorbell()?;
+    ///     ep.poll()?;
+    ///     let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    ///     // SAFETY: one valid pollfd.
+    ///     unsafe { libc::poll(&mut p, 1, -1) };
+    ///     ep.clear_doorbell();
+    /// #   break;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn doorbell_fd(&self) -> Result<BorrowedFd<'_>> {
+        self.inner.bridge.fd().map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// Arm the [`doorbell_fd`](Self::doorbell_fd): it becomes readable at
+    /// the next sign of traffic for this rank (or a failed job). Starts
+    /// the bridge thread if needed (see [`wake_on_traffic`](Self::wake_on_traffic)).
+    pub fn arm_doorbell(&self) -> Result<()> {
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
+        // SAFETY: as in `wake_on_traffic`.
+        unsafe { self.inner.bridge.arm_fd(&self.inner.world) }.map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// Empty the [`doorbell_fd`](Self::doorbell_fd) after it was found
+    /// readable (it stays readable until then).
+    pub fn clear_doorbell(&self) {
+        self.inner.bridge.clear_fd();
     }
 
     /// Poll until `cond` holds: spin briefly, then yield, then sleep, so more

@@ -32,6 +32,7 @@
 //! [`attach`]: EndpointBuilder::attach
 #![warn(missing_docs)]
 
+mod bridge;
 mod dispatch;
 mod endpoint;
 mod handler;

@@ -38,6 +38,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
     let get_r: ReplyHandler = b.reserved_reply(1, "splitrt.get_r", Kind::Medium, 3, move |m| {
         let (slot, at, status) = (m.arg(0) as usize, m.arg(1) as usize, m.arg(2));
         let mut dests = s.dests.lock();
+        let mut wake = None;
         match dests.get_mut(slot) {
             None => s.fail(format!(
                 "get reply from rank {} for unknown slot {slot}",
@@ -69,9 +70,16 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
                     unsafe { std::ptr::copy(data.as_ptr(), d.ptr.add(at), data.len()) };
                 }
                 d.remaining = d.remaining.saturating_sub(1);
+                if d.remaining == 0 {
+                    // complete: the awaiting future, if any, may finish
+                    wake = d.waker.take();
+                }
             }
         }
         drop(dests);
+        if let Some(w) = wake {
+            w.wake();
+        }
         // every reply counts, so sync's books always balance
         s.gets_done.fetch_add(1, Ordering::Release);
     })?;

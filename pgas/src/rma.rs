@@ -13,7 +13,7 @@ use crate::ptr::GlobalPtr;
 use crate::state::{stored_counter, Dest};
 use bytemuck::Pod;
 use parking_lot::Mutex;
-use splitrt_am::{Payload, Result};
+use splitrt_am::{ErrorKind, Payload, Result};
 use splitrt_runtime::config::RmaPath;
 use splitrt_runtime::fabric::{Fabric, SegmentRef};
 use splitrt_runtime::memmove::memmove;
@@ -61,6 +61,7 @@ impl Inner {
             remaining: chunks,
             error: None,
             cancelled: false,
+            waker: None,
         });
         self.issued.add_gets(chunks as u64);
         for c in 0..chunks {
@@ -108,8 +109,21 @@ impl Inner {
             let mut d = st.dests.lock();
             slots.iter().all(|&s| d.items_remaining(s) == 0)
         });
+        let first = self.release_slots(slots);
+        waited?;
+        match first {
+            Some(e) => Err(splitrt_am::Error::protocol(e).at_rank(self.rank)),
+            None => Ok(()),
+        }
+    }
+
+    /// Release the slots of gets that are over: complete ones are freed
+    /// (the first error a reply reported is returned), incomplete ones
+    /// cancelled (late replies are dropped and the last one frees the
+    /// slot; the owner may release the buffer now).
+    fn release_slots(&self, slots: &[usize]) -> Option<String> {
         let mut first = None;
-        let mut d = st.dests.lock();
+        let mut d = self.st.dests.lock();
         for &s in slots {
             match d.get_mut(s) {
                 Some(dest) if dest.remaining > 0 => {
@@ -124,11 +138,73 @@ impl Inner {
                 None => {}
             }
         }
-        drop(d);
-        waited?;
-        match first {
-            Some(e) => Err(splitrt_am::Error::protocol(e).at_rank(self.rank)),
-            None => Ok(()),
+        first
+    }
+
+    /// A future's poll of the AM get awaiting `slot`: poll the endpoint
+    /// once (so handlers run), then `Ready` with the get's outcome (the
+    /// slot released) if its replies all landed or the job failed, else
+    /// `Pending` with the task's waker stored in the slot (the reply
+    /// handler that completes it wakes it) and registered with the
+    /// endpoint's doorbell bridge (woken when traffic may have arrived, so
+    /// the task polls again even if no other thread polls). Never wakes
+    /// the task itself: a pending get costs no CPU while nothing arrives.
+    ///
+    /// `deferred` keeps a non-fatal error a poll met (a malformed message
+    /// from some rank), reported when the get completes, as
+    /// [`wait_slots`](Self::wait_slots) rides such errors out.
+    pub(crate) fn poll_slot(
+        &self,
+        slot: usize,
+        deferred: &mut Option<splitrt_am::Error>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<()>> {
+        let polled = self.ep.poll();
+        let over = match polled {
+            // the job failed (the bridge fires at once while it stays
+            // failed: registering again would spin)
+            Ok(_) => self.ep.world().peer_failed(),
+            Err(e) => {
+                // the job failed, or polling is refused here (in a
+                // handler, after finish): end the get; else ride it out
+                let fatal = matches!(e.kind(), ErrorKind::PeerFailed(_) | ErrorKind::Timeout(_))
+                    || matches!(e.kind(), ErrorKind::Usage(_));
+                deferred.get_or_insert(e);
+                fatal
+            }
+        };
+        {
+            let mut d = self.st.dests.lock();
+            match d.get_mut(slot) {
+                Some(dest) if dest.remaining > 0 && !over => dest.set_waker(cx.waker()),
+                _ => {
+                    drop(d);
+                    return Poll::Ready(self.end_slot(slot, deferred.take()));
+                }
+            }
+        }
+        // Registered in the slot under the lock the handler completes it
+        // under: a reply after the poll above wakes this task.
+        if let Err(e) = self.ep.wake_on_traffic(cx.waker()) {
+            return Poll::Ready(self.end_slot(slot, Some(e)));
+        }
+        Poll::Pending
+    }
+
+    /// A future's get is over (complete, or ended by `err`): release its
+    /// slot and report the first error.
+    fn end_slot(&self, slot: usize, err: Option<splitrt_am::Error>) -> Result<()> {
+        let failed = self.ep.world().peer_failed();
+        let reply_err = self.release_slots(&[slot]);
+        if failed {
+            if let Some(e) = self.ep.world().failure() {
+                return Err(e.at_rank(self.rank));
+            }
+        }
+        match (err, reply_err) {
+            (Some(e), _) => Err(e),
+            (None, Some(e)) => Err(splitrt_am::Error::protocol(e).at_rank(self.rank)),
+            (None, None) => Ok(()),
         }
     }
 
@@ -371,6 +447,7 @@ impl Pgas {
             pg: self.clone(),
             buf: Some(buf),
             slot,
+            deferred: None,
         })
     }
 
@@ -444,6 +521,7 @@ impl Pgas {
                 dst,
                 staged,
                 slot,
+                deferred: None,
             })),
         })
     }
@@ -536,12 +614,24 @@ impl Pgas {
 }
 
 /// An in-flight get into a buffer it owns. [`wait`](Get::wait) for the
-/// data, or `.await` it (it polls the endpoint; any executor works).
-/// Dropping it early waits for the data first.
+/// data, or `.await` it. Dropping it early waits for the data first.
+///
+/// As a future it never wakes itself: each poll polls the endpoint once
+/// and, while the data is missing, leaves the task's waker with the get's
+/// reply slot (the reply handler that completes the get wakes it, on
+/// whichever thread polls) and with the rank's doorbell bridge (woken
+/// when traffic may have arrived, so the task polls again even if no
+/// thread polls the endpoint); see [`Endpoint::wake_on_traffic`]. A get
+/// complete at issue (a mapped segment) is ready at the first poll. Any
+/// executor works; a pending get costs no CPU while nothing arrives.
+///
+/// [`Endpoint::wake_on_traffic`]: splitrt_am::Endpoint::wake_on_traffic
 pub struct Get<T: Pod> {
     pg: Pgas,
     buf: Option<Vec<T>>,
     slot: Option<usize>,
+    /// A non-fatal error met while polling as a future, reported at the end.
+    deferred: Option<splitrt_am::Error>,
 }
 
 impl<T: Pod> Get<T> {
@@ -560,8 +650,9 @@ impl<T: Pod> Get<T> {
 }
 
 /// An in-flight get into a caller's buffer (see [`Pgas::get_into`]).
-/// [`wait`](GetInto::wait) for the data, or `.await` it. Dropping it
-/// early waits for the data first.
+/// [`wait`](GetInto::wait) for the data, or `.await` it (a future that
+/// sleeps while the data is missing, as [`Get`] is). Dropping it early
+/// waits for the data first.
 pub struct GetInto<'a> {
     /// `None`: the data is in the caller's buffer already. One pointer
     /// in all (an array of handles costs what GASNet-EX's events do:
@@ -578,6 +669,8 @@ struct Staged<'a> {
     dst: &'a mut [u8],
     staged: Vec<u8>,
     slot: Option<usize>,
+    /// A non-fatal error met while polling as a future (see [`Get`]).
+    deferred: Option<splitrt_am::Error>,
 }
 
 impl GetInto<'_> {
@@ -607,18 +700,28 @@ impl GetInto<'_> {
     }
 }
 
+/// Polled as [`Get`] is: never wakes itself (see there).
 impl Future for GetInto<'_> {
     type Output = Result<()>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if !this.is_done() {
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
+        let Some(p) = this.pending.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        if let Some(s) = p.slot {
+            match p.inner.poll_slot(s, &mut p.deferred, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => {
+                    p.slot = None; // released by poll_slot
+                    if let Err(e) = r {
+                        this.pending = None;
+                        return Poll::Ready(Err(e));
+                    }
+                }
+            }
         }
-        match this.pending.take() {
-            None => Poll::Ready(Ok(())),
-            Some(p) => Poll::Ready(Self::finish(*p)),
-        }
+        let p = this.pending.take().expect("checked above");
+        Poll::Ready(Self::finish(*p))
     }
 }
 
@@ -641,14 +744,13 @@ impl<T: Pod> Future for Get<T> {
     type Output = Result<Vec<T>>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if !this.is_done() {
-            // Progress is driven by polling; ask to be polled again.
-            cx.waker().wake_by_ref();
-            return Poll::Pending;
-        }
-        if let Some(s) = this.slot.take() {
-            if let Err(e) = this.pg.inner.wait_slots(&[s]) {
-                return Poll::Ready(Err(e));
+        if let Some(s) = this.slot {
+            match this.pg.inner.poll_slot(s, &mut this.deferred, cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(r) => {
+                    this.slot = None; // released by poll_slot
+                    r?;
+                }
             }
         }
         Poll::Ready(Ok(this.buf.take().expect("polled after completion")))

@@ -17,6 +17,21 @@ pub(crate) struct Dest {
     /// replies are dropped, and the slot is freed by the last one, so the
     /// index is never reused while a reply for it may still arrive.
     pub cancelled: bool,
+    /// The task awaiting this get as a future (`Get` / `GetInto`), woken
+    /// by the reply handler that completes the slot.
+    pub waker: Option<std::task::Waker>,
+}
+
+impl Dest {
+    /// Remember `w` as the task to wake at completion, replacing a waker
+    /// of another task (a future moved to another task, or polled with a
+    /// new waker); the same task's waker is kept, no clone.
+    pub fn set_waker(&mut self, w: &std::task::Waker) {
+        match &self.waker {
+            Some(old) if old.will_wake(w) => {}
+            _ => self.waker = Some(w.clone()),
+        }
+    }
 }
 
 // SAFETY: `ptr` is only dereferenced by the reply handler, under the slots
@@ -217,5 +232,51 @@ impl Issued {
     }
     pub fn add_puts(&self, n: u64) {
         self.puts.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::task::{Wake, Waker};
+
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A get's slot keeps one waker: the same task's is kept (no clone),
+    /// another task's replaces it, so the task that polled last is woken.
+    #[test]
+    fn a_slot_keeps_the_waker_of_the_task_that_polled_last() {
+        let (a, b) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        let (wa, wb) = (Waker::from(a.clone()), Waker::from(b.clone()));
+        let mut d = Dest {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+            remaining: 1,
+            error: None,
+            cancelled: false,
+            waker: None,
+        };
+        d.set_waker(&wa);
+        d.set_waker(&wa.clone());
+        assert_eq!(
+            Arc::strong_count(&a),
+            3,
+            "one clone kept (a, wa, the slot's)"
+        );
+        d.set_waker(&wb);
+        assert_eq!(Arc::strong_count(&a), 2, "a's waker replaced");
+        d.waker.take().expect("b's waker").wake();
+        assert_eq!(b.0.load(Ordering::SeqCst), 1);
+        assert_eq!(a.0.load(Ordering::SeqCst), 0);
     }
 }

@@ -18,6 +18,10 @@ use crate::Result;
 /// Most argument words a packet carries.
 pub const MAX_WORDS: usize = 16;
 
+/// How long [`Fabric::await_traffic`] sleeps on a fabric that cannot tell
+/// when traffic arrives (no doorbell) before it answers "maybe".
+pub const AWAIT_TRAFFIC_BLIND: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// A logical channel. Requests and replies travel on separate channels so a
 /// reply never waits behind requests (the basis of deadlock freedom).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -183,6 +187,24 @@ pub trait Fabric: Send + Sync {
         }
         false
     }
+    /// For a helper thread that waits on behalf of futures (never for a
+    /// thread that polls: see the AM layer's doorbell bridge): block until
+    /// traffic may have arrived for this rank, `stop()` holds, or about
+    /// `limit` passed. Returns `false` only when the fabric knows that
+    /// nothing arrived (the wait timed out and the rings are empty, or
+    /// `stop()` ended it); `true` means "poll": a ring of the doorbell,
+    /// work seen in the rings, or a fabric that cannot tell.
+    ///
+    /// The default (fabrics without a doorbell: UDP, hybrid, RDMA) sleeps
+    /// at most [`AWAIT_TRAFFIC_BLIND`] and answers `true`: the waiters poll
+    /// that often.
+    fn await_traffic(&self, limit: std::time::Duration, stop: &dyn Fn() -> bool) -> bool {
+        if stop() {
+            return false;
+        }
+        std::thread::sleep(limit.min(AWAIT_TRAFFIC_BLIND));
+        true
+    }
     /// Copy `src` into `peer`'s segment at `off` one-sidedly (RDMA write),
     /// complete at the peer on return. `None`: this fabric has no
     /// one-sided path to `peer` (use messages, or [`peer_segment`](Self::peer_segment)).
@@ -304,6 +326,9 @@ impl Fabric for AnyFabric {
     }
     fn idle_wait(&self, sleep: std::time::Duration, done: &dyn Fn() -> bool) -> bool {
         dispatch!(self, idle_wait(sleep, done))
+    }
+    fn await_traffic(&self, limit: std::time::Duration, stop: &dyn Fn() -> bool) -> bool {
+        dispatch!(self, await_traffic(limit, stop))
     }
     #[inline]
     fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {

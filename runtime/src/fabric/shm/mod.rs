@@ -473,6 +473,18 @@ impl ShmFabric {
         })
     }
 
+    /// Whether anything is seen waiting in this rank's rings, looking
+    /// only into those no other thread holds (and, single-threaded, only
+    /// from the owner thread): unlike [`has_work`](Self::has_work), a ring
+    /// it cannot look into counts as empty.
+    fn has_work_seen(&self) -> bool {
+        self.rx.iter().any(|set| {
+            self.owner
+                .try_lock(set)
+                .is_some_and(|set| set.rings.iter().any(|r| r.cons.has_next()))
+        })
+    }
+
     fn segment_of(&self, rank: usize) -> SegmentRef {
         // SAFETY: segment_off + segment_len == file length (Layout::new).
         let base = unsafe { self.files[rank].as_ptr().add(self.layout.segment_off) };
@@ -896,6 +908,25 @@ impl Fabric for ShmFabric {
             .get()
             .wait(doorbell::WAIT_LIMIT, || self.has_work() || done())
     }
+
+    /// Sleep on this rank's doorbell as one of its sleepers (so every peer
+    /// giving it work rings: a `FUTEX_WAKE` per ring while someone waits
+    /// here, one load otherwise) until rung, `limit` (at most
+    /// [`doorbell::WAIT_LIMIT`]) passed or `stop()`. Before sleeping it
+    /// looks into the rings only where it can without waiting (a ring
+    /// another thread is polling counts as empty: that thread delivers
+    /// it); after a wait that timed out, a ring it cannot look into
+    /// counts as work (`SPLITRT_THREADS=single`: only the owner thread may
+    /// look, so a helper answers "maybe" once per wait limit). A wake-up
+    /// the unfenced ring lost (see [`doorbell`]) is found by that last look.
+    fn await_traffic(&self, limit: std::time::Duration, stop: &dyn Fn() -> bool) -> bool {
+        let mut seen = false;
+        let rung = self.own_bell.get().wait(limit, || {
+            seen = self.has_work_seen();
+            seen || stop()
+        });
+        rung || seen || self.has_work()
+    }
 }
 
 #[cfg(test)]
@@ -952,6 +983,66 @@ mod tests {
             "a sleeper is rung"
         );
         assert_eq!(f.local_segment().base, seg.base);
+    }
+
+    /// The doorbell bridge's wait: `false` when it timed out with the rings
+    /// empty or `stop()` held, `true` when a message waits (at once) or a
+    /// ring of the doorbell ended it.
+    #[test]
+    fn await_traffic_tells_traffic_from_a_timeout() {
+        let f = solo("await", 256, 8);
+        let t = std::time::Instant::now();
+        assert!(!f.await_traffic(std::time::Duration::from_secs(5), &|| false));
+        let e = t.elapsed();
+        assert!(
+            e >= doorbell::WAIT_LIMIT && e < std::time::Duration::from_secs(1),
+            "{e:?}"
+        );
+        assert!(
+            !f.await_traffic(std::time::Duration::from_secs(5), &|| true),
+            "stopped"
+        );
+        let pkt = Packet {
+            tag: 1,
+            words: &[7],
+            payload: &[],
+            deposit: None,
+        };
+        assert!(f
+            .try_send(0, Channel::Reply, &pkt, &mut |_| Ok(()))
+            .unwrap());
+        let t = std::time::Instant::now();
+        assert!(f.await_traffic(std::time::Duration::from_secs(5), &|| false));
+        assert!(
+            t.elapsed() < doorbell::WAIT_LIMIT,
+            "a waiting message: no sleep"
+        );
+        assert_eq!(f.poll(Channel::Reply, &mut |_| {}).unwrap(), 1);
+        assert!(
+            !f.await_traffic(std::time::Duration::from_secs(5), &|| false),
+            "drained"
+        );
+        // a peer's ring (a direct write into the segment) ends the wait
+        let bell = f.own_bell.get();
+        std::thread::scope(|s| {
+            let waiter =
+                s.spawn(
+                    || {
+                        while !f.await_traffic(std::time::Duration::from_secs(5), &|| false) {}
+                    },
+                );
+            let start = std::time::Instant::now();
+            while !waiter.is_finished() {
+                assert!(
+                    start.elapsed() < std::time::Duration::from_secs(10),
+                    "not woken"
+                );
+                if bell.sleepers.load(Ordering::SeqCst) > 0 {
+                    f.peer_segment(0).unwrap().wake_owner();
+                }
+                std::thread::yield_now();
+            }
+        });
     }
 
     /// Mediums larger than a cell land in the zone (round and round it)

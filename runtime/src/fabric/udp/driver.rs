@@ -664,6 +664,42 @@ impl Fabric for UdpFabric {
         }
     }
 
+    /// Wait on the socket (`poll(2)`, which reads nothing) until a
+    /// datagram arrives, `limit` passed (zero: only look) or `stop()`
+    /// held before; `true`
+    /// also when the protocol holds in-order messages not yet delivered
+    /// (the keeper thread read them while the rank did not poll). With
+    /// fault injection on (held datagrams leave only when polled) it
+    /// cannot tell: [`AWAIT_TRAFFIC_BLIND`](crate::fabric::AWAIT_TRAFFIC_BLIND), then `true`.
+    fn await_traffic(&self, limit: Duration, stop: &dyn Fn() -> bool) -> bool {
+        if stop() {
+            return false;
+        }
+        let queued = || {
+            let c = self.net.core.lock();
+            c.faults.is_some() || c.proto.may_have_ready()
+        };
+        if queued() {
+            if self.net.core.lock().faults.is_some() {
+                // blind: as often as a fabric without a doorbell, also
+                // for a zero limit (the hybrid's look), which must not spin
+                std::thread::sleep(crate::fabric::AWAIT_TRAFFIC_BLIND);
+            }
+            return true;
+        }
+        let mut p = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&self.net.sock),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // whole milliseconds, rounded up (a zero limit only looks)
+        let ms = limit.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd on our own socket, for the duration of
+        // the call; poll only reports readiness.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        n > 0 || queued()
+    }
+
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
         if peer >= self.size {
             return None;

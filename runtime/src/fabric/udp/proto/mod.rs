@@ -501,6 +501,12 @@ impl Proto {
         back
     }
 
+    /// Whether [`next_ready`](Self::next_ready) may have something on a
+    /// stream (it may also find the listed peers empty).
+    pub fn may_have_ready(&self) -> bool {
+        self.ready.iter().any(|q| !q.is_empty())
+    }
+
     /// The next in-order datagram of `stream` from any peer (round robin):
     /// (peer, whole datagram; its body is
     /// `d[HEADER..d.len() - TAG]`). Give the buffer back with

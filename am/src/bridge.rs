@@ -1,0 +1,253 @@
+//! The doorbell bridge: how a rank waits for traffic without a thread
+//! that polls, so futures sleep and any executor can wait.
+//!
+//! Handlers run only when someone polls the endpoint. A thread that waits
+//! in [`Endpoint::wait_until`](crate::Endpoint::wait_until) polls, backs
+//! off and sleeps on the fabric's doorbell itself; a future cannot, since
+//! its executor decides when it runs. So while some future (or a user of
+//! [`Endpoint::doorbell_fd`](crate::Endpoint::doorbell_fd)) is waiting,
+//! one helper thread per rank, the bridge, sleeps on the doorbell in its
+//! place ([`Fabric::await_traffic`]: on shared memory a registered
+//! sleeper on the rank's futex, so peers ring it) and when traffic may
+//! have arrived it
+//!
+//! * wakes every [`Waker`] registered with [`Bridge::wake_on_traffic`]
+//!   (the futures' tasks then poll the endpoint, which runs the handlers,
+//!   which wake the futures they complete), and
+//! * makes the rank's `eventfd` readable ([`Bridge::fd`]), for executors
+//!   that wait on descriptors (`tokio::io::unix::AsyncFd`, `epoll`).
+//!
+//! Both are one-shot: each fire disarms the bridge, and a waiter re-arms
+//! it (registering its waker again, or [`Bridge::arm_fd`]) before it waits
+//! again. A disarmed bridge parks on a condition variable and is no
+//! sleeper of the doorbell, so the ranks' ordinary paths pay nothing for
+//! it: peers' rings stay one load, and no thread runs.
+//!
+//! Cost while armed, on shared memory: every ring of this rank's doorbell
+//! is a `FUTEX_WAKE` by the peer (as for any sleeping rank), and the
+//! bridge wakes once per [`WAIT_LIMIT`](splitrt_runtime::fabric::shm::doorbell::WAIT_LIMIT)
+//! (2 ms) to look into the rings (the doorbell can lose a wake-up; see its
+//! module), which fires only if it finds something (or, with
+//! `SPLITRT_THREADS=single`, where it may not look, always: 500 polls a
+//! second). On fabrics without a doorbell (UDP, hybrid, RDMA) it fires
+//! every [`AWAIT_TRAFFIC_BLIND`] (1 ms). A failed job fires it too, so
+//! every waiter sees the error.
+
+use splitrt_runtime::fabric::shm::doorbell::WAIT_LIMIT;
+use splitrt_runtime::fabric::Fabric;
+#[cfg(doc)]
+use splitrt_runtime::fabric::AWAIT_TRAFFIC_BLIND;
+use splitrt_runtime::{Error, Result, World};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::task::Waker;
+
+/// One rank's bridge (owned by the endpoint; see the module docs).
+#[derive(Default)]
+pub(crate) struct Bridge {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<Armed>,
+    cv: Condvar,
+    /// `state` holds a waker or an armed fd (read without the lock by the
+    /// doorbell wait, which stops sleeping once nobody waits).
+    armed: AtomicBool,
+    /// The endpoint is going away: the thread ends.
+    stop: AtomicBool,
+    /// The eventfd, made at the first [`Bridge::fd`].
+    efd: OnceLock<OwnedFd>,
+}
+
+/// Who waits for the next fire.
+#[derive(Default)]
+struct Armed {
+    wakers: Vec<Waker>,
+    fd: bool,
+}
+
+/// The world the bridge thread waits on.
+struct WorldRef(*const World);
+// SAFETY: `World` is `Sync` (its fabric is `Send + Sync`); the pointer is
+// only read as a shared reference, within the lifetime guaranteed by
+// `Bridge::wake_on_traffic`'s and `Bridge::arm_fd`'s callers.
+unsafe impl Send for WorldRef {}
+
+impl Bridge {
+    /// Have `waker` woken once when traffic may have arrived for this rank
+    /// (or the job failed). Registering a waker that
+    /// [`will_wake`](Waker::will_wake) the same task as one already
+    /// registered keeps one.
+    ///
+    /// # Safety
+    ///
+    /// `world` must stay valid (not moved, not dropped) until
+    /// [`stop`](Self::stop) has returned: the bridge thread reads it. The
+    /// endpoint keeps its `World` in an `Arc` and stops the bridge first
+    /// thing when it is dropped.
+    pub(crate) unsafe fn wake_on_traffic(&self, world: &World, waker: &Waker) -> Result<()> {
+        {
+            let mut a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            if !a.wakers.iter().any(|w| w.will_wake(waker)) {
+                a.wakers.push(waker.clone());
+            }
+            self.shared.armed.store(true, Ordering::SeqCst);
+        }
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start(world) }
+    }
+
+    /// Make the eventfd readable at the next fire (see
+    /// [`wake_on_traffic`](Self::wake_on_traffic)).
+    ///
+    /// # Safety
+    ///
+    /// As for [`wake_on_traffic`](Self::wake_on_traffic).
+    pub(crate) unsafe fn arm_fd(&self, world: &World) -> Result<()> {
+        self.fd()?;
+        {
+            let mut a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            a.fd = true;
+            self.shared.armed.store(true, Ordering::SeqCst);
+        }
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start(world) }
+    }
+
+    /// The eventfd (non-blocking, close-on-exec), made on first use.
+    pub(crate) fn fd(&self) -> Result<BorrowedFd<'_>> {
+        if let Some(fd) = self.shared.efd.get() {
+            return Ok(fd.as_fd_borrowed());
+        }
+        // SAFETY: eventfd takes no pointers; a non-negative result is a new
+        // descriptor this process owns, given to exactly one OwnedFd.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(Error::io(
+                "creating the doorbell eventfd",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        // SAFETY: `raw` is a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // A racing caller may have made one first: theirs is kept, ours
+        // is closed when `fd` drops.
+        let _ = self.shared.efd.set(fd);
+        let fd = self.shared.efd.get().expect("set above or by a racer");
+        Ok(fd.as_fd_borrowed())
+    }
+
+    /// Empty the eventfd (it is readable until then).
+    pub(crate) fn clear_fd(&self) {
+        if let Some(fd) = self.shared.efd.get() {
+            let mut v = 0u64;
+            // SAFETY: reads 8 bytes into `v`, a valid u64 on our stack, from
+            // our own non-blocking eventfd; EAGAIN (already empty) is fine.
+            let _ = unsafe { libc::read(fd.as_raw_fd(), (&raw mut v).cast(), 8) };
+        }
+    }
+
+    /// Start the thread if it is not running; wake it if it is parked.
+    ///
+    /// # Safety
+    ///
+    /// As for [`wake_on_traffic`](Self::wake_on_traffic).
+    unsafe fn start(&self, world: &World) -> Result<()> {
+        let mut t = self.thread.lock().unwrap_or_else(|p| p.into_inner());
+        if t.is_none() {
+            let shared = self.shared.clone();
+            let w = WorldRef(world);
+            let h = std::thread::Builder::new()
+                .name("splitrt-bridge".into())
+                .spawn(move || run(&shared, w))
+                .map_err(|e| Error::io("starting the doorbell bridge thread (thread limit?)", e))?;
+            *t = Some(h);
+        }
+        drop(t);
+        self.shared.cv.notify_one();
+        Ok(())
+    }
+
+    /// End the thread (bounded by one doorbell wait, 2 ms) and wait for it.
+    pub(crate) fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        {
+            let _a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            self.shared.cv.notify_all();
+        }
+        let t = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match t {
+            // A waker run by the bridge dropped the last endpoint handle
+            // (an executor that polls inside `wake`): the thread cannot
+            // join itself. It reads the world no more: after waking it
+            // checks `stop` before anything else.
+            Some(t) if t.thread().id() == std::thread::current().id() => {}
+            Some(t) => {
+                let _ = t.join();
+            }
+            None => {}
+        }
+    }
+}
+
+/// `OwnedFd::as_fd` without importing `AsFd` into every caller.
+trait Borrow {
+    fn as_fd_borrowed(&self) -> BorrowedFd<'_>;
+}
+impl Borrow for OwnedFd {
+    fn as_fd_borrowed(&self) -> BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(self)
+    }
+}
+
+/// The bridge thread: park while nobody waits; else wait for traffic and
+/// fire. The world is borrowed only between the `stop` check and the fire
+/// (a waker may drop the endpoint: see [`Bridge::stop`]).
+fn run(sh: &Shared, world: WorldRef) {
+    loop {
+        {
+            let mut a = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+            while a.wakers.is_empty() && !a.fd && !sh.stop.load(Ordering::SeqCst) {
+                a = sh.cv.wait(a).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        if sh.stop.load(Ordering::SeqCst) {
+            return;
+        }
+        // SAFETY: the callers of `Bridge::start` keep the world valid
+        // until `stop` has returned, and `stop` joins this thread first;
+        // the one exception, `stop` called on this thread (a waker it runs
+        // dropped the endpoint), happens inside `fire`, past `w`'s last
+        // use, and the loop sees `stop` before it borrows again.
+        let w = unsafe { &*world.0 };
+        let maybe = w.fabric().await_traffic(WAIT_LIMIT, &|| {
+            !sh.armed.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst)
+        });
+        if maybe || w.peer_failed() {
+            fire(sh);
+        }
+    }
+}
+
+/// Disarm, wake every registered waker and make the eventfd readable.
+fn fire(sh: &Shared) {
+    let wakers = {
+        let mut a = sh.state.lock().unwrap_or_else(|p| p.into_inner());
+        a.fd = false;
+        sh.armed.store(false, Ordering::SeqCst);
+        std::mem::take(&mut a.wakers)
+    };
+    if let Some(fd) = sh.efd.get() {
+        let one = 1u64;
+        // SAFETY: writes the 8 bytes of `one` to our own eventfd; a full
+        // counter (EAGAIN) is already readable, which is all we want.
+        let _ = unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+    for w in wakers {
+        w.wake();
+    }
+}

@@ -1,0 +1,94 @@
+//! Futures that sleep: a pending split-phase get under an async executor
+//! uses (almost) no CPU while its reply is delayed, and then completes.
+
+mod common;
+use common::*;
+
+/// The value of `key=` in `line`.
+fn field(line: &str, key: &str) -> String {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+        .to_string()
+}
+
+/// Rank 1 awaits a get over the AM path under a current-thread tokio
+/// runtime while rank 0 does not poll for 2 s. Its process must use under
+/// 10% of one CPU in that time (a future that wakes itself keeps the
+/// executor polling: ~100% of whatever CPU it gets), and the get must then
+/// complete with rank 0's data.
+#[test]
+fn a_pending_get_sleeps_under_tokio_until_the_reply_comes() {
+    for fabric in ["shm", "udp"] {
+        let r = run_job(
+            2,
+            &example("t_async_sleep"),
+            &["2"],
+            &[("SPLITRT_RMA", "am"), ("SPLITRT_FABRIC", fabric)],
+            60,
+        );
+        r.ok();
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.contains("async get:"))
+            .unwrap_or_else(|| panic!("{r:?}"));
+        let cpu: u64 = field(line, "cpu_ms=").parse().expect("a number");
+        let wall: u64 = field(line, "wall_ms=").parse().expect("a number");
+        assert_eq!(field(line, "data="), "ok", "{fabric}: {line}");
+        // (rank 1 may leave the barrier after rank 0 on a busy host)
+        assert!(
+            wall >= 1000,
+            "{fabric}: the peer delayed its reply 2 s: {line}"
+        );
+        assert!(
+            cpu * 10 < wall,
+            "{fabric}: a pending get used {cpu} ms CPU in {wall} ms (>= 10%): {line}"
+        );
+    }
+}
+
+/// The tokio example: every rank gathers every rank's part by async gets
+/// (over the AM path and over UDP), driven by a progress task waiting on
+/// the doorbell descriptor through `AsyncFd`, and checks the data.
+#[test]
+fn the_async_get_example_gathers_right_data() {
+    for (n, env) in [
+        (4, [("SPLITRT_RMA", "am"), ("SPLITRT_FABRIC", "shm")]),
+        (3, [("SPLITRT_RMA", "native"), ("SPLITRT_FABRIC", "udp")]),
+    ] {
+        let r = run_job(n, &example("async_get"), &[], &env, 60);
+        r.ok();
+        let right = r
+            .stdout
+            .lines()
+            .filter(|l| l.ends_with("all right"))
+            .count();
+        assert_eq!(right, n, "{env:?}: {r:?}");
+    }
+}
+
+/// A pending get whose owner dies ends with an error naming the owner,
+/// promptly and without spinning (the bridge fires for a failed job;
+/// the future must then end, not register again).
+#[test]
+fn a_pending_get_ends_with_an_error_when_its_owner_dies() {
+    let r = run_job(
+        2,
+        &example("t_async_sleep"),
+        &["1", "die"],
+        &[("SPLITRT_RMA", "am")],
+        60,
+    );
+    assert_ne!(r.code, 0, "{r:?}");
+    let line = r
+        .stdout
+        .lines()
+        .find(|l| l.contains("async get failed:"))
+        .unwrap_or_else(|| panic!("the await never ended: {r:?}"));
+    assert!(line.contains("rank 0"), "{line}");
+    let cpu: u64 = field(line, "cpu_ms=").parse().expect("a number");
+    let wall: u64 = field(line, "wall_ms=").parse().expect("a number");
+    assert!(wall < 10_000, "{line}");
+    assert!(cpu * 10 < wall, "spun: {line}");
+}
