@@ -5,10 +5,10 @@ use crate::collectives::Coll;
 use crate::context::Pgas;
 use crate::ptr::GlobalPtr;
 use crate::reduce::Op;
-use std::sync::atomic::Ordering;
 use bytemuck::Pod;
 use splitrt_am::{Endpoint, Error, LocalView, Result};
 use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
 
 /// `len` elements at the same offset on every rank.
 ///

@@ -153,8 +153,8 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
                 && in_segment(&s, off, width)
                 && off % width == 0
                 && tok.frozen_segment_range(off, width).is_none())
-                .then(|| apply_atomic(s.seg(), off, width, op))
-                .flatten()
+            .then(|| apply_atomic(s.seg(), off, width, op))
+            .flatten()
         });
         let (old, status) = match res {
             Some(v) => (v, OK),

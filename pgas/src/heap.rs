@@ -57,8 +57,7 @@ impl Heap {
             .range(..=off)
             .next_back()
             .is_some_and(|(&start, &len)| {
-                off.checked_add(bytes)
-                    .is_some_and(|end| end <= start + len)
+                off.checked_add(bytes).is_some_and(|end| end <= start + len)
             })
     }
 

@@ -180,11 +180,23 @@ impl<'a, T: Pod> LocalView<'a, T> {
         unsafe { copy_in::<T>(src.as_ptr().cast(), self.ptr.as_ptr().cast(), bytes) }
     }
 
-    /// Write `v` into every element.
+    /// Write `v` into every element (in aligned words from a small
+    /// pattern buffer when the view is long).
     pub fn fill(&self, v: T) {
-        for i in 0..self.len {
-            // SAFETY: i < len, as in `set`.
-            unsafe { store(self.ptr.as_ptr().add(i), v) }
+        const PATTERN: usize = 512;
+        if self.len <= PATTERN {
+            for i in 0..self.len {
+                // SAFETY: i < len, as in `set`.
+                unsafe { store(self.ptr.as_ptr().add(i), v) }
+            }
+            return;
+        }
+        let pattern = [v; PATTERN];
+        let mut at = 0;
+        while at < self.len {
+            let n = PATTERN.min(self.len - at);
+            self.slice(at..at + n).copy_from(&pattern[..n]);
+            at += n;
         }
     }
 
@@ -665,6 +677,13 @@ mod tests {
 
     #[test]
     fn sub_views_and_ranges() {
+        let mut big = vec![0u16; 1500];
+        let w = LocalView::from_mut_slice(&mut big);
+        w.slice(1..1499).fill(7);
+        assert_eq!(
+            (w.get(0), w.get(1), w.get(1000), w.get(1498), w.get(1499)),
+            (0, 7, 7, 7, 0)
+        );
         let mut buf = [0u32; 10];
         let v = LocalView::from_mut_slice(&mut buf);
         v.slice(2..5).fill(1);

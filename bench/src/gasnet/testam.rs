@@ -86,8 +86,11 @@ fn register(b: &mut EndpointBuilder, c: &Arc<Counters>) -> Result<H> {
             let p = match k {
                 Kind::Short => Payload::None,
                 Kind::Medium => Payload::Medium(m.payload()),
+                // SAFETY: the pinger waits for this reply before it sends
+                // again and nothing else writes the landing bytes, so they
+                // do not change while the reply copies them out.
                 Kind::Long => Payload::Long {
-                    data: m.payload(),
+                    data: unsafe { m.long_payload().expect("a Long").as_slice() },
                     offset: LONG_OFF,
                 },
             };
