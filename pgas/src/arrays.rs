@@ -333,9 +333,12 @@ impl Pgas {
         let i = &self.inner;
         let a = f.arr;
         self.agree_on(a.off, a.bytes(), "Pgas::thaw")?;
-        self.barrier_of(Coll::Thaw)?; // nobody holds a `&[T]` of it any more
         i.ep.thaw_segment_range(a.off, a.bytes())?;
         i.frozen_ranges.fetch_sub(1, Ordering::SeqCst);
+        // Past this barrier every rank has given up its frozen handle (so
+        // no `&[T]` of the array is left) and thawed the range (so its
+        // handlers accept the writes that may follow at once).
+        self.barrier_of(Coll::Thaw)?;
         Ok(a)
     }
 
