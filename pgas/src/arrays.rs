@@ -60,14 +60,14 @@ impl<T: Pod> SymArray<T> {
     /// This rank's part as a view: element `get` / `set`, `copy_to`,
     /// `copy_from`, `iter`, and the `unsafe` slices for kernels.
     ///
-    /// ```compile_fail
+    /// ```compile_fail,E0308
     /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
     /// let a = pg.alloc_sym::<u64>(4)?;
     /// let s: &[u64] = a.local();      // a view, not a slice
     /// # Ok(()) }
     /// ```
     ///
-    /// ```compile_fail
+    /// ```compile_fail,E0599
     /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
     /// let mut a = pg.alloc_sym::<u64>(4)?;
     /// let p = a.at(pg.rank(), 0);
@@ -126,7 +126,18 @@ impl<T: Pod> FrozenArray<T> {
         self.arr.len == 0
     }
 
-    /// This rank's part, a plain slice.
+    /// This rank's part, a plain slice. It borrows the frozen handle, so
+    /// it cannot outlive the thaw:
+    ///
+    /// ```compile_fail,E0505
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// let f = pg.freeze(pg.alloc_sym::<u64>(4)?)?;
+    /// let s: &[u64] = f.local();
+    /// let a = pg.thaw(f)?;            // moves `f` while `s` borrows it
+    /// a.local().set(0, 1);
+    /// let stale = s[0];
+    /// # Ok(()) }
+    /// ```
     pub fn local(&self) -> &[T] {
         // SAFETY: nothing writes these bytes while the array is frozen:
         // every rank froze the same range (agreed in `Pgas::freeze`), and
