@@ -180,8 +180,8 @@ impl<'a, T: Pod> LocalView<'a, T> {
         unsafe { copy_in::<T>(src.as_ptr().cast(), self.ptr.as_ptr().cast(), bytes) }
     }
 
-    /// Write `v` into every element (in aligned words from a small
-    /// pattern buffer when the view is long).
+    /// Write `v` into every element (from a small pattern buffer when the
+    /// view is long).
     pub fn fill(&self, v: T) {
         const PATTERN: usize = 512;
         if self.len <= PATTERN {
@@ -428,10 +428,10 @@ unsafe fn store<T: Pod>(p: *mut T, v: T) {
 }
 
 /// Copy `n` bytes of `T` elements out of shared memory at `src` into a
-/// private buffer at `dst`: units of `T` (see [`unit`]) until `src` is
-/// 8-byte aligned, then relaxed 8-byte words (unaligned stores into `dst`),
-/// then units again. A unit never straddles a word (units are at most 8
-/// bytes and aligned to their size), so no unit of an element is torn.
+/// private buffer at `dst`, in `T`'s units (see [`unit`]): the same
+/// atomic accesses as [`LocalView::get`], only many. Never wider: Rust
+/// does not allow racing atomic accesses of different sizes to the same
+/// bytes, and a `set` on another thread may race with this copy.
 ///
 /// # Safety
 ///
@@ -439,21 +439,9 @@ unsafe fn store<T: Pod>(p: *mut T, v: T) {
 /// of `T`'s size) touched by no reference in use; `dst` is valid for
 /// writes of `n` bytes and does not overlap `src`.
 unsafe fn copy_out<T>(src: *const u8, dst: *mut u8, n: usize) {
-    let head = src.align_offset(8).min(n);
-    let words = (n - head) / 8;
-    // SAFETY: [0, head) and the tail lie in both ranges, start at unit
-    // multiples of a T-aligned `src`, and are unit multiples long.
-    unsafe {
-        copy_units_out::<T>(src, dst, 0, head);
-        copy_units_out::<T>(src, dst, head + 8 * words, n);
-    }
-    for w in 0..words {
-        let at = head + 8 * w;
-        // SAFETY: src + at is 8-byte aligned and at + 8 <= n.
-        let v = unsafe { AtomicU64::from_ptr(src.add(at).cast::<u64>().cast_mut()) }.load(Relaxed);
-        // SAFETY: at + 8 <= n: inside `dst`, which may be unaligned.
-        unsafe { dst.add(at).cast::<u64>().write_unaligned(v) };
-    }
+    // SAFETY: the whole range, from a T-aligned start, a multiple of
+    // T's size (so of its unit) long: the contract of `copy_units_out`.
+    unsafe { copy_units_out::<T>(src, dst, 0, n) }
 }
 
 /// Bytes `from..to` of [`copy_out`] in `T`'s units.
@@ -493,7 +481,7 @@ unsafe fn copy_units_out<T>(src: *const u8, dst: *mut u8, from: usize, to: usize
 }
 
 /// Copy `n` bytes of `T` elements from a private buffer at `src` into
-/// shared memory at `dst`: the mirror of [`copy_out`].
+/// shared memory at `dst`, in `T`'s units: the mirror of [`copy_out`].
 ///
 /// # Safety
 ///
@@ -501,20 +489,8 @@ unsafe fn copy_units_out<T>(src: *const u8, dst: *mut u8, from: usize, to: usize
 /// of `T`'s size) touched by no reference in use; `src` is valid for reads
 /// of `n` bytes and does not overlap `dst`.
 unsafe fn copy_in<T>(src: *const u8, dst: *mut u8, n: usize) {
-    let head = dst.align_offset(8).min(n);
-    let words = (n - head) / 8;
     // SAFETY: as in `copy_out`, for `dst`.
-    unsafe {
-        copy_units_in::<T>(src, dst, 0, head);
-        copy_units_in::<T>(src, dst, head + 8 * words, n);
-    }
-    for w in 0..words {
-        let at = head + 8 * w;
-        // SAFETY: at + 8 <= n: inside `src`, which may be unaligned.
-        let v = unsafe { src.add(at).cast::<u64>().read_unaligned() };
-        // SAFETY: dst + at is 8-byte aligned and at + 8 <= n.
-        unsafe { AtomicU64::from_ptr(dst.add(at).cast::<u64>()) }.store(v, Relaxed);
-    }
+    unsafe { copy_units_in::<T>(src, dst, 0, n) }
 }
 
 /// Bytes `from..to` of [`copy_in`] in `T`'s units.
@@ -633,8 +609,7 @@ mod tests {
 
     #[test]
     fn bytes_at_every_alignment_and_length() {
-        // byte views start anywhere (a Long payload at an odd offset):
-        // heads, words and tails of every combination
+        // byte views start anywhere (a Long payload at an odd offset)
         let mut buf: Vec<u8> = (0..64u8).collect();
         for start in 0..9 {
             for len in 0..(40 - start) {
@@ -654,25 +629,16 @@ mod tests {
 
     #[test]
     fn unaligned_destination_buffers() {
-        // copy_to into a byte buffer at an odd address: the word stores
-        // are unaligned
-        let mut words = [
-            0x0102030405060708u64,
-            0x1112131415161718,
-            0x2122232425262728,
-        ];
-        let v = LocalView::from_mut_slice(&mut words);
-        let bytes: LocalView<'_, u8> =
-            // SAFETY: the same live buffer seen as bytes: u8 has alignment 1
-            // and the buffer is used only through views below.
-            unsafe { LocalView::from_raw_parts(v.as_ptr().cast::<u8>(), 24) };
-        let mut out = [0u8; 25];
-        bytes.copy_to(&mut out[1..]);
-        assert_eq!(&out[1..9], &0x0102030405060708u64.to_ne_bytes());
-        assert_eq!(&out[17..25], &0x2122232425262728u64.to_ne_bytes());
-        let src = [7u8; 25];
-        bytes.copy_from(&src[1..]);
-        assert_eq!(v.get(2), 0x0707070707070707);
+        // copy_to / copy_from with buffers at odd addresses: the unit
+        // stores into them are unaligned
+        let mut bytes = [0u8; 25];
+        let v8 = LocalView::from_mut_slice(&mut bytes[..]);
+        v8.slice(1..).copy_from(&[7u8; 24]);
+        let mut back = [0u8; 26];
+        v8.slice(1..).copy_to(&mut back[2..]);
+        assert_eq!(back[..2], [0, 0]);
+        assert!(back[2..].iter().all(|&b| b == 7));
+        assert_eq!(bytes[0], 0);
     }
 
     #[test]
