@@ -242,6 +242,64 @@ impl<T: Pod> SpreadArray<T> {
     pub fn blocks(&self) -> &SymArray<T> {
         &self.arr
     }
+
+    /// The length and distribution, kept by the frozen form.
+    fn shape(&self) -> Shape {
+        Shape {
+            len: self.len,
+            dist: self.dist,
+            per: self.per,
+            ranks: self.ranks,
+        }
+    }
+}
+
+/// A spread array's shape, kept while it is frozen.
+#[derive(Clone, Copy)]
+struct Shape {
+    len: usize,
+    dist: Dist,
+    per: usize,
+    ranks: usize,
+}
+
+/// A [`SpreadArray`] frozen read-only on every rank
+/// ([`Pgas::freeze_spread`]): this rank's elements are a plain `&[T]`.
+pub struct FrozenSpread<T: Pod> {
+    arr: FrozenArray<T>,
+    shape: Shape,
+}
+
+impl<T: Pod> FrozenSpread<T> {
+    /// Total elements.
+    pub fn len(&self) -> usize {
+        self.shape.len
+    }
+
+    /// Whether the array is empty.
+    pub fn is_empty(&self) -> bool {
+        self.shape.len == 0
+    }
+
+    /// Global pointer to element `i` (for gets).
+    pub fn ptr(&self, i: usize) -> GlobalPtr<T> {
+        let (r, k) = match self.shape.dist {
+            Dist::Block => (i / self.shape.per, i % self.shape.per),
+            Dist::Cyclic => (i % self.shape.ranks, i / self.shape.ranks),
+        };
+        self.arr.at(r, k)
+    }
+
+    /// This rank's elements, a plain slice (see [`FrozenArray::local`]).
+    pub fn local(&self) -> &[T] {
+        let s = self.shape;
+        let rank = self.arr.rank();
+        let n = match s.dist {
+            Dist::Block => s.len.saturating_sub(rank * s.per).min(s.per),
+            Dist::Cyclic => (s.len + s.ranks - 1 - rank.min(s.ranks)) / s.ranks,
+        };
+        &self.arr.local()[..n]
+    }
 }
 
 impl Pgas {
@@ -351,6 +409,32 @@ impl Pgas {
         // handlers accept the writes that may follow at once).
         self.barrier_of(Coll::Thaw)?;
         Ok(a)
+    }
+
+    /// Collective: [`freeze`](Self::freeze) a spread array.
+    pub fn freeze_spread<T: Pod>(&self, a: SpreadArray<T>) -> Result<FrozenSpread<T>> {
+        let shape = a.shape();
+        Ok(FrozenSpread {
+            arr: self.freeze(a.arr)?,
+            shape,
+        })
+    }
+
+    /// Collective: [`thaw`](Self::thaw) a frozen spread array.
+    pub fn thaw_spread<T: Pod>(&self, f: FrozenSpread<T>) -> Result<SpreadArray<T>> {
+        let Shape {
+            len,
+            dist,
+            per,
+            ranks,
+        } = f.shape;
+        Ok(SpreadArray {
+            arr: self.thaw(f.arr)?,
+            len,
+            dist,
+            per,
+            ranks,
+        })
     }
 
     /// Every rank passes the same (offset, bytes), or every rank fails.

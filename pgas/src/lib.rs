@@ -28,7 +28,7 @@ mod shm_barrier;
 mod state;
 pub mod vys;
 
-pub use arrays::{Dist, FrozenArray, SpreadArray, SymArray};
+pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::AtomicInt;
 pub use bytemuck::{Pod, Zeroable};
 pub use context::Pgas;

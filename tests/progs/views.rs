@@ -14,7 +14,7 @@
 //!
 //! Each mode prints `views <mode> ok (<path>)` on success.
 
-use splitrt::pgas::{GlobalPtr, LocalView, Pgas};
+use splitrt::pgas::{Dist, GlobalPtr, LocalView, Pgas};
 use splitrt::{EndpointBuilder, Error, Kind, Payload, Result};
 
 fn main() {
@@ -264,6 +264,32 @@ fn frozen() -> Result<()> {
     let a = pg.thaw(f)?;
     pg.put(a.at(right, 0), &[1])?;
     pg.sync()?;
+
+    // a spread array: this rank's elements as a slice, writes refused
+    let sp = pg.spread::<u32>(10, Dist::Cyclic)?;
+    let n_mine = sp.len_on(me);
+    for k in 0..n_mine {
+        sp.local().set(k, sp.global_index(me, k) as u32);
+    }
+    let fs = pg.freeze_spread(sp)?;
+    let want: Vec<u32> = (0..n_mine).map(|k| (k * n + me) as u32).collect();
+    if fs.local() != want || fs.len() != 10 {
+        return Err(Error::usage(format!("frozen spread: {:?}", fs.local())));
+    }
+    let soff = fs.ptr(0).offset();
+    let srange = format!("{soff:#x}..");
+    refused("spread put", pg.put(fs.ptr(9), &[0]), me, 9 % n, &srange)?;
+    if pg.read(fs.ptr(9))? != 9 {
+        return Err(Error::usage("a get from a frozen spread array"));
+    }
+    let sp = pg.thaw_spread(fs)?;
+    pg.barrier()?;
+    pg.put(sp.ptr(9), &[90])?;
+    pg.sync()?;
+    pg.barrier()?;
+    if pg.read(sp.ptr(9))? != 90 {
+        return Err(Error::usage("a put after thaw_spread"));
+    }
     println!("views frozen ok ({:?} path)", pg.rma_path());
     pg.finish()
 }
