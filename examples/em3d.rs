@@ -235,11 +235,12 @@ fn half_step(
     // the export arrays; `y` changes in the other half-step, on this rank
     // alone, behind the barrier below), and no other view of it is used.
     let yl = unsafe { y.local().as_slice() };
-    // Pack the values my peers need (they fetch them after the barrier;
-    // this side's export was last read before the other side's barrier).
-    let export = side.export.local();
-    for (i, &k) in side.export_idx.iter().enumerate() {
-        export.set(i, yl[k as usize]);
+    // Pack the values my peers need. SAFETY: nobody reads this side's
+    // export now: peers fetch it after the barrier below, and their last
+    // fetch of it ended before the other side's half-step barrier.
+    let export = unsafe { side.export.local().as_mut_slice() };
+    for (e, &k) in export.iter_mut().zip(&side.export_idx) {
+        *e = yl[k as usize];
     }
     pg.barrier()?;
     let export = &side.export;
