@@ -334,6 +334,18 @@ impl<T: Pod> Iterator for Iter<'_, T> {
         let n = self.back - self.front;
         (n, Some(n))
     }
+    /// Skips without reading the skipped elements (`step_by` relies on it).
+    #[inline]
+    fn nth(&mut self, n: usize) -> Option<T> {
+        self.front = self.front.saturating_add(n).min(self.back);
+        self.next()
+    }
+    fn count(self) -> usize {
+        self.back - self.front
+    }
+    fn last(mut self) -> Option<T> {
+        self.next_back()
+    }
 }
 
 impl<T: Pod> DoubleEndedIterator for Iter<'_, T> {
@@ -659,6 +671,10 @@ mod tests {
         assert_eq!(v.slice(3..3).len(), 0);
         assert!(v.slice(10..).is_empty());
         assert_eq!(v.slice(1..4).iter().len(), 3);
+        assert_eq!(v.iter().step_by(4).collect::<Vec<_>>(), [2, 1, 3]);
+        assert_eq!(v.iter().nth(2), Some(1));
+        assert_eq!(v.iter().nth(10), None);
+        assert_eq!((v.iter().count(), v.iter().last()), (10, Some(3)));
         assert_eq!(format!("{:?}", v.slice(..3)), "[2, 2, 1]");
         let w = v; // Copy
         w.set(9, 4);
