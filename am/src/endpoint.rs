@@ -474,11 +474,12 @@ impl Inner {
                 .is_some_and(|e| e <= seg.len as u64),
             "a fabric delivered a deposit outside the segment"
         );
+        let at = seg.base.wrapping_add(offset as usize);
         // SAFETY: the range lies in this rank's segment (asserted above),
         // which stays mapped while the endpoint (borrowed for the view's
         // life) lives; splitrt makes no reference to segment bytes a
         // handler can reach, and views access them atomically.
-        unsafe { LocalView::from_raw_parts(seg.base.add(offset as usize), len) }
+        unsafe { LocalView::from_raw_parts(at, len) }
     }
 
     #[inline]

@@ -329,15 +329,14 @@ impl Pgas {
             ))
             .at_rank(i.rank));
         }
-        let seg = i.st.seg();
-        // SAFETY: [off, off + bytes) was just allocated in our own segment
-        // (non-null, 64-byte aligned, so aligned for T); no rank writes a
-        // block before the barrier below, and no reference to it exists.
-        let base = unsafe {
-            let p = seg.base.add(off as usize);
-            std::ptr::write_bytes(p, 0, bytes as usize);
-            NonNull::new_unchecked(p.cast::<T>())
-        };
+        let p = i.st.seg().base.wrapping_add(off as usize);
+        // SAFETY: [off, off + bytes) was just allocated in our own mapped
+        // segment; no rank writes a block before the barrier below, and no
+        // reference to it exists.
+        unsafe { std::ptr::write_bytes(p, 0, bytes as usize) };
+        // SAFETY: an address inside the mapped segment is not null (and it
+        // is 64-byte aligned, so aligned for T).
+        let base = unsafe { NonNull::new_unchecked(p.cast::<T>()) };
         self.barrier_of(Coll::AllocSym)?; // nobody writes into a block before its owner zeroed it
         Ok(SymArray {
             _mapping: i.ep.clone(),

@@ -221,12 +221,12 @@ impl Pgas {
             ))
             .at_rank(me));
         }
-        let seg = self.inner.st.seg();
+        let at = self.inner.st.seg().base.wrapping_add(p.offset() as usize);
         // SAFETY: bounds and alignment checked against the local segment,
         // which stays mapped while `self` (borrowed for the view's life)
         // lives; T is Pod, so any bytes are valid; splitrt makes no
         // reference to local heap blocks.
-        Ok(unsafe { LocalView::from_raw_parts(seg.base.add(p.offset() as usize).cast::<T>(), n) })
+        Ok(unsafe { LocalView::from_raw_parts(at.cast::<T>(), n) })
     }
 
     /// Allocate `n` elements in this rank's own segment (not collective).

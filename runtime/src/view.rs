@@ -127,7 +127,7 @@ impl<'a, T: Pod> LocalView<'a, T> {
         self.check(i);
         // SAFETY: i < len, so the element lies in the view, which the
         // constructor's contract keeps valid and free of references.
-        unsafe { load(self.ptr.as_ptr().add(i)) }
+        unsafe { load(self.at(i)) }
     }
 
     /// Write `v` into element `i`.
@@ -139,7 +139,7 @@ impl<'a, T: Pod> LocalView<'a, T> {
     pub fn set(&self, i: usize, v: T) {
         self.check(i);
         // SAFETY: as in `get`.
-        unsafe { store(self.ptr.as_ptr().add(i), v) }
+        unsafe { store(self.at(i), v) }
     }
 
     /// Copy every element into `dst`.
@@ -187,7 +187,7 @@ impl<'a, T: Pod> LocalView<'a, T> {
         if self.len <= PATTERN {
             for i in 0..self.len {
                 // SAFETY: i < len, as in `set`.
-                unsafe { store(self.ptr.as_ptr().add(i), v) }
+                unsafe { store(self.at(i), v) }
             }
             return;
         }
@@ -236,8 +236,8 @@ impl<'a, T: Pod> LocalView<'a, T> {
         );
         LocalView {
             // SAFETY: start <= len, so the pointer stays in (or one past)
-            // the view's allocation and is non-null.
-            ptr: unsafe { NonNull::new_unchecked(self.ptr.as_ptr().add(start)) },
+            // the view's allocation, which does not wrap to null.
+            ptr: unsafe { NonNull::new_unchecked(self.at(start)) },
             len: end - start,
             _cells: PhantomData,
         }
@@ -279,6 +279,13 @@ impl<'a, T: Pod> LocalView<'a, T> {
         // SAFETY: valid, aligned elements (constructor's contract); the
         // caller promises exclusive access for the slice's life.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Element `i`'s address (computed without `unsafe`: dereferenced only
+    /// for `i < len`).
+    #[inline(always)]
+    fn at(&self, i: usize) -> *mut T {
+        self.ptr.as_ptr().wrapping_add(i)
     }
 
     #[inline(always)]
@@ -326,7 +333,7 @@ impl<T: Pod> Iterator for Iter<'_, T> {
             return None;
         }
         // SAFETY: front < back <= len: an element of the view.
-        let v = unsafe { load(self.view.ptr.as_ptr().add(self.front)) };
+        let v = unsafe { load(self.view.at(self.front)) };
         self.front += 1;
         Some(v)
     }
@@ -355,7 +362,7 @@ impl<T: Pod> DoubleEndedIterator for Iter<'_, T> {
         }
         self.back -= 1;
         // SAFETY: front <= back < len: an element of the view.
-        Some(unsafe { load(self.view.ptr.as_ptr().add(self.back)) })
+        Some(unsafe { load(self.view.at(self.back)) })
     }
 }
 

@@ -82,8 +82,9 @@ pub fn register(b: &mut EndpointBuilder, shared: &Arc<Shared>, ack_every: u64) -
         // SAFETY: the ping's sender waits for this pong before it sends
         // again, and nothing else writes the ping's landing bytes, so they
         // do not change while the reply copies them out.
+        let data = unsafe { view.as_slice() };
         let back = Payload::Long {
-            data: unsafe { view.as_slice() },
+            data,
             offset: LONG_OFFSET,
         };
         tok.reply(pong_long, &[m.arg(0)], back).expect("long pong");
