@@ -53,12 +53,14 @@ fn run() -> splitrt::Result<()> {
         *h.lock().unwrap() = Some((m.arg(0), m.payload().to_vec()));
     })?;
     let store_request = b.request("store", Kind::Long, 1, move |tok, m| {
-        // The block is already in our segment at the offset the sender gave.
-        let data = m.payload();
+        // The block is already in our segment at the offset the sender
+        // gave. Others may write there while we run, so it is read through
+        // a view (copied out once), never as a `&[u8]`.
+        let data = m.long_payload().expect("a Long").to_vec();
         assert_eq!(m.arg(0), data.len() as u64);
         tok.reply(
             stored_reply,
-            &[checksum(data)],
+            &[checksum(&data)],
             Payload::Medium(&data[..64]),
         )
         .expect("reply");

@@ -207,7 +207,7 @@ fn build_side(pg: &Pgas, p: &Params, kind: u64) -> Result<Side> {
     }
     pg.sync()?;
     pg.barrier()?;
-    let export_idx = export_list.local()[..my_exports].to_vec();
+    let export_idx = export_list.local().slice(..my_exports).to_vec();
     Ok(Side {
         src,
         weight,
@@ -225,15 +225,21 @@ fn build_side(pg: &Pgas, p: &Params, kind: u64) -> Result<Side> {
 fn half_step(
     pg: &Pgas,
     side: &mut Side,
-    x: &mut SymArray<f64>,
+    x: &SymArray<f64>,
     y: &SymArray<f64>,
     ghost: &mut [f64],
     degree: usize,
 ) -> Result<()> {
     let me = pg.rank();
-    // Pack the values my peers need, then let everyone fetch.
-    let yl = y.local();
-    for (e, &k) in side.export.local_mut().iter_mut().zip(&side.export_idx) {
+    // SAFETY: no rank writes `y` during this half-step (peers read only
+    // the export arrays; `y` changes in the other half-step, on this rank
+    // alone, behind the barrier below), and no other view of it is used.
+    let yl = unsafe { y.local().as_slice() };
+    // Pack the values my peers need. SAFETY: nobody reads this side's
+    // export now: peers fetch it after the barrier below, and their last
+    // fetch of it ended before the other side's half-step barrier.
+    let export = unsafe { side.export.local().as_mut_slice() };
+    for (e, &k) in export.iter_mut().zip(&side.export_idx) {
         *e = yl[k as usize];
     }
     pg.barrier()?;
@@ -251,7 +257,11 @@ fn half_step(
         Ok(())
     })?;
     let n = yl.len();
-    for (i, v) in x.local_mut().iter_mut().enumerate() {
+    // SAFETY: `x` is this rank's alone during the half-step: peers read
+    // only the export arrays, and `x` is read here, through this slice
+    // only, until the next half-step packs it behind a barrier.
+    let xl = unsafe { x.local().as_mut_slice() };
+    for (i, v) in xl.iter_mut().enumerate() {
         let mut sum = 0.0;
         for j in i * degree..(i + 1) * degree {
             let s = side.src[j] as usize;
@@ -347,13 +357,11 @@ fn run() -> Result<bool> {
     let pg = Pgas::attach()?;
     let (me, ranks) = (pg.rank(), pg.size());
     let t0 = Instant::now();
-    let mut ev = pg.alloc_sym::<f64>(p.nodes)?;
-    let mut hv = pg.alloc_sym::<f64>(p.nodes)?;
-    for (i, v) in ev.local_mut().iter_mut().enumerate() {
-        *v = initial(E, me, i);
-    }
-    for (i, v) in hv.local_mut().iter_mut().enumerate() {
-        *v = initial(H, me, i);
+    let ev = pg.alloc_sym::<f64>(p.nodes)?;
+    let hv = pg.alloc_sym::<f64>(p.nodes)?;
+    for i in 0..p.nodes {
+        ev.local().set(i, initial(E, me, i));
+        hv.local().set(i, initial(H, me, i));
     }
     let mut e_side = build_side(&pg, &p, E)?;
     let mut h_side = build_side(&pg, &p, H)?;
@@ -364,8 +372,8 @@ fn run() -> Result<bool> {
 
     let t1 = Instant::now();
     for _ in 0..p.iters {
-        half_step(&pg, &mut e_side, &mut ev, &hv, &mut e_ghost, p.degree)?;
-        half_step(&pg, &mut h_side, &mut hv, &ev, &mut h_ghost, p.degree)?;
+        half_step(&pg, &mut e_side, &ev, &hv, &mut e_ghost, p.degree)?;
+        half_step(&pg, &mut h_side, &hv, &ev, &mut h_ghost, p.degree)?;
     }
     pg.barrier()?;
     let t_iter = t1.elapsed();

@@ -174,17 +174,17 @@ fn run() -> Result<bool> {
 
     // Distributed A, B, C: my blocks, filled from the generator.
     let cap = l.lr * l.lc * bb;
-    let mut a = pg.alloc_sym::<f64>(cap)?;
-    let mut b = pg.alloc_sym::<f64>(cap)?;
-    let mut c = pg.alloc_sym::<f64>(cap)?;
+    let a = pg.alloc_sym::<f64>(cap)?;
+    let b = pg.alloc_sym::<f64>(cap)?;
+    let c = pg.alloc_sym::<f64>(cap)?;
     for &bi in &rows {
         for &bj in &cols {
             let o = l.offset(bi, bj);
             for i in 0..bs {
                 for j in 0..bs {
                     let (gi, gj) = (bi * bs + i, bj * bs + j);
-                    a.local_mut()[o + i * bs + j] = elem(0, n, gi, gj);
-                    b.local_mut()[o + i * bs + j] = elem(1, n, gi, gj);
+                    a.local().set(o + i * bs + j, elem(0, n, gi, gj));
+                    b.local().set(o + i * bs + j, elem(1, n, gi, gj));
                 }
             }
         }
@@ -214,7 +214,10 @@ fn run() -> Result<bool> {
         } else {
             (&*a1, a0, &*b1, b0)
         };
-        let cl = c.local_mut();
+        // SAFETY: C is this rank's alone until the barrier after the loop:
+        // peers fetch panels of A and B only, and this slice is the only
+        // access to C meanwhile.
+        let cl = unsafe { c.local().as_mut_slice() };
         gets += pg.scope(|s| {
             // start fetching panel k + 1 ...
             let issued = if k + 1 < nb {
@@ -240,7 +243,7 @@ fn run() -> Result<bool> {
     let mut bad = None;
     let mut checked = 0u64;
     let mut csum = 0.0;
-    let cl = c.local();
+    let cl = c.local().to_vec();
     for &bi in &rows {
         // rows of A for this block row, columns of B for each block column
         let arows: Vec<Vec<f64>> = (0..bs)

@@ -254,7 +254,12 @@ impl Sorter<'_> {
         self.received = received;
         let counts = &mut self.counts[..range];
         counts.fill(0);
-        for &k in &self.recv.local()[..received] {
+        // SAFETY: every key has landed (all_store_sync above) and the next
+        // stores into `recv` come after the next iteration's first
+        // all_store_sync, which this rank enters only after ranking; no
+        // view of `recv` writes meanwhile.
+        let keys = unsafe { self.recv.local().slice(..received).as_slice() };
+        for &k in keys {
             counts[k as usize - self.min_key] += 1;
         }
         for i in 1..range {
@@ -299,7 +304,7 @@ impl Sorter<'_> {
     /// Returns (passed, keys out of order).
     fn full_verify(&mut self) -> splitrt::Result<(bool, u64)> {
         let n = self.received;
-        let keys = self.recv.local()[..n].to_vec();
+        let keys = self.recv.local().slice(..n).to_vec();
         let mut sorted = vec![0i32; n];
         for &k in &keys {
             let c = &mut self.counts[k as usize - self.min_key];
@@ -309,8 +314,8 @@ impl Sorter<'_> {
         let mut bad = sorted.windows(2).filter(|w| w[0] > w[1]).count() as u64;
 
         // (count, first, last) of every rank.
-        let mut edge = self.pg.alloc_sym::<i64>(3)?;
-        edge.local_mut().copy_from_slice(&[
+        let edge = self.pg.alloc_sym::<i64>(3)?;
+        edge.local().copy_from(&[
             n as i64,
             sorted.first().copied().unwrap_or(0) as i64,
             sorted.last().copied().unwrap_or(0) as i64,

@@ -145,7 +145,7 @@ fn sort_one(pg: &Pgas, a: &mut Arrays, dist: &str, n: usize, oversample: usize) 
     let (me, ranks) = (pg.rank(), pg.size());
     let mut keys = generate(dist, n, me, ranks);
     let before = fingerprint(pg, &keys)?;
-    a.fill.local_mut()[0] = 0;
+    a.fill.local().set(0, 0);
     pg.barrier()?;
     let t0 = Instant::now();
 
@@ -161,7 +161,7 @@ fn sort_one(pg: &Pgas, a: &mut Arrays, dist: &str, n: usize, oversample: usize) 
     // 3. splitters
     let mut splitters = vec![u64::MAX; ranks - 1];
     if me == 0 && oversample > 0 {
-        let mut all = a.samples.local()[..ranks * oversample].to_vec();
+        let mut all = a.samples.local().slice(..ranks * oversample).to_vec();
         all.sort_unstable();
         for (j, s) in splitters.iter_mut().enumerate() {
             *s = all[(j + 1) * oversample];
@@ -195,15 +195,20 @@ fn sort_one(pg: &Pgas, a: &mut Arrays, dist: &str, n: usize, oversample: usize) 
     pg.all_store_sync()?;
 
     // 6. local sort of what arrived
-    let count = a.fill.local()[0] as usize;
-    let mine = &mut a.recv.local_mut()[..count];
+    let count = a.fill.local().get(0) as usize;
+    // SAFETY: every store into `recv` has landed (all_store_sync) and the
+    // next ones come after the barrier at the start of the next sort; no
+    // rank reads another's `recv` (the checks read `info`). So until this
+    // function returns nobody else touches these bytes, and this slice is
+    // the only access to them.
+    let mine: &mut [u64] = unsafe { a.recv.local().slice(..count).as_mut_slice() };
     mine.sort_unstable();
     pg.barrier()?;
     let secs = t0.elapsed().as_secs_f64();
 
     // Checks.
     let mut problems = Vec::new();
-    let mine = &a.recv.local()[..count];
+    let mine: &[u64] = mine;
     if let Some(i) = mine.windows(2).position(|w| w[0] > w[1]) {
         problems.push(format!("keys {i} and {} out of order", i + 1));
     }
@@ -220,9 +225,7 @@ fn sort_one(pg: &Pgas, a: &mut Arrays, dist: &str, n: usize, oversample: usize) 
         mine.first().copied().unwrap_or(0),
         mine.last().copied().unwrap_or(0),
     );
-    a.info
-        .local_mut()
-        .copy_from_slice(&[count as u64, min, max]);
+    a.info.local().copy_from(&[count as u64, min, max]);
     pg.barrier()?;
     if count > 0 {
         for q in me + 1..ranks {
@@ -239,7 +242,7 @@ fn sort_one(pg: &Pgas, a: &mut Arrays, dist: &str, n: usize, oversample: usize) 
             }
         }
     }
-    let after = fingerprint(pg, &a.recv.local()[..count])?;
+    let after = fingerprint(pg, mine)?;
     if after != before {
         problems.push(format!(
             "count/checksums changed: before {before:x?}, after {after:x?}"

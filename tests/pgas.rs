@@ -93,3 +93,63 @@ fn rma_flag_overrides_environment() {
     );
     assert_eq!(stdout.matches("(Am path)").count(), 2, "{stdout}");
 }
+
+/// `t_views <mode>` on `n` ranks over `rma`: every rank reports success.
+fn views(mode: &str, n: usize, rma: &str) {
+    let r = run_job(
+        n,
+        &example("t_views"),
+        &[mode],
+        &[("SPLITRT_RMA", rma)],
+        120,
+    );
+    r.ok();
+    let ok = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains(&format!("views {mode} ok")))
+        .count();
+    assert_eq!(ok, n, "every rank reports success:\n{}", r.stdout);
+}
+
+/// Issue 23, point 1: a view read around a write through the same
+/// location sees the write (the `&[u64]` of `local()` returned the stale
+/// value at opt-level 1 before views).
+#[test]
+fn view_sees_writes_native_2_ranks() {
+    views("alias", 2, "native");
+}
+
+#[test]
+fn view_sees_writes_am_2_ranks() {
+    views("alias", 2, "am");
+}
+
+/// Issue 23, point 3: `drop(pg); a.local().get(0)` reads mapped memory (the
+/// array holds the endpoint); before, the rank died of SIGSEGV.
+#[test]
+fn array_outlives_pgas_native_2_ranks() {
+    views("drop", 2, "native");
+}
+
+#[test]
+fn array_outlives_pgas_am_2_ranks() {
+    views("drop", 2, "am");
+}
+
+/// Frozen arrays: a plain `&[T]`, every write into them refused at the
+/// sender on both paths, thaw restores writes.
+#[test]
+fn frozen_array_native_3_ranks() {
+    views("frozen", 3, "native");
+}
+
+#[test]
+fn frozen_array_am_3_ranks() {
+    views("frozen", 3, "am");
+}
+
+#[test]
+fn frozen_array_native_1_rank() {
+    views("frozen", 1, "native");
+}

@@ -73,12 +73,35 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
         if let Err(why) = ep.check_user_deposit(off, d.payload.len() as u64) {
             return bad(why.to_string());
         }
+        // Refused at the sender already; a sender that skipped the check
+        // (or froze nothing) is reported. The bytes have landed: a frozen
+        // range is only sound with honest senders, as every rank's
+        // splitrt is.
+        if let Some(r) = ep.frozen.find(off, d.payload.len() as u64) {
+            return bad(format!(
+                "a Long payload at segment offset {off:#x} ({} B) wrote into bytes \
+                 {:#x}..{:#x}, which are frozen",
+                d.payload.len(),
+                r.start,
+                r.end
+            ));
+        }
     }
-    let msg = Incoming {
-        src: d.src,
-        args: d.words,
-        payload: d.payload,
-        offset: d.deposit,
+    let msg = match d.deposit {
+        None => Incoming {
+            src: d.src,
+            args: d.words,
+            payload: d.payload,
+            long: None,
+            offset: None,
+        },
+        Some(off) => Incoming {
+            src: d.src,
+            args: d.words,
+            payload: &[],
+            long: Some(ep.deposited(off, d.payload.len())),
+            offset: Some(off),
+        },
     };
     let _scope = HandlerScope::enter();
     let t = C::record(Stage::Dispatch, t);

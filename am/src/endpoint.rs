@@ -13,6 +13,7 @@ use splitrt_runtime::config::Config;
 use splitrt_runtime::fabric::{Channel, Fabric, Packet};
 use splitrt_runtime::hang::{abort_error, HangWatch};
 use splitrt_runtime::job::JobInfo;
+use splitrt_runtime::view::LocalView;
 use splitrt_runtime::{Error, ErrorKind, Result, World};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -141,6 +142,7 @@ impl EndpointBuilder {
                 size: world.job().size,
                 table_id: table.id,
                 reserved: ReservedRanges::default(),
+                frozen: FrozenRanges::default(),
                 table: table.entries,
                 world,
                 finished: AtomicBool::new(false),
@@ -190,6 +192,79 @@ impl ReservedRanges {
     }
 }
 
+/// Segment ranges frozen read-only (every rank freezes the same ones; the
+/// PGAS layer's `Pgas::freeze` does): no Long may deposit into them and
+/// `write_segment` may not write them, until thawed. `n` is read first
+/// (one load, usually 0) so a send pays for the lock only while something
+/// is frozen.
+#[derive(Default)]
+pub(crate) struct FrozenRanges {
+    n: std::sync::atomic::AtomicUsize,
+    ranges: parking_lot::RwLock<Vec<std::ops::Range<u64>>>,
+}
+
+impl FrozenRanges {
+    fn add(&self, offset: u64, len: u64) -> Result<()> {
+        let end = offset
+            .checked_add(len)
+            .ok_or_else(|| Error::usage("frozen range overflows"))?;
+        let mut r = self.ranges.write();
+        if let Some(o) = r.iter().find(|o| offset < o.end && o.start < end) {
+            return Err(Error::usage(format!(
+                "segment bytes {offset:#x}..{end:#x} overlap bytes {:#x}..{:#x}, frozen already",
+                o.start, o.end
+            )));
+        }
+        r.push(offset..end);
+        self.n.store(r.len(), Ordering::Release);
+        Ok(())
+    }
+
+    fn remove(&self, offset: u64, len: u64) -> Result<()> {
+        let end = offset.saturating_add(len);
+        let mut r = self.ranges.write();
+        let Some(i) = r.iter().position(|o| *o == (offset..end)) else {
+            return Err(Error::usage(format!(
+                "segment bytes {offset:#x}..{end:#x} are not frozen"
+            )));
+        };
+        r.swap_remove(i);
+        self.n.store(r.len(), Ordering::Release);
+        Ok(())
+    }
+
+    /// The frozen range that `len` bytes at `offset` touch, if any.
+    #[inline]
+    pub(crate) fn find(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
+        if self.n.load(Ordering::Acquire) == 0 || len == 0 {
+            return None;
+        }
+        self.find_slow(offset, len)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn find_slow(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
+        let end = offset.saturating_add(len);
+        self.ranges
+            .read()
+            .iter()
+            .find(|r| offset < r.end && r.start < end)
+            .cloned()
+    }
+}
+
+/// Why a write into a frozen range is refused.
+#[cold]
+#[inline(never)]
+fn frozen_error(what: &str, offset: u64, len: u64, r: std::ops::Range<u64>) -> Error {
+    Error::usage(format!(
+        "{what} at segment offset {offset:#x} ({len} B) refused: bytes {:#x}..{:#x} are frozen \
+         (a frozen array is read-only on every rank until it is thawed)",
+        r.start, r.end
+    ))
+}
+
 #[cold]
 #[inline(never)]
 fn finished_error() -> Error {
@@ -225,6 +300,8 @@ pub(crate) struct Inner {
     table_id: u32,
     /// Segment ranges only splitrt's own handlers may deposit into.
     reserved: ReservedRanges,
+    /// Segment ranges nobody may write (frozen arrays).
+    pub(crate) frozen: FrozenRanges,
     pub(crate) table: Vec<Option<Entry>>,
     world: World,
     finished: AtomicBool,
@@ -352,7 +429,9 @@ impl Inner {
             return self.send_refused(peer, sig, args, payload);
         }
         if let Payload::Long { data, offset } = payload {
-            if sig.id >= RESERVED_HANDLERS && self.reserved.overlaps(*offset, data.len() as u64) {
+            if (sig.id >= RESERVED_HANDLERS && self.reserved.overlaps(*offset, data.len() as u64))
+                || self.frozen.find(*offset, data.len() as u64).is_some()
+            {
                 return self.send_refused(peer, sig, args, payload);
             }
         }
@@ -383,8 +462,31 @@ impl Inner {
             if sig.id >= RESERVED_HANDLERS {
                 self.check_user_deposit(*offset, data.len() as u64)?;
             }
+            let len = data.len() as u64;
+            if let Some(r) = self.frozen.find(*offset, len) {
+                let what = format!("a Long payload ('{}') to rank {peer}", self.name(sig.id));
+                return Err(frozen_error(&what, *offset, len, r).with_peer(peer));
+            }
         }
         Ok(())
+    }
+
+    /// The `len` bytes a Long deposited at `offset` of this rank's
+    /// segment, as a view (see [`Incoming::long_payload`](crate::Incoming::long_payload)).
+    pub(crate) fn deposited(&self, offset: u64, len: usize) -> LocalView<'_, u8> {
+        let seg = self.fabric().local_segment();
+        assert!(
+            offset
+                .checked_add(len as u64)
+                .is_some_and(|e| e <= seg.len as u64),
+            "a fabric delivered a deposit outside the segment"
+        );
+        let at = seg.base.wrapping_add(offset as usize);
+        // SAFETY: the range lies in this rank's segment (asserted above),
+        // which stays mapped while the endpoint (borrowed for the view's
+        // life) lives; splitrt makes no reference to segment bytes a
+        // handler can reach, and views access them atomically.
+        unsafe { LocalView::from_raw_parts(at, len) }
     }
 
     #[inline]
@@ -669,6 +771,38 @@ impl Endpoint {
             .map_err(|e| e.at_rank(self.rank()))
     }
 
+    /// Freeze the segment range `offset..offset + len` read-only: from now
+    /// on every Long this endpoint sends into it (to any rank: ranges are
+    /// symmetric) is refused at the sender, [`write_segment`] into it is
+    /// refused, and a Long that arrives into it anyway is reported as a
+    /// protocol error. Every rank freezes the same ranges; the PGAS
+    /// layer's `Pgas::freeze` does, and refuses its own puts, stores and
+    /// atomics there too. An error if the range overlaps a frozen one.
+    ///
+    /// [`write_segment`]: Self::write_segment
+    pub fn freeze_segment_range(&self, offset: u64, len: u64) -> Result<()> {
+        self.inner
+            .frozen
+            .add(offset, len)
+            .map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// Undo [`freeze_segment_range`](Self::freeze_segment_range) of the
+    /// same range (an error if it is not frozen).
+    pub fn thaw_segment_range(&self, offset: u64, len: u64) -> Result<()> {
+        self.inner
+            .frozen
+            .remove(offset, len)
+            .map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// The frozen range that `len` bytes at segment offset `offset` touch,
+    /// if any (one load while nothing is frozen).
+    #[inline]
+    pub fn frozen_segment_range(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
+        self.inner.frozen.find(offset, len)
+    }
+
     /// The job description.
     pub fn job(&self) -> &JobInfo {
         self.inner.world.job()
@@ -892,9 +1026,16 @@ impl Endpoint {
     }
 
     /// Copy `data` into this rank's segment at `offset`.
+    ///
+    /// Refused for bytes of a frozen range (see
+    /// [`freeze_segment_range`](Self::freeze_segment_range)).
     pub fn write_segment(&self, offset: u64, data: &[u8]) -> Result<()> {
         let seg = self.inner.fabric().local_segment();
         let off = self.segment_range(offset, data.len(), seg.len)?;
+        if let Some(r) = self.inner.frozen.find(offset, data.len() as u64) {
+            let e = frozen_error("Endpoint::write_segment", offset, data.len() as u64, r);
+            return Err(e.at_rank(self.rank()));
+        }
         // SAFETY: the range was checked to lie inside the local segment;
         // `data` may be a slice of that segment (a Long payload), so memmove.
         unsafe { std::ptr::copy(data.as_ptr(), seg.base.add(off), data.len()) };

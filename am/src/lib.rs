@@ -42,5 +42,6 @@ mod token;
 pub use endpoint::{Endpoint, EndpointBuilder};
 pub use handler::{Kind, ReplyHandler, RequestHandler, MAX_ARGS, RESERVED_HANDLERS};
 pub use message::{Incoming, Payload};
+pub use splitrt_runtime::view::LocalView;
 pub use splitrt_runtime::{Error, ErrorKind, Result};
 pub use token::Token;

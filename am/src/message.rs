@@ -1,5 +1,7 @@
 //! What a handler receives and what a sender attaches.
 
+use splitrt_runtime::view::LocalView;
+
 /// The payload of an outgoing message; its variant must match the kind the
 /// target handler was registered with.
 #[derive(Clone, Copy, Debug)]
@@ -22,11 +24,28 @@ pub enum Payload<'a> {
 }
 
 /// A message as its handler sees it.
+///
+/// Where the payload lies decides how a handler may read it:
+///
+/// * **Medium**: [`payload`](Self::payload) is a plain `&[u8]`, in place
+///   in the ring cell or the landing zone it arrived in (or a reassembly
+///   buffer). That is sound because the ring protocol keeps the sender
+///   off those bytes until the handler returned: the cell (and the zone
+///   bytes it announced) are released to the sender only after the
+///   handler, so nobody writes them while the reference lives.
+/// * **Long**: the payload was deposited in this rank's segment, which
+///   native puts, stores, atomics, other Longs, other threads and other
+///   ranks may write at any time, also while the handler runs. It is read
+///   through a [`LocalView`] ([`long_payload`](Self::long_payload)),
+///   never as a `&[u8]`.
 #[derive(Clone, Copy, Debug)]
 pub struct Incoming<'a> {
     pub(crate) src: usize,
     pub(crate) args: &'a [u64],
+    /// Medium bytes in place (empty for Short and Long).
     pub(crate) payload: &'a [u8],
+    /// The deposited bytes of a Long.
+    pub(crate) long: Option<LocalView<'a, u8>>,
     pub(crate) offset: Option<u64>,
 }
 
@@ -43,13 +62,46 @@ impl<'a> Incoming<'a> {
     pub fn arg(&self, i: usize) -> u64 {
         self.args[i]
     }
-    /// The payload: read in place for Medium; for Long, the deposited bytes
-    /// in this rank's segment. Empty for Short.
+    /// The payload of a Medium message, read in place (empty for Short).
+    ///
+    /// # Panics
+    ///
+    /// On a Long message: its bytes lie in this rank's segment, where
+    /// others may write while the handler runs, so no `&[u8]` to them is
+    /// handed out; read them through [`long_payload`](Self::long_payload).
+    /// (A handler's kind is fixed at registration, so this never depends
+    /// on what a peer sends.)
     pub fn payload(&self) -> &'a [u8] {
+        if self.long.is_some() {
+            long_as_slice()
+        }
         self.payload
+    }
+    /// The deposited bytes of a Long message, as a view of this rank's
+    /// segment (copy them out with [`LocalView::copy_to`] or
+    /// [`LocalView::to_vec`]); `None` for Short and Medium.
+    pub fn long_payload(&self) -> Option<LocalView<'a, u8>> {
+        self.long
+    }
+    /// Payload bytes of any kind (0 for Short).
+    pub fn payload_len(&self) -> usize {
+        match self.long {
+            Some(v) => v.len(),
+            None => self.payload.len(),
+        }
     }
     /// For Long: the segment offset the sender gave, verbatim.
     pub fn long_offset(&self) -> Option<u64> {
         self.offset
     }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn long_as_slice() -> ! {
+    panic!(
+        "Incoming::payload() on a Long message: its bytes lie in the segment, where other \
+         writers may change them; read them with Incoming::long_payload()"
+    )
 }

@@ -20,6 +20,14 @@ impl Token<'_> {
         self.src
     }
 
+    /// The segment range frozen read-only (see
+    /// [`Endpoint::freeze_segment_range`](crate::Endpoint::freeze_segment_range))
+    /// that `len` bytes at `offset` of this rank's segment touch, if any:
+    /// for handlers that write the segment.
+    pub fn frozen_segment_range(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
+        self.ep.frozen.find(offset, len)
+    }
+
     /// Reply to the requester. Never blocks on the requester's user code: if
     /// its reply ring is full, this rank drains its own replies while it
     /// waits, so request/reply cycles cannot deadlock.

@@ -6,24 +6,35 @@ use crate::context::Pgas;
 use crate::ptr::GlobalPtr;
 use crate::reduce::Op;
 use bytemuck::Pod;
-use splitrt_am::{Error, Result};
-use std::marker::PhantomData;
+use splitrt_am::{Endpoint, Error, LocalView, Result};
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
 
 /// `len` elements at the same offset on every rank.
+///
+/// This rank's part is read and written through a [`LocalView`]
+/// ([`local`](Self::local)): never a `&[T]`, since puts, stores, atomics
+/// and Long deposits from any rank may write it while a reference would
+/// live. For a plain `&[T]`, [`Pgas::freeze`] the array. The handle keeps
+/// the rank's segment mapped (it holds the endpoint), so it stays usable
+/// after the `Pgas` handles are gone.
 pub struct SymArray<T: Pod> {
+    /// Keeps the segment mapped while this handle (and any view of it)
+    /// lives: the mapping is dropped with the last endpoint handle.
+    _mapping: Endpoint,
     rank: usize,
     off: u64,
     len: usize,
-    base: *mut T,
-    _t: PhantomData<T>,
+    base: NonNull<T>,
 }
 
-// SAFETY: the array is plain data in this rank's segment, which lives as
-// long as the job; `local_mut` needs `&mut self`, so Rust's aliasing rules
-// hold among this process's threads.
+// SAFETY: the handle is an offset, a length and a pointer into this rank's
+// segment, which `_mapping` keeps mapped; every access through it is by a
+// `LocalView` (atomic) or under the `unsafe` contract of `as_slice`, so
+// moving or sharing the handle across threads creates no data race.
 unsafe impl<T: Pod + Send> Send for SymArray<T> {}
-// SAFETY: as above; shared access only hands out `&[T]`.
-unsafe impl<T: Pod + Sync> Sync for SymArray<T> {}
+// SAFETY: as above; `&SymArray` hands out only views.
+unsafe impl<T: Pod + Send> Sync for SymArray<T> {}
 
 impl<T: Pod> SymArray<T> {
     /// The array's first element on `rank`.
@@ -46,23 +57,101 @@ impl<T: Pod> SymArray<T> {
         self.len == 0
     }
 
-    /// This rank's part, read in place (see [`Pgas::local_slice`]).
-    pub fn local(&self) -> &[T] {
-        // SAFETY: the block was allocated for `len` elements of T in our own
-        // segment (aligned to 64 B) and lives as long as the job.
-        unsafe { std::slice::from_raw_parts(self.base, self.len) }
-    }
-
-    /// This rank's part, writable in place.
-    pub fn local_mut(&mut self) -> &mut [T] {
-        // SAFETY: as in `local`; `&mut self` makes this the only Rust
-        // reference into the block in this process.
-        unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
+    /// This rank's part as a view: element `get` / `set`, `copy_to`,
+    /// `copy_from`, `iter`, and the `unsafe` slices for kernels.
+    ///
+    /// ```compile_fail,E0308
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// let a = pg.alloc_sym::<u64>(4)?;
+    /// let s: &[u64] = a.local();      // a view, not a slice
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// ```compile_fail,E0599
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// let mut a = pg.alloc_sym::<u64>(4)?;
+    /// let p = a.at(pg.rank(), 0);
+    /// let m = a.local_mut();          // no `&mut [T]` from safe code
+    /// pg.write(p, 7)?;
+    /// let stale = m[0];
+    /// # Ok(()) }
+    /// ```
+    pub fn local(&self) -> LocalView<'_, T> {
+        // SAFETY: the block was allocated for `len` elements of T in our
+        // own segment (aligned to 64 B), which `_mapping` keeps mapped while
+        // `self` (borrowed by the view) lives; splitrt makes no reference
+        // to these bytes (see `FrozenArray` for the one that does, over an
+        // array no view can reach).
+        unsafe { LocalView::from_raw_parts(self.base.as_ptr(), self.len) }
     }
 
     /// The rank that allocated this handle.
     pub fn rank(&self) -> usize {
         self.rank
+    }
+
+    fn bytes(&self) -> u64 {
+        (self.len * std::mem::size_of::<T>()) as u64
+    }
+}
+
+/// A symmetric array frozen read-only on every rank ([`Pgas::freeze`]):
+/// every put, store, atomic and Long into it is refused at the sender,
+/// on every path, so this rank's part is a plain `&[T]`
+/// ([`local`](Self::local)). [`Pgas::thaw`] makes it writable again.
+///
+/// Dropping it without thawing leaves the range frozen (and allocated).
+pub struct FrozenArray<T: Pod> {
+    arr: SymArray<T>,
+}
+
+impl<T: Pod> FrozenArray<T> {
+    /// The array's first element on `rank` (for gets).
+    pub fn ptr(&self, rank: usize) -> GlobalPtr<T> {
+        self.arr.ptr(rank)
+    }
+
+    /// Element `i` on `rank` (for gets).
+    pub fn at(&self, rank: usize, i: usize) -> GlobalPtr<T> {
+        self.arr.at(rank, i)
+    }
+
+    /// Elements per rank.
+    pub fn len(&self) -> usize {
+        self.arr.len
+    }
+
+    /// Whether the array is empty.
+    pub fn is_empty(&self) -> bool {
+        self.arr.len == 0
+    }
+
+    /// This rank's part, a plain slice. It borrows the frozen handle, so
+    /// it cannot outlive the thaw:
+    ///
+    /// ```compile_fail,E0505
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// let f = pg.freeze(pg.alloc_sym::<u64>(4)?)?;
+    /// let s: &[u64] = f.local();
+    /// let a = pg.thaw(f)?;            // moves `f` while `s` borrows it
+    /// a.local().set(0, 1);
+    /// let stale = s[0];
+    /// # Ok(()) }
+    /// ```
+    pub fn local(&self) -> &[T] {
+        // SAFETY: nothing writes these bytes while the array is frozen:
+        // every rank froze the same range (agreed in `Pgas::freeze`), and
+        // refuses puts, stores, atomics (both paths) and Longs into it at
+        // the sender; its handlers refuse them too; `write_segment`
+        // refuses it; no view of it exists (the `SymArray` was consumed,
+        // and `Pgas::local_view` serves only `alloc_local` blocks). The
+        // bytes stay mapped while `self` (holding the endpoint) lives.
+        unsafe { std::slice::from_raw_parts(self.arr.base.as_ptr(), self.arr.len) }
+    }
+
+    /// The rank that allocated this handle.
+    pub fn rank(&self) -> usize {
+        self.arr.rank
     }
 }
 
@@ -80,9 +169,10 @@ pub enum Dist {
 /// ```no_run
 /// # use splitrt_pgas::{Pgas, Dist};
 /// # fn f(pg: &Pgas) -> splitrt_am::Result<()> {
-/// let mut a = pg.spread::<u32>(1000, Dist::Cyclic)?;
-/// for (k, v) in a.local_mut().iter_mut().enumerate() {
-///     *v = k as u32;                         // local part
+/// let a = pg.spread::<u32>(1000, Dist::Cyclic)?;
+/// let mine = a.local();                      // local part, a view
+/// for k in 0..mine.len() {
+///     mine.set(k, k as u32);
 /// }
 /// let (rank, idx) = a.owner(999);            // where element 999 lives
 /// let x = pg.read(a.ptr(999))?;              // fetch it from there
@@ -143,20 +233,72 @@ impl<T: Pod> SpreadArray<T> {
         }
     }
 
-    /// This rank's elements, in place.
-    pub fn local(&self) -> &[T] {
-        &self.arr.local()[..self.len_on(self.arr.rank())]
-    }
-
-    /// This rank's elements, writable in place.
-    pub fn local_mut(&mut self) -> &mut [T] {
-        let n = self.len_on(self.arr.rank());
-        &mut self.arr.local_mut()[..n]
+    /// This rank's elements, as a view (see [`SymArray::local`]).
+    pub fn local(&self) -> LocalView<'_, T> {
+        self.arr.local().slice(..self.len_on(self.arr.rank()))
     }
 
     /// The symmetric block underneath (capacity per rank).
     pub fn blocks(&self) -> &SymArray<T> {
         &self.arr
+    }
+
+    /// The length and distribution, kept by the frozen form.
+    fn shape(&self) -> Shape {
+        Shape {
+            len: self.len,
+            dist: self.dist,
+            per: self.per,
+            ranks: self.ranks,
+        }
+    }
+}
+
+/// A spread array's shape, kept while it is frozen.
+#[derive(Clone, Copy)]
+struct Shape {
+    len: usize,
+    dist: Dist,
+    per: usize,
+    ranks: usize,
+}
+
+/// A [`SpreadArray`] frozen read-only on every rank
+/// ([`Pgas::freeze_spread`]): this rank's elements are a plain `&[T]`.
+pub struct FrozenSpread<T: Pod> {
+    arr: FrozenArray<T>,
+    shape: Shape,
+}
+
+impl<T: Pod> FrozenSpread<T> {
+    /// Total elements.
+    pub fn len(&self) -> usize {
+        self.shape.len
+    }
+
+    /// Whether the array is empty.
+    pub fn is_empty(&self) -> bool {
+        self.shape.len == 0
+    }
+
+    /// Global pointer to element `i` (for gets).
+    pub fn ptr(&self, i: usize) -> GlobalPtr<T> {
+        let (r, k) = match self.shape.dist {
+            Dist::Block => (i / self.shape.per, i % self.shape.per),
+            Dist::Cyclic => (i % self.shape.ranks, i / self.shape.ranks),
+        };
+        self.arr.at(r, k)
+    }
+
+    /// This rank's elements, a plain slice (see [`FrozenArray::local`]).
+    pub fn local(&self) -> &[T] {
+        let s = self.shape;
+        let rank = self.arr.rank();
+        let n = match s.dist {
+            Dist::Block => s.len.saturating_sub(rank * s.per).min(s.per),
+            Dist::Cyclic => (s.len + s.ranks - 1 - rank.min(s.ranks)) / s.ranks,
+        };
+        &self.arr.local()[..n]
     }
 }
 
@@ -187,20 +329,21 @@ impl Pgas {
             ))
             .at_rank(i.rank));
         }
-        let seg = i.st.seg();
-        // SAFETY: [off, off + bytes) was just allocated in our own segment.
-        let base = unsafe {
-            let p = seg.base.add(off as usize);
-            std::ptr::write_bytes(p, 0, bytes as usize);
-            p as *mut T
-        };
+        let p = i.st.seg().base.wrapping_add(off as usize);
+        // SAFETY: [off, off + bytes) was just allocated in our own mapped
+        // segment; no rank writes a block before the barrier below, and no
+        // reference to it exists.
+        unsafe { std::ptr::write_bytes(p, 0, bytes as usize) };
+        // SAFETY: an address inside the mapped segment is not null (and it
+        // is 64-byte aligned, so aligned for T).
+        let base = unsafe { NonNull::new_unchecked(p.cast::<T>()) };
         self.barrier_of(Coll::AllocSym)?; // nobody writes into a block before its owner zeroed it
         Ok(SymArray {
+            _mapping: i.ep.clone(),
             rank: i.rank,
             off,
             len: n,
             base,
-            _t: PhantomData,
         })
     }
 
@@ -212,6 +355,101 @@ impl Pgas {
             .lock()
             .free_sym(a.off)
             .map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// Collective: freeze `a` read-only on every rank, for a plain `&[T]`
+    /// ([`FrozenArray::local`]). Every rank passes the same array (checked:
+    /// a mismatch is an error on every rank). From the call on, this
+    /// rank refuses its own puts, stores, atomics and Longs into the
+    /// array's range on any rank, with an error naming the range and the
+    /// target; then it completes its puts and waits, with everyone, until
+    /// every store into the array has landed (`all_store_sync`), so the
+    /// contents are final on return.
+    ///
+    /// Other threads of this rank must not be writing into the array
+    /// while it is frozen (a write that passed its check before the
+    /// freeze and lands after it is a race the freeze cannot see).
+    ///
+    /// ```no_run
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// let a = pg.alloc_sym::<f64>(1000)?;
+    /// a.local().fill(1.0);
+    /// let f = pg.freeze(a)?;
+    /// let s: f64 = f.local().iter().sum();          // a plain &[f64]
+    /// assert!(pg.put(f.at(0, 0), &[2.0]).is_err()); // refused
+    /// let a = pg.thaw(f)?;                          // writable again
+    /// # Ok(()) }
+    /// ```
+    pub fn freeze<T: Pod>(&self, a: SymArray<T>) -> Result<FrozenArray<T>> {
+        let i = &self.inner;
+        self.agree_on(a.off, a.bytes(), "Pgas::freeze")?;
+        i.ep.freeze_segment_range(a.off, a.bytes())?;
+        i.frozen_ranges.fetch_add(1, Ordering::SeqCst);
+        // Everything written into the array before the freeze lands now:
+        // this rank's puts (sync), every rank's stores (all_store_sync,
+        // which ends in a barrier every rank enters after freezing).
+        self.sync()?;
+        self.all_store_sync()?;
+        self.barrier_of(Coll::Freeze)?;
+        Ok(FrozenArray { arr: a })
+    }
+
+    /// Collective: make a frozen array writable again. Every rank passes
+    /// the same array; no rank writes into it before every rank has given
+    /// up its frozen handle (a barrier).
+    pub fn thaw<T: Pod>(&self, f: FrozenArray<T>) -> Result<SymArray<T>> {
+        let i = &self.inner;
+        let a = f.arr;
+        self.agree_on(a.off, a.bytes(), "Pgas::thaw")?;
+        i.ep.thaw_segment_range(a.off, a.bytes())?;
+        i.frozen_ranges.fetch_sub(1, Ordering::SeqCst);
+        // Past this barrier every rank has given up its frozen handle (so
+        // no `&[T]` of the array is left) and thawed the range (so its
+        // handlers accept the writes that may follow at once).
+        self.barrier_of(Coll::Thaw)?;
+        Ok(a)
+    }
+
+    /// Collective: [`freeze`](Self::freeze) a spread array.
+    pub fn freeze_spread<T: Pod>(&self, a: SpreadArray<T>) -> Result<FrozenSpread<T>> {
+        let shape = a.shape();
+        Ok(FrozenSpread {
+            arr: self.freeze(a.arr)?,
+            shape,
+        })
+    }
+
+    /// Collective: [`thaw`](Self::thaw) a frozen spread array.
+    pub fn thaw_spread<T: Pod>(&self, f: FrozenSpread<T>) -> Result<SpreadArray<T>> {
+        let Shape {
+            len,
+            dist,
+            per,
+            ranks,
+        } = f.shape;
+        Ok(SpreadArray {
+            arr: self.thaw(f.arr)?,
+            len,
+            dist,
+            per,
+            ranks,
+        })
+    }
+
+    /// Every rank passes the same (offset, bytes), or every rank fails.
+    fn agree_on(&self, off: u64, bytes: u64, what: &str) -> Result<()> {
+        // min of (x, !x) gives the minimum and the maximum in one allreduce
+        let mut v = [off, bytes, !off, !bytes];
+        self.allreduce(&mut v, Op::Min)?;
+        if v[0] != !v[2] || v[1] != !v[3] {
+            return Err(Error::usage(format!(
+                "{what} of different arrays across ranks (offsets {:#x}..{:#x}, sizes {}..{} B): \
+                 every rank must pass the same array",
+                v[0], !v[2], v[1], !v[3]
+            ))
+            .at_rank(self.rank()));
+        }
+        Ok(())
     }
 
     /// Collective: a spread array of `n` zeroed elements.

@@ -32,6 +32,8 @@ pub(crate) enum Coll {
     FreeSym = 6,
     AllStoreSync = 7,
     Finish = 8,
+    Freeze = 9,
+    Thaw = 10,
 }
 
 impl Coll {
@@ -46,6 +48,8 @@ impl Coll {
             FreeSym,
             AllStoreSync,
             Finish,
+            Freeze,
+            Thaw,
         ]
         .into_iter()
         .find(|k| *k as u64 == c)
@@ -61,6 +65,8 @@ impl Coll {
             Coll::FreeSym => "Pgas::free_sym",
             Coll::AllStoreSync => "Pgas::all_store_sync",
             Coll::Finish => "the exit barrier of Pgas::finish",
+            Coll::Freeze => "Pgas::freeze",
+            Coll::Thaw => "Pgas::thaw",
         }
     }
 }

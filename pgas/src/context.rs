@@ -9,10 +9,10 @@ use crate::shm_barrier::ShmBarrier;
 use crate::state::{Issued, State};
 use bytemuck::Pod;
 use parking_lot::Mutex;
-use splitrt_am::{Endpoint, EndpointBuilder, Error, ErrorKind, Payload, Result};
+use splitrt_am::{Endpoint, EndpointBuilder, Error, ErrorKind, LocalView, Payload, Result};
 use splitrt_runtime::config::RmaPath;
 use splitrt_runtime::fabric::{Fabric, SegmentRef};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Bytes of symmetric scratch used by broadcast and reductions (two
@@ -31,7 +31,7 @@ pub(crate) const SCRATCH: u64 = 256 << 10;
 /// pg.put(right, &[pg.rank() as u64])?;                 // split-phase
 /// pg.sync()?;                                          // my puts are done
 /// pg.barrier()?;                                       // everyone's are
-/// let mut total = [counts.local()[0]];
+/// let mut total = [counts.local().get(0)];
 /// pg.allreduce(&mut total, Op::Sum)?;
 /// pg.finish()
 /// # }
@@ -53,6 +53,10 @@ pub(crate) struct Inner {
     /// length 0: no range passes). The fast path's one load finds the
     /// base, the length and the doorbell; no path or presence test.
     pub direct: Box<[SegmentRef]>,
+    /// Arrays frozen now (`Pgas::freeze`): while 0, as nearly always, the
+    /// write fast paths pay this one load; otherwise writes take the
+    /// checked path, which asks the endpoint's frozen ranges.
+    pub frozen_ranges: AtomicUsize,
     /// The barrier through shared memory, when every rank's segment is
     /// mapped here and the path is native (else barriers are AMs to rank 0).
     pub shm_barrier: Option<ShmBarrier>,
@@ -148,6 +152,7 @@ impl Pgas {
                 rank,
                 size,
                 direct,
+                frozen_ranges: AtomicUsize::new(0),
                 shm_barrier,
                 seg_lens,
                 heap: Mutex::new(heap),
@@ -192,22 +197,36 @@ impl Pgas {
         p.rank() == self.inner.rank
     }
 
-    /// `n` elements at `p` in this rank's own segment, read in place.
-    /// Remote ranks may write there concurrently; read between
-    /// synchronization points (barrier, all_store_sync) as in any PGAS
-    /// program.
-    pub fn local_slice<T: Pod>(&self, p: GlobalPtr<T>, n: usize) -> Result<&[T]> {
+    /// A view of `n` elements at `p` in a block of this rank's local heap
+    /// ([`alloc_local`](Self::alloc_local)): element `get` / `set`,
+    /// copies, iteration, and the `unsafe` slices for kernels (see
+    /// [`LocalView`]). Other ranks and threads may write there while the
+    /// view lives; the view reads what they wrote, never a stale copy.
+    ///
+    /// The range must lie inside one block in use of the local heap:
+    /// symmetric arrays give views of their own part
+    /// ([`SymArray::local`](crate::SymArray::local)), and only those can be
+    /// frozen, so no view made here can write into a frozen array.
+    pub fn local_view<T: Pod>(&self, p: GlobalPtr<T>, n: usize) -> Result<LocalView<'_, T>> {
+        let me = self.rank();
         if !self.is_local(p) {
-            return Err(
-                Error::usage(format!("{p:?} is not local to rank {}", self.rank()))
-                    .at_rank(self.rank()),
-            );
+            return Err(Error::usage(format!("{p:?} is not local to rank {me}")).at_rank(me));
         }
         self.inner.check::<T>(p, n)?;
-        let seg = self.inner.st.seg();
+        let bytes = n as u64 * std::mem::size_of::<T>() as u64; // checked above
+        if !self.inner.heap.lock().local_block_holds(p.offset(), bytes) {
+            return Err(Error::usage(format!(
+                "{p:?} ({bytes} B) is not inside a block of rank {me}'s local heap \
+                 (Pgas::alloc_local); a symmetric array's part is viewed with its local()"
+            ))
+            .at_rank(me));
+        }
+        let at = self.inner.st.seg().base.wrapping_add(p.offset() as usize);
         // SAFETY: bounds and alignment checked against the local segment,
-        // which lives as long as `self`; T is Pod, so any bytes are valid.
-        Ok(unsafe { std::slice::from_raw_parts(seg.base.add(p.offset() as usize) as *const T, n) })
+        // which stays mapped while `self` (borrowed for the view's life)
+        // lives; T is Pod, so any bytes are valid; splitrt makes no
+        // reference to local heap blocks.
+        Ok(unsafe { LocalView::from_raw_parts(at.cast::<T>(), n) })
     }
 
     /// Allocate `n` elements in this rank's own segment (not collective).
@@ -379,6 +398,39 @@ impl Inner {
         )
     }
 
+    /// [`check`](Self::check) for a write (put, store, atomic): also
+    /// refused into a frozen array.
+    pub(crate) fn check_write<T: Pod>(&self, p: GlobalPtr<T>, n: usize, what: &str) -> Result<()> {
+        self.check(p, n)?;
+        if self.frozen_ranges.load(Ordering::Relaxed) != 0 {
+            let bytes = n as u64 * std::mem::size_of::<T>() as u64; // checked above
+            if let Some(r) = self.ep.frozen_segment_range(p.offset(), bytes) {
+                return Err(self.frozen_error(what, p.rank(), p.offset(), bytes, r));
+            }
+        }
+        Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn frozen_error(
+        &self,
+        what: &str,
+        rank: usize,
+        off: u64,
+        bytes: u64,
+        r: std::ops::Range<u64>,
+    ) -> Error {
+        self.err(
+            Error::usage(format!(
+                "{what} of {bytes} B at {rank}:{off:#x} refused: bytes {:#x}..{:#x} are a frozen \
+                 array on every rank (read-only until Pgas::thaw)",
+                r.start, r.end
+            )),
+            rank,
+        )
+    }
+
     /// Check a global access: the rank exists, the range is outside the
     /// reserved first bytes and inside the target's segment, and `off` is
     /// aligned to `align` (a power of two). The fast path is a few
@@ -499,6 +551,24 @@ impl Inner {
     ) -> Option<SegmentRef> {
         let seg = *self.direct.get(rank)?;
         range_fits(off, bytes, align, seg.len as u64).then_some(seg)
+    }
+
+    /// [`native_checked`](Self::native_checked) for a write: also `None`
+    /// while any array is frozen (the checked path then refuses a write
+    /// into one). One load and compare more than a read, 0 in the common
+    /// case.
+    #[inline(always)]
+    pub(crate) fn native_checked_write(
+        &self,
+        rank: usize,
+        off: u64,
+        bytes: u64,
+        align: u64,
+    ) -> Option<SegmentRef> {
+        if self.frozen_ranges.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        self.native_checked(rank, off, bytes, align)
     }
 
     /// `rank`'s segment if one-sided accesses to it are plain loads and

@@ -124,23 +124,32 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
     })?;
     let s = st.clone();
     let put = b.reserved_request(2, "splitrt.put", Kind::Long, 0, move |tok, m| {
-        // The payload already sits where it belongs; acknowledge it.
-        let ok = m.long_offset().is_some_and(|o| o >= RESERVED_BYTES);
+        // The payload already sits where it belongs; acknowledge it. A put
+        // into a frozen array is refused at its sender; one that came
+        // anyway is refused here (reported to the sender's sync).
+        let len = m.payload_len() as u64;
+        let ok = m
+            .long_offset()
+            .is_some_and(|o| o >= RESERVED_BYTES && tok.frozen_segment_range(o, len).is_none());
         let status = if ok { OK } else { REFUSED };
         if let Err(e) = tok.reply(put_r, &[status], Payload::None) {
             s.fail(format!("replying to a put: {e}"));
         }
     })?;
     let s = st.clone();
-    let store = b.reserved_request(4, "splitrt.store", Kind::Long, 0, move |_tok, m| {
+    let store = b.reserved_request(4, "splitrt.store", Kind::Long, 0, move |tok, m| {
         // Reply-free: count the bytes for store_sync. Senders never target
-        // the reserved area (checked at the caller); a peer that did is
-        // reported rather than counted.
-        if m.long_offset().is_some_and(|o| o >= RESERVED_BYTES) {
-            s.stored()
-                .fetch_add(m.payload().len() as u64, Ordering::Release);
-        } else {
-            s.fail(format!("rank {} stored into the reserved area", m.src()));
+        // the reserved area or a frozen array (checked at the caller); a
+        // peer that did is reported rather than counted.
+        let len = m.payload_len() as u64;
+        match m.long_offset() {
+            Some(o) if o >= RESERVED_BYTES && tok.frozen_segment_range(o, len).is_none() => {
+                s.stored().fetch_add(len, Ordering::Release);
+            }
+            Some(o) if o >= RESERVED_BYTES => {
+                s.fail(format!("rank {} stored into a frozen array", m.src()));
+            }
+            _ => s.fail(format!("rank {} stored into the reserved area", m.src())),
         }
     })?;
     let s = st.clone();
@@ -148,9 +157,12 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         let (slot, op, width, off, a, b) =
             (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
         let res = AtomicOp::decode(op, a, b).and_then(|op| {
-            (matches!(width, 4 | 8) && in_segment(&s, off, width) && off % width == 0)
-                .then(|| apply_atomic(s.seg(), off, width, op))
-                .flatten()
+            (matches!(width, 4 | 8)
+                && in_segment(&s, off, width)
+                && off % width == 0
+                && tok.frozen_segment_range(off, width).is_none())
+            .then(|| apply_atomic(s.seg(), off, width, op))
+            .flatten()
         });
         let (old, status) = match res {
             Some(v) => (v, OK),

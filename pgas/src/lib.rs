@@ -28,11 +28,12 @@ mod shm_barrier;
 mod state;
 pub mod vys;
 
-pub use arrays::{Dist, SpreadArray, SymArray};
+pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::AtomicInt;
 pub use bytemuck::{Pod, Zeroable};
 pub use context::Pgas;
 pub use ptr::GlobalPtr;
 pub use reduce::{Op, Reduce};
 pub use rma::{Get, GetInto, Scope};
+pub use splitrt_am::LocalView;
 pub use splitrt_runtime::config::RmaPath;

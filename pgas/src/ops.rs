@@ -9,7 +9,7 @@ use splitrt_am::{Error, Payload, Result};
 impl Pgas {
     fn atomic<T: AtomicInt>(&self, p: GlobalPtr<T>, op: AtomicOp) -> Result<T> {
         let i = &self.inner;
-        i.check(p, 1)?;
+        i.check_write(p, 1, "an atomic")?;
         let (rank, off) = (p.rank(), p.offset());
         if let Some(seg) = i.native(rank) {
             let old = apply_atomic(seg, off, T::WIDTH, op).expect("width is 4 or 8");

@@ -269,8 +269,8 @@ impl Inner {
     pub(crate) fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let align = std::mem::align_of::<T>() as u64;
-        if let Some(seg) = self.native_checked(dst.rank(), dst.offset(), bytes.len() as u64, align)
-        {
+        let len = bytes.len() as u64;
+        if let Some(seg) = self.native_checked_write(dst.rank(), dst.offset(), len, align) {
             put_native(seg, dst.offset(), bytes);
             return Ok(());
         }
@@ -283,13 +283,13 @@ impl Inner {
     #[cold]
     #[inline(never)]
     fn put_slow<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
-        self.check(dst, src.len())?;
+        self.check_write(dst, src.len(), "a put")?;
         self.put_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
     }
 
     /// Checked typed store: the one entry point of `Pgas::store` and `Scope::store`.
     pub(crate) fn store<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
-        self.check(dst, src.len())?;
+        self.check_write(dst, src.len(), "a store")?;
         self.store_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
     }
 
@@ -591,8 +591,8 @@ impl Pgas {
         let inner = &self.inner;
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let align = std::mem::align_of::<T>() as u64;
-        if let Some(seg) = inner.native_checked(dst.rank(), dst.offset(), bytes.len() as u64, align)
-        {
+        let len = bytes.len() as u64;
+        if let Some(seg) = inner.native_checked_write(dst.rank(), dst.offset(), len, align) {
             // A native put is complete at the target once the copy returns:
             // no need to wait for this rank's other operations.
             put_native(seg, dst.offset(), bytes);

@@ -27,6 +27,7 @@ pub mod segment;
 pub mod shm_full;
 pub mod size;
 pub mod trace;
+pub mod view;
 pub mod world;
 
 pub use error::{Error, ErrorKind, Result};

@@ -72,8 +72,8 @@ fn run(mode: &str) -> Result<()> {
         "far_pointers" => {
             let pg = Pgas::attach()?;
             let a = pg.alloc_sym::<u64>(4)?;
-            let mut mine = pg.alloc_sym::<u64>(1)?;
-            mine.local_mut()[0] = 7;
+            let mine = pg.alloc_sym::<u64>(1)?;
+            mine.local().set(0, 7);
             pg.barrier()?;
             let far: GlobalPtr<u64> = GlobalPtr::new(1 << 32, a.ptr(0).offset());
             expect_err("rank 2^32", pg.put(far, &[1]), "does not exist")?;
@@ -81,7 +81,7 @@ fn run(mode: &str) -> Result<()> {
             expect_err("overflowing add", pg.put(wrapped, &[1]), "is outside the")?;
             pg.sync()?;
             pg.barrier()?;
-            if mine.local()[0] != 7 {
+            if mine.local().get(0) != 7 {
                 return Err(Error::usage("a refused put changed rank memory"));
             }
             pg.finish()

@@ -60,7 +60,7 @@ pub fn run_on(rounds: usize, ops: usize, pg: Pgas) -> splitrt::Result<()> {
     let (me, n) = (pg.rank(), pg.size());
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((me as u64 + 1) * 0x1234_5678_9abc_def1));
 
-    let mut arr = pg.alloc_sym::<u64>(n * K)?;
+    let arr = pg.alloc_sym::<u64>(n * K)?;
     let stores = pg.alloc_sym::<u64>(n * K)?;
     // model[t][k]: what this rank last wrote at arr[t][me*K + k]
     let mut model = vec![vec![0u64; K]; n];
@@ -137,8 +137,8 @@ pub fn run_on(rounds: usize, ops: usize, pg: Pgas) -> splitrt::Result<()> {
                 _ => {
                     if t == me {
                         // local view agrees with the model
-                        let local = pg.local_slice(slot(me, 0), K)?;
-                        expect(local, &model[me], "local slice", me)?;
+                        let local = arr.local().slice(me * K..me * K + K).to_vec();
+                        expect(&local, &model[me], "local view", me)?;
                         checked += K;
                     }
                 }
@@ -156,7 +156,10 @@ pub fn run_on(rounds: usize, ops: usize, pg: Pgas) -> splitrt::Result<()> {
         pg.all_store_sync()?;
         // every writer's stores have landed here: check what the left
         // neighbour sent (known), and let each writer verify its own stores
-        let from_left = &stores.local()[left * K + K - words..left * K + K];
+        let from_left = &stores
+            .local()
+            .slice(left * K + K - words..left * K + K)
+            .to_vec();
         let want: Vec<u64> = (0..words as u64)
             .map(|w| ((left as u64) << 32) | (round as u64 * 100 + w))
             .collect();
@@ -175,7 +178,7 @@ pub fn run_on(rounds: usize, ops: usize, pg: Pgas) -> splitrt::Result<()> {
     pg.barrier()?;
     pg.store(arr_ptr(&pg, &stores, right, me * K), &[7u64, 8, me as u64])?;
     pg.store_sync(24)?;
-    let got = &stores.local()[left * K..left * K + 3];
+    let got = &stores.local().slice(left * K..left * K + 3).to_vec();
     expect(got, &[7, 8, left as u64], "store_sync", left)?;
     pg.all_store_sync()?; // balances the books for the store above
 
@@ -230,7 +233,7 @@ pub fn run_on(rounds: usize, ops: usize, pg: Pgas) -> splitrt::Result<()> {
             return Err(fail("swap returned the wrong value".into()));
         }
     }
-    for (k, &m) in marks.local().iter().enumerate() {
+    for (k, m) in marks.local().iter().enumerate() {
         let g = marks.global_index(me, k) as u64;
         if m != g + 1 {
             return Err(fail(format!(
@@ -277,7 +280,7 @@ pub fn run_on(rounds: usize, ops: usize, pg: Pgas) -> splitrt::Result<()> {
     pg.barrier()?;
     let after = pg.get(arr.ptr(right), n * K)?.wait()?;
     expect(&after, &before, "memory after refused accesses", right)?;
-    arr.local_mut()[0] = arr.local()[0]; // local_mut is usable alongside
+    arr.local().set(0, arr.local().get(0)); // a view is usable alongside
 
     // Collectives.
     let mut v = [me as u64 + 1, 10 * me as u64];

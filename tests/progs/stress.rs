@@ -115,7 +115,8 @@ fn run() -> splitrt::Result<()> {
     let long = b.request("long", Kind::Long, 2, move |tok, m| {
         let (seq, len) = (m.arg(0), m.arg(1) as usize);
         let sd = seed(m.src(), s.rank, seq);
-        if m.payload() != bytes_for(sd, len).as_slice() {
+        let got = m.long_payload().map(|v| v.to_vec()).unwrap_or_default();
+        if got != bytes_for(sd, len) {
             s.fail(format!("long from {} seq {seq}: payload differs", m.src()));
         }
         s.handled.fetch_add(1, Ordering::Relaxed);

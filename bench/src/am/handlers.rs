@@ -17,7 +17,7 @@
 //! lines that stay in its own cache.
 
 use super::plan::LONG_OFFSET;
-use crate::touch::touch;
+use crate::touch::touch_incoming;
 use splitrt::{EndpointBuilder, Kind, Payload, RequestHandler, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -60,7 +60,7 @@ pub fn register(b: &mut EndpointBuilder, shared: &Arc<Shared>, ack_every: u64) -
     let published = |what: fn(&Shared) -> &AtomicU64| {
         let s = shared.clone();
         move |m: &splitrt::Incoming<'_>| {
-            touch(m.payload());
+            touch_incoming(m);
             what(&s).store(m.arg(0), Ordering::Release)
         }
     };
@@ -78,8 +78,13 @@ pub fn register(b: &mut EndpointBuilder, shared: &Arc<Shared>, ack_every: u64) -
             .expect("medium pong");
     })?;
     let ping_long = b.request("bench_ping_long", Kind::Long, 1, move |tok, m| {
+        let view = m.long_payload().expect("a Long");
+        // SAFETY: the ping's sender waits for this pong before it sends
+        // again, and nothing else writes the ping's landing bytes, so they
+        // do not change while the reply copies them out.
+        let data = unsafe { view.as_slice() };
         let back = Payload::Long {
-            data: m.payload(),
+            data,
             offset: LONG_OFFSET,
         };
         tok.reply(pong_long, &[m.arg(0)], back).expect("long pong");
@@ -88,7 +93,7 @@ pub fn register(b: &mut EndpointBuilder, shared: &Arc<Shared>, ack_every: u64) -
     let sink = || {
         let s = shared.clone();
         move |tok: splitrt::Token<'_>, m: &splitrt::Incoming<'_>| {
-            touch(m.payload());
+            touch_incoming(m);
             let total = m.arg(0);
             let n = s.sunk.fetch_add(1, Ordering::Relaxed) + 1;
             if n == total {

@@ -86,10 +86,18 @@ fn register(b: &mut EndpointBuilder, c: &Arc<Counters>) -> Result<H> {
             let p = match k {
                 Kind::Short => Payload::None,
                 Kind::Medium => Payload::Medium(m.payload()),
-                Kind::Long => Payload::Long {
-                    data: m.payload(),
-                    offset: LONG_OFF,
-                },
+                Kind::Long => {
+                    let view = m.long_payload().expect("a Long");
+                    // SAFETY: the pinger waits for this reply before it
+                    // sends again and nothing else writes the landing
+                    // bytes, so they do not change while the reply copies
+                    // them out.
+                    let data = unsafe { view.as_slice() };
+                    Payload::Long {
+                        data,
+                        offset: LONG_OFF,
+                    }
+                }
             };
             let _ = tok.reply(rep, &[], p);
         })?);

@@ -310,9 +310,12 @@ pub fn run(result: &Path) -> Result<()> {
     // as in testlarge: the local buffer is in this rank's own segment
     // (`msgbuf = myseg`), the remote one in the peer's
     let area = pg.alloc_sym::<u8>(max)?;
-    let mut mine = pg.alloc_sym::<u8>(max)?;
+    let mine = pg.alloc_sym::<u8>(max)?;
     if pg.rank() == 0 {
-        let local = mine.local_mut();
+        // SAFETY: only rank 0 touches its `mine` (rank 1 only serves, and
+        // every remote access targets its `area`), through this slice
+        // only, until the tests end.
+        let local = unsafe { mine.local().as_mut_slice() };
         local.fill(1);
         let mut b = Bench {
             pg: &pg,

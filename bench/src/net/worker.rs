@@ -93,8 +93,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     })?;
     let s = sh.clone();
     let lsink = b.request("lsink", Kind::Long, 0, move |_tok, m| {
-        s.bytes
-            .fetch_add(m.payload().len() as u64, Ordering::Relaxed);
+        s.bytes.fetch_add(m.payload_len() as u64, Ordering::Relaxed);
     })?;
     let s = sh.clone();
     let addr = b.request("raw addr", Kind::Medium, 0, move |_tok, m| {
@@ -132,9 +131,9 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     let send = |b: &[u8]| raw.send_to(b, peer);
 
     let max_medium = ep.max_medium(other)?;
-    let mut area = pg.alloc_sym::<u8>(1 << 20)?;
+    let area = pg.alloc_sym::<u8>(1 << 20)?;
     let mut buf = vec![7u8; 1 << 20];
-    area.local_mut().fill(1);
+    area.local().fill(1);
     let mut out = String::new();
     let mut seq = 0u64;
     let mut rtt =

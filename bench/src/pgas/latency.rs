@@ -114,9 +114,9 @@ pub fn peer_written_reads(
     let mut means = Vec::with_capacity(plan.batches);
     for b in 0..plan.dirty_batches() {
         if pg.rank() == 1 {
-            let l = lines.local_mut();
+            let l = lines.local();
             for i in 0..n {
-                l[i * stride] = ((i + 1) % n) as u64;
+                l.set(i * stride, ((i + 1) % n) as u64);
             }
             pg.barrier()?;
         } else {

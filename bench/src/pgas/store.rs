@@ -10,7 +10,7 @@
 use super::measure::Bench;
 use super::plan::Plan;
 use crate::results::{Results, Value};
-use crate::touch::touch;
+use crate::touch::touch_view;
 use splitrt::pgas::{Pgas, SymArray};
 use splitrt::Result;
 use std::time::Instant;
@@ -42,7 +42,7 @@ pub fn run(
                 }
             } else {
                 pg.store_sync(bytes as u64)?;
-                touch(&area.local()[..bytes]);
+                touch_view(area.local().slice(..bytes));
                 pg.barrier()?;
             }
         }

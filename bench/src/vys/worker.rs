@@ -38,8 +38,8 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         return Err(Error::usage("the vys benchmark needs exactly 2 ranks"));
     }
     let mut link = Link::new(pg.endpoint().clone(), handlers);
-    let mut area = pg.alloc_sym::<u8>(baseline::GET_AREA)?;
-    area.local_mut().fill(0x3c);
+    let area = pg.alloc_sym::<u8>(baseline::GET_AREA)?;
+    area.local().fill(0x3c);
     let me = pg.rank();
     let mut w = Worker {
         pg: &pg,

@@ -1,0 +1,295 @@
+//! Views of a rank's own segment and frozen arrays (issue 23, points 1 and
+//! 3), in a real job. Modes:
+//!
+//! * `alias`: a view read before and after a write through the same
+//!   location sees the new value (a `&[u64]` there let LLVM reuse the old
+//!   one: `twice` returned (1, 1) at opt-level 1 on the code before views);
+//! * `drop`: an array outlives every `Pgas` handle and stays readable and
+//!   writable (the code before read unmapped memory: SIGSEGV);
+//! * `frozen`: `Pgas::freeze` gives a plain `&[T]`; every put, store,
+//!   atomic, blocking write, scoped put, user Long and `write_segment` into
+//!   the frozen range is refused at the sender naming the range and rank;
+//!   gets still work; `thaw` restores writes; freezing different arrays on
+//!   different ranks is refused everywhere.
+//!
+//! Each mode prints `views <mode> ok (<path>)` on success.
+
+use splitrt::pgas::{Dist, GlobalPtr, LocalView, Pgas};
+use splitrt::{EndpointBuilder, Error, Kind, Payload, Result};
+
+fn main() {
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    let r = match mode.as_str() {
+        "alias" => alias(),
+        "drop" => dropped(),
+        "frozen" => frozen(),
+        _ => Err(Error::usage("usage: t_views alias|drop|frozen")),
+    };
+    if let Err(e) = r {
+        eprintln!("t_views {mode}: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Read element 0, write 7 through the global pointer, read again.
+#[inline(never)]
+fn twice(v: LocalView<'_, u64>, pg: &Pgas, p: GlobalPtr<u64>) -> Result<(u64, u64)> {
+    let a = v.get(0);
+    pg.write(p, 7)?;
+    let b = v.get(0);
+    Ok((a, b))
+}
+
+fn alias() -> Result<()> {
+    let pg = Pgas::attach()?;
+    let me = pg.rank();
+    let a = pg.alloc_sym::<u64>(4)?;
+    let p = a.at(me, 0);
+    // the one-thread pattern of the issue, with a view
+    let m = a.local();
+    pg.write(p, 7)?;
+    if m.get(0) != 7 {
+        return Err(Error::usage(format!(
+            "view read {} after write 7",
+            m.get(0)
+        )));
+    }
+    pg.write(p, 1)?;
+    let got = twice(a.local(), &pg, p)?;
+    if got != (1, 7) {
+        return Err(Error::usage(format!(
+            "view read {got:?} around a write of 7, expected (1, 7)"
+        )));
+    }
+    // a neighbour's put lands in the view while it lives
+    let right = (me + 1) % pg.size();
+    pg.barrier()?;
+    pg.write(a.at(right, 1), 100 + me as u64)?;
+    pg.barrier()?;
+    let left = (me + pg.size() - 1) % pg.size();
+    if m.get(1) != 100 + left as u64 {
+        return Err(Error::usage(format!(
+            "view missed the left neighbour's put: {}",
+            m.get(1)
+        )));
+    }
+    // local_view serves alloc_local blocks, not symmetric arrays
+    let b = pg.alloc_local::<u32>(16)?;
+    let v = pg.local_view(b, 16)?;
+    v.fill(3);
+    pg.write(b.add(2), 9u32)?;
+    if v.iter().sum::<u32>() != 3 * 15 + 9 || v.get(2) != 9 {
+        return Err(Error::usage("local_view of an alloc_local block"));
+    }
+    expect_err(
+        "local_view of a symmetric array",
+        pg.local_view(p, 1),
+        "local heap",
+    )?;
+    pg.free_local(b)?;
+    println!("views alias ok ({:?} path)", pg.rma_path());
+    pg.finish()
+}
+
+fn dropped() -> Result<()> {
+    let pg = Pgas::attach()?;
+    let path = pg.rma_path();
+    let a = pg.alloc_sym::<u64>(4)?;
+    a.local().set(0, 42 + pg.rank() as u64);
+    pg.barrier()?;
+    let want = 42 + pg.rank() as u64;
+    drop(pg); // every Pgas handle gone: the array keeps the segment mapped
+    let got = a.local().get(0);
+    a.local().set(1, got + 1);
+    if got != want || a.local().get(1) != want + 1 {
+        return Err(Error::usage(format!(
+            "after drop(pg): read {got}, expected {want}"
+        )));
+    }
+    println!("views drop ok ({path:?} path)");
+    Ok(()) // the array's drop finishes the endpoint (exit barrier)
+}
+
+/// `r` is an error whose message contains `needle`.
+fn expect_err<T>(what: &str, r: Result<T>, needle: &str) -> Result<()> {
+    match r {
+        Ok(_) => Err(Error::usage(format!("{what}: accepted"))),
+        Err(e) if e.to_string().contains(needle) => Ok(()),
+        Err(e) => Err(Error::usage(format!("{what}: unexpected error {e}"))),
+    }
+}
+
+/// A refused write: the error names the frozen range, this rank and the
+/// target.
+fn refused<T>(what: &str, r: Result<T>, me: usize, peer: usize, range: &str) -> Result<()> {
+    match r {
+        Ok(_) => Err(Error::usage(format!(
+            "{what} into a frozen array: accepted"
+        ))),
+        Err(e) => {
+            let s = e.to_string();
+            if s.contains("frozen") && s.contains(range) && e.rank() == Some(me) {
+                if e.peer().is_some_and(|p| p != peer) {
+                    return Err(Error::usage(format!("{what}: wrong peer in {s}")));
+                }
+                Ok(())
+            } else {
+                Err(Error::usage(format!("{what}: unexpected error {s}")))
+            }
+        }
+    }
+}
+
+fn frozen() -> Result<()> {
+    let mut b = EndpointBuilder::new();
+    let user_long = b.request("user_long", Kind::Long, 0, |_tok, _m| {})?;
+    let pg = Pgas::attach_with(b)?;
+    let (me, n) = (pg.rank(), pg.size());
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    let a = pg.alloc_sym::<u64>(8)?;
+    a.local().fill(me as u64 + 1);
+    pg.barrier()?;
+    pg.put(a.at(right, 1), &[100 + me as u64])?; // completed by the freeze
+    let f = pg.freeze(a)?;
+    let off = f.ptr(0).offset();
+    let range = format!("{off:#x}..{:#x}", off + 64);
+
+    // reads: a plain slice here, gets from anywhere
+    let mine: &[u64] = f.local();
+    let mut want = [me as u64 + 1; 8];
+    want[1] = 100 + left as u64;
+    if mine != want {
+        return Err(Error::usage(format!(
+            "frozen contents {mine:?}, expected {want:?}"
+        )));
+    }
+    let theirs = pg.get(f.ptr(right), 8)?.wait()?;
+    if theirs[0] != right as u64 + 1 {
+        return Err(Error::usage(format!("get from a frozen array: {theirs:?}")));
+    }
+
+    // writes: refused at the sender, whichever way they go
+    for t in [me, right] {
+        let p = f.at(t, 3);
+        refused("put", pg.put(p, &[0xbad]), me, t, &range)?;
+        refused("write", pg.write(p, 0xbad), me, t, &range)?;
+        refused(
+            "write_slice",
+            pg.write_slice(f.at(t, 6), &[1, 2, 3]),
+            me,
+            t,
+            &range,
+        )?;
+        refused("store", pg.store(p, &[0xbad]), me, t, &range)?;
+        refused("fetch_add", pg.fetch_add(p, 1), me, t, &range)?;
+        refused("swap", pg.swap(p, 1), me, t, &range)?;
+        refused("compare_swap", pg.compare_swap(p, 0, 1), me, t, &range)?;
+        refused(
+            "scoped put",
+            pg.scope(|s| s.put(p, &[0xbad])),
+            me,
+            t,
+            &range,
+        )?;
+        let long = Payload::Long {
+            data: &[0xbb; 16],
+            offset: off + 8,
+        };
+        refused(
+            "user Long",
+            pg.endpoint().request(t, user_long, &[], long),
+            me,
+            t,
+            &range,
+        )?;
+    }
+    // a put that only overlaps the range's end
+    let before = GlobalPtr::<u64>::new(right, off - 8);
+    refused(
+        "overlapping put",
+        pg.put(before, &[1, 2]),
+        me,
+        right,
+        &range,
+    )?;
+    let ep = pg.endpoint();
+    refused(
+        "write_segment",
+        ep.write_segment(off + 16, &[1; 8]),
+        me,
+        me,
+        &range,
+    )?;
+    expect_err(
+        "local_view of a frozen array",
+        pg.local_view(f.ptr(me), 8),
+        "local heap",
+    )?;
+    // writes elsewhere still work meanwhile
+    let other = pg.alloc_local::<u64>(1)?;
+    pg.write(other, 5)?;
+    pg.sync()?;
+    pg.barrier()?;
+    if f.local() != want || pg.get(f.ptr(right), 8)?.wait()?[3] != right as u64 + 1 {
+        return Err(Error::usage("a refused write changed a frozen array"));
+    }
+
+    // thaw: writes work again
+    let a = pg.thaw(f)?;
+    pg.put(a.at(right, 2), &[9])?;
+    pg.fetch_add(a.at(right, 4), 10)?;
+    pg.sync()?;
+    pg.barrier()?;
+    let v = a.local();
+    if v.get(2) != 9 || v.get(4) != me as u64 + 11 {
+        return Err(Error::usage(format!("after thaw: {:?}", v.to_vec())));
+    }
+    ep.write_segment(off + 16, &7u64.to_ne_bytes())?;
+    if v.get(2) != 7 {
+        return Err(Error::usage("write_segment after thaw"));
+    }
+
+    // freeze again, then freeze different arrays on different ranks
+    let f = pg.freeze(a)?;
+    let (x, y) = (pg.alloc_sym::<u32>(4)?, pg.alloc_sym::<u32>(4)?);
+    if n > 1 {
+        let (mine, other) = if me % 2 == 0 { (x, y) } else { (y, x) };
+        expect_err(
+            "freezing different arrays",
+            pg.freeze(mine),
+            "different arrays",
+        )?;
+        drop(other);
+    }
+    let a = pg.thaw(f)?;
+    pg.put(a.at(right, 0), &[1])?;
+    pg.sync()?;
+
+    // a spread array: this rank's elements as a slice, writes refused
+    let sp = pg.spread::<u32>(10, Dist::Cyclic)?;
+    let n_mine = sp.len_on(me);
+    for k in 0..n_mine {
+        sp.local().set(k, sp.global_index(me, k) as u32);
+    }
+    let fs = pg.freeze_spread(sp)?;
+    let want: Vec<u32> = (0..n_mine).map(|k| (k * n + me) as u32).collect();
+    if fs.local() != want || fs.len() != 10 {
+        return Err(Error::usage(format!("frozen spread: {:?}", fs.local())));
+    }
+    let soff = fs.ptr(0).offset();
+    let srange = format!("{soff:#x}..");
+    refused("spread put", pg.put(fs.ptr(9), &[0]), me, 9 % n, &srange)?;
+    if pg.read(fs.ptr(9))? != 9 {
+        return Err(Error::usage("a get from a frozen spread array"));
+    }
+    let sp = pg.thaw_spread(fs)?;
+    pg.barrier()?;
+    pg.put(sp.ptr(9), &[90])?;
+    pg.sync()?;
+    pg.barrier()?;
+    if pg.read(sp.ptr(9))? != 90 {
+        return Err(Error::usage("a put after thaw_spread"));
+    }
+    println!("views frozen ok ({:?} path)", pg.rma_path());
+    pg.finish()
+}
