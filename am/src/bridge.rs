@@ -19,7 +19,9 @@
 //!
 //! Both are one-shot: each fire disarms the bridge, and a waiter re-arms
 //! it (registering its waker again, or [`Bridge::arm_fd`]) before it waits
-//! again. A disarmed bridge parks on a condition variable and is no
+//! again. A future registers under its own [`TrafficKey`] and takes its
+//! waker back when it completes or is dropped ([`Bridge::forget`]), so the
+//! bridge disarms as soon as nothing waits, not at the next traffic. A disarmed bridge parks on a condition variable and is no
 //! sleeper of the doorbell, so the ranks' ordinary paths pay nothing for
 //! it: peers' rings stay one load, and no thread runs.
 //!
