@@ -19,7 +19,9 @@
 //!
 //! Both are one-shot: each fire disarms the bridge, and a waiter re-arms
 //! it (registering its waker again, or [`Bridge::arm_fd`]) before it waits
-//! again. A disarmed bridge parks on a condition variable and is no
+//! again. A future registers under its own [`TrafficKey`] and takes its
+//! waker back when it completes or is dropped ([`Bridge::forget`]), so the
+//! bridge disarms as soon as nothing waits, not at the next traffic. A disarmed bridge parks on a condition variable and is no
 //! sleeper of the doorbell, so the ranks' ordinary paths pay nothing for
 //! it: peers' rings stay one load, and no thread runs.
 //!
@@ -66,9 +68,22 @@ struct Shared {
 /// Who waits for the next fire.
 #[derive(Default)]
 struct Armed {
-    wakers: Vec<Waker>,
+    /// Registered wakers, each with its registration's key (0: anonymous,
+    /// [`Bridge::wake_on_traffic`]; else a [`TrafficKey`], at most one
+    /// entry per key, removed by [`Bridge::forget`]).
+    wakers: Vec<(u64, Waker)>,
     fd: bool,
+    /// The last key handed out.
+    keys: u64,
 }
+
+/// One waiter's registration with the bridge (a future's): at most one
+/// waker per key, and [`Endpoint::forget_traffic_wake`](crate::Endpoint::forget_traffic_wake)
+/// takes it back, so a future that completes or is dropped leaves no
+/// waker behind to keep the bridge armed. Made by
+/// [`Endpoint::traffic_key`](crate::Endpoint::traffic_key).
+#[derive(Debug, PartialEq, Eq)]
+pub struct TrafficKey(pub(crate) u64);
 
 /// The world the bridge thread waits on.
 struct WorldRef(*const World);
@@ -90,15 +105,89 @@ impl Bridge {
     /// endpoint keeps its `World` in an `Arc` and stops the bridge first
     /// thing when it is dropped.
     pub(crate) unsafe fn wake_on_traffic(&self, world: &World, waker: &Waker) -> Result<()> {
-        {
-            let mut a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
-            if !a.wakers.iter().any(|w| w.will_wake(waker)) {
-                a.wakers.push(waker.clone());
-            }
-            self.shared.armed.store(true, Ordering::SeqCst);
-        }
+        self.register(0, waker);
         // SAFETY: forwarded from this function's contract.
         unsafe { self.start(world) }
+    }
+
+    /// As [`wake_on_traffic`](Self::wake_on_traffic) for the registration
+    /// `key`: its waker replaces the key's earlier one (if it would wake
+    /// another task), so each key holds at most one.
+    ///
+    /// # Safety
+    ///
+    /// As for [`wake_on_traffic`](Self::wake_on_traffic).
+    pub(crate) unsafe fn wake_on_traffic_as(
+        &self,
+        world: &World,
+        key: &TrafficKey,
+        waker: &Waker,
+    ) -> Result<()> {
+        self.register(key.0, waker);
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start(world) }
+    }
+
+    /// Add `waker` under `key` (0: anonymous, kept once per task).
+    fn register(&self, key: u64, waker: &Waker) {
+        let old = {
+            let mut a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            let old = match a.wakers.iter_mut().find(|(k, w)| {
+                if key == 0 {
+                    *k == 0 && w.will_wake(waker)
+                } else {
+                    *k == key
+                }
+            }) {
+                Some((_, w)) if w.will_wake(waker) => None,
+                Some((_, w)) => Some(std::mem::replace(w, waker.clone())),
+                None => {
+                    a.wakers.push((key, waker.clone()));
+                    None
+                }
+            };
+            self.shared.armed.store(true, Ordering::SeqCst);
+            old
+        };
+        // another task's waker: dropped outside the lock (its drop may
+        // run arbitrary executor code)
+        drop(old);
+    }
+
+    /// A fresh registration key.
+    pub(crate) fn key(&self) -> TrafficKey {
+        let mut a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        a.keys += 1;
+        TrafficKey(a.keys)
+    }
+
+    /// Take back `key`'s waker, if it is still registered; with nothing
+    /// else waiting the bridge disarms (it leaves the doorbell within one
+    /// wait and parks).
+    pub(crate) fn forget(&self, key: &TrafficKey) {
+        let gone = {
+            let mut a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            let gone = a
+                .wakers
+                .iter()
+                .position(|(k, _)| *k == key.0)
+                .map(|i| a.wakers.swap_remove(i));
+            if a.wakers.is_empty() && !a.fd {
+                self.shared.armed.store(false, Ordering::SeqCst);
+            }
+            gone
+        };
+        drop(gone);
+    }
+
+    /// How many wakers wait for the next fire (for tests).
+    pub(crate) fn waiters(&self) -> usize {
+        self.shared
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .wakers
+            .len()
     }
 
     /// Make the eventfd readable at the next fire (see
@@ -158,6 +247,11 @@ impl Bridge {
     /// As for [`wake_on_traffic`](Self::wake_on_traffic).
     unsafe fn start(&self, world: &World) -> Result<()> {
         let mut t = self.thread.lock().unwrap_or_else(|p| p.into_inner());
+        // A thread that ended (it should not: wakes are caught) is started
+        // again rather than leaving the waiters without a bridge.
+        if t.as_ref().is_some_and(|h| h.is_finished()) && !self.shared.stop.load(Ordering::SeqCst) {
+            let _ = t.take().map(std::thread::JoinHandle::join);
+        }
         if t.is_none() {
             let shared = self.shared.clone();
             let w = WorldRef(world);
@@ -233,7 +327,9 @@ fn run(sh: &Shared, world: WorldRef) {
     }
 }
 
-/// Disarm, wake every registered waker and make the eventfd readable.
+/// Disarm, wake every registered waker and make the eventfd readable. A
+/// waker that panics is caught (the others are still woken, and the
+/// thread lives on).
 fn fire(sh: &Shared) {
     let wakers = {
         let mut a = sh.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -247,7 +343,58 @@ fn fire(sh: &Shared) {
         // counter (EAGAIN) is already readable, which is all we want.
         let _ = unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
     }
-    for w in wakers {
-        w.wake();
+    for (_, w) in wakers {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::task::Wake;
+
+    struct Count(AtomicUsize, bool);
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            assert!(!self.1, "a waker that panics");
+        }
+    }
+
+    /// A fire survives a waker that panics and still wakes the others.
+    #[test]
+    fn a_waker_that_panics_does_not_end_the_fire() {
+        let b = Bridge::default();
+        let bad = Arc::new(Count(AtomicUsize::new(0), true));
+        let good = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(0, &Waker::from(bad.clone()));
+        b.register(0, &Waker::from(good.clone()));
+        fire(&b.shared);
+        assert_eq!(bad.0.load(Ordering::SeqCst), 1);
+        assert_eq!(good.0.load(Ordering::SeqCst), 1);
+        assert_eq!(b.waiters(), 0);
+    }
+
+    /// A keyed registration holds one waker, and forgetting the last one
+    /// disarms the bridge (a completed future keeps it armed no longer).
+    #[test]
+    fn forgetting_the_last_key_disarms() {
+        let b = Bridge::default();
+        let (k1, k2) = (b.key(), b.key());
+        assert_ne!(k1, k2);
+        let c = Arc::new(Count(AtomicUsize::new(0), false));
+        let d = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(k1.0, &Waker::from(c.clone()));
+        b.register(k1.0, &Waker::from(d.clone()));
+        b.register(k2.0, &Waker::from(c.clone()));
+        assert_eq!(b.waiters(), 2, "one per key");
+        assert_eq!(Arc::strong_count(&c), 2, "k1's waker of c was replaced");
+        b.forget(&k1);
+        assert!(b.shared.armed.load(Ordering::SeqCst), "k2 still waits");
+        b.forget(&k2);
+        assert!(!b.shared.armed.load(Ordering::SeqCst), "nobody waits");
+        assert_eq!(b.waiters(), 0);
+        assert_eq!(Arc::strong_count(&c), 1);
     }
 }

@@ -1,7 +1,7 @@
 //! The endpoint: a rank's handler table plus its fabric connection to every
 //! peer, the send paths and progress (poll / wait_until).
 
-use crate::bridge::Bridge;
+use crate::bridge::{Bridge, TrafficKey};
 use crate::dispatch::{dispatch, in_handler};
 use crate::handler::{
     Entry, Func, Kind, ReplyHandler, RequestHandler, Sig, Table, RESERVED_HANDLERS,
@@ -879,6 +879,45 @@ impl Endpoint {
         // `Inner::drop` stops the bridge before the world drops.
         unsafe { self.inner.bridge.wake_on_traffic(&self.inner.world, waker) }
             .map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// A fresh registration for [`wake_on_traffic_as`](Self::wake_on_traffic_as):
+    /// one per waiting future.
+    pub fn traffic_key(&self) -> TrafficKey {
+        self.inner.bridge.key()
+    }
+
+    /// As [`wake_on_traffic`](Self::wake_on_traffic), under the
+    /// registration `key`: at most one waker per key (a later one
+    /// replaces it), taken back by
+    /// [`forget_traffic_wake`](Self::forget_traffic_wake) when the waiter
+    /// completes or is dropped, so a waiter that no longer waits does not
+    /// keep the bridge armed (a doorbell sleeper: every peer's ring of
+    /// this rank a `FUTEX_WAKE`).
+    pub fn wake_on_traffic_as(&self, key: &TrafficKey, waker: &Waker) -> Result<()> {
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
+        // SAFETY: as in `wake_on_traffic`.
+        unsafe {
+            self.inner
+                .bridge
+                .wake_on_traffic_as(&self.inner.world, key, waker)
+        }
+        .map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// Take back `key`'s waker if it is still registered (it is not after
+    /// a fire); the bridge disarms once nothing waits.
+    pub fn forget_traffic_wake(&self, key: &TrafficKey) {
+        self.inner.bridge.forget(key);
+    }
+
+    /// How many wakers wait for the bridge's next fire (for tests: 0 once
+    /// no future is pending and the bridge is disarmed).
+    #[doc(hidden)]
+    pub fn traffic_waiters(&self) -> usize {
+        self.inner.bridge.waiters()
     }
 
     /// This rank's doorbell as a file descriptor (an `eventfd`) that

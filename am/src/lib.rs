@@ -39,6 +39,7 @@ mod handler;
 mod message;
 mod token;
 
+pub use bridge::TrafficKey;
 pub use endpoint::{Endpoint, EndpointBuilder};
 pub use handler::{Kind, ReplyHandler, RequestHandler, MAX_ARGS, RESERVED_HANDLERS};
 pub use message::{Incoming, Payload};

@@ -39,6 +39,8 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         let (slot, at, status) = (m.arg(0) as usize, m.arg(1) as usize, m.arg(2));
         let mut dests = s.dests.lock();
         let mut wake = None;
+        // a freed slot's `Dest` (its waker too), dropped after unlocking
+        let mut gone = None;
         match dests.get_mut(slot) {
             None => s.fail(format!(
                 "get reply from rank {} for unknown slot {slot}",
@@ -48,7 +50,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
                 // the owner gave up and released its buffer: drop the data
                 d.remaining = d.remaining.saturating_sub(1);
                 if d.remaining == 0 {
-                    dests.remove(slot);
+                    gone = dests.remove(slot);
                 }
             }
             Some(d) => {
@@ -77,6 +79,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
             }
         }
         drop(dests);
+        drop(gone);
         if let Some(w) = wake {
             w.wake();
         }

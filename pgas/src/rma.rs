@@ -13,7 +13,7 @@ use crate::ptr::GlobalPtr;
 use crate::state::{stored_counter, Dest};
 use bytemuck::Pod;
 use parking_lot::Mutex;
-use splitrt_am::{ErrorKind, Payload, Result};
+use splitrt_am::{ErrorKind, Payload, Result, TrafficKey};
 use splitrt_runtime::config::RmaPath;
 use splitrt_runtime::fabric::{Fabric, SegmentRef};
 use splitrt_runtime::memmove::memmove;
@@ -120,24 +120,40 @@ impl Inner {
     /// Release the slots of gets that are over: complete ones are freed
     /// (the first error a reply reported is returned), incomplete ones
     /// cancelled (late replies are dropped and the last one frees the
-    /// slot; the owner may release the buffer now).
+    /// slot; the owner may release the buffer now: the reply handler
+    /// writes only under the slot table's lock, and only into a slot not
+    /// cancelled). A slot that is gone is a broken invariant (its buffer
+    /// was never written): reported as an error.
     fn release_slots(&self, slots: &[usize]) -> Option<String> {
         let mut first = None;
+        // wakers and freed slots, dropped after unlocking (a waker's drop
+        // runs executor code)
+        let mut garbage = Vec::new();
         let mut d = self.st.dests.lock();
         for &s in slots {
             match d.get_mut(s) {
                 Some(dest) if dest.remaining > 0 => {
                     dest.cancelled = true;
                     dest.ptr = std::ptr::null_mut();
+                    garbage.push((dest.waker.take(), None));
                 }
                 Some(_) => {
-                    if let Some(e) = d.remove(s).and_then(|dest| dest.error) {
+                    let dest = d.remove(s);
+                    if let Some(e) = dest.as_ref().and_then(|dest| dest.error.clone()) {
                         first.get_or_insert(e);
                     }
+                    garbage.push((None, dest));
                 }
-                None => {}
+                None => {
+                    first.get_or_insert(format!(
+                        "the reply slot {s} of a get is gone (a broken invariant): \
+                         its data never arrived"
+                    ));
+                }
             }
         }
+        drop(d);
+        drop(garbage);
         first
     }
 
@@ -156,6 +172,7 @@ impl Inner {
     pub(crate) fn poll_slot(
         &self,
         slot: usize,
+        key: &mut Option<TrafficKey>,
         deferred: &mut Option<splitrt_am::Error>,
         cx: &mut Context<'_>,
     ) -> Poll<Result<()>> {
@@ -173,27 +190,51 @@ impl Inner {
                 fatal
             }
         };
-        {
+        let replaced = {
             let mut d = self.st.dests.lock();
             match d.get_mut(slot) {
                 Some(dest) if dest.remaining > 0 && !over => dest.set_waker(cx.waker()),
+                // complete, ended, or gone (end_slot reports a gone slot)
                 _ => {
                     drop(d);
-                    return Poll::Ready(self.end_slot(slot, deferred.take()));
+                    return Poll::Ready(self.end_slot(slot, key, deferred.take()));
                 }
             }
-        }
+        };
+        drop(replaced);
         // Registered in the slot under the lock the handler completes it
         // under: a reply after the poll above wakes this task.
-        if let Err(e) = self.ep.wake_on_traffic(cx.waker()) {
-            return Poll::Ready(self.end_slot(slot, Some(e)));
+        let k = key.get_or_insert_with(|| self.ep.traffic_key());
+        if let Err(e) = self.ep.wake_on_traffic_as(k, cx.waker()) {
+            return Poll::Ready(self.end_slot(slot, key, Some(e)));
         }
         Poll::Pending
     }
 
+    /// A handle is dropped: cancel its get's slot if it is still pending
+    /// (late replies are counted for `sync` and dropped; the buffer may be
+    /// freed at once) and take back its bridge waker. Never waits.
+    #[inline]
+    pub(crate) fn cancel_slot(&self, slot: Option<usize>, key: Option<TrafficKey>) {
+        if let Some(s) = slot {
+            let _ = self.release_slots(&[s]);
+        }
+        if let Some(k) = key {
+            self.ep.forget_traffic_wake(&k);
+        }
+    }
+
     /// A future's get is over (complete, or ended by `err`): release its
     /// slot and report the first error.
-    fn end_slot(&self, slot: usize, err: Option<splitrt_am::Error>) -> Result<()> {
+    fn end_slot(
+        &self,
+        slot: usize,
+        key: &mut Option<TrafficKey>,
+        err: Option<splitrt_am::Error>,
+    ) -> Result<()> {
+        if let Some(k) = key.take() {
+            self.ep.forget_traffic_wake(&k);
+        }
         let failed = self.ep.world().peer_failed();
         let reply_err = self.release_slots(&[slot]);
         if failed {
@@ -447,13 +488,14 @@ impl Pgas {
             pg: self.clone(),
             buf: Some(buf),
             slot,
+            key: None,
             deferred: None,
         })
     }
 
     /// Start fetching `dst.len()` elements at `src` into the caller's
     /// buffer `dst`; the returned handle borrows it until
-    /// [`wait`](GetInto::wait) (or drop, which waits too).
+    /// [`wait`](GetInto::wait) (or drop, which cancels the get).
     ///
     /// Over a mapped segment (shm, native path) the copy is done before this
     /// returns and the handle costs nothing. Over the AM path the data lands
@@ -521,6 +563,7 @@ impl Pgas {
                 dst,
                 staged,
                 slot,
+                key: None,
                 deferred: None,
             })),
         })
@@ -614,7 +657,7 @@ impl Pgas {
 }
 
 /// An in-flight get into a buffer it owns. [`wait`](Get::wait) for the
-/// data, or `.await` it. Dropping it early waits for the data first.
+/// data, or `.await` it. Dropping it early cancels the get (no wait).
 ///
 /// As a future it never wakes itself: each poll polls the endpoint once
 /// and, while the data is missing, leaves the task's waker with the get's
@@ -630,6 +673,8 @@ pub struct Get<T: Pod> {
     pg: Pgas,
     buf: Option<Vec<T>>,
     slot: Option<usize>,
+    /// The future's registration with the doorbell bridge, while pending.
+    key: Option<TrafficKey>,
     /// A non-fatal error met while polling as a future, reported at the end.
     deferred: Option<splitrt_am::Error>,
 }
@@ -652,7 +697,7 @@ impl<T: Pod> Get<T> {
 /// An in-flight get into a caller's buffer (see [`Pgas::get_into`]).
 /// [`wait`](GetInto::wait) for the data, or `.await` it (a future that
 /// sleeps while the data is missing, as [`Get`] is). Dropping it early
-/// waits for the data first.
+/// cancels the get (no wait; the buffer keeps what it held).
 pub struct GetInto<'a> {
     /// `None`: the data is in the caller's buffer already. One pointer
     /// in all (an array of handles costs what GASNet-EX's events do:
@@ -669,6 +714,8 @@ struct Staged<'a> {
     dst: &'a mut [u8],
     staged: Vec<u8>,
     slot: Option<usize>,
+    /// The future's registration with the doorbell bridge, while pending.
+    key: Option<TrafficKey>,
     /// A non-fatal error met while polling as a future (see [`Get`]).
     deferred: Option<splitrt_am::Error>,
 }
@@ -709,7 +756,7 @@ impl Future for GetInto<'_> {
             return Poll::Ready(Ok(()));
         };
         if let Some(s) = p.slot {
-            match p.inner.poll_slot(s, &mut p.deferred, cx) {
+            match p.inner.poll_slot(s, &mut p.key, &mut p.deferred, cx) {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(r) => {
                     p.slot = None; // released by poll_slot
@@ -725,14 +772,13 @@ impl Future for GetInto<'_> {
     }
 }
 
-impl Drop for GetInto<'_> {
-    #[inline]
+/// Dropping a pending handle (a timeout or `select!` gave up on it)
+/// cancels the get without waiting: the staged buffer is freed at once,
+/// late replies are dropped (and counted, so [`Pgas::sync`] still waits
+/// for them), `dst` is left as it was.
+impl Drop for Staged<'_> {
     fn drop(&mut self) {
-        if let Some(p) = self.pending.as_mut() {
-            if let Some(s) = p.slot.take() {
-                let _ = p.inner.wait_slots(&[s]);
-            }
-        }
+        self.inner.cancel_slot(self.slot.take(), self.key.take());
     }
 }
 
@@ -745,7 +791,11 @@ impl<T: Pod> Future for Get<T> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         if let Some(s) = this.slot {
-            match this.pg.inner.poll_slot(s, &mut this.deferred, cx) {
+            match this
+                .pg
+                .inner
+                .poll_slot(s, &mut this.key, &mut this.deferred, cx)
+            {
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(r) => {
                     this.slot = None; // released by poll_slot
@@ -757,10 +807,11 @@ impl<T: Pod> Future for Get<T> {
     }
 }
 
+/// Dropping a pending handle cancels the get without waiting (as for
+/// [`GetInto`]): its buffer is freed at once, late replies are dropped
+/// (and counted for [`Pgas::sync`]).
 impl<T: Pod> Drop for Get<T> {
     fn drop(&mut self) {
-        if let Some(s) = self.slot.take() {
-            let _ = self.pg.inner.wait_slots(&[s]);
-        }
+        self.pg.inner.cancel_slot(self.slot.take(), self.key.take());
     }
 }

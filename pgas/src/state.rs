@@ -25,11 +25,14 @@ pub(crate) struct Dest {
 impl Dest {
     /// Remember `w` as the task to wake at completion, replacing a waker
     /// of another task (a future moved to another task, or polled with a
-    /// new waker); the same task's waker is kept, no clone.
-    pub fn set_waker(&mut self, w: &std::task::Waker) {
+    /// new waker); the same task's waker is kept, no clone. Returns the
+    /// replaced waker, for the caller to drop once it has unlocked the
+    /// slot table (a waker's drop runs executor code).
+    #[must_use = "drop the replaced waker after unlocking"]
+    pub fn set_waker(&mut self, w: &std::task::Waker) -> Option<std::task::Waker> {
         match &self.waker {
-            Some(old) if old.will_wake(w) => {}
-            _ => self.waker = Some(w.clone()),
+            Some(old) if old.will_wake(w) => None,
+            _ => self.waker.replace(w.clone()),
         }
     }
 }
@@ -266,14 +269,16 @@ mod tests {
             cancelled: false,
             waker: None,
         };
-        d.set_waker(&wa);
-        d.set_waker(&wa.clone());
+        assert!(d.set_waker(&wa).is_none());
+        assert!(d.set_waker(&wa.clone()).is_none());
         assert_eq!(
             Arc::strong_count(&a),
             3,
             "one clone kept (a, wa, the slot's)"
         );
-        d.set_waker(&wb);
+        let old = d.set_waker(&wb);
+        assert_eq!(Arc::strong_count(&a), 3, "a's waker handed back");
+        drop(old);
         assert_eq!(Arc::strong_count(&a), 2, "a's waker replaced");
         d.waker.take().expect("b's waker").wake();
         assert_eq!(b.0.load(Ordering::SeqCst), 1);

@@ -226,6 +226,7 @@ impl PendingShm {
             own_bell: bells[rank],
             cpu_masks,
             self_pending: Default::default(),
+            peeking: AtomicBool::new(false),
             owner: if self.single_thread {
                 Owner::this_thread()
             } else {
@@ -415,6 +416,11 @@ pub struct ShmFabric {
     /// itself) since its last poll of it. An idle poll then skips that
     /// ring: half the ring checks of a 2-rank job's polling loop.
     self_pending: [AtomicBool; 2],
+    /// Another thread (the doorbell bridge, in
+    /// [`look`](Self::look)) holds a ring set only to look into it: a
+    /// poll that finds the set held while this is set waits for it (a
+    /// few loads) instead of returning 0 for nothing.
+    peeking: AtomicBool,
 }
 
 // SAFETY: the raw pointers inside (rings, mappings) point into shared
@@ -467,22 +473,45 @@ impl ShmFabric {
     /// Whether anything waits in this rank's rings (or another thread is
     /// polling them): a sleeper's last look before it sleeps.
     fn has_work(&self) -> bool {
-        self.rx.iter().any(|set| match self.owner.try_lock(set) {
-            None => true,
-            Some(set) => set.rings.iter().any(|r| r.cons.has_next()),
+        self.rx.iter().any(|set| {
+            self.peeking.store(true, Ordering::Relaxed);
+            let found = match self.owner.try_lock(set) {
+                None => true,
+                Some(set) => set.rings.iter().any(|r| r.cons.has_next()),
+            };
+            self.peeking.store(false, Ordering::Release);
+            found
         })
     }
 
-    /// Whether anything is seen waiting in this rank's rings, looking
-    /// only into those no other thread holds (and, single-threaded, only
-    /// from the owner thread): unlike [`has_work`](Self::has_work), a ring
-    /// it cannot look into counts as empty.
-    fn has_work_seen(&self) -> bool {
-        self.rx.iter().any(|set| {
-            self.owner
+    /// What a look into this rank's rings, without waiting, finds: a
+    /// message, nothing, or a set another thread holds (it may be
+    /// delivering, or have passed a ring before a message came). A ring
+    /// the calling thread may not look into (`SPLITRT_THREADS=single`,
+    /// called off the owner thread) counts as empty.
+    fn look(&self) -> Look {
+        if self.owner.allows_this_thread().is_err() {
+            return Look::Empty;
+        }
+        let mut held = false;
+        for set in &self.rx {
+            self.peeking.store(true, Ordering::Relaxed);
+            let found = self
+                .owner
                 .try_lock(set)
-                .is_some_and(|set| set.rings.iter().any(|r| r.cons.has_next()))
-        })
+                .map(|set| set.rings.iter().any(|r| r.cons.has_next()));
+            self.peeking.store(false, Ordering::Release);
+            match found {
+                Some(true) => return Look::Seen,
+                Some(false) => {}
+                None => held = true,
+            }
+        }
+        if held {
+            Look::Held
+        } else {
+            Look::Empty
+        }
     }
 
     fn segment_of(&self, rank: usize) -> SegmentRef {
@@ -637,14 +666,35 @@ impl ShmFabric {
         m.load(Ordering::Relaxed) && m.swap(false, Ordering::AcqRel)
     }
 
+    /// `Some` once the bridge's look that holds a ring set is over
+    /// (bounded: a look preempted mid-way is not waited for); `None` if
+    /// no look was under way.
+    #[cold]
+    fn after_peek(&self) -> Option<()> {
+        if !self.peeking.load(Ordering::Acquire) {
+            return None;
+        }
+        for _ in 0..256 {
+            std::hint::spin_loop();
+            if !self.peeking.load(Ordering::Acquire) {
+                return Some(());
+            }
+        }
+        None
+    }
+
     fn poll_with<C: Clock>(
         &self,
         ch: Channel,
         deliver: &mut dyn FnMut(&Delivery<'_>),
     ) -> Result<usize> {
-        let Some(mut set) = self.owner.try_lock(&self.rx[ch as usize]) else {
-            // held (another thread polls, or a handler up this stack), or
-            // a single-threaded rank called from another thread
+        let Some(mut set) = self.owner.try_lock(&self.rx[ch as usize]).or_else(|| {
+            // held: by the bridge's look (a few loads; wait for it), by
+            // another thread that polls, or by a handler up this stack
+            self.after_peek()
+                .and_then(|()| self.owner.try_lock(&self.rx[ch as usize]))
+        }) else {
+            // or a single-threaded rank called from another thread
             self.owner
                 .allows_this_thread()
                 .map_err(|e| e.at_rank(self.global))?;
@@ -913,20 +963,56 @@ impl Fabric for ShmFabric {
     /// giving it work rings: a `FUTEX_WAKE` per ring while someone waits
     /// here, one load otherwise) until rung, `limit` (at most
     /// [`doorbell::WAIT_LIMIT`]) passed or `stop()`. Before sleeping it
-    /// looks into the rings only where it can without waiting (a ring
-    /// another thread is polling counts as empty: that thread delivers
-    /// it); after a wait that timed out, a ring it cannot look into
-    /// counts as work (`SPLITRT_THREADS=single`: only the owner thread may
-    /// look, so a helper answers "maybe" once per wait limit). A wake-up
-    /// the unfenced ring lost (see [`doorbell`]) is found by that last look.
+    /// looks into the rings where it can without waiting. A ring set
+    /// another thread holds is not counted as work (that thread is
+    /// delivering) but the holder may have passed a ring before a message
+    /// came: the wait is then cut to [`HELD_LOOK`] and the look repeated,
+    /// so such a message waits that long, not the whole limit. After the
+    /// limit, a ring it cannot look into counts as work
+    /// (`SPLITRT_THREADS=single`: only the owner thread may look, so a
+    /// helper answers "maybe" once per wait limit). A wake-up the
+    /// unfenced ring lost (see [`doorbell`]) is found by that last look.
     fn await_traffic(&self, limit: std::time::Duration, stop: &dyn Fn() -> bool) -> bool {
-        let mut seen = false;
-        let rung = self.own_bell.get().wait(limit, || {
-            seen = self.has_work_seen();
-            seen || stop()
-        });
-        rung || seen || self.has_work()
+        let bell = self.own_bell.get();
+        let deadline = std::time::Instant::now() + limit.min(doorbell::WAIT_LIMIT);
+        let mut held = false;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return self.has_work();
+            }
+            // after a held look, a short wait in which a held set counts
+            // as empty; else a look that finds a held set does not sleep
+            let step = if held { left.min(HELD_LOOK) } else { left };
+            let mut look = Look::Empty;
+            let mut stopped = false;
+            let rung = bell.wait(step, || {
+                look = self.look();
+                stopped = stop();
+                look == Look::Seen || (look == Look::Held && !held) || stopped
+            });
+            if rung || look == Look::Seen {
+                return true;
+            }
+            if stopped {
+                return false;
+            }
+            held = look == Look::Held && !held;
+        }
     }
+}
+
+/// How long the doorbell bridge's wait lasts after it found a ring set
+/// held by another thread, before it looks again (see
+/// [`ShmFabric::await_traffic`]).
+pub const HELD_LOOK: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// What [`ShmFabric::look`] found.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Look {
+    Seen,
+    Empty,
+    Held,
 }
 
 #[cfg(test)]
@@ -1043,6 +1129,55 @@ mod tests {
                 std::thread::yield_now();
             }
         });
+    }
+
+    /// A message that came while another thread held the ring set (a
+    /// poller that had passed that ring) is noticed soon after the holder
+    /// lets go, not at the end of the doorbell's wait limit: the old look
+    /// counted a held set as empty and slept the whole 2 ms.
+    #[test]
+    fn await_traffic_notices_a_message_behind_a_held_ring_set_soon() {
+        let f = solo("held", 256, 8);
+        let pkt = Packet {
+            tag: 1,
+            words: &[7],
+            payload: &[],
+            deposit: None,
+        };
+        assert!(f
+            .try_send(0, Channel::Reply, &pkt, &mut |_| Ok(()))
+            .unwrap());
+        let mut best = std::time::Duration::MAX;
+        for _ in 0..5 {
+            std::thread::scope(|s| {
+                let held = f.rx[Channel::Reply as usize].lock();
+                let waiter = s.spawn(|| {
+                    let t = std::time::Instant::now();
+                    let r = f.await_traffic(std::time::Duration::from_secs(5), &|| false);
+                    (r, t.elapsed())
+                });
+                // let go once the waiter looked (it announces itself as a
+                // sleeper first, then looks)
+                let t = std::time::Instant::now();
+                while f.own_bell.get().sleepers.load(Ordering::SeqCst) == 0
+                    && !waiter.is_finished()
+                    && t.elapsed() < std::time::Duration::from_secs(10)
+                {
+                    std::thread::yield_now();
+                }
+                std::thread::sleep(std::time::Duration::from_micros(300));
+                drop(held);
+                let (r, e) = waiter.join().unwrap();
+                assert!(r, "the message is traffic");
+                best = best.min(e);
+            });
+        }
+        assert!(
+            best < doorbell::WAIT_LIMIT * 3 / 4,
+            "noticed after {best:?} at best (the wait limit is {:?})",
+            doorbell::WAIT_LIMIT
+        );
+        assert_eq!(f.poll(Channel::Reply, &mut |_| {}).unwrap(), 1);
     }
 
     /// Mediums larger than a cell land in the zone (round and round it)
