@@ -381,12 +381,15 @@ impl World {
             }
             (Some(s), None) => AnyFabric::Shm(s),
             (None, Some(u)) => {
-                AnyFabric::Udp(u.connect(rank, addrs, &key, &config, None).map_err(fail)?)
+                AnyFabric::Udp(u.connect(rank, addrs, &key, &config).map_err(fail)?)
             }
             (Some(s), Some(u)) => {
                 let seg = s.local_segment();
-                let u = u
-                    .connect(rank, addrs, &key, &config, Some(seg))
+                // SAFETY: `seg` is the shm fabric's own segment; both fabrics
+                // go into one Hybrid (fields never moved out: the World owns
+                // it and lends it only by reference), so the mapping lives
+                // as long as the UDP fabric that deposits into it.
+                let u = unsafe { u.connect_into(rank, addrs, &key, &config, seg) }
                     .map_err(fail)?;
                 AnyFabric::Hybrid(Hybrid::new(s, u))
             }

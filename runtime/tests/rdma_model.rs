@@ -27,8 +27,13 @@ fn job(size: usize, seg_len: usize, cfg: RdmaConfig, seed: u64) -> Job {
         .iter_mut()
         .enumerate()
         .map(|(r, s)| {
-            let seg = SegmentRef::new(s.as_mut_ptr(), s.len());
-            PendingRdma::new(net.device(&format!("rank{r}")), r, size, seg, cfg).unwrap()
+            // SAFETY: `s` is one of `segs`, moved into the Job beside the
+            // fabrics, which are declared (so dropped) before it; the test
+            // reads it only between operations that completed.
+            let seg = unsafe { SegmentRef::new(s.as_mut_ptr(), s.len()) };
+            // SAFETY: as above: `seg` outlives the fabric.
+            unsafe { PendingRdma::new(net.device(&format!("rank{r}")), r, size, seg, cfg) }
+                .unwrap()
         })
         .collect();
     let cards: Vec<_> = pending.iter().map(|p| p.card()).collect();
@@ -238,7 +243,7 @@ fn get_and_put_by_rdma_with_bounds_checked() {
     assert_eq!(back, data);
     let seg0 = j.fabrics[0].local_segment();
     // SAFETY (test): the segment is j.segs[0], alive for the test.
-    let in_seg = unsafe { std::slice::from_raw_parts_mut(seg0.base.add(2000), 5000) };
+    let in_seg = unsafe { std::slice::from_raw_parts_mut(seg0.base().add(2000), 5000) };
     j.fabrics[0].get(1, 100, in_seg).unwrap();
     assert_eq!(&j.segs[0][2000..7000], &data[..5000]);
     j.fabrics[1].put(1, 0, &j.segs[0][2000..2010]).unwrap();
