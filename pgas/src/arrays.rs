@@ -190,7 +190,7 @@ impl Pgas {
         let seg = i.st.seg();
         // SAFETY: [off, off + bytes) was just allocated in our own segment.
         let base = unsafe {
-            let p = seg.base.add(off as usize);
+            let p = seg.base().add(off as usize);
             std::ptr::write_bytes(p, 0, bytes as usize);
             p as *mut T
         };

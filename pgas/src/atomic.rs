@@ -76,7 +76,7 @@ pub(crate) fn apply_atomic(seg: SegmentRef, off: u64, width: u64, op: AtomicOp) 
     // segment and that off is a multiple of width, so the cast is aligned;
     // every access to this word by splitrt is atomic.
     unsafe {
-        let p = seg.base.add(off as usize);
+        let p = seg.base().add(off as usize);
         match width {
             8 => {
                 let a = &*(p as *const AtomicU64);

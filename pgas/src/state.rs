@@ -200,7 +200,7 @@ pub(crate) fn stored_counter<'a>(seg: SegmentRef) -> &'a AtomicU64 {
     // RESERVED_BYTES belong to splitrt (user accesses there are refused);
     // the mapping is owned by the endpoint, which outlives every caller (the
     // Pgas context and its handlers), and only atomics touch this word.
-    unsafe { &*(seg.base as *const AtomicU64) }
+    unsafe { &*(seg.base() as *const AtomicU64) }
 }
 
 /// Monotonic counters of issued operations, compared with the handler

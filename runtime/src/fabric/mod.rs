@@ -316,7 +316,9 @@ pub enum AnyFabric {
     /// RDMA to every rank (cargo feature `ibverbs`).
     Rdma(rdma::RdmaFabric<rdma::device::IbvDevice>),
     /// **Test double**: the ibverbs fabric over the verbs model, ranks as
-    /// threads of one process ([`crate::world::World::start_over_verbs_model`]).
+    /// threads of one process (`World::start_over_verbs_model`; cargo
+    /// feature `test-doubles`).
+    #[cfg(feature = "test-doubles")]
     RdmaModel(rdma::RdmaFabric<rdma::model::ModelDevice>),
 }
 
@@ -327,7 +329,9 @@ impl AnyFabric {
             AnyFabric::Shm(_) => None,
             AnyFabric::Udp(u) => Some(u),
             AnyFabric::Hybrid(h) => Some(&h.udp),
-            AnyFabric::Rdma(_) | AnyFabric::RdmaModel(_) => None,
+            AnyFabric::Rdma(_) => None,
+            #[cfg(feature = "test-doubles")]
+            AnyFabric::RdmaModel(_) => None,
         }
     }
 
@@ -337,7 +341,9 @@ impl AnyFabric {
             AnyFabric::Shm(s) => Some(s),
             AnyFabric::Udp(_) => None,
             AnyFabric::Hybrid(h) => Some(&h.shm),
-            AnyFabric::Rdma(_) | AnyFabric::RdmaModel(_) => None,
+            AnyFabric::Rdma(_) => None,
+            #[cfg(feature = "test-doubles")]
+            AnyFabric::RdmaModel(_) => None,
         }
     }
 }
@@ -349,6 +355,7 @@ macro_rules! dispatch {
             AnyFabric::Udp(x) => x.$f($($a),*),
             AnyFabric::Hybrid(x) => x.$f($($a),*),
             AnyFabric::Rdma(x) => x.$f($($a),*),
+            #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.$f($($a),*),
         }
     };
@@ -403,6 +410,7 @@ impl Fabric for AnyFabric {
     fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
         match self {
             AnyFabric::Rdma(x) => x.put_direct(peer, off, src),
+            #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.put_direct(peer, off, src),
             _ => None,
         }
@@ -411,6 +419,7 @@ impl Fabric for AnyFabric {
     fn put_direct_nb(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
         match self {
             AnyFabric::Rdma(x) => x.put_direct_nb(peer, off, src),
+            #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.put_direct_nb(peer, off, src),
             _ => None,
         }
@@ -419,6 +428,7 @@ impl Fabric for AnyFabric {
     fn rma_quiet(&self) -> Result<()> {
         match self {
             AnyFabric::Rdma(x) => x.rma_quiet(),
+            #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.rma_quiet(),
             _ => Ok(()),
         }
@@ -428,6 +438,7 @@ impl Fabric for AnyFabric {
     fn get_direct(&self, peer: usize, off: u64, dst: &mut [u8]) -> Option<Result<()>> {
         match self {
             AnyFabric::Rdma(x) => x.get_direct(peer, off, dst),
+            #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.get_direct(peer, off, dst),
             _ => None,
         }
