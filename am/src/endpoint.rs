@@ -6,10 +6,10 @@ use crate::handler::{
     Entry, Func, Kind, ReplyHandler, RequestHandler, Sig, Table, RESERVED_HANDLERS,
 };
 use crate::message::{Incoming, Payload};
+use crate::rma::Rma;
 use crate::token::Token;
 use splitrt_runtime::backoff::Backoff;
 use splitrt_runtime::config::Config;
-use crate::rma::Rma;
 use splitrt_runtime::fabric::udp::proto::Stats as UdpStats;
 use splitrt_runtime::fabric::{AnyFabric, Channel, Fabric, Packet};
 use splitrt_runtime::hang::{abort_error, HangWatch};

@@ -208,7 +208,9 @@ impl Pgas {
         let seg = self.inner.st.seg();
         // SAFETY: bounds and alignment checked against the local segment,
         // which lives as long as `self`; T is Pod, so any bytes are valid.
-        Ok(unsafe { std::slice::from_raw_parts(seg.base().add(p.offset() as usize) as *const T, n) })
+        Ok(unsafe {
+            std::slice::from_raw_parts(seg.base().add(p.offset() as usize) as *const T, n)
+        })
     }
 
     /// Allocate `n` elements in this rank's own segment (not collective).

@@ -386,17 +386,14 @@ impl World {
                 r.connect(&cards).map_err(fail)?
             }
             (Some(s), None) => AnyFabric::Shm(s),
-            (None, Some(u)) => {
-                AnyFabric::Udp(u.connect(rank, addrs, &key, &config).map_err(fail)?)
-            }
+            (None, Some(u)) => AnyFabric::Udp(u.connect(rank, addrs, &key, &config).map_err(fail)?),
             (Some(s), Some(u)) => {
                 let seg = s.local_segment();
                 // SAFETY: `seg` is the shm fabric's own segment; both fabrics
                 // go into one Hybrid (fields never moved out: the World owns
                 // it and lends it only by reference), so the mapping lives
                 // as long as the UDP fabric that deposits into it.
-                let u = unsafe { u.connect_into(rank, addrs, &key, &config, seg) }
-                    .map_err(fail)?;
+                let u = unsafe { u.connect_into(rank, addrs, &key, &config, seg) }.map_err(fail)?;
                 AnyFabric::Hybrid(Hybrid::new(s, u))
             }
             (None, None) => return Err(fail(Error::usage("no fabric reaches the peers"))),

@@ -32,8 +32,7 @@ fn job(size: usize, seg_len: usize, cfg: RdmaConfig, seed: u64) -> Job {
             // reads it only between operations that completed.
             let seg = unsafe { SegmentRef::new(s.as_mut_ptr(), s.len()) };
             // SAFETY: as above: `seg` outlives the fabric.
-            unsafe { PendingRdma::new(net.device(&format!("rank{r}")), r, size, seg, cfg) }
-                .unwrap()
+            unsafe { PendingRdma::new(net.device(&format!("rank{r}")), r, size, seg, cfg) }.unwrap()
         })
         .collect();
     let cards: Vec<_> = pending.iter().map(|p| p.card()).collect();

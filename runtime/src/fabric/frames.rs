@@ -428,11 +428,17 @@ mod tests {
         let mut sink = unsafe { SegmentSink::new(seg) };
         assert!(sink.write(56, &[1; 8]), "the last 8 bytes are inside");
         assert!(!sink.write(60, &[2; 8]), "4 bytes past the end");
-        assert!(!sink.write(usize::MAX - 2, &[3; 8]), "an offset that overflows");
+        assert!(
+            !sink.write(usize::MAX - 2, &[3; 8]),
+            "an offset that overflows"
+        );
         assert!(sink.read(60, 8).is_none() && sink.read(usize::MAX, 2).is_none());
         assert_eq!(sink.read(56, 8), Some(&[1u8; 8][..]));
         assert_eq!(&buf[56..64], &[1; 8]);
-        assert!(buf[64..].iter().all(|&b| b == 0), "written outside: {buf:?}");
+        assert!(
+            buf[64..].iter().all(|&b| b == 0),
+            "written outside: {buf:?}"
+        );
         // the same through the vector sink
         let mut v = vec![0u8; 64];
         assert!(!Sink::write(&mut v, 60, &[2; 8]) && Sink::read(&v, 60, 8).is_none());

@@ -231,13 +231,12 @@ impl<V: Verbs> PendingRdma<V> {
         // as the fabric (this function's contract). All three are accessed
         // only through raw pointers and atomics, never Rust references
         // the device's writes could invalidate.
-        let pool_r = unsafe { verbs.register(pool.as_mut_ptr(), pool_len, Access::Local) }
-            .map_err(at)?;
+        let pool_r =
+            unsafe { verbs.register(pool.as_mut_ptr(), pool_len, Access::Local) }.map_err(at)?;
         // SAFETY: as above.
-        let mail_r = unsafe {
-            verbs.register(mailbox.as_mut_ptr(), mailbox.len(), Access::RemoteReadWrite)
-        }
-        .map_err(at)?;
+        let mail_r =
+            unsafe { verbs.register(mailbox.as_mut_ptr(), mailbox.len(), Access::RemoteReadWrite) }
+                .map_err(at)?;
         // SAFETY: as above.
         let seg_r = unsafe { verbs.register(seg.base(), seg.len(), Access::RemoteReadWrite) }
             .map_err(at)?;

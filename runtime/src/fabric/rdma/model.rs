@@ -759,9 +759,9 @@ mod tests {
             inline: false,
             fence: false,
         };
-        send(&mut a, qa, &wr(1, Op::Send, ra.sge(ra.addr, 5)))
-            .unwrap();
-        send(&mut a, 
+        send(&mut a, qa, &wr(1, Op::Send, ra.sge(ra.addr, 5))).unwrap();
+        send(
+            &mut a,
             qa,
             &wr(
                 2,
@@ -773,7 +773,8 @@ mod tests {
             ),
         )
         .unwrap();
-        send(&mut a, 
+        send(
+            &mut a,
             qa,
             &wr(
                 3,
@@ -801,7 +802,8 @@ mod tests {
         assert_eq!(&bbuf[100..105], b"hello");
         assert_eq!(&abuf[10..15], b"hello");
         // outside the peer's region: remote access error, queue pair in error
-        send(&mut a, 
+        send(
+            &mut a,
             qa,
             &wr(
                 4,
@@ -813,8 +815,7 @@ mod tests {
             ),
         )
         .unwrap();
-        send(&mut a, qa, &wr(5, Op::Send, ra.sge(ra.addr, 5)))
-            .unwrap();
+        send(&mut a, qa, &wr(5, Op::Send, ra.sge(ra.addr, 5))).unwrap();
         let ca = drain(&mut a);
         assert_eq!(ca[0].status, WcStatus::RemoteAccess);
         assert_eq!(ca[1].status, WcStatus::Flushed);
@@ -828,7 +829,8 @@ mod tests {
         let c = drain(&mut a);
         assert!(c.is_empty());
         let msg = *b"hi";
-        send(&mut a, 
+        send(
+            &mut a,
             qa,
             &SendWr {
                 wr_id: 1,
@@ -856,7 +858,8 @@ mod tests {
         let rb = reg(&mut b, &mut bbuf, Access::RemoteReadWrite);
         assert!(recv(&mut b, qb, 1, rb.sge(rb.addr, 64)).is_ok());
         let stray = [1u8; 8];
-        send(&mut a, 
+        send(
+            &mut a,
             qa,
             &SendWr {
                 wr_id: 9,
