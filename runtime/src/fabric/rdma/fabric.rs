@@ -439,7 +439,17 @@ impl<V: Verbs> RdmaFabric<V> {
         let r = self.reap_into(d, &mut buf);
         d.scratch = buf;
         if let Err(e) = &r {
-            d.failed.get_or_insert_with(|| e.to_string());
+            if d.failed.is_none() {
+                d.failed = Some(e.to_string());
+                // The fabric stops here. Its queue pairs go first, so the
+                // device writes no memory of a caller that returns with
+                // this error: a blocking get's buffer may still be the
+                // target of a posted RDMA read (a destroyed queue pair's
+                // work is flushed, never executed). Later posts fail.
+                for &q in &d.qps {
+                    let _ = d.verbs.destroy_qp(q);
+                }
+            }
         }
         r
     }

@@ -515,7 +515,9 @@ impl Verbs for ModelDevice {
                 remote.qpn, remote.lid, remote.psn
             )));
         }
-        let q = n.qps[g].as_mut().expect("own queue pair");
+        let q = n.qps[g]
+            .as_mut()
+            .ok_or_else(|| Error::usage("model: the queue pair was destroyed"))?;
         q.remote = Some(r);
         q.state = State::Ready;
         Ok(())
@@ -530,7 +532,9 @@ impl Verbs for ModelDevice {
                 sge.addr, sge.len, sge.lkey
             )));
         }
-        let q = n.qps[g].as_mut().expect("own queue pair");
+        let q = n.qps[g]
+            .as_mut()
+            .ok_or_else(|| Error::usage("model: the queue pair was destroyed"))?;
         if q.recvs.len() >= q.caps.recv_depth as usize {
             return Err(Error::usage("model: receive queue full"));
         }
@@ -556,7 +560,9 @@ impl Verbs for ModelDevice {
     unsafe fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()> {
         let g = self.global(qp)?;
         let mut n = self.net.lock();
-        let q = n.qps[g].as_ref().expect("own queue pair");
+        let q = n.qps[g]
+            .as_ref()
+            .ok_or_else(|| Error::usage("model: the queue pair was destroyed"))?;
         if q.state == State::Created {
             return Err(Error::usage("model: posting to a queue pair not connected"));
         }

@@ -242,6 +242,15 @@ pub struct QpCaps {
 /// checks keys and bounds of every access (a request outside the regions
 /// completes in error), and deregistering or destroying only takes access
 /// away.
+///
+/// Safe code cannot hand a device an address of its choosing:
+///
+/// ```compile_fail,E0133
+/// use splitrt_runtime::fabric::rdma::verbs::{Access, Verbs};
+/// fn anywhere(v: &mut impl Verbs) {
+///     let _ = v.register(0x1000 as *mut u8, 4096, Access::RemoteReadWrite);
+/// }
+/// ```
 pub trait Verbs: Send {
     /// What this device is (for messages): e.g. `mlx5_0 port 1`.
     fn describe(&self) -> String;
