@@ -9,7 +9,6 @@
 mod driver;
 pub mod faults;
 pub mod proto;
-/// The network simulator (a test double; cargo feature `test-doubles`).
 #[cfg(feature = "test-doubles")]
 pub mod sim;
 pub mod wire;
