@@ -1,8 +1,8 @@
 //! The thin verbs layer: the handful of RDMA verbs the fabric uses, as a
 //! trait. Two implementations exist: [`super::device`] over a real RDMA
-//! device (cargo feature `ibverbs`), and [`super::model`], an in-process
-//! test double of RC queue pairs that lets the protocol above run in
-//! `cargo test` on machines without RDMA hardware. Nothing else in the
+//! device (cargo feature `ibverbs`), and `model` (cargo feature
+//! `test-doubles`), an in-process test double of RC queue pairs that lets
+//! the protocol above run in `cargo test` on machines without RDMA hardware. Nothing else in the
 //! fabric touches verbs, so a switch to another binding replaces one file.
 //!
 //! The shapes follow libibverbs: memory regions with local and remote
