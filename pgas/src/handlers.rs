@@ -141,7 +141,10 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
             (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
         let res = AtomicOp::decode(op, a, b).and_then(|op| {
             (matches!(width, 4 | 8) && in_segment(&s, off, width) && off % width == 0)
-                .then(|| apply_atomic(s.seg(), off, width, op))
+                // SAFETY: inside the local segment and aligned (checked just
+                // before); the handler runs inside the endpoint that owns
+                // the fabric.
+                .then(|| unsafe { apply_atomic(s.seg(), off, width, op) })
                 .flatten()
         });
         let (old, status) = match res {

@@ -12,7 +12,10 @@ impl Pgas {
         i.check(p, 1)?;
         let (rank, off) = (p.rank(), p.offset());
         if let Some(seg) = i.native(rank) {
-            let old = apply_atomic(seg, off, T::WIDTH, op).expect("width is 4 or 8");
+            // SAFETY: `i.check` passed (bounds and alignment in `rank`'s
+            // segment); `seg` is from `i`'s direct table, whose endpoint
+            // (alive in `i`) owns the fabric.
+            let old = unsafe { apply_atomic(seg, off, T::WIDTH, op) }.expect("width is 4 or 8");
             // it may sleep waiting for this word
             // SAFETY: `seg` is from `i`'s direct table; `i`'s endpoint owns
             // the fabric that handed it out.

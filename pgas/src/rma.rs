@@ -173,7 +173,9 @@ impl Inner {
             // SAFETY: destination range checked against the peer's segment.
             unsafe { memmove(src.as_ptr(), seg.base().add(off as usize), src.len()) };
             // Release: the data is visible before the count that announces it.
-            stored_counter(seg).fetch_add(src.len() as u64, Ordering::Release);
+            // SAFETY: `seg` is from this Inner's direct table (the endpoint's
+            // fabric, alive as long as `self`); the reference ends here.
+            unsafe { stored_counter(seg) }.fetch_add(src.len() as u64, Ordering::Release);
             // it may sleep in store_sync
             // SAFETY: `seg` is from this Inner's direct table; the endpoint
             // in `self` owns the fabric that handed it out.
