@@ -103,7 +103,7 @@ fn am_conformance_over_the_verbs_model() {
             let ep = b.attach_over_verbs_model(j, cfg, dev)?;
             assert!(
                 matches!(
-                    ep.world().fabric(),
+                    ep.raw_fabric_for_tests(),
                     splitrt::runtime::fabric::AnyFabric::RdmaModel(_)
                 ),
                 "not on the model"

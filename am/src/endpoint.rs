@@ -7,10 +7,12 @@ use crate::handler::{
     Entry, Func, Kind, ReplyHandler, RequestHandler, Sig, Table, RESERVED_HANDLERS,
 };
 use crate::message::{Incoming, Payload};
+use crate::rma::Rma;
 use crate::token::Token;
 use splitrt_runtime::backoff::Backoff;
 use splitrt_runtime::config::Config;
-use splitrt_runtime::fabric::{Channel, Fabric, Packet};
+use splitrt_runtime::fabric::udp::proto::Stats as UdpStats;
+use splitrt_runtime::fabric::{AnyFabric, Channel, Fabric, Packet};
 use splitrt_runtime::hang::{abort_error, HangWatch};
 use splitrt_runtime::job::JobInfo;
 use splitrt_runtime::view::LocalView;
@@ -121,7 +123,9 @@ impl EndpointBuilder {
     /// [`ModelNetwork`](splitrt_runtime::fabric::rdma::model::ModelNetwork);
     /// see [`World::start_over_verbs_model`]), so the AM layer over ibverbs
     /// runs in `cargo test` without RDMA hardware. Exempt from the
-    /// one-endpoint-per-process rule, which is why it exists only for tests.
+    /// one-endpoint-per-process rule, which is why it exists only for tests
+    /// (cargo feature `test-doubles`).
+    #[cfg(feature = "test-doubles")]
     pub fn attach_over_verbs_model(
         self,
         job: JobInfo,
@@ -350,6 +354,11 @@ impl Inner {
         self.world.fabric()
     }
 
+    /// The fabric, for [`Rma`](crate::Rma).
+    pub(crate) fn fabric_ref(&self) -> &AnyFabric {
+        self.world.fabric()
+    }
+
     fn name(&self, id: u16) -> &str {
         self.table
             .get(id as usize)
@@ -478,10 +487,10 @@ impl Inner {
         assert!(
             offset
                 .checked_add(len as u64)
-                .is_some_and(|e| e <= seg.len as u64),
+                .is_some_and(|e| e <= seg.len() as u64),
             "a fabric delivered a deposit outside the segment"
         );
-        let at = seg.base.wrapping_add(offset as usize);
+        let at = seg.base().wrapping_add(offset as usize);
         // SAFETY: the range lies in this rank's segment (asserted above),
         // which stays mapped while the endpoint (borrowed for the view's
         // life) lives; splitrt makes no reference to segment bytes a
@@ -813,9 +822,59 @@ impl Endpoint {
         self.inner.world.config()
     }
 
-    /// The runtime below (fabric, segments) for layers built on top.
-    pub fn world(&self) -> &World {
+    /// The runtime below. Not public: through it raw packets (any tag,
+    /// deposits anywhere in a peer's segment, splitrt's reserved bytes
+    /// included) could be sent from safe code; layers above use
+    /// [`rma`](Self::rma).
+    ///
+    /// ```compile_fail,E0624
+    /// fn raw(ep: &splitrt_am::Endpoint) {
+    ///     let _ = ep.world();
+    /// }
+    /// ```
+    #[allow(dead_code)]
+    pub(crate) fn world(&self) -> &World {
         &self.inner.world
+    }
+
+    /// One-sided access to the job's segments for layers built on top
+    /// (the PGAS layer): checked writes and reads, raw segment ranges.
+    pub fn rma(&self) -> Rma<'_> {
+        Rma { inner: &self.inner }
+    }
+
+    /// Counters of the UDP fabric, if this rank uses one (for reports).
+    pub fn udp_stats(&self) -> Option<UdpStats> {
+        self.inner.world.fabric().udp().map(|u| u.stats())
+    }
+
+    /// Whether another rank of the job failed (one load, for polling
+    /// loops; [`failure`](Self::failure) makes the error).
+    #[inline]
+    pub fn peer_failed(&self) -> bool {
+        self.inner.world.peer_failed()
+    }
+
+    /// If another rank failed, the error naming it.
+    pub fn failure(&self) -> Option<Error> {
+        self.inner.world.failure()
+    }
+
+    /// End the job: tell every rank that this one failed because of `why`
+    /// (best effort); their next wait returns an error naming this rank.
+    /// For a layer above that found the job's state broken beyond repair
+    /// (e.g. ranks that entered different collectives).
+    pub fn abort(&self, why: &str) {
+        self.inner.world.abort(why)
+    }
+
+    /// **Test double.** The raw fabric, through which anything can be
+    /// sent (any tag, a deposit anywhere in a peer's segment): for tests
+    /// of how a rank copes with what a broken peer sends. Only with the
+    /// cargo feature `test-doubles`.
+    #[cfg(feature = "test-doubles")]
+    pub fn raw_fabric_for_tests(&self) -> &AnyFabric {
+        self.inner.world.fabric()
     }
 
     /// Send a request, waiting (and serving inbound traffic) while `peer`
@@ -1052,15 +1111,16 @@ impl Endpoint {
 
     /// Length of this rank's segment.
     pub fn segment_len(&self) -> usize {
-        self.inner.fabric().local_segment().len
+        self.inner.fabric().local_segment().len()
     }
 
     /// Copy `buf.len()` bytes from this rank's segment at `offset`.
     pub fn read_segment(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let seg = self.inner.fabric().local_segment();
-        let off = self.segment_range(offset, buf.len(), seg.len)?;
-        // SAFETY: the range was checked to lie inside the local segment.
-        unsafe { std::ptr::copy(seg.base.add(off), buf.as_mut_ptr(), buf.len()) };
+        let off = self.segment_range(offset, buf.len(), seg.len())?;
+        // SAFETY: the range was checked to lie inside the local segment,
+        // mapped as long as the fabric, which `self` owns.
+        unsafe { std::ptr::copy(seg.base().add(off), buf.as_mut_ptr(), buf.len()) };
         Ok(())
     }
 
@@ -1070,14 +1130,14 @@ impl Endpoint {
     /// [`freeze_segment_range`](Self::freeze_segment_range)).
     pub fn write_segment(&self, offset: u64, data: &[u8]) -> Result<()> {
         let seg = self.inner.fabric().local_segment();
-        let off = self.segment_range(offset, data.len(), seg.len)?;
+        let off = self.segment_range(offset, data.len(), seg.len())?;
         if let Some(r) = self.inner.frozen.find(offset, data.len() as u64) {
             let e = frozen_error("Endpoint::write_segment", offset, data.len() as u64, r);
             return Err(e.at_rank(self.rank()));
         }
         // SAFETY: the range was checked to lie inside the local segment;
         // `data` may be a slice of that segment (a Long payload), so memmove.
-        unsafe { std::ptr::copy(data.as_ptr(), seg.base.add(off), data.len()) };
+        unsafe { std::ptr::copy(data.as_ptr(), seg.base().add(off), data.len()) };
         Ok(())
     }
 

@@ -37,12 +37,14 @@ mod dispatch;
 mod endpoint;
 mod handler;
 mod message;
+mod rma;
 mod token;
 
 pub use bridge::TrafficKey;
 pub use endpoint::{Endpoint, EndpointBuilder};
 pub use handler::{Kind, ReplyHandler, RequestHandler, MAX_ARGS, RESERVED_HANDLERS};
 pub use message::{Incoming, Payload};
+pub use rma::Rma;
 pub use splitrt_runtime::view::LocalView;
 pub use splitrt_runtime::{Error, ErrorKind, Result};
 pub use token::Token;

@@ -329,7 +329,7 @@ impl Pgas {
             ))
             .at_rank(i.rank));
         }
-        let p = i.st.seg().base.wrapping_add(off as usize);
+        let p = i.st.seg().base().wrapping_add(off as usize);
         // SAFETY: [off, off + bytes) was just allocated in our own mapped
         // segment; no rank writes a block before the barrier below, and no
         // reference to it exists.

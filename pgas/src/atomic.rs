@@ -69,14 +69,25 @@ impl AtomicOp {
 }
 
 /// Apply `op` at `off` of `seg`; returns the previous value, or None for an
-/// unsupported width. The caller checked bounds and alignment.
-pub(crate) fn apply_atomic(seg: SegmentRef, off: u64, width: u64, op: AtomicOp) -> Option<u64> {
+/// unsupported width.
+///
+/// # Safety
+/// `[off, off + width)` lies in `seg`, `off` is a multiple of `width`, and
+/// the fabric that handed out `seg` is alive (the caller holds its `Pgas`
+/// or endpoint).
+pub(crate) unsafe fn apply_atomic(
+    seg: SegmentRef,
+    off: u64,
+    width: u64,
+    op: AtomicOp,
+) -> Option<u64> {
     const O: Ordering = Ordering::AcqRel;
     // SAFETY: the caller checked that [off, off + width) lies in the mapped
-    // segment and that off is a multiple of width, so the cast is aligned;
-    // every access to this word by splitrt is atomic.
+    // segment, alive meanwhile, and that off is a multiple of width, so the
+    // cast is aligned (this function's contract); every access to this word
+    // by splitrt is atomic.
     unsafe {
-        let p = seg.base.add(off as usize);
+        let p = seg.base().add(off as usize);
         match width {
             8 => {
                 let a = &*(p as *const AtomicU64);

@@ -114,7 +114,7 @@ impl Pgas {
         if let Some(b) = &i.shm_barrier {
             if let Err(why) = b.arrive(e, kind) {
                 // every rank is stuck or wrong: end the job, naming both sides
-                i.ep.world().abort(&why);
+                i.ep.abort(&why);
                 return Err(Error::usage(why).at_rank(i.rank));
             }
         } else if i.rank == 0 {
@@ -176,7 +176,7 @@ impl Pgas {
             .inspect_err(|_| i.wait_failed.store(true, Ordering::Relaxed))?;
             if let Some(why) = st.mismatch() {
                 // every rank is stuck or wrong: end the job, naming both sides
-                i.ep.world().abort(&why);
+                i.ep.abort(&why);
                 return Err(Error::usage(why).at_rank(i.rank));
             }
             st.reset_arrivals(p);
@@ -299,6 +299,6 @@ impl Pgas {
         // SAFETY: the scratch block is a symmetric allocation of SCRATCH
         // bytes in our own segment, `half` one of its halves; chunks never
         // exceed a half.
-        unsafe { std::ptr::copy(bytes.as_ptr(), seg.base.add(half as usize), bytes.len()) };
+        unsafe { std::ptr::copy(bytes.as_ptr(), seg.base().add(half as usize), bytes.len()) };
     }
 }

@@ -11,7 +11,7 @@ use bytemuck::Pod;
 use parking_lot::Mutex;
 use splitrt_am::{Endpoint, EndpointBuilder, Error, ErrorKind, LocalView, Payload, Result};
 use splitrt_runtime::config::RmaPath;
-use splitrt_runtime::fabric::{Fabric, SegmentRef};
+use splitrt_runtime::fabric::SegmentRef;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -103,7 +103,8 @@ impl Pgas {
     /// ibverbs fabric over the verbs model (see
     /// [`EndpointBuilder::attach_over_verbs_model`]): the PGAS layer over
     /// ibverbs (get/put by RDMA read/write) runs in `cargo test` without
-    /// RDMA hardware.
+    /// RDMA hardware. Only with the cargo feature `test-doubles`.
+    #[cfg(feature = "test-doubles")]
     pub fn attach_over_verbs_model(
         b: EndpointBuilder,
         job: splitrt_runtime::job::JobInfo,
@@ -121,7 +122,7 @@ impl Pgas {
         let h = handlers::register(&mut b, &st)?;
         let ep = attach(b)?;
         let (rank, size) = (ep.rank(), ep.size());
-        let fabric = ep.world().fabric();
+        let fabric = ep.rma();
         let _ = st.seg.set(fabric.local_segment());
         let _ = st.rank.set(rank);
         let _ = st.size.set(size);
@@ -131,7 +132,7 @@ impl Pgas {
         let direct = (0..size)
             .map(|r| match (path, segs[r]) {
                 (RmaPath::Native, Some(s)) => s.shortened(seg_lens[r] as usize),
-                _ => SegmentRef::new(std::ptr::null_mut(), 0),
+                _ => SegmentRef::empty(),
             })
             .collect();
         let shm_barrier = match path {
@@ -221,7 +222,7 @@ impl Pgas {
             ))
             .at_rank(me));
         }
-        let at = self.inner.st.seg().base.wrapping_add(p.offset() as usize);
+        let at = self.inner.st.seg().base().wrapping_add(p.offset() as usize);
         // SAFETY: bounds and alignment checked against the local segment,
         // which stays mapped while `self` (borrowed for the view's life)
         // lives; T is Pod, so any bytes are valid; splitrt makes no
@@ -288,10 +289,7 @@ impl Pgas {
         let i = &self.inner;
         let st = &i.st;
         if i.direct_puts.load(Ordering::Relaxed) {
-            i.ep.world()
-                .fabric()
-                .rma_quiet()
-                .map_err(|e| e.at_rank(i.rank))?;
+            i.ep.rma().quiet().map_err(|e| e.at_rank(i.rank))?;
         }
         let done = || {
             st.gets_done.load(Ordering::Acquire) >= g && st.puts_done.load(Ordering::Acquire) >= p
@@ -550,7 +548,7 @@ impl Inner {
         align: u64,
     ) -> Option<SegmentRef> {
         let seg = *self.direct.get(rank)?;
-        range_fits(off, bytes, align, seg.len as u64).then_some(seg)
+        range_fits(off, bytes, align, seg.len() as u64).then_some(seg)
     }
 
     /// [`native_checked`](Self::native_checked) for a write: also `None`
@@ -577,7 +575,7 @@ impl Inner {
     #[inline]
     pub(crate) fn native(&self, rank: usize) -> Option<SegmentRef> {
         let seg = self.direct[rank];
-        (!seg.base.is_null()).then_some(seg)
+        (!seg.base().is_null()).then_some(seg)
     }
 }
 

@@ -29,7 +29,7 @@ fn in_segment(st: &State, off: u64, len: u64) -> bool {
     off >= RESERVED_BYTES
         && off
             .checked_add(len)
-            .is_some_and(|e| e <= st.seg().len as u64)
+            .is_some_and(|e| e <= st.seg().len() as u64)
 }
 
 pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handlers> {
@@ -115,7 +115,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         let ok = in_segment(&s, off, len) && len as usize <= 1 << 26;
         let data: &[u8] = if ok {
             // SAFETY: [off, off + len) was checked to lie in our segment.
-            unsafe { std::slice::from_raw_parts(seg.base.add(off as usize), len as usize) }
+            unsafe { std::slice::from_raw_parts(seg.base().add(off as usize), len as usize) }
         } else {
             &[]
         };
@@ -164,7 +164,10 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
                 && in_segment(&s, off, width)
                 && off % width == 0
                 && tok.frozen_segment_range(off, width).is_none())
-            .then(|| apply_atomic(s.seg(), off, width, op))
+            // SAFETY: inside the local segment and aligned (checked just
+            // before); the handler runs inside the endpoint that owns the
+            // fabric.
+            .then(|| unsafe { apply_atomic(s.seg(), off, width, op) })
             .flatten()
         });
         let (old, status) = match res {

@@ -12,8 +12,14 @@ impl Pgas {
         i.check_write(p, 1, "an atomic")?;
         let (rank, off) = (p.rank(), p.offset());
         if let Some(seg) = i.native(rank) {
-            let old = apply_atomic(seg, off, T::WIDTH, op).expect("width is 4 or 8");
-            seg.wake_owner(); // it may sleep waiting for this word
+            // SAFETY: `i.check` passed (bounds and alignment in `rank`'s
+            // segment); `seg` is from `i`'s direct table, whose endpoint
+            // (alive in `i`) owns the fabric.
+            let old = unsafe { apply_atomic(seg, off, T::WIDTH, op) }.expect("width is 4 or 8");
+            // it may sleep waiting for this word
+            // SAFETY: `seg` is from `i`'s direct table; `i`'s endpoint owns
+            // the fabric that handed it out.
+            unsafe { seg.wake_owner() };
             return Ok(T::from_bits(old));
         }
         let slot = i.st.atomics.lock().insert(AtomicSlot::Waiting);

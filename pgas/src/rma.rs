@@ -15,7 +15,7 @@ use bytemuck::Pod;
 use parking_lot::Mutex;
 use splitrt_am::{ErrorKind, Payload, Result, TrafficKey};
 use splitrt_runtime::config::RmaPath;
-use splitrt_runtime::fabric::{Fabric, SegmentRef};
+use splitrt_runtime::fabric::SegmentRef;
 use splitrt_runtime::memmove::memmove;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -42,14 +42,14 @@ impl Inner {
             // segment; the destination is the caller's live buffer of `len`
             // bytes. The two may overlap (a local get into a slice of our own
             // segment), so this is a memmove.
-            unsafe { memmove(seg.base.add(off as usize), dst, len) };
+            unsafe { memmove(seg.base().add(off as usize), dst, len) };
             return Ok(None);
         }
         if self.path == RmaPath::Native {
             // SAFETY: the caller keeps `dst` alive and unaliased for `len`
             // bytes until the get completes, which a direct get does here.
             let d = unsafe { std::slice::from_raw_parts_mut(dst, len) };
-            if let Some(r) = self.ep.world().fabric().get_direct(rank, off, d) {
+            if let Some(r) = self.ep.rma().get_direct(rank, off, d) {
                 return r.map(|()| None);
             }
         }
@@ -180,7 +180,7 @@ impl Inner {
         let over = match polled {
             // the job failed (the bridge fires at once while it stays
             // failed: registering again would spin)
-            Ok(_) => self.ep.world().peer_failed(),
+            Ok(_) => self.ep.peer_failed(),
             Err(e) => {
                 // the job failed, or polling is refused here (in a
                 // handler, after finish): end the get; else ride it out
@@ -235,10 +235,10 @@ impl Inner {
         if let Some(k) = key.take() {
             self.ep.forget_traffic_wake(&k);
         }
-        let failed = self.ep.world().peer_failed();
+        let failed = self.ep.peer_failed();
         let reply_err = self.release_slots(&[slot]);
         if failed {
-            if let Some(e) = self.ep.world().failure() {
+            if let Some(e) = self.ep.failure() {
                 return Err(e.at_rank(self.rank));
             }
         }
@@ -258,7 +258,7 @@ impl Inner {
             return Ok(());
         }
         if self.path == RmaPath::Native {
-            let fabric = self.ep.world().fabric();
+            let fabric = self.ep.rma();
             // small: copied out now, complete by the next sync
             if let Some(r) = fabric.put_direct_nb(rank, off, src) {
                 self.direct_puts.store(true, Ordering::Relaxed);
@@ -288,10 +288,15 @@ impl Inner {
         self.sent_bytes[rank].fetch_add(src.len() as u64, Ordering::Relaxed);
         if let Some(seg) = self.native(rank) {
             // SAFETY: destination range checked against the peer's segment.
-            unsafe { memmove(src.as_ptr(), seg.base.add(off as usize), src.len()) };
+            unsafe { memmove(src.as_ptr(), seg.base().add(off as usize), src.len()) };
             // Release: the data is visible before the count that announces it.
-            stored_counter(seg).fetch_add(src.len() as u64, Ordering::Release);
-            seg.wake_owner(); // it may sleep in store_sync
+            // SAFETY: `seg` is from this Inner's direct table (the endpoint's
+            // fabric, alive as long as `self`); the reference ends here.
+            unsafe { stored_counter(seg) }.fetch_add(src.len() as u64, Ordering::Release);
+            // it may sleep in store_sync
+            // SAFETY: `seg` is from this Inner's direct table; the endpoint
+            // in `self` owns the fabric that handed it out.
+            unsafe { seg.wake_owner() };
             return Ok(());
         }
         self.ep.request(
@@ -350,8 +355,10 @@ impl Inner {
 fn put_native(seg: SegmentRef, off: u64, src: &[u8]) {
     // SAFETY: the destination range was checked against the segment; the
     // source may be a slice of our own segment, so this is a memmove.
-    unsafe { memmove(src.as_ptr(), seg.base.add(off as usize), src.len()) };
-    seg.wake_owner();
+    unsafe { memmove(src.as_ptr(), seg.base().add(off as usize), src.len()) };
+    // SAFETY: `seg` comes from the direct table of a live Pgas (the
+    // caller's), whose endpoint owns the fabric that handed it out.
+    unsafe { seg.wake_owner() };
 }
 
 impl crate::state::Slots<Dest> {
@@ -390,7 +397,7 @@ impl<'env> Scope<'env> {
             // SAFETY: the source range passed the checks against the
             // peer's segment; `bytes` is the caller's buffer (maybe in our
             // own segment: memmove). Done now: nothing to wait for.
-            unsafe { memmove(seg.base.add(off as usize), bytes.as_mut_ptr(), len) };
+            unsafe { memmove(seg.base().add(off as usize), bytes.as_mut_ptr(), len) };
             return Ok(());
         }
         self.get_slow(src, dst)
@@ -531,7 +538,7 @@ impl Pgas {
             // slice of our own segment): memmove.
             unsafe {
                 memmove(
-                    seg.base.add(src.offset() as usize),
+                    seg.base().add(src.offset() as usize),
                     dst.as_mut_ptr(),
                     dst.len(),
                 )
@@ -603,7 +610,7 @@ impl Pgas {
             // `bytes` is the caller's buffer (maybe in our own segment:
             // memmove).
             unsafe {
-                let from = seg.base.add(src.offset() as usize);
+                let from = seg.base().add(src.offset() as usize);
                 memmove(from, bytes.as_mut_ptr(), bytes.len());
             }
             return Ok(());

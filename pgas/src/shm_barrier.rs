@@ -45,12 +45,12 @@ unsafe impl Send for ShmBarrier {}
 unsafe impl Sync for ShmBarrier {}
 
 fn word(seg: &SegmentRef, off: usize) -> &AtomicU64 {
-    debug_assert!(off + 8 <= seg.len && off.is_multiple_of(8));
+    debug_assert!(off + 8 <= seg.len() && off.is_multiple_of(8));
     // SAFETY: every segment is page aligned and at least a page long; the
     // reserved first page belongs to splitrt (user accesses there are
     // refused), and only atomics touch these words. The mapping outlives
     // `seg`'s borrow (see the Send impl).
-    unsafe { &*(seg.base.add(off) as *const AtomicU64) }
+    unsafe { &*(seg.base().add(off) as *const AtomicU64) }
 }
 
 fn pack(epoch: u64, kind: Coll) -> u64 {
@@ -62,7 +62,7 @@ impl ShmBarrier {
     /// `None` unless every segment is mapped here.
     pub fn new(segs: &[Option<SegmentRef>], rank: usize) -> Option<ShmBarrier> {
         let segs: Vec<SegmentRef> = segs.iter().copied().collect::<Option<_>>()?;
-        if rank >= segs.len() || segs.iter().any(|s| s.len < SHM_BARRIER_END) {
+        if rank >= segs.len() || segs.iter().any(|s| s.len() < SHM_BARRIER_END) {
             return None;
         }
         Some(ShmBarrier { segs, rank })
@@ -110,7 +110,9 @@ impl ShmBarrier {
         // release): a ring is never missed for one fence per barrier.
         crate::full_fence::full_fence();
         for s in &self.segs {
-            s.wake_owner();
+            // SAFETY: the segments come from the endpoint's fabric, which
+            // outlives this barrier (see the Send impl).
+            unsafe { s.wake_owner() };
         }
         Ok(())
     }
@@ -171,7 +173,9 @@ mod tests {
         fn refs(&self) -> Vec<Option<SegmentRef>> {
             self.0
                 .iter()
-                .map(|b| Some(SegmentRef::new(b.as_ptr() as *mut u8, 4096)))
+                // SAFETY: the tests keep the `Arc<Segs>` alive while its
+                // barriers are used, and touch the words only atomically.
+                .map(|b| Some(unsafe { SegmentRef::new(b.as_ptr() as *mut u8, 4096) }))
                 .collect()
         }
     }
@@ -248,8 +252,6 @@ mod tests {
             segs.0[1][ARRIVAL_OFF / 8].store(0, Ordering::Relaxed);
             assert!(b1.arrive(1, Coll::Barrier).is_err());
         }
-        assert!(
-            ShmBarrier::new(&[None, Some(SegmentRef::new(std::ptr::null_mut(), 0))], 0).is_none()
-        );
+        assert!(ShmBarrier::new(&[None, Some(SegmentRef::empty())], 0).is_none());
     }
 }

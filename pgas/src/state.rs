@@ -199,7 +199,10 @@ impl State {
 
     /// The counter of bytes stored into this rank, at segment offset 0.
     pub fn stored(&self) -> &AtomicU64 {
-        stored_counter(self.seg())
+        // SAFETY: the local segment, taken from the endpoint that owns the
+        // fabric; this State is used only by that endpoint's handlers and
+        // the Pgas holding it, never after it is gone.
+        unsafe { stored_counter(self.seg()) }
     }
 
     pub fn fail(&self, why: String) {
@@ -212,13 +215,17 @@ impl State {
 }
 
 /// The stored-bytes counter of a segment (its first 8 bytes, reserved).
-/// Callers hold the `Pgas` (and so the mapping) for as long as they use it.
-pub(crate) fn stored_counter<'a>(seg: SegmentRef) -> &'a AtomicU64 {
-    // SAFETY: every segment is page aligned, at least 4 KiB, and its first
-    // RESERVED_BYTES belong to splitrt (user accesses there are refused);
-    // the mapping is owned by the endpoint, which outlives every caller (the
-    // Pgas context and its handlers), and only atomics touch this word.
-    unsafe { &*(seg.base as *const AtomicU64) }
+///
+/// # Safety
+/// `seg` is a segment of the endpoint's fabric (page aligned, at least
+/// 4 KiB), and the caller keeps that fabric (the `Pgas` or the endpoint)
+/// alive for as long as it uses the returned reference (`'a` is unbounded).
+pub(crate) unsafe fn stored_counter<'a>(seg: SegmentRef) -> &'a AtomicU64 {
+    // SAFETY: the segment is page aligned and at least 4 KiB (this
+    // function's contract); its first RESERVED_BYTES belong to splitrt
+    // (user accesses there are refused), only atomics touch this word, and
+    // the caller keeps the mapping alive for 'a.
+    unsafe { &*(seg.base() as *const AtomicU64) }
 }
 
 /// Monotonic counters of issued operations, compared with the handler

@@ -83,7 +83,9 @@ fn a_lapping_producer_never_yields_a_torn_spectrum() {
             .collect(),
     );
     let net = ModelNetwork::new(21);
-    let mut export = RingExport::new(net.device("producer"), &ring).unwrap();
+    // SAFETY: `export` is declared after `ring`, so dropped (deregistered)
+    // before the ring's memory goes.
+    let mut export = unsafe { RingExport::new(net.device("producer"), &ring) }.unwrap();
     // before the reader: it stays allocated while the reader lives
     let mut buf = Some(vec![0u8; slot_bytes(bytes)]);
     let (mut reader, p) = reader(&net, &mut export, Duration::from_secs(10));
@@ -154,7 +156,9 @@ fn places_outside_the_offered_ring_are_refused_before_any_read() {
         .map(|_| AtomicU64::new(0))
         .collect();
     let net = ModelNetwork::new(3);
-    let mut export = RingExport::new(net.device("p"), &ring).unwrap();
+    // SAFETY: `export` is declared after `ring`, so dropped (deregistered)
+    // before the ring's memory goes.
+    let mut export = unsafe { RingExport::new(net.device("p"), &ring) }.unwrap();
     let mut buf = Some(vec![0u8; slot_bytes(bytes)]);
     let (mut reader, p) = reader(&net, &mut export, Duration::from_secs(5));
     let mut out = vec![0u8; bytes];
@@ -198,7 +202,9 @@ fn a_read_that_never_completes_fails_and_its_buffer_is_never_written_later() {
         .map(|_| AtomicU64::new(0x77))
         .collect();
     let net = ModelNetwork::new(5);
-    let mut export = RingExport::new(net.device("p"), &ring).unwrap();
+    // SAFETY: `export` is declared after `ring`, so dropped (deregistered)
+    // before the ring's memory goes.
+    let mut export = unsafe { RingExport::new(net.device("p"), &ring) }.unwrap();
     let buf = vec![0u8; slot_bytes(bytes)];
     let (mut reader, p) = reader(&net, &mut export, Duration::from_millis(100));
     assert_eq!(net.live_qps(), 2);

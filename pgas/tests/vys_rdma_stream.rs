@@ -237,9 +237,9 @@ fn a_consumer_cannot_write_the_producers_ring() {
     let offer = ring.offer.expect("an offer for a holder of the key");
     dev.connect(qp, &offer.qp).unwrap();
     let mut evil = vec![0xffu8; 64];
-    let local = dev
-        .register(evil.as_mut_ptr(), evil.len(), Access::Local)
-        .unwrap();
+    // SAFETY: `evil` stays allocated until after the region is
+    // deregistered below, and is not touched while requests run.
+    let local = unsafe { dev.register(evil.as_mut_ptr(), evil.len(), Access::Local) }.unwrap();
     let try_op = |dev: &mut splitrt_runtime::fabric::rdma::model::ModelDevice, op: Op| {
         let wr = SendWr {
             wr_id: 1,
@@ -248,7 +248,9 @@ fn a_consumer_cannot_write_the_producers_ring() {
             inline: false,
             fence: false,
         };
-        dev.post_send(qp, &wr).unwrap();
+        // SAFETY: the local side is `evil`, registered above, untouched
+        // until this request's completion is polled below.
+        unsafe { dev.post_send(qp, &wr) }.unwrap();
         let mut c = [Completion {
             wr_id: 0,
             qp: QpId(0),

@@ -8,6 +8,7 @@ use crate::bootstrap::{Client, Collective, Hello, Hosted};
 use crate::config::{Config, FabricKind};
 use crate::fabric::hybrid::Hybrid;
 use crate::fabric::rdma::device::{self, IbvDevice};
+#[cfg(feature = "test-doubles")]
 use crate::fabric::rdma::model::ModelDevice;
 use crate::fabric::rdma::wire::Card;
 use crate::fabric::rdma::PendingRdma;
@@ -34,6 +35,7 @@ fn open_rdma(job: &JobInfo, config: &Config) -> Result<PendingRdma<IbvDevice>> {
 /// [`World::start_over_verbs_model`]).
 enum RdmaStart {
     Device(Box<PendingRdma<IbvDevice>>),
+    #[cfg(feature = "test-doubles")]
     Model(Box<PendingRdma<ModelDevice>>),
 }
 
@@ -41,6 +43,7 @@ impl RdmaStart {
     fn card(&self) -> Card {
         match self {
             RdmaStart::Device(p) => p.card(),
+            #[cfg(feature = "test-doubles")]
             RdmaStart::Model(p) => p.card(),
         }
     }
@@ -48,6 +51,7 @@ impl RdmaStart {
     fn connect(self, cards: &[Card]) -> Result<AnyFabric> {
         Ok(match self {
             RdmaStart::Device(p) => AnyFabric::Rdma((*p).connect(cards)?),
+            #[cfg(feature = "test-doubles")]
             RdmaStart::Model(p) => AnyFabric::RdmaModel((*p).connect(cards)?),
         })
     }
@@ -173,7 +177,9 @@ impl World {
     /// of a real RDMA device, so the fabric and every layer above it run in
     /// `cargo test` on a machine without RDMA. The ranks are threads of one
     /// process; everything else (bootstrap, cards in the hello, the
-    /// protocol) is the production path. Never chosen by configuration.
+    /// protocol) is the production path. Never chosen by configuration;
+    /// only with the cargo feature `test-doubles`.
+    #[cfg(feature = "test-doubles")]
     pub fn start_over_verbs_model(
         job: JobInfo,
         mut config: Config,
@@ -380,14 +386,14 @@ impl World {
                 r.connect(&cards).map_err(fail)?
             }
             (Some(s), None) => AnyFabric::Shm(s),
-            (None, Some(u)) => {
-                AnyFabric::Udp(u.connect(rank, addrs, &key, &config, None).map_err(fail)?)
-            }
+            (None, Some(u)) => AnyFabric::Udp(u.connect(rank, addrs, &key, &config).map_err(fail)?),
             (Some(s), Some(u)) => {
                 let seg = s.local_segment();
-                let u = u
-                    .connect(rank, addrs, &key, &config, Some(seg))
-                    .map_err(fail)?;
+                // SAFETY: `seg` is the shm fabric's own segment; both fabrics
+                // go into one Hybrid (fields never moved out: the World owns
+                // it and lends it only by reference), so the mapping lives
+                // as long as the UDP fabric that deposits into it.
+                let u = unsafe { u.connect_into(rank, addrs, &key, &config, seg) }.map_err(fail)?;
                 AnyFabric::Hybrid(Hybrid::new(s, u))
             }
             (None, None) => return Err(fail(Error::usage("no fabric reaches the peers"))),

@@ -27,8 +27,12 @@ fn job(size: usize, seg_len: usize, cfg: RdmaConfig, seed: u64) -> Job {
         .iter_mut()
         .enumerate()
         .map(|(r, s)| {
-            let seg = SegmentRef::new(s.as_mut_ptr(), s.len());
-            PendingRdma::new(net.device(&format!("rank{r}")), r, size, seg, cfg).unwrap()
+            // SAFETY: `s` is one of `segs`, moved into the Job beside the
+            // fabrics, which are declared (so dropped) before it; the test
+            // reads it only between operations that completed.
+            let seg = unsafe { SegmentRef::new(s.as_mut_ptr(), s.len()) };
+            // SAFETY: as above: `seg` outlives the fabric.
+            unsafe { PendingRdma::new(net.device(&format!("rank{r}")), r, size, seg, cfg) }.unwrap()
         })
         .collect();
     let cards: Vec<_> = pending.iter().map(|p| p.card()).collect();
@@ -238,7 +242,7 @@ fn get_and_put_by_rdma_with_bounds_checked() {
     assert_eq!(back, data);
     let seg0 = j.fabrics[0].local_segment();
     // SAFETY (test): the segment is j.segs[0], alive for the test.
-    let in_seg = unsafe { std::slice::from_raw_parts_mut(seg0.base.add(2000), 5000) };
+    let in_seg = unsafe { std::slice::from_raw_parts_mut(seg0.base().add(2000), 5000) };
     j.fabrics[0].get(1, 100, in_seg).unwrap();
     assert_eq!(&j.segs[0][2000..7000], &data[..5000]);
     j.fabrics[1].put(1, 0, &j.segs[0][2000..2010]).unwrap();
@@ -424,4 +428,45 @@ fn large_out_of_segment_get_put_use_the_registration_cache() {
         assert_eq!(j.net.stats().errors, 0);
         j.segs.iter_mut().for_each(|s| s.clear());
     }
+}
+
+/// A blocking get that returns an error (another peer's request failed
+/// while its RDMA read was still posted) leaves no read behind that could
+/// write the caller's buffer later, after the borrow ended (the buffer
+/// may be freed by then): the stopping fabric destroys its queue pairs,
+/// which flushes the read. Before, the read stayed posted and ran at the
+/// next step of the network (here: a peer's poll) into the buffer.
+#[test]
+fn a_get_that_fails_leaves_no_rdma_read_behind() {
+    let mut seen = 0;
+    for seed in 0..3000 {
+        let mut j = job(3, 128 << 10, small_buffers(), seed);
+        j.segs[1].fill(0x5a);
+        // rank 2 goes away: rank 0's request to it fails at the device
+        drop(j.fabrics.pop());
+        j.fabrics[0].put_nb(2, 0, &[1; 8]).unwrap();
+        // a large get outside the segment: read straight into `dst`
+        // through the registration cache
+        let mut dst = vec![0u8; 64 << 10];
+        let reads = j.net.stats().reads;
+        let r = j.fabrics[0].get(1, 0, &mut dst);
+        if r.is_ok() || j.net.stats().reads != reads {
+            continue; // the read ran before the failure was seen
+        }
+        seen += 1;
+        let before = dst.clone();
+        // the network goes on through the peer's polls
+        for _ in 0..50 {
+            let _ = j.fabrics[1].poll(Channel::Request, &mut |_| {});
+        }
+        assert_eq!(j.net.stats().reads, reads, "seed {seed}: the read ran");
+        assert!(
+            dst == before,
+            "seed {seed}: the buffer changed after get returned"
+        );
+        if seen == 3 {
+            return;
+        }
+    }
+    panic!("only {seen} seeds where the get failed before its read ran");
 }

@@ -336,8 +336,7 @@ pub fn run_on(
         "conformance ok: {expected_replies} round trips, {} payload bytes checked",
         st.checked_bytes.load(Ordering::Relaxed)
     );
-    if let Some(u) = ep.world().fabric().udp() {
-        let s = u.stats();
+    if let Some(s) = ep.udp_stats() {
         println!(
             "udp: {} datagrams sent, {} retransmitted, {} foreign or corrupt dropped",
             s.sent, s.retransmits, s.bad_tag

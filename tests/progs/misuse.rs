@@ -228,10 +228,11 @@ fn run(mode: &str) -> Result<()> {
                     payload: &[],
                     deposit: None,
                 };
-                let sent = ep
-                    .world()
-                    .fabric()
-                    .try_send(0, Channel::Request, &pkt, &mut |_| Ok(()))?;
+                // a raw packet, as a broken peer would send it: only the
+                // test-doubles feature (this program's build) reaches the fabric
+                let sent =
+                    ep.raw_fabric_for_tests()
+                        .try_send(0, Channel::Request, &pkt, &mut |_| Ok(()))?;
                 if !sent {
                     return Err(Error::usage("no room for the raw packet"));
                 }

@@ -6,7 +6,6 @@
 //! so this is the floor any shared-memory AM round trip sits on.
 
 use super::plan::RAW_BATCH;
-use splitrt::runtime::fabric::Fabric;
 use splitrt::{Endpoint, Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -27,14 +26,15 @@ impl<'a> Line<'a> {
     /// as mapped in this process.
     pub fn at(ep: &'a Endpoint, offset: usize) -> Result<Line<'a>> {
         let seg = ep
-            .world()
-            .fabric()
+            .rma()
             .peer_segment(0)
             .ok_or_else(|| Error::usage("rank 0's segment is not mapped here"))?;
-        if !offset.is_multiple_of(64) || seg.len < offset + 64 || seg.base.align_offset(64) != 0 {
+        if !offset.is_multiple_of(64) || seg.len() < offset + 64 || seg.base().align_offset(64) != 0
+        {
             return Err(Error::usage(format!(
                 "rank 0's segment ({} B at {:p}) has no 64-byte aligned line at offset 0",
-                seg.len, seg.base
+                seg.len(),
+                seg.base()
             )));
         }
         // SAFETY: bytes offset..offset+64 of rank 0's segment are mapped in both
@@ -45,8 +45,8 @@ impl<'a> Line<'a> {
         // two processes only access the words atomically.
         let (ping, pong) = unsafe {
             (
-                &*(seg.base.add(offset) as *const AtomicU64),
-                &*(seg.base.add(offset + 8) as *const AtomicU64),
+                &*(seg.base().add(offset) as *const AtomicU64),
+                &*(seg.base().add(offset + 8) as *const AtomicU64),
             )
         };
         Ok(Line { ping, pong })

@@ -329,8 +329,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         pg.barrier()?;
     }
     if me == 0 {
-        if let Some(u) = ep.world().fabric().udp() {
-            let s = u.stats();
+        if let Some(s) = ep.udp_stats() {
             out += &format!(
                 "datagrams sent,0,{}\nretransmitted,0,{}\n",
                 s.sent, s.retransmits

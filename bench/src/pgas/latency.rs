@@ -14,7 +14,6 @@ use super::plan::{Plan, DIRTY_STRIDE};
 use crate::results::{Results, Value};
 use crate::stats::p50_p99;
 use splitrt::pgas::{GlobalPtr, Pgas, SymArray};
-use splitrt::runtime::fabric::Fabric;
 use splitrt::{Error, Result};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -142,9 +141,9 @@ pub fn peer_written_reads(
 /// `p` (a word of this rank's segment) as an atomic, through this rank's
 /// own mapping, for polling while peers write it.
 fn local_word(pg: &Pgas, p: GlobalPtr<u64>) -> Result<&AtomicU64> {
-    let seg = pg.endpoint().world().fabric().local_segment();
+    let seg = pg.endpoint().rma().local_segment();
     let off = p.offset() as usize;
-    if p.rank() != pg.rank() || !off.is_multiple_of(8) || off.saturating_add(8) > seg.len {
+    if p.rank() != pg.rank() || !off.is_multiple_of(8) || off.saturating_add(8) > seg.len() {
         return Err(Error::usage(format!(
             "{p:?} is not a word of this rank's segment"
         )));
@@ -154,7 +153,7 @@ fn local_word(pg: &Pgas, p: GlobalPtr<u64>) -> Result<&AtomicU64> {
     // as long as the endpoint, which the returned borrow of `pg` keeps
     // alive; the benchmark accesses this word only atomically here and
     // through one-sided puts of whole aligned words.
-    Ok(unsafe { &*(seg.base.add(off) as *const AtomicU64) })
+    Ok(unsafe { &*(seg.base().add(off) as *const AtomicU64) })
 }
 
 /// One-sided round trips: rank 0 puts `i` into rank 1's ping word and

@@ -12,6 +12,7 @@
 //! ```
 
 use splitrt_runtime::fabric::rdma::device::{self, DeviceChoice};
+#[cfg(feature = "test-doubles")]
 use splitrt_runtime::fabric::rdma::model::ModelNetwork;
 use splitrt_runtime::fabric::rdma::verbs::Verbs;
 use std::sync::Arc;
@@ -41,7 +42,9 @@ impl RdmaDevice {
     }
 
     /// A device on the verbs model `net` (**test double**: producers and
-    /// consumers must then live in one process).
+    /// consumers must then live in one process). Only with the cargo
+    /// feature `test-doubles`.
+    #[cfg(feature = "test-doubles")]
     pub fn verbs_model(net: ModelNetwork) -> RdmaDevice {
         RdmaDevice {
             open: Arc::new(move |name, _| Ok(Box::new(net.device(name)) as Box<dyn Verbs>)),

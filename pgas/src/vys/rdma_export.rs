@@ -79,10 +79,22 @@ pub struct RingExport<V: Verbs> {
 }
 
 impl<V: Verbs> RingExport<V> {
-    /// Register `ring` (the producer's ring words) for remote reads. The
-    /// ring must stay mapped while this lives (drop deregisters it).
-    pub fn new(mut verbs: V, ring: &[AtomicU64]) -> Result<RingExport<V>> {
-        let r = verbs.register(ring.as_ptr() as *mut u8, ring.len() * 8, Access::RemoteRead)?;
+    /// Register `ring` (the producer's ring words) for remote reads (drop
+    /// deregisters it).
+    ///
+    /// # Safety
+    /// The memory of `ring` must stay allocated until this export is
+    /// dropped: consumers holding the key read it by RDMA at any time, and
+    /// the export does not borrow it (the producer keeps both side by
+    /// side, the export dropped first).
+    pub unsafe fn new(mut verbs: V, ring: &[AtomicU64]) -> Result<RingExport<V>> {
+        // SAFETY: peers only read the ring (RemoteRead), whose words are
+        // atomics, so no Rust reference is invalidated; it stays allocated
+        // until the export (which deregisters on drop) is gone, by this
+        // function's contract.
+        let r = unsafe {
+            verbs.register(ring.as_ptr() as *mut u8, ring.len() * 8, Access::RemoteRead)
+        }?;
         Ok(RingExport {
             verbs,
             ring: r,

@@ -240,10 +240,14 @@ impl<V: Verbs> RdmaReader<V> {
         let base = buf.as_ptr() as u64;
         let local = match self.regions.get(&base) {
             Some(r) if r.len >= buf.len() => *r,
-            _ => match self
-                .verbs
-                .register(buf.as_ptr() as *mut u8, buf.len(), Access::Local)
-            {
+            // SAFETY: a local-access region (no peer can touch it); the
+            // device writes it only through reads posted below, into the
+            // buffer held by its place until they complete or their queue
+            // pair is destroyed (see `fail_peer`).
+            _ => match unsafe {
+                self.verbs
+                    .register(buf.as_ptr() as *mut u8, buf.len(), Access::Local)
+            } {
                 Ok(r) => {
                     if let Some(old) = self.regions.insert(base, r) {
                         let _ = self.verbs.deregister(&old);
@@ -280,7 +284,11 @@ impl<V: Verbs> RdmaReader<V> {
                 inline: false,
                 fence,
             };
-            match self.verbs.post_send(peer.qp, &wr) {
+            // SAFETY: the destination lies in `local`, registered for this
+            // buffer; the buffer moves into its place below (its heap bytes
+            // stay put) and is handed back only when every posted read
+            // completed or the queue pair was destroyed (`fail_peer`).
+            match unsafe { self.verbs.post_send(peer.qp, &wr) } {
                 Ok(()) => posted += 1,
                 Err(e) => {
                     let why = format!("posting an RDMA read failed: {e}");

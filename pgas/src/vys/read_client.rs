@@ -70,20 +70,29 @@ impl Sink for Landing {
     fn len(&self) -> usize {
         self.stride * self.places.len()
     }
-    fn write(&mut self, off: usize, data: &[u8]) {
+    /// Bytes for a place with no read (a late reply to a read that was
+    /// failed and replaced), or past what its read wants, are dropped:
+    /// accepted, not written. Only a range outside the landing as a whole
+    /// is refused.
+    fn write(&mut self, off: usize, data: &[u8]) -> bool {
+        if off.checked_add(data.len()).is_none_or(|e| e > self.len()) {
+            return false;
+        }
         let (i, at) = (off / self.stride, off % self.stride);
         if let Some(Some(p)) = self.places.get_mut(i) {
             if at + data.len() <= p.want {
                 p.buf[at..at + data.len()].copy_from_slice(data);
             }
         }
+        true
     }
-    fn read(&self, off: usize, len: usize) -> &[u8] {
+    /// Empty for a place with no read or a range past what it wants.
+    fn read(&self, off: usize, len: usize) -> Option<&[u8]> {
         let (i, at) = (off / self.stride, off % self.stride);
-        match self.places.get(i) {
+        Some(match self.places.get(i) {
             Some(Some(p)) if at + len <= p.want => &p.buf[at..at + len],
             _ => &[],
-        }
+        })
     }
 }
 

@@ -134,7 +134,9 @@ impl ReadServer {
         rdma: Option<Box<dyn Verbs>>,
     ) -> io::Result<ReadServer> {
         let rdma = match rdma {
-            Some(v) => Some(RingExport::new(v, ring.words()).map_err(|e| {
+            // SAFETY: the export goes into `Server` beside the `ring` Arc,
+            // declared before it, so it is dropped (deregistered) first.
+            Some(v) => Some(unsafe { RingExport::new(v, ring.words()) }.map_err(|e| {
                 io::Error::other(format!(
                     "vys producer: registering the ring for RDMA reads failed: {e}"
                 ))

@@ -108,6 +108,11 @@ pub fn append_placed(body: &mut Vec<u8>, m: &OutMsg<'_>, room: usize) -> Option<
 }
 
 /// Where deposited payloads go: the receiver's segment.
+///
+/// The reassembler checks every deposit against [`len`](Self::len) before
+/// it writes, but a safe trait cannot rely on its caller for memory
+/// safety: each implementation checks the range itself and refuses one
+/// outside (a hostile or broken peer's frame must never write outside).
 pub trait Sink {
     /// Segment length.
     fn len(&self) -> usize;
@@ -115,10 +120,12 @@ pub trait Sink {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Copy `data` to `off` (the caller checked `off + data.len() <= len()`).
-    fn write(&mut self, off: usize, data: &[u8]);
-    /// The bytes at `off..off + len` (checked by the caller).
-    fn read(&self, off: usize, len: usize) -> &[u8];
+    /// Copy `data` to `off`. `false`, having written nothing, if
+    /// `off + data.len() > len()`.
+    #[must_use = "false means the bytes were refused (outside the segment)"]
+    fn write(&mut self, off: usize, data: &[u8]) -> bool;
+    /// The bytes at `off..off + len`; `None` if they are not all inside.
+    fn read(&self, off: usize, len: usize) -> Option<&[u8]>;
 }
 
 /// A segment held in a vector (the simulator's, and tests').
@@ -126,31 +133,67 @@ impl Sink for Vec<u8> {
     fn len(&self) -> usize {
         <[u8]>::len(self)
     }
-    fn write(&mut self, off: usize, data: &[u8]) {
-        self[off..off + data.len()].copy_from_slice(data);
+    fn write(&mut self, off: usize, data: &[u8]) -> bool {
+        match off
+            .checked_add(data.len())
+            .and_then(|end| self.get_mut(off..end))
+        {
+            Some(d) => {
+                d.copy_from_slice(data);
+                true
+            }
+            None => false,
+        }
     }
-    fn read(&self, off: usize, len: usize) -> &[u8] {
-        &self[off..off + len]
+    fn read(&self, off: usize, len: usize) -> Option<&[u8]> {
+        self.get(off..off.checked_add(len)?)
     }
 }
 
-/// A rank's mapped segment as a deposit target (the fabrics' own).
-pub struct SegmentSink(pub SegmentRef);
+/// A rank's mapped segment as a deposit target (the fabrics' own; not
+/// public: it writes through a [`SegmentRef`], which only its fabric
+/// knows to be alive).
+pub(crate) struct SegmentSink {
+    seg: SegmentRef,
+}
+
+impl SegmentSink {
+    /// The sink of `seg`.
+    ///
+    /// # Safety
+    /// `seg` must stay mapped as long as the sink is used (the fabric's own
+    /// segment, used inside the fabric's `poll`).
+    pub(crate) unsafe fn new(seg: SegmentRef) -> SegmentSink {
+        SegmentSink { seg }
+    }
+}
 
 impl Sink for SegmentSink {
     fn len(&self) -> usize {
-        self.0.len
+        self.seg.len()
     }
-    fn write(&mut self, off: usize, data: &[u8]) {
-        debug_assert!(off + data.len() <= self.0.len);
-        // SAFETY: the reassembler checked off + len against len() before
-        // any write; the segment stays mapped as long as the fabric.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.0.base.add(off), data.len()) }
+    fn write(&mut self, off: usize, data: &[u8]) -> bool {
+        // A real check (not a debug assertion): this is what keeps a peer's
+        // frame inside the segment, whatever the caller checked before.
+        if !self.seg.contains(off, data.len()) {
+            return false;
+        }
+        // SAFETY: off + data.len() <= len was checked just above; the
+        // segment stays mapped while the sink is used (`new`'s contract);
+        // `data` is a receive buffer, never the segment itself.
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), self.seg.base().add(off), data.len())
+        };
+        true
     }
-    fn read(&self, off: usize, len: usize) -> &[u8] {
-        debug_assert!(off + len <= self.0.len);
-        // SAFETY: as above (checked by the reassembler).
-        unsafe { std::slice::from_raw_parts(self.0.base.add(off), len) }
+    fn read(&self, off: usize, len: usize) -> Option<&[u8]> {
+        if !self.seg.contains(off, len) {
+            return None;
+        }
+        // SAFETY: inside the segment (checked just above), which stays
+        // mapped while the sink is used (`new`'s contract). The slice is
+        // the deposited Long payload, lent to the handler for its call.
+        Some(unsafe { std::slice::from_raw_parts(self.seg.base().add(off), len) })
     }
 }
 
@@ -169,6 +212,11 @@ struct Partial {
 #[derive(Debug, Default)]
 pub struct Reassembler {
     cur: Option<Partial>,
+}
+
+/// The error of a deposit of `len` B at `off` outside a `seg_len` B segment.
+fn outside(off: u64, len: usize, seg_len: usize) -> String {
+    format!("a deposit of {len} B at segment offset {off} outside the {seg_len} B segment")
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
@@ -256,11 +304,7 @@ impl Reassembler {
                     .checked_add(total as u64)
                     .is_some_and(|e| e <= seg.len() as u64);
                 if !fits {
-                    return Err(format!(
-                        "a deposit of {total} B at segment offset {deposit} outside the \
-                         {} B segment",
-                        seg.len()
-                    ));
+                    return Err(outside(deposit, total, seg.len()));
                 }
             } else if total > max_medium {
                 return Err(format!(
@@ -277,11 +321,14 @@ impl Reassembler {
             }
             if placed {
                 // bounds checked above; the payload is already in place
+                let payload = seg
+                    .read(deposit as usize, total)
+                    .ok_or_else(|| outside(deposit, total, seg.len()))?;
                 deliver(&Delivery {
                     src,
                     tag,
                     words: &words[..nwords],
-                    payload: seg.read(deposit as usize, total),
+                    payload,
                     deposit: Some(deposit),
                 });
                 return Ok((end, true));
@@ -330,7 +377,11 @@ impl Reassembler {
             ));
         }
         match p.deposit {
-            Some(base) => seg.write(base as usize + p.got, data),
+            Some(base) => {
+                if !seg.write(base as usize + p.got, data) {
+                    return Err(outside(base + p.got as u64, len, seg.len()));
+                }
+            }
             None => {
                 if p.buf.is_empty() {
                     p.buf.reserve_exact(p.total);
@@ -344,7 +395,9 @@ impl Reassembler {
         }
         let p = self.cur.take().expect("in progress");
         let payload = match p.deposit {
-            Some(base) => seg.read(base as usize, p.total),
+            Some(base) => seg
+                .read(base as usize, p.total)
+                .ok_or_else(|| outside(base, p.total, seg.len()))?,
             None => &p.buf[..],
         };
         deliver(&Delivery {
@@ -361,6 +414,35 @@ impl Reassembler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The fabrics' sink refuses bytes outside its segment by itself, in
+    /// every build (it was a `debug_assert!`, so a release build wrote
+    /// wherever it was told): here the segment is the first 64 bytes of a
+    /// 128-byte buffer, and nothing past them may change.
+    #[test]
+    fn the_segment_sink_refuses_bytes_outside_in_every_build() {
+        let mut buf = vec![0u8; 128];
+        // SAFETY: `buf` outlives the sink and is read only after its use.
+        let seg = unsafe { SegmentRef::new(buf.as_mut_ptr(), 64) };
+        // SAFETY: as above.
+        let mut sink = unsafe { SegmentSink::new(seg) };
+        assert!(sink.write(56, &[1; 8]), "the last 8 bytes are inside");
+        assert!(!sink.write(60, &[2; 8]), "4 bytes past the end");
+        assert!(
+            !sink.write(usize::MAX - 2, &[3; 8]),
+            "an offset that overflows"
+        );
+        assert!(sink.read(60, 8).is_none() && sink.read(usize::MAX, 2).is_none());
+        assert_eq!(sink.read(56, 8), Some(&[1u8; 8][..]));
+        assert_eq!(&buf[56..64], &[1; 8]);
+        assert!(
+            buf[64..].iter().all(|&b| b == 0),
+            "written outside: {buf:?}"
+        );
+        // the same through the vector sink
+        let mut v = vec![0u8; 64];
+        assert!(!Sink::write(&mut v, 60, &[2; 8]) && Sink::read(&v, 60, 8).is_none());
+    }
 
     #[test]
     fn fragments_reassemble_and_coalesce() {

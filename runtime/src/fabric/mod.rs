@@ -63,13 +63,25 @@ pub struct Delivery<'a> {
     pub deposit: Option<u64>,
 }
 
-/// A rank's registered segment as mapped in this process.
+/// A rank's registered segment as mapped in this process: an address
+/// range, like a raw pointer, and no more.
+///
+/// A `SegmentRef` does not keep its mapping alive and is `Copy`: one
+/// obtained from a fabric ([`Fabric::local_segment`],
+/// [`Fabric::peer_segment`]) may outlive the fabric. So nothing safe
+/// dereferences it: [`new`](Self::new) is `unsafe` (its caller vouches for
+/// the range), [`base`](Self::base) is a raw pointer whose use is the
+/// user's `unsafe` block, and [`wake_owner`](Self::wake_owner) is `unsafe`.
+/// Whoever dereferences one must keep the fabric that handed it out (or
+/// the memory behind [`new`](Self::new)) alive meanwhile: the PGAS layer
+/// holds the endpoint, which owns the fabric, for as long as it holds the
+/// references it took from it.
 #[derive(Clone, Copy, Debug)]
 pub struct SegmentRef {
     /// First byte.
-    pub base: *mut u8,
+    base: *mut u8,
     /// Length in bytes.
-    pub len: usize,
+    len: usize,
     /// The owner's doorbell when it may sleep on one (a rank of this host
     /// on the shm fabric): whoever writes into the segment directly rings
     /// it through [`wake_owner`](Self::wake_owner). Null otherwise.
@@ -77,15 +89,33 @@ pub struct SegmentRef {
 }
 
 impl SegmentRef {
-    /// A segment whose owner has no doorbell.
+    /// A segment of `len` bytes at `base` whose owner has no doorbell.
     ///
     /// ```
     /// # use splitrt_runtime::fabric::SegmentRef;
     /// let mut bytes = vec![0u8; 64];
-    /// let seg = SegmentRef::new(bytes.as_mut_ptr(), bytes.len());
-    /// seg.wake_owner(); // nothing to ring
+    /// // SAFETY: `bytes` outlives `seg`, which nothing dereferences here.
+    /// let seg = unsafe { SegmentRef::new(bytes.as_mut_ptr(), bytes.len()) };
+    /// assert_eq!(seg.len(), 64);
     /// ```
-    pub fn new(base: *mut u8, len: usize) -> Self {
+    ///
+    /// Safe code cannot make one over memory of its choosing (which a
+    /// fabric would then write into):
+    ///
+    /// ```compile_fail,E0133
+    /// # use splitrt_runtime::fabric::SegmentRef;
+    /// let seg = SegmentRef::new(0x1000 as *mut u8, 4096);
+    /// ```
+    ///
+    /// # Safety
+    /// `base..base + len` must be memory this process may read and write
+    /// (a live mapping or allocation), and stay so for as long as the
+    /// reference, or any copy, is handed to code that dereferences it (a
+    /// fabric deposits into it, the PGAS layer loads and stores into it):
+    /// the caller keeps that memory alive for that time. Other threads and
+    /// processes may write it concurrently, so no `&`/`&mut` reference to
+    /// these bytes may be held while it is so used.
+    pub const unsafe fn new(base: *mut u8, len: usize) -> Self {
         Self {
             base,
             len,
@@ -93,12 +123,65 @@ impl SegmentRef {
         }
     }
 
+    /// A segment of no bytes (null base): no access range passes a check
+    /// against it. Safe, since nothing can be read or written through it.
+    ///
+    /// ```
+    /// # use splitrt_runtime::fabric::SegmentRef;
+    /// let e = SegmentRef::empty();
+    /// assert!(e.is_empty() && e.base().is_null());
+    /// ```
+    pub const fn empty() -> Self {
+        Self {
+            base: std::ptr::null_mut(),
+            len: 0,
+            owner_bell: std::ptr::null(),
+        }
+    }
+
     /// The same segment, whose owner sleeps on `bell` (which must stay
-    /// mapped as long as this reference is used).
+    /// mapped as long as the segment: the shm fabric maps both in one file).
     pub(crate) fn with_owner_bell(self, bell: *const shm::doorbell::Doorbell) -> Self {
         Self {
             owner_bell: bell,
             ..self
+        }
+    }
+
+    /// First byte (null for [`empty`](Self::empty)). Dereferencing it is
+    /// the caller's `unsafe`, valid while the segment's owner (the fabric,
+    /// or whoever vouched in [`new`](Self::new)) keeps it mapped.
+    #[inline(always)]
+    pub const fn base(&self) -> *mut u8 {
+        self.base
+    }
+
+    /// Length in bytes.
+    #[inline(always)]
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no bytes.
+    #[inline(always)]
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `len` bytes at offset `off` lie inside the segment.
+    ///
+    /// ```
+    /// # use splitrt_runtime::fabric::SegmentRef;
+    /// let mut bytes = vec![0u8; 64];
+    /// // SAFETY: nothing dereferences `seg`.
+    /// let seg = unsafe { SegmentRef::new(bytes.as_mut_ptr(), bytes.len()) };
+    /// assert!(seg.contains(60, 4) && !seg.contains(60, 5) && !seg.contains(usize::MAX, 2));
+    /// ```
+    #[inline(always)]
+    pub const fn contains(&self, off: usize, len: usize) -> bool {
+        match off.checked_add(len) {
+            Some(end) => end <= self.len,
+            None => false,
         }
     }
 
@@ -108,9 +191,10 @@ impl SegmentRef {
     /// ```
     /// # use splitrt_runtime::fabric::SegmentRef;
     /// let mut bytes = vec![0u8; 64];
-    /// let seg = SegmentRef::new(bytes.as_mut_ptr(), bytes.len());
-    /// assert_eq!(seg.shortened(16).len, 16);
-    /// assert_eq!(seg.shortened(100).len, 64);
+    /// // SAFETY: nothing dereferences `seg`.
+    /// let seg = unsafe { SegmentRef::new(bytes.as_mut_ptr(), bytes.len()) };
+    /// assert_eq!(seg.shortened(16).len(), 16);
+    /// assert_eq!(seg.shortened(100).len(), 64);
     /// ```
     pub fn shortened(self, len: usize) -> Self {
         Self {
@@ -120,22 +204,32 @@ impl SegmentRef {
     }
 
     /// Tell the owner that its segment changed (after a direct write it
-    /// may be asleep waiting for): one load when it is awake.
+    /// may be asleep waiting for): one load when it is awake; nothing when
+    /// the owner has no doorbell.
+    ///
+    /// # Safety
+    /// The fabric that handed out this reference must still be alive (the
+    /// doorbell lives in the owner's mapped file, which the fabric unmaps
+    /// when it is dropped). A reference made by [`new`](Self::new) has no
+    /// doorbell, so this is then always sound.
     #[inline]
-    pub fn wake_owner(&self) {
+    pub unsafe fn wake_owner(&self) {
         if !self.owner_bell.is_null() {
-            // SAFETY: set only by the shm fabric from a mapping it keeps for
-            // its whole life (as long as any SegmentRef it handed out is
-            // used); the words are atomics.
+            // SAFETY: set only by the shm fabric (with_owner_bell) to the
+            // doorbell in the owner's file header, mapped as long as the
+            // fabric, which the caller keeps alive (this function's
+            // contract); the doorbell's words are atomics.
             unsafe { &*self.owner_bell }.ring();
         }
     }
 }
 
-// SAFETY: a SegmentRef is an address range of a shared mapping that lives as
-// long as the fabric; it is only dereferenced through code that checks bounds.
+// SAFETY: a SegmentRef is an address range, like a raw pointer; nothing
+// safe dereferences it (see the type's documentation), so sending it to
+// another thread is harmless.
 unsafe impl Send for SegmentRef {}
-// SAFETY: as above; concurrent access is governed by the PGAS memory model.
+// SAFETY: as above; concurrent access through it is governed by the PGAS
+// memory model, in the unsafe code that dereferences it.
 unsafe impl Sync for SegmentRef {}
 
 /// What every fabric provides.
@@ -244,7 +338,9 @@ pub enum AnyFabric {
     /// RDMA to every rank (cargo feature `ibverbs`).
     Rdma(rdma::RdmaFabric<rdma::device::IbvDevice>),
     /// **Test double**: the ibverbs fabric over the verbs model, ranks as
-    /// threads of one process ([`crate::world::World::start_over_verbs_model`]).
+    /// threads of one process (`World::start_over_verbs_model`; cargo
+    /// feature `test-doubles`).
+    #[cfg(feature = "test-doubles")]
     RdmaModel(rdma::RdmaFabric<rdma::model::ModelDevice>),
 }
 
@@ -255,7 +351,9 @@ impl AnyFabric {
             AnyFabric::Shm(_) => None,
             AnyFabric::Udp(u) => Some(u),
             AnyFabric::Hybrid(h) => Some(&h.udp),
-            AnyFabric::Rdma(_) | AnyFabric::RdmaModel(_) => None,
+            AnyFabric::Rdma(_) => None,
+            #[cfg(feature = "test-doubles")]
+            AnyFabric::RdmaModel(_) => None,
         }
     }
 
@@ -265,7 +363,9 @@ impl AnyFabric {
             AnyFabric::Shm(s) => Some(s),
             AnyFabric::Udp(_) => None,
             AnyFabric::Hybrid(h) => Some(&h.shm),
-            AnyFabric::Rdma(_) | AnyFabric::RdmaModel(_) => None,
+            AnyFabric::Rdma(_) => None,
+            #[cfg(feature = "test-doubles")]
+            AnyFabric::RdmaModel(_) => None,
         }
     }
 }
@@ -277,6 +377,7 @@ macro_rules! dispatch {
             AnyFabric::Udp(x) => x.$f($($a),*),
             AnyFabric::Hybrid(x) => x.$f($($a),*),
             AnyFabric::Rdma(x) => x.$f($($a),*),
+            #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.$f($($a),*),
         }
     };
@@ -334,6 +435,7 @@ impl Fabric for AnyFabric {
     fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
         match self {
             AnyFabric::Rdma(x) => x.put_direct(peer, off, src),
+            #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.put_direct(peer, off, src),
             _ => None,
         }
@@ -342,6 +444,7 @@ impl Fabric for AnyFabric {
     fn put_direct_nb(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
         match self {
             AnyFabric::Rdma(x) => x.put_direct_nb(peer, off, src),
+            #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.put_direct_nb(peer, off, src),
             _ => None,
         }
@@ -350,6 +453,7 @@ impl Fabric for AnyFabric {
     fn rma_quiet(&self) -> Result<()> {
         match self {
             AnyFabric::Rdma(x) => x.rma_quiet(),
+            #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.rma_quiet(),
             _ => Ok(()),
         }
@@ -359,6 +463,7 @@ impl Fabric for AnyFabric {
     fn get_direct(&self, peer: usize, off: u64, dst: &mut [u8]) -> Option<Result<()>> {
         match self {
             AnyFabric::Rdma(x) => x.get_direct(peer, off, dst),
+            #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.get_direct(peer, off, dst),
             _ => None,
         }

@@ -174,7 +174,7 @@ impl Verbs for IbvDevice {
     fn describe(&self) -> String {
         match *self {}
     }
-    fn register(&mut self, _addr: *mut u8, _len: usize, _remote: Access) -> Result<Region> {
+    unsafe fn register(&mut self, _addr: *mut u8, _len: usize, _remote: Access) -> Result<Region> {
         match *self {}
     }
     fn deregister(&mut self, _region: &Region) -> Result<()> {
@@ -192,10 +192,10 @@ impl Verbs for IbvDevice {
     fn connect(&mut self, _qp: QpId, _remote: &QpEndpoint) -> Result<()> {
         match *self {}
     }
-    fn post_recv(&mut self, _qp: QpId, _wr_id: u64, _sge: Sge) -> Result<()> {
+    unsafe fn post_recv(&mut self, _qp: QpId, _wr_id: u64, _sge: Sge) -> Result<()> {
         match *self {}
     }
-    fn post_send(&mut self, _qp: QpId, _wr: &SendWr) -> Result<()> {
+    unsafe fn post_send(&mut self, _qp: QpId, _wr: &SendWr) -> Result<()> {
         match *self {}
     }
     fn poll(&mut self, _out: &mut [Completion]) -> Result<usize> {
@@ -706,7 +706,7 @@ mod real {
             self.what.clone()
         }
 
-        fn register(&mut self, addr: *mut u8, len: usize, remote: Access) -> Result<Region> {
+        unsafe fn register(&mut self, addr: *mut u8, len: usize, remote: Access) -> Result<Region> {
             if len == 0 {
                 // nothing to access; devices refuse empty regions
                 return Ok(Region {
@@ -926,7 +926,7 @@ mod real {
             )
         }
 
-        fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()> {
+        unsafe fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()> {
             let raw = self.qp(qp)?.qp;
             let mut s = ffi::ibv_sge {
                 addr: sge.addr,
@@ -954,7 +954,7 @@ mod real {
             Ok(())
         }
 
-        fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()> {
+        unsafe fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()> {
             let (raw, max_inline) = {
                 let q = self.qp(qp)?;
                 (q.qp, q.max_inline)

@@ -205,7 +205,12 @@ fn status_error(rank: usize, peer: usize, what: &str, s: WcStatus) -> Error {
 impl<V: Verbs> PendingRdma<V> {
     /// Open the fabric of `rank` in a job of `size` ranks on `verbs`, with
     /// `seg` as this rank's segment (registered for remote access).
-    pub fn new(
+    ///
+    /// # Safety
+    /// `seg` must satisfy [`SegmentRef::new`]'s contract for as long as the
+    /// returned fabric lives: the device and the peers (RDMA writes, Long
+    /// payloads) write into it at any time.
+    pub unsafe fn new(
         mut verbs: V,
         rank: usize,
         size: usize,
@@ -220,14 +225,20 @@ impl<V: Verbs> PendingRdma<V> {
         let mut mailbox = MmapMut::map_anon(size * 2 * 8)
             .map_err(|e| Error::io("mapping the ibverbs mailbox", e))?;
         let at = |e: Error| e.at_rank(rank);
-        let pool_r = verbs
-            .register(pool.as_mut_ptr(), pool_len, Access::Local)
-            .map_err(at)?;
-        let mail_r = verbs
-            .register(mailbox.as_mut_ptr(), mailbox.len(), Access::RemoteReadWrite)
-            .map_err(at)?;
-        let seg_r = verbs
-            .register(seg.base, seg.len, Access::RemoteReadWrite)
+        // SAFETY (the three registrations): the pool and the mailbox are
+        // this fabric's own mappings, moved into it below and unmapped
+        // only after Drop deregistered them; the segment is alive as long
+        // as the fabric (this function's contract). All three are accessed
+        // only through raw pointers and atomics, never Rust references
+        // the device's writes could invalidate.
+        let pool_r =
+            unsafe { verbs.register(pool.as_mut_ptr(), pool_len, Access::Local) }.map_err(at)?;
+        // SAFETY: as above.
+        let mail_r =
+            unsafe { verbs.register(mailbox.as_mut_ptr(), mailbox.len(), Access::RemoteReadWrite) }
+                .map_err(at)?;
+        // SAFETY: as above.
+        let seg_r = unsafe { verbs.register(seg.base(), seg.len(), Access::RemoteReadWrite) }
             .map_err(at)?;
         let send_depth = nb as u32 + 16;
         let caps = QpCaps {
@@ -303,8 +314,11 @@ impl<V: Verbs> PendingRdma<V> {
     ) -> Result<PendingRdma<V>> {
         let mut m = MmapMut::map_anon(seg_len.max(1))
             .map_err(|e| Error::io(format!("mapping a {seg_len} B segment"), e).at_rank(rank))?;
-        let seg = SegmentRef::new(m.as_mut_ptr(), seg_len);
-        let mut p = Self::new(verbs, rank, size, seg, cfg)?;
+        // SAFETY: `m` is the fabric's own mapping of `seg_len` bytes (at
+        // least), kept in `own_seg` as long as the fabric.
+        let seg = unsafe { SegmentRef::new(m.as_mut_ptr(), seg_len) };
+        // SAFETY: `seg` covers `m`, kept in `own_seg` as long as the fabric.
+        let mut p = unsafe { Self::new(verbs, rank, size, seg, cfg) }?;
         p.inner.own_seg = Some(m);
         Ok(p)
     }
@@ -396,7 +410,10 @@ impl<V: Verbs> RdmaFabric<V> {
         let addr = self.recv_addr(peer, index) as u64;
         let sge = d.pool.sge(addr, self.cfg.buffer_size);
         let q = d.qps[peer];
-        d.verbs.post_recv(q, wr_id(K_RECV, peer, index), sge)
+        // SAFETY: receive buffer `index` of `peer` lies in the registered
+        // pool; the fabric reads it only after its completion (`consume`)
+        // and posts it again only once done with it.
+        unsafe { d.verbs.post_recv(q, wr_id(K_RECV, peer, index), sge) }
     }
 
     /// Take completions off the queue: arrivals to their channel, send
@@ -422,7 +439,17 @@ impl<V: Verbs> RdmaFabric<V> {
         let r = self.reap_into(d, &mut buf);
         d.scratch = buf;
         if let Err(e) = &r {
-            d.failed.get_or_insert_with(|| e.to_string());
+            if d.failed.is_none() {
+                d.failed = Some(e.to_string());
+                // The fabric stops here. Its queue pairs go first, so the
+                // device writes no memory of a caller that returns with
+                // this error: a blocking get's buffer may still be the
+                // target of a posted RDMA read (a destroyed queue pair's
+                // work is flushed, never executed). Later posts fail.
+                for &q in &d.qps {
+                    let _ = d.verbs.destroy_qp(q);
+                }
+            }
         }
         r
     }
@@ -574,7 +601,10 @@ impl<V: Verbs> RdmaFabric<V> {
             fence: false,
         };
         let q = d.qps[peer];
-        d.verbs.post_send(q, &wr)?;
+        // SAFETY: send buffer `index` lies in the registered pool; it was
+        // taken off the free list and goes back on it only at this send's
+        // completion (or at once when inline: the bytes are copied now).
+        unsafe { d.verbs.post_send(q, &wr) }?;
         d.outstanding[peer] += 1;
         if inline {
             // the device copied the bytes: the buffer is free again
@@ -674,7 +704,11 @@ impl<V: Verbs> RdmaFabric<V> {
             fence: false,
         };
         let q = d.qps[peer];
-        d.verbs.post_send(q, &wr)?;
+        // SAFETY: `local` covers the range (the segment, a pinned cached
+        // registration or a bounce buffer taken off the free list), and
+        // the caller's memory stays untouched while this function waits
+        // for the completion below.
+        unsafe { d.verbs.post_send(q, &wr) }?;
         d.outstanding[peer] += 1;
         d.rma_pending += 1;
         while d.rma_pending > 0 {
@@ -710,7 +744,10 @@ impl<V: Verbs> RdmaFabric<V> {
             d.verbs.deregister(r)?;
         }
         // local write too: an RDMA read lands in it
-        match d.verbs.register(start as *mut u8, n, Access::Local) {
+        // SAFETY: a local-access region (no peer can touch it); the device
+        // accesses it only through requests the fabric posts, each on a
+        // caller's live slice inside it, waited for before that call ends.
+        match unsafe { d.verbs.register(start as *mut u8, n, Access::Local) } {
             Ok(r) => {
                 d.cache.insert_pinned(r);
                 Ok(Some(r))
@@ -811,7 +848,9 @@ impl<V: Verbs> RdmaFabric<V> {
             fence: false,
         };
         let q = d.qps[peer];
-        if let Err(e) = d.verbs.post_send(q, &wr) {
+        // SAFETY: the bounce buffer lies in the registered pool, ours until
+        // this write completes (it goes back on the free list then).
+        if let Err(e) = unsafe { d.verbs.post_send(q, &wr) } {
             d.free_send[peer].push(idx);
             return Err(e.at_rank(self.rank).with_peer(peer));
         }
@@ -881,8 +920,8 @@ impl<V: Verbs> RdmaFabric<V> {
             return Ok(());
         }
         let a = buf as u64;
-        let base = self.seg.base as u64;
-        if a >= base && a + len as u64 <= base + self.seg.len as u64 {
+        let base = self.seg.base() as u64;
+        if a >= base && a + len as u64 <= base + self.seg.len() as u64 {
             let seg = d.seg;
             return self.rma_wait(&mut d, peer, write, seg, a, len, raddr);
         }
@@ -944,7 +983,9 @@ impl<V: Verbs> RdmaFabric<V> {
         // SAFETY: the buffer holds a.len bytes the device wrote; it stays
         // ours until posted again below.
         let b = unsafe { std::slice::from_raw_parts(self.recv_addr(a.peer, a.index), a.len) };
-        let mut seg = SegmentSink(self.seg);
+        // SAFETY: this fabric's segment (its own mapping, or the one
+        // `PendingRdma::new`'s caller vouched for), alive while the fabric is.
+        let mut seg = unsafe { SegmentSink::new(self.seg) };
         let fed = reasm.feed(a.peer, &b[HEADER..], self.cfg.max_medium, &mut seg, deliver);
         let mut d = self.dev.lock();
         self.post_recv(&mut d, a.peer, a.index)
@@ -983,9 +1024,10 @@ impl<V: Verbs> RdmaFabric<V> {
             fence: false,
         };
         let q = d.qps[peer];
-        d.verbs
-            .post_send(q, &wr)
-            .map_err(|e| e.at_rank(self.rank))?;
+        // SAFETY: the credit slot lies in the registered pool; the fabric
+        // only writes it with volatile stores of whole counts, any of
+        // which the device may send (counts are cumulative).
+        unsafe { d.verbs.post_send(q, &wr) }.map_err(|e| e.at_rank(self.rank))?;
         d.outstanding[peer] += 1;
         Ok(())
     }

@@ -258,6 +258,12 @@ impl Net {
             return done(self, WcStatus::Transport);
         };
         let rdev = self.qps[r].as_ref().map_or(0, |p| p.dev);
+        // The local memory is checked again now, as a device checks its
+        // keys at execution: a region deregistered since the post (its
+        // memory perhaps freed) is not written or read.
+        if inline.is_none() && !self.region_by_lkey(dev, &wr.sge) {
+            return done(self, WcStatus::LocalProtection);
+        }
         // what the target queue pair lets its peer do
         let allowed = self.qps[r]
             .as_ref()
@@ -269,7 +275,7 @@ impl Net {
                 else {
                     return done(self, WcStatus::ReceiverNotReady);
                 };
-                if len > rsge.len as usize {
+                if len > rsge.len as usize || !self.region_by_lkey(rdev, &rsge) {
                     // the receiver's buffer is too short: both sides fail
                     let rlocal = self.qps[r].as_ref().map_or(QpId(0), |p| p.local);
                     self.complete(
@@ -285,9 +291,11 @@ impl Net {
                     self.fail_qp(r);
                     return done(self, WcStatus::Other(9));
                 }
-                // SAFETY: both ranges were checked against registered regions
-                // (the receive at post time, the source at post time or copied
-                // inline), which their owners keep mapped until deregistered.
+                // SAFETY: the receive buffer was just checked against a
+                // region of its device, the source likewise (or copied
+                // inline at post time); `register`'s and the posts'
+                // contracts keep those bytes valid and unaliased while the
+                // requests are outstanding.
                 unsafe { copy(&inline, wr.sge.addr, rsge.addr, len) };
                 self.stats.sends += 1;
                 let rlocal = self.qps[r].as_ref().map_or(QpId(0), |p| p.local);
@@ -310,7 +318,8 @@ impl Net {
                     return done(self, WcStatus::RemoteAccess);
                 }
                 // SAFETY: the destination was just checked against the
-                // peer's remote-enabled region; the source as for Send.
+                // peer's remote-enabled region, valid until deregistered
+                // (`register`'s contract); the source as for Send.
                 unsafe { copy(&inline, wr.sge.addr, raddr, len) };
                 self.stats.writes += 1;
                 done(self, WcStatus::Success)
@@ -341,11 +350,14 @@ impl Net {
                 {
                     let nlen = nsge.len as usize;
                     if self.region_by_rkey(rdev, nrkey, nraddr, nlen, Access::RemoteRead)
+                        && self.region_by_lkey(dev, &nsge)
                         && self.rng.gen_bool(0.5)
                     {
                         // SAFETY: the source was just checked against the
                         // peer's remote-enabled region, the destination
-                        // against a local region at post time.
+                        // against a local region; both valid while so
+                        // registered and the request outstanding
+                        // (`register`'s and `post_send`'s contracts).
                         unsafe { copy(&None, nraddr, nsge.addr, nlen) };
                         if let Some(q) = self.qps[g].as_mut() {
                             q.next_prefetched = true;
@@ -355,7 +367,8 @@ impl Net {
                 if !early {
                     // SAFETY: the source was just checked against the
                     // peer's remote-enabled region, the destination
-                    // against a local region at post time.
+                    // against a local region (above); both valid while so
+                    // registered and the request outstanding.
                     unsafe { copy(&None, raddr, wr.sge.addr, len) };
                 }
                 self.stats.reads += 1;
@@ -418,7 +431,7 @@ impl Verbs for ModelDevice {
         )
     }
 
-    fn register(&mut self, addr: *mut u8, len: usize, access: Access) -> Result<Region> {
+    unsafe fn register(&mut self, addr: *mut u8, len: usize, access: Access) -> Result<Region> {
         if addr.is_null() || len == 0 {
             return Err(Error::usage("model: registering an empty region"));
         }
@@ -502,13 +515,15 @@ impl Verbs for ModelDevice {
                 remote.qpn, remote.lid, remote.psn
             )));
         }
-        let q = n.qps[g].as_mut().expect("own queue pair");
+        let q = n.qps[g]
+            .as_mut()
+            .ok_or_else(|| Error::usage("model: the queue pair was destroyed"))?;
         q.remote = Some(r);
         q.state = State::Ready;
         Ok(())
     }
 
-    fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()> {
+    unsafe fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()> {
         let g = self.global(qp)?;
         let mut n = self.net.lock();
         if !n.region_by_lkey(self.dev, &sge) {
@@ -517,7 +532,9 @@ impl Verbs for ModelDevice {
                 sge.addr, sge.len, sge.lkey
             )));
         }
-        let q = n.qps[g].as_mut().expect("own queue pair");
+        let q = n.qps[g]
+            .as_mut()
+            .ok_or_else(|| Error::usage("model: the queue pair was destroyed"))?;
         if q.recvs.len() >= q.caps.recv_depth as usize {
             return Err(Error::usage("model: receive queue full"));
         }
@@ -540,15 +557,21 @@ impl Verbs for ModelDevice {
         Ok(())
     }
 
-    fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()> {
+    unsafe fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()> {
         let g = self.global(qp)?;
         let mut n = self.net.lock();
-        let q = n.qps[g].as_ref().expect("own queue pair");
+        let q = n.qps[g]
+            .as_ref()
+            .ok_or_else(|| Error::usage("model: the queue pair was destroyed"))?;
         if q.state == State::Created {
             return Err(Error::usage("model: posting to a queue pair not connected"));
         }
         if q.sends.len() >= q.caps.send_depth as usize {
             return Err(Error::usage("model: send queue full"));
+        }
+        if wr.inline && matches!(wr.op, Op::Read { .. }) {
+            // a device refuses it too: an inline request carries its bytes
+            return Err(Error::usage("model: an inline RDMA read"));
         }
         if wr.inline && wr.sge.len > q.caps.max_inline {
             return Err(Error::usage(format!(
@@ -560,7 +583,8 @@ impl Verbs for ModelDevice {
         let inline = if wr.inline {
             let mut b = vec![0u8; wr.sge.len as usize];
             // SAFETY: an inline request's bytes are read at post time; the
-            // caller vouches for `sge` (no key is needed, as on a device).
+            // caller vouches for `sge` (post_send's contract: no key is
+            // needed, as on a device).
             unsafe {
                 std::ptr::copy_nonoverlapping(wr.sge.addr as *const u8, b.as_mut_ptr(), b.len())
             };
@@ -639,6 +663,28 @@ mod tests {
         remote: Access::RemoteReadWrite,
     };
 
+    /// Register all of `buf` on `d`.
+    fn reg(d: &mut ModelDevice, buf: &mut [u8], access: Access) -> Region {
+        // SAFETY: each test keeps its buffers alive until its end, reads
+        // them only after draining the completions of the requests on them,
+        // and posts (and executes) nothing after its last drain.
+        unsafe { d.register(buf.as_mut_ptr(), buf.len(), access) }.unwrap()
+    }
+
+    /// Post `wr` on `d`.
+    fn send(d: &mut ModelDevice, qp: QpId, wr: &SendWr) -> Result<()> {
+        // SAFETY: the tests' requests name their registered buffers (see
+        // `reg`), or a live local array for an inline send; which the model
+        // checks, as these tests show.
+        unsafe { d.post_send(qp, wr) }
+    }
+
+    /// Post a receive on `d`.
+    fn recv(d: &mut ModelDevice, qp: QpId, wr_id: u64, sge: Sge) -> Result<()> {
+        // SAFETY: as for `send`: a registered buffer, kept until drained.
+        unsafe { d.post_recv(qp, wr_id, sge) }
+    }
+
     fn pair(net: &ModelNetwork) -> (ModelDevice, QpId, ModelDevice, QpId) {
         let (mut a, mut b) = (net.device("a"), net.device("b"));
         let qa = a.create_qp(CAPS).unwrap();
@@ -683,8 +729,8 @@ mod tests {
             b.connect(qb, &ea).unwrap();
             let mut abuf = vec![1u8; 64];
             let mut bbuf = vec![2u8; 64];
-            let ra = a.register(abuf.as_mut_ptr(), 64, Access::Local).unwrap();
-            let rb = b.register(bbuf.as_mut_ptr(), 64, region).unwrap();
+            let ra = reg(&mut a, &mut abuf, Access::Local);
+            let rb = reg(&mut b, &mut bbuf, region);
             let wr = |wr_id, op| SendWr {
                 wr_id,
                 op,
@@ -693,9 +739,9 @@ mod tests {
                 fence: false,
             };
             let (raddr, rkey) = (rb.addr, rb.rkey);
-            a.post_send(qa, &wr(1, Op::Read { raddr, rkey })).unwrap();
+            send(&mut a, qa, &wr(1, Op::Read { raddr, rkey })).unwrap();
             assert_eq!(drain(&mut a)[0].status, WcStatus::Success);
-            a.post_send(qa, &wr(2, Op::Write { raddr, rkey })).unwrap();
+            send(&mut a, qa, &wr(2, Op::Write { raddr, rkey })).unwrap();
             assert_eq!(drain(&mut a)[0].status, WcStatus::RemoteAccess);
             assert_eq!(bbuf, vec![2u8; 64], "{region:?} region, {qp:?} queue pair");
             assert_eq!(&abuf[..8], &[2u8; 8]);
@@ -708,11 +754,9 @@ mod tests {
         let (mut a, qa, mut b, qb) = pair(&net);
         let mut abuf = vec![0u8; 256];
         let mut bbuf = vec![0u8; 256];
-        let ra = a.register(abuf.as_mut_ptr(), 256, Access::Local).unwrap();
-        let rb = b
-            .register(bbuf.as_mut_ptr(), 256, Access::RemoteReadWrite)
-            .unwrap();
-        b.post_recv(qb, 7, rb.sge(rb.addr, 64)).unwrap();
+        let ra = reg(&mut a, &mut abuf, Access::Local);
+        let rb = reg(&mut b, &mut bbuf, Access::RemoteReadWrite);
+        recv(&mut b, qb, 7, rb.sge(rb.addr, 64)).unwrap();
         abuf[..5].copy_from_slice(b"hello");
         let wr = |wr_id, op, sge| SendWr {
             wr_id,
@@ -721,9 +765,9 @@ mod tests {
             inline: false,
             fence: false,
         };
-        a.post_send(qa, &wr(1, Op::Send, ra.sge(ra.addr, 5)))
-            .unwrap();
-        a.post_send(
+        send(&mut a, qa, &wr(1, Op::Send, ra.sge(ra.addr, 5))).unwrap();
+        send(
+            &mut a,
             qa,
             &wr(
                 2,
@@ -735,7 +779,8 @@ mod tests {
             ),
         )
         .unwrap();
-        a.post_send(
+        send(
+            &mut a,
             qa,
             &wr(
                 3,
@@ -763,7 +808,8 @@ mod tests {
         assert_eq!(&bbuf[100..105], b"hello");
         assert_eq!(&abuf[10..15], b"hello");
         // outside the peer's region: remote access error, queue pair in error
-        a.post_send(
+        send(
+            &mut a,
             qa,
             &wr(
                 4,
@@ -775,8 +821,7 @@ mod tests {
             ),
         )
         .unwrap();
-        a.post_send(qa, &wr(5, Op::Send, ra.sge(ra.addr, 5)))
-            .unwrap();
+        send(&mut a, qa, &wr(5, Op::Send, ra.sge(ra.addr, 5))).unwrap();
         let ca = drain(&mut a);
         assert_eq!(ca[0].status, WcStatus::RemoteAccess);
         assert_eq!(ca[1].status, WcStatus::Flushed);
@@ -790,7 +835,8 @@ mod tests {
         let c = drain(&mut a);
         assert!(c.is_empty());
         let msg = *b"hi";
-        a.post_send(
+        send(
+            &mut a,
             qa,
             &SendWr {
                 wr_id: 1,
@@ -815,12 +861,11 @@ mod tests {
         let net = ModelNetwork::new(3);
         let (mut a, qa, mut b, qb) = pair(&net);
         let mut bbuf = vec![0u8; 64];
-        let rb = b
-            .register(bbuf.as_mut_ptr(), 64, Access::RemoteReadWrite)
-            .unwrap();
-        assert!(b.post_recv(qb, 1, rb.sge(rb.addr, 64)).is_ok());
+        let rb = reg(&mut b, &mut bbuf, Access::RemoteReadWrite);
+        assert!(recv(&mut b, qb, 1, rb.sge(rb.addr, 64)).is_ok());
         let stray = [1u8; 8];
-        a.post_send(
+        send(
+            &mut a,
             qa,
             &SendWr {
                 wr_id: 9,

@@ -1,8 +1,8 @@
 //! The thin verbs layer: the handful of RDMA verbs the fabric uses, as a
 //! trait. Two implementations exist: [`super::device`] over a real RDMA
-//! device (cargo feature `ibverbs`), and [`super::model`], an in-process
-//! test double of RC queue pairs that lets the protocol above run in
-//! `cargo test` on machines without RDMA hardware. Nothing else in the
+//! device (cargo feature `ibverbs`), and `model` (cargo feature
+//! `test-doubles`), an in-process test double of RC queue pairs that lets
+//! the protocol above run in `cargo test` on machines without RDMA hardware. Nothing else in the
 //! fabric touches verbs, so a switch to another binding replaces one file.
 //!
 //! The shapes follow libibverbs: memory regions with local and remote
@@ -233,13 +233,40 @@ pub struct QpCaps {
 
 /// The verbs the fabric uses. Implementations are used from one thread at
 /// a time (the fabric holds them under a lock).
+///
+/// The methods that hand the device memory by address
+/// ([`register`](Self::register), [`post_recv`](Self::post_recv),
+/// [`post_send`](Self::post_send)) are `unsafe`: a device (or the verbs
+/// model) reads and writes that memory later, outside the borrow checker's
+/// view, so the caller vouches for it. Everything else is safe: a device
+/// checks keys and bounds of every access (a request outside the regions
+/// completes in error), and deregistering or destroying only takes access
+/// away.
+///
+/// Safe code cannot hand a device an address of its choosing:
+///
+/// ```compile_fail,E0133
+/// use splitrt_runtime::fabric::rdma::verbs::{Access, Verbs};
+/// fn anywhere(v: &mut impl Verbs) {
+///     let _ = v.register(0x1000 as *mut u8, 4096, Access::RemoteReadWrite);
+/// }
+/// ```
 pub trait Verbs: Send {
     /// What this device is (for messages): e.g. `mlx5_0 port 1`.
     fn describe(&self) -> String;
     /// Register `len` bytes at `addr`, with what remote peers may do to
-    /// them (local writes by the device are always allowed). The memory
-    /// must stay mapped until [`deregister`](Self::deregister).
-    fn register(&mut self, addr: *mut u8, len: usize, access: Access) -> Result<Region>;
+    /// them (local writes by the device are always allowed).
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be valid for reads and writes whenever the
+    /// device may access it: while a work request posted on it is
+    /// outstanding, and, when `access` lets peers in (above
+    /// [`Access::Local`]), until [`deregister`](Self::deregister), since a
+    /// peer holding the key reads (and, read-write, writes) it at any time.
+    /// Meanwhile the program holds no `&mut` (and, where the device or a
+    /// peer may write, no `&`) reference over bytes the device may touch:
+    /// it accesses them only through raw pointers or atomics.
+    unsafe fn register(&mut self, addr: *mut u8, len: usize, access: Access) -> Result<Region>;
     /// Undo [`register`](Self::register).
     fn deregister(&mut self, region: &Region) -> Result<()>;
     /// Create a reliable-connected queue pair.
@@ -251,9 +278,25 @@ pub trait Verbs: Send {
     /// Connect `qp` to the peer's queue pair `remote` (ready to send).
     fn connect(&mut self, qp: QpId, remote: &QpEndpoint) -> Result<()>;
     /// Post a receive of at most `sge.len` bytes.
-    fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()>;
+    ///
+    /// # Safety
+    /// `sge` must lie in a region this device registered (a device refuses
+    /// one that does not, by key and bounds), and its bytes must stay valid
+    /// for writes and untouched by the program until the receive completes
+    /// (successfully, in error, or flushed): the device writes them then.
+    unsafe fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()>;
     /// Post a send, RDMA write or RDMA read.
-    fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()>;
+    ///
+    /// # Safety
+    /// An inline request (`wr.inline`): `wr.sge` must be valid for reads of
+    /// `sge.len` bytes during this call (the bytes are copied now, with no
+    /// key check). Otherwise `wr.sge` must lie in a region this device
+    /// registered, and until the request completes (or is flushed) its
+    /// bytes must stay valid and must not be written by the program (a
+    /// send or RDMA write reads them), or, for an RDMA read, must not be
+    /// read or written by it (the device writes them). The remote side
+    /// (`raddr`, `rkey`) is checked by the peer's device.
+    unsafe fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()>;
     /// Take up to `out.len()` completions; returns how many.
     fn poll(&mut self, out: &mut [Completion]) -> Result<usize>;
     /// Destroy `qp` (posted work is flushed).
@@ -266,8 +309,9 @@ impl<T: Verbs + ?Sized> Verbs for Box<T> {
     fn describe(&self) -> String {
         (**self).describe()
     }
-    fn register(&mut self, addr: *mut u8, len: usize, access: Access) -> Result<Region> {
-        (**self).register(addr, len, access)
+    unsafe fn register(&mut self, addr: *mut u8, len: usize, access: Access) -> Result<Region> {
+        // SAFETY: the same contract, passed on to the boxed device.
+        unsafe { (**self).register(addr, len, access) }
     }
     fn deregister(&mut self, region: &Region) -> Result<()> {
         (**self).deregister(region)
@@ -284,11 +328,13 @@ impl<T: Verbs + ?Sized> Verbs for Box<T> {
     fn connect(&mut self, qp: QpId, remote: &QpEndpoint) -> Result<()> {
         (**self).connect(qp, remote)
     }
-    fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()> {
-        (**self).post_recv(qp, wr_id, sge)
+    unsafe fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()> {
+        // SAFETY: the same contract, passed on to the boxed device.
+        unsafe { (**self).post_recv(qp, wr_id, sge) }
     }
-    fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()> {
-        (**self).post_send(qp, wr)
+    unsafe fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()> {
+        // SAFETY: the same contract, passed on to the boxed device.
+        unsafe { (**self).post_send(qp, wr) }
     }
     fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         (**self).poll(out)

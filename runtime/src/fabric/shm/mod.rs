@@ -517,7 +517,12 @@ impl ShmFabric {
     fn segment_of(&self, rank: usize) -> SegmentRef {
         // SAFETY: segment_off + segment_len == file length (Layout::new).
         let base = unsafe { self.files[rank].as_ptr().add(self.layout.segment_off) };
-        SegmentRef::new(base, self.layout.segment_len).with_owner_bell(self.bells[rank].0)
+        // SAFETY: the range is the segment part of `rank`'s file, mapped
+        // read-write for as long as this fabric, which whoever dereferences
+        // the reference keeps alive (SegmentRef's contract); the doorbell is
+        // in the same file's header.
+        unsafe { SegmentRef::new(base, self.layout.segment_len) }
+            .with_owner_bell(self.bells[rank].0)
     }
 
     fn send_with<C: Clock>(
@@ -1054,21 +1059,23 @@ mod tests {
         let seg = f.peer_segment(0).unwrap();
         let bell = f.own_bell.get();
         let before = bell.bell.load(Ordering::SeqCst);
-        seg.wake_owner();
+        // SAFETY: `f`, which handed out `seg`, lives to the test's end.
+        unsafe { seg.wake_owner() };
         assert_eq!(
             bell.bell.load(Ordering::SeqCst),
             before,
             "no sleeper: no ring"
         );
         bell.sleepers.fetch_add(1, Ordering::SeqCst);
-        seg.wake_owner();
+        // SAFETY: as above.
+        unsafe { seg.wake_owner() };
         bell.sleepers.fetch_sub(1, Ordering::SeqCst);
         assert_eq!(
             bell.bell.load(Ordering::SeqCst),
             before + 1,
             "a sleeper is rung"
         );
-        assert_eq!(f.local_segment().base, seg.base);
+        assert_eq!(f.local_segment().base(), seg.base());
     }
 
     /// The doorbell bridge's wait: `false` when it timed out with the rings
@@ -1124,7 +1131,10 @@ mod tests {
                     "not woken"
                 );
                 if bell.sleepers.load(Ordering::SeqCst) > 0 {
-                    f.peer_segment(0).unwrap().wake_owner();
+                    let seg = f.peer_segment(0).unwrap();
+                    // SAFETY: the segment's bell lies in `f`'s own mapping,
+                    // which lives until the end of the test.
+                    unsafe { seg.wake_owner() };
                 }
                 std::thread::yield_now();
             }

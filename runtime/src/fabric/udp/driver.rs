@@ -79,9 +79,41 @@ impl PendingUdp {
     }
 
     /// Start the fabric toward `addrs` (`None` for peers reached
-    /// otherwise), depositing into `segment` (another fabric's), or into a
-    /// private segment of `cfg.segment_size` bytes if `None`.
+    /// otherwise), depositing into a private segment of `cfg.segment_size`
+    /// bytes that the fabric maps and owns.
     pub fn connect(
+        self,
+        rank: usize,
+        addrs: Vec<Option<SocketAddr>>,
+        key: &JobKey,
+        cfg: &Config,
+    ) -> Result<UdpFabric> {
+        // SAFETY: no segment given: the fabric maps and owns its own.
+        unsafe { self.connect_with(rank, addrs, key, cfg, None) }
+    }
+
+    /// [`connect`](Self::connect), depositing into `segment` (another
+    /// fabric's: the shm fabric's in a [`Hybrid`](crate::fabric::hybrid::Hybrid)).
+    ///
+    /// # Safety
+    /// `segment` must satisfy [`SegmentRef::new`]'s contract for as long as
+    /// the returned fabric lives: peers' Long payloads are written into it
+    /// whenever the fabric is polled.
+    pub unsafe fn connect_into(
+        self,
+        rank: usize,
+        addrs: Vec<Option<SocketAddr>>,
+        key: &JobKey,
+        cfg: &Config,
+        segment: SegmentRef,
+    ) -> Result<UdpFabric> {
+        // SAFETY: passed on from this function's contract.
+        unsafe { self.connect_with(rank, addrs, key, cfg, Some(segment)) }
+    }
+
+    /// # Safety
+    /// As for [`connect_into`](Self::connect_into) when `segment` is `Some`.
+    unsafe fn connect_with(
         self,
         rank: usize,
         addrs: Vec<Option<SocketAddr>>,
@@ -95,7 +127,9 @@ impl PendingUdp {
                 let mut m = memmap2::MmapMut::map_anon(cfg.segment_size.max(1)).map_err(|e| {
                     Error::io(format!("mapping a {} B segment", cfg.segment_size), e)
                 })?;
-                let s = SegmentRef::new(m.as_mut_ptr(), cfg.segment_size);
+                // SAFETY: `m` is this fabric's own mapping of
+                // `segment_size` bytes, kept in `owned` as long as the fabric.
+                let s = unsafe { SegmentRef::new(m.as_mut_ptr(), cfg.segment_size) };
                 (s, Some(m))
             }
         };
@@ -632,7 +666,9 @@ impl Fabric for UdpFabric {
         }
         let mut delivered = 0;
         let mut first_err = None;
-        let mut seg = SegmentSink(self.seg);
+        // SAFETY: this fabric's segment (its own mapping, or the one
+        // `connect`'s caller vouched for), alive while the fabric is.
+        let mut seg = unsafe { SegmentSink::new(self.seg) };
         let mut batch = std::mem::take(&mut rx.batch);
         for (src, d) in batch.iter() {
             let src = *src as usize;

@@ -3,12 +3,14 @@
 //!
 //! Split the way quinn-proto / quinn and smoltcp are: [`proto`] is the
 //! protocol as state machines without I/O, [`wire`] and [`crate::fabric::frames`]
-//! (shared with the ibverbs fabric) its formats, [`sim`] a seeded virtual network that drives it in one
-//! process, [`faults`] the driver's fault injection.
+//! (shared with the ibverbs fabric) its formats, `sim` (cargo feature
+//! `test-doubles`) a seeded virtual network that drives it in one process,
+//! [`faults`] the driver's fault injection.
 
 mod driver;
 pub mod faults;
 pub mod proto;
+#[cfg(feature = "test-doubles")]
 pub mod sim;
 pub mod wire;
 

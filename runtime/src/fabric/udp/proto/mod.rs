@@ -3,7 +3,8 @@
 //! quinn-proto and smoltcp make). Time is a number of nanoseconds the
 //! caller passes in; datagrams come in as byte buffers and go out through
 //! a callback. The same code runs under the real driver
-//! ([`super::UdpFabric`]) and the seeded simulator ([`super::sim`]).
+//! ([`super::UdpFabric`]) and the seeded simulator (`super::sim`, cargo
+//! feature `test-doubles`).
 //!
 //! Per peer there are two streams (0: requests, 1: replies), each with its
 //! own sequence numbers, send window and receive window, so replies never
