@@ -20,9 +20,13 @@
 //! it, which is safe; large buffers are often unmapped on free. Programs
 //! that free and reallocate large get/put buffers should tell the fabric
 //! with [`RdmaFabric::forget`](super::RdmaFabric::forget), keep their
-//! buffers for the job's life, or turn the cache off with
-//! `SPLITRT_IBV_REG_CACHE=0` (every out-of-segment byte then goes through
-//! the bounce buffers, as small transfers always do).
+//! buffers for the job's life, or leave the cache off.
+//!
+//! **So the cache is off by default** (`SPLITRT_IBV_REG_CACHE` unset or
+//! 0: every out-of-segment byte goes through the bounce buffers, as small
+//! transfers always do); a program that keeps its large buffers, or calls
+//! `forget` before it unmaps one, opts in with a byte cap such as
+//! `SPLITRT_IBV_REG_CACHE=256M`.
 
 use super::verbs::Region;
 
