@@ -21,7 +21,7 @@
 //! those seals, so a producer cannot shrink a ring under its consumers
 //! either.
 
-use super::ring::{read_validated, ReadOutcome};
+use super::ring::{read_validated, ReadOnlyWords, ReadOutcome};
 use super::signal::{DigestKind, SpectrumInfo};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -287,9 +287,10 @@ impl ImportedRing {
         self.producer
     }
 
-    /// The ring's words (read-only).
-    pub fn words(&self) -> &[AtomicU64] {
-        words_of(self.map.as_ptr(), self.len)
+    /// The ring's words, read-only: relaxed loads only, the one atomic
+    /// access sound on this read-only mapping.
+    pub fn words(&self) -> ReadOnlyWords<'_> {
+        words_of(self.map.as_ptr(), self.len).into()
     }
 
     /// Bytes of the ring.
