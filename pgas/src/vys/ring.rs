@@ -430,7 +430,10 @@ mod tests {
     /// A ring in read-only memory, as a consumer maps a producer's: the
     /// validated read only loads, relaxed (under Miri an acquire load of
     /// read-only memory, which may be compiled to a write on some targets,
-    /// is an error).
+    /// is an error). Under Miri this needs Tree Borrows
+    /// (`MIRIFLAGS=-Zmiri-tree-borrows`, as `.ci/run` runs it): Stacked
+    /// Borrows refuses any atomic view of an immutable static, before the
+    /// load.
     #[test]
     fn a_read_only_ring_is_read_with_relaxed_loads_only() {
         // one slot holding spectrum 1 of 8 bytes: head, timestamp, data, tail
