@@ -127,7 +127,7 @@ mod tests {
     fn a_seeded_exchange_never_overruns_and_never_stalls() {
         // (Miri interprets every step: fewer seeds and buffers there)
         let (seeds, buffers) = if cfg!(miri) {
-            (2, 5_000)
+            (2, 1_000)
         } else {
             (4, 1_000_000)
         };

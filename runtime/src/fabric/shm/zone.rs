@@ -160,9 +160,9 @@ mod tests {
         // seeds 20 and up ask for a phase most of the time, as large
         // Mediums do
         // (under Miri, which interprets every step: seeds 0, 19 (not
-        // phased) and 38 (phased), 3000 steps each)
+        // phased) and 38 (phased), 600 steps each)
         let (every, steps, least) = if cfg!(miri) {
-            (19, 3_000, 300)
+            (19, 600, 60)
         } else {
             (1, 100_000, 10_000)
         };
