@@ -26,7 +26,7 @@
 //! [`ReadOnlyWords`] is how such a ring reaches the reader: it offers
 //! nothing else.
 //!
-//! The algorithm is written once over [`Word`], which std's `AtomicU64`
+//! The algorithm is written once over a `Word` trait, which std's `AtomicU64`
 //! implements and, in the model checks (`--cfg loom`), loom's: the loom
 //! model at the end of this file runs this very code.
 
