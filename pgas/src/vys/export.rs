@@ -75,6 +75,9 @@ fn words_of(base: *const u8, len: usize) -> &'static [AtomicU64] {
     // 8-byte aligned), that outlives the returned slice (it is tied to the
     // owner's lifetime by the methods that return it); AtomicU64 has the
     // size and alignment of u64, and every access through it is atomic.
+    // A consumer's mapping is read-only: `ImportedRing::words` hands it on
+    // only as `ReadOnlyWords` (relaxed loads, the one atomic access sound
+    // there), never as the slice.
     unsafe { std::slice::from_raw_parts(base as *const AtomicU64, len / 8) }
 }
 
