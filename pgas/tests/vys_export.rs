@@ -106,7 +106,9 @@ fn a_consumer_reads_a_producer_process_ring_read_only_and_never_torn() {
     let mut expect = vec![0u8; BYTES];
     loop {
         assert!(t0.elapsed() < Duration::from_secs(120), "producer stalled");
-        let seq = words[latest_word()].load(Ordering::Acquire);
+        // (relaxed + fence: the only loads sound on the read-only mapping)
+        let seq = words.load(latest_word());
+        std::sync::atomic::fence(Ordering::Acquire);
         if seq == 0 {
             std::hint::spin_loop();
             continue;

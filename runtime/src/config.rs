@@ -53,7 +53,9 @@ pub const ENV_UDP_AUTH: &str = "SPLITRT_UDP_AUTH";
 pub const ENV_IBV_BUFFERS: &str = "SPLITRT_IBV_BUFFERS";
 /// Bytes per ibverbs buffer.
 pub const ENV_IBV_BUFFER_SIZE: &str = "SPLITRT_IBV_BUFFER_SIZE";
-/// Bytes the ibverbs registration cache may pin (0: off).
+/// Bytes the ibverbs registration cache may pin (default 0: off; a size
+/// such as `256M` turns it on, with the stale-page hazard of
+/// [`crate::fabric::rdma::reg_cache`]).
 pub const ENV_IBV_REG_CACHE: &str = "SPLITRT_IBV_REG_CACHE";
 
 /// Every tunable with its documented name, for `--help` texts and docs.
@@ -103,7 +105,7 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     ),
     (
         ENV_IBV_REG_CACHE,
-        "bytes the ibverbs registration cache may pin for large get/put buffers outside the segment; 0 = off (default 256M)",
+        "bytes the ibverbs registration cache may pin for large get/put buffers outside the segment, e.g. 256M; 0 = off (default 0: opt-in, a cached registration can outlive an unmapped buffer, see docs/ibverbs.md)",
     ),
     (
         crate::fabric::rdma::device::ENV_IBV_DEVICE,
@@ -268,7 +270,9 @@ pub struct Config {
     pub ibv_buffers: usize,
     /// Bytes per ibverbs buffer.
     pub ibv_buffer_size: usize,
-    /// Bytes the ibverbs registration cache may pin (0: off).
+    /// Bytes the ibverbs registration cache may pin (0, the default: off;
+    /// opt in with `SPLITRT_IBV_REG_CACHE`, see
+    /// [`crate::fabric::rdma::reg_cache`] for the stale-page hazard).
     pub ibv_reg_cache: usize,
 }
 
@@ -299,7 +303,7 @@ impl Default for Config {
             udp_auth_body: true,
             ibv_buffers: 16,
             ibv_buffer_size: 8192,
-            ibv_reg_cache: 256 << 20,
+            ibv_reg_cache: 0,
         }
     }
 }
@@ -546,6 +550,20 @@ mod tests {
         }
         let c = Config::from_lookup(|n| (n == ENV_BOOTSTRAP_TIMEOUT).then(|| "31536000".into()));
         assert_eq!(c.unwrap().bootstrap_timeout, MAX_DURATION);
+    }
+
+    /// The registration cache can hand out a registration of pages the
+    /// program has since unmapped (see `fabric::rdma::reg_cache`): it is
+    /// off unless asked for, in the settings and in the fabric's own
+    /// defaults, and `SPLITRT_IBV_REG_CACHE` turns it on.
+    #[test]
+    fn the_registration_cache_is_off_unless_asked_for() {
+        let c = Config::from_lookup(|_| None).unwrap();
+        assert_eq!(c.ibv_reg_cache, 0);
+        assert_eq!(c.rdma().reg_cache, 0);
+        assert_eq!(crate::fabric::rdma::RdmaConfig::default().reg_cache, 0);
+        let on = Config::from_lookup(|n| (n == ENV_IBV_REG_CACHE).then(|| "256M".into())).unwrap();
+        assert_eq!(on.rdma().reg_cache, 256 << 20);
     }
 
     #[test]

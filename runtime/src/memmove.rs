@@ -80,14 +80,20 @@ mod tests {
     use super::memmove;
 
     /// Every length up to 140 at every pair of offsets, overlapping both
-    /// ways, against `std::ptr::copy`.
+    /// ways, against `std::ptr::copy`. (Under Miri, which interprets
+    /// every byte, 3 offsets of different residues mod 8 each way.)
     #[test]
     fn same_as_ptr_copy() {
+        let offsets: Vec<usize> = if cfg!(miri) {
+            vec![0, 3, 13]
+        } else {
+            (0..24).collect()
+        };
+        let init: Vec<u8> = (0..200u8).map(|i| i.wrapping_mul(37)).collect();
         for len in 0..140 {
-            for from in 0..24 {
-                for to in 0..24 {
-                    let init: Vec<u8> = (0..200u8).map(|i| i.wrapping_mul(37)).collect();
-                    let (mut a, mut b) = (init.clone(), init);
+            for &from in &offsets {
+                for &to in &offsets {
+                    let (mut a, mut b) = (init.clone(), init.clone());
                     // SAFETY: from/to + len < 200, inside each vector.
                     unsafe {
                         memmove(a.as_ptr().add(from), a.as_mut_ptr().add(to), len);

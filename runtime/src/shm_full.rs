@@ -159,6 +159,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore = "installs a SIGBUS handler (sigaction: FFI)")]
     fn watched_ranges_come_and_go() {
         let a = watch(0x1000 as *const u8, 0x1000);
         let b = watch(0x10000 as *const u8, 0x100);

@@ -21,7 +21,7 @@
 //! those seals, so a producer cannot shrink a ring under its consumers
 //! either.
 
-use super::ring::{read_validated, ReadOutcome};
+use super::ring::{read_validated, ReadOnlyWords, ReadOutcome};
 use super::signal::{DigestKind, SpectrumInfo};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -75,6 +75,9 @@ fn words_of(base: *const u8, len: usize) -> &'static [AtomicU64] {
     // 8-byte aligned), that outlives the returned slice (it is tied to the
     // owner's lifetime by the methods that return it); AtomicU64 has the
     // size and alignment of u64, and every access through it is atomic.
+    // A consumer's mapping is read-only: `ImportedRing::words` hands it on
+    // only as `ReadOnlyWords` (relaxed loads, the one atomic access sound
+    // there), never as the slice.
     unsafe { std::slice::from_raw_parts(base as *const AtomicU64, len / 8) }
 }
 
@@ -287,9 +290,10 @@ impl ImportedRing {
         self.producer
     }
 
-    /// The ring's words (read-only).
-    pub fn words(&self) -> &[AtomicU64] {
-        words_of(self.map.as_ptr(), self.len)
+    /// The ring's words, read-only: relaxed loads only, the one atomic
+    /// access sound on this read-only mapping.
+    pub fn words(&self) -> ReadOnlyWords<'_> {
+        words_of(self.map.as_ptr(), self.len).into()
     }
 
     /// Bytes of the ring.
@@ -347,40 +351,75 @@ fn send_fd(s: &UnixStream, fd: RawFd, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Receive `data` and, if one came, a descriptor.
+/// Receive `data` and, if one came, the one descriptor a handover passes.
+///
+/// The control buffer has room for exactly one descriptor
+/// (`CMSG_LEN(sizeof(int))`: `CMSG_SPACE` would round it up to room for
+/// two); a message that carried more is truncated by the kernel
+/// (`MSG_CTRUNC`, the descriptors that did not fit are closed by it).
+/// Every descriptor that did arrive is owned at once, so a refused
+/// message leaves none open, and such a message is refused: a producer
+/// passes one descriptor, never more.
 fn recv_fd(s: &UnixStream, data: &mut [u8]) -> io::Result<Option<OwnedFd>> {
+    const FD: usize = std::mem::size_of::<RawFd>();
     let mut iov = libc::iovec {
         iov_base: data.as_mut_ptr() as *mut libc::c_void,
         iov_len: data.len(),
     };
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut cbuf = vec![0u8; space];
-    // SAFETY: as in send_fd; the kernel fills at most the given lengths,
-    // and the control message is checked (level, type, length) before the
-    // descriptor is taken.
-    unsafe {
+    // SAFETY: CMSG_LEN is a pure size computation.
+    let one = unsafe { libc::CMSG_LEN(FD as u32) } as usize;
+    // 8-aligned, as a `cmsghdr` must be; 32 bytes >= one (20)
+    let mut cbuf = [0u64; 4];
+    debug_assert!(one <= std::mem::size_of_val(&cbuf));
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    // SAFETY: msghdr is plain data; its pointers refer to `iov` / `data`
+    // and `cbuf`, live for the call, with the lengths given, and the
+    // kernel writes at most those. The control messages are walked with
+    // CMSG_FIRSTHDR / CMSG_NXTHDR, which stay inside `msg_controllen`
+    // bytes of `cbuf`; the descriptors of an SCM_RIGHTS message are the
+    // `(cmsg_len - CMSG_LEN(0)) / sizeof(int)` ints after its header
+    // (read unaligned), each a fresh descriptor the kernel installed for
+    // us, which `OwnedFd` then owns (and closes when dropped).
+    let flags = unsafe {
         let mut msg: libc::msghdr = std::mem::zeroed();
         msg.msg_iov = &mut iov;
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = space as _;
+        msg.msg_controllen = one as _;
         let n = libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        if c.is_null()
-            || (*c).cmsg_level != libc::SOL_SOCKET
-            || (*c).cmsg_type != libc::SCM_RIGHTS
-            || ((*c).cmsg_len as usize)
-                < libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize
-        {
-            return Ok(None);
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let bytes = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
+                let at = libc::CMSG_DATA(c) as *const RawFd;
+                for i in 0..bytes / FD {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(at.add(i))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
         }
-        let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const RawFd);
-        Ok(Some(OwnedFd::from_raw_fd(fd)))
+        msg.msg_flags
+    };
+    if flags & libc::MSG_CTRUNC != 0 || fds.len() > 1 {
+        // `fds` closes every descriptor that came
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "the ring handover passed {} descriptor(s){}, exactly one expected: refused \
+                 (every descriptor received is closed)",
+                fds.len(),
+                if flags & libc::MSG_CTRUNC != 0 {
+                    " and more that did not fit"
+                } else {
+                    ""
+                }
+            ),
+        ));
     }
+    Ok(fds.pop())
 }
 
 #[cfg(test)]
@@ -391,6 +430,7 @@ mod tests {
     /// A producer holding the key that hands over a ring it did not seal:
     /// the consumer refuses it (anyone could shrink it under both).
     #[test]
+    #[cfg_attr(miri, ignore = "memfd_create, mmap of it and Unix sockets (FFI)")]
     fn an_unsealed_ring_is_refused() {
         let len = 4096;
         // SAFETY: memfd_create with a valid C string and flags; checked.
@@ -413,6 +453,88 @@ mod tests {
         assert!(e.to_string().contains("not sealed"), "{e}");
     }
 
+    /// A memory file named `name` (to find it again in /proc/self/fd).
+    fn probe(name: &str) -> OwnedFd {
+        let c = std::ffi::CString::new(name).unwrap();
+        // SAFETY: memfd_create with a valid C string and flags; checked.
+        let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC) };
+        assert!(fd >= 0, "{}", io::Error::last_os_error());
+        // SAFETY: a fresh descriptor we own.
+        unsafe { OwnedFd::from_raw_fd(fd) }
+    }
+
+    /// Descriptors of this process open on a memory file named `name`
+    /// (the other tests' descriptors come and go meanwhile; these names
+    /// are this test's own).
+    fn open_on(name: &str) -> usize {
+        let want = format!("/memfd:{name} (deleted)");
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .filter(|l| l.as_os_str() == want.as_str())
+            .count()
+    }
+
+    /// Pass `fds` in one `SCM_RIGHTS` message with `data`, as a hostile
+    /// or broken producer could.
+    fn send_fds(s: &UnixStream, fds: &[RawFd], data: &[u8]) {
+        let bytes = std::mem::size_of_val(fds);
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        // SAFETY: CMSG_SPACE is a pure size computation.
+        let space = unsafe { libc::CMSG_SPACE(bytes as u32) } as usize;
+        let mut cbuf = vec![0u64; space.div_ceil(8)];
+        // SAFETY: every pointer set refers to a live buffer of the stated
+        // length (the control buffer is 8-aligned and `space` long).
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = space as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = libc::SOL_SOCKET;
+            (*c).cmsg_type = libc::SCM_RIGHTS;
+            (*c).cmsg_len = libc::CMSG_LEN(bytes as u32) as _;
+            std::ptr::copy_nonoverlapping(
+                fds.as_ptr(),
+                libc::CMSG_DATA(c) as *mut RawFd,
+                fds.len(),
+            );
+            assert!(
+                libc::sendmsg(s.as_raw_fd(), &msg, 0) >= 0,
+                "{}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+
+    /// A handover message carrying two (or three) descriptors instead of
+    /// one is refused, and none of them stays open in the consumer.
+    #[test]
+    #[cfg_attr(miri, ignore = "Unix sockets and memfd_create (FFI)")]
+    fn extra_descriptors_in_a_handover_are_closed_and_refused() {
+        for n in [2usize, 3] {
+            let names: Vec<String> = (0..n)
+                .map(|i| format!("splitrt-fd-probe-{}-{n}-{i}", std::process::id()))
+                .collect();
+            let (a, b) = UnixStream::pair().unwrap();
+            {
+                let probes: Vec<OwnedFd> = names.iter().map(|m| probe(m)).collect();
+                let raw: Vec<RawFd> = probes.iter().map(|p| p.as_raw_fd()).collect();
+                send_fds(&a, &raw, &[9u8; 48]);
+            } // the sender's own copies closed
+            let mut data = [0u8; 48];
+            let got = recv_fd(&b, &mut data).map(|fd| fd.is_some());
+            let open: usize = names.iter().map(|m| open_on(m)).sum();
+            assert_eq!(open, 0, "{n} descriptors passed: {open} left open");
+            let e = got.expect_err("a handover of several descriptors was not refused");
+            assert!(e.to_string().contains("exactly one expected"), "{e}");
+        }
+    }
+
     fn sock(tag: &str) -> std::path::PathBuf {
         let p = std::env::temp_dir().join(format!("splitrt-vys-{tag}-{}.sock", std::process::id()));
         let _ = std::fs::remove_file(&p);
@@ -422,6 +544,7 @@ mod tests {
     /// A producer that accepts and never speaks: the consumer gives up
     /// after the handover timeout with an error, not a hang.
     #[test]
+    #[cfg_attr(miri, ignore = "memfd_create, mmap of it and Unix sockets (FFI)")]
     fn a_silent_producer_does_not_hang_a_consumer() {
         let path = sock("silent-producer");
         let l = UnixListener::bind(&path).unwrap();
@@ -437,6 +560,7 @@ mod tests {
     /// garbage and hangs up: the producer gives up on each (an error, no
     /// descriptor) and then serves a real consumer.
     #[test]
+    #[cfg_attr(miri, ignore = "memfd_create, mmap of it and Unix sockets (FFI)")]
     fn silent_and_garbage_clients_get_nothing_and_block_no_one() {
         let path = sock("silent-consumer");
         let l = UnixListener::bind(&path).unwrap();

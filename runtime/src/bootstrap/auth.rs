@@ -241,6 +241,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "TCP sockets (Miri isolation has no network)")]
     fn same_key_authenticates_both_ways_and_frames_flow() {
         let k = JobKey::generate().unwrap();
         let (mut c, mut s) = pair();
@@ -258,6 +259,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "TCP sockets (Miri isolation has no network)")]
     fn a_wrong_key_is_rejected_on_both_sides() {
         let (mut c, mut s) = pair();
         let srv = std::thread::spawn(move || server(&mut s, &JobKey::generate().unwrap()).is_err());
@@ -267,6 +269,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "TCP sockets (Miri isolation has no network)")]
     fn a_replayed_or_forged_frame_is_refused() {
         let k = JobKey::generate().unwrap();
         let (mut c, mut s) = pair();
@@ -292,6 +295,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "TCP sockets (Miri isolation has no network)")]
     fn an_oversized_handshake_frame_is_refused_before_allocation() {
         let (mut c, mut s) = pair();
         let srv = std::thread::spawn(move || server(&mut s, &JobKey::generate().unwrap()));

@@ -273,6 +273,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "files in the private directory and TCP sockets (isolation)"
+    )]
     fn several_nodes_without_an_address_is_refused_with_the_reason() {
         let e = Hosted::start(&job(1, 4, 2, "slurm9.0"), Duration::from_millis(10))
             .err()
@@ -289,6 +293,10 @@ mod tests {
     /// An address file left by a dead rank 0 is not trusted: the rank keeps
     /// waiting for a live address (here: none comes, so it times out).
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "files in the private directory and TCP sockets (isolation)"
+    )]
     fn a_stale_address_file_is_ignored() {
         let id = format!("unit-stale-{}", std::process::id());
         // a port nobody listens on: bind, note it, close
@@ -308,6 +316,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "files in the private directory and TCP sockets (isolation)"
+    )]
     fn rank_0_publishes_and_a_peer_finds_address_and_key() {
         let id = format!("unit-pub-{}", std::process::id());
         let mut h0 = Hosted::start(&job(0, 2, 2, &id), Duration::from_secs(5)).unwrap();
@@ -321,6 +333,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "files in the private directory and TCP sockets (isolation)"
+    )]
     fn a_rank_waits_for_rank_0_and_times_out_clearly() {
         let mut j = job(3, 4, 4, &format!("unit-absent-{}", std::process::id()));
         j.source = JobSource::OpenMpi;

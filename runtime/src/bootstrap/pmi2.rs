@@ -16,7 +16,12 @@ use crate::{Error, ErrorKind, Result};
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+/// Whether this process has taken ownership of `PMI_FD` (see
+/// [`Pmi2::init`]).
+static PMI_FD_TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// Largest answer accepted from the process manager.
 const MAX_MSG: usize = 64 << 10;
@@ -52,6 +57,10 @@ impl Pmi2 {
 
     /// Connect through `PMI_FD` and introduce this rank (`PMI_RANK`,
     /// `PMI_JOBID`). Every wait is bounded by `timeout`.
+    ///
+    /// The descriptor is taken once per process: a second call (a retried
+    /// attach) is an error, since the first connection closed it and its
+    /// number may name an unrelated descriptor by now.
     pub fn init(timeout: Duration) -> Result<Pmi2> {
         let var = |k: &str| std::env::var(k).map_err(|_| err(format!("{k} is not set")));
         let fd: i32 = var("PMI_FD")?
@@ -68,8 +77,19 @@ impl Pmi2 {
         if fd < 3 || !is_socket {
             return Err(err(format!("PMI_FD={fd} is not an open socket")));
         }
+        // Once per process: after the first owner closed it, the number
+        // may name any descriptor opened since (a retried attach would
+        // wrap, write to and close it).
+        if PMI_FD_TAKEN.swap(true, Ordering::AcqRel) {
+            return Err(err(format!(
+                "PMI_FD={fd} was already taken by an earlier attach in this process, and that \
+                 connection is closed (the number may now name another descriptor); PMI-2 \
+                 gives a process one connection, so a second attach cannot use it"
+            )));
+        }
         // SAFETY: the process manager handed this socket to us for PMI and
-        // nothing else in the process uses it; we take ownership once.
+        // nothing else in the process uses it; PMI_FD_TAKEN makes this the
+        // only time the number is wrapped.
         let sock = unsafe { UnixStream::from_raw_fd(fd) };
         sock.set_read_timeout(Some(timeout))
             .and_then(|()| sock.set_write_timeout(Some(timeout)))
@@ -207,8 +227,9 @@ mod tests {
     /// A fake process manager on a socket pair: the client's framing and
     /// parsing against canned answers, and a garbage answer refused.
     #[test]
+    #[cfg_attr(miri, ignore = "a Unix socket pair and fstat(2) on it (isolation)")]
     fn talks_to_a_canned_process_manager_and_refuses_garbage() {
-        use std::os::fd::IntoRawFd;
+        use std::os::fd::{AsRawFd, IntoRawFd};
         let (ours, mut pm) = UnixStream::pair().unwrap();
         let t = std::thread::spawn(move || {
             let mut buf = [0u8; 512];
@@ -242,6 +263,29 @@ mod tests {
         let e = p.fence().unwrap_err();
         assert!(e.to_string().contains("bad answer length"), "{e}");
         t.join().unwrap();
+        // A retried attach: the first connection is gone (its descriptor
+        // closed) and the number `PMI_FD` holds now names an unrelated
+        // socket (here made so on purpose: a number reused by chance is
+        // the same, but dup2 onto it could hit another test's descriptor).
+        // Taking `PMI_FD` again would wrap, write to and close that socket.
+        drop(p);
+        let (other, mut peer) = UnixStream::pair().unwrap();
+        std::env::set_var("PMI_FD", other.as_raw_fd().to_string());
+        let e = Pmi2::init(Duration::from_millis(200))
+            .err()
+            .expect("a second attach adopted PMI_FD again");
+        peer.set_nonblocking(true).unwrap();
+        let mut b = [0u8; 64];
+        let got = peer.read(&mut b).map_err(|e| e.kind());
+        assert_eq!(
+            got,
+            Err(std::io::ErrorKind::WouldBlock),
+            "the unrelated socket was written to"
+        );
+        assert!(e.to_string().contains("already taken"), "{e}");
+        // the unrelated socket is still open: `other` closes it (an
+        // abort, "owned file descriptor already closed", if init had)
+        drop(other);
         std::env::remove_var("PMI_FD");
         std::env::remove_var("PMI_RANK");
     }

@@ -160,6 +160,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates files and symbolic links under $TMPDIR (isolation)"
+    )]
     fn publish_read_remove() {
         let base = scratch("pdir");
         let d = PrivateDir::open_in(&base).unwrap();
@@ -179,6 +183,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates files and symbolic links under $TMPDIR (isolation)"
+    )]
     fn open_directory_link_and_open_file_are_refused() {
         let base = scratch("pdir-bad");
         let dir = base.join(format!("splitrt-{}", euid()));

@@ -403,14 +403,14 @@ mod tests {
             for cut in 0..f.len() {
                 let _ = Msg::decode(&f[..cut]);
             }
-            for _ in 0..2000 {
+            for _ in 0..if cfg!(miri) { 30 } else { 2000 } {
                 let mut g = f.clone();
                 let i = rng.gen_range(0..g.len());
                 g[i] = rng.gen();
                 let _ = Msg::decode(&g);
             }
         }
-        for _ in 0..20000 {
+        for _ in 0..if cfg!(miri) { 300 } else { 20000 } {
             let n = rng.gen_range(0..64);
             let g: Vec<u8> = (0..n).map(|_| rng.gen()).collect();
             let _ = Msg::decode(&g);

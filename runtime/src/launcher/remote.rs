@@ -158,6 +158,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "spawns sh (no processes under Miri)")]
     fn quoting_survives_the_shell() {
         let word = "it's a \"test\" $HOME `x`";
         let out = std::process::Command::new("sh")

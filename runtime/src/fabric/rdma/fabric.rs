@@ -49,7 +49,9 @@ pub struct RdmaConfig {
     /// Inline bytes asked of the device (it may grant fewer).
     pub max_inline: u32,
     /// Bytes the registration cache may pin for user buffers of large
-    /// get/put outside the segment (0: off; see [`super::reg_cache`]).
+    /// get/put outside the segment (0, the default: off, because of the
+    /// stale-page hazard [`super::reg_cache`] describes; opt in with
+    /// `SPLITRT_IBV_REG_CACHE`).
     pub reg_cache: usize,
 }
 
@@ -60,7 +62,7 @@ impl Default for RdmaConfig {
             buffer_size: 8192,
             max_medium: 65536,
             max_inline: 128,
-            reg_cache: 256 << 20,
+            reg_cache: 0,
         }
     }
 }

@@ -26,6 +26,21 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+/// The doorbell's orderings, shared with its loom model (`super::models`,
+/// `--cfg loom`): weakening one here makes the model fail.
+pub(crate) mod order {
+    use std::sync::atomic::Ordering;
+    /// A waker's look at `sleepers` after publishing (unfenced: see the
+    /// module docs).
+    pub(crate) const LOOK: Ordering = Ordering::Relaxed;
+    /// A waker's bump of `bell`.
+    pub(crate) const BUMP: Ordering = Ordering::SeqCst;
+    /// A sleeper's announcement (`sleepers += 1`).
+    pub(crate) const ANNOUNCE: Ordering = Ordering::SeqCst;
+    /// A sleeper's read of `bell` before its last look for work.
+    pub(crate) const SNAPSHOT: Ordering = Ordering::SeqCst;
+}
+
 /// Offset of the doorbell in a rank's file (the header's second cache line).
 pub const DOORBELL_OFF: usize = 64;
 
@@ -49,7 +64,7 @@ impl Doorbell {
     /// the work they should see.
     #[inline]
     pub fn ring(&self) {
-        if self.sleepers.load(Ordering::Relaxed) != 0 {
+        if self.sleepers.load(order::LOOK) != 0 {
             self.ring_slow();
         }
     }
@@ -57,7 +72,7 @@ impl Doorbell {
     #[cold]
     #[inline(never)]
     fn ring_slow(&self) {
-        self.bell.fetch_add(1, Ordering::SeqCst);
+        self.bell.fetch_add(1, order::BUMP);
         // SAFETY: `bell` is a valid, aligned u32 in a shared mapping that
         // outlives this call; FUTEX_WAKE only reads the address.
         unsafe {
@@ -81,8 +96,8 @@ impl Doorbell {
     }
 
     fn wait_capped(&self, limit: Duration, has_work: impl FnOnce() -> bool) -> bool {
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let seq = self.bell.load(Ordering::SeqCst);
+        self.sleepers.fetch_add(1, order::ANNOUNCE);
+        let seq = self.bell.load(order::SNAPSHOT);
         let slept = !has_work();
         if slept {
             let ts = libc::timespec {

@@ -10,6 +10,8 @@
 
 pub mod doorbell;
 pub mod layout;
+#[cfg(all(test, loom))]
+mod models;
 mod owner;
 mod ring;
 pub mod zone;
@@ -1054,6 +1056,10 @@ mod tests {
     /// reference: with a sleeper announced on the owner's doorbell, the
     /// bell moves; with none, it does not (the common case is one load).
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
     fn a_segment_reference_rings_its_owners_doorbell() {
         let f = solo("bell", 256, 8);
         let seg = f.peer_segment(0).unwrap();
@@ -1194,6 +1200,10 @@ mod tests {
     /// and reach the handler whole; a cell naming bytes outside the zone,
     /// or claiming more than a Medium holds, is refused naming the sender.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
     fn large_mediums_land_in_the_zone_and_bad_offsets_are_refused() {
         let f = solo("zone", 256, 8);
         let zone = f.layout.zone_len();
@@ -1244,6 +1254,10 @@ mod tests {
     /// through never exceed what the cell or segment holds; the ring keeps
     /// working afterwards. Seeded: a failure reproduces.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
     fn garbage_cells_are_rejected_and_the_ring_recovers() {
         let f = solo("garbage", 256, 4);
         let mut rng = rand::rngs::SmallRng::seed_from_u64(0x5eed);
@@ -1310,6 +1324,10 @@ mod tests {
     /// message to itself queued behind it still arrives at the next poll
     /// (the own-ring mark is set again when a poll ends without draining).
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
     fn a_message_to_itself_behind_a_bad_cell_is_not_stranded() {
         let f = solo("selfbad", 256, 4);
         inject(
@@ -1347,6 +1365,10 @@ mod tests {
     /// every fabric stage (send: enqueue, copy, publish; receive: poll,
     /// release) on this thread.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
     fn trace_records_every_fabric_stage() {
         let f = solo("trace", 256, 4);
         let _ = trace::take();
@@ -1378,6 +1400,10 @@ mod tests {
 
     /// Senders check Long deposits and Medium sizes before touching memory.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
     fn sender_side_checks() {
         let f = solo("checks", 512, 2);
         let mut stall = |_| Ok(());

@@ -14,7 +14,22 @@ use super::layout::{
     cell_stride, CellMeta, CELL_HDR, F_DEPOSIT, F_FIRST, F_LAST, F_ZONE, RING_CTRL,
 };
 use crate::fabric::MAX_WORDS;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
+
+/// The orderings of the ring protocol. The loom model of the protocol
+/// (`super::models`, `--cfg loom`) uses these very constants, so weakening
+/// one here makes the model fail.
+pub(crate) mod order {
+    use std::sync::atomic::Ordering;
+    /// The producer publishes a written cell (its sequence word).
+    pub(crate) const PUBLISH: Ordering = Ordering::Release;
+    /// The consumer reads a cell's sequence word before the cell.
+    pub(crate) const OBSERVE: Ordering = Ordering::Acquire;
+    /// The consumer hands used cells back (publishes its tail).
+    pub(crate) const RETURN_CREDIT: Ordering = Ordering::Release;
+    /// The producer reads the consumer's tail before reusing cells.
+    pub(crate) const READ_CREDIT: Ordering = Ordering::Acquire;
+}
 
 /// A ring in a mapped file.
 #[derive(Clone, Copy)]
@@ -114,7 +129,7 @@ impl Producer {
         if self.head - self.cached_tail < self.ring.len {
             return true;
         }
-        self.cached_tail = self.ring.tail().load(Ordering::Acquire);
+        self.cached_tail = self.ring.tail().load(order::READ_CREDIT);
         self.head - self.cached_tail < self.ring.len
     }
 
@@ -131,13 +146,13 @@ impl Producer {
         if self.cached_tail > seq {
             return true;
         }
-        self.cached_tail = self.ring.tail().load(Ordering::Acquire);
+        self.cached_tail = self.ring.tail().load(order::READ_CREDIT);
         self.cached_tail > seq
     }
 
     /// Free cells as the consumer last published them, and the ring length.
     pub(crate) fn free_cells(&self) -> (u64, u64) {
-        let tail = self.ring.tail().load(Ordering::Acquire);
+        let tail = self.ring.tail().load(order::READ_CREDIT);
         (
             self.ring.len - self.head.saturating_sub(tail).min(self.ring.len),
             self.ring.len,
@@ -175,7 +190,7 @@ impl Producer {
     #[inline]
     pub(crate) fn publish(&mut self) {
         let n = self.head;
-        self.ring.seq(n).store(n + 1, Ordering::Release);
+        self.ring.seq(n).store(n + 1, order::PUBLISH);
         self.head = n + 1;
     }
 
@@ -228,7 +243,7 @@ impl Consumer {
     #[inline]
     pub(crate) fn peek(&self) -> Option<Result<CellView<'_>, String>> {
         let n = self.tail;
-        if self.ring.seq(n).load(Ordering::Acquire) != n + 1 {
+        if self.ring.seq(n).load(order::OBSERVE) != n + 1 {
             return None;
         }
         let cell = self.ring.cell(n);
@@ -254,14 +269,14 @@ impl Consumer {
     /// Whether the next cell has been published (for a sleeper's last look).
     #[inline]
     pub(crate) fn has_next(&self) -> bool {
-        self.ring.seq(self.tail).load(Ordering::Acquire) == self.tail + 1
+        self.ring.seq(self.tail).load(order::OBSERVE) == self.tail + 1
     }
 
     /// Hand the current cell back to the producer.
     #[inline]
     pub(crate) fn release(&mut self) {
         self.tail += 1;
-        self.ring.tail().store(self.tail, Ordering::Release);
+        self.ring.tail().store(self.tail, order::RETURN_CREDIT);
     }
 }
 
@@ -286,7 +301,9 @@ mod tests {
         // only 8-byte alignment.
         let ring = unsafe { Ring::new(mem.as_mut_ptr() as *mut u8, cell, len) };
         let (mut p, mut c) = (Producer::new(ring), Consumer::new(ring));
-        for round in 0u64..1000 {
+        // (60 rounds under Miri, which interprets every step: still many
+        // laps of these 2-5 cell rings)
+        for round in 0u64..if cfg!(miri) { 60 } else { 1000 } {
             let k = (round % 7) as usize;
             for i in 0..k {
                 if !p.has_room() {
