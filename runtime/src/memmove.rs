@@ -25,32 +25,45 @@
 /// bytes.
 #[inline(always)]
 pub unsafe fn memmove(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: every access lies in the first `len` bytes of `src` or
-    // `dst` (the caller's promise; `ends` gets `size_of::<T>() <= len`).
-    unsafe {
-        // Few branches on every path: a chain of compares (one per size
-        // class, smallest first) cost 256 B copies twice libc's time on
-        // the 2026-11-26 EPYC, in same-process A/B runs; past 128 B it is
-        // one compare and libc's own copy.
-        if len > 128 {
-            std::ptr::copy(src, dst, len)
-        } else if len >= 16 {
-            if len > 64 {
-                ends::<[u128; 4]>(src, dst, len)
-            } else if len > 32 {
-                ends::<[u128; 2]>(src, dst, len)
-            } else {
-                ends::<u128>(src, dst, len)
-            }
-        } else if len >= 8 {
-            ends::<u64>(src, dst, len)
-        } else if len >= 4 {
-            ends::<u32>(src, dst, len)
-        } else if len >= 2 {
-            ends::<u16>(src, dst, len)
-        } else if len == 1 {
-            *dst = *src
+    // Few branches on every path: a chain of compares (one per size
+    // class, smallest first) cost 256 B copies twice libc's time on the
+    // 2026-11-26 EPYC, in same-process A/B runs; past 128 B it is one
+    // compare and libc's own copy. In every arm below `src` is readable
+    // and `dst` writable for `len` bytes: this function's `# Safety`
+    // contract, kept by the caller.
+    if len > 128 {
+        // SAFETY: `std::ptr::copy` needs exactly that contract (it
+        // allows overlap); u8 needs no alignment.
+        unsafe { std::ptr::copy(src, dst, len) }
+    } else if len >= 16 {
+        if len > 64 {
+            // SAFETY: the contract, and `size_of::<[u128; 4]>() == 64 <
+            // len`, which is what `ends` adds.
+            unsafe { ends::<[u128; 4]>(src, dst, len) }
+        } else if len > 32 {
+            // SAFETY: the contract, and `size_of::<[u128; 2]>() == 32 <
+            // len`.
+            unsafe { ends::<[u128; 2]>(src, dst, len) }
+        } else {
+            // SAFETY: the contract, and `size_of::<u128>() == 16 <= len`.
+            unsafe { ends::<u128>(src, dst, len) }
         }
+    } else if len >= 8 {
+        // SAFETY: the contract, and `size_of::<u64>() == 8 <= len`.
+        unsafe { ends::<u64>(src, dst, len) }
+    } else if len >= 4 {
+        // SAFETY: the contract, and `size_of::<u32>() == 4 <= len`.
+        unsafe { ends::<u32>(src, dst, len) }
+    } else if len >= 2 {
+        // SAFETY: the contract, and `size_of::<u16>() == 2 <= len`.
+        unsafe { ends::<u16>(src, dst, len) }
+    } else if len == 1 {
+        // SAFETY: `len == 1`, so the contract makes `*src` readable and
+        // `*dst` writable; a u8 needs no alignment. The value is read
+        // before it is written, so overlap (src == dst) is harmless.
+        let byte = unsafe { *src };
+        // SAFETY: as above, `dst` is writable for this one byte.
+        unsafe { *dst = byte }
     }
 }
 
@@ -62,17 +75,29 @@ pub unsafe fn memmove(src: *const u8, dst: *mut u8, len: usize) {
 /// As [`memmove`], and `size_of::<T>() <= len`.
 #[inline(always)]
 unsafe fn ends<T: Copy>(src: *const u8, dst: *mut u8, len: usize) {
+    // `last + size_of::<T>() == len`: the second `T` ends where the range
+    // does (no underflow: `size_of::<T>() <= len`, this function's
+    // contract). Unaligned accesses use read_unaligned / write_unaligned,
+    // so `T`'s alignment is never needed.
     let last = len - std::mem::size_of::<T>();
-    // SAFETY: both `T`s lie in the first `len` bytes (size_of::<T>() <=
-    // len); unaligned accesses use read_unaligned / write_unaligned.
-    unsafe {
-        let (a, b) = (
-            (src as *const T).read_unaligned(),
-            (src.add(last) as *const T).read_unaligned(),
-        );
-        (dst as *mut T).write_unaligned(a);
-        (dst.add(last) as *mut T).write_unaligned(b);
-    }
+    // SAFETY: the first `T` of `src` is bytes `0..size_of::<T>()`, within
+    // the `len` readable bytes the caller promises (`size_of::<T>() <=
+    // len`).
+    let a = unsafe { (src as *const T).read_unaligned() };
+    // SAFETY: `last <= len`, so `src + last` stays inside (or one past)
+    // the caller's readable range: an in-bounds offset.
+    let src_last = unsafe { src.add(last) };
+    // SAFETY: bytes `last..len` of `src`, inside the readable range.
+    let b = unsafe { (src_last as *const T).read_unaligned() };
+    // SAFETY: bytes `0..size_of::<T>()` of `dst`, inside the `len`
+    // writable bytes the caller promises. Both loads are done, so an
+    // overlap with `src` cannot change what is copied.
+    unsafe { (dst as *mut T).write_unaligned(a) };
+    // SAFETY: `last <= len`, an in-bounds offset into the caller's
+    // writable range.
+    let dst_last = unsafe { dst.add(last) };
+    // SAFETY: bytes `last..len` of `dst`, inside the writable range.
+    unsafe { (dst_last as *mut T).write_unaligned(b) };
 }
 
 #[cfg(test)]
@@ -94,11 +119,22 @@ mod tests {
             for &from in &offsets {
                 for &to in &offsets {
                     let (mut a, mut b) = (init.clone(), init.clone());
-                    // SAFETY: from/to + len < 200, inside each vector.
-                    unsafe {
-                        memmove(a.as_ptr().add(from), a.as_mut_ptr().add(to), len);
-                        std::ptr::copy(b.as_ptr().add(from), b.as_mut_ptr().add(to), len);
-                    }
+                    // `from`/`to` + `len` < 24 + 140 < 200: every range
+                    // below lies inside its 200-byte vector. The pointers
+                    // come from `Vec::as_ptr`/`as_mut_ptr`, which make no
+                    // reference, so both may alias (as Miri checks).
+                    // SAFETY: `from < 200`: an in-bounds offset into `a`.
+                    let a_src = unsafe { a.as_ptr().add(from) };
+                    // SAFETY: `to < 200`: an in-bounds offset into `a`.
+                    let a_dst = unsafe { a.as_mut_ptr().add(to) };
+                    // SAFETY: `len` bytes from each lie inside `a`.
+                    unsafe { memmove(a_src, a_dst, len) };
+                    // SAFETY: `from < 200`: an in-bounds offset into `b`.
+                    let b_src = unsafe { b.as_ptr().add(from) };
+                    // SAFETY: `to < 200`: an in-bounds offset into `b`.
+                    let b_dst = unsafe { b.as_mut_ptr().add(to) };
+                    // SAFETY: `len` bytes from each lie inside `b`.
+                    unsafe { std::ptr::copy(b_src, b_dst, len) };
                     assert_eq!(a, b, "len {len} from {from} to {to}");
                 }
             }

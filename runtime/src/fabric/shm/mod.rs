@@ -75,18 +75,30 @@ impl PendingShm {
         let own = ShmFile::create(stem, rank, layout.total, size, cfg.shm_reserve)
             .map_err(|e| e.at_rank(rank))?;
         let hdr = FileHeader::new(rank, &layout, cfg.max_medium);
-        // SAFETY: the file is at least HEADER_BYTES long, freshly created and
-        // not yet visible to any other rank (nobody knows it is complete).
+        // The file is at least HEADER_BYTES long (Layout::new), freshly
+        // created by `ShmFile::create` and mapped page-aligned, and not yet
+        // used by any other rank: nobody reads it before `ready` is set.
+        // SAFETY: the header is the file's first 48 bytes, page-aligned, and
+        // nothing else reads or writes them yet.
+        unsafe { std::ptr::write(own.as_ptr() as *mut FileHeader, hdr) };
+        // SAFETY: CPUS_OFF < HEADER_BYTES <= the file's length: in bounds.
+        let cpus_at = unsafe { own.as_ptr().add(layout::CPUS_OFF) } as *mut [u64; CPU_WORDS];
+        // SAFETY: CPUS_OFF + 8 * CPU_WORDS <= HEADER_BYTES (asserted in
+        // `layout`), 8-aligned (CPUS_OFF = 128 in a page-aligned mapping);
+        // nothing else touches these bytes before `ready` is set.
         unsafe {
-            std::ptr::write(own.as_ptr() as *mut FileHeader, hdr);
             std::ptr::write(
-                own.as_ptr().add(layout::CPUS_OFF) as *mut [u64; CPU_WORDS],
+                cpus_at,
                 CpuSet::of_this_process().map_or([0; CPU_WORDS], |c| c.words()),
-            );
-            (*(own.as_ptr() as *const FileHeader))
-                .ready
-                .store(1, Ordering::Release);
-        }
+            )
+        };
+        // SAFETY: the header was written just above and the mapping lives
+        // as long as `own`; peers only load `ready` atomically (`check_peer`),
+        // so a shared reference to it is sound.
+        let hdr = unsafe { &*(own.as_ptr() as *const FileHeader) };
+        // Release: the header and CPU mask above are complete before a peer
+        // that sees `ready == 1` (acquire, in `check_peer`) reads them.
+        hdr.ready.store(1, Ordering::Release);
         Ok(PendingShm {
             stem: stem.to_string(),
             rank: me,
@@ -123,13 +135,12 @@ impl PendingShm {
             // (Layout::new), the offset is 64-aligned (4096 + multiples of
             // 128 + cell_size, a multiple of 64), and the file stays mapped as
             // long as the fabric.
-            unsafe {
-                Ring::new(
-                    file.as_ptr().add(l.ring_off(src, ch)),
-                    l.cell_size,
-                    l.ring_len,
-                )
-            }
+            let base = unsafe { file.as_ptr().add(l.ring_off(src, ch)) };
+            // SAFETY: `Ring::new`'s contract: `base` is 64-aligned and
+            // starts RING_CTRL + ring_len * cell_stride(cell_size) =
+            // ring_stride mapped bytes (above), mapped as long as the fabric
+            // that holds the rings and `files`.
+            unsafe { Ring::new(base, l.cell_size, l.ring_len) }
         };
         let bells: Vec<Bell> = files
             .iter()
@@ -157,12 +168,16 @@ impl PendingShm {
                     if i == rank || src == rank {
                         for ch in 0..2 {
                             let (at, len) = ring(f, src, ch).span();
-                            // SAFETY: the ring and the zone lie in the file
-                            // (Layout::new), mapped as long as the fabric.
-                            unsafe {
-                                populate(at, len);
-                                populate(f.as_ptr().add(l.zone_off(src, ch)), l.zone_len());
-                            }
+                            // SAFETY: `populate`'s contract: the ring (its
+                            // own `span`) lies in the file (Layout::new),
+                            // one live shared mapping.
+                            unsafe { populate(at, len) };
+                            // SAFETY: zone_off(src, ch) lies inside the file
+                            // (Layout::new): an in-bounds offset.
+                            let zone = unsafe { f.as_ptr().add(l.zone_off(src, ch)) };
+                            // SAFETY: zone..zone + zone_len lies in the same
+                            // live mapping (Layout::new).
+                            unsafe { populate(zone, l.zone_len()) };
                         }
                     }
                 }
@@ -565,10 +580,14 @@ impl ShmFabric {
                 return Ok(false);
             }
             let t = C::record(Stage::Enqueue, t0);
-            // SAFETY: bounds checked above; the destination is the peer's
-            // segment mapped in this process, the source a caller's slice,
-            // which may itself lie in a segment (hence a memmove).
-            unsafe { std::ptr::copy(pkt.payload.as_ptr(), seg.base.add(off as usize), len) };
+            // SAFETY: off + len <= seg.len (checked above), so `off` is an
+            // in-bounds offset into the peer's segment, mapped in this
+            // process as long as the fabric.
+            let dst = unsafe { seg.base.add(off as usize) };
+            // SAFETY: dst..dst + len lies in the peer's segment (bounds
+            // checked above); the source is the caller's live slice, which
+            // may itself lie in a segment (hence `copy`, a memmove).
+            unsafe { std::ptr::copy(pkt.payload.as_ptr(), dst, len) };
             announce::<C>(p, *bell, pkt, F_DEPOSIT, off, t);
             self.mark_if_self(peer, ch);
             return Ok(true);
@@ -607,12 +626,17 @@ impl ShmFabric {
                 zone.populated
                     .cover(zone.base, at + len, zone.alloc.capacity())
             };
-            // SAFETY: at + len <= the zone's length (ZoneAlloc::place), the zone lies
-            // in the peer's file (Layout::new), and the peer reads these
-            // bytes only after the cell published below names them and
-            // until it releases that cell, before which place() does not
-            // hand them out again.
-            unsafe { std::ptr::copy_nonoverlapping(pkt.payload.as_ptr(), zone.base.add(at), len) };
+            // SAFETY: at + len <= the zone's length (ZoneAlloc::place) and
+            // the zone lies in the peer's file (Layout::new): an in-bounds
+            // offset.
+            let dst = unsafe { zone.base.add(at) };
+            // SAFETY: dst..dst + len lies in the zone (as above); the peer
+            // reads these bytes only after the cell published below names
+            // them and until it releases that cell, before which place()
+            // does not hand them out again. The source is the caller's slice,
+            // and no safe API hands out a landing zone's bytes as one, so
+            // the two do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(pkt.payload.as_ptr(), dst, len) };
             zone.alloc.placed(p.head(), at, len);
             announce::<C>(p, *bell, pkt, F_ZONE, at as u64, t);
             self.mark_if_self(peer, ch);
@@ -808,11 +832,14 @@ impl ShmFabric {
                         zone as usize,
                     )
                 };
-                // SAFETY: at + total <= zone_len, so the range lies in this
-                // sender's zone in our own file; the sender does not reuse
-                // these bytes before this cell is released (after the
-                // handler).
-                unsafe { std::slice::from_raw_parts(r.zone.add(at as usize), total) }
+                // SAFETY: at + total <= zone_len (checked above): an
+                // in-bounds offset into this sender's zone in our own file.
+                let data = unsafe { r.zone.add(at as usize) };
+                // SAFETY: data..data + total lies in this sender's zone in
+                // our own file, mapped as long as the fabric; the sender
+                // does not reuse these bytes before this cell is released
+                // (after the handler), and we never write them.
+                unsafe { std::slice::from_raw_parts(data, total) }
             } else if m.flags & F_DEPOSIT != 0 {
                 let seg = self.segment_of(self.me);
                 if m.len != 0
@@ -826,8 +853,13 @@ impl ShmFabric {
                         m.deposit
                     ));
                 }
-                // SAFETY: bounds checked against the local segment just above.
-                unsafe { std::slice::from_raw_parts(seg.base.add(m.deposit as usize), total) }
+                // SAFETY: deposit + total <= seg.len (checked just above):
+                // an in-bounds offset into our own segment.
+                let data = unsafe { seg.base.add(m.deposit as usize) };
+                // SAFETY: data..data + total lies in our own segment (checked
+                // just above), mapped as long as the fabric; the sender wrote
+                // it before publishing this cell (acquire in `peek`).
+                unsafe { std::slice::from_raw_parts(data, total) }
             } else {
                 if total != m.len as usize {
                     r.cons.release();

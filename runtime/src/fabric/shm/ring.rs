@@ -168,22 +168,36 @@ impl Producer {
         let cell = self.ring.cell(self.head);
         // (Word by word and `memmove`, not two `memcpy` calls: those cost
         // about 60 instructions for a Short with no words and no payload.)
-        // SAFETY: the cell is free (has_room), so the consumer does not read
-        // it until `publish` stores its sequence word; the writes stay
-        // inside the cell because the caller checked the sizes; the words
-        // are 8-aligned (cells are 64-aligned, CELL_HDR is 32).
-        unsafe {
-            std::ptr::write(cell.add(8) as *mut CellMeta, meta);
-            let at = cell.add(CELL_HDR) as *mut u64;
-            for (i, &w) in words.iter().enumerate() {
-                at.add(i).write(w);
-            }
-            crate::memmove::memmove(
-                chunk.as_ptr(),
-                cell.add(CELL_HDR + words.len() * 8),
-                chunk.len(),
-            );
+        // Every access below stays in the cell `cell` points to: the cell is
+        // free (`has_room`, checked by the caller), so the consumer does not
+        // read it until `publish` stores its sequence word, and nobody else
+        // writes it (the producer side is `&mut self`).
+        // SAFETY: offset 8 (past the sequence word) is inside the cell,
+        // which `Ring::cell` keeps inside the mapping.
+        let meta_at = unsafe { cell.add(8) } as *mut CellMeta;
+        // SAFETY: the CellMeta slot is bytes 8..CELL_HDR of the free cell,
+        // 8-aligned (cells are 64-aligned; `align_of::<CellMeta>() == 8`,
+        // asserted in `layout`).
+        unsafe { std::ptr::write(meta_at, meta) };
+        // SAFETY: CELL_HDR < cell_size, so the words' start is inside the
+        // cell.
+        let at = unsafe { cell.add(CELL_HDR) } as *mut u64;
+        for (i, &w) in words.iter().enumerate() {
+            // SAFETY: i < words.len() <= MAX_WORDS, and the caller checked
+            // the words fit the cell (`capacity` cannot underflow), so word
+            // `i` is inside it.
+            let word = unsafe { at.add(i) };
+            // SAFETY: word `i` of the free cell, in bounds (above) and
+            // 8-aligned (64-aligned cell, CELL_HDR = 32).
+            unsafe { word.write(w) };
         }
+        // SAFETY: the words end at most at the cell's end (the caller's
+        // size check), so the payload's start is inside or one past it.
+        let payload = unsafe { cell.add(CELL_HDR + words.len() * 8) };
+        // SAFETY: `chunk` is a live slice; `chunk.len() <= capacity(words)`
+        // (the caller's check) keeps the destination inside the free cell,
+        // and `memmove` needs no alignment.
+        unsafe { crate::memmove::memmove(chunk.as_ptr(), payload, chunk.len()) };
     }
 
     /// Publish the cell written last: it becomes visible to the consumer.
@@ -247,22 +261,35 @@ impl Consumer {
             return None;
         }
         let cell = self.ring.cell(n);
-        // SAFETY: the acquire load above saw the producer's release of this
-        // cell, so its contents are complete and the producer will not touch
-        // it until `release` publishes the tail.
-        let meta = unsafe { std::ptr::read(cell.add(8) as *const CellMeta) };
+        // The acquire load above saw the producer's release of this cell, so
+        // its contents are complete and the producer will not touch it until
+        // `release` publishes the tail (the ring protocol, `order`).
+        // SAFETY: offset 8 (past the sequence word) is inside the cell, which
+        // `Ring::cell` keeps inside the mapping.
+        let meta_at = unsafe { cell.add(8) } as *const CellMeta;
+        // SAFETY: the published cell's CellMeta slot, complete and 8-aligned
+        // (64-aligned cell, `align_of::<CellMeta>() == 8`); every bit
+        // pattern is a valid CellMeta (plain integers), and `check_meta`
+        // below vets what a peer wrote.
+        let meta = unsafe { std::ptr::read(meta_at) };
         if let Err(e) = check_meta(&meta, self.ring.cell_size - CELL_HDR) {
             return Some(Err(e));
         }
         let nw = meta.nwords as usize;
-        // SAFETY: check_meta bounded nwords and len by the cell size; the
-        // words are 8-aligned (cells are 64-aligned, CELL_HDR is 32).
-        let (words, chunk) = unsafe {
-            (
-                std::slice::from_raw_parts(cell.add(CELL_HDR) as *const u64, nw),
-                std::slice::from_raw_parts(cell.add(CELL_HDR + nw * 8), meta.len as usize),
-            )
-        };
+        // SAFETY: CELL_HDR < cell_size: the words' start is inside the cell.
+        let words_at = unsafe { cell.add(CELL_HDR) } as *const u64;
+        // SAFETY: check_meta bounded `nw` by MAX_WORDS, and every cell holds
+        // that many (cell_size >= 256 >= CELL_HDR + 8 * MAX_WORDS, kept by
+        // `Config::validate`), so the `nw` words lie in the published cell, which stays unchanged until
+        // `release` (which needs `&mut self`, so not while this borrow of
+        // `self` lives); 8-aligned (64-aligned cells, CELL_HDR = 32).
+        let words = unsafe { std::slice::from_raw_parts(words_at, nw) };
+        // SAFETY: `CELL_HDR + nw * 8 <= cell_size` (as above), inside or
+        // one past the cell.
+        let chunk_at = unsafe { cell.add(CELL_HDR + nw * 8) };
+        // SAFETY: check_meta bounded `meta.len` by what the cell holds after
+        // the words; the bytes stay unchanged until `release`, as above.
+        let chunk = unsafe { std::slice::from_raw_parts(chunk_at, meta.len as usize) };
         Some(Ok(CellView { meta, words, chunk }))
     }
 
