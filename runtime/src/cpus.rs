@@ -29,15 +29,15 @@ impl CpuSet {
     /// The CPUs this process may run on (its affinity mask), or `None` if
     /// the kernel does not say.
     pub fn of_this_process() -> Option<CpuSet> {
-        // SAFETY: cpu_set_t is plain bits; zeroed is the empty set, and
-        // sched_getaffinity writes at most size_of::<cpu_set_t>() bytes.
-        let set = unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-                return None;
-            }
-            set
-        };
+        // SAFETY: cpu_set_t is plain bits; zeroed is the empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: sched_getaffinity(2) writes at most the size we pass,
+        // size_of::<cpu_set_t>() bytes, into `set`, which we own.
+        let rc =
+            unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+        if rc != 0 {
+            return None;
+        }
         let mut s = CpuSet::default();
         for cpu in 0..64 * CPU_WORDS {
             // SAFETY: cpu < CPU_SETSIZE (1024), the bits of `set`.

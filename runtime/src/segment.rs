@@ -193,16 +193,17 @@ fn too_small(len: usize, ranks_here: usize, free: u64, total: u64) -> Error {
 /// Free and total bytes of the file system holding `dir`.
 fn space(dir: &str) -> Option<(u64, u64)> {
     let c = std::ffi::CString::new(dir).ok()?;
-    // SAFETY: statvfs(3) writes only into `st`, a zeroed struct we own; the
-    // path is a valid NUL-terminated string.
-    unsafe {
-        let mut st: libc::statvfs = std::mem::zeroed();
-        if libc::statvfs(c.as_ptr(), &mut st) != 0 {
-            return None;
-        }
-        let f = st.f_frsize as u64;
-        Some((st.f_bavail as u64 * f, st.f_blocks as u64 * f))
+    // SAFETY: `libc::statvfs` is plain integers: all-zero bytes are a
+    // valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs(3) writes only into `st`, a struct we own of the size
+    // libc expects; the path is a valid NUL-terminated string (`c`, alive
+    // for the call).
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
     }
+    let f = st.f_frsize as u64;
+    Some((st.f_bavail as u64 * f, st.f_blocks as u64 * f))
 }
 
 /// Fault in the pages holding `addr..addr + len` now, writable, so that
@@ -266,9 +267,13 @@ impl PopulatedPrefix {
             return;
         }
         let to = end.min(limit);
-        // SAFETY: self.to..to lies within base..base + limit (the
-        // caller's promise).
-        unsafe { populate(base.add(self.to), to - self.to) };
+        // SAFETY: self.to < end and to <= limit, and base..base + limit is
+        // one live mapping (this function's `# Safety` contract), so
+        // `self.to` is an in-bounds offset.
+        let from = unsafe { base.add(self.to) };
+        // SAFETY: `populate`'s contract: from..base + to lies within
+        // base..base + limit, the caller's one live shared mapping.
+        unsafe { populate(from, to - self.to) };
         self.to = to;
     }
 }

@@ -93,20 +93,24 @@ fn watched(addr: usize) -> bool {
 
 fn install() {
     PREVIOUS.get_or_init(|| {
-        // SAFETY: sigaction(2) with a zeroed struct naming our handler
-        // (SA_SIGINFO: it gets the faulting address); the previous
-        // disposition is written into `old`, which we own.
-        unsafe {
-            let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = on_sigbus as *const () as usize;
-            new.sa_flags = libc::SA_SIGINFO;
-            libc::sigemptyset(&mut new.sa_mask);
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(libc::SIGBUS, &new, &mut old) != 0 {
-                old.sa_sigaction = libc::SIG_DFL;
-            }
-            Previous(old)
+        // SAFETY: `libc::sigaction` is integers and a signal set: all-zero
+        // bytes are a valid value (no handler, no flags, empty mask).
+        let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
+        new.sa_sigaction = on_sigbus as *const () as usize;
+        new.sa_flags = libc::SA_SIGINFO;
+        // SAFETY: sigemptyset(3) writes only the signal set we pass, a
+        // field of `new`, which we own.
+        unsafe { libc::sigemptyset(&mut new.sa_mask) };
+        // SAFETY: as for `new`: all-zero bytes are a valid sigaction.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: sigaction(2) with `new` naming our handler, an
+        // `extern "C" fn(c_int, *mut siginfo_t, *mut c_void)` as SA_SIGINFO
+        // requires (it gets the faulting address); the previous disposition
+        // is written into `old`, which we own.
+        if unsafe { libc::sigaction(libc::SIGBUS, &new, &mut old) } != 0 {
+            old.sa_sigaction = libc::SIG_DFL;
         }
+        Previous(old)
     });
 }
 
@@ -117,9 +121,13 @@ fn say(s: &[u8]) {
 }
 
 extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo_t for SA_SIGINFO handlers;
-    // si_addr is the faulting address for SIGBUS.
-    let addr = unsafe { (*info).si_addr() } as usize;
+    // SAFETY: the kernel passes a valid siginfo_t, alive for the handler's
+    // run, to SA_SIGINFO handlers (`install` sets SA_SIGINFO).
+    let info = unsafe { &*info };
+    // SAFETY: `si_addr` reads the union member the kernel fills for
+    // SIGBUS, the only signal this handler is installed for: the faulting
+    // address.
+    let addr = unsafe { info.si_addr() } as usize;
     if watched(addr) {
         say(b"splitrt: rank ");
         let rank = RANK.load(Ordering::Relaxed);

@@ -241,8 +241,12 @@ fn get_and_put_by_rdma_with_bounds_checked() {
     j.fabrics[0].get(1, 100, &mut back).unwrap();
     assert_eq!(back, data);
     let seg0 = j.fabrics[0].local_segment();
-    // SAFETY (test): the segment is j.segs[0], alive for the test.
-    let in_seg = unsafe { std::slice::from_raw_parts_mut(seg0.base().add(2000), 5000) };
+    // SAFETY: the segment is j.segs[0], 64 KiB and alive for the test, so
+    // 2000 is an in-bounds offset.
+    let at = unsafe { seg0.base().add(2000) };
+    // SAFETY: bytes 2000..7000 of j.segs[0], alive for the test; nothing
+    // else reads or writes them while `in_seg` is in use (the `get` below).
+    let in_seg = unsafe { std::slice::from_raw_parts_mut(at, 5000) };
     j.fabrics[0].get(1, 100, in_seg).unwrap();
     assert_eq!(&j.segs[0][2000..7000], &data[..5000]);
     j.fabrics[1].put(1, 0, &j.segs[0][2000..2010]).unwrap();

@@ -69,11 +69,14 @@ impl Pmi2 {
             .map_err(|_| err("PMI_FD is not a file descriptor number"))?;
         let rank = var("PMI_RANK")?;
         let jobid = std::env::var("PMI_JOBID").unwrap_or_default();
-        // SAFETY: fstat(2) on a descriptor number only writes into `st`.
-        let is_socket = unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
-        };
+        // SAFETY: `libc::stat` is plain integers: all-zero bytes are a
+        // valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat(2) on any descriptor number (an unopened one gives
+        // EBADF) only writes into `st`, a struct we own of the size libc
+        // expects.
+        let is_socket = unsafe { libc::fstat(fd, &mut st) } == 0
+            && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK;
         if fd < 3 || !is_socket {
             return Err(err(format!("PMI_FD={fd} is not an open socket")));
         }

@@ -178,22 +178,28 @@ impl Sink for SegmentSink {
         if !self.seg.contains(off, data.len()) {
             return false;
         }
-        // SAFETY: off + data.len() <= len was checked just above; the
-        // segment stays mapped while the sink is used (`new`'s contract);
-        // `data` is a receive buffer, never the segment itself.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data.as_ptr(), self.seg.base().add(off), data.len())
-        };
+        // SAFETY: off + data.len() <= len was checked just above, so `off`
+        // is an in-bounds offset into the segment, which stays mapped while
+        // the sink is used (`new`'s contract).
+        let dst = unsafe { self.seg.base().add(off) };
+        // SAFETY: dst..dst + data.len() lies in the segment (as above);
+        // `data` is a receive buffer, never the segment itself, so the two
+        // do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
         true
     }
     fn read(&self, off: usize, len: usize) -> Option<&[u8]> {
         if !self.seg.contains(off, len) {
             return None;
         }
-        // SAFETY: inside the segment (checked just above), which stays
-        // mapped while the sink is used (`new`'s contract). The slice is
-        // the deposited Long payload, lent to the handler for its call.
-        Some(unsafe { std::slice::from_raw_parts(self.seg.base().add(off), len) })
+        // SAFETY: off + len <= the segment's length (checked just above):
+        // an in-bounds offset into the segment, mapped while the sink is
+        // used (`new`'s contract).
+        let data = unsafe { self.seg.base().add(off) };
+        // SAFETY: data..data + len lies in the segment (as above). The
+        // slice is the deposited Long payload, lent to the handler for its
+        // call, which `&self` bounds.
+        Some(unsafe { std::slice::from_raw_parts(data, len) })
     }
 }
 

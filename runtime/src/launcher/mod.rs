@@ -207,12 +207,12 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
         .spawn(move || server.run(n, boot_timeout))
         .map_err(|e| thread_error("the bootstrap rendezvous", e))?;
 
-    // SAFETY: installing an async-signal-safe handler that only stores to an
-    // atomic; SIG_ERR is ignored (we would merely lose Ctrl-C cleanup).
-    unsafe {
-        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-    }
+    // SAFETY: `on_signal` is an `extern "C" fn(c_int)`, the handler type
+    // signal(2) expects, and async-signal-safe (it only stores to an
+    // atomic); SIG_ERR is ignored (we would merely lose Ctrl-C cleanup).
+    unsafe { libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t) };
+    // SAFETY: as for SIGINT just above.
+    unsafe { libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t) };
 
     let mut children: Vec<Child> = Vec::with_capacity(n);
     // A remote rank's lifeline: its remote shell's standard input.
@@ -264,15 +264,17 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
             }
         };
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-        // SAFETY: the closure runs in the child between fork and exec and
-        // calls only prctl(2), which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                // Die with the launcher, whatever kills it.
-                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                Ok(())
-            });
-        }
+        // Die with the launcher, whatever kills it.
+        let die_with_launcher = || {
+            // SAFETY: PR_SET_PDEATHSIG takes a signal number and touches no
+            // memory of ours.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            Ok(())
+        };
+        // SAFETY: `pre_exec`'s contract: the closure runs in the child
+        // between fork and exec and calls only prctl(2), which is
+        // async-signal-safe; it allocates nothing and takes no lock.
+        unsafe { cmd.pre_exec(die_with_launcher) };
         match cmd.spawn() {
             Ok(mut child) => {
                 let mut lifeline = child.stdin.take();

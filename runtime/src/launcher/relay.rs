@@ -72,12 +72,13 @@ impl Relay {
 }
 
 fn set_nonblocking(fd: &OwnedFd) {
-    // SAFETY: fcntl(2) on a descriptor we own; no memory is involved.
-    unsafe {
-        let fl = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        if fl >= 0 {
-            libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
-        }
+    // SAFETY: fcntl(2) F_GETFL on a descriptor we own (`fd` is borrowed
+    // for the call); no memory is involved.
+    let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if fl >= 0 {
+        // SAFETY: F_SETFL on the same owned descriptor, with its own flags
+        // plus O_NONBLOCK; no memory is involved.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK) };
     }
 }
 

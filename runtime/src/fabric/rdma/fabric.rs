@@ -227,19 +227,20 @@ impl<V: Verbs> PendingRdma<V> {
         let mut mailbox = MmapMut::map_anon(size * 2 * 8)
             .map_err(|e| Error::io("mapping the ibverbs mailbox", e))?;
         let at = |e: Error| e.at_rank(rank);
-        // SAFETY (the three registrations): the pool and the mailbox are
-        // this fabric's own mappings, moved into it below and unmapped
-        // only after Drop deregistered them; the segment is alive as long
-        // as the fabric (this function's contract). All three are accessed
-        // only through raw pointers and atomics, never Rust references
-        // the device's writes could invalidate.
+        // The three registrations: the pool and the mailbox are this
+        // fabric's own mappings, moved into it below and unmapped only
+        // after Drop deregistered them; the segment is alive as long as the
+        // fabric (this function's contract). All three are accessed only
+        // through raw pointers and atomics, never Rust references the
+        // device's writes could invalidate.
+        // SAFETY: `register`'s contract, for the pool (as just said).
         let pool_r =
             unsafe { verbs.register(pool.as_mut_ptr(), pool_len, Access::Local) }.map_err(at)?;
-        // SAFETY: as above.
+        // SAFETY: `register`'s contract, for the mailbox (as said above).
         let mail_r =
             unsafe { verbs.register(mailbox.as_mut_ptr(), mailbox.len(), Access::RemoteReadWrite) }
                 .map_err(at)?;
-        // SAFETY: as above.
+        // SAFETY: `register`'s contract, for the segment (as said above).
         let seg_r = unsafe { verbs.register(seg.base(), seg.len(), Access::RemoteReadWrite) }
             .map_err(at)?;
         let send_depth = nb as u32 + 16;
@@ -403,9 +404,13 @@ impl<V: Verbs> RdmaFabric<V> {
 
     fn mailbox(&self, peer: usize, ch: usize) -> u64 {
         let p = self.mailbox.as_ptr() as *const AtomicU64;
-        // SAFETY: the mailbox holds size * 2 aligned u64s; peers write them
-        // by RDMA, so they are read atomically.
-        unsafe { (*p.add(peer * 2 + ch)).load(Ordering::Acquire) }
+        // SAFETY: peer < size and ch < 2, and the mailbox holds size * 2
+        // u64s: an in-bounds offset.
+        let slot = unsafe { p.add(peer * 2 + ch) };
+        // SAFETY: the slot is an 8-aligned u64 (page-aligned mapping) of
+        // the mailbox, which lives as long as `self`; peers write it by
+        // RDMA, so it is only ever read atomically, never through `&u64`.
+        unsafe { (*slot).load(Ordering::Acquire) }
     }
 
     fn post_recv(&self, d: &mut Dev<V>, peer: usize, index: u32) -> Result<()> {
@@ -946,9 +951,14 @@ impl<V: Verbs> RdmaFabric<V> {
         for at in (0..len).step_by(bs) {
             let n = bs.min(len - at);
             if write {
-                // SAFETY: `buf` holds `len` bytes (a caller's slice); the
-                // bounce buffer is ours and `bs` long.
-                unsafe { std::ptr::copy_nonoverlapping(buf.add(at), bounce, n) };
+                // SAFETY: at < len and `buf` holds `len` bytes (a caller's
+                // slice, `rma`'s callers): an in-bounds offset.
+                let src = unsafe { buf.add(at) };
+                // SAFETY: src..src + n lies in the caller's slice (at + n <=
+                // len); the bounce buffer is this fabric's own, `bs >= n`
+                // long and taken from `free_send` for this call only, so
+                // the two do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(src, bounce, n) };
             }
             let pool = d.pool;
             r = self.rma_wait(
@@ -964,9 +974,13 @@ impl<V: Verbs> RdmaFabric<V> {
                 break;
             }
             if !write {
-                // SAFETY: the read completed into the bounce buffer; `buf`
-                // is the caller's `&mut` slice of `len` bytes.
-                unsafe { std::ptr::copy_nonoverlapping(bounce, buf.add(at), n) };
+                // SAFETY: at < len, and `buf` is the caller's `&mut` slice
+                // of `len` bytes: an in-bounds offset.
+                let dst = unsafe { buf.add(at) };
+                // SAFETY: the read completed into the bounce buffer (ours,
+                // `n <= bs` bytes); dst..dst + n lies in the caller's `&mut`
+                // slice, which cannot overlap the bounce buffer.
+                unsafe { std::ptr::copy_nonoverlapping(bounce, dst, n) };
             }
         }
         d.free_send[peer].push(idx);

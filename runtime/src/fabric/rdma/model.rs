@@ -401,8 +401,13 @@ impl Net {
 /// `dst` (and `src` without an inline copy) must be valid for `len` bytes.
 unsafe fn copy(inline: &Option<Vec<u8>>, src: u64, dst: u64, len: usize) {
     match inline {
-        Some(b) => std::ptr::copy(b.as_ptr(), dst as *mut u8, len.min(b.len())),
-        None => std::ptr::copy(src as *const u8, dst as *mut u8, len),
+        // SAFETY: `b` is a live vector of at least `len.min(b.len())` bytes;
+        // `dst` is valid for `len` bytes (this function's `# Safety`
+        // contract); `copy` allows overlap.
+        Some(b) => unsafe { std::ptr::copy(b.as_ptr(), dst as *mut u8, len.min(b.len())) },
+        // SAFETY: without an inline copy, `src` and `dst` are both valid
+        // for `len` bytes (this function's `# Safety` contract).
+        None => unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len) },
     }
 }
 

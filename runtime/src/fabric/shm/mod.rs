@@ -218,13 +218,14 @@ impl PendingShm {
         let cpu_masks = files
             .iter()
             .map(|f| {
-                // SAFETY: CPUS_OFF + 128 <= HEADER_BYTES <= the file's
-                // length (check_peer, ours by creation); 8-aligned; written
-                // by its owner before it set `ready`, which check_peer read
-                // (acquire).
-                let words = unsafe {
-                    std::ptr::read(f.as_ptr().add(layout::CPUS_OFF) as *const [u64; CPU_WORDS])
-                };
+                // SAFETY: CPUS_OFF < HEADER_BYTES <= the file's length
+                // (check_peer, ours by creation): an in-bounds offset.
+                let at = unsafe { f.as_ptr().add(layout::CPUS_OFF) } as *const [u64; CPU_WORDS];
+                // SAFETY: CPUS_OFF + 8 * CPU_WORDS <= HEADER_BYTES (asserted
+                // in `layout`), inside the file; 8-aligned in a page-aligned
+                // mapping; written by its owner before it set `ready`, which
+                // check_peer read (acquire), and never written again.
+                let words = unsafe { std::ptr::read(at) };
                 let set = CpuSet::from_words(words);
                 (set.count() > 0).then_some(set)
             })
