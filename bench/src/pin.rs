@@ -11,13 +11,14 @@ pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
         ));
     }
     // SAFETY: cpu_set_t is plain old data for which all-zero is the empty
-    // set; CPU_SET writes inside it because `cpu` was checked above; the
-    // kernel reads exactly size_of::<cpu_set_t>() bytes from the pointer.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
-    };
+    // set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes inside `set` because `cpu` < its bit count
+    // (checked above).
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: the kernel reads exactly size_of::<cpu_set_t>() bytes from
+    // `&set`, a live set of that size.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
     if rc == 0 {
         Ok(())
     } else {

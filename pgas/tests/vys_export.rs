@@ -178,22 +178,26 @@ fn attack_the_file_behind(ring: &ImportedRing) {
     }
     // a read-only shared mapping of the read-write descriptor, then
     // mprotect to writable
-    // SAFETY: a fresh read-only mapping of the reopened file, checked,
-    // unmapped below; mprotect on it is expected to fail.
-    unsafe {
-        let m = libc::mmap(
+    // SAFETY: a fresh read-only mapping at an address the kernel picks,
+    // of the reopened file (at least 4096 bytes); no Rust memory involved.
+    let m = unsafe {
+        libc::mmap(
             std::ptr::null_mut(),
             4096,
             libc::PROT_READ,
             libc::MAP_SHARED,
             f.as_raw_fd(),
             0,
-        );
-        assert_ne!(m, libc::MAP_FAILED, "a read-only mapping is allowed");
-        let r = libc::mprotect(m, 4096, libc::PROT_READ | libc::PROT_WRITE);
-        libc::munmap(m, 4096);
-        assert_eq!(r, -1, "a consumer made its mapping of the ring writable");
-    }
+        )
+    };
+    assert_ne!(m, libc::MAP_FAILED, "a read-only mapping is allowed");
+    // SAFETY: `m` is the 4096-byte mapping just made (checked), which no
+    // reference points into; mprotect on it is expected to fail, and if it
+    // did not, nothing writes through it.
+    let r = unsafe { libc::mprotect(m, 4096, libc::PROT_READ | libc::PROT_WRITE) };
+    // SAFETY: the mapping just made, 4096 bytes, unused from here on.
+    unsafe { libc::munmap(m, 4096) };
+    assert_eq!(r, -1, "a consumer made its mapping of the ring writable");
     let t = f.set_len(0);
     assert!(t.is_err(), "a consumer shrank the producer's ring");
     let t = f.set_len(1 << 30);

@@ -37,18 +37,22 @@ impl<'a> Line<'a> {
                 seg.base()
             )));
         }
-        // SAFETY: bytes offset..offset+64 of rank 0's segment are mapped in both
+        // Bytes offset..offset+64 of rank 0's segment are mapped in both
         // processes for as long as the fabric lives, which `'a` (a borrow of
         // the endpoint) guarantees; the line is 64-byte aligned (checked
         // above), so both words are aligned for AtomicU64; nothing else in
         // this benchmark touches that line of rank 0's segment, and the
         // two processes only access the words atomically.
-        let (ping, pong) = unsafe {
-            (
-                &*(seg.base().add(offset) as *const AtomicU64),
-                &*(seg.base().add(offset + 8) as *const AtomicU64),
-            )
-        };
+        // SAFETY: offset + 64 <= the segment's length (checked above): an
+        // in-bounds offset.
+        let ping_at = unsafe { seg.base().add(offset) } as *const AtomicU64;
+        // SAFETY: offset + 8 < offset + 64: in bounds, as above.
+        let pong_at = unsafe { seg.base().add(offset + 8) } as *const AtomicU64;
+        // SAFETY: the line's first word: aligned, mapped for `'a`, and only
+        // ever accessed atomically (as said above).
+        let ping = unsafe { &*ping_at };
+        // SAFETY: the line's second word, likewise.
+        let pong = unsafe { &*pong_at };
         Ok(Line { ping, pong })
     }
 

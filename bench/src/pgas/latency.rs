@@ -148,12 +148,15 @@ fn local_word(pg: &Pgas, p: GlobalPtr<u64>) -> Result<&AtomicU64> {
             "{p:?} is not a word of this rank's segment"
         )));
     }
+    // SAFETY: off + 8 <= the segment's length (checked above): an in-bounds
+    // offset.
+    let at = unsafe { seg.base().add(off) } as *const AtomicU64;
     // SAFETY: the word lies inside this rank's segment and is 8-byte
     // aligned (checked above; segments are page aligned); the mapping lives
     // as long as the endpoint, which the returned borrow of `pg` keeps
     // alive; the benchmark accesses this word only atomically here and
     // through one-sided puts of whole aligned words.
-    Ok(unsafe { &*(seg.base().add(off) as *const AtomicU64) })
+    Ok(unsafe { &*at })
 }
 
 /// One-sided round trips: rank 0 puts `i` into rank 1's ping word and

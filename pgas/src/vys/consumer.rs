@@ -819,10 +819,11 @@ impl Worker {
                     None if r.room(p) == 0 => Next::Starved,
                     None => match pool.take() {
                         None => Next::Starved,
-                        // SAFETY: the buffer is one of the pool's, which
-                        // frees none while the worker (and so the reader,
-                        // declared before the pool) lives.
                         Some(buf) => {
+                            // SAFETY: `RdmaReader::read`'s contract: the
+                            // buffer is one of the pool's, which frees none
+                            // while the worker (and so the reader, declared
+                            // before the pool) lives.
                             match unsafe { r.read(p, info.offset, slot_bytes(bytes), buf) } {
                                 Ok(id) => {
                                     self.rdma_reads.insert(id, (product.clone(), info));

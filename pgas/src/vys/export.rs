@@ -330,23 +330,39 @@ fn send_fd(s: &UnixStream, fd: RawFd, data: &[u8]) -> io::Result<()> {
     };
     // SAFETY: CMSG_SPACE is a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    let mut cbuf = vec![0u8; space];
-    // SAFETY: msghdr is plain data; every pointer set below refers to live
-    // buffers of the stated lengths for the duration of sendmsg.
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = space as _;
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd);
-        if libc::sendmsg(s.as_raw_fd(), &msg, 0) < 0 {
-            return Err(io::Error::last_os_error());
-        }
+    // 8-aligned, as a `cmsghdr` must be (a `Vec<u8>` need not be); `space`
+    // of its bytes are the control buffer.
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    // SAFETY: msghdr is integers and pointers: all-zero bytes are a valid
+    // value (null pointers, zero lengths).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = space as _;
+    // SAFETY: CMSG_FIRSTHDR only reads `msg`'s control fields (`msg` is a
+    // live msghdr).
+    let c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    // SAFETY: space >= size_of::<cmsghdr>(), so `c` is the start of `cbuf`
+    // (not null): 8-aligned, zeroed, live until the end of this function,
+    // and not otherwise referenced while `hdr` is used.
+    let hdr = unsafe { &mut *c };
+    hdr.cmsg_level = libc::SOL_SOCKET;
+    hdr.cmsg_type = libc::SCM_RIGHTS;
+    // SAFETY: CMSG_LEN is a pure size computation.
+    hdr.cmsg_len = unsafe { libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) } as _;
+    // SAFETY: CMSG_DATA is pointer arithmetic: the first byte after the
+    // header `c`, inside `cbuf` (CMSG_SPACE counted header and data).
+    let data_at = unsafe { libc::CMSG_DATA(c) } as *mut RawFd;
+    // SAFETY: the descriptor's bytes lie in `cbuf` (CMSG_SPACE(size_of::<
+    // RawFd>()) bytes from `c`); written unaligned, as the data after a
+    // header need not be aligned for an int.
+    unsafe { std::ptr::write_unaligned(data_at, fd) };
+    // SAFETY: sendmsg(2) only reads `msg`, whose iov names `data`
+    // (data.len() bytes) and whose control names `space` bytes of `cbuf`,
+    // all live for the call.
+    if unsafe { libc::sendmsg(s.as_raw_fd(), &msg, 0) } < 0 {
+        return Err(io::Error::last_os_error());
     }
     Ok(())
 }
@@ -372,37 +388,59 @@ fn recv_fd(s: &UnixStream, data: &mut [u8]) -> io::Result<Option<OwnedFd>> {
     let mut cbuf = [0u64; 4];
     debug_assert!(one <= std::mem::size_of_val(&cbuf));
     let mut fds: Vec<OwnedFd> = Vec::new();
-    // SAFETY: msghdr is plain data; its pointers refer to `iov` / `data`
-    // and `cbuf`, live for the call, with the lengths given, and the
-    // kernel writes at most those. The control messages are walked with
-    // CMSG_FIRSTHDR / CMSG_NXTHDR, which stay inside `msg_controllen`
-    // bytes of `cbuf`; the descriptors of an SCM_RIGHTS message are the
-    // `(cmsg_len - CMSG_LEN(0)) / sizeof(int)` ints after its header
-    // (read unaligned), each a fresh descriptor the kernel installed for
-    // us, which `OwnedFd` then owns (and closes when dropped).
-    let flags = unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = one as _;
-        let n = libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let bytes = ((*c).cmsg_len as usize).saturating_sub(libc::CMSG_LEN(0) as usize);
-                let at = libc::CMSG_DATA(c) as *const RawFd;
-                for i in 0..bytes / FD {
-                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(at.add(i))));
-                }
+    // SAFETY: msghdr is integers and pointers: all-zero bytes are a valid
+    // value (null pointers, zero lengths).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = one as _;
+    // SAFETY: `msg`'s pointers refer to `iov` / `data` and `cbuf`, live for
+    // the call, with the lengths given; the kernel writes at most those
+    // (and `msg`'s own length and flag fields).
+    let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // The control messages are walked with CMSG_FIRSTHDR / CMSG_NXTHDR,
+    // which return only headers lying wholly inside the `msg_controllen`
+    // bytes of `cbuf` (8-aligned), or null; the kernel set each header's
+    // `cmsg_len` to cover only the data it wrote there.
+    // SAFETY: CMSG_FIRSTHDR only reads `msg`'s control fields.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !c.is_null() {
+        // SAFETY: a non-null header inside `cbuf` (as just said), aligned
+        // and initialised (zeroed, then written by the kernel); nothing
+        // writes `cbuf` while `hdr` lives.
+        let hdr = unsafe { &*c };
+        if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_RIGHTS {
+            // SAFETY: CMSG_LEN is a pure size computation.
+            let head = unsafe { libc::CMSG_LEN(0) } as usize;
+            let bytes = (hdr.cmsg_len as usize).saturating_sub(head);
+            // SAFETY: CMSG_DATA is pointer arithmetic: the first byte after
+            // the header `c`, inside `cbuf` (its `cmsg_len` covers it).
+            let at = unsafe { libc::CMSG_DATA(c) } as *const RawFd;
+            // The descriptors of an SCM_RIGHTS message are the
+            // `(cmsg_len - CMSG_LEN(0)) / sizeof(int)` ints after its header.
+            for i in 0..bytes / FD {
+                // SAFETY: i < bytes / FD: int `i` lies within the header's
+                // `cmsg_len`, inside `cbuf`.
+                let slot = unsafe { at.add(i) };
+                // SAFETY: that int, written by the kernel; read unaligned,
+                // as the data after a header need not be aligned for it.
+                let raw = unsafe { std::ptr::read_unaligned(slot) };
+                // SAFETY: `raw` is a fresh descriptor the kernel installed
+                // for us in this recvmsg and nothing else owns: `OwnedFd`
+                // owns it now (and closes it when dropped).
+                fds.push(unsafe { OwnedFd::from_raw_fd(raw) });
             }
-            c = libc::CMSG_NXTHDR(&msg, c);
         }
-        msg.msg_flags
-    };
+        // SAFETY: CMSG_NXTHDR reads `msg`'s control fields and the header
+        // `c` (inside `cbuf`, above), and returns the next header wholly
+        // inside the control bytes, or null.
+        c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+    }
+    let flags = msg.msg_flags;
     if flags & libc::MSG_CTRUNC != 0 || fds.len() > 1 {
         // `fds` closes every descriptor that came
         return Err(io::Error::new(
@@ -486,29 +524,33 @@ mod tests {
         // SAFETY: CMSG_SPACE is a pure size computation.
         let space = unsafe { libc::CMSG_SPACE(bytes as u32) } as usize;
         let mut cbuf = vec![0u64; space.div_ceil(8)];
-        // SAFETY: every pointer set refers to a live buffer of the stated
-        // length (the control buffer is 8-aligned and `space` long).
-        unsafe {
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-            msg.msg_controllen = space as _;
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(bytes as u32) as _;
-            std::ptr::copy_nonoverlapping(
-                fds.as_ptr(),
-                libc::CMSG_DATA(c) as *mut RawFd,
-                fds.len(),
-            );
-            assert!(
-                libc::sendmsg(s.as_raw_fd(), &msg, 0) >= 0,
-                "{}",
-                io::Error::last_os_error()
-            );
-        }
+        // SAFETY: msghdr is integers and pointers: all-zero bytes are a
+        // valid value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = space as _;
+        // SAFETY: CMSG_FIRSTHDR only reads `msg`'s control fields.
+        let c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        // SAFETY: `space` covers a header, so `c` is the start of `cbuf`:
+        // 8-aligned, zeroed, live, not otherwise referenced.
+        let hdr = unsafe { &mut *c };
+        hdr.cmsg_level = libc::SOL_SOCKET;
+        hdr.cmsg_type = libc::SCM_RIGHTS;
+        // SAFETY: CMSG_LEN is a pure size computation.
+        hdr.cmsg_len = unsafe { libc::CMSG_LEN(bytes as u32) } as _;
+        // SAFETY: CMSG_DATA is pointer arithmetic: the byte after the
+        // header, inside `cbuf`.
+        let data_at = unsafe { libc::CMSG_DATA(c) } as *mut RawFd;
+        // SAFETY: `bytes` bytes from `data_at` lie in `cbuf` (CMSG_SPACE
+        // counted them), 4-aligned (the header's size, a multiple of 8, past
+        // the 8-aligned `c`); `fds` is a separate slice of `fds.len()` ints.
+        unsafe { std::ptr::copy_nonoverlapping(fds.as_ptr(), data_at, fds.len()) };
+        // SAFETY: sendmsg(2) only reads `msg`, whose iov and control name
+        // live buffers of the stated lengths (`data`, `cbuf`).
+        let sent = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, 0) };
+        assert!(sent >= 0, "{}", io::Error::last_os_error());
     }
 
     /// A handover message carrying two (or three) descriptors instead of

@@ -151,40 +151,60 @@ impl SignalReceiver {
             iov_len: self.buf.len(),
         };
         let mut cbuf = [0u64; 8];
-        // SAFETY: msghdr is plain data; iov and control point at live
-        // buffers of the stated lengths for the call; the control message
-        // is checked (level, type, length) before its u32 is read.
-        unsafe {
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-            msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-            let fd = std::os::fd::AsRawFd::as_raw_fd(&self.sock);
-            let n = libc::recvmsg(fd, &mut msg, flags);
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if !matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) {
-                    self.error = Some(e);
-                }
-                return None;
+        // SAFETY: msghdr is integers and pointers: all-zero bytes are a
+        // valid value (null pointers, zero lengths).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.sock);
+        // SAFETY: `msg`'s iov and control point at live buffers (`buf`,
+        // `cbuf`) of the stated lengths for the call; the kernel writes at
+        // most those (and `msg`'s own length and flag fields).
+        let n = unsafe { libc::recvmsg(fd, &mut msg, flags) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) {
+                self.error = Some(e);
             }
-            let mut c = libc::CMSG_FIRSTHDR(&msg);
-            while !c.is_null() {
-                if (*c).cmsg_level == libc::SOL_SOCKET
-                    && (*c).cmsg_type == libc::SO_RXQ_OVFL
-                    && (*c).cmsg_len as usize >= libc::CMSG_LEN(4) as usize
-                {
-                    let v = std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u32);
-                    self.overflowed = self.overflowed.max(v as u64);
-                }
-                c = libc::CMSG_NXTHDR(&msg, c);
-            }
-            Some(n as usize)
+            return None;
         }
+        // The control messages are walked with CMSG_FIRSTHDR / CMSG_NXTHDR,
+        // which return only headers lying wholly inside the
+        // `msg_controllen` bytes of `cbuf` (8-aligned), or null.
+        // SAFETY: CMSG_FIRSTHDR only reads `msg`'s control fields.
+        let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        // SAFETY: CMSG_LEN is a pure size computation.
+        let with_u32 = unsafe { libc::CMSG_LEN(4) } as usize;
+        while !c.is_null() {
+            // SAFETY: a non-null header inside `cbuf` (as just said),
+            // aligned and initialised (zeroed, then written by the kernel);
+            // nothing writes `cbuf` while `hdr` lives.
+            let hdr = unsafe { &*c };
+            // The control message is checked (level, type, length) before
+            // its u32 is read.
+            if hdr.cmsg_level == libc::SOL_SOCKET
+                && hdr.cmsg_type == libc::SO_RXQ_OVFL
+                && hdr.cmsg_len as usize >= with_u32
+            {
+                // SAFETY: CMSG_DATA is pointer arithmetic: the first byte
+                // after the header `c`, inside `cbuf`.
+                let at = unsafe { libc::CMSG_DATA(c) } as *const u32;
+                // SAFETY: cmsg_len >= CMSG_LEN(4), so the u32 after the
+                // header lies in the message, inside `cbuf`; read unaligned.
+                let v = unsafe { std::ptr::read_unaligned(at) };
+                self.overflowed = self.overflowed.max(v as u64);
+            }
+            // SAFETY: CMSG_NXTHDR reads `msg`'s control fields and the
+            // header `c` (inside `cbuf`), and returns the next header wholly
+            // inside the control bytes, or null.
+            c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+        }
+        Some(n as usize)
     }
 
     fn decode(&mut self, n: usize) -> Result<Signal, SignalError> {

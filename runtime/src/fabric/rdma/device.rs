@@ -388,8 +388,12 @@ mod real {
         }
         let mut found = None;
         for i in 0..n.max(0) as usize {
-            // SAFETY: the list holds `n` device pointers.
-            let dev = unsafe { *list.add(i) };
+            // SAFETY: i < n and the list holds `n` device pointers (after
+            // them a NULL): an in-bounds offset.
+            let slot = unsafe { list.add(i) };
+            // SAFETY: entry `i` of the non-null list, which we own until
+            // ibv_free_device_list below.
+            let dev = unsafe { *slot };
             // SAFETY: `dev` is a listed device; its name is a C string that
             // lives as long as the list.
             let dname = unsafe { ffi::ibv_get_device_name(dev) };
@@ -718,7 +722,8 @@ mod real {
             }
             let access = ffi::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE | remote_flags(remote);
             // SAFETY: `self.pd` is our live protection domain; the caller
-            // keeps `len` bytes at `addr` mapped until deregister.
+            // keeps `len` bytes at `addr` mapped until deregister
+            // (`Verbs::register`'s `# Safety` contract).
             let mr = unsafe { ffi::ibv_reg_mr(self.pd, addr.cast(), len, access.0 as c_int) };
             if mr.is_null() {
                 let e = io::Error::last_os_error();
@@ -732,8 +737,11 @@ mod real {
                     e,
                 ));
             }
-            // SAFETY: `mr` is the region just registered.
-            let (lkey, rkey) = unsafe { ((*mr).lkey, (*mr).rkey) };
+            // SAFETY: `mr` is the region ibv_reg_mr just returned (checked
+            // non-null above), live until we deregister it; its keys are
+            // plain integers the library does not change.
+            let mr_ref = unsafe { &*mr };
+            let (lkey, rkey) = (mr_ref.lkey, mr_ref.rkey);
             self.mrs.insert(lkey, mr);
             Ok(Region {
                 addr: addr as u64,
