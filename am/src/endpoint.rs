@@ -351,12 +351,16 @@ const POLL_EVERY: u32 = 2;
 
 impl Inner {
     fn fabric(&self) -> &impl Fabric {
-        self.world.fabric()
+        self.fabric_ref()
     }
 
     /// The fabric, for [`Rma`](crate::Rma).
     pub(crate) fn fabric_ref(&self) -> &AnyFabric {
-        self.world.fabric()
+        // SAFETY: this layer writes into peers' segments only after
+        // checking the reserved and frozen ranges (`check_write`,
+        // `check_user_deposit`), and reads deliveries' deposits through
+        // views; callers of this function stay inside `am`.
+        unsafe { self.world.fabric() }
     }
 
     fn name(&self, id: u16) -> &str {
@@ -845,7 +849,7 @@ impl Endpoint {
 
     /// Counters of the UDP fabric, if this rank uses one (for reports).
     pub fn udp_stats(&self) -> Option<UdpStats> {
-        self.inner.world.fabric().udp().map(|u| u.stats())
+        self.inner.fabric_ref().udp().map(|u| u.stats())
     }
 
     /// Whether another rank of the job failed (one load, for polling
@@ -874,7 +878,7 @@ impl Endpoint {
     /// cargo feature `test-doubles`.
     #[cfg(feature = "test-doubles")]
     pub fn raw_fabric_for_tests(&self) -> &AnyFabric {
-        self.inner.world.fabric()
+        self.inner.fabric_ref()
     }
 
     /// Send a request, waiting (and serving inbound traffic) while `peer`

@@ -9,6 +9,7 @@ use rand::{Rng, SeedableRng};
 use splitrt_runtime::fabric::rdma::model::{ModelNetwork, ModelStats};
 use splitrt_runtime::fabric::rdma::{PendingRdma, RdmaConfig, RdmaFabric};
 use splitrt_runtime::fabric::{Channel, Fabric, Packet, SegmentRef};
+use splitrt_runtime::view::LocalView;
 use splitrt_runtime::{ErrorKind, Result};
 use std::cell::RefCell;
 
@@ -119,7 +120,10 @@ fn run_seed(seed: u64, size: usize, msgs: usize, cfg: RdmaConfig) -> ModelStats 
     let expect = RefCell::new(expect);
     let got = RefCell::new(0usize);
     let mut long_no = vec![0usize; size * size];
-    let check = |rank: usize, d: &splitrt_runtime::fabric::Delivery<'_>, ch: Channel| {
+    let check = |rank: usize,
+                 seg: SegmentRef,
+                 d: &splitrt_runtime::fabric::Delivery<'_>,
+                 ch: Channel| {
         let mut e = expect.borrow_mut();
         let p = e[rank][d.src * 2 + ch as usize]
             .pop_front()
@@ -129,9 +133,21 @@ fn run_seed(seed: u64, size: usize, msgs: usize, cfg: RdmaConfig) -> ModelStats 
             Kind::Short => 0,
             Kind::Medium(n) | Kind::Long(n) => n,
         };
-        assert_eq!(d.payload.len(), len, "seed {seed}: {p:?}");
+        // a Long arrives as its range of the segment, read through a view
+        let bytes = match d.deposit {
+            Some(dep) => {
+                assert!(d.payload.is_empty(), "seed {seed}: {p:?}");
+                assert!(seg.contains(dep.offset as usize, dep.len));
+                // SAFETY: inside the segment (checked just above), which
+                // its fabric keeps mapped: `j` is borrowed by the poll.
+                unsafe { LocalView::from_raw_parts(seg.base().add(dep.offset as usize), dep.len) }
+                    .to_vec()
+            }
+            None => d.payload.to_vec(),
+        };
+        assert_eq!(bytes.len(), len, "seed {seed}: {p:?}");
         assert!(
-            d.payload
+            bytes
                 .iter()
                 .enumerate()
                 .all(|(i, &b)| b == byte(p.src, p.seq, i)),
@@ -143,7 +159,8 @@ fn run_seed(seed: u64, size: usize, msgs: usize, cfg: RdmaConfig) -> ModelStats 
     let poll_all = |j: &Job| -> Result<()> {
         for (r, f) in j.fabrics.iter().enumerate() {
             for ch in [Channel::Request, Channel::Reply] {
-                f.poll(ch, &mut |d| check(r, d, ch))?;
+                let seg = f.local_segment();
+                f.poll(ch, &mut |d| check(r, seg, d, ch))?;
             }
         }
         Ok(())
