@@ -63,8 +63,24 @@ impl EndpointBuilder {
 
     /// Register one of splitrt's own request handlers at a fixed id below
     /// [`RESERVED_HANDLERS`](crate::RESERVED_HANDLERS) (for the PGAS layer).
+    ///
+    /// # Safety
+    ///
+    /// A Long to a reserved id skips the check that keeps user deposits
+    /// out of the ranges splitrt reserved for itself (the PGAS layer's
+    /// counters and scratch at offset 0, which it reads and writes while
+    /// the deposit may land): only splitrt's own layers may register
+    /// here, and only handlers whose senders and whose own code check
+    /// every deposit's range (the PGAS layer's put and store refuse one in
+    /// the reserved area or a frozen range). Safe code cannot:
+    ///
+    /// ```compile_fail,E0133
+    /// use splitrt_am::{EndpointBuilder, Kind};
+    /// let mut b = EndpointBuilder::new();
+    /// let _ = b.reserved_request(2, "mine", Kind::Long, 0, |_tok, _m| {});
+    /// ```
     #[doc(hidden)]
-    pub fn reserved_request<F>(
+    pub unsafe fn reserved_request<F>(
         &mut self,
         id: u16,
         name: &str,
@@ -81,8 +97,19 @@ impl EndpointBuilder {
     }
 
     /// Register one of splitrt's own reply handlers at a fixed reserved id.
+    ///
+    /// # Safety
+    ///
+    /// As for [`reserved_request`](Self::reserved_request): only splitrt's
+    /// own layers, with handlers that check their deposits.
+    ///
+    /// ```compile_fail,E0133
+    /// use splitrt_am::{EndpointBuilder, Kind};
+    /// let mut b = EndpointBuilder::new();
+    /// let _ = b.reserved_reply(3, "mine", Kind::Long, 0, |_m| {});
+    /// ```
     #[doc(hidden)]
-    pub fn reserved_reply<F>(
+    pub unsafe fn reserved_reply<F>(
         &mut self,
         id: u16,
         name: &str,
