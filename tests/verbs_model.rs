@@ -193,3 +193,54 @@ fn a_rank_that_fails_at_start_is_reported_by_the_others() {
         assert!(e.is_some(), "rank {r} started without rank 1");
     }
 }
+
+/// A direct put (RDMA write) into a frozen range is refused at the sender,
+/// naming the range and the peer, and writes nothing: the peer may hold a
+/// `FrozenArray::local()` slice over those bytes (issue 23). It checked
+/// only the reserved ranges, so the write landed under the reference.
+#[test]
+fn a_direct_put_into_a_frozen_range_is_refused() {
+    let (size, seg) = (2, 4 << 20);
+    let id = unique("frozen");
+    on_threads(size, 14, Duration::from_secs(60), move |r, dev| {
+        let ep = EndpointBuilder::new().attach_over_verbs_model(
+            job(&id, r, size),
+            config(seg, 16),
+            dev,
+        )?;
+        let off = (seg / 2) as u64;
+        ep.write_segment(off, &[7; 64])?;
+        ep.freeze_segment_range(off, 64)?;
+        ep.barrier()?;
+        if r == 0 {
+            let rma = ep.rma();
+            for (at, len) in [(off, 64), (off - 8, 16), (off + 63, 1)] {
+                let b = vec![9u8; len];
+                for nb in [false, true] {
+                    let res = if nb {
+                        rma.put_direct_nb(1, at, &b)
+                    } else {
+                        rma.put_direct(1, at, &b)
+                    };
+                    let e = res.expect("a one-sided path").unwrap_err();
+                    let s = e.to_string();
+                    assert!(s.contains("frozen") && s.contains("rank 1"), "{s}");
+                    assert!(s.contains(&format!("{off:#x}..{:#x}", off + 64)), "{s}");
+                    assert_eq!(e.peer(), Some(1));
+                }
+            }
+            rma.quiet()?;
+            // outside the frozen range, a direct put still goes through
+            rma.put_direct(1, off + 64, &[5; 8]).expect("one-sided")?;
+        }
+        ep.barrier()?;
+        if r == 1 {
+            let mut got = [0u8; 72];
+            ep.read_segment(off, &mut got)?;
+            assert_eq!(&got[..64], &[7; 64][..], "a frozen byte changed");
+            assert_eq!(&got[64..], &[5; 8][..]);
+        }
+        ep.barrier()?;
+        ep.finish()
+    });
+}

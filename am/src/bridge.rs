@@ -318,7 +318,8 @@ fn run(sh: &Shared, world: WorldRef) {
         // dropped the endpoint), happens inside `fire`, past `w`'s last
         // use, and the loop sees `stop` before it borrows again.
         let w = unsafe { &*world.0 };
-        let maybe = w.fabric().await_traffic(WAIT_LIMIT, &|| {
+        // SAFETY: only waits for traffic; sends and writes nothing.
+        let maybe = unsafe { w.fabric() }.await_traffic(WAIT_LIMIT, &|| {
             !sh.armed.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst)
         });
         if maybe || w.peer_failed() {

@@ -69,21 +69,20 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
             d.words.len()
         ));
     }
-    if let (Some(off), true) = (d.deposit, e.sig.id >= crate::RESERVED_HANDLERS) {
-        if let Err(why) = ep.check_user_deposit(off, d.payload.len() as u64) {
+    if let (Some(dep), true) = (d.deposit, e.sig.id >= crate::RESERVED_HANDLERS) {
+        let (off, len) = (dep.offset, dep.len);
+        if let Err(why) = ep.check_user_deposit(off, len as u64) {
             return bad(why.to_string());
         }
         // Refused at the sender already; a sender that skipped the check
         // (or froze nothing) is reported. The bytes have landed: a frozen
         // range is only sound with honest senders, as every rank's
         // splitrt is.
-        if let Some(r) = ep.frozen.find(off, d.payload.len() as u64) {
+        if let Some(r) = ep.frozen.find(off, len as u64) {
             return bad(format!(
-                "a Long payload at segment offset {off:#x} ({} B) wrote into bytes \
+                "a Long payload at segment offset {off:#x} ({len} B) wrote into bytes \
                  {:#x}..{:#x}, which are frozen",
-                d.payload.len(),
-                r.start,
-                r.end
+                r.start, r.end
             ));
         }
     }
@@ -95,12 +94,12 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
             long: None,
             offset: None,
         },
-        Some(off) => Incoming {
+        Some(dep) => Incoming {
             src: d.src,
             args: d.words,
             payload: &[],
-            long: Some(ep.deposited(off, d.payload.len())),
-            offset: Some(off),
+            long: Some(ep.deposited(dep.offset, dep.len)),
+            offset: Some(dep.offset),
         },
     };
     let _scope = HandlerScope::enter();

@@ -63,8 +63,24 @@ impl EndpointBuilder {
 
     /// Register one of splitrt's own request handlers at a fixed id below
     /// [`RESERVED_HANDLERS`](crate::RESERVED_HANDLERS) (for the PGAS layer).
+    ///
+    /// # Safety
+    ///
+    /// A Long to a reserved id skips the check that keeps user deposits
+    /// out of the ranges splitrt reserved for itself (the PGAS layer's
+    /// counters and scratch at offset 0, which it reads and writes while
+    /// the deposit may land): only splitrt's own layers may register
+    /// here, and only handlers whose senders and whose own code check
+    /// every deposit's range (the PGAS layer's put and store refuse one in
+    /// the reserved area or a frozen range). Safe code cannot:
+    ///
+    /// ```compile_fail,E0133
+    /// use splitrt_am::{EndpointBuilder, Kind};
+    /// let mut b = EndpointBuilder::new();
+    /// let _ = b.reserved_request(2, "mine", Kind::Long, 0, |_tok, _m| {});
+    /// ```
     #[doc(hidden)]
-    pub fn reserved_request<F>(
+    pub unsafe fn reserved_request<F>(
         &mut self,
         id: u16,
         name: &str,
@@ -81,8 +97,19 @@ impl EndpointBuilder {
     }
 
     /// Register one of splitrt's own reply handlers at a fixed reserved id.
+    ///
+    /// # Safety
+    ///
+    /// As for [`reserved_request`](Self::reserved_request): only splitrt's
+    /// own layers, with handlers that check their deposits.
+    ///
+    /// ```compile_fail,E0133
+    /// use splitrt_am::{EndpointBuilder, Kind};
+    /// let mut b = EndpointBuilder::new();
+    /// let _ = b.reserved_reply(3, "mine", Kind::Long, 0, |_m| {});
+    /// ```
     #[doc(hidden)]
-    pub fn reserved_reply<F>(
+    pub unsafe fn reserved_reply<F>(
         &mut self,
         id: u16,
         name: &str,
@@ -351,12 +378,16 @@ const POLL_EVERY: u32 = 2;
 
 impl Inner {
     fn fabric(&self) -> &impl Fabric {
-        self.world.fabric()
+        self.fabric_ref()
     }
 
     /// The fabric, for [`Rma`](crate::Rma).
     pub(crate) fn fabric_ref(&self) -> &AnyFabric {
-        self.world.fabric()
+        // SAFETY: this layer writes into peers' segments only after
+        // checking the reserved and frozen ranges (`check_write`,
+        // `check_user_deposit`), and reads deliveries' deposits through
+        // views; callers of this function stay inside `am`.
+        unsafe { self.world.fabric() }
     }
 
     fn name(&self, id: u16) -> &str {
@@ -845,7 +876,7 @@ impl Endpoint {
 
     /// Counters of the UDP fabric, if this rank uses one (for reports).
     pub fn udp_stats(&self) -> Option<UdpStats> {
-        self.inner.world.fabric().udp().map(|u| u.stats())
+        self.inner.fabric_ref().udp().map(|u| u.stats())
     }
 
     /// Whether another rank of the job failed (one load, for polling
@@ -874,7 +905,7 @@ impl Endpoint {
     /// cargo feature `test-doubles`.
     #[cfg(feature = "test-doubles")]
     pub fn raw_fabric_for_tests(&self) -> &AnyFabric {
-        self.inner.world.fabric()
+        self.inner.fabric_ref()
     }
 
     /// Send a request, waiting (and serving inbound traffic) while `peer`

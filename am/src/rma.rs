@@ -5,7 +5,8 @@
 //!
 //! Everything it offers is either checked or raw: writes are bounds
 //! checked by the fabric and refused where they would touch a range
-//! splitrt reserved for itself (as a user Long payload is); reads are
+//! splitrt reserved for itself (as a user Long payload is) or a frozen
+//! one; reads are
 //! bounds checked; segments come as [`SegmentRef`]s, address ranges that
 //! only `unsafe` code can dereference.
 
@@ -58,11 +59,12 @@ impl Rma<'_> {
 
     /// Copy `src` into `peer`'s segment at `off` one-sidedly (RDMA write),
     /// complete at the peer on return. `None`: no one-sided path. An error
-    /// if the range is outside `peer`'s segment or touches a range splitrt
-    /// reserved for itself.
+    /// if the range is outside `peer`'s segment, touches a range splitrt
+    /// reserved for itself, or touches a frozen range (every rank freezes
+    /// the same ones; the peer may hold references over them).
     #[inline]
     pub fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
-        if let Err(e) = self.check_write(off, src.len()) {
+        if let Err(e) = self.check_write(peer, off, src.len()) {
             return Some(Err(e));
         }
         self.inner.fabric_ref().put_direct(peer, off, src)
@@ -73,7 +75,7 @@ impl Rma<'_> {
     /// `None`: no such path for this peer or size.
     #[inline]
     pub fn put_direct_nb(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
-        if let Err(e) = self.check_write(off, src.len()) {
+        if let Err(e) = self.check_write(peer, off, src.len()) {
             return Some(Err(e));
         }
         self.inner.fabric_ref().put_direct_nb(peer, off, src)
@@ -85,9 +87,25 @@ impl Rma<'_> {
         self.inner.fabric_ref().rma_quiet()
     }
 
-    fn check_write(&self, off: u64, len: usize) -> Result<()> {
-        self.inner
-            .check_user_deposit(off, len as u64)
-            .map_err(|e: Error| e.at_rank(self.inner.rank))
+    /// Neither reserved nor frozen (one load while nothing is frozen).
+    #[inline]
+    fn check_write(&self, peer: usize, off: u64, len: usize) -> Result<()> {
+        let at = |e: Error| e.at_rank(self.inner.rank).with_peer(peer);
+        self.inner.check_user_deposit(off, len as u64).map_err(at)?;
+        match self.inner.frozen.find(off, len as u64) {
+            None => Ok(()),
+            Some(r) => Err(at(frozen_put(peer, off, len, r))),
+        }
     }
+}
+
+/// Why a direct put into a frozen range is refused.
+#[cold]
+#[inline(never)]
+fn frozen_put(peer: usize, off: u64, len: usize, r: std::ops::Range<u64>) -> Error {
+    Error::usage(format!(
+        "a direct put to rank {peer} at segment offset {off:#x} ({len} B) refused: bytes \
+         {:#x}..{:#x} are frozen (a frozen array is read-only on every rank until it is thawed)",
+        r.start, r.end
+    ))
 }

@@ -6,7 +6,9 @@
 use crate::atomic::{apply_atomic, AtomicOp};
 use crate::heap::RESERVED_BYTES;
 use crate::state::{AtomicSlot, State};
-use splitrt_am::{EndpointBuilder, Kind, Payload, ReplyHandler, RequestHandler, Result};
+use splitrt_am::{
+    EndpointBuilder, Incoming, Kind, Payload, ReplyHandler, RequestHandler, Result, Token,
+};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -32,10 +34,46 @@ fn in_segment(st: &State, off: u64, len: u64) -> bool {
             .is_some_and(|e| e <= st.seg().len() as u64)
 }
 
+/// [`EndpointBuilder::reserved_request`] for this module's handlers.
+fn reserved_request<F>(
+    b: &mut EndpointBuilder,
+    id: u16,
+    name: &str,
+    kind: Kind,
+    nargs: usize,
+    f: F,
+) -> Result<RequestHandler>
+where
+    F: Fn(Token<'_>, &Incoming<'_>) + Send + Sync + 'static,
+{
+    // SAFETY: called only from `register` below, with splitrt's own
+    // handlers: the Long ones (put, store) refuse a deposit in the reserved
+    // area or a frozen range, as their senders (`Pgas`'s put and store)
+    // do before sending; the others carry no deposit.
+    unsafe { b.reserved_request(id, name, kind, nargs, f) }
+}
+
+/// [`EndpointBuilder::reserved_reply`] for this module's handlers.
+fn reserved_reply<F>(
+    b: &mut EndpointBuilder,
+    id: u16,
+    name: &str,
+    kind: Kind,
+    nargs: usize,
+    f: F,
+) -> Result<ReplyHandler>
+where
+    F: Fn(&Incoming<'_>) + Send + Sync + 'static,
+{
+    // SAFETY: called only from `register` below, with splitrt's own reply
+    // handlers, none of which is a Long (no deposit to check).
+    unsafe { b.reserved_reply(id, name, kind, nargs, f) }
+}
+
 pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handlers> {
     // Replies first: requests capture their handles.
     let s = st.clone();
-    let get_r: ReplyHandler = b.reserved_reply(1, "splitrt.get_r", Kind::Medium, 3, move |m| {
+    let get_r: ReplyHandler = reserved_reply(b, 1, "splitrt.get_r", Kind::Medium, 3, move |m| {
         let (slot, at, status) = (m.arg(0) as usize, m.arg(1) as usize, m.arg(2));
         let mut dests = s.dests.lock();
         let mut wake = None;
@@ -87,14 +125,14 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         s.gets_done.fetch_add(1, Ordering::Release);
     })?;
     let s = st.clone();
-    let put_r = b.reserved_reply(3, "splitrt.put_r", Kind::Short, 1, move |m| {
+    let put_r = reserved_reply(b, 3, "splitrt.put_r", Kind::Short, 1, move |m| {
         if m.arg(0) != OK {
             s.fail(format!("rank {} refused a put", m.src()));
         }
         s.puts_done.fetch_add(1, Ordering::Release);
     })?;
     let s = st.clone();
-    let atomic_r = b.reserved_reply(6, "splitrt.atomic_r", Kind::Short, 3, move |m| {
+    let atomic_r = reserved_reply(b, 6, "splitrt.atomic_r", Kind::Short, 3, move |m| {
         let mut a = s.atomics.lock();
         let i = m.arg(0) as usize;
         if matches!(a.get_mut(i), Some(AtomicSlot::Cancelled)) {
@@ -109,7 +147,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
     })?;
 
     let s = st.clone();
-    let get = b.reserved_request(0, "splitrt.get", Kind::Short, 4, move |tok, m| {
+    let get = reserved_request(b, 0, "splitrt.get", Kind::Short, 4, move |tok, m| {
         let (slot, at, off, len) = (m.arg(0), m.arg(1), m.arg(2), m.arg(3));
         let seg = s.seg();
         let ok = in_segment(&s, off, len) && len as usize <= 1 << 26;
@@ -126,7 +164,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         }
     })?;
     let s = st.clone();
-    let put = b.reserved_request(2, "splitrt.put", Kind::Long, 0, move |tok, m| {
+    let put = reserved_request(b, 2, "splitrt.put", Kind::Long, 0, move |tok, m| {
         // The payload already sits where it belongs; acknowledge it. A put
         // into a frozen array is refused at its sender; one that came
         // anyway is refused here (reported to the sender's sync).
@@ -140,7 +178,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         }
     })?;
     let s = st.clone();
-    let store = b.reserved_request(4, "splitrt.store", Kind::Long, 0, move |tok, m| {
+    let store = reserved_request(b, 4, "splitrt.store", Kind::Long, 0, move |tok, m| {
         // Reply-free: count the bytes for store_sync. Senders never target
         // the reserved area or a frozen array (checked at the caller); a
         // peer that did is reported rather than counted.
@@ -156,7 +194,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         }
     })?;
     let s = st.clone();
-    let atomic = b.reserved_request(5, "splitrt.atomic", Kind::Short, 6, move |tok, m| {
+    let atomic = reserved_request(b, 5, "splitrt.atomic", Kind::Short, 6, move |tok, m| {
         let (slot, op, width, off, a, b) =
             (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
         let res = AtomicOp::decode(op, a, b).and_then(|op| {
@@ -179,7 +217,8 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         }
     })?;
     let s = st.clone();
-    let arrive = b.reserved_request(
+    let arrive = reserved_request(
+        b,
         7,
         "splitrt.barrier_arrive",
         Kind::Short,
@@ -189,7 +228,8 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         },
     )?;
     let s = st.clone();
-    let release = b.reserved_request(
+    let release = reserved_request(
+        b,
         8,
         "splitrt.barrier_release",
         Kind::Short,
@@ -199,12 +239,18 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         },
     )?;
     let s = st.clone();
-    let store_count =
-        b.reserved_request(9, "splitrt.store_count", Kind::Short, 2, move |_tok, m| {
+    let store_count = reserved_request(
+        b,
+        9,
+        "splitrt.store_count",
+        Kind::Short,
+        2,
+        move |_tok, m| {
             let p = (m.arg(0) % 2) as usize;
             s.store_expected[p].fetch_add(m.arg(1), Ordering::AcqRel);
             s.store_reports[p].fetch_add(1, Ordering::AcqRel);
-        })?;
+        },
+    )?;
     Ok(Handlers {
         get,
         put,

@@ -420,7 +420,7 @@ impl World {
         };
         // Start barrier: every rank has mapped every file, so names can go.
         world.barrier_of(Collective::Start, &mut || Ok(()))?;
-        if let Some(f) = world.fabric().shm() {
+        if let Some(f) = world.fabric.shm() {
             f.unlink_own().map_err(at)?;
         }
         guard.0 = None;
@@ -437,8 +437,28 @@ impl World {
         &self.config
     }
 
-    /// The fabric.
-    pub fn fabric(&self) -> &AnyFabric {
+    /// The fabric: raw sends (any tag, a Long deposit anywhere in a
+    /// peer's segment) and one-sided puts, checked only against the
+    /// segment's bounds.
+    ///
+    /// # Safety
+    ///
+    /// The fabric knows nothing of the ranges the upper layers of a rank
+    /// hand out references over (`splitrt-am`'s reserved and frozen
+    /// ranges). The caller must write (deposit, put) into a peer's segment
+    /// only where that peer's layers allow it, as `splitrt-am` does by
+    /// checking every Long and direct put against the reserved and frozen
+    /// ranges before it sends. Deliveries the fabric hands out carry
+    /// deposits as ranges, never as slices of the segment.
+    ///
+    /// No safe code reaches the raw fabric through a `World`:
+    ///
+    /// ```compile_fail,E0133
+    /// fn raw(w: &splitrt_runtime::world::World) {
+    ///     let _ = w.fabric();
+    /// }
+    /// ```
+    pub unsafe fn fabric(&self) -> &AnyFabric {
         &self.fabric
     }
 

@@ -7,8 +7,12 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use splitrt_runtime::fabric::rdma::model::{ModelNetwork, ModelStats};
+use splitrt_runtime::fabric::rdma::verbs::{
+    Access, Completion, QpCaps, QpEndpoint, QpId, Region, SendWr, Sge, Verbs,
+};
 use splitrt_runtime::fabric::rdma::{PendingRdma, RdmaConfig, RdmaFabric};
 use splitrt_runtime::fabric::{Channel, Fabric, Packet, SegmentRef};
+use splitrt_runtime::view::LocalView;
 use splitrt_runtime::{ErrorKind, Result};
 use std::cell::RefCell;
 
@@ -119,7 +123,10 @@ fn run_seed(seed: u64, size: usize, msgs: usize, cfg: RdmaConfig) -> ModelStats 
     let expect = RefCell::new(expect);
     let got = RefCell::new(0usize);
     let mut long_no = vec![0usize; size * size];
-    let check = |rank: usize, d: &splitrt_runtime::fabric::Delivery<'_>, ch: Channel| {
+    let check = |rank: usize,
+                 seg: SegmentRef,
+                 d: &splitrt_runtime::fabric::Delivery<'_>,
+                 ch: Channel| {
         let mut e = expect.borrow_mut();
         let p = e[rank][d.src * 2 + ch as usize]
             .pop_front()
@@ -129,9 +136,21 @@ fn run_seed(seed: u64, size: usize, msgs: usize, cfg: RdmaConfig) -> ModelStats 
             Kind::Short => 0,
             Kind::Medium(n) | Kind::Long(n) => n,
         };
-        assert_eq!(d.payload.len(), len, "seed {seed}: {p:?}");
+        // a Long arrives as its range of the segment, read through a view
+        let bytes = match d.deposit {
+            Some(dep) => {
+                assert!(d.payload.is_empty(), "seed {seed}: {p:?}");
+                assert!(seg.contains(dep.offset as usize, dep.len));
+                // SAFETY: inside the segment (checked just above), which
+                // its fabric keeps mapped: `j` is borrowed by the poll.
+                unsafe { LocalView::from_raw_parts(seg.base().add(dep.offset as usize), dep.len) }
+                    .to_vec()
+            }
+            None => d.payload.to_vec(),
+        };
+        assert_eq!(bytes.len(), len, "seed {seed}: {p:?}");
         assert!(
-            d.payload
+            bytes
                 .iter()
                 .enumerate()
                 .all(|(i, &b)| b == byte(p.src, p.seq, i)),
@@ -143,7 +162,8 @@ fn run_seed(seed: u64, size: usize, msgs: usize, cfg: RdmaConfig) -> ModelStats 
     let poll_all = |j: &Job| -> Result<()> {
         for (r, f) in j.fabrics.iter().enumerate() {
             for ch in [Channel::Request, Channel::Reply] {
-                f.poll(ch, &mut |d| check(r, d, ch))?;
+                let seg = f.local_segment();
+                f.poll(ch, &mut |d| check(r, seg, d, ch))?;
             }
         }
         Ok(())
@@ -473,4 +493,137 @@ fn a_get_that_fails_leaves_no_rdma_read_behind() {
         }
     }
     panic!("only {seen} seeds where the get failed before its read ran");
+}
+
+/// A device that lies: past `arm`, every send or non-blocking RDMA write
+/// it completes names a send buffer far past the pool. Implementing
+/// `Verbs` is `unsafe` (this one breaks the promise on purpose); the
+/// fabric must still refuse the completion rather than write through it.
+struct Lying {
+    model: Model,
+    armed: bool,
+}
+
+// SAFETY: every call goes to the model, which keeps the contract, except
+// `poll`'s forged wr_ids, which are what this test is about: the fabric
+// checks them and no test writes through one.
+unsafe impl Verbs for Lying {
+    fn describe(&self) -> String {
+        self.model.describe()
+    }
+    unsafe fn register(&mut self, addr: *mut u8, len: usize, access: Access) -> Result<Region> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.model.register(addr, len, access) }
+    }
+    fn deregister(&mut self, region: &Region) -> Result<()> {
+        self.model.deregister(region)
+    }
+    fn create_qp(&mut self, caps: QpCaps) -> Result<QpId> {
+        self.model.create_qp(caps)
+    }
+    fn max_inline(&self, qp: QpId) -> u32 {
+        self.model.max_inline(qp)
+    }
+    fn endpoint(&self, qp: QpId) -> QpEndpoint {
+        self.model.endpoint(qp)
+    }
+    fn connect(&mut self, qp: QpId, remote: &QpEndpoint) -> Result<()> {
+        self.model.connect(qp, remote)
+    }
+    unsafe fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.model.post_recv(qp, wr_id, sge) }
+    }
+    unsafe fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.model.post_send(qp, wr) }
+    }
+    fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        let n = self.model.poll(out)?;
+        if self.armed {
+            for c in &mut out[..n] {
+                let kind = c.wr_id >> 62;
+                // a send (1) or an RDMA write (3) with a buffer index
+                if (kind == 1 || kind == 3) && c.wr_id as u32 != u32::MAX {
+                    c.wr_id = (c.wr_id & !0xffff_ffff) | 0x4000_0000;
+                }
+            }
+        }
+        Ok(n)
+    }
+    fn destroy_qp(&mut self, qp: QpId) -> Result<()> {
+        self.model.destroy_qp(qp)
+    }
+}
+
+/// Two ranks over the model, rank 0's device lying once `armed`.
+fn lying_pair(seed: u64) -> Vec<RdmaFabric<Lying>> {
+    let net = ModelNetwork::new(seed);
+    let pending: Vec<PendingRdma<Lying>> = (0..2)
+        .map(|r| {
+            let dev = Lying {
+                model: net.device(&format!("rank{r}")),
+                armed: r == 0,
+            };
+            PendingRdma::with_own_segment(dev, r, 2, 1 << 16, RdmaConfig::default()).unwrap()
+        })
+        .collect();
+    let cards: Vec<_> = pending.iter().map(|p| p.card()).collect();
+    pending
+        .into_iter()
+        .map(|p| p.connect(&cards).unwrap())
+        .collect()
+}
+
+/// A completion naming a send buffer outside the pool (from a device
+/// that breaks the `Verbs` contract) is a protocol error naming the peer,
+/// not a buffer index the next send or non-blocking put copies into: the
+/// fabric put it on the free list unchecked, and `put_nb` wrote far past
+/// the pool.
+#[test]
+fn a_completion_naming_a_bogus_send_buffer_is_refused() {
+    let check = |e: splitrt_runtime::Error| {
+        assert!(matches!(e.kind(), ErrorKind::Protocol(_)), "{e}");
+        assert!(e.to_string().contains("send buffer 1073741824"), "{e}");
+        assert_eq!(e.peer(), Some(1), "{e}");
+    };
+    // a non-blocking put's RDMA write
+    let f = lying_pair(21);
+    let data = [0xa5u8; 512];
+    assert!(f[0].put_nb(1, 0, &data).unwrap());
+    let mut err = f[0].quiet().err();
+    for _ in 0..4 {
+        if err.is_some() {
+            break;
+        }
+        // the free list must not hand the forged index out
+        err = f[0].put_nb(1, 1024, &data).err();
+    }
+    check(err.expect("the forged completion was accepted"));
+    // a Medium's send (not inline)
+    let f = lying_pair(22);
+    let big = vec![7u8; 2000];
+    let pkt = Packet {
+        tag: 1,
+        words: &[],
+        payload: &big,
+        deposit: None,
+    };
+    let mut err = None;
+    for _ in 0..64 {
+        match f[0].try_send(1, Channel::Request, &pkt, &mut |_| Ok(())) {
+            Err(e) => {
+                err = Some(e);
+                break;
+            }
+            Ok(_) => {
+                let _ = f[1].poll(Channel::Request, &mut |_| {});
+                if let Err(e) = f[0].poll(Channel::Request, &mut |_| {}) {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+    }
+    check(err.expect("the forged completion was accepted"));
 }

@@ -86,14 +86,6 @@ impl Sink for Landing {
         }
         true
     }
-    /// Empty for a place with no read or a range past what it wants.
-    fn read(&self, off: usize, len: usize) -> Option<&[u8]> {
-        let (i, at) = (off / self.stride, off % self.stride);
-        Some(match self.places.get(i) {
-            Some(Some(p)) if at + len <= p.want => &p.buf[at..at + len],
-            _ => &[],
-        })
-    }
 }
 
 /// A read session with one producer's read server.
@@ -373,7 +365,12 @@ impl RemoteRing {
                 .reasm
                 .feed(0, body, MAX_CONTROL, &mut self.landing, &mut |m| {
                     if m.tag == T_DATA && m.words.len() == 2 {
-                        got.push((m.words[0], m.words[1], m.deposit, m.payload.len()));
+                        // a deposit arrives as its range (offset, length)
+                        let (at, len) = match m.deposit {
+                            Some(d) => (Some(d.offset), d.len),
+                            None => (None, m.payload.len()),
+                        };
+                        got.push((m.words[0], m.words[1], at, len));
                     } else if m.tag == T_OFFER && m.words.len() == 1 && m.deposit.is_none() {
                         answer = Some(if m.words[0] == STATUS_OK {
                             RingOffer::decode(m.payload)

@@ -18,7 +18,7 @@
 //! that spans datagrams is collected into one buffer of at most the Medium
 //! maximum, and one that fits a frame is delivered where it lies.
 
-use crate::fabric::{Delivery, SegmentRef, MAX_WORDS};
+use crate::fabric::{Delivery, Deposit, SegmentRef, MAX_WORDS};
 
 /// Frame header bytes.
 pub const FRAME_HEADER: usize = 24;
@@ -124,8 +124,6 @@ pub trait Sink {
     /// `off + data.len() > len()`.
     #[must_use = "false means the bytes were refused (outside the segment)"]
     fn write(&mut self, off: usize, data: &[u8]) -> bool;
-    /// The bytes at `off..off + len`; `None` if they are not all inside.
-    fn read(&self, off: usize, len: usize) -> Option<&[u8]>;
 }
 
 /// A segment held in a vector (the simulator's, and tests').
@@ -144,9 +142,6 @@ impl Sink for Vec<u8> {
             }
             None => false,
         }
-    }
-    fn read(&self, off: usize, len: usize) -> Option<&[u8]> {
-        self.get(off..off.checked_add(len)?)
     }
 }
 
@@ -187,19 +182,6 @@ impl Sink for SegmentSink {
         // do not overlap.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
         true
-    }
-    fn read(&self, off: usize, len: usize) -> Option<&[u8]> {
-        if !self.seg.contains(off, len) {
-            return None;
-        }
-        // SAFETY: off + len <= the segment's length (checked just above):
-        // an in-bounds offset into the segment, mapped while the sink is
-        // used (`new`'s contract).
-        let data = unsafe { self.seg.base().add(off) };
-        // SAFETY: data..data + len lies in the segment (as above). The
-        // slice is the deposited Long payload, lent to the handler for its
-        // call, which `&self` bounds.
-        Some(unsafe { std::slice::from_raw_parts(data, len) })
     }
 }
 
@@ -326,16 +308,17 @@ impl Reassembler {
                 );
             }
             if placed {
-                // bounds checked above; the payload is already in place
-                let payload = seg
-                    .read(deposit as usize, total)
-                    .ok_or_else(|| outside(deposit, total, seg.len()))?;
+                // bounds checked above; the payload is already in place,
+                // delivered as its range (never a slice of the segment)
                 deliver(&Delivery {
                     src,
                     tag,
                     words: &words[..nwords],
-                    payload,
-                    deposit: Some(deposit),
+                    payload: &[],
+                    deposit: Some(Deposit {
+                        offset: deposit,
+                        len: total,
+                    }),
                 });
                 return Ok((end, true));
             }
@@ -400,18 +383,24 @@ impl Reassembler {
             return Ok((end, false));
         }
         let p = self.cur.take().expect("in progress");
-        let payload = match p.deposit {
-            Some(base) => seg
-                .read(base as usize, p.total)
-                .ok_or_else(|| outside(base, p.total, seg.len()))?,
-            None => &p.buf[..],
+        // A deposit (written in range, checked per frame above) is
+        // delivered as its range, never as a slice of the segment.
+        let (payload, deposit) = match p.deposit {
+            Some(offset) => (
+                &[][..],
+                Some(Deposit {
+                    offset,
+                    len: p.total,
+                }),
+            ),
+            None => (&p.buf[..], None),
         };
         deliver(&Delivery {
             src,
             tag: p.tag,
             words: &p.words[..p.nwords],
             payload,
-            deposit: p.deposit,
+            deposit,
         });
         Ok((end, true))
     }
@@ -438,8 +427,6 @@ mod tests {
             !sink.write(usize::MAX - 2, &[3; 8]),
             "an offset that overflows"
         );
-        assert!(sink.read(60, 8).is_none() && sink.read(usize::MAX, 2).is_none());
-        assert_eq!(sink.read(56, 8), Some(&[1u8; 8][..]));
         assert_eq!(&buf[56..64], &[1; 8]);
         assert!(
             buf[64..].iter().all(|&b| b == 0),
@@ -447,7 +434,7 @@ mod tests {
         );
         // the same through the vector sink
         let mut v = vec![0u8; 64];
-        assert!(!Sink::write(&mut v, 60, &[2; 8]) && Sink::read(&v, 60, 8).is_none());
+        assert!(!Sink::write(&mut v, 60, &[2; 8]) && v.iter().all(|&b| b == 0));
     }
 
     #[test]
@@ -509,8 +496,15 @@ mod tests {
         assert_eq!(got.len(), 3);
         assert_eq!(got[0], (7, 1, vec![1, 2], vec![], None));
         assert_eq!(got[1].3, big);
-        assert_eq!(got[2].3, &big[..3000]);
-        assert_eq!(got[2].4, Some(100));
+        // the deposit arrives as its range; the bytes are in the segment
+        assert!(got[2].3.is_empty());
+        assert_eq!(
+            got[2].4,
+            Some(Deposit {
+                offset: 100,
+                len: 3000
+            })
+        );
         assert_eq!(&seg[100..3100], &big[..3000]);
     }
 
@@ -533,7 +527,11 @@ mod tests {
                 got.push((d.tag, d.words.to_vec(), d.payload.to_vec(), d.deposit))
             })
             .unwrap();
-        assert_eq!(got, vec![(4, vec![5], vec![9; 10], Some(200))]);
+        let want = Deposit {
+            offset: 200,
+            len: 10,
+        };
+        assert_eq!(got, vec![(4, vec![5], vec![], Some(want))]);
         // out of the segment: refused, nothing delivered
         let m = OutMsg {
             deposit: Some(4090),

@@ -56,11 +56,26 @@ pub struct Delivery<'a> {
     pub tag: u16,
     /// Argument words.
     pub words: &'a [u64],
-    /// Payload: in place in the fabric's buffer, or the deposited range of
-    /// the local segment.
+    /// An inline payload, in place in the fabric's own buffer (a ring
+    /// cell, a landing zone, a receive or reassembly buffer), which nobody
+    /// writes while the callback runs. Empty for a deposit: a deposited
+    /// payload lies in the local segment, where peers and other threads
+    /// may write at any time, so no `&[u8]` to it is ever handed out.
     pub payload: &'a [u8],
-    /// Segment offset where the payload was deposited, if it was.
-    pub deposit: Option<u64>,
+    /// Where the payload was deposited in the local segment, if it was
+    /// (a range inside the segment, checked by the fabric).
+    pub deposit: Option<Deposit>,
+}
+
+/// A deposited payload's place in the receiver's segment: an offset and a
+/// length, never the bytes (the upper layer reads them, if at all, through
+/// a [`LocalView`](crate::view::LocalView)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deposit {
+    /// Segment offset of the first byte.
+    pub offset: u64,
+    /// Length in bytes.
+    pub len: usize,
 }
 
 /// A rank's registered segment as mapped in this process: an address

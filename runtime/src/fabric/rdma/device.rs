@@ -170,7 +170,8 @@ pub fn open(choice: &DeviceChoice) -> Result<IbvDevice> {
 }
 
 #[cfg(not(feature = "ibverbs"))]
-impl Verbs for IbvDevice {
+// SAFETY: uninhabited: no method can be called.
+unsafe impl Verbs for IbvDevice {
     fn describe(&self) -> String {
         match *self {}
     }
@@ -705,7 +706,10 @@ mod real {
         }
     }
 
-    impl Verbs for IbvDevice {
+    // SAFETY: every call is the libibverbs verb itself on a real RC device,
+    // which keeps the contract (keys and bounds checked by the device;
+    // completions only of posted work requests, with their wr_ids).
+    unsafe impl Verbs for IbvDevice {
         fn describe(&self) -> String {
             self.what.clone()
         }

@@ -519,6 +519,7 @@ impl<V: Verbs> RdmaFabric<V> {
                     K_SEND => {
                         d.outstanding[peer] -= 1;
                         if index != u32::MAX {
+                            self.check_send_index(peer, index)?;
                             d.free_send[peer].push(index);
                         }
                     }
@@ -529,6 +530,7 @@ impl<V: Verbs> RdmaFabric<V> {
                     }
                     _ => {
                         // a non-blocking put's write: its bounce buffer is free
+                        self.check_send_index(peer, index)?;
                         d.outstanding[peer] -= 1;
                         d.nb_done[peer] += 1;
                         d.free_send[peer].push(index);
@@ -539,6 +541,22 @@ impl<V: Verbs> RdmaFabric<V> {
                 return Ok(());
             }
         }
+    }
+
+    /// A completion that frees send buffer `index` toward `peer` must name
+    /// one of them: the index goes back to the free list, and a later send
+    /// or non-blocking put copies into [`send_addr`](Self::send_addr) of it.
+    fn check_send_index(&self, peer: usize, index: u32) -> Result<()> {
+        if (index as usize) < self.nb() {
+            return Ok(());
+        }
+        Err(Error::protocol(format!(
+            "ibverbs send completion toward rank {peer} names send buffer {index} \
+             (there are {})",
+            self.nb()
+        ))
+        .at_rank(self.rank)
+        .with_peer(peer))
     }
 
     /// Read credit reports from the mailbox for `peer`.

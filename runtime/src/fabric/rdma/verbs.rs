@@ -251,7 +251,52 @@ pub struct QpCaps {
 ///     let _ = v.register(0x1000 as *mut u8, 4096, Access::RemoteReadWrite);
 /// }
 /// ```
-pub trait Verbs: Send {
+///
+/// # Safety
+///
+/// The trait is `unsafe` to implement: the fabric trusts what a device
+/// reports about the memory it was handed, so an implementation promises
+/// to behave as RC verbs do:
+///
+/// * it reads and writes only memory it was handed: registered regions
+///   (within their bounds, with the access they were registered with) and
+///   the scatter-gather entries of work requests posted on it, only while
+///   those requests are outstanding (an inline send's bytes only during
+///   [`post_send`](Self::post_send));
+/// * [`poll`](Self::poll) reports each posted work request at most once,
+///   with the `wr_id` it was posted with, and reports none that was not
+///   posted; a receive's `len` is at most its entry's length and the bytes
+///   it reports were written by then; a completion (success, error or
+///   flush) means the device is done with the request's memory;
+/// * after [`destroy_qp`](Self::destroy_qp) or
+///   [`deregister`](Self::deregister) returns, it no longer touches the
+///   queue pair's posted memory or the region.
+///
+/// The fabric still checks what it can (a completion naming an unknown
+/// rank or buffer is a protocol error naming the peer), but a device that
+/// breaks these promises can make it write where it must not.
+///
+/// Safe code cannot implement a device:
+///
+/// ```compile_fail,E0200
+/// use splitrt_runtime::fabric::rdma::verbs::*;
+/// use splitrt_runtime::Result;
+/// struct Fake;
+/// impl Verbs for Fake {
+///     fn describe(&self) -> String { "fake".into() }
+///     unsafe fn register(&mut self, _: *mut u8, _: usize, _: Access) -> Result<Region> { todo!() }
+///     fn deregister(&mut self, _: &Region) -> Result<()> { Ok(()) }
+///     fn create_qp(&mut self, _: QpCaps) -> Result<QpId> { todo!() }
+///     fn max_inline(&self, _: QpId) -> u32 { 0 }
+///     fn endpoint(&self, _: QpId) -> QpEndpoint { todo!() }
+///     fn connect(&mut self, _: QpId, _: &QpEndpoint) -> Result<()> { Ok(()) }
+///     unsafe fn post_recv(&mut self, _: QpId, _: u64, _: Sge) -> Result<()> { Ok(()) }
+///     unsafe fn post_send(&mut self, _: QpId, _: &SendWr) -> Result<()> { Ok(()) }
+///     fn poll(&mut self, _: &mut [Completion]) -> Result<usize> { Ok(0) }
+///     fn destroy_qp(&mut self, _: QpId) -> Result<()> { Ok(()) }
+/// }
+/// ```
+pub unsafe trait Verbs: Send {
     /// What this device is (for messages): e.g. `mlx5_0 port 1`.
     fn describe(&self) -> String;
     /// Register `len` bytes at `addr`, with what remote peers may do to
@@ -305,7 +350,8 @@ pub trait Verbs: Send {
 
 /// A boxed device is a device (so code can hold `Box<dyn Verbs>` where the
 /// choice of device is made at run time).
-impl<T: Verbs + ?Sized> Verbs for Box<T> {
+// SAFETY: every call goes to the boxed device, which keeps the contract.
+unsafe impl<T: Verbs + ?Sized> Verbs for Box<T> {
     fn describe(&self) -> String {
         (**self).describe()
     }

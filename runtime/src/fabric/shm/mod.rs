@@ -23,7 +23,7 @@ use self::layout::{
 use self::owner::{Guarded, Owner};
 use self::ring::{Consumer, Producer, Ring};
 use self::zone::ZoneAlloc;
-use super::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
+use super::{Channel, Delivery, Deposit, Fabric, Packet, SegmentRef, MAX_WORDS};
 use crate::config::Config;
 use crate::cpus::{CpuSet, CPU_WORDS};
 use crate::segment::{populate, PopulatedPrefix, ShmFile};
@@ -854,13 +854,10 @@ impl ShmFabric {
                         m.deposit
                     ));
                 }
-                // SAFETY: deposit + total <= seg.len (checked just above):
-                // an in-bounds offset into our own segment.
-                let data = unsafe { seg.base.add(m.deposit as usize) };
-                // SAFETY: data..data + total lies in our own segment (checked
-                // just above), mapped as long as the fabric; the sender wrote
-                // it before publishing this cell (acquire in `peek`).
-                unsafe { std::slice::from_raw_parts(data, total) }
+                // Bounds checked against the local segment just above. The
+                // bytes lie in the segment, where peers deposit and store
+                // concurrently: delivered as a range, never as a slice.
+                &[]
             } else {
                 if total != m.len as usize {
                     r.cons.release();
@@ -874,7 +871,10 @@ impl ShmFabric {
                 tag: m.tag,
                 words: view.words,
                 payload,
-                deposit: (m.flags & F_DEPOSIT != 0).then_some(m.deposit),
+                deposit: (m.flags & F_DEPOSIT != 0).then_some(Deposit {
+                    offset: m.deposit,
+                    len: total,
+                }),
             });
             let t = C::start();
             r.cons.release();
@@ -1309,7 +1309,10 @@ mod tests {
             let r = f.poll(Channel::Request, &mut |d| {
                 assert!(d.words.len() <= MAX_WORDS);
                 match d.deposit {
-                    Some(off) => assert!(off as usize + d.payload.len() <= 1 << 20),
+                    Some(dep) => {
+                        assert!(dep.offset as usize + dep.len <= 1 << 20);
+                        assert!(d.payload.is_empty(), "a deposit delivered as bytes");
+                    }
                     None => assert!(d.payload.len() <= 4096),
                 }
             });
@@ -1428,6 +1431,44 @@ mod tests {
             Stage::Release,
         ] {
             assert_eq!(t.count[s as usize], 1, "{s:?}: {t:?}");
+        }
+    }
+
+    /// A Long's deposit is delivered as a range of the segment, never as a
+    /// `&[u8]` over it: peers deposit into the segment concurrently, so a
+    /// slice there would be a shared reference over bytes another writer
+    /// changes (issue 23). No delivery's payload lies in the segment.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn a_deposit_is_delivered_as_a_range_not_segment_bytes() {
+        let f = solo("deprange", 512, 2);
+        let seg = f.local_segment();
+        let in_segment = |p: &[u8]| {
+            let (a, b) = (seg.base() as usize, seg.base() as usize + seg.len());
+            !p.is_empty() && (p.as_ptr() as usize) < b && p.as_ptr() as usize + p.len() > a
+        };
+        let data = [7u8; 64];
+        for (off, len) in [(0u64, 64usize), (4096, 1), ((1 << 20) - 64, 64)] {
+            let pkt = Packet {
+                tag: 9,
+                words: &[1],
+                payload: &data[..len],
+                deposit: Some(off),
+            };
+            assert!(f
+                .try_send(0, Channel::Request, &pkt, &mut |_| Ok(()))
+                .unwrap());
+            let mut got = Vec::new();
+            f.poll(Channel::Request, &mut |d| {
+                assert!(!in_segment(d.payload), "payload over segment bytes");
+                got.push((d.tag, d.payload.len(), d.deposit));
+            })
+            .unwrap();
+            let want = Deposit { offset: off, len };
+            assert_eq!(got, vec![(9, 0, Some(want))]);
         }
     }
 

@@ -18,9 +18,11 @@
 
 use super::proto::{Event, Proto, ProtoConfig, Sent, Stats};
 use super::wire::{HEADER, TAG};
-use crate::fabric::frames::{OutMsg, Reassembler};
+use crate::fabric::frames::{OutMsg, Reassembler, Sink};
+use crate::fabric::Deposit;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use std::cell::RefCell;
 use std::collections::BinaryHeap;
 
 /// One simulation's parameters.
@@ -171,6 +173,20 @@ fn message(src: usize, dst: usize, st: usize, n: usize) -> (u16, Vec<u64>, Vec<u
     ((h >> 40) as u16, words, payload, deposit)
 }
 
+/// A node's segment as a deposit sink the delivery callback can read
+/// while the reassembler holds the sink (deliveries carry a deposit as a
+/// range; the simulator checks the bytes that landed there).
+struct SharedSeg<'a>(&'a RefCell<Vec<u8>>);
+
+impl Sink for SharedSeg<'_> {
+    fn len(&self) -> usize {
+        self.0.borrow().len()
+    }
+    fn write(&mut self, off: usize, data: &[u8]) -> bool {
+        Sink::write(&mut *self.0.borrow_mut(), off, data)
+    }
+}
+
 /// Run one simulation; `Err` names the seed and what went wrong.
 pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
     let fail = |what: String| Err(format!("seed {}: {what}", cfg.seed));
@@ -255,9 +271,17 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
                         let next_in = &mut node.next_in[src][st];
                         let got = &mut report.delivered;
                         let resumed = &mut report.resumed_after_heal;
-                        let res = node.reasm[src][st].feed(src, body, MAX_MEDIUM, &mut node.seg, &mut |m| {
+                        // a deposit arrives as its range: its bytes are
+                        // read back from the segment when it is delivered
+                        let seg = RefCell::new(std::mem::take(&mut node.seg));
+                        let res = node.reasm[src][st].feed(src, body, MAX_MEDIUM, &mut SharedSeg(&seg), &mut |m| {
                             let (tag, words, payload, deposit) = message(src, r, st, *next_in);
-                            if m.tag != tag || m.words != &words[..] || m.payload != &payload[..] || m.deposit != deposit {
+                            let inline = if deposit.is_some() { &[][..] } else { &payload[..] };
+                            let range = deposit.map(|offset| Deposit { offset, len: payload.len() });
+                            let landed = deposit.is_none_or(|at| {
+                                seg.borrow().get(at as usize..at as usize + payload.len()) == Some(&payload[..])
+                            });
+                            if m.tag != tag || m.words != &words[..] || m.payload != inline || m.deposit != range || !landed {
                                 bad.get_or_insert(format!(
                                     "rank {r} stream {st}: message {} from rank {src} arrived wrong \
                                      (got tag {} words {:?} {} B)",
@@ -272,6 +296,7 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
                                 }
                             }
                         });
+                        node.seg = seg.into_inner();
                         node.proto.recycle(d);
                         if let Err(e) = res {
                             return fail(format!(
@@ -281,6 +306,7 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
                         if let Some(b) = bad {
                             return fail(b);
                         }
+
                         if node.next_in[src][st] > cfg.messages {
                             return fail(format!(
                                 "rank {r}: more messages than sent from rank {src}"
