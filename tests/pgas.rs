@@ -149,6 +149,21 @@ fn frozen_array_am_3_ranks() {
     views("frozen", 3, "am");
 }
 
+/// Freeze and thaw against a writer thread on every rank: a put that
+/// passed its check before the freeze finishes before it (the writers
+/// announce themselves; the freeze runs membarrier and waits), and no
+/// rank writes before every rank gave its slice up (thaw's first
+/// barrier). Before: rank 0's frozen `&[u64]` changed under it.
+#[test]
+fn frozen_array_races_writer_threads_native_2_ranks() {
+    views("race", 2, "native");
+}
+
+#[test]
+fn frozen_array_races_writer_threads_am_2_ranks() {
+    views("race", 2, "am");
+}
+
 #[test]
 fn frozen_array_native_1_rank() {
     views("frozen", 1, "native");

@@ -73,10 +73,13 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
         if let Err(why) = ep.check_user_deposit(off, d.payload.len() as u64) {
             return bad(why.to_string());
         }
-        // Refused at the sender already; a sender that skipped the check
-        // (or froze nothing) is reported. The bytes have landed: a frozen
-        // range is only sound with honest senders, as every rank's
-        // splitrt is.
+        // Refused at the sender already. A Long sent before the freeze
+        // landed before the freeze's barrier (the sender's freeze drains
+        // its sends) but its handler may run after it: the handler is not
+        // run, since its payload view could write under a frozen `&[T]`,
+        // and the message is reported (a program that freezes an array
+        // Longs are still being handled into races with its own
+        // handlers). A sender that skipped the check is reported too.
         if let Some(r) = ep.frozen.find(off, d.payload.len() as u64) {
             return bad(format!(
                 "a Long payload at segment offset {off:#x} ({} B) wrote into bytes \

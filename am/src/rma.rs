@@ -62,6 +62,7 @@ impl Rma<'_> {
     /// reserved for itself.
     #[inline]
     pub fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
+        let _writing = crate::writing();
         if let Err(e) = self.check_write(off, src.len()) {
             return Some(Err(e));
         }
@@ -73,6 +74,7 @@ impl Rma<'_> {
     /// `None`: no such path for this peer or size.
     #[inline]
     pub fn put_direct_nb(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
+        let _writing = crate::writing();
         if let Err(e) = self.check_write(off, src.len()) {
             return Some(Err(e));
         }
@@ -86,8 +88,12 @@ impl Rma<'_> {
     }
 
     fn check_write(&self, off: u64, len: usize) -> Result<()> {
-        self.inner
-            .check_user_deposit(off, len as u64)
-            .map_err(|e: Error| e.at_rank(self.inner.rank))
+        let at = |e: Error| e.at_rank(self.inner.rank);
+        self.inner.check_user_deposit(off, len as u64).map_err(at)?;
+        if let Some(r) = self.inner.frozen.find(off, len as u64) {
+            let e = crate::endpoint::frozen_error("a one-sided put", off, len as u64, r);
+            return Err(at(e));
+        }
+        Ok(())
     }
 }
