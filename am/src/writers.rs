@@ -5,15 +5,19 @@
 //!
 //! A thread that writes into a segment (a native put or store, an atomic,
 //! `write_segment`, a Long handed to the fabric) holds a [`Writing`]
-//! across its frozen-range check and its write. [`writing`] is three
-//! plain instructions on the thread's own slot (load, store, and the
-//! store when the guard drops) and a compiler fence: no `lock` prefix, no
-//! `mfence`. The freeze ([`quiesce`]), having marked the range, pays for
-//! both sides: `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` runs a full
-//! memory barrier on every other running thread of the process, so each
-//! writer is either past its announcement (the freeze sees its slot odd
-//! and waits for the even value that its `Release` store publishes,
-//! after the write) or not yet at its check (which then sees the mark).
+//! across its frozen-range check and its write. The native fast paths
+//! take a [`writing_leaf`]: find the thread's slot, store `true` to its
+//! flag, and store `false` when the guard drops (no load, so no chain of
+//! dependent stores across back-to-back puts); the other paths, which may
+//! nest (a blocking send runs handlers), take a [`writing`], a depth
+//! counter. Plain instructions and a compiler fence: no `lock` prefix,
+//! no `mfence`. The freeze ([`quiesce`]), having marked
+//! the range, pays for both sides: `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`
+//! runs a full memory barrier on every other running thread of the
+//! process, so each writer is either past its announcement (the freeze
+//! sees its flag set or its depth above 0 and waits for the clear flag
+//! and the 0 that its `Release` stores publish after the write) or not yet at its check (which then sees
+//! the mark).
 //! This is the asymmetric fence of liburcu's "membarrier" flavour and of
 //! folly's `asymmetricHeavyBarrier`.
 //!
@@ -26,11 +30,17 @@ use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-/// One thread's announcement: odd while it is between its check and the
-/// end of its write. Only the owning thread stores; freezes load.
+/// One thread's announcement. Only the owning thread stores; freezes
+/// load.
 #[repr(align(64))]
 struct Slot {
-    seq: AtomicU64,
+    /// A leaf write is in flight ([`writing_leaf`]: the native fast
+    /// paths). Set and cleared by plain stores of constants: no load, so
+    /// back-to-back writes form no dependency chain through the slot.
+    leaf: AtomicBool,
+    /// Nested writes in flight ([`writing`]: the paths that may run other
+    /// writes, handlers included, while they hold it).
+    depth: AtomicU64,
     /// The slot's thread has exited: a new thread may take it over.
     free: AtomicBool,
 }
@@ -62,35 +72,59 @@ impl Drop for Release {
 #[must_use = "the write is announced only while the guard lives"]
 pub struct Writing {
     slot: &'static Slot,
-    /// The value published when the guard drops: even (idle) for the
-    /// outermost guard, the odd value found for a nested one.
-    end: u64,
 }
 
 /// Announce a write on this thread until the returned guard drops. Every
 /// path that checks a segment range against the frozen ranges and then
-/// writes holds one across both.
-#[inline(always)]
+/// writes holds one (or a [`WritingLeaf`]) across both.
+#[inline]
 pub fn writing() -> Writing {
     let slot = MINE.get().unwrap_or_else(register);
-    let c = slot.seq.load(Ordering::Relaxed);
-    slot.seq.store(c | 1, Ordering::Relaxed);
+    let depth = slot.depth.load(Ordering::Relaxed);
+    slot.depth.store(depth + 1, Ordering::Relaxed);
     // The check that follows must not be hoisted above the announcement
     // by the compiler; the CPU's reordering is the freeze's membarrier's
     // business.
     compiler_fence(Ordering::SeqCst);
-    Writing {
-        slot,
-        end: if c & 1 == 0 { c + 2 } else { c },
-    }
+    Writing { slot }
 }
 
 impl Drop for Writing {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: the write happens-before the freeze's Acquire load that
+        // sees the depth go back (nested guards restored theirs first).
+        let depth = self.slot.depth.load(Ordering::Relaxed);
+        self.slot.depth.store(depth - 1, Ordering::Release);
+    }
+}
+
+/// [`Writing`] for a write that runs nothing else while it is held (a
+/// check and a copy or an atomic update: the native fast paths): two
+/// stores of constants to the thread's slot. Leaf guards do not nest with
+/// each other (the inner one's drop would end the outer's announcement);
+/// inside a [`Writing`] they may.
+#[must_use = "the write is announced only while the guard lives"]
+pub struct WritingLeaf {
+    slot: &'static Slot,
+}
+
+/// Announce a leaf write (see [`WritingLeaf`]) until the guard drops.
+#[inline(always)]
+pub fn writing_leaf() -> WritingLeaf {
+    let slot = MINE.get().unwrap_or_else(register);
+    slot.leaf.store(true, Ordering::Relaxed);
+    // As in `writing`: the check stays after the announcement.
+    compiler_fence(Ordering::SeqCst);
+    WritingLeaf { slot }
+}
+
+impl Drop for WritingLeaf {
     #[inline(always)]
     fn drop(&mut self) {
         // Release: the write happens-before the freeze's Acquire load that
-        // sees the new value.
-        self.slot.seq.store(self.end, Ordering::Release);
+        // sees the flag clear.
+        self.slot.leaf.store(false, Ordering::Release);
     }
 }
 
@@ -106,7 +140,8 @@ fn register() -> &'static Slot {
     });
     let slot = reused.unwrap_or_else(|| {
         let s: &'static Slot = Box::leak(Box::new(Slot {
-            seq: AtomicU64::new(0),
+            leaf: AtomicBool::new(false),
+            depth: AtomicU64::new(0),
             free: AtomicBool::new(false),
         }));
         all.push(s);
@@ -188,12 +223,11 @@ pub(crate) fn quiesce() -> Result<()> {
             // this thread's own write cannot be in flight across the call
             continue;
         }
-        let v = s.seq.load(Ordering::Acquire);
-        if v & 1 == 0 {
-            continue;
-        }
+        // Wait until the thread has no write in flight. A thread between
+        // two writes has neither a leaf nor a nested one, so a writer in a loop is seen idle
+        // within a few tries.
         let mut spins = 0u32;
-        while s.seq.load(Ordering::Acquire) == v {
+        while s.leaf.load(Ordering::Acquire) || s.depth.load(Ordering::Acquire) != 0 {
             spins += 1;
             if spins < 1000 {
                 std::hint::spin_loop();
@@ -245,14 +279,18 @@ mod tests {
     fn guards_nest() {
         let a = writing();
         let b = writing();
-        assert_eq!(a.slot.seq.load(Ordering::Relaxed) & 1, 1);
+        let slot = MINE.get().unwrap();
+        let c = writing_leaf();
+        assert!(slot.leaf.load(Ordering::Relaxed));
+        drop(c);
+        assert_eq!(slot.depth.load(Ordering::Relaxed), 2);
         drop(b);
         assert_eq!(
-            a.slot.seq.load(Ordering::Relaxed) & 1,
+            slot.depth.load(Ordering::Relaxed),
             1,
             "outer still in flight"
         );
         drop(a);
-        assert_eq!(MINE.get().unwrap().seq.load(Ordering::Relaxed) & 1, 0);
+        assert_eq!(slot.depth.load(Ordering::Relaxed), 0);
     }
 }

@@ -317,7 +317,7 @@ impl Inner {
         let align = std::mem::align_of::<T>() as u64;
         let len = bytes.len() as u64;
         // announced across the frozen check and the copy (see `Pgas::freeze`)
-        let writing = splitrt_am::writing();
+        let writing = splitrt_am::writing_leaf();
         if let Some(seg) = self.native_checked_write(dst.rank(), dst.offset(), len, align) {
             put_native(seg, dst.offset(), bytes);
             return Ok(());
@@ -648,7 +648,7 @@ impl Pgas {
         let align = std::mem::align_of::<T>() as u64;
         let len = bytes.len() as u64;
         // announced across the frozen check and the copy (see `Pgas::freeze`)
-        let writing = splitrt_am::writing();
+        let writing = splitrt_am::writing_leaf();
         if let Some(seg) = inner.native_checked_write(dst.rank(), dst.offset(), len, align) {
             // A native put is complete at the target once the copy returns:
             // no need to wait for this rank's other operations.
