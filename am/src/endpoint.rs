@@ -982,7 +982,7 @@ impl Endpoint {
     /// The first call starts this rank's doorbell bridge, a helper thread
     /// that sleeps on the doorbell while any waker (or an armed
     /// [`doorbell_fd`](Self::doorbell_fd)) waits, and parks otherwise;
-    /// see `docs/safety-futures.md` for what it costs.
+    /// see `docs/safety.md` ("Futures") for what it costs.
     pub fn wake_on_traffic(&self, waker: &Waker) -> Result<()> {
         self.inner
             .check_live()
