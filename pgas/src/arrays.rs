@@ -141,9 +141,13 @@ impl<T: Pod> FrozenArray<T> {
     pub fn local(&self) -> &[T] {
         // SAFETY: nothing writes these bytes while the array is frozen:
         // every rank froze the same range (agreed in `Pgas::freeze`), and
-        // refuses puts, stores, atomics (both paths) and Longs into it at
-        // the sender; its handlers refuse them too; `write_segment`
-        // refuses it; no view of it exists (the `SymArray` was consumed,
+        // refuses puts, stores, atomics (both paths), one-sided puts and
+        // Longs into it at the sender; before the freeze's barrier every
+        // rank waited for the writes its threads had begun before the
+        // mark and for its Longs in flight; the atomic handler checks
+        // under its announcement; a user Long handler is not run on it;
+        // `write_segment` refuses it; `thaw` unfreezes only after a
+        // barrier every rank passes having given its handle up; no view of it exists (the `SymArray` was consumed,
         // and a `LocalBlock`'s view ends before its block is freed, so none
         // reaches bytes a later symmetric array reuses). The
         // bytes stay mapped while `self` (holding the endpoint) lives.
