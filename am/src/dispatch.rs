@@ -69,6 +69,11 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
             d.words.len()
         ));
     }
+    // A user handler may write through its Long's payload view: announce
+    // it from the frozen check below until the handler returns, so a
+    // freeze on another thread waits for it (see `writers`).
+    let user_long = d.deposit.is_some() && e.sig.id >= crate::RESERVED_HANDLERS;
+    let _writing = user_long.then(crate::writing);
     if let (Some(off), true) = (d.deposit, e.sig.id >= crate::RESERVED_HANDLERS) {
         if let Err(why) = ep.check_user_deposit(off, d.payload.len() as u64) {
             return bad(why.to_string());
