@@ -27,6 +27,7 @@
 use parking_lot::Mutex;
 use splitrt_runtime::{Error, Result};
 use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
@@ -69,9 +70,17 @@ impl Drop for Release {
 
 /// A write in flight on this thread (see the module docs): hold it from
 /// before the frozen-range check until the write is done. Guards nest.
+/// A guard stays on its thread (only that thread stores to its slot):
+///
+/// ```compile_fail,E0277
+/// let w = splitrt_am::writing();
+/// std::thread::spawn(move || drop(w));
+/// ```
 #[must_use = "the write is announced only while the guard lives"]
 pub struct Writing {
     slot: &'static Slot,
+    /// Not `Send`: only the slot's own thread may store to it.
+    _thread: PhantomData<*const ()>,
 }
 
 /// Announce a write on this thread until the returned guard drops. Every
@@ -86,7 +95,10 @@ pub fn writing() -> Writing {
     // by the compiler; the CPU's reordering is the freeze's membarrier's
     // business.
     compiler_fence(Ordering::SeqCst);
-    Writing { slot }
+    Writing {
+        slot,
+        _thread: PhantomData,
+    }
 }
 
 impl Drop for Writing {
@@ -107,6 +119,8 @@ impl Drop for Writing {
 #[must_use = "the write is announced only while the guard lives"]
 pub struct WritingLeaf {
     slot: &'static Slot,
+    /// Not `Send`: only the slot's own thread may store to it.
+    _thread: PhantomData<*const ()>,
 }
 
 /// Announce a leaf write (see [`WritingLeaf`]) until the guard drops.
@@ -116,7 +130,10 @@ pub fn writing_leaf() -> WritingLeaf {
     slot.leaf.store(true, Ordering::Relaxed);
     // As in `writing`: the check stays after the announcement.
     compiler_fence(Ordering::SeqCst);
-    WritingLeaf { slot }
+    WritingLeaf {
+        slot,
+        _thread: PhantomData,
+    }
 }
 
 impl Drop for WritingLeaf {
