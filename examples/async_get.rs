@@ -12,7 +12,7 @@
 //! handlers, which wake the gets they complete) and waits until the
 //! doorbell's descriptor is readable. The gets would also complete
 //! without it (each pending get registers with the rank's doorbell
-//! bridge, see `docs/safety-futures.md`); the descriptor is how an
+//! bridge, see `docs/safety.md` ("Futures")); the descriptor is how an
 //! executor's reactor waits on splitrt along with its sockets and timers.
 
 use splitrt::pgas::{Pgas, SymArray};

@@ -96,13 +96,12 @@ fn rma_flag_overrides_environment() {
 
 /// `t_views <mode>` on `n` ranks over `rma`: every rank reports success.
 fn views(mode: &str, n: usize, rma: &str) {
-    let r = run_job(
-        n,
-        &example("t_views"),
-        &[mode],
-        &[("SPLITRT_RMA", rma)],
-        120,
-    );
+    views_on(mode, n, &[("SPLITRT_RMA", rma)]);
+}
+
+/// [`views`] with the given environment.
+fn views_on(mode: &str, n: usize, env: &[(&str, &str)]) {
+    let r = run_job(n, &example("t_views"), &[mode], env, 120);
     r.ok();
     let ok = r
         .stdout
@@ -147,6 +146,32 @@ fn frozen_array_native_3_ranks() {
 #[test]
 fn frozen_array_am_3_ranks() {
     views("frozen", 3, "am");
+}
+
+/// Freeze and thaw against a writer thread on every rank: a put that
+/// passed its check before the freeze finishes before it (the writers
+/// announce themselves; the freeze runs membarrier and waits), and no
+/// rank writes before every rank gave its slice up (thaw's first
+/// barrier). Before: rank 0's frozen `&[u64]` changed under it.
+#[test]
+fn frozen_array_races_writer_threads_native_2_ranks() {
+    views("race", 2, "native");
+}
+
+#[test]
+fn frozen_array_races_writer_threads_am_2_ranks() {
+    views("race", 2, "am");
+}
+
+/// The same over UDP, where a put is deposited when its packet arrives:
+/// each rank's freeze waits until its peers acknowledged what it sent.
+#[test]
+fn frozen_array_races_writer_threads_udp_2_ranks() {
+    views_on(
+        "race",
+        2,
+        &[("SPLITRT_RMA", "am"), ("SPLITRT_FABRIC", "udp")],
+    );
 }
 
 #[test]

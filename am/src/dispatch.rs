@@ -69,15 +69,23 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
             d.words.len()
         ));
     }
+    // A user handler may write through its Long's payload view: announce
+    // it from the frozen check below until the handler returns, so a
+    // freeze on another thread waits for it (see `writers`).
+    let user_long = d.deposit.is_some() && e.sig.id >= crate::RESERVED_HANDLERS;
+    let _writing = user_long.then(crate::writing);
     if let (Some(dep), true) = (d.deposit, e.sig.id >= crate::RESERVED_HANDLERS) {
         let (off, len) = (dep.offset, dep.len);
         if let Err(why) = ep.check_user_deposit(off, len as u64) {
             return bad(why.to_string());
         }
-        // Refused at the sender already; a sender that skipped the check
-        // (or froze nothing) is reported. The bytes have landed: a frozen
-        // range is only sound with honest senders, as every rank's
-        // splitrt is.
+        // Refused at the sender already. A Long sent before the freeze
+        // landed before the freeze's barrier (the sender's freeze drains
+        // its sends) but its handler may run after it: the handler is not
+        // run, since its payload view could write under a frozen `&[T]`,
+        // and the message is reported (a program that freezes an array
+        // Longs are still being handled into races with its own
+        // handlers). A sender that skipped the check is reported too.
         if let Some(r) = ep.frozen.find(off, len as u64) {
             return bad(format!(
                 "a Long payload at segment offset {off:#x} ({len} B) wrote into bytes \

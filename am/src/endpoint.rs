@@ -288,7 +288,7 @@ impl FrozenRanges {
 /// Why a write into a frozen range is refused.
 #[cold]
 #[inline(never)]
-fn frozen_error(what: &str, offset: u64, len: u64, r: std::ops::Range<u64>) -> Error {
+pub(crate) fn frozen_error(what: &str, offset: u64, len: u64, r: std::ops::Range<u64>) -> Error {
     Error::usage(format!(
         "{what} at segment offset {offset:#x} ({len} B) refused: bytes {:#x}..{:#x} are frozen \
          (a frozen array is read-only on every rank until it is thawed)",
@@ -650,6 +650,9 @@ impl Inner {
                 "a request cannot be sent from inside a handler (reply through the token)",
             )));
         }
+        // A Long writes into a segment (at send time on shm): announce it
+        // across the frozen-range check and the send.
+        let _writing = matches!(payload, Payload::Long { .. }).then(crate::writing);
         self.check_send(peer, &h.0, args, &payload).map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         // the waiting state is made only if the first try must wait
@@ -709,6 +712,9 @@ impl Inner {
         payload: Payload<'_>,
     ) -> Result<()> {
         let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
+        // A Long writes into a segment (at send time on shm): announce it
+        // across the frozen-range check and the send.
+        let _writing = matches!(payload, Payload::Long { .. }).then(crate::writing);
         self.check_send(peer, &h.0, args, &payload).map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         // Waiting for reply room drains only replies: their handlers cannot
@@ -742,6 +748,15 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Wait until everything this rank sent has reached its target
+    /// (acknowledged over UDP, one-sided writes complete), serving inbound
+    /// traffic meanwhile.
+    fn quiet_sends(&self) -> Result<()> {
+        self.world
+            .drain_network(&mut || self.poll_all().map(|_| ()))?;
+        self.fabric_ref().rma_quiet()
     }
 
     fn finish(&self) -> Result<()> {
@@ -819,17 +834,55 @@ impl Endpoint {
     /// layer's `Pgas::freeze` does, and refuses its own puts, stores and
     /// atomics there too. An error if the range overlaps a frozen one.
     ///
+    /// Before it returns, every write into any segment that another
+    /// thread of this process began before the range was marked (and
+    /// announced through [`writing`](crate::writing)) has finished, and
+    /// every Long this endpoint sent has been deposited at its target
+    /// (see `docs/safety.md`, "Freezing").
+    ///
+    /// # Safety
+    ///
+    /// Only the freeze protocol of a layer above may call this (and
+    /// [`thaw_segment_range`](Self::thaw_segment_range)): the range is
+    /// the target of `&[T]` references that layer hands out, and it must
+    /// keep every write out of the range on every rank while any of them
+    /// lives: every rank freezes the same range before any reference is
+    /// made (a barrier after this call), and thaws only after every rank
+    /// has given its references up (a barrier before the thaw). Calling
+    /// it elsewhere, for instance thawing a range whose frozen handle is
+    /// still alive, lets a write land under a live `&[T]`:
+    ///
+    /// ```compile_fail,E0133
+    /// fn thaw_under_a_live_slice(ep: &splitrt_am::Endpoint, off: u64) {
+    ///     ep.thaw_segment_range(off, 32).unwrap(); // unsafe: not the protocol
+    /// }
+    /// ```
+    ///
+    /// (`Pgas::freeze` shows the whole case.)
+    ///
     /// [`write_segment`]: Self::write_segment
-    pub fn freeze_segment_range(&self, offset: u64, len: u64) -> Result<()> {
-        self.inner
-            .frozen
-            .add(offset, len)
-            .map_err(|e| e.at_rank(self.rank()))
+    pub unsafe fn freeze_segment_range(&self, offset: u64, len: u64) -> Result<()> {
+        let at = |e: Error| e.at_rank(self.rank());
+        self.inner.frozen.add(offset, len).map_err(at)?;
+        // Every write another thread began before the mark is done; every
+        // later one sees it (the asymmetric fence, see `writers`).
+        crate::writers::quiesce().map_err(at)?;
+        // Every Long this endpoint sent is deposited at its target: shm
+        // deposits at send time (inside the sender's announcement, so the
+        // fence above covered it), UDP once the peer acknowledged it,
+        // one-sided writes at the fabric's quiet.
+        self.inner.quiet_sends().map_err(at)
     }
 
     /// Undo [`freeze_segment_range`](Self::freeze_segment_range) of the
     /// same range (an error if it is not frozen).
-    pub fn thaw_segment_range(&self, offset: u64, len: u64) -> Result<()> {
+    ///
+    /// # Safety
+    ///
+    /// As for [`freeze_segment_range`](Self::freeze_segment_range): only
+    /// the freeze protocol of a layer above, once every rank has given up
+    /// the references it made of the range.
+    pub unsafe fn thaw_segment_range(&self, offset: u64, len: u64) -> Result<()> {
         self.inner
             .frozen
             .remove(offset, len)
@@ -960,7 +1013,7 @@ impl Endpoint {
     /// The first call starts this rank's doorbell bridge, a helper thread
     /// that sleeps on the doorbell while any waker (or an armed
     /// [`doorbell_fd`](Self::doorbell_fd)) waits, and parks otherwise;
-    /// see `docs/safety-futures.md` for what it costs.
+    /// see `docs/safety.md` ("Futures") for what it costs.
     pub fn wake_on_traffic(&self, waker: &Waker) -> Result<()> {
         self.inner
             .check_live()
@@ -1162,6 +1215,7 @@ impl Endpoint {
     pub fn write_segment(&self, offset: u64, data: &[u8]) -> Result<()> {
         let seg = self.inner.fabric().local_segment();
         let off = self.segment_range(offset, data.len(), seg.len())?;
+        let _writing = crate::writing();
         if let Some(r) = self.inner.frozen.find(offset, data.len() as u64) {
             let e = frozen_error("Endpoint::write_segment", offset, data.len() as u64, r);
             return Err(e.at_rank(self.rank()));

@@ -39,6 +39,7 @@ mod handler;
 mod message;
 mod rma;
 mod token;
+mod writers;
 
 pub use bridge::TrafficKey;
 pub use endpoint::{Endpoint, EndpointBuilder};
@@ -48,3 +49,4 @@ pub use rma::Rma;
 pub use splitrt_runtime::view::LocalView;
 pub use splitrt_runtime::{Error, ErrorKind, Result};
 pub use token::Token;
+pub use writers::{writing, writing_leaf, Writing, WritingLeaf};

@@ -141,10 +141,15 @@ impl<T: Pod> FrozenArray<T> {
     pub fn local(&self) -> &[T] {
         // SAFETY: nothing writes these bytes while the array is frozen:
         // every rank froze the same range (agreed in `Pgas::freeze`), and
-        // refuses puts, stores, atomics (both paths) and Longs into it at
-        // the sender; its handlers refuse them too; `write_segment`
-        // refuses it; no view of it exists (the `SymArray` was consumed,
-        // and `Pgas::local_view` serves only `alloc_local` blocks). The
+        // refuses puts, stores, atomics (both paths), one-sided puts and
+        // Longs into it at the sender; before the freeze's barrier every
+        // rank waited for the writes its threads had begun before the
+        // mark and for its Longs in flight; the atomic handler checks
+        // under its announcement; a user Long handler is not run on it;
+        // `write_segment` refuses it; `thaw` unfreezes only after a
+        // barrier every rank passes having given its handle up; no view of it exists (the `SymArray` was consumed,
+        // and a `LocalBlock`'s view ends before its block is freed, so none
+        // reaches bytes a later symmetric array reuses). The
         // bytes stay mapped while `self` (holding the endpoint) lives.
         unsafe { std::slice::from_raw_parts(self.arr.base.as_ptr(), self.arr.len) }
     }
@@ -366,9 +371,23 @@ impl Pgas {
     /// every store into the array has landed (`all_store_sync`), so the
     /// contents are final on return.
     ///
-    /// Other threads of this rank must not be writing into the array
-    /// while it is frozen (a write that passed its check before the
-    /// freeze and lands after it is a race the freeze cannot see).
+    /// A write another thread (of any rank) began before the freeze
+    /// finishes before it returns; one begun after it is refused. Only
+    /// this protocol may freeze and thaw a range: the endpoint's
+    /// `freeze_segment_range` / `thaw_segment_range` are `unsafe`, so
+    /// thawing under a live slice does not compile in safe code:
+    ///
+    /// ```compile_fail,E0133
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// let me = pg.rank();
+    /// let f = pg.freeze(pg.alloc_sym::<u64>(4)?)?;
+    /// let s: &[u64] = f.local();
+    /// let off = f.ptr(me).offset();
+    /// pg.endpoint().thaw_segment_range(off, 32)?; // not the protocol
+    /// pg.write(f.at(me, 0), 7)?;
+    /// let stale = s[0];
+    /// # Ok(()) }
+    /// ```
     ///
     /// ```no_run
     /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
@@ -383,8 +402,20 @@ impl Pgas {
     pub fn freeze<T: Pod>(&self, a: SymArray<T>) -> Result<FrozenArray<T>> {
         let i = &self.inner;
         self.agree_on(a.off, a.bytes(), "Pgas::freeze")?;
-        i.ep.freeze_segment_range(a.off, a.bytes())?;
+        // Mark first (the fast paths step aside), then the endpoint's range,
+        // whose freeze waits for every write another thread of this
+        // process began before the marks (they announce themselves across
+        // check and write: `splitrt_am::writing`) and for this rank's Longs
+        // in flight to land.
         i.frozen_ranges.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: this is the freeze protocol: every rank freezes the same
+        // range (agreed just above) before the barrier below, after which
+        // `FrozenArray::local` hands out slices; `thaw` unfreezes only
+        // between two barriers, once every rank has given its handle up.
+        if let Err(e) = unsafe { i.ep.freeze_segment_range(a.off, a.bytes()) } {
+            i.frozen_ranges.fetch_sub(1, Ordering::SeqCst);
+            return Err(e);
+        }
         // Everything written into the array before the freeze lands now:
         // this rank's puts (sync), every rank's stores (all_store_sync,
         // which ends in a barrier every rank enters after freezing).
@@ -401,11 +432,16 @@ impl Pgas {
         let i = &self.inner;
         let a = f.arr;
         self.agree_on(a.off, a.bytes(), "Pgas::thaw")?;
-        i.ep.thaw_segment_range(a.off, a.bytes())?;
+        // Past this barrier every rank has given up its frozen handle, so
+        // no `&[T]` of the array is left anywhere: only then may any rank
+        // (any of its threads) write into it again.
+        self.barrier_of(Coll::Thaw)?;
+        // SAFETY: the freeze protocol's thaw: every rank is past the
+        // barrier above, so no slice of the range lives.
+        unsafe { i.ep.thaw_segment_range(a.off, a.bytes()) }?;
         i.frozen_ranges.fetch_sub(1, Ordering::SeqCst);
-        // Past this barrier every rank has given up its frozen handle (so
-        // no `&[T]` of the array is left) and thawed the range (so its
-        // handlers accept the writes that may follow at once).
+        // Past this one every rank has thawed the range, so no write that
+        // follows the thaw is refused by a target that has not thawed yet.
         self.barrier_of(Coll::Thaw)?;
         Ok(a)
     }

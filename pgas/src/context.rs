@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use splitrt_am::{Endpoint, EndpointBuilder, Error, ErrorKind, LocalView, Payload, Result};
 use splitrt_runtime::config::RmaPath;
 use splitrt_runtime::fabric::SegmentRef;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -198,62 +199,62 @@ impl Pgas {
         p.rank() == self.inner.rank
     }
 
-    /// A view of `n` elements at `p` in a block of this rank's local heap
-    /// ([`alloc_local`](Self::alloc_local)): element `get` / `set`,
-    /// copies, iteration, and the `unsafe` slices for kernels (see
-    /// [`LocalView`]). Other ranks and threads may write there while the
-    /// view lives; the view reads what they wrote, never a stale copy.
-    ///
-    /// The range must lie inside one block in use of the local heap:
-    /// symmetric arrays give views of their own part
-    /// ([`SymArray::local`](crate::SymArray::local)), and only those can be
-    /// frozen, so no view made here can write into a frozen array.
-    pub fn local_view<T: Pod>(&self, p: GlobalPtr<T>, n: usize) -> Result<LocalView<'_, T>> {
-        let me = self.rank();
-        if !self.is_local(p) {
-            return Err(Error::usage(format!("{p:?} is not local to rank {me}")).at_rank(me));
-        }
-        self.inner.check::<T>(p, n)?;
-        let bytes = n as u64 * std::mem::size_of::<T>() as u64; // checked above
-        if !self.inner.heap.lock().local_block_holds(p.offset(), bytes) {
-            return Err(Error::usage(format!(
-                "{p:?} ({bytes} B) is not inside a block of rank {me}'s local heap \
-                 (Pgas::alloc_local); a symmetric array's part is viewed with its local()"
-            ))
-            .at_rank(me));
-        }
-        let at = self.inner.st.seg().base().wrapping_add(p.offset() as usize);
-        // SAFETY: bounds and alignment checked against the local segment,
-        // which stays mapped while `self` (borrowed for the view's life)
-        // lives; T is Pod, so any bytes are valid; splitrt makes no
-        // reference to local heap blocks.
-        Ok(unsafe { LocalView::from_raw_parts(at.cast::<T>(), n) })
-    }
-
     /// Allocate `n` elements in this rank's own segment (not collective).
-    pub fn alloc_local<T: Pod>(&self, n: usize) -> Result<GlobalPtr<T>> {
+    /// The block is an owning handle: its [`view`](LocalBlock::view)
+    /// borrows it, and [`free_local`](Self::free_local) consumes it, so no
+    /// view outlives the block (whose bytes a later allocation, perhaps a
+    /// symmetric array that gets frozen, may reuse).
+    pub fn alloc_local<T: Pod>(&self, n: usize) -> Result<LocalBlock<T>> {
         let bytes = (n as u64)
             .checked_mul(std::mem::size_of::<T>() as u64)
-            .ok_or_else(|| Error::usage("allocation size overflows"))?;
+            .ok_or_else(|| Error::usage("allocation size overflows").at_rank(self.rank()))?;
         let off = self
             .inner
             .heap
             .lock()
             .alloc_local(bytes)
             .map_err(|e| e.at_rank(self.rank()))?;
-        Ok(GlobalPtr::new(self.rank(), off))
+        let at = self.inner.st.seg().base().wrapping_add(off as usize);
+        // the heap hands out 64 B-aligned blocks inside the mapped segment,
+        // whose base is not null
+        let base = NonNull::new(at.cast::<T>()).expect("segment base is not null");
+        Ok(LocalBlock {
+            _mapping: self.inner.ep.clone(),
+            ptr: GlobalPtr::new(self.rank(), off),
+            len: n,
+            base,
+        })
     }
 
-    /// Free a block from [`alloc_local`](Self::alloc_local).
-    pub fn free_local<T: Pod>(&self, p: GlobalPtr<T>) -> Result<()> {
-        if !self.is_local(p) {
-            return Err(Error::usage(format!("{p:?} is not local")).at_rank(self.rank()));
+    /// Free a block from [`alloc_local`](Self::alloc_local). It consumes
+    /// the block, so no view of it survives:
+    ///
+    /// ```compile_fail,E0505
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// let b = pg.alloc_local::<u64>(4)?;
+    /// let v = b.view();
+    /// pg.free_local(b)?;                   // moves `b` while `v` borrows it
+    /// let a = pg.freeze(pg.alloc_sym::<u64>(4)?)?; // may reuse the bytes
+    /// v.set(0, 7);                         // would write under a &[u64]
+    /// # Ok(()) }
+    /// ```
+    pub fn free_local<T: Pod>(&self, b: LocalBlock<T>) -> Result<()> {
+        let me = self.rank();
+        let base = self.inner.st.seg().base();
+        if b.ptr.rank() != me
+            || b.base.as_ptr().cast::<u8>() != base.wrapping_add(b.ptr.offset() as usize)
+        {
+            return Err(Error::usage(format!(
+                "{:?} was not allocated by this rank's Pgas (rank {me})",
+                b.ptr
+            ))
+            .at_rank(me));
         }
         self.inner
             .heap
             .lock()
-            .free_local(p.offset())
-            .map_err(|e| e.at_rank(self.rank()))
+            .free_local(b.ptr.offset())
+            .map_err(|e| e.at_rank(me))
     }
 
     /// Wait until every get and put this rank issued has completed (puts
@@ -589,4 +590,75 @@ fn range_fits(off: u64, bytes: u64, align: u64, len: u64) -> bool {
     off >= RESERVED_BYTES
         && off.checked_add(bytes).is_some_and(|e| e <= len)
         && off & (align - 1) == 0
+}
+
+/// A block of this rank's local heap ([`Pgas::alloc_local`]): `len`
+/// elements of `T` in this rank's own segment, which any rank may put
+/// into, store into or update atomically through [`ptr`](Self::ptr).
+///
+/// This rank reads and writes it through a [`LocalView`] that borrows the
+/// block ([`view`](Self::view)); [`Pgas::free_local`] consumes the block,
+/// so no view outlives it. Dropping the block without freeing it leaks
+/// the bytes (they stay allocated). The handle keeps the segment mapped.
+pub struct LocalBlock<T: Pod> {
+    /// Keeps the segment mapped while the block (and any view) lives.
+    _mapping: Endpoint,
+    ptr: GlobalPtr<T>,
+    len: usize,
+    base: NonNull<T>,
+}
+
+// SAFETY: the handle is a global pointer, a length and a pointer into this
+// rank's segment, which `_mapping` keeps mapped; every access through it
+// is by a `LocalView` (atomic), so moving or sharing it across threads
+// creates no data race.
+unsafe impl<T: Pod + Send> Send for LocalBlock<T> {}
+// SAFETY: as above; `&LocalBlock` hands out only views.
+unsafe impl<T: Pod + Send> Sync for LocalBlock<T> {}
+
+impl<T: Pod> LocalBlock<T> {
+    /// The block's first element, for puts, gets, stores and atomics from
+    /// any rank.
+    pub fn ptr(&self) -> GlobalPtr<T> {
+        self.ptr
+    }
+
+    /// Element `i` of the block (not checked here: accesses check bounds).
+    pub fn at(&self, i: usize) -> GlobalPtr<T> {
+        self.ptr.add(i)
+    }
+
+    /// Elements in the block.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the block is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The block as a view (element `get` / `set`, copies, iteration, the
+    /// `unsafe` slices for kernels); it borrows the block, so it ends
+    /// before [`Pgas::free_local`]. Other ranks and threads may write the
+    /// block while the view lives; the view reads what they wrote.
+    pub fn view(&self) -> LocalView<'_, T> {
+        // SAFETY: the block holds `len` elements of T at `base` in this
+        // rank's segment (allocated 64 B-aligned by the local heap), which
+        // `_mapping` keeps mapped while `self` (borrowed by the view)
+        // lives; the bytes stay allocated to this block until
+        // `free_local` consumes it, which the borrow forbids while the
+        // view lives; no symmetric array (so no frozen one) overlaps a
+        // block in use; splitrt makes no reference to these bytes.
+        unsafe { LocalView::from_raw_parts(self.base.as_ptr(), self.len) }
+    }
+}
+
+impl<T: Pod> std::fmt::Debug for LocalBlock<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalBlock")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
 }

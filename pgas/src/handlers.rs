@@ -166,29 +166,27 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
     let s = st.clone();
     let put = reserved_request(b, 2, "splitrt.put", Kind::Long, 0, move |tok, m| {
         // The payload already sits where it belongs; acknowledge it. A put
-        // into a frozen array is refused at its sender; one that came
-        // anyway is refused here (reported to the sender's sync).
-        let len = m.payload_len() as u64;
-        let ok = m
-            .long_offset()
-            .is_some_and(|o| o >= RESERVED_BYTES && tok.frozen_segment_range(o, len).is_none());
+        // into a frozen array is refused at its sender; one sent before
+        // the freeze was deposited before the freeze's barrier (the
+        // sender's freeze drains its sends), so its bytes are part of the
+        // frozen contents even if this handler runs after the freeze.
+        let ok = m.long_offset().is_some_and(|o| o >= RESERVED_BYTES);
         let status = if ok { OK } else { REFUSED };
         if let Err(e) = tok.reply(put_r, &[status], Payload::None) {
             s.fail(format!("replying to a put: {e}"));
         }
     })?;
     let s = st.clone();
-    let store = reserved_request(b, 4, "splitrt.store", Kind::Long, 0, move |tok, m| {
+    let store = reserved_request(b, 4, "splitrt.store", Kind::Long, 0, move |_tok, m| {
         // Reply-free: count the bytes for store_sync. Senders never target
-        // the reserved area or a frozen array (checked at the caller); a
-        // peer that did is reported rather than counted.
+        // the reserved area (checked at the caller); a peer that did is
+        // reported rather than counted. A store into a frozen array is
+        // refused at its sender; one sent before the freeze landed before
+        // the freeze's barrier (see the put handler), so it is counted.
         let len = m.payload_len() as u64;
         match m.long_offset() {
-            Some(o) if o >= RESERVED_BYTES && tok.frozen_segment_range(o, len).is_none() => {
-                s.stored().fetch_add(len, Ordering::Release);
-            }
             Some(o) if o >= RESERVED_BYTES => {
-                s.fail(format!("rank {} stored into a frozen array", m.src()));
+                s.stored().fetch_add(len, Ordering::Release);
             }
             _ => s.fail(format!("rank {} stored into the reserved area", m.src())),
         }
@@ -197,6 +195,9 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
     let atomic = reserved_request(b, 5, "splitrt.atomic", Kind::Short, 6, move |tok, m| {
         let (slot, op, width, off, a, b) =
             (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
+        // announced across the frozen check and the update: a freeze on
+        // another thread of this rank waits for it (see `Pgas::freeze`)
+        let writing = splitrt_am::writing();
         let res = AtomicOp::decode(op, a, b).and_then(|op| {
             (matches!(width, 4 | 8)
                 && in_segment(&s, off, width)
@@ -208,6 +209,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
             .then(|| unsafe { apply_atomic(s.seg(), off, width, op) })
             .flatten()
         });
+        drop(writing);
         let (old, status) = match res {
             Some(v) => (v, OK),
             None => (0, REFUSED),

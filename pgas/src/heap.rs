@@ -50,17 +50,6 @@ impl Heap {
         ))
     }
 
-    /// Whether `bytes` at `off` lie inside one block in use of the local
-    /// heap.
-    pub fn local_block_holds(&self, off: u64, bytes: u64) -> bool {
-        self.local_used
-            .range(..=off)
-            .next_back()
-            .is_some_and(|(&start, &len)| {
-                off.checked_add(bytes).is_some_and(|end| end <= start + len)
-            })
-    }
-
     /// Allocate `bytes` symmetrically; returns the offset.
     pub fn alloc_sym(&mut self, bytes: u64) -> Result<u64> {
         let size =

@@ -31,7 +31,7 @@ pub mod vys;
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::AtomicInt;
 pub use bytemuck::{Pod, Zeroable};
-pub use context::Pgas;
+pub use context::{LocalBlock, Pgas};
 pub use ptr::GlobalPtr;
 pub use reduce::{Op, Reduce};
 pub use rma::{Get, GetInto, Scope};

@@ -9,6 +9,9 @@ use splitrt_am::{Error, Payload, Result};
 impl Pgas {
     fn atomic<T: AtomicInt>(&self, p: GlobalPtr<T>, op: AtomicOp) -> Result<T> {
         let i = &self.inner;
+        // announced across the frozen check and the native update or the
+        // request (see `Pgas::freeze`)
+        let writing = splitrt_am::writing();
         i.check_write(p, 1, "an atomic")?;
         let (rank, off) = (p.rank(), p.offset());
         if let Some(seg) = i.native(rank) {
@@ -30,6 +33,7 @@ impl Pgas {
             &[slot as u64, code, T::WIDTH, off, a, b],
             Payload::None,
         );
+        drop(writing);
         let was_sent = sent.is_ok();
         let waited = sent.and_then(|()| {
             i.wait_through(

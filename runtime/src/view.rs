@@ -11,8 +11,19 @@
 //! written with relaxed atomic operations of the widest width the
 //! element's size and alignment allow (8-byte words as `AtomicU64`, a
 //! plain `mov` on x86-64; down to byte-wise `AtomicU8` for a `[u8; 3]`),
-//! so a concurrent write yields a value some writer wrote (per atomic
-//! unit), never undefined behaviour in this process.
+//! so a concurrent write by a view yields a value some writer wrote (per
+//! atomic unit).
+//!
+//! Two cases remain races under Rust's memory model within one process
+//! (see `docs/safety.md`, "What remains outside the reference model"):
+//! the runtime's own copies into a segment (a put, store, Long deposit or
+//! `write_segment` is a non-atomic `memmove`, and a local get reads with
+//! one) on another thread, and mixed-size atomics, a view of `u64` over
+//! bytes another thread updates as `u32` (or a `u8` view over a `u64`
+//! array). No reference is involved, so the compiler has no aliasing
+//! promise to exploit, and the hardware reads or writes each aligned word
+//! whole; but the model does not define them. Keep such accesses to
+//! separate phases.
 //!
 //! For vectorised kernels, [`as_slice`](LocalView::as_slice) and
 //! [`as_mut_slice`](LocalView::as_mut_slice) hand out plain slices under

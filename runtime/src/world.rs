@@ -545,7 +545,7 @@ impl World {
     /// Wait until every peer acknowledged what this rank sent over the
     /// network (serving inbound traffic meanwhile), so nothing is owed when
     /// the processes end.
-    fn drain_network(&self, progress: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+    pub fn drain_network(&self, progress: &mut dyn FnMut() -> Result<()>) -> Result<()> {
         let Some(udp) = self.fabric.udp() else {
             return Ok(());
         };

@@ -11,6 +11,13 @@
 //!   the frozen range is refused at the sender naming the range and rank;
 //!   gets still work; `thaw` restores writes; freezing different arrays on
 //!   different ranks is refused everywhere.
+//! * `race`: a writer thread on every rank puts 64 KiB blocks into every
+//!   rank's part of an array without pause while the main thread freezes
+//!   it, checks that its `&[u64]` does not change for a while (rank 0
+//!   holds it longest), and thaws it, many times. Before the writers
+//!   announced themselves to the freeze, and before thaw's first barrier,
+//!   a put that passed its check before the freeze, or one from a rank
+//!   that had thawed already, changed the slice under rank 0.
 //!
 //! Each mode prints `views <mode> ok (<path>)` on success.
 
@@ -23,7 +30,8 @@ fn main() {
         "alias" => alias(),
         "drop" => dropped(),
         "frozen" => frozen(),
-        _ => Err(Error::usage("usage: t_views alias|drop|frozen")),
+        "race" => race(),
+        _ => Err(Error::usage("usage: t_views alias|drop|frozen|race")),
     };
     if let Err(e) = r {
         eprintln!("t_views {mode}: {e}");
@@ -73,19 +81,14 @@ fn alias() -> Result<()> {
             m.get(1)
         )));
     }
-    // local_view serves alloc_local blocks, not symmetric arrays
+    // an alloc_local block is viewed through its owning handle
     let b = pg.alloc_local::<u32>(16)?;
-    let v = pg.local_view(b, 16)?;
+    let v = b.view();
     v.fill(3);
-    pg.write(b.add(2), 9u32)?;
+    pg.write(b.at(2), 9u32)?;
     if v.iter().sum::<u32>() != 3 * 15 + 9 || v.get(2) != 9 {
-        return Err(Error::usage("local_view of an alloc_local block"));
+        return Err(Error::usage("view of an alloc_local block"));
     }
-    expect_err(
-        "local_view of a symmetric array",
-        pg.local_view(p, 1),
-        "local heap",
-    )?;
     pg.free_local(b)?;
     println!("views alias ok ({:?} path)", pg.rma_path());
     pg.finish()
@@ -220,14 +223,9 @@ fn frozen() -> Result<()> {
         me,
         &range,
     )?;
-    expect_err(
-        "local_view of a frozen array",
-        pg.local_view(f.ptr(me), 8),
-        "local heap",
-    )?;
     // writes elsewhere still work meanwhile
     let other = pg.alloc_local::<u64>(1)?;
-    pg.write(other, 5)?;
+    pg.write(other.ptr(), 5)?;
     pg.sync()?;
     pg.barrier()?;
     if f.local() != want || pg.get(f.ptr(right), 8)?.wait()?[3] != right as u64 + 1 {
@@ -291,5 +289,89 @@ fn frozen() -> Result<()> {
         return Err(Error::usage("a put after thaw_spread"));
     }
     println!("views frozen ok ({:?} path)", pg.rma_path());
+    pg.finish()
+}
+
+/// Elements of the raced array (64 KiB: a put copies for microseconds).
+const RACE_LEN: usize = 8192;
+
+fn race() -> Result<()> {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    let pg = Pgas::attach()?;
+    let (me, n) = (pg.rank(), pg.size());
+    let mut a = pg.alloc_sym::<u64>(RACE_LEN)?;
+    let targets: Vec<GlobalPtr<u64>> = (0..n).map(|r| a.ptr(r)).collect();
+    pg.barrier()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (puts, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let writer = {
+        let (pg, stop, puts, refused) = (pg.clone(), stop.clone(), puts.clone(), refused.clone());
+        std::thread::spawn(move || -> Result<()> {
+            let mut buf = vec![0u64; RACE_LEN];
+            let mut k = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                k += 1;
+                buf.fill(((me as u64) << 48) | k);
+                for &t in &targets {
+                    match pg.put(t, &buf) {
+                        Ok(()) => puts.fetch_add(1, Ordering::Relaxed),
+                        Err(e) if e.to_string().contains("frozen") => {
+                            refused.fetch_add(1, Ordering::Relaxed)
+                        }
+                        Err(e) => return Err(e),
+                    };
+                }
+            }
+            Ok(())
+        })
+    };
+    let rounds = 200;
+    let mut changed = None;
+    for round in 0..rounds {
+        let f = pg.freeze(a)?;
+        let s: &[u64] = f.local();
+        let first = s.to_vec();
+        // Hold the slice: rank 0 longest, so the others reach thaw first.
+        let hold = if me == 0 { 300 } else { 20 };
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_micros(hold) && changed.is_none() {
+            for (i, want) in first.iter().enumerate().step_by(61) {
+                // SAFETY: reads inside the slice; volatile so the compiler
+                // reads the bytes again instead of trusting the `&[u64]`
+                // (the point is to see whether anything wrote them).
+                let now = unsafe { std::ptr::read_volatile(s.as_ptr().add(i)) };
+                if now != *want {
+                    changed = Some((round, i, *want, now));
+                    break;
+                }
+            }
+        }
+        a = pg.thaw(f)?;
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer
+        .join()
+        .map_err(|_| Error::usage("the writer thread panicked"))??;
+    if let Some((round, i, was, now)) = changed {
+        return Err(Error::usage(format!(
+            "rank {me}: element {i} of a frozen array changed from {was:#x} to {now:#x} \
+             in round {round} while this rank held its &[u64]"
+        )));
+    }
+    let (p, r) = (
+        puts.load(Ordering::Relaxed),
+        refused.load(Ordering::Relaxed),
+    );
+    if p == 0 || r == 0 {
+        return Err(Error::usage(format!(
+            "rank {me}: the writer did not race the freezes ({p} puts, {r} refused)"
+        )));
+    }
+    pg.barrier()?;
+    println!(
+        "views race ok ({:?} path, {p} puts, {r} refused)",
+        pg.rma_path()
+    );
     pg.finish()
 }

@@ -1,0 +1,313 @@
+//! Writers announce themselves to freezes: the asymmetric fence that lets
+//! a freeze wait for every write into a segment that passed its check
+//! before the range was marked frozen, at no locked instruction on the
+//! writers' side.
+//!
+//! A thread that writes into a segment (a native put or store, an atomic,
+//! `write_segment`, a Long handed to the fabric) holds a [`Writing`]
+//! across its frozen-range check and its write. The native fast paths
+//! take a [`writing_leaf`]: find the thread's slot, store `true` to its
+//! flag, and store `false` when the guard drops (no load, so no chain of
+//! dependent stores across back-to-back puts); the other paths, which may
+//! nest (a blocking send runs handlers), take a [`writing`], a depth
+//! counter. Plain instructions and a compiler fence: no `lock` prefix,
+//! no `mfence`. The freeze ([`quiesce`]), having marked
+//! the range, pays for both sides: `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`
+//! runs a full memory barrier on every other running thread of the
+//! process, so each writer is either past its announcement (the freeze
+//! sees its flag set or its depth above 0 and waits for the clear flag
+//! and the 0 that its `Release` stores publish after the write) or not yet at its check (which then sees
+//! the mark).
+//! This is the asymmetric fence of liburcu's "membarrier" flavour and of
+//! folly's `asymmetricHeavyBarrier`.
+//!
+//! Slots are registered at a thread's first write (a mutex, once per
+//! thread) and recycled when the thread exits; a freeze reads them all.
+
+use parking_lot::Mutex;
+use splitrt_runtime::{Error, Result};
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// One thread's announcement. Only the owning thread stores; freezes
+/// load.
+#[repr(align(64))]
+struct Slot {
+    /// A leaf write is in flight ([`writing_leaf`]: the native fast
+    /// paths). Set and cleared by plain stores of constants: no load, so
+    /// back-to-back writes form no dependency chain through the slot.
+    leaf: AtomicBool,
+    /// Nested writes in flight ([`writing`]: the paths that may run other
+    /// writes, handlers included, while they hold it).
+    depth: AtomicU64,
+    /// The slot's thread has exited: a new thread may take it over.
+    free: AtomicBool,
+}
+
+/// Every slot ever handed out (never freed: a freed slot is reused).
+static SLOTS: Mutex<Vec<&'static Slot>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// This thread's slot once it has written (`const`, no destructor:
+    /// reading it is one thread-relative load).
+    static MINE: Cell<Option<&'static Slot>> = const { Cell::new(None) };
+    /// Gives this thread's slot back when the thread exits.
+    static RELEASE: Release = const { Release };
+}
+
+/// Frees the thread's slot at thread exit.
+struct Release;
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        if let Ok(Some(s)) = MINE.try_with(|m| m.replace(None)) {
+            s.free.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// A write in flight on this thread (see the module docs): hold it from
+/// before the frozen-range check until the write is done. Guards nest.
+/// A guard stays on its thread (only that thread stores to its slot):
+///
+/// ```compile_fail,E0277
+/// let w = splitrt_am::writing();
+/// std::thread::spawn(move || drop(w));
+/// ```
+#[must_use = "the write is announced only while the guard lives"]
+pub struct Writing {
+    slot: &'static Slot,
+    /// Not `Send`: only the slot's own thread may store to it.
+    _thread: PhantomData<*const ()>,
+}
+
+/// Announce a write on this thread until the returned guard drops. Every
+/// path that checks a segment range against the frozen ranges and then
+/// writes holds one (or a [`WritingLeaf`]) across both.
+#[inline]
+pub fn writing() -> Writing {
+    let slot = MINE.get().unwrap_or_else(register);
+    let depth = slot.depth.load(Ordering::Relaxed);
+    slot.depth.store(depth + 1, Ordering::Relaxed);
+    // The check that follows must not be hoisted above the announcement
+    // by the compiler; the CPU's reordering is the freeze's membarrier's
+    // business.
+    compiler_fence(Ordering::SeqCst);
+    Writing {
+        slot,
+        _thread: PhantomData,
+    }
+}
+
+impl Drop for Writing {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: the write happens-before the freeze's Acquire load that
+        // sees the depth go back (nested guards restored theirs first).
+        let depth = self.slot.depth.load(Ordering::Relaxed);
+        self.slot.depth.store(depth - 1, Ordering::Release);
+    }
+}
+
+/// [`Writing`] for a write that runs nothing else while it is held (a
+/// check and a copy or an atomic update: the native fast paths): two
+/// stores of constants to the thread's slot. Leaf guards do not nest with
+/// each other (the inner one's drop would end the outer's announcement);
+/// inside a [`Writing`] they may.
+#[must_use = "the write is announced only while the guard lives"]
+pub struct WritingLeaf {
+    slot: &'static Slot,
+    /// Not `Send`: only the slot's own thread may store to it.
+    _thread: PhantomData<*const ()>,
+}
+
+/// Announce a leaf write (see [`WritingLeaf`]) until the guard drops.
+#[inline(always)]
+pub fn writing_leaf() -> WritingLeaf {
+    let slot = MINE.get().unwrap_or_else(register);
+    slot.leaf.store(true, Ordering::Relaxed);
+    // As in `writing`: the check stays after the announcement.
+    compiler_fence(Ordering::SeqCst);
+    WritingLeaf {
+        slot,
+        _thread: PhantomData,
+    }
+}
+
+impl Drop for WritingLeaf {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // Release: the write happens-before the freeze's Acquire load that
+        // sees the flag clear.
+        self.slot.leaf.store(false, Ordering::Release);
+    }
+}
+
+/// This thread's first write: take a free slot or make one.
+#[cold]
+#[inline(never)]
+fn register() -> &'static Slot {
+    let mut all = SLOTS.lock();
+    let reused = all.iter().copied().find(|s| {
+        s.free
+            .compare_exchange(true, false, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    });
+    let slot = reused.unwrap_or_else(|| {
+        let s: &'static Slot = Box::leak(Box::new(Slot {
+            leaf: AtomicBool::new(false),
+            depth: AtomicU64::new(0),
+            free: AtomicBool::new(false),
+        }));
+        all.push(s);
+        s
+    });
+    drop(all);
+    MINE.set(Some(slot));
+    // At thread exit the slot is given back; if this thread is already
+    // past its thread-locals' destruction, the slot simply stays its own.
+    let _ = RELEASE.try_with(|_| ());
+    slot
+}
+
+/// `membarrier(2)` commands (linux/membarrier.h).
+const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
+const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+fn membarrier(cmd: libc::c_long) -> libc::c_long {
+    // SAFETY: membarrier takes two integers and touches no memory of ours.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            cmd,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        )
+    }
+}
+
+/// The barrier command this kernel serves (registered once), or why none.
+fn barrier_cmd() -> std::result::Result<libc::c_long, String> {
+    static CMD: OnceLock<std::result::Result<libc::c_long, String>> = OnceLock::new();
+    CMD.get_or_init(|| {
+        let supported = membarrier(MEMBARRIER_CMD_QUERY);
+        if supported < 0 {
+            return Err(format!(
+                "membarrier(2) is not available ({})",
+                std::io::Error::last_os_error()
+            ));
+        }
+        if supported & MEMBARRIER_CMD_PRIVATE_EXPEDITED != 0
+            && membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0
+        {
+            Ok(MEMBARRIER_CMD_PRIVATE_EXPEDITED)
+        } else if supported & MEMBARRIER_CMD_GLOBAL != 0 {
+            Ok(MEMBARRIER_CMD_GLOBAL)
+        } else {
+            Err(format!(
+                "membarrier(2) offers neither PRIVATE_EXPEDITED nor GLOBAL (mask {supported:#x})"
+            ))
+        }
+    })
+    .clone()
+}
+
+/// Run a memory barrier on every thread of this process and wait until
+/// every write announced (by [`writing`]) before it has finished. Call it
+/// after marking a range frozen: every write into the range from this
+/// process is then done or refused. Errors if the kernel offers no
+/// process-wide barrier (the freeze cannot be made sound without it).
+pub(crate) fn quiesce() -> Result<()> {
+    let cmd = barrier_cmd().map_err(|why| {
+        Error::usage(format!(
+            "cannot freeze: {why}; a freeze needs it to wait for other threads' writes"
+        ))
+    })?;
+    if membarrier(cmd) != 0 {
+        return Err(Error::usage(format!(
+            "cannot freeze: membarrier(2) failed ({})",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let mine = MINE.get();
+    let slots: Vec<&'static Slot> = SLOTS.lock().clone();
+    for s in slots {
+        if mine.is_some_and(|m| std::ptr::eq(m, s)) {
+            // this thread's own write cannot be in flight across the call
+            continue;
+        }
+        // Wait until the thread has no write in flight. A thread between
+        // two writes has neither a leaf nor a nested one, so a writer in a loop is seen idle
+        // within a few tries.
+        let mut spins = 0u32;
+        while s.leaf.load(Ordering::Acquire) || s.depth.load(Ordering::Acquire) != 0 {
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+
+    /// A writer that passed its check before the mark is waited for; one
+    /// after the mark sees it.
+    #[test]
+    fn quiesce_waits_for_writes_in_flight() {
+        let mark = Arc::new(AtomicBool::new(false));
+        let data = Arc::new(AtomicUsize::new(0));
+        let in_check = Arc::new(AtomicBool::new(false));
+        let (m, d, c) = (mark.clone(), data.clone(), in_check.clone());
+        let t = std::thread::spawn(move || {
+            let w = writing();
+            if !m.load(Ordering::Relaxed) {
+                c.store(true, Ordering::Relaxed);
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                d.store(1, Ordering::Relaxed);
+            }
+            drop(w);
+        });
+        while !in_check.load(Ordering::Relaxed) {
+            std::hint::spin_loop();
+        }
+        mark.store(true, Ordering::Relaxed);
+        quiesce().unwrap();
+        assert_eq!(
+            data.load(Ordering::Relaxed),
+            1,
+            "the write in flight finished"
+        );
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn guards_nest() {
+        let a = writing();
+        let b = writing();
+        let slot = MINE.get().unwrap();
+        let c = writing_leaf();
+        assert!(slot.leaf.load(Ordering::Relaxed));
+        drop(c);
+        assert_eq!(slot.depth.load(Ordering::Relaxed), 2);
+        drop(b);
+        assert_eq!(
+            slot.depth.load(Ordering::Relaxed),
+            1,
+            "outer still in flight"
+        );
+        drop(a);
+        assert_eq!(slot.depth.load(Ordering::Relaxed), 0);
+    }
+}
