@@ -1202,9 +1202,13 @@ impl Endpoint {
     pub fn read_segment(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let seg = self.inner.fabric().local_segment();
         let off = self.segment_range(offset, buf.len(), seg.len())?;
-        // SAFETY: the range was checked to lie inside the local segment,
-        // mapped as long as the fabric, which `self` owns.
-        unsafe { std::ptr::copy(seg.base().add(off), buf.as_mut_ptr(), buf.len()) };
+        // SAFETY: off + buf.len() <= the segment's length (checked just
+        // above): an in-bounds offset.
+        let from = unsafe { seg.base().add(off) };
+        // SAFETY: from..from + buf.len() lies inside the local segment,
+        // mapped as long as the fabric, which `self` owns; `buf` is the
+        // caller's buffer, which may be a slice of that segment: memmove.
+        unsafe { std::ptr::copy(from, buf.as_mut_ptr(), buf.len()) };
         Ok(())
     }
 
@@ -1220,9 +1224,13 @@ impl Endpoint {
             let e = frozen_error("Endpoint::write_segment", offset, data.len() as u64, r);
             return Err(e.at_rank(self.rank()));
         }
-        // SAFETY: the range was checked to lie inside the local segment;
-        // `data` may be a slice of that segment (a Long payload), so memmove.
-        unsafe { std::ptr::copy(data.as_ptr(), seg.base().add(off), data.len()) };
+        // SAFETY: off + data.len() <= the segment's length (checked just
+        // above): an in-bounds offset.
+        let to = unsafe { seg.base().add(off) };
+        // SAFETY: to..to + data.len() lies inside the local segment, mapped
+        // as long as the fabric, which `self` owns; `data` may be a slice of
+        // that segment, so memmove.
+        unsafe { std::ptr::copy(data.as_ptr(), to, data.len()) };
         Ok(())
     }
 

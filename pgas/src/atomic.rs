@@ -83,14 +83,16 @@ pub(crate) unsafe fn apply_atomic(
 ) -> Option<u64> {
     const O: Ordering = Ordering::AcqRel;
     // SAFETY: the caller checked that [off, off + width) lies in the mapped
-    // segment, alive meanwhile, and that off is a multiple of width, so the
-    // cast is aligned (this function's contract); every access to this word
-    // by splitrt is atomic.
-    unsafe {
-        let p = seg.base().add(off as usize);
+    // segment (this function's contract): an in-bounds offset.
+    let p = unsafe { seg.base().add(off as usize) };
+    {
         match width {
             8 => {
-                let a = &*(p as *const AtomicU64);
+                // SAFETY: p..p + 8 lies in the mapped segment, alive
+                // meanwhile, and off is a multiple of 8, so the cast is
+                // aligned (this function's contract); every access to this
+                // word by splitrt is atomic.
+                let a = unsafe { &*(p as *const AtomicU64) };
                 Some(match op {
                     AtomicOp::FetchAdd(v) => a.fetch_add(v, O),
                     AtomicOp::Swap(v) => a.swap(v, O),
@@ -100,7 +102,8 @@ pub(crate) unsafe fn apply_atomic(
                 })
             }
             4 => {
-                let a = &*(p as *const AtomicU32);
+                // SAFETY: as for 8 above, with a width and alignment of 4.
+                let a = unsafe { &*(p as *const AtomicU32) };
                 Some(match op {
                     AtomicOp::FetchAdd(v) => a.fetch_add(v as u32, O),
                     AtomicOp::Swap(v) => a.swap(v as u32, O),

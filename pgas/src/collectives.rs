@@ -297,8 +297,12 @@ impl Pgas {
         debug_assert!(bytes.len() as u64 <= HALF);
         debug_assert!(half == i.scratch || half == i.scratch + HALF);
         // SAFETY: the scratch block is a symmetric allocation of SCRATCH
-        // bytes in our own segment, `half` one of its halves; chunks never
-        // exceed a half.
-        unsafe { std::ptr::copy(bytes.as_ptr(), seg.base().add(half as usize), bytes.len()) };
+        // bytes in our own segment and `half` one of its halves: an
+        // in-bounds offset.
+        let to = unsafe { seg.base().add(half as usize) };
+        // SAFETY: chunks never exceed a half, so to..to + bytes.len() lies
+        // in the scratch block, which only the collective in progress
+        // writes; `bytes` is the caller's buffer.
+        unsafe { std::ptr::copy(bytes.as_ptr(), to, bytes.len()) };
     }
 }

@@ -104,10 +104,13 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
                         m.src()
                     ));
                 } else {
+                    // SAFETY: [at, at + len) lies inside the destination
+                    // (checked above): an in-bounds offset.
+                    let to = unsafe { d.ptr.add(at) };
                     // SAFETY: the destination is alive until `remaining` hits
-                    // zero or the slot is cancelled (see Dest), and
-                    // [at, at + len) lies inside it (checked above).
-                    unsafe { std::ptr::copy(data.as_ptr(), d.ptr.add(at), data.len()) };
+                    // zero or the slot is cancelled (see Dest), which the
+                    // dests lock held here keeps from happening meanwhile.
+                    unsafe { std::ptr::copy(data.as_ptr(), to, data.len()) };
                 }
                 d.remaining = d.remaining.saturating_sub(1);
                 if d.remaining == 0 {
@@ -152,8 +155,15 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         let seg = s.seg();
         let ok = in_segment(&s, off, len) && len as usize <= 1 << 26;
         let data: &[u8] = if ok {
-            // SAFETY: [off, off + len) was checked to lie in our segment.
-            unsafe { std::slice::from_raw_parts(seg.base().add(off as usize), len as usize) }
+            // SAFETY: [off, off + len) was checked to lie in our segment:
+            // an in-bounds offset.
+            let from = unsafe { seg.base().add(off as usize) };
+            // SAFETY: from..from + len lies in our segment, mapped while the
+            // endpoint that runs this handler lives. The slice lives only
+            // for the reply's copy into the requester's ring (Medium); a
+            // peer's put racing with that copy tears the data, as any get
+            // racing a put does, and no reference escapes the handler.
+            unsafe { std::slice::from_raw_parts(from, len as usize) }
         } else {
             &[]
         };

@@ -42,7 +42,7 @@ impl Inner {
             // segment; the destination is the caller's live buffer of `len`
             // bytes. The two may overlap (a local get into a slice of our own
             // segment), so this is a memmove.
-            unsafe { memmove(seg.base().add(off as usize), dst, len) };
+            unsafe { memmove(seg.base().wrapping_add(off as usize), dst, len) };
             return Ok(None);
         }
         if self.path == RmaPath::Native {
@@ -288,7 +288,13 @@ impl Inner {
         self.sent_bytes[rank].fetch_add(src.len() as u64, Ordering::Relaxed);
         if let Some(seg) = self.native(rank) {
             // SAFETY: destination range checked against the peer's segment.
-            unsafe { memmove(src.as_ptr(), seg.base().add(off as usize), src.len()) };
+            unsafe {
+                memmove(
+                    src.as_ptr(),
+                    seg.base().wrapping_add(off as usize),
+                    src.len(),
+                )
+            };
             // Release: the data is visible before the count that announces it.
             // SAFETY: `seg` is from this Inner's direct table (the endpoint's
             // fabric, alive as long as `self`); the reference ends here.
@@ -360,7 +366,13 @@ impl Inner {
 fn put_native(seg: SegmentRef, off: u64, src: &[u8]) {
     // SAFETY: the destination range was checked against the segment; the
     // source may be a slice of our own segment, so this is a memmove.
-    unsafe { memmove(src.as_ptr(), seg.base().add(off as usize), src.len()) };
+    unsafe {
+        memmove(
+            src.as_ptr(),
+            seg.base().wrapping_add(off as usize),
+            src.len(),
+        )
+    };
     // SAFETY: `seg` comes from the direct table of a live Pgas (the
     // caller's), whose endpoint owns the fabric that handed it out.
     unsafe { seg.wake_owner() };
@@ -402,7 +414,13 @@ impl<'env> Scope<'env> {
             // SAFETY: the source range passed the checks against the
             // peer's segment; `bytes` is the caller's buffer (maybe in our
             // own segment: memmove). Done now: nothing to wait for.
-            unsafe { memmove(seg.base().add(off as usize), bytes.as_mut_ptr(), len) };
+            unsafe {
+                memmove(
+                    seg.base().wrapping_add(off as usize),
+                    bytes.as_mut_ptr(),
+                    len,
+                )
+            };
             return Ok(());
         }
         self.get_slow(src, dst)
@@ -543,7 +561,7 @@ impl Pgas {
             // slice of our own segment): memmove.
             unsafe {
                 memmove(
-                    seg.base().add(src.offset() as usize),
+                    seg.base().wrapping_add(src.offset() as usize),
                     dst.as_mut_ptr(),
                     dst.len(),
                 )
@@ -611,13 +629,11 @@ impl Pgas {
         let len = bytes.len() as u64;
         let align = std::mem::align_of::<T>() as u64;
         if let Some(seg) = inner.native_checked(src.rank(), src.offset(), len, align) {
+            let from = seg.base().wrapping_add(src.offset() as usize);
             // SAFETY: source range checked against the peer's segment;
             // `bytes` is the caller's buffer (maybe in our own segment:
             // memmove).
-            unsafe {
-                let from = seg.base().add(src.offset() as usize);
-                memmove(from, bytes.as_mut_ptr(), bytes.len());
-            }
+            unsafe { memmove(from, bytes.as_mut_ptr(), bytes.len()) };
             return Ok(());
         }
         self.read_slice_slow(src, dst)

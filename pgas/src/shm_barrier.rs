@@ -50,7 +50,10 @@ fn word(seg: &SegmentRef, off: usize) -> &AtomicU64 {
     // reserved first page belongs to splitrt (user accesses there are
     // refused), and only atomics touch these words. The mapping outlives
     // `seg`'s borrow (see the Send impl).
-    unsafe { &*(seg.base().add(off) as *const AtomicU64) }
+    let p = unsafe { seg.base().add(off) };
+    // SAFETY: as above: p is 8-byte aligned inside the reserved page, and
+    // only atomics touch this word.
+    unsafe { &*(p as *const AtomicU64) }
 }
 
 fn pack(epoch: u64, kind: Coll) -> u64 {

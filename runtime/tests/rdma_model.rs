@@ -123,42 +123,42 @@ fn run_seed(seed: u64, size: usize, msgs: usize, cfg: RdmaConfig) -> ModelStats 
     let expect = RefCell::new(expect);
     let got = RefCell::new(0usize);
     let mut long_no = vec![0usize; size * size];
-    let check = |rank: usize,
-                 seg: SegmentRef,
-                 d: &splitrt_runtime::fabric::Delivery<'_>,
-                 ch: Channel| {
-        let mut e = expect.borrow_mut();
-        let p = e[rank][d.src * 2 + ch as usize]
-            .pop_front()
-            .unwrap_or_else(|| panic!("seed {seed}: rank {rank} got an unplanned message"));
-        assert_eq!(d.words.first().copied(), Some(p.seq), "seed {seed}: {p:?}");
-        let len = match p.kind {
-            Kind::Short => 0,
-            Kind::Medium(n) | Kind::Long(n) => n,
+    let check =
+        |rank: usize, seg: SegmentRef, d: &splitrt_runtime::fabric::Delivery<'_>, ch: Channel| {
+            let mut e = expect.borrow_mut();
+            let p = e[rank][d.src * 2 + ch as usize]
+                .pop_front()
+                .unwrap_or_else(|| panic!("seed {seed}: rank {rank} got an unplanned message"));
+            assert_eq!(d.words.first().copied(), Some(p.seq), "seed {seed}: {p:?}");
+            let len = match p.kind {
+                Kind::Short => 0,
+                Kind::Medium(n) | Kind::Long(n) => n,
+            };
+            // a Long arrives as its range of the segment, read through a view
+            let bytes = match d.deposit {
+                Some(dep) => {
+                    assert!(d.payload.is_empty(), "seed {seed}: {p:?}");
+                    assert!(seg.contains(dep.offset as usize, dep.len));
+                    // SAFETY: dep.offset + dep.len lies inside the segment
+                    // (checked just above): an in-bounds offset.
+                    let at = unsafe { seg.base().add(dep.offset as usize) };
+                    // SAFETY: at..at + dep.len lies in the segment, which its
+                    // fabric keeps mapped: `j` is borrowed by the poll.
+                    unsafe { LocalView::from_raw_parts(at, dep.len) }.to_vec()
+                }
+                None => d.payload.to_vec(),
+            };
+            assert_eq!(bytes.len(), len, "seed {seed}: {p:?}");
+            assert!(
+                bytes
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == byte(p.src, p.seq, i)),
+                "seed {seed}: payload of {p:?}"
+            );
+            assert_eq!(d.deposit.is_some(), matches!(p.kind, Kind::Long(_)));
+            *got.borrow_mut() += 1;
         };
-        // a Long arrives as its range of the segment, read through a view
-        let bytes = match d.deposit {
-            Some(dep) => {
-                assert!(d.payload.is_empty(), "seed {seed}: {p:?}");
-                assert!(seg.contains(dep.offset as usize, dep.len));
-                // SAFETY: inside the segment (checked just above), which
-                // its fabric keeps mapped: `j` is borrowed by the poll.
-                unsafe { LocalView::from_raw_parts(seg.base().add(dep.offset as usize), dep.len) }
-                    .to_vec()
-            }
-            None => d.payload.to_vec(),
-        };
-        assert_eq!(bytes.len(), len, "seed {seed}: {p:?}");
-        assert!(
-            bytes
-                .iter()
-                .enumerate()
-                .all(|(i, &b)| b == byte(p.src, p.seq, i)),
-            "seed {seed}: payload of {p:?}"
-        );
-        assert_eq!(d.deposit.is_some(), matches!(p.kind, Kind::Long(_)));
-        *got.borrow_mut() += 1;
-    };
     let poll_all = |j: &Job| -> Result<()> {
         for (r, f) in j.fabrics.iter().enumerate() {
             for ch in [Channel::Request, Channel::Reply] {

@@ -340,7 +340,7 @@ fn race() -> Result<()> {
                 // SAFETY: reads inside the slice; volatile so the compiler
                 // reads the bytes again instead of trusting the `&[u64]`
                 // (the point is to see whether anything wrote them).
-                let now = unsafe { std::ptr::read_volatile(s.as_ptr().add(i)) };
+                let now = unsafe { std::ptr::read_volatile(&s[i]) };
                 if now != *want {
                     changed = Some((round, i, *want, now));
                     break;
