@@ -12,6 +12,20 @@ fn field(line: &str, key: &str) -> String {
         .to_string()
 }
 
+/// Run `t_async_sleep ARGS` on 2 ranks over the AM path (plus `env`), check
+/// the job ended well, and return its report line (the one with `tag`).
+fn sleep_report(args: &[&str], env: &[(&str, &str)], tag: &str) -> String {
+    let mut all = vec![("SPLITRT_RMA", "am")];
+    all.extend_from_slice(env);
+    let r = run_job(2, &example("t_async_sleep"), args, &all, 60);
+    r.ok();
+    r.stdout
+        .lines()
+        .find(|l| l.contains(tag))
+        .unwrap_or_else(|| panic!("{r:?}"))
+        .to_string()
+}
+
 /// Rank 1 awaits a get over the AM path under a current-thread tokio
 /// runtime while rank 0 does not poll for 2 s. Its process must use under
 /// 10% of one CPU in that time (a future that wakes itself keeps the
@@ -20,19 +34,7 @@ fn field(line: &str, key: &str) -> String {
 #[test]
 fn a_pending_get_sleeps_under_tokio_until_the_reply_comes() {
     for fabric in ["shm", "udp"] {
-        let r = run_job(
-            2,
-            &example("t_async_sleep"),
-            &["2"],
-            &[("SPLITRT_RMA", "am"), ("SPLITRT_FABRIC", fabric)],
-            60,
-        );
-        r.ok();
-        let line = r
-            .stdout
-            .lines()
-            .find(|l| l.contains("async get:"))
-            .unwrap_or_else(|| panic!("{r:?}"));
+        let line = &sleep_report(&["2"], &[("SPLITRT_FABRIC", fabric)], "async get:");
         let cpu: u64 = field(line, "cpu_ms=").parse().expect("a number");
         let wall: u64 = field(line, "wall_ms=").parse().expect("a number");
         let polls: u64 = field(line, "polls=").parse().expect("a number");
@@ -106,19 +108,7 @@ fn a_pending_get_ends_with_an_error_when_its_owner_dies() {
 /// the cancelled gets' late replies) and a new get work.
 #[test]
 fn dropping_a_pending_get_cancels_it_without_waiting() {
-    let r = run_job(
-        2,
-        &example("t_async_sleep"),
-        &["2", "cancel"],
-        &[("SPLITRT_RMA", "am")],
-        60,
-    );
-    r.ok();
-    let line = r
-        .stdout
-        .lines()
-        .find(|l| l.contains("cancel:"))
-        .unwrap_or_else(|| panic!("{r:?}"));
+    let line = &sleep_report(&["2", "cancel"], &[], "cancel:");
     let drop_ms: u64 = field(line, "drop_ms=").parse().expect("a number");
     assert!(
         drop_ms < 100,
@@ -135,19 +125,7 @@ fn dropping_a_pending_get_cancels_it_without_waiting() {
 /// `poller`), not only by the doorbell bridge; the get then completes.
 #[test]
 fn the_reply_handler_wakes_a_pending_get_on_the_thread_that_polls() {
-    let r = run_job(
-        2,
-        &example("t_async_sleep"),
-        &["1", "slot"],
-        &[("SPLITRT_RMA", "am")],
-        60,
-    );
-    r.ok();
-    let line = r
-        .stdout
-        .lines()
-        .find(|l| l.contains("slot:"))
-        .unwrap_or_else(|| panic!("{r:?}"));
+    let line = &sleep_report(&["1", "slot"], &[], "slot:");
     let names = field(line, "woken_by=");
     assert!(
         names.split(',').any(|n| n == "poller"),
