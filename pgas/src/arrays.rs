@@ -401,7 +401,10 @@ impl Pgas {
     /// ```
     pub fn freeze<T: Pod>(&self, a: SymArray<T>) -> Result<FrozenArray<T>> {
         let i = &self.inner;
-        self.agree_on(a.off, a.bytes(), "Pgas::freeze")?;
+        // Every rank can freeze (the kernel's barrier, not inside a write),
+        // or every rank fails, agreed with the range.
+        let can = splitrt_am::can_freeze();
+        self.agree_on(a.off, a.bytes(), "Pgas::freeze", can)?;
         // Mark first (the fast paths step aside), then the endpoint's range,
         // whose freeze waits for every write another thread of this
         // process began before the marks (they announce themselves across
@@ -431,7 +434,7 @@ impl Pgas {
     pub fn thaw<T: Pod>(&self, f: FrozenArray<T>) -> Result<SymArray<T>> {
         let i = &self.inner;
         let a = f.arr;
-        self.agree_on(a.off, a.bytes(), "Pgas::thaw")?;
+        self.agree_on(a.off, a.bytes(), "Pgas::thaw", Ok(()))?;
         // Past this barrier every rank has given up its frozen handle, so
         // no `&[T]` of the array is left anywhere: only then may any rank
         // (any of its threads) write into it again.
@@ -472,11 +475,21 @@ impl Pgas {
         })
     }
 
-    /// Every rank passes the same (offset, bytes), or every rank fails.
-    fn agree_on(&self, off: u64, bytes: u64, what: &str) -> Result<()> {
+    /// Every rank passes the same (offset, bytes) and every rank `can`,
+    /// or every rank fails.
+    fn agree_on(&self, off: u64, bytes: u64, what: &str, can: Result<()>) -> Result<()> {
         // min of (x, !x) gives the minimum and the maximum in one allreduce
-        let mut v = [off, bytes, !off, !bytes];
+        let mut v = [off, bytes, !off, !bytes, u64::from(can.is_ok())];
         self.allreduce(&mut v, Op::Min)?;
+        if v[4] == 0 {
+            return Err(match can {
+                Err(e) => e.at_rank(self.rank()),
+                Ok(()) => Error::usage(format!(
+                    "{what}: another rank cannot freeze (it says why); no rank froze"
+                ))
+                .at_rank(self.rank()),
+            });
+        }
         if v[0] != !v[2] || v[1] != !v[3] {
             return Err(Error::usage(format!(
                 "{what} of different arrays across ranks (offsets {:#x}..{:#x}, sizes {}..{} B): \

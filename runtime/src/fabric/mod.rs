@@ -360,6 +360,20 @@ pub enum AnyFabric {
 }
 
 impl AnyFabric {
+    /// Make the fabrics that write deposits at poll time (UDP, ibverbs)
+    /// refuse bytes of `frozen` (shared memory deposits are written by
+    /// the sender inside its guarded send, checked there).
+    pub fn share_frozen(&mut self, frozen: &std::sync::Arc<crate::frozen::FrozenRanges>) {
+        match self {
+            AnyFabric::Shm(_) => {}
+            AnyFabric::Udp(u) => u.share_frozen(frozen.clone()),
+            AnyFabric::Hybrid(h) => h.udp.share_frozen(frozen.clone()),
+            AnyFabric::Rdma(r) => r.share_frozen(frozen.clone()),
+            #[cfg(feature = "test-doubles")]
+            AnyFabric::RdmaModel(r) => r.share_frozen(frozen.clone()),
+        }
+    }
+
     /// The UDP part, if any.
     pub fn udp(&self) -> Option<&udp::UdpFabric> {
         match self {
