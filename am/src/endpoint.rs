@@ -706,9 +706,8 @@ impl Inner {
     /// a frozen range, say) are kept for the next `poll` / `wait_until`,
     /// as while sending: only a failed peer ends the wait.
     fn quiet_sends(&self) -> Result<()> {
-        self.world.drain_network(&mut || {
-            self.progress_while_sending(Channel::Request).map(|_| ())
-        })?;
+        self.world
+            .drain_network(&mut || self.progress_while_sending(Channel::Request).map(|_| ()))?;
         self.fabric_ref().rma_quiet()
     }
 

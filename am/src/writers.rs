@@ -301,7 +301,11 @@ pub(crate) fn quiesce(
                          write it announced ({}nested depth {}): a thread stuck in a \
                          handler, or a leaked guard (mem::forget of splitrt_am::writing())",
                         s.tid.load(Ordering::Relaxed),
-                        if s.leaf.load(Ordering::Relaxed) { "a leaf write, " } else { "" },
+                        if s.leaf.load(Ordering::Relaxed) {
+                            "a leaf write, "
+                        } else {
+                            ""
+                        },
                         s.depth.load(Ordering::Relaxed)
                     );
                     hang(watch, &what)?;
@@ -409,7 +413,10 @@ mod tests {
         stop_tx.send(()).unwrap();
         t.join().unwrap();
         assert!(r.is_err());
-        assert!(said.contains("writer slot") && said.contains("leaked guard"), "{said}");
+        assert!(
+            said.contains("writer slot") && said.contains("leaked guard"),
+            "{said}"
+        );
         let w = writing();
         let e = can_freeze().unwrap_err().to_string();
         assert!(e.contains("inside a write"), "{e}");
