@@ -272,6 +272,27 @@ fn frozen() -> Result<()> {
     pg.put(a.at(right, 0), &[1])?;
     pg.sync()?;
 
+    // a freeze on rank 0 from inside a write (a handler, or a leaked
+    // guard) is refused, on every rank, and leaves nothing frozen (before:
+    // rank 0 skipped its own announcement and froze)
+    let z = pg.alloc_sym::<u64>(2)?;
+    let zoff = z.at(me, 0).offset();
+    let w = (me == 0).then(splitrt::am::writing);
+    let why = if me == 0 {
+        "inside a write"
+    } else {
+        "another rank cannot freeze"
+    };
+    match pg.freeze(z) {
+        Ok(_) => return Err(Error::usage("a freeze inside a write: accepted")),
+        Err(e) if e.to_string().contains(why) => {}
+        Err(e) => return Err(Error::usage(format!("a freeze inside a write: {e}"))),
+    }
+    drop(w);
+    if let Some(r) = pg.endpoint().frozen_segment_range(zoff, 16) {
+        return Err(Error::usage(format!("a failed freeze left {r:?} frozen")));
+    }
+
     // a spread array: this rank's elements as a slice, writes refused
     let sp = pg.spread::<u32>(10, Dist::Cyclic)?;
     let n_mine = sp.len_on(me);
