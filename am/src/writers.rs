@@ -295,7 +295,7 @@ pub(crate) fn quiesce(
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
-                if spins % 1024 == 0 && watch.due() {
+                if spins.is_multiple_of(1024) && watch.due() {
                     let what = format!(
                         "in a freeze, waiting for thread {} (writer slot {i}) to finish a \
                          write it announced ({}nested depth {}): a thread stuck in a \

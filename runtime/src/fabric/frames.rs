@@ -621,7 +621,6 @@ mod tests {
             .feed(5, &b2, 100, &mut sink, &mut |_| panic!("delivered"))
             .unwrap_err();
         assert!(e.contains("frozen"), "{e}");
-        drop(sink);
         assert!(buf[32..62].iter().all(|&x| x == 9), "the first chunk");
         assert!(
             buf[64..128].iter().all(|&x| x == 0),
