@@ -711,6 +711,23 @@ impl Inner {
         self.fabric_ref().rma_quiet()
     }
 
+    /// Deliver every message that has arrived (polling until a round
+    /// delivers nothing), keeping unrelated errors for the next `poll` /
+    /// `wait_until` as while sending.
+    fn feed_arrived(&self) -> Result<()> {
+        loop {
+            match self.poll_every_channel() {
+                Ok(0) if !self.fabric_ref().arrivals_waiting() => return Ok(()),
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::PeerFailed(_)) => return Err(e),
+                Err(e) => {
+                    self.deferred.lock().get_or_insert(e);
+                    self.has_deferred.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+
     fn finish(&self) -> Result<()> {
         if self.finished.swap(true, Ordering::AcqRel) {
             return Ok(());
@@ -833,6 +850,58 @@ impl Endpoint {
             return Err(at(e));
         }
         Ok(())
+    }
+
+    /// Seal a range [`freeze_segment_range`](Self::freeze_segment_range)
+    /// froze, once every rank has frozen and drained it (past the
+    /// protocol's barrier): first every message that has arrived is fed
+    /// (a Long its sender sent before its own freeze is acknowledged once
+    /// stored here, and over UDP or two-sided ibverbs written into the
+    /// segment only when this rank polls: it is part of the frozen
+    /// contents), then the range is sealed, so a deposit into it that
+    /// comes later is refused by the fabric as it is written (reported
+    /// naming the sender; nothing written), and every write another
+    /// thread began before the seal finishes before this returns. On an
+    /// error the range is unfrozen.
+    ///
+    /// # Safety
+    ///
+    /// As for [`freeze_segment_range`](Self::freeze_segment_range): only
+    /// the freeze protocol of a layer above, after its freeze's barrier
+    /// and before it hands out references to the range.
+    pub unsafe fn seal_segment_range(&self, offset: u64, len: u64) -> Result<()> {
+        let at = |e: Error| e.at_rank(self.rank());
+        let done = self
+            .inner
+            .feed_arrived()
+            .and_then(|()| self.inner.frozen().seal(offset, len))
+            .and_then(|()| {
+                let mut watch = HangWatch::new(self.config());
+                crate::writers::quiesce(&mut watch, &mut |w, what| self.inner.hang(w, what))
+            });
+        if let Err(e) = done {
+            let _ = self.inner.frozen().remove(offset, len);
+            return Err(at(e));
+        }
+        Ok(())
+    }
+
+    /// Undo [`seal_segment_range`](Self::seal_segment_range): deposits
+    /// into the range land again (senders still refuse it until the
+    /// thaw). The first step of a thaw, once this rank's references to
+    /// the range are gone, so a write that another rank sends after it
+    /// thawed is not refused here.
+    ///
+    /// # Safety
+    ///
+    /// As for [`freeze_segment_range`](Self::freeze_segment_range): only
+    /// the freeze protocol of a layer above, once this rank has given up
+    /// the references it made of the range.
+    pub unsafe fn unseal_segment_range(&self, offset: u64, len: u64) -> Result<()> {
+        self.inner
+            .frozen()
+            .unseal(offset, len)
+            .map_err(|e| e.at_rank(self.rank()))
     }
 
     /// Undo [`freeze_segment_range`](Self::freeze_segment_range) of the

@@ -425,6 +425,16 @@ impl Pgas {
         self.sync()?;
         self.all_store_sync()?;
         self.barrier_of(Coll::Freeze)?;
+        // Past the barrier every rank's Longs into the range have been
+        // acknowledged here; feed those still waiting in the receive
+        // windows, then seal: a deposit that comes later is refused as it
+        // is written (UDP and two-sided ibverbs write at poll time).
+        // SAFETY: the freeze protocol: after the barrier, before any slice
+        // of the range is handed out.
+        if let Err(e) = unsafe { i.ep.seal_segment_range(a.off, a.bytes()) } {
+            i.frozen_ranges.fetch_sub(1, Ordering::SeqCst);
+            return Err(e);
+        }
         Ok(FrozenArray { arr: a })
     }
 
@@ -434,6 +444,11 @@ impl Pgas {
     pub fn thaw<T: Pod>(&self, f: FrozenArray<T>) -> Result<SymArray<T>> {
         let i = &self.inner;
         let a = f.arr;
+        // This rank's handle, and so every `&[T]` of its part, is gone:
+        // deposits may land here again (a rank that thaws before this one
+        // may write into it before the barrier below ends).
+        // SAFETY: the freeze protocol's thaw, for this rank's own slices.
+        unsafe { i.ep.unseal_segment_range(a.off, a.bytes()) }?;
         self.agree_on(a.off, a.bytes(), "Pgas::thaw", Ok(()))?;
         // Past this barrier every rank has given up its frozen handle, so
         // no `&[T]` of the array is left anywhere: only then may any rank

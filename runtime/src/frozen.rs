@@ -5,6 +5,13 @@
 //! its fabrics; every rank freezes the same ranges (the PGAS layer's
 //! `Pgas::freeze` does).
 //!
+//! A range is frozen in two steps: marked ([`add`](FrozenRanges::add):
+//! senders refuse writes into it, while deposits already on their way
+//! still land, as part of the frozen contents), then sealed
+//! ([`seal`](FrozenRanges::seal), once every rank has drained and the
+//! arrivals are fed: references to it are handed out after this, so the
+//! fabrics refuse any deposit into it).
+//!
 //! `n` is read first (one load, usually 0), so a check costs one load
 //! while nothing is frozen; the lock is taken only while something is.
 
@@ -17,7 +24,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 #[derive(Debug, Default)]
 pub struct FrozenRanges {
     n: AtomicUsize,
-    ranges: parking_lot::RwLock<Vec<Range<u64>>>,
+    /// Each range, and whether it is sealed.
+    ranges: parking_lot::RwLock<Vec<(Range<u64>, bool)>>,
 }
 
 impl FrozenRanges {
@@ -28,13 +36,13 @@ impl FrozenRanges {
             .checked_add(len)
             .ok_or_else(|| Error::usage("frozen range overflows"))?;
         let mut r = self.ranges.write();
-        if let Some(o) = r.iter().find(|o| offset < o.end && o.start < end) {
+        if let Some((o, _)) = r.iter().find(|(o, _)| offset < o.end && o.start < end) {
             return Err(Error::usage(format!(
                 "segment bytes {offset:#x}..{end:#x} overlap bytes {:#x}..{:#x}, frozen already",
                 o.start, o.end
             )));
         }
-        r.push(offset..end);
+        r.push((offset..end, false));
         self.n.store(r.len(), Ordering::Release);
         Ok(())
     }
@@ -44,7 +52,7 @@ impl FrozenRanges {
     pub fn remove(&self, offset: u64, len: u64) -> Result<()> {
         let end = offset.saturating_add(len);
         let mut r = self.ranges.write();
-        let Some(i) = r.iter().position(|o| *o == (offset..end)) else {
+        let Some(i) = r.iter().position(|(o, _)| *o == (offset..end)) else {
             return Err(Error::usage(format!(
                 "segment bytes {offset:#x}..{end:#x} are not frozen"
             )));
@@ -54,25 +62,65 @@ impl FrozenRanges {
         Ok(())
     }
 
-    /// The frozen range that `len` bytes at `offset` touch, if any (one
-    /// load while nothing is frozen).
+    /// Seal the marked range `offset..offset + len` (exactly as added):
+    /// from now on deposits into it are refused too. An error if it is
+    /// not marked.
+    pub fn seal(&self, offset: u64, len: u64) -> Result<()> {
+        let end = offset.saturating_add(len);
+        let mut r = self.ranges.write();
+        let Some(e) = r.iter_mut().find(|(o, _)| *o == (offset..end)) else {
+            return Err(Error::usage(format!(
+                "segment bytes {offset:#x}..{end:#x} are not frozen"
+            )));
+        };
+        e.1 = true;
+        Ok(())
+    }
+
+    /// Undo [`seal`](Self::seal): deposits into the range land again,
+    /// senders still refuse it. An error if it is not frozen.
+    pub fn unseal(&self, offset: u64, len: u64) -> Result<()> {
+        let end = offset.saturating_add(len);
+        let mut r = self.ranges.write();
+        let Some(e) = r.iter_mut().find(|(o, _)| *o == (offset..end)) else {
+            return Err(Error::usage(format!(
+                "segment bytes {offset:#x}..{end:#x} are not frozen"
+            )));
+        };
+        e.1 = false;
+        Ok(())
+    }
+
+    /// The frozen range (marked or sealed) that `len` bytes at `offset`
+    /// touch, if any (one load while nothing is frozen): senders refuse
+    /// writes into it.
     #[inline]
     pub fn find(&self, offset: u64, len: u64) -> Option<Range<u64>> {
         if self.n.load(Ordering::Acquire) == 0 || len == 0 {
             return None;
         }
-        self.find_slow(offset, len)
+        self.find_slow(offset, len, false)
+    }
+
+    /// The sealed range that `len` bytes at `offset` touch, if any (one
+    /// load while nothing is frozen): deposits into it are refused.
+    #[inline]
+    pub fn find_sealed(&self, offset: u64, len: u64) -> Option<Range<u64>> {
+        if self.n.load(Ordering::Acquire) == 0 || len == 0 {
+            return None;
+        }
+        self.find_slow(offset, len, true)
     }
 
     #[cold]
     #[inline(never)]
-    fn find_slow(&self, offset: u64, len: u64) -> Option<Range<u64>> {
+    fn find_slow(&self, offset: u64, len: u64, sealed: bool) -> Option<Range<u64>> {
         let end = offset.saturating_add(len);
         self.ranges
             .read()
             .iter()
-            .find(|r| offset < r.end && r.start < end)
-            .cloned()
+            .find(|(r, s)| (*s || !sealed) && offset < r.end && r.start < end)
+            .map(|(r, _)| r.clone())
     }
 }
 
@@ -86,6 +134,10 @@ mod tests {
         assert_eq!(f.find(0, 100), None);
         f.add(16, 16).unwrap();
         assert_eq!(f.find(0, 17), Some(16..32));
+        assert_eq!(f.find_sealed(0, 17), None, "marked, not sealed");
+        assert!(f.seal(16, 8).is_err());
+        f.seal(16, 16).unwrap();
+        assert_eq!(f.find_sealed(0, 17), Some(16..32));
         assert_eq!(f.find(32, 8), None);
         assert_eq!(f.find(20, 0), None);
         assert!(f.add(24, 16).is_err(), "overlap");

@@ -19,10 +19,10 @@
 //!   a put that passed its check before the freeze, or one from a rank
 //!   that had thawed already, changed the slice under rank 0.
 //!
-//! * `late` (2 ranks, over UDP): rank 0 sends a user Long into rank 1's
-//!   part of an array; rank 1 does not poll for a while (the datagram is
-//!   acknowledged and waits in its receive window), then freezes the
-//!   range and polls. The deposit is refused as it is written (the
+//! * `late` (2 ranks, over UDP): rank 1 freezes and seals a range of its
+//!   part of an array (the endpoint's calls, alone), then rank 0 sends a
+//!   user Long into it (its own check passes: it froze nothing) and rank
+//!   1 polls. The deposit is refused as it is written (the
 //!   frozen bytes stay as they were) and reported naming rank 0. Before,
 //!   UDP wrote the payload when the rank polled, under the frozen range
 //!   (only the handler was refused).
@@ -423,19 +423,19 @@ fn late() -> Result<()> {
     pg.barrier()?;
     let ep = pg.endpoint();
     if me == 0 {
-        // rank 1 is out of the barrier (polling no more) when this arrives
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        // rank 1 has frozen and sealed the range when this arrives
+        std::thread::sleep(std::time::Duration::from_millis(500));
         let long = Payload::Long {
             data: &[0xbb; 64],
             offset: off,
         };
         ep.request(1, user_long, &[], long)?;
     } else {
-        // not polling: the datagram arrives and is acknowledged meanwhile
-        std::thread::sleep(std::time::Duration::from_millis(1000));
         // SAFETY: a test of the deposit check, not the PGAS protocol: no
         // reference to the range is made here; it is read by copies.
-        let froze = unsafe { ep.freeze_segment_range(off, 64) };
+        let froze = unsafe { ep.freeze_segment_range(off, 64) }
+            // SAFETY: as above.
+            .and_then(|()| unsafe { ep.seal_segment_range(off, 64) });
         let mut said = match froze {
             Ok(()) => String::new(),
             Err(e) => e.to_string(),

@@ -184,7 +184,7 @@ impl Sink for SegmentSink<'_> {
         self.seg.len()
     }
     fn frozen(&self, off: usize, len: usize) -> Option<std::ops::Range<u64>> {
-        self.frozen.find(off as u64, len as u64)
+        self.frozen.find_sealed(off as u64, len as u64)
     }
     fn write(&mut self, off: usize, data: &[u8]) -> bool {
         // A real check (not a debug assertion): this is what keeps a peer's
@@ -193,7 +193,11 @@ impl Sink for SegmentSink<'_> {
             return false;
         }
         // And out of frozen bytes (one load while nothing is frozen).
-        if self.frozen.find(off as u64, data.len() as u64).is_some() {
+        if self
+            .frozen
+            .find_sealed(off as u64, data.len() as u64)
+            .is_some()
+        {
             return false;
         }
         // SAFETY: off + data.len() <= len was checked just above, so `off`
@@ -594,6 +598,7 @@ mod tests {
         let seg = unsafe { SegmentRef::new(buf.as_mut_ptr(), 256) };
         let frozen = FrozenRanges::default();
         frozen.add(64, 64).unwrap();
+        frozen.seal(64, 64).unwrap();
         // SAFETY: as above.
         let mut sink = unsafe { SegmentSink::new(seg, &frozen) };
         assert!(sink.write(0, &[1; 64]), "below the frozen range");
@@ -617,6 +622,11 @@ mod tests {
         r.feed(5, &b1, 100, &mut sink, &mut |_| panic!("delivered"))
             .unwrap();
         frozen.add(64, 64).unwrap();
+        assert!(
+            Sink::frozen(&sink, 64, 8).is_none(),
+            "marked only: deposits on their way still land"
+        );
+        frozen.seal(64, 64).unwrap();
         let e = r
             .feed(5, &b2, 100, &mut sink, &mut |_| panic!("delivered"))
             .unwrap_err();

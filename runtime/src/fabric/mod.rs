@@ -337,6 +337,12 @@ pub trait Fabric: Send + Sync {
     fn rma_quiet(&self) -> Result<()> {
         Ok(())
     }
+    /// Whether messages that have arrived wait to be fed by a
+    /// [`poll`](Self::poll) (a fabric that deposits at poll time; a poll
+    /// that delivers no complete message may still leave some).
+    fn arrivals_waiting(&self) -> bool {
+        false
+    }
 }
 
 /// The fabric a rank runs on (static dispatch over the implementations).
@@ -476,6 +482,17 @@ impl Fabric for AnyFabric {
             #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.put_direct_nb(peer, off, src),
             _ => None,
+        }
+    }
+
+    fn arrivals_waiting(&self) -> bool {
+        match self {
+            AnyFabric::Shm(_) => false,
+            AnyFabric::Udp(u) => u.arrivals_waiting(),
+            AnyFabric::Hybrid(h) => h.udp.arrivals_waiting(),
+            AnyFabric::Rdma(x) => x.arrivals_waiting(),
+            #[cfg(feature = "test-doubles")]
+            AnyFabric::RdmaModel(x) => x.arrivals_waiting(),
         }
     }
 

@@ -386,6 +386,15 @@ impl<V: Verbs> PendingRdma<V> {
 }
 
 impl<V: Verbs> RdmaFabric<V> {
+    /// Whether arrivals wait (or a message is half fed) for a poll.
+    pub fn arrivals_waiting(&self) -> bool {
+        self.arrived.iter().any(|a| !a.lock().is_empty())
+            || self
+                .rx
+                .iter()
+                .any(|r| r.lock().iter().any(Reassembler::in_progress))
+    }
+
     /// Refuse two-sided deposits into the ranges of `frozen` (the set the
     /// layer above freezes ranges in; the World hands its own over at
     /// start). Placed payloads and one-sided writes are the device's, done

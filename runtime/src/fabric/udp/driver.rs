@@ -496,6 +496,16 @@ impl Drop for UdpFabric {
 }
 
 impl UdpFabric {
+    /// Whether datagrams wait in the receive windows (or a message is half
+    /// fed) for a poll.
+    pub fn arrivals_waiting(&self) -> bool {
+        let reasm = self
+            .rx
+            .iter()
+            .any(|r| r.lock().reasm.iter().any(Reassembler::in_progress));
+        reasm || self.net.core.lock().proto.may_have_ready()
+    }
+
     /// Refuse deposits into the ranges of `frozen` (the set the layer above
     /// freezes ranges in; the World hands its own over at start).
     pub fn share_frozen(&mut self, frozen: Arc<FrozenRanges>) {
