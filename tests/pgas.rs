@@ -174,6 +174,15 @@ fn frozen_array_races_writer_threads_udp_2_ranks() {
     );
 }
 
+/// A user Long acknowledged before the target froze the range, and fed
+/// after: refused as it is written (UDP deposits when the target polls,
+/// after the ack), the frozen bytes unchanged, reported naming the sender.
+/// Before: the bytes were written under the frozen range.
+#[test]
+fn a_late_udp_long_is_refused_at_deposit() {
+    views_on("late", 2, &[("SPLITRT_FABRIC", "udp")]);
+}
+
 #[test]
 fn frozen_array_native_1_rank() {
     views("frozen", 1, "native");

@@ -86,7 +86,7 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
         // and the message is reported (a program that freezes an array
         // Longs are still being handled into races with its own
         // handlers). A sender that skipped the check is reported too.
-        if let Some(r) = ep.frozen.find(off, len as u64) {
+        if let Some(r) = ep.frozen().find(off, len as u64) {
             return bad(format!(
                 "a Long payload at segment offset {off:#x} ({len} B) wrote into bytes \
                  {:#x}..{:#x}, which are frozen",

@@ -173,7 +173,6 @@ impl EndpointBuilder {
                 size: world.job().size,
                 table_id: table.id,
                 reserved: ReservedRanges::default(),
-                frozen: FrozenRanges::default(),
                 table: table.entries,
                 world,
                 finished: AtomicBool::new(false),
@@ -223,68 +222,6 @@ impl ReservedRanges {
     }
 }
 
-/// Segment ranges frozen read-only (every rank freezes the same ones; the
-/// PGAS layer's `Pgas::freeze` does): no Long may deposit into them and
-/// `write_segment` may not write them, until thawed. `n` is read first
-/// (one load, usually 0) so a send pays for the lock only while something
-/// is frozen.
-#[derive(Default)]
-pub(crate) struct FrozenRanges {
-    n: std::sync::atomic::AtomicUsize,
-    ranges: parking_lot::RwLock<Vec<std::ops::Range<u64>>>,
-}
-
-impl FrozenRanges {
-    fn add(&self, offset: u64, len: u64) -> Result<()> {
-        let end = offset
-            .checked_add(len)
-            .ok_or_else(|| Error::usage("frozen range overflows"))?;
-        let mut r = self.ranges.write();
-        if let Some(o) = r.iter().find(|o| offset < o.end && o.start < end) {
-            return Err(Error::usage(format!(
-                "segment bytes {offset:#x}..{end:#x} overlap bytes {:#x}..{:#x}, frozen already",
-                o.start, o.end
-            )));
-        }
-        r.push(offset..end);
-        self.n.store(r.len(), Ordering::Release);
-        Ok(())
-    }
-
-    fn remove(&self, offset: u64, len: u64) -> Result<()> {
-        let end = offset.saturating_add(len);
-        let mut r = self.ranges.write();
-        let Some(i) = r.iter().position(|o| *o == (offset..end)) else {
-            return Err(Error::usage(format!(
-                "segment bytes {offset:#x}..{end:#x} are not frozen"
-            )));
-        };
-        r.swap_remove(i);
-        self.n.store(r.len(), Ordering::Release);
-        Ok(())
-    }
-
-    /// The frozen range that `len` bytes at `offset` touch, if any.
-    #[inline]
-    pub(crate) fn find(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
-        if self.n.load(Ordering::Acquire) == 0 || len == 0 {
-            return None;
-        }
-        self.find_slow(offset, len)
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn find_slow(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
-        let end = offset.saturating_add(len);
-        self.ranges
-            .read()
-            .iter()
-            .find(|r| offset < r.end && r.start < end)
-            .cloned()
-    }
-}
-
 /// Why a write into a frozen range is refused.
 #[cold]
 #[inline(never)]
@@ -331,8 +268,6 @@ pub(crate) struct Inner {
     table_id: u32,
     /// Segment ranges only splitrt's own handlers may deposit into.
     reserved: ReservedRanges,
-    /// Segment ranges nobody may write (frozen arrays).
-    pub(crate) frozen: FrozenRanges,
     pub(crate) table: Vec<Option<Entry>>,
     world: World,
     finished: AtomicBool,
@@ -390,6 +325,14 @@ impl Inner {
         unsafe { self.world.fabric() }
     }
 
+    /// Segment ranges nobody may write (frozen arrays): the World's set,
+    /// which the fabrics consult too (a deposit into one is refused as it
+    /// is written).
+    #[inline]
+    pub(crate) fn frozen(&self) -> &splitrt_runtime::frozen::FrozenRanges {
+        self.world.frozen()
+    }
+
     fn name(&self, id: u16) -> &str {
         self.table
             .get(id as usize)
@@ -413,6 +356,11 @@ impl Inner {
 
     pub(crate) fn poll_channel(&self, ch: Channel) -> Result<usize> {
         let mut err = None;
+        // The fabric writes deposits into the segment as it polls, after
+        // checking them against the frozen ranges: announce the write
+        // across the poll, so a freeze on another thread waits for a
+        // deposit that passed the check (see `writers`).
+        let _writing = crate::writing();
         let n = self.fabric().poll(ch, &mut |d| {
             if let Err(e) = dispatch(self, ch, d) {
                 err.get_or_insert(e);
@@ -470,7 +418,7 @@ impl Inner {
         }
         if let Payload::Long { data, offset } = payload {
             if (sig.id >= RESERVED_HANDLERS && self.reserved.overlaps(*offset, data.len() as u64))
-                || self.frozen.find(*offset, data.len() as u64).is_some()
+                || self.frozen().find(*offset, data.len() as u64).is_some()
             {
                 return self.send_refused(peer, sig, args, payload);
             }
@@ -503,7 +451,7 @@ impl Inner {
                 self.check_user_deposit(*offset, data.len() as u64)?;
             }
             let len = data.len() as u64;
-            if let Some(r) = self.frozen.find(*offset, len) {
+            if let Some(r) = self.frozen().find(*offset, len) {
                 let what = format!("a Long payload ('{}') to rank {peer}", self.name(sig.id));
                 return Err(frozen_error(&what, *offset, len, r).with_peer(peer));
             }
@@ -753,10 +701,31 @@ impl Inner {
     /// Wait until everything this rank sent has reached its target
     /// (acknowledged over UDP, one-sided writes complete), serving inbound
     /// traffic meanwhile.
+    ///
+    /// Errors of unrelated messages met meanwhile (a late Long refused at
+    /// a frozen range, say) are kept for the next `poll` / `wait_until`,
+    /// as while sending: only a failed peer ends the wait.
     fn quiet_sends(&self) -> Result<()> {
         self.world
-            .drain_network(&mut || self.poll_all().map(|_| ()))?;
+            .drain_network(&mut || self.progress_while_sending(Channel::Request).map(|_| ()))?;
         self.fabric_ref().rma_quiet()
+    }
+
+    /// Deliver every message that has arrived (polling until a round
+    /// delivers nothing), keeping unrelated errors for the next `poll` /
+    /// `wait_until` as while sending.
+    fn feed_arrived(&self) -> Result<()> {
+        loop {
+            match self.poll_every_channel() {
+                Ok(0) if !self.fabric_ref().arrivals_waiting() => return Ok(()),
+                Ok(_) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::PeerFailed(_)) => return Err(e),
+                Err(e) => {
+                    self.deferred.lock().get_or_insert(e);
+                    self.has_deferred.store(true, Ordering::Release);
+                }
+            }
+        }
     }
 
     fn finish(&self) -> Result<()> {
@@ -863,15 +832,76 @@ impl Endpoint {
     /// [`write_segment`]: Self::write_segment
     pub unsafe fn freeze_segment_range(&self, offset: u64, len: u64) -> Result<()> {
         let at = |e: Error| e.at_rank(self.rank());
-        self.inner.frozen.add(offset, len).map_err(at)?;
+        crate::writers::can_freeze().map_err(at)?;
+        self.inner.frozen().add(offset, len).map_err(at)?;
         // Every write another thread began before the mark is done; every
-        // later one sees it (the asymmetric fence, see `writers`).
-        crate::writers::quiesce().map_err(at)?;
-        // Every Long this endpoint sent is deposited at its target: shm
-        // deposits at send time (inside the sender's announcement, so the
-        // fence above covered it), UDP once the peer acknowledged it,
-        // one-sided writes at the fabric's quiet.
-        self.inner.quiet_sends().map_err(at)
+        // later one sees it (the asymmetric fence, see `writers`). Every
+        // Long this endpoint sent is deposited at its target or refused
+        // there: shm deposits at send time (inside the sender's
+        // announcement, so the fence covered it), UDP and two-sided ibverbs
+        // deposits when the target polls (refused there if frozen by then),
+        // one-sided writes at the fabric's quiet. On any error the range is
+        // unfrozen again: no rank stays half frozen.
+        let mut watch = HangWatch::new(self.config());
+        let done = crate::writers::quiesce(&mut watch, &mut |w, what| self.inner.hang(w, what))
+            .and_then(|()| self.inner.quiet_sends());
+        if let Err(e) = done {
+            let _ = self.inner.frozen().remove(offset, len);
+            return Err(at(e));
+        }
+        Ok(())
+    }
+
+    /// Seal a range [`freeze_segment_range`](Self::freeze_segment_range)
+    /// froze, once every rank has frozen and drained it (past the
+    /// protocol's barrier): first every message that has arrived is fed
+    /// (a Long its sender sent before its own freeze is acknowledged once
+    /// stored here, and over UDP or two-sided ibverbs written into the
+    /// segment only when this rank polls: it is part of the frozen
+    /// contents), then the range is sealed, so a deposit into it that
+    /// comes later is refused by the fabric as it is written (reported
+    /// naming the sender; nothing written), and every write another
+    /// thread began before the seal finishes before this returns. On an
+    /// error the range is unfrozen.
+    ///
+    /// # Safety
+    ///
+    /// As for [`freeze_segment_range`](Self::freeze_segment_range): only
+    /// the freeze protocol of a layer above, after its freeze's barrier
+    /// and before it hands out references to the range.
+    pub unsafe fn seal_segment_range(&self, offset: u64, len: u64) -> Result<()> {
+        let at = |e: Error| e.at_rank(self.rank());
+        let done = self
+            .inner
+            .feed_arrived()
+            .and_then(|()| self.inner.frozen().seal(offset, len))
+            .and_then(|()| {
+                let mut watch = HangWatch::new(self.config());
+                crate::writers::quiesce(&mut watch, &mut |w, what| self.inner.hang(w, what))
+            });
+        if let Err(e) = done {
+            let _ = self.inner.frozen().remove(offset, len);
+            return Err(at(e));
+        }
+        Ok(())
+    }
+
+    /// Undo [`seal_segment_range`](Self::seal_segment_range): deposits
+    /// into the range land again (senders still refuse it until the
+    /// thaw). The first step of a thaw, once this rank's references to
+    /// the range are gone, so a write that another rank sends after it
+    /// thawed is not refused here.
+    ///
+    /// # Safety
+    ///
+    /// As for [`freeze_segment_range`](Self::freeze_segment_range): only
+    /// the freeze protocol of a layer above, once this rank has given up
+    /// the references it made of the range.
+    pub unsafe fn unseal_segment_range(&self, offset: u64, len: u64) -> Result<()> {
+        self.inner
+            .frozen()
+            .unseal(offset, len)
+            .map_err(|e| e.at_rank(self.rank()))
     }
 
     /// Undo [`freeze_segment_range`](Self::freeze_segment_range) of the
@@ -884,7 +914,7 @@ impl Endpoint {
     /// the references it made of the range.
     pub unsafe fn thaw_segment_range(&self, offset: u64, len: u64) -> Result<()> {
         self.inner
-            .frozen
+            .frozen()
             .remove(offset, len)
             .map_err(|e| e.at_rank(self.rank()))
     }
@@ -893,7 +923,7 @@ impl Endpoint {
     /// if any (one load while nothing is frozen).
     #[inline]
     pub fn frozen_segment_range(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
-        self.inner.frozen.find(offset, len)
+        self.inner.frozen().find(offset, len)
     }
 
     /// The job description.
@@ -1220,7 +1250,7 @@ impl Endpoint {
         let seg = self.inner.fabric().local_segment();
         let off = self.segment_range(offset, data.len(), seg.len())?;
         let _writing = crate::writing();
-        if let Some(r) = self.inner.frozen.find(offset, data.len() as u64) {
+        if let Some(r) = self.inner.frozen().find(offset, data.len() as u64) {
             let e = frozen_error("Endpoint::write_segment", offset, data.len() as u64, r);
             return Err(e.at_rank(self.rank()));
         }

@@ -94,7 +94,7 @@ impl Rma<'_> {
     fn check_write(&self, peer: usize, off: u64, len: usize) -> Result<()> {
         let at = |e: Error| e.at_rank(self.inner.rank).with_peer(peer);
         self.inner.check_user_deposit(off, len as u64).map_err(at)?;
-        match self.inner.frozen.find(off, len as u64) {
+        match self.inner.frozen().find(off, len as u64) {
             None => Ok(()),
             Some(r) => Err(at(frozen_put(peer, off, len, r))),
         }

@@ -25,7 +25,7 @@ impl Token<'_> {
     /// that `len` bytes at `offset` of this rank's segment touch, if any:
     /// for handlers that write the segment.
     pub fn frozen_segment_range(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
-        self.ep.frozen.find(offset, len)
+        self.ep.frozen().find(offset, len)
     }
 
     /// Reply to the requester. Never blocks on the requester's user code: if

@@ -25,10 +25,11 @@
 //! thread) and recycled when the thread exits; a freeze reads them all.
 
 use parking_lot::Mutex;
+use splitrt_runtime::hang::HangWatch;
 use splitrt_runtime::{Error, Result};
 use std::cell::Cell;
 use std::marker::PhantomData;
-use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// One thread's announcement. Only the owning thread stores; freezes
@@ -42,8 +43,12 @@ struct Slot {
     /// Nested writes in flight ([`writing`]: the paths that may run other
     /// writes, handlers included, while they hold it).
     depth: AtomicU64,
-    /// The slot's thread has exited: a new thread may take it over.
+    /// The slot's thread has exited: a new thread may take it over (its
+    /// counters are reset then; a freeze skips a free slot, whatever a
+    /// guard leaked on its thread left in them).
     free: AtomicBool,
+    /// The OS thread id of the slot's thread (for hang reports).
+    tid: AtomicI64,
 }
 
 /// Every slot ever handed out (never freed: a freed slot is reused).
@@ -150,16 +155,26 @@ impl Drop for WritingLeaf {
 #[inline(never)]
 fn register() -> &'static Slot {
     let mut all = SLOTS.lock();
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = i64::from(unsafe { libc::gettid() });
     let reused = all.iter().copied().find(|s| {
         s.free
             .compare_exchange(true, false, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
     });
+    if let Some(s) = reused {
+        // The last owner may have exited inside a write (a leaked guard):
+        // this thread starts with none in flight.
+        s.leaf.store(false, Ordering::Release);
+        s.depth.store(0, Ordering::Release);
+        s.tid.store(tid, Ordering::Relaxed);
+    }
     let slot = reused.unwrap_or_else(|| {
         let s: &'static Slot = Box::leak(Box::new(Slot {
             leaf: AtomicBool::new(false),
             depth: AtomicU64::new(0),
             free: AtomicBool::new(false),
+            tid: AtomicI64::new(tid),
         }));
         all.push(s);
         s
@@ -216,17 +231,44 @@ fn barrier_cmd() -> std::result::Result<libc::c_long, String> {
     .clone()
 }
 
-/// Run a memory barrier on every thread of this process and wait until
-/// every write announced (by [`writing`]) before it has finished. Call it
-/// after marking a range frozen: every write into the range from this
-/// process is then done or refused. Errors if the kernel offers no
-/// process-wide barrier (the freeze cannot be made sound without it).
-pub(crate) fn quiesce() -> Result<()> {
-    let cmd = barrier_cmd().map_err(|why| {
+/// Whether this thread may freeze: the kernel offers a process-wide
+/// barrier, and the thread holds no write announcement (a freeze inside a
+/// write, e.g. in a handler, would wait for itself). Every rank asks this
+/// before it freezes anything, and the ranks agree on the answer, so they
+/// fail together.
+pub fn can_freeze() -> Result<()> {
+    barrier_cmd().map_err(|why| {
         Error::usage(format!(
             "cannot freeze: {why}; a freeze needs it to wait for other threads' writes"
         ))
     })?;
+    if let Some(s) = MINE.get() {
+        let depth = s.depth.load(Ordering::Relaxed);
+        if depth != 0 || s.leaf.load(Ordering::Relaxed) {
+            return Err(Error::usage(format!(
+                "freeze called inside a write (a handler?): this thread holds {} write \
+                 announcement(s), and a freeze waits for every write in flight",
+                depth + u64::from(s.leaf.load(Ordering::Relaxed))
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Run a memory barrier on every thread of this process and wait until
+/// every write announced (by [`writing`]) before it has finished. Call it
+/// after marking a range frozen: every write into the range from this
+/// process is then done or refused. Errors if the kernel offers no
+/// process-wide barrier (the freeze cannot be made sound without it), or
+/// if this thread holds an announcement itself ([`can_freeze`]). A wait
+/// that makes no progress for the hang-report time calls `hang` with the
+/// watch and what it waits for (which may end the wait with an error).
+pub(crate) fn quiesce(
+    watch: &mut HangWatch,
+    hang: &mut dyn FnMut(&mut HangWatch, &str) -> Result<()>,
+) -> Result<()> {
+    can_freeze()?;
+    let cmd = barrier_cmd().map_err(Error::usage)?;
     if membarrier(cmd) != 0 {
         return Err(Error::usage(format!(
             "cannot freeze: membarrier(2) failed ({})",
@@ -235,21 +277,39 @@ pub(crate) fn quiesce() -> Result<()> {
     }
     let mine = MINE.get();
     let slots: Vec<&'static Slot> = SLOTS.lock().clone();
-    for s in slots {
+    for (i, s) in slots.into_iter().enumerate() {
         if mine.is_some_and(|m| std::ptr::eq(m, s)) {
-            // this thread's own write cannot be in flight across the call
+            // this thread holds nothing (checked above)
             continue;
         }
-        // Wait until the thread has no write in flight. A thread between
-        // two writes has neither a leaf nor a nested one, so a writer in a loop is seen idle
-        // within a few tries.
+        // Wait until the thread has no write in flight, or has exited (a
+        // free slot: whatever it left is no write). A thread between two
+        // writes has neither a leaf nor a nested one, so a writer in a
+        // loop is seen idle within a few tries.
         let mut spins = 0u32;
-        while s.leaf.load(Ordering::Acquire) || s.depth.load(Ordering::Acquire) != 0 {
+        while !s.free.load(Ordering::Acquire)
+            && (s.leaf.load(Ordering::Acquire) || s.depth.load(Ordering::Acquire) != 0)
+        {
             spins += 1;
             if spins < 1000 {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
+                if spins.is_multiple_of(1024) && watch.due() {
+                    let what = format!(
+                        "in a freeze, waiting for thread {} (writer slot {i}) to finish a \
+                         write it announced ({}nested depth {}): a thread stuck in a \
+                         handler, or a leaked guard (mem::forget of splitrt_am::writing())",
+                        s.tid.load(Ordering::Relaxed),
+                        if s.leaf.load(Ordering::Relaxed) {
+                            "a leaf write, "
+                        } else {
+                            ""
+                        },
+                        s.depth.load(Ordering::Relaxed)
+                    );
+                    hang(watch, &what)?;
+                }
             }
         }
     }
@@ -283,13 +343,84 @@ mod tests {
             std::hint::spin_loop();
         }
         mark.store(true, Ordering::Relaxed);
-        quiesce().unwrap();
+        quiesce(&mut HangWatch::new(&Default::default()), &mut |_, w| {
+            panic!("hang: {w}")
+        })
+        .unwrap();
         assert_eq!(
             data.load(Ordering::Relaxed),
             1,
             "the write in flight finished"
         );
         t.join().unwrap();
+    }
+
+    /// A guard leaked on a thread that then exited, or leaked on a thread
+    /// whose slot a new thread took over, does not hang a freeze (before:
+    /// `quiesce` spun forever on the dead thread's depth).
+    #[test]
+    fn a_leaked_guard_of_an_exited_thread_does_not_hang_a_freeze() {
+        std::thread::spawn(|| std::mem::forget(writing()))
+            .join()
+            .unwrap();
+        // and a thread that reuses that slot starts with nothing in flight
+        std::thread::spawn(|| {
+            let s = MINE.get().unwrap_or_else(register);
+            assert_eq!(s.depth.load(Ordering::Relaxed), 0);
+            assert!(!s.leaf.load(Ordering::Relaxed));
+        })
+        .join()
+        .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let r = quiesce(&mut HangWatch::new(&Default::default()), &mut |_, w| {
+                panic!("hang: {w}")
+            });
+            tx.send(r.is_ok()).unwrap();
+        });
+        let ok = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the freeze hung on a leaked guard of an exited thread");
+        assert!(ok);
+    }
+
+    /// A live thread's leaked guard is reported as a hang naming the
+    /// thread (and, with SPLITRT_HANG_ABORT, ends the wait); a freeze from
+    /// inside a write is refused.
+    #[test]
+    fn a_live_leaked_guard_is_reported_and_a_freeze_inside_a_write_refused() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            std::mem::forget(writing());
+            tx.send(()).unwrap();
+            let _ = stop_rx.recv();
+            // give the leaked announcement back before exiting, for the
+            // other tests of this process
+            let s = MINE.get().unwrap();
+            s.depth.store(0, Ordering::Release);
+        });
+        rx.recv().unwrap();
+        let cfg = splitrt_runtime::config::Config {
+            hang_report: Some(std::time::Duration::from_millis(50)),
+            ..Default::default()
+        };
+        let mut said = String::new();
+        let r = quiesce(&mut HangWatch::new(&cfg), &mut |_, what| {
+            said = what.to_string();
+            Err(Error::usage("gave up"))
+        });
+        stop_tx.send(()).unwrap();
+        t.join().unwrap();
+        assert!(r.is_err());
+        assert!(
+            said.contains("writer slot") && said.contains("leaked guard"),
+            "{said}"
+        );
+        let w = writing();
+        let e = can_freeze().unwrap_err().to_string();
+        assert!(e.contains("inside a write"), "{e}");
+        drop(w);
     }
 
     #[test]

@@ -401,7 +401,10 @@ impl Pgas {
     /// ```
     pub fn freeze<T: Pod>(&self, a: SymArray<T>) -> Result<FrozenArray<T>> {
         let i = &self.inner;
-        self.agree_on(a.off, a.bytes(), "Pgas::freeze")?;
+        // Every rank can freeze (the kernel's barrier, not inside a write),
+        // or every rank fails, agreed with the range.
+        let can = splitrt_am::can_freeze();
+        self.agree_on(a.off, a.bytes(), "Pgas::freeze", can)?;
         // Mark first (the fast paths step aside), then the endpoint's range,
         // whose freeze waits for every write another thread of this
         // process began before the marks (they announce themselves across
@@ -422,6 +425,16 @@ impl Pgas {
         self.sync()?;
         self.all_store_sync()?;
         self.barrier_of(Coll::Freeze)?;
+        // Past the barrier every rank's Longs into the range have been
+        // acknowledged here; feed those still waiting in the receive
+        // windows, then seal: a deposit that comes later is refused as it
+        // is written (UDP and two-sided ibverbs write at poll time).
+        // SAFETY: the freeze protocol: after the barrier, before any slice
+        // of the range is handed out.
+        if let Err(e) = unsafe { i.ep.seal_segment_range(a.off, a.bytes()) } {
+            i.frozen_ranges.fetch_sub(1, Ordering::SeqCst);
+            return Err(e);
+        }
         Ok(FrozenArray { arr: a })
     }
 
@@ -431,7 +444,12 @@ impl Pgas {
     pub fn thaw<T: Pod>(&self, f: FrozenArray<T>) -> Result<SymArray<T>> {
         let i = &self.inner;
         let a = f.arr;
-        self.agree_on(a.off, a.bytes(), "Pgas::thaw")?;
+        // This rank's handle, and so every `&[T]` of its part, is gone:
+        // deposits may land here again (a rank that thaws before this one
+        // may write into it before the barrier below ends).
+        // SAFETY: the freeze protocol's thaw, for this rank's own slices.
+        unsafe { i.ep.unseal_segment_range(a.off, a.bytes()) }?;
+        self.agree_on(a.off, a.bytes(), "Pgas::thaw", Ok(()))?;
         // Past this barrier every rank has given up its frozen handle, so
         // no `&[T]` of the array is left anywhere: only then may any rank
         // (any of its threads) write into it again.
@@ -472,11 +490,21 @@ impl Pgas {
         })
     }
 
-    /// Every rank passes the same (offset, bytes), or every rank fails.
-    fn agree_on(&self, off: u64, bytes: u64, what: &str) -> Result<()> {
+    /// Every rank passes the same (offset, bytes) and every rank `can`,
+    /// or every rank fails.
+    fn agree_on(&self, off: u64, bytes: u64, what: &str, can: Result<()>) -> Result<()> {
         // min of (x, !x) gives the minimum and the maximum in one allreduce
-        let mut v = [off, bytes, !off, !bytes];
+        let mut v = [off, bytes, !off, !bytes, u64::from(can.is_ok())];
         self.allreduce(&mut v, Op::Min)?;
+        if v[4] == 0 {
+            return Err(match can {
+                Err(e) => e.at_rank(self.rank()),
+                Ok(()) => Error::usage(format!(
+                    "{what}: another rank cannot freeze (it says why); no rank froze"
+                ))
+                .at_rank(self.rank()),
+            });
+        }
         if v[0] != !v[2] || v[1] != !v[3] {
             return Err(Error::usage(format!(
                 "{what} of different arrays across ranks (offsets {:#x}..{:#x}, sizes {}..{} B): \

@@ -85,34 +85,32 @@ pub(crate) unsafe fn apply_atomic(
     // SAFETY: the caller checked that [off, off + width) lies in the mapped
     // segment (this function's contract): an in-bounds offset.
     let p = unsafe { seg.base().add(off as usize) };
-    {
-        match width {
-            8 => {
-                // SAFETY: p..p + 8 lies in the mapped segment, alive
-                // meanwhile, and off is a multiple of 8, so the cast is
-                // aligned (this function's contract); every access to this
-                // word by splitrt is atomic.
-                let a = unsafe { &*(p as *const AtomicU64) };
-                Some(match op {
-                    AtomicOp::FetchAdd(v) => a.fetch_add(v, O),
-                    AtomicOp::Swap(v) => a.swap(v, O),
-                    AtomicOp::CompareSwap { current, new } => a
-                        .compare_exchange(current, new, O, Ordering::Acquire)
-                        .unwrap_or_else(|x| x),
-                })
-            }
-            4 => {
-                // SAFETY: as for 8 above, with a width and alignment of 4.
-                let a = unsafe { &*(p as *const AtomicU32) };
-                Some(match op {
-                    AtomicOp::FetchAdd(v) => a.fetch_add(v as u32, O),
-                    AtomicOp::Swap(v) => a.swap(v as u32, O),
-                    AtomicOp::CompareSwap { current, new } => a
-                        .compare_exchange(current as u32, new as u32, O, Ordering::Acquire)
-                        .unwrap_or_else(|x| x),
-                } as u64)
-            }
-            _ => None,
+    match width {
+        8 => {
+            // SAFETY: p..p + 8 lies in the mapped segment, alive
+            // meanwhile, and off is a multiple of 8, so the cast is
+            // aligned (this function's contract); every access to this
+            // word by splitrt is atomic.
+            let a = unsafe { &*(p as *const AtomicU64) };
+            Some(match op {
+                AtomicOp::FetchAdd(v) => a.fetch_add(v, O),
+                AtomicOp::Swap(v) => a.swap(v, O),
+                AtomicOp::CompareSwap { current, new } => a
+                    .compare_exchange(current, new, O, Ordering::Acquire)
+                    .unwrap_or_else(|x| x),
+            })
         }
+        4 => {
+            // SAFETY: as for 8 above, with a width and alignment of 4.
+            let a = unsafe { &*(p as *const AtomicU32) };
+            Some(match op {
+                AtomicOp::FetchAdd(v) => a.fetch_add(v as u32, O),
+                AtomicOp::Swap(v) => a.swap(v as u32, O),
+                AtomicOp::CompareSwap { current, new } => a
+                    .compare_exchange(current as u32, new as u32, O, Ordering::Acquire)
+                    .unwrap_or_else(|x| x),
+            } as u64)
+        }
+        _ => None,
     }
 }

@@ -12,6 +12,12 @@ use splitrt_am::{
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+thread_local! {
+    /// The `splitrt.get` handler's reply buffer on this thread (reused:
+    /// it grows to the largest get served).
+    static GET_BOUNCE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 /// Handles of the reserved handlers a rank sends.
 #[derive(Clone, Copy)]
 pub(crate) struct Handlers {
@@ -154,23 +160,33 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         let (slot, at, off, len) = (m.arg(0), m.arg(1), m.arg(2), m.arg(3));
         let seg = s.seg();
         let ok = in_segment(&s, off, len) && len as usize <= 1 << 26;
-        let data: &[u8] = if ok {
-            // SAFETY: [off, off + len) was checked to lie in our segment:
-            // an in-bounds offset.
-            let from = unsafe { seg.base().add(off as usize) };
-            // SAFETY: from..from + len lies in our segment, mapped while the
-            // endpoint that runs this handler lives. The slice lives only
-            // for the reply's copy into the requester's ring (Medium); a
-            // peer's put racing with that copy tears the data, as any get
-            // racing a put does, and no reference escapes the handler.
-            unsafe { std::slice::from_raw_parts(from, len as usize) }
-        } else {
-            &[]
-        };
+        // The bytes are copied out of the segment into this thread's
+        // bounce buffer by a raw copy (no reference over segment bytes
+        // other threads and peers may write meanwhile: a racing put tears
+        // the data, as any get racing a put does, the same non-atomic
+        // copy as a native get's), and the reply is sent from the buffer.
+        // Taken out of the thread-local while in use, so a nested get
+        // (none runs inside a reply, but nothing relies on it) makes its
+        // own.
+        let mut buf = GET_BOUNCE.take();
+        buf.clear();
+        if ok {
+            buf.resize(len as usize, 0);
+            let from = seg.base().wrapping_add(off as usize);
+            // SAFETY: [off, off + len) was checked to lie in our segment,
+            // mapped while the endpoint that runs this handler lives, so
+            // `from` is readable for len bytes; `buf` holds len bytes and
+            // is this thread's own vector, never the segment.
+            unsafe { splitrt_runtime::memmove::memmove(from, buf.as_mut_ptr(), len as usize) };
+        }
+        let data: &[u8] = &buf;
         let status = if ok { OK } else { REFUSED };
         let r = tok.reply(get_r, &[slot, at, status], Payload::Medium(data));
         if let Err(e) = r {
             s.fail(format!("replying to a get: {e}"));
+        }
+        if buf.capacity() <= 1 << 20 {
+            GET_BOUNCE.set(buf); // kept for the next get (a huge one is not)
         }
     })?;
     let s = st.clone();

@@ -16,6 +16,7 @@ pub mod config;
 pub mod cpus;
 pub mod error;
 pub mod fabric;
+pub mod frozen;
 pub mod hang;
 pub mod job;
 pub mod key;

@@ -68,6 +68,8 @@ pub struct World {
     key: JobKey,
     stem: String,
     fabric: AnyFabric,
+    /// The segment ranges frozen read-only, shared with the fabrics.
+    frozen: std::sync::Arc<crate::frozen::FrozenRanges>,
     link: Link,
     /// The rendezvous this rank hosts (rank 0 under srun / mpirun).
     hosted: parking_lot::Mutex<Option<Hosted>>,
@@ -408,12 +410,16 @@ impl World {
         {
             config.spin = std::time::Duration::ZERO;
         }
+        let frozen = std::sync::Arc::<crate::frozen::FrozenRanges>::default();
+        let mut fabric = fabric;
+        fabric.share_frozen(&frozen);
         let world = World {
             job,
             config,
             key,
             stem,
             fabric,
+            frozen,
             link,
             hosted: parking_lot::Mutex::new(hosted),
             aborted: Default::default(),
@@ -425,6 +431,12 @@ impl World {
         }
         guard.0 = None;
         Ok(world)
+    }
+
+    /// The segment ranges frozen read-only on this rank: the layer above
+    /// adds and removes them, the fabrics refuse deposits into them.
+    pub fn frozen(&self) -> &crate::frozen::FrozenRanges {
+        &self.frozen
     }
 
     /// The job.

@@ -19,6 +19,14 @@
 //!   a put that passed its check before the freeze, or one from a rank
 //!   that had thawed already, changed the slice under rank 0.
 //!
+//! * `late` (2 ranks, over UDP): rank 1 freezes and seals a range of its
+//!   part of an array (the endpoint's calls, alone), then rank 0 sends a
+//!   user Long into it (its own check passes: it froze nothing) and rank
+//!   1 polls. The deposit is refused as it is written (the
+//!   frozen bytes stay as they were) and reported naming rank 0. Before,
+//!   UDP wrote the payload when the rank polled, under the frozen range
+//!   (only the handler was refused).
+//!
 //! Each mode prints `views <mode> ok (<path>)` on success.
 
 use splitrt::pgas::{Dist, GlobalPtr, LocalView, Pgas};
@@ -31,7 +39,8 @@ fn main() {
         "drop" => dropped(),
         "frozen" => frozen(),
         "race" => race(),
-        _ => Err(Error::usage("usage: t_views alias|drop|frozen|race")),
+        "late" => late(),
+        _ => Err(Error::usage("usage: t_views alias|drop|frozen|race|late")),
     };
     if let Err(e) = r {
         eprintln!("t_views {mode}: {e}");
@@ -263,6 +272,27 @@ fn frozen() -> Result<()> {
     pg.put(a.at(right, 0), &[1])?;
     pg.sync()?;
 
+    // a freeze on rank 0 from inside a write (a handler, or a leaked
+    // guard) is refused, on every rank, and leaves nothing frozen (before:
+    // rank 0 skipped its own announcement and froze)
+    let z = pg.alloc_sym::<u64>(2)?;
+    let zoff = z.at(me, 0).offset();
+    let w = (me == 0).then(splitrt::am::writing);
+    let why = if me == 0 {
+        "inside a write"
+    } else {
+        "another rank cannot freeze"
+    };
+    match pg.freeze(z) {
+        Ok(_) => return Err(Error::usage("a freeze inside a write: accepted")),
+        Err(e) if e.to_string().contains(why) => {}
+        Err(e) => return Err(Error::usage(format!("a freeze inside a write: {e}"))),
+    }
+    drop(w);
+    if let Some(r) = pg.endpoint().frozen_segment_range(zoff, 16) {
+        return Err(Error::usage(format!("a failed freeze left {r:?} frozen")));
+    }
+
     // a spread array: this rank's elements as a slice, writes refused
     let sp = pg.spread::<u32>(10, Dist::Cyclic)?;
     let n_mine = sp.len_on(me);
@@ -374,4 +404,71 @@ fn race() -> Result<()> {
         pg.rma_path()
     );
     pg.finish()
+}
+
+fn late() -> Result<()> {
+    let mut b = EndpointBuilder::new();
+    static HANDLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let user_long = b.request("user_long", Kind::Long, 0, |_tok, _m| {
+        HANDLED.store(true, std::sync::atomic::Ordering::Relaxed)
+    })?;
+    let pg = Pgas::attach_with(b)?;
+    let me = pg.rank();
+    if pg.size() != 2 {
+        return Err(Error::usage("late: 2 ranks"));
+    }
+    let a = pg.alloc_sym::<u64>(8)?;
+    a.local().fill(1);
+    let off = a.at(1, 0).offset();
+    pg.barrier()?;
+    let ep = pg.endpoint();
+    if me == 0 {
+        // rank 1 has frozen and sealed the range when this arrives
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let long = Payload::Long {
+            data: &[0xbb; 64],
+            offset: off,
+        };
+        ep.request(1, user_long, &[], long)?;
+    } else {
+        // SAFETY: a test of the deposit check, not the PGAS protocol: no
+        // reference to the range is made here; it is read by copies.
+        let froze = unsafe { ep.freeze_segment_range(off, 64) }
+            // SAFETY: as above.
+            .and_then(|()| unsafe { ep.seal_segment_range(off, 64) });
+        let mut said = match froze {
+            Ok(()) => String::new(),
+            Err(e) => e.to_string(),
+        };
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !said.contains("frozen") && std::time::Instant::now() < until {
+            if let Err(e) = ep.poll() {
+                said = e.to_string();
+            }
+        }
+        let mut got = [0u8; 64];
+        ep.read_segment(off, &mut got)?;
+        let want: Vec<u8> = [1u64; 8].iter().flat_map(|x| x.to_ne_bytes()).collect();
+        if HANDLED.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!(
+                "t_views late: inconclusive: the Long was polled before the freeze (slow host?)"
+            );
+            std::process::exit(1);
+        }
+        // a failure exits at once (dropping the endpoint would wait for
+        // rank 0, which waits in the barrier below)
+        if got[..] != want[..] {
+            eprintln!("t_views late: a Long wrote under the frozen range: {got:?} ({said})");
+            std::process::exit(1);
+        }
+        if !(said.contains("frozen") && said.contains("rank 0")) {
+            eprintln!("t_views late: the refused Long was not reported naming rank 0: '{said}'");
+            std::process::exit(1);
+        }
+        // SAFETY: as above: no reference to the range was made.
+        unsafe { ep.thaw_segment_range(off, 64) }?;
+    }
+    pg.barrier()?;
+    println!("views late ok (rank {me})");
+    Ok(())
 }

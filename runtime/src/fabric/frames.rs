@@ -19,6 +19,7 @@
 //! maximum, and one that fits a frame is delivered where it lies.
 
 use crate::fabric::{Delivery, Deposit, SegmentRef, MAX_WORDS};
+use crate::frozen::FrozenRanges;
 
 /// Frame header bytes.
 pub const FRAME_HEADER: usize = 24;
@@ -121,9 +122,17 @@ pub trait Sink {
         self.len() == 0
     }
     /// Copy `data` to `off`. `false`, having written nothing, if
-    /// `off + data.len() > len()`.
-    #[must_use = "false means the bytes were refused (outside the segment)"]
+    /// `off + data.len() > len()` or the bytes touch a frozen range (see
+    /// [`frozen`](Self::frozen)).
+    #[must_use = "false means the bytes were refused (outside the segment, or frozen)"]
     fn write(&mut self, off: usize, data: &[u8]) -> bool;
+    /// The frozen range (read-only: see [`FrozenRanges`]) that `len`
+    /// bytes at `off` touch, if any; [`write`](Self::write) refuses such
+    /// bytes. None by default (a sink with nothing frozen).
+    fn frozen(&self, off: usize, len: usize) -> Option<std::ops::Range<u64>> {
+        let _ = (off, len);
+        None
+    }
 }
 
 /// A segment held in a vector (the simulator's, and tests').
@@ -147,30 +156,48 @@ impl Sink for Vec<u8> {
 
 /// A rank's mapped segment as a deposit target (the fabrics' own; not
 /// public: it writes through a [`SegmentRef`], which only its fabric
-/// knows to be alive).
-pub(crate) struct SegmentSink {
+/// knows to be alive). It refuses bytes outside the segment and bytes of
+/// a frozen range: a frozen range is the target of live `&[T]`s, and a
+/// deposit is written here when a thread polls, which may be after the
+/// sender's freeze drained its sends (UDP acknowledges a datagram when it
+/// is stored in the receive window, not when it is written). The polling
+/// thread holds a write announcement across the poll (the AM layer's
+/// `writing`), so a freeze waits for a write that passed this check.
+pub(crate) struct SegmentSink<'a> {
     seg: SegmentRef,
+    frozen: &'a FrozenRanges,
 }
 
-impl SegmentSink {
-    /// The sink of `seg`.
+impl<'a> SegmentSink<'a> {
+    /// The sink of `seg`, refusing the ranges of `frozen`.
     ///
     /// # Safety
     /// `seg` must stay mapped as long as the sink is used (the fabric's own
     /// segment, used inside the fabric's `poll`).
-    pub(crate) unsafe fn new(seg: SegmentRef) -> SegmentSink {
-        SegmentSink { seg }
+    pub(crate) unsafe fn new(seg: SegmentRef, frozen: &'a FrozenRanges) -> SegmentSink<'a> {
+        SegmentSink { seg, frozen }
     }
 }
 
-impl Sink for SegmentSink {
+impl Sink for SegmentSink<'_> {
     fn len(&self) -> usize {
         self.seg.len()
+    }
+    fn frozen(&self, off: usize, len: usize) -> Option<std::ops::Range<u64>> {
+        self.frozen.find_sealed(off as u64, len as u64)
     }
     fn write(&mut self, off: usize, data: &[u8]) -> bool {
         // A real check (not a debug assertion): this is what keeps a peer's
         // frame inside the segment, whatever the caller checked before.
         if !self.seg.contains(off, data.len()) {
+            return false;
+        }
+        // And out of frozen bytes (one load while nothing is frozen).
+        if self
+            .frozen
+            .find_sealed(off as u64, data.len() as u64)
+            .is_some()
+        {
             return false;
         }
         // SAFETY: off + data.len() <= len was checked just above, so `off`
@@ -367,8 +394,16 @@ impl Reassembler {
         }
         match p.deposit {
             Some(base) => {
-                if !seg.write(base as usize + p.got, data) {
-                    return Err(outside(base + p.got as u64, len, seg.len()));
+                let off = base as usize + p.got;
+                if !seg.write(off, data) {
+                    return Err(match seg.frozen(off, len) {
+                        Some(r) => format!(
+                            "a deposit of {len} B at segment offset {off:#x} refused: bytes \
+                             {:#x}..{:#x} are frozen (read-only on every rank until thawed)",
+                            r.start, r.end
+                        ),
+                        None => outside(off as u64, len, seg.len()),
+                    });
                 }
             }
             None => {
@@ -419,8 +454,9 @@ mod tests {
         let mut buf = vec![0u8; 128];
         // SAFETY: `buf` outlives the sink and is read only after its use.
         let seg = unsafe { SegmentRef::new(buf.as_mut_ptr(), 64) };
+        let frozen = FrozenRanges::default();
         // SAFETY: as above.
-        let mut sink = unsafe { SegmentSink::new(seg) };
+        let mut sink = unsafe { SegmentSink::new(seg, &frozen) };
         assert!(sink.write(56, &[1; 8]), "the last 8 bytes are inside");
         assert!(!sink.write(60, &[2; 8]), "4 bytes past the end");
         assert!(
@@ -549,6 +585,58 @@ mod tests {
         assert!(Reassembler::default()
             .feed(3, &bad, 100, &mut seg, &mut |_| panic!("delivered"))
             .is_err());
+    }
+
+    /// A deposit into a frozen range is refused by the sink itself, chunk
+    /// by chunk (the range may be frozen between two datagrams of one
+    /// message), and the reassembler reports it naming the bytes; nothing
+    /// is written into them.
+    #[test]
+    fn the_segment_sink_refuses_frozen_bytes() {
+        let mut buf = vec![0u8; 256];
+        // SAFETY: `buf` outlives the sinks and is read only after their use.
+        let seg = unsafe { SegmentRef::new(buf.as_mut_ptr(), 256) };
+        let frozen = FrozenRanges::default();
+        frozen.add(64, 64).unwrap();
+        frozen.seal(64, 64).unwrap();
+        // SAFETY: as above.
+        let mut sink = unsafe { SegmentSink::new(seg, &frozen) };
+        assert!(sink.write(0, &[1; 64]), "below the frozen range");
+        assert!(!sink.write(60, &[2; 8]), "4 bytes into the frozen range");
+        assert!(!sink.write(100, &[3; 8]), "inside the frozen range");
+        assert!(sink.write(128, &[4; 8]), "just past it");
+        // a message of two frames: the range is frozen after the first
+        let m = OutMsg {
+            tag: 1,
+            words: &[],
+            payload: &[9; 100],
+            deposit: Some(32),
+        };
+        let (mut b1, mut b2) = (Vec::new(), Vec::new());
+        assert_eq!(append(&mut b1, &m, 0, FRAME_HEADER + 30), Some(30));
+        assert_eq!(append(&mut b2, &m, 30, 1000), Some(70));
+        let mut r = Reassembler::default();
+        frozen.remove(64, 64).unwrap();
+        // SAFETY: as above.
+        let mut sink = unsafe { SegmentSink::new(seg, &frozen) };
+        r.feed(5, &b1, 100, &mut sink, &mut |_| panic!("delivered"))
+            .unwrap();
+        frozen.add(64, 64).unwrap();
+        assert!(
+            Sink::frozen(&sink, 64, 8).is_none(),
+            "marked only: deposits on their way still land"
+        );
+        frozen.seal(64, 64).unwrap();
+        let e = r
+            .feed(5, &b2, 100, &mut sink, &mut |_| panic!("delivered"))
+            .unwrap_err();
+        assert!(e.contains("frozen"), "{e}");
+        assert!(buf[32..62].iter().all(|&x| x == 9), "the first chunk");
+        assert!(
+            buf[64..128].iter().all(|&x| x == 0),
+            "written into frozen bytes: {:?}",
+            &buf[64..128]
+        );
     }
 
     #[test]

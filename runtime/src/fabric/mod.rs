@@ -337,6 +337,12 @@ pub trait Fabric: Send + Sync {
     fn rma_quiet(&self) -> Result<()> {
         Ok(())
     }
+    /// Whether messages that have arrived wait to be fed by a
+    /// [`poll`](Self::poll) (a fabric that deposits at poll time; a poll
+    /// that delivers no complete message may still leave some).
+    fn arrivals_waiting(&self) -> bool {
+        false
+    }
 }
 
 /// The fabric a rank runs on (static dispatch over the implementations).
@@ -360,6 +366,20 @@ pub enum AnyFabric {
 }
 
 impl AnyFabric {
+    /// Make the fabrics that write deposits at poll time (UDP, ibverbs)
+    /// refuse bytes of `frozen` (shared memory deposits are written by
+    /// the sender inside its guarded send, checked there).
+    pub fn share_frozen(&mut self, frozen: &std::sync::Arc<crate::frozen::FrozenRanges>) {
+        match self {
+            AnyFabric::Shm(_) => {}
+            AnyFabric::Udp(u) => u.share_frozen(frozen.clone()),
+            AnyFabric::Hybrid(h) => h.udp.share_frozen(frozen.clone()),
+            AnyFabric::Rdma(r) => r.share_frozen(frozen.clone()),
+            #[cfg(feature = "test-doubles")]
+            AnyFabric::RdmaModel(r) => r.share_frozen(frozen.clone()),
+        }
+    }
+
     /// The UDP part, if any.
     pub fn udp(&self) -> Option<&udp::UdpFabric> {
         match self {
@@ -462,6 +482,17 @@ impl Fabric for AnyFabric {
             #[cfg(feature = "test-doubles")]
             AnyFabric::RdmaModel(x) => x.put_direct_nb(peer, off, src),
             _ => None,
+        }
+    }
+
+    fn arrivals_waiting(&self) -> bool {
+        match self {
+            AnyFabric::Shm(_) => false,
+            AnyFabric::Udp(u) => u.arrivals_waiting(),
+            AnyFabric::Hybrid(h) => h.udp.arrivals_waiting(),
+            AnyFabric::Rdma(x) => x.arrivals_waiting(),
+            #[cfg(feature = "test-doubles")]
+            AnyFabric::RdmaModel(x) => x.arrivals_waiting(),
         }
     }
 

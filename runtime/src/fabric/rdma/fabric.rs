@@ -30,11 +30,13 @@ use super::verbs::{Access, Completion, Op, QpCaps, QpId, Region, SendWr, Verbs, 
 use super::wire::{BufHeader, Card, HEADER};
 use crate::fabric::frames::{self, OutMsg, Reassembler, SegmentSink};
 use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
+use crate::frozen::FrozenRanges;
 use crate::{Error, ErrorKind, Result};
 use memmap2::MmapMut;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Tunables of the ibverbs fabric.
@@ -192,6 +194,9 @@ pub struct RdmaFabric<V: Verbs> {
     /// The segment's memory when the fabric made it (unmapped after the
     /// fabric deregistered it).
     own_seg: Option<MmapMut>,
+    /// The frozen ranges deposits may not write (the World's set, see
+    /// [`share_frozen`](Self::share_frozen)).
+    frozen: Arc<FrozenRanges>,
     closed: bool,
 }
 
@@ -292,6 +297,7 @@ impl<V: Verbs> PendingRdma<V> {
             tx: (0..2 * size).map(|_| Mutex::new(())).collect(),
             seg_lens: Vec::new(),
             own_seg: None,
+            frozen: Arc::default(),
             closed: false,
         };
         // every receive is posted before anyone can send
@@ -380,6 +386,23 @@ impl<V: Verbs> PendingRdma<V> {
 }
 
 impl<V: Verbs> RdmaFabric<V> {
+    /// Whether arrivals wait (or a message is half fed) for a poll.
+    pub fn arrivals_waiting(&self) -> bool {
+        self.arrived.iter().any(|a| !a.lock().is_empty())
+            || self
+                .rx
+                .iter()
+                .any(|r| r.lock().iter().any(Reassembler::in_progress))
+    }
+
+    /// Refuse two-sided deposits into the ranges of `frozen` (the set the
+    /// layer above freezes ranges in; the World hands its own over at
+    /// start). Placed payloads and one-sided writes are the device's, done
+    /// by the sender's `rma_quiet`.
+    pub fn share_frozen(&mut self, frozen: Arc<FrozenRanges>) {
+        self.frozen = frozen;
+    }
+
     fn nb(&self) -> usize {
         2 * self.cfg.buffers as usize
     }
@@ -1019,7 +1042,7 @@ impl<V: Verbs> RdmaFabric<V> {
         let b = unsafe { std::slice::from_raw_parts(self.recv_addr(a.peer, a.index), a.len) };
         // SAFETY: this fabric's segment (its own mapping, or the one
         // `PendingRdma::new`'s caller vouched for), alive while the fabric is.
-        let mut seg = unsafe { SegmentSink::new(self.seg) };
+        let mut seg = unsafe { SegmentSink::new(self.seg, &self.frozen) };
         let fed = reasm.feed(a.peer, &b[HEADER..], self.cfg.max_medium, &mut seg, deliver);
         let mut d = self.dev.lock();
         self.post_recv(&mut d, a.peer, a.index)

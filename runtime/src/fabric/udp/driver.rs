@@ -13,6 +13,7 @@ use super::wire::{HEADER, MAX_DATAGRAM, TAG};
 use crate::config::Config;
 use crate::fabric::frames::{OutMsg, Reassembler, SegmentSink};
 use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
+use crate::frozen::FrozenRanges;
 use crate::key::JobKey;
 use crate::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
@@ -187,6 +188,7 @@ impl PendingUdp {
             txl: (0..size * 2).map(|_| Mutex::new(())).collect(),
             seg: segment,
             _owned: owned,
+            frozen: Arc::default(),
             max_medium: cfg.max_medium,
             segment_len: cfg.segment_size,
         })
@@ -277,6 +279,9 @@ pub struct UdpFabric {
     seg: SegmentRef,
     /// The segment's memory when no other fabric provides it.
     _owned: Option<memmap2::MmapMut>,
+    /// The frozen ranges deposits may not write (the World's set, see
+    /// [`share_frozen`](Self::share_frozen)).
+    frozen: Arc<FrozenRanges>,
     max_medium: usize,
     segment_len: usize,
 }
@@ -491,6 +496,22 @@ impl Drop for UdpFabric {
 }
 
 impl UdpFabric {
+    /// Whether datagrams wait in the receive windows (or a message is half
+    /// fed) for a poll.
+    pub fn arrivals_waiting(&self) -> bool {
+        let reasm = self
+            .rx
+            .iter()
+            .any(|r| r.lock().reasm.iter().any(Reassembler::in_progress));
+        reasm || self.net.core.lock().proto.may_have_ready()
+    }
+
+    /// Refuse deposits into the ranges of `frozen` (the set the layer above
+    /// freezes ranges in; the World hands its own over at start).
+    pub fn share_frozen(&mut self, frozen: Arc<FrozenRanges>) {
+        self.frozen = frozen;
+    }
+
     #[inline]
     fn now(&self) -> u64 {
         self.net.now()
@@ -668,7 +689,7 @@ impl Fabric for UdpFabric {
         let mut first_err = None;
         // SAFETY: this fabric's segment (its own mapping, or the one
         // `connect`'s caller vouched for), alive while the fabric is.
-        let mut seg = unsafe { SegmentSink::new(self.seg) };
+        let mut seg = unsafe { SegmentSink::new(self.seg, &self.frozen) };
         let mut batch = std::mem::take(&mut rx.batch);
         for (src, d) in batch.iter() {
             let src = *src as usize;
