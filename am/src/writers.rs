@@ -325,6 +325,10 @@ mod tests {
     /// A writer that passed its check before the mark is waited for; one
     /// after the mark sees it.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "quiesce calls membarrier(2), a system call Miri does not emulate"
+    )]
     fn quiesce_waits_for_writes_in_flight() {
         let mark = Arc::new(AtomicBool::new(false));
         let data = Arc::new(AtomicUsize::new(0));
@@ -359,6 +363,10 @@ mod tests {
     /// whose slot a new thread took over, does not hang a freeze (before:
     /// `quiesce` spun forever on the dead thread's depth).
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "quiesce calls membarrier(2), a system call Miri does not emulate"
+    )]
     fn a_leaked_guard_of_an_exited_thread_does_not_hang_a_freeze() {
         std::thread::spawn(|| std::mem::forget(writing()))
             .join()
@@ -388,6 +396,10 @@ mod tests {
     /// thread (and, with SPLITRT_HANG_ABORT, ends the wait); a freeze from
     /// inside a write is refused.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "quiesce calls membarrier(2), a system call Miri does not emulate"
+    )]
     fn a_live_leaked_guard_is_reported_and_a_freeze_inside_a_write_refused() {
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
