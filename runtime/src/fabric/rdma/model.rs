@@ -763,10 +763,13 @@ mod tests {
         let (mut a, qa, mut b, qb) = pair(&net);
         let mut abuf = vec![0u8; 256];
         let mut bbuf = vec![0u8; 256];
+        // written before it is registered: a write through the Vec after
+        // registration would be the program touching registered memory
+        // while the device may use it (Miri: the device's pointer dies)
+        abuf[..5].copy_from_slice(b"hello");
         let ra = reg(&mut a, &mut abuf, Access::Local);
         let rb = reg(&mut b, &mut bbuf, Access::RemoteReadWrite);
         recv(&mut b, qb, 7, rb.sge(rb.addr, 64)).unwrap();
-        abuf[..5].copy_from_slice(b"hello");
         let wr = |wr_id, op, sge| SendWr {
             wr_id,
             op,
