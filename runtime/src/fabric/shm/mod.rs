@@ -1121,6 +1121,10 @@ mod tests {
     /// empty or `stop()` held, `true` when a message waits (at once) or a
     /// ring of the doorbell ended it.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
     fn await_traffic_tells_traffic_from_a_timeout() {
         let f = solo("await", 256, 8);
         let t = std::time::Instant::now();
@@ -1185,6 +1189,10 @@ mod tests {
     /// lets go, not at the end of the doorbell's wait limit: the old look
     /// counted a held set as empty and slept the whole 2 ms.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
     fn await_traffic_notices_a_message_behind_a_held_ring_set_soon() {
         let f = solo("held", 256, 8);
         let pkt = Packet {
