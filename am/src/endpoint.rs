@@ -848,11 +848,13 @@ impl Endpoint {
         // Every write another thread began before the mark is done; every
         // later one sees it (the asymmetric fence, see `writers`). Every
         // Long this endpoint sent is deposited at its target or refused
-        // there: shm deposits at send time (inside the sender's
-        // announcement, so the fence covered it), UDP and two-sided ibverbs
-        // deposits when the target polls (refused there if frozen by then),
-        // one-sided writes at the fabric's quiet. On any error the range is
-        // unfrozen again: no rank stays half frozen.
+        // there: shm deposits at send time and ibverbs places the payload
+        // with a blocking write at send time (both inside the sender's
+        // announcement, so the fence covered them), UDP deposits when the
+        // target polls (refused there if sealed by then), one-sided writes
+        // complete at the fabric's quiet. On any error the
+        // range is unfrozen again: no rank has entered the barrier after
+        // this call, so none holds a slice.
         let mut watch = HangWatch::new(self.config());
         let done = crate::writers::quiesce(&mut watch, &mut |w, what| self.inner.hang(w, what))
             .and_then(|()| self.inner.quiet_sends());
@@ -867,7 +869,7 @@ impl Endpoint {
     /// froze, once every rank has frozen and drained it (past the
     /// protocol's barrier): first every message that has arrived is fed
     /// (a Long its sender sent before its own freeze is acknowledged once
-    /// stored here, and over UDP or two-sided ibverbs written into the
+    /// stored here, and over UDP written into the
     /// segment only when this rank polls: it is part of the frozen
     /// contents), then the range is sealed, so a deposit into it that
     /// comes later is refused by the fabric as it is written (reported

@@ -428,7 +428,7 @@ impl Pgas {
         // Past the barrier every rank's Longs into the range have been
         // acknowledged here; feed those still waiting in the receive
         // windows, then seal: a deposit that comes later is refused as it
-        // is written (UDP and two-sided ibverbs write at poll time).
+        // is written (UDP writes at poll time).
         // Once this rank has entered the barrier, other ranks may hold
         // slices of their part already: whatever fails from here on (the
         // barrier, the seal) leaves the range frozen on this rank (the
