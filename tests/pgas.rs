@@ -183,6 +183,13 @@ fn a_late_udp_long_is_refused_at_deposit() {
     views_on("late", 2, &[("SPLITRT_FABRIC", "udp")]);
 }
 
+/// A seal that fails past the freeze's barrier leaves the range frozen
+/// (other ranks may hold slices of it). Before: the range was unfrozen.
+#[test]
+fn a_failed_seal_keeps_the_range_frozen() {
+    views("sealfail", 1, "native");
+}
+
 #[test]
 fn frozen_array_native_1_rank() {
     views("frozen", 1, "native");

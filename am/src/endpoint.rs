@@ -713,16 +713,27 @@ impl Inner {
 
     /// Deliver every message that has arrived (polling until a round
     /// delivers nothing), keeping unrelated errors for the next `poll` /
-    /// `wait_until` as while sending.
-    fn feed_arrived(&self) -> Result<()> {
+    /// `wait_until`, as while sending. While arrivals wait but this
+    /// thread's polls deliver nothing (another thread holds the receive
+    /// side), it backs off, and reports a hang through `watch`.
+    fn feed_arrived(&self, watch: &mut HangWatch) -> Result<()> {
+        let mut backoff = Backoff::new(self.world.config());
         loop {
             match self.poll_every_channel() {
                 Ok(0) if !self.fabric_ref().arrivals_waiting() => return Ok(()),
-                Ok(_) => {}
+                Ok(0) => {
+                    self.check_failure()?;
+                    if backoff.is_slow() && watch.due() {
+                        self.hang(watch, "feeding the messages that arrived before a seal")?;
+                    }
+                    self.snooze(&mut backoff);
+                }
+                Ok(_) => watch.progress(),
                 Err(e) if matches!(e.kind(), ErrorKind::PeerFailed(_)) => return Err(e),
                 Err(e) => {
                     self.deferred.lock().get_or_insert(e);
                     self.has_deferred.store(true, Ordering::Release);
+                    watch.progress();
                 }
             }
         }
@@ -837,11 +848,13 @@ impl Endpoint {
         // Every write another thread began before the mark is done; every
         // later one sees it (the asymmetric fence, see `writers`). Every
         // Long this endpoint sent is deposited at its target or refused
-        // there: shm deposits at send time (inside the sender's
-        // announcement, so the fence covered it), UDP and two-sided ibverbs
-        // deposits when the target polls (refused there if frozen by then),
-        // one-sided writes at the fabric's quiet. On any error the range is
-        // unfrozen again: no rank stays half frozen.
+        // there: shm deposits at send time and ibverbs places the payload
+        // with a blocking write at send time (both inside the sender's
+        // announcement, so the fence covered them), UDP deposits when the
+        // target polls (refused there if sealed by then), one-sided writes
+        // complete at the fabric's quiet. On any error the
+        // range is unfrozen again: no rank has entered the barrier after
+        // this call, so none holds a slice.
         let mut watch = HangWatch::new(self.config());
         let done = crate::writers::quiesce(&mut watch, &mut |w, what| self.inner.hang(w, what))
             .and_then(|()| self.inner.quiet_sends());
@@ -856,13 +869,14 @@ impl Endpoint {
     /// froze, once every rank has frozen and drained it (past the
     /// protocol's barrier): first every message that has arrived is fed
     /// (a Long its sender sent before its own freeze is acknowledged once
-    /// stored here, and over UDP or two-sided ibverbs written into the
+    /// stored here, and over UDP written into the
     /// segment only when this rank polls: it is part of the frozen
     /// contents), then the range is sealed, so a deposit into it that
     /// comes later is refused by the fabric as it is written (reported
     /// naming the sender; nothing written), and every write another
     /// thread began before the seal finishes before this returns. On an
-    /// error the range is unfrozen.
+    /// error the range stays frozen and (if it can be) sealed: other
+    /// ranks may hold references to their part of it already.
     ///
     /// # Safety
     ///
@@ -871,19 +885,32 @@ impl Endpoint {
     /// and before it hands out references to the range.
     pub unsafe fn seal_segment_range(&self, offset: u64, len: u64) -> Result<()> {
         let at = |e: Error| e.at_rank(self.rank());
-        let done = self
-            .inner
-            .feed_arrived()
-            .and_then(|()| self.inner.frozen().seal(offset, len))
-            .and_then(|()| {
-                let mut watch = HangWatch::new(self.config());
-                crate::writers::quiesce(&mut watch, &mut |w, what| self.inner.hang(w, what))
-            });
-        if let Err(e) = done {
-            let _ = self.inner.frozen().remove(offset, len);
-            return Err(at(e));
-        }
-        Ok(())
+        let mut watch = HangWatch::new(self.config());
+        let mut hang = |w: &mut HangWatch, what: &str| self.inner.hang(w, what);
+        // Drained means: nothing waits in the receive windows and no poll
+        // of another thread is in flight (it may hold datagrams it took
+        // out of the windows, so `arrivals_waiting` does not see them, and
+        // deposit them later). A poll runs inside a write announcement, so
+        // the quiesce waits for it; what it fed may have let more arrive,
+        // hence the loop.
+        let mut drain = || loop {
+            self.inner.feed_arrived(&mut watch)?;
+            crate::writers::quiesce(&mut watch, &mut hang)?;
+            if !self.inner.fabric_ref().arrivals_waiting() {
+                return Ok(());
+            }
+        };
+        let drained = drain();
+        // Past the protocol's barrier other ranks may already hold slices
+        // of their part of the range, so whatever fails from here on, the
+        // range stays frozen and sealed on this rank (unfreezing it would
+        // let this rank's puts land under those slices): the error is
+        // returned, and the job is failing anyway.
+        let sealed = self.inner.frozen().seal(offset, len);
+        drained
+            .and(sealed)
+            .and_then(|()| crate::writers::quiesce(&mut watch, &mut hang))
+            .map_err(at)
     }
 
     /// Undo [`seal_segment_range`](Self::seal_segment_range): deposits

@@ -428,13 +428,16 @@ impl Pgas {
         // Past the barrier every rank's Longs into the range have been
         // acknowledged here; feed those still waiting in the receive
         // windows, then seal: a deposit that comes later is refused as it
-        // is written (UDP and two-sided ibverbs write at poll time).
+        // is written (UDP writes at poll time).
+        // Once this rank has entered the barrier, other ranks may hold
+        // slices of their part already: whatever fails from here on (the
+        // barrier, the seal) leaves the range frozen on this rank (the
+        // fast paths keep stepping aside: `frozen_ranges` stays counted),
+        // so none of its puts lands under those slices; the job is
+        // failing anyway. Only a failure before the barrier unfreezes.
         // SAFETY: the freeze protocol: after the barrier, before any slice
         // of the range is handed out.
-        if let Err(e) = unsafe { i.ep.seal_segment_range(a.off, a.bytes()) } {
-            i.frozen_ranges.fetch_sub(1, Ordering::SeqCst);
-            return Err(e);
-        }
+        unsafe { i.ep.seal_segment_range(a.off, a.bytes()) }?;
         Ok(FrozenArray { arr: a })
     }
 

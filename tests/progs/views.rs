@@ -40,7 +40,10 @@ fn main() {
         "frozen" => frozen(),
         "race" => race(),
         "late" => late(),
-        _ => Err(Error::usage("usage: t_views alias|drop|frozen|race|late")),
+        "sealfail" => seal_fails(),
+        _ => Err(Error::usage(
+            "usage: t_views alias|drop|frozen|race|late|sealfail",
+        )),
     };
     if let Err(e) = r {
         eprintln!("t_views {mode}: {e}");
@@ -403,6 +406,41 @@ fn race() -> Result<()> {
         "views race ok ({:?} path, {p} puts, {r} refused)",
         pg.rma_path()
     );
+    pg.finish()
+}
+
+/// A seal that fails (here: called inside a write announcement, so its
+/// quiesce refuses) leaves the range frozen and sealed: past the freeze's
+/// barrier other ranks may hold slices of it already.
+fn seal_fails() -> Result<()> {
+    let pg = Pgas::attach()?;
+    let a = pg.alloc_sym::<u64>(8)?;
+    let off = a.at(pg.rank(), 0).offset();
+    let ep = pg.endpoint();
+    // SAFETY: a test of the seal's error path, not the PGAS protocol: no
+    // reference to the range is made.
+    unsafe { ep.freeze_segment_range(off, 64) }?;
+    let held = splitrt::am::writing();
+    // SAFETY: as above.
+    let e = unsafe { ep.seal_segment_range(off, 64) };
+    drop(held);
+    if e.is_ok() {
+        eprintln!("t_views sealfail: a seal inside a write announcement succeeded");
+        std::process::exit(1);
+    }
+    if ep.frozen_segment_range(off, 64).is_none() {
+        eprintln!("t_views sealfail: a failed seal unfroze the range");
+        std::process::exit(1);
+    }
+    if ep.write_segment(off, &[1; 8]).is_ok() {
+        eprintln!("t_views sealfail: a write into the range was accepted after a failed seal");
+        std::process::exit(1);
+    }
+    // SAFETY: as above: no reference to the range was made.
+    unsafe { ep.unseal_segment_range(off, 64) }?;
+    // SAFETY: as above.
+    unsafe { ep.thaw_segment_range(off, 64) }?;
+    println!("views sealfail ok");
     pg.finish()
 }
 

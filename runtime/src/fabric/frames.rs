@@ -221,6 +221,10 @@ struct Partial {
     got: usize,
     deposit: Option<u64>,
     buf: Vec<u8>,
+    /// Why a deposit chunk of this message was refused (a sealed range):
+    /// its later chunks are consumed by their length but not written, and
+    /// the refusal is reported once, when its last frame arrives.
+    refused: Option<String>,
 }
 
 /// Reassembly of one (peer, stream): at most one message in progress.
@@ -248,6 +252,13 @@ impl Reassembler {
     /// `seg` and delivering each completed message. Returns the messages
     /// delivered, or why the body is malformed (the rest of it is
     /// dropped and the half-received message abandoned).
+    ///
+    /// A deposit the sink refuses (bytes sealed by a freeze) is not
+    /// malformed: that message's frames are still consumed by their
+    /// length, in this body and later ones, without writing; every other
+    /// message in the body is delivered; and the refusal is returned as
+    /// the error once, after the body whose frame ended the refused
+    /// message has been consumed whole.
     pub fn feed(
         &mut self,
         src: usize,
@@ -257,11 +268,21 @@ impl Reassembler {
         deliver: &mut dyn FnMut(&Delivery<'_>),
     ) -> Result<usize, String> {
         let mut n = 0;
+        let mut refused: Option<String> = None;
         while !body.is_empty() {
             match self.frame(src, body, max_medium, seg, deliver) {
-                Ok((used, done)) => {
+                Ok((used, done, why)) => {
                     body = &body[used..];
                     n += done as usize;
+                    if let Some(why) = why {
+                        match &mut refused {
+                            Some(all) => {
+                                all.push_str("; ");
+                                all.push_str(&why);
+                            }
+                            None => refused = Some(why),
+                        }
+                    }
                 }
                 Err(e) => {
                     self.cur = None;
@@ -269,7 +290,10 @@ impl Reassembler {
                 }
             }
         }
-        Ok(n)
+        match refused {
+            Some(why) => Err(why),
+            None => Ok(n),
+        }
     }
 
     fn frame(
@@ -279,7 +303,7 @@ impl Reassembler {
         max_medium: usize,
         seg: &mut dyn Sink,
         deliver: &mut dyn FnMut(&Delivery<'_>),
-    ) -> Result<(usize, bool), String> {
+    ) -> Result<(usize, bool, Option<String>), String> {
         if b.len() < FRAME_HEADER {
             return Err(format!("a frame header cut short ({} B)", b.len()));
         }
@@ -347,7 +371,7 @@ impl Reassembler {
                         len: total,
                     }),
                 });
-                return Ok((end, true));
+                return Ok((end, true, None));
             }
             if len > total || (last != (len == total)) {
                 return Err(format!(
@@ -363,7 +387,7 @@ impl Reassembler {
                     payload: data,
                     deposit: None,
                 });
-                return Ok((end, true));
+                return Ok((end, true, None));
             }
             self.cur = Some(Partial {
                 tag,
@@ -373,6 +397,7 @@ impl Reassembler {
                 got: 0,
                 deposit: is_dep.then_some(deposit),
                 buf: Vec::new(),
+                refused: None,
             });
         }
         let Some(p) = self.cur.as_mut() else {
@@ -395,8 +420,10 @@ impl Reassembler {
         match p.deposit {
             Some(base) => {
                 let off = base as usize + p.got;
-                if !seg.write(off, data) {
-                    return Err(match seg.frozen(off, len) {
+                // once refused, the rest of the message is skipped (its
+                // frames still consumed by their length)
+                if p.refused.is_none() && !seg.write(off, data) {
+                    p.refused = Some(match seg.frozen(off, len) {
                         Some(r) => format!(
                             "a deposit of {len} B at segment offset {off:#x} refused: bytes \
                              {:#x}..{:#x} are frozen (read-only on every rank until thawed)",
@@ -415,9 +442,13 @@ impl Reassembler {
         }
         p.got += len;
         if !last {
-            return Ok((end, false));
+            return Ok((end, false, None));
         }
         let p = self.cur.take().expect("in progress");
+        if let Some(why) = p.refused {
+            // not delivered: its bytes did not all land
+            return Ok((end, false, Some(why)));
+        }
         // A deposit (written in range, checked per frame above) is
         // delivered as its range, never as a slice of the segment.
         let (payload, deposit) = match p.deposit {
@@ -437,7 +468,7 @@ impl Reassembler {
             payload,
             deposit,
         });
-        Ok((end, true))
+        Ok((end, true, None))
     }
 }
 
@@ -636,6 +667,69 @@ mod tests {
             buf[64..128].iter().all(|&x| x == 0),
             "written into frozen bytes: {:?}",
             &buf[64..128]
+        );
+    }
+
+    /// A refused deposit is one message's state, not a malformed body: the
+    /// other messages of its datagram are delivered (they may be put
+    /// replies or barrier arrivals a sync waits for), its continuation
+    /// frames in later datagrams are consumed without writing, and the
+    /// refusal is reported once, when its last frame arrives.
+    #[test]
+    fn a_refused_deposit_drops_no_other_message() {
+        let mut buf = vec![0u8; 256];
+        // SAFETY: `buf` outlives the sink and is read only after its use.
+        let seg = unsafe { SegmentRef::new(buf.as_mut_ptr(), 256) };
+        let frozen = FrozenRanges::default();
+        frozen.add(64, 64).unwrap();
+        frozen.seal(64, 64).unwrap();
+        // SAFETY: as above.
+        let mut sink = unsafe { SegmentSink::new(seg, &frozen) };
+        let short = |tag| OutMsg {
+            tag,
+            words: &[7],
+            payload: &[],
+            deposit: None,
+        };
+        let long = OutMsg {
+            tag: 1,
+            words: &[],
+            payload: &[9; 100],
+            deposit: Some(64),
+        };
+        let mut r = Reassembler::default();
+        let mut got = Vec::new();
+        // [a whole Long into the sealed range, a Short]
+        let mut b = Vec::new();
+        assert_eq!(append(&mut b, &long, 0, 1000), Some(100));
+        append(&mut b, &short(2), 0, 1000).unwrap();
+        let e = r
+            .feed(5, &b, 100, &mut sink, &mut |d| got.push(d.tag))
+            .unwrap_err();
+        assert!(e.contains("frozen"), "{e}");
+        assert_eq!(got, vec![2], "the Short after the refused Long");
+        assert!(!r.in_progress());
+        // [a Short, the first frame of a Long into the sealed range], then
+        // [its last frame, a Short], then [a Short]
+        let (mut b1, mut b2, mut b3) = (Vec::new(), Vec::new(), Vec::new());
+        append(&mut b1, &short(3), 0, 1000).unwrap();
+        assert_eq!(append(&mut b1, &long, 0, FRAME_HEADER + 30), Some(30));
+        assert_eq!(append(&mut b2, &long, 30, 1000), Some(70));
+        append(&mut b2, &short(4), 0, 1000).unwrap();
+        append(&mut b3, &short(5), 0, 1000).unwrap();
+        got.clear();
+        let n = r.feed(5, &b1, 100, &mut sink, &mut |d| got.push(d.tag));
+        assert_eq!(n, Ok(1), "reported when the message ends, not before");
+        let e = r
+            .feed(5, &b2, 100, &mut sink, &mut |d| got.push(d.tag))
+            .unwrap_err();
+        assert!(e.contains("frozen") && !e.contains("; "), "{e}");
+        let n = r.feed(5, &b3, 100, &mut sink, &mut |d| got.push(d.tag));
+        assert_eq!(n, Ok(1), "no second error");
+        assert_eq!(got, vec![3, 4, 5]);
+        assert!(
+            buf[64..128].iter().all(|&x| x == 0),
+            "written into frozen bytes"
         );
     }
 
