@@ -53,9 +53,11 @@ where
     F: Fn(Token<'_>, &Incoming<'_>) + Send + Sync + 'static,
 {
     // SAFETY: called only from `register` below, with splitrt's own
-    // handlers: the Long ones (put, store) refuse a deposit in the reserved
-    // area or a frozen range, as their senders (`Pgas`'s put and store)
-    // do before sending; the others carry no deposit.
+    // handlers. Their Longs (put, store) come only from `Pgas`'s put and
+    // store, which refuse the reserved area and frozen ranges before
+    // sending; a sealed range is refused at deposit by the fabric, and the
+    // handlers report a reserved-area deposit a broken peer made. The
+    // other handlers carry no deposit.
     unsafe { b.reserved_request(id, name, kind, nargs, f) }
 }
 
