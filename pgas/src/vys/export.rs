@@ -324,12 +324,19 @@ impl ImportedRing {
 }
 
 fn send_fd(s: &UnixStream, fd: RawFd, data: &[u8]) -> io::Result<()> {
+    send_fds(s, &[fd], data)
+}
+
+/// Send `data` with `fds` in one `SCM_RIGHTS` message (a handover passes
+/// one; the tests pass several, as a broken producer could).
+fn send_fds(s: &UnixStream, fds: &[RawFd], data: &[u8]) -> io::Result<()> {
+    let bytes = std::mem::size_of_val(fds);
     let mut iov = libc::iovec {
         iov_base: data.as_ptr() as *mut libc::c_void,
         iov_len: data.len(),
     };
     // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let space = unsafe { libc::CMSG_SPACE(bytes as u32) } as usize;
     // 8-aligned, as a `cmsghdr` must be (a `Vec<u8>` need not be); `space`
     // of its bytes are the control buffer.
     let mut cbuf = vec![0u64; space.div_ceil(8)];
@@ -350,14 +357,14 @@ fn send_fd(s: &UnixStream, fd: RawFd, data: &[u8]) -> io::Result<()> {
     hdr.cmsg_level = libc::SOL_SOCKET;
     hdr.cmsg_type = libc::SCM_RIGHTS;
     // SAFETY: CMSG_LEN is a pure size computation.
-    hdr.cmsg_len = unsafe { libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) } as _;
+    hdr.cmsg_len = unsafe { libc::CMSG_LEN(bytes as u32) } as _;
     // SAFETY: CMSG_DATA is pointer arithmetic: the first byte after the
     // header `c`, inside `cbuf` (CMSG_SPACE counted header and data).
     let data_at = unsafe { libc::CMSG_DATA(c) } as *mut RawFd;
-    // SAFETY: the descriptor's bytes lie in `cbuf` (CMSG_SPACE(size_of::<
-    // RawFd>()) bytes from `c`); written unaligned, as the data after a
-    // header need not be aligned for an int.
-    unsafe { std::ptr::write_unaligned(data_at, fd) };
+    // SAFETY: `bytes` bytes from `data_at` lie in `cbuf` (CMSG_SPACE
+    // counted them); written unaligned, as the data after a header need
+    // not be aligned for an int; `fds` is a separate slice.
+    unsafe { std::ptr::copy_nonoverlapping(fds.as_ptr() as *const u8, data_at as *mut u8, bytes) };
     // SAFETY: sendmsg(2) only reads `msg`, whose iov names `data`
     // (data.len() bytes) and whose control names `space` bytes of `cbuf`,
     // all live for the call.
@@ -513,46 +520,6 @@ mod tests {
             .count()
     }
 
-    /// Pass `fds` in one `SCM_RIGHTS` message with `data`, as a hostile
-    /// or broken producer could.
-    fn send_fds(s: &UnixStream, fds: &[RawFd], data: &[u8]) {
-        let bytes = std::mem::size_of_val(fds);
-        let mut iov = libc::iovec {
-            iov_base: data.as_ptr() as *mut libc::c_void,
-            iov_len: data.len(),
-        };
-        // SAFETY: CMSG_SPACE is a pure size computation.
-        let space = unsafe { libc::CMSG_SPACE(bytes as u32) } as usize;
-        let mut cbuf = vec![0u64; space.div_ceil(8)];
-        // SAFETY: msghdr is integers and pointers: all-zero bytes are a
-        // valid value.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = space as _;
-        // SAFETY: CMSG_FIRSTHDR only reads `msg`'s control fields.
-        let c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-        // SAFETY: `space` covers a header, so `c` is the start of `cbuf`:
-        // 8-aligned, zeroed, live, not otherwise referenced.
-        let hdr = unsafe { &mut *c };
-        hdr.cmsg_level = libc::SOL_SOCKET;
-        hdr.cmsg_type = libc::SCM_RIGHTS;
-        // SAFETY: CMSG_LEN is a pure size computation.
-        hdr.cmsg_len = unsafe { libc::CMSG_LEN(bytes as u32) } as _;
-        // SAFETY: CMSG_DATA is pointer arithmetic: the byte after the
-        // header, inside `cbuf`.
-        let data_at = unsafe { libc::CMSG_DATA(c) } as *mut RawFd;
-        // SAFETY: `bytes` bytes from `data_at` lie in `cbuf` (CMSG_SPACE
-        // counted them), 4-aligned (the header's size, a multiple of 8, past
-        // the 8-aligned `c`); `fds` is a separate slice of `fds.len()` ints.
-        unsafe { std::ptr::copy_nonoverlapping(fds.as_ptr(), data_at, fds.len()) };
-        // SAFETY: sendmsg(2) only reads `msg`, whose iov and control name
-        // live buffers of the stated lengths (`data`, `cbuf`).
-        let sent = unsafe { libc::sendmsg(s.as_raw_fd(), &msg, 0) };
-        assert!(sent >= 0, "{}", io::Error::last_os_error());
-    }
-
     /// A handover message carrying two (or three) descriptors instead of
     /// one is refused, and none of them stays open in the consumer.
     #[test]
@@ -566,7 +533,7 @@ mod tests {
             {
                 let probes: Vec<OwnedFd> = names.iter().map(|m| probe(m)).collect();
                 let raw: Vec<RawFd> = probes.iter().map(|p| p.as_raw_fd()).collect();
-                send_fds(&a, &raw, &[9u8; 48]);
+                send_fds(&a, &raw, &[9u8; 48]).unwrap();
             } // the sender's own copies closed
             let mut data = [0u8; 48];
             let got = recv_fd(&b, &mut data).map(|fd| fd.is_some());
