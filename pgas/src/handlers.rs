@@ -173,13 +173,18 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         let mut buf = GET_BOUNCE.take();
         buf.clear();
         if ok {
-            buf.resize(len as usize, 0);
+            // no zero fill: the copy writes every byte before `set_len`
+            buf.reserve(len as usize);
             let from = seg.base().wrapping_add(off as usize);
             // SAFETY: [off, off + len) was checked to lie in our segment,
             // mapped while the endpoint that runs this handler lives, so
-            // `from` is readable for len bytes; `buf` holds len bytes and
-            // is this thread's own vector, never the segment.
+            // `from` is readable for len bytes; `buf` (empty) has capacity
+            // for len bytes and is this thread's own vector, never the
+            // segment.
             unsafe { splitrt_runtime::memmove::memmove(from, buf.as_mut_ptr(), len as usize) };
+            // SAFETY: the copy above initialised the first len bytes, which
+            // the capacity covers.
+            unsafe { buf.set_len(len as usize) };
         }
         let data: &[u8] = &buf;
         let status = if ok { OK } else { REFUSED };
