@@ -7,7 +7,6 @@ use crate::handler::{
     Entry, Func, Kind, ReplyHandler, RequestHandler, Sig, Table, RESERVED_HANDLERS,
 };
 use crate::message::{Incoming, Payload};
-use crate::rma::Rma;
 use crate::token::Token;
 use splitrt_runtime::backoff::Backoff;
 use splitrt_runtime::config::Config;
@@ -289,7 +288,7 @@ pub(crate) struct Inner {
 /// others return at once).
 #[derive(Clone)]
 pub struct Endpoint {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 /// Requests with a payload of at least this many bytes are followed,
@@ -976,12 +975,6 @@ impl Endpoint {
     #[allow(dead_code)]
     pub(crate) fn world(&self) -> &World {
         &self.inner.world
-    }
-
-    /// One-sided access to the job's segments for layers built on top
-    /// (the PGAS layer): checked writes and reads, raw segment ranges.
-    pub fn rma(&self) -> Rma<'_> {
-        Rma { inner: &self.inner }
     }
 
     /// Counters of the UDP fabric, if this rank uses one (for reports).

@@ -10,9 +10,17 @@
 //! bounds checked; segments come as [`SegmentRef`]s, address ranges that
 //! only `unsafe` code can dereference.
 
-use crate::endpoint::Inner;
+use crate::endpoint::{Endpoint, Inner};
 use splitrt_runtime::fabric::{Fabric, SegmentRef};
 use splitrt_runtime::{Error, Result};
+
+impl Endpoint {
+    /// One-sided access to the job's segments for layers built on top
+    /// (the PGAS layer): checked writes and reads, raw segment ranges.
+    pub fn rma(&self) -> Rma<'_> {
+        Rma { inner: &self.inner }
+    }
+}
 
 /// One-sided access to the job's segments through an endpoint's fabric
 /// (see [`Endpoint::rma`](crate::Endpoint::rma)). Borrows the endpoint,
