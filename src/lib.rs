@@ -2,8 +2,10 @@
 //!
 //! The facade users depend on. It re-exports the three layers:
 //! [`runtime`] (job, bootstrap, launcher, segments, fabrics), [`am`]
-//! (endpoints, handlers, progress) and [`pgas`] (global pointers, in
-//! progress). The common names are at the top level.
+//! (endpoints, handlers, progress) and [`pgas`] (global pointers,
+//! split-phase access, collectives), and beside them [`vys`] (visibility
+//! streams, which use the runtime only). The common names are at the top
+//! level.
 //!
 //! Start programs with `splitrt-run -n N PROGRAM`; a program started without
 //! a launcher runs as a 1-rank job. See `examples/hello.rs`.
@@ -11,6 +13,7 @@
 pub use splitrt_am as am;
 pub use splitrt_pgas as pgas;
 pub use splitrt_runtime as runtime;
+pub use splitrt_vys as vys;
 
 pub use splitrt_am::{
     Endpoint, EndpointBuilder, Incoming, Kind, Payload, ReplyHandler, RequestHandler, Token,

@@ -26,7 +26,6 @@ mod reduce;
 mod rma;
 mod shm_barrier;
 mod state;
-pub mod vys;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::AtomicInt;

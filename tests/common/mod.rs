@@ -19,7 +19,8 @@ pub fn launcher() -> PathBuf {
     }
 }
 
-/// A cargo example of this package (built by `cargo test` next to the bins),
+/// A cargo example of this workspace (built by `cargo test --workspace` next
+/// to the bins; the vys examples are splitrt-vys's),
 /// or one from the `examples` directory next to `SPLITRT_TEST_LAUNCHER`.
 pub fn example(name: &str) -> PathBuf {
     let p = launcher()
@@ -29,7 +30,8 @@ pub fn example(name: &str) -> PathBuf {
         .join(name);
     assert!(
         p.exists(),
-        "{} not built (cargo test builds examples)",
+        "{} not built (`cargo test --workspace` builds every package's examples; \
+         the vys examples belong to splitrt-vys: `cargo build -p splitrt-vys --examples`)",
         p.display()
     );
     p

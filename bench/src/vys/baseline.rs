@@ -9,8 +9,8 @@
 //! a stream: a pipeline of three plain threads doing what a producer, a
 //! consumer and its application do, with no vys in between.
 
-use splitrt::pgas::vys::ring::slot_bytes;
 use splitrt::pgas::{Pgas, SymArray};
+use splitrt::vys::ring::slot_bytes;
 use splitrt::Result;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

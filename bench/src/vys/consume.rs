@@ -8,11 +8,11 @@
 use super::plan::{Reads, Row};
 use super::record::Counts;
 use super::stream::Stream;
-use splitrt::pgas::vys::checkable;
-use splitrt::pgas::vys::consumer::{
+use splitrt::vys::checkable;
+use splitrt::vys::consumer::{
     Consumer, ConsumerConfig, ConsumerStats, Message, Spectrum, Verification,
 };
-use splitrt::pgas::vys::ring::slot_bytes;
+use splitrt::vys::ring::slot_bytes;
 use std::io;
 use std::net::SocketAddrV4;
 use std::time::{Duration, Instant};

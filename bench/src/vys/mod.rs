@@ -15,7 +15,7 @@
 //!   `b`, beside the UDP fabric's get between the same two processes.
 //!
 //! Every valid spectrum is checked against the producer's pattern
-//! ([`splitrt::pgas::vys::checkable`]); a mismatch is printed and makes
+//! ([`splitrt::vys::checkable`]); a mismatch is printed and makes
 //! the run fail after the report. Writes `DIR/vys.csv`, `DIR/vys.txt` and
 //! rank 1's raw rows (`DIR/vys-host.raw` or `vys-across.raw`).
 

@@ -2,8 +2,8 @@
 //! the driver (to label the table) and by both ranks (to walk through the
 //! phases in step), from `--quick` and where the job runs.
 
-use splitrt::pgas::vys::ring::slot_bytes;
-use splitrt::pgas::vys::signal::DigestKind;
+use splitrt::vys::ring::slot_bytes;
+use splitrt::vys::signal::DigestKind;
 use std::time::Duration;
 
 /// Where the two ranks run.

@@ -9,8 +9,8 @@
 
 use super::plan::Row;
 use super::stream::Stream;
-use splitrt::pgas::vys::checkable;
-use splitrt::pgas::vys::producer::{Producer, ProducerConfig, ProductId};
+use splitrt::vys::checkable;
+use splitrt::vys::producer::{Producer, ProducerConfig, ProductId};
 use std::io;
 use std::net::SocketAddrV4;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -60,7 +60,7 @@ impl Stream {
             |k: &str| std::env::var(k).map_err(|_| format!("{k} is not set (run by the driver)"));
         let place = Place::from_id(&var(ENV_PLACE)?)
             .ok_or_else(|| format!("{ENV_PLACE}: host or across"))?;
-        let key = splitrt::pgas::vys::stream_key::parse(&var(ENV_KEY)?)?;
+        let key = splitrt::vys::stream_key::parse(&var(ENV_KEY)?)?;
         let port_seed = var(ENV_PORT_SEED)?
             .parse()
             .map_err(|_| format!("{ENV_PORT_SEED}: a number"))?;

@@ -9,7 +9,7 @@ use super::plan::{digest_id, Place, Plan, Reads, Row, Section, SCAN_SIZE};
 use super::record::{Counts, Output, RowResult};
 use crate::report::size_label;
 use crate::stats::median;
-use splitrt::pgas::vys::signal::DigestKind;
+use splitrt::vys::signal::DigestKind;
 use std::fmt::Write as _;
 
 /// Delivered GB/s at or above this fraction of the reference is the

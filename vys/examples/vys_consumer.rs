@@ -10,10 +10,10 @@
 //! N of what passes the rest).
 
 use clap::Parser;
-use splitrt::pgas::vys::checkable;
-use splitrt::pgas::vys::consumer::{Consumer, ConsumerConfig, ConsumerStats, Message};
-use splitrt::pgas::vys::rdma_device::RdmaDevice;
-use splitrt::pgas::vys::stream_key;
+use splitrt_vys::checkable;
+use splitrt_vys::consumer::{Consumer, ConsumerConfig, ConsumerStats, Message};
+use splitrt_vys::rdma_device::RdmaDevice;
+use splitrt_vys::stream_key;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
@@ -183,7 +183,7 @@ fn run(a: Args) -> Result<u64, String> {
                 }
             }
             Message::End { stats, status } => {
-                if status != splitrt::pgas::vys::consumer::EndStatus::Shutdown {
+                if status != splitrt_vys::consumer::EndStatus::Shutdown {
                     eprintln!("vys_consumer: ended: {status:?}");
                 }
                 break stats;

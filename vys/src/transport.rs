@@ -4,7 +4,7 @@
 //! what is not a usable signal is counted by kind and dropped.
 //!
 //! ```no_run
-//! use splitrt_pgas::vys::transport::{SignalReceiver, SignalSender};
+//! use splitrt_vys::transport::{SignalReceiver, SignalSender};
 //! use std::net::{Ipv4Addr, SocketAddrV4};
 //! let group = SocketAddrV4::new(Ipv4Addr::new(239, 255, 42, 99), 47000);
 //! let key = [7u8; 32]; // from the operator's stream key

@@ -5,8 +5,8 @@
 //! but a program that builds one on purpose).
 //!
 //! ```no_run
-//! use splitrt_pgas::vys::consumer::ConsumerConfig;
-//! use splitrt_pgas::vys::rdma_device::RdmaDevice;
+//! use splitrt_vys::consumer::ConsumerConfig;
+//! use splitrt_vys::rdma_device::RdmaDevice;
 //! let mut cfg = ConsumerConfig::without_multicast([7; 32]);
 //! cfg.rdma = Some(RdmaDevice::hardware());
 //! ```

@@ -2,12 +2,12 @@
 //! datagrams, a flood of handshakes, a stranger's handshake. It drops and
 //! counts what is not authentic, keeps its sessions bounded, never
 //! panics, and a real consumer is still served.
-use splitrt_pgas::vys::export::ExportedRing;
-use splitrt_pgas::vys::handshake;
-use splitrt_pgas::vys::read_client::{ReadResult, RemoteRing};
-use splitrt_pgas::vys::read_server::{ReadServer, MAX_SESSIONS};
-use splitrt_pgas::vys::ring::{check_slot, slot_bytes, write_slot, ReadOutcome};
-use splitrt_pgas::vys::signal::DigestKind;
+use splitrt_vys::export::ExportedRing;
+use splitrt_vys::handshake;
+use splitrt_vys::read_client::{ReadResult, RemoteRing};
+use splitrt_vys::read_server::{ReadServer, MAX_SESSIONS};
+use splitrt_vys::ring::{check_slot, slot_bytes, write_slot, ReadOutcome};
+use splitrt_vys::signal::DigestKind;
 use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,7 +26,7 @@ fn read_one(server: std::net::SocketAddr, key: &[u8; 32]) -> std::io::Result<Rea
         Duration::from_millis(600),
         None,
     )?;
-    let info = splitrt_pgas::vys::signal::SpectrumInfo {
+    let info = splitrt_vys::signal::SpectrumInfo {
         offset: slot_bytes(bytes) as u64,
         timestamp: 5,
         seq: 2,
@@ -164,10 +164,10 @@ fn rogue_server(
     mode: Rogue,
     stop: Arc<std::sync::atomic::AtomicBool>,
 ) -> (std::net::SocketAddr, std::thread::JoinHandle<()>) {
-    use splitrt_pgas::vys::read_proto::{session_config, STATUS_OK, T_DATA};
     use splitrt_runtime::fabric::frames::{OutMsg, Reassembler};
     use splitrt_runtime::fabric::udp::proto::Proto;
     use splitrt_runtime::fabric::udp::wire::{HEADER, TAG};
+    use splitrt_vys::read_proto::{session_config, STATUS_OK, T_DATA};
     let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = sock.local_addr().unwrap();
     let t = std::thread::spawn(move || {

@@ -14,11 +14,11 @@
 //! `ready producer=<id>` when it starts and a summary line when done.
 
 use clap::Parser;
-use splitrt::pgas::vys::checkable;
-use splitrt::pgas::vys::producer::{Producer, ProducerConfig, ProductId};
-use splitrt::pgas::vys::rdma_device::RdmaDevice;
-use splitrt::pgas::vys::signal::DigestKind;
-use splitrt::pgas::vys::stream_key;
+use splitrt_vys::checkable;
+use splitrt_vys::producer::{Producer, ProducerConfig, ProductId};
+use splitrt_vys::rdma_device::RdmaDevice;
+use splitrt_vys::signal::DigestKind;
+use splitrt_vys::stream_key;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

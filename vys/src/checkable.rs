@@ -4,7 +4,7 @@
 //! producer simulator's checkable mode, the lapping tests, the bench).
 //!
 //! ```
-//! use splitrt_pgas::vys::checkable::{fill, matches};
+//! use splitrt_vys::checkable::{fill, matches};
 //! let id = ([1, 2], 3, 0);
 //! let mut d = vec![0u8; 100];
 //! fill(id, 42, &mut d);

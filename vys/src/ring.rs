@@ -381,7 +381,7 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
-    use crate::vys::checkable;
+    use crate::checkable;
 
     /// Checkable data: a function of the spectrum's sequence id.
     fn fill(seq: u64, out: &mut [u8]) {

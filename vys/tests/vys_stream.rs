@@ -3,12 +3,12 @@
 //! producer's read server, filters, checkable data, and the lapping test.
 mod common;
 use common::drain;
-use splitrt_pgas::vys::checkable;
-use splitrt_pgas::vys::consumer::{Consumer, ConsumerConfig, Message};
-use splitrt_pgas::vys::producer::{Producer, ProducerConfig, ProductId};
-use splitrt_pgas::vys::rdma_device::RdmaDevice;
-use splitrt_pgas::vys::signal::DigestKind;
 use splitrt_runtime::fabric::rdma::model::ModelNetwork;
+use splitrt_vys::checkable;
+use splitrt_vys::consumer::{Consumer, ConsumerConfig, Message};
+use splitrt_vys::producer::{Producer, ProducerConfig, ProductId};
+use splitrt_vys::rdma_device::RdmaDevice;
+use splitrt_vys::signal::DigestKind;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -263,8 +263,8 @@ fn lapping_producer_no_torn_spectrum_is_valid_rdma_digest_none() {
 /// read outside the ring, and the consumer goes on delivering.
 #[test]
 fn bad_signals_are_reported_and_dropped_and_nothing_outside_the_ring_is_read() {
-    use splitrt_pgas::vys::signal::SpectrumInfo;
-    use splitrt_pgas::vys::transport::SignalSender;
+    use splitrt_vys::signal::SpectrumInfo;
+    use splitrt_vys::transport::SignalSender;
     for (local, n) in [(true, 5u16), (false, 6)] {
         let bytes = 1024;
         let g = group(n);
@@ -286,7 +286,7 @@ fn bad_signals_are_reported_and_dropped_and_nothing_outside_the_ring_is_read() {
         p.flush().unwrap();
         let tx = SignalSender::new(g, Ipv4Addr::LOCALHOST, KEY).unwrap();
         let stranger = SignalSender::new(g, Ipv4Addr::LOCALHOST, [1; 32]).unwrap();
-        let ring = 64 * splitrt_pgas::vys::ring::slot_bytes(bytes) as u64;
+        let ring = 64 * splitrt_vys::ring::slot_bytes(bytes) as u64;
         let outside = |offset| {
             p.signal(
                 pr,
@@ -357,7 +357,7 @@ fn bad_signals_are_reported_and_dropped_and_nothing_outside_the_ring_is_read() {
 /// unreachable producer gives a read failure, not a hang.
 #[test]
 fn injected_signals_are_checked_like_datagrams() {
-    use splitrt_pgas::vys::signal::{Signal, SpectrumInfo};
+    use splitrt_vys::signal::{Signal, SpectrumInfo};
     let c = Consumer::start(ConsumerConfig::without_multicast(KEY), |_, _, pass| {
         pass.fill(true)
     })

@@ -8,13 +8,13 @@
 //! Bounded in count and time. The end-to-end tests through the producer
 //! and consumer APIs are in `vys_rdma_stream.rs`.
 
-use splitrt_pgas::vys::checkable::{fill, matches, Identity};
-use splitrt_pgas::vys::rdma_export::{RingExport, RingOffer};
-use splitrt_pgas::vys::rdma_read::RdmaReader;
-use splitrt_pgas::vys::read_client::{Done, ReadResult};
-use splitrt_pgas::vys::ring::{check_slot, slot_bytes, ReadOutcome, RingWriter, DATA_OFFSET};
-use splitrt_pgas::vys::signal::{DigestKind, SpectrumInfo};
 use splitrt_runtime::fabric::rdma::model::{ModelDevice, ModelNetwork};
+use splitrt_vys::checkable::{fill, matches, Identity};
+use splitrt_vys::rdma_export::{RingExport, RingOffer};
+use splitrt_vys::rdma_read::RdmaReader;
+use splitrt_vys::read_client::{Done, ReadResult};
+use splitrt_vys::ring::{check_slot, slot_bytes, ReadOutcome, RingWriter, DATA_OFFSET};
+use splitrt_vys::signal::{DigestKind, SpectrumInfo};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -24,10 +24,7 @@ fn reader(
     net: &ModelNetwork,
     export: &mut RingExport<ModelDevice>,
     timeout: Duration,
-) -> (
-    RdmaReader<ModelDevice>,
-    splitrt_pgas::vys::rdma_read::ProducerQp,
-) {
+) -> (RdmaReader<ModelDevice>, splitrt_vys::rdma_read::ProducerQp) {
     let mut r = RdmaReader::new(net.device("consumer"), 8, timeout);
     let (p, ep) = r.open(8).unwrap();
     let (_, offer) = export.accept(&ep).unwrap();
@@ -40,7 +37,7 @@ fn reader(
 /// One read, waited for, checked; the data copied to `out`.
 fn read_now(
     r: &mut RdmaReader<ModelDevice>,
-    p: splitrt_pgas::vys::rdma_read::ProducerQp,
+    p: splitrt_vys::rdma_read::ProducerQp,
     info: &SpectrumInfo,
     bytes: usize,
     buf: &mut Option<Vec<u8>>,

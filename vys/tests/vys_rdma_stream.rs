@@ -8,13 +8,13 @@
 
 mod common;
 use common::drain;
-use splitrt_pgas::vys::checkable;
-use splitrt_pgas::vys::consumer::{Consumer, ConsumerConfig, Message};
-use splitrt_pgas::vys::handshake;
-use splitrt_pgas::vys::producer::{Producer, ProducerConfig, ProductId};
-use splitrt_pgas::vys::rdma_device::RdmaDevice;
-use splitrt_pgas::vys::signal::DigestKind;
 use splitrt_runtime::fabric::rdma::model::ModelNetwork;
+use splitrt_vys::checkable;
+use splitrt_vys::consumer::{Consumer, ConsumerConfig, Message};
+use splitrt_vys::handshake;
+use splitrt_vys::producer::{Producer, ProducerConfig, ProductId};
+use splitrt_vys::rdma_device::RdmaDevice;
+use splitrt_vys::signal::DigestKind;
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -207,10 +207,10 @@ fn a_replayed_hello_gets_no_queue_pair() {
 /// producer's ring: the ring and the queue pair allow remote reads only.
 #[test]
 fn a_consumer_cannot_write_the_producers_ring() {
-    use splitrt_pgas::vys::read_client::RemoteRing;
     use splitrt_runtime::fabric::rdma::verbs::{
         Access, Completion, Op, QpCaps, QpId, SendWr, Verbs, WcKind, WcStatus,
     };
+    use splitrt_vys::read_client::RemoteRing;
     let net = ModelNetwork::new(15);
     let bytes = 512;
     let mut p = producer(4, bytes, 256, Some(RdmaDevice::verbs_model(net.clone())));
@@ -394,10 +394,10 @@ fn a_producer_that_goes_away_fails_the_reads_of_it_and_nothing_hangs() {
 /// and the server goes on serving others.
 #[test]
 fn a_malformed_or_repeated_rdma_request_closes_the_session() {
-    use splitrt_pgas::vys::read_proto::{session_config, T_RDMA};
     use splitrt_runtime::fabric::frames::OutMsg;
     use splitrt_runtime::fabric::rdma::verbs::{Access, QpCaps, Verbs};
     use splitrt_runtime::fabric::udp::proto::Proto;
+    use splitrt_vys::read_proto::{session_config, T_RDMA};
     let net = ModelNetwork::new(19);
     let p = producer(7, 512, 16, Some(RdmaDevice::verbs_model(net.clone())));
     let server = p.server().unwrap().stats();

@@ -1,8 +1,8 @@
 //! What the vys end-to-end tests share.
 
-use splitrt_pgas::vys::checkable;
-use splitrt_pgas::vys::consumer::{Consumer, ConsumerStats, Message};
-use splitrt_pgas::vys::producer::ProductId;
+use splitrt_vys::checkable;
+use splitrt_vys::consumer::{Consumer, ConsumerStats, Message};
+use splitrt_vys::producer::ProductId;
 use std::time::{Duration, Instant};
 
 /// Take messages, asking the consumer to shut down once `expect` valid

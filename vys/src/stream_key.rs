@@ -6,9 +6,9 @@
 /// Parse 64 hex digits (surrounding white space ignored).
 ///
 /// ```
-/// let k = splitrt_pgas::vys::stream_key::parse(&"ab".repeat(32)).unwrap();
+/// let k = splitrt_vys::stream_key::parse(&"ab".repeat(32)).unwrap();
 /// assert_eq!(k, [0xab; 32]);
-/// assert!(splitrt_pgas::vys::stream_key::parse("abc").is_err());
+/// assert!(splitrt_vys::stream_key::parse("abc").is_err());
 /// ```
 pub fn parse(s: &str) -> Result<[u8; 32], String> {
     let s = s.trim();

@@ -1,7 +1,7 @@
 //! vys signal messages from arbitrary bytes: an error or a signal, never a
 //! panic; signed garbage is still checked field by field.
 use proptest::prelude::*;
-use splitrt_pgas::vys::signal::{Signal, SignalError, SIGNAL_TAG};
+use splitrt_vys::signal::{Signal, SignalError, SIGNAL_TAG};
 
 const KEY: [u8; 32] = [9; 32];
 

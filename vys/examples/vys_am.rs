@@ -9,11 +9,11 @@
 //!
 //! Each consumer rank prints `rank R valid=N mismatched=M expected=E`.
 
-use splitrt::pgas::vys::checkable;
-use splitrt::pgas::vys::consumer::{Consumer, ConsumerConfig, Message, SignalInjector};
-use splitrt::pgas::vys::producer::{Producer, ProducerConfig, ProductId};
-use splitrt::pgas::vys::stream_key;
-use splitrt::{EndpointBuilder, Kind, Payload};
+use splitrt_am::{EndpointBuilder, Kind, Payload};
+use splitrt_vys::checkable;
+use splitrt_vys::consumer::{Consumer, ConsumerConfig, Message, SignalInjector};
+use splitrt_vys::producer::{Producer, ProducerConfig, ProductId};
+use splitrt_vys::stream_key;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};

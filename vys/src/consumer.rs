@@ -19,7 +19,7 @@
 //! dropped and a [`Message::QueueAlert`] says how many.
 //!
 //! ```no_run
-//! use splitrt_pgas::vys::consumer::{Consumer, ConsumerConfig, Message};
+//! use splitrt_vys::consumer::{Consumer, ConsumerConfig, Message};
 //! use std::net::{Ipv4Addr, SocketAddrV4};
 //! use std::time::Duration;
 //! let cfg = ConsumerConfig::new(
@@ -411,7 +411,7 @@ pub struct Consumer {
 /// stream key, layout). Cheap to clone; never blocks.
 ///
 /// ```no_run
-/// # use splitrt_pgas::vys::consumer::{Consumer, ConsumerConfig};
+/// # use splitrt_vys::consumer::{Consumer, ConsumerConfig};
 /// let c = Consumer::start(ConsumerConfig::without_multicast([7; 32]), |_, _, pass| pass.fill(true)).unwrap();
 /// let inject = c.injector();
 /// // in an AM handler: inject.inject(m.payload());

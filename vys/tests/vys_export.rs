@@ -7,9 +7,9 @@
 //! two sides are separate processes sharing nothing but the handed-over
 //! descriptor.
 
-use splitrt_pgas::vys::export::{ExportedRing, ImportedRing};
-use splitrt_pgas::vys::ring::{slot_bytes, ReadOutcome, RingWriter};
-use splitrt_pgas::vys::signal::{DigestKind, SpectrumInfo};
+use splitrt_vys::export::{ExportedRing, ImportedRing};
+use splitrt_vys::ring::{slot_bytes, ReadOutcome, RingWriter};
+use splitrt_vys::signal::{DigestKind, SpectrumInfo};
 use std::os::unix::net::UnixListener;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -22,7 +22,7 @@ const SLOTS: usize = 4;
 const TOTAL: u64 = 1_000_000;
 
 fn fill(seq: u64, out: &mut [u8]) {
-    splitrt_pgas::vys::checkable::fill(([0, 0], 0, 0), seq, out)
+    splitrt_vys::checkable::fill(([0, 0], 0, 0), seq, out)
 }
 
 /// Where the producer publishes its latest sequence id: the word after
@@ -223,7 +223,7 @@ fn attack_the_file_behind(ring: &ImportedRing) {
 /// maps nothing.
 #[test]
 fn a_squatter_on_the_handover_name_is_refused() {
-    use splitrt_pgas::vys::export::handover_addr;
+    use splitrt_vys::export::handover_addr;
     use std::io::{Read, Write};
     let x = 0x5eed_0000_0000_0000 | std::process::id() as u64;
     let l = UnixListener::bind_addr(&handover_addr(x).unwrap()).unwrap();

@@ -7,7 +7,7 @@
 //! pointer, and the serving threads only ever read it.
 //!
 //! ```no_run
-//! use splitrt_pgas::vys::producer::{Producer, ProducerConfig, ProductId};
+//! use splitrt_vys::producer::{Producer, ProducerConfig, ProductId};
 //! use std::net::{Ipv4Addr, SocketAddrV4};
 //! let cfg = ProducerConfig::new(
 //!     [7u8; 32], // the operator's stream key

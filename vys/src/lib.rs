@@ -1,3 +1,5 @@
+//! # splitrt-vys — visibility streams
+//!
 //! vys: visibility streams (the VLA's system; the consumer library it
 //! follows is vysmaw). Producers write spectra into a ring in memory that
 //! consumers may read and announce them in small signal messages;
@@ -18,6 +20,11 @@
 //! * [`producer`] and [`consumer`]: the library APIs;
 //! * [`checkable`]: spectra whose data is a function of their identity;
 //! * [`stream_key`]: the operator's key, parsed.
+//!
+//! The crate uses the runtime layer only (fabrics, the UDP protocol, the
+//! verbs layer); it knows nothing of PGAS. Inside a splitrt job, signals
+//! can also travel by Active Message (`SignalInjector`, example `vys_am`).
+#![warn(missing_docs)]
 
 pub mod checkable;
 pub mod consumer;

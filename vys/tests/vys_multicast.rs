@@ -1,8 +1,8 @@
 //! vys signals over real UDP multicast on loopback: two consumers joined
 //! to one group both get every signal a producer sends; another version,
 //! another stream's key and garbage are dropped and counted by kind.
-use splitrt_pgas::vys::signal::{DigestKind, Signal, SignalError, SpectrumInfo};
-use splitrt_pgas::vys::transport::{SignalReceiver, SignalSender};
+use splitrt_vys::signal::{DigestKind, Signal, SignalError, SpectrumInfo};
+use splitrt_vys::transport::{SignalReceiver, SignalSender};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
