@@ -185,6 +185,30 @@ fn a_late_udp_long_is_refused_at_deposit() {
 
 /// A seal that fails past the freeze's barrier leaves the range frozen
 /// (other ranks may hold slices of it). Before: the range was unfrozen.
+/// Writes and reads into splitrt's reserved bytes and collective scratch
+/// are refused on every path (see `t_views reserved`).
+#[test]
+fn the_reserved_bytes_and_scratch_are_refused_native_2_ranks() {
+    views("reserved", 2, "native");
+}
+
+#[test]
+fn the_reserved_bytes_and_scratch_are_refused_am_2_ranks() {
+    views("reserved", 2, "am");
+}
+
+/// A collective from a second thread of a rank while another is inside one
+/// is refused (see `t_views threads`).
+#[test]
+fn a_collective_from_a_second_thread_is_refused_native_2_ranks() {
+    views("threads", 2, "native");
+}
+
+#[test]
+fn a_collective_from_a_second_thread_is_refused_am_2_ranks() {
+    views("threads", 2, "am");
+}
+
 #[test]
 fn a_failed_seal_keeps_the_range_frozen() {
     views("sealfail", 1, "native");

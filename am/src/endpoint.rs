@@ -359,7 +359,7 @@ impl Inner {
         // checking them against the frozen ranges: announce the write
         // across the poll, so a freeze on another thread waits for a
         // deposit that passed the check (see `writers`).
-        let _writing = crate::writing();
+        let _writing = crate::writers::writing();
         let n = self.fabric().poll(ch, &mut |d| {
             if let Err(e) = dispatch(self, ch, d) {
                 err.get_or_insert(e);
@@ -599,7 +599,7 @@ impl Inner {
         }
         // A Long writes into a segment (at send time on shm): announce it
         // across the frozen-range check and the send.
-        let _writing = matches!(payload, Payload::Long { .. }).then(crate::writing);
+        let _writing = matches!(payload, Payload::Long { .. }).then(crate::writers::writing);
         self.check_send(peer, &h.0, args, &payload).map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         // the waiting state is made only if the first try must wait
@@ -661,7 +661,7 @@ impl Inner {
         let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
         // A Long writes into a segment (at send time on shm): announce it
         // across the frozen-range check and the send.
-        let _writing = matches!(payload, Payload::Long { .. }).then(crate::writing);
+        let _writing = matches!(payload, Payload::Long { .. }).then(crate::writers::writing);
         self.check_send(peer, &h.0, args, &payload).map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         // Waiting for reply room drains only replies: their handlers cannot
@@ -1249,9 +1249,15 @@ impl Endpoint {
     }
 
     /// Copy `buf.len()` bytes from this rank's segment at `offset`.
+    ///
+    /// Refused for bytes a layer above reserved for itself
+    /// ([`EndpointBuilder`]'s reserved handlers' ranges, e.g. PGAS's
+    /// counters, barrier words and collective scratch, which its threads
+    /// access with atomics).
     pub fn read_segment(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let seg = self.inner.fabric().local_segment();
         let off = self.segment_range(offset, buf.len(), seg.len())?;
+        self.check_not_reserved("Endpoint::read_segment", offset, buf.len() as u64)?;
         // SAFETY: off + buf.len() <= the segment's length (checked just
         // above): an in-bounds offset.
         let from = unsafe { seg.base().add(off) };
@@ -1265,11 +1271,14 @@ impl Endpoint {
     /// Copy `data` into this rank's segment at `offset`.
     ///
     /// Refused for bytes of a frozen range (see
-    /// [`freeze_segment_range`](Self::freeze_segment_range)).
+    /// [`freeze_segment_range`](Self::freeze_segment_range)) and for bytes
+    /// reserved by a layer above (as for
+    /// [`read_segment`](Self::read_segment)).
     pub fn write_segment(&self, offset: u64, data: &[u8]) -> Result<()> {
         let seg = self.inner.fabric().local_segment();
         let off = self.segment_range(offset, data.len(), seg.len())?;
-        let _writing = crate::writing();
+        self.check_not_reserved("Endpoint::write_segment", offset, data.len() as u64)?;
+        let _writing = crate::writers::writing();
         if let Some(r) = self.inner.frozen().find(offset, data.len() as u64) {
             let e = frozen_error("Endpoint::write_segment", offset, data.len() as u64, r);
             return Err(e.at_rank(self.rank()));
@@ -1282,6 +1291,20 @@ impl Endpoint {
         // that segment, so memmove.
         unsafe { std::ptr::copy(data.as_ptr(), to, data.len()) };
         Ok(())
+    }
+
+    /// `what` of `len` bytes at `offset` touches no range a layer above
+    /// reserved for itself.
+    fn check_not_reserved(&self, what: &str, offset: u64, len: u64) -> Result<()> {
+        match self.inner.reserved.find(offset, len) {
+            Some(r) => Err(Error::usage(format!(
+                "{what} of {len} B at segment offset {offset:#x} refused: bytes {:#x}..{:#x} \
+                 are reserved by splitrt for itself",
+                r.start, r.end
+            ))
+            .at_rank(self.rank())),
+            None => Ok(()),
+        }
     }
 
     fn segment_range(&self, offset: u64, len: usize, seg_len: usize) -> Result<usize> {

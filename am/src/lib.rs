@@ -49,4 +49,4 @@ pub use rma::Rma;
 pub use splitrt_runtime::view::LocalView;
 pub use splitrt_runtime::{Error, ErrorKind, Result};
 pub use token::Token;
-pub use writers::{can_freeze, writing, writing_leaf, Writing, WritingLeaf};
+pub use writers::{can_freeze, while_writing, while_writing_leaf};

@@ -4,20 +4,29 @@
 //! writers' side.
 //!
 //! A thread that writes into a segment (a native put or store, an atomic,
-//! `write_segment`, a Long handed to the fabric) holds a [`Writing`]
-//! across its frozen-range check and its write. The native fast paths
-//! take a [`writing_leaf`]: find the thread's slot, store `true` to its
-//! flag, and store `false` when the guard drops (no load, so no chain of
-//! dependent stores across back-to-back puts); the other paths, which may
-//! nest (a blocking send runs handlers), take a [`writing`], a depth
-//! counter. Plain instructions and a compiler fence: no `lock` prefix,
-//! no `mfence`. The freeze ([`quiesce`]), having marked
-//! the range, pays for both sides: `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`
-//! runs a full memory barrier on every other running thread of the
-//! process, so each writer is either past its announcement (the freeze
-//! sees its flag set or its depth above 0 and waits for the clear flag
-//! and the 0 that its `Release` stores publish after the write) or not yet at its check (which then sees
-//! the mark).
+//! `write_segment`, a Long handed to the fabric) runs its frozen-range
+//! check and its write inside [`while_writing`] (a `Writing` guard, a
+//! depth counter: those paths may nest, a blocking send runs handlers).
+//! The native fast paths use [`while_writing_leaf`] (a `WritingLeaf`):
+//! find the thread's slot, store `true` to its flag, and store `false` at
+//! the end (no load, so no chain of dependent stores across back-to-back
+//! puts). Plain instructions and a compiler fence: no `lock` prefix, no
+//! `mfence`. The guards never leave this crate's scopes: no caller can
+//! keep one (in a thread-local destroyed after the thread gave its slot
+//! back, say, whose late drop would end the announcement of the slot's
+//! next thread) or forget one:
+//!
+//! ```compile_fail,E0425
+//! let w = splitrt_am::writing();
+//! ```
+//!
+//! The freeze ([`quiesce`]), having marked the range, pays for both
+//! sides: `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` runs a full
+//! memory barrier on every other running thread of the process, so each
+//! writer is either past its announcement (the freeze sees its flag set
+//! or its depth above 0 and waits for the clear flag and the 0 that its
+//! `Release` stores publish after the write) or not yet at its check
+//! (which then sees the mark).
 //! This is the asymmetric fence of liburcu's "membarrier" flavour and of
 //! folly's `asymmetricHeavyBarrier`.
 //!
@@ -68,21 +77,24 @@ struct Release;
 impl Drop for Release {
     fn drop(&mut self) {
         if let Ok(Some(s)) = MINE.try_with(|m| m.replace(None)) {
+            // No guard of this thread is alive now: guards live only
+            // inside `while_writing` / `while_writing_leaf` (or the AM
+            // layer's own scopes), never in a thread-local that could be
+            // destroyed after this one.
             s.free.store(true, Ordering::Release);
         }
     }
 }
 
-/// A write in flight on this thread (see the module docs): hold it from
-/// before the frozen-range check until the write is done. Guards nest.
-/// A guard stays on its thread (only that thread stores to its slot):
-///
-/// ```compile_fail,E0277
-/// let w = splitrt_am::writing();
-/// std::thread::spawn(move || drop(w));
-/// ```
+/// A write in flight on this thread (see the module docs): held from
+/// before the frozen-range check until the write is done. Guards nest. A
+/// guard stays on its thread (only that thread stores to its slot; not
+/// `Send`) and inside a scope of this crate or of [`while_writing`]: no
+/// guard is handed out, so none can be forgotten or kept in a thread-local
+/// past the thread's release of its slot (whose late drop would end the
+/// announcement of the slot's next thread).
 #[must_use = "the write is announced only while the guard lives"]
-pub struct Writing {
+pub(crate) struct Writing {
     slot: &'static Slot,
     /// Not `Send`: only the slot's own thread may store to it.
     _thread: PhantomData<*const ()>,
@@ -92,7 +104,7 @@ pub struct Writing {
 /// path that checks a segment range against the frozen ranges and then
 /// writes holds one (or a [`WritingLeaf`]) across both.
 #[inline]
-pub fn writing() -> Writing {
+pub(crate) fn writing() -> Writing {
     let slot = MINE.get().unwrap_or_else(register);
     let depth = slot.depth.load(Ordering::Relaxed);
     slot.depth.store(depth + 1, Ordering::Relaxed);
@@ -122,7 +134,7 @@ impl Drop for Writing {
 /// each other (the inner one's drop would end the outer's announcement);
 /// inside a [`Writing`] they may.
 #[must_use = "the write is announced only while the guard lives"]
-pub struct WritingLeaf {
+pub(crate) struct WritingLeaf {
     slot: &'static Slot,
     /// Not `Send`: only the slot's own thread may store to it.
     _thread: PhantomData<*const ()>,
@@ -130,7 +142,7 @@ pub struct WritingLeaf {
 
 /// Announce a leaf write (see [`WritingLeaf`]) until the guard drops.
 #[inline(always)]
-pub fn writing_leaf() -> WritingLeaf {
+pub(crate) fn writing_leaf() -> WritingLeaf {
     let slot = MINE.get().unwrap_or_else(register);
     slot.leaf.store(true, Ordering::Relaxed);
     // As in `writing`: the check stays after the announcement.
@@ -148,6 +160,32 @@ impl Drop for WritingLeaf {
         // sees the flag clear.
         self.slot.leaf.store(false, Ordering::Release);
     }
+}
+
+/// Run `f` (a frozen-range check and the write it allows) announced as a
+/// write in flight on this thread: a freeze on another thread waits for it
+/// (see the module docs). Announcements nest; `f` may send messages and
+/// run handlers. The announcement ends when `f` returns or unwinds.
+///
+/// ```
+/// let n = splitrt_am::while_writing(|| 1 + 1);
+/// assert_eq!(n, 2);
+/// ```
+#[inline]
+pub fn while_writing<R>(f: impl FnOnce() -> R) -> R {
+    let _w = writing();
+    f()
+}
+
+/// [`while_writing`] for a leaf write: `f` runs no other write and no
+/// handler while announced (a check and a copy or an atomic update: the
+/// native fast paths), and costs two stores of constants to the thread's
+/// slot. Inside a [`while_writing`] it may nest; two leaf scopes must not
+/// (the inner one's end would end the outer's announcement).
+#[inline(always)]
+pub fn while_writing_leaf<R>(f: impl FnOnce() -> R) -> R {
+    let _w = writing_leaf();
+    f()
 }
 
 /// This thread's first write: take a free slot or make one.
@@ -299,7 +337,7 @@ pub(crate) fn quiesce(
                     let what = format!(
                         "in a freeze, waiting for thread {} (writer slot {i}) to finish a \
                          write it announced ({}nested depth {}): a thread stuck in a \
-                         handler, or a leaked guard (mem::forget of splitrt_am::writing())",
+                         handler",
                         s.tid.load(Ordering::Relaxed),
                         if s.leaf.load(Ordering::Relaxed) {
                             "a leaf write, "
@@ -426,7 +464,7 @@ mod tests {
         t.join().unwrap();
         assert!(r.is_err());
         assert!(
-            said.contains("writer slot") && said.contains("leaked guard"),
+            said.contains("writer slot") && said.contains("stuck in a handler"),
             "{said}"
         );
         let w = writing();

@@ -312,6 +312,7 @@ impl Pgas {
     /// rank. Every rank must make the same allocations in the same order;
     /// a mismatch is an error on every rank.
     pub fn alloc_sym<T: Pod>(&self, n: usize) -> Result<SymArray<T>> {
+        let _one = self.enter_collective("Pgas::alloc_sym")?;
         let i = &self.inner;
         let bytes = (n as u64)
             .checked_mul(std::mem::size_of::<T>() as u64)
@@ -354,6 +355,7 @@ impl Pgas {
 
     /// Collective: free a symmetric array (space returns in stack order).
     pub fn free_sym<T: Pod>(&self, a: SymArray<T>) -> Result<()> {
+        let _one = self.enter_collective("Pgas::free_sym")?;
         self.barrier_of(Coll::FreeSym)?;
         self.inner
             .heap
@@ -400,6 +402,7 @@ impl Pgas {
     /// # Ok(()) }
     /// ```
     pub fn freeze<T: Pod>(&self, a: SymArray<T>) -> Result<FrozenArray<T>> {
+        let _one = self.enter_collective("Pgas::freeze")?;
         let i = &self.inner;
         // Every rank can freeze (the kernel's barrier, not inside a write),
         // or every rank fails, agreed with the range.
@@ -445,6 +448,7 @@ impl Pgas {
     /// the same array; no rank writes into it before every rank has given
     /// up its frozen handle (a barrier).
     pub fn thaw<T: Pod>(&self, f: FrozenArray<T>) -> Result<SymArray<T>> {
+        let _one = self.enter_collective("Pgas::thaw")?;
         let i = &self.inner;
         let a = f.arr;
         // This rank's handle, and so every `&[T]` of its part, is gone:
@@ -508,7 +512,9 @@ impl Pgas {
                 .at_rank(self.rank()),
             });
         }
-        if v[0] != !v[2] || v[1] != !v[3] {
+        // and the agreed array is this rank's own (min == max == mine): a
+        // rank never goes on with an array other ranks did not pass
+        if v[0] != !v[2] || v[1] != !v[3] || v[0] != off || v[1] != bytes {
             return Err(Error::usage(format!(
                 "{what} of different arrays across ranks (offsets {:#x}..{:#x}, sizes {}..{} B): \
                  every rank must pass the same array",

@@ -13,6 +13,7 @@ use crate::context::{Pgas, SCRATCH};
 
 /// Bytes of one scratch half: the data of one collective step.
 const HALF: u64 = SCRATCH / 2;
+use crate::one_collective::Entered;
 use crate::reduce::{Op, Reduce};
 use bytemuck::Pod;
 use splitrt_am::{Error, Payload, Result};
@@ -72,6 +73,21 @@ impl Coll {
 }
 
 impl Pgas {
+    /// Enter collective `what` on this thread: refused while another thread
+    /// of this rank is inside a collective (they would mix their steps);
+    /// the thread already inside one may nest. Held until the returned
+    /// guard drops.
+    pub(crate) fn enter_collective(&self, what: &str) -> Result<Entered<'_>> {
+        self.inner.one_collective.enter().map_err(|()| {
+            Error::usage(format!(
+                "{what} called while another thread of this rank is inside a collective: \
+                 a rank's collectives (barriers, broadcast, reductions, alloc_sym / free_sym, \
+                 freeze / thaw, all_store_sync) must be called from one thread at a time"
+            ))
+            .at_rank(self.inner.rank)
+        })
+    }
+
     /// Wait until every rank has entered the barrier.
     pub fn barrier(&self) -> Result<()> {
         self.barrier_of(Coll::Barrier)
@@ -82,6 +98,7 @@ impl Pgas {
     /// an error), this call completes that barrier instead of starting
     /// another: calling again is how a caller retries.
     pub(crate) fn barrier_of(&self, kind: Coll) -> Result<()> {
+        let _one = self.enter_collective(kind.name())?;
         let i = &self.inner;
         if i.wait_failed.load(Ordering::Relaxed)
             && i.notified.load(Ordering::Relaxed) != i.waited.load(Ordering::Relaxed)
@@ -95,6 +112,7 @@ impl Pgas {
 
     /// Split-phase barrier, first half: announce arrival and return.
     pub fn barrier_notify(&self) -> Result<()> {
+        let _one = self.enter_collective("Pgas::barrier_notify")?;
         self.notify_of(Coll::Barrier)
     }
 
@@ -131,6 +149,7 @@ impl Pgas {
 
     /// Split-phase barrier, second half: wait until every rank notified.
     pub fn barrier_wait(&self) -> Result<()> {
+        let _one = self.enter_collective("Pgas::barrier_wait")?;
         let i = &self.inner;
         let e = i.notified.load(Ordering::Relaxed);
         if e == i.waited.load(Ordering::Relaxed) {
@@ -203,6 +222,7 @@ impl Pgas {
 
     /// Copy `data` from `root` to every rank.
     pub fn broadcast<T: Pod>(&self, root: usize, data: &mut [T]) -> Result<()> {
+        let _one = self.enter_collective("Pgas::broadcast")?;
         let i = &self.inner;
         if root >= i.size {
             return Err(
@@ -241,6 +261,11 @@ impl Pgas {
     }
 
     fn reduce_to<T: Reduce>(&self, root: Option<usize>, data: &mut [T], op: Op) -> Result<()> {
+        let _one = self.enter_collective(if root.is_some() {
+            "Pgas::reduce"
+        } else {
+            "Pgas::allreduce"
+        })?;
         let i = &self.inner;
         if T::combine(op, T::zeroed(), T::zeroed()).is_none() {
             return Err(Error::usage(format!(
@@ -302,7 +327,9 @@ impl Pgas {
         let to = unsafe { seg.base().add(half as usize) };
         // SAFETY: chunks never exceed a half, so to..to + bytes.len() lies
         // in the scratch block, which only the collective in progress
-        // writes; `bytes` is the caller's buffer.
+        // writes (user puts, stores, atomics, Longs and `write_segment`
+        // are refused below `USER_BASE`, and a rank runs one collective at
+        // a time: `enter_collective`); `bytes` is the caller's buffer.
         unsafe { std::ptr::copy(bytes.as_ptr(), to, bytes.len()) };
     }
 }

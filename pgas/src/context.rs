@@ -20,6 +20,15 @@ use std::sync::Arc;
 /// halves, one per step, alternating).
 pub(crate) const SCRATCH: u64 = 256 << 10;
 
+/// The lowest segment offset a user access may touch: below it lie
+/// splitrt's reserved first bytes (counters, the shared-memory barrier's
+/// words) and the collectives' scratch block, the first symmetric
+/// allocation of every rank. Users neither read nor write them: the
+/// counters and barrier words are atomics other threads use, and a write
+/// into the scratch would forge a collective's data (the agreement of a
+/// freeze among them).
+pub(crate) const USER_BASE: u64 = RESERVED_BYTES + SCRATCH;
+
 /// A rank's handle on the global address space. Cheap to clone,
 /// `Send + Sync`.
 ///
@@ -81,6 +90,8 @@ pub(crate) struct Inner {
     pub waited: AtomicU64,
     /// The last barrier wait returned an error before its barrier completed.
     pub wait_failed: std::sync::atomic::AtomicBool,
+    /// The thread of this rank inside a collective, if any (one at a time).
+    pub one_collective: crate::one_collective::CollectiveSlot,
     pub store_epoch: AtomicU64,
     /// Collective steps (broadcast and reduction chunks) so far: which
     /// scratch half the next one uses.
@@ -142,6 +153,8 @@ impl Pgas {
         };
         let mut heap = Heap::new(seg_lens[rank]);
         let scratch = heap.alloc_sym(SCRATCH).map_err(|e| e.at_rank(rank))?;
+        // the user range starts past it (`USER_BASE`, checked by every access)
+        debug_assert_eq!(scratch + SCRATCH, USER_BASE);
         // user Long payloads must not land on splitrt's counters or scratch
         ep.reserve_segment_range(0, RESERVED_BYTES)?;
         ep.reserve_segment_range(scratch, SCRATCH)?;
@@ -168,6 +181,7 @@ impl Pgas {
                 notified_kind: AtomicU64::new(0),
                 waited: AtomicU64::new(0),
                 wait_failed: Default::default(),
+                one_collective: Default::default(),
                 store_epoch: AtomicU64::new(0),
                 coll_steps: AtomicU64::new(0),
             }),
@@ -335,6 +349,7 @@ impl Pgas {
     /// call has landed, everywhere. Bytes it covers no longer count for a
     /// later `store_sync`.
     pub fn all_store_sync(&self) -> Result<()> {
+        let _one = self.enter_collective("Pgas::all_store_sync")?;
         let i = &self.inner;
         let e = i.store_epoch.fetch_add(1, Ordering::Relaxed) + 1;
         let p = (e % 2) as usize;
@@ -462,10 +477,11 @@ impl Inner {
                 rank,
             );
         }
-        if off < RESERVED_BYTES {
+        if off < USER_BASE {
             return self.err(
                 Error::usage(format!(
-                    "global pointer {rank}:{off:#x} points into splitrt's reserved first {RESERVED_BYTES} B"
+                    "global pointer {rank}:{off:#x} points into splitrt's reserved first \
+                     {USER_BASE:#x} B (its counters, barrier words and collective scratch)"
                 )),
                 rank,
             );
@@ -581,15 +597,13 @@ impl Inner {
 }
 
 /// Whether `bytes` at segment offset `off` lie past splitrt's reserved
-/// bytes and inside a segment of `len` bytes, with `off` aligned to
+/// bytes and scratch ([`USER_BASE`]) and inside a segment of `len` bytes, with `off` aligned to
 /// `align` (a power of two): the one range predicate of the checked and
 /// the inlined paths.
 #[inline(always)]
 fn range_fits(off: u64, bytes: u64, align: u64, len: u64) -> bool {
     debug_assert!(align.is_power_of_two());
-    off >= RESERVED_BYTES
-        && off.checked_add(bytes).is_some_and(|e| e <= len)
-        && off & (align - 1) == 0
+    off >= USER_BASE && off.checked_add(bytes).is_some_and(|e| e <= len) && off & (align - 1) == 0
 }
 
 /// A block of this rank's local heap ([`Pgas::alloc_local`]): `len`

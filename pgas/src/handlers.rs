@@ -4,6 +4,7 @@
 //! below `RESERVED_HANDLERS`, so user handlers never shift them.
 
 use crate::atomic::{apply_atomic, AtomicOp};
+use crate::context::USER_BASE;
 use crate::heap::RESERVED_BYTES;
 use crate::state::{AtomicSlot, State};
 use splitrt_am::{
@@ -33,11 +34,20 @@ pub(crate) struct Handlers {
 const OK: u64 = 0;
 const REFUSED: u64 = 1;
 
+/// A get's range: inside the segment, past the reserved first bytes
+/// (splitrt's own collectives read the scratch block through it; users'
+/// gets of it are refused at their sender).
 fn in_segment(st: &State, off: u64, len: u64) -> bool {
     off >= RESERVED_BYTES
         && off
             .checked_add(len)
             .is_some_and(|e| e <= st.seg().len() as u64)
+}
+
+/// A write's range (an atomic): inside the segment and past splitrt's
+/// reserved bytes and scratch, as every sender checks.
+fn in_user_segment(st: &State, off: u64, len: u64) -> bool {
+    off >= USER_BASE && in_segment(st, off, len)
 }
 
 /// [`EndpointBuilder::reserved_request`] for this module's handlers.
@@ -203,7 +213,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         // the freeze was deposited before the freeze's barrier (the
         // sender's freeze drains its sends), so its bytes are part of the
         // frozen contents even if this handler runs after the freeze.
-        let ok = m.long_offset().is_some_and(|o| o >= RESERVED_BYTES);
+        let ok = m.long_offset().is_some_and(|o| o >= USER_BASE);
         let status = if ok { OK } else { REFUSED };
         if let Err(e) = tok.reply(put_r, &[status], Payload::None) {
             s.fail(format!("replying to a put: {e}"));
@@ -218,7 +228,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         // the freeze's barrier (see the put handler), so it is counted.
         let len = m.payload_len() as u64;
         match m.long_offset() {
-            Some(o) if o >= RESERVED_BYTES => {
+            Some(o) if o >= USER_BASE => {
                 s.stored().fetch_add(len, Ordering::Release);
             }
             _ => s.fail(format!("rank {} stored into the reserved area", m.src())),
@@ -230,19 +240,19 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
             (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
         // announced across the frozen check and the update: a freeze on
         // another thread of this rank waits for it (see `Pgas::freeze`)
-        let writing = splitrt_am::writing();
-        let res = AtomicOp::decode(op, a, b).and_then(|op| {
-            (matches!(width, 4 | 8)
-                && in_segment(&s, off, width)
-                && off % width == 0
-                && tok.frozen_segment_range(off, width).is_none())
-            // SAFETY: inside the local segment and aligned (checked just
-            // before); the handler runs inside the endpoint that owns the
-            // fabric.
-            .then(|| unsafe { apply_atomic(s.seg(), off, width, op) })
-            .flatten()
+        let res = splitrt_am::while_writing(|| {
+            AtomicOp::decode(op, a, b).and_then(|op| {
+                (matches!(width, 4 | 8)
+                    && in_user_segment(&s, off, width)
+                    && off % width == 0
+                    && tok.frozen_segment_range(off, width).is_none())
+                // SAFETY: inside the local segment and aligned (checked
+                // just before); the handler runs inside the endpoint that
+                // owns the fabric.
+                .then(|| unsafe { apply_atomic(s.seg(), off, width, op) })
+                .flatten()
+            })
         });
-        drop(writing);
         let (old, status) = match res {
             Some(v) => (v, OK),
             None => (0, REFUSED),

@@ -20,6 +20,7 @@ mod context;
 mod full_fence;
 mod handlers;
 pub mod heap;
+mod one_collective;
 mod ops;
 mod ptr;
 mod reduce;

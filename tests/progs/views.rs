@@ -27,6 +27,20 @@
 //!   UDP wrote the payload when the rank polled, under the frozen range
 //!   (only the handler was refused).
 //!
+//! * `reserved`: every write path (put, blocking write, store, atomic,
+//!   scoped put, `Endpoint::write_segment`) and every read path (get,
+//!   `read_segment`) into splitrt's reserved bytes and the collectives'
+//!   scratch block (offsets below 4 KiB + 256 KiB) is refused, on the
+//!   target's part and on this rank's. Before, only the first 4 KiB were
+//!   refused: a put into a peer's scratch forged the agreement of a
+//!   freeze, so two ranks froze different arrays and a write landed under
+//!   a live `FrozenArray::local()` slice (found in review), and
+//!   `write_segment` wrote the barrier words other threads read as atomics.
+//! * `threads`: a second thread of a rank that calls a collective while the
+//!   main thread is inside one is refused, naming the cause; the main
+//!   thread's collective completes. Before, the two mixed their steps
+//!   (barrier epochs, scratch data) unnoticed.
+//!
 //! Each mode prints `views <mode> ok (<path>)` on success.
 
 use splitrt::pgas::{Dist, GlobalPtr, LocalView, Pgas};
@@ -41,8 +55,10 @@ fn main() {
         "race" => race(),
         "late" => late(),
         "sealfail" => seal_fails(),
+        "reserved" => reserved(),
+        "threads" => threads(),
         _ => Err(Error::usage(
-            "usage: t_views alias|drop|frozen|race|late|sealfail",
+            "usage: t_views alias|drop|frozen|race|late|sealfail|reserved|threads",
         )),
     };
     if let Err(e) = r {
@@ -161,6 +177,9 @@ fn frozen() -> Result<()> {
     let pg = Pgas::attach_with(b)?;
     let (me, n) = (pg.rank(), pg.size());
     let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    // (a block before the array, so a put can overlap the array's start
+    // from user bytes: the first user block starts where splitrt's end)
+    let _pad = pg.alloc_sym::<u64>(8)?;
     let a = pg.alloc_sym::<u64>(8)?;
     a.local().fill(me as u64 + 1);
     pg.barrier()?;
@@ -275,23 +294,26 @@ fn frozen() -> Result<()> {
     pg.put(a.at(right, 0), &[1])?;
     pg.sync()?;
 
-    // a freeze on rank 0 from inside a write (a handler, or a leaked
-    // guard) is refused, on every rank, and leaves nothing frozen (before:
-    // rank 0 skipped its own announcement and froze)
+    // a freeze on rank 0 from inside a write (a handler, say) is refused,
+    // on every rank, and leaves nothing frozen (before: rank 0 skipped its
+    // own announcement and froze)
     let z = pg.alloc_sym::<u64>(2)?;
     let zoff = z.at(me, 0).offset();
-    let w = (me == 0).then(splitrt::am::writing);
     let why = if me == 0 {
         "inside a write"
     } else {
         "another rank cannot freeze"
     };
-    match pg.freeze(z) {
+    let frozen = if me == 0 {
+        splitrt::am::while_writing(|| pg.freeze(z))
+    } else {
+        pg.freeze(z)
+    };
+    match frozen {
         Ok(_) => return Err(Error::usage("a freeze inside a write: accepted")),
         Err(e) if e.to_string().contains(why) => {}
         Err(e) => return Err(Error::usage(format!("a freeze inside a write: {e}"))),
     }
-    drop(w);
     if let Some(r) = pg.endpoint().frozen_segment_range(zoff, 16) {
         return Err(Error::usage(format!("a failed freeze left {r:?} frozen")));
     }
@@ -420,10 +442,10 @@ fn seal_fails() -> Result<()> {
     // SAFETY: a test of the seal's error path, not the PGAS protocol: no
     // reference to the range is made.
     unsafe { ep.freeze_segment_range(off, 64) }?;
-    let held = splitrt::am::writing();
-    // SAFETY: as above.
-    let e = unsafe { ep.seal_segment_range(off, 64) };
-    drop(held);
+    let e = splitrt::am::while_writing(|| {
+        // SAFETY: as above.
+        unsafe { ep.seal_segment_range(off, 64) }
+    });
     if e.is_ok() {
         eprintln!("t_views sealfail: a seal inside a write announcement succeeded");
         std::process::exit(1);
@@ -508,5 +530,124 @@ fn late() -> Result<()> {
     }
     pg.barrier()?;
     println!("views late ok (rank {me})");
+    Ok(())
+}
+
+/// See the module docs, `reserved`.
+fn reserved() -> Result<()> {
+    let pg = Pgas::attach()?;
+    let (me, n) = (pg.rank(), pg.size());
+    let peer = (me + 1) % n;
+    let user = pg.alloc_sym::<u64>(1)?;
+    let first_user = user.at(me, 0).offset();
+    if first_user < 4096 + (256 << 10) {
+        return Err(Error::usage(format!(
+            "the first user allocation is at {first_user:#x}, inside splitrt's scratch"
+        )));
+    }
+    let offsets = [4096u64, 4096 + (128 << 10), 4096 + (256 << 10) - 8, 0, 64];
+    for off in offsets {
+        for r in [peer, me] {
+            let p = GlobalPtr::<u64>::new(r, off);
+            let what = |op: &str| format!("{op} at {r}:{off:#x}");
+            expect_err(&what("a put"), pg.put(p, &[7]), "reserved")?;
+            expect_err(&what("a blocking write"), pg.write(p, 7), "reserved")?;
+            expect_err(&what("a store"), pg.store(p, &[7]), "reserved")?;
+            expect_err(&what("an atomic"), pg.fetch_add(p, 1), "reserved")?;
+            expect_err(
+                &what("a scoped put"),
+                pg.scope(|s| s.put(p, &[7])),
+                "reserved",
+            )?;
+            expect_err(&what("a get"), pg.read(p), "reserved")?;
+        }
+    }
+    let ep = pg.endpoint();
+    for off in offsets {
+        expect_err(
+            &format!("write_segment at {off:#x}"),
+            ep.write_segment(off, &[7; 8]),
+            "reserved",
+        )?;
+        let mut buf = [0u8; 8];
+        expect_err(
+            &format!("read_segment at {off:#x}"),
+            ep.read_segment(off, &mut buf),
+            "reserved",
+        )?;
+    }
+    // the collectives still work, and the user's first word is writable
+    let mut v = [me as u64 + 1];
+    pg.allreduce(&mut v, splitrt::pgas::Op::Sum)?;
+    if v[0] != (n * (n + 1) / 2) as u64 {
+        return Err(Error::usage(format!("allreduce gave {}", v[0])));
+    }
+    pg.write(user.at(peer, 0), 5)?;
+    pg.barrier()?;
+    if user.local().get(0) != 5 {
+        return Err(Error::usage("a put into the first user word was lost"));
+    }
+    println!("views reserved ok ({:?} path)", pg.rma_path());
+    Ok(())
+}
+
+/// See the module docs, `threads`.
+fn threads() -> Result<()> {
+    let pg = Pgas::attach()?;
+    let me = pg.rank();
+    // rank 0's main thread sits in a barrier until rank 1 arrives, which
+    // it does only after rank 0's second thread has tried a collective
+    let a = pg.alloc_sym::<u64>(1)?;
+    if me == 0 {
+        let pg2 = pg.clone();
+        let flag = a.at(1, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = std::thread::spawn(move || {
+            // wait until the main thread is inside its barrier
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            let mut v = [1u64];
+            let r = pg2.allreduce(&mut v, splitrt::pgas::Op::Sum);
+            let b = pg2.barrier();
+            // let rank 1 arrive
+            pg2.write(flag, 1).ok();
+            tx.send((
+                r.err().map(|e| e.to_string()),
+                b.err().map(|e| e.to_string()),
+            ))
+            .ok();
+        });
+        pg.barrier()?;
+        t.join()
+            .map_err(|_| Error::usage("the second thread panicked"))?;
+        let (r, b) = rx.recv().map_err(|_| Error::usage("no report"))?;
+        for (what, e) in [("an allreduce", r), ("a barrier", b)] {
+            match e {
+                Some(s) if s.contains("another thread of this rank is inside a collective") => {}
+                other => {
+                    return Err(Error::usage(format!(
+                        "{what} from a second thread during a barrier: {other:?}"
+                    )))
+                }
+            }
+        }
+    } else {
+        // wait for rank 0's second thread, then enter the barrier
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while a.local().get(0) == 0 {
+            if std::time::Instant::now() > deadline {
+                return Err(Error::usage("rank 0's second thread never wrote"));
+            }
+            pg.endpoint().poll()?;
+            std::thread::yield_now();
+        }
+        pg.barrier()?;
+    }
+    // afterwards any one thread may run collectives again
+    let pg2 = pg.clone();
+    std::thread::spawn(move || pg2.barrier())
+        .join()
+        .map_err(|_| Error::usage("panicked"))??;
+    drop(a);
+    println!("views threads ok ({:?} path)", pg.rma_path());
     Ok(())
 }
