@@ -73,7 +73,8 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
     // it from the frozen check below until the handler returns, so a
     // freeze on another thread waits for it (see `writers`).
     let user_long = d.deposit.is_some() && e.sig.id >= crate::RESERVED_HANDLERS;
-    let _writing = user_long.then(crate::writers::writing);
+    // SAFETY: the guard lives in this frame and drops before it returns.
+    let _writing = user_long.then(|| unsafe { crate::writers::writing() });
     if let (Some(dep), true) = (d.deposit, e.sig.id >= crate::RESERVED_HANDLERS) {
         let (off, len) = (dep.offset, dep.len);
         if let Err(why) = ep.check_user_deposit(off, len as u64) {

@@ -359,7 +359,8 @@ impl Inner {
         // checking them against the frozen ranges: announce the write
         // across the poll, so a freeze on another thread waits for a
         // deposit that passed the check (see `writers`).
-        let _writing = crate::writers::writing();
+        // SAFETY: the guard lives in this frame and drops before it returns.
+        let _writing = unsafe { crate::writers::writing() };
         let n = self.fabric().poll(ch, &mut |d| {
             if let Err(e) = dispatch(self, ch, d) {
                 err.get_or_insert(e);
@@ -599,7 +600,9 @@ impl Inner {
         }
         // A Long writes into a segment (at send time on shm): announce it
         // across the frozen-range check and the send.
-        let _writing = matches!(payload, Payload::Long { .. }).then(crate::writers::writing);
+        // SAFETY: the guard lives in this frame and drops before it returns.
+        let _writing =
+            matches!(payload, Payload::Long { .. }).then(|| unsafe { crate::writers::writing() });
         self.check_send(peer, &h.0, args, &payload).map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         // the waiting state is made only if the first try must wait
@@ -661,7 +664,9 @@ impl Inner {
         let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
         // A Long writes into a segment (at send time on shm): announce it
         // across the frozen-range check and the send.
-        let _writing = matches!(payload, Payload::Long { .. }).then(crate::writers::writing);
+        // SAFETY: the guard lives in this frame and drops before it returns.
+        let _writing =
+            matches!(payload, Payload::Long { .. }).then(|| unsafe { crate::writers::writing() });
         self.check_send(peer, &h.0, args, &payload).map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         // Waiting for reply room drains only replies: their handlers cannot
@@ -1278,7 +1283,8 @@ impl Endpoint {
         let seg = self.inner.fabric().local_segment();
         let off = self.segment_range(offset, data.len(), seg.len())?;
         self.check_not_reserved("Endpoint::write_segment", offset, data.len() as u64)?;
-        let _writing = crate::writers::writing();
+        // SAFETY: the guard lives in this frame and drops before it returns.
+        let _writing = unsafe { crate::writers::writing() };
         if let Some(r) = self.inner.frozen().find(offset, data.len() as u64) {
             let e = frozen_error("Endpoint::write_segment", offset, data.len() as u64, r);
             return Err(e.at_rank(self.rank()));

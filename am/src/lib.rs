@@ -49,4 +49,6 @@ pub use rma::Rma;
 pub use splitrt_runtime::view::LocalView;
 pub use splitrt_runtime::{Error, ErrorKind, Result};
 pub use token::Token;
-pub use writers::{can_freeze, while_writing, while_writing_leaf};
+pub use writers::{
+    can_freeze, while_writing, while_writing_leaf, writing, writing_leaf, Writing, WritingLeaf,
+};

@@ -72,7 +72,8 @@ impl Rma<'_> {
     /// the same ones; the peer may hold references over them).
     #[inline]
     pub fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
-        let _writing = crate::writers::writing();
+        // SAFETY: the guard lives in this frame and drops before it returns.
+        let _writing = unsafe { crate::writers::writing() };
         if let Err(e) = self.check_write(peer, off, src.len()) {
             return Some(Err(e));
         }
@@ -84,7 +85,8 @@ impl Rma<'_> {
     /// `None`: no such path for this peer or size.
     #[inline]
     pub fn put_direct_nb(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
-        let _writing = crate::writers::writing();
+        // SAFETY: the guard lives in this frame and drops before it returns.
+        let _writing = unsafe { crate::writers::writing() };
         if let Err(e) = self.check_write(peer, off, src.len()) {
             return Some(Err(e));
         }

@@ -11,12 +11,14 @@
 //! find the thread's slot, store `true` to its flag, and store `false` at
 //! the end (no load, so no chain of dependent stores across back-to-back
 //! puts). Plain instructions and a compiler fence: no `lock` prefix, no
-//! `mfence`. The guards never leave this crate's scopes: no caller can
-//! keep one (in a thread-local destroyed after the thread gave its slot
-//! back, say, whose late drop would end the announcement of the slot's
-//! next thread) or forget one:
+//! `mfence`. A guard kept past its thread's release of its slot (in a
+//! thread-local destroyed after the release, say) would end, when it
+//! drops, the announcement of the slot's next thread while its write is
+//! in flight; so the functions that hand out guards ([`writing`],
+//! [`writing_leaf`]: the PGAS layer's hot paths, which hold them in one
+//! stack frame) are `unsafe`, and safe code uses the scopes:
 //!
-//! ```compile_fail,E0425
+//! ```compile_fail,E0133
 //! let w = splitrt_am::writing();
 //! ```
 //!
@@ -88,13 +90,15 @@ impl Drop for Release {
 
 /// A write in flight on this thread (see the module docs): held from
 /// before the frozen-range check until the write is done. Guards nest. A
-/// guard stays on its thread (only that thread stores to its slot; not
-/// `Send`) and inside a scope of this crate or of [`while_writing`]: no
-/// guard is handed out, so none can be forgotten or kept in a thread-local
-/// past the thread's release of its slot (whose late drop would end the
-/// announcement of the slot's next thread).
+/// guard stays on its thread (only that thread stores to its slot):
+///
+/// ```compile_fail,E0277
+/// // SAFETY: (a test that this does not compile)
+/// let w = unsafe { splitrt_am::writing() };
+/// std::thread::spawn(move || drop(w));
+/// ```
 #[must_use = "the write is announced only while the guard lives"]
-pub(crate) struct Writing {
+pub struct Writing {
     slot: &'static Slot,
     /// Not `Send`: only the slot's own thread may store to it.
     _thread: PhantomData<*const ()>,
@@ -103,8 +107,17 @@ pub(crate) struct Writing {
 /// Announce a write on this thread until the returned guard drops. Every
 /// path that checks a segment range against the frozen ranges and then
 /// writes holds one (or a [`WritingLeaf`]) across both.
+///
+/// # Safety
+///
+/// The guard must be dropped on this thread before the thread's
+/// thread-local destructors run (hold it in a stack frame; never in a
+/// thread-local or a leaked box): after the thread gives its slot back, a
+/// late drop would end another thread's announcement. Forgetting it is
+/// not undefined behaviour (a freeze waits, then reports the thread as
+/// stuck in a write), but do not. Safe code uses [`while_writing`].
 #[inline]
-pub(crate) fn writing() -> Writing {
+pub unsafe fn writing() -> Writing {
     let slot = MINE.get().unwrap_or_else(register);
     let depth = slot.depth.load(Ordering::Relaxed);
     slot.depth.store(depth + 1, Ordering::Relaxed);
@@ -134,15 +147,20 @@ impl Drop for Writing {
 /// each other (the inner one's drop would end the outer's announcement);
 /// inside a [`Writing`] they may.
 #[must_use = "the write is announced only while the guard lives"]
-pub(crate) struct WritingLeaf {
+pub struct WritingLeaf {
     slot: &'static Slot,
     /// Not `Send`: only the slot's own thread may store to it.
     _thread: PhantomData<*const ()>,
 }
 
 /// Announce a leaf write (see [`WritingLeaf`]) until the guard drops.
+///
+/// # Safety
+///
+/// As for [`writing`]; and no other leaf guard of this thread is alive
+/// (leaf guards do not nest). Safe code uses [`while_writing_leaf`].
 #[inline(always)]
-pub(crate) fn writing_leaf() -> WritingLeaf {
+pub unsafe fn writing_leaf() -> WritingLeaf {
     let slot = MINE.get().unwrap_or_else(register);
     slot.leaf.store(true, Ordering::Relaxed);
     // As in `writing`: the check stays after the announcement.
@@ -173,7 +191,8 @@ impl Drop for WritingLeaf {
 /// ```
 #[inline]
 pub fn while_writing<R>(f: impl FnOnce() -> R) -> R {
-    let _w = writing();
+    // SAFETY: the guard lives in this frame and drops before it returns.
+    let _w = unsafe { writing() };
     f()
 }
 
@@ -184,7 +203,8 @@ pub fn while_writing<R>(f: impl FnOnce() -> R) -> R {
 /// (the inner one's end would end the outer's announcement).
 #[inline(always)]
 pub fn while_writing_leaf<R>(f: impl FnOnce() -> R) -> R {
-    let _w = writing_leaf();
+    // SAFETY: the guard lives in this frame and drops before it returns.
+    let _w = unsafe { writing_leaf() };
     f()
 }
 
@@ -373,7 +393,8 @@ mod tests {
         let in_check = Arc::new(AtomicBool::new(false));
         let (m, d, c) = (mark.clone(), data.clone(), in_check.clone());
         let t = std::thread::spawn(move || {
-            let w = writing();
+            // SAFETY: a test; the guard drops in this frame.
+            let w = unsafe { writing() };
             if !m.load(Ordering::Relaxed) {
                 c.store(true, Ordering::Relaxed);
                 std::thread::sleep(std::time::Duration::from_millis(50));
@@ -406,7 +427,8 @@ mod tests {
         ignore = "quiesce calls membarrier(2), a system call Miri does not emulate"
     )]
     fn a_leaked_guard_of_an_exited_thread_does_not_hang_a_freeze() {
-        std::thread::spawn(|| std::mem::forget(writing()))
+        // SAFETY: a test of a forgotten guard (not UB: a freeze waits, then reports).
+        std::thread::spawn(|| std::mem::forget(unsafe { writing() }))
             .join()
             .unwrap();
         // and a thread that reuses that slot starts with nothing in flight
@@ -442,7 +464,8 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
         let t = std::thread::spawn(move || {
-            std::mem::forget(writing());
+            // SAFETY: a test of a forgotten guard (not UB: a freeze waits, then reports).
+            std::mem::forget(unsafe { writing() });
             tx.send(()).unwrap();
             let _ = stop_rx.recv();
             // give the leaked announcement back before exiting, for the
@@ -467,7 +490,8 @@ mod tests {
             said.contains("writer slot") && said.contains("stuck in a handler"),
             "{said}"
         );
-        let w = writing();
+        // SAFETY: a test; the guard drops in this frame.
+        let w = unsafe { writing() };
         let e = can_freeze().unwrap_err().to_string();
         assert!(e.contains("inside a write"), "{e}");
         drop(w);
@@ -475,10 +499,13 @@ mod tests {
 
     #[test]
     fn guards_nest() {
-        let a = writing();
-        let b = writing();
+        // SAFETY: a test; the guards drop in this frame.
+        let a = unsafe { writing() };
+        // SAFETY: as above.
+        let b = unsafe { writing() };
         let slot = MINE.get().unwrap();
-        let c = writing_leaf();
+        // SAFETY: as above; no other leaf guard.
+        let c = unsafe { writing_leaf() };
         assert!(slot.leaf.load(Ordering::Relaxed));
         drop(c);
         assert_eq!(slot.depth.load(Ordering::Relaxed), 2);

@@ -9,37 +9,32 @@ use splitrt_am::{Error, Payload, Result};
 impl Pgas {
     fn atomic<T: AtomicInt>(&self, p: GlobalPtr<T>, op: AtomicOp) -> Result<T> {
         let i = &self.inner;
-        let (rank, off) = (p.rank(), p.offset());
         // announced across the frozen check and the native update or the
         // request (see `Pgas::freeze`)
-        let issued = splitrt_am::while_writing(|| {
-            i.check_write(p, 1, "an atomic")?;
-            if let Some(seg) = i.native(rank) {
-                // SAFETY: `i.check` passed (bounds and alignment in `rank`'s
-                // segment); `seg` is from `i`'s direct table, whose endpoint
-                // (alive in `i`) owns the fabric.
-                let old = unsafe { apply_atomic(seg, off, T::WIDTH, op) }.expect("width is 4 or 8");
-                // it may sleep waiting for this word
-                // SAFETY: `seg` is from `i`'s direct table; `i`'s endpoint
-                // owns the fabric that handed it out.
-                unsafe { seg.wake_owner() };
-                return Ok(Err(old));
-            }
-            let slot = i.st.atomics.lock().insert(AtomicSlot::Waiting);
-            let (code, a, b) = op.encode();
-            let sent = i.ep.request(
-                rank,
-                i.h.atomic,
-                &[slot as u64, code, T::WIDTH, off, a, b],
-                Payload::None,
-            );
-            Ok(Ok((slot, sent)))
-        })?;
-        // Err: done natively (the old value); Ok: a request, maybe sent
-        let (slot, sent) = match issued {
-            Err(old) => return Ok(T::from_bits(old)),
-            Ok(s) => s,
-        };
+        // SAFETY: the guard lives in this frame and drops before it returns.
+        let writing = unsafe { splitrt_am::writing() };
+        i.check_write(p, 1, "an atomic")?;
+        let (rank, off) = (p.rank(), p.offset());
+        if let Some(seg) = i.native(rank) {
+            // SAFETY: `i.check` passed (bounds and alignment in `rank`'s
+            // segment); `seg` is from `i`'s direct table, whose endpoint
+            // (alive in `i`) owns the fabric.
+            let old = unsafe { apply_atomic(seg, off, T::WIDTH, op) }.expect("width is 4 or 8");
+            // it may sleep waiting for this word
+            // SAFETY: `seg` is from `i`'s direct table; `i`'s endpoint owns
+            // the fabric that handed it out.
+            unsafe { seg.wake_owner() };
+            return Ok(T::from_bits(old));
+        }
+        let slot = i.st.atomics.lock().insert(AtomicSlot::Waiting);
+        let (code, a, b) = op.encode();
+        let sent = i.ep.request(
+            rank,
+            i.h.atomic,
+            &[slot as u64, code, T::WIDTH, off, a, b],
+            Payload::None,
+        );
+        drop(writing);
         let was_sent = sent.is_ok();
         let waited = sent.and_then(|()| {
             i.wait_through(

@@ -323,18 +323,15 @@ impl Inner {
         let align = std::mem::align_of::<T>() as u64;
         let len = bytes.len() as u64;
         // announced across the frozen check and the copy (see `Pgas::freeze`)
-        let done = splitrt_am::while_writing_leaf(|| {
-            match self.native_checked_write(dst.rank(), dst.offset(), len, align) {
-                Some(seg) => {
-                    put_native(seg, dst.offset(), bytes);
-                    true
-                }
-                None => false,
-            }
-        });
-        if done {
+        // SAFETY: the guard lives in this frame and drops before it
+        // returns; no other leaf guard is alive on this thread (the copy
+        // runs nothing else).
+        let writing = unsafe { splitrt_am::writing_leaf() };
+        if let Some(seg) = self.native_checked_write(dst.rank(), dst.offset(), len, align) {
+            put_native(seg, dst.offset(), bytes);
             return Ok(());
         }
+        drop(writing);
         self.put_slow(dst, src)
     }
 
@@ -352,10 +349,10 @@ impl Inner {
 
     /// Checked typed store: the one entry point of `Pgas::store` and `Scope::store`.
     pub(crate) fn store<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
-        splitrt_am::while_writing(|| {
-            self.check_write(dst, src.len(), "a store")?;
-            self.store_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
-        })
+        // SAFETY: the guard lives in this frame and drops before it returns.
+        let _writing = unsafe { splitrt_am::writing() };
+        self.check_write(dst, src.len(), "a store")?;
+        self.store_bytes(dst.rank(), dst.offset(), bytemuck::cast_slice(src))
     }
 
     /// Blocking get of raw bytes (checked by the caller; collectives use it
@@ -672,22 +669,19 @@ impl Pgas {
         let align = std::mem::align_of::<T>() as u64;
         let len = bytes.len() as u64;
         // announced across the frozen check and the copy (see `Pgas::freeze`)
-        let done = splitrt_am::while_writing_leaf(|| {
-            match inner.native_checked_write(dst.rank(), dst.offset(), len, align) {
-                Some(seg) => {
-                    // A native put is complete at the target once the copy
-                    // returns: no need to wait for this rank's other
-                    // operations.
-                    put_native(seg, dst.offset(), bytes);
-                    true
-                }
-                None => false,
-            }
-        });
-        if done {
+        // SAFETY: the guard lives in this frame and drops before it
+        // returns; no other leaf guard is alive on this thread (the copy
+        // runs nothing else).
+        let writing = unsafe { splitrt_am::writing_leaf() };
+        if let Some(seg) = inner.native_checked_write(dst.rank(), dst.offset(), len, align) {
+            // A native put is complete at the target once the copy returns:
+            // no need to wait for this rank's other operations.
+            put_native(seg, dst.offset(), bytes);
+            drop(writing);
             std::sync::atomic::fence(Ordering::Release);
             return inner.take_errors();
         }
+        drop(writing);
         self.write_slice_slow(dst, src)
     }
 
