@@ -513,6 +513,29 @@ impl Config {
         Ok(())
     }
 
+    /// The shared-memory fabric's tunables from this configuration.
+    pub fn shm(&self) -> crate::fabric::shm::ShmConfig {
+        crate::fabric::shm::ShmConfig {
+            segment_size: self.segment_size,
+            cell_size: self.cell_size,
+            ring_len: self.ring_len,
+            max_medium: self.max_medium,
+            medium_slots: self.medium_slots,
+            shm_reserve: self.shm_reserve,
+            single_thread: self.single_thread,
+        }
+    }
+
+    /// The UDP fabric's tunables from this configuration.
+    pub fn udp(&self) -> crate::fabric::udp::UdpConfig {
+        crate::fabric::udp::UdpConfig {
+            proto: self.udp_proto(),
+            faults: self.udp_faults.clone(),
+            max_medium: self.max_medium,
+            segment_size: self.segment_size,
+        }
+    }
+
     /// The ibverbs fabric's tunables from this configuration.
     pub fn rdma(&self) -> crate::fabric::rdma::RdmaConfig {
         crate::fabric::rdma::RdmaConfig {
