@@ -2,10 +2,9 @@
 //! against what the sender claims, and call the handler with the right
 //! context (token for requests, none for replies).
 
-use crate::endpoint::Inner;
+use crate::endpoint::{Inner, Token};
 use crate::handler::{Func, Kind};
 use crate::message::Incoming;
-use crate::token::Token;
 use splitrt_runtime::fabric::{Channel, Delivery};
 use splitrt_runtime::trace::{self, Clock, Off, On, Stage};
 use splitrt_runtime::{Error, Result};
