@@ -4,7 +4,7 @@
 //! whose table holds the handlers that take it, so the two live together).
 
 use crate::bridge::{Bridge, TrafficKey};
-use crate::dispatch::{dispatch, in_handler};
+use crate::dispatch::{self, dispatch, in_handler};
 use crate::handler::{Func, Kind, ReplyHandler, RequestHandler, Sig, RESERVED_HANDLERS};
 use crate::message::{Incoming, Payload};
 use splitrt_runtime::backoff::Backoff;
@@ -767,6 +767,47 @@ impl Drop for Inner {
         } else if let Err(e) = self.finish() {
             eprintln!("splitrt: rank {}: finishing at drop failed: {e}", self.rank);
         }
+    }
+}
+
+/// Dispatch's view of the endpoint (see [`dispatch::Host`]).
+impl dispatch::Host for Inner {
+    type Request = RequestFn;
+    type Reply = ReplyFn;
+
+    #[inline]
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    #[inline]
+    fn entry(&self, id: u16) -> Option<&Entry> {
+        self.table.get(id as usize).and_then(Option::as_ref)
+    }
+
+    #[inline]
+    fn check_deposit(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_user_deposit(offset, len)
+    }
+
+    #[inline]
+    fn frozen_range(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
+        self.frozen().find(offset, len)
+    }
+
+    #[inline]
+    fn deposit_view(&self, offset: u64, len: usize) -> LocalView<'_, u8> {
+        self.deposited(offset, len)
+    }
+
+    #[inline]
+    fn run_request(&self, f: &RequestFn, src: usize, msg: &Incoming<'_>) {
+        f(Token { ep: self, src }, msg)
+    }
+
+    #[inline]
+    fn run_reply(&self, f: &ReplyFn, msg: &Incoming<'_>) {
+        f(msg)
     }
 }
 
