@@ -1,7 +1,7 @@
 //! The PGAS context of one rank: attach, bounds and alignment checks, the
 //! heap, completion (`sync`, `store_sync`, `all_store_sync`) and finish.
 
-use crate::collectives::Coll;
+use crate::coll::Coll;
 use crate::handlers::{self, Handlers};
 use crate::heap::{Heap, RESERVED_BYTES};
 use crate::ptr::GlobalPtr;
