@@ -43,6 +43,11 @@ IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # ---------------------------------------------------------------- lexing
 
 
+def ident_start(src, i):
+    """Whether an identifier could start at `i` (nothing of one before)."""
+    return i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")
+
+
 def blank(src):
     """The source with comments and the contents of string and char
     literals replaced by spaces (newlines kept, so offsets and line numbers
@@ -74,7 +79,7 @@ def blank(src):
                     j += 1
             wipe(i, j)
             i = j
-        elif c == "r" and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")):
+        elif c == "r" and ident_start(src, i - 1 if src[i - 1 : i] == "b" else i):
             m = re.match(r'r(#*)"', src[i:])
             if m:
                 end = '"' + m.group(1)
@@ -93,7 +98,7 @@ def blank(src):
         elif c == "'":
             # A char literal ('x', '\n', '\u{..}'), not a lifetime ('a).
             if i + 1 < n and src[i + 1] == "\\":
-                j = src.find("'", i + 2)
+                j = src.find("'", i + 3)
                 j = n if j < 0 else j
                 wipe(i + 1, j)
                 i = j + 1
@@ -521,7 +526,8 @@ FIXTURE = {
         """,
     "d.rs": """
         // use crate::c::Z;
-        pub fn y() { let _c = '"'; let _s = r#"crate::c::Z"#; }
+        pub fn y() { let _c = '"'; let _q = '\\''; let _s = r#"crate::c::Z"#; let _b = br"\\"; }
+        pub fn w() -> &'static str { "crate::c::Z" }
         pub struct Y<'a>(&'a u8);
         #[cfg(test)]
         mod tests {
