@@ -1,15 +1,44 @@
 //! Running handlers: find the registration for an arrived packet, check it
 //! against what the sender claims, and call the handler with the right
 //! context (token for requests, none for replies).
+//!
+//! What it needs of the endpoint that received the packet is the [`Host`]
+//! trait, which the endpoint implements: the endpoint calls [`dispatch`]
+//! as it polls, so this module does not name the endpoint back.
 
-use crate::endpoint::Inner;
-use crate::handler::{Func, Kind};
+use crate::handler::{Entry, Func, Kind};
 use crate::message::Incoming;
-use crate::token::Token;
 use splitrt_runtime::fabric::{Channel, Delivery};
 use splitrt_runtime::trace::{self, Clock, Off, On, Stage};
+use splitrt_runtime::view::LocalView;
 use splitrt_runtime::{Error, Result};
 use std::cell::Cell;
+use std::ops::Range;
+
+/// The endpoint as dispatch sees it (implemented by the endpoint's shared
+/// state; static dispatch, one instance).
+pub(crate) trait Host {
+    /// A registered request handler.
+    type Request;
+    /// A registered reply handler.
+    type Reply;
+    /// This rank.
+    fn rank(&self) -> usize;
+    /// The registration of wire id `id`, if any.
+    fn entry(&self, id: u16) -> Option<&Entry<Self::Request, Self::Reply>>;
+    /// A user deposit of `len` bytes at `offset` must not touch a reserved
+    /// range.
+    fn check_deposit(&self, offset: u64, len: u64) -> Result<()>;
+    /// The frozen segment range `len` bytes at `offset` touch, if any.
+    fn frozen_range(&self, offset: u64, len: u64) -> Option<Range<u64>>;
+    /// The `len` bytes a Long deposited at `offset` of this rank's segment.
+    fn deposit_view(&self, offset: u64, len: usize) -> LocalView<'_, u8>;
+    /// Call request handler `f` for a message from `src` (with the token
+    /// to reply through).
+    fn run_request(&self, f: &Self::Request, src: usize, msg: &Incoming<'_>);
+    /// Call reply handler `f`.
+    fn run_reply(&self, f: &Self::Reply, msg: &Incoming<'_>);
+}
 
 thread_local! {
     static IN_HANDLER: Cell<bool> = const { Cell::new(false) };
@@ -34,25 +63,25 @@ impl Drop for HandlerScope {
     }
 }
 
-pub(crate) fn dispatch(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> {
+pub(crate) fn dispatch<H: Host>(ep: &H, ch: Channel, d: &Delivery<'_>) -> Result<()> {
     // One check of the tracing switch per message; `Off` has no probes.
     if trace::enabled() {
-        dispatch_with::<On>(ep, ch, d)
+        dispatch_with::<On, H>(ep, ch, d)
     } else {
-        dispatch_with::<Off>(ep, ch, d)
+        dispatch_with::<Off, H>(ep, ch, d)
     }
 }
 
-fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<()> {
+fn dispatch_with<C: Clock, H: Host>(ep: &H, ch: Channel, d: &Delivery<'_>) -> Result<()> {
     let t = C::start();
     let bad = |why: String| {
         Err(
             Error::protocol(format!("message from rank {}: {why}", d.src))
-                .at_rank(ep.rank)
+                .at_rank(ep.rank())
                 .with_peer(d.src),
         )
     };
-    let Some(e) = ep.table.get(d.tag as usize).and_then(Option::as_ref) else {
+    let Some(e) = ep.entry(d.tag) else {
         return bad(format!("unknown handler id {}", d.tag));
     };
     let kind = match (d.deposit.is_some(), d.payload.is_empty()) {
@@ -77,7 +106,7 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
     let _writing = user_long.then(|| unsafe { crate::writers::writing() });
     if let (Some(dep), true) = (d.deposit, e.sig.id >= crate::RESERVED_HANDLERS) {
         let (off, len) = (dep.offset, dep.len);
-        if let Err(why) = ep.check_user_deposit(off, len as u64) {
+        if let Err(why) = ep.check_deposit(off, len as u64) {
             return bad(why.to_string());
         }
         // Refused at the sender already. A Long sent before the freeze
@@ -87,7 +116,7 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
         // and the message is reported (a program that freezes an array
         // Longs are still being handled into races with its own
         // handlers). A sender that skipped the check is reported too.
-        if let Some(r) = ep.frozen().find(off, len as u64) {
+        if let Some(r) = ep.frozen_range(off, len as u64) {
             return bad(format!(
                 "a Long payload at segment offset {off:#x} ({len} B) wrote into bytes \
                  {:#x}..{:#x}, which are frozen",
@@ -107,15 +136,15 @@ fn dispatch_with<C: Clock>(ep: &Inner, ch: Channel, d: &Delivery<'_>) -> Result<
             src: d.src,
             args: d.words,
             payload: &[],
-            long: Some(ep.deposited(dep.offset, dep.len)),
+            long: Some(ep.deposit_view(dep.offset, dep.len)),
             offset: Some(dep.offset),
         },
     };
     let _scope = HandlerScope::enter();
     let t = C::record(Stage::Dispatch, t);
     match (&e.func, ch) {
-        (Func::Request(f), Channel::Request) => f(Token { ep, src: d.src }, &msg),
-        (Func::Reply(f), Channel::Reply) => f(&msg),
+        (Func::Request(f), Channel::Request) => ep.run_request(f, d.src, &msg),
+        (Func::Reply(f), Channel::Reply) => ep.run_reply(f, &msg),
         _ => {
             return bad(format!(
                 "handler '{}' arrived on the {ch:?} channel",

@@ -1,13 +1,12 @@
 //! The endpoint: a rank's handler table plus its fabric connection to every
-//! peer, the send paths and progress (poll / wait_until).
+//! peer, the send paths and progress (poll / wait_until), and the
+//! [`Token`] a request handler replies through (it refers to the endpoint,
+//! whose table holds the handlers that take it, so the two live together).
 
 use crate::bridge::{Bridge, TrafficKey};
-use crate::dispatch::{dispatch, in_handler};
-use crate::handler::{
-    Entry, Func, Kind, ReplyHandler, RequestHandler, Sig, Table, RESERVED_HANDLERS,
-};
+use crate::dispatch::{self, dispatch, in_handler};
+use crate::handler::{Func, Kind, ReplyHandler, RequestHandler, Sig, RESERVED_HANDLERS};
 use crate::message::{Incoming, Payload};
-use crate::token::Token;
 use splitrt_runtime::backoff::Backoff;
 use splitrt_runtime::config::Config;
 use splitrt_runtime::fabric::udp::proto::Stats as UdpStats;
@@ -20,6 +19,13 @@ use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
+
+/// A registered request handler.
+pub(crate) type RequestFn = Box<dyn Fn(Token<'_>, &Incoming<'_>) + Send + Sync>;
+/// A registered reply handler.
+pub(crate) type ReplyFn = Box<dyn Fn(&Incoming<'_>) + Send + Sync>;
+type Table = crate::handler::Table<RequestFn, ReplyFn>;
+type Entry = crate::handler::Entry<RequestFn, ReplyFn>;
 
 /// Collects handler registrations, then [`attach`](Self::attach)es to the job.
 #[derive(Default)]
@@ -766,6 +772,78 @@ impl Drop for Inner {
         } else if let Err(e) = self.finish() {
             eprintln!("splitrt: rank {}: finishing at drop failed: {e}", self.rank);
         }
+    }
+}
+
+/// Dispatch's view of the endpoint (see [`dispatch::Host`]).
+impl dispatch::Host for Inner {
+    type Request = RequestFn;
+    type Reply = ReplyFn;
+
+    #[inline]
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    #[inline]
+    fn entry(&self, id: u16) -> Option<&Entry> {
+        self.table.get(id as usize).and_then(Option::as_ref)
+    }
+
+    #[inline]
+    fn check_deposit(&self, offset: u64, len: u64) -> Result<()> {
+        self.check_user_deposit(offset, len)
+    }
+
+    #[inline]
+    fn frozen_range(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
+        self.frozen().find(offset, len)
+    }
+
+    #[inline]
+    fn deposit_view(&self, offset: u64, len: usize) -> LocalView<'_, u8> {
+        self.deposited(offset, len)
+    }
+
+    #[inline]
+    fn run_request(&self, f: &RequestFn, src: usize, msg: &Incoming<'_>) {
+        f(Token { ep: self, src }, msg)
+    }
+
+    #[inline]
+    fn run_reply(&self, f: &ReplyFn, msg: &Incoming<'_>) {
+        f(msg)
+    }
+}
+
+/// Given to a request handler; [`reply`](Token::reply) consumes it, so a
+/// handler replies at most once. Dropping it without replying is allowed.
+/// The lifetime ties it to the handler call: it cannot be kept for later.
+#[must_use = "a request handler replies through its token (or drops it on purpose)"]
+pub struct Token<'a> {
+    pub(crate) ep: &'a Inner,
+    pub(crate) src: usize,
+}
+
+impl Token<'_> {
+    /// The rank whose request is being handled.
+    pub fn src(&self) -> usize {
+        self.src
+    }
+
+    /// The segment range frozen read-only (see
+    /// [`Endpoint::freeze_segment_range`](crate::Endpoint::freeze_segment_range))
+    /// that `len` bytes at `offset` of this rank's segment touch, if any:
+    /// for handlers that write the segment.
+    pub fn frozen_segment_range(&self, offset: u64, len: u64) -> Option<std::ops::Range<u64>> {
+        self.ep.frozen().find(offset, len)
+    }
+
+    /// Reply to the requester. Never blocks on the requester's user code: if
+    /// its reply ring is full, this rank drains its own replies while it
+    /// waits, so request/reply cycles cannot deadlock.
+    pub fn reply(self, h: ReplyHandler, args: &[u64], payload: Payload<'_>) -> Result<()> {
+        self.ep.send_reply(self.src, h, args, payload)
     }
 }
 

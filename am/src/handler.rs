@@ -1,7 +1,11 @@
 //! Handler kinds, handles and the registration table.
+//!
+//! The table is generic over the handler functions it stores (the
+//! endpoint's `RequestFn` and `ReplyFn`): a request handler takes a
+//! [`Token`](crate::Token), which refers to the endpoint, so naming that
+//! type here would make this module and the endpoint use each other.
 
-use crate::message::{Incoming, Payload};
-use crate::token::Token;
+use crate::message::Payload;
 use splitrt_runtime::fabric::MAX_WORDS;
 use splitrt_runtime::{Error, Result};
 
@@ -88,21 +92,19 @@ impl Sig {
     }
 }
 
-pub(crate) type RequestFn = Box<dyn Fn(Token<'_>, &Incoming<'_>) + Send + Sync>;
-pub(crate) type ReplyFn = Box<dyn Fn(&Incoming<'_>) + Send + Sync>;
-
-pub(crate) enum Func {
-    Request(RequestFn),
-    Reply(ReplyFn),
+/// A registered function: `Q` a request handler, `R` a reply handler.
+pub(crate) enum Func<Q, R> {
+    Request(Q),
+    Reply(R),
 }
 
-pub(crate) struct Entry {
+pub(crate) struct Entry<Q, R> {
     pub name: String,
     pub sig: Sig,
-    pub func: Func,
+    pub func: Func<Q, R>,
 }
 
-impl Entry {
+impl<Q, R> Entry<Q, R> {
     /// The line this entry contributes to the table every rank must agree on.
     pub(crate) fn describe(&self) -> String {
         let dir = match self.func {
@@ -117,14 +119,14 @@ impl Entry {
 }
 
 /// The registration table under construction.
-pub(crate) struct Table {
-    pub entries: Vec<Option<Entry>>,
+pub(crate) struct Table<Q, R> {
+    pub entries: Vec<Option<Entry<Q, R>>>,
     user: u16,
     /// This table's identity, stamped into every handle it gives out.
     pub id: u32,
 }
 
-impl Default for Table {
+impl<Q, R> Default for Table<Q, R> {
     fn default() -> Self {
         Table {
             entries: Vec::new(),
@@ -134,14 +136,14 @@ impl Default for Table {
     }
 }
 
-impl Table {
+impl<Q, R> Table<Q, R> {
     pub(crate) fn add(
         &mut self,
         id: Option<u16>,
         name: &str,
         kind: Kind,
         nargs: usize,
-        func: Func,
+        func: Func<Q, R>,
     ) -> Result<Sig> {
         if nargs > MAX_ARGS {
             return Err(Error::usage(format!(

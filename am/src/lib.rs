@@ -38,17 +38,15 @@ mod endpoint;
 mod handler;
 mod message;
 mod rma;
-mod token;
 mod writers;
 
 pub use bridge::TrafficKey;
-pub use endpoint::{Endpoint, EndpointBuilder};
+pub use endpoint::{Endpoint, EndpointBuilder, Token};
 pub use handler::{Kind, ReplyHandler, RequestHandler, MAX_ARGS, RESERVED_HANDLERS};
 pub use message::{Incoming, Payload};
 pub use rma::Rma;
 pub use splitrt_runtime::view::LocalView;
 pub use splitrt_runtime::{Error, ErrorKind, Result};
-pub use token::Token;
 pub use writers::{
     can_freeze, while_writing, while_writing_leaf, writing, writing_leaf, Writing, WritingLeaf,
 };

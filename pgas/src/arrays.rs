@@ -1,7 +1,7 @@
 //! Collective allocations: symmetric arrays (same offset, same length on
 //! every rank) and spread arrays distributed block-wise or cyclically.
 
-use crate::collectives::Coll;
+use crate::coll::Coll;
 use crate::context::Pgas;
 use crate::ptr::GlobalPtr;
 use crate::reduce::Op;

@@ -9,7 +9,9 @@
 //! mapped here on the native path ([`crate::shm_barrier`]), else through
 //! AMs counted at rank 0.
 
-use crate::context::{Pgas, SCRATCH};
+use crate::coll::Coll;
+use crate::context::Pgas;
+use crate::heap::SCRATCH;
 
 /// Bytes of one scratch half: the data of one collective step.
 const HALF: u64 = SCRATCH / 2;
@@ -19,58 +21,6 @@ use bytemuck::Pod;
 use splitrt_am::{Error, Payload, Result};
 use splitrt_runtime::hang::rank_list;
 use std::sync::atomic::Ordering;
-
-/// Which collective a PGAS barrier belongs to. Every arrival carries it,
-/// so ranks in different collectives never match each other: rank 0, which
-/// counts the arrivals, ends the job with an error naming both sides.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Coll {
-    Barrier = 1,
-    Broadcast = 2,
-    Reduce = 3,
-    Allreduce = 4,
-    AllocSym = 5,
-    FreeSym = 6,
-    AllStoreSync = 7,
-    Finish = 8,
-    Freeze = 9,
-    Thaw = 10,
-}
-
-impl Coll {
-    pub(crate) fn from_code(c: u64) -> Option<Coll> {
-        use Coll::*;
-        [
-            Barrier,
-            Broadcast,
-            Reduce,
-            Allreduce,
-            AllocSym,
-            FreeSym,
-            AllStoreSync,
-            Finish,
-            Freeze,
-            Thaw,
-        ]
-        .into_iter()
-        .find(|k| *k as u64 == c)
-    }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Coll::Barrier => "Pgas::barrier",
-            Coll::Broadcast => "Pgas::broadcast",
-            Coll::Reduce => "Pgas::reduce",
-            Coll::Allreduce => "Pgas::allreduce",
-            Coll::AllocSym => "Pgas::alloc_sym",
-            Coll::FreeSym => "Pgas::free_sym",
-            Coll::AllStoreSync => "Pgas::all_store_sync",
-            Coll::Finish => "the exit barrier of Pgas::finish",
-            Coll::Freeze => "Pgas::freeze",
-            Coll::Thaw => "Pgas::thaw",
-        }
-    }
-}
 
 impl Pgas {
     /// Enter collective `what` on this thread: refused while another thread

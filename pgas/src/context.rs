@@ -1,9 +1,9 @@
 //! The PGAS context of one rank: attach, bounds and alignment checks, the
 //! heap, completion (`sync`, `store_sync`, `all_store_sync`) and finish.
 
-use crate::collectives::Coll;
+use crate::coll::Coll;
 use crate::handlers::{self, Handlers};
-use crate::heap::{Heap, RESERVED_BYTES};
+use crate::heap::{Heap, RESERVED_BYTES, SCRATCH, USER_BASE};
 use crate::ptr::GlobalPtr;
 use crate::shm_barrier::ShmBarrier;
 use crate::state::{Issued, State};
@@ -15,19 +15,6 @@ use splitrt_runtime::fabric::SegmentRef;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-
-/// Bytes of symmetric scratch used by broadcast and reductions (two
-/// halves, one per step, alternating).
-pub(crate) const SCRATCH: u64 = 256 << 10;
-
-/// The lowest segment offset a user access may touch: below it lie
-/// splitrt's reserved first bytes (counters, the shared-memory barrier's
-/// words) and the collectives' scratch block, the first symmetric
-/// allocation of every rank. Users neither read nor write them: the
-/// counters and barrier words are atomics other threads use, and a write
-/// into the scratch would forge a collective's data (the agreement of a
-/// freeze among them).
-pub(crate) const USER_BASE: u64 = RESERVED_BYTES + SCRATCH;
 
 /// A rank's handle on the global address space. Cheap to clone,
 /// `Send + Sync`.

@@ -4,8 +4,7 @@
 //! below `RESERVED_HANDLERS`, so user handlers never shift them.
 
 use crate::atomic::{apply_atomic, AtomicOp};
-use crate::context::USER_BASE;
-use crate::heap::RESERVED_BYTES;
+use crate::heap::{RESERVED_BYTES, USER_BASE};
 use crate::state::{AtomicSlot, State};
 use splitrt_am::{
     EndpointBuilder, Incoming, Kind, Payload, ReplyHandler, RequestHandler, Result, Token,

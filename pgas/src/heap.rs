@@ -8,6 +8,19 @@ use splitrt_am::{Error, Result};
 /// Bytes at the start of every segment reserved for splitrt's own counters.
 pub const RESERVED_BYTES: u64 = 4096;
 
+/// Bytes of symmetric scratch used by broadcast and reductions (two
+/// halves, one per step, alternating).
+pub(crate) const SCRATCH: u64 = 256 << 10;
+
+/// The lowest segment offset a user access may touch: below it lie
+/// splitrt's reserved first bytes (counters, the shared-memory barrier's
+/// words) and the collectives' scratch block, the first symmetric
+/// allocation of every rank. Users neither read nor write them: the
+/// counters and barrier words are atomics other threads use, and a write
+/// into the scratch would forge a collective's data (the agreement of a
+/// freeze among them).
+pub(crate) const USER_BASE: u64 = RESERVED_BYTES + SCRATCH;
+
 /// Alignment of every allocation (a cache line).
 pub const ALIGN: u64 = 64;
 

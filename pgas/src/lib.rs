@@ -15,6 +15,7 @@
 
 mod arrays;
 mod atomic;
+mod coll;
 mod collectives;
 mod context;
 mod full_fence;

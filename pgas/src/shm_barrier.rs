@@ -15,7 +15,7 @@
 //! are read as data: an unknown kind or a counter past the job size is a
 //! collective mismatch, never an index.
 
-use crate::collectives::Coll;
+use crate::coll::Coll;
 use splitrt_runtime::fabric::SegmentRef;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -1,6 +1,6 @@
 //! State shared between a rank's PGAS calls and its reserved AM handlers.
 
-use crate::collectives::Coll;
+use crate::coll::Coll;
 use parking_lot::Mutex;
 use splitrt_runtime::fabric::SegmentRef;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -58,14 +58,22 @@ pub const ENV_IBV_BUFFER_SIZE: &str = "SPLITRT_IBV_BUFFER_SIZE";
 /// [`crate::fabric::rdma::reg_cache`]).
 pub const ENV_IBV_REG_CACHE: &str = "SPLITRT_IBV_REG_CACHE";
 
+/// Seconds without progress before a wait reports (`off` or `0`: never);
+/// see [`crate::hang`].
+pub const ENV_HANG_REPORT: &str = "SPLITRT_HANG_REPORT";
+/// `1`: a hang report ends the job instead of only printing.
+pub const ENV_HANG_ABORT: &str = "SPLITRT_HANG_ABORT";
+/// Default time without progress before a hang report.
+pub const DEFAULT_HANG_REPORT: Duration = Duration::from_secs(30);
+
 /// Every tunable with its documented name, for `--help` texts and docs.
 pub const ALL_VARS: &[(&str, &str)] = &[
     (
-        crate::hang::ENV_HANG_REPORT,
+        ENV_HANG_REPORT,
         "seconds without progress before a wait reports what it waits for; off = never (default 30)",
     ),
     (
-        crate::hang::ENV_HANG_ABORT,
+        ENV_HANG_ABORT,
         "1 = a hang report ends the job instead (default 0)",
     ),
     (
@@ -294,7 +302,7 @@ impl Default for Config {
             sleep: Duration::from_micros(100),
             spin_only: false,
             rma: RmaPath::Native,
-            hang_report: Some(crate::hang::DEFAULT_HANG_REPORT),
+            hang_report: Some(DEFAULT_HANG_REPORT),
             hang_abort: false,
             udp_mtu: crate::fabric::udp::wire::MAX_DATAGRAM,
             udp_window: 32,
@@ -398,8 +406,8 @@ impl Config {
         if let Some(v) = get(ENV_RMA) {
             c.rma = v.trim().parse()?;
         }
-        if let Some(v) = get(crate::hang::ENV_HANG_REPORT) {
-            let name = crate::hang::ENV_HANG_REPORT;
+        if let Some(v) = get(ENV_HANG_REPORT) {
+            let name = ENV_HANG_REPORT;
             c.hang_report = match v.trim() {
                 "off" | "0" | "no" | "false" => None,
                 t => Some(
@@ -416,7 +424,7 @@ impl Config {
                 ),
             };
         }
-        if let Some(v) = get(crate::hang::ENV_HANG_ABORT) {
+        if let Some(v) = get(ENV_HANG_ABORT) {
             c.hang_abort = matches!(v.trim(), "1" | "true" | "yes");
         }
         if let Some(v) = get(ENV_SPIN_ONLY) {
@@ -505,6 +513,29 @@ impl Config {
         Ok(())
     }
 
+    /// The shared-memory fabric's tunables from this configuration.
+    pub fn shm(&self) -> crate::fabric::shm::ShmConfig {
+        crate::fabric::shm::ShmConfig {
+            segment_size: self.segment_size,
+            cell_size: self.cell_size,
+            ring_len: self.ring_len,
+            max_medium: self.max_medium,
+            medium_slots: self.medium_slots,
+            shm_reserve: self.shm_reserve,
+            single_thread: self.single_thread,
+        }
+    }
+
+    /// The UDP fabric's tunables from this configuration.
+    pub fn udp(&self) -> crate::fabric::udp::UdpConfig {
+        crate::fabric::udp::UdpConfig {
+            proto: self.udp_proto(),
+            faults: self.udp_faults.clone(),
+            max_medium: self.max_medium,
+            segment_size: self.segment_size,
+        }
+    }
+
     /// The ibverbs fabric's tunables from this configuration.
     pub fn rdma(&self) -> crate::fabric::rdma::RdmaConfig {
         crate::fabric::rdma::RdmaConfig {
@@ -542,8 +573,8 @@ mod tests {
             (ENV_BOOTSTRAP_TIMEOUT, "1e19"),
             (ENV_BOOTSTRAP_TIMEOUT, "nan"),
             (ENV_BOOTSTRAP_TIMEOUT, "-1"),
-            (crate::hang::ENV_HANG_REPORT, "1e300"),
-            (crate::hang::ENV_HANG_REPORT, "-3"),
+            (ENV_HANG_REPORT, "1e300"),
+            (ENV_HANG_REPORT, "-3"),
         ] {
             let e = Config::from_lookup(|n| (n == k).then(|| v.to_string())).unwrap_err();
             assert!(e.to_string().contains(k), "{k}={v}: {e}");

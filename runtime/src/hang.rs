@@ -13,13 +13,9 @@ use crate::config::Config;
 use crate::{Error, ErrorKind};
 use std::time::{Duration, Instant};
 
-/// Seconds without progress before a wait reports (`off` or `0`: never).
-pub const ENV_HANG_REPORT: &str = "SPLITRT_HANG_REPORT";
-/// `1`: a hang report ends the job instead of only printing.
-pub const ENV_HANG_ABORT: &str = "SPLITRT_HANG_ABORT";
-
-/// Default time without progress before a report.
-pub const DEFAULT_HANG_REPORT: Duration = Duration::from_secs(30);
+// The settings' names and default live with the other settings (config
+// reads them; this module reads only the `Config`).
+pub use crate::config::{DEFAULT_HANG_REPORT, ENV_HANG_ABORT, ENV_HANG_REPORT};
 
 /// The hang watch of one wait.
 ///

@@ -344,7 +344,10 @@ impl World {
         let pending = if members.is_empty() {
             None
         } else {
-            Some(PendingShm::create(&stem, rank, &members, job.size, &config).map_err(abort)?)
+            Some(
+                PendingShm::create(&stem, rank, &members, job.size, &config.shm())
+                    .map_err(abort)?,
+            )
         };
         let mut guard = UnlinkGuard(pending.as_ref().map(|_| ShmFile::path_for(&stem, rank)));
         let link = Link {
@@ -388,14 +391,17 @@ impl World {
                 r.connect(&cards).map_err(fail)?
             }
             (Some(s), None) => AnyFabric::Shm(s),
-            (None, Some(u)) => AnyFabric::Udp(u.connect(rank, addrs, &key, &config).map_err(fail)?),
+            (None, Some(u)) => {
+                AnyFabric::Udp(u.connect(rank, addrs, &key, &config.udp()).map_err(fail)?)
+            }
             (Some(s), Some(u)) => {
                 let seg = s.local_segment();
                 // SAFETY: `seg` is the shm fabric's own segment; both fabrics
                 // go into one Hybrid (fields never moved out: the World owns
                 // it and lends it only by reference), so the mapping lives
                 // as long as the UDP fabric that deposits into it.
-                let u = unsafe { u.connect_into(rank, addrs, &key, &config, seg) }.map_err(fail)?;
+                let u = unsafe { u.connect_into(rank, addrs, &key, &config.udp(), seg) }
+                    .map_err(fail)?;
                 AnyFabric::Hybrid(Hybrid::new(s, u))
             }
             (None, None) => return Err(fail(Error::usage("no fabric reaches the peers"))),

@@ -40,7 +40,7 @@
 //! ```
 
 use super::export::ImportedRing;
-use super::queue::MessageQueue;
+use super::queue::{Alert, MessageQueue};
 use super::rdma_device::RdmaDevice;
 use super::rdma_read::{ProducerQp, RdmaReader};
 use super::read_client::{Done, ReadResult, RemoteRing};
@@ -399,7 +399,7 @@ impl std::fmt::Display for Message {
 
 /// A running consumer.
 pub struct Consumer {
-    rx: Arc<MessageQueue>,
+    rx: Arc<MessageQueue<Message>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     injector: SignalInjector,
@@ -576,7 +576,7 @@ struct Worker {
     injected_lost: Arc<AtomicU64>,
     inbuf: Vec<u8>,
     filter: Box<dyn Filter>,
-    tx: Arc<MessageQueue>,
+    tx: Arc<MessageQueue<Message>>,
     /// Messages of this round, delivered together.
     out: Vec<Message>,
     pool: Arc<Pool>,
@@ -1066,4 +1066,10 @@ fn connect(
         r.close(p, "", &mut Vec::new());
     }
     route
+}
+
+impl Alert for Message {
+    fn queue_alert(dropped: u64) -> Message {
+        Message::QueueAlert { dropped }
+    }
 }

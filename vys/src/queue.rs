@@ -1,16 +1,24 @@
 //! The consumer's message queue: bounded, filled in batches by the
 //! consumer's thread (one lock and at most one wake-up per batch), emptied
 //! a message at a time by the application. Past the bound, messages are
-//! dropped and counted; the count arrives as a [`Message::QueueAlert`] as
-//! soon as there is room again. [`Message::End`] always gets in, last.
+//! dropped and counted; the count arrives as an alert message
+//! ([`Alert::queue_alert`]: the consumer's `Message::QueueAlert`) as soon
+//! as there is room again. The last message (the consumer's `End`) always
+//! gets in. Generic over the message type, so the queue does not name the
+//! consumer that uses it.
 
-use super::consumer::Message;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-struct Inner {
-    q: VecDeque<Message>,
+/// A message type that can say how many messages were dropped.
+pub(crate) trait Alert {
+    /// The message reporting `dropped` messages lost to a full queue.
+    fn queue_alert(dropped: u64) -> Self;
+}
+
+struct Inner<M> {
+    q: VecDeque<M>,
     /// The application waits in `pop`.
     waiting: bool,
     /// END is in: nothing more comes.
@@ -20,15 +28,15 @@ struct Inner {
 }
 
 /// A bounded queue of consumer messages.
-pub(crate) struct MessageQueue {
-    inner: Mutex<Inner>,
+pub(crate) struct MessageQueue<M> {
+    inner: Mutex<Inner<M>>,
     cv: Condvar,
     cap: usize,
 }
 
-impl MessageQueue {
+impl<M: Alert> MessageQueue<M> {
     /// A queue of at most `cap` messages.
-    pub(crate) fn new(cap: usize) -> MessageQueue {
+    pub(crate) fn new(cap: usize) -> MessageQueue<M> {
         MessageQueue {
             inner: Mutex::new(Inner {
                 q: VecDeque::with_capacity(cap.min(1 << 16)),
@@ -43,7 +51,7 @@ impl MessageQueue {
 
     /// Append `batch` (emptied); returns how many were dropped for want of
     /// room (their buffers go back to the pool once the lock is released).
-    pub(crate) fn push(&self, batch: &mut Vec<Message>) -> u64 {
+    pub(crate) fn push(&self, batch: &mut Vec<M>) -> u64 {
         if batch.is_empty() {
             return 0;
         }
@@ -54,7 +62,7 @@ impl MessageQueue {
             for m in batch.drain(..) {
                 if g.unreported > 0 && g.q.len() + 1 < self.cap {
                     let dropped = std::mem::take(&mut g.unreported);
-                    g.q.push_back(Message::QueueAlert { dropped });
+                    g.q.push_back(M::queue_alert(dropped));
                 }
                 if g.q.len() < self.cap {
                     g.q.push_back(m);
@@ -72,12 +80,12 @@ impl MessageQueue {
     }
 
     /// Append the last message (always taken, bound or not).
-    pub(crate) fn push_last(&self, m: Message) {
+    pub(crate) fn push_last(&self, m: M) {
         {
             let mut g = self.inner.lock();
             if g.unreported > 0 {
                 let dropped = std::mem::take(&mut g.unreported);
-                g.q.push_back(Message::QueueAlert { dropped });
+                g.q.push_back(M::queue_alert(dropped));
             }
             g.q.push_back(m);
             g.closed = true;
@@ -86,7 +94,7 @@ impl MessageQueue {
     }
 
     /// The next message, waiting at most `timeout`.
-    pub(crate) fn pop(&self, timeout: Duration) -> Option<Message> {
+    pub(crate) fn pop(&self, timeout: Duration) -> Option<M> {
         let until = Instant::now() + timeout;
         let mut g = self.inner.lock();
         loop {

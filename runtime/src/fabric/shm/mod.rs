@@ -24,12 +24,33 @@ use self::owner::{Guarded, Owner};
 use self::ring::{Consumer, Producer, Ring};
 use self::zone::ZoneAlloc;
 use super::{Channel, Delivery, Deposit, Fabric, Packet, SegmentRef, MAX_WORDS};
-use crate::config::Config;
 use crate::cpus::{CpuSet, CPU_WORDS};
 use crate::segment::{populate, PopulatedPrefix, ShmFile};
 use crate::trace::{self, Clock, Off, On, Stage};
 use crate::{Error, ErrorKind, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The shared-memory fabric's tunables (from the job's settings:
+/// `Config::shm`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShmConfig {
+    /// Registered segment size in bytes (page multiple).
+    pub segment_size: usize,
+    /// Ring cell size in bytes.
+    pub cell_size: usize,
+    /// Cells per ring.
+    pub ring_len: usize,
+    /// Largest Medium payload in bytes.
+    pub max_medium: usize,
+    /// Landing zone per sender and channel for large Mediums, in Medium
+    /// maxima; `None`: as many as fit a per-rank budget
+    /// ([`layout::medium_slots_for`]).
+    pub medium_slots: Option<usize>,
+    /// Reserve the file's space at start-up (`SPLITRT_SHM_RESERVE`).
+    pub shm_reserve: bool,
+    /// Only the connecting thread sends and polls (`SPLITRT_THREADS=single`).
+    pub single_thread: bool,
+}
 
 /// A rank's file, created and initialized, before the peers are known.
 pub struct PendingShm {
@@ -56,7 +77,7 @@ impl PendingShm {
         rank: usize,
         members: &[usize],
         job_size: usize,
-        cfg: &Config,
+        cfg: &ShmConfig,
     ) -> Result<PendingShm> {
         let size = members.len();
         let me = members
@@ -1058,6 +1079,7 @@ enum Look {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
     use rand::{Rng, SeedableRng};
 
     /// A raw cell into a 1-rank fabric's own Request ring, as a broken
@@ -1077,7 +1099,7 @@ mod tests {
             max_medium: 4096,
             ..Config::default()
         };
-        let f = PendingShm::create(&job, 0, &[0], 1, &cfg)
+        let f = PendingShm::create(&job, 0, &[0], 1, &cfg.shm())
             .unwrap()
             .connect()
             .unwrap();

@@ -7,10 +7,9 @@
 //! handler can reply. One message at a time per (peer, channel) is
 //! streamed under `txl`.
 
-use super::faults::{Faults, Verdict};
-use super::proto::{Event, Proto, Sent};
+use super::faults::{FaultSpec, Faults, Verdict};
+use super::proto::{Event, Proto, ProtoConfig, Sent};
 use super::wire::{HEADER, MAX_DATAGRAM, TAG};
-use crate::config::Config;
 use crate::fabric::frames::{OutMsg, Reassembler, SegmentSink};
 use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
 use crate::frozen::FrozenRanges;
@@ -33,6 +32,19 @@ const RECENTLY_EMPTY_NS: u64 = 300;
 /// Datagrams this short are copied into a small buffer so the large
 /// receive buffer is reused.
 const COPY_BELOW: usize = 2048;
+
+/// The UDP fabric's tunables (from the job's settings: `Config::udp`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct UdpConfig {
+    /// The protocol's tunables (checked when the fabric starts).
+    pub proto: ProtoConfig,
+    /// Fault injection (`None`: off).
+    pub faults: Option<FaultSpec>,
+    /// Largest Medium payload in bytes.
+    pub max_medium: usize,
+    /// Size of the segment Long payloads land in, in bytes.
+    pub segment_size: usize,
+}
 
 /// A bound socket whose address goes to the bootstrap.
 pub struct PendingUdp {
@@ -87,7 +99,7 @@ impl PendingUdp {
         rank: usize,
         addrs: Vec<Option<SocketAddr>>,
         key: &JobKey,
-        cfg: &Config,
+        cfg: &UdpConfig,
     ) -> Result<UdpFabric> {
         // SAFETY: no segment given: the fabric maps and owns its own.
         unsafe { self.connect_with(rank, addrs, key, cfg, None) }
@@ -105,7 +117,7 @@ impl PendingUdp {
         rank: usize,
         addrs: Vec<Option<SocketAddr>>,
         key: &JobKey,
-        cfg: &Config,
+        cfg: &UdpConfig,
         segment: SegmentRef,
     ) -> Result<UdpFabric> {
         // SAFETY: passed on from this function's contract.
@@ -119,7 +131,7 @@ impl PendingUdp {
         rank: usize,
         addrs: Vec<Option<SocketAddr>>,
         key: &JobKey,
-        cfg: &Config,
+        cfg: &UdpConfig,
         segment: Option<SegmentRef>,
     ) -> Result<UdpFabric> {
         let (segment, owned) = match segment {
@@ -136,14 +148,14 @@ impl PendingUdp {
         };
         let size = addrs.len();
         let t0 = Instant::now();
-        let proto_cfg = cfg.udp_proto();
+        let proto_cfg = cfg.proto;
         proto_cfg
             .validate()
             .map_err(|e| Error::config(format!("UDP fabric: {e}")))?;
         let mac_key = key.derive("splitrt udp datagram mac");
         let proto_cfg_keepalive = proto_cfg.keepalive;
         let proto = Proto::new(rank as u32, size as u32, proto_cfg, mac_key, 0);
-        let faults = cfg.udp_faults.as_ref().map(|f| {
+        let faults = cfg.faults.as_ref().map(|f| {
             Box::new(FaultState {
                 tx: f.tx.then(|| Faults::new(f, rank, 0)),
                 rx: f.rx.then(|| Faults::new(f, rank, 1)),

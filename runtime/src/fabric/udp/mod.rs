@@ -14,4 +14,4 @@ pub mod proto;
 pub mod sim;
 pub mod wire;
 
-pub use driver::{PendingUdp, UdpFabric};
+pub use driver::{PendingUdp, UdpConfig, UdpFabric};
