@@ -18,6 +18,15 @@
 //! waits for the application: when the queue is full, messages are
 //! dropped and a [`Message::QueueAlert`] says how many.
 //!
+//! **Replays.** Each signal carries its producer instance (drawn at each
+//! producer start) and its number among that instance's signals, under
+//! the stream key's tag. The consumer takes each number of an instance
+//! once (a sliding window of 1024 numbers per instance, 4 instances per
+//! producer id, the newest by start time, 4096 producer ids) and drops
+//! the rest, counted in [`ConsumerStats::replays`]: signals recorded from
+//! the group and sent again, by anyone, never make a spectrum delivered
+//! twice.
+//!
 //! ```no_run
 //! use splitrt_vys::consumer::{Consumer, ConsumerConfig, Message};
 //! use std::net::{Ipv4Addr, SocketAddrV4};
@@ -44,6 +53,7 @@ use super::queue::MessageQueue;
 use super::rdma_device::RdmaDevice;
 use super::rdma_read::{ProducerQp, RdmaReader};
 use super::read_client::{Done, ReadResult, RemoteRing};
+use super::replay::Replays;
 use super::ring::{check_slot, read_validated, slot_bytes, ReadOutcome, DATA_OFFSET};
 use super::signal::{DigestKind, Signal, SignalError, SpectrumInfo};
 use super::transport::SignalReceiver;
@@ -260,8 +270,13 @@ pub struct ConsumerStats {
     pub signals_lost: u64,
     /// Datagrams that were not usable signals (other key, malformed).
     pub bad_signals: u64,
-    /// Signals of another wire format version.
+    /// Signals of another wire format version (authentic: signed with
+    /// the stream key).
     pub version_mismatches: u64,
+    /// Authentic signals dropped because they were taken before: replays
+    /// (a stranger sending recorded signals again) or duplicates (see
+    /// [`Consumer`]: each signal of a producer instance is taken once).
+    pub replays: u64,
     /// Messages dropped because the queue was full.
     pub queue_dropped: u64,
     /// Spectra read through a mapping on this host.
@@ -328,7 +343,9 @@ pub enum Message {
         /// Why.
         error: String,
     },
-    /// A signal of another wire format version.
+    /// A signal of another wire format version, signed with the stream
+    /// key (unsigned bytes are a [`Message::SignalReceiveFailure`],
+    /// whatever version they claim).
     VersionMismatch {
         /// Its version.
         version: u16,
@@ -400,6 +417,8 @@ impl std::fmt::Display for Message {
 /// A running consumer.
 pub struct Consumer {
     rx: Arc<MessageQueue>,
+    /// The worker's counts, as of its last round.
+    stats: Arc<Mutex<ConsumerStats>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     injector: SignalInjector,
@@ -463,6 +482,7 @@ impl Consumer {
             lost: Arc::new(AtomicU64::new(0)),
         };
         let rx = Arc::new(MessageQueue::new(cfg.queue_len));
+        let live = Arc::new(Mutex::new(ConsumerStats::default()));
         let tx = rx.clone();
         let stop = Arc::new(AtomicBool::new(false));
         let pool = Arc::new(Pool {
@@ -493,6 +513,8 @@ impl Consumer {
             pool,
             routes: FxHashMap::default(),
             stats: ConsumerStats::default(),
+            live: live.clone(),
+            replays: Replays::default(),
             starved: 0,
             overflow_seen: 0,
             done: Vec::new(),
@@ -506,6 +528,7 @@ impl Consumer {
             .spawn(move || w.run(&st))?;
         Ok(Consumer {
             rx,
+            stats: live,
             stop,
             thread: Some(thread),
             injector,
@@ -521,6 +544,12 @@ impl Consumer {
     /// after [`Message::End`] was taken.
     pub fn recv(&self, timeout: Duration) -> Option<Message> {
         self.rx.pop(timeout)
+    }
+
+    /// Every count so far (as of the consumer thread's last round, a few
+    /// milliseconds at most; [`Message::End`] carries the final ones).
+    pub fn stats(&self) -> ConsumerStats {
+        *self.stats.lock()
     }
 
     /// The next message if one is waiting.
@@ -582,6 +611,10 @@ struct Worker {
     pool: Arc<Pool>,
     routes: FxHashMap<u64, Route>,
     stats: ConsumerStats,
+    /// `stats`, published for [`Consumer::stats`] each round.
+    live: Arc<Mutex<ConsumerStats>>,
+    /// The signals taken, per producer instance (replays are dropped).
+    replays: Replays,
     starved: u64,
     overflow_seen: u64,
     done: Vec<Done>,
@@ -625,6 +658,7 @@ impl Worker {
             self.progress_remote();
             self.report_counts();
             self.flush();
+            *self.live.lock() = self.stats;
         }
         // drain: outstanding reads finish or time out
         let until = Instant::now() + self.cfg.read_timeout + Duration::from_millis(100);
@@ -636,6 +670,7 @@ impl Worker {
         self.report_counts();
         self.flush();
         let stats = self.stats;
+        *self.live.lock() = stats;
         self.tx.push_last(Message::End { status, stats });
     }
 
@@ -762,6 +797,13 @@ impl Worker {
                 return;
             }
         };
+        if !self
+            .replays
+            .take(s.producer, s.started, s.instance, s.sequence)
+        {
+            self.stats.replays += 1;
+            return;
+        }
         self.stats.signals += 1;
         let product = Arc::new(Product::of(&s));
         let mut pass = std::mem::take(&mut self.pass);

@@ -69,7 +69,7 @@ pub struct ProducerConfig {
     pub slots: usize,
     /// Digest announced with each spectrum.
     pub digest: DigestKind,
-    /// Spectra of one product per signal message (1..=44).
+    /// Spectra of one product per signal message (1..=42).
     pub spectra_per_signal: usize,
     /// Correlator configuration id (announced).
     pub config: u64,
@@ -131,6 +131,11 @@ pub struct ProducerStats {
 pub struct Producer {
     cfg: ProducerConfig,
     id: u64,
+    /// This instance (random) and its start (ns since the epoch).
+    instance: u64,
+    started: u64,
+    /// The last signal sequence number given out.
+    sequence: u64,
     ring: Arc<ExportedRing>,
     next: u64,
     sender: Option<SignalSender>,
@@ -160,14 +165,19 @@ impl Producer {
                 cfg.spectra_per_signal
             )));
         }
+        let random = || {
+            let mut b = [0u8; 8];
+            getrandom::getrandom(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
+            Ok::<u64, io::Error>(u64::from_le_bytes(b))
+        };
         let id = match cfg.id {
             Some(i) => i,
-            None => {
-                let mut b = [0u8; 8];
-                getrandom::getrandom(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
-                u64::from_le_bytes(b)
-            }
+            None => random()?,
         };
+        let instance = random()?;
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
         let len = cfg
             .slots
             .checked_mul(slot_bytes(cfg.spectrum_bytes))
@@ -207,6 +217,9 @@ impl Producer {
         };
         Ok(Producer {
             id,
+            instance,
+            started,
+            sequence: 0,
             ring,
             next: 1,
             sender,
@@ -296,8 +309,10 @@ impl Producer {
         Ok(())
     }
 
-    /// The signal a batch makes.
-    pub fn signal(&self, product: ProductId, entries: Vec<SpectrumInfo>) -> Signal {
+    /// The signal a batch makes; it takes the next sequence number of this
+    /// producer instance (consumers take each number once).
+    pub fn signal(&mut self, product: ProductId, entries: Vec<SpectrumInfo>) -> Signal {
+        self.sequence += 1;
         Signal {
             digest: self.cfg.digest,
             channels: self.cfg.channels,
@@ -308,6 +323,9 @@ impl Producer {
             stokes: product.stokes,
             config: self.cfg.config,
             spectrum_bytes: self.cfg.spectrum_bytes as u32,
+            instance: self.instance,
+            started: self.started,
+            sequence: self.sequence,
             entries,
         }
     }
