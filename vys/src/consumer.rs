@@ -94,7 +94,10 @@ pub struct ConsumerConfig {
     pub read_timeout: Duration,
     /// Longest wait for a producer's read server to open a session.
     pub connect_timeout: Duration,
-    /// A producer that could not be reached is tried again after this.
+    /// A producer that could not be reached is tried again after this; a
+    /// producer on this host whose ring handover failed (it was busy or
+    /// refused) is read through its read server meanwhile and asked for
+    /// its ring again after this.
     pub retry_after: Duration,
     /// Read producers on this host through the mapping of their ring
     /// (`false`: always through their read server, as across hosts).
@@ -580,6 +583,12 @@ struct Remote {
     /// Reads go by RDMA over this queue pair (the session is then only
     /// their liveness channel).
     rdma: Option<ProducerQp>,
+    /// The producer is on this host but its handover failed (busy,
+    /// refused): ask for its ring again at this time.
+    handover_retry: Option<Instant>,
+    /// Its ring, handed over since: new reads go through it, and the
+    /// route becomes local once the reads in flight are done.
+    local: Option<ImportedRing>,
 }
 
 enum Route {
@@ -842,15 +851,17 @@ impl Worker {
             SessionFailed(String),
         }
         let pool = &self.pool;
+        let local = |ring: &ImportedRing| match pool.take() {
+            Some(mut buf) => {
+                let data = &mut buf[DATA_OFFSET..DATA_OFFSET + bytes];
+                let o = read_validated(ring.words(), bytes, &info, product.digest, data);
+                Next::Read(o, buf)
+            }
+            None => Next::Starved,
+        };
         let next = match route(&mut self.routes, &mut self.rdma, &self.cfg, product) {
-            Route::Local(ring) => match pool.take() {
-                Some(mut buf) => {
-                    let data = &mut buf[DATA_OFFSET..DATA_OFFSET + bytes];
-                    let o = read_validated(ring.words(), bytes, &info, product.digest, data);
-                    Next::Read(o, buf)
-                }
-                None => Next::Starved,
-            },
+            Route::Local(ring) => local(ring),
+            Route::Remote(x) if x.local.is_some() => local(x.local.as_ref().expect("checked")),
             Route::Remote(x) if x.rdma.is_some() => {
                 let (p, r) = (
                     x.rdma.expect("checked"),
@@ -1044,12 +1055,52 @@ fn route<'a>(
     }
     match routes.entry(p) {
         Entry::Occupied(mut e) => {
-            if matches!(e.get(), Route::Unreachable { until, .. } if Instant::now() >= *until) {
-                e.insert(connect(cfg, rdma, product));
+            match e.get_mut() {
+                Route::Unreachable { until, .. } if Instant::now() >= *until => {
+                    e.insert(connect(cfg, rdma, product));
+                }
+                Route::Remote(x) if x.handover_retry.is_some() || x.local.is_some() => {
+                    if let Some(ring) = retry_handover(x, cfg, product) {
+                        e.insert(Route::Local(ring));
+                    }
+                }
+                _ => {}
             }
             e.into_mut()
         }
         Entry::Vacant(v) => v.insert(connect(cfg, rdma, product)),
+    }
+}
+
+/// A producer on this host read through its read server since its
+/// handover failed: ask for its ring again when due; the ring, once the
+/// reads in flight through the server are done (the route then becomes
+/// local).
+fn retry_handover(x: &mut Remote, cfg: &ConsumerConfig, product: &Product) -> Option<ImportedRing> {
+    if let Some(due) = x.handover_retry {
+        if Instant::now() >= due {
+            match ImportedRing::connect_producer(product.producer, &cfg.key) {
+                Ok(r) => {
+                    x.local = Some(r);
+                    x.handover_retry = None;
+                }
+                Err(e) => x.handover_retry = handover_retry(&e, cfg),
+            }
+        }
+    }
+    if x.local.is_some() && x.reads.is_empty() && x.ring.idle() {
+        return x.local.take();
+    }
+    None
+}
+
+/// When to ask a producer for its ring again after the handover failed
+/// with `e`: never if it has no handover socket here (another host, or
+/// it serves none), else after the retry time (it was busy or refused).
+fn handover_retry(e: &io::Error, cfg: &ConsumerConfig) -> Option<Instant> {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound => None,
+        _ => Some(Instant::now() + cfg.retry_after),
     }
 }
 
@@ -1058,9 +1109,11 @@ fn connect(
     rdma: &mut Option<RdmaReader<Box<dyn Verbs>>>,
     product: &Product,
 ) -> Route {
+    let mut retry = None;
     if cfg.local_reads {
-        if let Ok(r) = ImportedRing::connect_producer(product.producer, &cfg.key) {
-            return Route::Local(r);
+        match ImportedRing::connect_producer(product.producer, &cfg.key) {
+            Ok(r) => return Route::Local(r),
+            Err(e) => retry = handover_retry(&e, cfg),
         }
     }
     let unreachable = |why: String| Route::Unreachable {
@@ -1094,7 +1147,10 @@ fn connect(
             Route::Remote(Box::new(Remote {
                 ring,
                 reads: FxHashMap::default(),
+                // RDMA reads stay: a producer read so is not on this host
+                handover_retry: retry.filter(|_| rdma_qp.is_none()),
                 rdma: rdma_qp,
+                local: None,
             }))
         }
         Ok(ring) => unreachable(format!(
