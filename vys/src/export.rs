@@ -344,7 +344,19 @@ impl ImportedRing {
         write_by(&mut s, &answer, deadline)?;
         let mut msg = [0u8; 48];
         s.set_read_timeout(Some(left(deadline)?))?;
-        let fd = recv_fd(&s, &mut msg)?.ok_or_else(|| {
+        let fd = match recv_fd(&s, &mut msg) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the producer did not hand its ring over within {} s",
+                        HANDOVER_TIMEOUT.as_secs()
+                    ),
+                ))
+            }
+            r => r,
+        }?
+        .ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 "the producer refused the stream key",
