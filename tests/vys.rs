@@ -286,3 +286,167 @@ fn signals_by_active_message_inside_a_job() {
         );
     }
 }
+
+/// A stranger (`nobody`, without the key) records a producer's signals
+/// from the group and replays them all 5 times while the producer still
+/// serves its ring: a `--check` consumer delivers every spectrum exactly
+/// once (it delivered each of them up to 6 times: issue 24, item 1) and
+/// counts the replays.
+#[test]
+fn replayed_signals_deliver_no_spectrum_twice() {
+    let _lock = job_lock();
+    let (_dir, key) = vys_key_file("replay");
+    let g = group(3);
+    let mut c = start(
+        "vys_consumer",
+        &key,
+        &g,
+        "--duration-s 12 --check --stats-s 0",
+    );
+    let co = wait_ready(&mut c);
+    let (_bin, copy) = world_runnable(&std::env::current_exe().unwrap(), "vys-replayer");
+    let mut r = as_nobody(&copy)
+        .args([
+            "--exact",
+            "replayer_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("VYS_REPLAY_GROUP", &g)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ro = wait_ready(&mut r);
+    // 2 antennas: 3 baselines x 2 windows x 2 stokes = 12 spectra per
+    // integration, 500 integrations: 6000 spectra in 750 signals
+    let p = start(
+        "vys_producer",
+        &key,
+        &g,
+        "--antennas 2 --integration-ms 2 --integrations 500 --checkable --slots 100000 \
+         --linger-s 7",
+    );
+    r.stdout = Some(ro);
+    let replayer = finish(r, Duration::from_secs(60));
+    println!("replayer: {}", replayer.stdout.trim());
+    assert!(
+        replayer.stdout.contains("replayed"),
+        "{}\n{}",
+        replayer.stdout,
+        replayer.stderr
+    );
+    done(p).ok();
+    c.stdout = Some(co);
+    let r = done(c);
+    println!("consumer: {}", r.stdout.trim());
+    r.ok();
+    let v = |k| summary_value(&r.stdout, "vys_consumer:", k);
+    assert_eq!(v("mismatched"), 0, "{}", r.stdout);
+    assert_eq!(
+        v("valid"),
+        6000,
+        "every spectrum exactly once: {}",
+        r.stdout
+    );
+    let replayed: u64 = replayer
+        .stdout
+        .split("replayed ")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    assert_eq!(v("replays"), 5 * replayed, "replays counted: {}", r.stdout);
+}
+
+/// The stranger of the test above, when run by it (as `nobody`): records
+/// the group's datagrams until 1 s passes without one, then sends them
+/// all again 5 times. Otherwise nothing.
+#[test]
+fn replayer_child() {
+    let Ok(g) = std::env::var("VYS_REPLAY_GROUP") else {
+        return;
+    };
+    use std::io::Write;
+    let g: std::net::SocketAddrV4 = g.parse().unwrap();
+    let sock = multicast_socket(g);
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    sock.set_read_timeout(Some(Duration::from_secs(1))).unwrap();
+    let t0 = std::time::Instant::now();
+    let mut recorded = Vec::new();
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        match sock.recv(&mut buf) {
+            Ok(n) => recorded.push(buf[..n].to_vec()),
+            Err(_) if !recorded.is_empty() || t0.elapsed() > Duration::from_secs(30) => break,
+            Err(_) => {}
+        }
+    }
+    for _ in 0..5 {
+        for (i, d) in recorded.iter().enumerate() {
+            sock.send_to(d, g).unwrap();
+            if i % 50 == 49 {
+                // paced: the consumer's socket queue is finite
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+    println!("replayed {} datagrams 5 times", recorded.len());
+}
+
+/// A UDP socket on `group`'s port (shared, `SO_REUSEADDR`, as the
+/// consumers' are), joined to it on loopback and sending to it there.
+fn multicast_socket(group: std::net::SocketAddrV4) -> std::net::UdpSocket {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket(2) with constant arguments; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+    // SAFETY: a fresh descriptor, owned by the socket from here on.
+    let s = unsafe { std::net::UdpSocket::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt on our socket with a c_int option of its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            &one as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: group.port().to_be(),
+        sin_addr: libc::in_addr { s_addr: 0 },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: bind(2) with a sockaddr_in of the stated size.
+    let r = unsafe {
+        libc::bind(
+            fd,
+            &addr as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    let lo = std::net::Ipv4Addr::LOCALHOST;
+    s.join_multicast_v4(group.ip(), &lo).unwrap();
+    s.set_multicast_loop_v4(true).unwrap();
+    let iface = libc::in_addr {
+        s_addr: u32::from(lo).to_be(),
+    };
+    // SAFETY: setsockopt on our socket with an in_addr option of its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_MULTICAST_IF,
+            &iface as *const libc::in_addr as *const libc::c_void,
+            std::mem::size_of::<libc::in_addr>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    s
+}

@@ -127,7 +127,7 @@ fn run(a: Args) -> Result<u64, String> {
     let mut kinds = Kinds::default();
     // messages other than valid spectra printed to stderr: the first 20
     let mut printed = 0u64;
-    let mut last = (kinds, 0u64);
+    let mut last = (kinds, 0u64, 0u64);
     let mut stopping = false;
     let stats: ConsumerStats = loop {
         if !stopping && Instant::now() >= end {
@@ -136,16 +136,19 @@ fn run(a: Args) -> Result<u64, String> {
         }
         if a.stats_s > 0.0 && tick.elapsed().as_secs_f64() >= a.stats_s {
             let dt = tick.elapsed().as_secs_f64();
-            let (k0, b0) = last;
+            let (k0, b0, r0) = last;
+            // replayed signals are dropped, not messages: the live count
+            let replays = c.stats().replays;
             println!(
-                "stats: spectra/s={:.0} MB/s={:.1} {}",
+                "stats: spectra/s={:.0} MB/s={:.1} {} replays={}",
                 (kinds.valid - k0.valid) as f64 / dt,
                 (bytes - b0) as f64 / dt / 1e6,
-                kinds.since(&k0)
+                kinds.since(&k0),
+                replays - r0
             );
             let _ = std::io::stdout().flush();
             tick = Instant::now();
-            last = (kinds, bytes);
+            last = (kinds, bytes, replays);
         }
         let Some(m) = c.recv(Duration::from_millis(50)) else {
             continue;
@@ -201,8 +204,8 @@ fn run(a: Args) -> Result<u64, String> {
     println!(
         "vys_consumer: valid={valid} mismatched={mismatched} unfiltered={unfiltered} bytes={bytes} seconds={secs:.3} \
          signals={} chosen={} verification_failures={} read_failures={} starved={} \
-         signals_lost={} bad_signals={} version_mismatches={} queue_dropped={} local_reads={} \
-         remote_reads={} rdma_reads={}",
+         signals_lost={} bad_signals={} version_mismatches={} replays={} queue_dropped={} \
+         local_reads={} remote_reads={} rdma_reads={}",
         stats.signals,
         stats.chosen,
         stats.verification_failures,
@@ -211,6 +214,7 @@ fn run(a: Args) -> Result<u64, String> {
         stats.signals_lost,
         stats.bad_signals,
         stats.version_mismatches,
+        stats.replays,
         stats.queue_dropped,
         stats.local_reads,
         stats.remote_reads,

@@ -50,7 +50,7 @@ struct Args {
     /// Integration time in ms (0: as fast as possible).
     #[arg(long, default_value_t = 10.0)]
     integration_ms: f64,
-    /// Spectra per signal message (1..=44).
+    /// Spectra per signal message (1..=42).
     #[arg(long, default_value_t = 8)]
     spectra_per_signal: usize,
     /// Data the ring holds, in ms of integrations (at least 2

@@ -18,6 +18,15 @@
 //! waits for the application: when the queue is full, messages are
 //! dropped and a [`Message::QueueAlert`] says how many.
 //!
+//! **Replays.** Each signal carries its producer instance (drawn at each
+//! producer start) and its number among that instance's signals, under
+//! the stream key's tag. The consumer takes each number of an instance
+//! once (a sliding window of 1024 numbers per instance, 4 instances per
+//! producer id, the newest by start time, 4096 producer ids) and drops
+//! the rest, counted in [`ConsumerStats::replays`]: signals recorded from
+//! the group and sent again, by anyone, never make a spectrum delivered
+//! twice.
+//!
 //! ```no_run
 //! use splitrt_vys::consumer::{Consumer, ConsumerConfig, Message};
 //! use std::net::{Ipv4Addr, SocketAddrV4};
@@ -44,6 +53,7 @@ use super::queue::{Alert, MessageQueue};
 use super::rdma_device::RdmaDevice;
 use super::rdma_read::{ProducerQp, RdmaReader};
 use super::read_client::{Done, ReadResult, RemoteRing};
+use super::replay::Replays;
 use super::ring::{check_slot, read_validated, slot_bytes, ReadOutcome, DATA_OFFSET};
 use super::signal::{DigestKind, Signal, SignalError, SpectrumInfo};
 use super::transport::SignalReceiver;
@@ -84,7 +94,10 @@ pub struct ConsumerConfig {
     pub read_timeout: Duration,
     /// Longest wait for a producer's read server to open a session.
     pub connect_timeout: Duration,
-    /// A producer that could not be reached is tried again after this.
+    /// A producer that could not be reached is tried again after this; a
+    /// producer on this host whose ring handover failed (it was busy or
+    /// refused) is read through its read server meanwhile and asked for
+    /// its ring again after this.
     pub retry_after: Duration,
     /// Read producers on this host through the mapping of their ring
     /// (`false`: always through their read server, as across hosts).
@@ -260,8 +273,13 @@ pub struct ConsumerStats {
     pub signals_lost: u64,
     /// Datagrams that were not usable signals (other key, malformed).
     pub bad_signals: u64,
-    /// Signals of another wire format version.
+    /// Signals of another wire format version (authentic: signed with
+    /// the stream key).
     pub version_mismatches: u64,
+    /// Authentic signals dropped because they were taken before: replays
+    /// (a stranger sending recorded signals again) or duplicates (see
+    /// [`Consumer`]: each signal of a producer instance is taken once).
+    pub replays: u64,
     /// Messages dropped because the queue was full.
     pub queue_dropped: u64,
     /// Spectra read through a mapping on this host.
@@ -328,7 +346,9 @@ pub enum Message {
         /// Why.
         error: String,
     },
-    /// A signal of another wire format version.
+    /// A signal of another wire format version, signed with the stream
+    /// key (unsigned bytes are a [`Message::SignalReceiveFailure`],
+    /// whatever version they claim).
     VersionMismatch {
         /// Its version.
         version: u16,
@@ -400,6 +420,8 @@ impl std::fmt::Display for Message {
 /// A running consumer.
 pub struct Consumer {
     rx: Arc<MessageQueue<Message>>,
+    /// The worker's counts, as of its last round.
+    stats: Arc<Mutex<ConsumerStats>>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     injector: SignalInjector,
@@ -463,6 +485,7 @@ impl Consumer {
             lost: Arc::new(AtomicU64::new(0)),
         };
         let rx = Arc::new(MessageQueue::new(cfg.queue_len));
+        let live = Arc::new(Mutex::new(ConsumerStats::default()));
         let tx = rx.clone();
         let stop = Arc::new(AtomicBool::new(false));
         let pool = Arc::new(Pool {
@@ -493,6 +516,8 @@ impl Consumer {
             pool,
             routes: FxHashMap::default(),
             stats: ConsumerStats::default(),
+            live: live.clone(),
+            replays: Replays::default(),
             starved: 0,
             overflow_seen: 0,
             done: Vec::new(),
@@ -506,6 +531,7 @@ impl Consumer {
             .spawn(move || w.run(&st))?;
         Ok(Consumer {
             rx,
+            stats: live,
             stop,
             thread: Some(thread),
             injector,
@@ -521,6 +547,12 @@ impl Consumer {
     /// after [`Message::End`] was taken.
     pub fn recv(&self, timeout: Duration) -> Option<Message> {
         self.rx.pop(timeout)
+    }
+
+    /// Every count so far (as of the consumer thread's last round, a few
+    /// milliseconds at most; [`Message::End`] carries the final ones).
+    pub fn stats(&self) -> ConsumerStats {
+        *self.stats.lock()
     }
 
     /// The next message if one is waiting.
@@ -551,6 +583,12 @@ struct Remote {
     /// Reads go by RDMA over this queue pair (the session is then only
     /// their liveness channel).
     rdma: Option<ProducerQp>,
+    /// The producer is on this host but its handover failed (busy,
+    /// refused): ask for its ring again at this time.
+    handover_retry: Option<Instant>,
+    /// Its ring, handed over since: new reads go through it, and the
+    /// route becomes local once the reads in flight are done.
+    local: Option<ImportedRing>,
 }
 
 enum Route {
@@ -582,6 +620,10 @@ struct Worker {
     pool: Arc<Pool>,
     routes: FxHashMap<u64, Route>,
     stats: ConsumerStats,
+    /// `stats`, published for [`Consumer::stats`] each round.
+    live: Arc<Mutex<ConsumerStats>>,
+    /// The signals taken, per producer instance (replays are dropped).
+    replays: Replays,
     starved: u64,
     overflow_seen: u64,
     done: Vec<Done>,
@@ -625,6 +667,7 @@ impl Worker {
             self.progress_remote();
             self.report_counts();
             self.flush();
+            *self.live.lock() = self.stats;
         }
         // drain: outstanding reads finish or time out
         let until = Instant::now() + self.cfg.read_timeout + Duration::from_millis(100);
@@ -636,6 +679,7 @@ impl Worker {
         self.report_counts();
         self.flush();
         let stats = self.stats;
+        *self.live.lock() = stats;
         self.tx.push_last(Message::End { status, stats });
     }
 
@@ -762,6 +806,13 @@ impl Worker {
                 return;
             }
         };
+        if !self
+            .replays
+            .take(s.producer, s.started, s.instance, s.sequence)
+        {
+            self.stats.replays += 1;
+            return;
+        }
         self.stats.signals += 1;
         let product = Arc::new(Product::of(&s));
         let mut pass = std::mem::take(&mut self.pass);
@@ -800,15 +851,17 @@ impl Worker {
             SessionFailed(String),
         }
         let pool = &self.pool;
+        let local = |ring: &ImportedRing| match pool.take() {
+            Some(mut buf) => {
+                let data = &mut buf[DATA_OFFSET..DATA_OFFSET + bytes];
+                let o = read_validated(ring.words(), bytes, &info, product.digest, data);
+                Next::Read(o, buf)
+            }
+            None => Next::Starved,
+        };
         let next = match route(&mut self.routes, &mut self.rdma, &self.cfg, product) {
-            Route::Local(ring) => match pool.take() {
-                Some(mut buf) => {
-                    let data = &mut buf[DATA_OFFSET..DATA_OFFSET + bytes];
-                    let o = read_validated(ring.words(), bytes, &info, product.digest, data);
-                    Next::Read(o, buf)
-                }
-                None => Next::Starved,
-            },
+            Route::Local(ring) => local(ring),
+            Route::Remote(x) if x.local.is_some() => local(x.local.as_ref().expect("checked")),
             Route::Remote(x) if x.rdma.is_some() => {
                 let (p, r) = (
                     x.rdma.expect("checked"),
@@ -1002,12 +1055,52 @@ fn route<'a>(
     }
     match routes.entry(p) {
         Entry::Occupied(mut e) => {
-            if matches!(e.get(), Route::Unreachable { until, .. } if Instant::now() >= *until) {
-                e.insert(connect(cfg, rdma, product));
+            match e.get_mut() {
+                Route::Unreachable { until, .. } if Instant::now() >= *until => {
+                    e.insert(connect(cfg, rdma, product));
+                }
+                Route::Remote(x) if x.handover_retry.is_some() || x.local.is_some() => {
+                    if let Some(ring) = retry_handover(x, cfg, product) {
+                        e.insert(Route::Local(ring));
+                    }
+                }
+                _ => {}
             }
             e.into_mut()
         }
         Entry::Vacant(v) => v.insert(connect(cfg, rdma, product)),
+    }
+}
+
+/// A producer on this host read through its read server since its
+/// handover failed: ask for its ring again when due; the ring, once the
+/// reads in flight through the server are done (the route then becomes
+/// local).
+fn retry_handover(x: &mut Remote, cfg: &ConsumerConfig, product: &Product) -> Option<ImportedRing> {
+    if let Some(due) = x.handover_retry {
+        if Instant::now() >= due {
+            match ImportedRing::connect_producer(product.producer, &cfg.key) {
+                Ok(r) => {
+                    x.local = Some(r);
+                    x.handover_retry = None;
+                }
+                Err(e) => x.handover_retry = handover_retry(&e, cfg),
+            }
+        }
+    }
+    if x.local.is_some() && x.reads.is_empty() && x.ring.idle() {
+        return x.local.take();
+    }
+    None
+}
+
+/// When to ask a producer for its ring again after the handover failed
+/// with `e`: never if it has no handover socket here (another host, or
+/// it serves none), else after the retry time (it was busy or refused).
+fn handover_retry(e: &io::Error, cfg: &ConsumerConfig) -> Option<Instant> {
+    match e.kind() {
+        io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound => None,
+        _ => Some(Instant::now() + cfg.retry_after),
     }
 }
 
@@ -1016,9 +1109,11 @@ fn connect(
     rdma: &mut Option<RdmaReader<Box<dyn Verbs>>>,
     product: &Product,
 ) -> Route {
+    let mut retry = None;
     if cfg.local_reads {
-        if let Ok(r) = ImportedRing::connect_producer(product.producer, &cfg.key) {
-            return Route::Local(r);
+        match ImportedRing::connect_producer(product.producer, &cfg.key) {
+            Ok(r) => return Route::Local(r),
+            Err(e) => retry = handover_retry(&e, cfg),
         }
     }
     let unreachable = |why: String| Route::Unreachable {
@@ -1052,7 +1147,10 @@ fn connect(
             Route::Remote(Box::new(Remote {
                 ring,
                 reads: FxHashMap::default(),
+                // RDMA reads stay: a producer read so is not on this host
+                handover_retry: retry.filter(|_| rdma_qp.is_none()),
                 rdma: rdma_qp,
+                local: None,
             }))
         }
         Ok(ring) => unreachable(format!(

@@ -20,6 +20,23 @@
 //! producer's next write a `SIGBUS`). The consumer refuses a ring without
 //! those seals, so a producer cannot shrink a ring under its consumers
 //! either.
+//!
+//! **The socket's name** is derived from the stream key and the producer
+//! id ([`handover_name`]): ids are public (every signal carries one), but
+//! without the key nobody can compute the name before the producer binds
+//! it, so nobody can squat it (abstract sockets have no permissions: the
+//! first to bind a name owns it). Once bound the name is visible (in
+//! `/proc/net/unix`), so anyone can connect.
+//!
+//! **Strangers on the socket.** The producer answers every connection
+//! from one thread ([`HandoverServer`]) that never blocks on any: the
+//! sockets are non-blocking and polled, each connection gets
+//! [`HANDOVER_TIMEOUT`] for the whole exchange (not per read: a peer
+//! trickling bytes is closed at the deadline all the same), and at most
+//! [`MAX_UNPROVEN`] connections wait for their proof at once (a new one
+//! evicts the oldest). A consumer answers its challenge at once, so
+//! connections held silent or trickling by strangers neither hold it up
+//! nor keep a slot past the deadline.
 
 use super::ring::{read_validated, ReadOnlyWords, ReadOutcome};
 use super::signal::{DigestKind, SpectrumInfo};
@@ -28,8 +45,10 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 const NONCE: usize = 32;
 
@@ -38,9 +57,13 @@ const NONCE: usize = 32;
 /// writable), no size change, no further seal change.
 const RING_SEALS: libc::c_int =
     libc::F_SEAL_FUTURE_WRITE | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-/// Longest either side of a handover waits for the other (a local socket:
+/// Longest a whole handover may take, on either side, from connection to
+/// the descriptor (a deadline, not a per-read timeout; a local socket:
 /// anything slower is a peer that will not answer).
 pub const HANDOVER_TIMEOUT: Duration = Duration::from_secs(2);
+/// Connections a producer keeps waiting for their proof of the key at
+/// most; one more evicts the oldest.
+pub const MAX_UNPROVEN: usize = 64;
 
 fn proof(key: &[u8; 32], nonce: &[u8]) -> [u8; 32] {
     let mut h = blake3::Hasher::new_keyed(key);
@@ -59,15 +82,84 @@ fn producer_proof(key: &[u8; 32], nonce: &[u8], producer: u64, len: u64) -> [u8;
 }
 
 /// The abstract Unix socket name (no file anywhere; scoped to the network
-/// namespace, so to the host) where producer `producer` hands its ring.
-pub fn handover_name(producer: u64) -> String {
-    format!("splitrt-vys-{producer:016x}")
+/// namespace, so to the host) where producer `producer` of the stream with
+/// key `key` hands its ring: `splitrt-vys-` and 32 hex digits of keyed
+/// BLAKE3 of the id under the key, which nobody without the key can
+/// compute (so nobody can take the name first).
+pub fn handover_name(key: &[u8; 32], producer: u64) -> String {
+    let mut h = blake3::Hasher::new_keyed(key);
+    h.update(b"splitrt vys handover name\0");
+    h.update(&producer.to_le_bytes());
+    let tag: String = h.finalize().as_bytes()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("splitrt-vys-{tag}")
 }
 
 /// The abstract socket address of [`handover_name`].
-pub fn handover_addr(producer: u64) -> io::Result<std::os::unix::net::SocketAddr> {
+pub fn handover_addr(key: &[u8; 32], producer: u64) -> io::Result<std::os::unix::net::SocketAddr> {
     use std::os::linux::net::SocketAddrExt;
-    std::os::unix::net::SocketAddr::from_abstract_name(handover_name(producer).as_bytes())
+    std::os::unix::net::SocketAddr::from_abstract_name(handover_name(key, producer).as_bytes())
+}
+
+/// What is left of `deadline`, or the error saying it passed.
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "the ring handover did not complete within {} s",
+                HANDOVER_TIMEOUT.as_secs()
+            ),
+        ));
+    }
+    Ok(d)
+}
+
+/// `read_exact` that ends by `deadline`, however the bytes trickle in.
+fn read_by(s: &mut UnixStream, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    while !buf.is_empty() {
+        s.set_read_timeout(Some(left(deadline)?))?;
+        match s.read(buf) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => buf = &mut buf[n..],
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                left(deadline)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// `write_all` that ends by `deadline`.
+fn write_by(s: &mut UnixStream, mut buf: &[u8], deadline: Instant) -> io::Result<()> {
+    while !buf.is_empty() {
+        s.set_write_timeout(Some(left(deadline)?))?;
+        match s.write(buf) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => buf = &buf[n..],
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                left(deadline)?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn words_of(base: *const u8, len: usize) -> &'static [AtomicU64] {
@@ -163,18 +255,34 @@ impl ExportedRing {
     /// Answer one connected consumer: challenge it, and if it proves the
     /// stream key, pass it the read-only descriptor, the ring's length,
     /// the producer id and the producer's proof. Returns whether it was
-    /// served.
+    /// served. The whole exchange has [`HANDOVER_TIMEOUT`]. (A producer
+    /// answers its consumers with a [`HandoverServer`], which serves many
+    /// at once; this one at a time.)
     pub fn serve(&self, mut s: UnixStream, key: &[u8; 32], producer: u64) -> io::Result<bool> {
-        s.set_read_timeout(Some(HANDOVER_TIMEOUT))?;
-        s.set_write_timeout(Some(HANDOVER_TIMEOUT))?;
+        let deadline = Instant::now() + HANDOVER_TIMEOUT;
         let mut nonce = [0u8; NONCE];
         getrandom::getrandom(&mut nonce).map_err(|e| io::Error::other(e.to_string()))?;
-        s.write_all(&nonce)?;
+        write_by(&mut s, &nonce, deadline)?;
         let mut answer = [0u8; 32 + NONCE];
-        s.read_exact(&mut answer)?;
-        let want = proof(key, &nonce);
+        read_by(&mut s, &mut answer, deadline)?;
+        s.set_write_timeout(Some(left(deadline)?))?;
+        self.answer(&s, key, producer, &nonce, &answer)
+    }
+
+    /// The reply to a consumer's `answer` to `nonce`: the descriptor and
+    /// the producer's proof if it proved the key (true), else 8 zero bytes
+    /// (false).
+    fn answer(
+        &self,
+        s: &UnixStream,
+        key: &[u8; 32],
+        producer: u64,
+        nonce: &[u8; NONCE],
+        answer: &[u8; 32 + NONCE],
+    ) -> io::Result<bool> {
+        let want = proof(key, nonce);
         if !splitrt_runtime::key::same_mac(&answer[..32], &want) {
-            let _ = s.write_all(&[0u8; 8]);
+            let _ = (&*s).write(&[0u8; 8]);
             return Ok(false);
         }
         let len = self.len as u64;
@@ -183,7 +291,7 @@ impl ExportedRing {
         msg[8..16].copy_from_slice(&producer.to_le_bytes());
         msg[16..].copy_from_slice(&producer_proof(key, &answer[32..], producer, len));
         let ro = self.read_only_fd()?;
-        send_fd(&s, ro.as_raw_fd(), &msg)?;
+        send_fd(s, ro.as_raw_fd(), &msg)?;
         Ok(true)
     }
 }
@@ -213,9 +321,10 @@ impl ImportedRing {
     }
 
     /// Connect to producer `producer`'s handover socket on this host
-    /// ([`handover_addr`]); fails at once if it has none here.
+    /// ([`handover_addr`] under `key`); fails at once if it has none here
+    /// (`ConnectionRefused`), else within [`HANDOVER_TIMEOUT`].
     pub fn connect_producer(producer: u64, key: &[u8; 32]) -> io::Result<ImportedRing> {
-        let s = UnixStream::connect_addr(&handover_addr(producer)?)?;
+        let s = UnixStream::connect_addr(&handover_addr(key, producer)?)?;
         Self::handshake(s, key, Some(producer))
     }
 
@@ -224,18 +333,30 @@ impl ImportedRing {
         key: &[u8; 32],
         producer: Option<u64>,
     ) -> io::Result<ImportedRing> {
-        s.set_read_timeout(Some(HANDOVER_TIMEOUT))?;
-        s.set_write_timeout(Some(HANDOVER_TIMEOUT))?;
+        let deadline = Instant::now() + HANDOVER_TIMEOUT;
         let mut nonce = [0u8; NONCE];
-        s.read_exact(&mut nonce)?;
+        read_by(&mut s, &mut nonce, deadline)?;
         let mut mine = [0u8; NONCE];
         getrandom::getrandom(&mut mine).map_err(|e| io::Error::other(e.to_string()))?;
         let mut answer = [0u8; 32 + NONCE];
         answer[..32].copy_from_slice(&proof(key, &nonce));
         answer[32..].copy_from_slice(&mine);
-        s.write_all(&answer)?;
+        write_by(&mut s, &answer, deadline)?;
         let mut msg = [0u8; 48];
-        let fd = recv_fd(&s, &mut msg)?.ok_or_else(|| {
+        s.set_read_timeout(Some(left(deadline)?))?;
+        let fd = match recv_fd(&s, &mut msg) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the producer did not hand its ring over within {} s",
+                        HANDOVER_TIMEOUT.as_secs()
+                    ),
+                ))
+            }
+            r => r,
+        }?
+        .ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 "the producer refused the stream key",
@@ -320,6 +441,241 @@ impl ImportedRing {
     /// Base address of the mapping (for tests of its protection).
     pub fn base(&self) -> *const u8 {
         self.map.as_ptr()
+    }
+}
+
+/// A connection to the handover socket that has not yet proved the key.
+struct Unproven {
+    s: UnixStream,
+    nonce: [u8; NONCE],
+    /// Bytes of the nonce sent.
+    sent: usize,
+    answer: [u8; 32 + NONCE],
+    /// Bytes of the answer received.
+    got: usize,
+    deadline: Instant,
+}
+
+/// What became of a connection after some progress.
+enum Step {
+    Waiting,
+    Done,
+}
+
+impl Unproven {
+    /// Send what is left of the nonce, take what came of the answer, and
+    /// once it is whole answer it. `Err`: the connection is finished with.
+    fn step(&mut self, ring: &ExportedRing, key: &[u8; 32], producer: u64) -> io::Result<Step> {
+        while self.sent < NONCE {
+            match (&self.s).write(&self.nonce[self.sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Waiting),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        while self.got < self.answer.len() {
+            match (&self.s).read(&mut self.answer[self.got..]) {
+                Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+                Ok(n) => self.got += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Step::Waiting),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        ring.answer(&self.s, key, producer, &self.nonce, &self.answer)?;
+        Ok(Step::Done)
+    }
+}
+
+/// Counters of a [`HandoverServer`].
+#[derive(Debug, Default)]
+pub struct HandoverStats {
+    /// Consumers handed the ring.
+    pub served: AtomicU64,
+    /// Connections closed without the ring: a wrong proof, a deadline
+    /// passed, hung up, or evicted by a newer one when all
+    /// [`MAX_UNPROVEN`] slots were taken.
+    pub refused: AtomicU64,
+    /// Of those, the ones evicted.
+    pub evicted: AtomicU64,
+    /// Of those, the ones whose deadline passed.
+    pub expired: AtomicU64,
+}
+
+/// A producer's handover socket and the thread answering it (see the
+/// module's documentation); stopped when dropped.
+pub struct HandoverServer {
+    name: String,
+    stop: Arc<AtomicBool>,
+    refuse: Arc<AtomicBool>,
+    stats: Arc<HandoverStats>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl HandoverServer {
+    /// Bind producer `producer`'s handover name under `key` and start
+    /// answering. A name taken already (another producer of this stream
+    /// with this id on this host) is an error naming the socket and why.
+    pub fn start(
+        ring: Arc<ExportedRing>,
+        key: [u8; 32],
+        producer: u64,
+    ) -> io::Result<HandoverServer> {
+        let name = handover_name(&key, producer);
+        let l = UnixListener::bind_addr(&handover_addr(&key, producer)?).map_err(|e| {
+            let why = if e.kind() == io::ErrorKind::AddrInUse {
+                format!(
+                    "another producer of this stream with id {producer:016x} is serving \
+                     on this host (the name comes from the stream key and the id: only \
+                     a holder of the key can compute it); give each producer its own id, \
+                     or stop the other one"
+                )
+            } else {
+                "the socket could not be made".to_string()
+            };
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "vys producer {producer:016x}: cannot bind its ring handover socket \
+                     @{name} ({e}): {why}"
+                ),
+            )
+        })?;
+        l.set_nonblocking(true)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let refuse = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(HandoverStats::default());
+        let (st, rf, ss) = (stop.clone(), refuse.clone(), stats.clone());
+        let thread = std::thread::Builder::new()
+            .name("vys-handover".into())
+            .spawn(move || serve_all(&l, &ring, &key, producer, &st, &rf, &ss))?;
+        Ok(HandoverServer {
+            name,
+            stop,
+            refuse,
+            stats,
+            thread: Some(thread),
+        })
+    }
+
+    /// The abstract socket's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its counters.
+    pub fn stats(&self) -> &HandoverStats {
+        &self.stats
+    }
+
+    /// Tests: close every connection at once, unanswered (`true`), as a
+    /// producer that cannot hand over its ring would, or answer again.
+    #[doc(hidden)]
+    pub fn refuse_all(&self, on: bool) {
+        self.refuse.store(on, Ordering::Release);
+    }
+}
+
+impl Drop for HandoverServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// New connections taken per round at most (between rounds every waiting
+/// connection makes progress, so a burst of strangers cannot evict a
+/// consumer before its answer is read).
+const ACCEPTS_PER_ROUND: usize = 16;
+
+/// The handover thread: accept, step every connection whose socket is
+/// ready, close those past their deadline, and sleep in `poll` until a
+/// socket is ready, the next deadline, or 100 ms (to see `stop`).
+fn serve_all(
+    l: &UnixListener,
+    ring: &ExportedRing,
+    key: &[u8; 32],
+    producer: u64,
+    stop: &AtomicBool,
+    refuse: &AtomicBool,
+    stats: &HandoverStats,
+) {
+    let mut waiting: std::collections::VecDeque<Unproven> = std::collections::VecDeque::new();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    let count = |c: &AtomicU64| {
+        c.fetch_add(1, Ordering::Relaxed);
+    };
+    while !stop.load(Ordering::Acquire) {
+        for _ in 0..ACCEPTS_PER_ROUND {
+            let s = match l.accept() {
+                Ok((s, _)) => s,
+                Err(_) => break,
+            };
+            let mut nonce = [0u8; NONCE];
+            if refuse.load(Ordering::Acquire)
+                || s.set_nonblocking(true).is_err()
+                || getrandom::getrandom(&mut nonce).is_err()
+            {
+                count(&stats.refused);
+                continue;
+            }
+            if waiting.len() >= MAX_UNPROVEN {
+                waiting.pop_front();
+                count(&stats.refused);
+                count(&stats.evicted);
+            }
+            waiting.push_back(Unproven {
+                s,
+                nonce,
+                sent: 0,
+                answer: [0; 32 + NONCE],
+                got: 0,
+                deadline: Instant::now() + HANDOVER_TIMEOUT,
+            });
+        }
+        let now = Instant::now();
+        waiting.retain_mut(|u| match u.step(ring, key, producer) {
+            Ok(Step::Done) => {
+                count(&stats.served);
+                false
+            }
+            Ok(Step::Waiting) if u.deadline > now => true,
+            Ok(Step::Waiting) => {
+                count(&stats.refused);
+                count(&stats.expired);
+                false
+            }
+            Err(_) => {
+                count(&stats.refused);
+                false
+            }
+        });
+        fds.clear();
+        fds.push(libc::pollfd {
+            fd: l.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let mut wake = Duration::from_millis(100);
+        for u in &waiting {
+            fds.push(libc::pollfd {
+                fd: u.s.as_raw_fd(),
+                events: if u.sent < NONCE {
+                    libc::POLLOUT
+                } else {
+                    libc::POLLIN
+                },
+                revents: 0,
+            });
+            wake = wake.min(u.deadline.saturating_duration_since(now));
+        }
+        let ms = wake.as_micros().div_ceil(1000) as libc::c_int;
+        // SAFETY: fds is a live array of fds.len() pollfd structures.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     }
 }
 

@@ -17,7 +17,8 @@
 //! * [`rdma_export`], [`rdma_read`], [`rdma_device`]: reads by RDMA read
 //!   (ordered for the seqlock) over the verbs layer, the queue pair and
 //!   the ring's key exchanged in the read session's handshake;
-//! * [`producer`] and [`consumer`]: the library APIs;
+//! * [`producer`] and [`consumer`]: the library APIs (the consumer drops
+//!   replayed signals: `replay`);
 //! * [`checkable`]: spectra whose data is a function of their identity;
 //! * [`stream_key`]: the operator's key, parsed.
 //!
@@ -38,6 +39,7 @@ pub mod rdma_read;
 pub mod read_client;
 pub mod read_proto;
 pub mod read_server;
+mod replay;
 pub mod ring;
 pub mod signal;
 pub mod stream_key;

@@ -21,7 +21,7 @@
 //! p.flush().unwrap();
 //! ```
 
-use super::export::{handover_addr, ExportedRing};
+use super::export::{ExportedRing, HandoverServer};
 use super::rdma_device::RdmaDevice;
 use super::read_server::ReadServer;
 use super::ring::{slot_bytes, write_slot};
@@ -30,11 +30,7 @@ use super::transport::SignalSender;
 use rustc_hash::FxHashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::unix::net::UnixListener;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::Duration;
 
 /// One data product: what a signal message describes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -69,7 +65,7 @@ pub struct ProducerConfig {
     pub slots: usize,
     /// Digest announced with each spectrum.
     pub digest: DigestKind,
-    /// Spectra of one product per signal message (1..=44).
+    /// Spectra of one product per signal message (1..=42).
     pub spectra_per_signal: usize,
     /// Correlator configuration id (announced).
     pub config: u64,
@@ -131,6 +127,11 @@ pub struct ProducerStats {
 pub struct Producer {
     cfg: ProducerConfig,
     id: u64,
+    /// This instance (random) and its start (ns since the epoch).
+    instance: u64,
+    started: u64,
+    /// The last signal sequence number given out.
+    sequence: u64,
     ring: Arc<ExportedRing>,
     next: u64,
     sender: Option<SignalSender>,
@@ -138,7 +139,7 @@ pub struct Producer {
     /// The last signal encoded (its allocation reused).
     encoded: Vec<u8>,
     server: Option<ReadServer>,
-    handover: Option<Handover>,
+    handover: Option<HandoverServer>,
     address: SocketAddr,
     batches: FxHashMap<ProductId, Vec<SpectrumInfo>>,
     stats: ProducerStats,
@@ -160,14 +161,19 @@ impl Producer {
                 cfg.spectra_per_signal
             )));
         }
+        let random = || {
+            let mut b = [0u8; 8];
+            getrandom::getrandom(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
+            Ok::<u64, io::Error>(u64::from_le_bytes(b))
+        };
         let id = match cfg.id {
             Some(i) => i,
-            None => {
-                let mut b = [0u8; 8];
-                getrandom::getrandom(&mut b).map_err(|e| io::Error::other(e.to_string()))?;
-                u64::from_le_bytes(b)
-            }
+            None => random()?,
         };
+        let instance = random()?;
+        let started = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
         let len = cfg
             .slots
             .checked_mul(slot_bytes(cfg.spectrum_bytes))
@@ -201,12 +207,15 @@ impl Producer {
             .as_ref()
             .map_or(SocketAddr::new(IpAddr::V4(cfg.interface), 0), |s| s.addr());
         let handover = if cfg.serve_local {
-            Some(Handover::start(ring.clone(), id, cfg.key)?)
+            Some(HandoverServer::start(ring.clone(), cfg.key, id)?)
         } else {
             None
         };
         Ok(Producer {
             id,
+            instance,
+            started,
+            sequence: 0,
             ring,
             next: 1,
             sender,
@@ -234,6 +243,11 @@ impl Producer {
     /// Counters so far.
     pub fn stats(&self) -> ProducerStats {
         self.stats
+    }
+
+    /// The handover server (consumers on this host), if it serves them.
+    pub fn handover(&self) -> Option<&HandoverServer> {
+        self.handover.as_ref()
     }
 
     /// The read server's counters, if it serves remote reads.
@@ -296,8 +310,10 @@ impl Producer {
         Ok(())
     }
 
-    /// The signal a batch makes.
-    pub fn signal(&self, product: ProductId, entries: Vec<SpectrumInfo>) -> Signal {
+    /// The signal a batch makes; it takes the next sequence number of this
+    /// producer instance (consumers take each number once).
+    pub fn signal(&mut self, product: ProductId, entries: Vec<SpectrumInfo>) -> Signal {
+        self.sequence += 1;
         Signal {
             digest: self.cfg.digest,
             channels: self.cfg.channels,
@@ -308,6 +324,9 @@ impl Producer {
             stokes: product.stokes,
             config: self.cfg.config,
             spectrum_bytes: self.cfg.spectrum_bytes as u32,
+            instance: self.instance,
+            started: self.started,
+            sequence: self.sequence,
             entries,
         }
     }
@@ -364,64 +383,3 @@ impl Drop for Producer {
 /// Signals kept for [`Producer::take_signals`] at most (an application
 /// that never takes them loses the newest, counted in `signal_errors`).
 const MAX_QUEUED_SIGNALS: usize = 4096;
-
-/// Concurrent handovers at most (each is a short exchange with a 2 s
-/// timeout; more clients than this wait in the listen queue).
-const MAX_HANDOVERS: usize = 8;
-
-/// The thread answering consumers on this host on the producer's abstract
-/// handover socket.
-struct Handover {
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Handover {
-    fn start(ring: Arc<ExportedRing>, id: u64, key: [u8; 32]) -> io::Result<Handover> {
-        let l = UnixListener::bind_addr(&handover_addr(id)?)?;
-        l.set_nonblocking(true)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let st = stop.clone();
-        let busy = Arc::new(AtomicUsize::new(0));
-        let thread = std::thread::Builder::new()
-            .name("vys-handover".into())
-            .spawn(move || {
-                while !st.load(Ordering::Acquire) {
-                    if busy.load(Ordering::Acquire) >= MAX_HANDOVERS {
-                        std::thread::sleep(Duration::from_millis(5));
-                        continue;
-                    }
-                    match l.accept() {
-                        Ok((s, _)) => {
-                            let _ = s.set_nonblocking(false);
-                            let (ring, mine) = (ring.clone(), busy.clone());
-                            busy.fetch_add(1, Ordering::AcqRel);
-                            let spawned = std::thread::Builder::new()
-                                .name("vys-handover-1".into())
-                                .spawn(move || {
-                                    let _ = ring.serve(s, &key, id);
-                                    mine.fetch_sub(1, Ordering::AcqRel);
-                                });
-                            if spawned.is_err() {
-                                busy.fetch_sub(1, Ordering::AcqRel);
-                            }
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                    }
-                }
-            })?;
-        Ok(Handover {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Handover {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}

@@ -13,26 +13,48 @@
 //! 32 producer port u16 34 stations [u16; 2] 38 spectral window u16
 //! 40 stokes u16        42 reserved u16    44 reserved u32
 //! 48 configuration id u64                 56 spectrum bytes u32  60 reserved u32
-//! 64 entries: { offset u64, timestamp u64, sequence id u64, digest u64 } x count
+//! 64 instance u64 (random, drawn at each producer start)
+//! 72 instance start u64 (ns since the Unix epoch)
+//! 80 signal sequence number u64 (of this instance, from 1)
+//! 88 entries: { offset u64, timestamp u64, sequence id u64, digest u64 } x count
 //! .. tag [u8; 16]: keyed BLAKE3 (stream key) of everything before it
 //! ```
+//!
+//! **Freshness.** The instance, its start and the sequence number ride
+//! under the tag, so nobody without the key can make a signal look new: a
+//! consumer delivers each signal of an instance once and drops the same
+//! bytes coming again (a replay by a stranger who recorded the group, or
+//! a duplicate of the network), see `consumer`'s replay window.
+//!
+//! **What every version keeps** (so a datagram is authenticated before
+//! its version is believed): a signal is one datagram of at most
+//! [`MAX_DATAGRAM`] bytes whose last [`SIGNAL_TAG`] bytes are the keyed
+//! BLAKE3 of all before them, version 1 as this one. [`Signal::decode`]
+//! checks the tag first: bytes without the key's tag are foreign (or
+//! malformed), whatever their first two bytes say, and only an authentic
+//! signal of another version is a version mismatch.
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
-/// Wire format version of this code.
-pub const SIGNAL_VERSION: u16 = 1;
+/// Wire format version of this code (2: the instance, its start and the
+/// sequence number joined the header; version 1 had a 64-byte header).
+pub const SIGNAL_VERSION: u16 = 2;
 /// Fixed header bytes.
-pub const SIGNAL_HEADER: usize = 64;
+pub const SIGNAL_HEADER: usize = 88;
 /// Bytes per entry.
 pub const SIGNAL_ENTRY: usize = 32;
 /// Tag bytes.
 pub const SIGNAL_TAG: usize = 16;
-/// Most entries in one signal: the message fits one 1500-byte Ethernet
-/// frame (1472 bytes of UDP payload).
-pub const MAX_ENTRIES: usize = (1472 - SIGNAL_HEADER - SIGNAL_TAG) / SIGNAL_ENTRY;
+/// Longest signal datagram of any version: one 1500-byte Ethernet frame
+/// (1472 bytes of UDP payload). Longer datagrams are dropped unread.
+pub const MAX_DATAGRAM: usize = 1472;
+/// Most entries in one signal: the message fits [`MAX_DATAGRAM`].
+pub const MAX_ENTRIES: usize = (MAX_DATAGRAM - SIGNAL_HEADER - SIGNAL_TAG) / SIGNAL_ENTRY;
 
 static_assertions::const_assert_eq!(SIGNAL_HEADER % 8, 0);
-static_assertions::const_assert!(SIGNAL_HEADER + MAX_ENTRIES * SIGNAL_ENTRY + SIGNAL_TAG <= 1472);
+static_assertions::const_assert!(
+    SIGNAL_HEADER + MAX_ENTRIES * SIGNAL_ENTRY + SIGNAL_TAG <= MAX_DATAGRAM
+);
 static_assertions::const_assert!(MAX_ENTRIES <= u8::MAX as usize);
 
 /// The digest a producer computed over each spectrum's data.
@@ -121,6 +143,15 @@ pub struct Signal {
     pub config: u64,
     /// Bytes of spectrum data per buffer.
     pub spectrum_bytes: u32,
+    /// The producer instance: random, drawn each time a producer starts
+    /// (a producer id may be reused; an instance is not).
+    pub instance: u64,
+    /// When the instance started (ns since the Unix epoch): of two
+    /// instances of one producer id, consumers take the later one's.
+    pub started: u64,
+    /// This signal's number among its instance's (from 1): a consumer
+    /// takes each number of an instance once.
+    pub sequence: u64,
     /// The spectra (1 ..= [`MAX_ENTRIES`]).
     pub entries: Vec<SpectrumInfo>,
 }
@@ -205,6 +236,9 @@ impl Signal {
         b[40..42].copy_from_slice(&self.stokes.to_le_bytes());
         b[48..56].copy_from_slice(&self.config.to_le_bytes());
         b[56..60].copy_from_slice(&self.spectrum_bytes.to_le_bytes());
+        b[64..72].copy_from_slice(&self.instance.to_le_bytes());
+        b[72..80].copy_from_slice(&self.started.to_le_bytes());
+        b[80..88].copy_from_slice(&self.sequence.to_le_bytes());
         for (i, e) in self.entries.iter().enumerate() {
             let o = SIGNAL_HEADER + i * SIGNAL_ENTRY;
             b[o..o + 8].copy_from_slice(&e.offset.to_le_bytes());
@@ -217,11 +251,22 @@ impl Signal {
         b[end..].copy_from_slice(&t);
     }
 
-    /// Decode a datagram: the version first (a consumer of another version
-    /// says so rather than misreading), then the tag, then every field.
+    /// Decode a datagram: the tag first (bytes that are not signed with
+    /// the stream key are foreign whatever they claim to be), then the
+    /// version (an authentic signal of another version says so rather
+    /// than being misread), then every field.
     pub fn decode(b: &[u8], key: &[u8; 32]) -> Result<Signal, SignalError> {
-        if b.len() < 2 {
-            return Err(SignalError::Malformed(format!("{} B", b.len())));
+        if b.len() < 2 + SIGNAL_TAG || b.len() > MAX_DATAGRAM {
+            return Err(SignalError::Malformed(format!(
+                "{} B (a signal has {}..={MAX_DATAGRAM})",
+                b.len(),
+                2 + SIGNAL_TAG
+            )));
+        }
+        let end = b.len() - SIGNAL_TAG;
+        let t = tag(key, &b[..end]);
+        if !splitrt_runtime::key::same_mac(&t, &b[end..]) {
+            return Err(SignalError::Foreign);
         }
         let version = u16_at(b, 0);
         if version != SIGNAL_VERSION {
@@ -232,11 +277,6 @@ impl Signal {
                 "{} B is too short",
                 b.len()
             )));
-        }
-        let end = b.len() - SIGNAL_TAG;
-        let t = tag(key, &b[..end]);
-        if !splitrt_runtime::key::same_mac(&t, &b[end..]) {
-            return Err(SignalError::Foreign);
         }
         let n = b[3] as usize;
         if n == 0 || n > MAX_ENTRIES || end != SIGNAL_HEADER + n * SIGNAL_ENTRY {
@@ -273,6 +313,9 @@ impl Signal {
             stokes: u16_at(b, 40),
             config: u64_at(b, 48),
             spectrum_bytes: u32_at(b, 56),
+            instance: u64_at(b, 64),
+            started: u64_at(b, 72),
+            sequence: u64_at(b, 80),
             entries,
         })
     }
@@ -295,6 +338,9 @@ mod tests {
             stokes: 2,
             config: 0xdead_beef,
             spectrum_bytes: 8192,
+            instance: 0x1122_3344_5566_7788,
+            started: 1_700_000_000_000_000_000,
+            sequence: 0x0a0b,
             entries: vec![
                 SpectrumInfo {
                     offset: 0x1000,
@@ -317,19 +363,30 @@ mod tests {
     }
 
     /// The exact bytes: a change of layout fails here, on purpose.
+    ///
+    /// Version 2 (issue 24): the version word is 2 and the header grew
+    /// from 64 to 88 bytes: instance (8877..11), instance start
+    /// (00002a36fe9c9717 = 1.7e18 ns) and signal sequence number (0b0a..)
+    /// after the first 64 bytes, which are unchanged but for the version;
+    /// the entries are the same bytes as version 1's; the tag changed
+    /// because what it covers did. Version 1's bytes are in
+    /// `tests/vys_replay.rs` (an authentic signal of another version).
     #[test]
     fn golden_bytes() {
         let b = sample().encode(&KEY);
         assert_eq!(b.len(), SIGNAL_HEADER + 2 * SIGNAL_ENTRY + SIGNAL_TAG);
         assert_eq!(
             hex(&b[..SIGNAL_HEADER]),
-            "0100010200040000\
+            "0200010200040000\
              0807060504030201\
              00000000000000000000ffff0ae7070b\
              921003001100050002000000\
              00000000\
              efbeadde00000000\
-             0020000000000000"
+             0020000000000000\
+             8877665544332211\
+             00002a36fe9c9717\
+             0b0a000000000000"
         );
         assert_eq!(
             hex(&b[SIGNAL_HEADER..SIGNAL_HEADER + SIGNAL_ENTRY]),
@@ -349,7 +406,7 @@ mod tests {
         // the tag: the first 16 bytes of keyed BLAKE3 over all before it,
         // pinned, so a change of MAC or of what it covers is seen too
         let end = second + SIGNAL_ENTRY;
-        assert_eq!(hex(&b[end..]), "1f01f455f31ed5b539fb2c8baf42307f");
+        assert_eq!(hex(&b[end..]), "56c46244cc632227b540ca5677d10d88");
         assert_eq!(
             &b[end..],
             &blake3::keyed_hash(&KEY, &b[..end]).as_bytes()[..SIGNAL_TAG]
@@ -360,20 +417,42 @@ mod tests {
     #[test]
     fn version_foreign_and_malformed_are_told_apart() {
         let b = sample().encode(&KEY);
+        // an authentic signal of another version: a version mismatch
         let mut v = b.clone();
-        v[0] = 2;
+        v[0] = 1;
+        let end = v.len() - SIGNAL_TAG;
+        let t = tag(&KEY, &v[..end]);
+        v[end..].copy_from_slice(&t);
         assert_eq!(
             Signal::decode(&v, &KEY),
-            Err(SignalError::Version { got: 2 })
+            Err(SignalError::Version { got: 1 })
         );
+        // another version claimed without the key's tag: foreign, not a
+        // version mismatch (the tag is checked first)
+        let mut v = b.clone();
+        v[0] = 7;
+        assert_eq!(Signal::decode(&v, &KEY), Err(SignalError::Foreign));
+        assert_eq!(Signal::decode(&[0xff; 3], &KEY).map(|_| ()), {
+            Err(SignalError::Malformed(
+                "3 B (a signal has 18..=1472)".into(),
+            ))
+        });
+        let mut big = b.clone();
+        big.resize(MAX_DATAGRAM + 1, 0);
+        assert!(matches!(
+            Signal::decode(&big, &KEY),
+            Err(SignalError::Malformed(_))
+        ));
         assert_eq!(Signal::decode(&b, &[1; 32]), Err(SignalError::Foreign));
         let mut m = b.clone();
         m[70] ^= 1;
         assert_eq!(Signal::decode(&m, &KEY), Err(SignalError::Foreign));
         assert!(matches!(
-            Signal::decode(&b[..40], &KEY),
+            Signal::decode(&b[..10], &KEY),
             Err(SignalError::Malformed(_))
         ));
+        // cut short, it is no longer signed
+        assert_eq!(Signal::decode(&b[..40], &KEY), Err(SignalError::Foreign));
         // a signed message with an inconsistent count is still refused
         let mut s = sample();
         s.entries.truncate(1);

@@ -217,8 +217,9 @@ fn attack_the_file_behind(ring: &ImportedRing) {
     assert_eq!(r, -1, "a consumer changed the ring's seals");
 }
 
-/// Someone squatting producer X's handover name: one that knows the key
-/// but is another producer, one without the key, one that talks garbage.
+/// Someone squatting producer X's handover name (only a holder of the
+/// key can compute it; say it leaked): one that knows the key but is
+/// another producer, one without the key, one that talks garbage.
 /// A consumer asking for X is refused by each (an error naming why), and
 /// maps nothing.
 #[test]
@@ -226,7 +227,7 @@ fn a_squatter_on_the_handover_name_is_refused() {
     use splitrt_vys::export::handover_addr;
     use std::io::{Read, Write};
     let x = 0x5eed_0000_0000_0000 | std::process::id() as u64;
-    let l = UnixListener::bind_addr(&handover_addr(x).unwrap()).unwrap();
+    let l = UnixListener::bind_addr(&handover_addr(&KEY, x).unwrap()).unwrap();
     let ring = ExportedRing::new(4096).unwrap();
     std::thread::scope(|sc| {
         sc.spawn(|| {

@@ -1,7 +1,7 @@
 //! vys signals over real UDP multicast on loopback: two consumers joined
 //! to one group both get every signal a producer sends; another version,
 //! another stream's key and garbage are dropped and counted by kind.
-use splitrt_vys::signal::{DigestKind, Signal, SignalError, SpectrumInfo};
+use splitrt_vys::signal::{DigestKind, Signal, SignalError, SpectrumInfo, SIGNAL_TAG};
 use splitrt_vys::transport::{SignalReceiver, SignalSender};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
@@ -17,6 +17,9 @@ fn signal(seq: u64) -> Signal {
         stokes: 0,
         config: 9,
         spectrum_bytes: 512,
+        instance: 1,
+        started: 1,
+        sequence: seq,
         entries: vec![SpectrumInfo {
             offset: 0,
             timestamp: seq,
@@ -43,7 +46,10 @@ fn every_consumer_gets_every_signal_and_drops_the_rest() {
         if seq % 50 == 0 {
             stranger.send(&signal(seq)).unwrap(); // foreign
             let mut v = signal(seq).encode(&key);
-            v[0] = 9; // another version
+            v[0] = 9; // another version, signed with the key
+            let end = v.len() - SIGNAL_TAG;
+            let t = blake3::keyed_hash(&key, &v[..end]);
+            v[end..].copy_from_slice(&t.as_bytes()[..SIGNAL_TAG]);
             tx.send_bytes(&v).unwrap();
             tx.send_bytes(&[1, 0, 1, 2, 3]).unwrap(); // malformed
         }

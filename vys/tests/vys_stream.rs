@@ -257,6 +257,14 @@ fn lapping_producer_no_torn_spectrum_is_valid_rdma_digest_none() {
     assert!(net.stats().reads >= 3 * valid, "three reads per spectrum");
 }
 
+/// Sign `b` with `KEY` (its last bytes become the tag over the rest).
+fn sign(b: &mut [u8]) {
+    use splitrt_vys::signal::SIGNAL_TAG;
+    let end = b.len() - SIGNAL_TAG;
+    let t = blake3::keyed_hash(&KEY, &b[..end]);
+    b[end..].copy_from_slice(&t.as_bytes()[..SIGNAL_TAG]);
+}
+
 /// Another version, another stream's key, garbage, and a signal signed
 /// with the key that points outside the producer's ring: each reported
 /// (version mismatch, signal receive failure, read failure), nothing
@@ -287,7 +295,7 @@ fn bad_signals_are_reported_and_dropped_and_nothing_outside_the_ring_is_read() {
         let tx = SignalSender::new(g, Ipv4Addr::LOCALHOST, KEY).unwrap();
         let stranger = SignalSender::new(g, Ipv4Addr::LOCALHOST, [1; 32]).unwrap();
         let ring = 64 * splitrt_vys::ring::slot_bytes(bytes) as u64;
-        let outside = |offset| {
+        let mut outside = |offset| {
             p.signal(
                 pr,
                 vec![SpectrumInfo {
@@ -304,8 +312,10 @@ fn bad_signals_are_reported_and_dropped_and_nothing_outside_the_ring_is_read() {
         stranger.send(&p.signal(pr, vec![good])).unwrap();
         let mut v = p.signal(pr, vec![good]).encode(&KEY);
         v[0] = 7;
-        tx.send_bytes(&v).unwrap();
-        tx.send_bytes(&[0xff; 3]).unwrap(); // reads as version 0xffff
+        tx.send_bytes(&v).unwrap(); // claims version 7, not signed: foreign
+        sign(&mut v);
+        tx.send_bytes(&v).unwrap(); // an authentic signal of version 7
+        tx.send_bytes(&[0xff; 3]).unwrap(); // garbage, not "version 0xffff"
         tx.send_bytes(&[1, 0, 0]).unwrap();
         // and the stream goes on
         checkable::fill((pr.stations, 0, 0), 2, &mut d);
@@ -315,7 +325,7 @@ fn bad_signals_are_reported_and_dropped_and_nothing_outside_the_ring_is_read() {
         // ten outcomes are in, shut down (anything more would show below)
         let (mut valid, mut read_failures, mut version, mut bad) = (0, 0, 0, 0);
         loop {
-            if valid + read_failures + version + bad == 10 {
+            if valid + read_failures + version + bad == 11 {
                 c.shutdown();
             }
             match c.recv(Duration::from_secs(10)).expect("END") {
@@ -331,9 +341,7 @@ fn bad_signals_are_reported_and_dropped_and_nothing_outside_the_ring_is_read() {
                     read_failures += 1;
                     assert!(error.contains("not a slot"), "{error}");
                 }
-                Message::VersionMismatch {
-                    version: 7 | 0xffff,
-                } => version += 1,
+                Message::VersionMismatch { version: 7 } => version += 1,
                 Message::SignalReceiveFailure { .. } => bad += 1,
                 Message::End { .. } => break,
                 m => panic!("unexpected {m}"),
@@ -341,7 +349,7 @@ fn bad_signals_are_reported_and_dropped_and_nothing_outside_the_ring_is_read() {
         }
         assert_eq!(
             (valid, read_failures, version, bad),
-            (2, 4, 2, 2),
+            (2, 4, 1, 4),
             "local={local}"
         );
         if !local {
@@ -373,6 +381,9 @@ fn injected_signals_are_checked_like_datagrams() {
         stokes: 0,
         config: 0,
         spectrum_bytes: 8,
+        instance: 1,
+        started: 1,
+        sequence: 1,
         entries: vec![SpectrumInfo {
             offset: 0,
             timestamp: 1,
@@ -381,7 +392,8 @@ fn injected_signals_are_checked_like_datagrams() {
         }],
     };
     let mut version = sig.encode(&KEY);
-    version[0] = 2;
+    version[0] = 1;
+    sign(&mut version);
     assert!(inj.inject(&[]));
     assert!(inj.inject(&[0x01, 0x00, 0x55]));
     let mut big = vec![0x5a; 60_000];
@@ -394,7 +406,7 @@ fn injected_signals_are_checked_like_datagrams() {
     loop {
         match c.recv(Duration::from_secs(10)).expect("END") {
             Message::SignalReceiveFailure { .. } => bad += 1,
-            Message::VersionMismatch { version: 2 } => versions += 1,
+            Message::VersionMismatch { version: 1 } => versions += 1,
             Message::ReadFailure { error, .. } => {
                 assert!(error.contains("unreachable"), "{error}");
                 failures += 1;
