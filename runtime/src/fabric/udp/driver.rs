@@ -7,7 +7,7 @@
 //! handler can reply. One message at a time per (peer, channel) is
 //! streamed under `txl`.
 
-use super::faults::{Faults, Verdict};
+use super::faults::{Faults, Recorder, Verdict};
 use super::proto::{Event, Proto, Sent};
 use super::wire::{HEADER, MAX_DATAGRAM, TAG};
 use crate::config::Config;
@@ -143,14 +143,19 @@ impl PendingUdp {
         let mac_key = key.derive("splitrt udp datagram mac");
         let proto_cfg_keepalive = proto_cfg.keepalive;
         let proto = Proto::new(rank as u32, size as u32, proto_cfg, mac_key, 0);
-        let faults = cfg.udp_faults.as_ref().map(|f| {
-            Box::new(FaultState {
+        let faults = match cfg.udp_faults.as_ref() {
+            None => None,
+            Some(f) => Some(Box::new(FaultState {
                 tx: f.tx.then(|| Faults::new(f, rank, 0)),
                 rx: f.rx.then(|| Faults::new(f, rank, 1)),
                 held_tx: Vec::new(),
                 held_rx: Vec::new(),
-            })
-        });
+                record: match &f.record {
+                    Some(dir) => Some(Recorder::create(dir, rank)?),
+                    None => None,
+                },
+            })),
+        };
         let sock: UdpSocket = self.sock.into();
         let keep_every = Duration::from_nanos((proto_cfg_keepalive / 4).max(5_000_000));
         let net = Arc::new(Net {
@@ -227,6 +232,8 @@ struct FaultState {
     rx: Option<Faults>,
     held_tx: Vec<(u64, u32, Vec<u8>)>,
     held_rx: Vec<(u64, Vec<u8>)>,
+    /// The capture of what this rank sends (`record=DIR`).
+    record: Option<Recorder>,
 }
 
 struct Core {
@@ -306,18 +313,19 @@ impl Core {
             }),
             Some(f) => {
                 let f = &mut **f;
-                proto.poll_transmit(now, flush, &mut |peer, b| match f
-                    .tx
-                    .as_mut()
-                    .map_or(Verdict::Pass, Faults::verdict)
-                {
-                    Verdict::Drop => {}
-                    Verdict::Pass => send_to(sock, addrs, peer, b, send_errors),
-                    Verdict::Twice => {
-                        send_to(sock, addrs, peer, b, send_errors);
-                        send_to(sock, addrs, peer, b, send_errors);
+                proto.poll_transmit(now, flush, &mut |peer, b| {
+                    if let (Some(r), Some(a)) = (f.record.as_mut(), addrs[peer as usize]) {
+                        r.record(a, b);
                     }
-                    Verdict::Hold(ns) => f.held_tx.push((now + ns, peer, b.to_vec())),
+                    match f.tx.as_mut().map_or(Verdict::Pass, Faults::verdict) {
+                        Verdict::Drop => {}
+                        Verdict::Pass => send_to(sock, addrs, peer, b, send_errors),
+                        Verdict::Twice => {
+                            send_to(sock, addrs, peer, b, send_errors);
+                            send_to(sock, addrs, peer, b, send_errors);
+                        }
+                        Verdict::Hold(ns) => f.held_tx.push((now + ns, peer, b.to_vec())),
+                    }
                 });
                 let mut i = 0;
                 while i < f.held_tx.len() {
