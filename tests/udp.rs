@@ -378,10 +378,14 @@ fn a_stranger_flooding_large_datagrams_is_rejected_cheaply() {
         .unwrap_or_default();
     let said = String::from_utf8_lossy(&said).to_string();
     println!(
-        "unflooded {:.2} s, flooded {:.2} s: speed ratio {:.2}x ({said})",
+        "unflooded {:.2} s, flooded {:.2} s: speed ratio {:.2}x; flooded: {} rejected \
+         before the full tag, {} retransmitted (unflooded {}) {said}",
         unflooded.as_secs_f64(),
         flooded.as_secs_f64(),
-        unflooded.as_secs_f64() / flooded.as_secs_f64()
+        unflooded.as_secs_f64() / flooded.as_secs_f64(),
+        udp_sum(&r, "rejected before the full tag"),
+        udp_sum(&r, "retransmitted"),
+        udp_sum(&quiet, "retransmitted"),
     );
     r.ok();
     assert_eq!(

@@ -79,11 +79,13 @@ fn plausible_garbage_is_rejected_before_the_full_tag() {
             ..Header::default()
         }
         .write(&mut d);
+        // the header alone (what a driver under a flood peeks) tells
+        assert!(!p.screen(&d[..HEADER], d.len()));
         let back = p.handle_datagram(1, d);
         assert!(back.is_some());
     }
-    assert_eq!(p.stats().bad_tag, 3, "{:?}", p.stats());
-    assert_eq!(p.stats().early_rejects, 3, "{:?}", p.stats());
+    assert_eq!(p.stats().bad_tag, 6, "{:?}", p.stats());
+    assert_eq!(p.stats().early_rejects, 6, "{:?}", p.stats());
     assert_eq!(p.stats().received, 0);
 }
 
@@ -110,6 +112,8 @@ fn a_replayed_datagram_is_acted_on_once() {
     let mut captured = Vec::new();
     b.poll_transmit(0, true, &mut |_, d| captured.push(d.to_vec()));
     assert_eq!(captured.len(), 1);
+    // an authentic header passes the screen
+    assert!(a.screen(&captured[0][..HEADER], captured[0].len()));
     a.send(0, 1, 0, &m, 0); // a talks to b too: b is an active peer
     a.poll_transmit(0, true, &mut |_, _| {});
     assert!(a.handle_datagram(1_000, captured[0].clone()).is_none());

@@ -169,6 +169,7 @@ impl PendingUdp {
                 failed: None,
                 send_errors: 0,
                 empty_at: 0,
+                screening: false,
             }),
             t0,
             polled: AtomicU64::new(0),
@@ -248,6 +249,10 @@ struct Core {
     /// system call.
     empty_at: u64,
     send_errors: u64,
+    /// The last large datagram read was a stranger's (rejected on the
+    /// cheap path): until one passes, each datagram's header is peeked
+    /// and screened first, and garbage is discarded without being copied.
+    screening: bool,
 }
 
 struct RxSide {
@@ -349,8 +354,28 @@ impl Core {
             if self.big.capacity() < MAX_DATAGRAM {
                 self.big = Vec::with_capacity(MAX_DATAGRAM);
             }
-            let spare: &mut [MaybeUninit<u8>] = self.big.spare_capacity_mut();
             let sref = socket2::SockRef::from(sock);
+            if self.screening {
+                let mut head = [MaybeUninit::<u8>::uninit(); HEADER];
+                // the whole length (MSG_TRUNC), the header's bytes only
+                let len = match sref.recv_with_flags(&mut head, libc::MSG_PEEK | libc::MSG_TRUNC) {
+                    Ok(len) => len,
+                    Err(_) => {
+                        self.empty_at = now;
+                        break;
+                    }
+                };
+                let got = len.min(HEADER);
+                // SAFETY: recv initialized the first `got` bytes of `head`.
+                let head = unsafe { std::slice::from_raw_parts(head.as_ptr().cast::<u8>(), got) };
+                if !self.proto.screen(head, len) {
+                    // dequeue it without copying it
+                    let _ = sref.recv(&mut []);
+                    continue;
+                }
+                self.screening = false;
+            }
+            let spare: &mut [MaybeUninit<u8>] = self.big.spare_capacity_mut();
             let n = match sref.recv(&mut spare[..MAX_DATAGRAM]) {
                 Ok(n) => n,
                 Err(_) => {
@@ -394,7 +419,12 @@ impl Core {
                     continue;
                 }
             };
-            if let Some(b) = self.proto.handle_datagram(now, d) {
+            let early = self.proto.stats().early_rejects;
+            let back = self.proto.handle_datagram(now, d);
+            if n >= COPY_BELOW && self.proto.stats().early_rejects > early {
+                self.screening = true;
+            }
+            if let Some(b) = back {
                 if b.capacity() >= MAX_DATAGRAM && self.big.capacity() < MAX_DATAGRAM {
                     self.big = b;
                     self.big.clear();

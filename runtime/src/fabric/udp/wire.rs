@@ -137,7 +137,13 @@ impl Header {
     /// datagram's length. Nothing in it is to be believed before
     /// [`Mac::verify`] (this is the cheap plausibility check made first).
     pub fn read(b: &[u8]) -> Option<Header> {
-        if b.len() < OVERHEAD || u16_at(b, 0) != MAGIC || b[2] != VERSION {
+        Self::read_head(b, b.len())
+    }
+
+    /// [`read`](Self::read) from the first [`HEADER`] bytes (or more) of a
+    /// datagram of `len` bytes.
+    pub fn read_head(b: &[u8], len: usize) -> Option<Header> {
+        if b.len() < HEADER || len < OVERHEAD || u16_at(b, 0) != MAGIC || b[2] != VERSION {
             return None;
         }
         let h = Header {
@@ -157,7 +163,7 @@ impl Header {
             pn: u64_at(b, 48),
         };
         let ok = h.kind <= KIND_CONTROL
-            && HEADER + h.body_len as usize + TAG == b.len()
+            && HEADER + h.body_len as usize + TAG == len
             && (h.kind != KIND_CONTROL || h.body_len == 0);
         ok.then_some(h)
     }
@@ -206,7 +212,7 @@ impl Mac {
     /// block hashed, whatever the body's length) made before
     /// [`verify`](Self::verify). Passing it proves nothing by itself.
     pub fn verify_header(&self, d: &[u8]) -> bool {
-        if d.len() < OVERHEAD {
+        if d.len() < HEADER {
             return false;
         }
         let t = self.header_tag_of(d);

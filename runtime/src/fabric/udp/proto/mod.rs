@@ -443,13 +443,31 @@ impl Proto {
             .collect()
     }
 
+    /// The cheap checks alone, on the first [`HEADER`] bytes `head` of a
+    /// datagram of `len` bytes (a driver under a flood peeks them before
+    /// reading the whole datagram): whether it may be authentic. A `false`
+    /// is counted as an early reject; the datagram is to be discarded.
+    pub fn screen(&mut self, head: &[u8], len: usize) -> bool {
+        if self.plausible(head, len).is_some() {
+            return true;
+        }
+        self.stats.bad_tag += 1;
+        self.stats.early_rejects += 1;
+        false
+    }
+
+    /// The header, if plausible and its header tag verifies.
+    fn plausible(&self, head: &[u8], len: usize) -> Option<Header> {
+        Header::read_head(head, len)
+            .filter(|h| h.dst == self.me && (h.src as usize) < self.peers.len())
+            .filter(|_| self.mac.verify_header(head))
+    }
+
     /// Take an arrived datagram. It comes back if not kept (give it to
     /// the pool or reuse it).
     pub fn handle_datagram(&mut self, now: u64, d: Vec<u8>) -> Option<Vec<u8>> {
         // the cheap checks first: nothing here reads past the header
-        let plausible =
-            Header::read(&d).filter(|h| h.dst == self.me && (h.src as usize) < self.peers.len());
-        let Some(h) = plausible.filter(|_| self.mac.verify_header(&d)) else {
+        let Some(h) = self.plausible(&d, d.len()) else {
             self.stats.bad_tag += 1;
             self.stats.early_rejects += 1;
             return Some(d);
