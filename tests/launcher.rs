@@ -263,3 +263,212 @@ fn a_process_limit_ends_the_job_cleanly() {
     );
     assert!(shm_leftovers(&job).is_empty(), "{:?}", shm_leftovers(&job));
 }
+
+/// A scratch directory holding fake `--rsh` scripts (never a real ssh):
+/// `local` runs the script on this host, `hang` never starts anything (an
+/// ssh stuck on a prompt), `nostdin` runs it with stdin closed (`ssh -n`).
+fn fake_rsh(tag: &str) -> Scratch {
+    let dir = Scratch(
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("rsh-{tag}-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&*dir).unwrap();
+    for (name, body) in [
+        ("local", "shift; exec /bin/sh -c \"$1\""),
+        ("hang", "exec sleep 600"),
+        ("nostdin", "shift; exec /bin/sh -c \"$1\" </dev/null"),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    dir
+}
+
+/// `splitrt-run --hosts HOSTS --rsh RSH PROG` with `env`; (run, seconds).
+fn remote_job(hosts: &str, rsh: &Path, prog: &Path, env: &[(&str, &str)]) -> (Run, f64) {
+    let _lock = job_lock();
+    let t0 = std::time::Instant::now();
+    let child = Command::new(launcher())
+        .args(["--hosts", hosts, "--rsh"])
+        .arg(rsh)
+        .args(["--timeout", "30"])
+        .arg(prog)
+        .env("SPLITRT_BOOTSTRAP_TIMEOUT", "3")
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let r = finish(child, std::time::Duration::from_secs(60));
+    (r, t0.elapsed().as_secs_f64())
+}
+
+/// Issue 24 item 9: a remote shell that hangs for every rank (all ranks
+/// remote): the job ends at the bootstrap timeout, naming the hosts, not
+/// at `--timeout`.
+#[test]
+fn a_hanging_remote_shell_ends_the_job_at_the_bootstrap_timeout() {
+    let rsh = fake_rsh("hang");
+    let (r, took) = remote_job(
+        "127.0.0.1:1,127.0.0.2:1",
+        &rsh.join("hang"),
+        &example("hello"),
+        &[],
+    );
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        took < 15.0,
+        "ended after {took:.1} s (bootstrap timeout 3 s): {r:?}"
+    );
+    assert!(
+        r.stderr.contains("127.0.0.1") && r.stderr.contains("127.0.0.2"),
+        "hosts not named: {r:?}"
+    );
+}
+
+/// Issue 24 item 10: a remote shell that drops standard input (like
+/// `ssh -n`): the job key never arrives, and the launcher says so.
+#[test]
+fn a_remote_shell_dropping_stdin_is_named() {
+    let rsh = fake_rsh("nostdin");
+    let (r, _) = remote_job("127.0.0.1:1", &rsh.join("nostdin"), &example("hello"), &[]);
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("job key never arrived"),
+        "no hint that the key never arrived: {}",
+        r.stderr
+    );
+}
+
+/// Issue 24 item 12: a `SPLITRT_*` variable whose name holds shell syntax
+/// is not pasted into the remote script (nothing runs), and values are
+/// quoted; a valid one still arrives.
+#[test]
+fn environment_names_with_shell_syntax_run_nothing_remotely() {
+    let rsh = fake_rsh("names");
+    let planted = rsh.join("planted");
+    let evil_name = format!("SPLITRT_X=1;touch {};Y", planted.display()).replace('=', "_");
+    let evil_name = format!("{evil_name} $(touch {}.2)", planted.display());
+    let (r, _) = remote_job(
+        "127.0.0.1:1",
+        &rsh.join("local"),
+        Path::new("/usr/bin/printenv"),
+        &[
+            (evil_name.as_str(), "v"),
+            ("SPLITRT_OK_VALUE", "it's $(touch /nonexistent) `x`"),
+        ],
+    );
+    assert!(
+        !planted.exists(),
+        "the variable's name ran a command remotely: {r:?}"
+    );
+    assert!(
+        !Path::new(&format!("{}.2", planted.display())).exists(),
+        "the variable's name ran a command remotely: {r:?}"
+    );
+    assert!(
+        r.stdout
+            .contains("SPLITRT_OK_VALUE=it's $(touch /nonexistent) `x`"),
+        "the value did not arrive unchanged: {r:?}"
+    );
+}
+
+/// Issue 24 item 11: an endless host file (`/dev/zero`) is read up to a
+/// cap and refused clearly, not read whole (under a 1 GiB address-space
+/// limit, so the old behaviour fails fast instead of eating the host).
+#[test]
+fn an_endless_host_file_is_capped() {
+    let t0 = std::time::Instant::now();
+    let mut c = Command::new(launcher());
+    c.args([
+        "--hostfile",
+        "/dev/zero",
+        "--rsh",
+        "/bin/false",
+        "/bin/true",
+    ]);
+    let limit_memory = || {
+        let lim = libc::rlimit {
+            rlim_cur: 1 << 30,
+            rlim_max: 1 << 30,
+        };
+        // SAFETY: setrlimit(2) reads the struct we pass and nothing else.
+        unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) };
+        Ok(())
+    };
+    // SAFETY: the closure only calls setrlimit(2), async-signal-safe.
+    unsafe { std::os::unix::process::CommandExt::pre_exec(&mut c, limit_memory) };
+    let out = c.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("1 MiB"), "{err}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10));
+}
+
+/// Issue 24 item 14: rank 1 is killed (SIGKILL) while the other ranks
+/// wait for rank 2 in the bootstrap: the launcher blames rank 1 (exit 137,
+/// naming it), not a rank that exited because of it.
+#[test]
+fn a_rank_killed_during_the_bootstrap_is_the_one_blamed() {
+    let _lock = job_lock();
+    let hello = example("hello");
+    let script = format!(
+        "[ \"$SPLITRT_RANK\" = 2 ] && sleep 20; exec {}",
+        hello.display()
+    );
+    let child = launch(3, &"/bin/sh".into(), &["-c", &script], &[], 60)
+        .spawn()
+        .unwrap();
+    // rank 1: the launcher's child that became `hello` and connected
+    let me = child.id().to_string();
+    let t0 = std::time::Instant::now();
+    let victim = loop {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(20),
+            "rank 1 never connected"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let found = std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+            let p = e.path();
+            let stat = std::fs::read_to_string(p.join("stat")).ok()?;
+            let ppid = stat
+                .rsplit(')')
+                .next()?
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            let env = std::fs::read(p.join("environ")).ok()?;
+            let rank1 = String::from_utf8_lossy(&env)
+                .split('\0')
+                .any(|v| v == "SPLITRT_RANK=1");
+            let exe = std::fs::read_link(p.join("exe")).ok()?;
+            let sockets = std::fs::read_dir(p.join("fd"))
+                .ok()?
+                .flatten()
+                .filter(|f| {
+                    std::fs::read_link(f.path())
+                        .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+                })
+                .count();
+            (ppid == me && rank1 && exe == hello && sockets > 0)
+                .then(|| e.file_name().to_str()?.parse::<i32>().ok())?
+        });
+        if let Some(pid) = found {
+            break pid;
+        }
+    };
+    // let its hello reach the bootstrap
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // SAFETY: kill(2) on a rank this test started.
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    let r = finish(child, std::time::Duration::from_secs(60));
+    assert_eq!(r.code, 137, "{r:?}");
+    assert!(
+        r.stderr.contains("rank 1 was killed by signal 9"),
+        "{}",
+        r.stderr
+    );
+}

@@ -289,6 +289,50 @@ fn killing_the_launcher_during_start_up_leaves_nothing() {
     assert!(shm_leftovers(&job).is_empty(), "{:?}", shm_leftovers(&job));
 }
 
+/// Issue 24 item 15: the launcher is killed (SIGKILL) the moment the
+/// first rank has made its shared-memory file, in the window before the
+/// ranks unlink them: no file of the job is left behind for long.
+#[test]
+fn killing_the_launcher_while_ranks_make_their_files_leaves_nothing() {
+    let _lock = job_lock();
+    let job = job_id("killfiles");
+    let mut c = launch(8, &example("hello"), &[], &[("SPLITRT_JOB", &job)], 60)
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while shm_leftovers(&job).is_empty() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no file ever appeared"
+        );
+        if c.try_wait().unwrap().is_some() {
+            panic!("the job ended before the kill (no window caught)");
+        }
+        std::thread::yield_now();
+    }
+    let _ = c.kill();
+    let _ = c.wait();
+    let seen = shm_leftovers(&job).len();
+    // the ranks die with the launcher; their files must go too
+    let t1 = Instant::now();
+    while !shm_leftovers(&job).is_empty() && t1.elapsed() < Duration::from_secs(6) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = shm_leftovers(&job);
+    remove_leftovers(&left);
+    assert!(
+        left.is_empty(),
+        "{} file(s) left 6 s after the kill (had {seen}): {left:?}",
+        left.len()
+    );
+}
+
+fn remove_leftovers(files: &[String]) {
+    for f in files {
+        let _ = std::fs::remove_file(Path::new("/dev/shm").join(f));
+    }
+}
+
 /// Ranks started by hand (the srun / mpirun way, no splitrt-run) in a
 /// `TMPDIR` that is shared with other users.
 fn by_hand(tmp: &Path, job: &str, ranks: &[usize], size: usize) -> Vec<std::process::Child> {

@@ -254,3 +254,256 @@ fn a_rank_computing_past_the_peer_timeout_is_not_dead() {
     r.ok();
     assert_eq!(r.stdout.matches("computed").count(), 3, "{r:?}");
 }
+
+/// The pids of the ranks the launcher `launcher_pid` started.
+fn rank_pids(launcher_pid: u32) -> Vec<(usize, i32)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let p = e.path();
+        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().nth(1));
+        if ppid != Some(&launcher_pid.to_string()) {
+            continue;
+        }
+        let env = std::fs::read(p.join("environ")).unwrap_or_default();
+        let rank = String::from_utf8_lossy(&env)
+            .split('\0')
+            .find_map(|v| v.strip_prefix("SPLITRT_RANK=")?.parse::<usize>().ok());
+        if let (Some(r), Some(pid)) = (rank, e.file_name().to_str().and_then(|s| s.parse().ok())) {
+            out.push((r, pid));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The loopback UDP ports the processes `pids` have open.
+fn udp_ports_of(pids: &[i32]) -> Vec<u16> {
+    let mut inodes = Vec::new();
+    for pid in pids {
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(l) = std::fs::read_link(fd.path()) {
+                let l = l.to_string_lossy().to_string();
+                if let Some(i) = l.strip_prefix("socket:[").and_then(|r| r.strip_suffix(']')) {
+                    inodes.push(i.to_string());
+                }
+            }
+        }
+    }
+    let text = std::fs::read_to_string("/proc/net/udp").unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 || !inodes.iter().any(|i| i == f[9]) {
+                return None;
+            }
+            u16::from_str_radix(f[1].split_once(':')?.1, 16).ok()
+        })
+        .collect()
+}
+
+/// Wait (bounded) until the job of `launcher_pid` has `n` ranks with a UDP
+/// socket each; their (rank, pid) and ports.
+fn job_udp(launcher_pid: u32, n: usize) -> (Vec<(usize, i32)>, Vec<u16>) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let ranks = rank_pids(launcher_pid);
+        let pids: Vec<i32> = ranks.iter().map(|r| r.1).collect();
+        let ports = udp_ports_of(&pids);
+        if ranks.len() == n && ports.len() >= n {
+            return (ranks, ports);
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the job's {n} UDP sockets never appeared: ranks {ranks:?}, ports {ports:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Issue 24 item 7: another user floods a 2-rank job's UDP ports with
+/// 64 KB datagrams of garbage under a plausible header. The job still
+/// checks every byte and exits 0, and the ranks count the garbage as
+/// rejected before the full tag (the cheap path: no pass over the body).
+/// The flooded / unflooded speed ratio is printed (a measurement for the
+/// report, never pass/fail).
+#[test]
+fn a_stranger_flooding_large_datagrams_is_rejected_cheaply() {
+    if !is_root() {
+        eprintln!("skipped: needs root to run the attacker as another user");
+        return;
+    }
+    let _lock = job_lock();
+    let env = [UDP, ("SPLITRT_SEGMENT_SIZE", "16M")];
+    let prog = example("t_conformance");
+    let rounds = "3";
+    let t0 = std::time::Instant::now();
+    let quiet = finish(
+        launch(2, &prog, &[rounds], &env, 120)
+            .spawn()
+            .expect("launch"),
+        Duration::from_secs(150),
+    );
+    let unflooded = t0.elapsed();
+    quiet.ok();
+    let (_d, copy) = world_runnable(&example("t_attacker"), "udpflood");
+    let t0 = std::time::Instant::now();
+    let job = launch(2, &prog, &[rounds], &env, 120)
+        .spawn()
+        .expect("launch");
+    let (_, ports) = job_udp(job.id(), 2);
+    let ports: Vec<String> = ports.iter().map(|p| p.to_string()).collect();
+    let mut flood = as_nobody(&copy)
+        .args(["127.0.0.1:1", "udpflood"])
+        .env("FLOOD_PORTS", ports.join(","))
+        .env("FLOOD_SECS", "150")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("attacker");
+    let r = finish(job, Duration::from_secs(150));
+    let flooded = t0.elapsed();
+    let _ = flood.kill();
+    let said = flood
+        .wait_with_output()
+        .map(|o| o.stdout)
+        .unwrap_or_default();
+    let said = String::from_utf8_lossy(&said).to_string();
+    println!(
+        "unflooded {:.2} s, flooded {:.2} s: speed ratio {:.2}x; flooded: {} rejected \
+         before the full tag, {} retransmitted (unflooded {}) {said}",
+        unflooded.as_secs_f64(),
+        flooded.as_secs_f64(),
+        unflooded.as_secs_f64() / flooded.as_secs_f64(),
+        udp_sum(&r, "rejected before the full tag"),
+        udp_sum(&r, "retransmitted"),
+        udp_sum(&quiet, "retransmitted"),
+    );
+    r.ok();
+    assert_eq!(
+        r.stdout.matches("conformance ok").count(),
+        2,
+        "{}",
+        r.stdout
+    );
+    let early = udp_sum(&r, "rejected before the full tag");
+    assert!(
+        early > 0,
+        "no garbage counted on the cheap path:\n{}",
+        r.stdout
+    );
+}
+
+/// Parse a capture written by `SPLITRT_UDP_FAULTS=record=DIR`: (to, bytes).
+fn read_capture(path: &std::path::Path) -> Vec<(std::net::SocketAddr, Vec<u8>)> {
+    let b = std::fs::read(path).unwrap_or_default();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + 10 <= b.len() {
+        let len = u32::from_le_bytes(b[i..i + 4].try_into().unwrap()) as usize;
+        let ip = std::net::Ipv4Addr::new(b[i + 4], b[i + 5], b[i + 6], b[i + 7]);
+        let port = u16::from_le_bytes([b[i + 8], b[i + 9]]);
+        if i + 10 + len > b.len() {
+            break;
+        }
+        out.push(((ip, port).into(), b[i + 10..i + 10 + len].to_vec()));
+        i += 10 + len;
+    }
+    out
+}
+
+/// Issue 24 item 2: rank 1 of 2 is stopped (SIGSTOP) in the middle of
+/// traffic, and an on-path attacker replays the datagrams it captured
+/// from rank 1 to rank 0 at 200 per second. Replays are authentic but not
+/// new, so rank 0 still declares rank 1 dead after the peer timeout
+/// (3 s): the job ends naming rank 1 within seconds, while the replay is
+/// still going on.
+#[test]
+fn replayed_datagrams_do_not_keep_a_stopped_rank_alive() {
+    let _lock = job_lock();
+    let dir = Scratch(
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("udp-capture-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&*dir).unwrap();
+    let record = format!("record={}", dir.display());
+    let child = launch(
+        2,
+        &example("t_stress"),
+        &["100000000", "1"],
+        &[
+            UDP,
+            ("SPLITRT_UDP_PEER_TIMEOUT", "3"),
+            ("SPLITRT_HANG_REPORT", "off"),
+            ("SPLITRT_UDP_FAULTS", &record),
+        ],
+        90,
+    )
+    .spawn()
+    .expect("launch");
+    let (ranks, _) = job_udp(child.id(), 2);
+    let victim = ranks.iter().find(|r| r.0 == 1).expect("rank 1").1;
+    // stop rank 1 once it has sent a good deal (its capture grows)
+    let capture = dir.join("udp-tx-1");
+    let t_wait = std::time::Instant::now();
+    while std::fs::metadata(&capture).map_or(0, |m| m.len()) < 256 << 10 {
+        assert!(
+            t_wait.elapsed() < Duration::from_secs(30),
+            "no traffic from rank 1"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: kill(2) on the rank this test started.
+    unsafe { libc::kill(victim, libc::SIGSTOP) };
+    let t0 = std::time::Instant::now();
+    let recorded = read_capture(&capture);
+    assert!(recorded.len() > 10, "{} datagrams captured", recorded.len());
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = done.clone();
+    let replayer = std::thread::spawn(move || {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut sent = 0usize;
+        let start = std::time::Instant::now();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed)
+            && start.elapsed() < Duration::from_secs(25)
+        {
+            let (to, d) = &recorded[sent % recorded.len()];
+            let _ = sock.send_to(d, to);
+            sent += 1;
+            // 200 per second
+            let due = start + Duration::from_millis(5 * sent as u64);
+            std::thread::sleep(due.saturating_duration_since(std::time::Instant::now()));
+        }
+        (sent, start.elapsed())
+    });
+    let r = finish(child, Duration::from_secs(90));
+    let took = t0.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (sent, replaying) = replayer.join().unwrap();
+    // SAFETY: kill(2) on the rank this test started (if still there).
+    unsafe { libc::kill(victim, libc::SIGKILL) };
+    println!(
+        "declared dead {:.1} s after the stop; {sent} datagrams replayed over {:.1} s",
+        took.as_secs_f64(),
+        replaying.as_secs_f64()
+    );
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("rank 1 has not answered over UDP")
+            || r.stdout.contains("rank 1 has not answered over UDP"),
+        "{r:?}"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "declared dead {:.1} s after the stop (peer timeout 3 s) with {sent} replayed datagrams",
+        took.as_secs_f64()
+    );
+}

@@ -131,3 +131,43 @@ fn a_silent_peer_is_declared_dead() {
     // declared within the timeout plus one keepalive of the crash
     assert!(r.time <= 3_000_000 + 2_200_000_000 + 10_000_000, "{r:?}");
 }
+
+/// Issue 24 item 2: a rank crashes and an on-path attacker replays every
+/// datagram it captured from it at 200 per second. Replays are authentic
+/// but not new: they must not refresh the crashed rank's liveness, so its
+/// peers still declare it dead within the peer timeout (plus a keepalive).
+#[test]
+fn replayed_datagrams_do_not_keep_a_crashed_peer_alive() {
+    let proto = ProtoConfig {
+        keepalive: 200_000_000,
+        peer_timeout: 2_000_000_000,
+        ..ProtoConfig::default()
+    };
+    let crash_at = 3_000_000;
+    let r = run(&SimConfig {
+        seed: 13,
+        ranks: 3,
+        messages: 2_000,
+        crash: Some((2, crash_at)),
+        replay_rate: 200,
+        proto,
+        limit: 30_000_000_000,
+        ..SimConfig::default()
+    })
+    .unwrap_or_else(|e| panic!("the crashed rank was never declared dead: {e}"));
+    let mut by: Vec<u32> = r.dead.iter().filter(|d| d.1 == 2).map(|d| d.0).collect();
+    by.sort();
+    assert_eq!(by, vec![0, 1], "{r:?}");
+    let latest = r.dead_at.iter().copied().max().unwrap_or(0);
+    assert!(
+        latest <= crash_at + proto.peer_timeout + proto.keepalive + 10_000_000,
+        "declared dead {:.2} s after the crash: {r:?}",
+        (latest - crash_at) as f64 / 1e9
+    );
+    assert!(r.replayed >= 300, "the attacker replayed: {r:?}");
+    println!(
+        "declared dead {:.2} s after the crash, {} datagrams replayed",
+        (latest - crash_at) as f64 / 1e9,
+        r.replayed
+    );
+}

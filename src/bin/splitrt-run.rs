@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use splitrt::runtime::config;
-use splitrt::runtime::launcher::{launch, parse_hostfile, parse_hosts, LaunchOptions};
+use splitrt::runtime::launcher::{launch, parse_hosts, read_hostfile, LaunchOptions};
 use std::ffi::OsString;
 use std::time::Duration;
 
@@ -111,13 +111,7 @@ fn main() {
     }
     let hosts = match (&a.hosts, &a.hostfile) {
         (Some(h), _) => Some(parse_hosts(h)),
-        (None, Some(f)) => Some(
-            std::fs::read_to_string(f)
-                .map_err(|e| {
-                    splitrt::runtime::Error::io(format!("reading host file {}", f.display()), e)
-                })
-                .and_then(|t| parse_hostfile(&t)),
-        ),
+        (None, Some(f)) => Some(read_hostfile(f)),
         (None, None) => None,
     }
     .transpose()

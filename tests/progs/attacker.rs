@@ -18,6 +18,11 @@
 //!   `ATTACK_UID` (default 0) listed in `/proc/net/udp`: random bytes, and
 //!   well-formed UDP-fabric headers (every kind, plausible sequence and
 //!   acknowledgement numbers) under a made-up tag
+//! * `udpflood` — until killed (or `FLOOD_SECS`, default 60 s), as fast as
+//!   it can, the largest datagrams (`FLOOD_SIZE`, default 65507 B) of
+//!   garbage under a plausible UDP-fabric header (right magic, version and
+//!   length; sender and addressee ranks 0 / 1) at the loopback ports in
+//!   `FLOOD_PORTS` (comma separated)
 //!
 //! Prints one line per mode and `attacker: done`; exits 1 only if the
 //! server ever accepted it (a fake rank got in).
@@ -252,6 +257,7 @@ fn udp_spray() -> String {
                         }; 2],
                         ts: rnd() as u32,
                         echo: rnd() as u32,
+                        pn: rnd(),
                     }
                     .write(&mut d);
                     if k % 4 != 1 {
@@ -266,6 +272,52 @@ fn udp_spray() -> String {
         std::thread::sleep(Duration::from_millis(5));
     }
     format!("udp: {sent} datagrams sent at {targets} socket(s)")
+}
+
+fn udp_flood() -> String {
+    use splitrt::runtime::fabric::udp::wire::{Header, HEADER, TAG};
+    let env = |k: &str| std::env::var(k).unwrap_or_default();
+    let ports: Vec<u16> = env("FLOOD_PORTS")
+        .split(',')
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    let secs: u64 = env("FLOOD_SECS").parse().unwrap_or(60);
+    let size: usize = env("FLOOD_SIZE").parse().unwrap_or(65_507);
+    let size = size.clamp(HEADER + TAG, 65_507);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp socket");
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut d: Vec<u8> = (0..size)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    let mut sent = 0u64;
+    while t0.elapsed() < Duration::from_secs(secs) && !ports.is_empty() {
+        for &port in &ports {
+            for (src, dst) in [(0u32, 1u32), (1, 0)] {
+                Header {
+                    kind: 0,
+                    body_len: (size - HEADER - TAG) as u16,
+                    src,
+                    dst,
+                    seq: sent as u32 % 64,
+                    ..Header::default()
+                }
+                .write(&mut d);
+                if sock.send_to(&d, ("127.0.0.1", port)).is_ok() {
+                    sent += 1;
+                }
+            }
+        }
+    }
+    format!(
+        "udpflood: {sent} datagrams of {size} B sent at {} port(s)",
+        ports.len()
+    )
 }
 
 fn main() {
@@ -286,6 +338,7 @@ fn main() {
                 "forge" => Ok(forge(addr)),
                 "fakerank" => fakerank(addr),
                 "udp" => Ok(udp_spray()),
+                "udpflood" => Ok(udp_flood()),
                 "barriers" => Ok(barriers(addr)),
                 other => Err(format!("unknown mode {other}")),
             })

@@ -338,8 +338,9 @@ pub fn run_on(
     );
     if let Some(s) = ep.udp_stats() {
         println!(
-            "udp: {} datagrams sent, {} retransmitted, {} foreign or corrupt dropped",
-            s.sent, s.retransmits, s.bad_tag
+            "udp: {} datagrams sent, {} retransmitted, {} foreign or corrupt dropped, \
+             {} rejected before the full tag, {} replays dropped",
+            s.sent, s.retransmits, s.bad_tag, s.early_rejects, s.replays
         );
     }
     ep.finish()

@@ -365,6 +365,7 @@ fn serve(
                 };
                 c.bye = true;
                 let r = c.rank;
+                culprit.lock().get_or_insert(r);
                 return refuse(&mut conns, format!("rank {r} aborted during start: {why}"));
             }
             Event::Message(id, m) => {
@@ -378,6 +379,8 @@ fn serve(
                 if let Some(c) = conns.remove(&id) {
                     if c.joined {
                         let r = c.rank;
+                        // the others exit because of it: blame it
+                        culprit.lock().get_or_insert(r);
                         let why = match err {
                             Some(e) => format!("rank {r} lost its bootstrap connection: {e}"),
                             None => format!("rank {r} exited during bootstrap"),

@@ -7,7 +7,7 @@
 mod relay;
 mod remote;
 
-pub use remote::{parse_hostfile, parse_hosts, HostSlots};
+pub use remote::{parse_hostfile, parse_hosts, read_hostfile, HostSlots, HOSTFILE_MAX};
 
 use crate::bootstrap::{Server, MAX_PENDING};
 use crate::config::{Config, ENV_BOOTSTRAP_TIMEOUT};
@@ -66,6 +66,16 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 fn describe(rank: usize, st: &ExitStatus, remote: bool) -> (i32, String) {
+    if remote && st.code() == Some(remote::NO_KEY_EXIT) {
+        return (
+            remote::NO_KEY_EXIT,
+            format!(
+                "rank {rank} exited with code {}: the job key never arrived on its remote \
+                 shell's standard input (does --rsh drop stdin, like `ssh -n`?)",
+                remote::NO_KEY_EXIT
+            ),
+        );
+    }
     if let Some(c) = st.code().filter(|&c| remote && c > 128 && c < 160) {
         // a remote shell reports a rank killed by a signal as 128 + signal
         let s = c - 128;
@@ -131,6 +141,39 @@ const KILL_GRACE: Duration = Duration::from_secs(2);
 /// process holding a rank's stdout is not waited for longer).
 const OUTPUT_GRACE: Duration = Duration::from_millis(500);
 
+/// A process that outlives the launcher to remove the job's
+/// shared-memory files if the launcher dies without doing so (a SIGKILL
+/// while the ranks make their files, before they unlink them: the ranks
+/// die with it, and nobody else knows the files). It reads rank pids on
+/// its standard input until that closes (the launcher ended, however),
+/// waits (at most 5 s) for those ranks to be gone (exited or zombies:
+/// they are SIGKILLed by their parent-death signal), and removes the
+/// files.
+/// It is started before any rank, in its own process group (a Ctrl-C to
+/// the job does not end it), and never holds up a normal exit.
+fn start_janitor(stem: &str) -> Option<Child> {
+    let first = crate::segment::ShmFile::path_for(stem, 0);
+    let prefix = first.to_string_lossy();
+    let prefix = prefix.strip_suffix('0')?;
+    let script = format!(
+        "alive() {{ s=$(cat /proc/$1/stat 2>/dev/null) || return 1; \
+         case \"${{s##*) }}\" in Z*|X*) return 1;; esac; }}; \
+         pids=; while IFS= read -r p; do pids=\"$pids $p\"; done; i=0; \
+         for p in $pids; do while alive \"$p\" && [ $i -lt 100 ]; \
+         do sleep 0.05; i=$((i+1)); done; done; rm -f -- {}[0-9]*",
+        remote::quote(prefix)
+    );
+    Command::new("/bin/sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .ok()
+}
+
 /// Run a job to completion.
 pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     let n = opts.ranks;
@@ -190,6 +233,29 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     if rsh.is_empty() {
         return Err(Error::usage("--rsh is empty"));
     }
+    // What remote ranks get of this environment: the SPLITRT_* settings
+    // whose names a shell can take (others are named and left out).
+    let mut forwarded: Vec<(String, String)> = Vec::new();
+    if first_remote.is_some() {
+        for (k, v) in std::env::vars_os() {
+            let (Some(k), Some(v)) = (k.to_str(), v.to_str()) else {
+                if k.to_string_lossy().starts_with("SPLITRT_") {
+                    eprintln!("splitrt-run: not forwarding {k:?} to remote ranks: not UTF-8");
+                }
+                continue;
+            };
+            if !k.starts_with("SPLITRT_") || k == ENV_JOB_KEY {
+                continue;
+            }
+            if remote::is_identifier(k) {
+                forwarded.push((k.to_string(), v.to_string()));
+            } else {
+                eprintln!(
+                    "splitrt-run: not forwarding {k:?} to remote ranks: not a valid variable name"
+                );
+            }
+        }
+    }
     let cwd = std::env::current_dir()
         .map(|d| d.to_string_lossy().into_owned())
         .unwrap_or_else(|_| "/".into());
@@ -202,10 +268,12 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
         4 * n as u64 + MAX_PENDING as u64 + 64,
         &format!("splitrt-run with {n} ranks"),
     )?;
-    let boot = std::thread::Builder::new()
-        .name("splitrt-boot-host".into())
-        .spawn(move || server.run(n, boot_timeout))
-        .map_err(|e| thread_error("the bootstrap rendezvous", e))?;
+    let mut boot = Some(
+        std::thread::Builder::new()
+            .name("splitrt-boot-host".into())
+            .spawn(move || server.run(n, boot_timeout))
+            .map_err(|e| thread_error("the bootstrap rendezvous", e))?,
+    );
 
     // SAFETY: `on_signal` is an `extern "C" fn(c_int)`, the handler type
     // signal(2) expects, and async-signal-safe (it only stores to an
@@ -214,6 +282,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     // SAFETY: as for SIGINT just above.
     unsafe { libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t) };
 
+    let mut janitor = start_janitor(&stem);
     let mut children: Vec<Child> = Vec::with_capacity(n);
     // A remote rank's lifeline: its remote shell's standard input.
     let mut lifelines: Vec<Option<std::process::ChildStdin>> = Vec::with_capacity(n);
@@ -249,9 +318,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
             Some(host) => {
                 // The remote shell starts with a bare environment: every
                 // SPLITRT_* setting travels in the script (the key on stdin).
-                let mut env: Vec<(String, String)> = std::env::vars()
-                    .filter(|(k, _)| k.starts_with("SPLITRT_") && k != ENV_JOB_KEY)
-                    .collect();
+                let mut env = forwarded.clone();
                 env.extend(opts.env.iter().cloned());
                 env.extend(vars);
                 let mut argv = vec![opts.program.to_string_lossy().into_owned()];
@@ -277,6 +344,10 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
         unsafe { cmd.pre_exec(die_with_launcher) };
         match cmd.spawn() {
             Ok(mut child) => {
+                if let Some(w) = janitor.as_mut().and_then(|j| j.stdin.as_mut()) {
+                    use std::io::Write;
+                    let _ = writeln!(w, "{}", child.id());
+                }
                 let mut lifeline = child.stdin.take();
                 if let Some(w) = lifeline.as_mut() {
                     use std::io::Write;
@@ -342,6 +413,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     // When to send SIGTERM, then SIGKILL, to the ranks still running.
     let mut term_at: Option<Instant> = None;
     let mut kill_at: Option<Instant> = None;
+    // The bootstrap's own failure (e.g. ranks that never arrived) and when.
+    let mut boot_failed: Option<(String, Instant)> = None;
     if let Some(e) = &spawn_error {
         eprintln!("splitrt-run: {e}; stopping the ranks already started");
         term_at = Some(Instant::now());
@@ -406,6 +479,42 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
                     // they were told; let them say their last words
                     term_at.get_or_insert(Instant::now() + SURVIVOR_GRACE);
                 }
+            }
+        }
+        if boot_failed.is_none() && boot.as_ref().is_some_and(|b| b.is_finished()) {
+            if let Some(Ok(Err(e))) = boot.take().map(|b| b.join()) {
+                boot_failed = Some((e.to_string(), Instant::now()));
+            }
+        }
+        // The bootstrap gave up (ranks never arrived) and no rank ended
+        // since: remote shells that never started their rank (stuck on a
+        // prompt, an unreachable host) would hold the job until --timeout.
+        if outcome.is_none() && first_failure.is_none() {
+            if let Some((e, _)) = boot_failed.as_ref().filter(|b| b.1.elapsed() >= KILL_GRACE) {
+                let mut hosts: Vec<&str> = placement
+                    .iter()
+                    .zip(&running)
+                    .filter(|(_, &alive)| alive)
+                    .filter_map(|(p, _)| p.3.as_deref())
+                    .collect();
+                hosts.dedup();
+                let why = if hosts.is_empty() {
+                    format!("{e}; stopping the ranks")
+                } else {
+                    format!(
+                        "{e}; the remote shell ('{}') for host(s) {} never started its rank \
+                         (stuck on a password or host-key prompt, or the host unreachable?); \
+                         stopping them",
+                        rsh.join(" "),
+                        hosts.join(", ")
+                    )
+                };
+                eprintln!("splitrt-run: {why}");
+                outcome = Some(JobOutcome {
+                    code: 1,
+                    reason: Some(why),
+                });
+                term_at = Some(Instant::now());
             }
         }
         if outcome.is_none() {
@@ -475,6 +584,14 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
         relay.stop();
     }
     let left = remove_job_files(&stem);
+    if let Some(mut j) = janitor.take() {
+        // its ranks are reaped: it finds nothing left and ends at once
+        drop(j.stdin.take());
+        let end = Instant::now() + OUTPUT_GRACE;
+        while matches!(j.try_wait(), Ok(None)) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
     if opts.verbose && left > 0 {
         eprintln!("splitrt-run: removed {left} shared-memory file(s) the ranks left behind");
     }
@@ -494,12 +611,13 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     }
     // The rendezvous ends when every rank is gone; its verdict is already
     // known to the ranks, so only join it if it has finished.
-    if boot.is_finished() {
-        if let Ok(Err(e)) = boot.join() {
-            if opts.verbose {
-                eprintln!("splitrt-run: bootstrap: {e}");
-            }
+    if let Some(b) = boot.filter(|b| b.is_finished()) {
+        if let Ok(Err(e)) = b.join() {
+            boot_failed = Some((e.to_string(), Instant::now()));
         }
+    }
+    if let Some((e, _)) = boot_failed.filter(|_| opts.verbose) {
+        eprintln!("splitrt-run: bootstrap: {e}");
     }
     Ok(outcome.unwrap_or(JobOutcome {
         code: 0,

@@ -44,6 +44,31 @@ pub fn parse_hosts(s: &str) -> Result<Vec<HostSlots>> {
     Ok(out)
 }
 
+/// Most bytes of a host file read (a longer one is refused: an endless file
+/// such as `/dev/zero` or a FIFO fed forever is never read whole).
+pub const HOSTFILE_MAX: u64 = 1 << 20;
+
+/// Read and parse the host file at `path`, at most [`HOSTFILE_MAX`] bytes.
+pub fn read_hostfile(path: &std::path::Path) -> Result<Vec<HostSlots>> {
+    use std::io::Read;
+    let what = || format!("reading host file {}", path.display());
+    let f = std::fs::File::open(path).map_err(|e| Error::io(what(), e))?;
+    let mut bytes = Vec::new();
+    f.take(HOSTFILE_MAX + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io(what(), e))?;
+    if bytes.len() as u64 > HOSTFILE_MAX {
+        return Err(Error::usage(format!(
+            "host file {} is longer than 1 MiB (an endless file or a FIFO?); \
+             a host file names one host per line",
+            path.display()
+        )));
+    }
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Error::usage(format!("host file {} is not text (UTF-8)", path.display())))?;
+    parse_hostfile(&text)
+}
+
 /// Parse a host file: one host per line as `host`, `host:N` or
 /// `host slots=N`; `#` starts a comment.
 pub fn parse_hostfile(text: &str) -> Result<Vec<HostSlots>> {
@@ -119,6 +144,19 @@ pub fn place(n: usize, hosts: &[HostSlots]) -> Result<Vec<(usize, usize, usize)>
     Ok(out)
 }
 
+/// Whether `k` can be a shell variable's name (`[A-Za-z_][A-Za-z0-9_]*`):
+/// only such names are forwarded to a remote rank.
+pub fn is_identifier(k: &str) -> bool {
+    let mut c = k.chars();
+    c.next()
+        .is_some_and(|f| f.is_ascii_alphabetic() || f == '_')
+        && c.all(|x| x.is_ascii_alphanumeric() || x == '_')
+}
+
+/// Exit code of the remote script when the job key never arrived on its
+/// standard input (a remote shell that drops it, like `ssh -n`).
+pub const NO_KEY_EXIT: i32 = 125;
+
 /// `s` as one word for a POSIX shell.
 pub fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
@@ -127,10 +165,17 @@ pub fn quote(s: &str) -> String {
 /// The script a remote shell runs for one rank: read the key from
 /// standard input, export `env`, run `argv` in `cwd`, and keep the
 /// lifeline. `shm_file` is the rank's shared-memory file, removed after.
+/// Variables whose names are not identifiers are left out (the caller
+/// filters and warns; this is the last line of defence); every value is
+/// quoted.
 pub fn script(cwd: &str, env: &[(String, String)], argv: &[String], shm_file: &str) -> String {
-    let mut s = String::from("IFS= read -r SPLITRT_JOB_KEY || exit 125; export SPLITRT_JOB_KEY; ");
+    let mut s = format!(
+        "IFS= read -r SPLITRT_JOB_KEY || {{ echo 'splitrt: the job key never arrived on \
+         standard input (a remote shell that drops it, like ssh -n?)' >&2; exit {NO_KEY_EXIT}; }}; \
+         export SPLITRT_JOB_KEY; "
+    );
     s += &format!("cd {} 2>/dev/null || cd; ", quote(cwd));
-    for (k, v) in env {
+    for (k, v) in env.iter().filter(|(k, _)| is_identifier(k)) {
         s += &format!("{k}={}; export {k}; ", quote(v));
     }
     s += "exec 3<&0; ";
@@ -155,6 +200,16 @@ mod tests {
         assert!(place(5, &h).is_err());
         assert!(parse_hosts("a;b").is_err());
         assert!(parse_hosts("a:x").is_err());
+    }
+
+    #[test]
+    fn only_identifiers_are_forwarded() {
+        assert!(is_identifier("SPLITRT_A_1") && is_identifier("_x"));
+        for bad in ["", "1A", "SPLITRT_X;touch x", "A B", "A$(x)", "A=B", "É"] {
+            assert!(!is_identifier(bad), "{bad:?}");
+        }
+        let env = [("SPLITRT_X;id".to_string(), "v".to_string())];
+        assert!(!script("/", &env, &["p".into()], "/f").contains("SPLITRT_X;id"));
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! handler can reply. One message at a time per (peer, channel) is
 //! streamed under `txl`.
 
-use super::faults::{FaultSpec, Faults, Verdict};
+use super::faults::{FaultSpec, Faults, Recorder, Verdict};
 use super::proto::{Event, Proto, ProtoConfig, Sent};
 use super::wire::{HEADER, MAX_DATAGRAM, TAG};
 use crate::fabric::frames::{OutMsg, Reassembler, SegmentSink};
@@ -155,14 +155,19 @@ impl PendingUdp {
         let mac_key = key.derive("splitrt udp datagram mac");
         let proto_cfg_keepalive = proto_cfg.keepalive;
         let proto = Proto::new(rank as u32, size as u32, proto_cfg, mac_key, 0);
-        let faults = cfg.faults.as_ref().map(|f| {
-            Box::new(FaultState {
+        let faults = match cfg.faults.as_ref() {
+            None => None,
+            Some(f) => Some(Box::new(FaultState {
                 tx: f.tx.then(|| Faults::new(f, rank, 0)),
                 rx: f.rx.then(|| Faults::new(f, rank, 1)),
                 held_tx: Vec::new(),
                 held_rx: Vec::new(),
-            })
-        });
+                record: match &f.record {
+                    Some(dir) => Some(Recorder::create(dir, rank)?),
+                    None => None,
+                },
+            })),
+        };
         let sock: UdpSocket = self.sock.into();
         let keep_every = Duration::from_nanos((proto_cfg_keepalive / 4).max(5_000_000));
         let net = Arc::new(Net {
@@ -176,6 +181,7 @@ impl PendingUdp {
                 failed: None,
                 send_errors: 0,
                 empty_at: 0,
+                screening: false,
             }),
             t0,
             polled: AtomicU64::new(0),
@@ -239,6 +245,8 @@ struct FaultState {
     rx: Option<Faults>,
     held_tx: Vec<(u64, u32, Vec<u8>)>,
     held_rx: Vec<(u64, Vec<u8>)>,
+    /// The capture of what this rank sends (`record=DIR`).
+    record: Option<Recorder>,
 }
 
 struct Core {
@@ -253,6 +261,10 @@ struct Core {
     /// system call.
     empty_at: u64,
     send_errors: u64,
+    /// The last large datagram read was a stranger's (rejected on the
+    /// cheap path): until one passes, each datagram's header is peeked
+    /// and screened first, and garbage is discarded without being copied.
+    screening: bool,
 }
 
 struct RxSide {
@@ -318,18 +330,19 @@ impl Core {
             }),
             Some(f) => {
                 let f = &mut **f;
-                proto.poll_transmit(now, flush, &mut |peer, b| match f
-                    .tx
-                    .as_mut()
-                    .map_or(Verdict::Pass, Faults::verdict)
-                {
-                    Verdict::Drop => {}
-                    Verdict::Pass => send_to(sock, addrs, peer, b, send_errors),
-                    Verdict::Twice => {
-                        send_to(sock, addrs, peer, b, send_errors);
-                        send_to(sock, addrs, peer, b, send_errors);
+                proto.poll_transmit(now, flush, &mut |peer, b| {
+                    if let (Some(r), Some(a)) = (f.record.as_mut(), addrs[peer as usize]) {
+                        r.record(a, b);
                     }
-                    Verdict::Hold(ns) => f.held_tx.push((now + ns, peer, b.to_vec())),
+                    match f.tx.as_mut().map_or(Verdict::Pass, Faults::verdict) {
+                        Verdict::Drop => {}
+                        Verdict::Pass => send_to(sock, addrs, peer, b, send_errors),
+                        Verdict::Twice => {
+                            send_to(sock, addrs, peer, b, send_errors);
+                            send_to(sock, addrs, peer, b, send_errors);
+                        }
+                        Verdict::Hold(ns) => f.held_tx.push((now + ns, peer, b.to_vec())),
+                    }
                 });
                 let mut i = 0;
                 while i < f.held_tx.len() {
@@ -353,8 +366,28 @@ impl Core {
             if self.big.capacity() < MAX_DATAGRAM {
                 self.big = Vec::with_capacity(MAX_DATAGRAM);
             }
-            let spare: &mut [MaybeUninit<u8>] = self.big.spare_capacity_mut();
             let sref = socket2::SockRef::from(sock);
+            if self.screening {
+                let mut head = [MaybeUninit::<u8>::uninit(); HEADER];
+                // the whole length (MSG_TRUNC), the header's bytes only
+                let len = match sref.recv_with_flags(&mut head, libc::MSG_PEEK | libc::MSG_TRUNC) {
+                    Ok(len) => len,
+                    Err(_) => {
+                        self.empty_at = now;
+                        break;
+                    }
+                };
+                let got = len.min(HEADER);
+                // SAFETY: recv initialized the first `got` bytes of `head`.
+                let head = unsafe { std::slice::from_raw_parts(head.as_ptr().cast::<u8>(), got) };
+                if !self.proto.screen(head, len) {
+                    // dequeue it without copying it
+                    let _ = sref.recv(&mut []);
+                    continue;
+                }
+                self.screening = false;
+            }
+            let spare: &mut [MaybeUninit<u8>] = self.big.spare_capacity_mut();
             let n = match sref.recv(&mut spare[..MAX_DATAGRAM]) {
                 Ok(n) => n,
                 Err(_) => {
@@ -398,7 +431,12 @@ impl Core {
                     continue;
                 }
             };
-            if let Some(b) = self.proto.handle_datagram(now, d) {
+            let early = self.proto.stats().early_rejects;
+            let back = self.proto.handle_datagram(now, d);
+            if n >= COPY_BELOW && self.proto.stats().early_rejects > early {
+                self.screening = true;
+            }
+            if let Some(b) = back {
                 if b.capacity() >= MAX_DATAGRAM && self.big.capacity() < MAX_DATAGRAM {
                     self.big = b;
                     self.big.clear();

@@ -2,6 +2,9 @@
 //! datagrams at seeded rates, per direction. Off (and free: one `Option`
 //! test per datagram) unless `SPLITRT_UDP_FAULTS` is set, e.g.
 //! `drop=0.01,dup=0.001,reorder=0.01,delay_us=200,seed=7,dir=both`.
+//! `record=DIR` also appends every datagram a rank sends to
+//! `DIR/udp-tx-<rank>` (the captures the replay tests play back as an
+//! on-path attacker would; at most [`RECORD_MAX`] bytes per rank).
 
 use crate::{Error, Result};
 use rand::rngs::SmallRng;
@@ -28,6 +31,54 @@ pub struct FaultSpec {
     pub tx: bool,
     /// Apply to datagrams received.
     pub rx: bool,
+    /// Record every datagram sent into this directory.
+    pub record: Option<std::path::PathBuf>,
+}
+
+/// Most bytes a rank records (`record=DIR`).
+pub const RECORD_MAX: u64 = 64 << 20;
+
+/// A rank's capture of what it sent (`record=DIR`): one record per
+/// datagram, `len u32 LE, IPv4 address [u8; 4], port u16 LE, bytes`,
+/// each written with one unbuffered write (a stopped rank's capture is
+/// whole up to its last datagram).
+#[derive(Debug)]
+pub struct Recorder {
+    file: std::fs::File,
+    written: u64,
+}
+
+impl Recorder {
+    /// Create `dir/udp-tx-<rank>`.
+    pub fn create(dir: &std::path::Path, rank: usize) -> Result<Recorder> {
+        let path = dir.join(format!("udp-tx-{rank}"));
+        let file = std::fs::File::create(&path).map_err(|e| {
+            Error::config(format!(
+                "{ENV_UDP_FAULTS}: cannot create {}: {e}",
+                path.display()
+            ))
+        })?;
+        Ok(Recorder { file, written: 0 })
+    }
+
+    /// Append one datagram sent to `to` (IPv4 only; others are skipped).
+    pub fn record(&mut self, to: std::net::SocketAddr, d: &[u8]) {
+        use std::io::Write;
+        let std::net::SocketAddr::V4(a) = to else {
+            return;
+        };
+        if self.written + d.len() as u64 > RECORD_MAX {
+            return;
+        }
+        let mut rec = Vec::with_capacity(10 + d.len());
+        rec.extend_from_slice(&(d.len() as u32).to_le_bytes());
+        rec.extend_from_slice(&a.ip().octets());
+        rec.extend_from_slice(&a.port().to_le_bytes());
+        rec.extend_from_slice(d);
+        if self.file.write_all(&rec).is_ok() {
+            self.written += rec.len() as u64;
+        }
+    }
 }
 
 impl std::str::FromStr for FaultSpec {
@@ -41,11 +92,12 @@ impl std::str::FromStr for FaultSpec {
             seed: 1,
             tx: true,
             rx: false,
+            record: None,
         };
         let bad = |why: String| {
             Error::config(format!(
                 "{ENV_UDP_FAULTS}={s:?}: {why} (expected e.g. \
-                 drop=0.01,dup=0.001,reorder=0.01,delay_us=200,seed=7,dir=tx|rx|both)"
+                 drop=0.01,dup=0.001,reorder=0.01,delay_us=200,seed=7,dir=tx|rx|both,record=DIR)"
             ))
         };
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -76,6 +128,7 @@ impl std::str::FromStr for FaultSpec {
                         _ => return Err(bad(format!("dir={v}"))),
                     }
                 }
+                "record" if !v.is_empty() => f.record = Some(v.into()),
                 _ => return Err(bad(format!("unknown key '{k}'"))),
             }
         }

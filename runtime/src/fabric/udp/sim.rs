@@ -54,6 +54,11 @@ pub struct SimConfig {
     /// Rank that stops for good at this time (its peers must declare it
     /// dead instead of delivering).
     pub crash: Option<(usize, u64)>,
+    /// An on-path attacker: it records every datagram the `crash` rank
+    /// sends and, from the crash on, replays the recording (in order, over
+    /// and over, each to its original addressee) at this many datagrams
+    /// per second (0: no attacker).
+    pub replay_rate: u64,
     /// Protocol tunables.
     pub proto: ProtoConfig,
     /// Give up (an error) past this virtual time (ns).
@@ -75,6 +80,7 @@ impl Default for SimConfig {
             partition: None,
             pause: 0.0,
             crash: None,
+            replay_rate: 0,
             proto: ProtoConfig {
                 mtu: 9000,
                 window: 32,
@@ -105,6 +111,10 @@ pub struct SimReport {
     pub resumed_after_heal: Option<u64>,
     /// Peers declared dead: (by rank, dead rank).
     pub dead: Vec<(u32, u32)>,
+    /// Virtual time of each declaration in `dead` (ns).
+    pub dead_at: Vec<u64>,
+    /// Datagrams the attacker replayed (`replay_rate`).
+    pub replayed: u64,
 }
 
 #[derive(PartialEq, Eq)]
@@ -217,6 +227,10 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
     let healed_at = cfg.partition.map(|(s, d)| s + d);
     let step = cfg.latency.max(1_000);
     let mut outbox: Vec<(u32, Vec<u8>)> = Vec::new();
+    // the attacker's recording of the crash rank's datagrams (dst, bytes)
+    let mut recorded: Vec<(usize, Vec<u8>)> = Vec::new();
+    let replay_every = 1_000_000_000 / cfg.replay_rate.max(1);
+    let mut next_replay = cfg.crash.map_or(u64::MAX, |(_, t)| t);
     loop {
         if report.delivered == want && nodes.iter().all(|x| x.crashed || x.proto.quiesced()) {
             break;
@@ -232,6 +246,19 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
             ));
         }
         let mut busy = false;
+        // the attacker injects its replays
+        while cfg.replay_rate > 0 && !recorded.is_empty() && next_replay <= now {
+            let (dst, bytes) = &recorded[report.replayed as usize % recorded.len()];
+            counter += 1;
+            net.push(InFlight {
+                at: next_replay + cfg.latency,
+                n: counter,
+                dst: *dst,
+                bytes: bytes.clone(),
+            });
+            report.replayed += 1;
+            next_replay += replay_every;
+        }
         // the network hands over what is due
         while net.peek().is_some_and(|f| f.at <= now) {
             let f = net.pop().expect("peeked");
@@ -256,6 +283,7 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
             node.proto.handle_timeout(now);
             while let Some(Event::PeerDead { peer, .. }) = node.proto.poll_event() {
                 report.dead.push((r as u32, peer));
+                report.dead_at.push(now);
             }
             // deliver (unless this rank is pausing)
             if node.paused_until <= now {
@@ -350,6 +378,9 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
             for (dst, mut bytes) in outbox.drain(..) {
                 busy = true;
                 let dst = dst as usize;
+                if cfg.replay_rate > 0 && cfg.crash.is_some_and(|(c, _)| c == r) {
+                    recorded.push((dst, bytes.clone()));
+                }
                 if cut(now, r, dst) || rng.gen_bool(cfg.loss) {
                     report.lost += 1;
                     continue;
@@ -386,6 +417,9 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
         let mut next = now + step;
         if !busy {
             let mut t = net.peek().map_or(u64::MAX, |f| f.at);
+            if cfg.replay_rate > 0 && !recorded.is_empty() {
+                t = t.min(next_replay);
+            }
             for x in nodes.iter().filter(|x| !x.crashed) {
                 t = t.min(x.proto.poll_timeout());
                 if x.paused_until > now {
@@ -407,7 +441,8 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
         t.fast_retransmits += s.fast_retransmits;
         t.received += s.received;
         t.bad_tag += s.bad_tag;
-        t.malformed += s.malformed;
+        t.early_rejects += s.early_rejects;
+        t.replays += s.replays;
         t.duplicates += s.duplicates;
         t.beyond_window += s.beyond_window;
         t.out_of_order += s.out_of_order;

@@ -8,8 +8,19 @@
 //!  6 body_len u16     8 src u32     12 dst u32  16 seq u32
 //! 20 cum[0] u32      24 sack[0] u32 28 cum[1] u32 32 sack[1] u32
 //! 36 win[0] u16      38 win[1] u16  40 ts u32       44 echo u32
-//! 48 body (body_len bytes)          48+body_len tag [u8; 16]
+//! 48 pn u64          56 header tag [u8; 8]
+//! 64 body (body_len bytes)          64+body_len tag [u8; 16]
 //! ```
+//! `pn` numbers every datagram a rank sends to one peer (data,
+//! retransmission or control alike: 1, 2, 3, ... never reused), so the
+//! receiver acts on each authentic datagram at most once: a copy replayed
+//! by someone on the path is recognised and dropped without refreshing the
+//! sender's liveness (see `proto`). The header tag is a short keyed BLAKE3
+//! of bytes 0..56 under a second key derived from the job key: a receiver
+//! checks the header's plausibility (length, magic, addressee, sender) and
+//! then this tag before it spends a pass over the body on the full tag, so
+//! a stranger's large garbage datagram costs one 64-byte hash, not one per
+//! body byte.
 //! `kind` 0 and 1 are data datagrams of stream 0 (requests) and 1
 //! (replies), carrying sequence number `seq`; kind 2 is a control datagram
 //! (acknowledgements, window updates, keepalives) with no body. Every
@@ -24,9 +35,13 @@
 /// Magic number ("SU").
 pub const MAGIC: u16 = 0x5553;
 /// Wire format version.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Header bytes.
-pub const HEADER: usize = 48;
+pub const HEADER: usize = 64;
+/// Bytes of the header the header tag covers (the tag follows them).
+const HEADER_TAGGED: usize = 56;
+/// Header tag bytes.
+const HEADER_TAG: usize = HEADER - HEADER_TAGGED;
 /// Tag bytes.
 pub const TAG: usize = 16;
 /// Header and tag together: a datagram's fixed cost.
@@ -71,6 +86,9 @@ pub struct Header {
     pub ts: u32,
     /// Echo of the peer's `ts` (0: none).
     pub echo: u32,
+    /// Datagram number: per (sender, receiver), one more on every datagram
+    /// sent (retransmissions included); 0 is never sent.
+    pub pn: u64,
 }
 
 fn u16_at(b: &[u8], o: usize) -> u16 {
@@ -78,6 +96,11 @@ fn u16_at(b: &[u8], o: usize) -> u16 {
 }
 fn u32_at(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(w)
 }
 
 impl Header {
@@ -97,7 +120,7 @@ impl Header {
     }
 
     /// Rewrite only the fields of the moment a datagram leaves: the
-    /// acknowledgements, flags, `ts` and `echo`.
+    /// acknowledgements, flags, `ts`, `echo` and `pn`.
     pub fn write_acks(&self, b: &mut [u8]) {
         for (i, a) in self.acks.iter().enumerate() {
             b[20 + 8 * i..24 + 8 * i].copy_from_slice(&a.cum.to_le_bytes());
@@ -107,12 +130,20 @@ impl Header {
         b[4] = self.flags;
         b[40..44].copy_from_slice(&self.ts.to_le_bytes());
         b[44..48].copy_from_slice(&self.echo.to_le_bytes());
+        b[48..56].copy_from_slice(&self.pn.to_le_bytes());
     }
 
-    /// Parse a header from an authenticated datagram; `None` if the
-    /// fields are inconsistent with its length.
+    /// Parse a header; `None` if the fields are inconsistent with the
+    /// datagram's length. Nothing in it is to be believed before
+    /// [`Mac::verify`] (this is the cheap plausibility check made first).
     pub fn read(b: &[u8]) -> Option<Header> {
-        if b.len() < OVERHEAD || u16_at(b, 0) != MAGIC || b[2] != VERSION {
+        Self::read_head(b, b.len())
+    }
+
+    /// [`read`](Self::read) from the first [`HEADER`] bytes (or more) of a
+    /// datagram of `len` bytes.
+    pub fn read_head(b: &[u8], len: usize) -> Option<Header> {
+        if b.len() < HEADER || len < OVERHEAD || u16_at(b, 0) != MAGIC || b[2] != VERSION {
             return None;
         }
         let h = Header {
@@ -129,9 +160,10 @@ impl Header {
             }),
             ts: u32_at(b, 40),
             echo: u32_at(b, 44),
+            pn: u64_at(b, 48),
         };
         let ok = h.kind <= KIND_CONTROL
-            && HEADER + h.body_len as usize + TAG == b.len()
+            && HEADER + h.body_len as usize + TAG == len
             && (h.kind != KIND_CONTROL || h.body_len == 0);
         ok.then_some(h)
     }
@@ -141,6 +173,8 @@ impl Header {
 #[derive(Clone)]
 pub struct Mac {
     key: [u8; 32],
+    /// Key of the header tag (derived from `key`).
+    hkey: [u8; 32],
     body: bool,
 }
 
@@ -148,7 +182,12 @@ impl Mac {
     /// From a 256-bit key (derived from the job key): the tag covers the
     /// whole datagram.
     pub fn new(key: [u8; 32]) -> Mac {
-        Mac { key, body: true }
+        let hkey = *blake3::keyed_hash(&key, b"splitrt udp header tag v2").as_bytes();
+        Mac {
+            key,
+            hkey,
+            body: true,
+        }
     }
 
     /// A tag over the header only (`SPLITRT_UDP_AUTH=header`): datagrams
@@ -156,7 +195,28 @@ impl Mac {
     /// protected only by UDP's checksum, so an on-path attacker could alter
     /// it. For trusted networks, where the full tag costs bandwidth.
     pub fn header_only(key: [u8; 32]) -> Mac {
-        Mac { key, body: false }
+        Mac {
+            body: false,
+            ..Mac::new(key)
+        }
+    }
+
+    fn header_tag_of(&self, d: &[u8]) -> [u8; HEADER_TAG] {
+        let h = blake3::keyed_hash(&self.hkey, &d[..HEADER_TAGGED]);
+        let mut t = [0u8; HEADER_TAG];
+        t.copy_from_slice(&h.as_bytes()[..HEADER_TAG]);
+        t
+    }
+
+    /// Whether the header tag is right: the cheap check (one 64-byte
+    /// block hashed, whatever the body's length) made before
+    /// [`verify`](Self::verify). Passing it proves nothing by itself.
+    pub fn verify_header(&self, d: &[u8]) -> bool {
+        if d.len() < HEADER {
+            return false;
+        }
+        let t = self.header_tag_of(d);
+        crate::key::same_mac(&t, &d[HEADER_TAGGED..HEADER])
     }
 
     fn covered(&self, n: usize) -> usize {
@@ -174,9 +234,11 @@ impl Mac {
         t
     }
 
-    /// Write the tag over `d[..len - TAG]` (or its header) into the last
-    /// [`TAG`] bytes.
+    /// Write the header tag, then the tag over `d[..len - TAG]` (or its
+    /// header) into the last [`TAG`] bytes.
     pub fn seal(&self, d: &mut [u8]) {
+        let ht = self.header_tag_of(d);
+        d[HEADER_TAGGED..HEADER].copy_from_slice(&ht);
         let n = d.len() - TAG;
         let t = self.tag_of(&d[..self.covered(n)]);
         d[n..].copy_from_slice(&t);
@@ -220,16 +282,22 @@ mod tests {
             ],
             ts: 77,
             echo: 5,
+            pn: 1 << 40,
         };
         let mut d = vec![0u8; OVERHEAD + 5];
         h.write(&mut d);
         let mac = Mac::new([7; 32]);
         mac.seal(&mut d);
-        assert!(mac.verify(&d));
+        assert!(mac.verify_header(&d) && mac.verify(&d));
         assert_eq!(Header::read(&d), Some(h));
         assert!(!Mac::new([8; 32]).verify(&d));
+        assert!(!Mac::new([8; 32]).verify_header(&d));
         d[HEADER] ^= 1;
         assert!(!mac.verify(&d));
+        // the body is not under the header tag, the datagram number is
+        assert!(mac.verify_header(&d));
+        d[50] ^= 1;
+        assert!(!mac.verify_header(&d));
         assert_eq!(Header::read(&d[..OVERHEAD + 4]), None);
     }
 }

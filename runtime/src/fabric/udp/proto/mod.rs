@@ -23,10 +23,26 @@
 //! leaves at once; while datagrams are in flight, later messages fill one
 //! datagram until it is full or the caller polls.
 //!
-//! A datagram is acted on only if its tag verifies under the job's key,
-//! it is addressed to this rank, and its header is consistent; otherwise it
-//! is dropped and counted. A peer heard from once and then silent past
-//! `peer_timeout` (while keepalives went to it) is reported dead.
+//! A datagram is acted on only if its header is plausible (length, magic,
+//! version, addressed to this rank from another rank of the job), its
+//! short header tag verifies and then its full tag verifies under the
+//! job's key; otherwise it is dropped and counted, the implausible and
+//! the wrong header tags before any pass over the body (a stranger's
+//! flood of large datagrams costs a 64-byte hash each, not a full one).
+//!
+//! Every datagram to a peer carries the next datagram number `pn` of that
+//! direction (retransmissions and controls included). The receiver keeps
+//! the highest number seen and a 128-bit bitmap of the numbers below it
+//! (the IPsec / DTLS replay window) and acts on each authentic datagram at
+//! most once: a number seen before, or older than the window, is a replay
+//! (or a network duplicate) and is dropped and counted without touching
+//! anything — no liveness, no acknowledgement, no ack processing. So only
+//! authentic, new datagrams refresh a peer's liveness, and an on-path
+//! attacker replaying captured datagrams cannot keep a dead peer alive. A
+//! keepalive needs no counter of its own: it is a control datagram with
+//! a fresh number, and so is the answer it asks for. A peer heard from
+//! once and then silent past `peer_timeout` (while keepalives went to it)
+//! is reported dead.
 
 mod recv;
 mod send;
@@ -141,11 +157,19 @@ pub struct Stats {
     pub fast_retransmits: u64,
     /// Datagrams accepted (authentic, well formed, for us).
     pub received: u64,
-    /// Dropped: the tag did not verify (another job, a stranger, corruption).
+    /// Dropped as not authentic (another job, a stranger, corruption):
+    /// an implausible header, a wrong header tag, or a wrong tag.
     pub bad_tag: u64,
-    /// Dropped: authentic but malformed header or wrong addressee.
-    pub malformed: u64,
-    /// Dropped: seen before.
+    /// Of `bad_tag`, dropped before the full tag was computed (an
+    /// implausible header, not addressed to this rank from another rank
+    /// of the job, or a wrong header tag): the cheap path.
+    pub early_rejects: u64,
+    /// Dropped: authentic, but this datagram (its number) was acted on
+    /// before or is older than the replay window: a replay or a network
+    /// duplicate. Refreshes nothing.
+    pub replays: u64,
+    /// Dropped: data seen before (a retransmission that crossed its
+    /// acknowledgement).
     pub duplicates: u64,
     /// Dropped: past the advertised window.
     pub beyond_window: u64,
@@ -156,9 +180,19 @@ pub struct Stats {
     pub send_errors: u64,
 }
 
+/// Datagram numbers below the highest one seen that are still told apart
+/// (older ones are dropped as replays).
+const REPLAY_WINDOW: u64 = 128;
+
 struct Peer {
     tx: [SendStream; 2],
     rx: [RecvStream; 2],
+    /// Number of the last datagram sent to this peer.
+    tx_pn: u64,
+    /// Highest datagram number received from this peer (0: none).
+    rx_pn: u64,
+    /// Bit i: datagram `rx_pn - i` was received (bit 0: `rx_pn` itself).
+    rx_seen: u128,
     /// Last datagram from this peer (0: never).
     heard: u64,
     /// Last datagram to this peer.
@@ -224,6 +258,9 @@ impl Proto {
             .map(|_| Peer {
                 tx: [SendStream::new(w), SendStream::new(w)],
                 rx: [RecvStream::new(w), RecvStream::new(w)],
+                tx_pn: 0,
+                rx_pn: 0,
+                rx_seen: 0,
                 heard: now,
                 spoke: now,
                 active: false,
@@ -369,6 +406,7 @@ impl Proto {
             acks: [Ack::default(); 2],
             ts: 0,
             echo: 0,
+            pn: 0,
         }
         .write(&mut b);
         s.next_seq = s.next_seq.wrapping_add(1);
@@ -405,27 +443,62 @@ impl Proto {
             .collect()
     }
 
+    /// The cheap checks alone, on the first [`HEADER`] bytes `head` of a
+    /// datagram of `len` bytes (a driver under a flood peeks them before
+    /// reading the whole datagram): whether it may be authentic. A `false`
+    /// is counted as an early reject; the datagram is to be discarded.
+    pub fn screen(&mut self, head: &[u8], len: usize) -> bool {
+        if self.plausible(head, len).is_some() {
+            return true;
+        }
+        self.stats.bad_tag += 1;
+        self.stats.early_rejects += 1;
+        false
+    }
+
+    /// The header, if plausible and its header tag verifies.
+    fn plausible(&self, head: &[u8], len: usize) -> Option<Header> {
+        Header::read_head(head, len)
+            .filter(|h| h.dst == self.me && (h.src as usize) < self.peers.len())
+            .filter(|_| self.mac.verify_header(head))
+    }
+
     /// Take an arrived datagram. It comes back if not kept (give it to
     /// the pool or reuse it).
     pub fn handle_datagram(&mut self, now: u64, d: Vec<u8>) -> Option<Vec<u8>> {
+        // the cheap checks first: nothing here reads past the header
+        let Some(h) = self.plausible(&d, d.len()) else {
+            self.stats.bad_tag += 1;
+            self.stats.early_rejects += 1;
+            return Some(d);
+        };
         if !self.mac.verify(&d) {
             self.stats.bad_tag += 1;
             return Some(d);
         }
-        let Some(h) = Header::read(&d) else {
-            self.stats.malformed += 1;
-            return Some(d);
-        };
-        if h.dst != self.me || h.src as usize >= self.peers.len() {
-            self.stats.malformed += 1;
-            return Some(d);
-        }
-        self.stats.received += 1;
         let src = h.src;
         let p = &mut self.peers[src as usize];
         if p.dead {
             return Some(d);
         }
+        // each authentic datagram is acted on once (the replay window)
+        if h.pn > p.rx_pn {
+            let shift = h.pn - p.rx_pn;
+            p.rx_seen = if shift >= REPLAY_WINDOW {
+                1
+            } else {
+                (p.rx_seen << shift) | 1
+            };
+            p.rx_pn = h.pn;
+        } else {
+            let age = p.rx_pn - h.pn;
+            if h.pn == 0 || age >= REPLAY_WINDOW || p.rx_seen & (1 << age) != 0 {
+                self.stats.replays += 1;
+                return Some(d);
+            }
+            p.rx_seen |= 1 << age;
+        }
+        self.stats.received += 1;
         p.heard = now;
         p.active = true;
         let mut wants_tx = false;
@@ -595,10 +668,12 @@ impl Proto {
                     }
                     let acks = Self::acks_of(p);
                     let echo = p.echo;
+                    p.tx_pn += 1;
+                    let pn = p.tx_pn;
                     let s = &mut p.tx[st].slots[i];
                     s.again = false;
                     s.sent_at = now;
-                    emit(&self.mac, &mut s.buf, acks, (us(now), echo), peer, out);
+                    emit(&self.mac, &mut s.buf, acks, (us(now), echo, pn), peer, out);
                     self.stats.sent += 1;
                     self.stats.retransmits += 1;
                     sent_data = true;
@@ -609,10 +684,12 @@ impl Proto {
             while p.tx[st].may_send_new(window) {
                 let acks = Self::acks_of(p);
                 let echo = p.echo;
+                p.tx_pn += 1;
+                let pn = p.tx_pn;
                 let idx = p.tx[st].next_tx.wrapping_sub(p.tx[st].una) as usize;
                 let s = &mut p.tx[st].slots[idx];
                 s.sent_at = now;
-                emit(&self.mac, &mut s.buf, acks, (us(now), echo), peer, out);
+                emit(&self.mac, &mut s.buf, acks, (us(now), echo, pn), peer, out);
                 p.tx[st].next_tx = p.tx[st].next_tx.wrapping_add(1);
                 self.stats.sent += 1;
                 sent_data = true;
@@ -641,6 +718,7 @@ impl Proto {
         if due || p.ping {
             let mut b = [0u8; OVERHEAD];
             let acks = Self::acks_of(p);
+            p.tx_pn += 1;
             Header {
                 kind: KIND_CONTROL,
                 flags: if p.ping { F_ACK_NOW } else { 0 },
@@ -651,6 +729,7 @@ impl Proto {
                 acks,
                 ts: us(now),
                 echo: p.echo,
+                pn: p.tx_pn,
             }
             .write(&mut b);
             self.mac.seal(&mut b);
@@ -783,7 +862,7 @@ fn emit(
     mac: &Mac,
     buf: &mut [u8],
     acks: [Ack; 2],
-    (ts, echo): (u32, u32),
+    (ts, echo, pn): (u32, u32, u64),
     peer: u32,
     out: &mut dyn FnMut(u32, &[u8]),
 ) {
@@ -791,6 +870,7 @@ fn emit(
         acks,
         ts,
         echo,
+        pn,
         ..Header::default()
     }
     .write_acks(buf);
