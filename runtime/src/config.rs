@@ -10,7 +10,7 @@ use std::time::Duration;
 pub const ENV_SEGMENT_SIZE: &str = "SPLITRT_SEGMENT_SIZE";
 /// Size of one shared-memory ring cell (bytes, multiple of 64, >= 256).
 pub const ENV_CELL_SIZE: &str = "SPLITRT_CELL_SIZE";
-/// `1` = reserve every shared-memory file's space at start-up
+/// `1` (or `true`, `yes`, `on`) = reserve every shared-memory file's space at start-up
 /// (`posix_fallocate`) instead of at first touch.
 pub const ENV_SHM_RESERVE: &str = "SPLITRT_SHM_RESERVE";
 /// `single`: only the thread that attached calls splitrt (as
@@ -36,7 +36,7 @@ pub const ENV_YIELD_US: &str = "SPLITRT_YIELD_US";
 /// Microseconds a waiting rank sleeps per round once spinning and yielding
 /// did not help.
 pub const ENV_SLEEP_US: &str = "SPLITRT_SLEEP_US";
-/// `1` = never yield or sleep while waiting (benchmarks on dedicated cores).
+/// `1` (or `true`, `yes`, `on`) = never yield or sleep while waiting (benchmarks on dedicated cores).
 pub const ENV_SPIN_ONLY: &str = "SPLITRT_SPIN_ONLY";
 /// How one-sided get/put/store travel: `native` (direct access where the
 /// fabric maps peer segments) or `am` (request/reply Active Messages).
@@ -61,7 +61,8 @@ pub const ENV_IBV_REG_CACHE: &str = "SPLITRT_IBV_REG_CACHE";
 /// Seconds without progress before a wait reports (`off` or `0`: never);
 /// see [`crate::hang`].
 pub const ENV_HANG_REPORT: &str = "SPLITRT_HANG_REPORT";
-/// `1`: a hang report ends the job instead of only printing.
+/// `1` (or `true`, `yes`, `on`): a hang report ends the job instead of
+/// only printing.
 pub const ENV_HANG_ABORT: &str = "SPLITRT_HANG_ABORT";
 /// Default time without progress before a hang report.
 pub const DEFAULT_HANG_REPORT: Duration = Duration::from_secs(30);
@@ -424,15 +425,19 @@ impl Config {
                 ),
             };
         }
-        if let Some(v) = get(ENV_HANG_ABORT) {
-            c.hang_abort = matches!(v.trim(), "1" | "true" | "yes");
-        }
-        if let Some(v) = get(ENV_SPIN_ONLY) {
-            c.spin_only = matches!(v.trim(), "1" | "true" | "yes");
-        }
-        if let Some(v) = get(ENV_SHM_RESERVE) {
-            c.shm_reserve = matches!(v.trim(), "1" | "true" | "yes");
-        }
+        let switch = |name: &str, dst: &mut bool| -> Result<()> {
+            if let Some(v) = get(name) {
+                *dst = parse_switch(&v).ok_or_else(|| {
+                    Error::config(format!(
+                        "{name}={v:?}: expected 1, true, yes or on (or 0, false, no, off)"
+                    ))
+                })?;
+            }
+            Ok(())
+        };
+        switch(ENV_HANG_ABORT, &mut c.hang_abort)?;
+        switch(ENV_SPIN_ONLY, &mut c.spin_only)?;
+        switch(ENV_SHM_RESERVE, &mut c.shm_reserve)?;
         if let Some(v) = get(ENV_THREADS) {
             c.single_thread = match v.trim() {
                 "single" => true,
@@ -561,6 +566,17 @@ impl Config {
     }
 }
 
+/// An on/off setting: `1`, `true`, `yes`, `on` (any case) are on; `0`,
+/// `false`, `no`, `off` and the empty string are off; anything else is
+/// `None`, which the caller reports as an error.
+fn parse_switch(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "" | "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -595,6 +611,37 @@ mod tests {
         assert_eq!(crate::fabric::rdma::RdmaConfig::default().reg_cache, 0);
         let on = Config::from_lookup(|n| (n == ENV_IBV_REG_CACHE).then(|| "256M".into())).unwrap();
         assert_eq!(on.rdma().reg_cache, 256 << 20);
+    }
+
+    /// The three on/off settings take the usual spellings of a boolean
+    /// and refuse anything else (`2`, `on`, a typo) with an error that
+    /// names the variable and the accepted values, instead of silently
+    /// meaning "off".
+    #[test]
+    fn switches_are_booleans_or_errors() {
+        type Pick = fn(&Config) -> bool;
+        let cases: [(&str, Pick); 3] = [
+            (ENV_HANG_ABORT, |c| c.hang_abort),
+            (ENV_SPIN_ONLY, |c| c.spin_only),
+            (ENV_SHM_RESERVE, |c| c.shm_reserve),
+        ];
+        for (name, pick) in cases {
+            let with = |v: &str| Config::from_lookup(|n| (n == name).then(|| v.to_string()));
+            for v in ["1", "true", "yes", "on", " TRUE ", "Yes"] {
+                assert!(pick(&with(v).unwrap()), "{name}={v:?} should be on");
+            }
+            for v in ["0", "false", "no", "off", " False ", ""] {
+                assert!(!pick(&with(v).unwrap()), "{name}={v:?} should be off");
+            }
+            for v in ["2", "enable", "tru", "-1", "1.0"] {
+                let e = match with(v) {
+                    Ok(_) => panic!("{name}={v:?} was accepted"),
+                    Err(e) => e.to_string(),
+                };
+                assert!(e.contains(name), "{name}={v:?}: {e}");
+                assert!(e.contains("true") && e.contains("off"), "{name}={v:?}: {e}");
+            }
+        }
     }
 
     #[test]
