@@ -12,12 +12,13 @@
 //! carries `rc=0` on success. The process manager is trusted, but its
 //! answers are still length-checked and parsed without panicking.
 
+use super::deadline::Deadline;
 use crate::{Error, ErrorKind, Result};
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Whether this process has taken ownership of `PMI_FD` (see
 /// [`Pmi2::init`]).
@@ -26,9 +27,16 @@ static PMI_FD_TAKEN: AtomicBool = AtomicBool::new(false);
 /// Largest answer accepted from the process manager.
 const MAX_MSG: usize = 64 << 10;
 
+/// Time `finalize` is given even when the exchange used up its deadline.
+const FINALIZE_GRACE: Duration = Duration::from_secs(1);
+
 /// A connection to the PMI-2 server of this job step.
 pub struct Pmi2 {
     sock: UnixStream,
+    /// When the whole exchange (init to the last get) must be over.
+    deadline: Instant,
+    /// The time the exchange was given, for messages.
+    timeout: Duration,
     jobid: String,
     /// This process's rank as the process manager knows it.
     pub rank: usize,
@@ -56,7 +64,10 @@ impl Pmi2 {
     }
 
     /// Connect through `PMI_FD` and introduce this rank (`PMI_RANK`,
-    /// `PMI_JOBID`). Every wait is bounded by `timeout`.
+    /// `PMI_JOBID`). The whole exchange, from here to the last
+    /// [`get`](Pmi2::get), must end within `timeout`: a process manager
+    /// that trickles its answers is given up on then, not kept waiting
+    /// for one read at a time.
     ///
     /// The descriptor is taken once per process: a second call (a retried
     /// attach) is an error, since the first connection closed it and its
@@ -94,18 +105,22 @@ impl Pmi2 {
         // nothing else in the process uses it; PMI_FD_TAKEN makes this the
         // only time the number is wrapped.
         let sock = unsafe { UnixStream::from_raw_fd(fd) };
-        sock.set_read_timeout(Some(timeout))
-            .and_then(|()| sock.set_write_timeout(Some(timeout)))
-            .map_err(|e| Error::io("PMI-2 socket", e))?;
+        Pmi2::over(sock, &rank, jobid, timeout)
+    }
+
+    /// [`Pmi2::init`] on a socket already taken.
+    fn over(sock: UnixStream, rank: &str, jobid: String, timeout: Duration) -> Result<Pmi2> {
         let mut p = Pmi2 {
             sock,
+            deadline: Instant::now() + timeout,
+            timeout,
             jobid,
             rank: 0,
             size: 0,
         };
-        p.sock
+        p.timed()
             .write_all(b"cmd=init pmi_version=2 pmi_subversion=0\n")
-            .map_err(|e| Error::io("PMI-2 init", e))?;
+            .map_err(|e| p.io(e))?;
         let line = p.read_line()?;
         if field(&line.replace(' ', ";"), "rc") != Some("0") {
             return Err(err(format!(
@@ -126,11 +141,16 @@ impl Pmi2 {
         Ok(p)
     }
 
+    /// The socket, every read and write bounded by the exchange's deadline.
+    fn timed(&mut self) -> Deadline<'_, UnixStream> {
+        Deadline::new(&mut self.sock, self.deadline)
+    }
+
     fn read_line(&mut self) -> Result<String> {
         let mut line = Vec::new();
         let mut b = [0u8; 1];
         while b[0] != b'\n' {
-            self.sock.read_exact(&mut b).map_err(|e| self.io(e))?;
+            self.timed().read_exact(&mut b).map_err(|e| self.io(e))?;
             line.push(b[0]);
             if line.len() > MAX_MSG {
                 return Err(err("init answer too long"));
@@ -144,9 +164,12 @@ impl Pmi2 {
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
         ) {
-            Error::new(ErrorKind::Timeout(
-                "PMI-2: the process manager did not answer in time (did every rank start?)".into(),
-            ))
+            Error::new(ErrorKind::Timeout(format!(
+                "PMI-2: the exchange with the process manager did not complete within {:.1} s \
+                 ({}; did every rank start?)",
+                self.timeout.as_secs_f64(),
+                crate::config::ENV_BOOTSTRAP_TIMEOUT
+            )))
         } else {
             Error::io("PMI-2 socket", e)
         }
@@ -159,18 +182,18 @@ impl Pmi2 {
             return Err(err("command too long"));
         }
         let framed = format!("{:<6}{cmd}", cmd.len());
-        self.sock
+        self.timed()
             .write_all(framed.as_bytes())
             .map_err(|e| self.io(e))?;
         let mut len = [0u8; 6];
-        self.sock.read_exact(&mut len).map_err(|e| self.io(e))?;
+        self.timed().read_exact(&mut len).map_err(|e| self.io(e))?;
         let n: usize = std::str::from_utf8(&len)
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .filter(|&n| n <= MAX_MSG)
             .ok_or_else(|| err(format!("bad answer length {len:?}")))?;
         let mut body = vec![0u8; n];
-        self.sock.read_exact(&mut body).map_err(|e| self.io(e))?;
+        self.timed().read_exact(&mut body).map_err(|e| self.io(e))?;
         let a = String::from_utf8(body).map_err(|_| err("answer is not UTF-8"))?;
         match field(&a, "rc") {
             Some("0") => Ok(a),
@@ -207,8 +230,10 @@ impl Pmi2 {
         Ok(field(&a, "value").map(str::to_string))
     }
 
-    /// Say goodbye to the process manager (best effort).
+    /// Say goodbye to the process manager (best effort, within what is
+    /// left of the deadline or at least one second).
     pub fn finalize(mut self) {
+        self.deadline = self.deadline.max(Instant::now() + FINALIZE_GRACE);
         let _ = self.call("cmd=finalize;");
     }
 }
@@ -225,6 +250,44 @@ mod tests {
         assert_eq!(field(a, "nope"), None);
         assert_eq!(field("", "rc"), None);
         assert_eq!(field(";;==;rc", "rc"), None);
+    }
+
+    /// A process manager that answers one byte every 0.8 x the timeout
+    /// (a per-read timeout never fires) must not hold the rank past the
+    /// timeout: the whole exchange has one deadline.
+    #[test]
+    #[cfg_attr(miri, ignore = "a Unix socket pair (isolation)")]
+    fn a_trickling_process_manager_is_given_up_on_at_the_timeout() {
+        let timeout = Duration::from_millis(500);
+        let (ours, mut pm) = UnixStream::pair().unwrap();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            let _ = pm.read(&mut buf);
+            let answer = b"cmd=response_to_init rc=0 pmi_version=2 pmi_subversion=0\n";
+            // at most ~8 s of trickle, then silence until the client is done
+            for b in answer.iter().take(20) {
+                if pm.write_all(&[*b]).is_err() {
+                    return;
+                }
+                match done_rx.recv_timeout(timeout.mul_f64(0.8)) {
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+            }
+            let _ = done_rx.recv();
+        });
+        let start = std::time::Instant::now();
+        let r = Pmi2::over(ours, "0", String::new(), timeout);
+        let took = start.elapsed();
+        drop(done_tx);
+        t.join().unwrap();
+        let e = r.err().expect("init succeeded against a trickle");
+        assert!(
+            took < timeout * 3,
+            "a trickling process manager held the rank {took:?} (timeout {timeout:?}): {e}"
+        );
+        assert!(matches!(e.kind(), ErrorKind::Timeout(_)), "{e}");
     }
 
     /// A fake process manager on a socket pair: the client's framing and
