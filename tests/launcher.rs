@@ -227,8 +227,8 @@ fn too_few_descriptors_for_the_ranks_are_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("splitrt-run with 200 ranks needs about 928 open files")
-            && err.contains("ulimit -n 928"),
+        err.contains("splitrt-run with 200 ranks needs about 992 open files")
+            && err.contains("ulimit -n 992"),
         "{err}"
     );
 }

@@ -236,6 +236,54 @@ fn attacks_during_start_up_do_not_refuse_the_job() {
     assert!(report.contains("fakerank: 4 of 4"), "{report}");
 }
 
+/// A stranger holds every pending-handshake slot of a starting job with
+/// connections that trickle the 72-byte proof one byte every 4 s (a
+/// per-read timeout of 5 s never fires), replacing each one the server
+/// closes: the job still starts (its ranks arrive 2 s into the attack),
+/// and no trickling connection outlives the handshake deadline.
+#[test]
+fn trickled_handshakes_neither_outlive_their_deadline_nor_keep_the_job_out() {
+    if !is_root() {
+        eprintln!("skipped: needs root to become another user");
+        return;
+    }
+    let prog = example("t_barriers");
+    let stop = stop_file("trickle");
+    let script = format!(
+        "echo BOOT $SPLITRT_BOOTSTRAP; sleep 2; exec {} 100000 10 {}",
+        prog.display(),
+        stop.display()
+    );
+    let (r, report, _) = attacked_job_with(
+        &["/bin/sh", "-c", &script],
+        &["trickle"],
+        true,
+        &stop,
+        false,
+        &[],
+    );
+    barriers_ok(&r, 3);
+    let seconds = |after: &str| -> f64 {
+        let tail = report
+            .split(after)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{report}"));
+        let num: String = tail
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        num.parse().unwrap_or_else(|_| panic!("{report}"))
+    };
+    eprintln!("{report}");
+    let limit = splitrt::runtime::bootstrap::HANDSHAKE_TIMEOUT.as_secs_f64() + 1.5;
+    let (closed, open) = (seconds("longest lived"), seconds("oldest"));
+    assert!(
+        closed <= limit && open <= limit,
+        "a trickling connection lived past the handshake deadline:\n{report}"
+    );
+}
+
 /// Two jobs given the same SPLITRT_JOB run side by side: their files are
 /// named by their own keys, so neither refuses nor damages the other.
 #[test]
@@ -572,9 +620,9 @@ fn too_few_file_descriptors_are_named_with_the_fix() {
     );
     assert_ne!(r.code, 0);
     assert!(
-        r.stderr.contains("needs about 728 open files")
+        r.stderr.contains("needs about 792 open files")
             && r.stderr.contains("the limit is 64")
-            && r.stderr.contains("ulimit -n 728"),
+            && r.stderr.contains("ulimit -n 792"),
         "{}",
         r.stderr
     );

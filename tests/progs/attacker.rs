@@ -14,6 +14,10 @@
 //! * `barriers` — for 2 s, unauthenticated Barrier arrivals and releases of
 //!   epochs 1..=2000, over and over (nothing else, so nothing ends the job
 //!   first: a server that counted them would release waiting ranks early)
+//! * `trickle` — for 14 s, 64 connections each sending the 72-byte proof
+//!   one byte every 4 s (a per-read timeout never fires), each replaced by
+//!   a new one when the server closes it; reports how long the server let
+//!   the longest one live
 //! * `udp` — for 1.5 s, datagrams at every loopback UDP socket of user
 //!   `ATTACK_UID` (default 0) listed in `/proc/net/udp`: random bytes, and
 //!   well-formed UDP-fabric headers (every kind, plausible sequence and
@@ -108,6 +112,87 @@ fn halves(addr: SocketAddr) -> String {
         .collect();
     std::thread::sleep(Duration::from_secs(2));
     format!("halves: {} connections held half a frame", conns.len())
+}
+
+/// How long the attack lasts and how slowly it trickles.
+const TRICKLE_FOR: Duration = Duration::from_secs(14);
+const TRICKLE_EVERY: Duration = Duration::from_secs(4);
+
+/// One slot of the trickle: connect, send a byte every [`TRICKLE_EVERY`]
+/// while reading what the server says, note how long the server kept the
+/// connection, reconnect, until [`TRICKLE_FOR`] is over. Returns the
+/// lifetimes of the connections the server closed, and those of the ones
+/// still open at the end.
+fn trickle_slot(addr: SocketAddr, end: std::time::Instant) -> (Vec<Duration>, Vec<Duration>) {
+    use std::time::Instant;
+    let (mut closed, mut open) = (Vec::new(), Vec::new());
+    while Instant::now() < end {
+        let Some(mut s) = connect(addr) else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        let born = Instant::now();
+        let mut next_byte = born;
+        // the frame of a proof: its length word (72), then 72 bytes
+        let mut proof = 72u32.to_le_bytes().to_vec();
+        proof.resize(4 + 72, 0x5a);
+        let mut sent = 0;
+        let mut buf = [0u8; 256];
+        let gone = loop {
+            let now = Instant::now();
+            if now >= end {
+                break false;
+            }
+            if now >= next_byte {
+                let byte = proof[sent.min(proof.len() - 1)];
+                if s.write_all(&[byte]).is_err() {
+                    break true;
+                }
+                sent += 1;
+                next_byte += TRICKLE_EVERY;
+            }
+            let wait = next_byte.min(end).saturating_duration_since(Instant::now());
+            let _ = s.set_read_timeout(Some(wait.max(Duration::from_millis(1))));
+            match s.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => break true,
+            }
+        };
+        if gone {
+            closed.push(born.elapsed());
+        } else {
+            open.push(born.elapsed());
+        }
+    }
+    (closed, open)
+}
+
+fn trickle(addr: SocketAddr) -> String {
+    let end = std::time::Instant::now() + TRICKLE_FOR;
+    let slots: Vec<_> = (0..64)
+        .map(|_| std::thread::spawn(move || trickle_slot(addr, end)))
+        .collect();
+    let (mut closed, mut open) = (Vec::new(), Vec::new());
+    for h in slots {
+        let (c, o) = h.join().expect("trickle thread");
+        closed.extend(c);
+        open.extend(o);
+    }
+    let max = |v: &[Duration]| v.iter().max().map_or(0.0, |d| d.as_secs_f64());
+    format!(
+        "trickle: {} connections closed by the server, longest lived {:.1} s; \
+         {} still open at the end, oldest {:.1} s",
+        closed.len(),
+        max(&closed),
+        open.len(),
+        max(&open)
+    )
 }
 
 fn forged() -> Vec<Msg> {
@@ -340,6 +425,7 @@ fn main() {
                 "udp" => Ok(udp_spray()),
                 "udpflood" => Ok(udp_flood()),
                 "barriers" => Ok(barriers(addr)),
+                "trickle" => Ok(trickle(addr)),
                 other => Err(format!("unknown mode {other}")),
             })
         })

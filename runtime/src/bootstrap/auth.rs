@@ -186,7 +186,8 @@ pub fn client(
 
 /// Server side: challenge a new connection and check its proof. On success
 /// returns the rank it proved to be, with its opener and sealer. The caller
-/// bounds the time this takes (socket timeouts).
+/// bounds the time the whole exchange takes (the bootstrap server reads and
+/// writes through a deadline, so a peer trickling bytes cannot stretch it).
 pub fn server(s: &mut (impl Read + Write), key: &JobKey) -> Result<(u32, Opener, Sealer)> {
     let sn = nonce()?;
     let mut ch = Vec::with_capacity(4 + 2 + NONCE);

@@ -3,6 +3,7 @@
 //! status answers so waiting code can check them without blocking.
 
 use super::auth::{self, HandshakeError, Sealer};
+use super::deadline::Deadline;
 use super::wire::{Collective, Hello, Msg, Peer};
 use crate::key::JobKey;
 use crate::{Error, ErrorKind, Result};
@@ -62,12 +63,17 @@ fn connect(
         let attempt = TcpStream::connect_timeout(&sockaddr, left.max(Duration::from_millis(10)))
             .map_err(|e| Error::io(format!("connecting to the bootstrap at {addr}"), e))
             .and_then(|mut s| {
-                let t = Some(left.clamp(Duration::from_millis(10), Duration::from_secs(10)));
+                // one deadline for the whole handshake (a server trickling
+                // its bytes cannot stretch an attempt), at most 10 s
+                let t = left.clamp(Duration::from_millis(10), Duration::from_secs(10));
                 s.set_nodelay(true)
-                    .and_then(|()| s.set_read_timeout(t))
-                    .and_then(|()| s.set_write_timeout(t))
                     .map_err(|e| Error::io("bootstrap socket", e))?;
-                Ok(auth::client(&mut s, key, rank).map(|(seal, open)| (s, seal, open)))
+                let shaken =
+                    auth::client(&mut Deadline::new(&mut s, Instant::now() + t), key, rank);
+                // writes after the handshake keep a timeout of their own
+                s.set_write_timeout(Some(t))
+                    .map_err(|e| Error::io("bootstrap socket", e))?;
+                Ok(shaken.map(|(seal, open)| (s, seal, open)))
             });
         match attempt {
             Ok(Ok(c)) => return Ok(c),

@@ -64,8 +64,8 @@ impl Hosted {
         timeout: Duration,
     ) -> Result<std::thread::JoinHandle<()>> {
         // two descriptors per rank (reader and writer), the pending
-        // handshakes, and room for the rank's own files and sockets
-        let needed = 2 * size as u64 + super::MAX_PENDING as u64 + 64;
+        // handshakes (two descriptors each), and room for the rank's own files and sockets
+        let needed = 2 * size as u64 + 2 * super::MAX_PENDING as u64 + 64;
         crate::limits::ensure_open_files(
             needed,
             &format!("rank 0, hosting the bootstrap of {size} ranks,"),

@@ -8,18 +8,24 @@
 //! A connection that has not proved it holds the job key can do nothing but
 //! finish the handshake: it may send at most
 //! [`MAX_HANDSHAKE_FRAME`](super::auth::MAX_HANDSHAKE_FRAME) bytes, must be
-//! done within [`HANDSHAKE_TIMEOUT`], and at most [`MAX_PENDING`] such
-//! connections are served at once (more are closed at once). After the
-//! handshake a connection speaks only for the rank it proved to be.
+//! done within [`HANDSHAKE_TIMEOUT`] of being accepted (a deadline for the
+//! whole exchange, not a timeout per read: trickling bytes does not extend
+//! it), and at most [`MAX_PENDING`] such connections are served at once. A
+//! new connection when that many are pending closes the one that has been
+//! pending longest: a rank's handshake takes a round trip, so the slots a
+//! stranger holds open are the ones that go, and a rank that arrives while
+//! they are all held still gets in. After the handshake a connection
+//! speaks only for the rank it proved to be.
 
 use super::auth::{self, Sealer};
+use super::deadline::Deadline;
 use super::wire::{Collective, Hello, Msg, Peer};
 use crate::key::JobKey;
 use crate::{Error, ErrorKind, Result};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +33,8 @@ use std::time::{Duration, Instant};
 /// Most connections served at once that have not yet authenticated.
 pub const MAX_PENDING: usize = 64;
 
-/// Time a new connection has to complete the handshake.
+/// Time a new connection has, from being accepted, to complete the whole
+/// handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Time a write to a rank may block (a stopped rank must not stall the
@@ -53,7 +60,8 @@ pub type Culprit = Arc<Mutex<Option<usize>>>;
 pub struct ServerStats {
     /// Connections that failed the handshake (wrong key, garbage, too slow).
     pub unauthenticated: AtomicU64,
-    /// Connections closed at once because [`MAX_PENDING`] were pending.
+    /// Pending connections closed to make room for a new one, because
+    /// [`MAX_PENDING`] were pending.
     pub over_limit: AtomicU64,
     /// Authenticated connections turned away (a rank connected twice, or
     /// after the job started).
@@ -132,11 +140,31 @@ impl Server {
     }
 }
 
-/// Decrements the pending count when a handshake ends, however it ends.
-struct PendingSlot(Arc<AtomicUsize>);
+/// The connections whose handshake is under way: id, when accepted, and a
+/// handle to close it early.
+type Pending = Arc<Mutex<Vec<(usize, Instant, TcpStream)>>>;
+
+/// A connection's place among the pending ones, given up when its
+/// handshake ends, however it ends.
+struct PendingSlot(Pending, usize);
 impl Drop for PendingSlot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.0.lock().retain(|(id, _, _)| *id != self.1);
+    }
+}
+
+/// Make room for one more pending connection: if [`MAX_PENDING`] are
+/// pending, close the one accepted longest ago (a rank's handshake is a
+/// round trip; the oldest is the likeliest to be a stranger holding a slot).
+/// Its thread's next read fails at once and the thread ends.
+fn make_room(pending: &mut Vec<(usize, Instant, TcpStream)>, stats: &ServerStats) {
+    while pending.len() >= MAX_PENDING {
+        let Some(oldest) = (0..pending.len()).min_by_key(|&i| pending[i].1) else {
+            return;
+        };
+        let (_, _, s) = pending.swap_remove(oldest);
+        let _ = s.shutdown(Shutdown::Both);
+        stats.over_limit.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -147,25 +175,32 @@ fn accept_loop(
     stop: Arc<AtomicBool>,
     stats: Arc<ServerStats>,
 ) {
-    let pending = Arc::new(AtomicUsize::new(0));
+    let pending = Pending::default();
     let mut next = 0;
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
-                if pending.load(Ordering::Acquire) >= MAX_PENDING {
-                    stats.over_limit.fetch_add(1, Ordering::Relaxed);
-                    continue; // dropped: closed at once
-                }
-                pending.fetch_add(1, Ordering::AcqRel);
-                let slot = PendingSlot(pending.clone());
+                let accepted = Instant::now();
+                // A descriptor that cannot be duplicated only costs this
+                // connection (dropped: closed at once).
+                let Ok(handle) = stream.try_clone() else {
+                    continue;
+                };
                 let id = next;
                 next += 1;
+                {
+                    let mut p = pending.lock();
+                    make_room(&mut p, &stats);
+                    p.push((id, accepted, handle));
+                }
+                let slot = PendingSlot(pending.clone(), id);
+                let deadline = accepted + HANDSHAKE_TIMEOUT;
                 let (tx, key, stats) = (tx.clone(), key.clone(), stats.clone());
                 // A thread that cannot be started only costs this connection.
                 let _ = std::thread::Builder::new()
                     .name("splitrt-boot-conn".into())
                     .stack_size(256 << 10)
-                    .spawn(move || connection(id, stream, &key, slot, &tx, &stats));
+                    .spawn(move || connection(id, stream, deadline, &key, slot, &tx, &stats));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(2))
@@ -179,6 +214,7 @@ fn accept_loop(
 fn connection(
     id: usize,
     mut stream: TcpStream,
+    deadline: Instant,
     key: &JobKey,
     slot: PendingSlot,
     tx: &mpsc::Sender<Event>,
@@ -186,12 +222,10 @@ fn connection(
 ) {
     let setup = stream
         .set_nonblocking(false)
-        .and_then(|()| stream.set_nodelay(true))
-        .and_then(|()| stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)))
-        .and_then(|()| stream.set_write_timeout(Some(HANDSHAKE_TIMEOUT)));
+        .and_then(|()| stream.set_nodelay(true));
     let shaken = setup
         .map_err(|e| Error::io("bootstrap socket", e))
-        .and_then(|()| auth::server(&mut stream, key));
+        .and_then(|()| auth::server(&mut Deadline::new(&mut stream, deadline), key));
     drop(slot);
     let Ok((rank, mut opener, sealer)) = shaken else {
         stats.unauthenticated.fetch_add(1, Ordering::Relaxed);

@@ -263,9 +263,9 @@ pub fn launch(opts: &LaunchOptions) -> Result<JobOutcome> {
     let culprit = server.culprit();
     let stats = server.stats();
     // Two pipes per rank here, two sockets per rank at the rendezvous, the
-    // handshakes it may have pending, and some slack.
+    // handshakes it may have pending (two descriptors each), and some slack.
     crate::limits::ensure_open_files(
-        4 * n as u64 + MAX_PENDING as u64 + 64,
+        4 * n as u64 + 2 * MAX_PENDING as u64 + 64,
         &format!("splitrt-run with {n} ranks"),
     )?;
     let mut boot = Some(
