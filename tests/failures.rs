@@ -70,6 +70,35 @@ fn handler_table_mismatch_is_refused() {
     assert!(shm_leftovers(&job).is_empty());
 }
 
+/// Two ranks, rank 1 registering one handler more, on each fabric: the
+/// error names the first differing handler entry, never a setting (on udp
+/// the table ends with the settings every rank must share, which used to
+/// be blamed instead: "SPLITRT_UDP_AUTH ... same value of this setting").
+#[test]
+fn an_extra_handler_is_named_on_every_fabric() {
+    for fabric in ["shm", "udp"] {
+        let job = job_id(&format!("extra-{fabric}"));
+        let r = run_job(
+            2,
+            &example("t_faults"),
+            &["mismatch", "1"],
+            &[("SPLITRT_JOB", &job), ("SPLITRT_FABRIC", fabric)],
+            60,
+        );
+        assert_ne!(r.code, 0, "{fabric}: {r:?}");
+        assert!(
+            r.stderr.contains("registration tables differ at entry 1")
+                && r.stderr
+                    .contains("rank 1 has '#65 extra (Medium request, 2 args)'")
+                && r.stderr.contains("same handlers in the same order")
+                && !r.stderr.contains("setting"),
+            "{fabric}: {}",
+            r.stderr
+        );
+        assert!(shm_leftovers(&job).is_empty());
+    }
+}
+
 #[test]
 fn missing_rank_times_out_with_its_name() {
     let job = job_id("late");

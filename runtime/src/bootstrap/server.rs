@@ -282,21 +282,50 @@ fn rank_list(v: &[usize]) -> String {
     s.join(", ")
 }
 
-/// First difference between two registration tables, as a sentence.
+/// Prefix of the registration-table entries that are settings every rank
+/// must share (`(setting) NAME=value`), not handlers.
+const SETTING: &str = "(setting) ";
+
+/// First difference between two registration tables, as a sentence: the
+/// handlers are compared first, entry by entry (entry numbers count
+/// handlers only, as on a fabric with no settings in its table), then the
+/// settings, by name.
 fn table_difference(a: &[String], b: &[String], rank: usize) -> Option<String> {
-    let n = a.len().max(b.len());
-    (0..n).find(|&i| a.get(i) != b.get(i)).map(|i| {
-        let show = |x: Option<&String>| x.map_or("nothing".to_string(), |s| format!("'{s}'"));
-        let setting = |x: Option<&String>| x.is_some_and(|s| s.starts_with("(setting)"));
-        let rule = if setting(a.get(i)) || setting(b.get(i)) {
-            "every rank must run with the same value of this setting"
-        } else {
-            "every rank must register the same handlers in the same order"
-        };
+    let handlers = |t: &[String]| -> Vec<String> {
+        t.iter()
+            .filter(|e| !e.starts_with(SETTING))
+            .cloned()
+            .collect()
+    };
+    let (ha, hb) = (handlers(a), handlers(b));
+    let show = |x: Option<&String>| x.map_or("nothing".to_string(), |s| format!("'{s}'"));
+    if let Some(i) = (0..ha.len().max(hb.len())).find(|&i| ha.get(i) != hb.get(i)) {
+        return Some(format!(
+            "registration tables differ at entry {i}: rank 0 has {}, rank {rank} has {} \
+             (every rank must register the same handlers in the same order)",
+            show(ha.get(i)),
+            show(hb.get(i))
+        ));
+    }
+    let settings = |t: &[String]| -> BTreeMap<String, String> {
+        t.iter()
+            .filter_map(|e| e.strip_prefix(SETTING))
+            .map(|e| match e.split_once('=') {
+                Some((k, v)) => (k.to_string(), v.to_string()),
+                None => (e.to_string(), String::new()),
+            })
+            .collect()
+    };
+    let (sa, sb) = (settings(a), settings(b));
+    let names: std::collections::BTreeSet<&String> = sa.keys().chain(sb.keys()).collect();
+    let first = names.into_iter().find(|k| sa.get(*k) != sb.get(*k));
+    first.map(|k| {
+        let val = |v: Option<&String>| v.map_or("no value".to_string(), |v| format!("{k}={v}"));
         format!(
-            "registration tables differ at entry {i}: rank 0 has {}, rank {rank} has {} ({rule})",
-            show(a.get(i)),
-            show(b.get(i))
+            "rank 0 runs with {}, rank {rank} with {} \
+                 (every rank must run with the same value of this setting)",
+            val(sa.get(k)),
+            val(sb.get(k))
         )
     })
 }
@@ -562,4 +591,43 @@ fn serve(
         }
     }
     failure.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// An extra handler is named as a handler even when settings follow
+    /// the handlers in the table (udp); a setting differing by value is
+    /// named with both values; equal tables have no difference.
+    #[test]
+    fn handlers_are_compared_before_settings() {
+        let auth = "(setting) SPLITRT_UDP_AUTH=full";
+        let a = t(&["#64 noop", auth]);
+        let b = t(&["#64 noop", "#65 extra", auth]);
+        let why = table_difference(&a, &b, 1).unwrap();
+        assert!(
+            why.contains("differ at entry 1: rank 0 has nothing, rank 1 has '#65 extra'")
+                && why.contains("same handlers")
+                && !why.contains("setting"),
+            "{why}"
+        );
+        let c = t(&["#64 noop", "(setting) SPLITRT_UDP_AUTH=header"]);
+        let why = table_difference(&a, &c, 2).unwrap();
+        assert!(
+            why.contains(
+                "rank 0 runs with SPLITRT_UDP_AUTH=full, rank 2 with SPLITRT_UDP_AUTH=header"
+            ) && why.contains("same value of this setting"),
+            "{why}"
+        );
+        let d = t(&["#64 noop"]);
+        let why = table_difference(&a, &d, 3).unwrap();
+        assert!(why.contains("rank 3 with no value"), "{why}");
+        assert_eq!(table_difference(&a, &a, 1), None);
+        assert_eq!(table_difference(&[], &[], 1), None);
+    }
 }
