@@ -155,3 +155,21 @@ fn a_collective_called_on_some_ranks_only_names_the_missing_rank() {
         r.stderr
     );
 }
+
+/// A rank in `finish` (the exit barrier, which serves traffic meanwhile)
+/// answers a request that arrives then: its handler's reply goes out, on
+/// shared memory and over UDP, and every rank finishes.
+#[test]
+fn a_rank_in_finish_still_answers_requests() {
+    for fabric in ["shm", "udp"] {
+        let r = run_job(
+            3,
+            &example("t_hangs"),
+            &["ask_finishing", "1"],
+            &[("SPLITRT_FABRIC", fabric)],
+            60,
+        );
+        assert_eq!(r.code, 0, "{fabric}: {r:?}");
+        assert_eq!(r.stdout.matches("done").count(), 3, "{fabric}: {r:?}");
+    }
+}

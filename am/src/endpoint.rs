@@ -181,6 +181,7 @@ impl EndpointBuilder {
                 table: table.entries,
                 world,
                 finished: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
                 deferred: parking_lot::Mutex::new(None),
                 has_deferred: AtomicBool::new(false),
                 skipped_requests: AtomicBool::new(false),
@@ -275,7 +276,13 @@ pub(crate) struct Inner {
     reserved: ReservedRanges,
     pub(crate) table: Vec<Option<Entry>>,
     world: World,
+    /// `finish` was called: no new operation starts (the exit barrier is
+    /// under way or over).
     finished: AtomicBool,
+    /// `finish` has returned: not even a reply goes out any more. While
+    /// `finished` is set and this is not, handlers run by the exit barrier
+    /// still reply.
+    closed: AtomicBool,
     /// A non-fatal error met while a send waited (see `progress_while_sending`).
     deferred: parking_lot::Mutex<Option<Error>>,
     has_deferred: AtomicBool,
@@ -406,6 +413,7 @@ impl Inner {
     /// exists, the message fits the registration, and a user Long stays
     /// out of splitrt's reserved segment ranges. The common case is a few
     /// compares; the error is worded out of line.
+    /// A reply (`reply`) is also allowed while `finish` serves traffic.
     #[inline]
     fn check_send(
         &self,
@@ -413,6 +421,7 @@ impl Inner {
         sig: &Sig,
         args: &[u64],
         payload: &Payload<'_>,
+        reply: bool,
     ) -> Result<()> {
         if sig.table != self.table_id
             || peer >= self.size
@@ -420,13 +429,13 @@ impl Inner {
             || Kind::of(payload) != sig.kind
             || self.finished.load(Ordering::Relaxed)
         {
-            return self.send_refused(peer, sig, args, payload);
+            return self.send_refused(peer, sig, args, payload, reply);
         }
         if let Payload::Long { data, offset } = payload {
             if (sig.id >= RESERVED_HANDLERS && self.reserved.overlaps(*offset, data.len() as u64))
                 || self.frozen().find(*offset, data.len() as u64).is_some()
             {
-                return self.send_refused(peer, sig, args, payload);
+                return self.send_refused(peer, sig, args, payload, reply);
             }
         }
         Ok(())
@@ -441,6 +450,7 @@ impl Inner {
         sig: &Sig,
         args: &[u64],
         payload: &Payload<'_>,
+        reply: bool,
     ) -> Result<()> {
         if sig.table != self.table_id {
             return Err(Error::usage(format!(
@@ -449,7 +459,14 @@ impl Inner {
                 sig.id
             )));
         }
-        self.check_live()?;
+        if reply {
+            // a handler run by the exit barrier answers its request
+            if self.closed.load(Ordering::Acquire) {
+                return Err(finished_error());
+            }
+        } else {
+            self.check_live()?;
+        }
         self.check_peer(peer)?;
         sig.check(|| self.name(sig.id), args, payload)?;
         if let Payload::Long { data, offset } = payload {
@@ -609,7 +626,8 @@ impl Inner {
         // SAFETY: the guard lives in this frame and drops before it returns.
         let _writing =
             matches!(payload, Payload::Long { .. }).then(|| unsafe { crate::writers::writing() });
-        self.check_send(peer, &h.0, args, &payload).map_err(at)?;
+        self.check_send(peer, &h.0, args, &payload, false)
+            .map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         // the waiting state is made only if the first try must wait
         let mut stall_backoff = None;
@@ -673,7 +691,8 @@ impl Inner {
         // SAFETY: the guard lives in this frame and drops before it returns.
         let _writing =
             matches!(payload, Payload::Long { .. }).then(|| unsafe { crate::writers::writing() });
-        self.check_send(peer, &h.0, args, &payload).map_err(at)?;
+        self.check_send(peer, &h.0, args, &payload, true)
+            .map_err(at)?;
         let pkt = Self::packet(&h.0, args, &payload);
         // Waiting for reply room drains only replies: their handlers cannot
         // send, so this never recurses into another request handler.
@@ -753,7 +772,11 @@ impl Inner {
         if self.finished.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        self.world.finish(&mut || self.poll_all().map(|_| ()))
+        // The exit barrier serves traffic: handlers it runs still reply
+        // (`closed` is set only once it is over).
+        let r = self.world.finish(&mut || self.poll_all().map(|_| ()));
+        self.closed.store(true, Ordering::Release);
+        r
     }
 }
 
@@ -841,7 +864,9 @@ impl Token<'_> {
 
     /// Reply to the requester. Never blocks on the requester's user code: if
     /// its reply ring is full, this rank drains its own replies while it
-    /// waits, so request/reply cycles cannot deadlock.
+    /// waits, so request/reply cycles cannot deadlock. Works also while
+    /// this rank is in [`Endpoint::finish`], whose exit barrier runs
+    /// handlers.
     pub fn reply(self, h: ReplyHandler, args: &[u64], payload: Payload<'_>) -> Result<()> {
         self.ep.send_reply(self.src, h, args, payload)
     }
@@ -1405,6 +1430,11 @@ impl Endpoint {
 
     /// Exit barrier (serving traffic meanwhile), then leave the job. Dropping
     /// the last handle does the same; calling this reports errors.
+    ///
+    /// From the call on, no new operation can start on any handle of this
+    /// endpoint, but requests that arrive while the barrier waits for the
+    /// other ranks are handled and their handlers' replies go out (a rank
+    /// still running may ask this one for something).
     pub fn finish(self) -> Result<()> {
         self.inner.finish()
     }

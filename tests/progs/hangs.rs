@@ -8,6 +8,10 @@
 //!   stuck_handler RANK  every other rank asks RANK for an answer whose
 //!                       handler never returns
 //!   allreduce RANK      every rank but RANK calls Pgas::allreduce
+//!   ask_finishing RANK  RANK pokes every other rank, then calls finish;
+//!                       each other rank, once poked, asks RANK for an
+//!                       answer (its handler runs during RANK's finish) and
+//!                       fails if none comes within 10 s
 //! Every rank prints `done` when it finished cleanly.
 
 use splitrt::{EndpointBuilder, Kind};
@@ -23,7 +27,13 @@ fn main() {
     let target: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
     let secs: f64 = a.next().and_then(|s| s.parse().ok()).unwrap_or(0.0);
     let mut b = EndpointBuilder::new();
-    b.request("noop", Kind::Short, 0, |_tok, _m| {}).unwrap();
+    let poked = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let p = poked.clone();
+    let noop = b
+        .request("noop", Kind::Short, 0, move |_tok, _m| {
+            p.store(true, std::sync::atomic::Ordering::Release)
+        })
+        .unwrap();
     let answered = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let a = answered.clone();
     let answer = b
@@ -84,6 +94,27 @@ fn main() {
                 ep.wait_until(|| answered.load(std::sync::atomic::Ordering::Acquire))?;
             }
             "stuck_handler" => ep.wait_until(|| false)?,
+            // Nothing polls between the pokes and finish, so the asks can
+            // only be handled inside finish.
+            "ask_finishing" if me == target => {
+                for peer in (0..ep.size()).filter(|&p| p != me) {
+                    ep.request(peer, noop, &[], splitrt::Payload::None)?;
+                }
+            }
+            "ask_finishing" => {
+                ep.wait_until(|| poked.load(std::sync::atomic::Ordering::Acquire))?;
+                ep.request(target, ask, &[], splitrt::Payload::None)?;
+                let give_up = std::time::Instant::now() + Duration::from_secs(10);
+                while !answered.load(std::sync::atomic::Ordering::Acquire) {
+                    if std::time::Instant::now() > give_up {
+                        return Err(splitrt::Error::usage(format!(
+                            "rank {target}, in finish, did not answer within 10 s"
+                        )));
+                    }
+                    ep.poll()?;
+                    std::thread::yield_now();
+                }
+            }
             m => return Err(splitrt::Error::usage(format!("unknown mode {m}"))),
         }
         ep.finish()?;
