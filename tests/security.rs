@@ -498,9 +498,11 @@ fn in_private_shm(size: &str, env: &str, prog: &Path, args: &str) -> Run {
     finish(child, Duration::from_secs(90))
 }
 
-/// A `/dev/shm` too small for the segments (a private mount namespace with
-/// an 8 MiB tmpfs): a clear error naming `/dev/shm`, the size needed and the
-/// size free, never a SIGBUS (exit 135).
+/// A `/dev/shm` too small for what two ranks touch at start-up (a private
+/// mount namespace with a 4 MiB tmpfs; two ranks populate their rings and
+/// landing zones, 6 MiB): a clear error naming `/dev/shm`, the size needed,
+/// the size free and every setting that sizes the files, never a SIGBUS
+/// (exit 135).
 #[test]
 fn a_full_dev_shm_is_named_not_a_sigbus() {
     if !is_root() {
@@ -508,11 +510,22 @@ fn a_full_dev_shm_is_named_not_a_sigbus() {
         return;
     }
     let _lock = job_lock();
-    let r = in_private_shm("8m", "", &example("hello"), "");
+    let r = in_private_shm("4m", "", &example("hello"), "");
     assert_ne!(r.code, 0, "{r:?}");
     assert_ne!(r.code, 135, "SIGBUS: {r:?}");
     assert!(
-        r.stderr.contains("/dev/shm is too small") && r.stderr.contains("MiB free of 8.0 MiB"),
+        r.stderr.contains("/dev/shm is too small")
+            && r.stderr.contains("MiB free of 4.0 MiB")
+            && r.stderr.contains("touch 6.0 MiB of it at start-up")
+            && [
+                "SEGMENT_SIZE",
+                "RING_LEN",
+                "CELL_SIZE",
+                "MEDIUM_SLOTS",
+                "MAX_MEDIUM"
+            ]
+            .iter()
+            .all(|k| r.stderr.contains(&format!("SPLITRT_{k}"))),
         "{}",
         r.stderr
     );

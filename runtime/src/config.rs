@@ -644,6 +644,25 @@ mod tests {
         }
     }
 
+    /// The shared-memory fabric words `/dev/shm` shortages itself (it
+    /// cannot use these names: config sits above it); every setting that
+    /// sizes a file must appear in its wording by the name read here.
+    #[test]
+    fn the_shm_shortage_names_the_settings_read_here() {
+        use crate::fabric::shm::layout::{shm_parts, Layout};
+        let l = Layout::new(4, 4096, 64, 1 << 20, 65536, 2).unwrap();
+        let parts = shm_parts(&l, 65536);
+        for name in [
+            ENV_SEGMENT_SIZE,
+            ENV_RING_LEN,
+            ENV_CELL_SIZE,
+            ENV_MEDIUM_SLOTS,
+            ENV_MAX_MEDIUM,
+        ] {
+            assert!(parts.contains(name), "{name}: {parts}");
+        }
+    }
+
     #[test]
     fn thread_mode_is_single_or_multiple() {
         let threads = |v: &str| Config::from_lookup(|n| (n == ENV_THREADS).then(|| v.into()));

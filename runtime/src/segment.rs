@@ -40,15 +40,15 @@ impl ShmFile {
     }
 
     /// Create and map a new zero-filled file of `len` bytes; fails if it
-    /// exists. `ranks_here`: how many ranks of the job make such a file on
-    /// this node (`/dev/shm` must have room for all of them). `reserve`:
-    /// allocate all its space now (`SPLITRT_SHM_RESERVE=1`), else pages
-    /// come at first touch.
+    /// exists. `room`: what `/dev/shm` must have free for the files of
+    /// every rank of the job on this node, and the error if it has not.
+    /// `reserve`: allocate all its space now (`SPLITRT_SHM_RESERVE=1`),
+    /// else pages come at first touch.
     pub fn create(
         stem: &str,
         rank: usize,
         len: usize,
-        ranks_here: usize,
+        room: &Room<'_>,
         reserve: bool,
     ) -> Result<ShmFile> {
         crate::shm_full::name_rank(rank);
@@ -69,8 +69,8 @@ impl ShmFile {
                     e,
                 )
             })?;
-        let res = make_room(&file, &path, len, ranks_here, reserve)
-            .and_then(|()| Self::map(&file, &path));
+        let res =
+            make_room(&file, &path, len, room, reserve).and_then(|()| Self::map(&file, &path));
         if res.is_err() {
             let _ = std::fs::remove_file(&path);
         }
@@ -140,23 +140,32 @@ impl ShmFile {
     }
 }
 
+/// What `/dev/shm` must hold for the shared-memory files of a node's
+/// ranks, and how to say it does not.
+pub struct Room<'a> {
+    /// Bytes that must be free when the file is made (without reserving,
+    /// what the node's files touch at start-up, not their sparse length).
+    pub need: u64,
+    /// The error for a `/dev/shm` with this many bytes free, of this many.
+    pub short: &'a dyn Fn(u64, u64) -> Error,
+}
+
 /// Size the file and, with `reserve`, allocate its space; without, check
-/// that `/dev/shm` has room for the files of all `ranks_here` ranks. Either
-/// way a shortage is an error now.
+/// that `/dev/shm` has `room.need` free. Either way a shortage is an error
+/// now.
 fn make_room(
     file: &File,
     path: &std::path::Path,
     len: usize,
-    ranks_here: usize,
+    room: &Room<'_>,
     reserve: bool,
 ) -> Result<()> {
     use std::os::fd::AsRawFd;
     file.set_len(len as u64)
         .map_err(|e| Error::io(format!("sizing {} to {len} B", path.display()), e))?;
     if !reserve {
-        let need = len as u64 * ranks_here.max(1) as u64;
-        return match space(SHM_DIR) {
-            Some((free, total)) if free < need => Err(too_small(len, ranks_here, free, total)),
+        return match shm_space() {
+            Some((free, total)) if free < room.need => Err((room.short)(free, total)),
             _ => Ok(()),
         };
     }
@@ -165,8 +174,8 @@ fn make_room(
     match rc {
         0 | libc::EOPNOTSUPP | libc::EINVAL => Ok(()),
         libc::ENOSPC | libc::EFBIG => {
-            let (free, total) = space(SHM_DIR).unwrap_or((0, 0));
-            Err(too_small(len, ranks_here, free, total))
+            let (free, total) = shm_space().unwrap_or((0, 0));
+            Err((room.short)(free, total))
         }
         e => Err(Error::io(
             format!("reserving {len} B for {}", path.display()),
@@ -175,19 +184,9 @@ fn make_room(
     }
 }
 
-/// The error for a `/dev/shm` without room for `ranks_here` files of `len`.
-fn too_small(len: usize, ranks_here: usize, free: u64, total: u64) -> Error {
-    let mib = |b: u64| b as f64 / (1 << 20) as f64;
-    Error::config(format!(
-        "{SHM_DIR} is too small: this rank's shared-memory file needs {:.1} MiB, \
-         {SHM_DIR} has {:.1} MiB free of {:.1} MiB, and the {ranks_here} rank(s) of this job on \
-         this node need about {:.1} MiB. Enlarge {SHM_DIR} (`mount -o remount,size=<bytes> {SHM_DIR}`; \
-         in a container, e.g. `--shm-size`) or lower SPLITRT_SEGMENT_SIZE / SPLITRT_RING_LEN",
-        mib(len as u64),
-        mib(free),
-        mib(total),
-        mib(len as u64 * ranks_here as u64),
-    ))
+/// Free and total bytes of `/dev/shm`.
+pub fn shm_space() -> Option<(u64, u64)> {
+    space(SHM_DIR)
 }
 
 /// Free and total bytes of the file system holding `dir`.

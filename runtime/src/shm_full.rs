@@ -150,9 +150,11 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
         }
         say(
             b": SIGBUS writing its shared memory: /dev/shm ran out of space after start-up \
-              (splitrt's files get their pages when first touched; another program or job \
-              filled /dev/shm). Free space in /dev/shm, lower SPLITRT_SEGMENT_SIZE, or set \
-              SPLITRT_SHM_RESERVE=1 to reserve every file's space at start-up.\n",
+              (splitrt's files get their pages when first touched; this job's own use, or \
+              another program or job, filled /dev/shm). Free space in /dev/shm, run fewer \
+              ranks per node, lower SPLITRT_SEGMENT_SIZE, SPLITRT_RING_LEN, SPLITRT_CELL_SIZE \
+              or SPLITRT_MEDIUM_SLOTS, or set SPLITRT_SHM_RESERVE=1 to reserve every file's \
+              space at start-up.\n",
         );
     }
     if let Some(p) = PREVIOUS.get() {

@@ -64,6 +64,11 @@ pub const MAX_MEDIUM_SLOTS: usize = 64;
 /// Landing-zone bytes per rank's file when `SPLITRT_MEDIUM_SLOTS` is not
 /// set (see [`medium_slots_for`]).
 pub const ZONE_BUDGET: usize = 2 << 20;
+/// Ring and landing-zone bytes a rank faults in at start-up if its rings
+/// and zones are no more (2 ranks with the default sizes).
+pub const EAGER_BYTES: usize = 5 << 20;
+/// The page size `/dev/shm` allocates in.
+const PAGE: usize = 4096;
 
 /// The landing zone per sender and channel, in Medium maxima, when the
 /// user did not choose: as much of [`ZONE_BUDGET`] as `ranks` senders x 2
@@ -243,5 +248,205 @@ impl Layout {
     /// Offset of the ring carrying `src`'s packets on channel `ch` (0 or 1).
     pub fn ring_off(&self, src: usize, ch: usize) -> usize {
         HEADER_BYTES + (src * 2 + ch) * self.ring_stride
+    }
+
+    /// Whether start-up faults in the rings and landing zones a rank
+    /// writes and reads (all of them, on every rank of the host): when
+    /// that is cheap, at most [`EAGER_BYTES`] per rank.
+    pub fn eager(&self) -> bool {
+        let pairs = 2 * self.size + 2 * self.size.saturating_sub(1);
+        pairs.saturating_mul(self.ring_stride + self.zone_len()) <= EAGER_BYTES
+    }
+
+    /// Bytes of a rank's file that get pages before any traffic: the
+    /// header, and every ring's control block and first cell (the receiver
+    /// polls them); with [`eager`](Self::eager) every ring and landing
+    /// zone. The file's other pages (more ring cells, landing zones, the
+    /// segment) are allocated as traffic and the program first touch them,
+    /// so its length ([`total`](Self::total)) is what it can grow to, not
+    /// what it takes.
+    ///
+    /// ```
+    /// use splitrt_runtime::fabric::shm::layout::Layout;
+    /// // 300 ranks with the default sizes: 291 MiB files that start
+    /// // with under 5 MiB each
+    /// let l = Layout::new(300, 4096, 64, 64 << 20, 65536, 2).unwrap();
+    /// assert_eq!(l.total >> 20, 291);
+    /// assert!(l.touched_at_start() < 5 << 20);
+    /// ```
+    pub fn touched_at_start(&self) -> usize {
+        if self.eager() {
+            return self.segment_off;
+        }
+        let pages = |off: usize, len: usize| ((off + len).div_ceil(PAGE) - off / PAGE) * PAGE;
+        let head = RING_CTRL + cell_stride(self.cell_size);
+        let heads: usize = (0..2 * self.size)
+            .map(|r| pages(self.ring_off(r / 2, r % 2), head))
+            .sum();
+        // small rings share pages: never more than the rings' region
+        (HEADER_BYTES + heads).min(self.slots_off.div_ceil(PAGE) * PAGE)
+    }
+
+    /// Bytes of every ring of the file (control blocks and cells).
+    pub fn rings_len(&self) -> usize {
+        2 * self.size * self.ring_stride
+    }
+
+    /// Bytes of every landing zone of the file.
+    pub fn zones_len(&self) -> usize {
+        2 * self.size * self.zone_len()
+    }
+}
+
+/// What `/dev/shm` must hold for the files of the `ranks_here` ranks of a
+/// host with layout `l`: without `reserve`, what they touch at start-up
+/// ([`Layout::touched_at_start`]); with it, every byte of every file.
+pub fn shm_needed(l: &Layout, ranks_here: usize, reserve: bool) -> u64 {
+    let per_file = if reserve {
+        l.total
+    } else {
+        l.touched_at_start()
+    };
+    per_file as u64 * ranks_here.max(1) as u64
+}
+
+/// How a rank's file grows, part by part, each named with the settings
+/// that size it (for errors and notes about `/dev/shm`). The names are the
+/// variables `config` reads (it sits above the fabrics; its tests check
+/// that every one of them appears here).
+pub fn shm_parts(l: &Layout, max_medium: usize) -> String {
+    const ENV_SEGMENT_SIZE: &str = "SPLITRT_SEGMENT_SIZE";
+    const ENV_RING_LEN: &str = "SPLITRT_RING_LEN";
+    const ENV_CELL_SIZE: &str = "SPLITRT_CELL_SIZE";
+    const ENV_MEDIUM_SLOTS: &str = "SPLITRT_MEDIUM_SLOTS";
+    const ENV_MAX_MEDIUM: &str = "SPLITRT_MAX_MEDIUM";
+    let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    format!(
+        "segment {:.1} MiB ({ENV_SEGMENT_SIZE}), rings {:.1} MiB (2 channels x {} senders x \
+         {ENV_RING_LEN}={} cells x {ENV_CELL_SIZE}={} B), Medium landing zones {:.1} MiB \
+         (2 channels x {} senders x {ENV_MEDIUM_SLOTS}={} x {ENV_MAX_MEDIUM}={} B; \
+         {ENV_MEDIUM_SLOTS}=0 sends large Mediums through the rings instead)",
+        mib(l.segment_len),
+        mib(l.rings_len()),
+        l.size,
+        l.ring_len,
+        l.cell_size,
+        mib(l.zones_len()),
+        l.size,
+        l.medium_slots,
+        max_medium,
+    )
+}
+
+/// The error for a `/dev/shm` with `free` of `total` bytes that cannot hold
+/// [`shm_needed`] for `ranks_here` ranks of layout `l`.
+pub fn shm_too_small(
+    l: &Layout,
+    max_medium: usize,
+    ranks_here: usize,
+    reserve: bool,
+    free: u64,
+    total: u64,
+) -> Error {
+    const SHM: &str = "/dev/shm";
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let n = ranks_here.max(1);
+    let what = if reserve {
+        format!(
+            "reserving every rank's whole file (SPLITRT_SHM_RESERVE=1), the {n} rank(s) of this \
+             job on this node need {:.1} MiB ({:.1} MiB each)",
+            mib(shm_needed(l, n, true)),
+            mib(l.total as u64)
+        )
+    } else {
+        format!(
+            "the {n} rank(s) of this job on this node touch {:.1} MiB of it at start-up \
+             ({:.1} MiB each: {})",
+            mib(shm_needed(l, n, false)),
+            mib(l.touched_at_start() as u64),
+            if l.eager() {
+                "file header, and with so few ranks every ring and landing zone"
+            } else {
+                "file header and the head of every ring"
+            }
+        )
+    };
+    Error::config(format!(
+        "{SHM} is too small: {what}, and it has {:.1} MiB free of {:.1} MiB. Each rank's file \
+         can grow to {:.1} MiB as it is used: {}. Enlarge {SHM} (`mount -o remount,size=<bytes> \
+         {SHM}`; in a container, e.g. `--shm-size`), run fewer ranks per node, or lower those \
+         settings",
+        mib(free),
+        mib(total),
+        mib(l.total as u64),
+        shm_parts(l, max_medium)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    /// The default sizes at 300 and 400 ranks on one host: the files'
+    /// lengths add up to far more than a 24 GiB `/dev/shm` (87,427 MiB
+    /// at 300, which used to be refused), what start-up touches to a
+    /// small part of it.
+    #[test]
+    fn what_large_jobs_touch_at_start_is_a_small_part_of_their_files() {
+        for (n, max_touched_mib) in [(300, 1_500), (400, 2_600)] {
+            let l = Layout::new(n, 4096, 64, 64 << 20, 65536, medium_slots_for(n, 65536)).unwrap();
+            let sparse = l.total as u64 * n as u64;
+            assert!(sparse > 24_106 * MIB, "{n}: {}", sparse / MIB);
+            let need = shm_needed(&l, n, false);
+            assert!(
+                need <= max_touched_mib * MIB,
+                "{n} ranks: {} MiB",
+                need / MIB
+            );
+            // header, and two or three pages per ring head
+            let per = l.touched_at_start();
+            assert!(per >= HEADER_BYTES + 4 * n * PAGE && per <= HEADER_BYTES + 6 * n * PAGE);
+            assert_eq!(shm_needed(&l, n, true), sparse);
+        }
+        let l = Layout::new(300, 4096, 64, 64 << 20, 65536, 2).unwrap();
+        assert_eq!((l.total as u64 * 300) / MIB, 87_426);
+    }
+
+    /// Two ranks populate every ring and landing zone at start-up; tiny
+    /// rings sharing pages are never counted past their region.
+    #[test]
+    fn eager_and_tiny_layouts_are_counted_whole() {
+        let l = Layout::new(2, 4096, 64, 64 << 20, 65536, 8).unwrap();
+        assert!(l.eager());
+        assert_eq!(l.touched_at_start(), l.segment_off);
+        let tiny = Layout::new(64, 256, 2, 1 << 20, 512, 0).unwrap();
+        assert!(tiny.touched_at_start() <= tiny.segment_off);
+        assert!(tiny.touched_at_start() >= HEADER_BYTES + PAGE);
+    }
+
+    /// The error names the size free, the size touched and every setting
+    /// that sizes a file, with its value.
+    #[test]
+    fn the_shortage_names_every_setting_that_matters() {
+        let l = Layout::new(300, 4096, 64, 64 << 20, 65536, 2).unwrap();
+        for reserve in [false, true] {
+            let e = shm_too_small(&l, 65536, 300, reserve, 100 * MIB, 200 * MIB).to_string();
+            for needle in [
+                "/dev/shm is too small",
+                "100.0 MiB free of 200.0 MiB",
+                "SPLITRT_SEGMENT_SIZE",
+                "SPLITRT_RING_LEN=64",
+                "SPLITRT_CELL_SIZE=4096",
+                "SPLITRT_MEDIUM_SLOTS=2",
+                "SPLITRT_MAX_MEDIUM=65536",
+                "SPLITRT_MEDIUM_SLOTS=0",
+                "291.4 MiB",
+            ] {
+                assert!(e.contains(needle), "{needle}: {e}");
+            }
+            assert_eq!(e.contains("SPLITRT_SHM_RESERVE=1"), reserve, "{e}");
+        }
     }
 }

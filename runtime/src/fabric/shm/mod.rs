@@ -25,7 +25,7 @@ use self::ring::{Consumer, Producer, Ring};
 use self::zone::ZoneAlloc;
 use super::{Channel, Delivery, Deposit, Fabric, Packet, SegmentRef, MAX_WORDS};
 use crate::cpus::{CpuSet, CPU_WORDS};
-use crate::segment::{populate, PopulatedPrefix, ShmFile};
+use crate::segment::{populate, PopulatedPrefix, Room, ShmFile};
 use crate::trace::{self, Clock, Off, On, Stage};
 use crate::{Error, ErrorKind, Result};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -93,8 +93,18 @@ impl PendingShm {
             cfg.medium_slots
                 .unwrap_or_else(|| layout::medium_slots_for(size, cfg.max_medium)),
         )?;
-        let own = ShmFile::create(stem, rank, layout.total, size, cfg.shm_reserve)
+        let short = |free, total| {
+            layout::shm_too_small(&layout, cfg.max_medium, size, cfg.shm_reserve, free, total)
+        };
+        let room = Room {
+            need: layout::shm_needed(&layout, size, cfg.shm_reserve),
+            short: &short,
+        };
+        let own = ShmFile::create(stem, rank, layout.total, &room, cfg.shm_reserve)
             .map_err(|e| e.at_rank(rank))?;
+        if me == 0 && !cfg.shm_reserve {
+            note_growth(&layout, cfg.max_medium, size);
+        }
         let hdr = FileHeader::new(rank, &layout, cfg.max_medium);
         // The file is at least HEADER_BYTES long (Layout::new), freshly
         // created by `ShmFile::create` and mapped page-aligned, and not yet
@@ -180,8 +190,7 @@ impl PendingShm {
         // larger jobs a page comes when first used (a zone's, in one call
         // per Medium: `PopulatedPrefix`), so start-up stays short and
         // memory no rank uses is never allocated.
-        let pairs = 2 * size + 2 * (size - 1);
-        let eager = pairs * (l.ring_stride + l.zone_len()) <= EAGER_BYTES;
+        let eager = l.eager();
         let zone_populated = if eager { l.zone_len() } else { 0 };
         if eager {
             for (i, f) in files.iter().enumerate() {
@@ -339,9 +348,31 @@ struct RxRing {
     zone_populated: PopulatedPrefix,
 }
 
-/// Ring and landing-zone bytes a rank faults in at start-up if its rings
-/// and zones are no more (2 ranks with the default sizes).
-const EAGER_BYTES: usize = 5 << 20;
+/// Said once per host (by its first rank) when the files of its `ranks`
+/// ranks could outgrow `/dev/shm` if used in full: the job starts (pages
+/// come at first touch, and a rank that meets a full `/dev/shm` says so),
+/// but the user learns the numbers and the settings now.
+fn note_growth(l: &Layout, max_medium: usize, ranks: usize) {
+    let Some((free, _)) = crate::segment::shm_space() else {
+        return;
+    };
+    let most = l.total as u64 * ranks as u64;
+    if most <= free {
+        return;
+    }
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    eprintln!(
+        "splitrt: note: /dev/shm has {:.1} MiB free; the {ranks} rank(s) on this node take \
+         {:.1} MiB of it at start-up, and up to {:.1} MiB if every rank used its whole file \
+         ({:.1} MiB each: {}). Pages come at first touch; a rank that finds /dev/shm full \
+         says so and the job ends.",
+        mib(free),
+        mib(layout::shm_needed(l, ranks, false)),
+        mib(most),
+        mib(l.total as u64),
+        layout::shm_parts(l, max_medium)
+    );
+}
 
 /// Sets a rank's own-ring mark again when dropped armed: a poll that did
 /// not drain the ring, however it ended, leaves it marked.
