@@ -17,5 +17,5 @@ pub mod wire;
 pub use client::{BarrierStatus, Client};
 pub use hosted::Hosted;
 pub use private_dir::PrivateDir;
-pub use server::{Culprit, Server, ServerStats, HANDSHAKE_TIMEOUT, MAX_PENDING};
+pub use server::{Culprit, Server, ServerStats, EVICT_AFTER, HANDSHAKE_TIMEOUT, MAX_PENDING};
 pub use wire::{Collective, Hello, Msg, Peer};

@@ -12,10 +12,13 @@
 //! whole exchange, not a timeout per read: trickling bytes does not extend
 //! it), and at most [`MAX_PENDING`] such connections are served at once. A
 //! new connection when that many are pending closes the one that has been
-//! pending longest: a rank's handshake takes a round trip, so the slots a
-//! stranger holds open are the ones that go, and a rank that arrives while
-//! they are all held still gets in. After the handshake a connection
-//! speaks only for the rank it proved to be.
+//! pending longest if that one has had [`EVICT_AFTER`] already (a rank's
+//! handshake takes a round trip: the slots a stranger holds open are the
+//! ones that go, and a rank that arrives while they are all held still
+//! gets in), else the new one is closed at once (a burst of ranks
+//! connecting together does not push out its own handshakes; they retry).
+//! After the handshake a connection speaks only for the rank it proved to
+//! be.
 
 use super::auth::{self, Sealer};
 use super::deadline::Deadline;
@@ -36,6 +39,10 @@ pub const MAX_PENDING: usize = 64;
 /// Time a new connection has, from being accepted, to complete the whole
 /// handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a pending connection is safe from being closed to make room
+/// for a new one: far longer than a rank's handshake takes.
+pub const EVICT_AFTER: Duration = Duration::from_secs(1);
 
 /// Time a write to a rank may block (a stopped rank must not stall the
 /// server for everyone).
@@ -60,8 +67,8 @@ pub type Culprit = Arc<Mutex<Option<usize>>>;
 pub struct ServerStats {
     /// Connections that failed the handshake (wrong key, garbage, too slow).
     pub unauthenticated: AtomicU64,
-    /// Pending connections closed to make room for a new one, because
-    /// [`MAX_PENDING`] were pending.
+    /// Connections closed because [`MAX_PENDING`] were pending: the oldest
+    /// pending one to make room for a new one, or the new one.
     pub over_limit: AtomicU64,
     /// Authenticated connections turned away (a rank connected twice, or
     /// after the job started).
@@ -153,19 +160,28 @@ impl Drop for PendingSlot {
     }
 }
 
-/// Make room for one more pending connection: if [`MAX_PENDING`] are
-/// pending, close the one accepted longest ago (a rank's handshake is a
-/// round trip; the oldest is the likeliest to be a stranger holding a slot).
-/// Its thread's next read fails at once and the thread ends.
-fn make_room(pending: &mut Vec<(usize, Instant, TcpStream)>, stats: &ServerStats) {
+/// Make room for one more pending connection at `now`: if [`MAX_PENDING`]
+/// are pending, close the one accepted longest ago, if it has been pending
+/// for [`EVICT_AFTER`] (a rank's handshake is a round trip; the oldest is
+/// the likeliest to be a stranger holding a slot). Its thread's next read
+/// fails at once and the thread ends. False if there is no room.
+fn make_room(
+    pending: &mut Vec<(usize, Instant, TcpStream)>,
+    now: Instant,
+    stats: &ServerStats,
+) -> bool {
     while pending.len() >= MAX_PENDING {
         let Some(oldest) = (0..pending.len()).min_by_key(|&i| pending[i].1) else {
-            return;
+            break;
         };
+        stats.over_limit.fetch_add(1, Ordering::Relaxed);
+        if now.saturating_duration_since(pending[oldest].1) < EVICT_AFTER {
+            return false;
+        }
         let (_, _, s) = pending.swap_remove(oldest);
         let _ = s.shutdown(Shutdown::Both);
-        stats.over_limit.fetch_add(1, Ordering::Relaxed);
     }
+    true
 }
 
 fn accept_loop(
@@ -190,7 +206,9 @@ fn accept_loop(
                 next += 1;
                 {
                     let mut p = pending.lock();
-                    make_room(&mut p, &stats);
+                    if !make_room(&mut p, accepted, &stats) {
+                        continue; // dropped: closed at once
+                    }
                     p.push((id, accepted, handle));
                 }
                 let slot = PendingSlot(pending.clone(), id);
@@ -599,6 +617,40 @@ mod tests {
 
     fn t(v: &[&str]) -> Vec<String> {
         v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// A full table makes room by closing its oldest connection once that
+    /// one has been pending for `EVICT_AFTER`, never a younger one (a
+    /// burst of ranks does not push out its own handshakes).
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets (isolation)")]
+    fn a_full_table_closes_only_a_connection_pending_long_enough() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let now = Instant::now();
+        let mut clients = Vec::new();
+        let mut pending = Vec::new();
+        for id in 0..MAX_PENDING {
+            clients.push(TcpStream::connect(addr).unwrap());
+            let (s, _) = listener.accept().unwrap();
+            // the first is the oldest, but only 0.5 s old
+            let age = Duration::from_millis(500) - Duration::from_millis(id as u64);
+            pending.push((id, now - age, s));
+        }
+        let stats = ServerStats::default();
+        assert!(!make_room(&mut pending, now, &stats));
+        assert_eq!(pending.len(), MAX_PENDING);
+        // a second later the oldest may go: its client sees the end
+        let later = now + EVICT_AFTER;
+        assert!(make_room(&mut pending, later, &stats));
+        assert_eq!(pending.len(), MAX_PENDING - 1);
+        assert!(pending.iter().all(|(id, _, _)| *id != 0));
+        clients[0]
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut b = [0u8; 1];
+        assert_eq!(std::io::Read::read(&mut clients[0], &mut b).ok(), Some(0));
+        assert_eq!(stats.over_limit.load(Ordering::Relaxed), 2);
     }
 
     /// An extra handler is named as a handler even when settings follow
