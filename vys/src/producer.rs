@@ -197,6 +197,7 @@ impl Producer {
                 SocketAddr::new(IpAddr::V4(cfg.interface), 0),
                 ring.clone(),
                 id,
+                instance,
                 cfg.key,
                 rdma,
             )?)
@@ -207,7 +208,7 @@ impl Producer {
             .as_ref()
             .map_or(SocketAddr::new(IpAddr::V4(cfg.interface), 0), |s| s.addr());
         let handover = if cfg.serve_local {
-            Some(HandoverServer::start(ring.clone(), cfg.key, id)?)
+            Some(HandoverServer::start(ring.clone(), cfg.key, id, instance)?)
         } else {
             None
         };
@@ -233,6 +234,12 @@ impl Producer {
     /// This producer's id (in every signal).
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// This producer's instance (random, drawn at its start; in every
+    /// signal, proved by its handover and its read server).
+    pub fn instance(&self) -> u64 {
+        self.instance
     }
 
     /// Where its read server listens (in every signal).
