@@ -73,6 +73,13 @@ struct Args {
     /// Print `ready` after this long (the signal group is joined then).
     #[arg(long, default_value_t = 0.0)]
     ready_after_s: f64,
+    /// A producer silent (no signal, no heartbeat) this long is gone.
+    #[arg(long, default_value_t = 5.0)]
+    producer_silence_s: f64,
+    /// Map producers' rings up to this many MiB in all (then read
+    /// through their read servers).
+    #[arg(long, default_value_t = 16 << 10)]
+    max_mapped_mib: u64,
 }
 
 fn parse_pair(s: &str) -> Result<[u16; 2], String> {
@@ -101,6 +108,9 @@ fn run(a: Args) -> Result<u64, String> {
     cfg.rdma = a.rdma.then(RdmaDevice::hardware);
     cfg.max_spectrum_bytes = a.max_spectrum_bytes;
     cfg.data_buffers = a.buffers;
+    cfg.producer_silence = Duration::try_from_secs_f64(a.producer_silence_s)
+        .map_err(|e| format!("--producer-silence-s: {e}"))?;
+    cfg.max_mapped_bytes = a.max_mapped_mib.saturating_mul(1 << 20);
     let (stations, spw, stokes, every) = (a.stations, a.spw, a.stokes, a.every.max(1));
     let mut seen = 0u64;
     let wanted = move |st: [u16; 2], w: u16, k: u16| {
@@ -191,6 +201,10 @@ fn run(a: Args) -> Result<u64, String> {
                 }
                 break stats;
             }
+            // a producer's life: always said
+            m @ (Message::ProducerGone { .. } | Message::MappedBytesLimit { .. }) => {
+                eprintln!("{m}")
+            }
             m => {
                 printed += 1;
                 if printed <= 20 {
@@ -205,7 +219,8 @@ fn run(a: Args) -> Result<u64, String> {
         "vys_consumer: valid={valid} mismatched={mismatched} unfiltered={unfiltered} bytes={bytes} seconds={secs:.3} \
          signals={} chosen={} verification_failures={} read_failures={} starved={} \
          signals_lost={} bad_signals={} version_mismatches={} replays={} queue_dropped={} \
-         local_reads={} remote_reads={} rdma_reads={}",
+         local_reads={} remote_reads={} rdma_reads={} heartbeats={} producers_gone={} \
+         restarts={} mapping_refusals={}",
         stats.signals,
         stats.chosen,
         stats.verification_failures,
@@ -218,7 +233,11 @@ fn run(a: Args) -> Result<u64, String> {
         stats.queue_dropped,
         stats.local_reads,
         stats.remote_reads,
-        stats.rdma_reads
+        stats.rdma_reads,
+        stats.heartbeats,
+        stats.producers_gone,
+        stats.restarts,
+        stats.mapping_refusals
     );
     Ok(mismatched + unfiltered)
 }
@@ -236,6 +255,8 @@ struct Kinds {
     queue_dropped: u64,
     bad_signals: u64,
     version_mismatches: u64,
+    producers_gone: u64,
+    mapping_refusals: u64,
 }
 
 impl Kinds {
@@ -249,6 +270,8 @@ impl Kinds {
             Message::QueueAlert { dropped } => self.queue_dropped += dropped,
             Message::SignalReceiveFailure { .. } => self.bad_signals += 1,
             Message::VersionMismatch { .. } => self.version_mismatches += 1,
+            Message::ProducerGone { .. } => self.producers_gone += 1,
+            Message::MappedBytesLimit { .. } => self.mapping_refusals += 1,
             Message::End { .. } => {}
         }
     }
@@ -257,7 +280,8 @@ impl Kinds {
     fn since(&self, o: &Kinds) -> String {
         format!(
             "valid={} verification_failures={} read_failures={} starved={} signals_lost={} \
-             queue_dropped={} bad_signals={} version_mismatches={}",
+             queue_dropped={} bad_signals={} version_mismatches={} producers_gone={} \
+             mapping_refusals={}",
             self.valid - o.valid,
             self.verification_failures - o.verification_failures,
             self.read_failures - o.read_failures,
@@ -265,7 +289,9 @@ impl Kinds {
             self.signals_lost - o.signals_lost,
             self.queue_dropped - o.queue_dropped,
             self.bad_signals - o.bad_signals,
-            self.version_mismatches - o.version_mismatches
+            self.version_mismatches - o.version_mismatches,
+            self.producers_gone - o.producers_gone,
+            self.mapping_refusals - o.mapping_refusals
         )
     }
 }

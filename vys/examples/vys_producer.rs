@@ -90,6 +90,9 @@ struct Args {
     /// splitrt/ibverbs`).
     #[arg(long)]
     rdma: bool,
+    /// Send a heartbeat when no signal left for this many ms (0: never).
+    #[arg(long, default_value_t = 1000)]
+    heartbeat_ms: u64,
 }
 
 fn parse_hex(s: &str) -> Result<u64, String> {
@@ -141,6 +144,7 @@ fn run(a: Args) -> Result<(), String> {
     cfg.serve_local = !a.no_local;
     cfg.serve_remote = !a.no_remote;
     cfg.rdma = a.rdma.then(RdmaDevice::hardware);
+    cfg.heartbeat = (a.heartbeat_ms > 0).then(|| std::time::Duration::from_millis(a.heartbeat_ms));
     let mut p = Producer::new(cfg).map_err(|e| format!("starting the producer: {e}"))?;
     println!(
         "ready producer={:016x} address={} products={} spectrum_bytes={bytes} slots={slots}",

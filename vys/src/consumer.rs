@@ -27,6 +27,27 @@
 //! the group and sent again, by anyone, never make a spectrum delivered
 //! twice.
 //!
+//! **Producer instances.** A producer restarted with the same id (the
+//! usual case: a correlator node keeps its id) is a new instance, and a
+//! new producer to the consumer: on the first signal of a newer instance
+//! (by start time) the consumer drops the old instance's route (its
+//! mapping unmapped, its session closed, its reads in flight failed) and
+//! reads the new one's spectra from the new ring or read server, which
+//! prove their instance when the ring is handed over or the session
+//! opened. A signal is read only through a route of its own instance, so
+//! a spectrum is valid only if its bytes are the ones the announcing
+//! instance wrote, whatever the digest (`none` included). Signals of an
+//! instance older than the newest heard of are not read
+//! ([`Message::ReadFailure`] for the spectra chosen).
+//!
+//! **Gone producers.** A producer instance not heard of (no signal, no
+//! heartbeat) for [`ConsumerConfig::producer_silence`] is reported
+//! ([`Message::ProducerGone`]) and forgotten: its ring unmapped, its
+//! session closed. The rings mapped at once are bounded
+//! ([`ConsumerConfig::max_mapped_bytes`]): a producer whose ring would
+//! pass the bound is read through its read server instead, and
+//! [`Message::MappedBytesLimit`] says so.
+//!
 //! ```no_run
 //! use splitrt_vys::consumer::{Consumer, ConsumerConfig, Message};
 //! use std::net::{Ipv4Addr, SocketAddrV4};
@@ -48,7 +69,7 @@
 //! }
 //! ```
 
-use super::export::ImportedRing;
+use super::export::{ImportedRing, RingTooLarge};
 use super::queue::{Alert, MessageQueue};
 use super::rdma_device::RdmaDevice;
 use super::rdma_read::{ProducerQp, RdmaReader};
@@ -106,11 +127,22 @@ pub struct ConsumerConfig {
     /// the producer offers it (`None`: through their read servers).
     /// [`Consumer::start`] fails if the device cannot be opened.
     pub rdma: Option<RdmaDevice>,
+    /// A producer instance that sent nothing (no signal, no heartbeat)
+    /// for this long is gone: [`Message::ProducerGone`], its ring
+    /// unmapped, its session closed. Set it to a few of the producers'
+    /// heartbeat intervals (theirs is 1 s by default).
+    pub producer_silence: Duration,
+    /// Bytes of producers' rings mapped at once at most; a producer on
+    /// this host whose ring would pass it is read through its read server
+    /// ([`Message::MappedBytesLimit`]) and asked for its ring again after
+    /// `retry_after`.
+    pub max_mapped_bytes: u64,
 }
 
 impl ConsumerConfig {
     /// Settings with defaults: spectra up to 64 KiB, 4096 buffers, 256
-    /// reads outstanding per producer, a queue of 8192, 2 s read timeout.
+    /// reads outstanding per producer, a queue of 8192, 2 s read timeout,
+    /// producers gone after 5 s of silence, 16 GiB of rings mapped.
     pub fn new(key: [u8; 32], group: SocketAddrV4, interface: Ipv4Addr) -> ConsumerConfig {
         ConsumerConfig {
             key,
@@ -125,6 +157,8 @@ impl ConsumerConfig {
             retry_after: Duration::from_secs(2),
             local_reads: true,
             rdma: None,
+            producer_silence: Duration::from_secs(5),
+            max_mapped_bytes: 16 << 30,
         }
     }
 
@@ -147,6 +181,10 @@ impl ConsumerConfig {
 pub struct Product {
     /// Producer id.
     pub producer: u64,
+    /// Producer instance (random, drawn at its start).
+    pub instance: u64,
+    /// When that instance started (ns since the Unix epoch).
+    pub started: u64,
     /// Producer's read server.
     pub address: SocketAddr,
     /// Correlator configuration id.
@@ -169,6 +207,8 @@ impl Product {
     fn of(s: &Signal) -> Product {
         Product {
             producer: s.producer,
+            instance: s.instance,
+            started: s.started,
             address: s.address,
             config: s.config,
             stations: s.stations,
@@ -288,6 +328,19 @@ pub struct ConsumerStats {
     pub remote_reads: u64,
     /// Spectra read by RDMA read.
     pub rdma_reads: u64,
+    /// Heartbeats taken (signals with no spectra: an idle producer).
+    pub heartbeats: u64,
+    /// Producer instances gone silent ([`Message::ProducerGone`]).
+    pub producers_gone: u64,
+    /// Producers restarted: a newer instance of a producer id replaced
+    /// the one read until then.
+    pub restarts: u64,
+    /// Rings not mapped because of the bound on mapped bytes
+    /// ([`Message::MappedBytesLimit`]).
+    pub mapping_refusals: u64,
+    /// Bytes of producers' rings mapped now (not a count: the level at
+    /// the time of the statistics).
+    pub mapped_bytes: u64,
 }
 
 /// How the consumer ended.
@@ -353,6 +406,31 @@ pub enum Message {
         /// Its version.
         version: u16,
     },
+    /// A producer instance sent nothing (no signal, no heartbeat) for
+    /// [`ConsumerConfig::producer_silence`]: it is taken for gone, its
+    /// ring unmapped and its session closed (a signal of it later makes
+    /// it known again).
+    ProducerGone {
+        /// Its id.
+        producer: u64,
+        /// Its instance.
+        instance: u64,
+        /// How long it was silent.
+        silent_for: Duration,
+    },
+    /// A producer on this host was not mapped: its ring would take the
+    /// consumer past [`ConsumerConfig::max_mapped_bytes`]. Its spectra
+    /// are read through its read server meanwhile.
+    MappedBytesLimit {
+        /// Its id.
+        producer: u64,
+        /// Bytes of its ring.
+        ring_bytes: u64,
+        /// Bytes of rings mapped now.
+        mapped: u64,
+        /// The bound.
+        limit: u64,
+    },
     /// The last message: the consumer has stopped.
     End {
         /// Why.
@@ -411,6 +489,26 @@ impl std::fmt::Display for Message {
                 f,
                 "signal message version {version}, this consumer reads version {}",
                 super::signal::SIGNAL_VERSION
+            ),
+            Message::ProducerGone {
+                producer,
+                instance,
+                silent_for,
+            } => write!(
+                f,
+                "producer {producer:x} (instance {instance:x}) gone: nothing from it for {:.1} s",
+                silent_for.as_secs_f64()
+            ),
+            Message::MappedBytesLimit {
+                producer,
+                ring_bytes,
+                mapped,
+                limit,
+            } => write!(
+                f,
+                "producer {producer:x}'s ring ({ring_bytes} B) not mapped: this consumer maps \
+                 {mapped} B of rings and its bound (max_mapped_bytes) is {limit} B; read \
+                 through its read server instead"
             ),
             Message::End { status, .. } => write!(f, "end: {status:?}"),
         }
@@ -515,6 +613,10 @@ impl Consumer {
             out: Vec::new(),
             pool,
             routes: FxHashMap::default(),
+            peers: FxHashMap::default(),
+            next_gone_check: Instant::now(),
+            mapped: 0,
+            refusals: Vec::new(),
             stats: ConsumerStats::default(),
             live: live.clone(),
             replays: Replays::default(),
@@ -589,6 +691,44 @@ struct Remote {
     /// Its ring, handed over since: new reads go through it, and the
     /// route becomes local once the reads in flight are done.
     local: Option<ImportedRing>,
+    /// Its ring was not mapped for the bound on mapped bytes (said once).
+    over_bound: bool,
+}
+
+/// A producer id heard of: the instance read (the newest by start time)
+/// and when it was last heard of.
+struct Peer {
+    /// (start, instance).
+    instance: (u64, u64),
+    heard: Instant,
+}
+
+/// Whether a signal's instance is the one read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Admit {
+    /// It is (or it is newer and now replaced the one read).
+    Current,
+    /// An older instance than the one read.
+    Stale,
+}
+
+/// The bytes of producers' rings `r` maps.
+fn mapped_by(r: &Route) -> u64 {
+    match r {
+        Route::Local(ring) => ring.len() as u64,
+        Route::Remote(x) => x.local.as_ref().map_or(0, |l| l.len() as u64),
+        Route::Unreachable { .. } => 0,
+    }
+}
+
+/// The instance a route reads (proved by the handover or the session;
+/// `None`: no route yet).
+fn instance_of(r: &Route) -> Option<u64> {
+    match r {
+        Route::Local(ring) => Some(ring.instance()),
+        Route::Remote(x) => Some(x.ring.instance),
+        Route::Unreachable { .. } => None,
+    }
 }
 
 enum Route {
@@ -618,7 +758,17 @@ struct Worker {
     /// Messages of this round, delivered together.
     out: Vec<Message>,
     pool: Arc<Pool>,
+    /// Per producer id, the route to its current instance.
     routes: FxHashMap<u64, Route>,
+    /// Per producer id, its current instance and when it was last heard.
+    peers: FxHashMap<u64, Peer>,
+    /// When silent producers are next looked for.
+    next_gone_check: Instant,
+    /// Bytes of rings mapped by `routes`.
+    mapped: u64,
+    /// Rings refused for the bound on mapped bytes since the last round:
+    /// (producer, ring bytes).
+    refusals: Vec<(u64, u64)>,
     stats: ConsumerStats,
     /// `stats`, published for [`Consumer::stats`] each round.
     live: Arc<Mutex<ConsumerStats>>,
@@ -665,8 +815,10 @@ impl Worker {
                 break;
             }
             self.progress_remote();
+            self.check_gone();
             self.report_counts();
             self.flush();
+            self.stats.mapped_bytes = self.mapped;
             *self.live.lock() = self.stats;
         }
         // drain: outstanding reads finish or time out
@@ -678,6 +830,7 @@ impl Worker {
         }
         self.report_counts();
         self.flush();
+        self.stats.mapped_bytes = self.mapped;
         let stats = self.stats;
         *self.live.lock() = stats;
         self.tx.push_last(Message::End { status, stats });
@@ -776,6 +929,15 @@ impl Worker {
     }
 
     fn report_counts(&mut self) {
+        for (producer, ring_bytes) in std::mem::take(&mut self.refusals) {
+            self.stats.mapping_refusals += 1;
+            self.send(Message::MappedBytesLimit {
+                producer,
+                ring_bytes,
+                mapped: self.mapped,
+                limit: self.cfg.max_mapped_bytes,
+            });
+        }
         if self.starved > 0 {
             let spectra = std::mem::take(&mut self.starved);
             self.send(Message::DataBufferStarvation { spectra });
@@ -813,6 +975,11 @@ impl Worker {
             self.stats.replays += 1;
             return;
         }
+        let admit = self.admit(&s);
+        if s.is_heartbeat() {
+            self.stats.heartbeats += 1;
+            return;
+        }
         self.stats.signals += 1;
         let product = Arc::new(Product::of(&s));
         let mut pass = std::mem::take(&mut self.pass);
@@ -821,9 +988,141 @@ impl Worker {
         (self.filter)(&product, &s.entries, &mut pass);
         for (info, _) in s.entries.iter().zip(&pass).filter(|(_, p)| **p) {
             self.stats.chosen += 1;
-            self.read(&product, *info);
+            if admit == Admit::Stale {
+                let e = format!(
+                    "instance {:x} of producer {:x} was replaced by a newer one",
+                    s.instance, s.producer
+                );
+                self.fail(&product, *info, e);
+            } else {
+                self.read(&product, *info);
+            }
         }
         self.pass = pass;
+    }
+
+    /// Note that `s`'s producer instance was heard of. A newer instance
+    /// than the one read (by start time) replaces it: the old one's route
+    /// is dropped (its mapping, its session, its reads in flight). An
+    /// older one is [`Admit::Stale`]: its spectra are not read.
+    fn admit(&mut self, s: &Signal) -> Admit {
+        let now = Instant::now();
+        let key = (s.started, s.instance);
+        if self.peers.len() >= MAX_ROUTES && !self.peers.contains_key(&s.producer) {
+            // forget the producer heard of least recently
+            let oldest = self
+                .peers
+                .iter()
+                .min_by_key(|(_, p)| p.heard)
+                .map(|(id, _)| *id);
+            if let Some(id) = oldest {
+                self.peers.remove(&id);
+                self.drop_route(
+                    id,
+                    "too many producers: the one heard of least recently forgotten",
+                );
+            }
+        }
+        let old = match self.peers.entry(s.producer) {
+            Entry::Vacant(v) => {
+                v.insert(Peer {
+                    instance: key,
+                    heard: now,
+                });
+                None
+            }
+            Entry::Occupied(mut e) => {
+                let p = e.get_mut();
+                if p.instance == key {
+                    p.heard = now;
+                    return Admit::Current;
+                }
+                if key < p.instance {
+                    return Admit::Stale;
+                }
+                let old = p.instance.1;
+                *p = Peer {
+                    instance: key,
+                    heard: now,
+                };
+                Some(old)
+            }
+        };
+        // a new instance: no route of another one may serve it
+        if old.is_some() {
+            self.stats.restarts += 1;
+        }
+        let why = format!(
+            "producer {:x} restarted: instance {:x} replaced instance {:x}",
+            s.producer,
+            s.instance,
+            old.unwrap_or(0)
+        );
+        if self
+            .routes
+            .get(&s.producer)
+            .is_some_and(|r| instance_of(r).is_some_and(|i| i != s.instance))
+            || old.is_some()
+        {
+            self.drop_route(s.producer, &why);
+        }
+        Admit::Current
+    }
+
+    /// Report and forget producer instances silent for longer than
+    /// `producer_silence` (looked for every 50 ms at most).
+    fn check_gone(&mut self) {
+        let now = Instant::now();
+        if now < self.next_gone_check {
+            return;
+        }
+        self.next_gone_check = now + (self.cfg.producer_silence / 4).min(Duration::from_millis(50));
+        let silence = self.cfg.producer_silence;
+        let gone: Vec<(u64, u64, Duration)> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| now.duration_since(p.heard) > silence)
+            .map(|(id, p)| (*id, p.instance.1, now.duration_since(p.heard)))
+            .collect();
+        for (producer, instance, silent_for) in gone {
+            self.peers.remove(&producer);
+            let why = format!(
+                "producer {producer:x} gone: nothing from it for {:.1} s",
+                silent_for.as_secs_f64()
+            );
+            self.drop_route(producer, &why);
+            self.stats.producers_gone += 1;
+            self.send(Message::ProducerGone {
+                producer,
+                instance,
+                silent_for,
+            });
+        }
+    }
+
+    /// Drop `producer`'s route: its ring unmapped, its session closed, its
+    /// reads in flight failed with `why` (their buffers back in the pool).
+    fn drop_route(&mut self, producer: u64, why: &str) {
+        let Some(route) = self.routes.remove(&producer) else {
+            return;
+        };
+        self.mapped = self.mapped.saturating_sub(mapped_by(&route));
+        let Route::Remote(mut x) = route else {
+            return;
+        };
+        if let (Some(p), Some(r)) = (x.rdma, self.rdma.as_mut()) {
+            // its reads come back failed through `rdma_done`
+            r.close(p, why, &mut self.rdma_done);
+        }
+        let mut done = std::mem::take(&mut self.done);
+        x.ring.abandon(why, &mut done);
+        for d in done.drain(..) {
+            self.pool.give(d.buf);
+            if let Some((p, i)) = x.reads.remove(&d.id) {
+                self.fail(&p, i, why.to_string());
+            }
+        }
+        self.done = done;
     }
 
     fn fail(&mut self, product: &Arc<Product>, info: SpectrumInfo, error: String) {
@@ -859,7 +1158,19 @@ impl Worker {
             }
             None => Next::Starved,
         };
-        let next = match route(&mut self.routes, &mut self.rdma, &self.cfg, product) {
+        let mut reach = Reach {
+            rdma: &mut self.rdma,
+            cfg: &self.cfg,
+            mapped: &mut self.mapped,
+            refusals: &mut self.refusals,
+        };
+        let next = match route(&mut self.routes, &mut reach, product) {
+            // a route of another instance never reads this one's spectra
+            // (admit drops it first: this is the proof of it)
+            r if instance_of(r).is_some_and(|i| i != product.instance) => Next::Fail(format!(
+                "the route to producer {:x} reads another instance than {:x}",
+                product.producer, product.instance
+            )),
             Route::Local(ring) => local(ring),
             Route::Remote(x) if x.local.is_some() => local(x.local.as_ref().expect("checked")),
             Route::Remote(x) if x.rdma.is_some() => {
@@ -922,18 +1233,15 @@ impl Worker {
             }
             Next::Fail(e) => self.fail(product, info, e),
             Next::SessionFailed(f) => {
-                let old = self.routes.insert(
+                // its reads in flight fail now, their buffers back
+                self.drop_route(product.producer, &f);
+                self.routes.insert(
                     product.producer,
                     Route::Unreachable {
                         until: Instant::now() + self.cfg.retry_after,
                         why: f.clone(),
                     },
                 );
-                if let (Some(Route::Remote(x)), Some(r)) = (old, self.rdma.as_mut()) {
-                    if let Some(p) = x.rdma {
-                        r.close(p, &f, &mut self.rdma_done);
-                    }
-                }
                 self.fail(product, info, f)
             }
         }
@@ -1040,13 +1348,69 @@ impl Worker {
     }
 }
 
+/// What making a route needs besides the routes: the RDMA reader, the
+/// settings, the bytes of rings mapped (kept up to date) and the rings
+/// refused for the bound (to report).
+struct Reach<'a> {
+    rdma: &'a mut Option<RdmaReader<Box<dyn Verbs>>>,
+    cfg: &'a ConsumerConfig,
+    mapped: &'a mut u64,
+    refusals: &'a mut Vec<(u64, u64)>,
+}
+
+/// What a handover to a consumer came to.
+enum Handover {
+    /// The ring of the signal's instance, mapped (and counted).
+    Mapped(ImportedRing),
+    /// Not mapped: it would pass the bound on mapped bytes.
+    OverBound,
+    /// Another instance of the id serves on this host (the signal's is
+    /// elsewhere, or not serving yet).
+    OtherInstance,
+    /// The handover failed.
+    Failed(io::Error),
+}
+
+impl Reach<'_> {
+    /// Ask `product`'s producer on this host for its ring: mapped only if
+    /// it fits under the bound on mapped bytes (checked before it is
+    /// mapped; a refusal is reported once per route, through `said`) and
+    /// it is the ring of `product`'s instance.
+    fn handover(&mut self, product: &Product, said: &mut bool) -> Handover {
+        let room = self.cfg.max_mapped_bytes.saturating_sub(*self.mapped);
+        match ImportedRing::connect_producer_within(product.producer, &self.cfg.key, room) {
+            Ok(ring) if ring.instance() != product.instance => Handover::OtherInstance,
+            Ok(ring) => {
+                *self.mapped += ring.len() as u64;
+                Handover::Mapped(ring)
+            }
+            Err(e) if e.kind() == io::ErrorKind::OutOfMemory => {
+                let big = e
+                    .get_ref()
+                    .and_then(|x| x.downcast_ref::<RingTooLarge>())
+                    .map(|t| t.bytes);
+                match big {
+                    Some(bytes) => {
+                        if !*said {
+                            self.refusals.push((product.producer, bytes));
+                            *said = true;
+                        }
+                        Handover::OverBound
+                    }
+                    None => Handover::Failed(e),
+                }
+            }
+            Err(e) => Handover::Failed(e),
+        }
+    }
+}
+
 /// The route to `product`'s producer: known, or made now (and made again
 /// once an unreachable producer's retry time has come). One map lookup
 /// when the route is known.
 fn route<'a>(
     routes: &'a mut FxHashMap<u64, Route>,
-    rdma: &mut Option<RdmaReader<Box<dyn Verbs>>>,
-    cfg: &ConsumerConfig,
+    reach: &mut Reach<'_>,
     product: &Product,
 ) -> &'a mut Route {
     let p = product.producer;
@@ -1057,10 +1421,10 @@ fn route<'a>(
         Entry::Occupied(mut e) => {
             match e.get_mut() {
                 Route::Unreachable { until, .. } if Instant::now() >= *until => {
-                    e.insert(connect(cfg, rdma, product));
+                    e.insert(connect(reach, product));
                 }
                 Route::Remote(x) if x.handover_retry.is_some() || x.local.is_some() => {
-                    if let Some(ring) = retry_handover(x, cfg, product) {
+                    if let Some(ring) = retry_handover(x, reach, product) {
                         e.insert(Route::Local(ring));
                     }
                 }
@@ -1068,24 +1432,32 @@ fn route<'a>(
             }
             e.into_mut()
         }
-        Entry::Vacant(v) => v.insert(connect(cfg, rdma, product)),
+        Entry::Vacant(v) => v.insert(connect(reach, product)),
     }
 }
 
 /// A producer on this host read through its read server since its
-/// handover failed: ask for its ring again when due; the ring, once the
-/// reads in flight through the server are done (the route then becomes
-/// local).
-fn retry_handover(x: &mut Remote, cfg: &ConsumerConfig, product: &Product) -> Option<ImportedRing> {
+/// handover failed (or its ring would have passed the bound on mapped
+/// bytes): ask for its ring again when due; the ring, once the reads in
+/// flight through the server are done (the route then becomes local).
+fn retry_handover(
+    x: &mut Remote,
+    reach: &mut Reach<'_>,
+    product: &Product,
+) -> Option<ImportedRing> {
     if let Some(due) = x.handover_retry {
         if Instant::now() >= due {
-            match ImportedRing::connect_producer(product.producer, &cfg.key) {
-                Ok(r) => {
+            let cfg = reach.cfg;
+            x.handover_retry = match reach.handover(product, &mut x.over_bound) {
+                Handover::Mapped(r) => {
                     x.local = Some(r);
-                    x.handover_retry = None;
+                    None
                 }
-                Err(e) => x.handover_retry = handover_retry(&e, cfg),
-            }
+                Handover::OverBound => Some(Instant::now() + cfg.retry_after),
+                // another instance serves here: this one is elsewhere
+                Handover::OtherInstance => None,
+                Handover::Failed(e) => handover_retry(&e, cfg),
+            };
         }
     }
     if x.local.is_some() && x.reads.is_empty() && x.ring.idle() {
@@ -1104,22 +1476,29 @@ fn handover_retry(e: &io::Error, cfg: &ConsumerConfig) -> Option<Instant> {
     }
 }
 
-fn connect(
-    cfg: &ConsumerConfig,
-    rdma: &mut Option<RdmaReader<Box<dyn Verbs>>>,
-    product: &Product,
-) -> Route {
+/// A route to `product`'s instance: its ring handed over on this host
+/// (within the bound on mapped bytes), else a session with its read
+/// server (which must serve that very instance), else unreachable.
+fn connect(reach: &mut Reach<'_>, product: &Product) -> Route {
+    let cfg = reach.cfg;
     let mut retry = None;
+    let mut over_bound = false;
     if cfg.local_reads {
-        match ImportedRing::connect_producer(product.producer, &cfg.key) {
-            Ok(r) => return Route::Local(r),
-            Err(e) => retry = handover_retry(&e, cfg),
+        match reach.handover(product, &mut over_bound) {
+            Handover::Mapped(r) => return Route::Local(r),
+            // over the bound: through the read server, and ask again
+            Handover::OverBound => retry = Some(Instant::now() + cfg.retry_after),
+            // another instance of the id serves on this host: this one is
+            // on another (or not yet serving): its read server
+            Handover::OtherInstance => {}
+            Handover::Failed(e) => retry = handover_retry(&e, cfg),
         }
     }
     let unreachable = |why: String| Route::Unreachable {
         until: Instant::now() + cfg.retry_after,
         why,
     };
+    let rdma = &mut *reach.rdma;
     // a queue pair to offer, if this consumer reads by RDMA (none: the
     // device refused one, e.g. at its limits; read through the session)
     let qp = rdma
@@ -1136,7 +1515,7 @@ fn connect(
     );
     let mut rdma_qp = None;
     let route = match ring {
-        Ok(ring) if ring.producer == product.producer => {
+        Ok(ring) if ring.producer == product.producer && ring.instance == product.instance => {
             if let (Some((p, _)), Some(offer), Some(r)) = (qp, ring.offer, rdma.as_mut()) {
                 if let Err(e) = r.connect(p, offer) {
                     r.close(p, "", &mut Vec::new());
@@ -1151,11 +1530,13 @@ fn connect(
                 handover_retry: retry.filter(|_| rdma_qp.is_none()),
                 rdma: rdma_qp,
                 local: None,
+                over_bound,
             }))
         }
         Ok(ring) => unreachable(format!(
-            "the read server at {} serves producer {:x}, not {:x}",
-            product.address, ring.producer, product.producer
+            "the read server at {} serves instance {:x} of producer {:x}, not instance {:x} \
+             of producer {:x}",
+            product.address, ring.instance, ring.producer, product.instance, product.producer
         )),
         Err(e) => unreachable(e.to_string()),
     };

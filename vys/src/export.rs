@@ -6,8 +6,11 @@
 //! (challenge-response, keyed BLAKE3; the key never crosses the socket);
 //! only then does the producer pass it a descriptor of the ring opened
 //! *read-only* (`SCM_RIGHTS`), with its own proof of the key over the
-//! consumer's nonce and its producer id, so a process squatting the
-//! socket's name cannot pass off memory of its own as the producer's. The consumer can map that ring and nothing
+//! consumer's nonce, its producer id and its instance (the random number
+//! drawn at its start, which its signals carry), so a process squatting
+//! the socket's name cannot pass off memory of its own as the producer's,
+//! and a consumer knows which instance's ring it maps (it reads a signal
+//! only from the ring of the instance that sent it). The consumer can map that ring and nothing
 //! else of the producer, and cannot map it writable: the kernel refuses a
 //! shared writable mapping of a read-only descriptor.
 //!
@@ -51,6 +54,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 const NONCE: usize = 32;
+/// The producer's reply with the descriptor: ring length, producer id,
+/// instance (u64 each), its proof (32 bytes).
+const HANDOVER_MSG: usize = 56;
 
 /// The seals a ring's memory file carries before any consumer sees it: no
 /// new writable mapping or `write` (the producer's own mapping stays
@@ -72,11 +78,19 @@ fn proof(key: &[u8; 32], nonce: &[u8]) -> [u8; 32] {
     *h.finalize().as_bytes()
 }
 
-fn producer_proof(key: &[u8; 32], nonce: &[u8], producer: u64, len: u64) -> [u8; 32] {
+fn producer_proof(
+    key: &[u8; 32],
+    nonce: &[u8],
+    producer: u64,
+    instance: u64,
+    len: u64,
+) -> [u8; 32] {
     let mut h = blake3::Hasher::new_keyed(key);
-    h.update(b"splitrt vys ring producer\0");
+    // "2": the instance joined what the proof covers (issue 27)
+    h.update(b"splitrt vys ring producer 2\0");
     h.update(nonce);
     h.update(&producer.to_le_bytes());
+    h.update(&instance.to_le_bytes());
     h.update(&len.to_le_bytes());
     *h.finalize().as_bytes()
 }
@@ -247,18 +261,25 @@ impl ExportedRing {
         listener: &UnixListener,
         key: &[u8; 32],
         producer: u64,
+        instance: u64,
     ) -> io::Result<bool> {
         let (s, _) = listener.accept()?;
-        self.serve(s, key, producer)
+        self.serve(s, key, producer, instance)
     }
 
     /// Answer one connected consumer: challenge it, and if it proves the
     /// stream key, pass it the read-only descriptor, the ring's length,
-    /// the producer id and the producer's proof. Returns whether it was
+    /// the producer id and instance and the producer's proof. Returns whether it was
     /// served. The whole exchange has [`HANDOVER_TIMEOUT`]. (A producer
     /// answers its consumers with a [`HandoverServer`], which serves many
     /// at once; this one at a time.)
-    pub fn serve(&self, mut s: UnixStream, key: &[u8; 32], producer: u64) -> io::Result<bool> {
+    pub fn serve(
+        &self,
+        mut s: UnixStream,
+        key: &[u8; 32],
+        producer: u64,
+        instance: u64,
+    ) -> io::Result<bool> {
         let deadline = Instant::now() + HANDOVER_TIMEOUT;
         let mut nonce = [0u8; NONCE];
         getrandom::getrandom(&mut nonce).map_err(|e| io::Error::other(e.to_string()))?;
@@ -266,7 +287,7 @@ impl ExportedRing {
         let mut answer = [0u8; 32 + NONCE];
         read_by(&mut s, &mut answer, deadline)?;
         s.set_write_timeout(Some(left(deadline)?))?;
-        self.answer(&s, key, producer, &nonce, &answer)
+        self.answer(&s, key, (producer, instance), &nonce, &answer)
     }
 
     /// The reply to a consumer's `answer` to `nonce`: the descriptor and
@@ -276,7 +297,7 @@ impl ExportedRing {
         &self,
         s: &UnixStream,
         key: &[u8; 32],
-        producer: u64,
+        (producer, instance): (u64, u64),
         nonce: &[u8; NONCE],
         answer: &[u8; 32 + NONCE],
     ) -> io::Result<bool> {
@@ -286,15 +307,38 @@ impl ExportedRing {
             return Ok(false);
         }
         let len = self.len as u64;
-        let mut msg = [0u8; 48];
+        let mut msg = [0u8; HANDOVER_MSG];
         msg[..8].copy_from_slice(&len.to_le_bytes());
         msg[8..16].copy_from_slice(&producer.to_le_bytes());
-        msg[16..].copy_from_slice(&producer_proof(key, &answer[32..], producer, len));
+        msg[16..24].copy_from_slice(&instance.to_le_bytes());
+        msg[24..].copy_from_slice(&producer_proof(key, &answer[32..], producer, instance, len));
         let ro = self.read_only_fd()?;
         send_fd(s, ro.as_raw_fd(), &msg)?;
         Ok(true)
     }
 }
+
+/// A ring handed over but not mapped: it is larger than the room the
+/// consumer has left under its bound on mapped bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingTooLarge {
+    /// Bytes of the ring.
+    pub bytes: u64,
+    /// Bytes the consumer could still map.
+    pub room: u64,
+}
+
+impl std::fmt::Display for RingTooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "a ring of {} B, {} B left to map under the bound",
+            self.bytes, self.room
+        )
+    }
+}
+
+impl std::error::Error for RingTooLarge {}
 
 /// A consumer's read-only view of a producer's ring on this host.
 pub struct ImportedRing {
@@ -304,6 +348,7 @@ pub struct ImportedRing {
     file: File,
     len: usize,
     producer: u64,
+    instance: u64,
 }
 
 impl std::os::fd::AsFd for ImportedRing {
@@ -317,21 +362,34 @@ impl ImportedRing {
     /// Connect to the producer's socket at `path`, prove the stream key and
     /// map the ring it hands over.
     pub fn connect(path: &Path, key: &[u8; 32]) -> io::Result<ImportedRing> {
-        Self::handshake(UnixStream::connect(path)?, key, None)
+        Self::handshake(UnixStream::connect(path)?, key, None, u64::MAX)
     }
 
     /// Connect to producer `producer`'s handover socket on this host
     /// ([`handover_addr`] under `key`); fails at once if it has none here
     /// (`ConnectionRefused`), else within [`HANDOVER_TIMEOUT`].
     pub fn connect_producer(producer: u64, key: &[u8; 32]) -> io::Result<ImportedRing> {
+        Self::connect_producer_within(producer, key, u64::MAX)
+    }
+
+    /// [`connect_producer`](Self::connect_producer), mapping the ring
+    /// only if it has at most `room` bytes: a larger one is refused
+    /// before it is mapped, with an error of kind `OutOfMemory` carrying a
+    /// [`RingTooLarge`].
+    pub fn connect_producer_within(
+        producer: u64,
+        key: &[u8; 32],
+        room: u64,
+    ) -> io::Result<ImportedRing> {
         let s = UnixStream::connect_addr(&handover_addr(key, producer)?)?;
-        Self::handshake(s, key, Some(producer))
+        Self::handshake(s, key, Some(producer), room)
     }
 
     fn handshake(
         mut s: UnixStream,
         key: &[u8; 32],
         producer: Option<u64>,
+        room: u64,
     ) -> io::Result<ImportedRing> {
         let deadline = Instant::now() + HANDOVER_TIMEOUT;
         let mut nonce = [0u8; NONCE];
@@ -342,7 +400,7 @@ impl ImportedRing {
         answer[..32].copy_from_slice(&proof(key, &nonce));
         answer[32..].copy_from_slice(&mine);
         write_by(&mut s, &answer, deadline)?;
-        let mut msg = [0u8; 48];
+        let mut msg = [0u8; HANDOVER_MSG];
         s.set_read_timeout(Some(left(deadline)?))?;
         let fd = match recv_fd(&s, &mut msg) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -365,13 +423,22 @@ impl ImportedRing {
         let file = File::from(fd);
         let len = u64::from_le_bytes(msg[..8].try_into().expect("8 bytes"));
         let who = u64::from_le_bytes(msg[8..16].try_into().expect("8 bytes"));
-        if !splitrt_runtime::key::same_mac(&msg[16..], &producer_proof(key, &mine, who, len))
-            || producer.is_some_and(|p| p != who)
+        let instance = u64::from_le_bytes(msg[16..24].try_into().expect("8 bytes"));
+        if !splitrt_runtime::key::same_mac(
+            &msg[24..],
+            &producer_proof(key, &mine, who, instance, len),
+        ) || producer.is_some_and(|p| p != who)
         {
             return Err(io::Error::new(
                 io::ErrorKind::PermissionDenied,
                 "the process on the handover socket is not the producer (its proof of the \
                  stream key or its producer id is wrong)",
+            ));
+        }
+        if len > room {
+            return Err(io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                RingTooLarge { bytes: len, room },
             ));
         }
         let len = usize::try_from(len)
@@ -403,12 +470,19 @@ impl ImportedRing {
             file,
             len,
             producer: who,
+            instance,
         })
     }
 
     /// The producer that handed the ring over.
     pub fn producer(&self) -> u64 {
         self.producer
+    }
+
+    /// Its instance (proved with the ring: the random number drawn at the
+    /// producer's start, which its signals carry).
+    pub fn instance(&self) -> u64 {
+        self.instance
     }
 
     /// The ring's words, read-only: relaxed loads only, the one atomic
@@ -465,7 +539,7 @@ enum Step {
 impl Unproven {
     /// Send what is left of the nonce, take what came of the answer, and
     /// once it is whole answer it. `Err`: the connection is finished with.
-    fn step(&mut self, ring: &ExportedRing, key: &[u8; 32], producer: u64) -> io::Result<Step> {
+    fn step(&mut self, ring: &ExportedRing, key: &[u8; 32], who: (u64, u64)) -> io::Result<Step> {
         while self.sent < NONCE {
             match (&self.s).write(&self.nonce[self.sent..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -484,7 +558,7 @@ impl Unproven {
                 Err(e) => return Err(e),
             }
         }
-        ring.answer(&self.s, key, producer, &self.nonce, &self.answer)?;
+        ring.answer(&self.s, key, who, &self.nonce, &self.answer)?;
         Ok(Step::Done)
     }
 }
@@ -516,12 +590,14 @@ pub struct HandoverServer {
 
 impl HandoverServer {
     /// Bind producer `producer`'s handover name under `key` and start
-    /// answering. A name taken already (another producer of this stream
-    /// with this id on this host) is an error naming the socket and why.
+    /// answering for its instance `instance`. A name taken already
+    /// (another producer of this stream with this id on this host) is an
+    /// error naming the socket and why.
     pub fn start(
         ring: Arc<ExportedRing>,
         key: [u8; 32],
         producer: u64,
+        instance: u64,
     ) -> io::Result<HandoverServer> {
         let name = handover_name(&key, producer);
         let l = UnixListener::bind_addr(&handover_addr(&key, producer)?).map_err(|e| {
@@ -550,7 +626,7 @@ impl HandoverServer {
         let (st, rf, ss) = (stop.clone(), refuse.clone(), stats.clone());
         let thread = std::thread::Builder::new()
             .name("vys-handover".into())
-            .spawn(move || serve_all(&l, &ring, &key, producer, &st, &rf, &ss))?;
+            .spawn(move || serve_all(&l, &ring, &key, (producer, instance), &st, &rf, &ss))?;
         Ok(HandoverServer {
             name,
             stop,
@@ -599,7 +675,7 @@ fn serve_all(
     l: &UnixListener,
     ring: &ExportedRing,
     key: &[u8; 32],
-    producer: u64,
+    who: (u64, u64),
     stop: &AtomicBool,
     refuse: &AtomicBool,
     stats: &HandoverStats,
@@ -638,7 +714,7 @@ fn serve_all(
             });
         }
         let now = Instant::now();
-        waiting.retain_mut(|u| match u.step(ring, key, producer) {
+        waiting.retain_mut(|u| match u.step(ring, key, who) {
             Ok(Step::Done) => {
                 count(&stats.served);
                 false
@@ -846,7 +922,7 @@ mod tests {
         let key = [7u8; 32];
         let path = sock("unsealed");
         let listener = UnixListener::bind(&path).unwrap();
-        let server = std::thread::spawn(move || ring.serve_one(&listener, &key, 9).unwrap());
+        let server = std::thread::spawn(move || ring.serve_one(&listener, &key, 9, 1).unwrap());
         let r = ImportedRing::connect(&path, &key);
         assert!(server.join().unwrap(), "the rogue producer served the ring");
         let _ = std::fs::remove_file(&path);
@@ -943,15 +1019,15 @@ mod tests {
         });
         let t = Instant::now();
         assert!(
-            ring.serve_one(&l, &key, 1).is_err(),
+            ring.serve_one(&l, &key, 1, 1).is_err(),
             "the silent client was served"
         );
         assert!(t.elapsed() < HANDOVER_TIMEOUT * 3);
         assert!(
-            ring.serve_one(&l, &key, 1).is_err(),
+            ring.serve_one(&l, &key, 1, 1).is_err(),
             "the garbage client was served"
         );
-        assert!(ring.serve_one(&l, &key, 1).unwrap());
+        assert!(ring.serve_one(&l, &key, 1, 1).unwrap());
         assert_eq!(clients.join().unwrap().unwrap(), 4096);
         let _ = std::fs::remove_file(&path);
     }

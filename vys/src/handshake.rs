@@ -3,8 +3,11 @@
 //!
 //! Both sides hold the stream key. The consumer sends `HELLO` with a fresh
 //! nonce, tagged under a key derived from the stream key; the server
-//! answers `WELCOME` with the consumer's nonce, its own, its producer id
-//! and ring length, tagged the same way. The session key is keyed BLAKE3
+//! answers `WELCOME` with the consumer's nonce, its own, its producer id,
+//! its producer instance (the random number drawn at the producer's start,
+//! which its signals carry: a consumer reads a signal only through a
+//! session with that instance's server) and ring length, tagged the same
+//! way. The session key is keyed BLAKE3
 //! of both nonces under the stream key, so a replayed `HELLO` gives a
 //! stranger a session it cannot use (it cannot compute the key), and every
 //! session's datagrams are authenticated under a key of its own. After
@@ -25,8 +28,12 @@
 //!        40 tag [16]                                     (56 bytes)
 //! WELCOME 0 magic u16 "VW"  2 version u16  4 flags u32  8 consumer nonce [32]
 //!        40 server nonce [32]  72 producer id u64  80 ring bytes u64
-//!        88 tag [16]                                     (104 bytes)
+//!        88 producer instance u64  96 tag [16]           (112 bytes)
 //! ```
+//!
+//! Version 2 (issue 27): the instance joined the `WELCOME` (version 1's
+//! had 104 bytes and none); a server answers only `HELLO`s of its
+//! version, a consumer only `WELCOME`s of its own.
 
 use splitrt_runtime::key::same_mac;
 
@@ -35,11 +42,11 @@ pub const HELLO_MAGIC: u16 = 0x4856;
 /// Magic of a `WELCOME` ("VW").
 pub const WELCOME_MAGIC: u16 = 0x5756;
 /// Version of the session handshake.
-pub const HANDSHAKE_VERSION: u16 = 1;
+pub const HANDSHAKE_VERSION: u16 = 2;
 /// Bytes of a `HELLO`.
 pub const HELLO_LEN: usize = 56;
 /// Bytes of a `WELCOME`.
-pub const WELCOME_LEN: usize = 104;
+pub const WELCOME_LEN: usize = 112;
 /// Flag: RDMA reads asked for (`HELLO`) or offered on request (`WELCOME`).
 const F_RDMA: u32 = 1;
 
@@ -59,6 +66,8 @@ pub struct Welcome {
     pub server_nonce: [u8; 32],
     /// The producer the server reads for.
     pub producer: u64,
+    /// Its instance (drawn at its start; in its signals).
+    pub instance: u64,
     /// Bytes of its exported ring.
     pub ring_bytes: u64,
     /// The server offers RDMA reads inside the session.
@@ -138,8 +147,9 @@ pub fn welcome(stream_key: &[u8; 32], consumer_nonce: &[u8; 32], w: &Welcome) ->
     b[40..72].copy_from_slice(&w.server_nonce);
     b[72..80].copy_from_slice(&w.producer.to_le_bytes());
     b[80..88].copy_from_slice(&w.ring_bytes.to_le_bytes());
-    let t = tag(stream_key, &b[..88]);
-    b[88..].copy_from_slice(&t);
+    b[88..96].copy_from_slice(&w.instance.to_le_bytes());
+    let t = tag(stream_key, &b[..96]);
+    b[96..].copy_from_slice(&t);
     b
 }
 
@@ -149,7 +159,7 @@ pub fn read_welcome(stream_key: &[u8; 32], consumer_nonce: &[u8; 32], b: &[u8]) 
         || b[0..2] != WELCOME_MAGIC.to_le_bytes()
         || b[2..4] != HANDSHAKE_VERSION.to_le_bytes()
         || b[8..40] != consumer_nonce[..]
-        || !same_mac(&tag(stream_key, &b[..88]), &b[88..])
+        || !same_mac(&tag(stream_key, &b[..96]), &b[96..])
     {
         return None;
     }
@@ -157,6 +167,7 @@ pub fn read_welcome(stream_key: &[u8; 32], consumer_nonce: &[u8; 32], b: &[u8]) 
         server_nonce: b[40..72].try_into().ok()?,
         producer: u64::from_le_bytes(b[72..80].try_into().ok()?),
         ring_bytes: u64::from_le_bytes(b[80..88].try_into().ok()?),
+        instance: u64::from_le_bytes(b[88..96].try_into().ok()?),
         rdma: flags(b)? & F_RDMA != 0,
     })
 }
@@ -186,6 +197,7 @@ mod tests {
         let w = Welcome {
             server_nonce: [2; 32],
             producer: 77,
+            instance: 0x1234,
             ring_bytes: 4096,
             rdma: false,
         };
@@ -205,7 +217,7 @@ mod tests {
             rdma: true,
         };
         let b = hello(&k, &h);
-        assert_eq!(&b[0..8], &[0x56, 0x48, 1, 0, 1, 0, 0, 0]);
+        assert_eq!(&b[0..8], &[0x56, 0x48, 2, 0, 1, 0, 0, 0]);
         assert_eq!(read_hello(&k, &b), Some(h));
         // a flipped flag or an unknown flag is refused (the tag covers them)
         for (at, bit) in [(4, 1), (4, 2), (7, 0x80)] {
@@ -216,11 +228,13 @@ mod tests {
         let w = Welcome {
             server_nonce: [2; 32],
             producer: 5,
+            instance: 6,
             ring_bytes: 0x2000,
             rdma: true,
         };
         let b = welcome(&k, &n, &w);
-        assert_eq!(&b[0..8], &[0x56, 0x57, 1, 0, 1, 0, 0, 0]);
+        assert_eq!(&b[0..8], &[0x56, 0x57, 2, 0, 1, 0, 0, 0]);
+        assert_eq!(&b[88..96], &6u64.to_le_bytes(), "the instance");
         assert_eq!(read_welcome(&k, &n, &b), Some(w));
         let mut x = b;
         x[4] ^= 1;

@@ -6,6 +6,15 @@
 //! consumer can slow it or make it fail: the ring has only a write
 //! pointer, and the serving threads only ever read it.
 //!
+//! **Instances and heartbeats.** Each `Producer::new` draws a random
+//! instance number, which every signal carries and the handover and the
+//! read server prove: a consumer reads a signal only from the ring of the
+//! instance that sent it, so a producer restarted with the same id is a
+//! new producer to its consumers. While the application sends no signal
+//! for [`ProducerConfig::heartbeat`], the producer's own thread sends a
+//! heartbeat (a signal with no entries), so consumers can tell a dead
+//! producer (silent past their `producer_silence`) from a quiet one.
+//!
 //! ```no_run
 //! use splitrt_vys::producer::{Producer, ProducerConfig, ProductId};
 //! use std::net::{Ipv4Addr, SocketAddrV4};
@@ -30,7 +39,10 @@ use super::transport::SignalSender;
 use rustc_hash::FxHashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// One data product: what a signal message describes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -80,11 +92,17 @@ pub struct ProducerConfig {
     /// handshake; needs `serve_remote`). [`Producer::new`] fails if the
     /// device cannot be opened or the ring not registered.
     pub rdma: Option<RdmaDevice>,
+    /// Send a heartbeat (a signal with no entries) when no signal left
+    /// for this long (`None`: never; consumers then take an idle producer
+    /// for a gone one after their `producer_silence`). To the group by
+    /// the producer's own thread; with `queue_signals`, also into
+    /// [`Producer::take_signals`] when it is called and one is due.
+    pub heartbeat: Option<Duration>,
 }
 
 impl ProducerConfig {
     /// Settings with defaults: 1024 slots, CRC-32C, 8 spectra per signal,
-    /// both kinds of reads served.
+    /// both kinds of reads served, a heartbeat every second when idle.
     pub fn new(
         key: [u8; 32],
         group: SocketAddrV4,
@@ -106,6 +124,7 @@ impl ProducerConfig {
             serve_local: true,
             serve_remote: true,
             rdma: None,
+            heartbeat: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -121,6 +140,59 @@ pub struct ProducerStats {
     /// signals are datagrams), or dropped from a full
     /// [`Producer::take_signals`] queue.
     pub signal_errors: u64,
+    /// Heartbeats sent (signals with no entries, when idle).
+    pub heartbeats: u64,
+}
+
+/// What the producer shares with its heartbeat thread.
+struct Beat {
+    /// The last signal sequence number given out.
+    sequence: AtomicU64,
+    /// When the last signal left (ns since `t0`).
+    last: AtomicU64,
+    t0: Instant,
+    heartbeats: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Beat {
+    fn now(&self) -> u64 {
+        self.t0.elapsed().as_nanos() as u64
+    }
+
+    /// Whether a heartbeat is due (no signal for `every`); if so, it is
+    /// counted as sent now.
+    fn due(&self, every: Duration) -> bool {
+        let now = self.now();
+        let last = self.last.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < every.as_nanos() as u64 {
+            return false;
+        }
+        self.last.store(now, Ordering::Relaxed);
+        self.heartbeats.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// The next signal sequence number.
+    fn next(&self) -> u64 {
+        self.sequence.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
+/// The heartbeat thread: while the producer lives, a heartbeat to the
+/// group whenever no signal left for `every`.
+fn heartbeats(beat: &Beat, every: Duration, sender: &SignalSender, key: &[u8; 32], mut s: Signal) {
+    let mut b = Vec::new();
+    while !beat.stop.load(Ordering::Acquire) {
+        if beat.due(every) {
+            s.sequence = beat.next();
+            s.encode_into(key, &mut b);
+            let _ = sender.send_bytes(&b);
+        }
+        let since = beat.now().saturating_sub(beat.last.load(Ordering::Relaxed));
+        let wait = (every.as_nanos() as u64).saturating_sub(since);
+        std::thread::park_timeout(Duration::from_nanos(wait.max(1_000_000)));
+    }
 }
 
 /// A vys producer.
@@ -130,11 +202,12 @@ pub struct Producer {
     /// This instance (random) and its start (ns since the epoch).
     instance: u64,
     started: u64,
-    /// The last signal sequence number given out.
-    sequence: u64,
+    /// Sequence numbers and the heartbeat's clock.
+    beat: Arc<Beat>,
+    heart: Option<JoinHandle<()>>,
     ring: Arc<ExportedRing>,
     next: u64,
-    sender: Option<SignalSender>,
+    sender: Option<Arc<SignalSender>>,
     queued: Vec<Vec<u8>>,
     /// The last signal encoded (its allocation reused).
     encoded: Vec<u8>,
@@ -180,9 +253,12 @@ impl Producer {
             .ok_or_else(|| bad("ring size overflows".into()))?;
         let ring = Arc::new(ExportedRing::new(len)?);
         let sender = match cfg.group {
-            Some(g) => Some(SignalSender::new(g, cfg.interface, cfg.key)?),
+            Some(g) => Some(Arc::new(SignalSender::new(g, cfg.interface, cfg.key)?)),
             None => None,
         };
+        if cfg.heartbeat.is_some_and(|h| h.is_zero()) {
+            return Err(bad("a heartbeat interval of 0".into()));
+        }
         if cfg.rdma.is_some() && !cfg.serve_remote {
             return Err(bad(
                 "RDMA reads are offered through the read server: set serve_remote too".into(),
@@ -197,6 +273,7 @@ impl Producer {
                 SocketAddr::new(IpAddr::V4(cfg.interface), 0),
                 ring.clone(),
                 id,
+                instance,
                 cfg.key,
                 rdma,
             )?)
@@ -207,15 +284,23 @@ impl Producer {
             .as_ref()
             .map_or(SocketAddr::new(IpAddr::V4(cfg.interface), 0), |s| s.addr());
         let handover = if cfg.serve_local {
-            Some(HandoverServer::start(ring.clone(), cfg.key, id)?)
+            Some(HandoverServer::start(ring.clone(), cfg.key, id, instance)?)
         } else {
             None
         };
-        Ok(Producer {
+        let beat = Arc::new(Beat {
+            sequence: AtomicU64::new(0),
+            last: AtomicU64::new(0),
+            t0: Instant::now(),
+            heartbeats: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let mut p = Producer {
             id,
             instance,
             started,
-            sequence: 0,
+            beat,
+            heart: None,
             ring,
             next: 1,
             sender,
@@ -227,7 +312,41 @@ impl Producer {
             batches: FxHashMap::default(),
             stats: ProducerStats::default(),
             cfg,
-        })
+        };
+        if let (Some(every), Some(tx)) = (p.cfg.heartbeat, p.sender.clone()) {
+            let (b, key, s) = (p.beat.clone(), p.cfg.key, p.heartbeat_signal());
+            p.heart = Some(
+                std::thread::Builder::new()
+                    .name("vys-heartbeat".into())
+                    .spawn(move || heartbeats(&b, every, &tx, &key, s))?,
+            );
+        }
+        Ok(p)
+    }
+
+    /// This producer's instance (random, drawn at its start; in every
+    /// signal, proved by its handover and its read server).
+    pub fn instance(&self) -> u64 {
+        self.instance
+    }
+
+    /// A heartbeat of this instance (its sequence number still to set).
+    fn heartbeat_signal(&self) -> Signal {
+        Signal {
+            digest: self.cfg.digest,
+            channels: 0,
+            producer: self.id,
+            address: self.address,
+            stations: [0, 0],
+            spectral_window: 0,
+            stokes: 0,
+            config: self.cfg.config,
+            spectrum_bytes: self.cfg.spectrum_bytes as u32,
+            instance: self.instance,
+            started: self.started,
+            sequence: 0,
+            entries: Vec::new(),
+        }
     }
 
     /// This producer's id (in every signal).
@@ -242,7 +361,10 @@ impl Producer {
 
     /// Counters so far.
     pub fn stats(&self) -> ProducerStats {
-        self.stats
+        ProducerStats {
+            heartbeats: self.beat.heartbeats.load(Ordering::Relaxed),
+            ..self.stats
+        }
     }
 
     /// The handover server (consumers on this host), if it serves them.
@@ -313,7 +435,6 @@ impl Producer {
     /// The signal a batch makes; it takes the next sequence number of this
     /// producer instance (consumers take each number once).
     pub fn signal(&mut self, product: ProductId, entries: Vec<SpectrumInfo>) -> Signal {
-        self.sequence += 1;
         Signal {
             digest: self.cfg.digest,
             channels: self.cfg.channels,
@@ -326,7 +447,7 @@ impl Producer {
             spectrum_bytes: self.cfg.spectrum_bytes as u32,
             instance: self.instance,
             started: self.started,
-            sequence: self.sequence,
+            sequence: self.beat.next(),
             entries,
         }
     }
@@ -334,8 +455,16 @@ impl Producer {
     /// The signals kept since the last call (with `queue_signals`), each
     /// one encoded and signed, ready to send by other means (an Active
     /// Message's payload, say; a consumer takes it through its
-    /// [`injector`](super::consumer::Consumer::injector)).
+    /// [`injector`](super::consumer::Consumer::injector)). A heartbeat
+    /// joins them if one is due (see [`ProducerConfig::heartbeat`]).
     pub fn take_signals(&mut self) -> Vec<Vec<u8>> {
+        if let Some(every) = self.cfg.heartbeat {
+            if self.cfg.queue_signals && self.queued.is_empty() && self.beat.due(every) {
+                let mut s = self.heartbeat_signal();
+                s.sequence = self.beat.next();
+                self.queued.push(s.encode(&self.cfg.key));
+            }
+        }
         std::mem::take(&mut self.queued)
     }
 
@@ -350,6 +479,7 @@ impl Producer {
         s.encode_into(&self.cfg.key, &mut self.encoded);
         let mut entries = s.entries;
         entries.clear();
+        self.beat.last.store(self.beat.now(), Ordering::Relaxed);
         if let Some(batch) = self.batches.get_mut(&product) {
             *batch = entries;
         }
@@ -375,6 +505,11 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         let _ = self.flush();
+        self.beat.stop.store(true, Ordering::Release);
+        if let Some(t) = self.heart.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
         self.handover.take();
         self.server.take();
     }

@@ -107,6 +107,9 @@ pub struct RemoteRing {
     rbuf: Vec<u8>,
     /// The producer the server answered for.
     pub producer: u64,
+    /// Its instance (a consumer reads a signal only through a session
+    /// with the instance that sent it).
+    pub instance: u64,
     /// Bytes of its ring.
     pub ring_bytes: u64,
     /// The server's offer of RDMA reads (if a queue pair was sent and
@@ -222,6 +225,7 @@ impl RemoteRing {
             failed: None,
             rbuf: buf,
             producer: w.producer,
+            instance: w.instance,
             ring_bytes: w.ring_bytes,
             offer: None,
             rdma: match rdma {
@@ -476,6 +480,19 @@ impl RemoteRing {
                 self.unsent.retain(|q| q[0] != id);
                 self.finish(place, ReadResult::Failed(why), done);
             }
+        }
+    }
+
+    /// Give the session up: every read in flight fails with `why` (each
+    /// appended to `done` with its buffer) and no read starts again (the
+    /// consumer drops a route whose producer restarted or went silent).
+    pub fn abandon(&mut self, why: &str, done: &mut Vec<Done>) {
+        if self.failed.is_none() {
+            self.failed = Some(why.to_string());
+        }
+        self.unsent.clear();
+        for place in 0..self.landing.places.len() {
+            self.finish(place, ReadResult::Failed(why.to_string()), done);
         }
     }
 

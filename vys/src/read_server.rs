@@ -113,6 +113,7 @@ struct Server {
     rdma: Option<RingExport<Box<dyn Verbs>>>,
     ring: Arc<ExportedRing>,
     producer: u64,
+    instance: u64,
     key: [u8; 32],
     sessions: HashMap<SocketAddr, Session>,
     stats: Arc<ServerStats>,
@@ -123,13 +124,15 @@ struct Server {
 }
 
 impl ReadServer {
-    /// Serve reads of `ring` (of producer `producer`) on a UDP socket
+    /// Serve reads of `ring` (of producer `producer`, its instance
+    /// `instance`, both told to every consumer that opens a session) on a UDP socket
     /// bound to `bind` (port 0: any), for consumers holding `key`; with
     /// `rdma`, also offer RDMA reads of the ring over that device.
     pub fn start(
         bind: SocketAddr,
         ring: Arc<ExportedRing>,
         producer: u64,
+        instance: u64,
         key: [u8; 32],
         rdma: Option<Box<dyn Verbs>>,
     ) -> io::Result<ReadServer> {
@@ -156,6 +159,7 @@ impl ReadServer {
             rdma,
             ring,
             producer,
+            instance,
             key,
             sessions: HashMap::new(),
             stats: stats.clone(),
@@ -288,6 +292,7 @@ impl Server {
             &Welcome {
                 server_nonce: sn,
                 producer: self.producer,
+                instance: self.instance,
                 ring_bytes: self.ring.len() as u64,
                 // offered inside the session, to a holder of its key
                 rdma: h.rdma && self.rdma.is_some(),

@@ -26,6 +26,12 @@
 //! bytes coming again (a replay by a stranger who recorded the group, or
 //! a duplicate of the network), see `consumer`'s replay window.
 //!
+//! **Heartbeats.** A signal with no entries (version 3) says only that
+//! its producer instance is alive: an idle producer sends one every
+//! heartbeat interval, so a consumer can tell a dead producer (silent
+//! past its configured silence: `ProducerGone`) from a quiet one. Its
+//! product fields are zero.
+//!
 //! **What every version keeps** (so a datagram is authenticated before
 //! its version is believed): a signal is one datagram of at most
 //! [`MAX_DATAGRAM`] bytes whose last [`SIGNAL_TAG`] bytes are the keyed
@@ -36,9 +42,10 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 
-/// Wire format version of this code (2: the instance, its start and the
-/// sequence number joined the header; version 1 had a 64-byte header).
-pub const SIGNAL_VERSION: u16 = 2;
+/// Wire format version of this code (3: a signal may carry no entries, a
+/// heartbeat; 2: the instance, its start and the sequence number joined
+/// the header; version 1 had a 64-byte header).
+pub const SIGNAL_VERSION: u16 = 3;
 /// Fixed header bytes.
 pub const SIGNAL_HEADER: usize = 88;
 /// Bytes per entry.
@@ -152,7 +159,7 @@ pub struct Signal {
     /// This signal's number among its instance's (from 1): a consumer
     /// takes each number of an instance once.
     pub sequence: u64,
-    /// The spectra (1 ..= [`MAX_ENTRIES`]).
+    /// The spectra (0 ..= [`MAX_ENTRIES`]; none: a heartbeat).
     pub entries: Vec<SpectrumInfo>,
 }
 
@@ -202,8 +209,14 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 }
 
 impl Signal {
-    /// Encode and sign with the stream key. Panics if there are no
-    /// entries or more than [`MAX_ENTRIES`] (a producer's own mistake).
+    /// Whether this is a heartbeat (no spectra: the instance is alive).
+    pub fn is_heartbeat(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Encode and sign with the stream key. Panics if there are more than
+    /// [`MAX_ENTRIES`] entries (a producer's own mistake); none is a
+    /// heartbeat.
     pub fn encode(&self, key: &[u8; 32]) -> Vec<u8> {
         let mut b = Vec::new();
         self.encode_into(key, &mut b);
@@ -214,8 +227,8 @@ impl Signal {
     pub fn encode_into(&self, key: &[u8; 32], b: &mut Vec<u8>) {
         let n = self.entries.len();
         assert!(
-            (1..=MAX_ENTRIES).contains(&n),
-            "a signal carries 1..={MAX_ENTRIES} spectra, not {n}"
+            n <= MAX_ENTRIES,
+            "a signal carries 0..={MAX_ENTRIES} spectra, not {n}"
         );
         b.clear();
         b.resize(SIGNAL_HEADER + n * SIGNAL_ENTRY + SIGNAL_TAG, 0);
@@ -272,14 +285,14 @@ impl Signal {
         if version != SIGNAL_VERSION {
             return Err(SignalError::Version { got: version });
         }
-        if b.len() < SIGNAL_HEADER + SIGNAL_ENTRY + SIGNAL_TAG {
+        if b.len() < SIGNAL_HEADER + SIGNAL_TAG {
             return Err(SignalError::Malformed(format!(
                 "{} B is too short",
                 b.len()
             )));
         }
         let n = b[3] as usize;
-        if n == 0 || n > MAX_ENTRIES || end != SIGNAL_HEADER + n * SIGNAL_ENTRY {
+        if n > MAX_ENTRIES || end != SIGNAL_HEADER + n * SIGNAL_ENTRY {
             return Err(SignalError::Malformed(format!(
                 "{n} entries in {} B",
                 b.len()
@@ -364,6 +377,9 @@ mod tests {
 
     /// The exact bytes: a change of layout fails here, on purpose.
     ///
+    /// Version 3 (issue 27): the version word is 3 (a signal may carry
+    /// no entries, a heartbeat); nothing else moved.
+    ///
     /// Version 2 (issue 24): the version word is 2 and the header grew
     /// from 64 to 88 bytes: instance (8877..11), instance start
     /// (00002a36fe9c9717 = 1.7e18 ns) and signal sequence number (0b0a..)
@@ -377,7 +393,7 @@ mod tests {
         assert_eq!(b.len(), SIGNAL_HEADER + 2 * SIGNAL_ENTRY + SIGNAL_TAG);
         assert_eq!(
             hex(&b[..SIGNAL_HEADER]),
-            "0200010200040000\
+            "0300010200040000\
              0807060504030201\
              00000000000000000000ffff0ae7070b\
              921003001100050002000000\
@@ -406,7 +422,7 @@ mod tests {
         // the tag: the first 16 bytes of keyed BLAKE3 over all before it,
         // pinned, so a change of MAC or of what it covers is seen too
         let end = second + SIGNAL_ENTRY;
-        assert_eq!(hex(&b[end..]), "56c46244cc632227b540ca5677d10d88");
+        assert_eq!(hex(&b[end..]), "99d05957492bdccbdb73b30190cc211c");
         assert_eq!(
             &b[end..],
             &blake3::keyed_hash(&KEY, &b[..end]).as_bytes()[..SIGNAL_TAG]
@@ -465,6 +481,19 @@ mod tests {
             Signal::decode(&one, &KEY),
             Err(SignalError::Malformed(_))
         ));
+    }
+
+    /// A heartbeat: the header and the tag, no entries; it round-trips.
+    #[test]
+    fn a_heartbeat_has_no_entries() {
+        let mut s = sample();
+        s.entries.clear();
+        let b = s.encode(&KEY);
+        assert_eq!(b.len(), SIGNAL_HEADER + SIGNAL_TAG);
+        assert_eq!(b[3], 0);
+        let d = Signal::decode(&b, &KEY).unwrap();
+        assert!(d.is_heartbeat());
+        assert_eq!(d, s);
     }
 
     #[test]

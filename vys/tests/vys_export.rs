@@ -41,8 +41,8 @@ fn producer_child() {
     let listener = UnixListener::bind(&sock).unwrap();
     println!("listening");
     // the stranger first (refused), then the consumer
-    assert!(!ring.serve_one(&listener, &KEY, 1).unwrap());
-    assert!(ring.serve_one(&listener, &KEY, 1).unwrap());
+    assert!(!ring.serve_one(&listener, &KEY, 1, 1).unwrap());
+    assert!(ring.serve_one(&listener, &KEY, 1, 1).unwrap());
     let words = ring.words();
     let mut w = RingWriter::new(&words[..latest_word()], BYTES, SLOTS, 1);
     let mut d = vec![0u8; BYTES];
@@ -233,10 +233,10 @@ fn a_squatter_on_the_handover_name_is_refused() {
         sc.spawn(|| {
             // another producer id, the right key
             let (s, _) = l.accept().unwrap();
-            let _ = ring.serve(s, &KEY, x + 1);
+            let _ = ring.serve(s, &KEY, x + 1, 1);
             // the wrong key
             let (s, _) = l.accept().unwrap();
-            let _ = ring.serve(s, &[9; 32], x);
+            let _ = ring.serve(s, &[9; 32], x, 1);
             // garbage: a nonce, then 48 bytes and no descriptor
             let (mut s, _) = l.accept().unwrap();
             let _ = s.write_all(&[7; 32]);

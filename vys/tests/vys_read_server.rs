@@ -74,7 +74,7 @@ fn server() -> ReadServer {
             DigestKind::Xxh3,
         );
     }
-    ReadServer::start("127.0.0.1:0".parse().unwrap(), ring, 9, KEY, None).unwrap()
+    ReadServer::start("127.0.0.1:0".parse().unwrap(), ring, 9, 1, KEY, None).unwrap()
 }
 
 #[test]
@@ -185,6 +185,7 @@ fn rogue_server(
                     let w = handshake::Welcome {
                         server_nonce: sn,
                         producer: 9,
+                        instance: 1,
                         ring_bytes: 1 << 20,
                         rdma: mode == Rogue::RdmaSilent,
                     };

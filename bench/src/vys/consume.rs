@@ -112,7 +112,10 @@ impl Tally {
             Message::DataBufferStarvation { spectra } => c.starved = spectra,
             Message::SignalBufferStarvation { signals } => c.signals_lost = signals,
             Message::QueueAlert { dropped } => c.queue_dropped = dropped,
-            Message::SignalReceiveFailure { .. } | Message::VersionMismatch { .. } => c.other = 1,
+            Message::SignalReceiveFailure { .. }
+            | Message::VersionMismatch { .. }
+            | Message::ProducerGone { .. }
+            | Message::MappedBytesLimit { .. } => c.other = 1,
             Message::End { stats, .. } => {
                 self.stats = stats;
                 return false;
