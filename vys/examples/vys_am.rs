@@ -75,7 +75,11 @@ fn run() -> Result<(), String> {
         );
         cfg.group = None; // signals by Active Message only
         cfg.queue_signals = true;
-        cfg.slots = 64 * products().len();
+        // room for every integration of the run (up to 1024): a consumer
+        // descheduled for a while on a loaded host still finds every
+        // spectrum (with a smaller ring it would be told `Overwritten`,
+        // correctly, and the run's count would depend on the load)
+        cfg.slots = (integrations as usize).clamp(64, 1024) * products().len();
         let mut p = Producer::new(cfg).map_err(|e| e.to_string())?;
         ep.barrier().map_err(|e| e.to_string())?; // consumers are ready
         let mut d = vec![0u8; bytes];
