@@ -8,12 +8,12 @@
 //! NPB runs also report their own "Time in seconds" and "Mop/s total".
 //! Runs with more ranks than CPUs are oversubscribed and flagged.
 
+use crate::harness::job;
+use crate::harness::progress::Progress;
+use crate::harness::report::{self, Row, Section};
+use crate::harness::stats::{Summary, NOISY_RATIO};
 use crate::host::{cpu_model, loadavg};
-use crate::job;
 use crate::plot::{self, Chart, Series};
-use crate::progress::Progress;
-use crate::report::{self, Row, Section};
-use crate::stats::{Summary, NOISY_RATIO};
 use crate::Common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -12,12 +12,13 @@
 use crate::am::handlers::{self, Shared};
 use crate::am::latency::{round_trips, Rounds};
 use crate::am::plan::LONG_OFFSET;
+use crate::harness::job::{self, Job};
+use crate::harness::progress::Progress;
+use crate::harness::report::{self, size_label, Row, Section};
+use crate::harness::stats::{p50_p99, Summary, NOISY_RATIO};
+use crate::harness::worker;
 use crate::host::{cpu_model, loadavg};
-use crate::job::{self, pin_this_rank, this_rank, Job};
 use crate::plot::{self, Chart, Series};
-use crate::progress::Progress;
-use crate::report::{self, size_label, Row, Section};
-use crate::stats::{p50_p99, Summary, NOISY_RATIO};
 use crate::Common;
 use splitrt::runtime::trace::{self, Stage, ENV_TRACE};
 use splitrt::{EndpointBuilder, Error, Payload, Result};
@@ -52,7 +53,7 @@ fn rounds(quick: bool, size: usize) -> Rounds {
 /// One rank of a breakdown job. Rank 0 writes `result`; rank 1 writes its
 /// stage totals to `result` + `.rank1`.
 pub fn worker(common: Common, result: &Path) -> Result<()> {
-    pin_this_rank(this_rank());
+    worker::pin();
     let shared = Arc::new(Shared::default());
     let mut b = EndpointBuilder::new();
     let h = handlers::register(&mut b, &shared, 32)?;

@@ -47,21 +47,18 @@ mod apps;
 mod breakdown;
 mod compare;
 mod gasnet;
+mod harness;
 mod host;
-mod job;
 mod net;
 mod pgas;
-mod pin;
 mod plot;
-mod progress;
-mod report;
-mod results;
-mod stats;
 mod sweep;
 mod touch;
 mod vys;
 
 use clap::{Args, Parser, Subcommand};
+use harness::run::Run;
+use harness::worker::Body;
 use std::path::PathBuf;
 
 /// Command line of `splitrt-bench`.
@@ -202,72 +199,21 @@ enum Cmd {
         #[arg(long, default_value_t = 2 << 20)]
         max_size: usize,
     },
-    /// One rank of the testam job (started by the driver, not by users).
-    #[command(hide = true)]
-    GasnetWorker {
-        /// Where rank 0 writes its measurements.
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of the testsmall / testlarge job (started by the driver, not by users).
-    #[command(hide = true)]
-    GasnetRmaWorker {
-        /// Where rank 0 writes its measurements.
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of the vys benchmark job (started by the driver, not by users).
-    #[command(hide = true)]
-    VysWorker {
-        /// Where rank 1 writes its measurements.
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of the network benchmark job (started by the driver, not by users).
-    #[command(hide = true)]
-    NetWorker {
-        /// Where rank 0 writes its measurements.
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of a breakdown job (started by the driver, not by users).
-    #[command(hide = true)]
-    BreakdownWorker {
-        /// Where rank 0 writes its measurements (CSV).
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of a sweep job (started by the driver, not by users).
-    #[command(hide = true)]
-    SweepWorker {
-        /// Where rank 0 writes its measurements (CSV).
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of the AM benchmark job (started by the driver, not by users).
-    #[command(hide = true)]
-    Worker {
-        /// Where rank 0 writes its measurements (CSV).
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of a PGAS benchmark job (started by the driver, not by users).
-    #[command(hide = true)]
-    PgasWorker {
-        /// Where rank 0 writes its measurements (CSV).
-        #[arg(long)]
-        result: PathBuf,
-    },
 }
 
-fn am_options(cli: &Cli, a: AmArgs) -> am::driver::Options {
-    am::driver::Options {
-        common: cli.common,
-        out: cli.driver.out.clone(),
-        ucx: !(a.no_ucx || cli.am.no_ucx),
-        timeout: cli.driver.timeout,
-    }
-}
+/// The hidden worker subcommands the drivers start (one rank each).
+const WORKERS: &[(&str, Body)] = &[
+    ("worker", am::worker::run),
+    ("pgas-worker", pgas::worker::run),
+    ("sweep-worker", sweep::worker::run),
+    ("breakdown-worker", breakdown::worker),
+    ("net-worker", net::worker::run),
+    ("vys-worker", vys::worker::run),
+    ("gasnet-worker", |_, result| gasnet::testam::run(result)),
+    ("gasnet-rma-worker", |_, result| {
+        gasnet::testrma::run(result)
+    }),
+];
 
 fn sweep_options(cli: &Cli) -> sweep::driver::Options {
     sweep::driver::Options {
@@ -278,23 +224,23 @@ fn sweep_options(cli: &Cli) -> sweep::driver::Options {
 }
 
 fn main() {
-    let cli = Cli::parse();
-    let outcome = match &cli.cmd {
-        Some(Cmd::Worker { result }) => {
-            am::worker::run(cli.common, result).map_err(|e| e.to_string())
-        }
-        Some(Cmd::PgasWorker { result }) => {
-            pgas::worker::run(cli.common, result).map_err(|e| e.to_string())
-        }
-        None => am::driver::run(&am_options(&cli, AmArgs::default())),
-        Some(Cmd::Am(a)) => am::driver::run(&am_options(&cli, *a)),
-        Some(Cmd::SweepWorker { result }) => {
-            sweep::worker::run(cli.common, result).map_err(|e| e.to_string())
-        }
-        Some(Cmd::Latency) => sweep::driver::latency(&sweep_options(&cli)),
-        Some(Cmd::Throughput) => sweep::driver::throughput(&sweep_options(&cli)),
-        Some(Cmd::RingScan) => sweep::driver::ring_scan(&sweep_options(&cli)),
-        Some(Cmd::CellScan) => sweep::driver::cell_scan(&sweep_options(&cli)),
+    let outcome = harness::worker::dispatch(WORKERS).unwrap_or_else(|| drive(&Cli::parse()));
+    if let Err(e) = outcome {
+        eprintln!("splitrt-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Run the benchmark the user asked for.
+fn drive(cli: &Cli) -> Result<(), String> {
+    let run = || Run::new(cli.common, cli.driver.out.clone(), cli.driver.timeout);
+    match &cli.cmd {
+        None => am::driver::run(&run()?, !cli.am.no_ucx),
+        Some(Cmd::Am(a)) => am::driver::run(&run()?, !(a.no_ucx || cli.am.no_ucx)),
+        Some(Cmd::Latency) => sweep::driver::latency(&sweep_options(cli)),
+        Some(Cmd::Throughput) => sweep::driver::throughput(&sweep_options(cli)),
+        Some(Cmd::RingScan) => sweep::driver::ring_scan(&sweep_options(cli)),
+        Some(Cmd::CellScan) => sweep::driver::cell_scan(&sweep_options(cli)),
         Some(Cmd::Compare { no_peers }) => compare::run(&compare::Options {
             common: cli.common,
             out: cli.driver.out.clone(),
@@ -340,9 +286,6 @@ fn main() {
                 })
             },
         ),
-        Some(Cmd::VysWorker { result }) => {
-            vys::worker::run(cli.common, result).map_err(|e| e.to_string())
-        }
         Some(Cmd::Gasnet {
             gasnet,
             iters,
@@ -355,18 +298,6 @@ fn main() {
             iters: *iters,
             max_size: *max_size,
         }),
-        Some(Cmd::GasnetRmaWorker { result }) => {
-            gasnet::testrma::run(result).map_err(|e| e.to_string())
-        }
-        Some(Cmd::GasnetWorker { result }) => {
-            gasnet::testam::run(result).map_err(|e| e.to_string())
-        }
-        Some(Cmd::NetWorker { result }) => {
-            net::worker::run(cli.common, result).map_err(|e| e.to_string())
-        }
-        Some(Cmd::BreakdownWorker { result }) => {
-            breakdown::worker(cli.common, result).map_err(|e| e.to_string())
-        }
         Some(Cmd::Pgas) if cli.am.no_ucx => {
             Err("--no-ucx applies to the AM benchmark only".to_string())
         }
@@ -375,10 +306,6 @@ fn main() {
             out: cli.driver.out.clone(),
             timeout: cli.driver.timeout,
         }),
-    };
-    if let Err(e) = outcome {
-        eprintln!("splitrt-bench: {e}");
-        std::process::exit(1);
     }
 }
 

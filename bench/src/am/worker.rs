@@ -13,9 +13,9 @@ use super::measure::Bench;
 use super::pingpong::Line;
 use super::plan::{Plan, LONG_OFFSET, LONG_STREAM_AREA};
 use super::throughput::stream;
-use crate::job::{pin_this_rank, this_rank};
-use crate::results::{Results, Value};
-use crate::stats::p50_p99;
+use crate::harness::results::{Results, Value};
+use crate::harness::stats::p50_p99;
+use crate::harness::worker;
 use crate::Common;
 use splitrt::{Endpoint, EndpointBuilder, Error, Payload, Result};
 use std::path::Path;
@@ -29,17 +29,12 @@ const PEER: usize = 1;
 /// Run this rank; rank 0 writes its measurements to `result`.
 pub fn run(common: Common, result: &Path) -> Result<()> {
     let plan = Plan::new(&common);
-    pin_this_rank(this_rank());
+    worker::pin();
     let shared = Arc::new(Shared::default());
     let mut b = EndpointBuilder::new();
     let h = handlers::register(&mut b, &shared, plan.ack_every as u64)?;
     let ep = b.attach()?;
-    if ep.size() != 2 {
-        return Err(Error::usage(format!(
-            "the benchmark needs exactly 2 ranks, this job has {}",
-            ep.size()
-        )));
-    }
+    worker::two_ranks(ep.size())?;
     let line = Line::of(&ep)?;
     if ep.rank() == 0 {
         let mut bench = Bencher::new(&ep, &plan, &shared, h, &line)?;
@@ -48,18 +43,9 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
             ep.barrier()?;
             bench.repetition(rep)?;
             ep.request(PEER, h.done, &[rep as u64 + 1], Payload::None)?;
-            if !plan.quick {
-                eprintln!(
-                    "repetition {}/{} done in {:.1} s",
-                    rep + 1,
-                    plan.reps,
-                    t.elapsed().as_secs_f64()
-                );
-            }
+            worker::rep_done(&common, "", rep, t);
         }
-        let results = bench.into_results();
-        std::fs::write(result, results.to_csv())
-            .map_err(|e| Error::io(format!("writing {}", result.display()), e).at_rank(0))?;
+        worker::write_result(result, 0, &bench.into_results().to_csv())?;
     } else {
         for rep in 0..plan.reps {
             ep.barrier()?;

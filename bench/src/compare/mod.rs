@@ -18,12 +18,12 @@ mod fabric;
 mod udp;
 
 use crate::am::ucx::{self, Ucx};
+use crate::harness::job;
+use crate::harness::progress::Progress;
+use crate::harness::report::{self, size_label, Row, Section};
+use crate::harness::stats::{Summary, NOISY_RATIO};
 use crate::host::{cpu_model, loadavg};
-use crate::job;
 use crate::plot::{self, Chart, Series};
-use crate::progress::Progress;
-use crate::report::{self, size_label, Row, Section};
-use crate::stats::{Summary, NOISY_RATIO};
 use crate::sweep::driver::{run_job, Options as SweepOptions};
 use crate::sweep::{Bench, Mode};
 use crate::Common;

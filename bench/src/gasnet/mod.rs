@@ -12,8 +12,8 @@
 pub mod testam;
 pub mod testrma;
 
-use crate::job::{self, Job};
-use crate::stats::p50_p99;
+use crate::harness::job::{self, Job};
+use crate::harness::stats::p50_p99;
 use crate::Common;
 use splitrt::runtime::config::ENV_THREADS;
 use std::collections::BTreeMap;

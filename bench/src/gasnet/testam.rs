@@ -27,8 +27,8 @@
 
 use crate::am::pingpong::Line;
 use crate::am::plan::RAW_BATCH;
-use crate::job::{pin_this_rank, this_rank};
-use crate::stats::p50_p99;
+use crate::harness::stats::p50_p99;
+use crate::harness::worker;
 use splitrt::{Endpoint, EndpointBuilder, Error, Kind, Payload, RequestHandler, Result};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -288,7 +288,7 @@ fn env_num(name: &str, default: usize) -> usize {
 
 /// Run this rank; rank 0 writes `desc \t us \t MB/s` rows to `result`.
 pub fn run(result: &Path) -> Result<()> {
-    pin_this_rank(this_rank());
+    worker::pin();
     let iters = env_num(ENV_ITERS, 1000).max(1) as u64;
     let maxsz = env_num(ENV_MAXSZ, 2 << 20);
     let c = Arc::new(Counters::default());

@@ -33,7 +33,7 @@
 //! before each row. Until 2026-11-26 ours ran every row of a size before
 //! the next size and warmed up with one large put and get only.
 
-use crate::job::{pin_this_rank, this_rank};
+use crate::harness::worker;
 use splitrt::pgas::{GlobalPtr, Pgas};
 use splitrt::{Error, Result};
 use std::fmt::Write as _;
@@ -299,7 +299,7 @@ impl Bench<'_> {
 
 /// Run this rank; rank 0 writes `key \t us \t 0` rows to `result`.
 pub fn run(result: &Path) -> Result<()> {
-    pin_this_rank(this_rank());
+    worker::pin();
     let (si, sm) = iters_max(ENV_SMALL, SMALL_DEFAULT);
     let (li, lm) = iters_max(ENV_LARGE, LARGE_DEFAULT);
     let pg = Pgas::attach()?;

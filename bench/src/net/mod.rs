@@ -9,7 +9,7 @@
 
 pub mod worker;
 
-use crate::job::{self, Job};
+use crate::harness::job::{self, Job};
 use crate::Common;
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -6,10 +6,10 @@
 use super::measure::Bench;
 use super::plan::Plan;
 use super::table::{self, Runs};
+use crate::harness::job::{self, Job};
+use crate::harness::report;
+use crate::harness::results::Results;
 use crate::host::loadavg;
-use crate::job::{self, Job};
-use crate::report;
-use crate::results::Results;
 use crate::Common;
 use splitrt::runtime::config::{ENV_RMA, ENV_SEGMENT_SIZE};
 use std::path::PathBuf;
@@ -35,7 +35,8 @@ pub fn run(o: &Options) -> Result<(), String> {
     std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
     let load_before = loadavg();
     let mut done: Vec<(PathBuf, Results<Bench>)> = Vec::new();
-    let bar = crate::progress::Progress::new("splitrt-bench pgas", PATHS.len(), plan.quick);
+    let bar =
+        crate::harness::progress::Progress::new("splitrt-bench pgas", PATHS.len(), plan.quick);
     for path in PATHS {
         let result = o.out.join(format!("pgas-{path}-rank0.csv"));
         bar.step(&format!(

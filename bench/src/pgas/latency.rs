@@ -11,8 +11,8 @@
 
 use super::measure::Bench;
 use super::plan::{Plan, DIRTY_STRIDE};
-use crate::results::{Results, Value};
-use crate::stats::p50_p99;
+use crate::harness::results::{Results, Value};
+use crate::harness::stats::p50_p99;
 use splitrt::pgas::{GlobalPtr, Pgas, SymArray};
 use splitrt::{Error, Result};
 use std::hint::black_box;
@@ -31,7 +31,7 @@ pub const WORDS: usize = 24;
 /// Run `plan.warm()` untimed calls of `op`, then `plan.batches` batches of
 /// `plan.batch`; returns each batch's mean time per call (ns).
 fn batched(plan: &Plan, op: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
-    crate::stats::batch_means(plan.warm(), plan.batches, plan.batch, op)
+    crate::harness::stats::batch_means(plan.warm(), plan.batches, plan.batch, op)
 }
 
 /// Like [`batched`], but `op` returns the part of its time that counts.

@@ -13,8 +13,8 @@ use super::latency::{self, WORDS};
 use super::measure::Bench;
 use super::plan::{Plan, DIRTY_STRIDE};
 use super::store;
-use crate::job::{pin_this_rank, this_rank};
-use crate::results::Results;
+use crate::harness::results::Results;
+use crate::harness::worker;
 use crate::Common;
 use splitrt::pgas::Pgas;
 use splitrt::{Error, Result};
@@ -24,7 +24,7 @@ use std::time::Instant;
 /// Run this rank; rank 0 writes its measurements to `result`.
 pub fn run(common: Common, result: &Path) -> Result<()> {
     let plan = Plan::new(&common);
-    pin_this_rank(this_rank());
+    worker::pin();
     let pg = Pgas::attach()?;
     if pg.size() != 2 {
         return Err(Error::usage(format!(

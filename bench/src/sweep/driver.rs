@@ -3,13 +3,13 @@
 //! `OUT/<name>*.svg`.
 
 use super::{Bench, Mode, Plan, ENV_MODE};
+use crate::harness::job::{self, Job};
+use crate::harness::progress::Progress;
+use crate::harness::report::{self, size_label, Row, Section};
+use crate::harness::results::Results;
+use crate::harness::stats::{Summary, NOISY_RATIO};
 use crate::host::{cpu_model, loadavg};
-use crate::job::{self, Job};
 use crate::plot::{self, Chart, Series};
-use crate::progress::Progress;
-use crate::report::{self, size_label, Row, Section};
-use crate::results::Results;
-use crate::stats::{Summary, NOISY_RATIO};
 use crate::Common;
 use splitrt::runtime::config::{ENV_CELL_SIZE, ENV_MAX_MEDIUM, ENV_RING_LEN, ENV_SEGMENT_SIZE};
 use std::path::PathBuf;

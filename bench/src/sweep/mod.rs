@@ -16,7 +16,7 @@
 pub mod driver;
 pub mod worker;
 
-use crate::results::BenchId;
+use crate::harness::results::BenchId;
 use crate::Common;
 
 /// Variable carrying the job's [`Mode`] to the ranks.

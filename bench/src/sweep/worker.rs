@@ -9,9 +9,9 @@ use crate::am::latency::{round_trips, Rounds};
 use crate::am::pingpong::Line;
 use crate::am::plan::{LONG_OFFSET, LONG_STREAM_AREA};
 use crate::am::throughput::stream;
-use crate::job::{pin_this_rank, this_rank};
-use crate::results::{Results, Value};
-use crate::stats::p50_p99;
+use crate::harness::results::{Results, Value};
+use crate::harness::stats::p50_p99;
+use crate::harness::worker;
 use crate::touch::touch;
 use crate::Common;
 use splitrt::pgas::{Pgas, SymArray};
@@ -33,7 +33,7 @@ fn mode() -> Result<Mode> {
 /// Run this rank; rank 0 writes its measurements to `result`.
 pub fn run(common: Common, result: &Path) -> Result<()> {
     let plan = Plan::new(mode()?, &common);
-    pin_this_rank(this_rank());
+    worker::pin();
     let shared = Arc::new(Shared::default());
     let mut b = EndpointBuilder::new();
     let h = handlers::register(&mut b, &shared, plan.ack_every as u64)?;
@@ -268,7 +268,7 @@ impl Rank0<'_> {
     ) -> Result<Vec<f64>> {
         let (batch, batches) = (self.plan.batch_for(size), self.plan.batches);
         let warm = self.plan.warm_for(size);
-        crate::stats::batch_means(warm, batches, batch, || op(self))
+        crate::harness::stats::batch_means(warm, batches, batch, || op(self))
     }
 
     /// A one-way AM stream (`send(payload, stream_len, long_offset)`),

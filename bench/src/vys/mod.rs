@@ -29,7 +29,7 @@ pub mod stream;
 pub mod table;
 pub mod worker;
 
-use crate::job::{self, Job};
+use crate::harness::job::{self, Job};
 use crate::Common;
 use plan::{Place, Plan, Selection};
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! percentiles, throughputs the value). Generic over the benchmark's set of
 //! measured quantities ([`BenchId`]).
 
-use crate::stats::Summary;
+use crate::harness::stats::Summary;
 use std::fmt::Write as _;
 
 /// A set of measured quantities with stable CSV identifiers.

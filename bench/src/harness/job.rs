@@ -1,13 +1,12 @@
 //! One benchmark job: two ranks of this very binary (a hidden worker
 //! subcommand) started through the splitrt launcher with
 //! `SPLITRT_SPIN_ONLY=1`; each rank pins itself to the CPU of its number
-//! ([`pin_this_rank`]) and rank 0 writes its measurements to a file that
-//! the driver reads back.
+//! ([`pin_this_rank`](super::worker::pin_this_rank)) and rank 0 writes its
+//! measurements to a file that the driver reads back.
 
-use crate::pin::pin_to_cpu;
 use crate::Common;
 use splitrt::runtime::config::ENV_SPIN_ONLY;
-use splitrt::runtime::launcher::{launch, LaunchOptions};
+use splitrt::runtime::launcher::{launch, HostSlots, LaunchOptions};
 use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
@@ -44,7 +43,7 @@ pub fn run(job: &Job<'_>) -> Result<String, String> {
 /// Run `job` on 2 ranks placed on `hosts` (started through `rsh`).
 pub fn run_on(
     job: &Job<'_>,
-    hosts: Option<Vec<splitrt::runtime::launcher::HostSlots>>,
+    hosts: Option<Vec<HostSlots>>,
     rsh: Option<String>,
 ) -> Result<String, String> {
     check_timeout(job.timeout)?;
@@ -79,20 +78,4 @@ pub fn run_on(
     }
     std::fs::read_to_string(job.result)
         .map_err(|e| format!("reading {}: {e}", job.result.display()))
-}
-
-/// This process's rank in the job (0 when started without the launcher).
-pub fn this_rank() -> usize {
-    std::env::var(splitrt::runtime::job::ENV_RANK)
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0)
-}
-
-/// Pin this process to CPU `rank`, warning (not failing) when that is
-/// impossible.
-pub fn pin_this_rank(rank: usize) {
-    if let Err(e) = pin_to_cpu(rank) {
-        eprintln!("warning: could not pin rank {rank} to CPU {rank}: {e}; numbers will be noisy");
-    }
 }
