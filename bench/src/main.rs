@@ -301,11 +301,7 @@ fn drive(cli: &Cli) -> Result<(), String> {
         Some(Cmd::Pgas) if cli.am.no_ucx => {
             Err("--no-ucx applies to the AM benchmark only".to_string())
         }
-        Some(Cmd::Pgas) => pgas::driver::run(&pgas::driver::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-        }),
+        Some(Cmd::Pgas) => pgas::driver::run(&run()?),
     }
 }
 

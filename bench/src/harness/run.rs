@@ -4,6 +4,7 @@
 //! `DIR/<name>.csv`).
 
 use super::job::{self, Job};
+use super::progress::Progress;
 use super::report::{self, Section};
 use super::results::{BenchId, Results};
 use crate::host::{build, cpu_model, loadavg};
@@ -43,6 +44,16 @@ impl Run {
     /// `--quick`.
     pub fn quick(&self) -> bool {
         self.common.quick
+    }
+
+    /// The load average when the run started.
+    pub fn load_before(&self) -> &str {
+        &self.load_before
+    }
+
+    /// A progress line of `steps` steps (hidden with `--quick`).
+    pub fn progress(&self, what: &str, steps: usize) -> Progress {
+        Progress::new(what, steps, self.quick())
     }
 
     /// `file` in the output directory.
