@@ -215,14 +215,6 @@ const WORKERS: &[(&str, Body)] = &[
     }),
 ];
 
-fn sweep_options(cli: &Cli) -> sweep::driver::Options {
-    sweep::driver::Options {
-        common: cli.common,
-        out: cli.driver.out.clone(),
-        timeout: cli.driver.timeout,
-    }
-}
-
 fn main() {
     let outcome = harness::worker::dispatch(WORKERS).unwrap_or_else(|| drive(&Cli::parse()));
     if let Err(e) = outcome {
@@ -237,10 +229,10 @@ fn drive(cli: &Cli) -> Result<(), String> {
     match &cli.cmd {
         None => am::driver::run(&run()?, !cli.am.no_ucx),
         Some(Cmd::Am(a)) => am::driver::run(&run()?, !(a.no_ucx || cli.am.no_ucx)),
-        Some(Cmd::Latency) => sweep::driver::latency(&sweep_options(cli)),
-        Some(Cmd::Throughput) => sweep::driver::throughput(&sweep_options(cli)),
-        Some(Cmd::RingScan) => sweep::driver::ring_scan(&sweep_options(cli)),
-        Some(Cmd::CellScan) => sweep::driver::cell_scan(&sweep_options(cli)),
+        Some(Cmd::Latency) => sweep::driver::latency(&run()?),
+        Some(Cmd::Throughput) => sweep::driver::throughput(&run()?),
+        Some(Cmd::RingScan) => sweep::driver::ring_scan(&run()?),
+        Some(Cmd::CellScan) => sweep::driver::cell_scan(&run()?),
         Some(Cmd::Compare { no_peers }) => compare::run(&compare::Options {
             common: cli.common,
             out: cli.driver.out.clone(),

@@ -21,10 +21,11 @@ use crate::am::ucx::{self, Ucx};
 use crate::harness::job;
 use crate::harness::progress::Progress;
 use crate::harness::report::{self, size_label, Row, Section};
+use crate::harness::run::Run;
 use crate::harness::stats::{Summary, NOISY_RATIO};
 use crate::host::{cpu_model, loadavg};
 use crate::plot::{self, Chart, Series};
-use crate::sweep::driver::{run_job, Options as SweepOptions};
+use crate::sweep::driver::run_job;
 use crate::sweep::{Bench, Mode};
 use crate::Common;
 use std::path::PathBuf;
@@ -173,12 +174,12 @@ pub fn run(o: &Options) -> Result<(), String> {
 
     // 1. splitrt (and the raw line ping-pong and memcpy, same ranks).
     bar.step("splitrt: one 2-rank job");
-    let so = SweepOptions {
-        common: o.common,
-        out: o.out.clone(),
-        timeout: o.timeout,
-    };
-    let res = run_job(&so, Mode::Compare, "compare", &[])?;
+    let res = run_job(
+        &Run::new(o.common, o.out.clone(), o.timeout)?,
+        Mode::Compare,
+        "compare",
+        &[],
+    )?;
     bar.done();
     let med = |b: Bench, s: usize| res.summary(b, s).median;
     let lat = |name, value| Ours {

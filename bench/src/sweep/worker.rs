@@ -38,12 +38,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     let mut b = EndpointBuilder::new();
     let h = handlers::register(&mut b, &shared, plan.ack_every as u64)?;
     let pg = Pgas::attach_with(b)?;
-    if pg.size() != 2 {
-        return Err(Error::usage(format!(
-            "the benchmark needs exactly 2 ranks, this job has {}",
-            pg.size()
-        )));
-    }
+    worker::two_ranks(pg.size())?;
     let ep = pg.endpoint().clone();
     // The Long landing zone of the AM handlers is [LONG_OFFSET, +16 MiB +
     // the largest payload): reserve it on the symmetric heap so nothing
@@ -103,18 +98,9 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
             }
             r.repetition(rep, max_medium, max_long, &mut area)?;
             pg.barrier()?;
-            if !plan.quick {
-                eprintln!(
-                    "{} repetition {}/{} done in {:.1} s",
-                    plan.mode.name(),
-                    rep + 1,
-                    plan.reps,
-                    t.elapsed().as_secs_f64()
-                );
-            }
+            worker::rep_done(&common, &format!("{} ", plan.mode.name()), rep, t);
         }
-        std::fs::write(result, r.out.to_csv())
-            .map_err(|e| Error::io(format!("writing {}", result.display()), e).at_rank(0))?;
+        worker::write_result(result, 0, &r.out.to_csv())?;
     } else {
         for rep in 0..plan.reps {
             pg.barrier()?;
