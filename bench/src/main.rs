@@ -233,12 +233,7 @@ fn drive(cli: &Cli) -> Result<(), String> {
         Some(Cmd::Throughput) => sweep::driver::throughput(&run()?),
         Some(Cmd::RingScan) => sweep::driver::ring_scan(&run()?),
         Some(Cmd::CellScan) => sweep::driver::cell_scan(&run()?),
-        Some(Cmd::Compare { no_peers }) => compare::run(&compare::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-            no_peers: *no_peers || cli.am.no_ucx,
-        }),
+        Some(Cmd::Compare { no_peers }) => compare::run(&run()?, *no_peers || cli.am.no_ucx),
         Some(Cmd::Apps { class }) => apps::run(&apps::Options {
             common: cli.common,
             out: cli.driver.out.clone(),
