@@ -240,11 +240,7 @@ fn drive(cli: &Cli) -> Result<(), String> {
             timeout: cli.driver.timeout,
             class: class.clone(),
         }),
-        Some(Cmd::Breakdown) => breakdown::run(&breakdown::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-        }),
+        Some(Cmd::Breakdown) => breakdown::run(&run()?),
         Some(Cmd::Net { hosts, rsh, gasnet }) => net::run(&net::Options {
             common: cli.common,
             out: cli.driver.out.clone(),
