@@ -234,12 +234,7 @@ fn drive(cli: &Cli) -> Result<(), String> {
         Some(Cmd::RingScan) => sweep::driver::ring_scan(&run()?),
         Some(Cmd::CellScan) => sweep::driver::cell_scan(&run()?),
         Some(Cmd::Compare { no_peers }) => compare::run(&run()?, *no_peers || cli.am.no_ucx),
-        Some(Cmd::Apps { class }) => apps::run(&apps::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-            class: class.clone(),
-        }),
+        Some(Cmd::Apps { class }) => apps::run(&run()?, class),
         Some(Cmd::Breakdown) => breakdown::run(&run()?),
         Some(Cmd::Net { hosts, rsh, gasnet }) => net::run(&net::Options {
             common: cli.common,
