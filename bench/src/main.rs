@@ -236,14 +236,9 @@ fn drive(cli: &Cli) -> Result<(), String> {
         Some(Cmd::Compare { no_peers }) => compare::run(&run()?, *no_peers || cli.am.no_ucx),
         Some(Cmd::Apps { class }) => apps::run(&run()?, class),
         Some(Cmd::Breakdown) => breakdown::run(&run()?),
-        Some(Cmd::Net { hosts, rsh, gasnet }) => net::run(&net::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-            hosts: hosts.clone(),
-            rsh: rsh.clone(),
-            gasnet: gasnet.clone(),
-        }),
+        Some(Cmd::Net { hosts, rsh, gasnet }) => {
+            net::run(&run()?, hosts.as_deref(), rsh.clone(), gasnet.as_deref())
+        }
         Some(Cmd::Vys {
             hosts,
             rsh,

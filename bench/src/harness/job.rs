@@ -79,3 +79,15 @@ pub fn run_on(
     std::fs::read_to_string(job.result)
         .map_err(|e| format!("reading {}: {e}", job.result.display()))
 }
+
+/// `--hosts a,b`: two hosts of one slot each (`None`: this host).
+pub fn two_hosts(hosts: Option<&str>) -> Result<Option<Vec<HostSlots>>, String> {
+    let Some(h) = hosts else {
+        return Ok(None);
+    };
+    let h = splitrt::runtime::launcher::parse_hosts(h).map_err(|e| e.to_string())?;
+    if h.len() != 2 || h.iter().any(|x| x.slots != 1) {
+        return Err("--hosts takes two hosts of one slot each: a,b".into());
+    }
+    Ok(Some(h))
+}

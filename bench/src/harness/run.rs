@@ -9,10 +9,31 @@ use super::report::{self, Section};
 use super::results::{BenchId, Results};
 use crate::host::{build, cpu_model, loadavg};
 use crate::Common;
+use splitrt::runtime::launcher::HostSlots;
 use std::path::{Path, PathBuf};
 
 /// How the ranks of the shared-memory benchmarks run, for banners.
 pub const PINNED: &str = "2 ranks pinned to CPUs 0 and 1, SPLITRT_SPIN_ONLY=1";
+
+/// Where a job's two ranks run: this host, or two hosts through a remote
+/// shell.
+#[derive(Clone, Debug, Default)]
+pub struct Place {
+    /// Two hosts of one slot each (`None`: this host).
+    pub hosts: Option<Vec<HostSlots>>,
+    /// Remote shell for `hosts`.
+    pub rsh: Option<String>,
+}
+
+impl Place {
+    /// `--hosts a,b` and `--rsh CMD` checked.
+    pub fn new(hosts: Option<&str>, rsh: Option<String>) -> Result<Place, String> {
+        Ok(Place {
+            hosts: job::two_hosts(hosts)?,
+            rsh,
+        })
+    }
+}
 
 /// One invocation of a benchmark, on the driver's side.
 #[derive(Clone, Debug)]
@@ -64,7 +85,18 @@ impl Run {
     /// Run the hidden subcommand `worker` on 2 ranks of this host with
     /// `env`; the recording rank writes `DIR/file`, whose text is returned.
     pub fn job(&self, worker: &str, file: &str, env: &[(&str, String)]) -> Result<String, String> {
-        job::run(&Job {
+        self.job_on(worker, file, env, &Place::default())
+    }
+
+    /// [`Run::job`] on the ranks of `place`.
+    pub fn job_on(
+        &self,
+        worker: &str,
+        file: &str,
+        env: &[(&str, String)],
+        place: &Place,
+    ) -> Result<String, String> {
+        let job = Job {
             worker,
             common: self.common,
             result: &self.path(file),
@@ -73,7 +105,8 @@ impl Run {
                 .map(|(k, v)| (k.to_string(), v.clone()))
                 .collect(),
             timeout: self.timeout,
-        })
+        };
+        job::run_on(&job, place.hosts.clone(), place.rsh.clone())
     }
 
     /// [`Run::job`], rank 0's rows parsed.

@@ -108,9 +108,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     })?;
     let pg = Pgas::attach_with(b)?;
     let ep = pg.endpoint();
-    if pg.size() != 2 {
-        return Err(Error::usage("the network benchmark needs exactly 2 ranks"));
-    }
+    worker::two_ranks(pg.size())?;
     let me = pg.rank();
     let other = 1 - me;
     let raw = UdpSocket::bind((local_ip()?, 0)).map_err(|e| Error::io("raw UDP socket", e))?;
@@ -335,8 +333,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
                 s.sent, s.retransmits
             );
         }
-        std::fs::write(result, out)
-            .map_err(|e| Error::io(format!("writing {}", result.display()), e).at_rank(0))?;
+        worker::write_result(result, 0, &out)?;
     }
     pg.finish()
 }
