@@ -248,15 +248,15 @@ fn drive(cli: &Cli) -> Result<(), String> {
             from_raw,
         }) => vys::plan::Selection::parse(sizes.as_deref(), setups.as_deref(), *no_scan).and_then(
             |selection| {
-                vys::run(&vys::Options {
-                    common: cli.common,
-                    out: cli.driver.out.clone(),
-                    timeout: cli.driver.timeout,
-                    hosts: hosts.clone(),
-                    rsh: rsh.clone(),
-                    selection,
-                    from_raw: from_raw.clone(),
-                })
+                vys::run(
+                    &run()?,
+                    &vys::Options {
+                        hosts: hosts.clone(),
+                        rsh: rsh.clone(),
+                        selection,
+                        from_raw: from_raw.clone(),
+                    },
+                )
             },
         ),
         Some(Cmd::Gasnet {

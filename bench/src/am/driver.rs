@@ -8,7 +8,7 @@ use super::plan::Plan;
 use super::ucx::{self, Ucx};
 use crate::harness::report::{self, Row, Section};
 use crate::harness::results::Results;
-use crate::harness::run::{wrote, Run, PINNED};
+use crate::harness::run::{wrote, Run, NO_ENV, PINNED};
 use crate::harness::stats::Summary;
 
 /// GASNet-EX AM Short round trip from the issue (reference, fixed; us).
@@ -30,7 +30,7 @@ pub fn run(r: &Run, ucx: bool) -> Result<(), String> {
         plan.reps,
         if plan.quick { ", quick" } else { "" }
     );
-    let res: Results<Bench> = r.results("worker", result, &[])?;
+    let res: Results<Bench> = r.results("worker", result, NO_ENV)?;
     let ucx = match (ucx, ucx::find()) {
         (false, _) => UcxOutcome::Disabled,
         (true, None) => UcxOutcome::Missing,

@@ -15,6 +15,9 @@ use std::path::{Path, PathBuf};
 /// How the ranks of the shared-memory benchmarks run, for banners.
 pub const PINNED: &str = "2 ranks pinned to CPUs 0 and 1, SPLITRT_SPIN_ONLY=1";
 
+/// A job environment with nothing besides what the harness sets.
+pub const NO_ENV: &[(&str, String)] = &[];
+
 /// Where a job's two ranks run: this host, or two hosts through a remote
 /// shell.
 #[derive(Clone, Debug, Default)]
@@ -84,16 +87,21 @@ impl Run {
 
     /// Run the hidden subcommand `worker` on 2 ranks of this host with
     /// `env`; the recording rank writes `DIR/file`, whose text is returned.
-    pub fn job(&self, worker: &str, file: &str, env: &[(&str, String)]) -> Result<String, String> {
+    pub fn job<K: AsRef<str>>(
+        &self,
+        worker: &str,
+        file: &str,
+        env: &[(K, String)],
+    ) -> Result<String, String> {
         self.job_on(worker, file, env, &Place::default())
     }
 
     /// [`Run::job`] on the ranks of `place`.
-    pub fn job_on(
+    pub fn job_on<K: AsRef<str>>(
         &self,
         worker: &str,
         file: &str,
-        env: &[(&str, String)],
+        env: &[(K, String)],
         place: &Place,
     ) -> Result<String, String> {
         let job = Job {
@@ -102,7 +110,7 @@ impl Run {
             result: &self.path(file),
             env: env
                 .iter()
-                .map(|(k, v)| (k.to_string(), v.clone()))
+                .map(|(k, v)| (k.as_ref().to_string(), v.clone()))
                 .collect(),
             timeout: self.timeout,
         };
@@ -110,11 +118,11 @@ impl Run {
     }
 
     /// [`Run::job`], rank 0's rows parsed.
-    pub fn results<B: BenchId>(
+    pub fn results<B: BenchId, K: AsRef<str>>(
         &self,
         worker: &str,
         file: &str,
-        env: &[(&str, String)],
+        env: &[(K, String)],
     ) -> Result<Results<B>, String> {
         let text = self.job(worker, file, env)?;
         Results::parse(&text).map_err(|e| format!("{}: {e}", self.path(file).display()))
