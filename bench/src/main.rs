@@ -263,14 +263,14 @@ fn drive(cli: &Cli) -> Result<(), String> {
             gasnet,
             iters,
             max_size,
-        }) => gasnet::run(&gasnet::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-            gasnet: gasnet.clone(),
-            iters: *iters,
-            max_size: *max_size,
-        }),
+        }) => gasnet::run(
+            &run()?,
+            &gasnet::Options {
+                gasnet: gasnet.clone(),
+                iters: *iters,
+                max_size: *max_size,
+            },
+        ),
         Some(Cmd::Pgas) if cli.am.no_ucx => {
             Err("--no-ucx applies to the AM benchmark only".to_string())
         }

@@ -35,7 +35,7 @@
 
 use crate::harness::worker;
 use splitrt::pgas::{GlobalPtr, Pgas};
-use splitrt::{Error, Result};
+use splitrt::Result;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
@@ -303,9 +303,7 @@ pub fn run(result: &Path) -> Result<()> {
     let (si, sm) = iters_max(ENV_SMALL, SMALL_DEFAULT);
     let (li, lm) = iters_max(ENV_LARGE, LARGE_DEFAULT);
     let pg = Pgas::attach()?;
-    if pg.size() != 2 {
-        return Err(Error::usage("testsmall / testlarge need exactly 2 ranks"));
-    }
+    worker::two_ranks(pg.size())?;
     let max = sm.max(lm);
     // as in testlarge: the local buffer is in this rank's own segment
     // (`msgbuf = myseg`), the remote one in the peer's
@@ -336,8 +334,7 @@ pub fn run(result: &Path) -> Result<()> {
             &sizes(LARGE_MIN, lm),
             li.max(1),
         )?;
-        std::fs::write(result, &b.out)
-            .map_err(|e| Error::usage(format!("writing {}: {e}", result.display())))?;
+        worker::write_result(result, 0, &b.out)?;
     }
     pg.barrier_notify()?;
     pg.barrier_wait()?;

@@ -35,17 +35,8 @@ pub fn check_timeout(t: f64) -> Result<(), String> {
     }
 }
 
-/// Run `job` on 2 ranks; returns the text rank 0 wrote.
-pub fn run(job: &Job<'_>) -> Result<String, String> {
-    run_on(job, None, None)
-}
-
-/// Run `job` on 2 ranks placed on `hosts` (started through `rsh`).
-pub fn run_on(
-    job: &Job<'_>,
-    hosts: Option<Vec<HostSlots>>,
-    rsh: Option<String>,
-) -> Result<String, String> {
+/// Run `job` on 2 ranks placed at `place`; returns the text rank 0 wrote.
+pub fn run(job: &Job<'_>, place: &Place) -> Result<String, String> {
     check_timeout(job.timeout)?;
     let _ = std::fs::remove_file(job.result);
     let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
@@ -65,8 +56,8 @@ pub fn run_on(
         timeout: Some(Duration::from_secs_f64(job.timeout)),
         prefix_output: true,
         verbose: false,
-        hosts,
-        rsh,
+        hosts: place.hosts.clone(),
+        rsh: place.rsh.clone(),
     })
     .map_err(|e| format!("launching the ranks: {e}"))?;
     if outcome.code != 0 {
@@ -80,8 +71,28 @@ pub fn run_on(
         .map_err(|e| format!("reading {}: {e}", job.result.display()))
 }
 
+/// Where a job's two ranks run: this host, or two hosts through a remote
+/// shell.
+#[derive(Clone, Debug, Default)]
+pub struct Place {
+    /// Two hosts of one slot each (`None`: this host).
+    pub hosts: Option<Vec<HostSlots>>,
+    /// Remote shell for `hosts`.
+    pub rsh: Option<String>,
+}
+
+impl Place {
+    /// `--hosts a,b` and `--rsh CMD` checked.
+    pub fn new(hosts: Option<&str>, rsh: Option<String>) -> Result<Place, String> {
+        Ok(Place {
+            hosts: two_hosts(hosts)?,
+            rsh,
+        })
+    }
+}
+
 /// `--hosts a,b`: two hosts of one slot each (`None`: this host).
-pub fn two_hosts(hosts: Option<&str>) -> Result<Option<Vec<HostSlots>>, String> {
+fn two_hosts(hosts: Option<&str>) -> Result<Option<Vec<HostSlots>>, String> {
     let Some(h) = hosts else {
         return Ok(None);
     };

@@ -3,13 +3,12 @@
 //! their results, and prints and writes the report (banner, text table,
 //! `DIR/<name>.csv`).
 
-use super::job::{self, Job};
+use super::job::{self, Job, Place};
 use super::progress::Progress;
 use super::report::{self, Section};
 use super::results::{BenchId, Results};
 use crate::host::{build, cpu_model, loadavg};
 use crate::Common;
-use splitrt::runtime::launcher::HostSlots;
 use std::path::{Path, PathBuf};
 
 /// How the ranks of the shared-memory benchmarks run, for banners.
@@ -17,26 +16,6 @@ pub const PINNED: &str = "2 ranks pinned to CPUs 0 and 1, SPLITRT_SPIN_ONLY=1";
 
 /// A job environment with nothing besides what the harness sets.
 pub const NO_ENV: &[(&str, String)] = &[];
-
-/// Where a job's two ranks run: this host, or two hosts through a remote
-/// shell.
-#[derive(Clone, Debug, Default)]
-pub struct Place {
-    /// Two hosts of one slot each (`None`: this host).
-    pub hosts: Option<Vec<HostSlots>>,
-    /// Remote shell for `hosts`.
-    pub rsh: Option<String>,
-}
-
-impl Place {
-    /// `--hosts a,b` and `--rsh CMD` checked.
-    pub fn new(hosts: Option<&str>, rsh: Option<String>) -> Result<Place, String> {
-        Ok(Place {
-            hosts: job::two_hosts(hosts)?,
-            rsh,
-        })
-    }
-}
 
 /// One invocation of a benchmark, on the driver's side.
 #[derive(Clone, Debug)]
@@ -114,7 +93,7 @@ impl Run {
                 .collect(),
             timeout: self.timeout,
         };
-        job::run_on(&job, place.hosts.clone(), place.rsh.clone())
+        job::run(&job, place)
     }
 
     /// [`Run::job`], rank 0's rows parsed.

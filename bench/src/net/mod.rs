@@ -9,7 +9,8 @@
 
 pub mod worker;
 
-use crate::harness::run::{Place, Run};
+use crate::harness::job::Place;
+use crate::harness::run::Run;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -29,7 +29,8 @@ pub mod stream;
 pub mod table;
 pub mod worker;
 
-use crate::harness::run::{Place as RanksAt, Run};
+use crate::harness::job::Place as RanksAt;
+use crate::harness::run::Run;
 use plan::{Place, Plan, Selection};
 use std::path::{Path, PathBuf};
 
