@@ -10,8 +10,8 @@
 //! rank 1's "handler" stage contains the whole reply send.
 
 use crate::am::handlers::{self, Shared};
-use crate::am::latency::{round_trips, Rounds};
-use crate::am::plan::LONG_OFFSET;
+use crate::am::latency::Rounds;
+use crate::am::pinger::Pinger;
 use crate::harness::report::{size_label, Row, Section};
 use crate::harness::run::{wrote, Run, PINNED};
 use crate::harness::stats::{p50_p99, Summary, NOISY_RATIO};
@@ -19,20 +19,20 @@ use crate::harness::worker;
 use crate::plot::{self, Chart, Series};
 use crate::Common;
 use splitrt::runtime::trace::{self, Stage, ENV_TRACE};
-use splitrt::{EndpointBuilder, Payload, Result};
+use splitrt::{EndpointBuilder, Kind, Payload, Result};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The messages measured: (kind, payload bytes).
-fn cases(max_medium: usize) -> Vec<(&'static str, usize)> {
+fn cases(max_medium: usize) -> Vec<(Kind, usize)> {
     vec![
-        ("Short", 0),
-        ("Medium", 8),
-        ("Medium", 1024),
-        ("Medium", max_medium),
-        ("Long", 65536),
+        (Kind::Short, 0),
+        (Kind::Medium, 8),
+        (Kind::Medium, 1024),
+        (Kind::Medium, max_medium),
+        (Kind::Long, 65536),
     ]
 }
 
@@ -63,7 +63,8 @@ pub fn worker(common: Common, result: &Path) -> Result<()> {
         .collect();
     let mut text = String::new();
     let mut k = 0u64;
-    let mut seq = 0u64;
+    // Long pings land at LONG_OFFSET; no stream here
+    let mut am = Pinger::new(&ep, &shared, h, 0);
     for rep in 0..common.reps as usize {
         for &(kind, size) in &cs {
             k += 1;
@@ -73,7 +74,7 @@ pub fn worker(common: Common, result: &Path) -> Result<()> {
                 for s in Stage::ALL {
                     let _ = writeln!(
                         text,
-                        "{kind},{size},{rep},{rank},{},{:.1},{}",
+                        "{kind:?},{size},{rep},{rank},{},{:.1},{}",
                         s.name(),
                         t.sum_ns[s as usize] as f64 / msgs,
                         t.count[s as usize]
@@ -83,33 +84,11 @@ pub fn worker(common: Common, result: &Path) -> Result<()> {
             if ep.rank() == 0 {
                 ep.barrier()?;
                 let _ = trace::take();
-                let d = &data[..size];
-                let means = round_trips(
-                    &ep,
-                    &shared.pong,
-                    &mut seq,
-                    rounds(common.quick, size),
-                    |s| {
-                        let p = match kind {
-                            "Short" => Payload::None,
-                            "Medium" => Payload::Medium(d),
-                            _ => Payload::Long {
-                                data: d,
-                                offset: LONG_OFFSET,
-                            },
-                        };
-                        let handler = match kind {
-                            "Short" => h.ping_short,
-                            "Medium" => h.ping_medium,
-                            _ => h.ping_long,
-                        };
-                        ep.request(1, handler, &[s], p)
-                    },
-                )?;
+                let means = am.rtt(kind, &data[..size], r)?;
                 let t = trace::take();
                 let (p50, p99) = p50_p99(&means);
-                let _ = writeln!(text, "{kind},{size},{rep},0,rtt_p50,{p50:.1},0");
-                let _ = writeln!(text, "{kind},{size},{rep},0,rtt_p99,{p99:.1},0");
+                let _ = writeln!(text, "{kind:?},{size},{rep},0,rtt_p50,{p50:.1},0");
+                let _ = writeln!(text, "{kind:?},{size},{rep},0,rtt_p99,{p99:.1},0");
                 row(&mut text, 0, t);
                 ep.request(1, h.done, &[k], Payload::None)?;
             } else {

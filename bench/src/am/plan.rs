@@ -3,6 +3,7 @@
 //! the passive rank knows how many raw ping-pongs to answer and when a
 //! stream ends without being told.
 
+use super::latency::Rounds;
 use crate::Common;
 
 /// Round trips per timed batch of the raw ping-pong (as in
@@ -134,6 +135,15 @@ impl Plan {
     /// Untimed round trips before a latency measurement.
     pub fn warm_for(&self, size: usize) -> usize {
         (self.batch_for(size) * self.batches / 10).max(1)
+    }
+
+    /// The round trips of one latency measurement at `size` bytes.
+    pub fn rounds(&self, size: usize) -> Rounds {
+        Rounds {
+            warm: self.warm_for(size),
+            batch: self.batch_for(size),
+            batches: self.batches,
+        }
     }
 
     /// Messages in one throughput measurement of `size`-byte messages.

@@ -16,6 +16,7 @@
 pub mod driver;
 pub mod worker;
 
+use crate::am::latency::Rounds;
 use crate::harness::results::BenchId;
 use crate::Common;
 
@@ -222,6 +223,15 @@ impl Plan {
     /// Untimed round trips before a latency measurement.
     pub fn warm_for(&self, size: usize) -> usize {
         (self.batch_for(size) * self.batches / 10).max(1)
+    }
+
+    /// The round trips of one latency measurement at `size` bytes.
+    pub fn rounds(&self, size: usize) -> Rounds {
+        Rounds {
+            warm: self.warm_for(size),
+            batch: self.batch_for(size),
+            batches: self.batches,
+        }
     }
 
     /// Messages of one bandwidth measurement at `size`.

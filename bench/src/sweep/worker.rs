@@ -4,25 +4,21 @@
 //! one-sided requests) from there.
 
 use super::{Bench, Mode, Plan, ENV_MODE};
-use crate::am::handlers::{self, Handlers, Shared};
-use crate::am::latency::{round_trips, Rounds};
+use crate::am::handlers::{self, Shared};
+use crate::am::pinger::{Pinger, PEER};
 use crate::am::pingpong::Line;
 use crate::am::plan::{LONG_OFFSET, LONG_STREAM_AREA};
-use crate::am::throughput::stream;
 use crate::harness::results::{Results, Value};
 use crate::harness::stats::p50_p99;
 use crate::harness::worker;
 use crate::touch::touch;
 use crate::Common;
 use splitrt::pgas::{Pgas, SymArray};
-use splitrt::{EndpointBuilder, Error, Payload, Result};
+use splitrt::{EndpointBuilder, Error, Kind, Result};
 use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// The rank that answers.
-const PEER: usize = 1;
 
 /// The job's mode from [`ENV_MODE`].
 fn mode() -> Result<Mode> {
@@ -75,12 +71,9 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         let mut r = Rank0 {
             pg: &pg,
             plan: &plan,
-            shared: &shared,
-            h,
-            seq: 0,
+            am: Pinger::new(pg.endpoint(), &shared, h, long_room),
             src: (0..plan.area).map(|i| i as u8).collect(),
             dst: vec![0x5a; plan.area],
-            long_room,
             out: Results::with_config(config),
         };
         // Fault in rank 1's area through our mapping and both buffers.
@@ -117,14 +110,11 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
 struct Rank0<'a> {
     pg: &'a Pgas,
     plan: &'a Plan,
-    shared: &'a Shared,
-    h: Handlers,
-    seq: u64,
+    am: Pinger<'a>,
     /// Source of every payload.
     src: Vec<u8>,
     /// Destination of gets.
     dst: Vec<u8>,
-    long_room: usize,
     out: Results<Bench>,
 }
 
@@ -144,29 +134,16 @@ impl Rank0<'_> {
     ) -> Result<()> {
         let plan = self.plan;
         let sizes = |b: Bench| plan.sizes(b, max_medium, max_long);
-        let (pg, h) = (self.pg, self.h);
-        let ep = pg.endpoint();
-        for size in sizes(Bench::ShortRtt) {
-            let m = self.rtt(size, |_, seq| {
-                ep.request(PEER, h.ping_short, &[seq], Payload::None)
-            })?;
-            self.latency(Bench::ShortRtt, size, rep, &m);
-        }
-        for size in sizes(Bench::MediumRtt) {
-            let m = self.rtt(size, |d, seq| {
-                ep.request(PEER, h.ping_medium, &[seq], Payload::Medium(d))
-            })?;
-            self.latency(Bench::MediumRtt, size, rep, &m);
-        }
-        for size in sizes(Bench::LongRtt) {
-            let m = self.rtt(size, |data, seq| {
-                let p = Payload::Long {
-                    data,
-                    offset: LONG_OFFSET,
-                };
-                ep.request(PEER, h.ping_long, &[seq], p)
-            })?;
-            self.latency(Bench::LongRtt, size, rep, &m);
+        let pg = self.pg;
+        for (kind, bench) in [
+            (Kind::Short, Bench::ShortRtt),
+            (Kind::Medium, Bench::MediumRtt),
+            (Kind::Long, Bench::LongRtt),
+        ] {
+            for size in sizes(bench) {
+                let m = self.am.rtt(kind, &self.src[..size], plan.rounds(size))?;
+                self.latency(bench, size, rep, &m);
+            }
         }
         let remote = area.ptr(1);
         for size in sizes(Bench::GetRtt) {
@@ -180,17 +157,14 @@ impl Rank0<'_> {
             })?;
             self.latency(Bench::PutRtt, size, rep, &m);
         }
-        for size in sizes(Bench::MediumBw) {
-            let mbs = self.am_stream(size, |d, n, _| {
-                ep.request(PEER, h.sink_medium, &[n], Payload::Medium(d))
-            })?;
-            self.out.push(Bench::MediumBw, size, rep, Value::Rate(mbs));
-        }
-        for size in sizes(Bench::LongBw) {
-            let mbs = self.am_stream(size, |data, n, offset| {
-                ep.request(PEER, h.sink_long, &[n], Payload::Long { data, offset })
-            })?;
-            self.out.push(Bench::LongBw, size, rep, Value::Rate(mbs));
+        for (kind, bench) in [(Kind::Medium, Bench::MediumBw), (Kind::Long, Bench::LongBw)] {
+            for size in sizes(bench) {
+                let data = &self.src[..size];
+                let mbs = self
+                    .am
+                    .stream_mbs(kind, data, plan.stream_msgs(size), plan.window)?;
+                self.out.push(bench, size, rep, Value::Rate(mbs));
+            }
         }
         for size in sizes(Bench::PutBw) {
             let mbs = self.windows(size, |me, first, k| {
@@ -233,19 +207,6 @@ impl Rank0<'_> {
         Ok(())
     }
 
-    /// AM round trips of `size`-byte pings.
-    fn rtt(&mut self, size: usize, send: impl Fn(&[u8], u64) -> Result<()>) -> Result<Vec<f64>> {
-        let rounds = Rounds {
-            warm: self.plan.warm_for(size),
-            batch: self.plan.batch_for(size),
-            batches: self.plan.batches,
-        };
-        let (ep, data) = (self.pg.endpoint(), &self.src[..size]);
-        round_trips(ep, &self.shared.pong, &mut self.seq, rounds, |seq| {
-            send(data, seq)
-        })
-    }
-
     /// Batches of a blocking operation; per-batch means (ns).
     fn timed(
         &mut self,
@@ -255,24 +216,6 @@ impl Rank0<'_> {
         let (batch, batches) = (self.plan.batch_for(size), self.plan.batches);
         let warm = self.plan.warm_for(size);
         crate::harness::stats::batch_means(warm, batches, batch, || op(self))
-    }
-
-    /// A one-way AM stream (`send(payload, stream_len, long_offset)`),
-    /// warm-up stream first; MB/s.
-    fn am_stream(
-        &mut self,
-        size: usize,
-        send: impl Fn(&[u8], u64, u64) -> Result<()>,
-    ) -> Result<f64> {
-        let msgs = self.plan.stream_msgs(size);
-        let stride = size.div_ceil(64) * 64;
-        let slots =
-            (self.long_room.min(LONG_STREAM_AREA) / stride).clamp(1, self.plan.window) as u64;
-        let (ep, data, acked) = (self.pg.endpoint(), &self.src[..size], &self.shared.acked);
-        let mut one = |i: u64, n: u64| send(data, n, LONG_OFFSET + (i % slots) * stride as u64);
-        stream(ep, acked, (msgs / 10).max(1), self.plan.window, &mut one)?;
-        let t = stream(ep, acked, msgs, self.plan.window, &mut one)?;
-        Ok((msgs * size) as f64 / t.as_secs_f64() / 1e6)
     }
 
     /// Rounds of `k` operations on consecutive slots of the area
