@@ -14,7 +14,6 @@ use super::pingpong::Line;
 use super::plan::{Plan, LONG_OFFSET};
 use super::throughput::stream;
 use crate::harness::results::{Results, Value};
-use crate::harness::stats::p50_p99;
 use crate::harness::worker;
 use crate::Common;
 use splitrt::{Endpoint, EndpointBuilder, Error, Kind, Payload, Result};
@@ -118,28 +117,22 @@ impl<'a> Bencher<'a> {
         self.out
     }
 
-    fn record_latency(&mut self, bench: Bench, size: usize, rep: usize, batch_means: &[f64]) {
-        let (p50_ns, p99_ns) = p50_p99(batch_means);
-        self.out
-            .push(bench, size, rep, Value::Latency { p50_ns, p99_ns });
-    }
-
     fn repetition(&mut self, rep: usize) -> Result<()> {
         let p = self.plan;
         // The baseline and AM Short RTT run back to back.
         let raw = self
             .line
             .side_a(rep as u64 * p.raw_round_trips(), p.raw_warm, p.raw_batches);
-        self.record_latency(Bench::RawLineRtt, 64, rep, &raw);
+        self.out.push_latency(Bench::RawLineRtt, 64, rep, &raw);
         let short = self.am.rtt(Kind::Short, &[], p.rounds(0))?;
-        self.record_latency(Bench::ShortRtt, 0, rep, &short);
+        self.out.push_latency(Bench::ShortRtt, 0, rep, &short);
         for (kind, bench, sizes) in [
             (Kind::Medium, Bench::MediumRtt, self.medium_sizes.clone()),
             (Kind::Long, Bench::LongRtt, self.long_sizes.clone()),
         ] {
             for size in sizes {
                 let m = self.am.rtt(kind, &self.buf[..size], p.rounds(size))?;
-                self.record_latency(bench, size, rep, &m);
+                self.out.push_latency(bench, size, rep, &m);
             }
         }
         for (kind, bench, sizes) in [

@@ -9,7 +9,6 @@ use crate::am::pinger::{Pinger, PEER};
 use crate::am::pingpong::Line;
 use crate::am::plan::{LONG_OFFSET, LONG_STREAM_AREA};
 use crate::harness::results::{Results, Value};
-use crate::harness::stats::p50_p99;
 use crate::harness::worker;
 use crate::touch::touch;
 use crate::Common;
@@ -87,7 +86,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
             if plan.raw() {
                 let base = rep as u64 * plan.raw_round_trips();
                 let means = line.side_a(base, plan.raw_warm, plan.raw_batches);
-                r.latency(Bench::RawLineRtt, 64, rep, &means);
+                r.out.push_latency(Bench::RawLineRtt, 64, rep, &means);
             }
             r.repetition(rep, max_medium, max_long, &mut area)?;
             pg.barrier()?;
@@ -119,12 +118,6 @@ struct Rank0<'a> {
 }
 
 impl Rank0<'_> {
-    fn latency(&mut self, bench: Bench, size: usize, rep: usize, means: &[f64]) {
-        let (p50_ns, p99_ns) = p50_p99(means);
-        self.out
-            .push(bench, size, rep, Value::Latency { p50_ns, p99_ns });
-    }
-
     fn repetition(
         &mut self,
         rep: usize,
@@ -142,20 +135,20 @@ impl Rank0<'_> {
         ] {
             for size in sizes(bench) {
                 let m = self.am.rtt(kind, &self.src[..size], plan.rounds(size))?;
-                self.latency(bench, size, rep, &m);
+                self.out.push_latency(bench, size, rep, &m);
             }
         }
         let remote = area.ptr(1);
         for size in sizes(Bench::GetRtt) {
             let m = self.timed(size, |me| pg.read_slice(remote, &mut me.dst[..size]))?;
-            self.latency(Bench::GetRtt, size, rep, &m);
+            self.out.push_latency(Bench::GetRtt, size, rep, &m);
         }
         for size in sizes(Bench::PutRtt) {
             let m = self.timed(size, |me| {
                 pg.put(remote, &me.src[..size])?;
                 pg.sync()
             })?;
-            self.latency(Bench::PutRtt, size, rep, &m);
+            self.out.push_latency(Bench::PutRtt, size, rep, &m);
         }
         for (kind, bench) in [(Kind::Medium, Bench::MediumBw), (Kind::Long, Bench::LongBw)] {
             for size in sizes(bench) {
