@@ -93,15 +93,7 @@ impl<'a> Bencher<'a> {
             .max()
             .unwrap_or(8);
         let mut config = crate::host::job_config(ep, max_medium);
-        config.extend([
-            ("window", plan.window.to_string()),
-            ("ack_every", plan.ack_every.to_string()),
-            ("batch", plan.batch.to_string()),
-            ("batches", plan.batches.to_string()),
-            ("raw_batches", plan.raw_batches.to_string()),
-            ("reps", plan.reps.to_string()),
-            ("quick", plan.quick.to_string()),
-        ]);
+        config.extend(plan.config());
         Ok(Bencher {
             am: Pinger::new(ep, shared, h, room),
             plan,

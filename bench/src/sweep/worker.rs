@@ -60,13 +60,8 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         config.extend([
             ("mode", plan.mode.name().to_string()),
             ("rma", format!("{:?}", pg.rma_path()).to_lowercase()),
-            ("window", plan.window.to_string()),
-            ("ack_every", plan.ack_every.to_string()),
-            ("batches", plan.batches.to_string()),
-            ("batch", plan.batch.to_string()),
-            ("reps", plan.reps.to_string()),
-            ("quick", plan.quick.to_string()),
         ]);
+        config.extend(plan.config());
         let mut r = Rank0 {
             pg: &pg,
             plan: &plan,
