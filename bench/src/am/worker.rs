@@ -20,7 +20,6 @@ use splitrt::{Endpoint, EndpointBuilder, Error, Kind, Payload, Result};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 /// Run this rank; rank 0 writes its measurements to `result`.
 pub fn run(common: Common, result: &Path) -> Result<()> {
@@ -34,13 +33,11 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     let line = Line::of(&ep)?;
     if ep.rank() == 0 {
         let mut bench = Bencher::new(&ep, &plan, &shared, h, &line)?;
-        for rep in 0..plan.reps {
-            let t = Instant::now();
+        worker::repetitions(&common, Some(""), |rep| {
             ep.barrier()?;
             bench.repetition(rep)?;
-            ep.request(PEER, h.done, &[rep as u64 + 1], Payload::None)?;
-            worker::rep_done(&common, "", rep, t);
-        }
+            ep.request(PEER, h.done, &[rep as u64 + 1], Payload::None)
+        })?;
         worker::write_result(result, 0, &bench.into_results().to_csv())?;
     } else {
         for rep in 0..plan.reps {

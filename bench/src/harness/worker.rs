@@ -74,15 +74,25 @@ pub fn write_result(path: &Path, rank: usize, text: &str) -> Result<()> {
         .map_err(|e| Error::io(format!("writing {}", path.display()), e).at_rank(rank))
 }
 
-/// The line after each repetition of a full (not `--quick`) run:
-/// `{what}repetition r/R done in S s`.
-pub fn rep_done(common: &Common, what: &str, rep: usize, started: Instant) {
-    if !common.quick {
-        eprintln!(
-            "{what}repetition {}/{} done in {:.1} s",
-            rep + 1,
-            common.reps,
-            started.elapsed().as_secs_f64()
-        );
+/// Run `body(rep)` for every repetition (`--reps`), in order. With a
+/// `label`, a full (not `--quick`) run prints `{label}repetition r/R done
+/// in S s` after each.
+pub fn repetitions(
+    common: &Common,
+    label: Option<&str>,
+    mut body: impl FnMut(usize) -> Result<()>,
+) -> Result<()> {
+    for rep in 0..common.reps as usize {
+        let started = Instant::now();
+        body(rep)?;
+        if let Some(what) = label.filter(|_| !common.quick) {
+            eprintln!(
+                "{what}repetition {}/{} done in {:.1} s",
+                rep + 1,
+                common.reps,
+                started.elapsed().as_secs_f64()
+            );
+        }
     }
+    Ok(())
 }

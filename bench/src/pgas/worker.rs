@@ -19,7 +19,6 @@ use crate::Common;
 use splitrt::pgas::Pgas;
 use splitrt::Result;
 use std::path::Path;
-use std::time::Instant;
 
 /// Run this rank; rank 0 writes its measurements to `result`.
 pub fn run(common: Common, result: &Path) -> Result<()> {
@@ -33,17 +32,14 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     let mut bufs = Buffers::new(&plan, pg.rank());
     let mut out: Results<Bench> = Results::with_config(config(&pg, &plan));
     bandwidth::prefault(&pg, &mut area, &mut bufs)?;
-    for rep in 0..plan.reps {
-        let t = Instant::now();
+    let label = format!("{:?} path: ", pg.rma_path());
+    worker::repetitions(&common, (pg.rank() == 0).then_some(&*label), |rep| {
         latency::solo(&pg, &plan, &words, rep, &mut out)?;
         latency::peer_written_reads(&pg, &plan, &mut lines, rep, &mut out)?;
         latency::ping_pong(&pg, &plan, &words, rep, &mut out)?;
         bandwidth::run(&pg, &plan, &mut area, &mut bufs, rep, &mut out)?;
-        store::run(&pg, &plan, &area, &bufs.src, rep, &mut out)?;
-        if pg.rank() == 0 {
-            worker::rep_done(&common, &format!("{:?} path: ", pg.rma_path()), rep, t);
-        }
-    }
+        store::run(&pg, &plan, &area, &bufs.src, rep, &mut out)
+    })?;
     if pg.rank() == 0 {
         worker::write_result(result, 0, &out.to_csv())?;
     }

@@ -75,8 +75,8 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         pg.sync()?;
         pg.read_slice(area.ptr(1), &mut r.dst)?;
         area.local().fill(1);
-        for rep in 0..plan.reps {
-            let t = Instant::now();
+        let label = format!("{} ", plan.mode.name());
+        worker::repetitions(&common, Some(&label), |rep| {
             pg.barrier()?;
             if plan.raw() {
                 let base = rep as u64 * plan.raw_round_trips();
@@ -84,9 +84,8 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
                 r.out.push_latency(Bench::RawLineRtt, 64, rep, &means);
             }
             r.repetition(rep, max_medium, max_long, &mut area)?;
-            pg.barrier()?;
-            worker::rep_done(&common, &format!("{} ", plan.mode.name()), rep, t);
-        }
+            pg.barrier()
+        })?;
         worker::write_result(result, 0, &r.out.to_csv())?;
     } else {
         for rep in 0..plan.reps {
