@@ -8,29 +8,13 @@
 //! NPB runs also report their own "Time in seconds" and "Mop/s total".
 //! Runs with more ranks than CPUs are oversubscribed and flagged.
 
-use crate::host::{cpu_model, loadavg};
-use crate::job;
+use crate::harness::report::{Row, Section};
+use crate::harness::run::{wrote, Run};
+use crate::harness::stats::{Summary, NOISY_RATIO};
 use crate::plot::{self, Chart, Series};
-use crate::progress::Progress;
-use crate::report::{self, Row, Section};
-use crate::stats::{Summary, NOISY_RATIO};
-use crate::Common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
-
-/// What the user asked for.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// `--quick` and `--reps`.
-    pub common: Common,
-    /// Output directory.
-    pub out: PathBuf,
-    /// Seconds before one run is killed (the launcher's `--timeout`).
-    pub timeout: f64,
-    /// NPB class (`S` or `W`).
-    pub class: String,
-}
 
 /// One application and its arguments.
 struct App {
@@ -99,7 +83,7 @@ fn bin_dir() -> Result<PathBuf, String> {
 }
 
 /// One run's numbers.
-struct Run {
+struct Timing {
     wall: f64,
     npb_secs: Option<f64>,
     mops: Option<f64>,
@@ -118,7 +102,7 @@ fn run_once(
     ranks: usize,
     app: &App,
     timeout: f64,
-) -> Result<Run, String> {
+) -> Result<Timing, String> {
     let t = Instant::now();
     let out = Command::new(launcher)
         .args(["-n", &ranks.to_string(), "--timeout", &format!("{timeout}")])
@@ -141,23 +125,22 @@ fn run_once(
                 .unwrap_or("")
         ));
     }
-    Ok(Run {
+    Ok(Timing {
         wall,
         npb_secs: app.npb.then(|| field(&stdout, "Time in seconds")).flatten(),
         mops: app.npb.then(|| field(&stdout, "Mop/s total")).flatten(),
     })
 }
 
-/// Run every application at every rank count and report.
-pub fn run(o: &Options) -> Result<(), String> {
-    job::check_timeout(o.timeout)?;
-    if !matches!(o.class.as_str(), "S" | "W") {
-        return Err(format!("--class {:?}: expected S or W", o.class));
+/// Run every application at every rank count (NPB problem `class`) and
+/// report.
+pub fn run(r: &Run, class: &str) -> Result<(), String> {
+    if !matches!(class, "S" | "W") {
+        return Err(format!("--class {class:?}: expected S or W"));
     }
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
     let dir = bin_dir()?;
     let launcher = dir.join("splitrt-run");
-    let list = apps(o.common.quick, &o.class);
+    let list = apps(r.quick(), class);
     let missing: Vec<String> = std::iter::once(launcher.clone())
         .chain(list.iter().map(|a| dir.join("examples").join(a.name)))
         .filter(|p| !p.is_file())
@@ -169,19 +152,14 @@ pub fn run(o: &Options) -> Result<(), String> {
             missing.join(", ")
         ));
     }
-    let ranks: &[usize] = if o.common.quick {
+    let ranks: &[usize] = if r.quick() {
         &[1, 2]
     } else {
         &[1, 2, 4, 8, 16]
     };
-    let reps = o.common.reps as usize;
+    let reps = r.common.reps as usize;
     let ncpu = cpus();
-    let before = loadavg();
-    let bar = Progress::new(
-        "splitrt-bench apps",
-        list.len() * ranks.len(),
-        o.common.quick,
-    );
+    let bar = r.progress("splitrt-bench apps", list.len() * ranks.len());
     let mut sections = Vec::new();
     let mut speedups = Vec::new();
     for app in &list {
@@ -193,7 +171,7 @@ pub fn run(o: &Options) -> Result<(), String> {
             bar.step(&format!("{} on {n} rank(s), {reps} run(s)", app.name));
             let mut runs = Vec::new();
             for _ in 0..reps {
-                runs.push(run_once(&launcher, &exe, n, app, o.timeout)?);
+                runs.push(run_once(&launcher, &exe, n, app, r.timeout)?);
             }
             bar.done();
             let wall = Summary::values(&runs.iter().map(|r| r.wall).collect::<Vec<_>>());
@@ -282,24 +260,19 @@ pub fn run(o: &Options) -> Result<(), String> {
             .map(|&n| (n as f64, n.min(ncpu) as f64))
             .collect(),
     });
-    println!(
-        "splitrt-bench apps ({} build{}): whole-job wall clock of `splitrt-run -n N EXAMPLE ARGS`, {reps} run(s) each\n\
-         cpu: {} ({ncpu} CPUs); load average before: {before}, after: {}\n\
-         speedup = median t(1 rank) / median t(N ranks); tN/t2 = median t(N ranks) / median t(2 ranks) (the cost of\n\
+    let head = r.banner(
+        "splitrt-bench apps",
+        &format!("whole-job wall clock of `splitrt-run -n N EXAMPLE ARGS`, {reps} run(s) each"),
+        &format!(" ({ncpu} CPUs)"),
+    ) + &format!(
+        "speedup = median t(1 rank) / median t(N ranks); tN/t2 = median t(N ranks) / median t(2 ranks) (the cost of\n\
          oversubscription when the host has 2 CPUs); runs with more ranks than CPUs are OVERSUBSCRIBED\n\
          (ranks time-share cores and back off to sleeping: such numbers measure scheduling, not scaling).\n\
          em3d (nodes) and sample_sort (keys) get the same total problem at every rank count (strong scaling).\n\
          NPB rows also show the benchmark's own \"Time in seconds\" and \"Mop/s total\". NOISY = max/min > {NOISY_RATIO}.\n",
-        crate::host::build(),
-        if o.common.quick { ", --quick: smoke test only, numbers mean little" } else { "" },
-        cpu_model(),
-        loadavg(),
     );
-    print!("{}", report::table(&sections));
-    let csv = o.out.join("apps.csv");
-    std::fs::write(&csv, report::csv(&sections))
-        .map_err(|e| format!("writing {}: {e}", csv.display()))?;
-    let svg = o.out.join("apps-speedup.svg");
+    let csv = r.report(&head, &sections, "apps")?;
+    let svg = r.path("apps-speedup.svg");
     plot::draw(
         &svg,
         &Chart {
@@ -311,7 +284,7 @@ pub fn run(o: &Options) -> Result<(), String> {
         },
         &speedups,
     )?;
-    println!("wrote {} and {}", csv.display(), svg.display());
+    println!("{}", wrote(&[&csv, &svg]));
     Ok(())
 }
 

@@ -10,30 +10,29 @@
 //! rank 1's "handler" stage contains the whole reply send.
 
 use crate::am::handlers::{self, Shared};
-use crate::am::latency::{round_trips, Rounds};
-use crate::am::plan::LONG_OFFSET;
-use crate::host::{cpu_model, loadavg};
-use crate::job::{self, pin_this_rank, this_rank, Job};
+use crate::am::latency::Rounds;
+use crate::am::pinger::Pinger;
+use crate::harness::report::{size_label, Row, Section};
+use crate::harness::run::{wrote, Run, PINNED};
+use crate::harness::stats::{p50_p99, Summary, NOISY_RATIO};
+use crate::harness::worker;
 use crate::plot::{self, Chart, Series};
-use crate::progress::Progress;
-use crate::report::{self, size_label, Row, Section};
-use crate::stats::{p50_p99, Summary, NOISY_RATIO};
 use crate::Common;
 use splitrt::runtime::trace::{self, Stage, ENV_TRACE};
-use splitrt::{EndpointBuilder, Error, Payload, Result};
+use splitrt::{EndpointBuilder, Kind, Payload, Result};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The messages measured: (kind, payload bytes).
-fn cases(max_medium: usize) -> Vec<(&'static str, usize)> {
+fn cases(max_medium: usize) -> Vec<(Kind, usize)> {
     vec![
-        ("Short", 0),
-        ("Medium", 8),
-        ("Medium", 1024),
-        ("Medium", max_medium),
-        ("Long", 65536),
+        (Kind::Short, 0),
+        (Kind::Medium, 8),
+        (Kind::Medium, 1024),
+        (Kind::Medium, max_medium),
+        (Kind::Long, 65536),
     ]
 }
 
@@ -52,21 +51,20 @@ fn rounds(quick: bool, size: usize) -> Rounds {
 /// One rank of a breakdown job. Rank 0 writes `result`; rank 1 writes its
 /// stage totals to `result` + `.rank1`.
 pub fn worker(common: Common, result: &Path) -> Result<()> {
-    pin_this_rank(this_rank());
+    worker::pin();
     let shared = Arc::new(Shared::default());
     let mut b = EndpointBuilder::new();
     let h = handlers::register(&mut b, &shared, 32)?;
     let ep = b.attach()?;
-    if ep.size() != 2 {
-        return Err(Error::usage("the benchmark needs exactly 2 ranks"));
-    }
+    worker::two_ranks(ep.size())?;
     let cs = cases(ep.max_medium(1 - ep.rank())?);
     let data: Vec<u8> = (0..65536.max(ep.max_medium(1 - ep.rank())?))
         .map(|i| i as u8)
         .collect();
     let mut text = String::new();
     let mut k = 0u64;
-    let mut seq = 0u64;
+    // Long pings land at LONG_OFFSET; no stream here
+    let mut am = Pinger::new(&ep, &shared, h, 0);
     for rep in 0..common.reps as usize {
         for &(kind, size) in &cs {
             k += 1;
@@ -76,7 +74,7 @@ pub fn worker(common: Common, result: &Path) -> Result<()> {
                 for s in Stage::ALL {
                     let _ = writeln!(
                         text,
-                        "{kind},{size},{rep},{rank},{},{:.1},{}",
+                        "{kind:?},{size},{rep},{rank},{},{:.1},{}",
                         s.name(),
                         t.sum_ns[s as usize] as f64 / msgs,
                         t.count[s as usize]
@@ -86,33 +84,11 @@ pub fn worker(common: Common, result: &Path) -> Result<()> {
             if ep.rank() == 0 {
                 ep.barrier()?;
                 let _ = trace::take();
-                let d = &data[..size];
-                let means = round_trips(
-                    &ep,
-                    &shared.pong,
-                    &mut seq,
-                    rounds(common.quick, size),
-                    |s| {
-                        let p = match kind {
-                            "Short" => Payload::None,
-                            "Medium" => Payload::Medium(d),
-                            _ => Payload::Long {
-                                data: d,
-                                offset: LONG_OFFSET,
-                            },
-                        };
-                        let handler = match kind {
-                            "Short" => h.ping_short,
-                            "Medium" => h.ping_medium,
-                            _ => h.ping_long,
-                        };
-                        ep.request(1, handler, &[s], p)
-                    },
-                )?;
+                let means = am.rtt(kind, &data[..size], r)?;
                 let t = trace::take();
                 let (p50, p99) = p50_p99(&means);
-                let _ = writeln!(text, "{kind},{size},{rep},0,rtt_p50,{p50:.1},0");
-                let _ = writeln!(text, "{kind},{size},{rep},0,rtt_p99,{p99:.1},0");
+                let _ = writeln!(text, "{kind:?},{size},{rep},0,rtt_p50,{p50:.1},0");
+                let _ = writeln!(text, "{kind:?},{size},{rep},0,rtt_p99,{p99:.1},0");
                 row(&mut text, 0, t);
                 ep.request(1, h.done, &[k], Payload::None)?;
             } else {
@@ -128,8 +104,7 @@ pub fn worker(common: Common, result: &Path) -> Result<()> {
     } else {
         rank1_path(result)
     };
-    std::fs::write(&path, text)
-        .map_err(|e| Error::io(format!("writing {}", path.display()), e).at_rank(ep.rank()))?;
+    worker::write_result(&path, ep.rank(), &text)?;
     ep.finish()
 }
 
@@ -170,41 +145,18 @@ fn values(rows: &Rows, kind: &str, size: usize, rank: usize, stage: &str) -> Vec
         .collect()
 }
 
-/// What the user asked for.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Flags passed on to the ranks.
-    pub common: Common,
-    /// Output directory.
-    pub out: PathBuf,
-    /// Seconds before each job is killed.
-    pub timeout: f64,
-}
-
 /// Run both jobs and report.
-pub fn run(o: &Options) -> Result<(), String> {
-    job::check_timeout(o.timeout)?;
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
-    let before = loadavg();
-    let bar = Progress::new("splitrt-bench breakdown", 2, o.common.quick);
+pub fn run(r: &Run) -> Result<(), String> {
+    let bar = r.progress("splitrt-bench breakdown", 2);
     let mut runs = Vec::new();
     for on in [false, true] {
         let tag = if on { "trace-on" } else { "trace-off" };
         bar.step(&format!("2-rank job, {ENV_TRACE}={}", u8::from(on)));
-        let result = o.out.join(format!("breakdown-{tag}-rank0.csv"));
-        let _ = std::fs::remove_file(rank1_path(&result));
-        let text = job::run(&Job {
-            worker: "breakdown-worker",
-            common: o.common,
-            result: &result,
-            env: vec![(
-                ENV_TRACE.to_string(),
-                if on { "1" } else { "0" }.to_string(),
-            )],
-            timeout: o.timeout,
-        })?;
-        let mut rows = parse(&text)?;
-        let r1 = std::fs::read_to_string(rank1_path(&result))
+        let result = format!("breakdown-{tag}-rank0.csv");
+        let _ = std::fs::remove_file(rank1_path(&r.path(&result)));
+        let env = [(ENV_TRACE, if on { "1" } else { "0" }.to_string())];
+        let mut rows = parse(&r.job("breakdown-worker", &result, &env)?)?;
+        let r1 = std::fs::read_to_string(rank1_path(&r.path(&result)))
             .map_err(|e| format!("reading rank 1's totals: {e}"))?;
         rows.extend(parse(&r1)?);
         runs.push(rows);
@@ -283,26 +235,20 @@ pub fn run(o: &Options) -> Result<(), String> {
             rows,
         });
     }
-    println!(
-        "splitrt-bench breakdown ({} build{}): 2 ranks pinned to CPUs 0 and 1, SPLITRT_SPIN_ONLY=1, {} repetition(s)\n\
-         cpu: {}; load average before: {before}, after: {}\n\
-         per-stage time in ns per round trip (a streamed Medium has one sample per cell) from the runtime's probes ({ENV_TRACE}=1); each probe reads the clock,\n\
+    let head = r.banner(
+        "splitrt-bench breakdown",
+        &format!("{PINNED}, {} repetition(s)", r.common.reps),
+        "",
+    ) + &format!(
+        "per-stage time in ns per round trip (a streamed Medium has one sample per cell) from the runtime's probes ({ENV_TRACE}=1); each probe reads the clock,\n\
          so traced numbers include that cost (see the trace-off / trace-on round trips). Rank 0 sends the ping\n\
          and receives the pong; rank 1 the reverse, its handler stage includes sending the pong. NOISY = max/min > {NOISY_RATIO}.\n",
-        crate::host::build(),
-        if o.common.quick { ", --quick: smoke test only, numbers mean little" } else { "" },
-        o.common.reps,
-        cpu_model(),
-        loadavg(),
     );
-    print!("{}", report::table(&sections));
-    let csv = o.out.join("breakdown.csv");
-    std::fs::write(&csv, report::csv(&sections))
-        .map_err(|e| format!("writing {}: {e}", csv.display()))?;
+    let csv = r.report(&head, &sections, "breakdown")?;
     for s in &mut series {
         s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
-    let svg = o.out.join("breakdown.svg");
+    let svg = r.path("breakdown.svg");
     plot::draw(
         &svg,
         &Chart {
@@ -314,6 +260,6 @@ pub fn run(o: &Options) -> Result<(), String> {
         },
         &series,
     )?;
-    println!("wrote {} and {}", csv.display(), svg.display());
+    println!("{}", wrote(&[&csv, &svg]));
     Ok(())
 }

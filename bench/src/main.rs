@@ -47,21 +47,18 @@ mod apps;
 mod breakdown;
 mod compare;
 mod gasnet;
+mod harness;
 mod host;
-mod job;
 mod net;
 mod pgas;
-mod pin;
 mod plot;
-mod progress;
-mod report;
-mod results;
-mod stats;
 mod sweep;
 mod touch;
 mod vys;
 
 use clap::{Args, Parser, Subcommand};
+use harness::run::Run;
+use harness::worker::Body;
 use std::path::PathBuf;
 
 /// Command line of `splitrt-bench`.
@@ -202,124 +199,46 @@ enum Cmd {
         #[arg(long, default_value_t = 2 << 20)]
         max_size: usize,
     },
-    /// One rank of the testam job (started by the driver, not by users).
-    #[command(hide = true)]
-    GasnetWorker {
-        /// Where rank 0 writes its measurements.
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of the testsmall / testlarge job (started by the driver, not by users).
-    #[command(hide = true)]
-    GasnetRmaWorker {
-        /// Where rank 0 writes its measurements.
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of the vys benchmark job (started by the driver, not by users).
-    #[command(hide = true)]
-    VysWorker {
-        /// Where rank 1 writes its measurements.
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of the network benchmark job (started by the driver, not by users).
-    #[command(hide = true)]
-    NetWorker {
-        /// Where rank 0 writes its measurements.
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of a breakdown job (started by the driver, not by users).
-    #[command(hide = true)]
-    BreakdownWorker {
-        /// Where rank 0 writes its measurements (CSV).
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of a sweep job (started by the driver, not by users).
-    #[command(hide = true)]
-    SweepWorker {
-        /// Where rank 0 writes its measurements (CSV).
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of the AM benchmark job (started by the driver, not by users).
-    #[command(hide = true)]
-    Worker {
-        /// Where rank 0 writes its measurements (CSV).
-        #[arg(long)]
-        result: PathBuf,
-    },
-    /// One rank of a PGAS benchmark job (started by the driver, not by users).
-    #[command(hide = true)]
-    PgasWorker {
-        /// Where rank 0 writes its measurements (CSV).
-        #[arg(long)]
-        result: PathBuf,
-    },
 }
 
-fn am_options(cli: &Cli, a: AmArgs) -> am::driver::Options {
-    am::driver::Options {
-        common: cli.common,
-        out: cli.driver.out.clone(),
-        ucx: !(a.no_ucx || cli.am.no_ucx),
-        timeout: cli.driver.timeout,
-    }
-}
-
-fn sweep_options(cli: &Cli) -> sweep::driver::Options {
-    sweep::driver::Options {
-        common: cli.common,
-        out: cli.driver.out.clone(),
-        timeout: cli.driver.timeout,
-    }
-}
+/// The hidden worker subcommands the drivers start (one rank each).
+const WORKERS: &[(&str, Body)] = &[
+    ("worker", am::worker::run),
+    ("pgas-worker", pgas::worker::run),
+    ("sweep-worker", sweep::worker::run),
+    ("breakdown-worker", breakdown::worker),
+    ("net-worker", net::worker::run),
+    ("vys-worker", vys::worker::run),
+    ("gasnet-worker", |_, result| gasnet::testam::run(result)),
+    ("gasnet-rma-worker", |_, result| {
+        gasnet::testrma::run(result)
+    }),
+];
 
 fn main() {
-    let cli = Cli::parse();
-    let outcome = match &cli.cmd {
-        Some(Cmd::Worker { result }) => {
-            am::worker::run(cli.common, result).map_err(|e| e.to_string())
+    let outcome = harness::worker::dispatch(WORKERS).unwrap_or_else(|| drive(&Cli::parse()));
+    if let Err(e) = outcome {
+        eprintln!("splitrt-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Run the benchmark the user asked for.
+fn drive(cli: &Cli) -> Result<(), String> {
+    let run = || Run::new(cli.common, cli.driver.out.clone(), cli.driver.timeout);
+    match &cli.cmd {
+        None => am::driver::run(&run()?, !cli.am.no_ucx),
+        Some(Cmd::Am(a)) => am::driver::run(&run()?, !(a.no_ucx || cli.am.no_ucx)),
+        Some(Cmd::Latency) => sweep::driver::latency(&run()?),
+        Some(Cmd::Throughput) => sweep::driver::throughput(&run()?),
+        Some(Cmd::RingScan) => sweep::driver::ring_scan(&run()?),
+        Some(Cmd::CellScan) => sweep::driver::cell_scan(&run()?),
+        Some(Cmd::Compare { no_peers }) => compare::run(&run()?, *no_peers || cli.am.no_ucx),
+        Some(Cmd::Apps { class }) => apps::run(&run()?, class),
+        Some(Cmd::Breakdown) => breakdown::run(&run()?),
+        Some(Cmd::Net { hosts, rsh, gasnet }) => {
+            net::run(&run()?, hosts.as_deref(), rsh.clone(), gasnet.as_deref())
         }
-        Some(Cmd::PgasWorker { result }) => {
-            pgas::worker::run(cli.common, result).map_err(|e| e.to_string())
-        }
-        None => am::driver::run(&am_options(&cli, AmArgs::default())),
-        Some(Cmd::Am(a)) => am::driver::run(&am_options(&cli, *a)),
-        Some(Cmd::SweepWorker { result }) => {
-            sweep::worker::run(cli.common, result).map_err(|e| e.to_string())
-        }
-        Some(Cmd::Latency) => sweep::driver::latency(&sweep_options(&cli)),
-        Some(Cmd::Throughput) => sweep::driver::throughput(&sweep_options(&cli)),
-        Some(Cmd::RingScan) => sweep::driver::ring_scan(&sweep_options(&cli)),
-        Some(Cmd::CellScan) => sweep::driver::cell_scan(&sweep_options(&cli)),
-        Some(Cmd::Compare { no_peers }) => compare::run(&compare::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-            no_peers: *no_peers || cli.am.no_ucx,
-        }),
-        Some(Cmd::Apps { class }) => apps::run(&apps::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-            class: class.clone(),
-        }),
-        Some(Cmd::Breakdown) => breakdown::run(&breakdown::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-        }),
-        Some(Cmd::Net { hosts, rsh, gasnet }) => net::run(&net::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-            hosts: hosts.clone(),
-            rsh: rsh.clone(),
-            gasnet: gasnet.clone(),
-        }),
         Some(Cmd::Vys {
             hosts,
             rsh,
@@ -329,56 +248,33 @@ fn main() {
             from_raw,
         }) => vys::plan::Selection::parse(sizes.as_deref(), setups.as_deref(), *no_scan).and_then(
             |selection| {
-                vys::run(&vys::Options {
-                    common: cli.common,
-                    out: cli.driver.out.clone(),
-                    timeout: cli.driver.timeout,
-                    hosts: hosts.clone(),
-                    rsh: rsh.clone(),
-                    selection,
-                    from_raw: from_raw.clone(),
-                })
+                vys::run(
+                    &run()?,
+                    &vys::Options {
+                        hosts: hosts.clone(),
+                        rsh: rsh.clone(),
+                        selection,
+                        from_raw: from_raw.clone(),
+                    },
+                )
             },
         ),
-        Some(Cmd::VysWorker { result }) => {
-            vys::worker::run(cli.common, result).map_err(|e| e.to_string())
-        }
         Some(Cmd::Gasnet {
             gasnet,
             iters,
             max_size,
-        }) => gasnet::run(&gasnet::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-            gasnet: gasnet.clone(),
-            iters: *iters,
-            max_size: *max_size,
-        }),
-        Some(Cmd::GasnetRmaWorker { result }) => {
-            gasnet::testrma::run(result).map_err(|e| e.to_string())
-        }
-        Some(Cmd::GasnetWorker { result }) => {
-            gasnet::testam::run(result).map_err(|e| e.to_string())
-        }
-        Some(Cmd::NetWorker { result }) => {
-            net::worker::run(cli.common, result).map_err(|e| e.to_string())
-        }
-        Some(Cmd::BreakdownWorker { result }) => {
-            breakdown::worker(cli.common, result).map_err(|e| e.to_string())
-        }
+        }) => gasnet::run(
+            &run()?,
+            &gasnet::Options {
+                gasnet: gasnet.clone(),
+                iters: *iters,
+                max_size: *max_size,
+            },
+        ),
         Some(Cmd::Pgas) if cli.am.no_ucx => {
             Err("--no-ucx applies to the AM benchmark only".to_string())
         }
-        Some(Cmd::Pgas) => pgas::driver::run(&pgas::driver::Options {
-            common: cli.common,
-            out: cli.driver.out.clone(),
-            timeout: cli.driver.timeout,
-        }),
-    };
-    if let Err(e) = outcome {
-        eprintln!("splitrt-bench: {e}");
-        std::process::exit(1);
+        Some(Cmd::Pgas) => pgas::driver::run(&run()?),
     }
 }
 

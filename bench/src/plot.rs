@@ -2,7 +2,7 @@
 //! a log scale, y linear or log; one series per measurement. Charts are
 //! small, self-contained SVG files that can be committed next to the docs.
 
-use crate::report::{Row, Section};
+use crate::harness::report::{Row, Section};
 use plotters::prelude::*;
 use std::path::Path;
 

@@ -6,13 +6,10 @@
 use super::measure::Bench;
 use super::plan::Plan;
 use super::ucx::{self, Ucx};
-use crate::host::{cpu_model, loadavg};
-use crate::job::{self, Job};
-use crate::report::{self, Row, Section};
-use crate::results::Results;
-use crate::stats::Summary;
-use crate::Common;
-use std::path::PathBuf;
+use crate::harness::report::{self, Row, Section};
+use crate::harness::results::Results;
+use crate::harness::run::{wrote, Run, NO_ENV, PINNED};
+use crate::harness::stats::Summary;
 
 /// GASNet-EX AM Short round trip from the issue (reference, fixed; us).
 pub const GASNET_SHORT_RTT_US: f64 = 0.26;
@@ -24,54 +21,26 @@ pub const GASNET_SHORT_RATE_M: f64 = 14.0;
 /// Source label of the fixed GASNet-EX numbers.
 const GASNET: &str = "GASNet-EX (reference, fixed)";
 
-/// What the user asked for.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Flags passed on to the ranks.
-    pub common: Common,
-    /// Output directory.
-    pub out: PathBuf,
-    /// Run `ucx_perftest` if installed.
-    pub ucx: bool,
-    /// Seconds before the job is killed.
-    pub timeout: f64,
-}
-
-/// Run the whole benchmark.
-pub fn run(o: &Options) -> Result<(), String> {
-    let plan = Plan::new(&o.common);
-    job::check_timeout(o.timeout)?;
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
-    let result = o.out.join("worker-rank0.csv");
-    let load_before = loadavg();
+/// Run the whole benchmark (`ucx`: run `ucx_perftest` if installed).
+pub fn run(r: &Run, ucx: bool) -> Result<(), String> {
+    let plan = Plan::new(&r.common);
+    let result = "worker-rank0.csv";
     eprintln!(
         "splitrt-bench: running 2 ranks ({} repetition(s){}) ...",
         plan.reps,
         if plan.quick { ", quick" } else { "" }
     );
-    let text = job::run(&Job {
-        worker: "worker",
-        common: o.common,
-        result: &result,
-        env: Vec::new(),
-        timeout: o.timeout,
-    })?;
-    let res: Results<Bench> =
-        Results::parse(&text).map_err(|e| format!("{}: {e}", result.display()))?;
-
-    let ucx = match (o.ucx, ucx::find()) {
+    let res: Results<Bench> = r.results("worker", result, NO_ENV)?;
+    let ucx = match (ucx, ucx::find()) {
         (false, _) => UcxOutcome::Disabled,
         (true, None) => UcxOutcome::Missing,
         (true, Some(exe)) => {
             eprintln!("splitrt-bench: running ucx_perftest (UCX_TLS=sm,self) ...");
-            UcxOutcome::Ran(run_ucx(Ucx::new(exe, o.out.join("ucx.log")), &plan))
+            UcxOutcome::Ran(run_ucx(Ucx::new(exe, r.path("ucx.log")), &plan))
         }
     };
-    let load_after = loadavg();
-
     let sections = build_sections(&res, &plan, &ucx);
-    println!("{}", header(&res, &plan, &load_before, &load_after));
-    print!("{}", report::table(&sections));
+    let csv = r.report(&header(r, &res, &plan), &sections, "am")?;
     match &ucx {
         UcxOutcome::Missing => println!("UCX: skipped (apt-get install ucx-utils)"),
         UcxOutcome::Disabled => println!("UCX: skipped (--no-ucx)"),
@@ -81,11 +50,8 @@ pub fn run(o: &Options) -> Result<(), String> {
             }
         }
     }
-    let csv_path = o.out.join("am.csv");
-    std::fs::write(&csv_path, report::csv(&sections))
-        .map_err(|e| format!("writing {}: {e}", csv_path.display()))?;
     let lat_svg = crate::plot::sections_by_size(
-        &o.out.join("am-latency.svg"),
+        &r.path("am-latency.svg"),
         "splitrt AM round-trip latency (2 pinned ranks, shm)",
         &sections,
         "us",
@@ -93,20 +59,20 @@ pub fn run(o: &Options) -> Result<(), String> {
         true,
     )?;
     let bw_svg = crate::plot::sections_by_size(
-        &o.out.join("am-bandwidth.svg"),
+        &r.path("am-bandwidth.svg"),
         "splitrt AM one-way throughput (2 pinned ranks, shm)",
         &sections,
         "MB/s",
         "MB/s (1 MB = 1e6 B)",
         true,
     )?;
-    println!("wrote {} and {}", lat_svg.display(), bw_svg.display());
+    println!("{}", wrote(&[&lat_svg, &bw_svg]));
     println!(
         "wrote {} (per-repetition rows: {}{})",
-        csv_path.display(),
-        result.display(),
+        csv.display(),
+        r.path(result).display(),
         match ucx {
-            UcxOutcome::Ran(_) => format!("; UCX output: {}", o.out.join("ucx.log").display()),
+            UcxOutcome::Ran(_) => format!("; UCX output: {}", r.path("ucx.log").display()),
             _ => String::new(),
         }
     );
@@ -148,24 +114,22 @@ fn run_ucx(mut u: Ucx, plan: &Plan) -> UcxRuns {
     r
 }
 
-fn header(res: &Results<Bench>, plan: &Plan, before: &str, after: &str) -> String {
+fn header(r: &Run, res: &Results<Bench>, plan: &Plan) -> String {
     let c = |k: &str| res.config_value(k).unwrap_or("?").to_string();
     let seg = c("segment_size").parse::<usize>().ok();
     let max_medium = c("max_medium").parse::<usize>().ok();
-    format!(
-        "splitrt-bench ({} build{}): 2 ranks pinned to CPUs 0 and 1, SPLITRT_SPIN_ONLY=1, {} repetition(s)\n\
-         cpu: {}; load average before: {before}, after: {after}\n\
-         shm fabric: cell {} B, ring {} cells, max Medium {}, segment {}\n\
+    r.banner(
+        "splitrt-bench",
+        &format!("{PINNED}, {} repetition(s)", plan.reps),
+        "",
+    ) + &format!(
+        "shm fabric: cell {} B, ring {} cells, max Medium {}, segment {}\n\
          latency = full round trip (request + reply carrying the same payload size); p50/p99 are over\n\
          per-batch means (batches of up to {} round trips, fewer for big payloads so a batch moves <= 1 MiB\n\
          each way); a row shows the median over repetitions; spread = min..max over repetitions (of the\n\
          p50s for latencies). Every payload received is read (1 byte per 64 B line) by its handler.\n\
          throughput = one-way, <= {} messages in flight, receiver acks every {}; MB/s with 1 MB = 1e6 B.\n\
          NOISY = spread max/min > {}.\n",
-        c("build"),
-        if plan.quick { ", --quick: smoke test only, numbers mean little" } else { "" },
-        plan.reps,
-        cpu_model(),
         c("cell_size"),
         c("ring_len"),
         report::size_label(max_medium),
@@ -173,7 +137,7 @@ fn header(res: &Results<Bench>, plan: &Plan, before: &str, after: &str) -> Strin
         c("batch"),
         c("window"),
         c("ack_every"),
-        crate::stats::NOISY_RATIO,
+        crate::harness::stats::NOISY_RATIO,
     )
 }
 

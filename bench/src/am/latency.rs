@@ -32,5 +32,5 @@ pub fn round_trips(
         send(s)?;
         ep.wait_until(|| pong.load(Ordering::Acquire) == s)
     };
-    crate::stats::batch_means(rounds.warm, rounds.batches, rounds.batch, one)
+    crate::harness::stats::batch_means(rounds.warm, rounds.batches, rounds.batch, one)
 }

@@ -1,6 +1,6 @@
 //! The quantities the AM benchmark measures, with their CSV identifiers.
 
-use crate::results::BenchId;
+use crate::harness::results::BenchId;
 
 /// The measured quantities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

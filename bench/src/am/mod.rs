@@ -8,6 +8,7 @@ pub mod driver;
 pub(crate) mod handlers;
 pub(crate) mod latency;
 mod measure;
+pub(crate) mod pinger;
 pub(crate) mod pingpong;
 pub(crate) mod plan;
 pub(crate) mod throughput;

@@ -3,6 +3,7 @@
 //! the passive rank knows how many raw ping-pongs to answer and when a
 //! stream ends without being told.
 
+use super::latency::Rounds;
 use crate::Common;
 
 /// Round trips per timed batch of the raw ping-pong (as in
@@ -23,9 +24,11 @@ pub const LONG_STREAM_AREA: usize = 16 << 20;
 /// Largest Long payload measured.
 pub const MAX_LONG: usize = 4 << 20;
 
-/// The work of one benchmark job.
+/// How much every AM measurement does, shared by the AM benchmark's
+/// [`Plan`] and the sweeps' (which deref to it): repetitions, the raw
+/// ping-pong, latency batches, stream lengths and the send window.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub struct Effort {
     /// Repetitions of every measurement.
     pub reps: usize,
     /// Smoke-test sizes and counts.
@@ -37,7 +40,7 @@ pub struct Plan {
     /// Timed batches per AM latency measurement.
     pub batches: usize,
     /// Round trips per batch for small messages (capped by size, see
-    /// [`Plan::batch_for`]).
+    /// [`Effort::batch_for`]).
     pub batch: usize,
     /// Bytes one throughput measurement moves (bounded by the message
     /// counts below).
@@ -46,16 +49,77 @@ pub struct Plan {
     pub stream_min_msgs: usize,
     /// Most messages in one throughput measurement.
     pub stream_max_msgs: usize,
-    /// Short messages in one message-rate measurement.
-    pub rate_msgs: usize,
     /// Most unacknowledged messages a streaming sender keeps in flight.
     pub window: usize,
     /// The receiver acknowledges every this many messages (and the last).
     pub ack_every: usize,
+}
+
+impl Effort {
+    /// Round trips per timed batch for messages of `size` bytes: up to
+    /// `batch`, fewer for large messages so a batch moves at most about
+    /// 1 MiB each way (1 for messages of 1 MiB and more).
+    pub fn batch_for(&self, size: usize) -> usize {
+        (self.batch).min((1 << 20) / size.max(1)).max(1)
+    }
+
+    /// Untimed round trips before a latency measurement.
+    pub fn warm_for(&self, size: usize) -> usize {
+        (self.batch_for(size) * self.batches / 10).max(1)
+    }
+
+    /// The round trips of one latency measurement at `size` bytes.
+    pub fn rounds(&self, size: usize) -> Rounds {
+        Rounds {
+            warm: self.warm_for(size),
+            batch: self.batch_for(size),
+            batches: self.batches,
+        }
+    }
+
+    /// Messages in one throughput measurement of `size`-byte messages.
+    pub fn stream_msgs(&self, size: usize) -> usize {
+        (self.stream_bytes / size.max(1)).clamp(self.stream_min_msgs, self.stream_max_msgs)
+    }
+
+    /// Raw round trips per repetition (warm-up included).
+    pub fn raw_round_trips(&self) -> u64 {
+        (self.raw_warm + self.raw_batches * RAW_BATCH) as u64
+    }
+
+    /// The settings rank 0 records with its measurements.
+    pub fn config(&self) -> [(&'static str, String); 7] {
+        [
+            ("window", self.window.to_string()),
+            ("ack_every", self.ack_every.to_string()),
+            ("batch", self.batch.to_string()),
+            ("batches", self.batches.to_string()),
+            ("raw_batches", self.raw_batches.to_string()),
+            ("reps", self.reps.to_string()),
+            ("quick", self.quick.to_string()),
+        ]
+    }
+}
+
+/// The work of one AM benchmark job.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Repetitions, batches, streams, window.
+    pub effort: Effort,
+    /// Short messages in one message-rate measurement.
+    pub rate_msgs: usize,
     /// `ucx_perftest -n` for `ucp_am_lat`.
     pub ucx_lat_iters: usize,
     /// `ucx_perftest -n` for the `ucp_am_bw` message rate.
     pub ucx_rate_iters: usize,
+}
+
+impl std::ops::Deref for Plan {
+    type Target = Effort;
+
+    fn deref(&self) -> &Effort {
+        &self.effort
+    }
 }
 
 impl Plan {
@@ -64,35 +128,39 @@ impl Plan {
         let reps = c.reps as usize;
         if c.quick {
             Plan {
-                reps,
-                quick: true,
-                raw_warm: 1000,
-                raw_batches: 5,
-                batches: 5,
-                batch: 100,
-                stream_bytes: 1 << 20,
-                stream_min_msgs: 16,
-                stream_max_msgs: 2000,
+                effort: Effort {
+                    reps,
+                    quick: true,
+                    raw_warm: 1000,
+                    raw_batches: 5,
+                    batches: 5,
+                    batch: 100,
+                    stream_bytes: 1 << 20,
+                    stream_min_msgs: 16,
+                    stream_max_msgs: 2000,
+                    window: 256,
+                    ack_every: 32,
+                },
                 rate_msgs: 5000,
-                window: 256,
-                ack_every: 32,
                 ucx_lat_iters: 10_000,
                 ucx_rate_iters: 50_000,
             }
         } else {
             Plan {
-                reps,
-                quick: false,
-                raw_warm: 100_000,
-                raw_batches: 1000,
-                batches: 200,
-                batch: MAX_BATCH,
-                stream_bytes: 256 << 20,
-                stream_min_msgs: 64,
-                stream_max_msgs: 500_000,
+                effort: Effort {
+                    reps,
+                    quick: false,
+                    raw_warm: 100_000,
+                    raw_batches: 1000,
+                    batches: 200,
+                    batch: MAX_BATCH,
+                    stream_bytes: 256 << 20,
+                    stream_min_msgs: 64,
+                    stream_max_msgs: 500_000,
+                    window: 256,
+                    ack_every: 32,
+                },
                 rate_msgs: 2_000_000,
-                window: 256,
-                ack_every: 32,
                 ucx_lat_iters: 200_000,
                 ucx_rate_iters: 1_000_000,
             }
@@ -122,28 +190,6 @@ impl Plan {
         v.push(max_medium.min(max));
         v.push(max);
         dedup(v)
-    }
-
-    /// Round trips per timed batch for messages of `size` bytes: up to
-    /// [`MAX_BATCH`], fewer for large messages so a batch moves at most about
-    /// 1 MiB each way (1 for messages of 1 MiB and more).
-    pub fn batch_for(&self, size: usize) -> usize {
-        (self.batch).min((1 << 20) / size.max(1)).max(1)
-    }
-
-    /// Untimed round trips before a latency measurement.
-    pub fn warm_for(&self, size: usize) -> usize {
-        (self.batch_for(size) * self.batches / 10).max(1)
-    }
-
-    /// Messages in one throughput measurement of `size`-byte messages.
-    pub fn stream_msgs(&self, size: usize) -> usize {
-        (self.stream_bytes / size.max(1)).clamp(self.stream_min_msgs, self.stream_max_msgs)
-    }
-
-    /// Raw round trips per repetition (warm-up included).
-    pub fn raw_round_trips(&self) -> u64 {
-        (self.raw_warm + self.raw_batches * RAW_BATCH) as u64
     }
 }
 

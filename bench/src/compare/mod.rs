@@ -18,29 +18,13 @@ mod fabric;
 mod udp;
 
 use crate::am::ucx::{self, Ucx};
-use crate::host::{cpu_model, loadavg};
-use crate::job;
+use crate::harness::report::{size_label, Row, Section};
+use crate::harness::run::{wrote, Run};
+use crate::harness::stats::{Summary, NOISY_RATIO};
 use crate::plot::{self, Chart, Series};
-use crate::progress::Progress;
-use crate::report::{self, size_label, Row, Section};
-use crate::stats::{Summary, NOISY_RATIO};
-use crate::sweep::driver::{run_job, Options as SweepOptions};
+use crate::sweep::driver::run_job;
 use crate::sweep::{Bench, Mode};
-use crate::Common;
 use std::path::PathBuf;
-
-/// What the user asked for.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Flags passed on to the ranks.
-    pub common: Common,
-    /// Output directory.
-    pub out: PathBuf,
-    /// Seconds before the splitrt job is killed.
-    pub timeout: f64,
-    /// Do not run UCX / libfabric even if installed.
-    pub no_peers: bool,
-}
 
 /// `name` on `PATH`, if installed.
 pub fn on_path(name: &str) -> Option<PathBuf> {
@@ -159,26 +143,19 @@ fn counts(quick: bool) -> Counts {
     }
 }
 
-/// Run everything and report.
-pub fn run(o: &Options) -> Result<(), String> {
-    job::check_timeout(o.timeout)?;
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
-    let reps = o.common.reps as usize;
-    let n = counts(o.common.quick);
-    let before = loadavg();
-    let ucx_exe = (!o.no_peers).then(ucx::find).flatten();
-    let fi_exe = (!o.no_peers).then(fabric::find).flatten();
+/// Run everything and report (`no_peers`: not UCX nor libfabric even if
+/// installed).
+pub fn run(r: &Run, no_peers: bool) -> Result<(), String> {
+    let reps = r.common.reps as usize;
+    let n = counts(r.quick());
+    let ucx_exe = (!no_peers).then(ucx::find).flatten();
+    let fi_exe = (!no_peers).then(fabric::find).flatten();
     let steps = 2 + ucx_exe.as_ref().map_or(0, |_| 2) + fi_exe.as_ref().map_or(0, |_| 3);
-    let bar = Progress::new("splitrt-bench compare", steps, o.common.quick);
+    let bar = r.progress("splitrt-bench compare", steps);
 
     // 1. splitrt (and the raw line ping-pong and memcpy, same ranks).
     bar.step("splitrt: one 2-rank job");
-    let so = SweepOptions {
-        common: o.common,
-        out: o.out.clone(),
-        timeout: o.timeout,
-    };
-    let res = run_job(&so, Mode::Compare, "compare", &[])?;
+    let res = run_job(r, Mode::Compare, "compare", &[])?;
     bar.done();
     let med = |b: Bench, s: usize| res.summary(b, s).median;
     let lat = |name, value| Ours {
@@ -294,7 +271,7 @@ pub fn run(o: &Options) -> Result<(), String> {
     }
     let mut rtts = Vec::new();
     let mut errors = Vec::new();
-    let batch = if o.common.quick { 100 } else { 1000 };
+    let batch = if r.quick() { 100 } else { 1000 };
     for _ in 0..reps {
         match udp::ping_pong(batch, batch, n.udp_batches) {
             Ok((p50, _)) => rtts.push(p50),
@@ -342,7 +319,7 @@ pub fn run(o: &Options) -> Result<(), String> {
     // 3. UCX.
     match &ucx_exe {
         None => {
-            let why = if o.no_peers {
+            let why = if no_peers {
                 "skipped (--no-peers)"
             } else {
                 "skipped: not installed (apt-get install ucx-utils)"
@@ -357,7 +334,7 @@ pub fn run(o: &Options) -> Result<(), String> {
                 bar.step(&format!("ucx_perftest {label}"));
                 let mut u = Ucx::new(
                     exe.clone(),
-                    o.out.join(format!("ucx-{}.log", tls.replace(',', "-"))),
+                    r.path(&format!("ucx-{}.log", tls.replace(',', "-"))),
                 )
                 .with_tls(tls);
                 let mut rows = Vec::new();
@@ -425,7 +402,7 @@ pub fn run(o: &Options) -> Result<(), String> {
     // 4. libfabric.
     match &fi_exe {
         None => {
-            let why = if o.no_peers {
+            let why = if no_peers {
                 "skipped (--no-peers)"
             } else {
                 "skipped: not installed (apt-get install libfabric-bin)"
@@ -433,7 +410,7 @@ pub fn run(o: &Options) -> Result<(), String> {
             t.section("libfabric fi_pingpong", vec![skipped("libfabric", why)]);
         }
         Some(exe) => {
-            let mut f = fabric::FiPingpong::new(exe.clone(), o.out.join("fi_pingpong.log"));
+            let mut f = fabric::FiPingpong::new(exe.clone(), r.path("fi_pingpong.log"));
             let mut rows = Vec::new();
             for (prov, div) in [("shm", 1), ("tcp", 5), ("udp;ofi_rxd", 10)] {
                 bar.step(&format!("fi_pingpong -p '{prov}'"));
@@ -487,28 +464,23 @@ pub fn run(o: &Options) -> Result<(), String> {
     let ratios = std::mem::take(&mut t.ratios);
     t.section("ratios: splitrt / peer or limit (latency: < 1 = splitrt faster; MB/s, msgs/s: > 1 = splitrt faster)", ratios);
 
-    println!(
-        "splitrt-bench compare ({} build{}): every side pinned to CPUs 0 and 1, {reps} repetition(s)\n\
-         cpu: {}; load average before: {before}, after: {}\n\
-         shm fabric: cell {}, ring {}, max Medium {}\n\
+    let head = r.banner(
+        "splitrt-bench compare",
+        &format!("every side pinned to CPUs 0 and 1, {reps} repetition(s)"),
+        "",
+    ) + &format!(
+        "shm fabric: cell {}, ring {}, max Medium {}\n\
          ALL latencies are full round trips (RTT): ucx_perftest and fi_pingpong print one-way latency (RTT/2),\n\
          doubled here. MB/s with 1 MB = 1e6 B (UCX's MiB/s converted). fi_pingpong MB/s is its ping-pong figure.\n\
          Each peer row's note gives every comparable splitrt number as a ratio to it. NOISY = max/min > {NOISY_RATIO}.\n",
-        res.config_value("build").unwrap_or("?"),
-        if o.common.quick { ", --quick: smoke test only, numbers mean little" } else { "" },
-        cpu_model(),
-        loadavg(),
         size_label(res.config_value("cell_size").and_then(|v| v.parse().ok())),
         res.config_value("ring_len").unwrap_or("?"),
         size_label(res.config_value("max_medium").and_then(|v| v.parse().ok())),
     );
-    print!("{}", report::table(&t.sections));
-    let csv = o.out.join("compare.csv");
-    std::fs::write(&csv, report::csv(&t.sections))
-        .map_err(|e| format!("writing {}: {e}", csv.display()))?;
-    let svg = o.out.join("compare.svg");
+    let csv = r.report(&head, &t.sections, "compare")?;
+    let svg = r.path("compare.svg");
     draw(&svg, &t.sections)?;
-    println!("wrote {} and {}", csv.display(), svg.display());
+    println!("{}", wrote(&[&csv, &svg]));
     Ok(())
 }
 

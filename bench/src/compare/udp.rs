@@ -7,8 +7,8 @@
 //!   the other receives; MB/s = bytes received / time from the first to the
 //!   last datagram received (loss is reported, not retried).
 
-use crate::pin::pin_to_cpu;
-use crate::stats::p50_p99;
+use crate::harness::pin::pin_to_cpu;
+use crate::harness::stats::p50_p99;
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
 

@@ -12,22 +12,16 @@
 pub mod testam;
 pub mod testrma;
 
-use crate::job::{self, Job};
-use crate::stats::p50_p99;
-use crate::Common;
+use crate::harness::report::{self, Row, Section};
+use crate::harness::run::Run;
+use crate::harness::stats::{p50_p99, Summary};
 use splitrt::runtime::config::ENV_THREADS;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// What to run.
+/// What to run (`--reps` is the number of rounds).
 pub struct Options {
-    /// Flags passed on to the ranks (`--reps`: rounds; `--quick`).
-    pub common: Common,
-    /// Output directory.
-    pub out: PathBuf,
-    /// Seconds before a job is killed.
-    pub timeout: f64,
     /// A GASNet-EX tree configured with `--enable-smp` whose
     /// `smp-conduit/testam` was built (`make -C smp-conduit testam`).
     pub gasnet: Option<PathBuf>,
@@ -176,15 +170,29 @@ fn run_theirs(dir: &Path, test: &str, iters: usize, max: usize) -> Result<String
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// p50 and p99 (nearest rank), min and max over the rounds of a row.
+fn summary(v: &[(usize, f64)]) -> Summary {
+    let v = values(v);
+    let (p50, p99) = p50_p99(&v);
+    Summary {
+        median: p50,
+        p99: Some(p99),
+        ..Summary::values(&v)
+    }
+}
+
 /// `p50 p99 (min..max)` over rounds.
 fn cell(v: Option<&Vec<(usize, f64)>>) -> String {
     match v {
         Some(v) if !v.is_empty() => {
-            let v = values(v);
-            let (p50, p99) = p50_p99(&v);
-            let lo = v.iter().cloned().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            format!("{p50:9.3} {p99:.3} ({lo:.3}..{hi:.3})")
+            let s = summary(v);
+            format!(
+                "{:9.3} {:.3} ({:.3}..{:.3})",
+                s.median,
+                s.p99.unwrap_or(f64::NAN),
+                s.min,
+                s.max
+            )
         }
         _ => format!("{:>9}", "-"),
     }
@@ -204,15 +212,14 @@ fn round_ratios(theirs: &[(usize, f64)], ours: &[(usize, f64)]) -> Vec<f64> {
 }
 
 /// Run the comparison.
-pub fn run(o: &Options) -> Result<(), String> {
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
-    let (iters, max) = if o.common.quick {
+pub fn run(r: &Run, o: &Options) -> Result<(), String> {
+    let (iters, max) = if r.quick() {
         (50, o.max_size.min(4096))
     } else {
         (o.iters, o.max_size)
     };
     // testsmall / testlarge: (iterations, largest size); their defaults
-    let (small, large) = if o.common.quick {
+    let (small, large) = if r.quick() {
         ((50, 64), (10, 8192))
     } else {
         (testrma::SMALL_DEFAULT, testrma::LARGE_DEFAULT)
@@ -222,8 +229,8 @@ pub fn run(o: &Options) -> Result<(), String> {
     let mut theirs = Rows::new();
     let mut extra = Rows::new();
     let mut notes = String::new();
-    let result = o.out.join("gasnet-testam.raw");
-    for round in 0..o.common.reps as usize {
+    let result = "gasnet-testam.raw";
+    for round in 0..r.common.reps as usize {
         // theirs first: its maxima become ours, so the rows pair up
         if let Some(dir) = &o.gasnet {
             for (test, it, mx) in [
@@ -252,42 +259,25 @@ pub fn run(o: &Options) -> Result<(), String> {
         // GASNet-EX's tests link its SEQ (single-threaded) library: ours
         // run single-threaded too (no locks on the rings).
         let mut env = vec![
-            (testam::ENV_ITERS.into(), iters.to_string()),
-            (testam::ENV_MAXSZ.into(), max.to_string()),
-            (ENV_THREADS.into(), "single".into()),
+            (testam::ENV_ITERS, iters.to_string()),
+            (testam::ENV_MAXSZ, max.to_string()),
+            (ENV_THREADS, "single".into()),
         ];
         for (kind, var) in [
             ("AMMedium", testam::ENV_MAX_MEDIUM),
             ("AMLong", testam::ENV_MAX_LONG),
         ] {
             if let Some(m) = max_size_of(&theirs, kind) {
-                env.push((var.into(), m.to_string()));
+                env.push((var, m.to_string()));
             }
         }
-        let text = job::run(&Job {
-            worker: "gasnet-worker",
-            common: o.common,
-            result: &result,
-            env,
-            timeout: o.timeout,
-        })?;
-        let rma = job::run(&Job {
-            worker: "gasnet-rma-worker",
-            common: o.common,
-            result: &result,
-            env: vec![
-                (ENV_THREADS.into(), "single".into()),
-                (
-                    testrma::ENV_SMALL.into(),
-                    format!("{},{}", small.0, small.1),
-                ),
-                (
-                    testrma::ENV_LARGE.into(),
-                    format!("{},{}", large.0, large.1),
-                ),
-            ],
-            timeout: o.timeout,
-        })?;
+        let text = r.job("gasnet-worker", result, &env)?;
+        let rma_env = [
+            (ENV_THREADS, "single".into()),
+            (testrma::ENV_SMALL, format!("{},{}", small.0, small.1)),
+            (testrma::ENV_LARGE, format!("{},{}", large.0, large.1)),
+        ];
+        let rma = r.job("gasnet-rma-worker", result, &rma_env)?;
         let text = text + &rma;
         if order.is_empty() {
             order = text
@@ -307,7 +297,7 @@ pub fn run(o: &Options) -> Result<(), String> {
          microseconds per iteration (throughput rows: per operation): p50 p99 over rounds (min..max); \
          ratio: splitrt / GASNet-EX per round, p50; \
          both single-threaded (GASNet-EX's SEQ library, splitrt {ENV_THREADS}=single)",
-        o.common.reps,
+        r.common.reps,
         small.0,
         small.1,
         large.0,
@@ -322,9 +312,8 @@ pub fn run(o: &Options) -> Result<(), String> {
         "{:<52} {:>34} {:>34} {:>8}",
         "row (the test's own description)", "GASNet-EX smp", "splitrt", "ratio"
     );
-    let mut csv = String::from(
-        "section,source,measurement,size_bytes,unit,median,p99,min,max,reps,noisy,note\n",
-    );
+    // one section per row keeps the rows in table order
+    let mut csv: Vec<Section> = Vec::new();
     let only_theirs: Vec<String> = theirs
         .keys()
         .filter(|k| !ours.contains_key(*k))
@@ -349,20 +338,13 @@ pub fn run(o: &Options) -> Result<(), String> {
                 ratio.map_or(String::new(), |r| format!("{r:.3}x GASNet-EX")),
             ),
         ] {
-            let Some(vals) = vals.filter(|x| !x.is_empty()).map(|x| values(x)) else {
+            let Some(vals) = vals.filter(|x| !x.is_empty()) else {
                 continue;
             };
-            let lo = vals.iter().cloned().fold(f64::INFINITY, f64::min);
-            let hi = vals.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-            let (p50, p99) = p50_p99(&vals);
-            let section = k.split_once(": ").map_or("testam", |(t, _)| t);
-            let _ = writeln!(
-                csv,
-                "{section},{source},{k},{},us,{p50:.4},{p99:.4},{lo:.4},{hi:.4},{},{},{note}",
-                size.map_or(String::new(), |x| x.to_string()),
-                vals.len(),
-                hi > 1.5 * lo
-            );
+            csv.push(Section {
+                title: k.split_once(": ").map_or("testam", |(t, _)| t).into(),
+                rows: vec![Row::new(source, k.clone(), size, "us", summary(vals)).with_note(note)],
+            });
         }
     }
     if o.gasnet.is_none() {
@@ -370,9 +352,8 @@ pub fn run(o: &Options) -> Result<(), String> {
     }
     t += &notes;
     print!("{t}");
-    std::fs::write(o.out.join("gasnet.csv"), csv)
-        .map_err(|e| format!("writing gasnet.csv: {e}"))?;
-    std::fs::write(o.out.join("gasnet.txt"), &t).map_err(|e| format!("writing gasnet.txt: {e}"))?;
+    r.write("gasnet.csv", &report::csv(&csv))?;
+    r.write("gasnet.txt", &t)?;
     Ok(())
 }
 

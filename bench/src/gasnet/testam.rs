@@ -27,9 +27,9 @@
 
 use crate::am::pingpong::Line;
 use crate::am::plan::RAW_BATCH;
-use crate::job::{pin_this_rank, this_rank};
-use crate::stats::p50_p99;
-use splitrt::{Endpoint, EndpointBuilder, Error, Kind, Payload, RequestHandler, Result};
+use crate::harness::stats::p50_p99;
+use crate::harness::worker;
+use splitrt::{Endpoint, EndpointBuilder, Kind, Payload, RequestHandler, Result};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -288,16 +288,14 @@ fn env_num(name: &str, default: usize) -> usize {
 
 /// Run this rank; rank 0 writes `desc \t us \t MB/s` rows to `result`.
 pub fn run(result: &Path) -> Result<()> {
-    pin_this_rank(this_rank());
+    worker::pin();
     let iters = env_num(ENV_ITERS, 1000).max(1) as u64;
     let maxsz = env_num(ENV_MAXSZ, 2 << 20);
     let c = Arc::new(Counters::default());
     let mut b = EndpointBuilder::new();
     let h = register(&mut b, &c)?;
     let ep = b.attach()?;
-    if ep.size() != 2 {
-        return Err(Error::usage("testam needs exactly 2 ranks"));
-    }
+    worker::two_ranks(ep.size())?;
     let me = ep.rank();
     let peer = 1 - me;
     let max_med = ep.max_medium(peer)?.min(env_num(ENV_MAX_MEDIUM, maxsz));
@@ -347,8 +345,7 @@ pub fn run(result: &Path) -> Result<()> {
     }
     if me == 0 {
         let _ = writeln!(r.out, "max Medium\t{max_med}\t0\nmax Long\t{max_long}\t0");
-        std::fs::write(result, &r.out)
-            .map_err(|e| Error::usage(format!("writing {}: {e}", result.display())))?;
+        worker::write_result(result, 0, &r.out)?;
     }
     ep.finish()
 }

@@ -33,9 +33,9 @@
 //! before each row. Until 2026-11-26 ours ran every row of a size before
 //! the next size and warmed up with one large put and get only.
 
-use crate::job::{pin_this_rank, this_rank};
+use crate::harness::worker;
 use splitrt::pgas::{GlobalPtr, Pgas};
-use splitrt::{Error, Result};
+use splitrt::Result;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
@@ -299,13 +299,11 @@ impl Bench<'_> {
 
 /// Run this rank; rank 0 writes `key \t us \t 0` rows to `result`.
 pub fn run(result: &Path) -> Result<()> {
-    pin_this_rank(this_rank());
+    worker::pin();
     let (si, sm) = iters_max(ENV_SMALL, SMALL_DEFAULT);
     let (li, lm) = iters_max(ENV_LARGE, LARGE_DEFAULT);
     let pg = Pgas::attach()?;
-    if pg.size() != 2 {
-        return Err(Error::usage("testsmall / testlarge need exactly 2 ranks"));
-    }
+    worker::two_ranks(pg.size())?;
     let max = sm.max(lm);
     // as in testlarge: the local buffer is in this rank's own segment
     // (`msgbuf = myseg`), the remote one in the peer's
@@ -336,8 +334,7 @@ pub fn run(result: &Path) -> Result<()> {
             &sizes(LARGE_MIN, lm),
             li.max(1),
         )?;
-        std::fs::write(result, &b.out)
-            .map_err(|e| Error::usage(format!("writing {}: {e}", result.display())))?;
+        worker::write_result(result, 0, &b.out)?;
     }
     pg.barrier_notify()?;
     pg.barrier_wait()?;

@@ -9,27 +9,10 @@
 
 pub mod worker;
 
-use crate::job::{self, Job};
-use crate::Common;
+use crate::harness::job::Place;
+use crate::harness::run::Run;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-
-/// What to run.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Shared flags.
-    pub common: Common,
-    /// Output directory.
-    pub out: PathBuf,
-    /// Seconds before a job is killed.
-    pub timeout: f64,
-    /// Two hosts (`a,b`) to place the ranks on.
-    pub hosts: Option<String>,
-    /// Remote shell for `hosts`.
-    pub rsh: Option<String>,
-    /// A built GASNet-EX tree (its `udp-conduit` directory has the tests).
-    pub gasnet: Option<PathBuf>,
-}
+use std::path::Path;
 
 const METRICS: &[&str] = &[
     "raw UDP RTT (us)",
@@ -70,20 +53,17 @@ fn parse(text: &str) -> BTreeMap<String, f64> {
     by.into_iter().map(|(k, v)| (k, median(v))).collect()
 }
 
-/// Run the benchmark and print its table.
-pub fn run(o: &Options) -> Result<(), String> {
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
-    let hosts = match &o.hosts {
-        None => None,
-        Some(h) => {
-            let h = splitrt::runtime::launcher::parse_hosts(h).map_err(|e| e.to_string())?;
-            if h.len() != 2 || h.iter().any(|x| x.slots != 1) {
-                return Err("--hosts takes two hosts of one slot each: a,b".into());
-            }
-            Some(h)
-        }
-    };
-    let where_ = o.hosts.clone().unwrap_or_else(|| "loopback".into());
+/// Run the benchmark and print its table: on this host, or on `hosts`
+/// (`a,b`) through `rsh`; `gasnet`: a built GASNet-EX tree whose
+/// `udp-conduit` tests run too.
+pub fn run(
+    r: &Run,
+    hosts: Option<&str>,
+    rsh: Option<String>,
+    gasnet: Option<&Path>,
+) -> Result<(), String> {
+    let place = Place::new(hosts, rsh)?;
+    let where_ = hosts.unwrap_or("loopback");
     let scenarios = [
         ("lossless", None),
         ("1% loss", Some("drop=0.01,dir=tx,seed=11")),
@@ -93,33 +73,21 @@ pub fn run(o: &Options) -> Result<(), String> {
     let mut cols = Vec::new();
     for (name, faults) in scenarios {
         eprintln!("net: {name} ({where_})");
-        let result = o
-            .out
-            .join(format!("net-{}.raw", name.replace(['%', ' '], "")));
-        let mut env = vec![("SPLITRT_FABRIC".to_string(), "udp".to_string())];
+        let result = format!("net-{}.raw", name.replace(['%', ' '], ""));
+        let mut env = vec![("SPLITRT_FABRIC", "udp".to_string())];
         if let Some(f) = faults {
-            env.push(("SPLITRT_UDP_FAULTS".into(), f.into()));
+            env.push(("SPLITRT_UDP_FAULTS", f.into()));
         }
         if name == "header tag" {
-            env.push(("SPLITRT_UDP_AUTH".into(), "header".into()));
+            env.push(("SPLITRT_UDP_AUTH", "header".into()));
         }
-        let text = job::run_on(
-            &Job {
-                worker: "net-worker",
-                common: o.common,
-                result: &result,
-                env,
-                timeout: o.timeout,
-            },
-            hosts.clone(),
-            o.rsh.clone(),
-        )?;
+        let text = r.job_on("net-worker", &result, &env, &place)?;
         cols.push((name, parse(&text)));
     }
     let get = |c: usize, m: &str| cols[c].1.get(m).copied().unwrap_or(f64::NAN);
     let mut table = format!(
         "UDP fabric, 2 ranks ({where_}), {} repetition(s), medians\n{:<30} {:>12} {:>12} {:>12} {:>12}\n",
-        o.common.reps, "", cols[0].0, cols[1].0, cols[2].0, cols[3].0
+        r.common.reps, "", cols[0].0, cols[1].0, cols[2].0, cols[3].0
     );
     let mut csv = String::from("metric,lossless,loss1,loss5,header_tag\n");
     for m in METRICS {
@@ -190,12 +158,12 @@ pub fn run(o: &Options) -> Result<(), String> {
         table += &format!("{k:<34} {v:>8.2}\n");
         csv += &format!("{k},{v},,,\n");
     }
-    if let Some(dir) = &o.gasnet {
-        table += &gasnet(dir, o.common.quick);
+    if let Some(dir) = gasnet {
+        table += &gasnet_udp(dir, r.quick());
     }
     print!("{table}");
-    std::fs::write(o.out.join("net.csv"), csv).map_err(|e| format!("writing net.csv: {e}"))?;
-    std::fs::write(o.out.join("net.txt"), &table).map_err(|e| format!("writing net.txt: {e}"))?;
+    r.write("net.csv", &csv)?;
+    r.write("net.txt", &table)?;
     Ok(())
 }
 
@@ -205,7 +173,7 @@ pub fn run(o: &Options) -> Result<(), String> {
 /// this host with local spawning and shared memory off
 /// (`GASNET_SUPERNODE_MAXSIZE=1`, so the two processes talk over UDP),
 /// their key lines quoted.
-fn gasnet(dir: &std::path::Path, quick: bool) -> String {
+fn gasnet_udp(dir: &Path, quick: bool) -> String {
     let udp = dir.join("udp-conduit");
     let run = [
         dir.join("other/amudp/amudprun"),

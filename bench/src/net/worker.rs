@@ -10,7 +10,7 @@
 //! Medium and Long one-way bandwidth, Short message rate, put 1 MiB, get
 //! 64 KiB and 1 MiB. Rank 0 writes `name,rep,value` lines.
 
-use crate::job::{pin_this_rank, this_rank};
+use crate::harness::worker;
 use crate::Common;
 use splitrt::pgas::Pgas;
 use splitrt::{EndpointBuilder, Error, Kind, Payload, Result};
@@ -66,7 +66,7 @@ fn local_ip() -> Result<std::net::IpAddr> {
 /// Run this rank; rank 0 writes its measurements to `result`.
 pub fn run(common: Common, result: &Path) -> Result<()> {
     let sz = sizes(&common);
-    pin_this_rank(this_rank());
+    worker::pin();
     let sh = Arc::new(Shared::default());
     let mut b = EndpointBuilder::new();
     let s = sh.clone();
@@ -108,9 +108,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     })?;
     let pg = Pgas::attach_with(b)?;
     let ep = pg.endpoint();
-    if pg.size() != 2 {
-        return Err(Error::usage("the network benchmark needs exactly 2 ranks"));
-    }
+    worker::two_ranks(pg.size())?;
     let me = pg.rank();
     let other = 1 - me;
     let raw = UdpSocket::bind((local_ip()?, 0)).map_err(|e| Error::io("raw UDP socket", e))?;
@@ -335,8 +333,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
                 s.sent, s.retransmits
             );
         }
-        std::fs::write(result, out)
-            .map_err(|e| Error::io(format!("writing {}", result.display()), e).at_rank(0))?;
+        worker::write_result(result, 0, &out)?;
     }
     pg.finish()
 }

@@ -21,7 +21,7 @@
 
 use super::measure::Bench;
 use super::plan::{Plan, Rounds, MAX_SIZE};
-use crate::results::{Results, Value};
+use crate::harness::results::{Results, Value};
 use crate::touch::touch;
 use splitrt::pgas::{Pgas, SymArray};
 use splitrt::Result;

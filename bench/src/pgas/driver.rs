@@ -6,60 +6,37 @@
 use super::measure::Bench;
 use super::plan::Plan;
 use super::table::{self, Runs};
+use crate::harness::results::Results;
+use crate::harness::run::{wrote, Run};
 use crate::host::loadavg;
-use crate::job::{self, Job};
-use crate::report;
-use crate::results::Results;
-use crate::Common;
 use splitrt::runtime::config::{ENV_RMA, ENV_SEGMENT_SIZE};
-use std::path::PathBuf;
 
 /// The one-sided paths, in the order their jobs run.
 pub const PATHS: [&str; 2] = ["native", "am"];
 
-/// What the user asked for.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Flags passed on to the ranks.
-    pub common: Common,
-    /// Output directory.
-    pub out: PathBuf,
-    /// Seconds before each job is killed.
-    pub timeout: f64,
-}
-
 /// Run both jobs and report.
-pub fn run(o: &Options) -> Result<(), String> {
-    let plan = Plan::new(&o.common);
-    job::check_timeout(o.timeout)?;
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
-    let load_before = loadavg();
-    let mut done: Vec<(PathBuf, Results<Bench>)> = Vec::new();
-    let bar = crate::progress::Progress::new("splitrt-bench pgas", PATHS.len(), plan.quick);
+pub fn run(r: &Run) -> Result<(), String> {
+    let plan = Plan::new(&r.common);
+    let mut done: Vec<(String, Results<Bench>)> = Vec::new();
+    let bar = r.progress("splitrt-bench pgas", PATHS.len());
     for path in PATHS {
-        let result = o.out.join(format!("pgas-{path}-rank0.csv"));
+        let result = format!("pgas-{path}-rank0.csv");
         bar.step(&format!(
             "running 2 ranks with {ENV_RMA}={path} ({} repetition(s){})",
             plan.reps,
             if plan.quick { ", quick" } else { "" }
         ));
-        let text = job::run(&Job {
-            worker: "pgas-worker",
-            common: o.common,
-            result: &result,
-            env: vec![
-                (ENV_RMA.to_string(), path.to_string()),
-                (ENV_SEGMENT_SIZE.to_string(), plan.segment_size.to_string()),
-            ],
-            timeout: o.timeout,
-        })
-        .map_err(|e| format!("{ENV_RMA}={path}: {e}"))?;
-        let res: Results<Bench> =
-            Results::parse(&text).map_err(|e| format!("{}: {e}", result.display()))?;
+        let env = [
+            (ENV_RMA, path.to_string()),
+            (ENV_SEGMENT_SIZE, plan.segment_size.to_string()),
+        ];
+        let res: Results<Bench> = r
+            .results("pgas-worker", &result, &env)
+            .map_err(|e| format!("{ENV_RMA}={path}: {e}"))?;
         if res.config_value("rma") != Some(path) {
             return Err(format!(
                 "{}: the job ran on the {:?} path, not {path}",
-                result.display(),
+                r.path(&result).display(),
                 res.config_value("rma")
             ));
         }
@@ -67,32 +44,27 @@ pub fn run(o: &Options) -> Result<(), String> {
         bar.done();
     }
     bar.finish();
-    let load_after = loadavg();
-
     let runs = Runs {
         native: &done[0].1,
         am: &done[1].1,
     };
     let sections = table::sections(&runs, &plan);
-    println!("{}", table::header(&runs, &plan, &load_before, &load_after));
-    print!("{}", report::table(&sections));
-    let csv_path = o.out.join("pgas.csv");
-    std::fs::write(&csv_path, report::csv(&sections))
-        .map_err(|e| format!("writing {}: {e}", csv_path.display()))?;
+    let head = table::header(&runs, &plan, r.load_before(), &loadavg());
+    let csv = r.report(&head, &sections, "pgas")?;
     let svg = crate::plot::sections_by_size(
-        &o.out.join("pgas-bandwidth.svg"),
+        &r.path("pgas-bandwidth.svg"),
         "splitrt one-sided bandwidth vs memcpy (2 pinned ranks, shm)",
         &sections,
         "MB/s",
         "MB/s (1 MB = 1e6 B)",
         true,
     )?;
-    println!("wrote {}", svg.display());
+    println!("{}", wrote(&[&svg]));
     println!(
         "wrote {} (per-repetition rows: {}, {})",
-        csv_path.display(),
-        done[0].0.display(),
-        done[1].0.display()
+        csv.display(),
+        r.path(&done[0].0).display(),
+        r.path(&done[1].0).display()
     );
     Ok(())
 }

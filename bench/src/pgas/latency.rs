@@ -11,8 +11,8 @@
 
 use super::measure::Bench;
 use super::plan::{Plan, DIRTY_STRIDE};
-use crate::results::{Results, Value};
-use crate::stats::p50_p99;
+use crate::harness::results::Results;
+use crate::harness::stats::p50_p99;
 use splitrt::pgas::{GlobalPtr, Pgas, SymArray};
 use splitrt::{Error, Result};
 use std::hint::black_box;
@@ -31,7 +31,7 @@ pub const WORDS: usize = 24;
 /// Run `plan.warm()` untimed calls of `op`, then `plan.batches` batches of
 /// `plan.batch`; returns each batch's mean time per call (ns).
 fn batched(plan: &Plan, op: impl FnMut() -> Result<()>) -> Result<Vec<f64>> {
-    crate::stats::batch_means(plan.warm(), plan.batches, plan.batch, op)
+    crate::harness::stats::batch_means(plan.warm(), plan.batches, plan.batch, op)
 }
 
 /// Like [`batched`], but `op` returns the part of its time that counts.
@@ -48,11 +48,6 @@ fn batched_parts(plan: &Plan, mut op: impl FnMut() -> Result<Duration>) -> Resul
         means.push(sum.as_nanos() as f64 / plan.batch as f64);
     }
     Ok(means)
-}
-
-fn record(out: &mut Results<Bench>, bench: Bench, rep: usize, means: &[f64]) {
-    let (p50_ns, p99_ns) = p50_p99(means);
-    out.push(bench, 0, rep, Value::Latency { p50_ns, p99_ns });
 }
 
 /// Measurements rank 0 makes alone while rank 1 waits in a barrier (and
@@ -72,16 +67,16 @@ pub fn solo(
             pg.put(p, &[x])?;
             pg.sync()
         })?;
-        record(out, Bench::PutSync, rep, &put_sync);
+        out.push_latency(Bench::PutSync, 0, rep, &put_sync);
         let read = batched(plan, || {
             black_box(pg.read(p)?);
             Ok(())
         })?;
-        record(out, Bench::Read, rep, &read);
+        out.push_latency(Bench::Read, 0, rep, &read);
         let empty = batched(plan, || pg.sync())?;
-        record(out, Bench::SyncEmpty, rep, &empty);
+        out.push_latency(Bench::SyncEmpty, 0, rep, &empty);
         let clock = batched_parts(plan, || Ok(black_box(Instant::now()).elapsed()))?;
-        record(out, Bench::ClockPair, rep, &clock);
+        out.push_latency(Bench::ClockPair, 0, rep, &clock);
         let after_put = batched_parts(plan, || {
             x += 1;
             pg.put(p, &[x])?;
@@ -91,7 +86,7 @@ pub fn solo(
         })?;
         let clock_p50 = p50_p99(&clock).0;
         let net: Vec<f64> = after_put.iter().map(|m| m - clock_p50).collect();
-        record(out, Bench::SyncAfterPut, rep, &net);
+        out.push_latency(Bench::SyncAfterPut, 0, rep, &net);
     }
     pg.barrier()
 }
@@ -133,7 +128,7 @@ pub fn peer_written_reads(
         pg.barrier()?;
     }
     if pg.rank() == 0 {
-        record(out, Bench::ReadDirty, rep, &means);
+        out.push_latency(Bench::ReadDirty, 0, rep, &means);
     }
     Ok(())
 }
@@ -182,7 +177,7 @@ pub fn ping_pong(
             pg.sync()?;
             ep.wait_until(|| pong.load(Ordering::Acquire) == i)
         })?;
-        record(out, Bench::PutPingPong, rep, &means);
+        out.push_latency(Bench::PutPingPong, 0, rep, &means);
     } else {
         let (ping, pong) = (local_word(pg, words.at(1, PING))?, words.at(0, PONG));
         for _ in 0..ops {

@@ -1,7 +1,7 @@
 //! The quantities the PGAS benchmark measures, with their CSV identifiers.
 //! Every job measures all of them on its one-sided path (`SPLITRT_RMA`).
 
-use crate::results::BenchId;
+use crate::harness::results::BenchId;
 
 /// The measured quantities.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

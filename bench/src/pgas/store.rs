@@ -9,7 +9,7 @@
 
 use super::measure::Bench;
 use super::plan::Plan;
-use crate::results::{Results, Value};
+use crate::harness::results::{Results, Value};
 use crate::touch::touch_view;
 use splitrt::pgas::{Pgas, SymArray};
 use splitrt::Result;

@@ -3,10 +3,10 @@
 
 use super::measure::Bench;
 use super::plan::{Plan, DIRTY_STRIDE};
+use crate::harness::report::{self, Row, Section};
+use crate::harness::results::Results;
+use crate::harness::stats::{Summary, NOISY_RATIO};
 use crate::host::{caches, cpu_model};
-use crate::report::{self, Row, Section};
-use crate::results::Results;
-use crate::stats::{Summary, NOISY_RATIO};
 
 /// The results of both jobs.
 pub struct Runs<'a> {

@@ -13,51 +13,35 @@ use super::latency::{self, WORDS};
 use super::measure::Bench;
 use super::plan::{Plan, DIRTY_STRIDE};
 use super::store;
-use crate::job::{pin_this_rank, this_rank};
-use crate::results::Results;
+use crate::harness::results::Results;
+use crate::harness::worker;
 use crate::Common;
 use splitrt::pgas::Pgas;
-use splitrt::{Error, Result};
+use splitrt::Result;
 use std::path::Path;
-use std::time::Instant;
 
 /// Run this rank; rank 0 writes its measurements to `result`.
 pub fn run(common: Common, result: &Path) -> Result<()> {
     let plan = Plan::new(&common);
-    pin_this_rank(this_rank());
+    worker::pin();
     let pg = Pgas::attach()?;
-    if pg.size() != 2 {
-        return Err(Error::usage(format!(
-            "the benchmark needs exactly 2 ranks, this job has {}",
-            pg.size()
-        )));
-    }
+    worker::two_ranks(pg.size())?;
     let words = pg.alloc_sym::<u64>(WORDS)?;
     let mut lines = pg.alloc_sym::<u64>(plan.dirty_lines * DIRTY_STRIDE / 8)?;
     let mut area = pg.alloc_sym::<u8>(plan.area)?;
     let mut bufs = Buffers::new(&plan, pg.rank());
     let mut out: Results<Bench> = Results::with_config(config(&pg, &plan));
     bandwidth::prefault(&pg, &mut area, &mut bufs)?;
-    for rep in 0..plan.reps {
-        let t = Instant::now();
+    let label = format!("{:?} path: ", pg.rma_path());
+    worker::repetitions(&common, (pg.rank() == 0).then_some(&*label), |rep| {
         latency::solo(&pg, &plan, &words, rep, &mut out)?;
         latency::peer_written_reads(&pg, &plan, &mut lines, rep, &mut out)?;
         latency::ping_pong(&pg, &plan, &words, rep, &mut out)?;
         bandwidth::run(&pg, &plan, &mut area, &mut bufs, rep, &mut out)?;
-        store::run(&pg, &plan, &area, &bufs.src, rep, &mut out)?;
-        if pg.rank() == 0 && !plan.quick {
-            eprintln!(
-                "{:?} path: repetition {}/{} done in {:.1} s",
-                pg.rma_path(),
-                rep + 1,
-                plan.reps,
-                t.elapsed().as_secs_f64()
-            );
-        }
-    }
+        store::run(&pg, &plan, &area, &bufs.src, rep, &mut out)
+    })?;
     if pg.rank() == 0 {
-        std::fs::write(result, out.to_csv())
-            .map_err(|e| Error::io(format!("writing {}", result.display()), e).at_rank(0))?;
+        worker::write_result(result, 0, &out.to_csv())?;
     }
     pg.finish()
 }

@@ -3,83 +3,48 @@
 //! `OUT/<name>*.svg`.
 
 use super::{Bench, Mode, Plan, ENV_MODE};
-use crate::host::{cpu_model, loadavg};
-use crate::job::{self, Job};
+use crate::harness::report::{size_label, Row, Section};
+use crate::harness::results::Results;
+use crate::harness::run::{wrote, Run, PINNED};
+use crate::harness::stats::{Summary, NOISY_RATIO};
 use crate::plot::{self, Chart, Series};
-use crate::progress::Progress;
-use crate::report::{self, size_label, Row, Section};
-use crate::results::Results;
-use crate::stats::{Summary, NOISY_RATIO};
-use crate::Common;
 use splitrt::runtime::config::{ENV_CELL_SIZE, ENV_MAX_MEDIUM, ENV_RING_LEN, ENV_SEGMENT_SIZE};
-use std::path::PathBuf;
-
-/// What the user asked for.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// Flags passed on to the ranks.
-    pub common: Common,
-    /// Output directory.
-    pub out: PathBuf,
-    /// Seconds before each job is killed.
-    pub timeout: f64,
-}
 
 /// Run one sweep job in `mode` with extra environment; rank 0's rows are
 /// kept in `OUT/<tag>-rank0.csv`.
 pub fn run_job(
-    o: &Options,
+    r: &Run,
     mode: Mode,
     tag: &str,
     extra: &[(&str, String)],
 ) -> Result<Results<Bench>, String> {
-    let plan = Plan::new(mode, &o.common);
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
-    let result = o.out.join(format!("{tag}-rank0.csv"));
+    let plan = Plan::new(mode, &r.common);
     let mut env = vec![
-        (ENV_MODE.to_string(), mode.name().to_string()),
-        (
-            ENV_SEGMENT_SIZE.to_string(),
-            plan.segment_size().to_string(),
-        ),
+        (ENV_MODE, mode.name().to_string()),
+        (ENV_SEGMENT_SIZE, plan.segment_size().to_string()),
     ];
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
-    let text = job::run(&Job {
-        worker: "sweep-worker",
-        common: o.common,
-        result: &result,
-        env,
-        timeout: o.timeout,
-    })
-    .map_err(|e| format!("{tag}: {e}"))?;
-    Results::parse(&text).map_err(|e| format!("{}: {e}", result.display()))
+    env.extend_from_slice(extra);
+    r.results("sweep-worker", &format!("{tag}-rank0.csv"), &env)
+        .map_err(|e| format!("{tag}: {e}"))
 }
 
-fn header(what: &str, res: &Results<Bench>, o: &Options, before: &str, after: &str) -> String {
+fn header(what: &str, res: &Results<Bench>, r: &Run) -> String {
     let c = |k: &str| res.config_value(k).unwrap_or("?").to_string();
     let sz = |k: &str| size_label(c(k).parse().ok());
-    format!(
-        "splitrt-bench {what} ({} build{}): 2 ranks pinned to CPUs 0 and 1, SPLITRT_SPIN_ONLY=1, {} repetition(s), one-sided path {}\n\
-         cpu: {}; load average before: {before}, after: {after}\n\
-         shm fabric: cell {}, ring {} cells, max Medium {}, segment {}\n\
-         NOISY = spread (min..max over repetitions) max/min > {NOISY_RATIO}.\n",
-        c("build"),
-        if o.common.quick { ", --quick: smoke test only, numbers mean little" } else { "" },
-        o.common.reps,
-        c("rma"),
-        cpu_model(),
-        sz("cell_size"),
-        c("ring_len"),
-        sz("max_medium"),
-        sz("segment_size"),
-    )
-}
-
-fn write(o: &Options, name: &str, sections: &[Section]) -> Result<PathBuf, String> {
-    let p = o.out.join(format!("{name}.csv"));
-    std::fs::write(&p, report::csv(sections))
-        .map_err(|e| format!("writing {}: {e}", p.display()))?;
-    Ok(p)
+    let setup = format!(
+        "{PINNED}, {} repetition(s), one-sided path {}",
+        r.common.reps,
+        c("rma")
+    );
+    r.banner(&format!("splitrt-bench {what}"), &setup, "")
+        + &format!(
+            "shm fabric: cell {}, ring {} cells, max Medium {}, segment {}\n\
+             NOISY = spread (min..max over repetitions) max/min > {NOISY_RATIO}.\n",
+            sz("cell_size"),
+            c("ring_len"),
+            sz("max_medium"),
+            sz("segment_size"),
+        )
 }
 
 fn rows_of(res: &Results<Bench>, b: Bench, unit: &str, k: f64) -> Vec<Row> {
@@ -99,12 +64,10 @@ fn rows_of(res: &Results<Bench>, b: Bench, unit: &str, k: f64) -> Vec<Row> {
 }
 
 /// `latency`: round trips vs size (p50, p99), every kind.
-pub fn latency(o: &Options) -> Result<(), String> {
-    job::check_timeout(o.timeout)?;
-    let before = loadavg();
-    let bar = Progress::new("splitrt-bench latency", 1, o.common.quick);
+pub fn latency(r: &Run) -> Result<(), String> {
+    let bar = r.progress("splitrt-bench latency", 1);
     bar.step("running the latency sweep on 2 ranks");
-    let res = run_job(o, Mode::Latency, "latency", &[])?;
+    let res = run_job(r, Mode::Latency, "latency", &[])?;
     bar.done();
     bar.finish();
     let kinds = [
@@ -125,14 +88,11 @@ pub fn latency(o: &Options) -> Result<(), String> {
         rows: rows_of(&res, b, "us", 1.0),
     }))
     .collect();
-    println!("{}", header("latency", &res, o, &before, &loadavg()));
-    println!(
-        "latency = full round trip in us: AM = request + reply of the same size (Long lands in the peer's\n\
+    let head = header("latency", &res, r)
+        + "\nlatency = full round trip in us: AM = request + reply of the same size (Long lands in the peer's\n\
          segment); get = blocking read_slice of SIZE bytes; put = put of SIZE bytes + sync. p50/p99 over\n\
-         per-batch means (batches move <= 1 MiB); the row is the median over repetitions.\n"
-    );
-    print!("{}", report::table(&sections));
-    let csv = write(o, "latency", &sections)?;
+         per-batch means (batches move <= 1 MiB); the row is the median over repetitions.\n";
+    let csv = r.report(&head, &sections, "latency")?;
     let mut series = Vec::new();
     for &b in &kinds[1..] {
         let sizes = res.sizes_of(b);
@@ -161,7 +121,7 @@ pub fn latency(o: &Options) -> Result<(), String> {
             points: pts(true),
         });
     }
-    let svg = o.out.join("latency.svg");
+    let svg = r.path("latency.svg");
     plot::draw(
         &svg,
         &Chart {
@@ -173,20 +133,18 @@ pub fn latency(o: &Options) -> Result<(), String> {
         },
         &series,
     )?;
-    println!("wrote {} and {}", csv.display(), svg.display());
+    println!("{}", wrote(&[&csv, &svg]));
     Ok(())
 }
 
 /// `throughput`: one-way bandwidth and message rate vs size.
-pub fn throughput(o: &Options) -> Result<(), String> {
-    job::check_timeout(o.timeout)?;
-    let before = loadavg();
-    let bar = Progress::new("splitrt-bench throughput", 1, o.common.quick);
+pub fn throughput(r: &Run) -> Result<(), String> {
+    let bar = r.progress("splitrt-bench throughput", 1);
     bar.step("running the throughput sweep on 2 ranks");
-    let res = run_job(o, Mode::Throughput, "throughput", &[])?;
+    let res = run_job(r, Mode::Throughput, "throughput", &[])?;
     bar.done();
     bar.finish();
-    let plan = Plan::new(Mode::Throughput, &o.common);
+    let plan = Plan::new(Mode::Throughput, &r.common);
     let kinds = [Bench::MediumBw, Bench::LongBw, Bench::PutBw, Bench::GetBw];
     let mut sections: Vec<Section> = kinds
         .iter()
@@ -212,17 +170,16 @@ pub fn throughput(o: &Options) -> Result<(), String> {
         title: "message rate (= MB/s / size)".into(),
         rows: rate_rows,
     });
-    println!("{}", header("throughput", &res, o, &before, &loadavg()));
-    println!(
-        "throughput = one-way, rank 0 -> rank 1: AM streams keep <= {} messages in flight (receiver acks every {}),\n\
-         every payload is read by its handler; put = {} puts then sync; get = {} gets in one scope, then read.\n\
-         MB/s with 1 MB = 1e6 B.\n",
-        plan.window, plan.ack_every, plan.window, plan.window
-    );
-    print!("{}", report::table(&sections));
-    let csv = write(o, "throughput", &sections)?;
+    let head = header("throughput", &res, r)
+        + &format!(
+            "\nthroughput = one-way, rank 0 -> rank 1: AM streams keep <= {} messages in flight (receiver acks every {}),\n\
+             every payload is read by its handler; put = {} puts then sync; get = {} gets in one scope, then read.\n\
+             MB/s with 1 MB = 1e6 B.\n",
+            plan.window, plan.ack_every, plan.window, plan.window
+        );
+    let csv = r.report(&head, &sections, "throughput")?;
     let bw = plot::sections_by_size(
-        &o.out.join("throughput.svg"),
+        &r.path("throughput.svg"),
         "splitrt one-way bandwidth vs size (2 pinned ranks, shm)",
         &sections,
         "MB/s",
@@ -230,19 +187,14 @@ pub fn throughput(o: &Options) -> Result<(), String> {
         true,
     )?;
     let rate = plot::sections_by_size(
-        &o.out.join("throughput-rate.svg"),
+        &r.path("throughput-rate.svg"),
         "splitrt message rate vs size (2 pinned ranks, shm)",
         &sections,
         "Mmsg/s",
         "million messages/s",
         true,
     )?;
-    println!(
-        "wrote {}, {} and {}",
-        csv.display(),
-        bw.display(),
-        rate.display()
-    );
+    println!("{}", wrote(&[&csv, &bw, &rate]));
     Ok(())
 }
 
@@ -257,26 +209,20 @@ struct Setting {
 }
 
 fn scan(
-    o: &Options,
+    r: &Run,
     name: &str,
     settings: &[Setting],
     x_label: &str,
     title: &str,
 ) -> Result<(), String> {
-    job::check_timeout(o.timeout)?;
-    let before = loadavg();
-    let bar = Progress::new(
-        &format!("splitrt-bench {name}"),
-        settings.len(),
-        o.common.quick,
-    );
+    let bar = r.progress(&format!("splitrt-bench {name}"), settings.len());
     let mut bw_rows = Vec::new();
     let mut lat_rows = Vec::new();
     let (mut bw_pts, mut lat_pts) = (Vec::new(), Vec::new());
     let mut first: Option<Results<Bench>> = None;
     for s in settings {
         bar.step(&format!("{}: one 2-rank job", s.label));
-        let res = run_job(o, Mode::Stream, &format!("{name}-{}", s.x), &s.env)?;
+        let res = run_job(r, Mode::Stream, &format!("{name}-{}", s.x), &s.env)?;
         bar.done();
         let mm: usize = res
             .config_value("max_medium")
@@ -325,16 +271,13 @@ fn scan(
             rows: lat_rows,
         },
     ];
-    if let Some(res) = &first {
-        println!("{}", header(name, res, o, &before, &loadavg()));
-    }
-    println!(
-        "one 2-rank job per setting; the stream keeps <= {} messages in flight; MB/s with 1 MB = 1e6 B.\n",
-        Plan::new(Mode::Stream, &o.common).window
-    );
-    print!("{}", report::table(&sections));
-    let csv = write(o, name, &sections)?;
-    let svg = o.out.join(format!("{name}.svg"));
+    let head = first.map_or(String::new(), |res| header(name, &res, r) + "\n")
+        + &format!(
+            "one 2-rank job per setting; the stream keeps <= {} messages in flight; MB/s with 1 MB = 1e6 B.\n",
+            Plan::new(Mode::Stream, &r.common).window
+        );
+    let csv = r.report(&head, &sections, name)?;
+    let svg = r.path(&format!("{name}.svg"));
     plot::draw(
         &svg,
         &Chart {
@@ -349,13 +292,13 @@ fn scan(
             points: bw_pts,
         }],
     )?;
-    println!("wrote {} and {}", csv.display(), svg.display());
+    println!("{}", wrote(&[&csv, &svg]));
     Ok(())
 }
 
 /// `ring-scan`: Medium streaming vs ring length.
-pub fn ring_scan(o: &Options) -> Result<(), String> {
-    let lens: &[usize] = if o.common.quick {
+pub fn ring_scan(r: &Run) -> Result<(), String> {
+    let lens: &[usize] = if r.quick() {
         &[2, 8]
     } else {
         &[2, 4, 8, 16, 32, 64]
@@ -369,7 +312,7 @@ pub fn ring_scan(o: &Options) -> Result<(), String> {
         })
         .collect();
     scan(
-        o,
+        r,
         "ring-scan",
         &settings,
         "ring length (cells)",
@@ -381,8 +324,8 @@ pub fn ring_scan(o: &Options) -> Result<(), String> {
 pub const CELL_SCAN_RING: usize = 4;
 
 /// `cell-scan`: Medium streaming vs cell size at a short ring.
-pub fn cell_scan(o: &Options) -> Result<(), String> {
-    let cells: &[usize] = if o.common.quick {
+pub fn cell_scan(r: &Run) -> Result<(), String> {
+    let cells: &[usize] = if r.quick() {
         &[256, 4096]
     } else {
         &[256, 1024, 4096, 16384, 65536, 262144, 1 << 20]
@@ -400,7 +343,7 @@ pub fn cell_scan(o: &Options) -> Result<(), String> {
         })
         .collect();
     scan(
-        o,
+        r,
         "cell-scan",
         &settings,
         "cell size (bytes)",

@@ -16,7 +16,8 @@
 pub mod driver;
 pub mod worker;
 
-use crate::results::BenchId;
+use crate::am::plan::Effort;
+use crate::harness::results::BenchId;
 use crate::Common;
 
 /// Variable carrying the job's [`Mode`] to the ranks.
@@ -136,34 +137,23 @@ impl Bench {
 pub const MAX_SIZE: usize = 16 << 20;
 
 /// The work of one sweep job; both ranks compute it from the same flags.
+/// It derefs to its [`Effort`] (repetitions, batches, streams, window).
 #[derive(Clone, Debug)]
 pub struct Plan {
     /// What to measure.
     pub mode: Mode,
-    /// Repetitions.
-    pub reps: usize,
-    /// Smoke-test sizes and counts.
-    pub quick: bool,
-    /// Timed batches per latency measurement.
-    pub batches: usize,
-    /// Most round trips per batch (fewer for big sizes).
-    pub batch: usize,
-    /// Bytes one bandwidth measurement moves.
-    pub stream_bytes: usize,
-    /// Fewest / most messages of one bandwidth measurement.
-    pub min_msgs: usize,
-    /// Most messages of one bandwidth measurement.
-    pub max_msgs: usize,
-    /// Messages in flight.
-    pub window: usize,
-    /// The receiver acknowledges every this many messages.
-    pub ack_every: usize,
-    /// Raw ping-pong: untimed round trips, then timed batches of 1000.
-    pub raw_warm: usize,
-    /// Timed raw batches.
-    pub raw_batches: usize,
+    /// Repetitions, batches, streams, window.
+    pub effort: Effort,
     /// Bytes of the put / get / memcpy landing area.
     pub area: usize,
+}
+
+impl std::ops::Deref for Plan {
+    type Target = Effort;
+
+    fn deref(&self) -> &Effort {
+        &self.effort
+    }
 }
 
 impl Plan {
@@ -173,33 +163,37 @@ impl Plan {
         if c.quick {
             Plan {
                 mode,
-                reps,
-                quick: true,
-                batches: 5,
-                batch: 20,
-                stream_bytes: 1 << 20,
-                min_msgs: 16,
-                max_msgs: 2000,
-                window: 64,
-                ack_every: 16,
-                raw_warm: 1000,
-                raw_batches: 3,
+                effort: Effort {
+                    reps,
+                    quick: true,
+                    batches: 5,
+                    batch: 20,
+                    stream_bytes: 1 << 20,
+                    stream_min_msgs: 16,
+                    stream_max_msgs: 2000,
+                    window: 64,
+                    ack_every: 16,
+                    raw_warm: 1000,
+                    raw_batches: 3,
+                },
                 area: 2 << 20,
             }
         } else {
             Plan {
                 mode,
-                reps,
-                quick: false,
-                batches: 100,
-                batch: 1000,
-                stream_bytes: 128 << 20,
-                min_msgs: 32,
-                max_msgs: 300_000,
-                window: 256,
-                ack_every: 32,
-                raw_warm: 100_000,
-                raw_batches: 300,
+                effort: Effort {
+                    reps,
+                    quick: false,
+                    batches: 100,
+                    batch: 1000,
+                    stream_bytes: 128 << 20,
+                    stream_min_msgs: 32,
+                    stream_max_msgs: 300_000,
+                    window: 256,
+                    ack_every: 32,
+                    raw_warm: 100_000,
+                    raw_batches: 300,
+                },
                 area: 32 << 20,
             }
         }
@@ -214,30 +208,10 @@ impl Plan {
         }
     }
 
-    /// Round trips per batch for `size` bytes (a batch moves <= 1 MiB).
-    pub fn batch_for(&self, size: usize) -> usize {
-        self.batch.min((1 << 20) / size.max(1)).max(1)
-    }
-
-    /// Untimed round trips before a latency measurement.
-    pub fn warm_for(&self, size: usize) -> usize {
-        (self.batch_for(size) * self.batches / 10).max(1)
-    }
-
-    /// Messages of one bandwidth measurement at `size`.
-    pub fn stream_msgs(&self, size: usize) -> usize {
-        (self.stream_bytes / size.max(1)).clamp(self.min_msgs, self.max_msgs)
-    }
-
     /// Whether this job runs the raw ping-pong (both ranks must agree):
     /// every latency table shows the floor of its own moment.
     pub fn raw(&self) -> bool {
         matches!(self.mode, Mode::Compare | Mode::Latency)
-    }
-
-    /// Raw round trips per repetition (warm-up included).
-    pub fn raw_round_trips(&self) -> u64 {
-        (self.raw_warm + self.raw_batches * crate::am::plan::RAW_BATCH) as u64
     }
 
     /// Sizes of `bench` in this job, given the largest Medium and the

@@ -4,25 +4,20 @@
 //! one-sided requests) from there.
 
 use super::{Bench, Mode, Plan, ENV_MODE};
-use crate::am::handlers::{self, Handlers, Shared};
-use crate::am::latency::{round_trips, Rounds};
+use crate::am::handlers::{self, Shared};
+use crate::am::pinger::{Pinger, PEER};
 use crate::am::pingpong::Line;
 use crate::am::plan::{LONG_OFFSET, LONG_STREAM_AREA};
-use crate::am::throughput::stream;
-use crate::job::{pin_this_rank, this_rank};
-use crate::results::{Results, Value};
-use crate::stats::p50_p99;
+use crate::harness::results::{Results, Value};
+use crate::harness::worker;
 use crate::touch::touch;
 use crate::Common;
 use splitrt::pgas::{Pgas, SymArray};
-use splitrt::{EndpointBuilder, Error, Payload, Result};
+use splitrt::{EndpointBuilder, Error, Kind, Result};
 use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// The rank that answers.
-const PEER: usize = 1;
 
 /// The job's mode from [`ENV_MODE`].
 fn mode() -> Result<Mode> {
@@ -33,17 +28,12 @@ fn mode() -> Result<Mode> {
 /// Run this rank; rank 0 writes its measurements to `result`.
 pub fn run(common: Common, result: &Path) -> Result<()> {
     let plan = Plan::new(mode()?, &common);
-    pin_this_rank(this_rank());
+    worker::pin();
     let shared = Arc::new(Shared::default());
     let mut b = EndpointBuilder::new();
     let h = handlers::register(&mut b, &shared, plan.ack_every as u64)?;
     let pg = Pgas::attach_with(b)?;
-    if pg.size() != 2 {
-        return Err(Error::usage(format!(
-            "the benchmark needs exactly 2 ranks, this job has {}",
-            pg.size()
-        )));
-    }
+    worker::two_ranks(pg.size())?;
     let ep = pg.endpoint().clone();
     // The Long landing zone of the AM handlers is [LONG_OFFSET, +16 MiB +
     // the largest payload): reserve it on the symmetric heap so nothing
@@ -70,22 +60,14 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         config.extend([
             ("mode", plan.mode.name().to_string()),
             ("rma", format!("{:?}", pg.rma_path()).to_lowercase()),
-            ("window", plan.window.to_string()),
-            ("ack_every", plan.ack_every.to_string()),
-            ("batches", plan.batches.to_string()),
-            ("batch", plan.batch.to_string()),
-            ("reps", plan.reps.to_string()),
-            ("quick", plan.quick.to_string()),
         ]);
+        config.extend(plan.config());
         let mut r = Rank0 {
             pg: &pg,
             plan: &plan,
-            shared: &shared,
-            h,
-            seq: 0,
+            am: Pinger::new(pg.endpoint(), &shared, h, long_room),
             src: (0..plan.area).map(|i| i as u8).collect(),
             dst: vec![0x5a; plan.area],
-            long_room,
             out: Results::with_config(config),
         };
         // Fault in rank 1's area through our mapping and both buffers.
@@ -93,28 +75,18 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         pg.sync()?;
         pg.read_slice(area.ptr(1), &mut r.dst)?;
         area.local().fill(1);
-        for rep in 0..plan.reps {
-            let t = Instant::now();
+        let label = format!("{} ", plan.mode.name());
+        worker::repetitions(&common, Some(&label), |rep| {
             pg.barrier()?;
             if plan.raw() {
                 let base = rep as u64 * plan.raw_round_trips();
                 let means = line.side_a(base, plan.raw_warm, plan.raw_batches);
-                r.latency(Bench::RawLineRtt, 64, rep, &means);
+                r.out.push_latency(Bench::RawLineRtt, 64, rep, &means);
             }
             r.repetition(rep, max_medium, max_long, &mut area)?;
-            pg.barrier()?;
-            if !plan.quick {
-                eprintln!(
-                    "{} repetition {}/{} done in {:.1} s",
-                    plan.mode.name(),
-                    rep + 1,
-                    plan.reps,
-                    t.elapsed().as_secs_f64()
-                );
-            }
-        }
-        std::fs::write(result, r.out.to_csv())
-            .map_err(|e| Error::io(format!("writing {}", result.display()), e).at_rank(0))?;
+            pg.barrier()
+        })?;
+        worker::write_result(result, 0, &r.out.to_csv())?;
     } else {
         for rep in 0..plan.reps {
             pg.barrier()?;
@@ -131,24 +103,15 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
 struct Rank0<'a> {
     pg: &'a Pgas,
     plan: &'a Plan,
-    shared: &'a Shared,
-    h: Handlers,
-    seq: u64,
+    am: Pinger<'a>,
     /// Source of every payload.
     src: Vec<u8>,
     /// Destination of gets.
     dst: Vec<u8>,
-    long_room: usize,
     out: Results<Bench>,
 }
 
 impl Rank0<'_> {
-    fn latency(&mut self, bench: Bench, size: usize, rep: usize, means: &[f64]) {
-        let (p50_ns, p99_ns) = p50_p99(means);
-        self.out
-            .push(bench, size, rep, Value::Latency { p50_ns, p99_ns });
-    }
-
     fn repetition(
         &mut self,
         rep: usize,
@@ -158,53 +121,37 @@ impl Rank0<'_> {
     ) -> Result<()> {
         let plan = self.plan;
         let sizes = |b: Bench| plan.sizes(b, max_medium, max_long);
-        let (pg, h) = (self.pg, self.h);
-        let ep = pg.endpoint();
-        for size in sizes(Bench::ShortRtt) {
-            let m = self.rtt(size, |_, seq| {
-                ep.request(PEER, h.ping_short, &[seq], Payload::None)
-            })?;
-            self.latency(Bench::ShortRtt, size, rep, &m);
-        }
-        for size in sizes(Bench::MediumRtt) {
-            let m = self.rtt(size, |d, seq| {
-                ep.request(PEER, h.ping_medium, &[seq], Payload::Medium(d))
-            })?;
-            self.latency(Bench::MediumRtt, size, rep, &m);
-        }
-        for size in sizes(Bench::LongRtt) {
-            let m = self.rtt(size, |data, seq| {
-                let p = Payload::Long {
-                    data,
-                    offset: LONG_OFFSET,
-                };
-                ep.request(PEER, h.ping_long, &[seq], p)
-            })?;
-            self.latency(Bench::LongRtt, size, rep, &m);
+        let pg = self.pg;
+        for (kind, bench) in [
+            (Kind::Short, Bench::ShortRtt),
+            (Kind::Medium, Bench::MediumRtt),
+            (Kind::Long, Bench::LongRtt),
+        ] {
+            for size in sizes(bench) {
+                let m = self.am.rtt(kind, &self.src[..size], plan.rounds(size))?;
+                self.out.push_latency(bench, size, rep, &m);
+            }
         }
         let remote = area.ptr(1);
         for size in sizes(Bench::GetRtt) {
             let m = self.timed(size, |me| pg.read_slice(remote, &mut me.dst[..size]))?;
-            self.latency(Bench::GetRtt, size, rep, &m);
+            self.out.push_latency(Bench::GetRtt, size, rep, &m);
         }
         for size in sizes(Bench::PutRtt) {
             let m = self.timed(size, |me| {
                 pg.put(remote, &me.src[..size])?;
                 pg.sync()
             })?;
-            self.latency(Bench::PutRtt, size, rep, &m);
+            self.out.push_latency(Bench::PutRtt, size, rep, &m);
         }
-        for size in sizes(Bench::MediumBw) {
-            let mbs = self.am_stream(size, |d, n, _| {
-                ep.request(PEER, h.sink_medium, &[n], Payload::Medium(d))
-            })?;
-            self.out.push(Bench::MediumBw, size, rep, Value::Rate(mbs));
-        }
-        for size in sizes(Bench::LongBw) {
-            let mbs = self.am_stream(size, |data, n, offset| {
-                ep.request(PEER, h.sink_long, &[n], Payload::Long { data, offset })
-            })?;
-            self.out.push(Bench::LongBw, size, rep, Value::Rate(mbs));
+        for (kind, bench) in [(Kind::Medium, Bench::MediumBw), (Kind::Long, Bench::LongBw)] {
+            for size in sizes(bench) {
+                let data = &self.src[..size];
+                let mbs = self
+                    .am
+                    .stream_mbs(kind, data, plan.stream_msgs(size), plan.window)?;
+                self.out.push(bench, size, rep, Value::Rate(mbs));
+            }
         }
         for size in sizes(Bench::PutBw) {
             let mbs = self.windows(size, |me, first, k| {
@@ -247,19 +194,6 @@ impl Rank0<'_> {
         Ok(())
     }
 
-    /// AM round trips of `size`-byte pings.
-    fn rtt(&mut self, size: usize, send: impl Fn(&[u8], u64) -> Result<()>) -> Result<Vec<f64>> {
-        let rounds = Rounds {
-            warm: self.plan.warm_for(size),
-            batch: self.plan.batch_for(size),
-            batches: self.plan.batches,
-        };
-        let (ep, data) = (self.pg.endpoint(), &self.src[..size]);
-        round_trips(ep, &self.shared.pong, &mut self.seq, rounds, |seq| {
-            send(data, seq)
-        })
-    }
-
     /// Batches of a blocking operation; per-batch means (ns).
     fn timed(
         &mut self,
@@ -268,25 +202,7 @@ impl Rank0<'_> {
     ) -> Result<Vec<f64>> {
         let (batch, batches) = (self.plan.batch_for(size), self.plan.batches);
         let warm = self.plan.warm_for(size);
-        crate::stats::batch_means(warm, batches, batch, || op(self))
-    }
-
-    /// A one-way AM stream (`send(payload, stream_len, long_offset)`),
-    /// warm-up stream first; MB/s.
-    fn am_stream(
-        &mut self,
-        size: usize,
-        send: impl Fn(&[u8], u64, u64) -> Result<()>,
-    ) -> Result<f64> {
-        let msgs = self.plan.stream_msgs(size);
-        let stride = size.div_ceil(64) * 64;
-        let slots =
-            (self.long_room.min(LONG_STREAM_AREA) / stride).clamp(1, self.plan.window) as u64;
-        let (ep, data, acked) = (self.pg.endpoint(), &self.src[..size], &self.shared.acked);
-        let mut one = |i: u64, n: u64| send(data, n, LONG_OFFSET + (i % slots) * stride as u64);
-        stream(ep, acked, (msgs / 10).max(1), self.plan.window, &mut one)?;
-        let t = stream(ep, acked, msgs, self.plan.window, &mut one)?;
-        Ok((msgs * size) as f64 / t.as_secs_f64() / 1e6)
+        crate::harness::stats::batch_means(warm, batches, batch, || op(self))
     }
 
     /// Rounds of `k` operations on consecutive slots of the area

@@ -29,20 +29,14 @@ pub mod stream;
 pub mod table;
 pub mod worker;
 
-use crate::job::{self, Job};
-use crate::Common;
+use crate::harness::job::Place as RanksAt;
+use crate::harness::run::Run;
 use plan::{Place, Plan, Selection};
 use std::path::{Path, PathBuf};
 
 /// What to run.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Shared flags.
-    pub common: Common,
-    /// Output directory.
-    pub out: PathBuf,
-    /// Seconds before the job is killed.
-    pub timeout: f64,
     /// Two hosts (`a,b`): producers on `a`, consumers on `b`.
     pub hosts: Option<String>,
     /// Remote shell for `hosts`.
@@ -55,56 +49,36 @@ pub struct Options {
 }
 
 /// Run the benchmark, print and write its report.
-pub fn run(o: &Options) -> Result<(), String> {
-    std::fs::create_dir_all(&o.out).map_err(|e| format!("creating {}: {e}", o.out.display()))?;
+pub fn run(r: &Run, o: &Options) -> Result<(), String> {
     if let Some(raw) = &o.from_raw {
-        return rerun_report(o, raw);
+        return rerun_report(r, o, raw);
     }
-    let hosts = match &o.hosts {
-        None => None,
-        Some(h) => {
-            let h = splitrt::runtime::launcher::parse_hosts(h).map_err(|e| e.to_string())?;
-            if h.len() != 2 || h.iter().any(|x| x.slots != 1) {
-                return Err("--hosts takes two hosts of one slot each: a,b".into());
-            }
-            Some(h)
-        }
-    };
-    let place = if hosts.is_some() {
+    let ranks = RanksAt::new(o.hosts.as_deref(), o.rsh.clone())?;
+    let place = if ranks.hosts.is_some() {
         Place::Across
     } else {
         Place::OneHost
     };
     let where_ = o.hosts.clone().unwrap_or_else(|| "this host".into());
-    let plan = Plan::new(place, o.common.quick).select(&o.selection)?;
-    let result = o.out.join(format!("vys-{}.raw", place.id()));
+    let plan = Plan::new(place, r.quick()).select(&o.selection)?;
+    let result = format!("vys-{}.raw", place.id());
     let mut env = stream::env(place)?;
     env.push(("SPLITRT_FABRIC".into(), "udp".into()));
     env.extend(o.selection.env());
     eprintln!(
         "vys: {} rows x {} repetition(s) on {where_} (each about {:.1} s)",
         plan.rows().len(),
-        o.common.reps,
+        r.common.reps,
         (plan.warmup + plan.window).as_secs_f64() + 0.3
     );
-    let text = job::run_on(
-        &Job {
-            worker: "vys-worker",
-            common: o.common,
-            result: &result,
-            env,
-            timeout: o.timeout,
-        },
-        hosts,
-        o.rsh.clone(),
-    )?;
+    let text = r.job_on("vys-worker", &result, &env, &ranks)?;
     let output = record::Output::parse(&text)?;
-    report(o, &plan, &output, &where_)
+    report(r, &plan, &output, &where_)
 }
 
 /// The report of an earlier run's raw file (run with the same
 /// selection), without measuring.
-fn rerun_report(o: &Options, raw: &Path) -> Result<(), String> {
+fn rerun_report(r: &Run, o: &Options, raw: &Path) -> Result<(), String> {
     let text =
         std::fs::read_to_string(raw).map_err(|e| format!("reading {}: {e}", raw.display()))?;
     let output = record::Output::parse(&text)?;
@@ -118,18 +92,16 @@ fn rerun_report(o: &Options, raw: &Path) -> Result<(), String> {
         Place::OneHost => "this host".to_string(),
         Place::Across => o.hosts.clone().unwrap_or_else(|| "two hosts".into()),
     };
-    report(o, &plan, &output, &where_)
+    report(r, &plan, &output, &where_)
 }
 
 /// Print and write the report of `output`; an error if any valid
 /// spectrum held the wrong data.
-fn report(o: &Options, plan: &Plan, output: &record::Output, where_: &str) -> Result<(), String> {
+fn report(r: &Run, plan: &Plan, output: &record::Output, where_: &str) -> Result<(), String> {
     let report = table::render(plan, output, where_);
     print!("{}", report.text);
-    std::fs::write(o.out.join("vys.csv"), &report.csv)
-        .map_err(|e| format!("writing vys.csv: {e}"))?;
-    std::fs::write(o.out.join("vys.txt"), &report.text)
-        .map_err(|e| format!("writing vys.txt: {e}"))?;
+    r.write("vys.csv", &report.csv)?;
+    r.write("vys.txt", &report.text)?;
     if report.mismatched > 0 {
         return Err(format!(
             "{} of {} spectra delivered as valid did not hold the producer's data: a vys bug \

@@ -7,8 +7,8 @@
 
 use super::plan::{digest_id, Place, Plan, Reads, Row, Section, SCAN_SIZE};
 use super::record::{Counts, Output, RowResult};
-use crate::report::size_label;
-use crate::stats::median;
+use crate::harness::report::size_label;
+use crate::harness::stats::median;
 use splitrt::vys::signal::DigestKind;
 use std::fmt::Write as _;
 

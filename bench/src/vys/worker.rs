@@ -20,6 +20,7 @@ use super::plan::{Plan, Row, Selection, RING_BYTES};
 use super::produce;
 use super::record::{Baseline, Counts, RowResult};
 use super::stream::Stream;
+use crate::harness::worker;
 use crate::Common;
 use splitrt::pgas::{Pgas, SymArray};
 use splitrt::{EndpointBuilder, Error, Result};
@@ -34,9 +35,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     let mut b = EndpointBuilder::new();
     let handlers = coordination::register(&mut b)?;
     let pg = Pgas::attach_with(b)?;
-    if pg.size() != 2 {
-        return Err(Error::usage("the vys benchmark needs exactly 2 ranks"));
-    }
+    worker::two_ranks(pg.size())?;
     let mut link = Link::new(pg.endpoint().clone(), handlers);
     let area = pg.alloc_sym::<u8>(baseline::GET_AREA)?;
     area.local().fill(0x3c);
@@ -64,8 +63,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         }
     }
     if me == 1 {
-        std::fs::write(result, &w.out)
-            .map_err(|e| Error::io(format!("writing {}", result.display()), e).at_rank(1))?;
+        worker::write_result(result, 1, &w.out)?;
     }
     pg.finish()
 }

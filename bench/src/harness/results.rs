@@ -4,7 +4,7 @@
 //! percentiles, throughputs the value). Generic over the benchmark's set of
 //! measured quantities ([`BenchId`]).
 
-use crate::stats::Summary;
+use crate::harness::stats::{p50_p99, Summary};
 use std::fmt::Write as _;
 
 /// A set of measured quantities with stable CSV identifiers.
@@ -88,6 +88,13 @@ impl<B: BenchId> Results<B> {
             rep,
             value,
         });
+    }
+
+    /// Append one latency record: the p50 and p99 (nearest rank) of a
+    /// repetition's per-batch means (ns).
+    pub fn push_latency(&mut self, bench: B, size: usize, rep: usize, batch_means: &[f64]) {
+        let (p50_ns, p99_ns) = p50_p99(batch_means);
+        self.push(bench, size, rep, Value::Latency { p50_ns, p99_ns });
     }
 
     /// The configuration value named `key`.

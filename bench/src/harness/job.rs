@@ -1,13 +1,12 @@
 //! One benchmark job: two ranks of this very binary (a hidden worker
 //! subcommand) started through the splitrt launcher with
 //! `SPLITRT_SPIN_ONLY=1`; each rank pins itself to the CPU of its number
-//! ([`pin_this_rank`]) and rank 0 writes its measurements to a file that
-//! the driver reads back.
+//! ([`pin_this_rank`](super::worker::pin_this_rank)) and rank 0 writes its
+//! measurements to a file that the driver reads back.
 
-use crate::pin::pin_to_cpu;
 use crate::Common;
 use splitrt::runtime::config::ENV_SPIN_ONLY;
-use splitrt::runtime::launcher::{launch, LaunchOptions};
+use splitrt::runtime::launcher::{launch, HostSlots, LaunchOptions};
 use std::ffi::OsString;
 use std::path::Path;
 use std::time::Duration;
@@ -36,17 +35,8 @@ pub fn check_timeout(t: f64) -> Result<(), String> {
     }
 }
 
-/// Run `job` on 2 ranks; returns the text rank 0 wrote.
-pub fn run(job: &Job<'_>) -> Result<String, String> {
-    run_on(job, None, None)
-}
-
-/// Run `job` on 2 ranks placed on `hosts` (started through `rsh`).
-pub fn run_on(
-    job: &Job<'_>,
-    hosts: Option<Vec<splitrt::runtime::launcher::HostSlots>>,
-    rsh: Option<String>,
-) -> Result<String, String> {
+/// Run `job` on 2 ranks placed at `place`; returns the text rank 0 wrote.
+pub fn run(job: &Job<'_>, place: &Place) -> Result<String, String> {
     check_timeout(job.timeout)?;
     let _ = std::fs::remove_file(job.result);
     let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
@@ -66,8 +56,8 @@ pub fn run_on(
         timeout: Some(Duration::from_secs_f64(job.timeout)),
         prefix_output: true,
         verbose: false,
-        hosts,
-        rsh,
+        hosts: place.hosts.clone(),
+        rsh: place.rsh.clone(),
     })
     .map_err(|e| format!("launching the ranks: {e}"))?;
     if outcome.code != 0 {
@@ -81,18 +71,34 @@ pub fn run_on(
         .map_err(|e| format!("reading {}: {e}", job.result.display()))
 }
 
-/// This process's rank in the job (0 when started without the launcher).
-pub fn this_rank() -> usize {
-    std::env::var(splitrt::runtime::job::ENV_RANK)
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0)
+/// Where a job's two ranks run: this host, or two hosts through a remote
+/// shell.
+#[derive(Clone, Debug, Default)]
+pub struct Place {
+    /// Two hosts of one slot each (`None`: this host).
+    pub hosts: Option<Vec<HostSlots>>,
+    /// Remote shell for `hosts`.
+    pub rsh: Option<String>,
 }
 
-/// Pin this process to CPU `rank`, warning (not failing) when that is
-/// impossible.
-pub fn pin_this_rank(rank: usize) {
-    if let Err(e) = pin_to_cpu(rank) {
-        eprintln!("warning: could not pin rank {rank} to CPU {rank}: {e}; numbers will be noisy");
+impl Place {
+    /// `--hosts a,b` and `--rsh CMD` checked.
+    pub fn new(hosts: Option<&str>, rsh: Option<String>) -> Result<Place, String> {
+        Ok(Place {
+            hosts: two_hosts(hosts)?,
+            rsh,
+        })
     }
+}
+
+/// `--hosts a,b`: two hosts of one slot each (`None`: this host).
+fn two_hosts(hosts: Option<&str>) -> Result<Option<Vec<HostSlots>>, String> {
+    let Some(h) = hosts else {
+        return Ok(None);
+    };
+    let h = splitrt::runtime::launcher::parse_hosts(h).map_err(|e| e.to_string())?;
+    if h.len() != 2 || h.iter().any(|x| x.slots != 1) {
+        return Err("--hosts takes two hosts of one slot each: a,b".into());
+    }
+    Ok(Some(h))
 }

@@ -1,8 +1,8 @@
 //! The printed table and the final CSV (`am.csv`): sections of rows, each
 //! row a median over repetitions with its spread (min..max) and a noisy
-//! flag when the spread exceeds [`NOISY_RATIO`](crate::stats::NOISY_RATIO).
+//! flag when the spread exceeds [`NOISY_RATIO`](crate::harness::stats::NOISY_RATIO).
 
-use crate::stats::Summary;
+use crate::harness::stats::Summary;
 use std::fmt::Write as _;
 
 /// One line of the table.
