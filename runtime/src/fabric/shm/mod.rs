@@ -720,13 +720,13 @@ impl ShmFabric {
             Err(e) => return Err(e.at_rank(self.global)),
         };
         let Tx { p, bell, .. } = &mut *tx;
-        if !p.has_room() {
-            return Ok(false);
+        let room = p.has_room();
+        if room {
+            p.push_short(tag, words);
+            self.mark_if_self(l, ch);
+            bell.get().ring();
         }
-        p.push_short(tag, words);
-        self.mark_if_self(l, ch);
-        bell.get().ring();
-        Ok(true)
+        Ok(room)
     }
 
     /// A Short through [`send_with`](Self::send_with): with tracing on,
