@@ -607,6 +607,64 @@ impl Inner {
         self.deferred.lock().take().map_or(Ok(()), Err)
     }
 
+    /// Whether a Short to `peer` passes every check of
+    /// [`check_send`](Self::check_send): the handle is of this endpoint's
+    /// table and a Short one taking `args.len()` words, the peer exists,
+    /// the endpoint is live. (A Short deposits nothing: no range checks.)
+    #[inline(always)]
+    fn short_ok(&self, peer: usize, sig: &Sig, args: &[u64]) -> bool {
+        sig.table == self.table_id
+            && sig.kind == Kind::Short
+            && args.len() == sig.nargs as usize
+            && peer < self.size
+            && !self.finished.load(Ordering::Relaxed)
+    }
+
+    /// A Short request's path: the checks, then the fabric's Short path.
+    /// A refused check, a full ring (wait, serving inbound traffic) and
+    /// an error go out of line to [`send_request`](Self::send_request),
+    /// which words the error or waits.
+    #[inline]
+    pub(crate) fn request_short(&self, peer: usize, h: RequestHandler, args: &[u64]) -> Result<()> {
+        if self.short_ok(peer, &h.0, args) && !in_handler() {
+            let sent = self
+                .fabric()
+                .try_send_short(peer, Channel::Request, h.0.id, args);
+            if let Ok(true) = sent {
+                return Ok(());
+            }
+        }
+        self.request_short_slow(peer, h, args)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn request_short_slow(&self, peer: usize, h: RequestHandler, args: &[u64]) -> Result<()> {
+        self.send_request(peer, h, args, Payload::None, true)
+            .map(|_| ())
+    }
+
+    /// A Short reply's path (as [`request_short`](Self::request_short);
+    /// the wait serves replies only, in [`send_reply`](Self::send_reply)).
+    #[inline]
+    pub(crate) fn reply_short(&self, peer: usize, h: ReplyHandler, args: &[u64]) -> Result<()> {
+        if self.short_ok(peer, &h.0, args) {
+            let sent = self
+                .fabric()
+                .try_send_short(peer, Channel::Reply, h.0.id, args);
+            if let Ok(true) = sent {
+                return Ok(());
+            }
+        }
+        self.reply_short_slow(peer, h, args)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reply_short_slow(&self, peer: usize, h: ReplyHandler, args: &[u64]) -> Result<()> {
+        self.send_reply(peer, h, args, Payload::None)
+    }
+
     pub(crate) fn send_request(
         &self,
         peer: usize,
@@ -867,7 +925,11 @@ impl Token<'_> {
     /// waits, so request/reply cycles cannot deadlock. Works also while
     /// this rank is in [`Endpoint::finish`], whose exit barrier runs
     /// handlers.
+    #[inline]
     pub fn reply(self, h: ReplyHandler, args: &[u64], payload: Payload<'_>) -> Result<()> {
+        if let Payload::None = payload {
+            return self.ep.reply_short(self.src, h, args);
+        }
         self.ep.send_reply(self.src, h, args, payload)
     }
 }
@@ -1122,6 +1184,7 @@ impl Endpoint {
     /// Send a request, waiting (and serving inbound traffic) while `peer`
     /// has no room. The payload variant must match the handler's kind and
     /// `args` its argument count; a Long offset must lie in `peer`'s segment.
+    #[inline]
     pub fn request(
         &self,
         peer: usize,
@@ -1129,6 +1192,9 @@ impl Endpoint {
         args: &[u64],
         payload: Payload<'_>,
     ) -> Result<()> {
+        if let Payload::None = payload {
+            return self.inner.request_short(peer, h, args);
+        }
         self.inner
             .send_request(peer, h, args, payload, true)
             .map(|_| ())

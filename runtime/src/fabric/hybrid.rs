@@ -73,6 +73,14 @@ impl Fabric for Hybrid {
             self.shm.try_send(peer, ch, pkt, stall)
         }
     }
+    #[inline]
+    fn try_send_short(&self, peer: usize, ch: Channel, tag: u16, words: &[u64]) -> Result<bool> {
+        if self.is_remote(peer) {
+            self.udp.try_send_short(peer, ch, tag, words)
+        } else {
+            self.shm.try_send_short(peer, ch, tag, words)
+        }
+    }
     fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize> {
         Ok(self.shm.poll(ch, deliver)? + self.udp.poll(ch, deliver)?)
     }

@@ -274,6 +274,22 @@ pub trait Fabric: Send + Sync {
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<bool>;
+    /// Send a Short (argument words only, no payload) to `peer` on `ch`:
+    /// [`try_send`](Self::try_send) of that packet, `Ok(false)` on
+    /// back-pressure. A Short is one cell or frame on every fabric, so it
+    /// never waits half-sent; a fabric may give it a path of its own (the
+    /// shm fabric does: the AM layer's Short request and reply take it).
+    #[inline]
+    fn try_send_short(&self, peer: usize, ch: Channel, tag: u16, words: &[u64]) -> Result<bool> {
+        let pkt = Packet {
+            tag,
+            words,
+            payload: &[],
+            deposit: None,
+        };
+        // nothing to stream, so no stall is ever asked for
+        self.try_send(peer, ch, &pkt, &mut |_| Ok(()))
+    }
     /// Deliver arrived packets on `ch` to `deliver`, returning how many were
     /// delivered. Returns `Ok(0)` at once if another thread is polling `ch`.
     /// A malformed packet is skipped and reported as an error naming its
@@ -452,6 +468,10 @@ impl Fabric for AnyFabric {
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<bool> {
         dispatch!(self, try_send(peer, ch, pkt, stall))
+    }
+    #[inline(always)]
+    fn try_send_short(&self, peer: usize, ch: Channel, tag: u16, words: &[u64]) -> Result<bool> {
+        dispatch!(self, try_send_short(peer, ch, tag, words))
     }
     #[inline]
     fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize> {

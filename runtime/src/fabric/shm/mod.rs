@@ -731,6 +731,54 @@ impl ShmFabric {
         Ok(true)
     }
 
+    /// A Short's path (argument words only, one cell): `peer` is a global
+    /// rank. Each check once, the errors out of line; the words stored
+    /// one by one (no `memcpy` call); on the owner thread of a
+    /// `SPLITRT_THREADS=single` rank, no lock. `Ok(false)`: the ring is
+    /// full, nothing was sent (the caller waits, out of line). With
+    /// tracing on, the general path with its probes.
+    #[inline(always)]
+    fn send_short(&self, peer: usize, ch: Channel, tag: u16, words: &[u64]) -> Result<bool> {
+        let l = match self.local_of.get(peer) {
+            Some(&l) if l != NOT_HERE => l as usize,
+            _ => return Err(self.not_local(peer)),
+        };
+        if words.len() > MAX_WORDS || trace::enabled() {
+            return self.send_short_generic(l, ch, tag, words);
+        }
+        let mut tx = match self.owner.lock(&self.tx[l * 2 + ch as usize]) {
+            Ok(tx) => tx,
+            Err(e) => return Err(e.at_rank(self.global)),
+        };
+        let Tx { p, bell, .. } = &mut *tx;
+        let room = p.has_room();
+        if room {
+            p.push_short(tag, words);
+            self.mark_if_self(l, ch);
+            bell.get().ring();
+        }
+        Ok(room)
+    }
+
+    /// A Short through [`send_with`](Self::send_with): with tracing on,
+    /// or to word the error of too many words.
+    #[cold]
+    #[inline(never)]
+    fn send_short_generic(&self, l: usize, ch: Channel, tag: u16, words: &[u64]) -> Result<bool> {
+        let pkt = Packet {
+            tag,
+            words,
+            payload: &[],
+            deposit: None,
+        };
+        let stall = &mut |_| Ok(());
+        if trace::enabled() {
+            self.send_with::<On>(l, ch, &pkt, stall)
+        } else {
+            self.send_with::<Off>(l, ch, &pkt, stall)
+        }
+    }
+
     /// After publishing into `peer`'s ring: if that is this rank's own,
     /// say so to its next poll.
     #[inline]
@@ -1021,6 +1069,11 @@ impl Fabric for ShmFabric {
         }
     }
 
+    #[inline(always)]
+    fn try_send_short(&self, peer: usize, ch: Channel, tag: u16, words: &[u64]) -> Result<bool> {
+        self.send_short(peer, ch, tag, words)
+    }
+
     fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize> {
         if trace::enabled() {
             self.poll_with::<On>(ch, deliver)
@@ -1168,6 +1221,42 @@ mod tests {
             "a sleeper is rung"
         );
         assert_eq!(f.local_segment().base(), seg.base());
+    }
+
+    /// The Short path delivers what the general one does (tag, every
+    /// word, no payload), returns `Ok(false)` on a full ring, and refuses
+    /// too many words and a rank that is not here, as the general path.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn a_short_takes_its_own_path_and_arrives_whole() {
+        let f = solo("short", 256, 4);
+        for n in [0, 1, 3, MAX_WORDS] {
+            let words: Vec<u64> = (0..n as u64).map(|i| i * 7 + 1).collect();
+            assert!(f.try_send_short(0, Channel::Request, 9, &words).unwrap());
+            let mut got = Vec::new();
+            f.poll(Channel::Request, &mut |d| {
+                got.push((d.tag, d.words.to_vec(), d.payload.len(), d.deposit));
+            })
+            .unwrap();
+            assert_eq!(got, vec![(9, words, 0, None)]);
+        }
+        for _ in 0..4 {
+            assert!(f.try_send_short(0, Channel::Reply, 1, &[5]).unwrap());
+        }
+        assert!(
+            !f.try_send_short(0, Channel::Reply, 1, &[5]).unwrap(),
+            "a full ring: back-pressure"
+        );
+        assert_eq!(f.poll(Channel::Reply, &mut |_| {}).unwrap(), 4);
+        let e = f
+            .try_send_short(0, Channel::Reply, 1, &[0; MAX_WORDS + 1])
+            .unwrap_err();
+        assert!(e.to_string().contains("argument words"), "{e}");
+        let e = f.try_send_short(3, Channel::Reply, 1, &[]).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
     }
 
     /// The doorbell bridge's wait: `false` when it timed out with the rings

@@ -39,6 +39,7 @@ impl<T> Guarded<T> {
 }
 
 /// An address unique to the calling thread while it lives.
+#[inline(always)]
 fn this_thread() -> usize {
     thread_local! {
         static MARK: u8 = const { 0 };
@@ -102,13 +103,19 @@ impl Owner {
     /// owner thread of a single-threaded rank, no lock at all. Entering
     /// one that this thread is already in is refused (a lock would
     /// deadlock).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn lock<'a, T>(&self, g: &'a Guarded<T>) -> Result<Access<'a, T>> {
         if self.0.is_none() {
             return Ok(Access::Locked(g.lock.lock()));
         }
         self.check()?;
-        Self::enter(g).ok_or_else(|| Error::protocol("shm ring state entered twice by one thread"))
+        Self::enter(g).ok_or_else(Self::entered_twice)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn entered_twice() -> Error {
+        Error::protocol("shm ring state entered twice by one thread")
     }
 
     /// As [`lock`](Self::lock), but `None` if it is held (by another

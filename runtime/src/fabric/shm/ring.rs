@@ -73,6 +73,7 @@ impl Ring {
         unsafe { &*(self.base as *const AtomicU64) }
     }
 
+    #[inline(always)]
     fn cell(&self, n: u64) -> *mut u8 {
         // (len >= 2, so a zero mask means "not a power of two")
         let i = if self.mask != 0 {
@@ -124,7 +125,7 @@ impl Producer {
 
     /// Whether a cell is free; re-reads the consumer's tail only when the
     /// cached one says the ring is full.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn has_room(&mut self) -> bool {
         if self.head - self.cached_tail < self.ring.len {
             return true;
@@ -163,11 +164,50 @@ impl Producer {
     /// [`Self::has_room`], `words.len() <= MAX_WORDS` and that `chunk` fits.
     #[inline]
     pub(crate) fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
-        debug_assert!(words.len() <= MAX_WORDS);
         debug_assert!(chunk.len() <= self.ring.capacity(words.len()));
+        let cell = self.write_head(meta, words);
+        // SAFETY: the words end at most at the cell's end (the caller's
+        // size check), so the payload's start is inside or one past it.
+        let payload = unsafe { cell.add(CELL_HDR + words.len() * 8) };
+        // SAFETY: `chunk` is a live slice; `chunk.len() <= capacity(words)`
+        // (the caller's check) keeps the destination inside the free cell,
+        // and `memmove` needs no alignment.
+        unsafe { crate::memmove::memmove(chunk.as_ptr(), payload, chunk.len()) };
+    }
+
+    /// Write and publish a Short: a one-cell packet of argument words
+    /// only (`F_FIRST | F_LAST`, no payload). The caller checked
+    /// [`Self::has_room`] and `words.len() <= MAX_WORDS` (which every cell
+    /// holds: cells are at least 256 B, `Config::validate`). The cell is
+    /// found once (not again to publish it, as [`Self::push`] does).
+    #[inline(always)]
+    pub(crate) fn push_short(&mut self, tag: u16, words: &[u64]) {
+        let meta = CellMeta {
+            tag,
+            flags: F_FIRST | F_LAST,
+            nwords: words.len() as u8,
+            len: 0,
+            total: 0,
+            pad: 0,
+            deposit: 0,
+        };
+        let cell = self.write_head(meta, words);
+        let n = self.head;
+        // SAFETY: every cell starts with its 8-aligned sequence word, and
+        // `cell` is cell `n` (`write_head`).
+        let seq = unsafe { &*(cell as *const AtomicU64) };
+        seq.store(n + 1, order::PUBLISH);
+        self.head = n + 1;
+    }
+
+    /// Write the next cell's meta and argument words (not its sequence
+    /// word); returns the cell. The caller checked [`Self::has_room`] and
+    /// `words.len() <= MAX_WORDS`.
+    #[inline(always)]
+    fn write_head(&mut self, meta: CellMeta, words: &[u64]) -> *mut u8 {
+        debug_assert!(words.len() <= MAX_WORDS);
+        debug_assert!(words.len() * 8 <= self.ring.capacity(0));
         let cell = self.ring.cell(self.head);
-        // (Word by word and `memmove`, not two `memcpy` calls: those cost
-        // about 60 instructions for a Short with no words and no payload.)
         // Every access below stays in the cell `cell` points to: the cell is
         // free (`has_room`, checked by the caller), so the consumer does not
         // read it until `publish` stores its sequence word, and nobody else
@@ -182,22 +222,21 @@ impl Producer {
         // SAFETY: CELL_HDR < cell_size, so the words' start is inside the
         // cell.
         let at = unsafe { cell.add(CELL_HDR) } as *mut u64;
+        // Word by word with volatile stores: a loop of plain writes (or
+        // `copy_nonoverlapping`) is compiled into a libc `memcpy` call,
+        // about 20 instructions for a one-word Short (a loop of volatile
+        // stores is never turned into a call; check with `objdump -d`).
         for (i, &w) in words.iter().enumerate() {
             // SAFETY: i < words.len() <= MAX_WORDS, and the caller checked
             // the words fit the cell (`capacity` cannot underflow), so word
             // `i` is inside it.
             let word = unsafe { at.add(i) };
             // SAFETY: word `i` of the free cell, in bounds (above) and
-            // 8-aligned (64-aligned cell, CELL_HDR = 32).
-            unsafe { word.write(w) };
+            // 8-aligned (64-aligned cell, CELL_HDR = 32); nobody else
+            // accesses it until it is published (above).
+            unsafe { word.write_volatile(w) };
         }
-        // SAFETY: the words end at most at the cell's end (the caller's
-        // size check), so the payload's start is inside or one past it.
-        let payload = unsafe { cell.add(CELL_HDR + words.len() * 8) };
-        // SAFETY: `chunk` is a live slice; `chunk.len() <= capacity(words)`
-        // (the caller's check) keeps the destination inside the free cell,
-        // and `memmove` needs no alignment.
-        unsafe { crate::memmove::memmove(chunk.as_ptr(), payload, chunk.len()) };
+        cell
     }
 
     /// Publish the cell written last: it becomes visible to the consumer.
