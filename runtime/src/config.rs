@@ -344,7 +344,7 @@ impl Config {
         size(ENV_CELL_SIZE, &mut c.cell_size)?;
         size(ENV_RING_LEN, &mut c.ring_len)?;
         size(ENV_MAX_MEDIUM, &mut c.max_medium)?;
-        if let Ok(v) = std::env::var(ENV_MEDIUM_SLOTS) {
+        if let Some(v) = get(ENV_MEDIUM_SLOTS) {
             let n = parse_size(&v)
                 .ok_or_else(|| Error::config(format!("{ENV_MEDIUM_SLOTS}={v:?} is not a count")))?;
             c.medium_slots = Some(n);
@@ -617,6 +617,25 @@ mod tests {
     /// and refuse anything else (`2`, `on`, a typo) with an error that
     /// names the variable and the accepted values, instead of silently
     /// meaning "off".
+    /// `SPLITRT_MEDIUM_SLOTS` is read through the lookup like every other
+    /// setting (it was read from the process environment, so a lookup
+    /// that set it was ignored and one that did not could not hide it).
+    #[test]
+    fn medium_slots_come_from_the_lookup() {
+        let c = Config::from_lookup(|n| (n == ENV_MEDIUM_SLOTS).then(|| "0".to_string())).unwrap();
+        assert_eq!(
+            c.medium_slots,
+            Some(0),
+            "the lookup's SPLITRT_MEDIUM_SLOTS=0 was ignored"
+        );
+        let e = Config::from_lookup(|n| (n == ENV_MEDIUM_SLOTS).then(|| "many".to_string()));
+        assert!(
+            e.is_err(),
+            "a lookup's bad SPLITRT_MEDIUM_SLOTS was accepted"
+        );
+        assert_eq!(Config::from_lookup(|_| None).unwrap().medium_slots, None);
+    }
+
     #[test]
     fn switches_are_booleans_or_errors() {
         type Pick = fn(&Config) -> bool;
