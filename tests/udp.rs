@@ -186,22 +186,10 @@ fn a_stopped_rank_is_declared_dead_over_udp() {
     let launcher_pid = child.id();
     // find rank 2 and stop it once traffic flows
     std::thread::sleep(Duration::from_millis(800));
-    let mut victim = None;
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let p = e.path();
-        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
-        let ppid = stat
-            .rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().nth(1));
-        let env = String::from_utf8_lossy(&std::fs::read(p.join("environ")).unwrap_or_default())
-            .to_string();
-        if ppid == Some(&launcher_pid.to_string()) && env.split('\0').any(|v| v == "SPLITRT_RANK=2")
-        {
-            victim = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok());
-        }
-    }
-    let pid = victim.expect("rank 2 found");
+    let pid = rank_pids(launcher_pid)
+        .into_iter()
+        .find_map(|(rank, pid)| (rank == 2).then_some(pid))
+        .expect("rank 2 found");
     let t0 = std::time::Instant::now();
     // SAFETY: kill(2) on the rank this test started.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
@@ -253,31 +241,6 @@ fn a_rank_computing_past_the_peer_timeout_is_not_dead() {
     );
     r.ok();
     assert_eq!(r.stdout.matches("computed").count(), 3, "{r:?}");
-}
-
-/// The pids of the ranks the launcher `launcher_pid` started.
-fn rank_pids(launcher_pid: u32) -> Vec<(usize, i32)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let p = e.path();
-        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
-        let ppid = stat
-            .rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().nth(1));
-        if ppid != Some(&launcher_pid.to_string()) {
-            continue;
-        }
-        let env = std::fs::read(p.join("environ")).unwrap_or_default();
-        let rank = String::from_utf8_lossy(&env)
-            .split('\0')
-            .find_map(|v| v.strip_prefix("SPLITRT_RANK=")?.parse::<usize>().ok());
-        if let (Some(r), Some(pid)) = (rank, e.file_name().to_str().and_then(|s| s.parse().ok())) {
-            out.push((r, pid));
-        }
-    }
-    out.sort();
-    out
 }
 
 /// The loopback UDP ports the processes `pids` have open.

@@ -38,6 +38,15 @@ impl Pgas {
         })
     }
 
+    /// **Test double.** Whether a thread of this rank is inside a
+    /// collective now: a test orders a second thread's collective after
+    /// the first thread has entered one by waiting for this, not by
+    /// sleeping. Only with the cargo feature `test-doubles`.
+    #[cfg(feature = "test-doubles")]
+    pub fn collective_in_progress(&self) -> bool {
+        self.inner.one_collective.is_held()
+    }
+
     /// Wait until every rank has entered the barrier.
     pub fn barrier(&self) -> Result<()> {
         self.barrier_of(Coll::Barrier)

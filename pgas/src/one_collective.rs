@@ -43,6 +43,13 @@ impl CollectiveSlot {
             Err(_) => Err(()),
         }
     }
+
+    /// Whether a thread is inside a collective (for tests: see
+    /// `Pgas::collective_in_progress`).
+    #[cfg(feature = "test-doubles")]
+    pub(crate) fn is_held(&self) -> bool {
+        self.0.load(Ordering::Acquire) != 0
+    }
 }
 
 impl Drop for Entered<'_> {

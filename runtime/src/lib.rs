@@ -14,6 +14,7 @@ pub mod backoff;
 pub mod bootstrap;
 pub mod config;
 pub mod cpus;
+pub mod deadline;
 pub mod error;
 pub mod fabric;
 pub mod frozen;

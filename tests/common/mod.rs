@@ -252,3 +252,29 @@ pub fn wait_ready(c: &mut Child) -> std::process::ChildStdout {
     }
     panic!("no ready line: {}", String::from_utf8_lossy(&seen));
 }
+
+/// The ranks the launcher `launcher_pid` started, as (rank, pid) sorted
+/// by rank: its children whose environment has `SPLITRT_RANK`.
+pub fn rank_pids(launcher_pid: u32) -> Vec<(usize, i32)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let p = e.path();
+        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().nth(1));
+        if ppid != Some(&launcher_pid.to_string()) {
+            continue;
+        }
+        let env = std::fs::read(p.join("environ")).unwrap_or_default();
+        let rank = String::from_utf8_lossy(&env)
+            .split('\0')
+            .find_map(|v| v.strip_prefix("SPLITRT_RANK=")?.parse::<usize>().ok());
+        if let (Some(r), Some(pid)) = (rank, e.file_name().to_str().and_then(|s| s.parse().ok())) {
+            out.push((r, pid));
+        }
+    }
+    out.sort();
+    out
+}

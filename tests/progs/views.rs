@@ -603,8 +603,22 @@ fn threads() -> Result<()> {
         let flag = a.at(1, 0);
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
-            // wait until the main thread is inside its barrier
-            std::thread::sleep(std::time::Duration::from_millis(300));
+            // wait until the main thread is inside its barrier (an event,
+            // not a guess: it stays inside until rank 1 arrives, which is
+            // after the flag below)
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            while !pg2.collective_in_progress() {
+                if std::time::Instant::now() > deadline {
+                    tx.send((
+                        Some("the main thread never entered its barrier".into()),
+                        None,
+                    ))
+                    .ok();
+                    pg2.write(flag, 1).ok();
+                    return;
+                }
+                std::thread::yield_now();
+            }
             let mut v = [1u64];
             let r = pg2.allreduce(&mut v, splitrt::pgas::Op::Sum);
             let b = pg2.barrier();

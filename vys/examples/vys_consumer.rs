@@ -268,7 +268,7 @@ impl Kinds {
             Message::DataBufferStarvation { spectra } => self.starved += spectra,
             Message::SignalBufferStarvation { signals } => self.signals_lost += signals,
             Message::QueueAlert { dropped } => self.queue_dropped += dropped,
-            Message::SignalReceiveFailure { .. } => self.bad_signals += 1,
+            Message::SignalReceiveFailure { count, .. } => self.bad_signals += count,
             Message::VersionMismatch { .. } => self.version_mismatches += 1,
             Message::ProducerGone { .. } => self.producers_gone += 1,
             Message::MappedBytesLimit { .. } => self.mapping_refusals += 1,

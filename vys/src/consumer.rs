@@ -393,11 +393,16 @@ pub enum Message {
         /// How many.
         dropped: u64,
     },
-    /// A datagram on the group that is not a usable signal of this stream
-    /// (another key, malformed), or a receive error.
+    /// Datagrams on the group that were not usable signals of this stream
+    /// (another key, malformed), or receive errors: each is counted, and
+    /// they are reported at most once per [`BAD_SIGNAL_REPORT_EVERY`]
+    /// (the first at once), so a stranger flooding the group with garbage
+    /// cannot flood the queue with reports.
     SignalReceiveFailure {
-        /// Why.
+        /// Why the first of them failed.
         error: String,
+        /// How many since the last such message (at least 1).
+        count: u64,
     },
     /// A signal of another wire format version, signed with the stream
     /// key (unsigned bytes are a [`Message::SignalReceiveFailure`],
@@ -484,7 +489,12 @@ impl std::fmt::Display for Message {
                     "{dropped} messages dropped: the application's queue was full"
                 )
             }
-            Message::SignalReceiveFailure { error } => write!(f, "signal receive failure: {error}"),
+            Message::SignalReceiveFailure { error, count: 1 } => {
+                write!(f, "signal receive failure: {error}")
+            }
+            Message::SignalReceiveFailure { error, count } => {
+                write!(f, "{count} signal receive failures, the first: {error}")
+            }
             Message::VersionMismatch { version } => write!(
                 f,
                 "signal message version {version}, this consumer reads version {}",
@@ -626,6 +636,7 @@ impl Consumer {
             finished: Vec::new(),
             pass: Vec::new(),
             fds: Vec::new(),
+            bad: BadSignals::default(),
         };
         let st = stop.clone();
         let thread = std::thread::Builder::new()
@@ -784,6 +795,23 @@ struct Worker {
     pass: Vec<bool>,
     /// The descriptors `wait` polls (likewise).
     fds: Vec<libc::pollfd>,
+    /// Bad datagrams not reported yet (see [`Worker::bad_signal`]).
+    bad: BadSignals,
+}
+
+/// Longest a consumer holds back counted bad datagrams: at most one
+/// [`Message::SignalReceiveFailure`] per this interval (the first at once).
+pub const BAD_SIGNAL_REPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// Bad datagrams since the last [`Message::SignalReceiveFailure`].
+#[derive(Default)]
+struct BadSignals {
+    /// How many.
+    count: u64,
+    /// Why the first failed.
+    first: Option<String>,
+    /// When the last report went.
+    reported: Option<Instant>,
 }
 
 impl Worker {
@@ -814,6 +842,7 @@ impl Worker {
                 status = EndStatus::Failed(e);
                 break;
             }
+            self.report_bad(false);
             self.progress_remote();
             self.check_gone();
             self.report_counts();
@@ -828,6 +857,7 @@ impl Worker {
             self.progress_remote();
             self.flush();
         }
+        self.report_bad(true);
         self.report_counts();
         self.flush();
         self.stats.mapped_bytes = self.mapped;
@@ -854,11 +884,43 @@ impl Worker {
         if broken {
             return Err(format!("the signal socket failed: {e}"));
         }
-        self.stats.bad_signals += 1;
-        self.send(Message::SignalReceiveFailure {
-            error: e.to_string(),
-        });
+        self.bad_signal(|| e.to_string());
         Ok(())
+    }
+
+    /// Count a datagram that is not a usable signal, or a receive error
+    /// (`why`: its cause, made only for the first of a report). Reported
+    /// at once if no report went in the last [`BAD_SIGNAL_REPORT_EVERY`],
+    /// else folded into the next one.
+    fn bad_signal(&mut self, why: impl FnOnce() -> String) {
+        self.stats.bad_signals += 1;
+        self.bad.count += 1;
+        if self.bad.first.is_none() {
+            self.bad.first = Some(why());
+        }
+        self.report_bad(false);
+    }
+
+    /// Send the [`Message::SignalReceiveFailure`] of the bad datagrams
+    /// counted since the last, if any and if it is due (`now`: regardless,
+    /// before `End`).
+    fn report_bad(&mut self, now: bool) {
+        if self.bad.count == 0 {
+            return;
+        }
+        let t = Instant::now();
+        if !now
+            && self
+                .bad
+                .reported
+                .is_some_and(|r| t.duration_since(r) < BAD_SIGNAL_REPORT_EVERY)
+        {
+            return;
+        }
+        self.bad.reported = Some(t);
+        let error = self.bad.first.take().unwrap_or_default();
+        let count = std::mem::take(&mut self.bad.count);
+        self.send(Message::SignalReceiveFailure { error, count });
     }
 
     fn has_outstanding(&self) -> bool {
@@ -961,10 +1023,7 @@ impl Worker {
                 return;
             }
             Err(e) => {
-                self.stats.bad_signals += 1;
-                self.send(Message::SignalReceiveFailure {
-                    error: e.to_string(),
-                });
+                self.bad_signal(|| e.to_string());
                 return;
             }
         };

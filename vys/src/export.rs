@@ -43,6 +43,7 @@
 
 use super::ring::{read_validated, ReadOnlyWords, ReadOutcome};
 use super::signal::{DigestKind, SpectrumInfo};
+use splitrt_runtime::deadline::Deadline;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -117,63 +118,25 @@ pub fn handover_addr(key: &[u8; 32], producer: u64) -> io::Result<std::os::unix:
     std::os::unix::net::SocketAddr::from_abstract_name(handover_name(key, producer).as_bytes())
 }
 
-/// What is left of `deadline`, or the error saying it passed.
-fn left(deadline: Instant) -> io::Result<Duration> {
-    let d = deadline.saturating_duration_since(Instant::now());
-    if d.is_zero() {
-        return Err(io::Error::new(
+/// A handover's error once its deadline has passed, in the handover's
+/// words: `TimedOut` from the [`Deadline`] and `WouldBlock` from a read or
+/// write whose timeout (the time that was left) fired both become
+/// `TimedOut` naming [`HANDOVER_TIMEOUT`]; any other error is kept.
+fn timed_out(e: io::Error) -> io::Error {
+    if matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    ) {
+        io::Error::new(
             io::ErrorKind::TimedOut,
             format!(
                 "the ring handover did not complete within {} s",
                 HANDOVER_TIMEOUT.as_secs()
             ),
-        ));
+        )
+    } else {
+        e
     }
-    Ok(d)
-}
-
-/// `read_exact` that ends by `deadline`, however the bytes trickle in.
-fn read_by(s: &mut UnixStream, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-    while !buf.is_empty() {
-        s.set_read_timeout(Some(left(deadline)?))?;
-        match s.read(buf) {
-            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => buf = &mut buf[n..],
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                left(deadline)?;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-/// `write_all` that ends by `deadline`.
-fn write_by(s: &mut UnixStream, mut buf: &[u8], deadline: Instant) -> io::Result<()> {
-    while !buf.is_empty() {
-        s.set_write_timeout(Some(left(deadline)?))?;
-        match s.write(buf) {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => buf = &buf[n..],
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                left(deadline)?;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 fn words_of(base: *const u8, len: usize) -> &'static [AtomicU64] {
@@ -280,13 +243,14 @@ impl ExportedRing {
         producer: u64,
         instance: u64,
     ) -> io::Result<bool> {
-        let deadline = Instant::now() + HANDOVER_TIMEOUT;
+        let mut by = Deadline::new(&mut s, Instant::now() + HANDOVER_TIMEOUT);
         let mut nonce = [0u8; NONCE];
         getrandom::getrandom(&mut nonce).map_err(|e| io::Error::other(e.to_string()))?;
-        write_by(&mut s, &nonce, deadline)?;
+        by.write_all(&nonce).map_err(timed_out)?;
         let mut answer = [0u8; 32 + NONCE];
-        read_by(&mut s, &mut answer, deadline)?;
-        s.set_write_timeout(Some(left(deadline)?))?;
+        by.read_exact(&mut answer).map_err(timed_out)?;
+        let left = by.left().map_err(timed_out)?;
+        s.set_write_timeout(Some(left))?;
         self.answer(&s, key, (producer, instance), &nonce, &answer)
     }
 
@@ -391,17 +355,18 @@ impl ImportedRing {
         producer: Option<u64>,
         room: u64,
     ) -> io::Result<ImportedRing> {
-        let deadline = Instant::now() + HANDOVER_TIMEOUT;
+        let mut by = Deadline::new(&mut s, Instant::now() + HANDOVER_TIMEOUT);
         let mut nonce = [0u8; NONCE];
-        read_by(&mut s, &mut nonce, deadline)?;
+        by.read_exact(&mut nonce).map_err(timed_out)?;
         let mut mine = [0u8; NONCE];
         getrandom::getrandom(&mut mine).map_err(|e| io::Error::other(e.to_string()))?;
         let mut answer = [0u8; 32 + NONCE];
         answer[..32].copy_from_slice(&proof(key, &nonce));
         answer[32..].copy_from_slice(&mine);
-        write_by(&mut s, &answer, deadline)?;
+        by.write_all(&answer).map_err(timed_out)?;
+        let left = by.left().map_err(timed_out)?;
         let mut msg = [0u8; HANDOVER_MSG];
-        s.set_read_timeout(Some(left(deadline)?))?;
+        s.set_read_timeout(Some(left))?;
         let fd = match recv_fd(&s, &mut msg) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 return Err(io::Error::new(

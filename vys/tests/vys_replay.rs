@@ -176,7 +176,7 @@ fn random_datagrams_are_garbage_not_version_alarms() {
                     versions.push(version);
                 }
             }
-            Message::SignalReceiveFailure { .. } => garbage += 1,
+            Message::SignalReceiveFailure { count, .. } => garbage += count,
             Message::End { stats, .. } => break stats,
             _ => {}
         }

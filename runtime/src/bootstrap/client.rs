@@ -3,8 +3,8 @@
 //! status answers so waiting code can check them without blocking.
 
 use super::auth::{self, HandshakeError, Sealer};
-use super::deadline::Deadline;
 use super::wire::{Collective, Hello, Msg, Peer};
+use crate::deadline::Deadline;
 use crate::key::JobKey;
 use crate::{Error, ErrorKind, Result};
 use parking_lot::Mutex;

@@ -7,7 +7,6 @@
 
 pub mod auth;
 mod client;
-mod deadline;
 mod hosted;
 pub mod pmi2;
 mod private_dir;

@@ -12,7 +12,7 @@
 //! carries `rc=0` on success. The process manager is trusted, but its
 //! answers are still length-checked and parsed without panicking.
 
-use super::deadline::Deadline;
+use crate::deadline::Deadline;
 use crate::{Error, ErrorKind, Result};
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;

@@ -21,8 +21,8 @@
 //! be.
 
 use super::auth::{self, Sealer};
-use super::deadline::Deadline;
 use super::wire::{Collective, Hello, Msg, Peer};
+use crate::deadline::Deadline;
 use crate::key::JobKey;
 use crate::{Error, ErrorKind, Result};
 use parking_lot::Mutex;

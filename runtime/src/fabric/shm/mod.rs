@@ -53,6 +53,29 @@ pub struct ShmConfig {
 }
 
 /// A rank's file, created and initialized, before the peers are known.
+///
+/// Only the [`World`](crate::world::World) makes one ([`create`] and
+/// [`connect`] are crate-private): the fabric it gives maps the job's
+/// files of this user, and its sends deposit straight into a peer's
+/// segment, past every check of the endpoint that owns that segment (its
+/// frozen ranges among them). Public, they let safe code that knows a
+/// live job's file stem write under a `&[T]` of a frozen array of this
+/// very process (the Long below lands in rank 0's segment):
+///
+/// ```compile_fail,E0624
+/// use splitrt_runtime::fabric::{shm::PendingShm, Channel, Fabric, Packet};
+/// fn write_under_a_frozen_array(stem: &str, cfg: &splitrt_runtime::config::Config, off: u64) {
+///     // a made-up rank 9 beside rank 0 of the live job
+///     let f = PendingShm::create(stem, 9, &[0, 9], 10, &cfg.shm())
+///         .and_then(PendingShm::connect)
+///         .unwrap();
+///     let pkt = Packet { tag: 0, words: &[], payload: &[0xff; 64], deposit: Some(off) };
+///     let _ = f.try_send(0, Channel::Request, &pkt, &mut |_| Ok(()));
+/// }
+/// ```
+///
+/// [`create`]: Self::create
+/// [`connect`]: Self::connect
 pub struct PendingShm {
     stem: String,
     /// This rank's index among `members`.
@@ -72,7 +95,7 @@ impl PendingShm {
     /// `members` (ascending global ranks, `rank` among them) share this
     /// host, and write its header; `stem` (`<job>-<tag>`) names the job's
     /// files.
-    pub fn create(
+    pub(crate) fn create(
         stem: &str,
         rank: usize,
         members: &[usize],
@@ -144,7 +167,7 @@ impl PendingShm {
 
     /// Map every peer's file (all on this host) and check that they were
     /// made with the same settings.
-    pub fn connect(self) -> Result<ShmFabric> {
+    pub(crate) fn connect(self) -> Result<ShmFabric> {
         let (rank, size) = (self.rank, self.layout.size);
         let global = self.members[rank];
         let mut files = Vec::with_capacity(size);

@@ -4,6 +4,9 @@
 //! sets each read's and write's timeout to the time left until one fixed
 //! instant, and fails with [`TimedOut`](std::io::ErrorKind::TimedOut)
 //! once that instant has passed.
+//!
+//! Used by the bootstrap (the rendezvous handshake, the PMI-2 exchange)
+//! and by `splitrt-vys` (the ring handover).
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -50,8 +53,10 @@ impl<'a, S: TimedSocket> Deadline<'a, S> {
         Deadline { socket, at }
     }
 
-    /// Time left, or `TimedOut` once the deadline has passed.
-    fn left(&self) -> io::Result<Duration> {
+    /// Time left, or `TimedOut` once the deadline has passed (for an
+    /// operation outside [`Read`] / [`Write`], e.g. passing a descriptor,
+    /// whose timeout the caller sets from it).
+    pub fn left(&self) -> io::Result<Duration> {
         let left = self.at.saturating_duration_since(Instant::now());
         if left.is_zero() {
             Err(io::Error::new(
