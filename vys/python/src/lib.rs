@@ -1160,44 +1160,56 @@ impl Consumer {
             // field is its buffer (PyArray_DATA).
             unsafe { (*raw).fields.data as *mut u8 }
         });
-        let n = py.detach(|| {
-            let (mp, dp) = (mp, dp); // the wrappers, not their raw fields
-                                     // SAFETY: `meta` and `data` are fresh C-contiguous arrays of
-                                     // `max * META_BYTES` and `max * nbytes` bytes that no one else
-                                     // holds yet (not returned); the calling thread keeps them
-                                     // alive and waits for this closure.
-            let meta = unsafe { std::slice::from_raw_parts_mut(mp.0, max * META_BYTES) };
-            // SAFETY: as above.
-            let data = unsafe { std::slice::from_raw_parts_mut(dp.0, max * nbytes) };
-            let mut n = 0;
-            let mut put = |s: &Spectrum, n: usize| {
-                put_meta(
-                    &mut meta[n * META_BYTES..(n + 1) * META_BYTES],
-                    &s.product,
-                    &s.info,
-                );
-                data[n * nbytes..(n + 1) * nbytes].copy_from_slice(s.data());
-            };
-            put(&first, n);
-            n += 1;
-            drop(first);
-            let mut st = self.state();
-            while n < max {
-                match self.next(&mut st, until) {
-                    Some(RustMessage::Valid(s)) => {
-                        if s.product.spectrum_bytes as usize != nbytes {
-                            st.pending.push_front(RustMessage::Valid(s));
-                            break;
-                        }
-                        put(&s, n);
-                        n += 1;
-                    }
-                    Some(other) => st.event(other),
-                    None => break,
+        let mut n = 0usize;
+        let mut first = Some(first);
+        // A different size ends the batch.
+        let mut other_size = false;
+        loop {
+            let slice = (Instant::now() + WAIT_SLICE).min(until);
+            py.detach(|| {
+                // The wrappers, not their raw fields.
+                let (mp, dp) = (mp, dp);
+                // SAFETY: `meta` and `data` are fresh C-contiguous arrays
+                // of `max * META_BYTES` and `max * nbytes` bytes that no
+                // one else holds yet (not returned); the calling thread
+                // keeps them alive and waits for this closure.
+                let meta = unsafe { std::slice::from_raw_parts_mut(mp.0, max * META_BYTES) };
+                // SAFETY: as above.
+                let data = unsafe { std::slice::from_raw_parts_mut(dp.0, max * nbytes) };
+                let mut put = |s: &Spectrum, n: usize| {
+                    put_meta(
+                        &mut meta[n * META_BYTES..(n + 1) * META_BYTES],
+                        &s.product,
+                        &s.info,
+                    );
+                    data[n * nbytes..(n + 1) * nbytes].copy_from_slice(s.data());
+                };
+                if let Some(f) = first.take() {
+                    put(&f, n);
+                    n += 1;
                 }
+                let mut st = self.state();
+                while n < max {
+                    match self.next(&mut st, slice) {
+                        Some(RustMessage::Valid(s)) => {
+                            if s.product.spectrum_bytes as usize != nbytes {
+                                st.pending.push_front(RustMessage::Valid(s));
+                                other_size = true;
+                                break;
+                            }
+                            put(&s, n);
+                            n += 1;
+                        }
+                        Some(other) => st.event(other),
+                        None => break,
+                    }
+                }
+            });
+            if n >= max || other_size || Instant::now() >= until || self.state().ended {
+                break;
             }
-            n
-        });
+            py.check_signals()?;
+        }
         let meta = meta.call_method1(
             "__getitem__",
             (pyo3::types::PySlice::new(
