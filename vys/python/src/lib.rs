@@ -49,6 +49,10 @@ const MAX_EVENTS: usize = 4096;
 /// Spectra of later windows kept by `read_window` at most.
 const MAX_PENDING: usize = 1024;
 
+/// Largest output of one `recv_batch` or `read_window` call (bytes of
+/// its arrays): a larger request is refused before anything is allocated.
+const MAX_OUT_BYTES: usize = 16 << 30;
+
 /// Longest single wait with the GIL released, so that Ctrl-C (a signal
 /// the interpreter checks between waits) stops a long call.
 const WAIT_SLICE: Duration = Duration::from_millis(100);
@@ -1141,6 +1145,15 @@ impl Consumer {
         };
         let complex = self.dtype.complex(&first.product)?;
         let nbytes = first.product.spectrum_bytes as usize;
+        if max
+            .checked_mul(nbytes.max(META_BYTES))
+            .is_none_or(|b| b > MAX_OUT_BYTES)
+        {
+            // `first` goes back to the pool; the call asked too much.
+            return Err(PyValueError::new_err(format!(
+                "recv_batch: {max} spectra of {nbytes} B is more than {MAX_OUT_BYTES} B"
+            )));
+        }
         let width = if complex { nbytes / 8 } else { nbytes };
         // SAFETY: uninitialised arrays of plain numbers (any bit pattern
         // is a value); rows are written before they are returned, and only
@@ -1255,11 +1268,29 @@ impl Consumer {
             ));
         }
         let until = deadline(timeout)?;
+        let times = (t1 - t0).div_ceil(integration);
+        let cells = [
+            baselines.len() as u64,
+            spectral_windows.len() as u64,
+            channels as u64,
+            stokes.len() as u64,
+            9, // 8 bytes of data and 1 of flag a cell
+        ]
+        .iter()
+        .try_fold(times, |a, &b| a.checked_mul(b));
+        if cells.is_none_or(|b| b > MAX_OUT_BYTES as u64) {
+            return Err(PyValueError::new_err(format!(
+                "read_window: {times} times x {} baselines x {} windows x {channels} channels x                  {} stokes is more than {MAX_OUT_BYTES} B",
+                baselines.len(),
+                spectral_windows.len(),
+                stokes.len()
+            )));
+        }
         let w = Window {
             t0,
             t1,
             integration,
-            times: (t1 - t0).div_ceil(integration) as usize,
+            times: times as usize,
             baselines: baselines.iter().map(|&(a, b)| [a, b]).collect(),
             spws: spectral_windows,
             stokes,

@@ -238,3 +238,21 @@ def test_asyncio_forms(stream):
         tk.cancel()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_oversized_requests_are_refused(stream):
+    """A window or batch too large to allocate is a ValueError, not a crash
+    or an overflow."""
+    c = vys.Consumer(**stream.kw())
+    with pytest.raises(ValueError):
+        c.read_window(0, 2**64 - 1, 1, [(0, 1)], [0], [0], 1024, timeout=0.1)
+    with pytest.raises(ValueError):
+        c.read_window(0, 10, 1, [(0, 1)] * 1000, [0] * 1000, [0, 1, 2, 3], 2**20, timeout=0.1)
+    p = producer(stream)
+    p.write_checkable((0, 1), 0, 0, 1)
+    p.flush()
+    with pytest.raises(ValueError):
+        c.recv_batch(2**62, timeout=5.0)
+    with pytest.raises(OverflowError):
+        c.recv_batch(-1, timeout=0.1)
+    c.close()
