@@ -219,3 +219,30 @@ def test_iteration_ends_with_end(stream):
                 c.shutdown()
     assert kinds[-1] == "end" and n == 3
     assert c.recv(0.1) is None
+
+
+def test_producer_gone_message(stream):
+    """A producer that stops is reported gone after the consumer's
+    producer_silence, with its id and instance."""
+    c = vys.Consumer(**stream.kw(), producer_silence=0.5)
+    p = producer(stream, heartbeat=0.1)
+    pid, inst = p.id, p.instance
+    p.write_checkable((0, 1), 0, 0, 1)
+    p.flush()
+    (m,) = take(c, 1)
+    m.release()
+    p.close()
+    while True:
+        m = c.recv(5.0)
+        assert m is not None, "no producer_gone"
+        if m.kind == "producer_gone":
+            break
+    assert m.producer == pid and m.instance == inst
+    assert m.details["silent_for_ns"] >= 400_000_000
+    assert "gone" in m.error
+    with pytest.raises(ValueError):
+        m.data  # no spectrum
+    with pytest.raises(ValueError):
+        p.write_checkable((0, 1), 0, 0, 2)  # closed
+    end = c.close()
+    assert end["producers_gone"] == 1
