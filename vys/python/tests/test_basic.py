@@ -47,6 +47,8 @@ def test_byte_exact_and_metadata(stream):
         d = m.data
         assert d.dtype == np.complex64 and d.shape == (CHANNELS,)
         assert not d.flags.writeable
+        with pytest.raises(ValueError):
+            d.setflags(write=True)  # the pool buffer is never writable from Python
         assert isinstance(d.base, vys.SpectrumBuffer)
         assert d.tobytes() == vys.checkable((3, 5), 1, 2, m.timestamp, BYTES)
         m.release()
