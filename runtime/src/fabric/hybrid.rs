@@ -118,7 +118,8 @@ impl LoadStore for Hybrid {
     }
 }
 
-/// idle_wait: the timed sleep (datagrams ring no doorbell).
+/// The shm doorbell with a look at the socket; `idle_wait` is the timed
+/// sleep (datagrams ring no doorbell).
 impl Wakeup for Hybrid {
     /// The doorbell bridge's wait: the shm doorbell (this host's ranks
     /// ring it), with a look at the UDP side (without waiting) before and

@@ -6,6 +6,15 @@
 //! there), up to [`MAX_WORDS`] argument words and a payload. A payload is
 //! either delivered in a buffer the receiver may read in place, or deposited
 //! into the receiver's segment at a given offset before delivery.
+//!
+//! The contract is split: [`Fabric`] is what every fabric does (send with
+//! credits, poll, report), and each capability some fabrics have is a
+//! trait of its own, lent through an accessor of [`Fabric`] that answers
+//! `None` where the fabric lacks it: [`LoadStore`] (peers' segments
+//! mapped here: shm, the hybrid's host), [`RemoteMemory`] (one-sided
+//! put / get: ibverbs), [`Wakeup`] (waits that end when traffic comes:
+//! shm, UDP, hybrid). The layers above ask for a capability, never for
+//! the kind of fabric; [`AnyFabric`] is the one place that lists them.
 
 pub mod frames;
 pub mod hybrid;
