@@ -93,6 +93,42 @@ fn srun_pmi2_three_hosts_pgas_model() {
     }
 }
 
+/// The hybrid fabric lends the PGAS layer load/store for the ranks of its
+/// host only (2 of the 6 mapped), and no one-sided access: a put to a rank
+/// of another host takes the message path (datagrams), and every put and
+/// get arrives. `srun -N3 -n6` places ranks in blocks (0 1 | 2 3 | 4 5),
+/// so an odd rank's right neighbour is on the next host.
+#[test]
+fn srun_pmi2_hybrid_lends_load_store_for_its_host_only() {
+    let Some(d) = cluster() else { return };
+    let r = srun(&d, &[], "t_capabilities", &[]);
+    all_say(&r, "capabilities ok", 6);
+    let caps: Vec<&str> = r.stdout.lines().filter(|l| l.contains("caps: ")).collect();
+    assert_eq!(caps.len(), 6, "{r:?}");
+    for c in caps {
+        assert!(
+            c.contains("load_store=true one_sided=false mapped=2 put_datagrams="),
+            "{r:?}"
+        );
+        let rank: usize = c
+            .split("rank ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let sent: u64 = c.rsplit('=').next().unwrap().parse().unwrap();
+        if rank % 2 == 1 {
+            assert!(
+                sent > 0,
+                "rank {rank}'s put to the next host sent no datagram: {r:?}"
+            );
+        }
+    }
+}
+
 /// NPB IS and CG across three hosts.
 #[test]
 fn srun_pmi2_three_hosts_npb() {

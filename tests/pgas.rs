@@ -94,6 +94,62 @@ fn rma_flag_overrides_environment() {
     assert_eq!(stdout.matches("(Am path)").count(), 2, "{stdout}");
 }
 
+/// `t_capabilities` on 2 ranks over `fabric` (native path, the default):
+/// each rank's `caps:` line, after checking that every rank's put and get
+/// arrived.
+fn capabilities(fabric: &str) -> Vec<String> {
+    let r = run_job(
+        2,
+        &example("t_capabilities"),
+        &[],
+        &[("SPLITRT_FABRIC", fabric)],
+        60,
+    );
+    r.ok();
+    assert_eq!(
+        r.stdout.matches("capabilities ok").count(),
+        2,
+        "{}",
+        r.stdout
+    );
+    r.stdout
+        .lines()
+        .filter_map(|l| Some(l[l.find("caps: ")?..].to_string()))
+        .collect()
+}
+
+/// Shared memory lends the PGAS layer the load/store capability (both
+/// ranks' segments mapped) and no one-sided one: puts and gets are
+/// copies, no datagram involved.
+#[test]
+fn shm_lends_pgas_load_store() {
+    let caps = capabilities("shm");
+    assert_eq!(caps.len(), 2, "{caps:?}");
+    for c in &caps {
+        assert!(
+            c.ends_with("load_store=true one_sided=false mapped=2 put_datagrams=-"),
+            "{caps:?}"
+        );
+    }
+}
+
+/// A fabric without the load/store and one-sided capabilities (UDP):
+/// the PGAS layer's puts and gets take the message path (datagrams sent
+/// while the put was issued) and arrive.
+#[test]
+fn without_capabilities_pgas_puts_and_gets_travel_as_messages() {
+    let caps = capabilities("udp");
+    assert_eq!(caps.len(), 2, "{caps:?}");
+    for c in &caps {
+        assert!(
+            c.contains("load_store=false one_sided=false mapped=0 put_datagrams="),
+            "{caps:?}"
+        );
+        let sent: u64 = c.rsplit('=').next().unwrap().parse().unwrap();
+        assert!(sent > 0, "the put sent no datagram: {caps:?}");
+    }
+}
+
 /// `t_views <mode>` on `n` ranks over `rma`: every rank reports success.
 fn views(mode: &str, n: usize, rma: &str) {
     views_on(mode, n, &[("SPLITRT_RMA", rma)]);

@@ -152,6 +152,38 @@ fn pgas_model_over_the_verbs_model() {
     });
 }
 
+/// The ibverbs fabric lends the PGAS layer the one-sided capability and
+/// no load/store one: a put and a get to the neighbour go by RDMA write
+/// and read, and arrive.
+#[test]
+fn ibverbs_lends_pgas_one_sided_access_not_load_store() {
+    let (size, seg) = (2, 4 << 20);
+    let id = unique("caps");
+    on_threads(size, 17, Duration::from_secs(120), move |r, dev| {
+        let pg = Pgas::attach_over_verbs_model(
+            EndpointBuilder::new(),
+            job(&id, r, size),
+            config(seg, 16),
+            dev,
+        )?;
+        let rma = pg.endpoint().rma();
+        assert!(rma.load_store().is_none(), "rank {r}: nothing is mapped");
+        assert!(rma.one_sided().is_some(), "rank {r}: RDMA read / write");
+        let a = pg.alloc_sym::<u64>(4)?;
+        pg.barrier()?;
+        let right = (r + 1) % size;
+        pg.put(a.ptr(right), &[r as u64 + 1; 4])?;
+        pg.sync()?;
+        pg.barrier()?;
+        let left = (r + size - 1) % size;
+        let here: Vec<u64> = (0..4).map(|i| a.local().get(i)).collect();
+        assert_eq!(here, [left as u64 + 1; 4], "rank {r}");
+        assert_eq!(pg.get(a.ptr(right), 4)?.wait()?, [r as u64 + 1; 4]);
+        pg.barrier()?;
+        pg.finish()
+    });
+}
+
 #[test]
 fn a_rank_that_fails_at_start_is_reported_by_the_others() {
     // Rank 1 asks for a buffer size out of range: its own start fails with

@@ -7,7 +7,7 @@
 //! its executor decides when it runs. So while some future (or a user of
 //! [`Endpoint::doorbell_fd`](crate::Endpoint::doorbell_fd)) is waiting,
 //! one helper thread per rank, the bridge, sleeps on the doorbell in its
-//! place ([`Fabric::await_traffic`]: on shared memory a registered
+//! place ([`Wakeup::await_traffic`](splitrt_runtime::fabric::Wakeup::await_traffic): on shared memory a registered
 //! sleeper on the rank's futex, so peers ring it) and when traffic may
 //! have arrived it
 //!
@@ -31,14 +31,15 @@
 //! (2 ms) to look into the rings (the doorbell can lose a wake-up; see its
 //! module), which fires only if it finds something (or, with
 //! `SPLITRT_THREADS=single`, where it may not look, always: 500 polls a
-//! second). On fabrics without a doorbell (UDP, hybrid, RDMA) it fires
-//! every [`AWAIT_TRAFFIC_BLIND`] (1 ms). A failed job fires it too, so
+//! second). On fabrics that cannot tell when traffic arrives (no
+//! [`Wakeup`](splitrt_runtime::fabric::Wakeup) capability: RDMA) it
+//! fires every [`AWAIT_TRAFFIC_BLIND`] (1 ms). A failed job fires it too, so
 //! every waiter sees the error.
 
 use splitrt_runtime::fabric::shm::doorbell::WAIT_LIMIT;
-use splitrt_runtime::fabric::Fabric;
 #[cfg(doc)]
 use splitrt_runtime::fabric::AWAIT_TRAFFIC_BLIND;
+use splitrt_runtime::fabric::{await_traffic_blind, Fabric};
 use splitrt_runtime::{Error, Result, World};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -318,10 +319,12 @@ fn run(sh: &Shared, world: WorldRef) {
         // dropped the endpoint), happens inside `fire`, past `w`'s last
         // use, and the loop sees `stop` before it borrows again.
         let w = unsafe { &*world.0 };
+        let stop = || !sh.armed.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst);
         // SAFETY: only waits for traffic; sends and writes nothing.
-        let maybe = unsafe { w.fabric() }.await_traffic(WAIT_LIMIT, &|| {
-            !sh.armed.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst)
-        });
+        let maybe = match unsafe { w.fabric() }.wakeup() {
+            Some(f) => f.await_traffic(WAIT_LIMIT, &stop),
+            None => await_traffic_blind(WAIT_LIMIT, &stop),
+        };
         if maybe || w.peer_failed() {
             fire(sh);
         }

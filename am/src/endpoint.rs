@@ -10,7 +10,7 @@ use crate::message::{Incoming, Payload};
 use splitrt_runtime::backoff::Backoff;
 use splitrt_runtime::config::Config;
 use splitrt_runtime::fabric::udp::proto::Stats as UdpStats;
-use splitrt_runtime::fabric::{AnyFabric, Channel, Fabric, Packet};
+use splitrt_runtime::fabric::{idle_wait_blind, AnyFabric, Channel, Fabric, Packet};
 use splitrt_runtime::hang::{abort_error, HangWatch};
 use splitrt_runtime::job::JobInfo;
 use splitrt_runtime::view::LocalView;
@@ -557,10 +557,15 @@ impl Inner {
 
     /// [`snooze`](Self::snooze) that does not sleep once `done()`, asked
     /// after the sleep is announced on the doorbell (see
-    /// [`Fabric::idle_wait`]).
+    /// [`Wakeup::idle_wait`](splitrt_runtime::fabric::Wakeup::idle_wait));
+    /// a fabric without the wake-up capability sleeps the backoff's time.
     fn snooze_unless(&self, backoff: &mut Backoff, done: &dyn Fn() -> bool) {
         let sleep = backoff.sleep_time();
-        backoff.snooze_with(&|| self.fabric().idle_wait(sleep, done));
+        let wakeup = self.fabric().wakeup();
+        backoff.snooze_with(&|| match wakeup {
+            Some(w) => w.idle_wait(sleep, done),
+            None => idle_wait_blind(sleep, done),
+        });
     }
 
     /// Called by the fabric while a streamed packet waits for room at the
@@ -795,7 +800,7 @@ impl Inner {
     fn quiet_sends(&self) -> Result<()> {
         self.world
             .drain_network(&mut || self.progress_while_sending(Channel::Request).map(|_| ()))?;
-        self.fabric_ref().rma_quiet()
+        self.fabric().remote_memory().map_or(Ok(()), |r| r.quiet())
     }
 
     /// Deliver every message that has arrived (polling until a round

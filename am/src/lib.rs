@@ -44,7 +44,7 @@ pub use bridge::TrafficKey;
 pub use endpoint::{Endpoint, EndpointBuilder, Token};
 pub use handler::{Kind, ReplyHandler, RequestHandler, MAX_ARGS, RESERVED_HANDLERS};
 pub use message::{Incoming, Payload};
-pub use rma::Rma;
+pub use rma::{Mapped, OneSided, Rma};
 pub use splitrt_runtime::view::LocalView;
 pub use splitrt_runtime::{Error, ErrorKind, Result};
 pub use writers::{

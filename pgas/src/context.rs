@@ -126,7 +126,12 @@ impl Pgas {
         let _ = st.rank.set(rank);
         let _ = st.size.set(size);
         let path = ep.config().rma;
-        let segs: Vec<Option<SegmentRef>> = (0..size).map(|r| fabric.peer_segment(r)).collect();
+        // Peers' segments mapped here, if the fabric can load and store
+        // (else every access takes the one-sided or the message path).
+        let segs: Vec<Option<SegmentRef>> = match fabric.load_store() {
+            Some(mapped) => (0..size).map(|r| mapped.peer_segment(r)).collect(),
+            None => vec![None; size],
+        };
         let seg_lens: Vec<u64> = (0..size).map(|r| fabric.segment_len(r) as u64).collect();
         let direct = (0..size)
             .map(|r| match (path, segs[r]) {

@@ -46,11 +46,12 @@ impl Inner {
             return Ok(None);
         }
         if self.path == RmaPath::Native {
-            // SAFETY: the caller keeps `dst` alive and unaliased for `len`
-            // bytes until the get completes, which a direct get does here.
-            let d = unsafe { std::slice::from_raw_parts_mut(dst, len) };
-            if let Some(r) = self.ep.rma().get_direct(rank, off, d) {
-                return r.map(|()| None);
+            if let Some(one) = self.ep.rma().one_sided() {
+                // SAFETY: the caller keeps `dst` alive and unaliased for
+                // `len` bytes until the get completes, which a one-sided
+                // get does here.
+                let d = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+                return one.get(rank, off, d).map(|()| None);
             }
         }
         let chunk = self.ep.max_medium(rank)?;
@@ -258,14 +259,14 @@ impl Inner {
             return Ok(());
         }
         if self.path == RmaPath::Native {
-            let fabric = self.ep.rma();
-            // small: copied out now, complete by the next sync
-            if let Some(r) = fabric.put_direct_nb(rank, off, src) {
-                self.direct_puts.store(true, Ordering::Relaxed);
-                return r;
-            }
-            if let Some(r) = fabric.put_direct(rank, off, src) {
-                return r;
+            if let Some(one) = self.ep.rma().one_sided() {
+                // small: copied out now, complete by the next sync
+                let nb = one.put_nb(rank, off, src);
+                if !matches!(nb, Ok(false)) {
+                    self.direct_puts.store(true, Ordering::Relaxed);
+                    return nb.map(|_| ());
+                }
+                return one.put(rank, off, src);
             }
         }
         self.issued.add_puts(1);

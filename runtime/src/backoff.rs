@@ -67,7 +67,7 @@ impl Backoff {
 
     /// [`snooze`](Self::snooze), with `idle` instead of the timed sleep
     /// once the waiter has spun and yielded (a fabric's
-    /// [`idle_wait`](crate::fabric::Fabric::idle_wait): a doorbell).
+    /// [`idle_wait`](crate::fabric::Wakeup::idle_wait): a doorbell).
     /// `idle` returns whether a peer's ring woke it: the peer is active
     /// (say, putting into this rank's segment), so the waiter spins again
     /// (with a spin time; an oversubscribed host has none) instead of

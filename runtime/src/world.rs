@@ -418,7 +418,7 @@ impl World {
         }
         let frozen = std::sync::Arc::<crate::frozen::FrozenRanges>::default();
         let mut fabric = fabric;
-        fabric.share_frozen(&frozen);
+        fabric.share_frozen(frozen.clone());
         let world = World {
             job,
             config,
@@ -564,20 +564,18 @@ impl World {
     /// network (serving inbound traffic meanwhile), so nothing is owed when
     /// the processes end.
     pub fn drain_network(&self, progress: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-        let Some(udp) = self.fabric.udp() else {
-            return Ok(());
-        };
+        let fabric = &self.fabric;
         let mut backoff = Backoff::new(&self.config);
         let mut watch = HangWatch::new(&self.config);
-        while !udp.quiesced().map_err(|e| e.at_rank(self.job.rank))? {
+        while !fabric.quiesced().map_err(|e| e.at_rank(self.job.rank))? {
             if let Some(f) = self.failure() {
                 return Err(f);
             }
             progress()?;
             if backoff.is_slow() && watch.due() {
                 let what = format!(
-                    "for rank(s) {} to acknowledge what this rank sent over UDP",
-                    rank_list(&udp.unacked_peers())
+                    "for rank(s) {} to acknowledge what this rank sent over the network",
+                    rank_list(&fabric.unacked_ranks())
                 );
                 if let Err(why) = watch.report(self.job.rank, &what) {
                     self.abort(&why);

@@ -3,7 +3,7 @@
 
 use super::shm::ShmFabric;
 use super::udp::UdpFabric;
-use super::{Channel, Delivery, Fabric, Packet, SegmentRef};
+use super::{Channel, Delivery, Fabric, LoadStore, Packet, SegmentRef, Wakeup};
 use crate::Result;
 
 /// A rank's fabrics in a job that spans hosts.
@@ -52,13 +52,6 @@ impl Fabric for Hybrid {
     fn local_segment(&self) -> SegmentRef {
         self.shm.local_segment()
     }
-    fn peer_segment(&self, peer: usize) -> Option<SegmentRef> {
-        if self.is_remote(peer) {
-            None
-        } else {
-            self.shm.peer_segment(peer)
-        }
-    }
     #[inline]
     fn try_send(
         &self,
@@ -91,8 +84,43 @@ impl Fabric for Hybrid {
             self.shm.credits(peer, ch)
         }
     }
-    // idle_wait: the timed sleep (datagrams ring no doorbell)
+    /// The UDP side's (the shm side deposits at send time).
+    fn share_frozen(&mut self, frozen: std::sync::Arc<crate::frozen::FrozenRanges>) {
+        self.udp.share_frozen(frozen)
+    }
+    fn arrivals_waiting(&self) -> bool {
+        self.udp.arrivals_waiting()
+    }
+    fn quiesced(&self) -> Result<bool> {
+        self.udp.quiesced()
+    }
+    fn unacked_ranks(&self) -> Vec<usize> {
+        Fabric::unacked_ranks(&self.udp)
+    }
+    #[inline]
+    fn load_store(&self) -> Option<&dyn LoadStore> {
+        Some(self)
+    }
+    #[inline]
+    fn wakeup(&self) -> Option<&dyn Wakeup> {
+        Some(self)
+    }
+}
 
+/// This host's ranks' segments (the others are not mapped here).
+impl LoadStore for Hybrid {
+    fn peer_segment(&self, peer: usize) -> Option<SegmentRef> {
+        if self.is_remote(peer) {
+            None
+        } else {
+            self.shm.peer_segment(peer)
+        }
+    }
+}
+
+/// The shm doorbell with a look at the socket; `idle_wait` is the timed
+/// sleep (datagrams ring no doorbell).
+impl Wakeup for Hybrid {
     /// The doorbell bridge's wait: the shm doorbell (this host's ranks
     /// ring it), with a look at the UDP side (without waiting) before and
     /// after; a datagram from another host waits at most one doorbell wait

@@ -6,6 +6,15 @@
 //! there), up to [`MAX_WORDS`] argument words and a payload. A payload is
 //! either delivered in a buffer the receiver may read in place, or deposited
 //! into the receiver's segment at a given offset before delivery.
+//!
+//! The contract is split: [`Fabric`] is what every fabric does (send with
+//! credits, poll, report), and each capability some fabrics have is a
+//! trait of its own, lent through an accessor of [`Fabric`] that answers
+//! `None` where the fabric lacks it: [`LoadStore`] (peers' segments
+//! mapped here: shm, the hybrid's host), [`RemoteMemory`] (one-sided
+//! put / get: ibverbs), [`Wakeup`] (waits that end when traffic comes:
+//! shm, UDP, hybrid). The layers above ask for a capability, never for
+//! the kind of fabric; [`AnyFabric`] is the one place that lists them.
 
 pub mod frames;
 pub mod hybrid;
@@ -18,7 +27,7 @@ use crate::Result;
 /// Most argument words a packet carries.
 pub const MAX_WORDS: usize = 16;
 
-/// How long [`Fabric::await_traffic`] sleeps on a fabric that cannot tell
+/// How long [`await_traffic_blind`] sleeps on a fabric that cannot tell
 /// when traffic arrives (no doorbell) before it answers "maybe".
 pub const AWAIT_TRAFFIC_BLIND: std::time::Duration = std::time::Duration::from_millis(1);
 
@@ -83,7 +92,7 @@ pub struct Deposit {
 ///
 /// A `SegmentRef` does not keep its mapping alive and is `Copy`: one
 /// obtained from a fabric ([`Fabric::local_segment`],
-/// [`Fabric::peer_segment`]) may outlive the fabric. So nothing safe
+/// [`LoadStore::peer_segment`]) may outlive the fabric. So nothing safe
 /// dereferences it: [`new`](Self::new) is `unsafe` (its caller vouches for
 /// the range), [`base`](Self::base) is a raw pointer whose use is the
 /// user's `unsafe` block, and [`wake_owner`](Self::wake_owner) is `unsafe`.
@@ -247,7 +256,14 @@ unsafe impl Send for SegmentRef {}
 // memory model, in the unsafe code that dereferences it.
 unsafe impl Sync for SegmentRef {}
 
-/// What every fabric provides.
+/// The core contract: what every fabric does. Send a packet (a Short on
+/// its own path, a Medium inline, a Long deposited) with credits, poll
+/// deliveries, report credits and what still waits to be fed or
+/// acknowledged, and say which capabilities it has
+/// ([`load_store`](Self::load_store), [`remote_memory`](Self::remote_memory),
+/// [`wakeup`](Self::wakeup); `None` where it has none). The layers above
+/// ask for a capability and take their fallback path (messages, a timed
+/// sleep) when it is absent; they never ask which fabric this is.
 pub trait Fabric: Send + Sync {
     /// This rank.
     fn rank(&self) -> usize;
@@ -257,10 +273,8 @@ pub trait Fabric: Send + Sync {
     fn max_inline(&self, peer: usize) -> usize;
     /// Length of `peer`'s registered segment.
     fn segment_len(&self, peer: usize) -> usize;
-    /// This rank's registered segment.
+    /// This rank's registered segment (where Long payloads are deposited).
     fn local_segment(&self) -> SegmentRef;
-    /// `peer`'s segment if this process can load and store into it directly.
-    fn peer_segment(&self, peer: usize) -> Option<SegmentRef>;
     /// Send `pkt` to `peer` on `ch` if there is room for its first part.
     /// Returns `Ok(false)`, having sent nothing, when the peer has no room
     /// (back-pressure). A packet larger than the room left is streamed:
@@ -299,19 +313,79 @@ pub trait Fabric: Send + Sync {
     /// reports; `None` if they cannot be read without waiting (another
     /// thread is sending there). Not for the fast path.
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)>;
-    /// Wait a little with nothing to do: until a peer gives this rank
-    /// work if the fabric can tell (the shm doorbell), else `sleep`. Does
-    /// not sleep if `done()`, which the shm fabric asks after announcing
-    /// the sleep: a peer that makes `done()` true, fences, and then rings
-    /// (as a native barrier's release does) is never missed. Returns
-    /// whether a peer's ring ended the wait (the peer is active: the
-    /// waiter should spin again before it sleeps).
-    fn idle_wait(&self, sleep: std::time::Duration, done: &dyn Fn() -> bool) -> bool {
-        if !done() {
-            std::thread::sleep(sleep);
-        }
-        false
+    /// Make deposits written at poll time (UDP, ibverbs) refuse bytes of
+    /// `frozen`. A fabric whose senders deposit (shared memory) checks
+    /// at send time and keeps nothing. No default: every fabric that
+    /// writes deposits itself must refuse frozen bytes.
+    fn share_frozen(&mut self, frozen: std::sync::Arc<crate::frozen::FrozenRanges>);
+    /// Whether messages that have arrived wait to be fed by a
+    /// [`poll`](Self::poll) (a fabric that deposits at poll time; a poll
+    /// that delivers no complete message may still leave some). A
+    /// fabric whose senders deposit (shared memory) answers `false`. No
+    /// default: a freeze's seal is sound only if this is true to the
+    /// fabric.
+    fn arrivals_waiting(&self) -> bool;
+    /// Whether every peer has acknowledged what this rank sent (so
+    /// nothing is owed when the process ends). A fabric that delivers
+    /// before a send returns (shared memory) or whose hardware retries
+    /// (RC verbs) has nothing owed: the default.
+    fn quiesced(&self) -> Result<bool> {
+        Ok(true)
     }
+    /// The peers [`quiesced`](Self::quiesced) still waits for (for a hang
+    /// report).
+    fn unacked_ranks(&self) -> Vec<usize> {
+        Vec::new()
+    }
+    /// The direct load/store capability: peers' segments mapped in this
+    /// process. `None`: no peer's segment is mapped here.
+    fn load_store(&self) -> Option<&dyn LoadStore> {
+        None
+    }
+    /// The one-sided capability: put / get into peers' segments without
+    /// their CPU (RDMA write / read). `None`: no such path.
+    fn remote_memory(&self) -> Option<&dyn RemoteMemory> {
+        None
+    }
+    /// The wake-up capability: waits that end when traffic arrives.
+    /// `None`: the fabric cannot tell; waiters sleep a fixed time
+    /// ([`idle_wait_blind`], [`await_traffic_blind`]) and poll.
+    fn wakeup(&self) -> Option<&dyn Wakeup> {
+        None
+    }
+}
+
+/// Capability: direct loads and stores into peers' segments mapped in
+/// this process (the shm fabric, and the hybrid's shm side). The PGAS
+/// layer's native path: a get or put is a copy, complete at once.
+pub trait LoadStore {
+    /// `peer`'s segment if this process can load and store into it
+    /// directly (`None`: not mapped here, e.g. a rank of another host),
+    /// carrying its owner's doorbell so a direct write wakes the owner
+    /// ([`SegmentRef::wake_owner`]).
+    fn peer_segment(&self, peer: usize) -> Option<SegmentRef>;
+}
+
+/// Capability: one-sided access to every peer's segment (RDMA write and
+/// read), checked against the segment's bounds.
+pub trait RemoteMemory {
+    /// Copy `src` into `peer`'s segment at `off`, complete at the peer on
+    /// return.
+    fn put(&self, peer: usize, off: u64, src: &[u8]) -> Result<()>;
+    /// Copy `peer`'s segment at `off` into `dst`, complete on return.
+    fn get(&self, peer: usize, off: u64, dst: &mut [u8]) -> Result<()>;
+    /// Like [`put`](Self::put), but returns once `src` has been copied
+    /// out: the write is complete at the peer by the next
+    /// [`quiet`](Self::quiet). `Ok(false)`, having done nothing: not for
+    /// this size (use `put`).
+    fn put_nb(&self, peer: usize, off: u64, src: &[u8]) -> Result<bool>;
+    /// Wait until every [`put_nb`](Self::put_nb) is complete at its peer.
+    fn quiet(&self) -> Result<()>;
+}
+
+/// Capability: waits that end when traffic arrives (the shm doorbell, a
+/// socket's `poll(2)`).
+pub trait Wakeup {
     /// For a helper thread that waits on behalf of futures (never for a
     /// thread that polls: see the AM layer's doorbell bridge): block until
     /// traffic may have arrived for this rank, `stop()` holds, or about
@@ -319,46 +393,38 @@ pub trait Fabric: Send + Sync {
     /// nothing arrived (the wait timed out and the rings are empty, or
     /// `stop()` ended it); `true` means "poll": a ring of the doorbell,
     /// work seen in the rings, or a fabric that cannot tell.
-    ///
-    /// The default (fabrics without a doorbell: UDP, hybrid, RDMA) sleeps
-    /// at most [`AWAIT_TRAFFIC_BLIND`] and answers `true`: the waiters poll
-    /// that often.
-    fn await_traffic(&self, limit: std::time::Duration, stop: &dyn Fn() -> bool) -> bool {
-        if stop() {
-            return false;
-        }
-        std::thread::sleep(limit.min(AWAIT_TRAFFIC_BLIND));
-        true
+    fn await_traffic(&self, limit: std::time::Duration, stop: &dyn Fn() -> bool) -> bool;
+    /// Wait a little with nothing to do: until a peer gives this rank
+    /// work if the fabric can tell (the shm doorbell), else `sleep`
+    /// ([`idle_wait_blind`], the default: datagrams ring no doorbell). Does
+    /// not sleep if `done()`, which the shm fabric asks after announcing
+    /// the sleep: a peer that makes `done()` true, fences, and then rings
+    /// (as a native barrier's release does) is never missed. Returns
+    /// whether a peer's ring ended the wait (the peer is active: the
+    /// waiter should spin again before it sleeps).
+    fn idle_wait(&self, sleep: std::time::Duration, done: &dyn Fn() -> bool) -> bool {
+        idle_wait_blind(sleep, done)
     }
-    /// Copy `src` into `peer`'s segment at `off` one-sidedly (RDMA write),
-    /// complete at the peer on return. `None`: this fabric has no
-    /// one-sided path to `peer` (use messages, or [`peer_segment`](Self::peer_segment)).
-    fn put_direct(&self, _peer: usize, _off: u64, _src: &[u8]) -> Option<Result<()>> {
-        None
+}
+
+/// [`Wakeup::idle_wait`] without a doorbell: sleep `sleep` unless
+/// `done()`; no peer ended it.
+pub fn idle_wait_blind(sleep: std::time::Duration, done: &dyn Fn() -> bool) -> bool {
+    if !done() {
+        std::thread::sleep(sleep);
     }
-    /// Copy `peer`'s segment at `off` into `dst` one-sidedly (RDMA read).
-    /// `None` as for [`put_direct`](Self::put_direct).
-    fn get_direct(&self, _peer: usize, _off: u64, _dst: &mut [u8]) -> Option<Result<()>> {
-        None
+    false
+}
+
+/// [`Wakeup::await_traffic`] on a fabric that cannot tell when traffic
+/// arrives: sleep at most [`AWAIT_TRAFFIC_BLIND`] and answer `true`
+/// ("poll"), so waiters poll that often; `false` only if `stop()`.
+pub fn await_traffic_blind(limit: std::time::Duration, stop: &dyn Fn() -> bool) -> bool {
+    if stop() {
+        return false;
     }
-    /// Like [`put_direct`](Self::put_direct), but returns once `src` has
-    /// been copied out: the write is complete at the peer by the next
-    /// [`rma_quiet`](Self::rma_quiet). `None`: no such path for this
-    /// peer or size (use `put_direct`).
-    fn put_direct_nb(&self, _peer: usize, _off: u64, _src: &[u8]) -> Option<Result<()>> {
-        None
-    }
-    /// Wait until every [`put_direct_nb`](Self::put_direct_nb) is
-    /// complete at its peer.
-    fn rma_quiet(&self) -> Result<()> {
-        Ok(())
-    }
-    /// Whether messages that have arrived wait to be fed by a
-    /// [`poll`](Self::poll) (a fabric that deposits at poll time; a poll
-    /// that delivers no complete message may still leave some).
-    fn arrivals_waiting(&self) -> bool {
-        false
-    }
+    std::thread::sleep(limit.min(AWAIT_TRAFFIC_BLIND));
+    true
 }
 
 /// The fabric a rank runs on (static dispatch over the implementations).
@@ -382,20 +448,6 @@ pub enum AnyFabric {
 }
 
 impl AnyFabric {
-    /// Make the fabrics that write deposits at poll time (UDP, ibverbs)
-    /// refuse bytes of `frozen` (shared memory deposits are written by
-    /// the sender inside its guarded send, checked there).
-    pub fn share_frozen(&mut self, frozen: &std::sync::Arc<crate::frozen::FrozenRanges>) {
-        match self {
-            AnyFabric::Shm(_) => {}
-            AnyFabric::Udp(u) => u.share_frozen(frozen.clone()),
-            AnyFabric::Hybrid(h) => h.udp.share_frozen(frozen.clone()),
-            AnyFabric::Rdma(r) => r.share_frozen(frozen.clone()),
-            #[cfg(feature = "test-doubles")]
-            AnyFabric::RdmaModel(r) => r.share_frozen(frozen.clone()),
-        }
-    }
-
     /// The UDP part, if any.
     pub fn udp(&self) -> Option<&udp::UdpFabric> {
         match self {
@@ -456,10 +508,6 @@ impl Fabric for AnyFabric {
         dispatch!(self, local_segment())
     }
     #[inline]
-    fn peer_segment(&self, peer: usize) -> Option<SegmentRef> {
-        dispatch!(self, peer_segment(peer))
-    }
-    #[inline]
     fn try_send(
         &self,
         peer: usize,
@@ -480,58 +528,28 @@ impl Fabric for AnyFabric {
     fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
         dispatch!(self, credits(peer, ch))
     }
-    fn idle_wait(&self, sleep: std::time::Duration, done: &dyn Fn() -> bool) -> bool {
-        dispatch!(self, idle_wait(sleep, done))
+    fn share_frozen(&mut self, frozen: std::sync::Arc<crate::frozen::FrozenRanges>) {
+        dispatch!(self, share_frozen(frozen))
     }
-    fn await_traffic(&self, limit: std::time::Duration, stop: &dyn Fn() -> bool) -> bool {
-        dispatch!(self, await_traffic(limit, stop))
-    }
-    #[inline]
-    fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
-        match self {
-            AnyFabric::Rdma(x) => x.put_direct(peer, off, src),
-            #[cfg(feature = "test-doubles")]
-            AnyFabric::RdmaModel(x) => x.put_direct(peer, off, src),
-            _ => None,
-        }
-    }
-    #[inline]
-    fn put_direct_nb(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
-        match self {
-            AnyFabric::Rdma(x) => x.put_direct_nb(peer, off, src),
-            #[cfg(feature = "test-doubles")]
-            AnyFabric::RdmaModel(x) => x.put_direct_nb(peer, off, src),
-            _ => None,
-        }
-    }
-
     fn arrivals_waiting(&self) -> bool {
-        match self {
-            AnyFabric::Shm(_) => false,
-            AnyFabric::Udp(u) => u.arrivals_waiting(),
-            AnyFabric::Hybrid(h) => h.udp.arrivals_waiting(),
-            AnyFabric::Rdma(x) => x.arrivals_waiting(),
-            #[cfg(feature = "test-doubles")]
-            AnyFabric::RdmaModel(x) => x.arrivals_waiting(),
-        }
+        dispatch!(self, arrivals_waiting())
     }
-
-    fn rma_quiet(&self) -> Result<()> {
-        match self {
-            AnyFabric::Rdma(x) => x.rma_quiet(),
-            #[cfg(feature = "test-doubles")]
-            AnyFabric::RdmaModel(x) => x.rma_quiet(),
-            _ => Ok(()),
-        }
+    fn quiesced(&self) -> Result<bool> {
+        dispatch!(self, quiesced())
     }
-
+    fn unacked_ranks(&self) -> Vec<usize> {
+        dispatch!(self, unacked_ranks())
+    }
     #[inline]
-    fn get_direct(&self, peer: usize, off: u64, dst: &mut [u8]) -> Option<Result<()>> {
-        match self {
-            AnyFabric::Rdma(x) => x.get_direct(peer, off, dst),
-            #[cfg(feature = "test-doubles")]
-            AnyFabric::RdmaModel(x) => x.get_direct(peer, off, dst),
-            _ => None,
-        }
+    fn load_store(&self) -> Option<&dyn LoadStore> {
+        dispatch!(self, load_store())
+    }
+    #[inline]
+    fn remote_memory(&self) -> Option<&dyn RemoteMemory> {
+        dispatch!(self, remote_memory())
+    }
+    #[inline]
+    fn wakeup(&self) -> Option<&dyn Wakeup> {
+        dispatch!(self, wakeup())
     }
 }

@@ -29,7 +29,7 @@ use super::reg_cache::{RegCache, RegCacheStats};
 use super::verbs::{Access, Completion, Op, QpCaps, QpId, Region, SendWr, Verbs, WcKind, WcStatus};
 use super::wire::{BufHeader, Card, HEADER};
 use crate::fabric::frames::{self, OutMsg, Reassembler, SegmentSink};
-use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
+use crate::fabric::{Channel, Delivery, Fabric, Packet, RemoteMemory, SegmentRef, MAX_WORDS};
 use crate::frozen::FrozenRanges;
 use crate::{Error, ErrorKind, Result};
 use memmap2::MmapMut;
@@ -1111,10 +1111,6 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
         self.seg
     }
 
-    fn peer_segment(&self, _peer: usize) -> Option<SegmentRef> {
-        None
-    }
-
     fn try_send(
         &self,
         peer: usize,
@@ -1198,24 +1194,36 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
         d.credits.get(peer).map(|c| c.report(ch as usize))
     }
 
-    fn put_direct(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
-        Some(self.put(peer, off, src))
+    fn share_frozen(&mut self, frozen: Arc<FrozenRanges>) {
+        RdmaFabric::share_frozen(self, frozen)
     }
 
-    fn put_direct_nb(&self, peer: usize, off: u64, src: &[u8]) -> Option<Result<()>> {
-        match self.put_nb(peer, off, src) {
-            Ok(true) => Some(Ok(())),
-            Ok(false) => None,
-            Err(e) => Some(Err(e)),
-        }
+    fn arrivals_waiting(&self) -> bool {
+        RdmaFabric::arrivals_waiting(self)
     }
 
-    fn rma_quiet(&self) -> Result<()> {
-        self.quiet()
+    #[inline]
+    fn remote_memory(&self) -> Option<&dyn RemoteMemory> {
+        Some(self)
+    }
+}
+
+/// RDMA write and read into every peer's registered segment.
+impl<V: Verbs> RemoteMemory for RdmaFabric<V> {
+    fn put(&self, peer: usize, off: u64, src: &[u8]) -> Result<()> {
+        RdmaFabric::put(self, peer, off, src)
     }
 
-    fn get_direct(&self, peer: usize, off: u64, dst: &mut [u8]) -> Option<Result<()>> {
-        Some(self.get(peer, off, dst))
+    fn get(&self, peer: usize, off: u64, dst: &mut [u8]) -> Result<()> {
+        RdmaFabric::get(self, peer, off, dst)
+    }
+
+    fn put_nb(&self, peer: usize, off: u64, src: &[u8]) -> Result<bool> {
+        RdmaFabric::put_nb(self, peer, off, src)
+    }
+
+    fn quiet(&self) -> Result<()> {
+        RdmaFabric::quiet(self)
     }
 }
 

@@ -23,7 +23,7 @@ use self::layout::{
 use self::owner::{Guarded, Owner};
 use self::ring::{Consumer, Producer, Ring};
 use self::zone::ZoneAlloc;
-use super::{Channel, Delivery, Deposit, Fabric, Packet, SegmentRef, MAX_WORDS};
+use super::{Channel, Delivery, Deposit, Fabric, LoadStore, Packet, SegmentRef, Wakeup, MAX_WORDS};
 use crate::cpus::{CpuSet, CPU_WORDS};
 use crate::segment::{populate, PopulatedPrefix, Room, ShmFile};
 use crate::trace::{self, Clock, Off, On, Stage};
@@ -1071,11 +1071,6 @@ impl Fabric for ShmFabric {
         self.segment_of(self.me)
     }
 
-    fn peer_segment(&self, peer: usize) -> Option<SegmentRef> {
-        let l = *self.local_of.get(peer)?;
-        (l != NOT_HERE).then(|| self.segment_of(l as usize))
-    }
-
     fn try_send(
         &self,
         peer: usize,
@@ -1117,6 +1112,38 @@ impl Fabric for ShmFabric {
         Some((free as usize, total as usize))
     }
 
+    /// Nothing: a sender deposits inside its guarded send, where it
+    /// checks the frozen ranges itself.
+    fn share_frozen(&mut self, _frozen: std::sync::Arc<crate::frozen::FrozenRanges>) {}
+
+    /// Never: a packet is delivered from the ring cell its sender wrote,
+    /// deposits included (written by the sender).
+    fn arrivals_waiting(&self) -> bool {
+        false
+    }
+
+    #[inline]
+    fn load_store(&self) -> Option<&dyn LoadStore> {
+        Some(self)
+    }
+
+    #[inline]
+    fn wakeup(&self) -> Option<&dyn Wakeup> {
+        Some(self)
+    }
+}
+
+/// Every rank of this host: its file is mapped here.
+impl LoadStore for ShmFabric {
+    fn peer_segment(&self, peer: usize) -> Option<SegmentRef> {
+        let l = *self.local_of.get(peer)?;
+        (l != NOT_HERE).then(|| self.segment_of(l as usize))
+    }
+}
+
+/// This rank's doorbell, which every peer of the host rings when it gives
+/// this rank work.
+impl Wakeup for ShmFabric {
     /// Sleep on this rank's doorbell until a peer rings it (at most
     /// [`doorbell::WAIT_LIMIT`]; `_sleep`, the timed sleep of fabrics
     /// without a doorbell, does not apply), unless `done()` or work shows

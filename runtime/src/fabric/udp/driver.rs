@@ -11,7 +11,7 @@ use super::faults::{FaultSpec, Faults, Recorder, Verdict};
 use super::proto::{Event, Proto, ProtoConfig, Sent};
 use super::wire::{HEADER, MAX_DATAGRAM, TAG};
 use crate::fabric::frames::{OutMsg, Reassembler, SegmentSink};
-use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, MAX_WORDS};
+use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, Wakeup, MAX_WORDS};
 use crate::frozen::FrozenRanges;
 use crate::key::JobKey;
 use crate::{Error, ErrorKind, Result};
@@ -661,10 +661,6 @@ impl Fabric for UdpFabric {
         self.seg
     }
 
-    fn peer_segment(&self, _peer: usize) -> Option<SegmentRef> {
-        None
-    }
-
     fn try_send(
         &self,
         peer: usize,
@@ -771,6 +767,42 @@ impl Fabric for UdpFabric {
         }
     }
 
+    fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
+        if peer >= self.size {
+            return None;
+        }
+        let c = self.net.core.try_lock()?;
+        Some(c.proto.credits(peer as u32, ch as usize))
+    }
+
+    fn share_frozen(&mut self, frozen: Arc<FrozenRanges>) {
+        UdpFabric::share_frozen(self, frozen)
+    }
+
+    fn arrivals_waiting(&self) -> bool {
+        UdpFabric::arrivals_waiting(self)
+    }
+
+    fn quiesced(&self) -> Result<bool> {
+        UdpFabric::quiesced(self)
+    }
+
+    fn unacked_ranks(&self) -> Vec<usize> {
+        self.unacked_peers()
+            .into_iter()
+            .map(|r| r as usize)
+            .collect()
+    }
+
+    #[inline]
+    fn wakeup(&self) -> Option<&dyn Wakeup> {
+        Some(self)
+    }
+}
+
+/// The socket: `poll(2)` tells when a datagram arrives (no doorbell to
+/// ring on an idle wait: the timed sleep).
+impl Wakeup for UdpFabric {
     /// Wait on the socket (`poll(2)`, which reads nothing) until a
     /// datagram arrives, `limit` passed (zero: only look) or `stop()`
     /// held before; `true`
@@ -805,13 +837,5 @@ impl Fabric for UdpFabric {
         // the call; poll only reports readiness.
         let n = unsafe { libc::poll(&mut p, 1, ms) };
         n > 0 || queued()
-    }
-
-    fn credits(&self, peer: usize, ch: Channel) -> Option<(usize, usize)> {
-        if peer >= self.size {
-            return None;
-        }
-        let c = self.net.core.try_lock()?;
-        Some(c.proto.credits(peer as u32, ch as usize))
     }
 }
