@@ -110,6 +110,9 @@ pub struct RemoteRing {
     /// Its instance (a consumer reads a signal only through a session
     /// with the instance that sent it).
     pub instance: u64,
+    /// The largest datagram (UDP payload, bytes) the server said it sends
+    /// in this session (larger ones are dropped unread).
+    pub datagram: usize,
     /// Bytes of its ring.
     pub ring_bytes: u64,
     /// The server's offer of RDMA reads (if a queue pair was sent and
@@ -132,6 +135,33 @@ enum Asking {
     Answered,
 }
 
+/// The largest UDP payload the route of the connected `sock` to `addr`
+/// carries unfragmented, if the kernel knows its MTU (`IP_MTU`,
+/// `IPV6_MTU`: the interface's, or the path's once learned).
+fn path_datagram(sock: &UdpSocket, addr: SocketAddr) -> Option<usize> {
+    let (level, name, headers) = if addr.is_ipv4() {
+        (libc::IPPROTO_IP, libc::IP_MTU, 28)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU, 48)
+    };
+    let mut mtu: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `mtu` and `len` are live and `len` is `mtu`'s size.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            (&mut mtu as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 || mtu <= headers {
+        return None;
+    }
+    Some((mtu - headers) as usize).filter(|&n| n >= read_proto::MIN_DATAGRAM)
+}
+
 impl RemoteRing {
     /// Open a session with the read server at `addr`: up to three
     /// `HELLO`s, `wait` for the answer in all. `places` reads may be
@@ -141,6 +171,12 @@ impl RemoteRing {
     /// session ([`read_proto::T_RDMA`]) and its answer is awaited (within
     /// `wait` in all): [`offer`](Self::offer) is then set, and the
     /// session stays open as the reads' liveness channel.
+    ///
+    /// `datagram` is the largest datagram (UDP payload, bytes) this side
+    /// takes (checked: [`read_proto::check_datagram`]), lowered to what
+    /// the route to `addr` carries unfragmented if the kernel knows
+    /// (`IP_MTU` of the connected socket); the server sends no larger.
+    #[allow(clippy::too_many_arguments)]
     pub fn connect(
         addr: SocketAddr,
         key: &[u8; 32],
@@ -149,7 +185,10 @@ impl RemoteRing {
         read_timeout: Duration,
         wait: Duration,
         rdma: Option<QpEndpoint>,
+        datagram: usize,
     ) -> io::Result<RemoteRing> {
+        let datagram = read_proto::check_datagram("the consumer's datagram size", datagram)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let bind: SocketAddr = if addr.is_ipv4() {
             "0.0.0.0:0".parse().expect("address")
         } else {
@@ -159,12 +198,14 @@ impl RemoteRing {
         sock.connect(addr)?;
         let s2 = socket2::SockRef::from(&sock);
         let _ = s2.set_recv_buffer_size(8 << 20);
+        let ask = path_datagram(&sock, addr).map_or(datagram, |p| datagram.min(p));
         let cn = handshake::nonce()?;
         let hello = handshake::hello(
             key,
             &handshake::Hello {
                 consumer_nonce: cn,
                 rdma: rdma.is_some(),
+                datagram: ask as u32,
             },
         );
         let t0 = Instant::now();
@@ -177,9 +218,22 @@ impl RemoteRing {
                 sock.set_read_timeout(Some(left.max(Duration::from_micros(100))))?;
                 match sock.recv(&mut buf) {
                     Ok(n) if n == WELCOME_LEN => {
-                        if let Some(w) = handshake::read_welcome(key, &cn, &buf[..n]) {
-                            welcome = Some(w);
-                            break 'tries;
+                        match handshake::read_welcome(key, &cn, &buf[..n]) {
+                            Some(w) if w.datagram as usize <= ask => {
+                                welcome = Some(w);
+                                break 'tries;
+                            }
+                            Some(w) => {
+                                return Err(io::Error::new(
+                                    io::ErrorKind::InvalidData,
+                                    format!(
+                                        "the vys read server at {addr} would send datagrams \
+                                         of {} B, larger than the {ask} B asked for",
+                                        w.datagram
+                                    ),
+                                ))
+                            }
+                            None => {}
                         }
                     }
                     Ok(_) => {}
@@ -207,7 +261,13 @@ impl RemoteRing {
         let now = t0.elapsed().as_nanos() as u64;
         let mut ring = RemoteRing {
             sock,
-            proto: Proto::new(1, 2, read_proto::session_config(), skey, now),
+            proto: Proto::new(
+                1,
+                2,
+                read_proto::session_config_for(w.datagram as usize),
+                skey,
+                now,
+            ),
             reasm: Reassembler::default(),
             landing: Landing {
                 stride,
@@ -226,6 +286,7 @@ impl RemoteRing {
             rbuf: buf,
             producer: w.producer,
             instance: w.instance,
+            datagram: w.datagram as usize,
             ring_bytes: w.ring_bytes,
             offer: None,
             rdma: match rdma {
@@ -351,6 +412,8 @@ impl RemoteRing {
         let now = self.now();
         for _ in 0..512 {
             let n = match self.sock.recv(&mut self.rbuf) {
+                // larger than agreed: not the server's (it never sends so)
+                Ok(n) if n > self.datagram => continue,
                 Ok(n) => n,
                 Err(_) => break,
             };

@@ -71,6 +71,9 @@ pub struct ServerStats {
     pub rdma_refused: AtomicU64,
     /// Queue pairs open now.
     pub rdma_open: AtomicU64,
+    /// The largest datagram sent (UDP payload, bytes): never more than
+    /// the size agreed with each session.
+    pub largest_datagram: AtomicU64,
 }
 
 /// A running read server; stops when dropped.
@@ -115,6 +118,9 @@ struct Server {
     producer: u64,
     instance: u64,
     key: [u8; 32],
+    /// The largest datagram this server sends (a session's consumer may
+    /// ask for smaller).
+    datagram: usize,
     sessions: HashMap<SocketAddr, Session>,
     stats: Arc<ServerStats>,
     t0: Instant,
@@ -127,7 +133,10 @@ impl ReadServer {
     /// Serve reads of `ring` (of producer `producer`, its instance
     /// `instance`, both told to every consumer that opens a session) on a UDP socket
     /// bound to `bind` (port 0: any), for consumers holding `key`; with
-    /// `rdma`, also offer RDMA reads of the ring over that device.
+    /// `rdma`, also offer RDMA reads of the ring over that device. No
+    /// datagram sent is larger than `datagram` bytes of UDP payload
+    /// (checked: [`read_proto::check_datagram`]) nor than the one each
+    /// consumer says it takes.
     pub fn start(
         bind: SocketAddr,
         ring: Arc<ExportedRing>,
@@ -135,7 +144,10 @@ impl ReadServer {
         instance: u64,
         key: [u8; 32],
         rdma: Option<Box<dyn Verbs>>,
+        datagram: usize,
     ) -> io::Result<ReadServer> {
+        let datagram = read_proto::check_datagram("the read server's datagram size", datagram)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let rdma = match rdma {
             // SAFETY: the export goes into `Server` beside the `ring` Arc,
             // declared before it, so it is dropped (deregistered) first.
@@ -161,6 +173,7 @@ impl ReadServer {
             producer,
             instance,
             key,
+            datagram,
             sessions: HashMap::new(),
             stats: stats.clone(),
             t0: Instant::now(),
@@ -286,6 +299,8 @@ impl Server {
             return;
         }
         let Ok(sn) = handshake::nonce() else { return };
+        // never larger than the consumer takes (read_hello bounds it)
+        let datagram = self.datagram.min(h.datagram as usize);
         let w = handshake::welcome(
             &self.key,
             &cn,
@@ -296,10 +311,11 @@ impl Server {
                 ring_bytes: self.ring.len() as u64,
                 // offered inside the session, to a holder of its key
                 rdma: h.rdma && self.rdma.is_some(),
+                datagram: datagram as u32,
             },
         );
         let skey = handshake::session_key(&self.key, &cn, &sn);
-        let proto = Proto::new(0, 2, read_proto::session_config(), skey, now);
+        let proto = Proto::new(0, 2, read_proto::session_config_for(datagram), skey, now);
         self.sessions.insert(
             from,
             Session {
@@ -501,9 +517,14 @@ impl Server {
             while let Some(Event::PeerDead { .. }) = s.proto.poll_event() {
                 bad = true;
             }
+            let mut largest = 0;
             s.proto.poll_transmit(now, true, &mut |_, b| {
+                largest = largest.max(b.len());
                 let _ = sock.send_to(b, addr);
             });
+            stats
+                .largest_datagram
+                .fetch_max(largest as u64, Ordering::Relaxed);
             if !s.confirmed && now.saturating_sub(s.last) > 5_000_000_000 {
                 bad = true;
             }
