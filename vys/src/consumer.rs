@@ -146,9 +146,10 @@ pub struct ConsumerConfig {
     /// the route to the producer carries if the kernel knows its MTU. The
     /// producer's read server sends no larger (its own setting may be
     /// smaller). Default [`DEFAULT_DATAGRAM`](super::read_proto::DEFAULT_DATAGRAM),
-    /// 1472 B: a 1500-byte MTU path, never IP-fragmented; set 8972 on a
-    /// 9000-byte MTU network. Setting `SPLITRT_VYS_DATAGRAM`
-    /// ([`apply_settings`](Self::apply_settings)).
+    /// the largest: as large as the route carries, never IP-fragmented
+    /// (1472 B on a 1500-byte MTU link); set 1472 if a router with a
+    /// smaller MTU than the hosts' links lies between them. Setting
+    /// `SPLITRT_VYS_DATAGRAM` ([`apply_settings`](Self::apply_settings)).
     pub datagram_bytes: usize,
 }
 
@@ -168,7 +169,8 @@ impl ConsumerConfig {
     /// Settings with defaults: spectra up to 64 KiB, 4096 buffers, 256
     /// reads outstanding per producer, a queue of 8192, 2 s read timeout,
     /// producers gone after 5 s of silence, 16 GiB of rings mapped,
-    /// read-session datagrams of 1472 B at most.
+    /// read-session datagrams as large as the route to each producer
+    /// carries unfragmented.
     pub fn new(key: [u8; 32], group: SocketAddrV4, interface: Ipv4Addr) -> ConsumerConfig {
         ConsumerConfig {
             key,

@@ -100,8 +100,10 @@ pub struct ProducerConfig {
     pub heartbeat: Option<Duration>,
     /// The largest datagram (UDP payload, bytes, 512..=65507) the read
     /// server sends; a consumer that takes less gets less. Default
-    /// [`DEFAULT_DATAGRAM`](super::read_proto::DEFAULT_DATAGRAM), 1472 B:
-    /// a 1500-byte MTU path, never IP-fragmented. Setting
+    /// [`DEFAULT_DATAGRAM`](super::read_proto::DEFAULT_DATAGRAM), the
+    /// largest: the consumer's ask decides (its setting lowered to its
+    /// route's MTU), so datagrams are never IP-fragmented on links the
+    /// hosts see. Setting
     /// `SPLITRT_VYS_DATAGRAM` ([`apply_settings`](Self::apply_settings)).
     pub datagram_bytes: usize,
 }

@@ -51,9 +51,16 @@ pub const MAX_READ: usize = 64 << 20;
 /// `ConsumerConfig::apply_settings` and `ProducerConfig::apply_settings`
 /// into their `datagram_bytes`.
 pub const ENV_DATAGRAM: &str = "SPLITRT_VYS_DATAGRAM";
-/// The default datagram size: what a 1500-byte MTU path carries over IPv4
-/// unfragmented (1500 - 20 B IP header - 8 B UDP header).
-pub const DEFAULT_DATAGRAM: usize = 1472;
+/// The default datagram size setting: the largest, so the datagrams are
+/// as large as the consumer's route to the producer carries unfragmented
+/// (the consumer lowers its setting to the route's MTU less the IP and
+/// UDP headers: 1472 B on a 1500-byte MTU link over IPv4, 1452 B over
+/// IPv6, 8972 B on a 9000-byte one, 65 507 B on the loopback).
+pub const DEFAULT_DATAGRAM: usize = MAX_DATAGRAM;
+/// What a 1500-byte MTU path carries over IPv4 unfragmented (1500 - 20 B
+/// IP header - 8 B UDP header): the setting for a path whose MTU the
+/// hosts cannot see (a router with a smaller MTU between them).
+pub const DATAGRAM_1500: usize = 1472;
 /// Smallest datagram size a session uses.
 pub const MIN_DATAGRAM: usize = 512;
 /// Largest datagram size a session uses (the largest UDP datagram over
@@ -69,7 +76,7 @@ pub fn check_datagram(what: &str, n: usize) -> Result<usize, String> {
     } else {
         Err(format!(
             "{what} = {n} B: the read sessions' datagram size must be within \
-             {MIN_DATAGRAM}..={MAX_DATAGRAM} B (UDP payload; {DEFAULT_DATAGRAM} fits a \
+             {MIN_DATAGRAM}..={MAX_DATAGRAM} B (UDP payload; {DATAGRAM_1500} fits a \
              1500-byte MTU path, 8972 a 9000-byte one)"
         ))
     }
@@ -133,7 +140,7 @@ mod tests {
             assert_eq!(c.validate(), Ok(()));
         }
         assert_eq!(session_config_for(MAX_DATAGRAM).window, 128);
-        assert_eq!(session_config_for(DEFAULT_DATAGRAM).window, 712);
+        assert_eq!(session_config_for(DATAGRAM_1500).window, 712);
         assert_eq!(session_config(), session_config_for(DEFAULT_DATAGRAM));
     }
 }

@@ -125,6 +125,8 @@ struct Server {
     stats: Arc<ServerStats>,
     t0: Instant,
     spare: Vec<Vec<u8>>,
+    /// Datagrams of one session's round, sent together.
+    out: Batch,
     /// Requests of one datagram (kept to reuse its allocation).
     reqs: Vec<[u64; 5]>,
 }
@@ -178,6 +180,7 @@ impl ReadServer {
             stats: stats.clone(),
             t0: Instant::now(),
             spare: Vec::new(),
+            out: Batch::default(),
             reqs: Vec::new(),
         };
         let st = stop.clone();
@@ -374,6 +377,7 @@ impl Server {
         let ring = &self.ring;
         let stats = &self.stats;
         let spare = &mut self.spare;
+        let out = &mut self.out;
         let reqs = &mut self.reqs;
         let rdma = &mut self.rdma;
         for (addr, s) in self.sessions.iter_mut() {
@@ -517,11 +521,8 @@ impl Server {
             while let Some(Event::PeerDead { .. }) = s.proto.poll_event() {
                 bad = true;
             }
-            let mut largest = 0;
-            s.proto.poll_transmit(now, true, &mut |_, b| {
-                largest = largest.max(b.len());
-                let _ = sock.send_to(b, addr);
-            });
+            s.proto.poll_transmit(now, true, &mut |_, b| out.push(b));
+            let largest = out.send_to(sock, addr);
             stats
                 .largest_datagram
                 .fetch_max(largest as u64, Ordering::Relaxed);
@@ -538,5 +539,74 @@ impl Server {
         if let Some(x) = &mut self.rdma {
             let _ = x.poll();
         }
+    }
+}
+
+/// Datagrams to one address, sent by as few `sendmmsg` calls as the
+/// kernel takes (small datagrams would otherwise cost a system call each).
+#[derive(Default)]
+struct Batch {
+    bytes: Vec<u8>,
+    /// Where each datagram ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+/// Datagrams per `sendmmsg` call at most.
+const BATCH: usize = 64;
+
+impl Batch {
+    fn push(&mut self, d: &[u8]) {
+        self.bytes.extend_from_slice(d);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Send every datagram to `to` (one the kernel refuses is dropped,
+    /// as a lost datagram: the protocol sends it again) and empty the
+    /// batch; returns the largest datagram's length.
+    fn send_to(&mut self, sock: &UdpSocket, to: &SocketAddr) -> usize {
+        let mut largest = 0;
+        let addr = socket2::SockAddr::from(*to);
+        let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
+        let mut begin = 0;
+        for chunk in self.ends.chunks(BATCH) {
+            let mut iov = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; BATCH];
+            for (v, &end) in iov.iter_mut().zip(chunk) {
+                v.iov_base = self.bytes[begin..end].as_ptr() as *mut libc::c_void;
+                v.iov_len = end - begin;
+                largest = largest.max(end - begin);
+                begin = end;
+            }
+            // SAFETY: mmsghdr is plain data; all zeroes is a valid value.
+            let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+            for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+                m.msg_hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
+                m.msg_hdr.msg_namelen = addr.len();
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+            }
+            let mut sent = 0;
+            while sent < chunk.len() {
+                let rest = msgs[sent..].as_mut_ptr();
+                // SAFETY: `msgs[sent..chunk.len()]` are initialised headers
+                // whose name points into `addr` and whose one iovec each
+                // points into `self.bytes`, all alive and unmoved until
+                // the call returns; the kernel only reads them.
+                let n =
+                    unsafe { libc::sendmmsg(fd, rest, (chunk.len() - sent) as libc::c_uint, 0) };
+                if n <= 0 {
+                    // the first of the rest refused (a full buffer, an
+                    // error from the network): dropped, the rest tried
+                    sent += 1;
+                } else {
+                    sent += n as usize;
+                }
+            }
+        }
+        self.bytes.clear();
+        self.ends.clear();
+        largest
     }
 }
