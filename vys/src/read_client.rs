@@ -15,7 +15,7 @@ use super::read_proto::{
 use splitrt_runtime::fabric::frames::{OutMsg, Reassembler, Sink};
 use splitrt_runtime::fabric::rdma::verbs::QpEndpoint;
 use splitrt_runtime::fabric::udp::proto::{Event, Proto, Sent};
-use splitrt_runtime::fabric::udp::wire::{HEADER, MAX_DATAGRAM, TAG};
+use splitrt_runtime::fabric::udp::wire::{HEADER, TAG};
 use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -162,6 +162,68 @@ fn path_datagram(sock: &UdpSocket, addr: SocketAddr) -> Option<usize> {
     Some((mtu - headers) as usize).filter(|&n| n >= read_proto::MIN_DATAGRAM)
 }
 
+/// Ask the kernel to coalesce runs of equal-sized datagrams from one
+/// sender into one receive (`UDP_GRO`; where it cannot, datagrams come
+/// one by one as before).
+fn gro_on(sock: &UdpSocket) {
+    let on: libc::c_int = 1;
+    // SAFETY: `on` is a live c_int and the length is its size.
+    let _ = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
+/// Receive into `buf`: its length, and the size of the datagrams in it
+/// if the kernel coalesced several (`UDP_GRO`), else `None`.
+fn recv_gro(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, Option<usize>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: `msg` points to `iov` (over `buf`) and `control`, both
+    // alive and ours until the call returns.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if msg.msg_flags & libc::MSG_TRUNC != 0 {
+        return Err(io::Error::other("a datagram larger than the buffer"));
+    }
+    let mut seg = None;
+    // SAFETY: `msg` is the header recvmsg filled; its control length is
+    // within `control`.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !c.is_null() {
+        // SAFETY: `c` is a header CMSG_FIRSTHDR / CMSG_NXTHDR returned,
+        // inside `control` and aligned.
+        let h = unsafe { &*c };
+        if h.cmsg_level == libc::SOL_UDP && h.cmsg_type == libc::UDP_GRO {
+            // SAFETY: a UDP_GRO header carries an int, inside `control`.
+            let data = unsafe { libc::CMSG_DATA(c) } as *const libc::c_int;
+            // SAFETY: `data` points to an int inside `control`, maybe
+            // not int-aligned: read unaligned.
+            let v = unsafe { data.read_unaligned() };
+            seg = usize::try_from(v).ok().filter(|&v| v > 0);
+        }
+        // SAFETY: `msg` and `c` as above; NXTHDR returns null past the end.
+        c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+    }
+    Ok((n as usize, seg))
+}
+
 impl RemoteRing {
     /// Open a session with the read server at `addr`: up to three
     /// `HELLO`s, `wait` for the answer in all. `places` reads may be
@@ -209,7 +271,8 @@ impl RemoteRing {
             },
         );
         let t0 = Instant::now();
-        let mut buf = vec![0u8; MAX_DATAGRAM];
+        // room for a datagram, or a run of them coalesced (UDP_GRO)
+        let mut buf = vec![0u8; 1 << 16];
         let mut welcome = None;
         'tries: for _ in 0..3 {
             sock.send(&hello)?;
@@ -257,6 +320,7 @@ impl RemoteRing {
             )
         })?;
         sock.set_nonblocking(true)?;
+        gro_on(&sock);
         let skey = handshake::session_key(key, &cn, &w.server_nonce);
         let now = t0.elapsed().as_nanos() as u64;
         let mut ring = RemoteRing {
@@ -411,16 +475,22 @@ impl RemoteRing {
     pub fn progress(&mut self, done: &mut Vec<Done>) {
         let now = self.now();
         for _ in 0..512 {
-            let n = match self.sock.recv(&mut self.rbuf) {
-                // larger than agreed: not the server's (it never sends so)
-                Ok(n) if n > self.datagram => continue,
-                Ok(n) => n,
+            let (n, seg) = match recv_gro(&self.sock, &mut self.rbuf) {
+                Ok(r) => r,
                 Err(_) => break,
             };
-            let mut d = self.proto.buffer();
-            d.extend_from_slice(&self.rbuf[..n]);
-            if let Some(b) = self.proto.handle_datagram(now, d) {
-                self.proto.recycle(b);
+            // one datagram, or a run of `seg`-byte ones (the last maybe
+            // shorter) the kernel coalesced
+            for d in self.rbuf[..n].chunks(seg.unwrap_or(n).max(1)) {
+                // larger than agreed: not the server's (it never sends so)
+                if d.len() > self.datagram {
+                    continue;
+                }
+                let mut b = self.proto.buffer();
+                b.extend_from_slice(d);
+                if let Some(b) = self.proto.handle_datagram(now, b) {
+                    self.proto.recycle(b);
+                }
             }
         }
         while let Some((_, d)) = self.proto.next_ready(1) {

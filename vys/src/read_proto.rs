@@ -103,14 +103,14 @@ pub fn session_config() -> ProtoConfig {
 /// `datagram` bytes (both ends derive them from the size the handshake
 /// agreed, so their windows match): the fabric's defaults with a shorter
 /// peer timeout (a consumer that vanished frees its session in seconds),
-/// keepalives to match, and a window of about 1 MiB of datagrams (128
-/// at least, 1024 at most), so small datagrams keep as many bytes in
-/// flight as large ones within the receive buffers.
+/// keepalives to match, and a window of about 3 MiB of datagrams (128
+/// at least, 2048 at most), so small datagrams keep about as many bytes
+/// in flight as large ones, within the receive buffers.
 pub fn session_config_for(datagram: usize) -> ProtoConfig {
     let datagram = datagram.clamp(MIN_DATAGRAM, MAX_DATAGRAM);
     ProtoConfig {
         mtu: datagram,
-        window: (WINDOW_BYTES / datagram).clamp(128, 1024) as u16,
+        window: (WINDOW_BYTES / datagram).clamp(128, 2048) as u16,
         keepalive: 500_000_000,
         peer_timeout: 5_000_000_000,
         ..ProtoConfig::default()
@@ -118,7 +118,7 @@ pub fn session_config_for(datagram: usize) -> ProtoConfig {
 }
 
 /// Bytes of datagrams a session's window holds, about.
-const WINDOW_BYTES: usize = 1 << 20;
+const WINDOW_BYTES: usize = 3 << 20;
 
 #[cfg(test)]
 mod tests {
@@ -140,7 +140,8 @@ mod tests {
             assert_eq!(c.validate(), Ok(()));
         }
         assert_eq!(session_config_for(MAX_DATAGRAM).window, 128);
-        assert_eq!(session_config_for(DATAGRAM_1500).window, 712);
+        assert_eq!(session_config_for(DATAGRAM_1500).window, 2048);
+        assert_eq!(session_config_for(8972).window, 350);
         assert_eq!(session_config(), session_config_for(DEFAULT_DATAGRAM));
     }
 }

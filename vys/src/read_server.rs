@@ -542,17 +542,34 @@ impl Server {
     }
 }
 
-/// Datagrams to one address, sent by as few `sendmmsg` calls as the
-/// kernel takes (small datagrams would otherwise cost a system call each).
-#[derive(Default)]
+/// Datagrams to one address, sent by as few system calls as the kernel
+/// allows: runs of equal-sized datagrams by one `sendmsg` each with UDP
+/// segmentation offload (`UDP_SEGMENT`: the kernel, or the network card,
+/// cuts the run into those very datagrams; no IP fragmentation), the rest
+/// (and every datagram if the kernel refuses segmentation offload) by
+/// `sendmmsg`, 64 per call.
 struct Batch {
     bytes: Vec<u8>,
     /// Where each datagram ends in `bytes`.
     ends: Vec<usize>,
+    /// Segmentation offload works here (until the kernel refuses it).
+    gso: bool,
 }
 
-/// Datagrams per `sendmmsg` call at most.
+impl Default for Batch {
+    fn default() -> Batch {
+        Batch {
+            bytes: Vec::new(),
+            ends: Vec::new(),
+            gso: true,
+        }
+    }
+}
+
+/// Datagrams per `sendmmsg` call, and per offloaded run, at most.
 const BATCH: usize = 64;
+/// Bytes of one offloaded run at most (one UDP datagram's worth).
+const GSO_BYTES: usize = 65_507;
 
 impl Batch {
     fn push(&mut self, d: &[u8]) {
@@ -564,11 +581,122 @@ impl Batch {
     /// as a lost datagram: the protocol sends it again) and empty the
     /// batch; returns the largest datagram's length.
     fn send_to(&mut self, sock: &UdpSocket, to: &SocketAddr) -> usize {
-        let mut largest = 0;
         let addr = socket2::SockAddr::from(*to);
         let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
+        let mut largest = 0;
         let mut begin = 0;
-        for chunk in self.ends.chunks(BATCH) {
+        let mut i = 0;
+        // datagrams [single_from, i) wait for sendmmsg
+        let mut single_from = 0;
+        while i < self.ends.len() {
+            let seg = self.ends[i] - begin;
+            largest = largest.max(seg);
+            // the run: datagrams of `seg` bytes, the last maybe shorter
+            let mut j = i + 1;
+            while self.gso && j < self.ends.len() && j - i < BATCH {
+                let len = self.ends[j] - self.ends[j - 1];
+                if len > seg || self.ends[j] - begin > GSO_BYTES {
+                    break;
+                }
+                j += 1;
+                if len < seg {
+                    break;
+                }
+            }
+            if j - i >= 2 {
+                self.mmsg(fd, &addr, single_from, i);
+                if self.offload(fd, &addr, begin, self.ends[j - 1], seg) {
+                    single_from = j;
+                } else {
+                    // not offloaded: these go by sendmmsg, and from now on
+                    // every datagram does
+                    self.gso = false;
+                    single_from = i;
+                }
+            }
+            begin = self.ends[j - 1];
+            i = j;
+        }
+        self.mmsg(fd, &addr, single_from, self.ends.len());
+        self.bytes.clear();
+        self.ends.clear();
+        largest
+    }
+
+    /// Send `bytes[from..to]` as datagrams of `seg` bytes (the last maybe
+    /// shorter) by one `sendmsg` with `UDP_SEGMENT`; `false` if the
+    /// kernel refuses segmentation offload (nothing was sent).
+    fn offload(
+        &self,
+        fd: std::os::fd::RawFd,
+        addr: &socket2::SockAddr,
+        from: usize,
+        to: usize,
+        seg: usize,
+    ) -> bool {
+        let mut iov = libc::iovec {
+            iov_base: self.bytes[from..to].as_ptr() as *mut libc::c_void,
+            iov_len: to - from,
+        };
+        // room for one cmsg with a u16, aligned for cmsghdr
+        let mut control = [0u64; 4];
+        // SAFETY: msghdr is plain data; all zeroes is a valid value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = addr.as_ptr() as *mut libc::c_void;
+        msg.msg_namelen = addr.len();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE only computes a size.
+        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+        debug_assert!(space <= std::mem::size_of_val(&control));
+        msg.msg_controllen = space;
+        // SAFETY: `msg` has a control buffer of `space` bytes, enough for
+        // one header: the first header is inside it.
+        let c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        if c.is_null() {
+            return false;
+        }
+        // SAFETY: CMSG_LEN only computes a size.
+        let len = unsafe { libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) } as usize;
+        // SAFETY: `c` points to the first header, inside `control`,
+        // aligned (u64 array) and ours alone.
+        unsafe {
+            *c = libc::cmsghdr {
+                cmsg_len: len,
+                cmsg_level: libc::SOL_UDP,
+                cmsg_type: libc::UDP_SEGMENT,
+            }
+        };
+        // SAFETY: the header's data lies inside `control` (`space` bytes
+        // hold the header and a u16).
+        let data = unsafe { libc::CMSG_DATA(c) } as *mut u16;
+        // SAFETY: `data` points to 2 bytes inside `control`, maybe not
+        // 2-aligned: written unaligned.
+        unsafe { data.write_unaligned(seg as u16) };
+        // SAFETY: `msg` points to `iov` (into `self.bytes`), `addr` and
+        // `control`, all alive until the call returns; the kernel only
+        // reads them.
+        let n = unsafe { libc::sendmsg(fd, &msg, 0) };
+        if n >= 0 {
+            return true;
+        }
+        // refused for want of offload: EIO (the device), EINVAL,
+        // ENOPROTOOPT, EOPNOTSUPP; anything else (a full buffer) loses
+        // the run as the network would
+        !matches!(
+            io::Error::last_os_error().raw_os_error(),
+            Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+        )
+    }
+
+    /// Send datagrams `from..to` of the batch by `sendmmsg`.
+    fn mmsg(&self, fd: std::os::fd::RawFd, addr: &socket2::SockAddr, from: usize, to: usize) {
+        if from >= to {
+            return;
+        }
+        let mut begin = if from == 0 { 0 } else { self.ends[from - 1] };
+        for chunk in self.ends[from..to].chunks(BATCH) {
             let mut iov = [libc::iovec {
                 iov_base: std::ptr::null_mut(),
                 iov_len: 0,
@@ -576,7 +704,6 @@ impl Batch {
             for (v, &end) in iov.iter_mut().zip(chunk) {
                 v.iov_base = self.bytes[begin..end].as_ptr() as *mut libc::c_void;
                 v.iov_len = end - begin;
-                largest = largest.max(end - begin);
                 begin = end;
             }
             // SAFETY: mmsghdr is plain data; all zeroes is a valid value.
@@ -605,8 +732,5 @@ impl Batch {
                 }
             }
         }
-        self.bytes.clear();
-        self.ends.clear();
-        largest
     }
 }
