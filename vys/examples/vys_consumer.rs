@@ -111,6 +111,8 @@ fn run(a: Args) -> Result<u64, String> {
     cfg.producer_silence = Duration::try_from_secs_f64(a.producer_silence_s)
         .map_err(|e| format!("--producer-silence-s: {e}"))?;
     cfg.max_mapped_bytes = a.max_mapped_mib.saturating_mul(1 << 20);
+    cfg.apply_settings(|k| std::env::var(k).ok())
+        .map_err(|e| e.to_string())?;
     let (stations, spw, stokes, every) = (a.stations, a.spw, a.stokes, a.every.max(1));
     let mut seen = 0u64;
     let wanted = move |st: [u16; 2], w: u16, k: u16| {
@@ -267,7 +269,7 @@ impl Kinds {
             Message::ReadFailure { .. } => self.read_failures += 1,
             Message::DataBufferStarvation { spectra } => self.starved += spectra,
             Message::SignalBufferStarvation { signals } => self.signals_lost += signals,
-            Message::QueueAlert { dropped } => self.queue_dropped += dropped,
+            Message::QueueAlert { dropped, .. } => self.queue_dropped += dropped,
             Message::SignalReceiveFailure { count, .. } => self.bad_signals += count,
             Message::VersionMismatch { .. } => self.version_mismatches += 1,
             Message::ProducerGone { .. } => self.producers_gone += 1,

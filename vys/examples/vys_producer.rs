@@ -145,6 +145,8 @@ fn run(a: Args) -> Result<(), String> {
     cfg.serve_remote = !a.no_remote;
     cfg.rdma = a.rdma.then(RdmaDevice::hardware);
     cfg.heartbeat = (a.heartbeat_ms > 0).then(|| std::time::Duration::from_millis(a.heartbeat_ms));
+    cfg.apply_settings(|k| std::env::var(k).ok())
+        .map_err(|e| e.to_string())?;
     let mut p = Producer::new(cfg).map_err(|e| format!("starting the producer: {e}"))?;
     println!(
         "ready producer={:016x} address={} products={} spectrum_bytes={bytes} slots={slots}",

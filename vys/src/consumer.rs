@@ -16,7 +16,11 @@
 //! its handler), starts reads (a bounded number outstanding per producer,
 //! into a bounded pool of data buffers) and delivers outcomes. It never
 //! waits for the application: when the queue is full, messages are
-//! dropped and a [`Message::QueueAlert`] says how many.
+//! dropped and a [`Message::QueueAlert`] says how many of which kinds.
+//! Loss reports ([`Message::DataBufferStarvation`],
+//! [`Message::SignalBufferStarvation`], the alerts) are never dropped:
+//! places are kept for reports beyond the queue's bound, and past those a
+//! count is added to the newest queued report of its kind.
 //!
 //! **Replays.** Each signal carries its producer instance (drawn at each
 //! producer start) and its number among that instance's signals, under
@@ -70,7 +74,7 @@
 //! ```
 
 use super::export::{ImportedRing, RingTooLarge};
-use super::queue::{Alert, MessageQueue};
+use super::queue::{Alert, MessageQueue, KINDS};
 use super::rdma_device::RdmaDevice;
 use super::rdma_read::{ProducerQp, RdmaReader};
 use super::read_client::{Done, ReadResult, RemoteRing};
@@ -137,12 +141,36 @@ pub struct ConsumerConfig {
     /// ([`Message::MappedBytesLimit`]) and asked for its ring again after
     /// `retry_after`.
     pub max_mapped_bytes: u64,
+    /// The largest datagram (UDP payload, bytes, 512..=65507) this
+    /// consumer takes in its read sessions across hosts; lowered to what
+    /// the route to the producer carries if the kernel knows its MTU. The
+    /// producer's read server sends no larger (its own setting may be
+    /// smaller). Default [`DEFAULT_DATAGRAM`](super::read_proto::DEFAULT_DATAGRAM),
+    /// the largest: as large as the route carries, never IP-fragmented
+    /// (1472 B on a 1500-byte MTU link); set 1472 if a router with a
+    /// smaller MTU than the hosts' links lies between them. Setting
+    /// `SPLITRT_VYS_DATAGRAM` ([`apply_settings`](Self::apply_settings)).
+    pub datagram_bytes: usize,
 }
 
 impl ConsumerConfig {
+    /// Take the settings `get` gives (e.g. `|k| std::env::var(k).ok()`):
+    /// [`ENV_DATAGRAM`](super::read_proto::ENV_DATAGRAM) into
+    /// `datagram_bytes`. An error names the bad setting.
+    pub fn apply_settings(&mut self, get: impl Fn(&str) -> Option<String>) -> io::Result<()> {
+        if let Some(n) = super::read_proto::datagram_setting(get)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?
+        {
+            self.datagram_bytes = n;
+        }
+        Ok(())
+    }
+
     /// Settings with defaults: spectra up to 64 KiB, 4096 buffers, 256
     /// reads outstanding per producer, a queue of 8192, 2 s read timeout,
-    /// producers gone after 5 s of silence, 16 GiB of rings mapped.
+    /// producers gone after 5 s of silence, 16 GiB of rings mapped,
+    /// read-session datagrams as large as the route to each producer
+    /// carries unfragmented.
     pub fn new(key: [u8; 32], group: SocketAddrV4, interface: Ipv4Addr) -> ConsumerConfig {
         ConsumerConfig {
             key,
@@ -159,6 +187,7 @@ impl ConsumerConfig {
             rdma: None,
             producer_silence: Duration::from_secs(5),
             max_mapped_bytes: 16 << 30,
+            datagram_bytes: super::read_proto::DEFAULT_DATAGRAM,
         }
     }
 
@@ -343,6 +372,84 @@ pub struct ConsumerStats {
     pub mapped_bytes: u64,
 }
 
+/// The messages a full queue dropped, by kind ([`Message::QueueAlert`]).
+/// Counts (starvation, lost signals, alerts) are never dropped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DroppedKinds {
+    /// [`Message::Valid`] (their buffers went back to the pool).
+    pub valid: u64,
+    /// [`Message::VerificationFailure`].
+    pub verification_failures: u64,
+    /// [`Message::ReadFailure`].
+    pub read_failures: u64,
+    /// [`Message::SignalReceiveFailure`].
+    pub signal_receive_failures: u64,
+    /// [`Message::VersionMismatch`].
+    pub version_mismatches: u64,
+    /// [`Message::ProducerGone`] (only past the reports' reserve).
+    pub producers_gone: u64,
+    /// [`Message::MappedBytesLimit`] (only past the reports' reserve).
+    pub mapped_bytes_limits: u64,
+}
+
+impl DroppedKinds {
+    fn from_counts(d: [u64; KINDS]) -> DroppedKinds {
+        DroppedKinds {
+            valid: d[K_VALID],
+            verification_failures: d[K_VERIFICATION],
+            read_failures: d[K_READ],
+            signal_receive_failures: d[K_RECEIVE],
+            version_mismatches: d[K_VERSION],
+            producers_gone: d[K_GONE],
+            mapped_bytes_limits: d[K_LIMIT],
+        }
+    }
+
+    fn add(&mut self, o: &DroppedKinds) {
+        self.valid += o.valid;
+        self.verification_failures += o.verification_failures;
+        self.read_failures += o.read_failures;
+        self.signal_receive_failures += o.signal_receive_failures;
+        self.version_mismatches += o.version_mismatches;
+        self.producers_gone += o.producers_gone;
+        self.mapped_bytes_limits += o.mapped_bytes_limits;
+    }
+}
+
+impl std::fmt::Display for DroppedKinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let all = [
+            ("valid", self.valid),
+            ("verification failures", self.verification_failures),
+            ("read failures", self.read_failures),
+            ("signal receive failures", self.signal_receive_failures),
+            ("version mismatches", self.version_mismatches),
+            ("producers gone", self.producers_gone),
+            ("mapped bytes limits", self.mapped_bytes_limits),
+        ];
+        let mut first = true;
+        for (name, n) in all.iter().filter(|(_, n)| *n > 0) {
+            write!(f, "{}{n} {name}", if first { "" } else { ", " })?;
+            first = false;
+        }
+        Ok(())
+    }
+}
+
+/// Kinds of messages the queue may drop ([`Alert::class`]; `KINDS` of them
+/// at most), then kinds of counts (never dropped).
+const K_VALID: usize = 0;
+const K_VERIFICATION: usize = 1;
+const K_READ: usize = 2;
+const K_RECEIVE: usize = 3;
+const K_VERSION: usize = 4;
+const K_GONE: usize = 5;
+const K_LIMIT: usize = 6;
+const K_STARVED: usize = KINDS;
+const K_SIGNALS_LOST: usize = KINDS + 1;
+const K_ALERT: usize = KINDS + 2;
+const K_END: usize = KINDS + 3;
+
 /// How the consumer ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum EndStatus {
@@ -388,10 +495,16 @@ pub enum Message {
         signals: u64,
     },
     /// Messages dropped because the application did not take them fast
-    /// enough (the queue was full).
+    /// enough (the queue was full): how many since the last alert, and of
+    /// which kinds. Loss reports are never among them (a count arrives
+    /// folded into a later report of its kind if need be); a
+    /// [`Message::ProducerGone`] or [`Message::MappedBytesLimit`] only if
+    /// the application took none of the last 1024 reports.
     QueueAlert {
         /// How many.
         dropped: u64,
+        /// Of which kinds.
+        kinds: DroppedKinds,
     },
     /// Datagrams on the group that were not usable signals of this stream
     /// (another key, malformed), or receive errors: each is counted, and
@@ -483,10 +596,10 @@ impl std::fmt::Display for Message {
                     "{signals} signal messages lost: the consumer fell behind"
                 )
             }
-            Message::QueueAlert { dropped } => {
+            Message::QueueAlert { dropped, kinds } => {
                 write!(
                     f,
-                    "{dropped} messages dropped: the application's queue was full"
+                    "{dropped} messages dropped ({kinds}): the application's queue was full"
                 )
             }
             Message::SignalReceiveFailure { error, count: 1 } => {
@@ -581,6 +694,8 @@ impl Consumer {
                 "spectrum size, data buffers and queue length must be positive",
             ));
         }
+        super::read_proto::check_datagram("ConsumerConfig::datagram_bytes", cfg.datagram_bytes)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let signals = match cfg.group {
             Some(g) => Some(SignalReceiver::join(g, cfg.interface, cfg.key)?),
             None => None,
@@ -1571,6 +1686,7 @@ fn connect(reach: &mut Reach<'_>, product: &Product) -> Route {
         cfg.read_timeout,
         cfg.connect_timeout,
         qp.map(|(_, e)| e),
+        cfg.datagram_bytes,
     );
     let mut rdma_qp = None;
     let route = match ring {
@@ -1607,7 +1723,60 @@ fn connect(reach: &mut Reach<'_>, product: &Product) -> Route {
 }
 
 impl Alert for Message {
-    fn queue_alert(dropped: u64) -> Message {
-        Message::QueueAlert { dropped }
+    fn queue_alert(dropped: [u64; KINDS]) -> Message {
+        Message::QueueAlert {
+            dropped: dropped.iter().sum(),
+            kinds: DroppedKinds::from_counts(dropped),
+        }
+    }
+
+    fn class(&self) -> Result<usize, usize> {
+        match self {
+            Message::Valid(_) => Ok(K_VALID),
+            Message::VerificationFailure { .. } => Ok(K_VERIFICATION),
+            Message::ReadFailure { .. } => Ok(K_READ),
+            Message::SignalReceiveFailure { .. } => Ok(K_RECEIVE),
+            Message::VersionMismatch { .. } => Ok(K_VERSION),
+            Message::ProducerGone { .. } => Err(K_GONE),
+            Message::MappedBytesLimit { .. } => Err(K_LIMIT),
+            Message::DataBufferStarvation { .. } => Err(K_STARVED),
+            Message::SignalBufferStarvation { .. } => Err(K_SIGNALS_LOST),
+            Message::QueueAlert { .. } => Err(K_ALERT),
+            Message::End { .. } => Err(K_END),
+        }
+    }
+
+    fn folds(&self) -> bool {
+        matches!(
+            self,
+            Message::DataBufferStarvation { .. }
+                | Message::SignalBufferStarvation { .. }
+                | Message::QueueAlert { .. }
+        )
+    }
+
+    fn fold(&mut self, later: Message) -> Option<Message> {
+        match (self, later) {
+            (
+                Message::DataBufferStarvation { spectra },
+                Message::DataBufferStarvation { spectra: more },
+            ) => *spectra += more,
+            (
+                Message::SignalBufferStarvation { signals },
+                Message::SignalBufferStarvation { signals: more },
+            ) => *signals += more,
+            (
+                Message::QueueAlert { dropped, kinds },
+                Message::QueueAlert {
+                    dropped: more,
+                    kinds: more_kinds,
+                },
+            ) => {
+                *dropped += more;
+                kinds.add(&more_kinds);
+            }
+            (_, later) => return Some(later),
+        }
+        None
     }
 }

@@ -23,17 +23,25 @@
 //! consumer that proved it holds the session key (hence the stream key)
 //! gets a queue pair, and a replayed `HELLO` gets none.
 //!
+//! **Datagram size.** The `HELLO` says the largest datagram the consumer
+//! takes (its setting, lowered to what its route to the server carries);
+//! the `WELCOME` says the largest the server will send, never more than
+//! that (its own setting may be lower). Both ends run the session's
+//! protocol with that size ([`super::read_proto::session_config_for`]).
+//!
 //! ```text
 //! HELLO   0 magic u16 "VH"  2 version u16  4 flags u32  8 consumer nonce [32]
-//!        40 tag [16]                                     (56 bytes)
+//!        40 largest datagram taken u32  44 zero u32  48 tag [16]  (64 bytes)
 //! WELCOME 0 magic u16 "VW"  2 version u16  4 flags u32  8 consumer nonce [32]
 //!        40 server nonce [32]  72 producer id u64  80 ring bytes u64
-//!        88 producer instance u64  96 tag [16]           (112 bytes)
+//!        88 producer instance u64  96 largest datagram sent u32  100 zero u32
+//!       104 tag [16]                                     (120 bytes)
 //! ```
 //!
-//! Version 2 (issue 27): the instance joined the `WELCOME` (version 1's
-//! had 104 bytes and none); a server answers only `HELLO`s of its
-//! version, a consumer only `WELCOME`s of its own.
+//! Version 3 (issue 27, part 2): the datagram sizes joined both (version
+//! 2's were 56 and 112 bytes and had none; version 1's `WELCOME` had no
+//! instance either); a server answers only `HELLO`s of its version, a
+//! consumer only `WELCOME`s of its own.
 
 use splitrt_runtime::key::same_mac;
 
@@ -42,11 +50,11 @@ pub const HELLO_MAGIC: u16 = 0x4856;
 /// Magic of a `WELCOME` ("VW").
 pub const WELCOME_MAGIC: u16 = 0x5756;
 /// Version of the session handshake.
-pub const HANDSHAKE_VERSION: u16 = 2;
+pub const HANDSHAKE_VERSION: u16 = 3;
 /// Bytes of a `HELLO`.
-pub const HELLO_LEN: usize = 56;
+pub const HELLO_LEN: usize = 64;
 /// Bytes of a `WELCOME`.
-pub const WELCOME_LEN: usize = 112;
+pub const WELCOME_LEN: usize = 120;
 /// Flag: RDMA reads asked for (`HELLO`) or offered on request (`WELCOME`).
 const F_RDMA: u32 = 1;
 
@@ -57,6 +65,10 @@ pub struct Hello {
     pub consumer_nonce: [u8; 32],
     /// The consumer would read by RDMA.
     pub rdma: bool,
+    /// The largest datagram (UDP payload, bytes) the consumer takes; a
+    /// `HELLO` outside [`super::read_proto::MIN_DATAGRAM`]..=
+    /// [`super::read_proto::MAX_DATAGRAM`] is refused.
+    pub datagram: u32,
 }
 
 /// A `WELCOME` as the consumer reads it.
@@ -72,6 +84,10 @@ pub struct Welcome {
     pub ring_bytes: u64,
     /// The server offers RDMA reads inside the session.
     pub rdma: bool,
+    /// The largest datagram (UDP payload, bytes) the server sends in
+    /// this session: at most the `HELLO`'s (a consumer refuses a
+    /// `WELCOME` that says more).
+    pub datagram: u32,
 }
 
 fn tag(stream_key: &[u8; 32], data: &[u8]) -> [u8; 16] {
@@ -116,9 +132,15 @@ pub fn hello(stream_key: &[u8; 32], h: &Hello) -> [u8; HELLO_LEN] {
     b[2..4].copy_from_slice(&HANDSHAKE_VERSION.to_le_bytes());
     b[4..8].copy_from_slice(&flag(h.rdma));
     b[8..40].copy_from_slice(&h.consumer_nonce);
-    let t = tag(stream_key, &b[..40]);
-    b[40..].copy_from_slice(&t);
+    b[40..44].copy_from_slice(&h.datagram.to_le_bytes());
+    let t = tag(stream_key, &b[..48]);
+    b[48..].copy_from_slice(&t);
     b
+}
+
+/// Whether `n` is a datagram size a session may use.
+fn datagram_ok(n: u32) -> bool {
+    (super::read_proto::MIN_DATAGRAM..=super::read_proto::MAX_DATAGRAM).contains(&(n as usize))
 }
 
 /// A `HELLO` that verifies under the stream key (`None`: anything else,
@@ -127,13 +149,17 @@ pub fn read_hello(stream_key: &[u8; 32], b: &[u8]) -> Option<Hello> {
     if b.len() != HELLO_LEN
         || b[0..2] != HELLO_MAGIC.to_le_bytes()
         || b[2..4] != HANDSHAKE_VERSION.to_le_bytes()
-        || !same_mac(&tag(stream_key, &b[..40]), &b[40..])
+        || !same_mac(&tag(stream_key, &b[..48]), &b[48..])
+        || b[44..48] != [0; 4]
     {
         return None;
     }
+    let datagram = u32::from_le_bytes(b[40..44].try_into().ok()?);
+    datagram_ok(datagram).then_some(())?;
     Some(Hello {
         consumer_nonce: b[8..40].try_into().ok()?,
         rdma: flags(b)? & F_RDMA != 0,
+        datagram,
     })
 }
 
@@ -148,8 +174,9 @@ pub fn welcome(stream_key: &[u8; 32], consumer_nonce: &[u8; 32], w: &Welcome) ->
     b[72..80].copy_from_slice(&w.producer.to_le_bytes());
     b[80..88].copy_from_slice(&w.ring_bytes.to_le_bytes());
     b[88..96].copy_from_slice(&w.instance.to_le_bytes());
-    let t = tag(stream_key, &b[..96]);
-    b[96..].copy_from_slice(&t);
+    b[96..100].copy_from_slice(&w.datagram.to_le_bytes());
+    let t = tag(stream_key, &b[..104]);
+    b[104..].copy_from_slice(&t);
     b
 }
 
@@ -159,11 +186,15 @@ pub fn read_welcome(stream_key: &[u8; 32], consumer_nonce: &[u8; 32], b: &[u8]) 
         || b[0..2] != WELCOME_MAGIC.to_le_bytes()
         || b[2..4] != HANDSHAKE_VERSION.to_le_bytes()
         || b[8..40] != consumer_nonce[..]
-        || !same_mac(&tag(stream_key, &b[..96]), &b[96..])
+        || !same_mac(&tag(stream_key, &b[..104]), &b[104..])
+        || b[100..104] != [0; 4]
     {
         return None;
     }
+    let datagram = u32::from_le_bytes(b[96..100].try_into().ok()?);
+    datagram_ok(datagram).then_some(())?;
     Some(Welcome {
+        datagram,
         server_nonce: b[40..72].try_into().ok()?,
         producer: u64::from_le_bytes(b[72..80].try_into().ok()?),
         ring_bytes: u64::from_le_bytes(b[80..88].try_into().ok()?),
@@ -180,6 +211,7 @@ mod tests {
         Hello {
             consumer_nonce: n,
             rdma: false,
+            datagram: 1472,
         }
     }
 
@@ -200,6 +232,7 @@ mod tests {
             instance: 0x1234,
             ring_bytes: 4096,
             rdma: false,
+            datagram: 1472,
         };
         let b = welcome(&k, &n, &w);
         assert_eq!(read_welcome(&k, &n, &b), Some(w));
@@ -215,9 +248,15 @@ mod tests {
         let h = Hello {
             consumer_nonce: n,
             rdma: true,
+            datagram: 9000,
         };
         let b = hello(&k, &h);
-        assert_eq!(&b[0..8], &[0x56, 0x48, 2, 0, 1, 0, 0, 0]);
+        assert_eq!(&b[0..8], &[0x56, 0x48, 3, 0, 1, 0, 0, 0]);
+        assert_eq!(
+            &b[40..48],
+            &[0x28, 0x23, 0, 0, 0, 0, 0, 0],
+            "the datagram size"
+        );
         assert_eq!(read_hello(&k, &b), Some(h));
         // a flipped flag or an unknown flag is refused (the tag covers them)
         for (at, bit) in [(4, 1), (4, 2), (7, 0x80)] {
@@ -231,13 +270,50 @@ mod tests {
             instance: 6,
             ring_bytes: 0x2000,
             rdma: true,
+            datagram: 8972,
         };
         let b = welcome(&k, &n, &w);
-        assert_eq!(&b[0..8], &[0x56, 0x57, 2, 0, 1, 0, 0, 0]);
+        assert_eq!(&b[0..8], &[0x56, 0x57, 3, 0, 1, 0, 0, 0]);
         assert_eq!(&b[88..96], &6u64.to_le_bytes(), "the instance");
+        assert_eq!(&b[96..100], &8972u32.to_le_bytes(), "the datagram size");
         assert_eq!(read_welcome(&k, &n, &b), Some(w));
         let mut x = b;
         x[4] ^= 1;
         assert_eq!(read_welcome(&k, &n, &x), None, "a changed flag");
+    }
+
+    #[test]
+    fn a_datagram_size_out_of_range_is_refused_even_under_the_tag() {
+        let k = [9u8; 32];
+        let n = [1u8; 32];
+        for d in [0, 511, 65_508, u32::MAX] {
+            let h = Hello {
+                consumer_nonce: n,
+                rdma: false,
+                datagram: d,
+            };
+            assert_eq!(read_hello(&k, &hello(&k, &h)), None, "HELLO with {d}");
+            let w = Welcome {
+                server_nonce: [2; 32],
+                producer: 5,
+                instance: 6,
+                ring_bytes: 0x2000,
+                rdma: false,
+                datagram: d,
+            };
+            assert_eq!(
+                read_welcome(&k, &n, &welcome(&k, &n, &w)),
+                None,
+                "WELCOME with {d}"
+            );
+        }
+        for d in [512, 1472, 65_507] {
+            let h = Hello {
+                consumer_nonce: n,
+                rdma: false,
+                datagram: d,
+            };
+            assert_eq!(read_hello(&k, &hello(&k, &h)), Some(h));
+        }
     }
 }

@@ -98,9 +98,29 @@ pub struct ProducerConfig {
     /// the producer's own thread; with `queue_signals`, also into
     /// [`Producer::take_signals`] when it is called and one is due.
     pub heartbeat: Option<Duration>,
+    /// The largest datagram (UDP payload, bytes, 512..=65507) the read
+    /// server sends; a consumer that takes less gets less. Default
+    /// [`DEFAULT_DATAGRAM`](super::read_proto::DEFAULT_DATAGRAM), the
+    /// largest: the consumer's ask decides (its setting lowered to its
+    /// route's MTU), so datagrams are never IP-fragmented on links the
+    /// hosts see. Setting
+    /// `SPLITRT_VYS_DATAGRAM` ([`apply_settings`](Self::apply_settings)).
+    pub datagram_bytes: usize,
 }
 
 impl ProducerConfig {
+    /// Take the settings `get` gives (e.g. `|k| std::env::var(k).ok()`):
+    /// [`ENV_DATAGRAM`](super::read_proto::ENV_DATAGRAM) into
+    /// `datagram_bytes`. An error names the bad setting.
+    pub fn apply_settings(&mut self, get: impl Fn(&str) -> Option<String>) -> io::Result<()> {
+        if let Some(n) = super::read_proto::datagram_setting(get)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?
+        {
+            self.datagram_bytes = n;
+        }
+        Ok(())
+    }
+
     /// Settings with defaults: 1024 slots, CRC-32C, 8 spectra per signal,
     /// both kinds of reads served, a heartbeat every second when idle.
     pub fn new(
@@ -125,6 +145,7 @@ impl ProducerConfig {
             serve_remote: true,
             rdma: None,
             heartbeat: Some(Duration::from_secs(1)),
+            datagram_bytes: super::read_proto::DEFAULT_DATAGRAM,
         }
     }
 }
@@ -228,6 +249,8 @@ impl Producer {
         if cfg.slots < 2 {
             return Err(bad(format!("a ring of {} slots (at least 2)", cfg.slots)));
         }
+        super::read_proto::check_datagram("ProducerConfig::datagram_bytes", cfg.datagram_bytes)
+            .map_err(bad)?;
         if !(1..=MAX_ENTRIES).contains(&cfg.spectra_per_signal) {
             return Err(bad(format!(
                 "{} spectra per signal (1..={MAX_ENTRIES})",
@@ -276,6 +299,7 @@ impl Producer {
                 instance,
                 cfg.key,
                 rdma,
+                cfg.datagram_bytes,
             )?)
         } else {
             None

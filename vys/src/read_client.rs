@@ -15,7 +15,7 @@ use super::read_proto::{
 use splitrt_runtime::fabric::frames::{OutMsg, Reassembler, Sink};
 use splitrt_runtime::fabric::rdma::verbs::QpEndpoint;
 use splitrt_runtime::fabric::udp::proto::{Event, Proto, Sent};
-use splitrt_runtime::fabric::udp::wire::{HEADER, MAX_DATAGRAM, TAG};
+use splitrt_runtime::fabric::udp::wire::{HEADER, TAG};
 use std::collections::VecDeque;
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -110,6 +110,9 @@ pub struct RemoteRing {
     /// Its instance (a consumer reads a signal only through a session
     /// with the instance that sent it).
     pub instance: u64,
+    /// The largest datagram (UDP payload, bytes) the server said it sends
+    /// in this session (larger ones are dropped unread).
+    pub datagram: usize,
     /// Bytes of its ring.
     pub ring_bytes: u64,
     /// The server's offer of RDMA reads (if a queue pair was sent and
@@ -132,6 +135,97 @@ enum Asking {
     Answered,
 }
 
+/// The largest UDP payload the route of the connected `sock` to `addr`
+/// carries unfragmented, if the kernel knows its MTU (`IP_MTU`,
+/// `IPV6_MTU`: the interface's, or the path's once learned).
+fn path_datagram(sock: &UdpSocket, addr: SocketAddr) -> Option<usize> {
+    let (level, name, headers) = if addr.is_ipv4() {
+        (libc::IPPROTO_IP, libc::IP_MTU, 28)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU, 48)
+    };
+    let mut mtu: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `mtu` and `len` are live and `len` is `mtu`'s size.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            level,
+            name,
+            (&mut mtu as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 || mtu <= headers {
+        return None;
+    }
+    Some((mtu - headers) as usize).filter(|&n| n >= read_proto::MIN_DATAGRAM)
+}
+
+/// Ask the kernel to coalesce runs of equal-sized datagrams from one
+/// sender into one receive (`UDP_GRO`; where it cannot, datagrams come
+/// one by one as before).
+fn gro_on(sock: &UdpSocket) {
+    let on: libc::c_int = 1;
+    // SAFETY: `on` is a live c_int and the length is its size.
+    let _ = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_UDP,
+            libc::UDP_GRO,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+}
+
+/// Receive into `buf`: its length, and the size of the datagrams in it
+/// if the kernel coalesced several (`UDP_GRO`), else `None`; a datagram
+/// too large for `buf` is dropped (length 0).
+fn recv_gro(sock: &UdpSocket, buf: &mut [u8]) -> io::Result<(usize, Option<usize>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; all zeroes is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: `msg` points to `iov` (over `buf`) and `control`, both
+    // alive and ours until the call returns.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if msg.msg_flags & libc::MSG_TRUNC != 0 {
+        // larger than any datagram the server sends: dropped unread
+        return Ok((0, None));
+    }
+    let mut seg = None;
+    // SAFETY: `msg` is the header recvmsg filled; its control length is
+    // within `control`.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !c.is_null() {
+        // SAFETY: `c` is a header CMSG_FIRSTHDR / CMSG_NXTHDR returned,
+        // inside `control` and aligned.
+        let h = unsafe { &*c };
+        if h.cmsg_level == libc::SOL_UDP && h.cmsg_type == libc::UDP_GRO {
+            // SAFETY: a UDP_GRO header carries an int, inside `control`.
+            let data = unsafe { libc::CMSG_DATA(c) } as *const libc::c_int;
+            // SAFETY: `data` points to an int inside `control`, maybe
+            // not int-aligned: read unaligned.
+            let v = unsafe { data.read_unaligned() };
+            seg = usize::try_from(v).ok().filter(|&v| v > 0);
+        }
+        // SAFETY: `msg` and `c` as above; NXTHDR returns null past the end.
+        c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+    }
+    Ok((n as usize, seg))
+}
+
 impl RemoteRing {
     /// Open a session with the read server at `addr`: up to three
     /// `HELLO`s, `wait` for the answer in all. `places` reads may be
@@ -141,6 +235,12 @@ impl RemoteRing {
     /// session ([`read_proto::T_RDMA`]) and its answer is awaited (within
     /// `wait` in all): [`offer`](Self::offer) is then set, and the
     /// session stays open as the reads' liveness channel.
+    ///
+    /// `datagram` is the largest datagram (UDP payload, bytes) this side
+    /// takes (checked: [`read_proto::check_datagram`]), lowered to what
+    /// the route to `addr` carries unfragmented if the kernel knows
+    /// (`IP_MTU` of the connected socket); the server sends no larger.
+    #[allow(clippy::too_many_arguments)]
     pub fn connect(
         addr: SocketAddr,
         key: &[u8; 32],
@@ -149,7 +249,10 @@ impl RemoteRing {
         read_timeout: Duration,
         wait: Duration,
         rdma: Option<QpEndpoint>,
+        datagram: usize,
     ) -> io::Result<RemoteRing> {
+        let datagram = read_proto::check_datagram("the consumer's datagram size", datagram)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let bind: SocketAddr = if addr.is_ipv4() {
             "0.0.0.0:0".parse().expect("address")
         } else {
@@ -159,16 +262,19 @@ impl RemoteRing {
         sock.connect(addr)?;
         let s2 = socket2::SockRef::from(&sock);
         let _ = s2.set_recv_buffer_size(8 << 20);
+        let ask = path_datagram(&sock, addr).map_or(datagram, |p| datagram.min(p));
         let cn = handshake::nonce()?;
         let hello = handshake::hello(
             key,
             &handshake::Hello {
                 consumer_nonce: cn,
                 rdma: rdma.is_some(),
+                datagram: ask as u32,
             },
         );
         let t0 = Instant::now();
-        let mut buf = vec![0u8; MAX_DATAGRAM];
+        // room for a datagram, or a run of them coalesced (UDP_GRO)
+        let mut buf = vec![0u8; 1 << 16];
         let mut welcome = None;
         'tries: for _ in 0..3 {
             sock.send(&hello)?;
@@ -177,9 +283,22 @@ impl RemoteRing {
                 sock.set_read_timeout(Some(left.max(Duration::from_micros(100))))?;
                 match sock.recv(&mut buf) {
                     Ok(n) if n == WELCOME_LEN => {
-                        if let Some(w) = handshake::read_welcome(key, &cn, &buf[..n]) {
-                            welcome = Some(w);
-                            break 'tries;
+                        match handshake::read_welcome(key, &cn, &buf[..n]) {
+                            Some(w) if w.datagram as usize <= ask => {
+                                welcome = Some(w);
+                                break 'tries;
+                            }
+                            Some(w) => {
+                                return Err(io::Error::new(
+                                    io::ErrorKind::InvalidData,
+                                    format!(
+                                        "the vys read server at {addr} would send datagrams \
+                                         of {} B, larger than the {ask} B asked for",
+                                        w.datagram
+                                    ),
+                                ))
+                            }
+                            None => {}
                         }
                     }
                     Ok(_) => {}
@@ -203,11 +322,18 @@ impl RemoteRing {
             )
         })?;
         sock.set_nonblocking(true)?;
+        gro_on(&sock);
         let skey = handshake::session_key(key, &cn, &w.server_nonce);
         let now = t0.elapsed().as_nanos() as u64;
         let mut ring = RemoteRing {
             sock,
-            proto: Proto::new(1, 2, read_proto::session_config(), skey, now),
+            proto: Proto::new(
+                1,
+                2,
+                read_proto::session_config_for(w.datagram as usize),
+                skey,
+                now,
+            ),
             reasm: Reassembler::default(),
             landing: Landing {
                 stride,
@@ -226,6 +352,7 @@ impl RemoteRing {
             rbuf: buf,
             producer: w.producer,
             instance: w.instance,
+            datagram: w.datagram as usize,
             ring_bytes: w.ring_bytes,
             offer: None,
             rdma: match rdma {
@@ -350,14 +477,22 @@ impl RemoteRing {
     pub fn progress(&mut self, done: &mut Vec<Done>) {
         let now = self.now();
         for _ in 0..512 {
-            let n = match self.sock.recv(&mut self.rbuf) {
-                Ok(n) => n,
+            let (n, seg) = match recv_gro(&self.sock, &mut self.rbuf) {
+                Ok(r) => r,
                 Err(_) => break,
             };
-            let mut d = self.proto.buffer();
-            d.extend_from_slice(&self.rbuf[..n]);
-            if let Some(b) = self.proto.handle_datagram(now, d) {
-                self.proto.recycle(b);
+            // one datagram, or a run of `seg`-byte ones (the last maybe
+            // shorter) the kernel coalesced
+            for d in self.rbuf[..n].chunks(seg.unwrap_or(n).max(1)) {
+                // larger than agreed: not the server's (it never sends so)
+                if d.len() > self.datagram {
+                    continue;
+                }
+                let mut b = self.proto.buffer();
+                b.extend_from_slice(d);
+                if let Some(b) = self.proto.handle_datagram(now, b) {
+                    self.proto.recycle(b);
+                }
             }
         }
         while let Some((_, d)) = self.proto.next_ready(1) {

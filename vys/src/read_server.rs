@@ -71,6 +71,9 @@ pub struct ServerStats {
     pub rdma_refused: AtomicU64,
     /// Queue pairs open now.
     pub rdma_open: AtomicU64,
+    /// The largest datagram sent (UDP payload, bytes): never more than
+    /// the size agreed with each session.
+    pub largest_datagram: AtomicU64,
 }
 
 /// A running read server; stops when dropped.
@@ -115,10 +118,15 @@ struct Server {
     producer: u64,
     instance: u64,
     key: [u8; 32],
+    /// The largest datagram this server sends (a session's consumer may
+    /// ask for smaller).
+    datagram: usize,
     sessions: HashMap<SocketAddr, Session>,
     stats: Arc<ServerStats>,
     t0: Instant,
     spare: Vec<Vec<u8>>,
+    /// Datagrams of one session's round, sent together.
+    out: Batch,
     /// Requests of one datagram (kept to reuse its allocation).
     reqs: Vec<[u64; 5]>,
 }
@@ -127,7 +135,10 @@ impl ReadServer {
     /// Serve reads of `ring` (of producer `producer`, its instance
     /// `instance`, both told to every consumer that opens a session) on a UDP socket
     /// bound to `bind` (port 0: any), for consumers holding `key`; with
-    /// `rdma`, also offer RDMA reads of the ring over that device.
+    /// `rdma`, also offer RDMA reads of the ring over that device. No
+    /// datagram sent is larger than `datagram` bytes of UDP payload
+    /// (checked: [`read_proto::check_datagram`]) nor than the one each
+    /// consumer says it takes.
     pub fn start(
         bind: SocketAddr,
         ring: Arc<ExportedRing>,
@@ -135,7 +146,10 @@ impl ReadServer {
         instance: u64,
         key: [u8; 32],
         rdma: Option<Box<dyn Verbs>>,
+        datagram: usize,
     ) -> io::Result<ReadServer> {
+        let datagram = read_proto::check_datagram("the read server's datagram size", datagram)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let rdma = match rdma {
             // SAFETY: the export goes into `Server` beside the `ring` Arc,
             // declared before it, so it is dropped (deregistered) first.
@@ -161,10 +175,12 @@ impl ReadServer {
             producer,
             instance,
             key,
+            datagram,
             sessions: HashMap::new(),
             stats: stats.clone(),
             t0: Instant::now(),
             spare: Vec::new(),
+            out: Batch::default(),
             reqs: Vec::new(),
         };
         let st = stop.clone();
@@ -286,6 +302,8 @@ impl Server {
             return;
         }
         let Ok(sn) = handshake::nonce() else { return };
+        // never larger than the consumer takes (read_hello bounds it)
+        let datagram = self.datagram.min(h.datagram as usize);
         let w = handshake::welcome(
             &self.key,
             &cn,
@@ -296,10 +314,11 @@ impl Server {
                 ring_bytes: self.ring.len() as u64,
                 // offered inside the session, to a holder of its key
                 rdma: h.rdma && self.rdma.is_some(),
+                datagram: datagram as u32,
             },
         );
         let skey = handshake::session_key(&self.key, &cn, &sn);
-        let proto = Proto::new(0, 2, read_proto::session_config(), skey, now);
+        let proto = Proto::new(0, 2, read_proto::session_config_for(datagram), skey, now);
         self.sessions.insert(
             from,
             Session {
@@ -358,6 +377,7 @@ impl Server {
         let ring = &self.ring;
         let stats = &self.stats;
         let spare = &mut self.spare;
+        let out = &mut self.out;
         let reqs = &mut self.reqs;
         let rdma = &mut self.rdma;
         for (addr, s) in self.sessions.iter_mut() {
@@ -501,9 +521,11 @@ impl Server {
             while let Some(Event::PeerDead { .. }) = s.proto.poll_event() {
                 bad = true;
             }
-            s.proto.poll_transmit(now, true, &mut |_, b| {
-                let _ = sock.send_to(b, addr);
-            });
+            s.proto.poll_transmit(now, true, &mut |_, b| out.push(b));
+            let largest = out.send_to(sock, addr);
+            stats
+                .largest_datagram
+                .fetch_max(largest as u64, Ordering::Relaxed);
             if !s.confirmed && now.saturating_sub(s.last) > 5_000_000_000 {
                 bad = true;
             }
@@ -516,6 +538,199 @@ impl Server {
         }
         if let Some(x) = &mut self.rdma {
             let _ = x.poll();
+        }
+    }
+}
+
+/// Datagrams to one address, sent by as few system calls as the kernel
+/// allows: runs of equal-sized datagrams by one `sendmsg` each with UDP
+/// segmentation offload (`UDP_SEGMENT`: the kernel, or the network card,
+/// cuts the run into those very datagrams; no IP fragmentation), the rest
+/// (and every datagram if the kernel refuses segmentation offload) by
+/// `sendmmsg`, 64 per call.
+struct Batch {
+    bytes: Vec<u8>,
+    /// Where each datagram ends in `bytes`.
+    ends: Vec<usize>,
+    /// Segmentation offload works here (until the kernel refuses it).
+    gso: bool,
+}
+
+impl Default for Batch {
+    fn default() -> Batch {
+        Batch {
+            bytes: Vec::new(),
+            ends: Vec::new(),
+            gso: true,
+        }
+    }
+}
+
+/// Datagrams per `sendmmsg` call, and per offloaded run, at most.
+const BATCH: usize = 64;
+/// Bytes of one offloaded run at most (one UDP datagram's worth).
+const GSO_BYTES: usize = 65_507;
+
+impl Batch {
+    fn push(&mut self, d: &[u8]) {
+        self.bytes.extend_from_slice(d);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// Send every datagram to `to` (one the kernel refuses is dropped,
+    /// as a lost datagram: the protocol sends it again) and empty the
+    /// batch; returns the largest datagram's length.
+    fn send_to(&mut self, sock: &UdpSocket, to: &SocketAddr) -> usize {
+        let addr = socket2::SockAddr::from(*to);
+        let fd = std::os::fd::AsRawFd::as_raw_fd(sock);
+        let mut largest = 0;
+        let mut begin = 0;
+        let mut i = 0;
+        // datagrams [single_from, i) wait for sendmmsg
+        let mut single_from = 0;
+        while i < self.ends.len() {
+            let seg = self.ends[i] - begin;
+            largest = largest.max(seg);
+            // the run: datagrams of `seg` bytes, the last maybe shorter
+            let mut j = i + 1;
+            while self.gso && j < self.ends.len() && j - i < BATCH {
+                let len = self.ends[j] - self.ends[j - 1];
+                if len > seg || self.ends[j] - begin > GSO_BYTES {
+                    break;
+                }
+                j += 1;
+                if len < seg {
+                    break;
+                }
+            }
+            if j - i >= 2 {
+                self.mmsg(fd, &addr, single_from, i);
+                if self.offload(fd, &addr, begin, self.ends[j - 1], seg) {
+                    single_from = j;
+                } else {
+                    // not offloaded: these go by sendmmsg, and from now on
+                    // every datagram does
+                    self.gso = false;
+                    single_from = i;
+                }
+            }
+            begin = self.ends[j - 1];
+            i = j;
+        }
+        self.mmsg(fd, &addr, single_from, self.ends.len());
+        self.bytes.clear();
+        self.ends.clear();
+        largest
+    }
+
+    /// Send `bytes[from..to]` as datagrams of `seg` bytes (the last maybe
+    /// shorter) by one `sendmsg` with `UDP_SEGMENT`; `false` if the
+    /// kernel refuses segmentation offload (nothing was sent).
+    fn offload(
+        &self,
+        fd: std::os::fd::RawFd,
+        addr: &socket2::SockAddr,
+        from: usize,
+        to: usize,
+        seg: usize,
+    ) -> bool {
+        let mut iov = libc::iovec {
+            iov_base: self.bytes[from..to].as_ptr() as *mut libc::c_void,
+            iov_len: to - from,
+        };
+        // room for one cmsg with a u16, aligned for cmsghdr
+        let mut control = [0u64; 4];
+        // SAFETY: msghdr is plain data; all zeroes is a valid value.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = addr.as_ptr() as *mut libc::c_void;
+        msg.msg_namelen = addr.len();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE only computes a size.
+        let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+        debug_assert!(space <= std::mem::size_of_val(&control));
+        msg.msg_controllen = space;
+        // SAFETY: `msg` has a control buffer of `space` bytes, enough for
+        // one header: the first header is inside it.
+        let c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        if c.is_null() {
+            return false;
+        }
+        // SAFETY: CMSG_LEN only computes a size.
+        let len = unsafe { libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) } as usize;
+        // SAFETY: `c` points to the first header, inside `control`,
+        // aligned (u64 array) and ours alone.
+        unsafe {
+            *c = libc::cmsghdr {
+                cmsg_len: len,
+                cmsg_level: libc::SOL_UDP,
+                cmsg_type: libc::UDP_SEGMENT,
+            }
+        };
+        // SAFETY: the header's data lies inside `control` (`space` bytes
+        // hold the header and a u16).
+        let data = unsafe { libc::CMSG_DATA(c) } as *mut u16;
+        // SAFETY: `data` points to 2 bytes inside `control`, maybe not
+        // 2-aligned: written unaligned.
+        unsafe { data.write_unaligned(seg as u16) };
+        // SAFETY: `msg` points to `iov` (into `self.bytes`), `addr` and
+        // `control`, all alive until the call returns; the kernel only
+        // reads them.
+        let n = unsafe { libc::sendmsg(fd, &msg, 0) };
+        if n >= 0 {
+            return true;
+        }
+        // refused for want of offload: EIO (the device), EINVAL,
+        // ENOPROTOOPT, EOPNOTSUPP; anything else (a full buffer) loses
+        // the run as the network would
+        !matches!(
+            io::Error::last_os_error().raw_os_error(),
+            Some(libc::EIO | libc::EINVAL | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+        )
+    }
+
+    /// Send datagrams `from..to` of the batch by `sendmmsg`.
+    fn mmsg(&self, fd: std::os::fd::RawFd, addr: &socket2::SockAddr, from: usize, to: usize) {
+        if from >= to {
+            return;
+        }
+        let mut begin = if from == 0 { 0 } else { self.ends[from - 1] };
+        for chunk in self.ends[from..to].chunks(BATCH) {
+            let mut iov = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; BATCH];
+            for (v, &end) in iov.iter_mut().zip(chunk) {
+                v.iov_base = self.bytes[begin..end].as_ptr() as *mut libc::c_void;
+                v.iov_len = end - begin;
+                begin = end;
+            }
+            // SAFETY: mmsghdr is plain data; all zeroes is a valid value.
+            let mut msgs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+            for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+                m.msg_hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
+                m.msg_hdr.msg_namelen = addr.len();
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+            }
+            let mut sent = 0;
+            while sent < chunk.len() {
+                let rest = msgs[sent..].as_mut_ptr();
+                // SAFETY: `msgs[sent..chunk.len()]` are initialised headers
+                // whose name points into `addr` and whose one iovec each
+                // points into `self.bytes`, all alive and unmoved until
+                // the call returns; the kernel only reads them.
+                let n =
+                    unsafe { libc::sendmmsg(fd, rest, (chunk.len() - sent) as libc::c_uint, 0) };
+                if n <= 0 {
+                    // the first of the rest refused (a full buffer, an
+                    // error from the network): dropped, the rest tried
+                    sent += 1;
+                } else {
+                    sent += n as usize;
+                }
+            }
         }
     }
 }

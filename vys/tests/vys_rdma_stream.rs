@@ -170,6 +170,7 @@ fn a_replayed_hello_gets_no_queue_pair() {
         &handshake::Hello {
             consumer_nonce: [1; 32],
             rdma: true,
+            datagram: splitrt_vys::read_proto::DEFAULT_DATAGRAM as u32,
         },
     );
     let foreign = handshake::hello(
@@ -177,6 +178,7 @@ fn a_replayed_hello_gets_no_queue_pair() {
         &handshake::Hello {
             consumer_nonce: [2; 32],
             rdma: true,
+            datagram: splitrt_vys::read_proto::DEFAULT_DATAGRAM as u32,
         },
     );
     let mut answered = 0;
@@ -232,6 +234,7 @@ fn a_consumer_cannot_write_the_producers_ring() {
         Duration::from_secs(2),
         Duration::from_secs(2),
         Some(dev.endpoint(qp)),
+        splitrt_vys::read_proto::DEFAULT_DATAGRAM,
     )
     .unwrap();
     let offer = ring.offer.expect("an offer for a holder of the key");
@@ -424,6 +427,7 @@ fn a_malformed_or_repeated_rdma_request_closes_the_session() {
         let hello = handshake::Hello {
             consumer_nonce: cn,
             rdma: true,
+            datagram: splitrt_vys::read_proto::DEFAULT_DATAGRAM as u32,
         };
         sock.send(&handshake::hello(&KEY, &hello)).unwrap();
         let mut b = vec![0u8; 65_536];

@@ -25,6 +25,7 @@ fn read_one(server: std::net::SocketAddr, key: &[u8; 32]) -> std::io::Result<Rea
         Duration::from_secs(2),
         Duration::from_millis(600),
         None,
+        splitrt_vys::read_proto::DEFAULT_DATAGRAM,
     )?;
     let info = splitrt_vys::signal::SpectrumInfo {
         offset: slot_bytes(bytes) as u64,
@@ -74,7 +75,16 @@ fn server() -> ReadServer {
             DigestKind::Xxh3,
         );
     }
-    ReadServer::start("127.0.0.1:0".parse().unwrap(), ring, 9, 1, KEY, None).unwrap()
+    ReadServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        ring,
+        9,
+        1,
+        KEY,
+        None,
+        splitrt_vys::read_proto::DEFAULT_DATAGRAM,
+    )
+    .unwrap()
 }
 
 #[test]
@@ -121,6 +131,7 @@ fn a_handshake_flood_is_bounded_and_does_not_lock_out_a_consumer() {
         &handshake::Hello {
             consumer_nonce: [3u8; 32],
             rdma: false,
+            datagram: splitrt_vys::read_proto::DEFAULT_DATAGRAM as u32,
         },
     );
     let socks: Vec<UdpSocket> = (0..3 * MAX_SESSIONS)
@@ -188,6 +199,7 @@ fn rogue_server(
                         instance: 1,
                         ring_bytes: 1 << 20,
                         rdma: mode == Rogue::RdmaSilent,
+                        datagram: h.datagram,
                     };
                     sock.send_to(&handshake::welcome(&KEY, &cn, &w), from)
                         .unwrap();
@@ -267,6 +279,7 @@ fn a_misbehaving_read_server_fails_reads_cleanly() {
             Duration::from_millis(400),
             Duration::from_millis(600),
             None,
+            splitrt_vys::read_proto::DEFAULT_DATAGRAM,
         )
         .unwrap();
         r.read(0, slot_bytes(bytes), 1, vec![0u8; slot_bytes(bytes)])
@@ -325,6 +338,7 @@ fn an_rdma_offer_that_never_comes_fails_the_connect_in_time() {
         Duration::from_millis(400),
         Duration::from_millis(600),
         Some(ep),
+        splitrt_vys::read_proto::DEFAULT_DATAGRAM,
     );
     let e = r.err().expect("no offer came");
     assert!(e.to_string().contains("offered no RDMA reads"), "{e}");

@@ -41,7 +41,11 @@ fn config(row: &Row, stream: &Stream, group: SocketAddrV4) -> ConsumerConfig {
 /// returns).
 pub fn start(row: &Row, stream: &Stream, group: SocketAddrV4) -> io::Result<Vec<Consumer>> {
     (0..row.setup.consumers)
-        .map(|_| Consumer::start(config(row, stream, group), |_, _, pass| pass.fill(true)))
+        .map(|_| {
+            let mut c = config(row, stream, group);
+            c.apply_settings(|k| std::env::var(k).ok())?;
+            Consumer::start(c, |_, _, pass| pass.fill(true))
+        })
         .collect()
 }
 
@@ -111,7 +115,7 @@ impl Tally {
             }
             Message::DataBufferStarvation { spectra } => c.starved = spectra,
             Message::SignalBufferStarvation { signals } => c.signals_lost = signals,
-            Message::QueueAlert { dropped } => c.queue_dropped = dropped,
+            Message::QueueAlert { dropped, .. } => c.queue_dropped = dropped,
             Message::SignalReceiveFailure { .. }
             | Message::VersionMismatch { .. }
             | Message::ProducerGone { .. }

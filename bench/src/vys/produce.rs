@@ -85,6 +85,7 @@ pub fn create(row: &Row, stream: &Stream, group: SocketAddrV4) -> io::Result<Pro
         let mut cfg = ProducerConfig::new(stream.key, group, stream.interface, row.size);
         cfg.slots = row.slots;
         cfg.digest = row.setup.digest;
+        cfg.apply_settings(|k| std::env::var(k).ok())?;
         made.push((Producer::new(cfg)?, Spectra::new(i, row.size)));
     }
     Ok(Producers { made })

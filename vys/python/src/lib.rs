@@ -470,7 +470,8 @@ pub struct Message {
     /// How many (starvation, queue alert), the version (version mismatch).
     #[pyo3(get)]
     count: Option<u64>,
-    /// For producer_gone / mapped_bytes_limit: which producer and details.
+    /// For producer_gone / mapped_bytes_limit: which producer and details;
+    /// for queue_alert: how many of each kind were dropped.
     extra: Vec<(&'static str, u64)>,
     stats: Option<ConsumerStats>,
     complex: bool,
@@ -558,13 +559,23 @@ impl Message {
                 out.count = Some(signals);
                 out.error = Some(text);
             }
-            RustMessage::QueueAlert { dropped } => {
+            RustMessage::QueueAlert { dropped, kinds } => {
                 out.kind = "queue_alert";
                 out.count = Some(dropped);
+                out.extra = vec![
+                    ("valid", kinds.valid),
+                    ("verification_failures", kinds.verification_failures),
+                    ("read_failures", kinds.read_failures),
+                    ("signal_receive_failures", kinds.signal_receive_failures),
+                    ("version_mismatches", kinds.version_mismatches),
+                    ("producers_gone", kinds.producers_gone),
+                    ("mapped_bytes_limits", kinds.mapped_bytes_limits),
+                ];
                 out.error = Some(text);
             }
-            RustMessage::SignalReceiveFailure { .. } => {
+            RustMessage::SignalReceiveFailure { count, .. } => {
                 out.kind = "signal_receive_failure";
+                out.count = Some(count);
                 out.error = Some(text);
             }
             RustMessage::VersionMismatch { version } => {
