@@ -169,6 +169,7 @@ impl PendingUdp {
             })),
         };
         let sock: UdpSocket = self.sock.into();
+        source_filter(&sock, rank, &addrs);
         let keep_every = Duration::from_nanos((proto_cfg_keepalive / 4).max(5_000_000));
         let net = Arc::new(Net {
             rank,
@@ -211,6 +212,29 @@ impl PendingUdp {
             segment_len: cfg.segment_size,
         })
     }
+}
+
+/// Let the kernel drop every datagram not from one of `addrs` (the
+/// peers' announced addresses, from which they send) before it is queued
+/// on `sock`, so a stranger's flood neither queues ahead of the peers'
+/// datagrams nor costs a read. Without a filter (too many peers for one
+/// program, or a kernel that refuses it) the protocol's checks drop them
+/// instead, after a read: said once, on stderr.
+fn source_filter(sock: &UdpSocket, rank: usize, addrs: &[Option<SocketAddr>]) {
+    let peers: Vec<SocketAddr> = addrs.iter().flatten().copied().collect();
+    let why = match super::filter::program(&peers) {
+        // the same for every rank with as many peers: rank 0 says it
+        Err(why) if rank == 0 => why,
+        Err(_) => return,
+        Ok(prog) => match super::filter::attach(sock, &prog) {
+            Ok(()) => return,
+            Err(e) => format!("the kernel refused it: {e}"),
+        },
+    };
+    eprintln!(
+        "splitrt: note: rank {rank}: no UDP source filter ({why}); strangers' datagrams \
+         are dropped by the protocol's checks after they are read"
+    );
 }
 
 fn grow_buffers(sock: &Socket) {
@@ -594,6 +618,7 @@ impl UdpFabric {
         let c = self.net.core.lock();
         super::proto::Stats {
             send_errors: c.send_errors,
+            kernel_drops: super::filter::kernel_drops(&self.net.sock).unwrap_or(0),
             ..c.proto.stats().clone()
         }
     }
@@ -813,5 +838,71 @@ impl Fabric for UdpFabric {
         }
         let c = self.net.core.try_lock()?;
         Some(c.proto.credits(peer as u32, ch as usize))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::wire::Header;
+    use super::*;
+
+    /// Issue 24 item 7: a stranger on this host (another port of the same
+    /// address) sends datagrams with a plausible header to a rank: the
+    /// kernel drops them before the socket's queue, so none reaches the
+    /// protocol (counted as `kernel_drops`, not `bad_tag`), and the peer's
+    /// message still arrives.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn a_strangers_datagrams_never_reach_the_protocol() {
+        let key = JobKey::generate().unwrap();
+        let cfg = UdpConfig {
+            proto: ProtoConfig::default(),
+            faults: None,
+            max_medium: 4096,
+            segment_size: 1 << 16,
+        };
+        let pending = [0, 1].map(|_| PendingUdp::bind("127.0.0.1:9").unwrap());
+        let addrs: Vec<Option<SocketAddr>> = pending.iter().map(|p| Some(p.addr)).collect();
+        let to = pending[0].addr;
+        let [p0, p1] = pending;
+        let f0 = p0.connect(0, addrs.clone(), &key, &cfg).unwrap();
+        let f1 = p1.connect(1, addrs, &key, &cfg).unwrap();
+        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut d = vec![0x5au8; 1400];
+        for seq in 0..100u32 {
+            Header {
+                kind: 0,
+                body_len: (d.len() - HEADER - TAG) as u16,
+                src: 1,
+                dst: 0,
+                seq,
+                ..Header::default()
+            }
+            .write(&mut d);
+            stranger.send_to(&d, to).unwrap();
+        }
+        let pkt = Packet {
+            tag: 7,
+            words: &[42],
+            payload: b"from the peer",
+            deposit: None,
+        };
+        assert!(f1
+            .try_send(0, Channel::Request, &pkt, &mut |_| Ok(()))
+            .unwrap());
+        let t0 = Instant::now();
+        let mut got = Vec::new();
+        while got.is_empty() && t0.elapsed() < Duration::from_secs(10) {
+            f0.poll(Channel::Request, &mut |d| got.push(d.words.to_vec()))
+                .unwrap();
+            let _ = f1.quiesced();
+        }
+        assert_eq!(got, [vec![42]], "the peer's message");
+        let s = f0.stats();
+        assert_eq!(
+            s.bad_tag, 0,
+            "strangers' datagrams reached the protocol: {s:?}"
+        );
+        assert!(s.kernel_drops >= 100, "{s:?}");
     }
 }
