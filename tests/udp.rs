@@ -125,7 +125,9 @@ fn bad_udp_settings_are_named() {
 
 /// Another user sprays garbage and well-formed headers with a made-up tag
 /// at every UDP port of the job while it runs: nothing is acted on (the
-/// job checks every byte and exits 0) and the ranks count what they dropped.
+/// job checks every byte and exits 0) and the ranks count what they dropped
+/// (the kernel's source filter, or the protocol's checks for what arrived
+/// before the filter was attached).
 #[test]
 fn stranger_datagrams_are_dropped_and_counted() {
     if !is_root() {
@@ -160,7 +162,7 @@ fn stranger_datagrams_are_dropped_and_counted() {
         r.stdout
     );
     assert!(said.contains("udp: "), "{said}");
-    let dropped = udp_sum(&r, "foreign");
+    let dropped = udp_sum(&r, "foreign") + udp_sum(&r, "dropped by the kernel");
     assert!(dropped > 0, "attacker: {said}\n{}", r.stdout);
 }
 
@@ -331,10 +333,12 @@ fn job_udp(launcher_pid: u32, n: usize) -> (Vec<(usize, i32)>, Vec<u16>) {
 
 /// Issue 24 item 7: another user floods a 2-rank job's UDP ports with
 /// 64 KB datagrams of garbage under a plausible header. The job still
-/// checks every byte and exits 0, and the ranks count the garbage as
-/// rejected before the full tag (the cheap path: no pass over the body).
-/// The flooded / unflooded speed ratio is printed (a measurement for the
-/// report, never pass/fail).
+/// checks every byte and exits 0, and the garbage is dropped and counted:
+/// by the kernel's source filter (before the socket's queue), or, what
+/// arrived before the filter was attached, by the protocol's cheap checks
+/// (rejected before the full tag: no pass over the body). The flooded /
+/// unflooded speed ratio is printed (a measurement for the report, never
+/// pass/fail).
 #[test]
 fn a_stranger_flooding_large_datagrams_is_rejected_cheaply() {
     if !is_root() {
@@ -379,11 +383,13 @@ fn a_stranger_flooding_large_datagrams_is_rejected_cheaply() {
     let said = String::from_utf8_lossy(&said).to_string();
     println!(
         "unflooded {:.2} s, flooded {:.2} s: speed ratio {:.2}x; flooded: {} rejected \
-         before the full tag, {} retransmitted (unflooded {}) {said}",
+         before the full tag, {} dropped by the kernel, {} retransmitted (unflooded {}) \
+         {said}",
         unflooded.as_secs_f64(),
         flooded.as_secs_f64(),
         unflooded.as_secs_f64() / flooded.as_secs_f64(),
         udp_sum(&r, "rejected before the full tag"),
+        udp_sum(&r, "dropped by the kernel"),
         udp_sum(&r, "retransmitted"),
         udp_sum(&quiet, "retransmitted"),
     );
@@ -395,9 +401,10 @@ fn a_stranger_flooding_large_datagrams_is_rejected_cheaply() {
         r.stdout
     );
     let early = udp_sum(&r, "rejected before the full tag");
+    let kernel = udp_sum(&r, "dropped by the kernel");
     assert!(
-        early > 0,
-        "no garbage counted on the cheap path:\n{}",
+        early + kernel > 0,
+        "no garbage counted, by the kernel or on the cheap path:\n{}",
         r.stdout
     );
 }
