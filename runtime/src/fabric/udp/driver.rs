@@ -1,5 +1,7 @@
 //! The UDP driver: one non-blocking socket per rank, busy-polled from the
-//! progress engine, around the sans-I/O [`Proto`].
+//! progress engine, around the sans-I/O [`Proto`]. Once the peers'
+//! addresses are known the socket's kernel filter (`filter.rs`) admits
+//! only datagrams from them.
 //!
 //! Locks: `core` (the protocol, the socket's receive path, fault
 //! injection) is held only for short stretches; handlers run outside it,
