@@ -46,6 +46,9 @@ pub struct UdpConfig {
     pub max_medium: usize,
     /// Size of the segment Long payloads land in, in bytes.
     pub segment_size: usize,
+    /// Let the kernel drop datagrams not from a peer's address (a socket
+    /// filter; off where a NAT rewrites the peers' source addresses).
+    pub source_filter: bool,
 }
 
 /// A bound socket whose address goes to the bootstrap.
@@ -171,7 +174,9 @@ impl PendingUdp {
             })),
         };
         let sock: UdpSocket = self.sock.into();
-        source_filter(&sock, rank, &addrs);
+        if cfg.source_filter {
+            source_filter(&sock, rank, &addrs);
+        }
         let keep_every = Duration::from_nanos((proto_cfg_keepalive / 4).max(5_000_000));
         let net = Arc::new(Net {
             rank,
@@ -848,20 +853,18 @@ mod tests {
     use super::super::wire::Header;
     use super::*;
 
-    /// Issue 24 item 7: a stranger on this host (another port of the same
-    /// address) sends datagrams with a plausible header to a rank: the
-    /// kernel drops them before the socket's queue, so none reaches the
-    /// protocol (counted as `kernel_drops`, not `bad_tag`), and the peer's
-    /// message still arrives.
-    #[test]
-    #[cfg_attr(miri, ignore = "sockets")]
-    fn a_strangers_datagrams_never_reach_the_protocol() {
+    /// Two ranks on loopback (with the source filter or not); a stranger
+    /// on this host (another port of the same address) sends 100
+    /// datagrams with a plausible header to rank 0, then rank 1 sends it
+    /// a message. Rank 0's counters, and what it received.
+    fn stranger_then_peer(source_filter: bool) -> (super::super::proto::Stats, Vec<Vec<u64>>) {
         let key = JobKey::generate().unwrap();
         let cfg = UdpConfig {
             proto: ProtoConfig::default(),
             faults: None,
             max_medium: 4096,
             segment_size: 1 << 16,
+            source_filter,
         };
         let pending = [0, 1].map(|_| PendingUdp::bind("127.0.0.1:9").unwrap());
         let addrs: Vec<Option<SocketAddr>> = pending.iter().map(|p| Some(p.addr)).collect();
@@ -899,12 +902,33 @@ mod tests {
                 .unwrap();
             let _ = f1.quiesced();
         }
+        (f0.stats(), got)
+    }
+
+    /// Issue 24 item 7: the kernel drops the stranger's datagrams before
+    /// the socket's queue, so none reaches the protocol (counted as
+    /// `kernel_drops`, not `bad_tag`), and the peer's message arrives.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn a_strangers_datagrams_never_reach_the_protocol() {
+        let (s, got) = stranger_then_peer(true);
         assert_eq!(got, [vec![42]], "the peer's message");
-        let s = f0.stats();
         assert_eq!(
             s.bad_tag, 0,
             "strangers' datagrams reached the protocol: {s:?}"
         );
         assert!(s.kernel_drops >= 100, "{s:?}");
+    }
+
+    /// `SPLITRT_UDP_SOURCE_FILTER=0` (networks that rewrite source
+    /// addresses): no filter, and the protocol's cheap checks drop the
+    /// stranger's datagrams instead.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn without_the_source_filter_the_checks_drop_strangers() {
+        let (s, got) = stranger_then_peer(false);
+        assert_eq!(got, [vec![42]], "the peer's message");
+        assert_eq!((s.bad_tag, s.early_rejects), (100, 100), "{s:?}");
+        assert_eq!(s.kernel_drops, 0, "{s:?}");
     }
 }
