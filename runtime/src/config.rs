@@ -49,6 +49,9 @@ pub const ENV_UDP_WINDOW: &str = "SPLITRT_UDP_WINDOW";
 pub const ENV_UDP_PEER_TIMEOUT: &str = "SPLITRT_UDP_PEER_TIMEOUT";
 /// What a UDP datagram's tag covers: `full` or `header`.
 pub const ENV_UDP_AUTH: &str = "SPLITRT_UDP_AUTH";
+/// Whether a rank's UDP socket admits only its peers' source addresses
+/// (a kernel socket filter; off for networks that rewrite them, NAT).
+pub const ENV_UDP_SOURCE_FILTER: &str = "SPLITRT_UDP_SOURCE_FILTER";
 /// Receive buffers per peer and channel on the ibverbs fabric (its credits).
 pub const ENV_IBV_BUFFERS: &str = "SPLITRT_IBV_BUFFERS";
 /// Bytes per ibverbs buffer.
@@ -143,6 +146,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     (
         ENV_UDP_AUTH,
         "UDP tag covers: full (every byte) or header (trusted networks: faster, bodies unprotected) (default full)",
+    ),
+    (
+        ENV_UDP_SOURCE_FILTER,
+        "1 = the kernel drops UDP datagrams not from a peer's address; 0 for networks that rewrite source addresses (NAT) (default 1)",
     ),
     (
         crate::fabric::udp::faults::ENV_UDP_FAULTS,
@@ -275,6 +282,8 @@ pub struct Config {
     pub udp_faults: Option<crate::fabric::udp::faults::FaultSpec>,
     /// The UDP tag covers the body too (`SPLITRT_UDP_AUTH=full`).
     pub udp_auth_body: bool,
+    /// The UDP socket's kernel filter admits only the peers' addresses.
+    pub udp_source_filter: bool,
     /// ibverbs receive buffers per peer and channel.
     pub ibv_buffers: usize,
     /// Bytes per ibverbs buffer.
@@ -310,6 +319,7 @@ impl Default for Config {
             udp_peer_timeout: Duration::from_secs(10),
             udp_faults: None,
             udp_auth_body: true,
+            udp_source_filter: true,
             ibv_buffers: 16,
             ibv_buffer_size: 8192,
             ibv_reg_cache: 0,
@@ -438,6 +448,7 @@ impl Config {
         switch(ENV_HANG_ABORT, &mut c.hang_abort)?;
         switch(ENV_SPIN_ONLY, &mut c.spin_only)?;
         switch(ENV_SHM_RESERVE, &mut c.shm_reserve)?;
+        switch(ENV_UDP_SOURCE_FILTER, &mut c.udp_source_filter)?;
         if let Some(v) = get(ENV_THREADS) {
             c.single_thread = match v.trim() {
                 "single" => true,
@@ -538,6 +549,7 @@ impl Config {
             faults: self.udp_faults.clone(),
             max_medium: self.max_medium,
             segment_size: self.segment_size,
+            source_filter: self.udp_source_filter,
         }
     }
 
@@ -639,10 +651,11 @@ mod tests {
     #[test]
     fn switches_are_booleans_or_errors() {
         type Pick = fn(&Config) -> bool;
-        let cases: [(&str, Pick); 3] = [
+        let cases: [(&str, Pick); 4] = [
             (ENV_HANG_ABORT, |c| c.hang_abort),
             (ENV_SPIN_ONLY, |c| c.spin_only),
             (ENV_SHM_RESERVE, |c| c.shm_reserve),
+            (ENV_UDP_SOURCE_FILTER, |c| c.udp_source_filter),
         ];
         for (name, pick) in cases {
             let with = |v: &str| Config::from_lookup(|n| (n == name).then(|| v.to_string()));

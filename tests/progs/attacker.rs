@@ -25,8 +25,8 @@
 //! * `udpflood` — until killed (or `FLOOD_SECS`, default 60 s), as fast as
 //!   it can, the largest datagrams (`FLOOD_SIZE`, default 65507 B) of
 //!   garbage under a plausible UDP-fabric header (right magic, version and
-//!   length; sender and addressee ranks 0 / 1) at the loopback ports in
-//!   `FLOOD_PORTS` (comma separated)
+//!   length; sender and addressee ranks 0 / 1) at the ports in
+//!   `FLOOD_PORTS` (comma separated) of `FLOOD_HOST` (default 127.0.0.1)
 //!
 //! Prints one line per mode and `attacker: done`; exits 1 only if the
 //! server ever accepted it (a fake rank got in).
@@ -369,7 +369,13 @@ fn udp_flood() -> String {
     let secs: u64 = env("FLOOD_SECS").parse().unwrap_or(60);
     let size: usize = env("FLOOD_SIZE").parse().unwrap_or(65_507);
     let size = size.clamp(HEADER + TAG, 65_507);
-    let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp socket");
+    let host = std::env::var("FLOOD_HOST").unwrap_or_else(|_| "127.0.0.1".into());
+    let sock = std::net::UdpSocket::bind(if host.starts_with("127.") {
+        "127.0.0.1:0"
+    } else {
+        "0.0.0.0:0"
+    })
+    .expect("udp socket");
     let mut x = 0x9E37_79B9_7F4A_7C15u64;
     let mut d: Vec<u8> = (0..size)
         .map(|_| {
@@ -393,7 +399,7 @@ fn udp_flood() -> String {
                     ..Header::default()
                 }
                 .write(&mut d);
-                if sock.send_to(&d, ("127.0.0.1", port)).is_ok() {
+                if sock.send_to(&d, (host.as_str(), port)).is_ok() {
                     sent += 1;
                 }
             }

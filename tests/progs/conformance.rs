@@ -339,8 +339,8 @@ pub fn run_on(
     if let Some(s) = ep.udp_stats() {
         println!(
             "udp: {} datagrams sent, {} retransmitted, {} foreign or corrupt dropped, \
-             {} rejected before the full tag, {} replays dropped",
-            s.sent, s.retransmits, s.bad_tag, s.early_rejects, s.replays
+             {} rejected before the full tag, {} replays dropped, {} dropped by the kernel",
+            s.sent, s.retransmits, s.bad_tag, s.early_rejects, s.replays, s.kernel_drops
         );
     }
     ep.finish()

@@ -1,5 +1,7 @@
 //! The UDP driver: one non-blocking socket per rank, busy-polled from the
-//! progress engine, around the sans-I/O [`Proto`].
+//! progress engine, around the sans-I/O [`Proto`]. Once the peers'
+//! addresses are known the socket's kernel filter (`filter.rs`) admits
+//! only datagrams from them.
 //!
 //! Locks: `core` (the protocol, the socket's receive path, fault
 //! injection) is held only for short stretches; handlers run outside it,
@@ -44,6 +46,9 @@ pub struct UdpConfig {
     pub max_medium: usize,
     /// Size of the segment Long payloads land in, in bytes.
     pub segment_size: usize,
+    /// Let the kernel drop datagrams not from a peer's address (a socket
+    /// filter; off where a NAT rewrites the peers' source addresses).
+    pub source_filter: bool,
 }
 
 /// A bound socket whose address goes to the bootstrap.
@@ -169,6 +174,9 @@ impl PendingUdp {
             })),
         };
         let sock: UdpSocket = self.sock.into();
+        if cfg.source_filter {
+            source_filter(&sock, rank, &addrs);
+        }
         let keep_every = Duration::from_nanos((proto_cfg_keepalive / 4).max(5_000_000));
         let net = Arc::new(Net {
             rank,
@@ -211,6 +219,29 @@ impl PendingUdp {
             segment_len: cfg.segment_size,
         })
     }
+}
+
+/// Let the kernel drop every datagram not from one of `addrs` (the
+/// peers' announced addresses, from which they send) before it is queued
+/// on `sock`, so a stranger's flood neither queues ahead of the peers'
+/// datagrams nor costs a read. Without a filter (too many peers for one
+/// program, or a kernel that refuses it) the protocol's checks drop them
+/// instead, after a read: said once, on stderr.
+fn source_filter(sock: &UdpSocket, rank: usize, addrs: &[Option<SocketAddr>]) {
+    let peers: Vec<SocketAddr> = addrs.iter().flatten().copied().collect();
+    let why = match super::filter::program(&peers) {
+        // the same for every rank with as many peers: rank 0 says it
+        Err(why) if rank == 0 => why,
+        Err(_) => return,
+        Ok(prog) => match super::filter::attach(sock, &prog) {
+            Ok(()) => return,
+            Err(e) => format!("the kernel refused it: {e}"),
+        },
+    };
+    eprintln!(
+        "splitrt: note: rank {rank}: no UDP source filter ({why}); strangers' datagrams \
+         are dropped by the protocol's checks after they are read"
+    );
 }
 
 fn grow_buffers(sock: &Socket) {
@@ -594,6 +625,7 @@ impl UdpFabric {
         let c = self.net.core.lock();
         super::proto::Stats {
             send_errors: c.send_errors,
+            kernel_drops: super::filter::kernel_drops(&self.net.sock).unwrap_or(0),
             ..c.proto.stats().clone()
         }
     }
@@ -837,5 +869,90 @@ impl Wakeup for UdpFabric {
         // the call; poll only reports readiness.
         let n = unsafe { libc::poll(&mut p, 1, ms) };
         n > 0 || queued()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::wire::Header;
+    use super::*;
+
+    /// Two ranks on loopback (with the source filter or not); a stranger
+    /// on this host (another port of the same address) sends 100
+    /// datagrams with a plausible header to rank 0, then rank 1 sends it
+    /// a message. Rank 0's counters, and what it received.
+    fn stranger_then_peer(source_filter: bool) -> (super::super::proto::Stats, Vec<Vec<u64>>) {
+        let key = JobKey::generate().unwrap();
+        let cfg = UdpConfig {
+            proto: ProtoConfig::default(),
+            faults: None,
+            max_medium: 4096,
+            segment_size: 1 << 16,
+            source_filter,
+        };
+        let pending = [0, 1].map(|_| PendingUdp::bind("127.0.0.1:9").unwrap());
+        let addrs: Vec<Option<SocketAddr>> = pending.iter().map(|p| Some(p.addr)).collect();
+        let to = pending[0].addr;
+        let [p0, p1] = pending;
+        let f0 = p0.connect(0, addrs.clone(), &key, &cfg).unwrap();
+        let f1 = p1.connect(1, addrs, &key, &cfg).unwrap();
+        let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut d = vec![0x5au8; 1400];
+        for seq in 0..100u32 {
+            Header {
+                kind: 0,
+                body_len: (d.len() - HEADER - TAG) as u16,
+                src: 1,
+                dst: 0,
+                seq,
+                ..Header::default()
+            }
+            .write(&mut d);
+            stranger.send_to(&d, to).unwrap();
+        }
+        let pkt = Packet {
+            tag: 7,
+            words: &[42],
+            payload: b"from the peer",
+            deposit: None,
+        };
+        assert!(f1
+            .try_send(0, Channel::Request, &pkt, &mut |_| Ok(()))
+            .unwrap());
+        let t0 = Instant::now();
+        let mut got = Vec::new();
+        while got.is_empty() && t0.elapsed() < Duration::from_secs(10) {
+            f0.poll(Channel::Request, &mut |d| got.push(d.words.to_vec()))
+                .unwrap();
+            let _ = f1.quiesced();
+        }
+        (f0.stats(), got)
+    }
+
+    /// Issue 24 item 7: the kernel drops the stranger's datagrams before
+    /// the socket's queue, so none reaches the protocol (counted as
+    /// `kernel_drops`, not `bad_tag`), and the peer's message arrives.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn a_strangers_datagrams_never_reach_the_protocol() {
+        let (s, got) = stranger_then_peer(true);
+        assert_eq!(got, [vec![42]], "the peer's message");
+        assert_eq!(
+            s.bad_tag, 0,
+            "strangers' datagrams reached the protocol: {s:?}"
+        );
+        assert!(s.kernel_drops >= 100, "{s:?}");
+    }
+
+    /// `SPLITRT_UDP_SOURCE_FILTER=0` (networks that rewrite source
+    /// addresses): no filter, and the protocol's cheap checks drop the
+    /// stranger's datagrams instead.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn without_the_source_filter_the_checks_drop_strangers() {
+        let (s, got) = stranger_then_peer(false);
+        assert_eq!(got, [vec![42]], "the peer's message");
+        assert_eq!((s.bad_tag, s.early_rejects), (100, 100), "{s:?}");
+        assert_eq!(s.kernel_drops, 0, "{s:?}");
     }
 }

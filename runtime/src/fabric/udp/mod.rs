@@ -5,10 +5,12 @@
 //! protocol as state machines without I/O, [`wire`] and [`crate::fabric::frames`]
 //! (shared with the ibverbs fabric) its formats, `sim` (cargo feature
 //! `test-doubles`) a seeded virtual network that drives it in one process,
-//! [`faults`] the driver's fault injection.
+//! [`faults`] the driver's fault injection, `filter` the kernel socket
+//! filter that drops strangers' datagrams before the driver sees them.
 
 mod driver;
 pub mod faults;
+mod filter;
 pub mod proto;
 #[cfg(feature = "test-doubles")]
 pub mod sim;

@@ -178,6 +178,10 @@ pub struct Stats {
     /// Refused by the socket (its buffer was full; resent later). Counted
     /// by the driver.
     pub send_errors: u64,
+    /// Dropped by the kernel before they reached the socket's queue: not
+    /// from a peer's address (the source filter), or the receive buffer
+    /// was full. Counted by the kernel, read by the driver (`SO_MEMINFO`).
+    pub kernel_drops: u64,
 }
 
 /// Datagram numbers below the highest one seen that are still told apart
