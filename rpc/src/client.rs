@@ -1,0 +1,204 @@
+//! The caller's side: per destination a buffer of call records (bounded
+//! by one Medium to it), sent when it fills, on `flush`, or when a caller
+//! waits; the slots of the calls in flight.
+
+use crate::pending::Slots;
+use crate::wire::{put_call_header, Calls, Status, CALL_HEADER};
+use splitrt_am::{Endpoint, Error, Payload, RequestHandler, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// A registered function as its callers see it.
+pub(crate) struct FuncInfo {
+    /// The name it was registered under (without `rpc:`).
+    pub name: String,
+    /// Its own handler, `rpc:<name>`, for a call sent alone.
+    pub handler: RequestHandler,
+}
+
+/// One destination's buffered call records.
+#[derive(Default)]
+struct Outbox {
+    bytes: Vec<u8>,
+}
+
+/// The caller's state, shared by every [`RpcFn`](crate::RpcFn) and future
+/// of one [`Rpc`](crate::Rpc).
+pub(crate) struct Client {
+    pub slots: Arc<parking_lot::Mutex<Slots>>,
+    pub funcs: parking_lot::RwLock<Vec<FuncInfo>>,
+    /// `rpc:batch` and `rpc:fetch`.
+    pub batch: RequestHandler,
+    pub fetch: RequestHandler,
+    /// Per destination (made at the first call, when the job's size is known).
+    outboxes: OnceLock<Box<[parking_lot::Mutex<Outbox>]>>,
+    /// Per destination: the largest Medium to it.
+    limits: OnceLock<Box<[usize]>>,
+    /// Calls sent, and the messages that carried them.
+    pub calls_sent: AtomicU64,
+    pub messages_sent: AtomicU64,
+}
+
+impl Client {
+    pub(crate) fn new(
+        slots: Arc<parking_lot::Mutex<Slots>>,
+        batch: RequestHandler,
+        fetch: RequestHandler,
+    ) -> Self {
+        Client {
+            slots,
+            funcs: Default::default(),
+            batch,
+            fetch,
+            outboxes: OnceLock::new(),
+            limits: OnceLock::new(),
+            calls_sent: AtomicU64::new(0),
+            messages_sent: AtomicU64::new(0),
+        }
+    }
+
+    /// The name of function `func`.
+    pub(crate) fn name(&self, func: u16) -> String {
+        self.funcs
+            .read()
+            .get(func as usize)
+            .map_or_else(|| format!("#{func}"), |f| f.name.clone())
+    }
+
+    fn outboxes(&self, ep: &Endpoint) -> Result<(&[parking_lot::Mutex<Outbox>], &[usize])> {
+        if let (Some(o), Some(l)) = (self.outboxes.get(), self.limits.get()) {
+            return Ok((o, l));
+        }
+        let limits = (0..ep.size())
+            .map(|p| ep.max_medium(p))
+            .collect::<Result<Box<[usize]>>>()?;
+        let l = self.limits.get_or_init(|| limits);
+        let o = self
+            .outboxes
+            .get_or_init(|| (0..ep.size()).map(|_| Default::default()).collect());
+        Ok((o, l))
+    }
+
+    /// Buffer a call of `func` with the encoded `args` to `dest`; returns
+    /// its call id. Sends the destination's buffer first if the record
+    /// would not fit in it.
+    pub(crate) fn enqueue(
+        &self,
+        ep: &Endpoint,
+        dest: usize,
+        func: u16,
+        args: &[u8],
+    ) -> Result<u64> {
+        let at = |e: Error| e.at_rank(ep.rank()).with_peer(dest);
+        if dest >= ep.size() {
+            return Err(at(Error::usage(format!(
+                "rpc '{}': rank {dest} does not exist in a job of {} ranks",
+                self.name(func),
+                ep.size()
+            ))));
+        }
+        let (outboxes, limits) = self.outboxes(ep)?;
+        let limit = limits[dest];
+        let rec = CALL_HEADER + args.len();
+        if rec > limit {
+            return Err(at(Error::usage(format!(
+                "rpc '{}': the arguments are {} B encoded, more than one Medium to rank {dest} \
+                 carries ({limit} B, less {CALL_HEADER} B of record header); RPC arguments are \
+                 not chunked",
+                self.name(func),
+                args.len()
+            ))));
+        }
+        let Some(call) = self.slots.lock().alloc() else {
+            return Err(at(Error::usage(format!(
+                "rpc '{}': {} calls are outstanding (their futures alive), the most one Rpc \
+                 keeps; wait for some before calling more",
+                self.name(func),
+                crate::MAX_OUTSTANDING
+            ))));
+        };
+        loop {
+            let mut o = outboxes[dest].lock();
+            if o.bytes.len() + rec <= limit {
+                put_call_header(&mut o.bytes, func, call, args.len());
+                o.bytes.extend_from_slice(args);
+                return Ok(call);
+            }
+            drop(o);
+            if let Err(e) = self.flush_to(ep, dest) {
+                self.slots.lock().abandon(call);
+                return Err(e);
+            }
+        }
+    }
+
+    /// Whether `dest` has buffered calls.
+    pub(crate) fn has_buffered(&self, dest: usize) -> bool {
+        self.outboxes
+            .get()
+            .and_then(|o| o.get(dest))
+            .is_some_and(|o| !o.lock().bytes.is_empty())
+    }
+
+    /// Send `dest`'s buffered calls: one alone to its function's handler,
+    /// several as one `rpc:batch`. The buffer is taken out under its lock
+    /// and sent without it (a send that waits for room runs handlers,
+    /// which may call again). A failed send fails every call in it.
+    pub(crate) fn flush_to(&self, ep: &Endpoint, dest: usize) -> Result<()> {
+        let Some(outbox) = self.outboxes.get().and_then(|o| o.get(dest)) else {
+            return Ok(());
+        };
+        let mut bytes = {
+            let mut o = outbox.lock();
+            if o.bytes.is_empty() {
+                return Ok(());
+            }
+            let cap = o.bytes.capacity();
+            std::mem::replace(&mut o.bytes, Vec::with_capacity(cap.min(256)))
+        };
+        let mut recs = Calls::new(&bytes);
+        let first = recs.next();
+        let second = recs.next();
+        let n = u64::from(first.is_some()) + u64::from(second.is_some()) + recs.count() as u64;
+        self.calls_sent.fetch_add(n, Ordering::Relaxed);
+        self.messages_sent.fetch_add(1, Ordering::Relaxed);
+        let sent = match (first, second) {
+            (Some(Ok(r)), None) => {
+                let h = self.funcs.read().get(r.func as usize).map(|f| f.handler);
+                match h {
+                    Some(h) => ep.request(dest, h, &[r.call], Payload::Medium(r.args)),
+                    None => Err(Error::usage("an RPC call of an unknown function")),
+                }
+            }
+            _ => ep.request(dest, self.batch, &[], Payload::Medium(&bytes)),
+        };
+        if let Err(e) = &sent {
+            let msg = e.to_string();
+            let mut s = self.slots.lock();
+            for r in Calls::new(&bytes).flatten() {
+                s.complete(r.call, Status::SendFailed, msg.as_bytes());
+            }
+        }
+        bytes.clear();
+        if let Some(mut o) = outbox.try_lock() {
+            if o.bytes.is_empty() && o.bytes.capacity() < bytes.capacity() {
+                o.bytes = bytes; // keep the larger buffer
+            }
+        }
+        sent
+    }
+
+    /// Send every destination's buffered calls.
+    pub(crate) fn flush_all(&self, ep: &Endpoint) -> Result<()> {
+        let n = self.outboxes.get().map_or(0, |o| o.len());
+        let mut first = Ok(());
+        for d in 0..n {
+            if let Err(e) = self.flush_to(ep, d) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}

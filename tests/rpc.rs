@@ -1,0 +1,66 @@
+//! Typed RPC (`splitrt::rpc`) in real multi-process jobs on 1-4 ranks,
+//! over shared memory and over loopback UDP (`tests/progs/rpc.rs`).
+
+mod common;
+use common::*;
+
+const UDP: (&str, &str) = ("SPLITRT_FABRIC", "udp");
+const SHM: (&str, &str) = ("SPLITRT_FABRIC", "shm");
+
+fn rpc(n: usize, mode: &str, fabric: (&str, &str)) -> Run {
+    run_job(n, &example("t_rpc"), &[mode], &[fabric], 120)
+}
+
+fn all_ok(n: usize, mode: &str, fabric: (&str, &str)) {
+    let r = rpc(n, mode, fabric);
+    r.ok();
+    assert_eq!(r.stdout.matches("rpc ok").count(), n, "{}", r.stdout);
+}
+
+/// Round trips (wait and await), 4000 outstanding calls aggregated into
+/// at most 1/20 as many messages, results held and fetched, too-large
+/// arguments and results refused with clear errors.
+#[test]
+fn rpc_basic_shm_1_2_3_4_ranks() {
+    for n in 1..=4 {
+        all_ok(n, "basic", SHM);
+    }
+}
+
+#[test]
+fn rpc_basic_udp_2_3_4_ranks() {
+    for n in 2..=4 {
+        all_ok(n, "basic", UDP);
+    }
+}
+
+/// Undecodable arguments and a panicking function: an error at the
+/// caller's future naming the target rank, the function and the cause;
+/// the target answers the next call.
+#[test]
+fn rpc_bad_arguments_and_panics_shm_and_udp() {
+    for (n, f) in [(1, SHM), (2, SHM), (3, SHM), (2, UDP), (3, UDP)] {
+        let r = rpc(n, "bad", f);
+        r.ok();
+        assert_eq!(r.stdout.matches("rpc ok").count(), n, "{}", r.stdout);
+        assert!(r.stdout.contains("did not decode there"), "{}", r.stdout);
+        // the panic hook printed the target's panic there
+        assert!(r.stderr.contains("boom on purpose"), "{}", r.stderr);
+    }
+}
+
+/// A rank that exits: the caller's futures fail with the endpoint's
+/// error naming it, within the launcher's time (no hang).
+#[test]
+fn rpc_dead_peer_fails_the_future_shm_and_udp() {
+    for f in [SHM, UDP] {
+        let r = rpc(3, "dead", f);
+        assert_eq!(r.code, 3, "{r:?}");
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.contains("rpc dead peer:"))
+            .unwrap_or_else(|| panic!("no error line: {r:?}"));
+        assert!(line.contains("rank 1"), "{line}");
+    }
+}
