@@ -20,6 +20,9 @@ pub(crate) struct FuncInfo {
 #[derive(Default)]
 struct Outbox {
     bytes: Vec<u8>,
+    /// How many times the buffer was taken to be sent: a call buffered
+    /// while this was `n` left with the `n`-th take.
+    taken: u64,
 }
 
 /// The caller's state, shared by every [`RpcFn`](crate::RpcFn) and future
@@ -80,15 +83,15 @@ impl Client {
     }
 
     /// Buffer a call of `func` with the encoded `args` to `dest`; returns
-    /// its call id. Sends the destination's buffer first if the record
-    /// would not fit in it.
+    /// its call id and the buffer's take count (see [`Outbox::taken`]).
+    /// Sends the destination's buffer first if the record would not fit.
     pub(crate) fn enqueue(
         &self,
         ep: &Endpoint,
         dest: usize,
         func: u16,
         args: &[u8],
-    ) -> Result<u64> {
+    ) -> Result<(u64, u64)> {
         let at = |e: Error| e.at_rank(ep.rank()).with_peer(dest);
         if dest >= ep.size() {
             return Err(at(Error::usage(format!(
@@ -122,7 +125,7 @@ impl Client {
             if o.bytes.len() + rec <= limit {
                 put_call_header(&mut o.bytes, func, call, args.len());
                 o.bytes.extend_from_slice(args);
-                return Ok(call);
+                return Ok((call, o.taken));
             }
             drop(o);
             if let Err(e) = self.flush_to(ep, dest) {
@@ -132,12 +135,16 @@ impl Client {
         }
     }
 
-    /// Whether `dest` has buffered calls.
-    pub(crate) fn has_buffered(&self, dest: usize) -> bool {
+    /// Whether a call buffered for `dest` at take count `taken` is still
+    /// in the buffer.
+    pub(crate) fn still_buffered(&self, dest: usize, taken: u64) -> bool {
         self.outboxes
             .get()
             .and_then(|o| o.get(dest))
-            .is_some_and(|o| !o.lock().bytes.is_empty())
+            .is_some_and(|o| {
+                let o = o.lock();
+                o.taken == taken && !o.bytes.is_empty()
+            })
     }
 
     /// Send `dest`'s buffered calls: one alone to its function's handler,
@@ -153,6 +160,7 @@ impl Client {
             if o.bytes.is_empty() {
                 return Ok(());
             }
+            o.taken += 1;
             let cap = o.bytes.capacity();
             std::mem::replace(&mut o.bytes, Vec::with_capacity(cap.min(256)))
         };

@@ -31,6 +31,8 @@ pub struct RpcFuture<R> {
     dest: usize,
     func: u16,
     call: u64,
+    /// The destination buffer's take count when the call was buffered.
+    taken: u64,
     /// The call is over (its result was returned).
     over: bool,
     key: Option<TrafficKey>,
@@ -46,7 +48,7 @@ impl<R: DeserializeOwned> RpcFuture<R> {
         client: Arc<Client>,
         dest: usize,
         func: u16,
-        call: u64,
+        (call, taken): (u64, u64),
     ) -> Self {
         RpcFuture {
             ep: ep.clone(),
@@ -54,6 +56,7 @@ impl<R: DeserializeOwned> RpcFuture<R> {
             dest,
             func,
             call,
+            taken,
             over: false,
             key: None,
             deferred: None,
@@ -103,8 +106,9 @@ impl<R: DeserializeOwned> RpcFuture<R> {
         }
     }
 
+    /// Send the destination's buffer if this call is still in it.
     fn flush(&mut self) -> Result<()> {
-        if self.client.has_buffered(self.dest) {
+        if self.client.still_buffered(self.dest, self.taken) {
             // A failed send completes this call with the error too; the
             // poll below reports it as this call's.
             let _ = self.client.flush_to(&self.ep, self.dest);
