@@ -64,3 +64,40 @@ fn rpc_dead_peer_fails_the_future_shm_and_udp() {
         assert!(line.contains("rank 1"), "{line}");
     }
 }
+
+/// The Lamellar-style example: a distributed hash map over 4 ranks.
+#[test]
+fn dist_hashmap_example_4_ranks_shm_and_udp() {
+    for f in [SHM, UDP] {
+        let r = run_job(4, &example("dist_hashmap"), &[], &[f], 120);
+        r.ok();
+        assert_eq!(
+            r.stdout
+                .matches("inserted 1000 keys, read 1000 of rank")
+                .count(),
+            4,
+            "{}",
+            r.stdout
+        );
+        assert!(
+            r.stdout.contains("4000 keys in the map across 4 ranks"),
+            "{}",
+            r.stdout
+        );
+    }
+}
+
+/// A function some rank did not register: the attach fails on every
+/// rank, naming the first differing handler-table entry (`rpc:<name>`).
+#[test]
+fn rpc_function_missing_on_a_rank_fails_the_attach() {
+    let r = rpc(3, "missing", SHM);
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("registration tables differ")
+            && r.stderr.contains("rpc:only_on_rank_0")
+            && r.stderr.contains("rpc:echo"),
+        "{}",
+        r.stderr
+    );
+}

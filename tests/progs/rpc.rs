@@ -10,6 +10,8 @@
 //!             caller naming rank, function and cause; the target lives on
 //!   dead      rank 1 exits after the start; rank 0's calls to it fail
 //!             with the endpoint's error (no hang)
+//!   missing   rank 0 registers a function the others lack: the attach
+//!             fails on every rank, naming the differing handler entry
 //!
 //! Prints `rpc ok` per rank when every check passed (`bad`: also the
 //! errors; `dead`: `rpc dead peer: <error>` on rank 0).
@@ -44,21 +46,36 @@ fn block_on<F: Future>(f: F) -> F::Output {
     }
 }
 
+#[allow(dead_code)]
 fn main() -> splitrt::Result<()> {
     let mode = std::env::args().nth(1).unwrap_or_default();
+    let me = splitrt::runtime::job::JobInfo::from_env().map_or(0, |j| j.rank);
+    run_on(&mode, me, |b| b.attach())
+}
+
+/// The body, attached by `attach` (the verbs-model test attaches over its
+/// test double; `me` is this rank, known before the attach).
+pub fn run_on(
+    mode: &str,
+    me: usize,
+    attach: impl FnOnce(EndpointBuilder) -> splitrt::Result<splitrt::Endpoint>,
+) -> splitrt::Result<()> {
     let mut b = EndpointBuilder::new();
     let rpc = Rpc::new(&mut b)?;
     let add = rpc.register(&mut b, "add", |src, (x, y): (u64, u64)| {
         x + y + 1000 * src as u64
     })?;
+    if mode == "missing" && me == 0 {
+        rpc.register(&mut b, "only_on_rank_0", |_src, x: u64| x)?;
+    }
     let echo = rpc.register(&mut b, "echo", |_src, v: Vec<u32>| v)?;
     let blob = rpc.register(&mut b, "blob", |_src, n: u32| vec![7u8; n as usize])?;
     let boom = rpc.register(&mut b, "boom", |_src, why: String| -> u64 {
         panic!("boom on purpose: {why}")
     })?;
-    let ep = b.attach()?;
-    let (me, n) = (ep.rank(), ep.size());
-    match mode.as_str() {
+    let ep = attach(b)?;
+    let n = ep.size();
+    match mode {
         "basic" => {
             let max = ep.max_medium(0)?;
             for r in 0..n {
