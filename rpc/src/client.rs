@@ -23,6 +23,14 @@ struct Outbox {
     /// How many times the buffer was taken to be sent: a call buffered
     /// while this was `n` left with the `n`-th take.
     taken: u64,
+    /// Call records in `bytes`.
+    records: u64,
+}
+
+thread_local! {
+    /// The buffer a flush swaps into an outbox, and gets back after the
+    /// send: no allocation per flush once both have grown.
+    static SPARE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// The caller's state, shared by every [`RpcFn`](crate::RpcFn) and future
@@ -82,15 +90,17 @@ impl Client {
         Ok((o, l))
     }
 
-    /// Buffer a call of `func` with the encoded `args` to `dest`; returns
-    /// its call id and the buffer's take count (see [`Outbox::taken`]).
-    /// Sends the destination's buffer first if the record would not fit.
+    /// Buffer a call of `func` to `dest`, its arguments written by
+    /// `encode` straight into the buffer (appending; an error leaves the
+    /// buffer as it was); returns its call id and the buffer's take count
+    /// (see [`Outbox::taken`]). Sends the destination's buffer first if
+    /// the record does not fit in it.
     pub(crate) fn enqueue(
         &self,
         ep: &Endpoint,
         dest: usize,
         func: u16,
-        args: &[u8],
+        encode: &mut dyn FnMut(&mut Vec<u8>) -> std::result::Result<(), String>,
     ) -> Result<(u64, u64)> {
         let at = |e: Error| e.at_rank(ep.rank()).with_peer(dest);
         if dest >= ep.size() {
@@ -102,16 +112,6 @@ impl Client {
         }
         let (outboxes, limits) = self.outboxes(ep)?;
         let limit = limits[dest];
-        let rec = CALL_HEADER + args.len();
-        if rec > limit {
-            return Err(at(Error::usage(format!(
-                "rpc '{}': the arguments are {} B encoded, more than one Medium to rank {dest} \
-                 carries ({limit} B, less {CALL_HEADER} B of record header); RPC arguments are \
-                 not chunked",
-                self.name(func),
-                args.len()
-            ))));
-        }
         let Some(call) = self.slots.lock().alloc() else {
             return Err(at(Error::usage(format!(
                 "rpc '{}': {} calls are outstanding (their futures alive), the most one Rpc \
@@ -120,58 +120,80 @@ impl Client {
                 crate::MAX_OUTSTANDING
             ))));
         };
+        let refuse = |why: String| {
+            self.slots.lock().abandon(call);
+            Err(at(Error::usage(format!(
+                "rpc '{}': {why}",
+                self.name(func)
+            ))))
+        };
         loop {
             let mut o = outboxes[dest].lock();
-            if o.bytes.len() + rec <= limit {
-                put_call_header(&mut o.bytes, func, call, args.len());
-                o.bytes.extend_from_slice(args);
+            let start = o.bytes.len();
+            put_call_header(&mut o.bytes, func, call, 0);
+            if let Err(why) = encode(&mut o.bytes) {
+                o.bytes.truncate(start);
+                drop(o);
+                return refuse(format!("the arguments did not encode: {why}"));
+            }
+            let len = o.bytes.len() - start - CALL_HEADER;
+            if CALL_HEADER + len > limit {
+                o.bytes.truncate(start);
+                drop(o);
+                return refuse(format!(
+                    "the arguments are {len} B encoded, more than one Medium to rank {dest} \
+                     carries ({limit} B, less {CALL_HEADER} B of record header); RPC arguments \
+                     are not chunked"
+                ));
+            }
+            if o.bytes.len() <= limit {
+                let at_len = start + CALL_HEADER - 4;
+                o.bytes[at_len..at_len + 4].copy_from_slice(&(len as u32).to_le_bytes());
+                o.records += 1;
                 return Ok((call, o.taken));
             }
+            // does not fit after the records buffered: send those, retry
+            o.bytes.truncate(start);
             drop(o);
-            if let Err(e) = self.flush_to(ep, dest) {
+            if let Err(e) = self.flush_to(ep, dest, None) {
                 self.slots.lock().abandon(call);
                 return Err(e);
             }
         }
     }
 
-    /// Whether a call buffered for `dest` at take count `taken` is still
-    /// in the buffer.
-    pub(crate) fn still_buffered(&self, dest: usize, taken: u64) -> bool {
-        self.outboxes
-            .get()
-            .and_then(|o| o.get(dest))
-            .is_some_and(|o| {
-                let o = o.lock();
-                o.taken == taken && !o.bytes.is_empty()
-            })
-    }
-
-    /// Send `dest`'s buffered calls: one alone to its function's handler,
-    /// several as one `rpc:batch`. The buffer is taken out under its lock
-    /// and sent without it (a send that waits for room runs handlers,
-    /// which may call again). A failed send fails every call in it.
-    pub(crate) fn flush_to(&self, ep: &Endpoint, dest: usize) -> Result<()> {
+    /// Send `dest`'s buffered calls (with `only_take = Some(n)`: only if
+    /// the buffer is still the one of take count `n`, i.e. a call buffered
+    /// then is still in it): one alone to its function's handler, several
+    /// as one `rpc:batch`. The buffer is swapped under its lock with this
+    /// thread's spare and sent without the lock (a send that waits for
+    /// room runs handlers, which may call again). A failed send fails
+    /// every call in it.
+    pub(crate) fn flush_to(
+        &self,
+        ep: &Endpoint,
+        dest: usize,
+        only_take: Option<u64>,
+    ) -> Result<()> {
         let Some(outbox) = self.outboxes.get().and_then(|o| o.get(dest)) else {
             return Ok(());
         };
-        let mut bytes = {
+        let mut bytes = SPARE.with(|s| s.take());
+        let records = {
             let mut o = outbox.lock();
-            if o.bytes.is_empty() {
+            if o.bytes.is_empty() || only_take.is_some_and(|t| t != o.taken) {
+                drop(o);
+                SPARE.with(|s| s.replace(bytes));
                 return Ok(());
             }
             o.taken += 1;
-            let cap = o.bytes.capacity();
-            std::mem::replace(&mut o.bytes, Vec::with_capacity(cap.min(256)))
+            std::mem::swap(&mut o.bytes, &mut bytes);
+            std::mem::take(&mut o.records)
         };
-        let mut recs = Calls::new(&bytes);
-        let first = recs.next();
-        let second = recs.next();
-        let n = u64::from(first.is_some()) + u64::from(second.is_some()) + recs.count() as u64;
-        self.calls_sent.fetch_add(n, Ordering::Relaxed);
+        self.calls_sent.fetch_add(records, Ordering::Relaxed);
         self.messages_sent.fetch_add(1, Ordering::Relaxed);
-        let sent = match (first, second) {
-            (Some(Ok(r)), None) => {
+        let sent = match Calls::new(&bytes).next() {
+            Some(Ok(r)) if records == 1 => {
                 let h = self.funcs.read().get(r.func as usize).map(|f| f.handler);
                 match h {
                     Some(h) => ep.request(dest, h, &[r.call], Payload::Medium(r.args)),
@@ -188,11 +210,11 @@ impl Client {
             }
         }
         bytes.clear();
-        if let Some(mut o) = outbox.try_lock() {
-            if o.bytes.is_empty() && o.bytes.capacity() < bytes.capacity() {
-                o.bytes = bytes; // keep the larger buffer
+        SPARE.with(|s| {
+            if s.borrow().capacity() < bytes.capacity() {
+                s.replace(bytes);
             }
-        }
+        });
         sent
     }
 
@@ -201,7 +223,7 @@ impl Client {
         let n = self.outboxes.get().map_or(0, |o| o.len());
         let mut first = Ok(());
         for d in 0..n {
-            if let Err(e) = self.flush_to(ep, d) {
+            if let Err(e) = self.flush_to(ep, d, None) {
                 if first.is_ok() {
                     first = Err(e);
                 }

@@ -108,11 +108,9 @@ impl<R: DeserializeOwned> RpcFuture<R> {
 
     /// Send the destination's buffer if this call is still in it.
     fn flush(&mut self) -> Result<()> {
-        if self.client.still_buffered(self.dest, self.taken) {
-            // A failed send completes this call with the error too; the
-            // poll below reports it as this call's.
-            let _ = self.client.flush_to(&self.ep, self.dest);
-        }
+        // A failed send completes this call with the error too; the poll
+        // after this reports it as this call's.
+        let _ = self.client.flush_to(&self.ep, self.dest, Some(self.taken));
         Ok(())
     }
 

@@ -268,6 +268,16 @@ where
     }
 }
 
+/// Appends to a borrowed `Vec` (postcard's `to_extend` takes its writer
+/// by value).
+struct Tail<'a>(&'a mut Vec<u8>);
+
+impl Extend<u8> for Tail<'_> {
+    fn extend<I: IntoIterator<Item = u8>>(&mut self, iter: I) {
+        self.0.extend(iter)
+    }
+}
+
 /// A registered RPC function taking `Req` and returning `Resp`; call it
 /// with [`call`](Self::call). Cheap to clone.
 pub struct RpcFn<Req, Resp> {
@@ -303,14 +313,11 @@ impl<Req: Serialize, Resp: DeserializeOwned> RpcFn<Req, Resp> {
     /// # Ok(()) }
     /// ```
     pub fn call(&self, ep: &Endpoint, rank: usize, args: &Req) -> Result<RpcFuture<Resp>> {
-        let bytes = postcard::to_allocvec(args).map_err(|e| {
-            Error::usage(format!(
-                "rpc '{}': the arguments did not encode: {e}",
-                self.name()
-            ))
-            .at_rank(ep.rank())
+        let call = self.client.enqueue(ep, rank, self.func, &mut |v| {
+            postcard::to_extend(args, Tail(v))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
         })?;
-        let call = self.client.enqueue(ep, rank, self.func, &bytes)?;
         Ok(RpcFuture::new(
             ep,
             self.client.clone(),
@@ -335,7 +342,10 @@ impl<Req, Resp> RpcFn<Req, Resp> {
     where
         Resp: DeserializeOwned,
     {
-        let call = self.client.enqueue(ep, rank, self.func, args)?;
+        let call = self.client.enqueue(ep, rank, self.func, &mut |v| {
+            v.extend_from_slice(args);
+            Ok(())
+        })?;
         Ok(RpcFuture::new(
             ep,
             self.client.clone(),

@@ -17,6 +17,12 @@ const HELD_MAX_BYTES: usize = 64 << 20;
 /// Longest error message sent back (a panic message may be long).
 const MESSAGE_MAX: usize = 480;
 
+thread_local! {
+    /// A single call's result buffer, kept for the next (no allocation per
+    /// call once it has grown).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Results held for a fetch, by (caller, call id).
 #[derive(Default)]
 struct Held {
@@ -66,7 +72,7 @@ impl Serve {
     /// answered by `rpc:result` (call id, status; result or message).
     pub(crate) fn single(&self, func: u16, tok: Token<'_>, m: &Incoming<'_>, result: ReplyHandler) {
         let call = m.arg(0);
-        let mut out = Vec::new();
+        let mut out = SCRATCH.with(|s| s.take());
         let mut st = self.run(func, tok.src(), m.payload(), &mut out);
         let max = tok.max_medium();
         if st == Status::Ok && out.len() > max {
@@ -76,6 +82,8 @@ impl Serve {
         }
         // A failed reply (the caller died) leaves nothing to do here.
         let _ = tok.reply(result, &[call, st as u64], Payload::Medium(&out));
+        out.clear();
+        SCRATCH.with(|s| s.replace(out));
     }
 
     /// `rpc:batch`: call records back to back; answered by one
