@@ -101,3 +101,31 @@ fn rpc_function_missing_on_a_rank_fails_the_attach() {
         r.stderr
     );
 }
+
+/// A pending RPC future sleeps: rank 1 does not poll for 2 s, rank 0's
+/// future (awaited by a park-until-woken executor) uses under 10% of a
+/// CPU meanwhile and is polled a handful of times, not in a loop.
+#[test]
+fn a_pending_rpc_future_sleeps_shm_and_udp() {
+    for f in [SHM, UDP] {
+        let r = rpc(2, "idle", f);
+        r.ok();
+        let line = r
+            .stdout
+            .lines()
+            .find(|l| l.contains("rpc idle:"))
+            .unwrap_or_else(|| panic!("no report: {r:?}"));
+        let num = |key: &str| -> u64 {
+            let at = line.find(key).expect(key) + key.len();
+            line[at..]
+                .split_whitespace()
+                .next()
+                .and_then(|v| v.parse().ok())
+                .expect("a number")
+        };
+        let (cpu, wall, polls) = (num("cpu_ms="), num("wall_ms="), num("polls="));
+        assert!((1000..3000).contains(&wall), "{line}");
+        assert!(cpu * 10 < wall, "{f:?}: {cpu} ms CPU in {wall} ms: {line}");
+        assert!(polls < 100, "{f:?}: polled {polls} times: {line}");
+    }
+}

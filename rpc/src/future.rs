@@ -24,6 +24,16 @@ use std::task::{Context, Poll};
 /// did not decode at the target, a function that panicked there (the
 /// target catches the panic and lives on), a result too large for one
 /// Medium, the endpoint's error when a rank failed.
+///
+/// ```no_run
+/// # async fn f(ep: &splitrt_am::Endpoint, sq: &splitrt_rpc::RpcFn<u64, u64>) -> splitrt_am::Result<()> {
+/// // many calls to rank 0, aggregated; their results awaited in any order
+/// let futs: Vec<_> = (0..10u64).map(|i| sq.call(ep, 0, &i)).collect::<Result<_, _>>()?;
+/// for (i, f) in futs.into_iter().enumerate().rev() {
+///     assert_eq!(f.await?, (i * i) as u64);
+/// }
+/// # Ok(()) }
+/// ```
 #[must_use = "a call's result is read through its future (dropping it abandons the call)"]
 pub struct RpcFuture<R> {
     ep: Endpoint,
@@ -101,7 +111,7 @@ impl<R: DeserializeOwned> RpcFuture<R> {
             match polled {
                 Polled::Waiting => {}
                 Polled::Held => self.fetch()?,
-                Polled::Done(st, bytes) => return self.decode(st, &bytes),
+                Polled::Done(st, bytes) => return self.decode(st, bytes.as_slice()),
             }
         }
     }
@@ -127,17 +137,28 @@ impl<R: DeserializeOwned> RpcFuture<R> {
     }
 
     fn decode(&mut self, st: Status, bytes: &[u8]) -> Result<R> {
+        if st == Status::Ok {
+            if let Ok(v) = postcard::from_bytes::<R>(bytes) {
+                return match self.deferred.take() {
+                    Some(e) => Err(e),
+                    None => Ok(v),
+                };
+            }
+        }
+        self.failed(st, bytes)
+    }
+
+    /// The error of a call that failed (out of line: words it with the
+    /// function's name).
+    #[cold]
+    #[inline(never)]
+    fn failed(&mut self, st: Status, bytes: &[u8]) -> Result<R> {
         let text = || String::from_utf8_lossy(bytes).into_owned();
         let name = self.client.name(self.func);
         let (me, dest) = (self.ep.rank(), self.dest);
         let why = match st {
             Status::Ok => match postcard::from_bytes::<R>(bytes) {
-                Ok(v) => {
-                    return match self.deferred.take() {
-                        Some(e) => Err(e),
-                        None => Ok(v),
-                    }
-                }
+                Ok(v) => return Ok(v),
                 Err(e) => Error::protocol(format!(
                     "rpc '{name}' on rank {dest}: its result did not decode as {}: {e}",
                     std::any::type_name::<R>()
@@ -186,7 +207,7 @@ impl<R: DeserializeOwned> RpcFuture<R> {
             }
             let polled = self.client.slots.lock().poll(self.call, Some(cx.waker()));
             match polled {
-                Polled::Done(st, bytes) => return Poll::Ready(self.decode(st, &bytes)),
+                Polled::Done(st, bytes) => return Poll::Ready(self.decode(st, bytes.as_slice())),
                 Polled::Held => {
                     self.fetch()?;
                     continue;

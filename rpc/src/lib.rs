@@ -190,13 +190,38 @@ impl Rpc {
     }
 
     /// Send every destination's buffered calls now (a waiting caller
-    /// sends its destination's by itself).
+    /// sends its destination's by itself): for calls whose results are
+    /// awaited later, so the targets work meanwhile.
+    ///
+    /// ```no_run
+    /// # fn f(ep: &splitrt_am::Endpoint, rpc: &splitrt_rpc::Rpc, add: &splitrt_rpc::RpcFn<(u64, u64), u64>) -> splitrt_am::Result<()> {
+    /// let futs: Vec<_> = (0..ep.size())
+    ///     .map(|r| add.call(ep, r, &(1, 2)))
+    ///     .collect::<Result<_, _>>()?;
+    /// rpc.flush(ep)?; // every rank starts on its call now
+    /// // ... other work ...
+    /// for f in futs {
+    ///     f.wait()?;
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn flush(&self, ep: &Endpoint) -> Result<()> {
         self.client.flush_all(ep)
     }
 
     /// What this rank's calls cost so far: calls sent, and the AM
     /// messages that carried them (fewer when calls were aggregated).
+    ///
+    /// ```no_run
+    /// # fn f(ep: &splitrt_am::Endpoint, rpc: &splitrt_rpc::Rpc, inc: &splitrt_rpc::RpcFn<u64, u64>) -> splitrt_am::Result<()> {
+    /// let futs: Vec<_> = (0..1000u64).map(|i| inc.call(ep, 0, &i)).collect::<Result<_, _>>()?;
+    /// for f in futs {
+    ///     f.wait()?;
+    /// }
+    /// let s = rpc.stats();
+    /// println!("{} calls in {} messages", s.calls, s.messages); // e.g. 1000 in 1
+    /// # Ok(()) }
+    /// ```
     pub fn stats(&self) -> RpcStats {
         use std::sync::atomic::Ordering::Relaxed;
         RpcStats {

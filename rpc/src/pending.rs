@@ -9,6 +9,37 @@ use std::task::Waker;
 /// Most calls whose futures are alive at once (per [`Rpc`](crate::Rpc)).
 pub const MAX_OUTSTANDING: usize = 1 << 16;
 
+/// A result's bytes: small ones (most results) without an allocation.
+pub(crate) enum Bytes {
+    /// At most [`INLINE`] bytes.
+    Inline(u8, [u8; INLINE]),
+    /// Longer.
+    Heap(Vec<u8>),
+}
+
+/// Bytes a result keeps inline.
+const INLINE: usize = 32;
+
+impl Bytes {
+    fn of(b: &[u8]) -> Bytes {
+        if b.len() <= INLINE {
+            let mut a = [0; INLINE];
+            a[..b.len()].copy_from_slice(b);
+            Bytes::Inline(b.len() as u8, a)
+        } else {
+            Bytes::Heap(b.to_vec())
+        }
+    }
+
+    /// The bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            Bytes::Inline(n, a) => &a[..*n as usize],
+            Bytes::Heap(v) => v,
+        }
+    }
+}
+
 /// Where a call is.
 enum State {
     /// Buffered or sent, no result yet.
@@ -16,7 +47,7 @@ enum State {
     /// The target holds the result for a fetch.
     Held,
     /// The result (or what went wrong) arrived.
-    Done(Status, Vec<u8>),
+    Done(Status, Bytes),
     /// Its future was dropped; the slot is freed when the result arrives
     /// (never, if the target died: one slot lost).
     Abandoned,
@@ -35,7 +66,7 @@ pub(crate) enum Polled {
     /// The target holds the result: fetch it (the slot waits again).
     Held,
     /// The result, and the slot is free again.
-    Done(Status, Vec<u8>),
+    Done(Status, Bytes),
 }
 
 /// The slots (behind the caller's lock).
@@ -94,7 +125,7 @@ impl Slots {
         }
         s.state = Some(match status {
             Status::Held => State::Held,
-            _ => State::Done(status, bytes.to_vec()),
+            _ => State::Done(status, Bytes::of(bytes)),
         });
         s.waker.take()
     }
@@ -113,7 +144,7 @@ impl Slots {
     /// register `waker`.
     pub(crate) fn poll(&mut self, call: u64, waker: Option<&Waker>) -> Polled {
         let Some(s) = self.get(call) else {
-            return Polled::Done(Status::Unknown, b"the call is not in flight".to_vec());
+            return Polled::Done(Status::Unknown, Bytes::of(b"the call is not in flight"));
         };
         match s.state.take() {
             Some(State::Done(st, bytes)) => {
@@ -166,7 +197,7 @@ mod tests {
         let mut s = Slots::default();
         let a = s.alloc().unwrap();
         assert!(s.complete(a, Status::Ok, b"x").is_none());
-        assert!(matches!(s.poll(a, None), Polled::Done(Status::Ok, ref b) if b == b"x"));
+        assert!(matches!(s.poll(a, None), Polled::Done(Status::Ok, ref b) if b.as_slice() == b"x"));
         let b = s.alloc().unwrap();
         assert_eq!(a & 0xffff_ffff, b & 0xffff_ffff);
         assert_ne!(a, b);

@@ -12,6 +12,9 @@
 //!             with the endpoint's error (no hang)
 //!   missing   rank 0 registers a function the others lack: the attach
 //!             fails on every rank, naming the differing handler entry
+//!   idle      (2 ranks) rank 1 does not poll for 2 s; rank 0 awaits a
+//!             call to it and prints `rpc idle: cpu_ms=C wall_ms=W polls=P`
+//!             (process CPU time while the future was pending)
 //!
 //! Prints `rpc ok` per rank when every check passed (`bad`: also the
 //! errors; `dead`: `rpc dead peer: <error>` on rank 0).
@@ -27,6 +30,11 @@ use std::task::{Context, Poll, Wake, Waker};
 /// Runs a future on this thread, parking while it is pending (its waker
 /// unparks): shows that the futures wake their task.
 fn block_on<F: Future>(f: F) -> F::Output {
+    block_on_counting(f).0
+}
+
+/// [`block_on`], also counting the polls.
+fn block_on_counting<F: Future>(f: F) -> (F::Output, u64) {
     struct Unpark(std::thread::Thread, AtomicU64);
     impl Wake for Unpark {
         fn wake(self: Arc<Self>) {
@@ -38,9 +46,11 @@ fn block_on<F: Future>(f: F) -> F::Output {
     let waker = Waker::from(w.clone());
     let mut cx = Context::from_waker(&waker);
     let mut f = pin!(f);
+    let mut polls = 0;
     loop {
+        polls += 1;
         if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
+            return (v, polls);
         }
         std::thread::park_timeout(std::time::Duration::from_secs(1));
     }
@@ -165,6 +175,25 @@ pub fn run_on(
             assert_eq!(add.call(&ep, peer, &(5, 5))?.wait()?, 10 + 1000 * me as u64);
             ep.barrier()?;
         }
+        "idle" => {
+            ep.barrier()?;
+            if me == 1 {
+                // not polling: the call waits here until the barrier below
+                std::thread::sleep(std::time::Duration::from_secs(2));
+            } else {
+                let f = add.call(&ep, 1, &(1, 2))?;
+                let (c0, t0) = (process_cpu(), std::time::Instant::now());
+                let (v, polls) = block_on_counting(f);
+                let (cpu, wall) = (process_cpu() - c0, t0.elapsed());
+                assert_eq!(v?, 3);
+                println!(
+                    "rpc idle: cpu_ms={} wall_ms={} polls={polls}",
+                    cpu.as_millis(),
+                    wall.as_millis()
+                );
+            }
+            ep.barrier()?;
+        }
         "dead" => {
             ep.barrier()?;
             if me == 1 {
@@ -186,4 +215,15 @@ pub fn run_on(
     }
     println!("rpc ok");
     ep.finish()
+}
+
+/// CPU time (user + system) of this process, every thread.
+fn process_cpu() -> std::time::Duration {
+    // SAFETY: an all-zero rusage is a valid value of this plain C struct.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid out-pointer for getrusage.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    assert_eq!(rc, 0, "getrusage");
+    let tv = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
