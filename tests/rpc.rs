@@ -124,7 +124,7 @@ fn a_pending_rpc_future_sleeps_shm_and_udp() {
                 .expect("a number")
         };
         let (cpu, wall, polls) = (num("cpu_ms="), num("wall_ms="), num("polls="));
-        assert!((1000..3000).contains(&wall), "{line}");
+        assert!((1000..5000).contains(&wall), "{line}"); // the peer polls again after 2 s (it may leave the barrier late on a busy host)
         assert!(cpu * 10 < wall, "{f:?}: {cpu} ms CPU in {wall} ms: {line}");
         assert!(polls < 100, "{f:?}: polled {polls} times: {line}");
     }

@@ -90,6 +90,14 @@ impl<R: DeserializeOwned> RpcFuture<R> {
 
     fn wait_inner(&mut self) -> Result<R> {
         self.flush()?;
+        // Already in (a call waited on long after it was made): no wait.
+        let polled = self.client.slots.lock().poll(self.call, None);
+        if let Polled::Done(st, bytes) = polled {
+            return self.decode(st, bytes.as_slice());
+        }
+        if let Polled::Held = polled {
+            self.fetch()?;
+        }
         loop {
             let slots = &self.client.slots;
             let call = self.call;

@@ -23,6 +23,18 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// Run function `func` of `funcs` for `src` on `args`, writing into `out`.
+fn run_in(funcs: &[ErasedFn], func: u16, src: usize, args: &[u8], out: &mut Vec<u8>) -> Status {
+    out.clear();
+    match funcs.get(func as usize) {
+        Some(f) => f(src, args, out),
+        None => {
+            message(out, &format!("no RPC function #{func} is registered"));
+            Status::Unknown
+        }
+    }
+}
+
 /// Results held for a fetch, by (caller, call id).
 #[derive(Default)]
 struct Held {
@@ -57,15 +69,7 @@ impl Serve {
 
     /// Run function `func` for `src` on `args`, writing into `out`.
     fn run(&self, func: u16, src: usize, args: &[u8], out: &mut Vec<u8>) -> Status {
-        out.clear();
-        let funcs = self.funcs.read();
-        match funcs.get(func as usize) {
-            Some(f) => f(src, args, out),
-            None => {
-                message(out, &format!("no RPC function #{func} is registered"));
-                Status::Unknown
-            }
-        }
+        run_in(&self.funcs.read(), func, src, args, out)
     }
 
     /// `rpc:<name>`: one call, its id in word 0, its arguments the payload;
@@ -96,11 +100,12 @@ impl Serve {
         let mut left = Calls::new(m.payload()).count();
         let mut out = Vec::with_capacity(max.min(m.payload().len() * 2 + 64));
         let mut scratch = Vec::new();
+        let funcs = self.funcs.read(); // once per batch, not per call
         for rec in Calls::new(m.payload()) {
             left -= 1;
             let reserve = left * RESULT_HEADER;
             let (call, mut st) = match rec {
-                Ok(r) => (r.call, self.run(r.func, src, r.args, &mut scratch)),
+                Ok(r) => (r.call, run_in(&funcs, r.func, src, r.args, &mut scratch)),
                 Err(Some(call)) => {
                     message(&mut scratch, "the call record was cut short");
                     (call, Status::Unknown)
@@ -129,6 +134,7 @@ impl Serve {
             // else: a hostile batch (records shorter than their results'
             // headers); its caller never sends one, so nothing is owed.
         }
+        drop(funcs);
         let _ = tok.reply(results, &[], Payload::Medium(&out));
     }
 
