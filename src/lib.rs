@@ -4,7 +4,8 @@
 //! [`runtime`] (job, bootstrap, launcher, segments, fabrics), [`am`]
 //! (endpoints, handlers, progress) and [`pgas`] (global pointers,
 //! split-phase access, collectives), and beside them [`vys`] (visibility
-//! streams, which use the runtime only). The common names are at the top
+//! streams, which use the runtime only) and [`rpc`] (typed remote
+//! procedure calls with futures, on the AM layer). The common names are at the top
 //! level.
 //!
 //! Start programs with `splitrt-run -n N PROGRAM`; a program started without
@@ -12,6 +13,7 @@
 
 pub use splitrt_am as am;
 pub use splitrt_pgas as pgas;
+pub use splitrt_rpc as rpc;
 pub use splitrt_runtime as runtime;
 pub use splitrt_vys as vys;
 

@@ -279,3 +279,23 @@ fn a_direct_put_into_a_frozen_range_is_refused() {
         ep.finish()
     });
 }
+
+#[path = "progs/rpc.rs"]
+mod rpc_prog;
+
+/// Typed RPC (`splitrt::rpc`) over the ibverbs fabric's model: the same
+/// program as `tests/rpc.rs` runs over shm and UDP (round trips, 4000
+/// outstanding calls aggregated, held results, too-large values; then
+/// undecodable arguments and a panicking function).
+#[test]
+fn rpc_over_the_verbs_model() {
+    let (size, seg) = (3, 8 << 20);
+    for (mode, seed) in [("basic", 15), ("bad", 16)] {
+        let id = unique(&format!("rpc{mode}"));
+        on_threads(size, seed, Duration::from_secs(120), move |r, dev| {
+            let j = job(&id, r, size);
+            let cfg = config(seg, 16);
+            rpc_prog::run_on(mode, r, move |b| b.attach_over_verbs_model(j, cfg, dev))
+        });
+    }
+}

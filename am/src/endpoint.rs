@@ -925,6 +925,14 @@ impl Token<'_> {
         self.ep.frozen().find(offset, len)
     }
 
+    /// Largest Medium payload a reply to the requester may carry (as
+    /// [`Endpoint::max_medium`] of [`src`](Self::src); GASNet-EX's
+    /// `gex_Token_MaxReplyMedium`): for handlers whose reply size depends
+    /// on what they computed.
+    pub fn max_medium(&self) -> usize {
+        self.ep.fabric().max_inline(self.src)
+    }
+
     /// Reply to the requester. Never blocks on the requester's user code: if
     /// its reply ring is full, this rank drains its own replies while it
     /// waits, so request/reply cycles cannot deadlock. Works also while

@@ -39,6 +39,10 @@ fn quick_run_writes_its_table_and_csv() {
         "AM Medium RTT",
         "AM Long one-way",
         "AM Short flood rate",
+        "RPC RTT",
+        "RPC RTT / AM Short RTT",
+        "RPC aggregated rate",
+        "RPC aggregated rate / AM Short flood rate",
     ] {
         assert!(stdout.contains(row), "missing {row:?} in\n{stdout}");
     }

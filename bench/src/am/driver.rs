@@ -144,7 +144,7 @@ fn header(r: &Run, res: &Results<Bench>, plan: &Plan) -> String {
 /// Summary (us, Mmsg/s or MB/s as printed) of `bench` at `size`.
 fn summary(res: &Results<Bench>, bench: Bench, size: usize) -> Summary {
     let s = res.summary(bench, size);
-    if bench == Bench::ShortRate {
+    if matches!(bench, Bench::ShortRate | Bench::RpcRate) {
         s.scaled(1e-6)
     } else {
         s
@@ -152,7 +152,7 @@ fn summary(res: &Results<Bench>, bench: Bench, size: usize) -> Summary {
 }
 
 fn unit(bench: Bench) -> &'static str {
-    if bench == Bench::ShortRate {
+    if matches!(bench, Bench::ShortRate | Bench::RpcRate) {
         "Mmsg/s"
     } else {
         bench.unit()
@@ -161,13 +161,15 @@ fn unit(bench: Bench) -> &'static str {
 
 fn bench_row(res: &Results<Bench>, bench: Bench, size: usize) -> Row {
     let shown = match bench {
-        Bench::ShortRtt | Bench::ShortRate => None,
+        Bench::ShortRtt | Bench::ShortRate | Bench::RpcRtt | Bench::RpcRate => None,
         _ => Some(size),
     };
     let label = match bench {
         Bench::RawLineRtt => "raw line ping-pong RTT (both flags on 1 line)".to_string(),
         Bench::ShortRtt => "AM Short RTT (1 arg)".to_string(),
         Bench::ShortRate => "AM Short flood rate (1 arg)".to_string(),
+        Bench::RpcRtt => "RPC RTT (u64 -> u64, call + wait)".to_string(),
+        Bench::RpcRate => "RPC aggregated rate (u64 -> u64, 4096 outstanding)".to_string(),
         b => b.label().to_string(),
     };
     let source = if bench == Bench::RawLineRtt {
@@ -176,6 +178,11 @@ fn bench_row(res: &Results<Bench>, bench: Bench, size: usize) -> Row {
         "splitrt"
     };
     Row::new(source, label, shown, unit(bench), summary(res, bench, size))
+}
+
+/// `a[i] / b[i]` for each repetition.
+fn per_rep_ratio(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(a, b)| a / b).collect()
 }
 
 fn ratio(a: f64, b: f64) -> String {
@@ -205,6 +212,18 @@ fn build_sections(res: &Results<Bench>, plan: &Plan, ucx: &UcxOutcome) -> Vec<Se
                 Summary::values(&per_rep),
             )
             .with_note("per repetition, p50 over p50"),
+            bench_row(res, Bench::RpcRtt, 8),
+            Row::new(
+                "ratio",
+                "RPC RTT / AM Short RTT",
+                None,
+                "x",
+                Summary::values(&per_rep_ratio(
+                    &res.p50s_us(Bench::RpcRtt, 8),
+                    &res.p50s_us(Bench::ShortRtt, 0),
+                )),
+            )
+            .with_note("per repetition, p50 over p50; target <= 1.5x"),
         ],
     });
 
@@ -233,10 +252,24 @@ fn build_sections(res: &Results<Bench>, plan: &Plan, ucx: &UcxOutcome) -> Vec<Se
         rows,
     });
 
-    // 4. Message rate.
+    // 4. Message rate (and the aggregated RPC rate beside it).
     out.push(Section {
-        title: "AM Short message rate (one-way flood)".into(),
-        rows: vec![bench_row(res, Bench::ShortRate, 0)],
+        title: "AM Short message rate (one-way flood), aggregated RPC rate".into(),
+        rows: vec![
+            bench_row(res, Bench::ShortRate, 0),
+            bench_row(res, Bench::RpcRate, 8),
+            Row::new(
+                "ratio",
+                "RPC aggregated rate / AM Short flood rate",
+                None,
+                "x",
+                Summary::values(&per_rep_ratio(
+                    &res.rates(Bench::RpcRate, 8),
+                    &res.rates(Bench::ShortRate, 0),
+                )),
+            )
+            .with_note("per repetition; target >= 0.5x"),
+        ],
     });
 
     // 5. Comparisons.

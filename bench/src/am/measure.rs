@@ -19,6 +19,12 @@ pub enum Bench {
     LongBw,
     /// AM Short one-way message rate.
     ShortRate,
+    /// Typed RPC round trip (8 B argument, 8 B result), called and waited
+    /// one at a time.
+    RpcRtt,
+    /// Typed RPC rate, 8 B arguments and results, aggregated (many calls
+    /// outstanding, buffered per destination).
+    RpcRate,
 }
 
 impl BenchId for Bench {
@@ -30,6 +36,8 @@ impl BenchId for Bench {
         Bench::MediumBw,
         Bench::LongBw,
         Bench::ShortRate,
+        Bench::RpcRtt,
+        Bench::RpcRate,
     ];
 
     fn id(self) -> &'static str {
@@ -41,6 +49,8 @@ impl BenchId for Bench {
             Bench::MediumBw => "am_medium_oneway_bw",
             Bench::LongBw => "am_long_oneway_bw",
             Bench::ShortRate => "am_short_msg_rate",
+            Bench::RpcRtt => "rpc_rtt",
+            Bench::RpcRate => "rpc_agg_rate",
         }
     }
 }
@@ -56,6 +66,8 @@ impl Bench {
             Bench::MediumBw => "AM Medium one-way",
             Bench::LongBw => "AM Long one-way",
             Bench::ShortRate => "AM Short flood rate",
+            Bench::RpcRtt => "RPC RTT",
+            Bench::RpcRate => "RPC aggregated rate",
         }
     }
 
@@ -63,7 +75,7 @@ impl Bench {
     pub fn unit(self) -> &'static str {
         match self {
             Bench::MediumBw | Bench::LongBw => "MB/s",
-            Bench::ShortRate => "msgs/s",
+            Bench::ShortRate | Bench::RpcRate => "msgs/s",
             _ => "us",
         }
     }

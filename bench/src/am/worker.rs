@@ -4,8 +4,9 @@
 //! says the repetition is over.
 //!
 //! Each repetition runs, in order: raw line ping-pong, AM Short RTT (back to
-//! back with the raw one), Medium RTT, Long RTT, Medium and Long one-way
-//! throughput, Short flood rate.
+//! back with the raw one), typed RPC RTT (8 B each way), Medium RTT, Long
+//! RTT, Medium and Long one-way throughput, Short flood rate, aggregated
+//! 8 B RPC rate.
 
 use super::handlers::{self, Handlers, Shared};
 use super::measure::Bench;
@@ -16,7 +17,9 @@ use super::throughput::stream;
 use crate::harness::results::{Results, Value};
 use crate::harness::worker;
 use crate::Common;
+use splitrt::rpc::{Rpc, RpcFn};
 use splitrt::{Endpoint, EndpointBuilder, Error, Kind, Payload, Result};
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -28,11 +31,13 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     let shared = Arc::new(Shared::default());
     let mut b = EndpointBuilder::new();
     let h = handlers::register(&mut b, &shared, plan.ack_every as u64)?;
+    let rpc = Rpc::new(&mut b)?;
+    let inc = rpc.register(&mut b, "bench_inc", |_src, x: u64| x.wrapping_add(1))?;
     let ep = b.attach()?;
     worker::two_ranks(ep.size())?;
     let line = Line::of(&ep)?;
     if ep.rank() == 0 {
-        let mut bench = Bencher::new(&ep, &plan, &shared, h, &line)?;
+        let mut bench = Bencher::new(&ep, &plan, &shared, h, &line, inc)?;
         worker::repetitions(&common, Some(""), |rep| {
             ep.barrier()?;
             bench.repetition(rep)?;
@@ -58,8 +63,13 @@ struct Bencher<'a> {
     buf: Vec<u8>,
     medium_sizes: Vec<usize>,
     long_sizes: Vec<usize>,
+    /// The RPC measured: `x -> x + 1` on `u64`.
+    inc: RpcFn<u64, u64>,
     out: Results<Bench>,
 }
+
+/// Calls outstanding in the aggregated RPC rate.
+const RPC_WINDOW: usize = 4096;
 
 impl<'a> Bencher<'a> {
     fn new(
@@ -68,6 +78,7 @@ impl<'a> Bencher<'a> {
         shared: &'a Shared,
         h: Handlers,
         line: &'a Line<'a>,
+        inc: RpcFn<u64, u64>,
     ) -> Result<Self> {
         let max_medium = ep.max_medium(PEER)?;
         // Long payloads land at LONG_OFFSET in both segments.
@@ -98,6 +109,7 @@ impl<'a> Bencher<'a> {
             buf: (0..largest).map(|i| i as u8).collect(),
             medium_sizes,
             long_sizes,
+            inc,
             out: Results::with_config(config),
         })
     }
@@ -115,6 +127,8 @@ impl<'a> Bencher<'a> {
         self.out.push_latency(Bench::RawLineRtt, 64, rep, &raw);
         let short = self.am.rtt(Kind::Short, &[], p.rounds(0))?;
         self.out.push_latency(Bench::ShortRtt, 0, rep, &short);
+        let rpc = self.rpc_rtt(p)?;
+        self.out.push_latency(Bench::RpcRtt, 8, rep, &rpc);
         for (kind, bench, sizes) in [
             (Kind::Medium, Bench::MediumRtt, self.medium_sizes.clone()),
             (Kind::Long, Bench::LongRtt, self.long_sizes.clone()),
@@ -148,6 +162,53 @@ impl<'a> Bencher<'a> {
             rep,
             Value::Rate(msgs as f64 / t.as_secs_f64()),
         );
+        self.rpc_rate((msgs / 10).max(1))?;
+        let t = self.rpc_rate(msgs)?;
+        self.out.push(
+            Bench::RpcRate,
+            8,
+            rep,
+            Value::Rate(msgs as f64 / t.as_secs_f64()),
+        );
         Ok(())
     }
+
+    /// Round trips of one RPC at a time (called, then waited for: the
+    /// wait sends it alone); per-batch means (ns).
+    fn rpc_rtt(&self, p: &Plan) -> Result<Vec<f64>> {
+        let (ep, inc) = (self.am.ep, &self.inc);
+        let r = p.rounds(8);
+        let mut x = 0u64;
+        crate::harness::stats::batch_means(r.warm, r.batches, r.batch, || {
+            x += 1;
+            check_inc(x, inc.call(ep, PEER, &x)?.wait()?)
+        })
+    }
+
+    /// `msgs` calls with up to [`RPC_WINDOW`] outstanding (aggregated into
+    /// Mediums as the destination's buffer fills; a wait on a call still
+    /// buffered sends it), every result checked; the time until the last.
+    fn rpc_rate(&self, msgs: usize) -> Result<std::time::Duration> {
+        let (ep, inc) = (self.am.ep, &self.inc);
+        let mut out = VecDeque::with_capacity(RPC_WINDOW);
+        let t = std::time::Instant::now();
+        for x in 0..msgs as u64 {
+            if out.len() == RPC_WINDOW {
+                let (y, f): (u64, splitrt::rpc::RpcFuture<u64>) = out.pop_front().expect("full");
+                check_inc(y, f.wait()?)?;
+            }
+            out.push_back((x, inc.call(ep, PEER, &x)?));
+        }
+        for (y, f) in out {
+            check_inc(y, f.wait()?)?;
+        }
+        Ok(t.elapsed())
+    }
+}
+
+fn check_inc(x: u64, got: u64) -> Result<()> {
+    if got != x.wrapping_add(1) {
+        return Err(Error::usage(format!("RPC bench_inc({x}) returned {got}")));
+    }
+    Ok(())
 }

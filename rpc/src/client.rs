@@ -1,0 +1,234 @@
+//! The caller's side: per destination a buffer of call records (bounded
+//! by one Medium to it), sent when it fills, on `flush`, or when a caller
+//! waits; the slots of the calls in flight.
+
+use crate::pending::Slots;
+use crate::wire::{put_call_header, Calls, Status, CALL_HEADER};
+use splitrt_am::{Endpoint, Error, Payload, RequestHandler, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// A registered function as its callers see it.
+pub(crate) struct FuncInfo {
+    /// The name it was registered under (without `rpc:`).
+    pub name: String,
+    /// Its own handler, `rpc:<name>`, for a call sent alone.
+    pub handler: RequestHandler,
+}
+
+/// One destination's buffered call records.
+#[derive(Default)]
+struct Outbox {
+    bytes: Vec<u8>,
+    /// How many times the buffer was taken to be sent: a call buffered
+    /// while this was `n` left with the `n`-th take.
+    taken: u64,
+    /// Call records in `bytes`.
+    records: u64,
+}
+
+thread_local! {
+    /// The buffer a flush swaps into an outbox, and gets back after the
+    /// send: no allocation per flush once both have grown.
+    static SPARE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The caller's state, shared by every [`RpcFn`](crate::RpcFn) and future
+/// of one [`Rpc`](crate::Rpc).
+pub(crate) struct Client {
+    pub slots: Arc<parking_lot::Mutex<Slots>>,
+    pub funcs: parking_lot::RwLock<Vec<FuncInfo>>,
+    /// `rpc:batch` and `rpc:fetch`.
+    pub batch: RequestHandler,
+    pub fetch: RequestHandler,
+    /// Per destination (made at the first call, when the job's size is known).
+    outboxes: OnceLock<Box<[parking_lot::Mutex<Outbox>]>>,
+    /// Per destination: the largest Medium to it.
+    limits: OnceLock<Box<[usize]>>,
+    /// Calls sent, and the messages that carried them.
+    pub calls_sent: AtomicU64,
+    pub messages_sent: AtomicU64,
+}
+
+impl Client {
+    pub(crate) fn new(
+        slots: Arc<parking_lot::Mutex<Slots>>,
+        batch: RequestHandler,
+        fetch: RequestHandler,
+    ) -> Self {
+        Client {
+            slots,
+            funcs: Default::default(),
+            batch,
+            fetch,
+            outboxes: OnceLock::new(),
+            limits: OnceLock::new(),
+            calls_sent: AtomicU64::new(0),
+            messages_sent: AtomicU64::new(0),
+        }
+    }
+
+    /// The name of function `func`.
+    pub(crate) fn name(&self, func: u16) -> String {
+        self.funcs
+            .read()
+            .get(func as usize)
+            .map_or_else(|| format!("#{func}"), |f| f.name.clone())
+    }
+
+    fn outboxes(&self, ep: &Endpoint) -> Result<(&[parking_lot::Mutex<Outbox>], &[usize])> {
+        if let (Some(o), Some(l)) = (self.outboxes.get(), self.limits.get()) {
+            return Ok((o, l));
+        }
+        let limits = (0..ep.size())
+            .map(|p| ep.max_medium(p))
+            .collect::<Result<Box<[usize]>>>()?;
+        let l = self.limits.get_or_init(|| limits);
+        let o = self
+            .outboxes
+            .get_or_init(|| (0..ep.size()).map(|_| Default::default()).collect());
+        Ok((o, l))
+    }
+
+    /// Buffer a call of `func` to `dest`, its arguments written by
+    /// `encode` straight into the buffer (appending; an error leaves the
+    /// buffer as it was); returns its call id and the buffer's take count
+    /// (see [`Outbox::taken`]). Sends the destination's buffer first if
+    /// the record does not fit in it.
+    pub(crate) fn enqueue(
+        &self,
+        ep: &Endpoint,
+        dest: usize,
+        func: u16,
+        encode: &mut dyn FnMut(&mut Vec<u8>) -> std::result::Result<(), String>,
+    ) -> Result<(u64, u64)> {
+        let at = |e: Error| e.at_rank(ep.rank()).with_peer(dest);
+        if dest >= ep.size() {
+            return Err(at(Error::usage(format!(
+                "rpc '{}': rank {dest} does not exist in a job of {} ranks",
+                self.name(func),
+                ep.size()
+            ))));
+        }
+        let (outboxes, limits) = self.outboxes(ep)?;
+        let limit = limits[dest];
+        let Some(call) = self.slots.lock().alloc() else {
+            return Err(at(Error::usage(format!(
+                "rpc '{}': {} calls are outstanding (their futures alive), the most one Rpc \
+                 keeps; wait for some before calling more",
+                self.name(func),
+                crate::MAX_OUTSTANDING
+            ))));
+        };
+        let refuse = |why: String| {
+            self.slots.lock().abandon(call);
+            Err(at(Error::usage(format!(
+                "rpc '{}': {why}",
+                self.name(func)
+            ))))
+        };
+        loop {
+            let mut o = outboxes[dest].lock();
+            let start = o.bytes.len();
+            put_call_header(&mut o.bytes, func, call, 0);
+            if let Err(why) = encode(&mut o.bytes) {
+                o.bytes.truncate(start);
+                drop(o);
+                return refuse(format!("the arguments did not encode: {why}"));
+            }
+            let len = o.bytes.len() - start - CALL_HEADER;
+            if CALL_HEADER + len > limit {
+                o.bytes.truncate(start);
+                drop(o);
+                return refuse(format!(
+                    "the arguments are {len} B encoded, more than one Medium to rank {dest} \
+                     carries ({limit} B, less {CALL_HEADER} B of record header); RPC arguments \
+                     are not chunked"
+                ));
+            }
+            if o.bytes.len() <= limit {
+                let at_len = start + CALL_HEADER - 4;
+                o.bytes[at_len..at_len + 4].copy_from_slice(&(len as u32).to_le_bytes());
+                o.records += 1;
+                return Ok((call, o.taken));
+            }
+            // does not fit after the records buffered: send those, retry
+            o.bytes.truncate(start);
+            drop(o);
+            if let Err(e) = self.flush_to(ep, dest, None) {
+                self.slots.lock().abandon(call);
+                return Err(e);
+            }
+        }
+    }
+
+    /// Send `dest`'s buffered calls (with `only_take = Some(n)`: only if
+    /// the buffer is still the one of take count `n`, i.e. a call buffered
+    /// then is still in it): one alone to its function's handler, several
+    /// as one `rpc:batch`. The buffer is swapped under its lock with this
+    /// thread's spare and sent without the lock (a send that waits for
+    /// room runs handlers, which may call again). A failed send fails
+    /// every call in it.
+    pub(crate) fn flush_to(
+        &self,
+        ep: &Endpoint,
+        dest: usize,
+        only_take: Option<u64>,
+    ) -> Result<()> {
+        let Some(outbox) = self.outboxes.get().and_then(|o| o.get(dest)) else {
+            return Ok(());
+        };
+        let mut bytes = SPARE.with(|s| s.take());
+        let records = {
+            let mut o = outbox.lock();
+            if o.bytes.is_empty() || only_take.is_some_and(|t| t != o.taken) {
+                drop(o);
+                SPARE.with(|s| s.replace(bytes));
+                return Ok(());
+            }
+            o.taken += 1;
+            std::mem::swap(&mut o.bytes, &mut bytes);
+            std::mem::take(&mut o.records)
+        };
+        self.calls_sent.fetch_add(records, Ordering::Relaxed);
+        self.messages_sent.fetch_add(1, Ordering::Relaxed);
+        let sent = match Calls::new(&bytes).next() {
+            Some(Ok(r)) if records == 1 => {
+                let h = self.funcs.read().get(r.func as usize).map(|f| f.handler);
+                match h {
+                    Some(h) => ep.request(dest, h, &[r.call], Payload::Medium(r.args)),
+                    None => Err(Error::usage("an RPC call of an unknown function")),
+                }
+            }
+            _ => ep.request(dest, self.batch, &[], Payload::Medium(&bytes)),
+        };
+        if let Err(e) = &sent {
+            let msg = e.to_string();
+            let mut s = self.slots.lock();
+            for r in Calls::new(&bytes).flatten() {
+                s.complete(r.call, Status::SendFailed, msg.as_bytes());
+            }
+        }
+        bytes.clear();
+        SPARE.with(|s| {
+            if s.borrow().capacity() < bytes.capacity() {
+                s.replace(bytes);
+            }
+        });
+        sent
+    }
+
+    /// Send every destination's buffered calls.
+    pub(crate) fn flush_all(&self, ep: &Endpoint) -> Result<()> {
+        let n = self.outboxes.get().map_or(0, |o| o.len());
+        let mut first = Ok(());
+        for d in 0..n {
+            if let Err(e) = self.flush_to(ep, d, None) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}

@@ -1,0 +1,183 @@
+//! The target's side: the registered functions (type-erased: bytes in,
+//! bytes out), and what the request handlers do with a single call, a
+//! batch and a fetch. Results that do not fit a batch's one reply are
+//! held here (bounded) until the caller fetches them.
+
+use crate::wire::{put_result, Calls, Status, RESULT_HEADER};
+use splitrt_am::{Incoming, Payload, ReplyHandler, Token};
+use std::collections::HashMap;
+
+/// A registered function: the caller's rank and the encoded arguments in,
+/// the encoded result (status `Ok`) or a message saying why not out.
+pub(crate) type ErasedFn = Box<dyn Fn(usize, &[u8], &mut Vec<u8>) -> Status + Send + Sync>;
+
+/// Most results held for fetching, and their bytes, at once.
+const HELD_MAX: usize = 4096;
+const HELD_MAX_BYTES: usize = 64 << 20;
+/// Longest error message sent back (a panic message may be long).
+const MESSAGE_MAX: usize = 480;
+
+thread_local! {
+    /// A single call's result buffer, kept for the next (no allocation per
+    /// call once it has grown).
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Run function `func` of `funcs` for `src` on `args`, writing into `out`.
+fn run_in(funcs: &[ErasedFn], func: u16, src: usize, args: &[u8], out: &mut Vec<u8>) -> Status {
+    out.clear();
+    match funcs.get(func as usize) {
+        Some(f) => f(src, args, out),
+        None => {
+            message(out, &format!("no RPC function #{func} is registered"));
+            Status::Unknown
+        }
+    }
+}
+
+/// Results held for a fetch, by (caller, call id).
+#[derive(Default)]
+struct Held {
+    map: HashMap<(usize, u64), (Status, Vec<u8>)>,
+    bytes: usize,
+}
+
+/// The functions and the held results.
+#[derive(Default)]
+pub(crate) struct Serve {
+    funcs: parking_lot::RwLock<Vec<ErasedFn>>,
+    held: parking_lot::Mutex<Held>,
+}
+
+/// Write an error message (cut to [`MESSAGE_MAX`] bytes on a char boundary).
+pub(crate) fn message(out: &mut Vec<u8>, msg: &str) {
+    out.clear();
+    let mut end = msg.len().min(MESSAGE_MAX);
+    while !msg.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.extend_from_slice(&msg.as_bytes()[..end]);
+}
+
+impl Serve {
+    /// Add a function; its index is its registration order.
+    pub(crate) fn add(&self, f: ErasedFn) -> usize {
+        let mut v = self.funcs.write();
+        v.push(f);
+        v.len() - 1
+    }
+
+    /// Run function `func` for `src` on `args`, writing into `out`.
+    fn run(&self, func: u16, src: usize, args: &[u8], out: &mut Vec<u8>) -> Status {
+        run_in(&self.funcs.read(), func, src, args, out)
+    }
+
+    /// `rpc:<name>`: one call, its id in word 0, its arguments the payload;
+    /// answered by `rpc:result` (call id, status; result or message).
+    pub(crate) fn single(&self, func: u16, tok: Token<'_>, m: &Incoming<'_>, result: ReplyHandler) {
+        let call = m.arg(0);
+        let mut out = SCRATCH.with(|s| s.take());
+        let mut st = self.run(func, tok.src(), m.payload(), &mut out);
+        let max = tok.max_medium();
+        if st == Status::Ok && out.len() > max {
+            st = Status::TooLarge;
+            let msg = too_large(out.len(), max);
+            message(&mut out, &msg);
+        }
+        // A failed reply (the caller died) leaves nothing to do here.
+        let _ = tok.reply(result, &[call, st as u64], Payload::Medium(&out));
+        out.clear();
+        SCRATCH.with(|s| s.replace(out));
+    }
+
+    /// `rpc:batch`: call records back to back; answered by one
+    /// `rpc:results` of result records. A result that does not fit the
+    /// room left (after room for a short record per call still to come)
+    /// is held for `rpc:fetch`.
+    pub(crate) fn batch(&self, tok: Token<'_>, m: &Incoming<'_>, results: ReplyHandler) {
+        let src = tok.src();
+        let max = tok.max_medium();
+        let mut left = Calls::new(m.payload()).count();
+        let mut out = Vec::with_capacity(max.min(m.payload().len() * 2 + 64));
+        let mut scratch = Vec::new();
+        let funcs = self.funcs.read(); // once per batch, not per call
+        for rec in Calls::new(m.payload()) {
+            left -= 1;
+            let reserve = left * RESULT_HEADER;
+            let (call, mut st) = match rec {
+                Ok(r) => (r.call, run_in(&funcs, r.func, src, r.args, &mut scratch)),
+                Err(Some(call)) => {
+                    message(&mut scratch, "the call record was cut short");
+                    (call, Status::Unknown)
+                }
+                Err(None) => continue,
+            };
+            if st == Status::Ok && scratch.len() > max {
+                st = Status::TooLarge;
+                let msg = too_large(scratch.len(), max);
+                message(&mut scratch, &msg);
+            }
+            if out.len() + RESULT_HEADER + scratch.len() + reserve <= max {
+                put_result(&mut out, call, st, &scratch);
+            } else if out.len() + RESULT_HEADER + reserve <= max {
+                match self.hold(src, call, st, std::mem::take(&mut scratch)) {
+                    Ok(()) => put_result(&mut out, call, Status::Held, &[]),
+                    Err(msg) => {
+                        message(&mut scratch, &msg);
+                        if out.len() + RESULT_HEADER + scratch.len() + reserve > max {
+                            scratch.clear();
+                        }
+                        put_result(&mut out, call, Status::TooLarge, &scratch);
+                    }
+                }
+            }
+            // else: a hostile batch (records shorter than their results'
+            // headers); its caller never sends one, so nothing is owed.
+        }
+        drop(funcs);
+        let _ = tok.reply(results, &[], Payload::Medium(&out));
+    }
+
+    fn hold(&self, src: usize, call: u64, st: Status, bytes: Vec<u8>) -> Result<(), String> {
+        let mut h = self.held.lock();
+        if h.map.len() >= HELD_MAX || h.bytes + bytes.len() > HELD_MAX_BYTES {
+            return Err(format!(
+                "the result did not fit the batch's reply and {} results ({} B) already wait \
+                 to be fetched (at most {HELD_MAX}, {HELD_MAX_BYTES} B)",
+                h.map.len(),
+                h.bytes
+            ));
+        }
+        h.bytes += bytes.len();
+        if let Some((_, old)) = h.map.insert((src, call), (st, bytes)) {
+            h.bytes -= old.len();
+        }
+        Ok(())
+    }
+
+    /// `rpc:fetch` (Short, the call id): reply with the held result.
+    pub(crate) fn fetch(&self, tok: Token<'_>, m: &Incoming<'_>, result: ReplyHandler) {
+        let call = m.arg(0);
+        let held = {
+            let mut h = self.held.lock();
+            let got = h.map.remove(&(tok.src(), call));
+            if let Some((_, b)) = &got {
+                h.bytes -= b.len();
+            }
+            got
+        };
+        let (st, bytes) = held.unwrap_or_else(|| {
+            let mut out = Vec::new();
+            message(&mut out, "no result is held for this call");
+            (Status::Unknown, out)
+        });
+        let _ = tok.reply(result, &[call, st as u64], Payload::Medium(&bytes));
+    }
+}
+
+fn too_large(len: usize, max: usize) -> String {
+    format!(
+        "the result is {len} B encoded, more than the largest Medium reply ({max} B); \
+         RPC results are not chunked (return it in parts, or move it with a Long)"
+    )
+}
