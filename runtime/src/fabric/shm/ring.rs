@@ -262,6 +262,16 @@ pub(crate) struct CellView<'a> {
     pub chunk: &'a [u8],
 }
 
+/// What [`Consumer::peek_short`] found.
+pub(crate) enum Peek<'a> {
+    /// Nothing published yet.
+    Empty,
+    /// A well-formed Short: its tag and argument words.
+    Short(u16, &'a [u64]),
+    /// Something else (a Medium, a Long, a chunk, a bad cell).
+    Other,
+}
+
 /// Why a cell was rejected.
 pub(crate) fn check_meta(meta: &CellMeta, cap_bytes: usize) -> Result<(), String> {
     if meta.nwords as usize > MAX_WORDS {
@@ -330,6 +340,46 @@ impl Consumer {
         // the words; the bytes stay unchanged until `release`, as above.
         let chunk = unsafe { std::slice::from_raw_parts(chunk_at, meta.len as usize) };
         Some(Ok(CellView { meta, words, chunk }))
+    }
+
+    /// The next cell if it has been published and is a well-formed Short
+    /// (a one-cell packet of argument words only: `F_FIRST | F_LAST`, no
+    /// payload, at most [`MAX_WORDS`] words): its tag and words, valid
+    /// until [`release`](Self::release). [`Peek::Other`] for any other
+    /// published cell, which the caller reads with [`peek`](Self::peek)
+    /// (a bad one is reported there). Plain compares, no `Result`.
+    #[inline(always)]
+    pub(crate) fn peek_short(&self) -> Peek<'_> {
+        let n = self.tail;
+        let cell = self.ring.cell(n);
+        // SAFETY: every cell starts with its 8-aligned sequence word, and
+        // `Ring::cell` keeps the cell inside the mapping.
+        let seq = unsafe { &*(cell as *const AtomicU64) };
+        if seq.load(order::OBSERVE) != n + 1 {
+            return Peek::Empty;
+        }
+        // SAFETY: offset 8 (past the sequence word) is inside the cell.
+        let meta_at = unsafe { cell.add(8) } as *const CellMeta;
+        // SAFETY: as in `peek`: the published cell's CellMeta slot,
+        // complete (the acquire load above) and 8-aligned; any bit pattern
+        // is a valid CellMeta, and only the one accepted below is used here.
+        let meta = unsafe { std::ptr::read(meta_at) };
+        if meta.flags != F_FIRST | F_LAST
+            || meta.len != 0
+            || meta.total != 0
+            || meta.nwords as usize > MAX_WORDS
+        {
+            return Peek::Other;
+        }
+        // SAFETY: CELL_HDR < cell_size: the words' start is inside the cell.
+        let words_at = unsafe { cell.add(CELL_HDR) } as *const u64;
+        // SAFETY: nwords <= MAX_WORDS (checked just above), and every cell
+        // holds that many words (cell_size >= 256 >= CELL_HDR + 8 *
+        // MAX_WORDS, `Config::validate`); 8-aligned; unchanged until
+        // `release`, which needs `&mut self` (so not while this borrow
+        // lives).
+        let words = unsafe { std::slice::from_raw_parts(words_at, meta.nwords as usize) };
+        Peek::Short(meta.tag, words)
     }
 
     /// Whether the next cell has been published (for a sleeper's last look).
