@@ -410,6 +410,38 @@ mod tests {
         }
     }
 
+    /// `peek_short` takes a published Short only: nothing before the
+    /// publish, `Other` for a cell with a payload, and the words of a
+    /// Short, across laps of the ring.
+    #[test]
+    fn peek_short_sees_only_published_shorts() {
+        let (cell, len) = (256usize, 4);
+        let mut mem = vec![0u64; (RING_CTRL + cell_stride(cell) * len) / 8];
+        // SAFETY: `mem` outlives the ring and is 8-aligned; the test needs
+        // only 8-byte alignment.
+        let ring = unsafe { Ring::new(mem.as_mut_ptr() as *mut u8, cell, len) };
+        let (mut p, mut c) = (Producer::new(ring), Consumer::new(ring));
+        for round in 0..10u64 {
+            assert!(matches!(c.peek_short(), Peek::Empty));
+            p.push_short(7, &[round, round + 1]);
+            match c.peek_short() {
+                Peek::Short(tag, words) => assert_eq!((tag, words), (7, &[round, round + 1][..])),
+                _ => panic!("a Short was not seen"),
+            }
+            c.release();
+            let meta = CellMeta {
+                flags: F_FIRST | F_LAST,
+                len: 1,
+                total: 1,
+                ..Default::default()
+            };
+            p.push(meta, &[], &[1]);
+            assert!(matches!(c.peek_short(), Peek::Other));
+            assert_eq!(c.peek().unwrap().unwrap().chunk, &[1]);
+            c.release();
+        }
+    }
+
     fn wraparound(len: usize) {
         let cell = 256usize;
         let mut mem = vec![0u64; (RING_CTRL + cell_stride(cell) * len) / 8];
