@@ -262,6 +262,16 @@ pub(crate) struct CellView<'a> {
     pub chunk: &'a [u8],
 }
 
+/// What [`Consumer::peek_short`] found.
+pub(crate) enum Peek<'a> {
+    /// Nothing published yet.
+    Empty,
+    /// A well-formed Short: its tag and argument words.
+    Short(u16, &'a [u64]),
+    /// Something else (a Medium, a Long, a chunk, a bad cell).
+    Other,
+}
+
 /// Why a cell was rejected.
 pub(crate) fn check_meta(meta: &CellMeta, cap_bytes: usize) -> Result<(), String> {
     if meta.nwords as usize > MAX_WORDS {
@@ -332,6 +342,46 @@ impl Consumer {
         Some(Ok(CellView { meta, words, chunk }))
     }
 
+    /// The next cell if it has been published and is a well-formed Short
+    /// (a one-cell packet of argument words only: `F_FIRST | F_LAST`, no
+    /// payload, at most [`MAX_WORDS`] words): its tag and words, valid
+    /// until [`release`](Self::release). [`Peek::Other`] for any other
+    /// published cell, which the caller reads with [`peek`](Self::peek)
+    /// (a bad one is reported there). Plain compares, no `Result`.
+    #[inline(always)]
+    pub(crate) fn peek_short(&self) -> Peek<'_> {
+        let n = self.tail;
+        let cell = self.ring.cell(n);
+        // SAFETY: every cell starts with its 8-aligned sequence word, and
+        // `Ring::cell` keeps the cell inside the mapping.
+        let seq = unsafe { &*(cell as *const AtomicU64) };
+        if seq.load(order::OBSERVE) != n + 1 {
+            return Peek::Empty;
+        }
+        // SAFETY: offset 8 (past the sequence word) is inside the cell.
+        let meta_at = unsafe { cell.add(8) } as *const CellMeta;
+        // SAFETY: as in `peek`: the published cell's CellMeta slot,
+        // complete (the acquire load above) and 8-aligned; any bit pattern
+        // is a valid CellMeta, and only the one accepted below is used here.
+        let meta = unsafe { std::ptr::read(meta_at) };
+        if meta.flags != F_FIRST | F_LAST
+            || meta.len != 0
+            || meta.total != 0
+            || meta.nwords as usize > MAX_WORDS
+        {
+            return Peek::Other;
+        }
+        // SAFETY: CELL_HDR < cell_size: the words' start is inside the cell.
+        let words_at = unsafe { cell.add(CELL_HDR) } as *const u64;
+        // SAFETY: nwords <= MAX_WORDS (checked just above), and every cell
+        // holds that many words (cell_size >= 256 >= CELL_HDR + 8 *
+        // MAX_WORDS, `Config::validate`); 8-aligned; unchanged until
+        // `release`, which needs `&mut self` (so not while this borrow
+        // lives).
+        let words = unsafe { std::slice::from_raw_parts(words_at, meta.nwords as usize) };
+        Peek::Short(meta.tag, words)
+    }
+
     /// Whether the next cell has been published (for a sleeper's last look).
     #[inline]
     pub(crate) fn has_next(&self) -> bool {
@@ -357,6 +407,38 @@ mod tests {
         // a power of two (cell index by mask) and not (by remainder)
         for len in [4, 5, 2, 3] {
             wraparound(len);
+        }
+    }
+
+    /// `peek_short` takes a published Short only: nothing before the
+    /// publish, `Other` for a cell with a payload, and the words of a
+    /// Short, across laps of the ring.
+    #[test]
+    fn peek_short_sees_only_published_shorts() {
+        let (cell, len) = (256usize, 4);
+        let mut mem = vec![0u64; (RING_CTRL + cell_stride(cell) * len) / 8];
+        // SAFETY: `mem` outlives the ring and is 8-aligned; the test needs
+        // only 8-byte alignment.
+        let ring = unsafe { Ring::new(mem.as_mut_ptr() as *mut u8, cell, len) };
+        let (mut p, mut c) = (Producer::new(ring), Consumer::new(ring));
+        for round in 0..10u64 {
+            assert!(matches!(c.peek_short(), Peek::Empty));
+            p.push_short(7, &[round, round + 1]);
+            match c.peek_short() {
+                Peek::Short(tag, words) => assert_eq!((tag, words), (7, &[round, round + 1][..])),
+                _ => panic!("a Short was not seen"),
+            }
+            c.release();
+            let meta = CellMeta {
+                flags: F_FIRST | F_LAST,
+                len: 1,
+                total: 1,
+                ..Default::default()
+            };
+            p.push(meta, &[], &[1]);
+            assert!(matches!(c.peek_short(), Peek::Other));
+            assert_eq!(c.peek().unwrap().unwrap().chunk, &[1]);
+            c.release();
         }
     }
 
