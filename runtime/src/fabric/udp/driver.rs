@@ -226,13 +226,13 @@ impl PendingUdp {
 /// on `sock`, so a stranger's flood neither queues ahead of the peers'
 /// datagrams nor costs a read. Without a filter (too many peers for one
 /// program, or a kernel that refuses it) the protocol's checks drop them
-/// instead, after a read: said once, on stderr.
+/// instead, after a read: each rank without a filter says so on stderr.
 fn source_filter(sock: &UdpSocket, rank: usize, addrs: &[Option<SocketAddr>]) {
     let peers: Vec<SocketAddr> = addrs.iter().flatten().copied().collect();
     let why = match super::filter::program(&peers) {
-        // the same for every rank with as many peers: rank 0 says it
-        Err(why) if rank == 0 => why,
-        Err(_) => return,
+        // every rank that runs unfiltered says so (in a hybrid job the
+        // ranks' UDP peer counts differ: rank 0's verdict is not theirs)
+        Err(why) => why,
         Ok(prog) => match super::filter::attach(sock, &prog) {
             Ok(()) => return,
             Err(e) => format!("the kernel refused it: {e}"),
