@@ -67,11 +67,23 @@ impl Pgas {
             }
             return sent.map(|()| None);
         }
+        self.am_fetch(rank, [code, T::WIDTH, off, a, b], writing)
+            .map(|v| Some(T::from_bits(v)))
+    }
+
+    /// A fetching atomic over the AM path: send `[code, width, off, a, b]`
+    /// to `rank`'s atomic handler and wait for the old value (or its
+    /// refusal). The caller checked the operands (or is the test hook);
+    /// `writing`, its announcement of a write (see `Pgas::freeze`), is
+    /// dropped once the request is sent.
+    fn am_fetch<W>(&self, rank: usize, args: [u64; 5], writing: W) -> Result<u64> {
+        let i = &self.inner;
         let slot = i.st.atomics.lock().insert(AtomicSlot::Waiting);
+        let [code, width, off, a, b] = args;
         let sent = i.ep.request(
             rank,
             i.h.atomic,
-            &[slot as u64, code, T::WIDTH, off, a, b],
+            &[slot as u64, code, width, off, a, b],
             Payload::None,
         );
         drop(writing);
@@ -94,7 +106,7 @@ impl Pgas {
         };
         waited?;
         match outcome {
-            Some(AtomicSlot::Done(v)) => Ok(Some(T::from_bits(v))),
+            Some(AtomicSlot::Done(v)) => Ok(v),
             Some(AtomicSlot::Failed(why)) => {
                 Err(Error::protocol(why).at_rank(i.rank).with_peer(rank))
             }
@@ -102,6 +114,16 @@ impl Pgas {
                 .at_rank(i.rank)
                 .with_peer(rank)),
         }
+    }
+
+    /// Test hook (`test-doubles`): send `rank`'s atomic handler a raw,
+    /// unchecked request `[code, width, off, a, b]`, as a broken or
+    /// hostile peer could, and wait for its answer. The handler must
+    /// refuse bad ones with a status, never panic.
+    #[cfg(feature = "test-doubles")]
+    #[doc(hidden)]
+    pub fn raw_atomic_for_tests(&self, rank: usize, args: [u64; 5]) -> Result<u64> {
+        self.am_fetch(rank, args, ())
     }
 
     /// A fetching atomic: the old value.

@@ -697,7 +697,9 @@ where
 
 /// Refused atomics: misaligned, out of range, reserved area, no such
 /// rank, frozen, for fetching and non-fetching forms; each an error at
-/// the caller naming it, the word unchanged.
+/// the caller naming it, the word unchanged. Then forged requests (an
+/// unknown operation, a bad width, address or a frozen word) straight to
+/// the handler, as a broken peer could send: refused with the cause.
 fn bad_atomics(pg: &Pgas) -> splitrt::Result<()> {
     let (me, n) = (pg.rank(), pg.size());
     let at = pg.atomic();
@@ -731,7 +733,42 @@ fn bad_atomics(pg: &Pgas) -> splitrt::Result<()> {
             check(e.rank() == Some(me), || format!("atomic, {what}: {e}"))?;
         }
     }
+    // what a broken or hostile peer could send the atomic handler: each
+    // refused with its cause, naming the refusing rank; it survives
+    let off = a.ptr(right).offset();
+    let forged: [(&str, [u64; 5], &str); 9] = [
+        ("unknown code", [0xff, 8, off, 1, 0], "unknown operation"),
+        ("huge code", [u64::MAX, 8, off, 1, 0], "unknown operation"),
+        ("unknown kind", [7 << 8, 8, off, 1, 0], "unknown operation"),
+        (
+            "xor on a float",
+            [4 | 2 << 8, 8, off, 1, 0],
+            "unknown operation",
+        ),
+        ("width 3", [0, 3, off, 1, 0], "bad address"),
+        ("width 16", [0, 16, off, 1, 0], "bad address"),
+        ("misaligned", [0, 8, off + 4, 1, 0], "bad address"),
+        ("reserved area", [0, 8, 8, 1, 0], "bad address"),
+        ("past the end", [0, 8, u64::MAX - 3, 1, 0], "bad address"),
+    ];
+    for (what, args, cause) in forged {
+        let r = pg.raw_atomic_for_tests(right, args);
+        let Err(e) = r else {
+            return Err(fail(format!("forged atomic, {what}: accepted ({r:?})")));
+        };
+        let msg = e.to_string();
+        check(
+            msg.contains(cause) && msg.contains(&format!("rank {right} refused")),
+            || format!("forged atomic, {what}: {msg}"),
+        )?;
+    }
     let frozen = pg.freeze(a)?;
+    let r = pg.raw_atomic_for_tests(right, [0, 8, frozen.ptr(right).offset(), 1, 0]);
+    check(
+        r.as_ref()
+            .is_err_and(|e| e.to_string().contains("frozen array")),
+        || format!("forged atomic into a frozen array: {r:?}"),
+    )?;
     for e in [
         at.fetch_add(frozen.ptr(right), 1).err(),
         at.max(frozen.ptr(right), 1).err(),
