@@ -455,6 +455,11 @@ where
         if me == owner {
             local_add(&words, 1, 7);
         }
+        // and every rank adds 2 through the owner's AM handler, whichever
+        // path the job uses (on the native path: AM and native atomics on
+        // one word); 0 is the add code, kind 1 signed, 0 unsigned
+        let kind = u64::from(signed) << 8;
+        pg.raw_atomic_for_tests(owner, [kind, T::WIDTH, w(1).offset(), 2, 0])?;
         let pat = (me as u64 + 1)
             .wrapping_mul(0x9e37_79b9_7f4a_7c15)
             .rotate_left(k as u32)
@@ -543,7 +548,8 @@ where
                 _ => 3u64.wrapping_neg(),
             })
             .fold(0, u64::wrapping_add);
-        let want = (1000 + 7 * m).wrapping_add(per_rank.wrapping_mul(n as u64)) & mask;
+        let want =
+            (1000 + 7 * m).wrapping_add(per_rank.wrapping_add(2 * m).wrapping_mul(n as u64)) & mask;
         let c1 = got(1)?;
         check(c1 == want, || {
             format!("{name} mixed native + remote arithmetic {c1}, want {want}")
