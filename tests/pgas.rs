@@ -2,7 +2,8 @@
 //! `native` (copies through the mapped peer segment) and `am` (Active
 //! Message request/reply). `t_pgas_model` checks random get/put/store
 //! sequences against a sequential model, store_sync byte counting, atomics
-//! under contention, refused bad pointers and the collectives.
+//! under contention (every operation on every type: `atomics_conformance`),
+//! refused bad pointers and the collectives.
 
 mod common;
 use common::*;
@@ -51,6 +52,17 @@ fn model_native_2_ranks() {
 #[test]
 fn model_am_2_ranks() {
     model(2, "am", "4", "200");
+}
+
+/// An odd size (the atomics conformance's owners and bit patterns).
+#[test]
+fn model_native_3_ranks() {
+    model(3, "native", "1", "100");
+}
+
+#[test]
+fn model_am_3_ranks() {
+    model(3, "am", "1", "100");
 }
 
 #[test]

@@ -93,6 +93,17 @@ fn pgas_model_over_udp() {
     assert_eq!(r.stdout.matches("pgas model ok").count(), 4, "{}", r.stdout);
 }
 
+/// 2 and 3 ranks over UDP: the atomics conformance (in `t_pgas_model`)
+/// on the sizes the 4-rank run above does not cover.
+#[test]
+fn pgas_model_over_udp_2_and_3_ranks() {
+    for n in [2, 3] {
+        let r = run_job(n, &example("t_pgas_model"), &["1", "40"], &[UDP], 120);
+        r.ok();
+        assert_eq!(r.stdout.matches("pgas model ok").count(), n, "{}", r.stdout);
+    }
+}
+
 #[test]
 fn examples_over_udp() {
     for prog in [

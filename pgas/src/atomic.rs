@@ -1,21 +1,45 @@
-//! Remote atomics on 32- and 64-bit integers: fetch-add, swap,
-//! compare-and-swap. Native: a hardware atomic on the peer's mapped
-//! segment. AM path: the owner applies the same hardware atomic to its own
-//! segment in a handler, so both paths agree with each other and with local
-//! atomics on the same word.
+//! Remote atomics on 32- and 64-bit integers (signed and unsigned) and
+//! floats: the operations of GASNet-EX atomic domains and OpenSHMEM.
+//! Native: a hardware atomic (or, for floats, a compare-and-swap loop on
+//! the bits) on the peer's mapped segment. AM path: the owner applies the
+//! same operation to its own segment in a handler, so both paths agree with
+//! each other and with local atomics on the same word.
 
 use bytemuck::Pod;
 use splitrt_runtime::fabric::SegmentRef;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
-/// An integer type remote atomics work on.
-pub trait AtomicInt: Pod + sealed::Sealed {
+/// A value remote atomics work on: a 32- or 64-bit integer or float.
+pub trait AtomicWord: Pod + sealed::Sealed {
     /// Width in bytes (4 or 8).
     const WIDTH: u64;
+    /// How the bits are read (for min, max and add).
+    #[doc(hidden)]
+    const KIND: NumKind;
     /// Bits, zero-extended.
     fn to_bits(self) -> u64;
     /// From (truncated) bits.
     fn from_bits(b: u64) -> Self;
+}
+
+/// An integer type remote atomics work on (`u32`, `i32`, `u64`, `i64`):
+/// every operation, min and max signed or unsigned by type.
+pub trait AtomicInt: AtomicWord {}
+
+/// A float type remote atomics work on (`f32`, `f64`): add, min, max,
+/// load, store, swap and compare-swap (on the bits).
+pub trait AtomicFloat: AtomicWord {}
+
+/// How an atomic word's bits are read.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NumKind {
+    /// Unsigned integer.
+    Unsigned = 0,
+    /// Two's complement integer.
+    Signed = 1,
+    /// IEEE 754 float.
+    Float = 2,
 }
 
 mod sealed {
@@ -23,10 +47,11 @@ mod sealed {
 }
 
 macro_rules! atomic_int {
-    ($t:ty, $u:ty, $w:expr) => {
+    ($t:ty, $u:ty, $w:expr, $k:ident) => {
         impl sealed::Sealed for $t {}
-        impl AtomicInt for $t {
+        impl AtomicWord for $t {
             const WIDTH: u64 = $w;
+            const KIND: NumKind = NumKind::$k;
             fn to_bits(self) -> u64 {
                 self as $u as u64
             }
@@ -34,37 +59,164 @@ macro_rules! atomic_int {
                 b as $u as $t
             }
         }
+        impl AtomicInt for $t {}
     };
 }
-atomic_int!(u32, u32, 4);
-atomic_int!(i32, u32, 4);
-atomic_int!(u64, u64, 8);
-atomic_int!(i64, u64, 8);
+atomic_int!(u32, u32, 4, Unsigned);
+atomic_int!(i32, u32, 4, Signed);
+atomic_int!(u64, u64, 8, Unsigned);
+atomic_int!(i64, u64, 8, Signed);
 
-/// One atomic operation on raw bits.
+macro_rules! atomic_float {
+    ($t:ty, $u:ty, $w:expr) => {
+        impl sealed::Sealed for $t {}
+        impl AtomicWord for $t {
+            const WIDTH: u64 = $w;
+            const KIND: NumKind = NumKind::Float;
+            fn to_bits(self) -> u64 {
+                <$t>::to_bits(self) as u64
+            }
+            fn from_bits(b: u64) -> Self {
+                <$t>::from_bits(b as $u)
+            }
+        }
+        impl AtomicFloat for $t {}
+    };
+}
+atomic_float!(f32, u32, 4);
+atomic_float!(f64, u64, 8);
+
+/// The reply slot of a non-fetching atomic over the AM path: the reply
+/// carries only a status and is counted for `sync`, as a put's is.
+pub(crate) const NO_FETCH: u64 = u64::MAX;
+
+/// Operation codes (the wire's and the model's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum AtomicOp {
-    FetchAdd(u64),
-    Swap(u64),
-    CompareSwap { current: u64, new: u64 },
+pub(crate) enum Code {
+    Add = 0,
+    Sub = 1,
+    And = 2,
+    Or = 3,
+    Xor = 4,
+    Min = 5,
+    Max = 6,
+    Load = 7,
+    Store = 8,
+    Swap = 9,
+    CompareSwap = 10,
+}
+
+const CODES: [Code; 11] = [
+    Code::Add,
+    Code::Sub,
+    Code::And,
+    Code::Or,
+    Code::Xor,
+    Code::Min,
+    Code::Max,
+    Code::Load,
+    Code::Store,
+    Code::Swap,
+    Code::CompareSwap,
+];
+
+/// One atomic operation on raw bits: what, on which kind of number, with
+/// operands `a` (and `b`: the new value of a compare-swap, `a` its
+/// expected one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AtomicOp {
+    pub code: Code,
+    pub kind: NumKind,
+    pub a: u64,
+    pub b: u64,
 }
 
 impl AtomicOp {
-    /// (opcode, a, b) for the wire.
-    pub fn encode(self) -> (u64, u64, u64) {
-        match self {
-            AtomicOp::FetchAdd(v) => (0, v, 0),
-            AtomicOp::Swap(v) => (1, v, 0),
-            AtomicOp::CompareSwap { current, new } => (2, current, new),
+    /// An operation on values of type `T`.
+    pub fn of<T: AtomicWord>(code: Code, a: T, b: T) -> Self {
+        AtomicOp {
+            code,
+            kind: T::KIND,
+            a: a.to_bits(),
+            b: b.to_bits(),
         }
     }
+
+    /// (opcode, a, b) for the wire: the code in the low byte, the kind
+    /// in the next.
+    pub fn encode(self) -> (u64, u64, u64) {
+        (self.code as u64 | (self.kind as u64) << 8, self.a, self.b)
+    }
+
+    /// A peer's (opcode, a, b); `None`: no such operation (an unknown
+    /// code or kind, or a bitwise / subtract operation on a float).
     pub fn decode(op: u64, a: u64, b: u64) -> Option<Self> {
-        match op {
-            0 => Some(AtomicOp::FetchAdd(a)),
-            1 => Some(AtomicOp::Swap(a)),
-            2 => Some(AtomicOp::CompareSwap { current: a, new: b }),
-            _ => None,
-        }
+        let code = *CODES.get(usize::try_from(op & 0xff).ok()?)?;
+        let kind = match op >> 8 {
+            0 => NumKind::Unsigned,
+            1 => NumKind::Signed,
+            2 => NumKind::Float,
+            _ => return None,
+        };
+        let float_ok = !matches!(code, Code::Sub | Code::And | Code::Or | Code::Xor);
+        (kind != NumKind::Float || float_ok).then_some(AtomicOp { code, kind, a, b })
+    }
+
+    /// The new value of a word holding `old` (`width` 4 or 8), as the
+    /// operation computes it; `None`: leave the word alone (a load, or a
+    /// compare-swap that does not match). The one definition of every
+    /// operation's result; hardware atomics must agree with it.
+    pub fn next(self, old: u64, width: u64) -> Option<u64> {
+        let mask = if width == 4 {
+            u32::MAX as u64
+        } else {
+            u64::MAX
+        };
+        let (a, old) = (self.a & mask, old & mask);
+        let signed = |x: u64| {
+            if width == 4 {
+                x as u32 as i32 as i64
+            } else {
+                x as i64
+            }
+        };
+        let float = |x: u64| {
+            if width == 4 {
+                f32::from_bits(x as u32) as f64
+            } else {
+                f64::from_bits(x)
+            }
+        };
+        let unfloat = |x: f64| {
+            if width == 4 {
+                (x as f32).to_bits() as u64
+            } else {
+                x.to_bits()
+            }
+        };
+        let v = match (self.code, self.kind) {
+            (Code::Load, _) => return None,
+            (Code::CompareSwap, _) => return (old == a).then_some(self.b & mask),
+            (Code::Store | Code::Swap, _) => a,
+            (Code::Add, NumKind::Float) if width == 4 => {
+                (f32::from_bits(old as u32) + f32::from_bits(a as u32)).to_bits() as u64
+            }
+            (Code::Add, NumKind::Float) => (f64::from_bits(old) + f64::from_bits(a)).to_bits(),
+            (Code::Add, _) => old.wrapping_add(a),
+            (Code::Sub, _) => old.wrapping_sub(a),
+            (Code::And, _) => old & a,
+            (Code::Or, _) => old | a,
+            (Code::Xor, _) => old ^ a,
+            (Code::Min, NumKind::Unsigned) => old.min(a),
+            (Code::Max, NumKind::Unsigned) => old.max(a),
+            (Code::Min, NumKind::Signed) => signed(old).min(signed(a)) as u64,
+            (Code::Max, NumKind::Signed) => signed(old).max(signed(a)) as u64,
+            // f64::min / max on the widened value: exact for f32 (every
+            // f32 is an f64, and the result is one of the operands)
+            (Code::Min, NumKind::Float) => unfloat(float(old).min(float(a))),
+            (Code::Max, NumKind::Float) => unfloat(float(old).max(float(a))),
+        };
+        Some(v & mask)
     }
 }
 
@@ -81,36 +233,210 @@ pub(crate) unsafe fn apply_atomic(
     width: u64,
     op: AtomicOp,
 ) -> Option<u64> {
-    const O: Ordering = Ordering::AcqRel;
     // SAFETY: the caller checked that [off, off + width) lies in the mapped
     // segment (this function's contract): an in-bounds offset.
     let p = unsafe { seg.base().add(off as usize) };
     match width {
-        8 => {
-            // SAFETY: p..p + 8 lies in the mapped segment, alive
-            // meanwhile, and off is a multiple of 8, so the cast is
-            // aligned (this function's contract); every access to this
-            // word by splitrt is atomic.
-            let a = unsafe { &*(p as *const AtomicU64) };
-            Some(match op {
-                AtomicOp::FetchAdd(v) => a.fetch_add(v, O),
-                AtomicOp::Swap(v) => a.swap(v, O),
-                AtomicOp::CompareSwap { current, new } => a
-                    .compare_exchange(current, new, O, Ordering::Acquire)
-                    .unwrap_or_else(|x| x),
-            })
-        }
-        4 => {
-            // SAFETY: as for 8 above, with a width and alignment of 4.
-            let a = unsafe { &*(p as *const AtomicU32) };
-            Some(match op {
-                AtomicOp::FetchAdd(v) => a.fetch_add(v as u32, O),
-                AtomicOp::Swap(v) => a.swap(v as u32, O),
-                AtomicOp::CompareSwap { current, new } => a
-                    .compare_exchange(current as u32, new as u32, O, Ordering::Acquire)
-                    .unwrap_or_else(|x| x),
-            } as u64)
-        }
+        // SAFETY: p..p + 8 lies in the mapped segment, alive meanwhile,
+        // and off is a multiple of 8 (this function's contract).
+        8 => Some(unsafe { apply64(p, op) }),
+        // SAFETY: as for 8, with a width and alignment of 4.
+        4 => Some(unsafe { apply32(p, op) } as u64),
         _ => None,
+    }
+}
+
+const O: Ordering = Ordering::AcqRel;
+
+/// A compare-and-swap loop applying `op` (the operations without a
+/// hardware instruction: floats, and any other through [`AtomicOp::next`]).
+fn cas_loop(
+    load: impl Fn() -> u64,
+    cas: impl Fn(u64, u64) -> Result<u64, u64>,
+    op: AtomicOp,
+    width: u64,
+) -> u64 {
+    let mut old = load();
+    loop {
+        let Some(new) = op.next(old, width) else {
+            return old;
+        };
+        if new == old {
+            // nothing changes (a min already smaller): a load
+            return old;
+        }
+        match cas(old, new) {
+            Ok(_) => return old,
+            Err(now) => old = now,
+        }
+    }
+}
+
+/// [`apply_atomic`] on a 64-bit word.
+///
+/// # Safety
+/// `p` is valid for 8 bytes, 8-aligned, and every access to the word by
+/// splitrt is atomic while it is used here.
+unsafe fn apply64(p: *mut u8, op: AtomicOp) -> u64 {
+    // SAFETY: valid and aligned for 8 bytes (this function's contract).
+    let a = unsafe { &*(p as *const AtomicU64) };
+    // SAFETY: the same word, the same width: i64 and u64 atomics share a
+    // layout.
+    let s = unsafe { &*(p as *const AtomicI64) };
+    let v = op.a;
+    match (op.code, op.kind) {
+        (Code::Load, _) => a.load(Ordering::Acquire),
+        (Code::Store | Code::Swap, _) => a.swap(v, O),
+        (Code::CompareSwap, _) => a
+            .compare_exchange(v, op.b, O, Ordering::Acquire)
+            .unwrap_or_else(|x| x),
+        (Code::Add, NumKind::Unsigned | NumKind::Signed) => a.fetch_add(v, O),
+        (Code::Sub, _) => a.fetch_sub(v, O),
+        (Code::And, _) => a.fetch_and(v, O),
+        (Code::Or, _) => a.fetch_or(v, O),
+        (Code::Xor, _) => a.fetch_xor(v, O),
+        (Code::Min, NumKind::Unsigned) => a.fetch_min(v, O),
+        (Code::Max, NumKind::Unsigned) => a.fetch_max(v, O),
+        (Code::Min, NumKind::Signed) => s.fetch_min(v as i64, O) as u64,
+        (Code::Max, NumKind::Signed) => s.fetch_max(v as i64, O) as u64,
+        (Code::Add | Code::Min | Code::Max, NumKind::Float) => cas_loop(
+            || a.load(Ordering::Acquire),
+            |old, new| a.compare_exchange_weak(old, new, O, Ordering::Acquire),
+            op,
+            8,
+        ),
+    }
+}
+
+/// [`apply_atomic`] on a 32-bit word (operands truncated to 32 bits).
+///
+/// # Safety
+/// `p` is valid for 4 bytes, 4-aligned, and every access to the word by
+/// splitrt is atomic while it is used here.
+unsafe fn apply32(p: *mut u8, op: AtomicOp) -> u32 {
+    // SAFETY: valid and aligned for 4 bytes (this function's contract).
+    let a = unsafe { &*(p as *const AtomicU32) };
+    // SAFETY: the same word, the same width: i32 and u32 atomics share a
+    // layout.
+    let s = unsafe { &*(p as *const AtomicI32) };
+    let v = op.a as u32;
+    match (op.code, op.kind) {
+        (Code::Load, _) => a.load(Ordering::Acquire),
+        (Code::Store | Code::Swap, _) => a.swap(v, O),
+        (Code::CompareSwap, _) => a
+            .compare_exchange(v, op.b as u32, O, Ordering::Acquire)
+            .unwrap_or_else(|x| x),
+        (Code::Add, NumKind::Unsigned | NumKind::Signed) => a.fetch_add(v, O),
+        (Code::Sub, _) => a.fetch_sub(v, O),
+        (Code::And, _) => a.fetch_and(v, O),
+        (Code::Or, _) => a.fetch_or(v, O),
+        (Code::Xor, _) => a.fetch_xor(v, O),
+        (Code::Min, NumKind::Unsigned) => a.fetch_min(v, O),
+        (Code::Max, NumKind::Unsigned) => a.fetch_max(v, O),
+        (Code::Min, NumKind::Signed) => s.fetch_min(v as i32, O) as u32,
+        (Code::Max, NumKind::Signed) => s.fetch_max(v as i32, O) as u32,
+        (Code::Add | Code::Min | Code::Max, NumKind::Float) => cas_loop(
+            || a.load(Ordering::Acquire) as u64,
+            |old, new| {
+                a.compare_exchange_weak(old as u32, new as u32, O, Ordering::Acquire)
+                    .map(|x| x as u64)
+                    .map_err(|x| x as u64)
+            },
+            op,
+            4,
+        ) as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every operation through the hardware path agrees with the model
+    /// ([`AtomicOp::next`]), on both widths and all kinds.
+    #[test]
+    #[cfg(target_endian = "little")]
+    fn hardware_agrees_with_the_model() {
+        let vals64: [u64; 6] = [0, 1, 5, u64::MAX, 1 << 63, 0x8000_0001];
+        let floats: [f64; 7] = [0.0, -0.0, 1.5, -2.25, f64::NAN, f64::INFINITY, 1e300];
+        for kind in [NumKind::Unsigned, NumKind::Signed, NumKind::Float] {
+            for code in CODES {
+                let Some(_) = AtomicOp::decode(code as u64 | (kind as u64) << 8, 0, 0) else {
+                    continue;
+                };
+                for width in [4u64, 8] {
+                    let vals: Vec<u64> = if kind == NumKind::Float {
+                        floats
+                            .iter()
+                            .map(|&f| {
+                                if width == 4 {
+                                    (f as f32).to_bits() as u64
+                                } else {
+                                    f.to_bits()
+                                }
+                            })
+                            .collect()
+                    } else {
+                        vals64.to_vec()
+                    };
+                    for &old in &vals {
+                        for &a in &vals {
+                            let op = AtomicOp {
+                                code,
+                                kind,
+                                a,
+                                b: 7,
+                            };
+                            let mask = if width == 4 { u32::MAX as u64 } else { !0 };
+                            let mut word = [old & mask];
+                            let p = word.as_mut_ptr() as *mut u8;
+                            // little-endian: the low half is the 32-bit word
+                            let got_old = if width == 4 {
+                                // SAFETY: `word` is 8 bytes, 8-aligned,
+                                // only touched here.
+                                unsafe { apply32(p, op) as u64 }
+                            } else {
+                                // SAFETY: as above.
+                                unsafe { apply64(p, op) }
+                            };
+                            let now = if width == 4 { word[0] & mask } else { word[0] };
+                            let want = op.next(old & mask, width).unwrap_or(old & mask);
+                            assert_eq!(got_old, old & mask, "{op:?} w{width}");
+                            // NaN results compare by bits: the same NaN
+                            assert_eq!(now, want, "{op:?} w{width} old {old:#x}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn decode_refuses_unknown_codes_and_bitwise_floats() {
+        assert!(AtomicOp::decode(11, 0, 0).is_none());
+        assert!(AtomicOp::decode(0xff, 0, 0).is_none());
+        assert!(AtomicOp::decode(3 << 8, 0, 0).is_none());
+        assert!(AtomicOp::decode(Code::Xor as u64 | 2 << 8, 0, 0).is_none());
+        assert!(AtomicOp::decode(Code::Sub as u64 | 2 << 8, 0, 0).is_none());
+        assert!(AtomicOp::decode(u64::MAX, 0, 0).is_none());
+        let op = AtomicOp::of(Code::Max, -3i64, 0);
+        let (c, a, b) = op.encode();
+        assert_eq!(AtomicOp::decode(c, a, b), Some(op));
+    }
+
+    #[test]
+    fn float_min_max_follow_rust() {
+        let op = |code, a: f64| AtomicOp::of(code, a, 0.0);
+        let nan = f64::NAN.to_bits();
+        // NaN in the word: the operand wins; NaN operand: the word stays
+        assert_eq!(op(Code::Min, 2.0).next(nan, 8), Some(2f64.to_bits()));
+        assert_eq!(
+            op(Code::Max, f64::NAN).next(3f64.to_bits(), 8),
+            Some(3f64.to_bits())
+        );
+        assert_eq!(
+            AtomicOp::of(Code::Min, -1f32, 0.0).next(2f32.to_bits() as u64, 4),
+            Some((-1f32).to_bits() as u64)
+        );
     }
 }

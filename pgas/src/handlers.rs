@@ -3,7 +3,7 @@
 //! scheme: request "get" -> reply carrying the data). Registered at fixed ids
 //! below `RESERVED_HANDLERS`, so user handlers never shift them.
 
-use crate::atomic::{apply_atomic, AtomicOp};
+use crate::atomic::{apply_atomic, AtomicOp, NO_FETCH};
 use crate::heap::{RESERVED_BYTES, USER_BASE};
 use crate::state::{AtomicSlot, State};
 use splitrt_am::{
@@ -32,6 +32,21 @@ pub(crate) struct Handlers {
 
 const OK: u64 = 0;
 const REFUSED: u64 = 1;
+/// An atomic's status: the word is in a frozen array.
+const FROZEN: u64 = 2;
+/// An atomic's status: no such operation (code, kind, or a bitwise
+/// operation on a float).
+const BAD_OP: u64 = 3;
+
+/// Why an atomic was refused, from its reply's status.
+fn refusal(status: u64) -> &'static str {
+    match status {
+        FROZEN => "the word is in a frozen array",
+        BAD_OP => "unknown operation code",
+        REFUSED => "bad address: out of its segment, misaligned or reserved",
+        _ => "unknown status",
+    }
+}
 
 /// A get's range: inside the segment, past the reserved first bytes
 /// (splitrt's own collectives read the scratch block through it; users'
@@ -153,15 +168,25 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
     })?;
     let s = st.clone();
     let atomic_r = reserved_reply(b, 6, "splitrt.atomic_r", Kind::Short, 3, move |m| {
+        let (slot, status) = (m.arg(0), m.arg(2));
+        let why = || format!("rank {} refused an atomic ({})", m.src(), refusal(status));
+        if slot == NO_FETCH {
+            // a non-fetching atomic: counted for sync, as a put's reply
+            if status != OK {
+                s.fail(why());
+            }
+            s.puts_done.fetch_add(1, Ordering::Release);
+            return;
+        }
         let mut a = s.atomics.lock();
-        let i = m.arg(0) as usize;
+        let i = usize::try_from(slot).unwrap_or(usize::MAX);
         if matches!(a.get_mut(i), Some(AtomicSlot::Cancelled)) {
             a.remove(i);
         } else if let Some(slot) = a.get_mut(i) {
-            *slot = if m.arg(2) == OK {
+            *slot = if status == OK {
                 AtomicSlot::Done(m.arg(1))
             } else {
-                AtomicSlot::Failed(format!("rank {} refused an atomic (bad address)", m.src()))
+                AtomicSlot::Failed(why())
             };
         }
     })?;
@@ -240,21 +265,23 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         // announced across the frozen check and the update: a freeze on
         // another thread of this rank waits for it (see `Pgas::freeze`)
         let res = splitrt_am::while_writing(|| {
-            AtomicOp::decode(op, a, b).and_then(|op| {
-                (matches!(width, 4 | 8)
-                    && in_user_segment(&s, off, width)
-                    && off % width == 0
-                    && tok.frozen_segment_range(off, width).is_none())
-                // SAFETY: inside the local segment and aligned (checked
-                // just before); the handler runs inside the endpoint that
-                // owns the fabric.
-                .then(|| unsafe { apply_atomic(s.seg(), off, width, op) })
-                .flatten()
-            })
+            let Some(op) = AtomicOp::decode(op, a, b) else {
+                return Err(BAD_OP);
+            };
+            if !(matches!(width, 4 | 8) && in_user_segment(&s, off, width) && off % width == 0) {
+                return Err(REFUSED);
+            }
+            if tok.frozen_segment_range(off, width).is_some() {
+                return Err(FROZEN);
+            }
+            // SAFETY: inside the local segment and aligned (checked just
+            // before); the handler runs inside the endpoint that owns the
+            // fabric.
+            unsafe { apply_atomic(s.seg(), off, width, op) }.ok_or(REFUSED)
         });
         let (old, status) = match res {
-            Some(v) => (v, OK),
-            None => (0, REFUSED),
+            Ok(v) => (v, OK),
+            Err(why) => (0, why),
         };
         if let Err(e) = tok.reply(atomic_r, &[slot, old, status], Payload::None) {
             s.fail(format!("replying to an atomic: {e}"));

@@ -30,9 +30,10 @@ mod shm_barrier;
 mod state;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
-pub use atomic::AtomicInt;
+pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};
 pub use bytemuck::{Pod, Zeroable};
 pub use context::{LocalBlock, Pgas};
+pub use ops::Atomics;
 pub use ptr::GlobalPtr;
 pub use reduce::{Op, Reduce};
 pub use rma::{Get, GetInto, Scope};
