@@ -1,0 +1,256 @@
+//! Rows a consumer's caller offers for valid spectra to land in: the
+//! consumer's thread reads (and validates) a spectrum of this host's
+//! producers straight into the next free row instead of a pool buffer, so
+//! a batch of spectra is filled without a second copy
+//! ([`Consumer::recv_into`](super::consumer::Consumer::recv_into)).
+//!
+//! Soundness rests on one mutex: the rows are written only while it is
+//! held (by the consumer's thread landing a spectrum, or by the caller
+//! copying one it took from the queue), and the offer is withdrawn under
+//! it before the caller's borrow of the rows ends ([`Offer`]'s drop), so
+//! no write can reach the rows after the call returns. A row counts as
+//! filled only once its spectrum validated; a row a failed validation
+//! wrote is the next landing's, and zeroed if it is still the first free
+//! row when the offer ends: the caller never holds bytes that failed
+//! validation in a row it is told is filled, nor in the one after.
+//! Generic over the record kept per row, so it does not name the
+//! consumer that uses it.
+
+use super::ring::ReadOutcome;
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// The rows on offer: `cap` rows of `bytes` bytes from `ptr`.
+#[derive(Clone, Copy)]
+struct Rows {
+    ptr: *mut u8,
+    cap: usize,
+    bytes: usize,
+}
+
+// SAFETY: the pointer is used only under `Landing::state`'s mutex, by
+// whichever thread holds it, while the offer that made it lives (see the
+// module's rules); the memory is plain bytes.
+unsafe impl Send for Rows {}
+
+impl Rows {
+    /// Where row `i` starts (a pointer only: using it is the caller's
+    /// business).
+    fn at(&self, i: usize) -> *mut u8 {
+        self.ptr.wrapping_add(i * self.bytes)
+    }
+}
+
+struct State<R> {
+    /// The rows on offer, if any.
+    rows: Option<Rows>,
+    /// Rows filled (their spectra valid).
+    filled: usize,
+    /// Rows filled from the queue by the caller (the rest landed).
+    copied: usize,
+    /// Row `filled` holds bytes of a spectrum that failed validation.
+    dirty: bool,
+    /// One record per filled row, in row order.
+    records: Vec<R>,
+}
+
+/// Where valid spectra may land (one per consumer, shared by its thread
+/// and the callers).
+pub(crate) struct Landing<R> {
+    state: Mutex<State<R>>,
+    cv: Condvar,
+    /// Rows are on offer (a hint read without the lock, so that a
+    /// consumer nobody offers rows to pays one load per spectrum).
+    offered: AtomicBool,
+    /// One offer at a time.
+    one: Mutex<()>,
+}
+
+impl<R> Default for Landing<R> {
+    fn default() -> Self {
+        Landing {
+            state: Mutex::new(State {
+                rows: None,
+                filled: 0,
+                copied: 0,
+                dirty: false,
+                records: Vec::new(),
+            }),
+            cv: Condvar::new(),
+            offered: AtomicBool::new(false),
+            one: Mutex::new(()),
+        }
+    }
+}
+
+impl<R> Landing<R> {
+    /// The consumer's thread: land one valid-to-be spectrum of `bytes`
+    /// bytes if rows of that size are on offer with one free and `may()`
+    /// (asked under the lock: nothing the caller must take first is
+    /// queued). `read` fills the row and validates it; `record` is kept
+    /// with a valid one. `None`: not landed (deliver it the usual way);
+    /// else the outcome of `read` (a row counts only if `Valid`).
+    pub(crate) fn land(
+        &self,
+        bytes: usize,
+        may: impl FnOnce() -> bool,
+        read: impl FnOnce(&mut [u8]) -> ReadOutcome,
+        record: impl FnOnce() -> R,
+    ) -> Option<ReadOutcome> {
+        if !self.offered.load(Ordering::Relaxed) {
+            return None;
+        }
+        let mut g = self.state.lock();
+        let rows = g.rows?;
+        if rows.bytes != bytes || g.filled >= rows.cap || !may() {
+            return None;
+        }
+        // SAFETY: row `filled` < `cap` of the offered rows: in bounds of
+        // the caller's `&mut [u8]`, which its `Offer` borrows until the
+        // offer is withdrawn under this lock (held here); only the lock's
+        // holder touches the rows.
+        let row = unsafe { std::slice::from_raw_parts_mut(rows.at(g.filled), bytes) };
+        let o = read(row);
+        if o == ReadOutcome::Valid {
+            g.records.push(record());
+            g.filled += 1;
+            g.dirty = false;
+            if g.filled == rows.cap {
+                self.cv.notify_all();
+            }
+        } else {
+            g.dirty = true;
+        }
+        Some(o)
+    }
+
+    /// The consumer's thread queued messages: wake a caller waiting on
+    /// its offer so it takes them.
+    pub(crate) fn wake(&self) {
+        if self.offered.load(Ordering::Relaxed) {
+            // the lock orders this after the caller's look at the queue
+            let _g = self.state.lock();
+            self.cv.notify_all();
+        }
+    }
+
+    /// Offer `rows` (whole rows of `bytes` bytes; a shorter tail is not
+    /// used) until the returned [`Offer`] is finished or dropped. Waits
+    /// for another caller's offer to end first.
+    pub(crate) fn offer<'a>(&'a self, rows: &'a mut [u8], bytes: usize) -> Offer<'a, R> {
+        let one = self.one.lock();
+        let cap = rows.len().checked_div(bytes).unwrap_or(0);
+        let r = Rows {
+            ptr: rows.as_mut_ptr(),
+            cap,
+            bytes,
+        };
+        {
+            let mut g = self.state.lock();
+            g.rows = Some(r);
+            g.filled = 0;
+            g.copied = 0;
+            g.dirty = false;
+            g.records.clear();
+        }
+        self.offered.store(true, Ordering::Relaxed);
+        Offer {
+            landing: self,
+            _one: one,
+            _rows: PhantomData,
+        }
+    }
+}
+
+/// Rows on offer; withdrawn when dropped (or [`Offer::finish`]ed).
+pub(crate) struct Offer<'a, R> {
+    landing: &'a Landing<R>,
+    _one: MutexGuard<'a, ()>,
+    /// The rows stay borrowed while they are on offer.
+    _rows: PhantomData<&'a mut [u8]>,
+}
+
+/// An offer's state, locked: the consumer's thread lands nothing
+/// meanwhile.
+pub(crate) struct Locked<'o, R> {
+    g: MutexGuard<'o, State<R>>,
+    cv: &'o Condvar,
+}
+
+impl<'a, R> Offer<'a, R> {
+    /// Lock the offer's state.
+    pub(crate) fn lock(&self) -> Locked<'_, R> {
+        Locked {
+            g: self.landing.state.lock(),
+            cv: &self.landing.cv,
+        }
+    }
+
+    /// Withdraw the rows: append the filled rows' records to `out`;
+    /// (filled, of which copied by the caller).
+    pub(crate) fn finish(self, out: &mut Vec<R>) -> (usize, usize) {
+        let mut g = self.landing.state.lock();
+        withdraw(&mut g, &self.landing.offered);
+        out.append(&mut g.records);
+        (g.filled, g.copied)
+    }
+}
+
+/// End the offer (under the lock): no row is written after this; a first
+/// free row a failed validation wrote is zeroed.
+fn withdraw<R>(g: &mut State<R>, offered: &AtomicBool) {
+    let Some(rows) = g.rows.take() else { return };
+    offered.store(false, Ordering::Relaxed);
+    if g.dirty && g.filled < rows.cap {
+        // SAFETY: as in `Landing::land`: a row of the offered rows, still
+        // borrowed by the offer being ended, under the lock.
+        unsafe { std::ptr::write_bytes(rows.at(g.filled), 0, rows.bytes) };
+        g.dirty = false;
+    }
+}
+
+impl<R> Drop for Offer<'_, R> {
+    fn drop(&mut self) {
+        withdraw(&mut self.landing.state.lock(), &self.landing.offered);
+    }
+}
+
+impl<R> Locked<'_, R> {
+    /// Every row is filled.
+    pub(crate) fn full(&self) -> bool {
+        self.g.rows.is_none_or(|r| self.g.filled >= r.cap)
+    }
+
+    /// Copy a valid spectrum the caller took into the next free row;
+    /// false (nothing done) if it is not of the rows' size or none is
+    /// free.
+    pub(crate) fn put(&mut self, data: &[u8], record: R) -> bool {
+        let Some(rows) = self.g.rows else {
+            return false;
+        };
+        if data.len() != rows.bytes || self.g.filled >= rows.cap {
+            return false;
+        }
+        // SAFETY: as in `Landing::land` (the lock is held by `self`).
+        let row = unsafe { std::slice::from_raw_parts_mut(rows.at(self.g.filled), rows.bytes) };
+        row.copy_from_slice(data);
+        self.g.records.push(record);
+        self.g.filled += 1;
+        self.g.copied += 1;
+        self.g.dirty = false;
+        true
+    }
+
+    /// Wait (the lock released) until woken or `until`.
+    pub(crate) fn wait_until(&mut self, until: Instant) {
+        let _ = self.cv.wait_until(&mut self.g, until);
+    }
+
+    /// Run `f` with the lock released (the consumer's thread may land
+    /// meanwhile).
+    pub(crate) fn unlocked<T>(&mut self, f: impl FnOnce() -> T) -> T {
+        MutexGuard::unlocked(&mut self.g, f)
+    }
+}
