@@ -829,41 +829,46 @@ impl Consumer {
         let mut ended = false;
         let mut held = Vec::new();
         let offer = self.landing.offer(rows, spectrum_bytes);
-        {
+        let mut claimed = Vec::new();
+        loop {
             let mut g = offer.lock();
-            loop {
-                // what was queued before the rows were offered (or could
-                // not land since) first, in order: the worker lands
-                // nothing while data is queued, and looks under this lock
-                while !g.full() && left.is_none() && !ended {
-                    let Some(m) = self.rx.pop(Duration::ZERO) else {
-                        break;
-                    };
-                    match m {
-                        Message::Valid(s) => {
-                            let record = (s.product.clone(), s.info);
-                            if !g.put(s.data(), record) {
-                                left = Some(s);
-                            }
-                        }
-                        m => {
-                            ended = matches!(m, Message::End { .. });
-                            held.push(m);
+            // what was queued before the rows were offered (or could not
+            // land since) first, in order: the consumer's thread lands
+            // nothing while data is queued, and looks under this lock;
+            // rows are claimed here and filled with the lock released
+            while !g.full() && left.is_none() && !ended {
+                let Some(m) = self.rx.pop(Duration::ZERO) else {
+                    break;
+                };
+                match m {
+                    Message::Valid(s) => {
+                        let record = (s.product.clone(), s.info);
+                        match g.claim(s.data().len(), record) {
+                            Some(c) => claimed.push((c, s)),
+                            None => left = Some(s),
                         }
                     }
+                    m => {
+                        ended = matches!(m, Message::End { .. });
+                        held.push(m);
+                    }
                 }
-                if g.full() || left.is_some() || ended || Instant::now() >= until {
-                    break;
-                }
-                if !held.is_empty() {
-                    g.unlocked(|| held.drain(..).for_each(&mut other));
-                    continue;
-                }
+            }
+            let done = g.full() || left.is_some() || ended || Instant::now() >= until;
+            if !done && claimed.is_empty() && held.is_empty() {
                 g.wait_until(until);
+                continue;
+            }
+            drop(g);
+            for (c, s) in claimed.drain(..) {
+                offer.fill(c, s.data());
+            }
+            held.drain(..).for_each(&mut other);
+            if done {
+                break;
             }
         }
         let (filled, copied) = offer.finish(spectra);
-        held.into_iter().for_each(other);
         Landed {
             rows: filled,
             copied,

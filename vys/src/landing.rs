@@ -4,11 +4,16 @@
 //! a batch of spectra is filled without a second copy
 //! ([`Consumer::recv_into`](super::consumer::Consumer::recv_into)).
 //!
-//! Soundness rests on one mutex: the rows are written only while it is
-//! held (by the consumer's thread landing a spectrum, or by the caller
-//! copying one it took from the queue), and the offer is withdrawn under
-//! it before the caller's borrow of the rows ends ([`Offer`]'s drop), so
-//! no write can reach the rows after the call returns. A row counts as
+//! Soundness rests on one mutex: the consumer's thread writes a row only
+//! while it holds it (the row after the filled ones), the caller copies
+//! a spectrum it took from the queue only into a row it claimed under it
+//! (counted filled at once, so the consumer's thread never writes it),
+//! and the offer is withdrawn under it before the caller's borrow of the
+//! rows ends ([`Offer`]'s drop), so no write can reach the rows after
+//! the call returns. The consumer's thread never waits for the caller:
+//! it lands a spectrum only if it gets the lock at once, else delivers it
+//! the usual way; the caller holds the lock only to claim rows and to
+//! start waiting. A row counts as
 //! filled only once its spectrum validated; a row a failed validation
 //! wrote is the next landing's, and zeroed if it is still the first free
 //! row when the offer ends: the caller never holds bytes that failed
@@ -102,7 +107,8 @@ impl<R> Landing<R> {
         if !self.offered.load(Ordering::Relaxed) {
             return None;
         }
-        let mut g = self.state.lock();
+        // the caller holds the lock only briefly; but never wait for it
+        let mut g = self.state.try_lock()?;
         let rows = g.rows?;
         if rows.bytes != bytes || g.filled >= rows.cap || !may() {
             return None;
@@ -159,6 +165,7 @@ impl<R> Landing<R> {
         Offer {
             landing: self,
             _one: one,
+            rows: r,
             _rows: PhantomData,
         }
     }
@@ -168,9 +175,13 @@ impl<R> Landing<R> {
 pub(crate) struct Offer<'a, R> {
     landing: &'a Landing<R>,
     _one: MutexGuard<'a, ()>,
+    rows: Rows,
     /// The rows stay borrowed while they are on offer.
     _rows: PhantomData<&'a mut [u8]>,
 }
+
+/// A row the caller claimed (its index).
+pub(crate) struct Claim(usize);
 
 /// An offer's state, locked: the consumer's thread lands nothing
 /// meanwhile.
@@ -186,6 +197,19 @@ impl<'a, R> Offer<'a, R> {
             g: self.landing.state.lock(),
             cv: &self.landing.cv,
         }
+    }
+
+    /// Copy `data` into the row `claim` names (the lock not held: the row
+    /// is this caller's alone).
+    pub(crate) fn fill(&self, claim: Claim, data: &[u8]) {
+        debug_assert_eq!(data.len(), self.rows.bytes);
+        let n = data.len().min(self.rows.bytes);
+        // SAFETY: row `claim.0` < `cap` of the rows this offer borrows
+        // (claimed by `Locked::claim`, bounds checked there), counted as
+        // filled at its claim so the consumer's thread, which writes only
+        // the row after the filled ones, never touches it; `n` bytes fit
+        // a row and `data` is another allocation (the caller's spectrum).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.rows.at(claim.0), n) };
     }
 
     /// Withdraw the rows: append the filled rows' records to `out`;
@@ -223,34 +247,26 @@ impl<R> Locked<'_, R> {
         self.g.rows.is_none_or(|r| self.g.filled >= r.cap)
     }
 
-    /// Copy a valid spectrum the caller took into the next free row;
-    /// false (nothing done) if it is not of the rows' size or none is
+    /// Claim the next free row for a valid spectrum of `bytes` bytes the
+    /// caller took (to copy with [`Offer::fill`], before the offer ends);
+    /// `None` (nothing done) if it is not of the rows' size or none is
     /// free.
-    pub(crate) fn put(&mut self, data: &[u8], record: R) -> bool {
-        let Some(rows) = self.g.rows else {
-            return false;
-        };
-        if data.len() != rows.bytes || self.g.filled >= rows.cap {
-            return false;
+    pub(crate) fn claim(&mut self, bytes: usize, record: R) -> Option<Claim> {
+        let rows = self.g.rows?;
+        if bytes != rows.bytes || self.g.filled >= rows.cap {
+            return None;
         }
-        // SAFETY: as in `Landing::land` (the lock is held by `self`).
-        let row = unsafe { std::slice::from_raw_parts_mut(rows.at(self.g.filled), rows.bytes) };
-        row.copy_from_slice(data);
+        let k = self.g.filled;
         self.g.records.push(record);
         self.g.filled += 1;
         self.g.copied += 1;
+        // a row a failed validation wrote is the caller's now: overwritten
         self.g.dirty = false;
-        true
+        Some(Claim(k))
     }
 
     /// Wait (the lock released) until woken or `until`.
     pub(crate) fn wait_until(&mut self, until: Instant) {
         let _ = self.cv.wait_until(&mut self.g, until);
-    }
-
-    /// Run `f` with the lock released (the consumer's thread may land
-    /// meanwhile).
-    pub(crate) fn unlocked<T>(&mut self, f: impl FnOnce() -> T) -> T {
-        MutexGuard::unlocked(&mut self.g, f)
     }
 }

@@ -11,8 +11,10 @@
 //! * a valid spectrum's data is a numpy view over the consumer's pool
 //!   buffer ([`SpectrumBuffer`] is the array's base object, so the buffer
 //!   goes back to the pool only when the last view of it dies);
-//! * `recv_batch` and `read_window` copy many spectra into numpy arrays
-//!   with the GIL released while they wait and copy.
+//! * `recv_batch` has the consumer's thread read spectra straight into
+//!   its numpy array's rows (`Consumer::recv_into`: no second copy);
+//!   `read_window` copies spectra into its window; both with the GIL
+//!   released while they wait and fill.
 //!
 //! See docs/vys-python.md.
 
