@@ -270,3 +270,95 @@ impl<R> Locked<'_, R> {
         let _ = self.cv.wait_until(&mut self.g, until);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    /// A "consumer thread" lands rows (valid ones filled with their
+    /// number, every third one failing after writing junk) while the
+    /// caller claims and fills rows of its own: every filled row holds
+    /// its record's number, the first free row no junk, and nothing is
+    /// written after the offer ends (Miri checks the accesses).
+    #[test]
+    fn rows_landed_and_claimed_hold_their_records_and_nothing_after_the_offer() {
+        let bytes = 16;
+        let rounds = if cfg!(miri) { 3 } else { 200 };
+        let landing: Arc<Landing<u64>> = Arc::new(Landing::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let l = landing.clone();
+        let s = stop.clone();
+        let worker = std::thread::spawn(move || {
+            let mut k = 1_000u64;
+            let mut landed = 0u64;
+            while !s.load(Ordering::Relaxed) {
+                k += 1;
+                let bad = k.is_multiple_of(3);
+                let o = l.land(
+                    bytes,
+                    || true,
+                    |row| {
+                        if bad {
+                            row.fill(0xee);
+                            ReadOutcome::Overwritten
+                        } else {
+                            row.fill(k as u8);
+                            ReadOutcome::Valid
+                        }
+                    },
+                    || k,
+                );
+                landed += u64::from(o == Some(ReadOutcome::Valid));
+                std::thread::yield_now();
+            }
+            landed
+        });
+        let (mut total, mut claims) = (0u64, 0u64);
+        for r in 0..rounds {
+            let mut rows = vec![0x55u8; 8 * bytes];
+            let mut records = Vec::new();
+            {
+                let offer = landing.offer(&mut rows, bytes);
+                let claim = offer.lock().claim(bytes, r);
+                let claimed = claim.is_some();
+                if let Some(c) = claim {
+                    offer.fill(c, &[r as u8; 16]);
+                    claims += 1;
+                }
+                let until = Instant::now() + Duration::from_millis(if cfg!(miri) { 1 } else { 2 });
+                let mut g = offer.lock();
+                while !g.full() && Instant::now() < until {
+                    g.wait_until(until);
+                }
+                drop(g);
+                let (filled, copied) = offer.finish(&mut records);
+                assert_eq!((filled, copied), (records.len(), usize::from(claimed)));
+            }
+            // the offer is over: whatever the worker does now, not here
+            let snapshot = rows.clone();
+            std::thread::yield_now();
+            assert_eq!(rows, snapshot);
+            for (i, k) in records.iter().enumerate() {
+                assert!(rows[i * bytes..(i + 1) * bytes]
+                    .iter()
+                    .all(|&b| b == *k as u8));
+            }
+            if let Some(free) = rows.get(records.len() * bytes..(records.len() + 1) * bytes) {
+                assert!(free.iter().all(|&b| b == 0x55) || free.iter().all(|&b| b == 0));
+            }
+            total += records.len() as u64;
+        }
+        stop.store(true, Ordering::Relaxed);
+        let landed = worker.join().unwrap();
+        assert!(claims > 0 && total >= claims, "{total} {claims}");
+        assert_eq!(
+            landed,
+            total - claims,
+            "every valid landing in a row handed out"
+        );
+        // no rows on offer: nothing lands
+        assert_eq!(landing.land(bytes, || true, |_| unreachable!(), || 0), None);
+    }
+}
