@@ -74,6 +74,7 @@
 //! ```
 
 use super::export::{ImportedRing, RingTooLarge};
+use super::landing::Landing;
 use super::queue::{Alert, MessageQueue, KINDS};
 use super::rdma_device::RdmaDevice;
 use super::rdma_read::{ProducerQp, RdmaReader};
@@ -641,6 +642,8 @@ impl std::fmt::Display for Message {
 /// A running consumer.
 pub struct Consumer {
     rx: Arc<MessageQueue<Message>>,
+    /// Rows offered by [`Consumer::recv_into`], shared with the worker.
+    landing: Arc<Landing<Record>>,
     /// The worker's counts, as of its last round.
     stats: Arc<Mutex<ConsumerStats>>,
     stop: Arc<AtomicBool>,
@@ -708,6 +711,7 @@ impl Consumer {
             lost: Arc::new(AtomicU64::new(0)),
         };
         let rx = Arc::new(MessageQueue::new(cfg.queue_len));
+        let landing = Arc::new(Landing::default());
         let live = Arc::new(Mutex::new(ConsumerStats::default()));
         let tx = rx.clone();
         let stop = Arc::new(AtomicBool::new(false));
@@ -736,6 +740,8 @@ impl Consumer {
             filter: Box::new(filter),
             tx,
             out: Vec::new(),
+            out_valid: 0,
+            landing: landing.clone(),
             pool,
             routes: FxHashMap::default(),
             peers: FxHashMap::default(),
@@ -759,6 +765,7 @@ impl Consumer {
             .spawn(move || w.run(&st))?;
         Ok(Consumer {
             rx,
+            landing,
             stats: live,
             stop,
             thread: Some(thread),
@@ -788,6 +795,88 @@ impl Consumer {
         self.rx.pop(Duration::ZERO)
     }
 
+    /// Valid spectra of `spectrum_bytes` bytes straight into `rows` (one
+    /// spectrum per `spectrum_bytes` of it), waiting at most `timeout`:
+    /// for the call's duration the consumer's thread reads (and
+    /// validates) spectra of producers on this host into the next free
+    /// row instead of a pool buffer, so a batch is filled with one copy
+    /// (from the ring) instead of two; spectra read across hosts are
+    /// copied into the rows by the consumer's thread. Spectra queued
+    /// before the call are taken first (copied into rows), so the rows
+    /// keep the order of [`Consumer::recv`]. What each filled row holds is
+    /// appended to `spectra` (row `i`: entry `len_before + i`).
+    ///
+    /// Returns when every row is filled, `timeout` passed, a valid
+    /// spectrum of another size was taken ([`Landed::left`], not in the
+    /// rows), or the end message was taken. Other messages are given to
+    /// `other` (the end message too), in order. A row is filled only with
+    /// a spectrum that validated exactly as a [`Message::Valid`] one does;
+    /// rows past the filled ones are untouched, but for the first, which
+    /// may be zeroed. One call at a time: another waits for this one.
+    pub fn recv_into(
+        &self,
+        rows: &mut [u8],
+        spectrum_bytes: usize,
+        timeout: Duration,
+        spectra: &mut Vec<(Arc<Product>, SpectrumInfo)>,
+        mut other: impl FnMut(Message),
+    ) -> Landed {
+        let now = Instant::now();
+        let until = now
+            .checked_add(timeout)
+            .unwrap_or(now + Duration::from_secs(86_400 * 365));
+        let mut left = None;
+        let mut ended = false;
+        let mut held = Vec::new();
+        let offer = self.landing.offer(rows, spectrum_bytes);
+        let mut claimed = Vec::new();
+        loop {
+            let mut g = offer.lock();
+            // what was queued before the rows were offered (or could not
+            // land since) first, in order: the consumer's thread lands
+            // nothing while data is queued, and looks under this lock;
+            // rows are claimed here and filled with the lock released
+            while !g.full() && left.is_none() && !ended {
+                let Some(m) = self.rx.pop(Duration::ZERO) else {
+                    break;
+                };
+                match m {
+                    Message::Valid(s) => {
+                        let record = (s.product.clone(), s.info);
+                        match g.claim(s.data().len(), record) {
+                            Some(c) => claimed.push((c, s)),
+                            None => left = Some(s),
+                        }
+                    }
+                    m => {
+                        ended = matches!(m, Message::End { .. });
+                        held.push(m);
+                    }
+                }
+            }
+            let done = g.full() || left.is_some() || ended || Instant::now() >= until;
+            if !done && claimed.is_empty() && held.is_empty() {
+                g.wait_until(until);
+                continue;
+            }
+            drop(g);
+            for (c, s) in claimed.drain(..) {
+                offer.fill(c, s.data());
+            }
+            held.drain(..).for_each(&mut other);
+            if done {
+                break;
+            }
+        }
+        let (filled, copied) = offer.finish(spectra);
+        Landed {
+            rows: filled,
+            copied,
+            left,
+            ended,
+        }
+    }
+
     /// Ask the consumer to stop: it takes no more signals, finishes or
     /// fails its outstanding reads, and delivers [`Message::End`] last.
     pub fn shutdown(&self) {
@@ -802,6 +891,25 @@ impl Drop for Consumer {
             let _ = t.join();
         }
     }
+}
+
+/// What a row offered by [`Consumer::recv_into`] holds: the product and
+/// the announcement of its spectrum.
+type Record = (Arc<Product>, SpectrumInfo);
+
+/// What [`Consumer::recv_into`] did.
+#[derive(Debug)]
+pub struct Landed {
+    /// Rows filled with valid spectra (the first ones).
+    pub rows: usize,
+    /// Of those, rows the call copied from spectra queued before (the
+    /// rest the consumer's thread read straight into them).
+    pub copied: usize,
+    /// A valid spectrum taken from the queue that is not in the rows (of
+    /// another size): the caller's to deliver, before later ones.
+    pub left: Option<Spectrum>,
+    /// The end message was taken (and given to `other`).
+    pub ended: bool,
 }
 
 /// The reads in flight to one producer across hosts.
@@ -883,6 +991,10 @@ struct Worker {
     tx: Arc<MessageQueue<Message>>,
     /// Messages of this round, delivered together.
     out: Vec<Message>,
+    /// Valid spectra in `out` (while any is, none lands: order is kept).
+    out_valid: usize,
+    /// Rows offered by [`Consumer::recv_into`].
+    landing: Arc<Landing<Record>>,
     pool: Arc<Pool>,
     /// Per producer id, the route to its current instance.
     routes: FxHashMap<u64, Route>,
@@ -979,11 +1091,18 @@ impl Worker {
         let stats = self.stats;
         *self.live.lock() = stats;
         self.tx.push_last(Message::End { status, stats });
+        self.landing.wake();
     }
 
     fn flush(&mut self) {
+        if self.out.is_empty() {
+            return;
+        }
         let dropped = self.tx.push(&mut self.out);
         self.stats.queue_dropped += dropped;
+        self.out_valid = 0;
+        // a caller offering rows takes what was queued
+        self.landing.wake();
     }
 
     /// Report a receive error of the signal socket; `Err` if the socket
@@ -1319,18 +1438,34 @@ impl Worker {
         }
         enum Next {
             Read(ReadOutcome, Vec<u8>),
+            /// Read into a row offered by `recv_into` (kept there if valid).
+            Landed(ReadOutcome),
             Starved,
             Fail(String),
             SessionFailed(String),
         }
         let pool = &self.pool;
-        let local = |ring: &ImportedRing| match pool.take() {
-            Some(mut buf) => {
-                let data = &mut buf[DATA_OFFSET..DATA_OFFSET + bytes];
-                let o = read_validated(ring.words(), bytes, &info, product.digest, data);
-                Next::Read(o, buf)
+        let (landing, tx, out_valid) = (&self.landing, &self.tx, self.out_valid);
+        let local = |ring: &ImportedRing| {
+            // straight into the caller's row if one is offered (and no
+            // valid spectrum waits in the queue ahead of this one)
+            let landed = landing.land(
+                bytes,
+                || out_valid == 0 && !tx.has_data(),
+                |row| read_validated(ring.words(), bytes, &info, product.digest, row),
+                || (product.clone(), info),
+            );
+            if let Some(o) = landed {
+                return Next::Landed(o);
             }
-            None => Next::Starved,
+            match pool.take() {
+                Some(mut buf) => {
+                    let data = &mut buf[DATA_OFFSET..DATA_OFFSET + bytes];
+                    let o = read_validated(ring.words(), bytes, &info, product.digest, data);
+                    Next::Read(o, buf)
+                }
+                None => Next::Starved,
+            }
         };
         let mut reach = Reach {
             rdma: &mut self.rdma,
@@ -1399,7 +1534,11 @@ impl Worker {
         match next {
             Next::Read(o, buf) => {
                 self.stats.local_reads += 1;
-                self.outcome(product.clone(), info, o, buf)
+                self.outcome(product.clone(), info, o, Some(buf))
+            }
+            Next::Landed(o) => {
+                self.stats.local_reads += 1;
+                self.outcome(product.clone(), info, o, None)
             }
             Next::Starved => {
                 self.starved += 1;
@@ -1421,10 +1560,46 @@ impl Worker {
         }
     }
 
-    fn outcome(&mut self, product: Arc<Product>, info: SpectrumInfo, o: ReadOutcome, buf: Vec<u8>) {
+    /// Deliver a read's outcome. `buf`: the pool buffer it was read into
+    /// (a whole slot); `None`: it was read into a row offered by
+    /// [`Consumer::recv_into`] (a valid one is there already).
+    fn outcome(
+        &mut self,
+        product: Arc<Product>,
+        info: SpectrumInfo,
+        o: ReadOutcome,
+        buf: Option<Vec<u8>>,
+    ) {
+        let Some(buf) = buf else {
+            if o == ReadOutcome::Valid {
+                self.stats.valid += 1;
+            } else {
+                self.failed(product, info, o);
+            }
+            return;
+        };
         match o {
             ReadOutcome::Valid => {
                 self.stats.valid += 1;
+                // into a row offered by `recv_into` if there is one (read
+                // across hosts: the copy is the consumer thread's, and
+                // the buffer is back in the pool at once)
+                let bytes = product.spectrum_bytes as usize;
+                let (tx, out_valid) = (&self.tx, self.out_valid);
+                let landed = self.landing.land(
+                    bytes,
+                    || out_valid == 0 && !tx.has_data(),
+                    |row| {
+                        row.copy_from_slice(&buf[DATA_OFFSET..DATA_OFFSET + bytes]);
+                        ReadOutcome::Valid
+                    },
+                    || (product.clone(), info),
+                );
+                if landed.is_some() {
+                    self.pool.give(buf);
+                    return;
+                }
+                self.out_valid += 1;
                 self.send(Message::Valid(Spectrum {
                     product,
                     info,
@@ -1432,8 +1607,18 @@ impl Worker {
                     pool: self.pool.clone(),
                 }));
             }
-            ReadOutcome::Overwritten | ReadOutcome::DigestMismatch => {
+            o => {
                 self.pool.give(buf);
+                self.failed(product, info, o);
+            }
+        }
+    }
+
+    /// Report a read that did not validate.
+    fn failed(&mut self, product: Arc<Product>, info: SpectrumInfo, o: ReadOutcome) {
+        match o {
+            ReadOutcome::Valid => {}
+            ReadOutcome::Overwritten | ReadOutcome::DigestMismatch => {
                 self.stats.verification_failures += 1;
                 let cause = if o == ReadOutcome::Overwritten {
                     Verification::Overwritten
@@ -1447,7 +1632,6 @@ impl Worker {
                 });
             }
             ReadOutcome::OutOfRing => {
-                self.pool.give(buf);
                 self.fail(
                     &product,
                     info,
@@ -1500,17 +1684,17 @@ impl Worker {
                     self.stats.rdma_reads += 1;
                     let bytes = product.spectrum_bytes as usize;
                     let o = check_slot(&d.buf[..slot_bytes(bytes)], bytes, &info, product.digest);
-                    self.outcome(product, info, o, d.buf);
+                    self.outcome(product, info, o, Some(d.buf));
                 }
                 ReadResult::Slot => {
                     self.stats.remote_reads += 1;
                     let bytes = product.spectrum_bytes as usize;
                     let o = check_slot(&d.buf[..slot_bytes(bytes)], bytes, &info, product.digest);
-                    self.outcome(product, info, o, d.buf);
+                    self.outcome(product, info, o, Some(d.buf));
                 }
                 ReadResult::Overwritten => {
                     self.stats.remote_reads += 1;
-                    self.outcome(product, info, ReadOutcome::Overwritten, d.buf);
+                    self.outcome(product, info, ReadOutcome::Overwritten, Some(d.buf));
                 }
                 ReadResult::Failed(e) => {
                     self.pool.give(d.buf);

@@ -31,6 +31,7 @@ pub mod checkable;
 pub mod consumer;
 pub mod export;
 pub mod handshake;
+mod landing;
 pub mod producer;
 mod queue;
 pub mod rdma_device;

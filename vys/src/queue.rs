@@ -163,6 +163,12 @@ impl<M: Alert> MessageQueue<M> {
         rejected.len() as u64
     }
 
+    /// Whether data messages are queued (the application has not taken
+    /// them yet).
+    pub(crate) fn has_data(&self) -> bool {
+        self.inner.lock().data > 0
+    }
+
     /// Append the last message (always taken, bound or not), after the
     /// alert of whatever is still unreported.
     pub(crate) fn push_last(&self, m: M) {

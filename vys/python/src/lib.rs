@@ -11,8 +11,10 @@
 //! * a valid spectrum's data is a numpy view over the consumer's pool
 //!   buffer ([`SpectrumBuffer`] is the array's base object, so the buffer
 //!   goes back to the pool only when the last view of it dies);
-//! * `recv_batch` and `read_window` copy many spectra into numpy arrays
-//!   with the GIL released while they wait and copy.
+//! * `recv_batch` has the consumer's thread read spectra straight into
+//!   its numpy array's rows (`Consumer::recv_into`: no second copy);
+//!   `read_window` copies spectra into its window; both with the GIL
+//!   released while they wait and fill.
 //!
 //! See docs/vys-python.md.
 
@@ -852,6 +854,9 @@ struct State {
     events_dropped: u64,
     /// The end message was taken.
     ended: bool,
+    /// The last batch's spectrum size and type (complex64 or raw): the
+    /// size of the rows `recv_batch` offers before a spectrum comes.
+    last_shape: Option<(usize, bool)>,
 }
 
 impl State {
@@ -1134,8 +1139,10 @@ impl Consumer {
     /// (viewed as `META_DTYPE` by the package), `data` `[n, nchan]`
     /// complex64 (or `[n, nbytes]` uint8). Every spectrum of a batch has
     /// the first one's size; one of another size waits for the next call.
+    /// The consumer's thread reads spectra straight into `data`'s rows
+    /// (`Consumer::recv_into`); spectra it queued before are copied.
     /// Other messages are kept for `events()`. The GIL is released while
-    /// waiting and copying.
+    /// waiting and filling.
     #[pyo3(signature = (max, timeout=None))]
     fn recv_batch<'py>(
         &self,
@@ -1144,110 +1151,170 @@ impl Consumer {
         timeout: Option<f64>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>)> {
         let until = deadline(timeout)?;
-        let first = if max == 0 {
-            None
-        } else {
-            self.next_valid(py, until)?
-        };
-        let Some(first) = first else {
+        let empty = |py: Python<'py>| {
             let meta = PyArray1::<u8>::zeros(py, [0], false);
             let data = PyArray2::<u8>::zeros(py, [0, 0], false);
-            return Ok((meta.into_any(), data.into_any()));
+            (meta.into_any(), data.into_any())
         };
-        let complex = self.dtype.complex(&first.product)?;
-        let nbytes = first.product.spectrum_bytes as usize;
-        if max
-            .checked_mul(nbytes.max(META_BYTES))
-            .is_none_or(|b| b > MAX_OUT_BYTES)
-        {
-            // `first` goes back to the pool; the call asked too much.
-            return Err(PyValueError::new_err(format!(
-                "recv_batch: {max} spectra of {nbytes} B is more than {MAX_OUT_BYTES} B"
-            )));
+        if max == 0 {
+            return Ok(empty(py));
         }
-        let width = if complex { nbytes / 8 } else { nbytes };
-        // SAFETY: uninitialised arrays of plain numbers (any bit pattern
-        // is a value); rows are written before they are returned, and only
-        // the first `n` rows are returned.
-        let meta = unsafe { PyArray1::<u8>::new(py, [max * META_BYTES], false) };
-        let data: Bound<'py, PyAny> = if complex {
-            // SAFETY: as above.
-            unsafe { PyArray2::<Complex32>::new(py, [max, width], false) }.into_any()
-        } else {
-            // SAFETY: as above.
-            unsafe { PyArray2::<u8>::new(py, [max, width], false) }.into_any()
-        };
-        let mp = Out(meta.data());
-        let dp = Out({
-            let raw = data.as_ptr() as *mut numpy::npyffi::PyArrayObject;
-            // SAFETY: `raw` is the live array `data` just made; its data
-            // field is its buffer (PyArray_DATA).
-            unsafe { (*raw).fields.data as *mut u8 }
-        });
-        let mut n = 0usize;
-        let mut first = Some(first);
-        // A different size ends the batch.
-        let mut other_size = false;
+        // Rows for the consumer's thread to fill, of a size known before
+        // any spectrum comes: the last batch's (a spectrum of another
+        // size ends the batch; if it is the first, the batch is planned
+        // again for its size).
         loop {
-            let slice = (Instant::now() + WAIT_SLICE).min(until);
-            py.detach(|| {
-                // The wrappers, not their raw fields.
-                let (mp, dp) = (mp, dp);
-                // SAFETY: `meta` and `data` are fresh C-contiguous arrays
-                // of `max * META_BYTES` and `max * nbytes` bytes that no
-                // one else holds yet (not returned); the calling thread
-                // keeps them alive and waits for this closure.
-                let meta = unsafe { std::slice::from_raw_parts_mut(mp.0, max * META_BYTES) };
-                // SAFETY: as above.
-                let data = unsafe { std::slice::from_raw_parts_mut(dp.0, max * nbytes) };
-                let mut put = |s: &Spectrum, n: usize| {
-                    put_meta(
-                        &mut meta[n * META_BYTES..(n + 1) * META_BYTES],
-                        &s.product,
-                        &s.info,
-                    );
-                    data[n * nbytes..(n + 1) * nbytes].copy_from_slice(s.data());
-                };
-                if let Some(f) = first.take() {
-                    put(&f, n);
-                    n += 1;
-                }
+            // The batch's size and type: of the first pending spectrum,
+            // else of the last batch, else of the next valid spectrum.
+            let (mut first, last) = {
                 let mut st = self.state();
-                while n < max {
-                    match self.next(&mut st, slice) {
-                        Some(RustMessage::Valid(s)) => {
-                            if s.product.spectrum_bytes as usize != nbytes {
-                                st.pending.push_front(RustMessage::Valid(s));
-                                other_size = true;
-                                break;
-                            }
-                            put(&s, n);
-                            n += 1;
-                        }
-                        Some(other) => st.event(other),
-                        None => break,
-                    }
+                let first = match st.pending.front() {
+                    Some(RustMessage::Valid(_)) => match st.pending.pop_front() {
+                        Some(RustMessage::Valid(s)) => Some(s),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                (first, st.last_shape)
+            };
+            if first.is_none() && last.is_none() {
+                first = self.next_valid(py, until)?;
+                if first.is_none() {
+                    return Ok(empty(py));
                 }
-            });
-            if n >= max || other_size || Instant::now() >= until || self.state().ended {
-                break;
             }
-            py.check_signals()?;
+            let (nbytes, complex) = match (&first, last) {
+                (Some(f), _) => (
+                    f.product.spectrum_bytes as usize,
+                    self.dtype.complex(&f.product)?,
+                ),
+                (None, Some(shape)) => shape,
+                (None, None) => return Ok(empty(py)),
+            };
+            if max
+                .checked_mul(nbytes.max(META_BYTES))
+                .is_none_or(|b| b > MAX_OUT_BYTES)
+            {
+                // `first` goes back to the pool; the call asked too much.
+                return Err(PyValueError::new_err(format!(
+                    "recv_batch: {max} spectra of {nbytes} B is more than {MAX_OUT_BYTES} B"
+                )));
+            }
+            let width = if complex { nbytes / 8 } else { nbytes };
+            // SAFETY: uninitialised arrays of plain numbers (any bit
+            // pattern is a value); rows are written before they are
+            // returned, and only the first `n` rows are returned.
+            let meta = unsafe { PyArray1::<u8>::new(py, [max * META_BYTES], false) };
+            let data: Bound<'py, PyAny> = if complex {
+                // SAFETY: as above.
+                unsafe { PyArray2::<Complex32>::new(py, [max, width], false) }.into_any()
+            } else {
+                // SAFETY: as above.
+                unsafe { PyArray2::<u8>::new(py, [max, width], false) }.into_any()
+            };
+            let mp = Out(meta.data());
+            let dp = Out({
+                let raw = data.as_ptr() as *mut numpy::npyffi::PyArrayObject;
+                // SAFETY: `raw` is the live array `data` just made; its
+                // data field is its buffer (PyArray_DATA).
+                unsafe { (*raw).fields.data as *mut u8 }
+            });
+            let mut n = 0usize;
+            // A different size ends the batch.
+            let mut other_size = false;
+            let mut spectra = Vec::new();
+            loop {
+                let slice = (Instant::now() + WAIT_SLICE).min(until);
+                py.detach(|| {
+                    // The wrappers, not their raw fields.
+                    let (mp, dp) = (mp, dp);
+                    // SAFETY: `meta` and `data` are fresh C-contiguous
+                    // arrays of `max * META_BYTES` and `max * nbytes`
+                    // bytes that no one else holds yet (not returned);
+                    // the calling thread keeps them alive and waits for
+                    // this closure.
+                    let meta = unsafe { std::slice::from_raw_parts_mut(mp.0, max * META_BYTES) };
+                    // SAFETY: as above.
+                    let data = unsafe { std::slice::from_raw_parts_mut(dp.0, max * nbytes) };
+                    let mut put = |s: &Spectrum, n: usize| {
+                        put_meta(
+                            &mut meta[n * META_BYTES..(n + 1) * META_BYTES],
+                            &s.product,
+                            &s.info,
+                        );
+                        data[n * nbytes..(n + 1) * nbytes].copy_from_slice(s.data());
+                    };
+                    if let Some(f) = first.take() {
+                        put(&f, n);
+                        n += 1;
+                    }
+                    let mut st = self.state();
+                    // spectra taken from the queue before come first
+                    while n < max {
+                        match st.pending.pop_front() {
+                            Some(RustMessage::Valid(s)) => {
+                                if s.product.spectrum_bytes as usize != nbytes {
+                                    st.pending.push_front(RustMessage::Valid(s));
+                                    other_size = true;
+                                    return;
+                                }
+                                put(&s, n);
+                                n += 1;
+                            }
+                            Some(other) => st.event(other),
+                            None => break,
+                        }
+                    }
+                    if n >= max || st.ended {
+                        return;
+                    }
+                    // the rest straight into the rows
+                    let wait = slice.saturating_duration_since(Instant::now());
+                    let got = self.inner.recv_into(
+                        &mut data[n * nbytes..],
+                        nbytes,
+                        wait,
+                        &mut spectra,
+                        |m| st.event(m),
+                    );
+                    for (i, (p, info)) in spectra.drain(..).enumerate() {
+                        let k = n + i;
+                        put_meta(&mut meta[k * META_BYTES..(k + 1) * META_BYTES], &p, &info);
+                    }
+                    n += got.rows;
+                    if let Some(s) = got.left {
+                        st.pending.push_front(RustMessage::Valid(s));
+                        other_size = true;
+                    }
+                });
+                if n >= max || other_size || Instant::now() >= until || self.state().ended {
+                    break;
+                }
+                py.check_signals()?;
+            }
+            if n == 0 && other_size {
+                // planned for the last batch's size, and the first
+                // spectrum has another: plan for it
+                continue;
+            }
+            if n > 0 {
+                self.state().last_shape = Some((nbytes, complex));
+            }
+            let meta = meta.call_method1(
+                "__getitem__",
+                (pyo3::types::PySlice::new(
+                    py,
+                    0,
+                    (n * META_BYTES) as isize,
+                    1,
+                ),),
+            )?;
+            let data = data.call_method1(
+                "__getitem__",
+                (pyo3::types::PySlice::new(py, 0, n as isize, 1),),
+            )?;
+            return Ok((meta, data));
         }
-        let meta = meta.call_method1(
-            "__getitem__",
-            (pyo3::types::PySlice::new(
-                py,
-                0,
-                (n * META_BYTES) as isize,
-                1,
-            ),),
-        )?;
-        let data = data.call_method1(
-            "__getitem__",
-            (pyo3::types::PySlice::new(py, 0, n as isize, 1),),
-        )?;
-        Ok((meta, data))
     }
 
     /// Fill `[time, baseline, channel, pol]` complex64 data and flags

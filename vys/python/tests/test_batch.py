@@ -256,3 +256,34 @@ def test_oversized_requests_are_refused(stream):
     with pytest.raises(OverflowError):
         c.recv_batch(-1, timeout=0.1)
     c.close()
+
+
+def test_recv_batch_keeps_the_order_written(stream):
+    """Spectra queued before a call (copied) and spectra the consumer's
+    thread reads straight into the rows while the call waits come in the
+    order written, each once, with their content."""
+    c = vys.Consumer(**stream.kw())
+    p = producer(stream, slots=4096)
+    for t in range(500):  # queued before any rows are offered
+        p.write_checkable((0, 1), 0, 0, t)
+    p.flush()
+
+    def more():
+        for k in range(10):
+            time.sleep(0.02)
+            for t in range(500 + 100 * k, 600 + 100 * k):
+                p.write_checkable((0, 1), 0, 0, t)
+            p.flush()
+
+    w = threading.Thread(target=more)
+    w.start()
+    got = []
+    deadline = time.monotonic() + 20
+    while len(got) < 1500 and time.monotonic() < deadline:
+        meta, data = c.recv_batch(300, timeout=1.0)
+        for m, row in zip(meta, data):
+            assert row.tobytes() == expected_row(m).tobytes()
+        got += [int(t) for t in meta["timestamp"]]
+    w.join()
+    assert got == list(range(1500))
+    c.close()

@@ -104,7 +104,8 @@ class Consumer:
     # -- batches ----------------------------------------------------------
 
     def recv_batch(self, max, timeout=None):
-        """Up to ``max`` valid spectra, copied: ``(meta, data)`` with
+        """Up to ``max`` valid spectra, read by the consumer's thread
+        straight into ``data``'s rows: ``(meta, data)`` with
         ``meta`` a ``META_DTYPE`` array of ``n`` records and ``data`` an
         ``[n, nchan]`` complex64 array (``[n, nbytes]`` uint8 for raw
         spectra). Waits at most ``timeout`` seconds in all (GIL
