@@ -425,7 +425,9 @@ mod tests {
                                         f64::from_bits(b) == 0.0
                                     }
                             };
-                            if !(is_nan(now) && is_nan(want)) && !(is_zero(now) && is_zero(want)) {
+                            let same =
+                                (is_nan(now) && is_nan(want)) || (is_zero(now) && is_zero(want));
+                            if !same {
                                 assert_eq!(now, want, "{op:?} w{width} old {old:#x}");
                             }
                         }
