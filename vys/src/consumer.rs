@@ -828,7 +828,10 @@ impl Consumer {
         let mut left = None;
         let mut ended = false;
         let mut held = Vec::new();
-        let offer = self.landing.offer(rows, spectrum_bytes);
+        // SAFETY: `offer` is a local of this call, finished or dropped on
+        // every path out of it (returns, `?`, a panic of `other`); it is
+        // never leaked.
+        let offer = unsafe { self.landing.offer(rows, spectrum_bytes) };
         let mut claimed = Vec::new();
         loop {
             let mut g = offer.lock();

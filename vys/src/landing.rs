@@ -118,6 +118,9 @@ impl<R> Landing<R> {
         // offer is withdrawn under this lock (held here); only the lock's
         // holder touches the rows.
         let row = unsafe { std::slice::from_raw_parts_mut(rows.at(g.filled), bytes) };
+        // dirty until the read proves valid: a `read` that panics part-way
+        // leaves the row to be zeroed at withdrawal too
+        g.dirty = true;
         let o = read(row);
         if o == ReadOutcome::Valid {
             g.records.push(record());
@@ -126,8 +129,6 @@ impl<R> Landing<R> {
             if g.filled == rows.cap {
                 self.cv.notify_all();
             }
-        } else {
-            g.dirty = true;
         }
         Some(o)
     }
@@ -145,7 +146,13 @@ impl<R> Landing<R> {
     /// Offer `rows` (whole rows of `bytes` bytes; a shorter tail is not
     /// used) until the returned [`Offer`] is finished or dropped. Waits
     /// for another caller's offer to end first.
-    pub(crate) fn offer<'a>(&'a self, rows: &'a mut [u8], bytes: usize) -> Offer<'a, R> {
+    ///
+    /// # Safety
+    /// The returned [`Offer`] must be finished or dropped, never leaked
+    /// (`mem::forget`, a cycle): only its `Drop` withdraws the rows, and a
+    /// leaked offer would let the consumer's thread write into `rows`
+    /// after their borrow ended (as with the old `thread::scoped`).
+    pub(crate) unsafe fn offer<'a>(&'a self, rows: &'a mut [u8], bytes: usize) -> Offer<'a, R> {
         let one = self.one.lock();
         let cap = rows.len().checked_div(bytes).unwrap_or(0);
         let r = Rows {
@@ -320,7 +327,9 @@ mod tests {
             let mut rows = vec![0x55u8; 8 * bytes];
             let mut records = Vec::new();
             {
-                let offer = landing.offer(&mut rows, bytes);
+                // SAFETY: the offer is a local of this block, dropped at
+                // its end (never leaked).
+                let offer = unsafe { landing.offer(&mut rows, bytes) };
                 let claim = offer.lock().claim(bytes, r);
                 let claimed = claim.is_some();
                 if let Some(c) = claim {
