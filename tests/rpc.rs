@@ -108,24 +108,38 @@ fn rpc_function_missing_on_a_rank_fails_the_attach() {
 #[test]
 fn a_pending_rpc_future_sleeps_shm_and_udp() {
     for f in [SHM, UDP] {
-        let r = rpc(2, "idle", f);
-        r.ok();
-        let line = r
-            .stdout
-            .lines()
-            .find(|l| l.contains("rpc idle:"))
-            .unwrap_or_else(|| panic!("no report: {r:?}"));
-        let num = |key: &str| -> u64 {
-            let at = line.find(key).expect(key) + key.len();
-            line[at..]
-                .split_whitespace()
-                .next()
-                .and_then(|v| v.parse().ok())
-                .expect("a number")
-        };
-        let (cpu, wall, polls) = (num("cpu_ms="), num("wall_ms="), num("polls="));
-        assert!((1000..5000).contains(&wall), "{line}"); // the peer polls again after 2 s (it may leave the barrier late on a busy host)
-        assert!(cpu * 10 < wall, "{f:?}: {cpu} ms CPU in {wall} ms: {line}");
-        assert!(polls < 100, "{f:?}: polled {polls} times: {line}");
+        // Rank 1 may still be polling on its way out of the barrier when
+        // the call arrives and answer it at once (wall_ms near 0): then
+        // nothing was measured, and the job runs again (at most 3 times).
+        let mut measured = false;
+        for _attempt in 0..3 {
+            let r = rpc(2, "idle", f);
+            r.ok();
+            let line = r
+                .stdout
+                .lines()
+                .find(|l| l.contains("rpc idle:"))
+                .unwrap_or_else(|| panic!("no report: {r:?}"))
+                .to_string();
+            let num = |key: &str| -> u64 {
+                let at = line.find(key).expect(key) + key.len();
+                line[at..]
+                    .split_whitespace()
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("a number")
+            };
+            let (cpu, wall, polls) = (num("cpu_ms="), num("wall_ms="), num("polls="));
+            if wall < 1000 {
+                println!("{f:?}: answered before rank 1 stopped polling: {line}");
+                continue;
+            }
+            assert!(wall < 5000, "{line}"); // the peer polls again after 2 s (it may leave the barrier late on a busy host)
+            assert!(cpu * 10 < wall, "{f:?}: {cpu} ms CPU in {wall} ms: {line}");
+            assert!(polls < 100, "{f:?}: polled {polls} times: {line}");
+            measured = true;
+            break;
+        }
+        assert!(measured, "{f:?}: rank 1 answered at once in 3 runs of 3");
     }
 }
