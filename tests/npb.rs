@@ -1,7 +1,8 @@
-//! NAS Parallel Benchmarks IS and CG ported to the PGAS layer
-//! (`examples/npb_is.rs`, `examples/npb_cg.rs`): each job must pass NPB's
-//! official verification on 1, 2 and 4 ranks over both one-sided paths
-//! (classes S), and on 2 ranks for the larger classes W and (IS) A.
+//! NAS Parallel Benchmarks IS, CG and FT ported to the PGAS layer
+//! (`examples/npb_is.rs`, `examples/npb_cg.rs`, `examples/npb_ft.rs`):
+//! each job must pass NPB's official verification on 1, 2 and 4 ranks over
+//! both one-sided paths (classes S), and on 2 ranks for the larger classes
+//! W and (IS) A; FT S also over UDP.
 //! No class needs a larger SPLITRT_SEGMENT_SIZE than the default 64 MiB.
 
 mod common;
@@ -140,4 +141,68 @@ fn unknown_class_fails() {
     let r = run_job(1, &example("npb_cg"), &["A"], &[], 30);
     assert_ne!(r.code, 0, "{}", r.stdout);
     assert!(r.stderr.contains("not supported"), "{}", r.stderr);
+}
+
+/// FT: NPB's verification (every iteration's checksum within 1e-12 of the
+/// published one) in a job of `n` ranks with `env` (the class W job takes
+/// about 1 s in the test profile on 2 loaded cores; 60 s is the bound).
+fn ft(n: usize, class: &str, env: &[(&str, &str)]) {
+    let r = run_job(n, &example("npb_ft"), &[class], env, 60);
+    r.ok();
+    assert!(
+        r.stdout.contains(SUCCESS) && r.stdout.contains("Result verification successful"),
+        "npb_ft {class} on {n} ranks ({env:?}) did not verify:\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.stdout
+            .contains(&format!("Class           =                        {class}")),
+        "{}",
+        r.stdout
+    );
+    assert!(
+        r.stdout
+            .contains(&format!("Total processes =             {n:>12}")),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(r.stdout.matches("Checksum =").count(), 6, "{}", r.stdout);
+}
+
+#[test]
+fn ft_s_native_1_2_4() {
+    for n in [1, 2, 4] {
+        ft(n, "S", &[("SPLITRT_RMA", "native")]);
+    }
+}
+
+#[test]
+fn ft_s_am_1_2_4() {
+    for n in [1, 2, 4] {
+        ft(n, "S", &[("SPLITRT_RMA", "am")]);
+    }
+}
+
+#[test]
+fn ft_s_udp_2() {
+    ft(2, "S", &[("SPLITRT_FABRIC", "udp")]);
+}
+
+#[test]
+fn ft_w_native_2() {
+    ft(2, "W", &[("SPLITRT_RMA", "native")]);
+}
+
+/// FT's slabs need a rank count dividing ny and nz: 3 ranks are refused
+/// by every rank with the reason and a non-zero exit.
+#[test]
+fn ft_rank_count_not_dividing_fails() {
+    let r = run_job(3, &example("npb_ft"), &["S"], &[], 30);
+    assert_ne!(r.code, 0, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("needs a rank count dividing"),
+        "{}",
+        r.stderr
+    );
 }
