@@ -33,6 +33,29 @@ fn file_name(job: &str) -> String {
     format!("boot-{job}")
 }
 
+/// The refusal of a job that spans several nodes but has no way to find
+/// rank 0's rendezvous. Every rank gets it; only rank 0's says how to start
+/// such a job (once per job, not once per rank), the others point to it.
+fn several_nodes_refusal(job: &JobInfo) -> Error {
+    if job.rank != 0 {
+        return Error::bootstrap(format!(
+            "this {:?} job spans several nodes ({} of {} ranks on this one) and no rendezvous \
+             address reached this rank: rank 0's message says how to start it",
+            job.source, job.local_size, job.size
+        ));
+    }
+    Error::bootstrap(format!(
+        "this {:?} job spans several nodes ({} of {} ranks on this one) and no rendezvous address \
+         reached rank 0. Multi-node jobs run over the UDP fabric (the default across nodes) or \
+         ibverbs (cargo feature `ibverbs`, SPLITRT_FABRIC=ibverbs); start one with \
+         `srun --mpi=pmi2 ...`, with `splitrt-run --hosts node1:2,node2:2 ...`, or set \
+         {ENV_BOOTSTRAP}=host:port to an address every node can reach (rank 0 listens there) and \
+         {ENV_JOB_KEY} to the same secret on every rank (e.g. `export {ENV_JOB_KEY}=$(openssl rand -hex 32)`; \
+         with mpirun: `-x {ENV_BOOTSTRAP} -x {ENV_JOB_KEY}`). See docs/launching.md",
+        job.source, job.local_size, job.size
+    ))
+}
+
 impl Hosted {
     /// With `SPLITRT_BOOTSTRAP=host:port` under a scheduler (the multi-node
     /// way): rank 0 listens on that address; every rank joins it with `key`.
@@ -132,13 +155,7 @@ impl Hosted {
             return Self::via_pmi2(job, timeout);
         }
         if job.local_size < job.size {
-            return Err(Error::bootstrap(format!(
-                "this {:?} job spans several nodes ({} of {} ranks on this one); start it with \
-                 `srun --mpi=pmi2`, or set {ENV_BOOTSTRAP}=host:port to an address every node can reach \
-                 (rank 0 listens there) and {ENV_JOB_KEY} to the same secret on every rank (e.g. `export {ENV_JOB_KEY}=$(openssl rand -hex 32)`). Only the \
-                 shared-memory fabric exists so far, so multi-node jobs cannot run yet",
-                job.source, job.local_size, job.size
-            )));
+            return Err(several_nodes_refusal(job));
         }
         let dir = PrivateDir::open()?;
         let name = file_name(&job.job_id);
@@ -278,7 +295,7 @@ mod tests {
         ignore = "files in the private directory and TCP sockets (isolation)"
     )]
     fn several_nodes_without_an_address_is_refused_with_the_reason() {
-        let e = Hosted::start(&job(1, 4, 2, "slurm9.0"), Duration::from_millis(10))
+        let e = Hosted::start(&job(0, 4, 2, "slurm9.0"), Duration::from_millis(10))
             .err()
             .expect("refused");
         let msg = e.to_string();
@@ -287,6 +304,40 @@ mod tests {
                 && msg.contains("SPLITRT_BOOTSTRAP")
                 && msg.contains("SPLITRT_JOB_KEY"),
             "{msg}"
+        );
+    }
+
+    /// The refusal says what works (it once said multi-node jobs could not
+    /// run at all) and only rank 0 prints how to start the job: the other
+    /// ranks point to it instead of printing it once each.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "files in the private directory and TCP sockets (isolation)"
+    )]
+    fn several_nodes_refusal_says_what_works_once() {
+        let zero = Hosted::start(&job(0, 4, 2, "slurm9.1"), Duration::from_millis(10))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(!zero.contains("cannot run"), "{zero}");
+        for what in [
+            "UDP",
+            "ibverbs",
+            "srun --mpi=pmi2",
+            "splitrt-run --hosts",
+            "-x SPLITRT_BOOTSTRAP",
+        ] {
+            assert!(zero.contains(what), "{what} missing: {zero}");
+        }
+        let one = Hosted::start(&job(3, 4, 2, "slurm9.1"), Duration::from_millis(10))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(one.contains("rank 0's message"), "{one}");
+        assert!(
+            !one.contains("SPLITRT_JOB_KEY"),
+            "the instructions again: {one}"
         );
     }
 
