@@ -144,8 +144,8 @@ fn srun_pmi2_three_hosts_npb() {
     }
 }
 
-/// Four hosts, two ranks each (`.ci/run` starts four): the PGAS model and
-/// NPB CG.
+/// Four hosts, two ranks each (`.ci/run` starts four): the PGAS model, NPB
+/// CG, NPB FT (8 slabs of class S) and NPB MG (class S split over 8).
 #[test]
 fn srun_pmi2_four_hosts() {
     let Some(d) = cluster() else { return };
@@ -153,7 +153,7 @@ fn srun_pmi2_four_hosts() {
         eprintln!("skipped: the cluster has fewer than 4 hosts (NODES=4)");
         return;
     }
-    for prog in ["t_pgas_model", "npb_cg"] {
+    for prog in ["t_pgas_model", "npb_cg", "npb_ft", "npb_mg"] {
         let p = example(prog);
         let r = on(
             &d,
