@@ -13,7 +13,7 @@ mod conformance;
 mod pgas_model;
 
 use splitrt::pgas::Pgas;
-use splitrt::runtime::config::{Config, FabricKind};
+use splitrt::runtime::config::{Config, FabricKind, RmaPath};
 use splitrt::runtime::fabric::rdma::model::{ModelDevice, ModelNetwork};
 use splitrt::runtime::job::{JobInfo, JobSource};
 use splitrt::EndpointBuilder;
@@ -296,6 +296,30 @@ fn rpc_over_the_verbs_model() {
             let j = job(&id, r, size);
             let cfg = config(seg, 16);
             rpc_prog::run_on(mode, r, move |b| b.attach_over_verbs_model(j, cfg, dev))
+        });
+    }
+}
+
+#[path = "progs/teams.rs"]
+mod teams_prog;
+
+/// Teams and team collectives (`t_teams`, as `tests/teams.rs` runs over
+/// shm and UDP) over the ibverbs fabric's model, on both one-sided paths:
+/// odd-size, size-1 and nested teams, zero-length and chunked data.
+#[test]
+fn teams_over_the_verbs_model() {
+    let (size, seg) = (3, 8 << 20);
+    for (rma, seed) in [(RmaPath::Native, 18), (RmaPath::Am, 19)] {
+        let id = unique(&format!("teams{rma:?}"));
+        on_threads(size, seed, Duration::from_secs(120), move |r, dev| {
+            let cfg = Config {
+                rma,
+                ..config(seg, 16)
+            };
+            let pg =
+                Pgas::attach_over_verbs_model(EndpointBuilder::new(), job(&id, r, size), cfg, dev)?;
+            assert_eq!(pg.rma_path(), rma, "rank {r}");
+            teams_prog::run_on(pg)
         });
     }
 }
