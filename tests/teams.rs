@@ -180,26 +180,37 @@ fn teams_mismatched_op_is_named() {
     );
 }
 
-/// A member that never calls the collective: the members waiting for it
-/// name it in the hang report, and with SPLITRT_HANG_ABORT=1 the job ends
-/// within seconds.
+/// A member that never calls the collective: the member waiting for its
+/// first message names it in the hang report (before the members that
+/// wait for members that wait for it), and with SPLITRT_HANG_ABORT=1 the
+/// job ends within seconds. Rank 2 is a leaf of the reduction tree on 3
+/// ranks and an inner node (with a child, rank 6) on 8.
 #[test]
 fn teams_a_member_that_never_arrives_is_named() {
-    let t = Instant::now();
-    let r = run_job(
-        3,
-        &example("t_teams"),
-        &["absent", "2"],
-        &[("SPLITRT_HANG_REPORT", "1"), ("SPLITRT_HANG_ABORT", "1")],
-        60,
-    );
-    assert!(t.elapsed() < Duration::from_secs(30), "{r:?}");
-    assert_ne!(r.code, 0);
-    assert_ne!(r.code, 124, "ended by the report, not the timeout: {r:?}");
-    assert!(
-        r.stderr.contains("in Team::allreduce #1 on team 0x1")
-            && r.stderr.contains("(world rank 2) to send its part"),
-        "{}",
-        r.stderr
-    );
+    for n in [3, 8] {
+        let t = Instant::now();
+        let r = run_job(
+            n,
+            &example("t_teams"),
+            &["absent", "2"],
+            &[("SPLITRT_HANG_REPORT", "1"), ("SPLITRT_HANG_ABORT", "1")],
+            60,
+        );
+        assert!(t.elapsed() < Duration::from_secs(30), "{r:?}");
+        assert_ne!(r.code, 0);
+        assert_ne!(r.code, 124, "ended by the report, not the timeout: {r:?}");
+        assert!(
+            r.stderr.contains("gave up after")
+                && r.stderr.contains("in Team::allreduce #1 on team 0x1")
+                && r.stderr.contains("(world rank 2) to send its part"),
+            "{n} ranks: {}",
+            r.stderr
+        );
+        assert!(
+            !r.stderr.contains("(world rank 0) to send its part")
+                && !r.stderr.contains("(world rank 1) to send its part"),
+            "{n} ranks: only the missing rank is named: {}",
+            r.stderr
+        );
+    }
 }

@@ -31,6 +31,7 @@ mod state;
 mod team;
 mod team_coll;
 mod team_mail;
+mod team_nb;
 mod team_split;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
@@ -44,3 +45,4 @@ pub use rma::{Get, GetInto, Scope};
 pub use splitrt_am::LocalView;
 pub use splitrt_runtime::config::RmaPath;
 pub use team::Team;
+pub use team_nb::TeamRequest;

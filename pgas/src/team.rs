@@ -202,28 +202,69 @@ impl Team {
         h: &Header,
         from: usize,
         out: &mut [u8],
+        hops: u32,
     ) -> Result<()> {
-        let pg = &self.inner.pg;
-        let i = &pg.inner;
-        let mail = &i.team_mail;
-        let src = self.inner.members[from];
-        let key: Key = (self.inner.id, seq, tag, src);
+        let key = self.key(seq, tag, from);
+        self.wait_for(key, h, from, hops)?;
+        if self.try_take(key, h, out)? {
+            return Ok(());
+        }
+        Err(Error::usage(format!(
+            "{}: woke with nothing",
+            self.awaiting(key, h, from)
+        ))
+        .at_rank(self.inner.pg.rank()))
+    }
+
+    /// The mailbox key of step `tag` of collective `seq` from team rank
+    /// `from`.
+    pub(crate) fn key(&self, seq: u64, tag: u64, from: usize) -> Key {
+        (self.inner.id, seq, tag, self.inner.members[from])
+    }
+
+    /// What a member waiting for `key` waits for (the hang report's words).
+    pub(crate) fn awaiting(&self, key: Key, h: &Header, from: usize) -> String {
         let kind = CollKind::from_code(h.kind).map_or("a team collective", CollKind::name);
-        let what = || {
-            format!(
-                "in {kind} #{seq} on team {:#x} ({} members), waiting for team rank {from} \
-                 (world rank {src}) to send its part",
-                self.inner.id,
-                self.inner.members.len()
-            )
-        };
-        i.ep.wait_until_described(&what, || mail.ready(key, h))?;
-        match mail.take(key, h, out) {
-            Found::Done => Ok(()),
-            Found::Waiting => Err(Error::usage(format!("{}: woke with nothing", what()))),
+        format!(
+            "in {kind} #{} on team {:#x} ({} members), waiting for team rank {from} \
+             (world rank {}) to send its part",
+            key.1,
+            self.inner.id,
+            self.inner.members.len(),
+            key.3
+        )
+    }
+
+    /// Wait (serving traffic, with hang reports) until message `key` from
+    /// team rank `from` is in, or something is wrong with the collective.
+    ///
+    /// `hops`: how many messages the sender must receive, one after the
+    /// other, before it sends this one (0: it sends it on entering the
+    /// collective). The hang report comes `hops` seconds later than
+    /// configured, so that when a member never calls, the member waiting
+    /// for its first message (0 hops: it names the missing member) reports
+    /// before those waiting for members that wait for it in turn.
+    pub(crate) fn wait_for(&self, key: Key, h: &Header, from: usize, hops: u32) -> Result<()> {
+        let i = &self.inner.pg.inner;
+        let mail = &i.team_mail;
+        let what = || self.awaiting(key, h, from);
+        let later = std::time::Duration::from_secs(u64::from(hops));
+        i.ep.wait_reporting(&what, later, || mail.ready(key, h))
+    }
+
+    /// Take message `key` into `out` if it is in: `Ok(false)` if not yet.
+    /// A mismatching message of the same collective is an error naming
+    /// both calls, which ends the job.
+    pub(crate) fn try_take(&self, key: Key, h: &Header, out: &mut [u8]) -> Result<bool> {
+        let i = &self.inner.pg.inner;
+        let (seq, src) = (key.1, key.3);
+        let kind = CollKind::from_code(h.kind).map_or("a team collective", CollKind::name);
+        match i.team_mail.take(key, h, out) {
+            Found::Done => Ok(true),
+            Found::Waiting => Ok(false),
             Found::Failed(why) => Err(Error::usage(why).at_rank(i.rank)),
             Found::BadLength(n) => Err(Error::usage(format!(
-                "{kind} #{seq} on team {:#x}: world rank {src} sent {n} B where {} B were due",
+                "{kind} #{seq} on team {:#x}: rank {src} sent {n} B where {} B were due",
                 self.inner.id,
                 out.len()
             ))

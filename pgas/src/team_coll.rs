@@ -54,6 +54,18 @@ fn bitlen(v: usize) -> u32 {
     usize::BITS - v.leading_zeros()
 }
 
+/// Levels of the binomial subtree under relative rank `v` of `n` (0: a
+/// leaf): the receives before `v` sends up in a reduction.
+pub(crate) fn height(v: usize, n: usize) -> u32 {
+    let mut h = 0;
+    let mut k = bitlen(v);
+    while k < usize::BITS && (v | 1 << k) < n {
+        h = h.max(1 + height(v | 1 << k, n));
+        k += 1;
+    }
+    h
+}
+
 /// One collective in progress on a team: its number, header and this
 /// member's place.
 struct Call<'a> {
@@ -70,18 +82,27 @@ impl Call<'_> {
             .send(self.seq, tag, &self.h, to, bytemuck::cast_slice(data))
     }
 
-    fn recv<T: Pod>(&self, tag: u64, from: usize, out: &mut [T]) -> Result<()> {
-        self.team
-            .recv(self.seq, tag, &self.h, from, bytemuck::cast_slice_mut(out))
+    /// Receive step `tag` from team rank `from`, which sends it after
+    /// `hops` receives of its own (see `Team::wait_for`).
+    fn recv<T: Pod>(&self, tag: u64, from: usize, out: &mut [T], hops: u32) -> Result<()> {
+        self.team.recv(
+            self.seq,
+            tag,
+            &self.h,
+            from,
+            bytemuck::cast_slice_mut(out),
+            hops,
+        )
     }
 
-    /// Binomial-tree broadcast of `buf` from team rank `root` (step `tag`).
-    fn bcast<T: Pod>(&self, tag: u64, root: usize, buf: &mut [T]) -> Result<()> {
+    /// Binomial-tree broadcast of `buf` from team rank `root` (step `tag`;
+    /// the root sends after `base` hops).
+    fn bcast<T: Pod>(&self, tag: u64, root: usize, buf: &mut [T], base: u32) -> Result<()> {
         let n = self.n;
         let v = (self.me + n - root) % n;
         if v != 0 {
             let parent = v & !(1usize << (bitlen(v) - 1));
-            self.recv(tag, (parent + root) % n, buf)?;
+            self.recv(tag, (parent + root) % n, buf, base + parent.count_ones())?;
         }
         let mut k = bitlen(v);
         while k < usize::BITS && (v | 1 << k) < n {
@@ -100,7 +121,8 @@ impl Call<'_> {
         let mut tmp = vec![T::zeroed(); acc.len()];
         let mut k = bitlen(v);
         while k < usize::BITS && (v | 1 << k) < n {
-            self.recv(tag, ((v | 1 << k) + root) % n, &mut tmp)?;
+            let c = v | 1 << k;
+            self.recv(tag, (c + root) % n, &mut tmp, height(c, n))?;
             combine(op, acc, &tmp);
             k += 1;
         }
@@ -146,6 +168,19 @@ impl Team {
         })
     }
 
+    /// Start collective `kind` for a non-blocking form: this member's
+    /// team rank, the collective's number and its header.
+    pub(crate) fn start<T>(
+        &self,
+        kind: CollKind,
+        op: Option<Op>,
+        root: Option<usize>,
+        count: usize,
+    ) -> Result<(usize, u64, Header)> {
+        let c = self.call::<T>(kind, op, root, count)?;
+        Ok((c.me, c.seq, c.h))
+    }
+
     fn check_op<T: Reduce>(&self, kind: CollKind, op: Op) -> Result<()> {
         if T::combine(op, T::zeroed(), T::zeroed()).is_none() {
             return Err(self.usage(
@@ -164,7 +199,7 @@ impl Team {
         let (mut d, mut tag) = (1, 0);
         while d < c.n {
             c.send::<u8>(tag, (c.me + d) % c.n, &[])?;
-            c.recv::<u8>(tag, (c.me + c.n - d) % c.n, &mut [])?;
+            c.recv::<u8>(tag, (c.me + c.n - d) % c.n, &mut [], tag as u32)?;
             d <<= 1;
             tag += 1;
         }
@@ -176,7 +211,7 @@ impl Team {
     pub fn broadcast<T: Pod>(&self, root: usize, data: &mut [T]) -> Result<()> {
         let _one = self.pgas().enter_collective(CollKind::Broadcast.name())?;
         let c = self.call::<T>(CollKind::Broadcast, None, Some(root), data.len())?;
-        c.bcast(0, root, data)
+        c.bcast(0, root, data, 0)
     }
 
     /// Combine every member's `data` element-wise with `op` into team rank
@@ -209,7 +244,7 @@ impl Team {
         self.check_op::<T>(CollKind::Allreduce, op)?;
         let c = self.call::<T>(CollKind::Allreduce, Some(op), None, data.len())?;
         c.reduce_to(0, 0, data, op)?;
-        c.bcast(1, 0, data)
+        c.bcast(1, 0, data, height(0, c.n) + 1)
     }
 
     /// Every member's `send` (k elements, the same k everywhere) into team
@@ -226,7 +261,7 @@ impl Team {
         check_len(self, kind, "recv", recv.len(), c.n * k)?;
         recv[c.me * k..][..k].copy_from_slice(send);
         for j in (0..c.n).filter(|&j| j != c.me) {
-            c.recv(0, j, &mut recv[j * k..][..k])?;
+            c.recv(0, j, &mut recv[j * k..][..k], 0)?;
         }
         Ok(())
     }
@@ -255,7 +290,7 @@ impl Team {
         recv[c.me * k..][..k].copy_from_slice(send);
         for s in 1..c.n {
             let j = (c.me + c.n - s) % c.n;
-            c.recv(0, j, &mut recv[j * k..][..k])?;
+            c.recv(0, j, &mut recv[j * k..][..k], 0)?;
         }
         Ok(())
     }
@@ -297,7 +332,7 @@ impl Team {
         recv[c.me * k..][..k].copy_from_slice(&send[c.me * k..][..k]);
         for s in 1..c.n {
             let j = (c.me + c.n - s) % c.n;
-            c.recv(0, j, &mut recv[j * k..][..k])?;
+            c.recv(0, j, &mut recv[j * k..][..k], 0)?;
         }
         Ok(())
     }
@@ -353,7 +388,7 @@ impl Team {
             .copy_from_slice(&send[so[c.me]..][..send_counts[c.me]]);
         for s in 1..c.n {
             let j = (c.me + c.n - s) % c.n;
-            c.recv(0, j, &mut recv[ro[j]..][..recv_counts[j]])?;
+            c.recv(0, j, &mut recv[ro[j]..][..recv_counts[j]], 0)?;
         }
         Ok(())
     }
@@ -377,7 +412,7 @@ impl Team {
             let block: &[T] = if j == c.me {
                 &send[j * k..][..k]
             } else {
-                c.recv(0, j, &mut tmp)?;
+                c.recv(0, j, &mut tmp, 0)?;
                 &tmp
             };
             if j == 0 {
@@ -416,7 +451,7 @@ impl Team {
                 c.send(tag, c.me + d, data)?;
             }
             if c.me >= d {
-                c.recv(tag, c.me - d, &mut tmp)?;
+                c.recv(tag, c.me - d, &mut tmp, tag as u32)?;
                 // what came from below goes on the left
                 match &mut below {
                     None => below = Some(tmp.clone()),

@@ -19,6 +19,7 @@ use splitrt_am::{EndpointBuilder, Incoming, Kind, RequestHandler, Result, Token}
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Waker;
 
 /// Reserved handler id of the team message (high in the reserved range,
 /// clear of the ids the other PGAS handlers take from 0 up).
@@ -161,6 +162,12 @@ pub(crate) struct Mailbox {
     has_failure: AtomicBool,
     /// The world team's counters (every handle of it shares them).
     pub world: Arc<TeamCounters>,
+    /// Tasks awaiting a non-blocking team collective, by request id: all
+    /// woken (and forgotten) when a message is filed; one entry per
+    /// pending request, which re-registers when polled again.
+    wakers: Mutex<HashMap<u64, Waker>>,
+    /// The next request id.
+    next_waiter: AtomicU64,
 }
 
 #[derive(Default)]
@@ -193,6 +200,33 @@ impl Mailbox {
             self.fail(format!("team message from rank {src}: {why}"));
         }
         self.arrivals.fetch_add(1, Ordering::Release);
+        let woken: Vec<Waker> = {
+            let mut w = self.wakers.lock();
+            if w.is_empty() {
+                return;
+            }
+            w.drain().map(|(_, w)| w).collect()
+        };
+        // woken outside the lock: a waker runs executor code
+        woken.into_iter().for_each(Waker::wake);
+    }
+
+    /// A fresh id for a pending request's waker.
+    pub(crate) fn waiter_id(&self) -> u64 {
+        self.next_waiter.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Wake `w` at the next message filed (replacing request `id`'s
+    /// earlier waker).
+    pub(crate) fn wake_on_message(&self, id: u64, w: &Waker) {
+        let old = self.wakers.lock().insert(id, w.clone());
+        drop(old);
+    }
+
+    /// Request `id` no longer waits.
+    pub(crate) fn forget_waker(&self, id: u64) {
+        let old = self.wakers.lock().remove(&id);
+        drop(old);
     }
 
     fn try_file(&self, src: usize, a: &[u64], data: &[u8]) -> std::result::Result<(), String> {

@@ -249,6 +249,42 @@ fn team_checks(t: &Team) -> splitrt::Result<()> {
             .collect();
         check(d == want, || format!("min inscan {d:?} vs {want:?}"))?;
     }
+    // non-blocking: two in flight, completed by wait, test and .await
+    for k in [0usize, 3, 3000] {
+        let val = |src: u64, dst: u64, i: u64| src * 1_000_000 + dst * 1000 + i;
+        let send: Vec<u64> = (0..n)
+            .flat_map(|j| (0..k as u64).map(move |i| (j, i)))
+            .map(|(j, i)| val(w(me), w(j), i))
+            .collect();
+        let want: Vec<u64> = (0..n)
+            .flat_map(|j| (0..k as u64).map(move |i| (j, i)))
+            .map(|(j, i)| val(w(j), w(me), i))
+            .collect();
+        let total: u64 = (0..n).map(w).sum();
+        let (mut r1, mut r2, mut r3) = (vec![0u64; n * k], vec![0u64; n * k], vec![0u64; n * k]);
+        let mut s1 = vec![w(me); k];
+        let mut s2 = vec![w(me) as f64; k];
+        let a = t.alltoall_nb(&send, &mut r1)?;
+        let b = t.allreduce_nb(&mut s1, Op::Sum)?;
+        let c = t.alltoall_nb(&send, &mut r2)?;
+        let mut d = t.allreduce_nb(&mut s2, Op::Sum)?;
+        let e = t.alltoall_nb(&send, &mut r3)?;
+        block_on(e)?; // the last first: the others' messages wait meanwhile
+        c.wait()?;
+        while !d.test()? {}
+        drop(d);
+        block_on(b)?;
+        a.wait()?;
+        check(r1 == want && r2 == want && r3 == want, || {
+            format!("alltoall_nb k {k}")
+        })?;
+        check(s1.iter().all(|&x| x == total), || {
+            format!("allreduce_nb {s1:?}")
+        })?;
+        check(s2.iter().all(|&x| x == total as f64), || {
+            format!("allreduce_nb f64 {s2:?}")
+        })?;
+    }
     // a wrong local length is an error before anything is sent
     let mut short = vec![0u64; 1];
     let e = t.allgather(&[1u64, 2], &mut short);
@@ -309,4 +345,29 @@ fn misuse(mode: &str, target: usize, pg: Pgas) -> splitrt::Result<()> {
     }
     println!("done");
     pg.finish()
+}
+
+/// Run a future on this thread, parking between polls: a pending future
+/// must wake the thread (its waker is registered with the team mailbox
+/// and the doorbell bridge); a park that times out is a lost wake-up.
+fn block_on<F: std::future::Future<Output = splitrt::Result<()>>>(f: F) -> splitrt::Result<()> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(r) = f.as_mut().poll(&mut cx) {
+            return r;
+        }
+        let t = std::time::Instant::now();
+        std::thread::park_timeout(std::time::Duration::from_secs(20));
+        if t.elapsed() >= std::time::Duration::from_secs(20) {
+            return Err(fail("a pending team request was never woken".into()));
+        }
+    }
 }

@@ -1,0 +1,371 @@
+//! Non-blocking team collectives: `Team::alltoall_nb` and
+//! `Team::allreduce_nb` start the collective and return a
+//! [`TeamRequest`], a handle that borrows the result buffer and completes
+//! by `wait()`, `test()` or `.await`.
+//!
+//! A request is the collective's schedule (the same algorithm and
+//! messages as the blocking form, see `team_coll.rs`): a list of steps,
+//! each a send of the buffer to a member or a receive from one (copied
+//! in, or combined in). Starting it sends what needs nothing first (all
+//! of an alltoall's blocks); each advance runs steps until a receive's
+//! message is not in yet. As a future it never spins: when pending it
+//! registers its waker in the team mailbox (woken by the handler that
+//! files the next team message) and with the endpoint's doorbell bridge
+//! (so that traffic gets the endpoint polled), as `Get` futures do.
+
+use crate::reduce::{Op, Reduce};
+use crate::team::Team;
+use crate::team_coll::height;
+use crate::team_mail::{CollKind, Header, Key};
+use bytemuck::Pod;
+use splitrt_am::{Result, TrafficKey};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// One step of a schedule.
+enum Step {
+    /// Send the whole buffer to team rank `to`.
+    Send { to: usize, tag: u64 },
+    /// Receive from team rank `from` into `len` bytes of the buffer at
+    /// `at`, combining with what is there (`combine`) or copying.
+    Recv {
+        from: usize,
+        tag: u64,
+        at: usize,
+        len: usize,
+        combine: bool,
+        /// Receives the sender makes before sending (see `Team::wait_for`).
+        hops: u32,
+    },
+}
+
+/// Combines received bytes into the buffer's (see [`combine_bytes`]).
+type Combine = fn(Op, &mut [u8], &[u8]);
+
+/// `acc op b` element-wise over the bytes of `T`s (unaligned: the
+/// receive buffer is bytes).
+fn combine_bytes<T: Reduce>(op: Op, acc: &mut [u8], b: &[u8]) {
+    let w = std::mem::size_of::<T>();
+    for (a, b) in acc.chunks_exact_mut(w).zip(b.chunks_exact(w)) {
+        let (x, y): (T, T) = (
+            bytemuck::pod_read_unaligned(a),
+            bytemuck::pod_read_unaligned(b),
+        );
+        let z = T::combine(op, x, y).unwrap_or(x);
+        a.copy_from_slice(bytemuck::bytes_of(&z));
+    }
+}
+
+/// A non-blocking team collective in progress (see the module docs).
+/// It borrows the result buffer until it completes; [`wait`](Self::wait)
+/// blocks (serving traffic, with hang reports), [`test`](Self::test)
+/// advances it without blocking, and as a `Future` it completes with the
+/// collective's result.
+///
+/// Dropping a pending request abandons this member's part: members
+/// waiting for its later messages wait on (their hang report names this
+/// rank). Complete every request.
+///
+/// ```no_run
+/// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
+/// let n = team.size();
+/// let send = vec![1u64; n * 4];
+/// let mut recv = vec![0u64; n * 4];
+/// let mut sum = [2.5f64];
+/// let a = team.alltoall_nb(&send, &mut recv)?;      // both in flight
+/// let s = team.allreduce_nb(&mut sum, splitrt_pgas::Op::Sum)?;
+/// a.wait()?;
+/// s.wait()?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a team request does nothing more unless waited, tested or awaited"]
+pub struct TeamRequest<'a> {
+    team: Team,
+    seq: u64,
+    h: Header,
+    steps: VecDeque<Step>,
+    buf: &'a mut [u8],
+    tmp: Vec<u8>,
+    combine: Option<(Combine, Op)>,
+    /// The mailbox waker id and the doorbell-bridge key while pending.
+    waiter: u64,
+    key: Option<TrafficKey>,
+    /// The request ended (with this error, or `Ok`).
+    done: Option<Result<()>>,
+}
+
+impl<'a> TeamRequest<'a> {
+    fn new(team: &Team, seq: u64, h: Header, buf: &'a mut [u8]) -> Self {
+        TeamRequest {
+            team: team.clone(),
+            seq,
+            h,
+            steps: VecDeque::new(),
+            buf,
+            tmp: Vec::new(),
+            combine: None,
+            waiter: team.pgas().inner.team_mail.waiter_id(),
+            key: None,
+            done: None,
+        }
+    }
+
+    /// Run steps until one waits for a message not in yet: `Ok(Some)`
+    /// with its key and sender, `Ok(None)` when every step ran.
+    fn advance(&mut self) -> Result<Option<(Key, usize, u32)>> {
+        while let Some(step) = self.steps.front() {
+            match *step {
+                Step::Send { to, tag } => {
+                    self.team.send(self.seq, tag, &self.h, to, self.buf)?;
+                }
+                Step::Recv {
+                    from,
+                    tag,
+                    at,
+                    len,
+                    combine,
+                    hops,
+                } => {
+                    let key = self.team.key(self.seq, tag, from);
+                    let got = if combine {
+                        self.tmp.resize(len, 0);
+                        let got = self.team.try_take(key, &self.h, &mut self.tmp)?;
+                        if got {
+                            if let Some((f, op)) = self.combine {
+                                f(op, &mut self.buf[at..at + len], &self.tmp);
+                            }
+                        }
+                        got
+                    } else {
+                        self.team
+                            .try_take(key, &self.h, &mut self.buf[at..at + len])?
+                    };
+                    if !got {
+                        return Ok(Some((key, from, hops)));
+                    }
+                }
+            }
+            self.steps.pop_front();
+        }
+        Ok(None)
+    }
+
+    /// Advance, remembering how it ended.
+    fn step(&mut self) -> Option<(Key, usize, u32)> {
+        if self.done.is_some() {
+            return None;
+        }
+        match self.advance() {
+            Ok(Some(w)) => Some(w),
+            Ok(None) => {
+                self.done = Some(Ok(()));
+                None
+            }
+            Err(e) => {
+                self.done = Some(Err(e));
+                None
+            }
+        }
+    }
+
+    /// Block until the collective completes (serving traffic; a member
+    /// that does not take part is named by the hang report).
+    pub fn wait(mut self) -> Result<()> {
+        loop {
+            if let Some((key, from, hops)) = self.step() {
+                if let Err(e) = self.team.wait_for(key, &self.h, from, hops) {
+                    self.done = Some(Err(e));
+                }
+                continue;
+            }
+            return self.done.take().unwrap_or(Ok(()));
+        }
+    }
+
+    /// Advance without blocking (runs the handlers of what has arrived):
+    /// `Ok(true)` once the collective is complete.
+    pub fn test(&mut self) -> Result<bool> {
+        self.team.pgas().endpoint().poll()?;
+        if self.step().is_some() {
+            return Ok(false);
+        }
+        match self.done.take() {
+            Some(Err(e)) => {
+                // reported once; later calls say so
+                self.done = Some(Err(splitrt_am::Error::usage(
+                    "this team request failed earlier (its error was returned then)",
+                )));
+                Err(e)
+            }
+            d => {
+                self.done = d;
+                Ok(true)
+            }
+        }
+    }
+
+    fn forget(&mut self) {
+        let pg = self.team.pgas();
+        pg.inner.team_mail.forget_waker(self.waiter);
+        if let Some(k) = self.key.take() {
+            pg.endpoint().forget_traffic_wake(&k);
+        }
+    }
+}
+
+impl Future for TeamRequest<'_> {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if this.done.is_none() {
+            if let Err(e) = this.team.pgas().endpoint().poll() {
+                this.done = Some(Err(e));
+            }
+        }
+        let Some((key, _, _)) = this.step() else {
+            this.forget();
+            return Poll::Ready(this.done.take().unwrap_or(Ok(())));
+        };
+        let pg = this.team.pgas().clone();
+        let mail = &pg.inner.team_mail;
+        // woken by the handler that files the next team message ...
+        mail.wake_on_message(this.waiter, cx.waker());
+        // ... and by traffic, so that someone polls the endpoint
+        let k = this.key.get_or_insert_with(|| pg.endpoint().traffic_key());
+        if let Err(e) = pg.endpoint().wake_on_traffic_as(k, cx.waker()) {
+            this.forget();
+            return Poll::Ready(Err(e));
+        }
+        // a message filed between the advance and the registration
+        if mail.ready(key, &this.h) {
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for TeamRequest<'_> {
+    fn drop(&mut self) {
+        self.forget();
+    }
+}
+
+impl std::fmt::Debug for TeamRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = CollKind::from_code(self.h.kind).map_or("?", CollKind::name);
+        f.debug_struct("TeamRequest")
+            .field("collective", &kind)
+            .field("seq", &self.seq)
+            .field("steps_left", &self.steps.len())
+            .finish()
+    }
+}
+
+impl Team {
+    /// Non-blocking [`alltoall`](Self::alltoall): every block goes out
+    /// before this returns (so `send` may be reused at once); the blocks
+    /// from the other members land in `recv` by the time the returned
+    /// request completes.
+    pub fn alltoall_nb<'a, T: Pod>(
+        &self,
+        send: &[T],
+        recv: &'a mut [T],
+    ) -> Result<TeamRequest<'a>> {
+        let kind = CollKind::Alltoall;
+        let _one = self.pgas().enter_collective(kind.name())?;
+        let n = self.size().max(1);
+        if !send.len().is_multiple_of(n) || recv.len() != send.len() {
+            return Err(self.usage(
+                kind,
+                format!(
+                    "send holds {} and recv {} elements: both must be n * k (team of {n})",
+                    send.len(),
+                    recv.len()
+                ),
+            ));
+        }
+        let k = send.len() / n;
+        let c = self.start::<T>(kind, None, None, k)?;
+        let (me, n) = (c.0, self.size());
+        let w = std::mem::size_of::<T>();
+        for s in 1..n {
+            let j = (me + s) % n;
+            self.send(c.1, 0, &c.2, j, bytemuck::cast_slice(&send[j * k..][..k]))?;
+        }
+        recv[me * k..][..k].copy_from_slice(&send[me * k..][..k]);
+        let mut r = TeamRequest::new(self, c.1, c.2, bytemuck::cast_slice_mut(recv));
+        for s in 1..n {
+            let j = (me + n - s) % n;
+            r.steps.push_back(Step::Recv {
+                from: j,
+                tag: 0,
+                at: j * k * w,
+                len: k * w,
+                combine: false,
+                hops: 0,
+            });
+        }
+        Ok(r)
+    }
+
+    /// Non-blocking [`allreduce`](Self::allreduce) in place on `data`
+    /// (the same algorithm, messages and bit-identical result).
+    pub fn allreduce_nb<'a, T: Reduce>(
+        &self,
+        data: &'a mut [T],
+        op: Op,
+    ) -> Result<TeamRequest<'a>> {
+        let kind = CollKind::Allreduce;
+        let _one = self.pgas().enter_collective(kind.name())?;
+        if T::combine(op, T::zeroed(), T::zeroed()).is_none() {
+            return Err(self.usage(
+                kind,
+                format!("{op:?} does not apply to {}", std::any::type_name::<T>()),
+            ));
+        }
+        let c = self.start::<T>(kind, Some(op), None, data.len())?;
+        let (me, n) = (c.0, self.size());
+        let len = std::mem::size_of_val(data);
+        let mut r = TeamRequest::new(self, c.1, c.2, bytemuck::cast_slice_mut(data));
+        r.combine = Some((combine_bytes::<T>, op));
+        let bits = |v: usize| usize::BITS - v.leading_zeros();
+        let v = me; // relative to root 0
+                    // reduce to 0 (tag 0): children in increasing order, then the parent
+        let mut k = bits(v);
+        while k < usize::BITS && (v | 1 << k) < n {
+            r.steps.push_back(Step::Recv {
+                from: v | 1 << k,
+                tag: 0,
+                at: 0,
+                len,
+                combine: true,
+                hops: height(v | 1 << k, n),
+            });
+            k += 1;
+        }
+        if v != 0 {
+            let parent = v & !(1usize << (bits(v) - 1));
+            r.steps.push_back(Step::Send { to: parent, tag: 0 });
+            // broadcast from 0 (tag 1): the parent's result, then children
+            r.steps.push_back(Step::Recv {
+                from: parent,
+                tag: 1,
+                at: 0,
+                len,
+                combine: false,
+                hops: height(0, n) + 1 + parent.count_ones(),
+            });
+        }
+        let mut k = bits(v);
+        while k < usize::BITS && (v | 1 << k) < n {
+            r.steps.push_back(Step::Send {
+                to: v | 1 << k,
+                tag: 1,
+            });
+            k += 1;
+        }
+        Ok(r)
+    }
+}
