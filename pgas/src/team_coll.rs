@@ -10,7 +10,7 @@
 //!
 //! | collective | algorithm | messages sent per member |
 //! |---|---|---|
-//! | barrier | dissemination | d |
+//! | barrier | dissemination (the world team on shared memory: `Pgas::barrier`'s shared counter) | d (shared memory: 0) |
 //! | broadcast | binomial tree from the root | ≤ d (root), ≤ d - 1 (others); each member receives 1 |
 //! | reduce | binomial tree to the root | 1 (non-root), 0 (root, which receives ≤ d) |
 //! | allreduce | binomial reduce to team rank 0, binomial broadcast | ≤ 2d |
@@ -33,7 +33,7 @@
 //! (`SPLITRT_HANG_REPORT`; with `SPLITRT_HANG_ABORT=1` the job ends).
 
 use crate::reduce::{Op, Reduce};
-use crate::team::{op_code, Team};
+use crate::team::{op_code, Team, WORLD_ID};
 use crate::team_mail::{CollKind, Header};
 use bytemuck::Pod;
 use splitrt_am::Result;
@@ -193,9 +193,18 @@ impl Team {
 
     /// Wait until every member has entered the barrier (dissemination:
     /// ⌈log2 n⌉ messages per member).
+    ///
+    /// The world team's barrier, when every rank's segment is mapped here
+    /// on the native path, is [`Pgas::barrier`](crate::Pgas::barrier)'s
+    /// shared-memory barrier (a counter in rank 0's segment: no member
+    /// waits for another to be scheduled just to pass a message on).
     pub fn barrier(&self) -> Result<()> {
         let _one = self.pgas().enter_collective(CollKind::Barrier.name())?;
         let c = self.call::<u8>(CollKind::Barrier, None, None, 0)?;
+        if self.inner.id == WORLD_ID && self.pgas().inner.shm_barrier.is_some() {
+            // every rank decides alike (the same path, every segment mapped)
+            return self.pgas().barrier();
+        }
         let (mut d, mut tag) = (1, 0);
         while d < c.n {
             c.send::<u8>(tag, (c.me + d) % c.n, &[])?;

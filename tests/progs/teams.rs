@@ -14,6 +14,8 @@
 //!   mismatch_op     world allreduce Sum on rank 0, Max elsewhere
 //!   absent RANK     every rank but RANK calls the world team's allreduce;
 //!                   RANK never does
+//!   time ITERS      (not a test) rank 0 prints the mean time of world
+//!                   Pgas vs Team barrier / allreduce, and Team alltoall
 
 #![allow(dead_code)] // `main` is unused where a test includes this file
 
@@ -331,6 +333,41 @@ fn misuse(mode: &str, target: usize, pg: Pgas) -> splitrt::Result<()> {
         "mismatch_op" => {
             let mut d = [1u64; 2];
             world.allreduce(&mut d, if me == 0 { Op::Sum } else { Op::Max })?;
+        }
+        "time" => {
+            let iters = target.clamp(1, 1_000_000);
+            let mut x = [1u64];
+            let k = 512; // 4 KiB per pair
+            let send = vec![me as u64; k * pg.size()];
+            let mut recv = vec![0u64; k * pg.size()];
+            let mut rows: Vec<(&str, f64)> = Vec::new();
+            for round in 0..2 {
+                let mut time = |name: &'static str, f: &mut dyn FnMut() -> splitrt::Result<()>| {
+                    pg.barrier()?;
+                    let t = std::time::Instant::now();
+                    for _ in 0..iters {
+                        f()?;
+                    }
+                    if round == 1 {
+                        rows.push((name, t.elapsed().as_secs_f64() * 1e6 / iters as f64));
+                    }
+                    splitrt::Result::Ok(())
+                };
+                time("Pgas::barrier", &mut || pg.barrier())?;
+                time("Team::barrier (world)", &mut || world.barrier())?;
+                time("Pgas::allreduce 8 B", &mut || pg.allreduce(&mut x, Op::Sum))?;
+                time("Team::allreduce 8 B (world)", &mut || {
+                    world.allreduce(&mut x, Op::Sum)
+                })?;
+                time("Team::alltoall 4 KiB per pair", &mut || {
+                    world.alltoall(&send, &mut recv)
+                })?;
+            }
+            if me == 0 {
+                for (name, us) in rows {
+                    println!("{name}: {us:.2} us");
+                }
+            }
         }
         "absent" => {
             if me == target {
