@@ -1,5 +1,6 @@
-//! Non-blocking team collectives: `Team::alltoall_nb` and
-//! `Team::allreduce_nb` start the collective and return a
+//! Non-blocking team collectives: `Team::alltoall_nb`,
+//! `Team::allreduce_nb`, `Team::allgather_nb`, `Team::broadcast_nb` and
+//! `Team::barrier_nb` start the collective and return a
 //! [`TeamRequest`], a handle that borrows the result buffer and completes
 //! by `wait()`, `test()` or `.await`.
 //!
@@ -150,6 +151,16 @@ impl<'a> TeamRequest<'a> {
             self.steps.pop_front();
         }
         Ok(None)
+    }
+
+    /// Run the sends at the head of the schedule (at the start: what
+    /// depends on no message goes out before the request is returned).
+    fn run_sends(&mut self) -> Result<()> {
+        while let Some(&Step::Send { to, tag }) = self.steps.front() {
+            self.team.send(self.seq, tag, &self.h, to, self.buf)?;
+            self.steps.pop_front();
+        }
+        Ok(())
     }
 
     /// Advance, remembering how it ended.
@@ -365,6 +376,121 @@ impl Team {
                 tag: 1,
             });
             k += 1;
+        }
+        // a leaf's part goes up now
+        r.run_sends()?;
+        Ok(r)
+    }
+
+    /// Non-blocking [`barrier`](Self::barrier) (dissemination by team
+    /// messages, also on shared memory): complete once every member has
+    /// started it.
+    pub fn barrier_nb(&self) -> Result<TeamRequest<'static>> {
+        let kind = CollKind::Barrier;
+        let _one = self.pgas().enter_collective(kind.name())?;
+        let (me, seq, h) = self.start::<u8>(kind, None, None, 0)?;
+        let n = self.size();
+        let mut r = TeamRequest::new(self, seq, h, &mut []);
+        let (mut d, mut tag) = (1, 0u64);
+        while d < n {
+            r.steps.push_back(Step::Send {
+                to: (me + d) % n,
+                tag,
+            });
+            r.steps.push_back(Step::Recv {
+                from: (me + n - d) % n,
+                tag,
+                at: 0,
+                len: 0,
+                combine: false,
+                hops: tag as u32,
+            });
+            d <<= 1;
+            tag += 1;
+        }
+        // the first step's message goes out now
+        r.run_sends()?;
+        Ok(r)
+    }
+
+    /// Non-blocking [`broadcast`](Self::broadcast) of `data` from team
+    /// rank `root` (the same binomial tree): the root's messages go out
+    /// before this returns.
+    pub fn broadcast_nb<'a, T: Pod>(
+        &self,
+        root: usize,
+        data: &'a mut [T],
+    ) -> Result<TeamRequest<'a>> {
+        let kind = CollKind::Broadcast;
+        let _one = self.pgas().enter_collective(kind.name())?;
+        let (me, seq, h) = self.start::<T>(kind, None, Some(root), data.len())?;
+        let n = self.size();
+        let len = std::mem::size_of_val(data);
+        let mut r = TeamRequest::new(self, seq, h, bytemuck::cast_slice_mut(data));
+        let bits = |v: usize| usize::BITS - v.leading_zeros();
+        let v = (me + n - root) % n;
+        if v != 0 {
+            let parent = v & !(1usize << (bits(v) - 1));
+            r.steps.push_back(Step::Recv {
+                from: (parent + root) % n,
+                tag: 0,
+                at: 0,
+                len,
+                combine: false,
+                hops: parent.count_ones(),
+            });
+        }
+        let mut k = bits(v);
+        while k < usize::BITS && (v | 1 << k) < n {
+            r.steps.push_back(Step::Send {
+                to: ((v | 1 << k) + root) % n,
+                tag: 0,
+            });
+            k += 1;
+        }
+        r.run_sends()?;
+        Ok(r)
+    }
+
+    /// Non-blocking [`allgather`](Self::allgather): `send` goes to every
+    /// member before this returns (it may be reused at once); the others'
+    /// land in `recv` (n * k elements) by completion.
+    pub fn allgather_nb<'a, T: Pod>(
+        &self,
+        send: &[T],
+        recv: &'a mut [T],
+    ) -> Result<TeamRequest<'a>> {
+        let kind = CollKind::Allgather;
+        let _one = self.pgas().enter_collective(kind.name())?;
+        let k = send.len();
+        let n = self.size();
+        if recv.len() != n * k {
+            return Err(self.usage(
+                kind,
+                format!(
+                    "recv holds {} elements, {} expected (team of {n})",
+                    recv.len(),
+                    n * k
+                ),
+            ));
+        }
+        let (me, seq, h) = self.start::<T>(kind, None, None, k)?;
+        for s in 1..n {
+            self.send(seq, 0, &h, (me + s) % n, bytemuck::cast_slice(send))?;
+        }
+        recv[me * k..][..k].copy_from_slice(send);
+        let w = std::mem::size_of::<T>();
+        let mut r = TeamRequest::new(self, seq, h, bytemuck::cast_slice_mut(recv));
+        for s in 1..n {
+            let j = (me + n - s) % n;
+            r.steps.push_back(Step::Recv {
+                from: j,
+                tag: 0,
+                at: j * k * w,
+                len: std::mem::size_of_val(send),
+                combine: false,
+                hops: 0,
+            });
         }
         Ok(r)
     }

@@ -287,6 +287,31 @@ fn team_checks(t: &Team) -> splitrt::Result<()> {
             format!("allreduce_nb f64 {s2:?}")
         })?;
     }
+    // the other non-blocking forms, in flight together
+    for len in [0usize, 5, 9000] {
+        let root = n / 2;
+        let mut bc: Vec<u64> = if me == root {
+            (0..len as u64).collect()
+        } else {
+            vec![0; len]
+        };
+        let mine: Vec<u32> = (0..len as u32).map(|i| w(me) as u32 + i).collect();
+        let mut all = vec![0u32; n * len];
+        let b = t.barrier_nb()?;
+        let c = t.broadcast_nb(root, &mut bc)?;
+        let g = t.allgather_nb(&mine, &mut all)?;
+        block_on(g)?;
+        c.wait()?;
+        block_on(b)?;
+        check(bc == (0..len as u64).collect::<Vec<_>>(), || {
+            format!("broadcast_nb len {len}")
+        })?;
+        let want: Vec<u32> = (0..n)
+            .flat_map(|r| (0..len as u32).map(move |i| (r, i)))
+            .map(|(r, i)| w(r) as u32 + i)
+            .collect();
+        check(all == want, || format!("allgather_nb len {len}"))?;
+    }
     // a wrong local length is an error before anything is sent
     let mut short = vec![0u64; 1];
     let e = t.allgather(&[1u64, 2], &mut short);
