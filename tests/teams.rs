@@ -180,6 +180,15 @@ fn teams_mismatched_op_is_named() {
     );
 }
 
+#[test]
+fn teams_mismatched_alltoallv_counts_are_named() {
+    mismatch(
+        "mismatch_counts",
+        "rank 1 sent 8 B where rank 0 expected 16 B",
+        "Team::alltoallv",
+    );
+}
+
 /// A member that never calls the collective: the member waiting for its
 /// first message names it in the hang report (before the members that
 /// wait for members that wait for it), and with SPLITRT_HANG_ABORT=1 the

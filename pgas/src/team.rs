@@ -263,12 +263,19 @@ impl Team {
             Found::Done => Ok(true),
             Found::Waiting => Ok(false),
             Found::Failed(why) => Err(Error::usage(why).at_rank(i.rank)),
-            Found::BadLength(n) => Err(Error::usage(format!(
-                "{kind} #{seq} on team {:#x}: rank {src} sent {n} B where {} B were due",
-                self.inner.id,
-                out.len()
-            ))
-            .at_rank(i.rank)),
+            Found::BadLength(n) => {
+                let why = format!(
+                    "team collective mismatch on team {:#x}, collective #{seq} ({kind}): rank \
+                     {src} sent {n} B where rank {} expected {} B (alltoallv: the sender's \
+                     send_counts and the receiver's recv_counts disagree)",
+                    self.inner.id,
+                    i.rank,
+                    out.len()
+                );
+                // the sender went on; the others may wait for us: end the job
+                i.ep.abort(&why);
+                Err(Error::usage(why).at_rank(i.rank))
+            }
             Found::Mismatch(k, theirs) => {
                 let why = format!(
                     "team collective mismatch on team {:#x}, collective #{seq}: rank {} (team \

@@ -12,6 +12,8 @@
 //!   mismatch_len    world allreduce of 2 elements on rank 0, 3 elsewhere
 //!   mismatch_root   world broadcast from root 0 on rank 0, root 1 elsewhere
 //!   mismatch_op     world allreduce Sum on rank 0, Max elsewhere
+//!   mismatch_counts world alltoallv: rank 0 expects 2 elements from rank 1,
+//!                   which sends it 1
 //!   absent RANK     every rank but RANK calls the world team's allreduce;
 //!                   RANK never does
 //!   time ITERS      (not a test) rank 0 prints the mean time of world
@@ -393,6 +395,17 @@ fn misuse(mode: &str, target: usize, pg: Pgas) -> splitrt::Result<()> {
                     println!("{name}: {us:.2} us");
                 }
             }
+        }
+        "mismatch_counts" => {
+            let n = pg.size();
+            let send = vec![me as u64; n];
+            let send_counts = vec![1; n];
+            let mut recv_counts = vec![1; n];
+            if me == 0 {
+                recv_counts[1] = 2;
+            }
+            let mut recv = vec![0u64; recv_counts.iter().sum()];
+            world.alltoallv(&send, &send_counts, &mut recv, &recv_counts)?;
         }
         "absent" => {
             if me == target {
