@@ -97,6 +97,32 @@ fn teams_udp_am_4_ranks() {
     conformance(4, "am", "udp");
 }
 
+#[test]
+fn teams_udp_native_2_ranks() {
+    conformance(2, "native", "udp");
+}
+
+#[test]
+fn teams_udp_am_2_ranks() {
+    conformance(2, "am", "udp");
+}
+
+#[test]
+fn teams_udp_native_4_ranks() {
+    conformance(4, "native", "udp");
+}
+
+/// More ranks than cores over UDP.
+#[test]
+fn teams_udp_native_8_ranks() {
+    conformance(8, "native", "udp");
+}
+
+#[test]
+fn teams_udp_am_8_ranks() {
+    conformance(8, "am", "udp");
+}
+
 /// A team op by a rank outside the team is an error naming the rank, and
 /// the job goes on.
 #[test]

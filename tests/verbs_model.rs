@@ -304,13 +304,17 @@ fn rpc_over_the_verbs_model() {
 mod teams_prog;
 
 /// Teams and team collectives (`t_teams`, as `tests/teams.rs` runs over
-/// shm and UDP) over the ibverbs fabric's model, on both one-sided paths:
-/// odd-size, size-1 and nested teams, zero-length and chunked data.
+/// shm and UDP) over the ibverbs fabric's model: 3 ranks on both
+/// one-sided paths, 1, 2, 4 and 8 on the native one (team messages are
+/// AMs either way); odd-size, size-1 and nested teams, zero-length and
+/// chunked data.
 #[test]
 fn teams_over_the_verbs_model() {
-    let (size, seg) = (3, 8 << 20);
-    for (rma, seed) in [(RmaPath::Native, 18), (RmaPath::Am, 19)] {
-        let id = unique(&format!("teams{rma:?}"));
+    let seg = 8 << 20;
+    let runs = [(3, RmaPath::Native, 18), (3, RmaPath::Am, 19)];
+    let more = [1, 2, 4, 8].map(|n| (n, RmaPath::Native, 20 + n as u64));
+    for (size, rma, seed) in runs.into_iter().chain(more) {
+        let id = unique(&format!("teams{size}{rma:?}"));
         on_threads(size, seed, Duration::from_secs(120), move |r, dev| {
             let cfg = Config {
                 rma,
