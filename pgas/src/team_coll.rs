@@ -13,15 +13,16 @@
 //! | barrier | dissemination (the world team on shared memory: `Pgas::barrier`'s shared counter) | d (shared memory: 0) |
 //! | broadcast | binomial tree from the root | ≤ d (root), ≤ d - 1 (others); each member receives 1 |
 //! | reduce | binomial tree to the root | 1 (non-root), 0 (root, which receives ≤ d) |
-//! | allreduce | binomial reduce to team rank 0, binomial broadcast | ≤ 2d |
+//! | allreduce | recursive doubling (members past the largest power of two fold in first and get the result after) | ≤ d + 1 |
 //! | gather | direct to the root | 1 (non-root); the root receives n - 1 |
 //! | allgather | direct to every member | n - 1 |
 //! | alltoall(v) | pairwise (member r sends to r+1, r+2, ...) | n - 1 |
 //! | reduce_scatter | pairwise, each block to its owner | n - 1 |
 //! | scan_inclusive / _exclusive | Hillis–Steele (recursive doubling) | ≤ d |
 //!
-//! Reductions combine in a fixed order (reduce / allreduce: the binomial
-//! tree's, members in increasing team rank below each node;
+//! Reductions combine in a fixed order (reduce: the binomial tree's,
+//! members in increasing team rank below each node; allreduce: lower team
+//! ranks' partial result first at every step;
 //! reduce_scatter and scans: increasing team rank), so results do not
 //! depend on timing, and allreduce gives every member the same bits.
 //!
@@ -236,24 +237,6 @@ impl Team {
             let mut acc = data.to_vec();
             c.reduce_to(0, root, &mut acc, op)
         }
-    }
-
-    /// Combine every member's `data` element-wise with `op`; every member
-    /// gets the result, bit-identical (a binomial reduction to team rank 0,
-    /// then a binomial broadcast).
-    ///
-    /// ```no_run
-    /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
-    /// let mut x = [1.5f64, 2.0];
-    /// team.allreduce(&mut x, splitrt_pgas::Op::Max)?;
-    /// # Ok(()) }
-    /// ```
-    pub fn allreduce<T: Reduce>(&self, data: &mut [T], op: Op) -> Result<()> {
-        let _one = self.pgas().enter_collective(CollKind::Allreduce.name())?;
-        self.check_op::<T>(CollKind::Allreduce, op)?;
-        let c = self.call::<T>(CollKind::Allreduce, Some(op), None, data.len())?;
-        c.reduce_to(0, 0, data, op)?;
-        c.bcast(1, 0, data, height(0, c.n) + 1)
     }
 
     /// Every member's `send` (k elements, the same k everywhere) into team

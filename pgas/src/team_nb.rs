@@ -16,7 +16,6 @@
 
 use crate::reduce::{Op, Reduce};
 use crate::team::Team;
-use crate::team_coll::height;
 use crate::team_mail::{CollKind, Header, Key};
 use bytemuck::Pod;
 use splitrt_am::{Result, TrafficKey};
@@ -30,30 +29,44 @@ enum Step {
     /// Send the whole buffer to team rank `to`.
     Send { to: usize, tag: u64 },
     /// Receive from team rank `from` into `len` bytes of the buffer at
-    /// `at`, combining with what is there (`combine`) or copying.
+    /// `at`, copying or combining with what is there (`fold`).
     Recv {
         from: usize,
         tag: u64,
         at: usize,
         len: usize,
-        combine: bool,
+        fold: Fold,
         /// Receives the sender makes before sending (see `Team::wait_for`).
         hops: u32,
     },
 }
 
-/// Combines received bytes into the buffer's (see [`combine_bytes`]).
-type Combine = fn(Op, &mut [u8], &[u8]);
+/// How a received message meets the buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fold {
+    /// Copied in.
+    Copy,
+    /// `buf = buf op msg` (the message is from higher team ranks).
+    After,
+    /// `buf = msg op buf` (the message is from lower team ranks).
+    Before,
+}
 
-/// `acc op b` element-wise over the bytes of `T`s (unaligned: the
-/// receive buffer is bytes).
-fn combine_bytes<T: Reduce>(op: Op, acc: &mut [u8], b: &[u8]) {
+/// Combines received bytes into the buffer's (see [`combine_bytes`]).
+type Combine = fn(Op, &mut [u8], &[u8], bool);
+
+/// `acc op b` (`b op acc` if `b_first`) element-wise over the bytes of
+/// `T`s (unaligned: the receive buffer is bytes).
+fn combine_bytes<T: Reduce>(op: Op, acc: &mut [u8], b: &[u8], b_first: bool) {
     let w = std::mem::size_of::<T>();
     for (a, b) in acc.chunks_exact_mut(w).zip(b.chunks_exact(w)) {
-        let (x, y): (T, T) = (
+        let (mut x, mut y): (T, T) = (
             bytemuck::pod_read_unaligned(a),
             bytemuck::pod_read_unaligned(b),
         );
+        if b_first {
+            std::mem::swap(&mut x, &mut y);
+        }
         let z = T::combine(op, x, y).unwrap_or(x);
         a.copy_from_slice(bytemuck::bytes_of(&z));
     }
@@ -126,16 +139,17 @@ impl<'a> TeamRequest<'a> {
                     tag,
                     at,
                     len,
-                    combine,
+                    fold,
                     hops,
                 } => {
                     let key = self.team.key(self.seq, tag, from);
-                    let got = if combine {
+                    let got = if fold != Fold::Copy {
                         self.tmp.resize(len, 0);
                         let got = self.team.try_take(key, &self.h, &mut self.tmp)?;
                         if got {
                             if let Some((f, op)) = self.combine {
-                                f(op, &mut self.buf[at..at + len], &self.tmp);
+                                let before = fold == Fold::Before;
+                                f(op, &mut self.buf[at..at + len], &self.tmp, before);
                             }
                         }
                         got
@@ -314,15 +328,34 @@ impl Team {
                 tag: 0,
                 at: j * k * w,
                 len: k * w,
-                combine: false,
+                fold: Fold::Copy,
                 hops: 0,
             });
         }
         Ok(r)
     }
 
+    /// Combine every member's `data` element-wise with `op`; every member
+    /// gets the result, bit-identical: recursive doubling over the largest
+    /// power of two p ≤ n members (at step s, members r and r xor 2^s
+    /// swap their partial results and both combine them lower team ranks
+    /// first), the n - p others folding their data into members 0.. first
+    /// and getting the result back after: ⌈log2 n⌉ (+ 1) messages per
+    /// member.
+    ///
+    /// ```no_run
+    /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
+    /// let mut x = [1.5f64, 2.0];
+    /// team.allreduce(&mut x, splitrt_pgas::Op::Max)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn allreduce<T: Reduce>(&self, data: &mut [T], op: Op) -> Result<()> {
+        let _one = self.pgas().enter_collective(CollKind::Allreduce.name())?;
+        self.allreduce_nb(data, op)?.wait()
+    }
+
     /// Non-blocking [`allreduce`](Self::allreduce) in place on `data`
-    /// (the same algorithm, messages and bit-identical result).
+    /// (the same algorithm, messages and result).
     pub fn allreduce_nb<'a, T: Reduce>(
         &self,
         data: &'a mut [T],
@@ -341,43 +374,49 @@ impl Team {
         let len = std::mem::size_of_val(data);
         let mut r = TeamRequest::new(self, c.1, c.2, bytemuck::cast_slice_mut(data));
         r.combine = Some((combine_bytes::<T>, op));
-        let bits = |v: usize| usize::BITS - v.leading_zeros();
-        let v = me; // relative to root 0
-                    // reduce to 0 (tag 0): children in increasing order, then the parent
-        let mut k = bits(v);
-        while k < usize::BITS && (v | 1 << k) < n {
-            r.steps.push_back(Step::Recv {
-                from: v | 1 << k,
-                tag: 0,
-                at: 0,
-                len,
-                combine: true,
-                hops: height(v | 1 << k, n),
-            });
-            k += 1;
+        // p: the largest power of two <= n; members p.. fold into 0..
+        let p = 1usize << (usize::BITS - 1 - n.max(1).leading_zeros());
+        let (rem, rounds) = (n - p, p.trailing_zeros());
+        let extra = u32::from(rem > 0);
+        const RESULT: u64 = 1 << 32;
+        let recv = |from, tag, fold, hops| Step::Recv {
+            from,
+            tag,
+            at: 0,
+            len,
+            fold,
+            hops,
+        };
+        if me >= p {
+            r.steps.push_back(Step::Send { to: me - p, tag: 0 });
+            r.steps
+                .push_back(recv(me - p, RESULT, Fold::Copy, rounds + extra));
+        } else {
+            if me < rem {
+                r.steps.push_back(recv(me + p, 0, Fold::After, 0));
+            }
+            for s in 0..rounds {
+                let partner = me ^ (1 << s);
+                let fold = if partner < me {
+                    Fold::Before
+                } else {
+                    Fold::After
+                };
+                r.steps.push_back(Step::Send {
+                    to: partner,
+                    tag: 1 + u64::from(s),
+                });
+                r.steps
+                    .push_back(recv(partner, 1 + u64::from(s), fold, s + extra));
+            }
+            if me < rem {
+                r.steps.push_back(Step::Send {
+                    to: me + p,
+                    tag: RESULT,
+                });
+            }
         }
-        if v != 0 {
-            let parent = v & !(1usize << (bits(v) - 1));
-            r.steps.push_back(Step::Send { to: parent, tag: 0 });
-            // broadcast from 0 (tag 1): the parent's result, then children
-            r.steps.push_back(Step::Recv {
-                from: parent,
-                tag: 1,
-                at: 0,
-                len,
-                combine: false,
-                hops: height(0, n) + 1 + parent.count_ones(),
-            });
-        }
-        let mut k = bits(v);
-        while k < usize::BITS && (v | 1 << k) < n {
-            r.steps.push_back(Step::Send {
-                to: v | 1 << k,
-                tag: 1,
-            });
-            k += 1;
-        }
-        // a leaf's part goes up now
+        // what depends on no message goes out now
         r.run_sends()?;
         Ok(r)
     }
@@ -402,7 +441,7 @@ impl Team {
                 tag,
                 at: 0,
                 len: 0,
-                combine: false,
+                fold: Fold::Copy,
                 hops: tag as u32,
             });
             d <<= 1;
@@ -436,7 +475,7 @@ impl Team {
                 tag: 0,
                 at: 0,
                 len,
-                combine: false,
+                fold: Fold::Copy,
                 hops: parent.count_ones(),
             });
         }
@@ -488,7 +527,7 @@ impl Team {
                 tag: 0,
                 at: j * k * w,
                 len: std::mem::size_of_val(send),
-                combine: false,
+                fold: Fold::Copy,
                 hops: 0,
             });
         }

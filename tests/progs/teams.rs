@@ -169,6 +169,16 @@ fn team_checks(t: &Team) -> splitrt::Result<()> {
     let top = (0..n).map(w).max().unwrap() as f64;
     let low = (0..n).map(w).min().unwrap() as f64;
     check(f == [top, -low], || format!("f64 max {f:?}"))?;
+    // every member gets the same bits of a rounding float sum
+    let mut f = [0.1 * (w(me) + 1) as f64, 1e16 / (w(me) + 3) as f64];
+    t.allreduce(&mut f, Op::Sum)?;
+    let mut all = vec![0f64; 2 * n];
+    t.allgather(&f, &mut all)?;
+    check(
+        all.chunks(2)
+            .all(|c| c[0].to_bits() == f[0].to_bits() && c[1].to_bits() == f[1].to_bits()),
+        || format!("allreduce bits differ across members: {all:?}"),
+    )?;
     let mut b = [w(me) as u32 | 0x100];
     t.allreduce(&mut b, Op::BitOr)?;
     check(b[0] == (0..n).fold(0x100, |a, r| a | w(r) as u32), || {
