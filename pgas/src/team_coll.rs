@@ -291,6 +291,9 @@ impl Team {
     /// elements (block j for team rank j); member j's block for this
     /// member lands at `recv[j * k..][..k]`. `send` and `recv` both hold
     /// n * k elements, with the same k on every member (k = 0 is fine).
+    /// Blocks that arrive before this member asks for them wait in its
+    /// team mailbox, which holds at most 1 GiB: larger exchanges go in
+    /// several calls.
     ///
     /// ```no_run
     /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {

@@ -28,7 +28,7 @@ const TEAM_HANDLER_ID: u16 = 40;
 pub(crate) const NARGS: usize = 10;
 /// Bytes buffered at most (messages that arrived before their receiver
 /// asked for them, and chunks of messages in progress).
-pub(crate) const MAX_BYTES: usize = 256 << 20;
+pub(crate) const MAX_BYTES: usize = 1 << 30;
 /// Messages buffered at most.
 pub(crate) const MAX_ENTRIES: usize = 1 << 16;
 
