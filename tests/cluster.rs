@@ -713,3 +713,15 @@ fn a_stranger_on_another_host_is_dropped_by_the_kernel() {
         "strangers' datagrams reached the protocol:\n{r:?}"
     );
 }
+
+/// Teams and team collectives across hosts (`t_teams`): members on one
+/// host exchange their messages through shared memory, hosts through UDP;
+/// the strided, 2-d and color splits mix ranks of different hosts.
+#[test]
+fn srun_pmi2_three_hosts_teams() {
+    let Some(d) = cluster() else { return };
+    for rma in ["SPLITRT_RMA=native", "SPLITRT_RMA=am"] {
+        let r = srun(&d, &[rma], "t_teams", &[]);
+        all_say(&r, "teams ok", 6);
+    }
+}

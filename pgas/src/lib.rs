@@ -28,6 +28,11 @@ mod reduce;
 mod rma;
 mod shm_barrier;
 mod state;
+mod team;
+mod team_coll;
+mod team_mail;
+mod team_nb;
+mod team_split;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};
@@ -39,3 +44,5 @@ pub use reduce::{Op, Reduce};
 pub use rma::{Get, GetInto, Scope};
 pub use splitrt_am::LocalView;
 pub use splitrt_runtime::config::RmaPath;
+pub use team::Team;
+pub use team_nb::TeamRequest;
