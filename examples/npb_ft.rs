@@ -34,14 +34,11 @@
 //! * Forward FFT: along `x` and `y` in layout A (local), transpose A -> B,
 //!   along `z` (local). Inverse: along `z` in B, transpose B -> A, along `y`
 //!   and `x`. One transpose per iteration, as in NPB-MPI's 1-D layout.
-//! * The transpose is an all-to-all (`transpose_exchange`, the one place
-//!   that communicates besides the checksum's `allreduce`): each rank packs
-//!   one block per destination, puts them into the destinations'
-//!   symmetric receive array (`pg.put`), completes its puts (`pg.sync`)
-//!   and meets the others at a `pg.barrier`; two receive arrays are used
-//!   in turn, so one barrier per exchange suffices (a rank overwrites a
-//!   peer's array only after that peer has passed the next barrier, that
-//!   is after it read the array's previous contents).
+//! * The transpose is an all-to-all over the world team
+//!   (`Team::alltoall`, the one place that communicates besides the
+//!   checksum's `allreduce`): each rank packs one block per destination
+//!   (block `j` for rank `j`) and receives block `r` from rank `r`, as
+//!   NPB-MPI's `MPI_Alltoall`.
 //! * The FFT is an iterative radix-2 transform (bit reversal, then
 //!   butterflies) applied to whole rows at once: the `y` and `z`
 //!   transforms of a plane run on rows of `nx` elements, so no strided
@@ -72,7 +69,7 @@ mod npb_common;
 use npb_common::{
     class_arg, fmt_e, print_results, randlc, rma_name, skip_ahead, Results, AMULT, SEED,
 };
-use splitrt::pgas::{Op, Pgas, SymArray};
+use splitrt::pgas::{Op, Pgas, Team};
 use std::f64::consts::PI;
 use std::ops::{Add, Mul, Sub};
 use std::time::Instant;
@@ -257,46 +254,6 @@ impl Fft {
     }
 }
 
-/// The two receive arrays of the transposes, used in turn.
-struct Exchange {
-    bufs: [SymArray<Complex>; 2],
-    turn: usize,
-}
-
-/// The all-to-all of the transposes: `send` holds `P` blocks of equal
-/// length, block `j` for rank `j`; on return block `r` of `recv` holds
-/// what rank `r` sent this rank. Collective (every rank calls it with the
-/// same lengths).
-///
-/// Puts into the destinations' receive array (this turn's of the two),
-/// completes them, then a barrier: every block sent here has landed. The
-/// array used two exchanges ago is free: its owner read it before entering
-/// the previous exchange's barrier, which this rank has passed.
-fn transpose_exchange(
-    pg: &Pgas,
-    x: &mut Exchange,
-    send: &[Complex],
-    recv: &mut [Complex],
-) -> splitrt::Result<()> {
-    // TODO(team alltoall): replace the body with `pg.world().alltoall(send, recv)` (and drop `Exchange`) once pgas has `Team`.
-    let (me, np) = (pg.rank(), pg.size());
-    let k = send.len() / np;
-    let turn = x.turn;
-    x.turn ^= 1;
-    let buf = &x.bufs[turn];
-    // Start with the next rank, so the ranks do not all write to rank 0
-    // first.
-    for s in 1..np {
-        let j = (me + s) % np;
-        pg.put(buf.at(j, me * k), &send[j * k..(j + 1) * k])?;
-    }
-    pg.sync()?;
-    pg.barrier()?;
-    buf.local().copy_to(recv);
-    recv[me * k..(me + 1) * k].copy_from_slice(&send[me * k..(me + 1) * k]);
-    Ok(())
-}
-
 /// This rank's part of the grid and what its transforms need.
 struct Ft<'a> {
     pg: &'a Pgas,
@@ -311,7 +268,8 @@ struct Ft<'a> {
     fx: Fft,
     fy: Fft,
     fz: Fft,
-    exchange: Exchange,
+    /// Every rank: the transposes' all-to-all runs over it.
+    world: Team,
     send: Vec<Complex>,
     recv: Vec<Complex>,
 }
@@ -389,7 +347,7 @@ impl Ft<'_> {
                 }
             }
         }
-        transpose_exchange(self.pg, &mut self.exchange, &self.send, &mut self.recv)?;
+        self.world.alltoall(&self.send, &mut self.recv)?;
         let mut o = 0;
         for r in 0..self.np {
             for zl in 0..nzl {
@@ -416,7 +374,7 @@ impl Ft<'_> {
                 }
             }
         }
-        transpose_exchange(self.pg, &mut self.exchange, &self.send, &mut self.recv)?;
+        self.world.alltoall(&self.send, &mut self.recv)?;
         let mut o = 0;
         for j in 0..self.np {
             for zl in 0..nzl {
@@ -518,10 +476,7 @@ fn run() -> splitrt::Result<bool> {
         fx: Fft::new(nx),
         fy: Fft::new(ny),
         fz: Fft::new(nz),
-        exchange: Exchange {
-            bufs: [pg.alloc_sym(nlocal)?, pg.alloc_sym(nlocal)?],
-            turn: 0,
-        },
+        world: pg.world(),
         send: vec![Complex::ZERO; nlocal],
         recv: vec![Complex::ZERO; nlocal],
     };
