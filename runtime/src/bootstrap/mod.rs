@@ -9,6 +9,8 @@ pub mod auth;
 mod client;
 mod hosted;
 pub mod pmi2;
+#[cfg(feature = "pmix")]
+pub mod pmix;
 mod private_dir;
 mod server;
 pub mod wire;
