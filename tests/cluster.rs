@@ -355,6 +355,69 @@ fn mpirun_across_hosts_with_an_explicit_bootstrap() {
     all_say(&r, "conformance ok", 6);
 }
 
+/// `mpirun --host node1:2,node2:2 PROG ARGS` on `ctl` with no `SPLITRT_*`
+/// variable in its environment or passed with `-x`.
+fn mpirun_plain(d: &std::path::Path, prog: &str, args: &[&str]) -> Run {
+    let p = example(prog);
+    let _lock = job_lock();
+    let mut c = Command::new(d.join("bin/nsc-on"));
+    c.args([
+        "ctl",
+        "timeout",
+        "60",
+        "mpirun",
+        "--allow-run-as-root",
+        "--mca",
+        "plm_rsh_agent",
+    ])
+    .arg(rsh(d))
+    .args(["--host", "node1:2,node2:2"])
+    .arg(p)
+    .args(args);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SPLITRT_") {
+            c.env_remove(k);
+        }
+    }
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    finish(child, Duration::from_secs(90))
+}
+
+/// With the cargo feature `pmix`, a plain `mpirun` across two hosts (Open
+/// MPI speaks PMIx to its processes) needs no variable: rank 0 hands the
+/// rendezvous address and key over through PMIx. CI runs it with
+/// `cargo test --features pmix --test cluster pmix`.
+#[cfg(feature = "pmix")]
+#[test]
+fn mpirun_across_hosts_through_pmix_needs_no_variable() {
+    let Some(d) = cluster() else { return };
+    let r = mpirun_plain(&d, "t_conformance", &["1"]);
+    all_say(&r, "conformance ok", 4);
+    let r = mpirun_plain(&d, "hello", &[]);
+    all_say(&r, "rank got \"hello from rank", 4);
+}
+
+/// The same `mpirun` of a build without the `pmix` feature is refused once
+/// (by rank 0) with what works, naming the feature this job lacks.
+#[cfg(not(feature = "pmix"))]
+#[test]
+fn mpirun_across_hosts_without_pmix_is_refused_naming_the_feature() {
+    let Some(d) = cluster() else { return };
+    let r = mpirun_plain(&d, "hello", &[]);
+    assert_ne!(r.code, 0, "{r:?}");
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        all.contains("PMIX_NAMESPACE is set") && all.contains("--features splitrt/pmix"),
+        "{r:?}"
+    );
+    assert!(all.contains("-x SPLITRT_BOOTSTRAP"), "{r:?}");
+}
+
 /// Without PMI-2 or an address, a job over several hosts is refused with a
 /// message that says what to use.
 #[test]
