@@ -188,7 +188,7 @@ impl Hosted {
     #[cfg(feature = "pmix")]
     pub fn via_pmix(job: &JobInfo, timeout: Duration) -> Result<Hosted> {
         const KEY: &str = "splitrt-boot";
-        let mut pmix = super::pmix::Pmix::init()?;
+        let mut pmix = crate::pmix::Pmix::init()?;
         if (pmix.rank, pmix.size) != (job.rank, job.size) {
             return Err(Error::bootstrap(format!(
                 "PMIx says rank {} of {}, the environment says rank {} of {}",

@@ -9,8 +9,6 @@ pub mod auth;
 mod client;
 mod hosted;
 pub mod pmi2;
-#[cfg(feature = "pmix")]
-pub mod pmix;
 mod private_dir;
 mod server;
 pub mod wire;

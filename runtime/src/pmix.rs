@@ -1,6 +1,8 @@
-//! A PMIx client (cargo feature `pmix`, the system's libpmix), used only to
-//! hand rank 0's rendezvous address and the job key to every rank, as
-//! [`pmi2`](super::pmi2) does under `srun --mpi=pmi2`: rank 0
+//! A PMIx client (cargo feature `pmix`, the system's libpmix), used to read
+//! the job (rank, size, ranks on this node) under a launcher that sets only
+//! `PMIX_*` variables (`prterun`; see [`JobInfo`](crate::job::JobInfo)),
+//! and to hand rank 0's rendezvous address and the job key to every rank,
+//! as [`pmi2`](crate::bootstrap::pmi2) does under `srun --mpi=pmi2`: rank 0
 //! `PMIx_Put`s them, every rank `PMIx_Commit`s and `PMIx_Fence`s with
 //! data collection, the others `PMIx_Get` them from rank 0. This is what
 //! Open MPI's `mpirun` (4.x with PMIx, 5.x), PRRTE's `prterun` and
@@ -40,6 +42,7 @@ pub mod ffi {
     pub const PMIX_BOOL: pmix_data_type_t = 1;
     pub const PMIX_STRING: pmix_data_type_t = 3;
     pub const PMIX_INT: pmix_data_type_t = 6;
+    pub const PMIX_UINT16: pmix_data_type_t = 13;
     pub const PMIX_UINT32: pmix_data_type_t = 14;
     pub const PMIX_GLOBAL: pmix_scope_t = 3;
     pub const PMIX_RANK_WILDCARD: pmix_rank_t = u32::MAX - 1;
@@ -49,6 +52,10 @@ pub mod ffi {
     pub const KEY_TIMEOUT: &str = "pmix.timeout";
     /// `PMIX_JOB_SIZE` (uint32).
     pub const KEY_JOB_SIZE: &str = "pmix.job.size";
+    /// `PMIX_LOCAL_SIZE` (uint32; of the namespace on this node).
+    pub const KEY_LOCAL_SIZE: &str = "pmix.local.size";
+    /// `PMIX_LOCAL_RANK` (uint16; of a process).
+    pub const KEY_LOCAL_RANK: &str = "pmix.lrank";
 
     /// `pmix_proc_t`.
     #[repr(C)]
@@ -75,6 +82,7 @@ pub mod ffi {
         pub flag: bool,
         pub string: *mut c_char,
         pub integer: c_int,
+        pub uint16: u16,
         pub uint32: u32,
         pub bo: pmix_byte_object_t,
         pub ptr: *mut c_void,
@@ -220,6 +228,18 @@ pub fn decode_u32(v: &pmix_value_t) -> Result<u32> {
     Ok(unsafe { v.data.uint32 })
 }
 
+/// The number a `pmix_value_t` of type `PMIX_UINT16` holds.
+pub fn decode_u16(v: &pmix_value_t) -> Result<u16> {
+    if v.type_ != PMIX_UINT16 {
+        return Err(Error::bootstrap(format!(
+            "PMIx: a value of type {} where a uint16 (type {PMIX_UINT16}) was expected",
+            v.type_
+        )));
+    }
+    // SAFETY: the type says the union holds `uint16`; any bits are a u16.
+    Ok(unsafe { v.data.uint16 })
+}
+
 /// A `pmix_info_t` with `key` (shorter than [`KEY_LEN`]) and `value`.
 fn info(key: &str, value: pmix_value_t) -> pmix_info_t {
     let mut k = [0 as c_char; KEY_LEN];
@@ -307,6 +327,32 @@ impl Pmix {
         let size = p.get_raw(&all, KEY_JOB_SIZE, None)?;
         p.size = decode_u32(size.value())? as usize;
         Ok(p)
+    }
+
+    /// This process's rank among its namespace's ranks on this node, and
+    /// their number (`PMIX_LOCAL_RANK`, `PMIX_LOCAL_SIZE`).
+    pub fn local(&self) -> Result<(usize, usize)> {
+        let lrank = self.get_raw(&self.me, KEY_LOCAL_RANK, None)?;
+        let mut all = self.me;
+        all.rank = PMIX_RANK_WILDCARD;
+        let lsize = self.get_raw(&all, KEY_LOCAL_SIZE, None)?;
+        Ok((
+            usize::from(decode_u16(lrank.value())?),
+            decode_u32(lsize.value())? as usize,
+        ))
+    }
+
+    /// This process's namespace (the job's name), if it is UTF-8.
+    pub fn namespace(&self) -> Result<String> {
+        let bytes: Vec<u8> = self
+            .me
+            .nspace
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        String::from_utf8(bytes)
+            .map_err(|_| Error::bootstrap("PMIx: a namespace that is not UTF-8"))
     }
 
     fn get_raw(&self, proc_: &pmix_proc_t, key: &str, timeout: Option<Duration>) -> Result<Got> {
@@ -449,6 +495,12 @@ mod tests {
             data: pmix_value_data { uint32: 6 },
         };
         assert_eq!(decode_u32(&v).unwrap(), 6);
+        assert!(decode_u16(&v).is_err());
+        let h = pmix_value_t {
+            type_: PMIX_UINT16,
+            data: pmix_value_data { uint16: 3 },
+        };
+        assert_eq!(decode_u16(&h).unwrap(), 3);
         let w = pmix_value_t {
             type_: PMIX_STRING,
             data: pmix_value_data {
