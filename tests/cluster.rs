@@ -358,6 +358,12 @@ fn mpirun_across_hosts_with_an_explicit_bootstrap() {
 /// `mpirun --host node1:2,node2:2 PROG ARGS` on `ctl` with no `SPLITRT_*`
 /// variable in its environment or passed with `-x`.
 fn mpirun_plain(d: &std::path::Path, prog: &str, args: &[&str]) -> Run {
+    mpirun_wrapped(d, &[], prog, args)
+}
+
+/// [`mpirun_plain`] with each rank started through `wrap` (a command that
+/// runs its arguments).
+fn mpirun_wrapped(d: &std::path::Path, wrap: &[&str], prog: &str, args: &[&str]) -> Run {
     let p = example(prog);
     let _lock = job_lock();
     let mut c = Command::new(d.join("bin/nsc-on"));
@@ -372,6 +378,7 @@ fn mpirun_plain(d: &std::path::Path, prog: &str, args: &[&str]) -> Run {
     ])
     .arg(rsh(d))
     .args(["--host", "node1:2,node2:2"])
+    .args(wrap)
     .arg(p)
     .args(args);
     for (k, _) in std::env::vars_os() {
@@ -400,6 +407,33 @@ fn mpirun_across_hosts_through_pmix_needs_no_variable() {
     all_say(&r, "conformance ok", 4);
     let r = mpirun_plain(&d, "hello", &[]);
     all_say(&r, "rank got \"hello from rank", 4);
+}
+
+/// A launcher that sets only `PMIX_*` variables (PRRTE's `prterun`, which
+/// Debian does not package), played by `mpirun` with Open MPI's rank
+/// variables removed: with the `pmix` feature the job (rank, size, ranks
+/// per host) comes from PMIx, and so do address and key.
+#[cfg(feature = "pmix")]
+#[test]
+fn pmix_only_launcher_across_hosts_reads_the_job_from_pmix() {
+    let Some(d) = cluster() else { return };
+    let strip = [
+        "env",
+        "-u",
+        "OMPI_COMM_WORLD_RANK",
+        "-u",
+        "OMPI_COMM_WORLD_SIZE",
+        "-u",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "-u",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ];
+    let r = mpirun_wrapped(&d, &strip, "hello", &[]);
+    all_say(&r, "rank got \"hello from rank", 4);
+    let r = mpirun_wrapped(&d, &strip, "t_capabilities", &[]);
+    all_say(&r, "capabilities ok", 4);
+    // two ranks a host: each maps its host's 2 ranks, the other host by UDP
+    assert_eq!(r.stdout.matches("mapped=2 ").count(), 4, "{r:?}");
 }
 
 /// The same `mpirun` of a build without the `pmix` feature is refused once

@@ -89,7 +89,7 @@ impl JobInfo {
         let key = get(ENV_JOB_KEY).map(|k| JobKey::from_hex(&k)).transpose()?;
         let p = crate::pmix::Pmix::init()?;
         let (local_rank, local_size) = p.local()?;
-        JobInfo {
+        let job = JobInfo {
             rank: p.rank,
             size: p.size,
             local_rank,
@@ -101,7 +101,13 @@ impl JobInfo {
             key,
             source: JobSource::Pmix,
         }
-        .validate()
+        .validate()?;
+        // The bootstrap exchanges the address on this connection (a job of
+        // one rank or with SPLITRT_BOOTSTRAP has no exchange: finalize now).
+        if job.size > 1 && job.bootstrap.is_none() {
+            p.keep();
+        }
+        Ok(job)
     }
 
     /// Read the job through `get` (unit tests pass a map).

@@ -298,6 +298,9 @@ impl Got {
     }
 }
 
+/// The client [`Pmix::keep`] left for the next [`Pmix::init`].
+static KEPT: parking_lot::Mutex<Option<Pmix>> = parking_lot::Mutex::new(None);
+
 /// This process as a PMIx client; `PMIx_Finalize` on drop.
 pub struct Pmix {
     me: pmix_proc_t,
@@ -308,8 +311,27 @@ pub struct Pmix {
 }
 
 impl Pmix {
-    /// `PMIx_Init`, then this process's rank and its job's size.
+    /// This process's PMIx client: the one [`keep`](Pmix::keep) left, or
+    /// a new one (`PMIx_Init`, then this process's rank and its job's
+    /// size).
     pub fn init() -> Result<Pmix> {
+        if let Some(p) = KEPT.lock().take() {
+            return Ok(p);
+        }
+        Self::init_new()
+    }
+
+    /// Keep this client for the next [`init`](Pmix::init) of this process
+    /// instead of finalizing it, so the job is read and the address
+    /// exchanged on one connection. (With `PMIx_Finalize` and a second
+    /// `PMIx_Init` in between, 2 of 3 runs of a 4-rank job under Open MPI
+    /// 4.1 with PMIx 4.2.2 had a rank that never reached the bootstrap; on
+    /// one connection 8 of 8 passed. The cause was not pinned down.)
+    pub fn keep(self) {
+        *KEPT.lock() = Some(self);
+    }
+
+    fn init_new() -> Result<Pmix> {
         // SAFETY: pmix_proc_t is plain bytes and an integer: all-zero is
         // a valid value.
         let mut me: pmix_proc_t = unsafe { std::mem::zeroed() };
