@@ -313,8 +313,8 @@ fn splitrt_run_hosts_a_killed_remote_rank_ends_the_job() {
 }
 
 /// `mpirun --host node1:2,node2:2,node3:2` with `SPLITRT_BOOTSTRAP` and
-/// `SPLITRT_JOB_KEY` exported (Debian's Open MPI offers only PMIx, which
-/// splitrt does not speak; see docs/launching.md).
+/// `SPLITRT_JOB_KEY` exported (Debian's Open MPI offers only PMIx, which a
+/// build without the `pmix` feature does not speak; see docs/launching.md).
 #[test]
 fn mpirun_across_hosts_with_an_explicit_bootstrap() {
     let Some(d) = cluster() else { return };

@@ -202,7 +202,7 @@ unsafe fn bounded_str(p: *const c_char) -> Result<String> {
 ///
 /// # Safety
 /// If `v.type_ == PMIX_STRING`, `v.data.string` is NULL or a string
-/// readable as [`bounded_str`] requires (what `PMIx_Get` returns).
+/// readable up to its NUL or `MAX_VALUE + 1` bytes (what `PMIx_Get` returns).
 pub unsafe fn decode_string(v: &pmix_value_t) -> Result<String> {
     if v.type_ != PMIX_STRING {
         return Err(Error::bootstrap(format!(
