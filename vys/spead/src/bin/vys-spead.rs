@@ -579,7 +579,8 @@ fn publish(a: PublishArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     send(&mut packets, &mut packets_sent)?;
     println!(
-        "summary: spectra={spectra} heaps={cnt} packets={packets_sent} other_messages={other}"
+        "summary: spectra={spectra} heaps={} packets={packets_sent} other_messages={other}",
+        cnt - 1
     );
     let _ = io::stdout().flush();
     Ok(())
