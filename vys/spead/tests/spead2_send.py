@@ -18,7 +18,7 @@ ap.add_argument("--channels", type=int, default=64)
 ap.add_argument("--baselines", type=int, default=10)
 ap.add_argument("--spw", type=int, default=2, help="channel block: frequency = spw * channels")
 ap.add_argument("--expected", required=True)
-ap.add_argument("--rate", type=float, default=20e6, help="bytes/s")
+ap.add_argument("--rate", type=float, default=5e6, help="bytes/s")
 ap.add_argument("--seed", type=int, default=27)
 a = ap.parse_args()
 

@@ -120,6 +120,18 @@ impl Drop for Proc {
     }
 }
 
+/// Wait (up to 10 s) until ingest's counters say it took `n` packets.
+fn took(ing: &Proc, n: u64) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < end {
+        let l = ing.line("stats: ", Duration::from_secs(10));
+        if fields(&l)["packets"] >= n {
+            return;
+        }
+    }
+    panic!("ingest did not take {n} packets within 10 s");
+}
+
 /// `key=value` pairs of a summary line.
 fn fields(line: &str) -> HashMap<String, u64> {
     line.split_whitespace()
@@ -128,13 +140,13 @@ fn fields(line: &str) -> HashMap<String, u64> {
         .collect()
 }
 
-fn ingest(hex: &str, group: SocketAddrV4, antennas: u16) -> (Proc, u16) {
+fn ingest(hex: &str, group: SocketAddrV4, antennas: u16, stats_s: &str) -> (Proc, u16) {
     let p = Proc::spawn(
         Command::new(BIN)
             .args(["ingest", "--listen", "127.0.0.1:0", "--group"])
             .arg(group.to_string())
             .args(["--antennas", &antennas.to_string()])
-            .args(["--until-stop", "--duration-s", "30", "--stats-s", "0"])
+            .args(["--until-stop", "--duration-s", "30", "--stats-s", stats_s])
             .env("SPLITRT_VYS_KEY", hex),
     );
     let ready = p.line("ready ", Duration::from_secs(10));
@@ -163,7 +175,7 @@ fn spead2_sender_into_ingest_byte_exact() {
     let (antennas, channels, heaps) = (4u16, 64usize, 20usize);
     let baselines = usize::from(antennas) * (usize::from(antennas) + 1) / 2;
     let c = consumer(key, group);
-    let (mut ing, port) = ingest(&hex, group, antennas);
+    let (mut ing, port) = ingest(&hex, group, antennas, "0");
     let dir = std::env::temp_dir().join(format!("vys-spead-a-{}", std::process::id()));
     let expected = dir.with_extension("bin");
     let mut send = Proc::spawn(
@@ -315,7 +327,9 @@ fn publish_into_a_spead2_receiver_byte_exact() {
 fn hostile_datagrams_counted_no_crash() {
     let (key, hex, group) = stream();
     let c = consumer(key, group);
-    let (mut ing, port) = ingest(&hex, group, 2);
+    // counters every 20 ms: the sender waits until ingest took what it sent
+    // (so no datagram is lost to a full socket buffer and the counts are exact)
+    let (mut ing, port) = ingest(&hex, group, 2, "0.02");
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.connect(("127.0.0.1", port)).unwrap();
     // a good heap (3 baselines of 2 antennas, 4 channels), its descriptors
@@ -372,6 +386,9 @@ fn hostile_datagrams_counted_no_crash() {
         }
         s.send(&d).unwrap();
         sent_malformed += 1;
+        if i % 50 == 49 {
+            took(&ing, sent_malformed);
+        }
     }
     // truncated packets of a good heap
     for p in good(100, 200) {
@@ -387,6 +404,7 @@ fn hostile_datagrams_counted_no_crash() {
     change[1][8 + 8 + 7] ^= 1;
     s.send(&change[0]).unwrap();
     s.send(&change[1]).unwrap();
+    took(&ing, sent_malformed + 3);
     // a heap with a packet missing: incomplete, never published
     let missing = good(300, 200);
     for (i, p) in missing.iter().enumerate() {
