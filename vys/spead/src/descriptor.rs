@@ -135,17 +135,20 @@ impl Descriptor {
             .filter(|q| !q.immediate)
             .map(|q| q.value)
             .collect();
-        let bytes = |q: &ItemPointer| -> Result<&[u8], DescriptorError> {
-            let i = ptrs
-                .iter()
-                .filter(|p| !p.immediate)
-                .position(|p| std::ptr::eq(p, q))
-                .ok_or(DescriptorError::BadAddress)?;
-            let end = addressed
-                .get(i + 1)
-                .copied()
-                .unwrap_or(payload.len() as u64);
-            let a = usize::try_from(q.value).map_err(|_| DescriptorError::BadAddress)?;
+        let mut k = 0;
+        let spans: Vec<(u64, u64)> = ptrs
+            .iter()
+            .map(|q| {
+                if q.immediate {
+                    return (0, 0);
+                }
+                k += 1;
+                let end = addressed.get(k).copied();
+                (q.value, end.unwrap_or(payload.len() as u64))
+            })
+            .collect();
+        let bytes = |(a, end): (u64, u64)| -> Result<&[u8], DescriptorError> {
+            let a = usize::try_from(a).map_err(|_| DescriptorError::BadAddress)?;
             let end = usize::try_from(end).map_err(|_| DescriptorError::BadAddress)?;
             payload.get(a..end).ok_or(DescriptorError::BadAddress)
         };
@@ -158,26 +161,28 @@ impl Descriptor {
             numpy_header: None,
         };
         let mut id = None;
-        for q in &ptrs {
+        for (q, &span) in ptrs.iter().zip(&spans) {
             match q.id {
                 wire::DESCRIPTOR_ID_ID => {
                     let v = if q.immediate {
                         q.value
                     } else {
-                        wire::be_u64(bytes(q)?)
+                        wire::be_u64(bytes(span)?)
                     };
                     id = Some(u16::try_from(v).map_err(|_| DescriptorError::NoId)?);
                 }
-                wire::DESCRIPTOR_NAME_ID if !q.immediate => d.name = text(bytes(q)?)?,
-                wire::DESCRIPTOR_DESCRIPTION_ID if !q.immediate => d.description = text(bytes(q)?)?,
+                wire::DESCRIPTOR_NAME_ID if !q.immediate => d.name = text(bytes(span)?)?,
+                wire::DESCRIPTOR_DESCRIPTION_ID if !q.immediate => {
+                    d.description = text(bytes(span)?)?
+                }
                 wire::DESCRIPTOR_DTYPE_ID if !q.immediate => {
-                    let b = bytes(q)?;
+                    let b = bytes(span)?;
                     if !b.is_empty() {
                         d.numpy_header = Some(text(b)?);
                     }
                 }
                 wire::DESCRIPTOR_SHAPE_ID if !q.immediate => {
-                    let b = bytes(q)?;
+                    let b = bytes(span)?;
                     if b.len() % SHAPE_DIM_BYTES != 0 || b.len() / SHAPE_DIM_BYTES > MAX_FIELDS {
                         return Err(DescriptorError::BadFields);
                     }
@@ -187,7 +192,7 @@ impl Descriptor {
                         .collect();
                 }
                 wire::DESCRIPTOR_FORMAT_ID if !q.immediate => {
-                    let b = bytes(q)?;
+                    let b = bytes(span)?;
                     if b.len() % FORMAT_FIELD_BYTES != 0
                         || b.len() / FORMAT_FIELD_BYTES > MAX_FIELDS
                     {

@@ -144,6 +144,31 @@ pub fn stations(antennas: Option<u16>, b: usize) -> Option<[u16; 2]> {
     None
 }
 
+/// The station pairs of baselines `0..baselines` in order, each in O(1)
+/// (as [`stations`]; `None` past the last pair of `antennas`).
+pub fn baseline_pairs(
+    antennas: Option<u16>,
+    baselines: usize,
+) -> impl Iterator<Item = Option<[u16; 2]>> {
+    let (mut i, mut j) = (0u32, 0u32);
+    (0..baselines).map(move |b| match antennas {
+        None => Some([0, u16::try_from(b).ok()?]),
+        Some(n) => {
+            let n = u32::from(n);
+            if i >= n {
+                return None;
+            }
+            let pair = [i as u16, j as u16];
+            j += 1;
+            if j >= n {
+                i += 1;
+                j = i;
+            }
+            Some(pair)
+        }
+    })
+}
+
 /// Descriptors seen, and the mapping of heaps to integrations.
 pub struct Ingest {
     cfg: XengConfig,
@@ -336,6 +361,11 @@ mod tests {
         assert_eq!(got, [[0, 0], [0, 1], [0, 2], [1, 1], [1, 2], [2, 2]]);
         assert_eq!(stations(Some(3), 6), None);
         assert_eq!(stations(None, 5), Some([0, 5]));
+        for n in [None, Some(1), Some(3), Some(7)] {
+            let slow: Vec<_> = (0..40).map(|b| stations(n, b)).collect();
+            let fast: Vec<_> = baseline_pairs(n, 40).collect();
+            assert_eq!(slow, fast, "{n:?}");
+        }
     }
 
     #[test]

@@ -294,8 +294,8 @@ fn ingest(a: IngestArgs) -> Result<(), String> {
                     n.bad_layout += 1;
                     continue;
                 }
-                for b in 0..i.baselines {
-                    let Some(stations) = xeng::stations(a.antennas, b) else {
+                for (b, pair) in xeng::baseline_pairs(a.antennas, i.baselines).enumerate() {
+                    let Some(stations) = pair else {
                         break;
                     };
                     i.spectrum(b, &mut spectrum);
