@@ -190,6 +190,7 @@ struct IngestCounts {
     undescribed: u64,
     bad_layout: u64,
     other_skipped: u64,
+    starts: u64,
     stops: u64,
     write_errors: u64,
 }
@@ -326,6 +327,9 @@ fn ingest(a: IngestArgs) -> Result<(), String> {
                 }
             }
         }
+        if heap.control() == Some(wire::CTRL_STREAM_START) {
+            n.starts += 1;
+        }
         if heap.control() == Some(wire::CTRL_STREAM_STOP) {
             n.stops += 1;
             r.flush();
@@ -352,7 +356,7 @@ fn ingest_line(r: &Reassembler, n: &IngestCounts) -> String {
     format!(
         "packets={} malformed={} duplicates={} refused={} heaps={} incomplete={} \
          published_heaps={} spectra={} descriptors={} bad_descriptors={} undescribed={} \
-         bad_layout={} other_skipped={} stops={} write_errors={}",
+         bad_layout={} other_skipped={} starts={} stops={} write_errors={}",
         s.packets,
         s.malformed,
         s.duplicates,
@@ -366,6 +370,7 @@ fn ingest_line(r: &Reassembler, n: &IngestCounts) -> String {
         n.undescribed,
         n.bad_layout,
         n.other_skipped,
+        n.starts,
         n.stops,
         n.write_errors
     )
