@@ -104,6 +104,10 @@ struct IngestArgs {
     /// Socket receive buffer, bytes.
     #[arg(long, default_value_t = 8 << 20)]
     recv_buffer: usize,
+    /// Keep serving reads of the ring this long after the end (consumers
+    /// still reading the last heaps' spectra).
+    #[arg(long, default_value_t = 0.5)]
+    linger_s: f64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -344,9 +348,12 @@ fn ingest(a: IngestArgs) -> Result<(), String> {
     }
     println!("summary: {}", ingest_line(&r, &n));
     let _ = io::stdout().flush();
-    // consumers still reading the ring: give them a moment before it goes
+    // consumers still reading the ring (across hosts: through its read
+    // server) get `--linger-s` before it goes
     if producer.is_some() {
-        std::thread::sleep(Duration::from_millis(200));
+        let linger =
+            Duration::try_from_secs_f64(a.linger_s).map_err(|e| format!("--linger-s: {e}"))?;
+        std::thread::sleep(linger);
     }
     Ok(())
 }
