@@ -5,6 +5,8 @@ would. Prints `ready`, then one line per heap carrying the data item:
 and `end` at the stream's stop (or after --timeout seconds)."""
 
 import argparse
+import os
+import sys
 import threading
 
 import spead2
@@ -40,4 +42,9 @@ for heap in stream:
             flush=True,
         )
 timer.cancel()
+stream.stop()
 print("end", flush=True)
+# leave without waiting on spead2's threads at interpreter exit (spead2
+# issue 251 is the send side's; the same care here)
+sys.stdout.flush()
+os._exit(0)
