@@ -104,6 +104,11 @@ struct IngestArgs {
     /// Socket receive buffer, bytes.
     #[arg(long, default_value_t = 8 << 20)]
     recv_buffer: usize,
+    /// Integrations of a baseline per vys signal (1..=42): 1 announces
+    /// each heap's spectra at once; more send fewer signals (the last
+    /// partial batches leave at a stream stop and at the end).
+    #[arg(long, default_value_t = 1)]
+    spectra_per_signal: usize,
     /// Keep serving reads of the ring this long after the end (consumers
     /// still reading the last heaps' spectra).
     #[arg(long, default_value_t = 0.5)]
@@ -283,7 +288,7 @@ fn ingest(a: IngestArgs) -> Result<(), String> {
                     cfg.digest = digest;
                     cfg.id = a.id;
                     cfg.channels = i.channels as u32;
-                    cfg.spectra_per_signal = i.baselines.clamp(1, 42);
+                    cfg.spectra_per_signal = a.spectra_per_signal.clamp(1, 42);
                     cfg.apply_settings(|k| std::env::var(k).ok())
                         .map_err(|e| e.to_string())?;
                     let p = Producer::new(cfg).map_err(|e| format!("vys producer: {e}"))?;
@@ -314,7 +319,6 @@ fn ingest(a: IngestArgs) -> Result<(), String> {
                         Err(_) => n.write_errors += 1,
                     }
                 }
-                let _ = p.flush();
                 n.published_heaps += 1;
             }
             Ok(None) => {}
@@ -337,6 +341,9 @@ fn ingest(a: IngestArgs) -> Result<(), String> {
         if heap.control() == Some(wire::CTRL_STREAM_STOP) {
             n.stops += 1;
             r.flush();
+            if let Some((p, _)) = producer.as_mut() {
+                let _ = p.flush();
+            }
             if a.until_stop {
                 break;
             }
