@@ -7,6 +7,7 @@ use crate::bridge::{Bridge, TrafficKey};
 use crate::dispatch::{self, dispatch, in_handler};
 use crate::handler::{Func, Kind, ReplyHandler, RequestHandler, Sig, RESERVED_HANDLERS};
 use crate::message::{Incoming, Payload};
+use crate::progress::{self, Progress};
 use splitrt_runtime::backoff::Backoff;
 use splitrt_runtime::config::Config;
 use splitrt_runtime::fabric::udp::proto::Stats as UdpStats;
@@ -17,7 +18,7 @@ use splitrt_runtime::view::LocalView;
 use splitrt_runtime::{Error, ErrorKind, Result, World};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::Waker;
 
 /// A registered request handler.
@@ -31,6 +32,8 @@ type Entry = crate::handler::Entry<RequestFn, ReplyFn>;
 #[derive(Default)]
 pub struct EndpointBuilder {
     table: Table,
+    /// The progress mode asked for (`None`: `SPLITRT_PROGRESS`).
+    progress: Option<Progress>,
 }
 
 impl EndpointBuilder {
@@ -54,6 +57,16 @@ impl EndpointBuilder {
         self.table
             .add(None, name, kind, nargs, Func::Request(Box::new(f)))
             .map(RequestHandler)
+    }
+
+    /// Run the endpoint in progress mode `mode` (see [`Progress`]): with a
+    /// progress thread that runs handlers while the program computes, or
+    /// none (the default). Overrides `SPLITRT_PROGRESS`, which applies
+    /// when this is not called. [`Endpoint::set_progress`] changes it
+    /// later.
+    pub fn progress(&mut self, mode: Progress) -> &mut Self {
+        self.progress = Some(mode);
+        self
     }
 
     /// Register a reply handler. Reply handlers cannot send.
@@ -138,15 +151,22 @@ impl EndpointBuilder {
     /// leaves the first endpoint (and the job) untouched.
     pub fn attach(self) -> Result<Endpoint> {
         let _once = AttachOnce::claim()?;
+        let mode = self.progress_mode()?;
         let world = World::start(self.table.describe())?;
-        Ok(Self::finish_attach(self.table, world, _once))
+        Self::finish_attach(self.table, world, _once).with_progress(mode)
+    }
+
+    /// The progress mode: the builder's, else `SPLITRT_PROGRESS`'s.
+    fn progress_mode(&self) -> Result<Progress> {
+        self.progress.map_or_else(Progress::from_env, Ok)
     }
 
     /// [`attach`](Self::attach) with an explicit job and configuration.
     pub fn attach_with(self, job: JobInfo, config: Config) -> Result<Endpoint> {
         let _once = AttachOnce::claim()?;
+        let mode = self.progress_mode()?;
         let world = World::start_with(job, config, self.table.describe())?;
-        Ok(Self::finish_attach(self.table, world, _once))
+        Self::finish_attach(self.table, world, _once).with_progress(mode)
     }
 
     /// **Test double.** Join as rank `job.rank` of a job whose ranks are
@@ -164,30 +184,34 @@ impl EndpointBuilder {
         config: Config,
         dev: splitrt_runtime::fabric::rdma::model::ModelDevice,
     ) -> Result<Endpoint> {
+        let mode = self.progress_mode()?;
         let world = World::start_over_verbs_model(job, config, self.table.describe(), dev)?;
         let once = AttachOnce;
         let ep = Self::finish_attach(self.table, world, once);
-        Ok(ep)
+        ep.with_progress(mode)
     }
 
     fn finish_attach(table: Table, world: World, once: AttachOnce) -> Endpoint {
         std::mem::forget(once); // the process stays attached
+        let inner = Arc::new(Inner {
+            rank: world.job().rank,
+            size: world.job().size,
+            table_id: table.id,
+            reserved: ReservedRanges::default(),
+            table: table.entries,
+            world,
+            finished: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            deferred: parking_lot::Mutex::new(None),
+            has_deferred: AtomicBool::new(false),
+            skipped_requests: AtomicBool::new(false),
+            large_sends: AtomicU32::new(0),
+            bridge: Bridge::default(),
+            progress: progress::State::default(),
+        });
         Endpoint {
-            inner: Arc::new(Inner {
-                rank: world.job().rank,
-                size: world.job().size,
-                table_id: table.id,
-                reserved: ReservedRanges::default(),
-                table: table.entries,
-                world,
-                finished: AtomicBool::new(false),
-                closed: AtomicBool::new(false),
-                deferred: parking_lot::Mutex::new(None),
-                has_deferred: AtomicBool::new(false),
-                skipped_requests: AtomicBool::new(false),
-                large_sends: AtomicU32::new(0),
-                bridge: Bridge::default(),
-            }),
+            _owner: Arc::new(Owner(Arc::downgrade(&inner))),
+            inner,
         }
     }
 }
@@ -294,6 +318,8 @@ pub(crate) struct Inner {
     /// Waits on the doorbell for futures and `doorbell_fd` users; reads
     /// `world` from its thread, so it is stopped before `world` drops.
     bridge: Bridge,
+    /// The progress thread's state (see [`progress`]).
+    pub(crate) progress: progress::State,
 }
 
 /// A rank's Active Messages endpoint. Cheap to clone, `Send + Sync`: any
@@ -301,7 +327,24 @@ pub(crate) struct Inner {
 /// others return at once).
 #[derive(Clone)]
 pub struct Endpoint {
+    /// Dropped first: the last handle stops the progress thread (which
+    /// holds `inner`), so the endpoint then finishes on this thread.
+    _owner: Arc<Owner>,
     pub(crate) inner: Arc<Inner>,
+}
+
+/// Owned by the program's handles, not by the progress thread: when the
+/// last handle goes, the thread is stopped and joined.
+struct Owner(Weak<Inner>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            if let Err(e) = progress::stop(&inner.progress) {
+                eprintln!("splitrt: rank {}: the progress thread: {e}", inner.rank);
+            }
+        }
+    }
 }
 
 /// Requests with a payload of at least this many bytes are followed,
@@ -374,6 +417,10 @@ impl Inner {
         // deposit that passed the check (see `writers`).
         // SAFETY: the guard lives in this frame and drops before it returns.
         let _writing = unsafe { crate::writers::writing() };
+        if self.progress.diverted() {
+            // handlers run only on the progress thread
+            return Ok(0);
+        }
         let n = self.fabric().poll(ch, &mut |d| {
             if let Err(e) = dispatch(self, ch, d) {
                 err.get_or_insert(e);
@@ -560,6 +607,18 @@ impl Inner {
     /// [`Wakeup::idle_wait`](splitrt_runtime::fabric::Wakeup::idle_wait));
     /// a fabric without the wake-up capability sleeps the backoff's time.
     fn snooze_unless(&self, backoff: &mut Backoff, done: &dyn Fn() -> bool) {
+        let sleep = backoff.sleep_time();
+        if self.progress.watching() {
+            // the progress thread sleeps on the doorbell and takes the
+            // traffic: wait for its next round instead
+            backoff.snooze_with(&|| self.progress.wait_epoch(sleep, done));
+            return;
+        }
+        self.idle(backoff, done);
+    }
+
+    /// Back off once on the fabric's doorbell (or a timed sleep).
+    fn idle(&self, backoff: &mut Backoff, done: &dyn Fn() -> bool) {
         let sleep = backoff.sleep_time();
         let wakeup = self.fabric().wakeup();
         backoff.snooze_with(&|| match wakeup {
@@ -858,6 +917,35 @@ impl Drop for Inner {
         } else if let Err(e) = self.finish() {
             eprintln!("splitrt: rank {}: finishing at drop failed: {e}", self.rank);
         }
+    }
+}
+
+/// The progress thread's view of the endpoint (see [`progress::Driven`]).
+impl progress::Driven for Inner {
+    fn progress_state(&self) -> &progress::State {
+        &self.progress
+    }
+    fn poll_once(&self) -> Result<usize> {
+        self.poll_every_channel()
+    }
+    fn idle(&self, backoff: &mut Backoff, stop: &dyn Fn() -> bool) {
+        Inner::idle(self, backoff, stop)
+    }
+    fn peer_failure(&self) -> Option<Error> {
+        self.check_failure().err()
+    }
+    fn defer(&self, e: Error) {
+        self.deferred.lock().get_or_insert(e);
+        self.has_deferred.store(true, Ordering::Release);
+    }
+    fn abort(&self, why: &str) {
+        self.world.abort(why)
+    }
+    fn config(&self) -> &Config {
+        self.world.config()
+    }
+    fn rank(&self) -> usize {
+        self.rank
     }
 }
 
@@ -1514,7 +1602,52 @@ impl Endpoint {
     /// endpoint, but requests that arrive while the barrier waits for the
     /// other ranks are handled and their handlers' replies go out (a rank
     /// still running may ask this one for something).
+    ///
+    /// A progress thread is stopped and joined first (the exit barrier
+    /// then runs handlers on the calling thread); an error it ended with
+    /// is returned (after the exit barrier).
     pub fn finish(self) -> Result<()> {
-        self.inner.finish()
+        let thread = progress::stop(&self.inner.progress);
+        let done = self.inner.finish();
+        thread.map_err(|e| e.at_rank(self.rank())).and(done)
+    }
+
+    /// Start, change or stop (`Progress::Polling`) this rank's progress
+    /// thread (see [`Progress`]). A running thread is stopped and joined
+    /// first; an error it had ended with is returned, and no new thread
+    /// started. Every rank may choose its own mode.
+    ///
+    /// ```no_run
+    /// # fn f(ep: &splitrt_am::Endpoint) -> splitrt_am::Result<()> {
+    /// use splitrt_am::Progress;
+    /// ep.set_progress(Progress::Thread)?; // peers' requests are served while we compute
+    /// // ... a long computation that never calls into splitrt ...
+    /// ep.set_progress(Progress::Polling)?; // joins the thread
+    /// # Ok(()) }
+    /// ```
+    pub fn set_progress(&self, mode: Progress) -> Result<()> {
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
+        if in_handler() || progress::on_progress_thread() {
+            return Err(
+                Error::usage("set_progress() cannot be called from inside a handler")
+                    .at_rank(self.rank()),
+            );
+        }
+        progress::set(&self.inner, mode).map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// The progress mode in force (see [`set_progress`](Self::set_progress)).
+    pub fn progress(&self) -> Progress {
+        self.inner.progress.mode()
+    }
+
+    /// Start the progress mode chosen at attach time.
+    fn with_progress(self, mode: Progress) -> Result<Endpoint> {
+        if mode != Progress::Polling {
+            progress::set(&self.inner, mode).map_err(|e| e.at_rank(self.rank()))?;
+        }
+        Ok(self)
     }
 }
