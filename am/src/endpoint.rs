@@ -11,7 +11,7 @@ use crate::progress::{self, Progress};
 use splitrt_runtime::backoff::Backoff;
 use splitrt_runtime::config::Config;
 use splitrt_runtime::fabric::udp::proto::Stats as UdpStats;
-use splitrt_runtime::fabric::{idle_wait_blind, AnyFabric, Channel, Fabric, Packet};
+use splitrt_runtime::fabric::{idle_wait_blind, AnyFabric, Channel, Fabric, Packet, Sent};
 use splitrt_runtime::hang::{abort_error, HangWatch};
 use splitrt_runtime::job::JobInfo;
 use splitrt_runtime::view::LocalView;
@@ -736,7 +736,7 @@ impl Inner {
         args: &[u64],
         payload: Payload<'_>,
         block: bool,
-    ) -> Result<bool> {
+    ) -> Result<Sent> {
         let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
         if in_handler() {
             return Err(at(Error::usage(
@@ -758,11 +758,17 @@ impl Inner {
             self.stall(waits, Channel::Request, b)
         };
         let mut wait: Option<(Backoff, HangWatch)> = None;
+        let mut last_why;
         loop {
-            if self
+            let sent = self
                 .fabric()
-                .try_send(peer, Channel::Request, &pkt, &mut stall)?
-            {
+                .try_send_why(peer, Channel::Request, &pkt, &mut stall)?;
+            if let Err(why) = sent {
+                if !block {
+                    return Ok(Err(why));
+                }
+                last_why = why;
+            } else {
                 if pkt.payload.len() >= POLL_AFTER_BYTES {
                     // Serve our own inbound traffic every few large sends,
                     // as GASNet-EX's request injection does: a peer
@@ -774,10 +780,7 @@ impl Inner {
                         self.progress_while_sending(Channel::Request)?;
                     }
                 }
-                return Ok(true);
-            }
-            if !block {
-                return Ok(false);
+                return Ok(Ok(()));
             }
             // Out of credits: serve our own inbound traffic while we wait.
             let (backoff, watch) = wait.get_or_insert_with(|| {
@@ -788,7 +791,7 @@ impl Inner {
                 self.check_failure()?;
                 if backoff.is_slow() && watch.due() {
                     let what = format!(
-                        "sending request '{}' to rank {peer}, which has no room for it",
+                        "sending request '{}' to rank {peer}, which has no room for it ({last_why})",
                         self.name(h.0.id)
                     );
                     self.hang(watch, &what)?;
@@ -1301,16 +1304,29 @@ impl Endpoint {
             .map(|_| ())
     }
 
-    /// Send a request if `peer` has room now. `Ok(false)`: back-pressure,
-    /// nothing was sent; poll and try again.
-    #[must_use = "Ok(false) means the request was not sent"]
+    /// Send a request if `peer` has room now. `Ok(Err(why))`:
+    /// back-pressure, nothing was sent, and [`WouldBlock`](crate::WouldBlock)
+    /// says which limit the fabric met (the peer's ring or landing zone,
+    /// the UDP window, RDMA credits); poll and try again. Errors (a
+    /// refused message, a failed peer) are the outer `Err`.
+    ///
+    /// ```no_run
+    /// # fn f(ep: &splitrt_am::Endpoint, h: splitrt_am::RequestHandler) -> splitrt_am::Result<()> {
+    /// use splitrt_am::{Payload, WouldBlock};
+    /// while let Err(why) = ep.try_request(1, h, &[7], Payload::None)? {
+    ///     if why == WouldBlock::UdpWindowFull { /* e.g. count it */ }
+    ///     ep.poll()?; // frees room at the peer by serving its traffic
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "Ok(Err(_)) means the request was not sent"]
     pub fn try_request(
         &self,
         peer: usize,
         h: RequestHandler,
         args: &[u64],
         payload: Payload<'_>,
-    ) -> Result<bool> {
+    ) -> Result<Sent> {
         self.inner.send_request(peer, h, args, payload, false)
     }
 

@@ -47,6 +47,7 @@ pub use handler::{Kind, ReplyHandler, RequestHandler, MAX_ARGS, RESERVED_HANDLER
 pub use message::{Incoming, Payload};
 pub use progress::{Progress, ENV_PROGRESS};
 pub use rma::{Mapped, OneSided, Rma};
+pub use splitrt_runtime::fabric::{Sent, WouldBlock};
 pub use splitrt_runtime::view::LocalView;
 pub use splitrt_runtime::{Error, ErrorKind, Result};
 pub use writers::{

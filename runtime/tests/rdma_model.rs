@@ -380,6 +380,11 @@ fn back_pressure_per_channel_and_credits_come_back() {
         assert!(sent <= 4);
     }
     assert_eq!(sent, 4);
+    assert_eq!(
+        a.try_send_why(1, Channel::Request, &pkt, &mut no).unwrap(),
+        Err(splitrt_runtime::fabric::WouldBlock::RdmaCreditsExhausted),
+        "a refused send says why"
+    );
     assert_eq!(a.credits(1, Channel::Request), Some((0, 4)));
     assert!(a.try_send(1, Channel::Reply, &pkt, &mut no).unwrap());
     // the receiver consumes: credits return (by mailbox write or piggy-back)

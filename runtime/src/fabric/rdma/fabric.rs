@@ -1111,13 +1111,13 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
         self.seg
     }
 
-    fn try_send(
+    fn try_send_why(
         &self,
         peer: usize,
         ch: Channel,
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
-    ) -> Result<bool> {
+    ) -> Result<crate::fabric::Sent> {
         if peer >= self.size {
             return Err(Error::usage(format!(
                 "rank {peer} does not exist in a job of {} ranks",
@@ -1138,7 +1138,7 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
         if let Some(off) = pkt.deposit {
             // the header frame's credit first: back-pressure before any write
             let Some(hdr) = self.acquire(peer, Some(c), false, stall)? else {
-                return Ok(false);
+                return Ok(Err(crate::fabric::WouldBlock::RdmaCreditsExhausted));
             };
             if !pkt.payload.is_empty() {
                 let r = self.put(peer, off, pkt.payload);
@@ -1153,12 +1153,12 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
             });
             self.post_buffer(&mut d, peer, hdr, n)
                 .map_err(|e| e.at_rank(self.rank).with_peer(peer))?;
-            return Ok(true);
+            return Ok(Ok(()));
         }
         let mut from = 0;
         loop {
             let Some(i) = self.acquire(peer, Some(c), from > 0, stall)? else {
-                return Ok(false);
+                return Ok(Err(crate::fabric::WouldBlock::RdmaCreditsExhausted));
             };
             let mut d = self.dev.lock();
             let mut taken = 0;
@@ -1169,7 +1169,7 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
                 .map_err(|e| e.at_rank(self.rank).with_peer(peer))?;
             from += taken;
             if from == m.payload.len() {
-                return Ok(true);
+                return Ok(Ok(()));
             }
         }
     }
