@@ -443,6 +443,14 @@ pub trait RemoteMemory {
     fn put_nb(&self, peer: usize, off: u64, src: &[u8]) -> Result<bool>;
     /// Wait until every [`put_nb`](Self::put_nb) is complete at its peer.
     fn quiet(&self) -> Result<()>;
+    /// Wait until every [`put_nb`](Self::put_nb) to `peer` is complete
+    /// there (puts to other peers may still be in flight). The default
+    /// waits for all of them ([`quiet`](Self::quiet)), which is correct,
+    /// only slower.
+    fn quiet_peer(&self, peer: usize) -> Result<()> {
+        let _ = peer;
+        self.quiet()
+    }
 }
 
 /// Capability: waits that end when traffic arrives (the shm doorbell, a

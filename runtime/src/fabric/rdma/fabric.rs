@@ -911,13 +911,45 @@ impl<V: Verbs> RdmaFabric<V> {
     /// thread) is complete at its peer (its RDMA write acknowledged);
     /// fails if one failed. Puts posted meanwhile are not waited for.
     pub fn quiet(&self) -> Result<()> {
+        self.quiet_where(None)
+    }
+
+    /// [`quiet`](Self::quiet) for the puts to `peer` only (OpenSHMEM's
+    /// quiet on a context that talks to one PE): puts to other peers are
+    /// not waited for.
+    pub fn quiet_peer(&self, peer: usize) -> Result<()> {
+        if peer >= self.size {
+            return Err(Error::usage(format!(
+                "rank {peer} does not exist in a job of {} ranks",
+                self.size
+            ))
+            .at_rank(self.rank));
+        }
+        self.quiet_where(Some(peer))
+    }
+
+    /// Wait for the non-blocking puts posted so far, to every peer or to
+    /// `only`.
+    fn quiet_where(&self, only: Option<usize>) -> Result<()> {
         let mut d = self.dev.lock();
-        if d.nb_done == d.nb_posted {
+        let nothing = match only {
+            None => d.nb_done == d.nb_posted,
+            Some(p) => d.nb_done[p] == d.nb_posted[p],
+        };
+        if nothing {
             return Ok(());
         }
         let mut want = std::mem::take(&mut d.nb_want);
         want.clear();
         want.extend_from_slice(&d.nb_posted);
+        if let Some(p) = only {
+            // the others count as done: nothing of theirs is waited for
+            for (q, w) in want.iter_mut().enumerate() {
+                if q != p {
+                    *w = 0;
+                }
+            }
+        }
         let since = Instant::now();
         let r = loop {
             let Some(peer) = (0..self.size).find(|&p| d.nb_done[p] < want[p]) else {
@@ -1224,6 +1256,10 @@ impl<V: Verbs> RemoteMemory for RdmaFabric<V> {
 
     fn quiet(&self) -> Result<()> {
         RdmaFabric::quiet(self)
+    }
+
+    fn quiet_peer(&self, peer: usize) -> Result<()> {
+        RdmaFabric::quiet_peer(self, peer)
     }
 }
 
