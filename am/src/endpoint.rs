@@ -609,9 +609,16 @@ impl Inner {
     fn snooze_unless(&self, backoff: &mut Backoff, done: &dyn Fn() -> bool) {
         let sleep = backoff.sleep_time();
         if self.progress.watching() {
-            // the progress thread sleeps on the doorbell and takes the
-            // traffic: wait for its next round instead
-            backoff.snooze_with(&|| self.progress.wait_epoch(sleep, done));
+            // The progress thread sleeps on the doorbell and takes the
+            // traffic: wait for its next round instead. Under
+            // SPLITRT_SPIN_ONLY it spins, on this thread's core if the
+            // rank is pinned (threads inherit the affinity), so this
+            // thread gives the core up at once rather than spin beside it.
+            if self.world.config().spin_only {
+                self.progress.wait_epoch(sleep, done);
+            } else {
+                backoff.snooze_with(&|| self.progress.wait_epoch(sleep, done));
+            }
             return;
         }
         self.idle(backoff, done);

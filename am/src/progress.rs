@@ -224,6 +224,12 @@ pub(crate) fn set<D: Driven>(d: &Arc<D>, mode: Progress) -> Result<()> {
     if mode == Progress::Polling {
         return Ok(());
     }
+    if d.config().single_thread {
+        return Err(Error::new(ErrorKind::Config(format!(
+            "a progress thread ({mode:?}) calls splitrt from a thread of its own, which \
+             SPLITRT_THREADS=single refuses: use SPLITRT_THREADS=multiple"
+        ))));
+    }
     let stop_flag = Arc::new(AtomicBool::new(false));
     let (driven, flag) = (d.clone(), stop_flag.clone());
     st.live.store(true, Ordering::Release);
