@@ -41,3 +41,35 @@ fn progress_thread_answers_while_ranks_compute_shm_and_udp() {
 fn progress_threads_of_8_ranks_share_the_cores() {
     all_ok(8, "thread-only", &[SHM, ("SPLITRT_RMA", "am")]);
 }
+
+/// A handler that panics on rank 1's progress thread: rank 1's wait and
+/// its finish report it (naming the panic), the job fails (rank 0 hears
+/// that rank 1 failed), and rank 1's main thread never runs the handler
+/// again (the poll the panic cut short is not resumed).
+#[test]
+fn a_panic_on_the_progress_thread_surfaces_at_the_wait_and_finish() {
+    for fabric in [SHM, UDP] {
+        let r = progress(2, "panic", &[fabric]);
+        assert_ne!(r.code, 0, "the job fails: {}", r.stdout);
+        let why = "a handler panicked on the progress thread: boom";
+        for line in [
+            "progress panic at the wait:",
+            "progress panic at finish:",
+            "progress panic rank 0 saw:",
+        ] {
+            assert!(
+                r.stdout
+                    .lines()
+                    .any(|l| l.contains(line) && l.contains(why)),
+                "{line}\n--- stdout\n{}\n--- stderr\n{}",
+                r.stdout,
+                r.stderr
+            );
+        }
+        assert!(
+            !r.stderr.contains("thread 'main'"),
+            "the main thread ran the handler again:\n{}",
+            r.stderr
+        );
+    }
+}

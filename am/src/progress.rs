@@ -153,6 +153,11 @@ pub(crate) struct State {
     only: AtomicBool,
     /// A progress thread runs.
     live: AtomicBool,
+    /// A handler panicked on the progress thread, part-way through a
+    /// poll: nobody polls again (the fabric's cursor and the handler's
+    /// state are unknown; the same message would be delivered again), so
+    /// `only` stays set. The job has been aborted.
+    poisoned: AtomicBool,
     /// Rounds of the thread that may have changed what waiters wait for.
     epoch: parking_lot::Mutex<u64>,
     cv: parking_lot::Condvar,
@@ -208,8 +213,11 @@ impl State {
 
     fn fail(&self, e: Error) {
         self.error.lock().get_or_insert(e);
-        // nobody but the program's threads polls any more
-        self.only.store(false, Ordering::Relaxed);
+        // nobody but the program's threads polls any more (nobody at all
+        // after a panic)
+        if !self.poisoned.load(Ordering::Relaxed) {
+            self.only.store(false, Ordering::Relaxed);
+        }
         self.live.store(false, Ordering::Release);
         self.bump();
     }
@@ -221,6 +229,11 @@ impl State {
 pub(crate) fn set<D: Driven>(d: &Arc<D>, mode: Progress) -> Result<()> {
     let st = d.progress_state();
     stop(st)?;
+    if st.poisoned.load(Ordering::Relaxed) {
+        return Err(Error::usage(
+            "a handler panicked on the progress thread: no thread polls this endpoint again",
+        ));
+    }
     if mode == Progress::Polling {
         return Ok(());
     }
@@ -266,7 +279,9 @@ pub(crate) fn stop(st: &State) -> Result<()> {
         if run.handle.thread().id() != std::thread::current().id() && run.handle.join().is_err() {
             st.fail(Error::usage("the progress thread panicked"));
         }
-        st.only.store(false, Ordering::Relaxed);
+        if !st.poisoned.load(Ordering::Relaxed) {
+            st.only.store(false, Ordering::Relaxed);
+        }
         st.live.store(false, Ordering::Release);
         st.bump();
     }
@@ -311,7 +326,10 @@ fn run<D: Driven>(d: Arc<D>, stop: Arc<AtomicBool>) {
             Err(p) => {
                 // A poll cut short by a panic cannot be resumed (the
                 // fabric's cursor and the handler's state are unknown):
-                // the job fails, and the program hears why.
+                // nobody polls again, the job fails, and the program
+                // hears why.
+                st.only.store(true, Ordering::Relaxed);
+                st.poisoned.store(true, Ordering::Relaxed);
                 let why = format!(
                     "rank {}: a handler panicked on the progress thread: {}",
                     d.rank(),

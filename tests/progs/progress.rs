@@ -7,7 +7,9 @@
 //!
 //! Usage: t_progress MODE   (MODE: poll | thread | thread-only; the
 //! computing ranks' progress mode; with `poll` the job fails: nothing
-//! answers rank 0 while they compute)
+//! answers rank 0 while they compute. `panic` (2 ranks): rank 1's
+//! handler panics on its progress thread; rank 1's wait and finish
+//! report it, and the job fails)
 //!
 //! Prints `progress ok rank R handlers=WHERE` per rank.
 
@@ -37,7 +39,12 @@ pub fn run_on(
     mode: &str,
     attach: impl FnOnce(EndpointBuilder) -> splitrt::Result<Pgas>,
 ) -> splitrt::Result<()> {
-    let mode = Progress::parse(mode)?;
+    let panic = mode == "panic";
+    let mode = if panic {
+        Progress::ThreadOnly
+    } else {
+        Progress::parse(mode)?
+    };
     let pongs = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
     // the threads handlers ran on (their names)
@@ -57,6 +64,7 @@ pub fn run_on(
     let stop = b.request("stop", Kind::Short, 0, move |_tok, _m| {
         d.store(true, Ordering::Release);
     })?;
+    let boom = b.request("boom", Kind::Short, 0, |_tok, _m| panic!("boom"))?;
     let pg = attach(b)?;
     let ep = pg.endpoint().clone();
     let (me, n) = (pg.rank(), pg.size());
@@ -72,6 +80,24 @@ pub fn run_on(
         }
     }
     pg.barrier()?;
+    if panic {
+        return if me == 0 {
+            ep.request(1, boom, &[], Payload::None)?;
+            // rank 1 fails the job
+            let e = ep.wait_until(|| false).expect_err("the job fails");
+            println!("progress panic rank 0 saw: {e}");
+            Ok(())
+        } else {
+            let e = ep
+                .wait_until(|| done.load(Ordering::Acquire))
+                .expect_err("the wait reports the panic");
+            println!("progress panic at the wait: {e}");
+            drop(ep);
+            let f = pg.finish().expect_err("finish reports it too");
+            println!("progress panic at finish: {f}");
+            Ok(())
+        };
+    }
     if me == 0 {
         // each peer says it computes (its last call into splitrt)
         ep.wait_until(|| (1..n).all(|p| arr.local().get(2 + p) == 1))?;
