@@ -1507,6 +1507,8 @@ impl Endpoint {
         self.inner.take_deferred()?;
         let mut backoff = Backoff::new(self.config());
         let mut watch = HangWatch::new(self.config()).patient(extra);
+        // the progress thread's rounds that ran handlers, as last seen
+        let mut rounds = self.inner.progress.handler_rounds();
         loop {
             if cond() {
                 return Ok(());
@@ -1518,6 +1520,11 @@ impl Endpoint {
             }
             self.inner.check_failure()?;
             self.inner.take_deferred()?;
+            if backoff.is_slow() && self.inner.progress.handler_rounds() != rounds {
+                // the progress thread ran handlers for this rank meanwhile
+                rounds = self.inner.progress.handler_rounds();
+                watch.progress();
+            }
             if backoff.is_slow() && watch.due() {
                 self.inner.hang(&mut watch, &what())?;
             }

@@ -160,6 +160,9 @@ pub(crate) struct State {
     poisoned: AtomicBool,
     /// Rounds of the thread that may have changed what waiters wait for.
     epoch: parking_lot::Mutex<u64>,
+    /// Rounds of the thread that ran handlers (for hang reports: a wait
+    /// whose rank's handlers run on the progress thread still progresses).
+    handler_rounds: std::sync::atomic::AtomicU64,
     cv: parking_lot::Condvar,
     /// The thread's fatal error, for `stop`.
     error: parking_lot::Mutex<Option<Error>>,
@@ -181,6 +184,12 @@ impl State {
     #[inline]
     pub(crate) fn watching(&self) -> bool {
         self.live.load(Ordering::Acquire) && !on_progress_thread()
+    }
+
+    /// How many of the thread's rounds ran handlers so far.
+    #[inline]
+    pub(crate) fn handler_rounds(&self) -> u64 {
+        self.handler_rounds.load(Ordering::Relaxed)
     }
 
     /// The mode in force.
@@ -311,6 +320,7 @@ fn run<D: Driven>(d: Arc<D>, stop: Arc<AtomicBool>) {
             Ok(Ok(0)) => {}
             Ok(Ok(_)) => {
                 backoff.reset();
+                st.handler_rounds.fetch_add(1, Ordering::Relaxed);
                 st.bump();
                 continue;
             }
