@@ -1,6 +1,8 @@
 //! Per-peer quiet (`Pgas::quiet_peer`, `tests/progs/quiet.rs`): it waits
 //! for the puts to one rank only, and they are visible there when it
-//! returns; over shared memory and loopback UDP, both RMA paths.
+//! returns; over shared memory and loopback UDP, both RMA paths. The
+//! same program checks that `try_request` to a rank that does not poll
+//! is refused with the fabric's reason (`WouldBlock`).
 
 mod common;
 use common::*;

@@ -7,13 +7,20 @@
 //! block is there (remote completion); after rank 2 resumes, `sync` and
 //! the checks of every block.
 //!
+//! While rank 2 computes, rank 0 also sends it Short requests with
+//! `try_request` until one is refused, and checks the reason the fabric
+//! gave (shm: the peer's ring is full; UDP: the send window; ibverbs:
+//! the send credits); rank 2 handles them all once it resumes.
+//!
 //! Usage: t_quiet [quiet|sync] DIR   (DIR: where rank 0 creates the file)
 //!
 //! Prints `quiet ok rank R`.
 
 #![allow(dead_code)] // `main` is unused where a test includes this file
 
+use splitrt::am::WouldBlock;
 use splitrt::pgas::Pgas;
+use splitrt::runtime::config::FabricKind;
 use splitrt::{EndpointBuilder, Error, Kind, Payload};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -72,6 +79,11 @@ pub fn run_on(
         }
         tok.reply(answer, &[ok], Payload::None).expect("reply");
     })?;
+    let sunk = Arc::new(AtomicU64::new(0));
+    let k = sunk.clone();
+    let sink = b.request("sink", Kind::Short, 1, move |_tok, _m| {
+        k.fetch_add(1, Ordering::AcqRel);
+    })?;
     let pg = attach(b)?;
     let ep = pg.endpoint().clone();
     let _ = eph.set(ep.clone());
@@ -79,6 +91,7 @@ pub fn run_on(
     let arr = pg.alloc_sym::<u64>(LEN)?;
     let ready = pg.alloc_sym::<u64>(1)?; // rank 2 computes
     block_at.store(arr.at(me, 0).offset(), Ordering::Release);
+    let flood_count = AtomicU64::new(0);
     let flag = dir.join(format!("t_quiet-{}", ep.job().job_id));
     pg.barrier()?;
     if me == 0 {
@@ -100,6 +113,34 @@ pub fn run_on(
                 "rank 1: the block is not visible after quiet_peer(1)",
             ));
         }
+        let mut flooded = 0u64;
+        if n > 2 {
+            // rank 2 does not poll: its fabric's limit is met, and named
+            let why = loop {
+                match ep.try_request(2, sink, &[flooded], Payload::None)? {
+                    Ok(()) => flooded += 1,
+                    Err(why) => break why,
+                }
+                if flooded > 1_000_000 {
+                    return Err(Error::usage(
+                        "1000000 requests to a rank that does not poll",
+                    ));
+                }
+            };
+            let want = match ep.config().fabric {
+                FabricKind::Shm => Some(WouldBlock::PeerRingFull),
+                FabricKind::Udp => Some(WouldBlock::UdpWindowFull),
+                FabricKind::Ibverbs => Some(WouldBlock::RdmaCreditsExhausted),
+                _ => None,
+            };
+            if want.is_some_and(|w| w != why) {
+                return Err(Error::usage(format!(
+                    "try_request to rank 2 refused because {why} ({why:?}), expected {want:?}"
+                )));
+            }
+            println!("quiet flood of rank 2: {flooded} sent, then {why:?}");
+        }
+        flood_count.store(flooded, Ordering::Release);
         std::fs::write(&flag, b"done").map_err(|e| Error::io("creating the flag file", e))?;
     } else if me == 2 {
         pg.write(ready.at(0, 0), 1)?; // complete at rank 0 on return
@@ -116,6 +157,13 @@ pub fn run_on(
     }
     pg.sync()?;
     pg.barrier()?;
+    // rank 0 says how many requests it sent rank 2, which waits for them
+    let mut flooded = [flood_count.load(Ordering::Acquire)];
+    pg.broadcast(0, &mut flooded)?;
+    let flooded = flooded[0];
+    if me == 2 {
+        ep.wait_until(|| sunk.load(Ordering::Acquire) == flooded)?;
+    }
     if (1..3).contains(&me) {
         let got = arr.local().to_vec();
         if got.iter().enumerate().any(|(i, &v)| v != value(me, i)) {
