@@ -327,3 +327,55 @@ fn teams_over_the_verbs_model() {
         });
     }
 }
+
+#[path = "progs/progress.rs"]
+mod progress_prog;
+
+/// Progress without polling over the ibverbs fabric's model: ranks that
+/// compute without calling into splitrt answer AM requests and serve
+/// one-sided operations (both RMA paths) from their progress threads
+/// (the program `tests/progress.rs` runs over shm and UDP).
+#[test]
+fn progress_thread_over_the_verbs_model() {
+    use splitrt::runtime::config::RmaPath;
+    let (size, seg) = (3, 8 << 20);
+    for (mode, rma, seed) in [
+        ("thread", RmaPath::Native, 21),
+        ("thread-only", RmaPath::Am, 22),
+    ] {
+        let id = unique(&format!("progress{mode}"));
+        on_threads(size, seed, Duration::from_secs(60), move |r, dev| {
+            let j = job(&id, r, size);
+            let cfg = Config {
+                rma,
+                ..config(seg, 16)
+            };
+            progress_prog::run_on(mode, move |b| Pgas::attach_over_verbs_model(b, j, cfg, dev))
+        });
+    }
+}
+
+#[path = "progs/quiet.rs"]
+mod quiet_prog;
+
+/// Per-peer quiet over the ibverbs fabric's model, both RMA paths (the
+/// program `tests/quiet.rs` runs over shm and UDP).
+#[test]
+fn quiet_peer_over_the_verbs_model() {
+    use splitrt::runtime::config::RmaPath;
+    let (size, seg) = (3, 8 << 20);
+    for (rma, seed) in [(RmaPath::Native, 23), (RmaPath::Am, 24)] {
+        let id = unique("quiet");
+        let dir = std::env::temp_dir();
+        on_threads(size, seed, Duration::from_secs(60), move |r, dev| {
+            let j = job(&id, r, size);
+            let cfg = Config {
+                rma,
+                ..config(seg, 16)
+            };
+            quiet_prog::run_on("quiet", &dir, move |b| {
+                Pgas::attach_over_verbs_model(b, j, cfg, dev)
+            })
+        });
+    }
+}

@@ -7,17 +7,18 @@ use crate::bridge::{Bridge, TrafficKey};
 use crate::dispatch::{self, dispatch, in_handler};
 use crate::handler::{Func, Kind, ReplyHandler, RequestHandler, Sig, RESERVED_HANDLERS};
 use crate::message::{Incoming, Payload};
+use crate::progress::{self, Progress};
 use splitrt_runtime::backoff::Backoff;
 use splitrt_runtime::config::Config;
 use splitrt_runtime::fabric::udp::proto::Stats as UdpStats;
-use splitrt_runtime::fabric::{idle_wait_blind, AnyFabric, Channel, Fabric, Packet};
+use splitrt_runtime::fabric::{idle_wait_blind, AnyFabric, Channel, Fabric, Packet, Sent};
 use splitrt_runtime::hang::{abort_error, HangWatch};
 use splitrt_runtime::job::JobInfo;
 use splitrt_runtime::view::LocalView;
 use splitrt_runtime::{Error, ErrorKind, Result, World};
 use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::task::Waker;
 
 /// A registered request handler.
@@ -31,6 +32,8 @@ type Entry = crate::handler::Entry<RequestFn, ReplyFn>;
 #[derive(Default)]
 pub struct EndpointBuilder {
     table: Table,
+    /// The progress mode asked for (`None`: `SPLITRT_PROGRESS`).
+    progress: Option<Progress>,
 }
 
 impl EndpointBuilder {
@@ -54,6 +57,16 @@ impl EndpointBuilder {
         self.table
             .add(None, name, kind, nargs, Func::Request(Box::new(f)))
             .map(RequestHandler)
+    }
+
+    /// Run the endpoint in progress mode `mode` (see [`Progress`]): with a
+    /// progress thread that runs handlers while the program computes, or
+    /// none (the default). Overrides `SPLITRT_PROGRESS`, which applies
+    /// when this is not called. [`Endpoint::set_progress`] changes it
+    /// later.
+    pub fn progress(&mut self, mode: Progress) -> &mut Self {
+        self.progress = Some(mode);
+        self
     }
 
     /// Register a reply handler. Reply handlers cannot send.
@@ -138,15 +151,22 @@ impl EndpointBuilder {
     /// leaves the first endpoint (and the job) untouched.
     pub fn attach(self) -> Result<Endpoint> {
         let _once = AttachOnce::claim()?;
+        let mode = self.progress_mode()?;
         let world = World::start(self.table.describe())?;
-        Ok(Self::finish_attach(self.table, world, _once))
+        Self::finish_attach(self.table, world, _once).with_progress(mode)
+    }
+
+    /// The progress mode: the builder's, else `SPLITRT_PROGRESS`'s.
+    fn progress_mode(&self) -> Result<Progress> {
+        self.progress.map_or_else(Progress::from_env, Ok)
     }
 
     /// [`attach`](Self::attach) with an explicit job and configuration.
     pub fn attach_with(self, job: JobInfo, config: Config) -> Result<Endpoint> {
         let _once = AttachOnce::claim()?;
+        let mode = self.progress_mode()?;
         let world = World::start_with(job, config, self.table.describe())?;
-        Ok(Self::finish_attach(self.table, world, _once))
+        Self::finish_attach(self.table, world, _once).with_progress(mode)
     }
 
     /// **Test double.** Join as rank `job.rank` of a job whose ranks are
@@ -164,30 +184,34 @@ impl EndpointBuilder {
         config: Config,
         dev: splitrt_runtime::fabric::rdma::model::ModelDevice,
     ) -> Result<Endpoint> {
+        let mode = self.progress_mode()?;
         let world = World::start_over_verbs_model(job, config, self.table.describe(), dev)?;
         let once = AttachOnce;
         let ep = Self::finish_attach(self.table, world, once);
-        Ok(ep)
+        ep.with_progress(mode)
     }
 
     fn finish_attach(table: Table, world: World, once: AttachOnce) -> Endpoint {
         std::mem::forget(once); // the process stays attached
+        let inner = Arc::new(Inner {
+            rank: world.job().rank,
+            size: world.job().size,
+            table_id: table.id,
+            reserved: ReservedRanges::default(),
+            table: table.entries,
+            world,
+            finished: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            deferred: parking_lot::Mutex::new(None),
+            has_deferred: AtomicBool::new(false),
+            skipped_requests: AtomicBool::new(false),
+            large_sends: AtomicU32::new(0),
+            bridge: Bridge::default(),
+            progress: progress::State::default(),
+        });
         Endpoint {
-            inner: Arc::new(Inner {
-                rank: world.job().rank,
-                size: world.job().size,
-                table_id: table.id,
-                reserved: ReservedRanges::default(),
-                table: table.entries,
-                world,
-                finished: AtomicBool::new(false),
-                closed: AtomicBool::new(false),
-                deferred: parking_lot::Mutex::new(None),
-                has_deferred: AtomicBool::new(false),
-                skipped_requests: AtomicBool::new(false),
-                large_sends: AtomicU32::new(0),
-                bridge: Bridge::default(),
-            }),
+            _owner: Arc::new(Owner(Arc::downgrade(&inner))),
+            inner,
         }
     }
 }
@@ -294,6 +318,8 @@ pub(crate) struct Inner {
     /// Waits on the doorbell for futures and `doorbell_fd` users; reads
     /// `world` from its thread, so it is stopped before `world` drops.
     bridge: Bridge,
+    /// The progress thread's state (see [`progress`]).
+    pub(crate) progress: progress::State,
 }
 
 /// A rank's Active Messages endpoint. Cheap to clone, `Send + Sync`: any
@@ -301,7 +327,24 @@ pub(crate) struct Inner {
 /// others return at once).
 #[derive(Clone)]
 pub struct Endpoint {
+    /// Dropped first: the last handle stops the progress thread (which
+    /// holds `inner`), so the endpoint then finishes on this thread.
+    _owner: Arc<Owner>,
     pub(crate) inner: Arc<Inner>,
+}
+
+/// Owned by the program's handles, not by the progress thread: when the
+/// last handle goes, the thread is stopped and joined.
+struct Owner(Weak<Inner>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            if let Err(e) = progress::stop(&inner.progress) {
+                eprintln!("splitrt: rank {}: the progress thread: {e}", inner.rank);
+            }
+        }
+    }
 }
 
 /// Requests with a payload of at least this many bytes are followed,
@@ -374,6 +417,10 @@ impl Inner {
         // deposit that passed the check (see `writers`).
         // SAFETY: the guard lives in this frame and drops before it returns.
         let _writing = unsafe { crate::writers::writing() };
+        if self.progress.diverted() {
+            // handlers run only on the progress thread
+            return Ok(0);
+        }
         let n = self.fabric().poll(ch, &mut |d| {
             if let Err(e) = dispatch(self, ch, d) {
                 err.get_or_insert(e);
@@ -561,6 +608,25 @@ impl Inner {
     /// a fabric without the wake-up capability sleeps the backoff's time.
     fn snooze_unless(&self, backoff: &mut Backoff, done: &dyn Fn() -> bool) {
         let sleep = backoff.sleep_time();
+        if self.progress.watching() {
+            // The progress thread sleeps on the doorbell and takes the
+            // traffic: wait for its next round instead. Under
+            // SPLITRT_SPIN_ONLY it spins, on this thread's core if the
+            // rank is pinned (threads inherit the affinity), so this
+            // thread gives the core up at once rather than spin beside it.
+            if self.world.config().spin_only {
+                self.progress.wait_epoch(sleep, done);
+            } else {
+                backoff.snooze_with(&|| self.progress.wait_epoch(sleep, done));
+            }
+            return;
+        }
+        self.idle(backoff, done);
+    }
+
+    /// Back off once on the fabric's doorbell (or a timed sleep).
+    fn idle(&self, backoff: &mut Backoff, done: &dyn Fn() -> bool) {
+        let sleep = backoff.sleep_time();
         let wakeup = self.fabric().wakeup();
         backoff.snooze_with(&|| match wakeup {
             Some(w) => w.idle_wait(sleep, done),
@@ -677,7 +743,7 @@ impl Inner {
         args: &[u64],
         payload: Payload<'_>,
         block: bool,
-    ) -> Result<bool> {
+    ) -> Result<Sent> {
         let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
         if in_handler() {
             return Err(at(Error::usage(
@@ -699,11 +765,17 @@ impl Inner {
             self.stall(waits, Channel::Request, b)
         };
         let mut wait: Option<(Backoff, HangWatch)> = None;
+        let mut last_why;
         loop {
-            if self
+            let sent = self
                 .fabric()
-                .try_send(peer, Channel::Request, &pkt, &mut stall)?
-            {
+                .try_send_why(peer, Channel::Request, &pkt, &mut stall)?;
+            if let Err(why) = sent {
+                if !block {
+                    return Ok(Err(why));
+                }
+                last_why = why;
+            } else {
                 if pkt.payload.len() >= POLL_AFTER_BYTES {
                     // Serve our own inbound traffic every few large sends,
                     // as GASNet-EX's request injection does: a peer
@@ -715,10 +787,7 @@ impl Inner {
                         self.progress_while_sending(Channel::Request)?;
                     }
                 }
-                return Ok(true);
-            }
-            if !block {
-                return Ok(false);
+                return Ok(Ok(()));
             }
             // Out of credits: serve our own inbound traffic while we wait.
             let (backoff, watch) = wait.get_or_insert_with(|| {
@@ -729,7 +798,7 @@ impl Inner {
                 self.check_failure()?;
                 if backoff.is_slow() && watch.due() {
                     let what = format!(
-                        "sending request '{}' to rank {peer}, which has no room for it",
+                        "sending request '{}' to rank {peer}, which has no room for it ({last_why})",
                         self.name(h.0.id)
                     );
                     self.hang(watch, &what)?;
@@ -858,6 +927,35 @@ impl Drop for Inner {
         } else if let Err(e) = self.finish() {
             eprintln!("splitrt: rank {}: finishing at drop failed: {e}", self.rank);
         }
+    }
+}
+
+/// The progress thread's view of the endpoint (see [`progress::Driven`]).
+impl progress::Driven for Inner {
+    fn progress_state(&self) -> &progress::State {
+        &self.progress
+    }
+    fn poll_once(&self) -> Result<usize> {
+        self.poll_every_channel()
+    }
+    fn idle(&self, backoff: &mut Backoff, stop: &dyn Fn() -> bool) {
+        Inner::idle(self, backoff, stop)
+    }
+    fn peer_failure(&self) -> Option<Error> {
+        self.check_failure().err()
+    }
+    fn defer(&self, e: Error) {
+        self.deferred.lock().get_or_insert(e);
+        self.has_deferred.store(true, Ordering::Release);
+    }
+    fn abort(&self, why: &str) {
+        self.world.abort(why)
+    }
+    fn config(&self) -> &Config {
+        self.world.config()
+    }
+    fn rank(&self) -> usize {
+        self.rank
     }
 }
 
@@ -1213,16 +1311,29 @@ impl Endpoint {
             .map(|_| ())
     }
 
-    /// Send a request if `peer` has room now. `Ok(false)`: back-pressure,
-    /// nothing was sent; poll and try again.
-    #[must_use = "Ok(false) means the request was not sent"]
+    /// Send a request if `peer` has room now. `Ok(Err(why))`:
+    /// back-pressure, nothing was sent, and [`WouldBlock`](crate::WouldBlock)
+    /// says which limit the fabric met (the peer's ring or landing zone,
+    /// the UDP window, RDMA credits); poll and try again. Errors (a
+    /// refused message, a failed peer) are the outer `Err`.
+    ///
+    /// ```no_run
+    /// # fn f(ep: &splitrt_am::Endpoint, h: splitrt_am::RequestHandler) -> splitrt_am::Result<()> {
+    /// use splitrt_am::{Payload, WouldBlock};
+    /// while let Err(why) = ep.try_request(1, h, &[7], Payload::None)? {
+    ///     if why == WouldBlock::UdpWindowFull { /* e.g. count it */ }
+    ///     ep.poll()?; // frees room at the peer by serving its traffic
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[must_use = "Ok(Err(_)) means the request was not sent"]
     pub fn try_request(
         &self,
         peer: usize,
         h: RequestHandler,
         args: &[u64],
         payload: Payload<'_>,
-    ) -> Result<bool> {
+    ) -> Result<Sent> {
         self.inner.send_request(peer, h, args, payload, false)
     }
 
@@ -1396,6 +1507,8 @@ impl Endpoint {
         self.inner.take_deferred()?;
         let mut backoff = Backoff::new(self.config());
         let mut watch = HangWatch::new(self.config()).patient(extra);
+        // the progress thread's rounds that ran handlers, as last seen
+        let mut rounds = self.inner.progress.handler_rounds();
         loop {
             if cond() {
                 return Ok(());
@@ -1407,6 +1520,11 @@ impl Endpoint {
             }
             self.inner.check_failure()?;
             self.inner.take_deferred()?;
+            if backoff.is_slow() && self.inner.progress.handler_rounds() != rounds {
+                // the progress thread ran handlers for this rank meanwhile
+                rounds = self.inner.progress.handler_rounds();
+                watch.progress();
+            }
             if backoff.is_slow() && watch.due() {
                 self.inner.hang(&mut watch, &what())?;
             }
@@ -1514,7 +1632,52 @@ impl Endpoint {
     /// endpoint, but requests that arrive while the barrier waits for the
     /// other ranks are handled and their handlers' replies go out (a rank
     /// still running may ask this one for something).
+    ///
+    /// A progress thread is stopped and joined first (the exit barrier
+    /// then runs handlers on the calling thread); an error it ended with
+    /// is returned (after the exit barrier).
     pub fn finish(self) -> Result<()> {
-        self.inner.finish()
+        let thread = progress::stop(&self.inner.progress);
+        let done = self.inner.finish();
+        thread.map_err(|e| e.at_rank(self.rank())).and(done)
+    }
+
+    /// Start, change or stop (`Progress::Polling`) this rank's progress
+    /// thread (see [`Progress`]). A running thread is stopped and joined
+    /// first; an error it had ended with is returned, and no new thread
+    /// started. Every rank may choose its own mode.
+    ///
+    /// ```no_run
+    /// # fn f(ep: &splitrt_am::Endpoint) -> splitrt_am::Result<()> {
+    /// use splitrt_am::Progress;
+    /// ep.set_progress(Progress::Thread)?; // peers' requests are served while we compute
+    /// // ... a long computation that never calls into splitrt ...
+    /// ep.set_progress(Progress::Polling)?; // joins the thread
+    /// # Ok(()) }
+    /// ```
+    pub fn set_progress(&self, mode: Progress) -> Result<()> {
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
+        if in_handler() || progress::on_progress_thread() {
+            return Err(
+                Error::usage("set_progress() cannot be called from inside a handler")
+                    .at_rank(self.rank()),
+            );
+        }
+        progress::set(&self.inner, mode).map_err(|e| e.at_rank(self.rank()))
+    }
+
+    /// The progress mode in force (see [`set_progress`](Self::set_progress)).
+    pub fn progress(&self) -> Progress {
+        self.inner.progress.mode()
+    }
+
+    /// Start the progress mode chosen at attach time.
+    fn with_progress(self, mode: Progress) -> Result<Endpoint> {
+        if mode != Progress::Polling {
+            progress::set(&self.inner, mode).map_err(|e| e.at_rank(self.rank()))?;
+        }
+        Ok(self)
     }
 }

@@ -37,6 +37,7 @@ mod dispatch;
 mod endpoint;
 mod handler;
 mod message;
+mod progress;
 mod rma;
 mod writers;
 
@@ -44,7 +45,9 @@ pub use bridge::TrafficKey;
 pub use endpoint::{Endpoint, EndpointBuilder, Token};
 pub use handler::{Kind, ReplyHandler, RequestHandler, MAX_ARGS, RESERVED_HANDLERS};
 pub use message::{Incoming, Payload};
+pub use progress::{Progress, ENV_PROGRESS};
 pub use rma::{Mapped, OneSided, Rma};
+pub use splitrt_runtime::fabric::{Sent, WouldBlock};
 pub use splitrt_runtime::view::LocalView;
 pub use splitrt_runtime::{Error, ErrorKind, Result};
 pub use writers::{

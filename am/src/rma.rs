@@ -116,6 +116,11 @@ impl<'a> Rma<'a> {
     pub fn quiet(&self) -> Result<()> {
         self.one_sided().map_or(Ok(()), |o| o.quiet())
     }
+
+    /// [`quiet`](Self::quiet) for the puts to `peer` only.
+    pub fn quiet_peer(&self, peer: usize) -> Result<()> {
+        self.one_sided().map_or(Ok(()), |o| o.quiet_peer(peer))
+    }
 }
 
 /// The load/store capability of an endpoint's fabric (see
@@ -185,6 +190,12 @@ impl OneSided<'_> {
     /// Wait until every [`put_nb`](Self::put_nb) is complete at its peer.
     pub fn quiet(&self) -> Result<()> {
         self.fabric.quiet()
+    }
+
+    /// Wait until every [`put_nb`](Self::put_nb) to `peer` is complete
+    /// there (those to other peers may still be in flight).
+    pub fn quiet_peer(&self, peer: usize) -> Result<()> {
+        self.fabric.quiet_peer(peer)
     }
 }
 

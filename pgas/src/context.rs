@@ -131,6 +131,7 @@ impl Pgas {
         let _ = st.seg.set(fabric.local_segment());
         let _ = st.rank.set(rank);
         let _ = st.size.set(size);
+        let _ = st.peer_puts.set(crate::peer_books::PeerBooks::new(size));
         let path = ep.config().rma;
         // Peers' segments mapped here, if the fabric can load and store
         // (else every access takes the one-sided or the message path).

@@ -164,6 +164,9 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         if m.arg(0) != OK {
             s.fail(format!("rank {} refused a put", m.src()));
         }
+        if let Some(b) = s.peer_puts.get() {
+            b.complete(m.src());
+        }
         s.puts_done.fetch_add(1, Ordering::Release);
     })?;
     let s = st.clone();
@@ -174,6 +177,9 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
             // a non-fetching atomic: counted for sync, as a put's reply
             if status != OK {
                 s.fail(why());
+            }
+            if let Some(b) = s.peer_puts.get() {
+                b.complete(m.src());
             }
             s.puts_done.fetch_add(1, Ordering::Release);
             return;

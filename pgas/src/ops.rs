@@ -59,10 +59,13 @@ impl Pgas {
         let (code, a, b) = op.encode();
         if !fetch {
             i.issued.add_puts(1);
+            let books = i.st.peer_puts.get();
+            books.inspect(|b| b.issue(rank));
             let args = [NO_FETCH, code, T::WIDTH, off, a, b];
             let sent = i.ep.request(rank, i.h.atomic, &args, Payload::None);
             if sent.is_err() {
                 // never sent: no reply to wait for
+                books.inspect(|b| b.complete(rank));
                 i.st.puts_done.fetch_add(1, Ordering::Release);
             }
             return sent.map(|()| None);

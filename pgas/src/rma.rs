@@ -270,6 +270,8 @@ impl Inner {
             }
         }
         self.issued.add_puts(1);
+        let books = self.st.peer_puts.get();
+        books.inspect(|b| b.issue(rank));
         let r = self.ep.request(
             rank,
             self.h.put,
@@ -280,6 +282,7 @@ impl Inner {
             },
         );
         if r.is_err() {
+            books.inspect(|b| b.complete(rank));
             self.st.puts_done.fetch_add(1, Ordering::Release);
         }
         r
@@ -449,6 +452,9 @@ impl<'env> Scope<'env> {
     }
 
     /// Start `*dst := src` (copied now; complete when the scope ends).
+    /// Returns once `src` may be reused (local completion); visible at
+    /// the target when the scope ends, or after
+    /// [`Pgas::quiet_peer`]`(dst.rank())` (remote completion).
     #[inline(always)]
     pub fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         self.inner.put(dst, src)
@@ -607,7 +613,15 @@ impl Pgas {
 
     /// Start `*dst := src` (split-phase: copied now, complete at [`sync`]).
     ///
+    /// Returns once `src` may be reused (local completion); the data is
+    /// visible at the target (remote completion) after [`sync`] or
+    /// [`quiet_peer`]`(dst.rank())`, on every fabric and both RMA paths
+    /// (a mapped segment's put is visible at once). [`write_slice`] does
+    /// both in one call.
+    ///
     /// [`sync`]: Pgas::sync
+    /// [`quiet_peer`]: Pgas::quiet_peer
+    /// [`write_slice`]: Pgas::write_slice
     #[inline(always)]
     pub fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         self.inner.put(dst, src)

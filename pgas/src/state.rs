@@ -117,6 +117,9 @@ pub(crate) struct State {
     pub errors: Mutex<Vec<String>>,
     /// Whether `errors` may be non-empty (spares `sync` the lock).
     pub has_errors: std::sync::atomic::AtomicBool,
+    /// Puts issued to and acknowledged by each peer (`Pgas::quiet_peer`);
+    /// set at attach, once the job's size is known.
+    pub peer_puts: OnceLock<crate::peer_books::PeerBooks>,
 }
 
 /// The arrivals of one barrier epoch at rank 0.

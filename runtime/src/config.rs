@@ -171,6 +171,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
         ENV_SPIN_ONLY,
         "1 = spin only, never yield or sleep (default 0)",
     ),
+    (
+        "SPLITRT_PROGRESS",
+        "poll (default): handlers run when the program polls or waits; thread: a progress thread polls too; thread-only: handlers run only on it (read by the AM layer)",
+    ),
 ];
 
 /// Longest duration any setting accepts (a year): every deadline computed

@@ -279,6 +279,36 @@ fn get_and_put_by_rdma_with_bounds_checked() {
     j.segs[0].clear();
 }
 
+/// Per-peer quiet: after `quiet_peer(1)` every non-blocking put to rank
+/// 1 is there (puts to rank 2 may still be in flight; a full `quiet`
+/// completes them), and a rank outside the job is refused.
+#[test]
+fn quiet_peer_completes_the_puts_to_one_peer() {
+    let cfg = small_buffers();
+    for seed in 0..8 {
+        let mut j = job(3, 64 << 10, cfg, seed);
+        let mut expect = vec![vec![0u8; 64 << 10]; 3];
+        for n in 0..100usize {
+            let peer = 1 + n % 2;
+            let off = (n * 97) % (60 << 10);
+            let src = [(n as u8).wrapping_mul(13) | 1; 64];
+            assert!(j.fabrics[0].put_nb(peer, off as u64, &src).unwrap());
+            expect[peer][off..off + 64].copy_from_slice(&src);
+        }
+        j.fabrics[0].quiet_peer(1).unwrap();
+        assert!(
+            j.segs[1] == expect[1],
+            "seed {seed}: rank 1 after quiet_peer(1)"
+        );
+        let e = j.fabrics[0].quiet_peer(3).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        j.fabrics[0].quiet().unwrap();
+        assert!(j.segs[2] == expect[2], "seed {seed}: rank 2 after quiet");
+        assert_eq!(j.net.stats().errors, 0);
+        j.segs.iter_mut().for_each(Vec::clear);
+    }
+}
+
 /// Non-blocking puts: each returns once its source is copied out (the
 /// source is overwritten at once here), many more than there are send
 /// buffers proceed (completions free them), everything is at the peer
@@ -380,6 +410,11 @@ fn back_pressure_per_channel_and_credits_come_back() {
         assert!(sent <= 4);
     }
     assert_eq!(sent, 4);
+    assert_eq!(
+        a.try_send_why(1, Channel::Request, &pkt, &mut no).unwrap(),
+        Err(splitrt_runtime::fabric::WouldBlock::RdmaCreditsExhausted),
+        "a refused send says why"
+    );
     assert_eq!(a.credits(1, Channel::Request), Some((0, 4)));
     assert!(a.try_send(1, Channel::Reply, &pkt, &mut no).unwrap());
     // the receiver consumes: credits return (by mailbox write or piggy-back)

@@ -150,11 +150,11 @@ fn run() -> splitrt::Result<()> {
                             _ if t == 0 => 2,
                             _ => 1,
                         };
-                        let sent = |ok: bool| {
-                            if !ok {
+                        let sent = |r: splitrt::am::Sent| {
+                            if r.is_err() {
                                 bp.fetch_add(1, Ordering::Relaxed);
                             }
-                            ok
+                            r.is_ok()
                         };
                         let args3 = [seq, sd, !sd];
                         let try_first = r & 0x100 != 0;

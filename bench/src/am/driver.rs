@@ -161,7 +161,11 @@ fn unit(bench: Bench) -> &'static str {
 
 fn bench_row(res: &Results<Bench>, bench: Bench, size: usize) -> Row {
     let shown = match bench {
-        Bench::ShortRtt | Bench::ShortRate | Bench::RpcRtt | Bench::RpcRate => None,
+        Bench::ShortRtt
+        | Bench::ShortRate
+        | Bench::RpcRtt
+        | Bench::RpcRate
+        | Bench::ShortRttProgress => None,
         _ => Some(size),
     };
     let label = match bench {
@@ -170,6 +174,9 @@ fn bench_row(res: &Results<Bench>, bench: Bench, size: usize) -> Row {
         Bench::ShortRate => "AM Short flood rate (1 arg)".to_string(),
         Bench::RpcRtt => "RPC RTT (u64 -> u64, call + wait)".to_string(),
         Bench::RpcRate => "RPC aggregated rate (u64 -> u64, 4096 outstanding)".to_string(),
+        Bench::ShortRttProgress => {
+            "AM Short RTT, peer's handlers on its progress thread (thread-only)".to_string()
+        }
         b => b.label().to_string(),
     };
     let source = if bench == Bench::RawLineRtt {
@@ -224,6 +231,18 @@ fn build_sections(res: &Results<Bench>, plan: &Plan, ucx: &UcxOutcome) -> Vec<Se
                 )),
             )
             .with_note("per repetition, p50 over p50; target <= 1.5x"),
+            bench_row(res, Bench::ShortRttProgress, 0),
+            Row::new(
+                "ratio",
+                "AM Short RTT with the peer's progress thread / without",
+                None,
+                "x",
+                Summary::values(&per_rep_ratio(
+                    &res.p50s_us(Bench::ShortRttProgress, 0),
+                    &res.p50s_us(Bench::ShortRtt, 0),
+                )),
+            )
+            .with_note("per repetition, p50 over p50: the progress thread's added latency"),
         ],
     });
 

@@ -33,6 +33,10 @@ pub struct Shared {
     pub sunk: AtomicU64,
     /// Repetitions rank 0 has finished (rank 1 waits on it).
     pub done: AtomicU64,
+    /// The last progress mode rank 0 asked rank 1 for (`seq << 1 | on`).
+    pub progress_req: AtomicU64,
+    /// The last such request rank 1 applied (rank 0 waits on it).
+    pub progress_ack: AtomicU64,
 }
 
 /// Handles of the request handlers a rank sends.
@@ -53,6 +57,11 @@ pub struct Handlers {
     pub sink_long: RequestHandler,
     /// End of a repetition (1 arg: repetitions done).
     pub done: RequestHandler,
+    /// Rank 0 asks rank 1 to start (`arg & 1`) or stop its progress
+    /// thread (1 arg: `seq << 1 | on`).
+    pub progress: RequestHandler,
+    /// Rank 1 applied that request (1 arg: the request's word).
+    pub progress_ack: RequestHandler,
 }
 
 /// Register every handler on `b` (the same order on every rank).
@@ -112,6 +121,14 @@ pub fn register(b: &mut EndpointBuilder, shared: &Arc<Shared>, ack_every: u64) -
     let done = b.request("bench_done", Kind::Short, 1, move |_tok, m| {
         s.done.store(m.arg(0), Ordering::Release);
     })?;
+    let s = shared.clone();
+    let progress = b.request("bench_progress", Kind::Short, 1, move |_tok, m| {
+        s.progress_req.store(m.arg(0), Ordering::Release);
+    })?;
+    let s = shared.clone();
+    let progress_ack = b.request("bench_progress_ack", Kind::Short, 1, move |_tok, m| {
+        s.progress_ack.store(m.arg(0), Ordering::Release);
+    })?;
     Ok(Handlers {
         ping_short,
         ping_medium,
@@ -120,5 +137,7 @@ pub fn register(b: &mut EndpointBuilder, shared: &Arc<Shared>, ack_every: u64) -
         sink_medium,
         sink_long,
         done,
+        progress,
+        progress_ack,
     })
 }

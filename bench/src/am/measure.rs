@@ -25,6 +25,10 @@ pub enum Bench {
     /// Typed RPC rate, 8 B arguments and results, aggregated (many calls
     /// outstanding, buffered per destination).
     RpcRate,
+    /// AM Short round trip whose peer runs its handlers only on its
+    /// progress thread (`Progress::ThreadOnly`), measured right after
+    /// [`ShortRtt`](Bench::ShortRtt) (the same peer polling itself).
+    ShortRttProgress,
 }
 
 impl BenchId for Bench {
@@ -38,6 +42,7 @@ impl BenchId for Bench {
         Bench::ShortRate,
         Bench::RpcRtt,
         Bench::RpcRate,
+        Bench::ShortRttProgress,
     ];
 
     fn id(self) -> &'static str {
@@ -51,6 +56,7 @@ impl BenchId for Bench {
             Bench::ShortRate => "am_short_msg_rate",
             Bench::RpcRtt => "rpc_rtt",
             Bench::RpcRate => "rpc_agg_rate",
+            Bench::ShortRttProgress => "am_short_rtt_progress_thread",
         }
     }
 }
@@ -68,6 +74,7 @@ impl Bench {
             Bench::ShortRate => "AM Short flood rate",
             Bench::RpcRtt => "RPC RTT",
             Bench::RpcRate => "RPC aggregated rate",
+            Bench::ShortRttProgress => "AM Short RTT, peer's progress thread",
         }
     }
 

@@ -6,7 +6,9 @@
 //! Each repetition runs, in order: raw line ping-pong, AM Short RTT (back to
 //! back with the raw one), typed RPC RTT (8 B each way), Medium RTT, Long
 //! RTT, Medium and Long one-way throughput, Short flood rate, aggregated
-//! 8 B RPC rate.
+//! 8 B RPC rate, and the AM Short RTT again with rank 1's handlers run
+//! only by its progress thread (`Progress::ThreadOnly`), so its cost
+//! stands beside the polling peer's of the same repetition.
 
 use super::handlers::{self, Handlers, Shared};
 use super::measure::Bench;
@@ -17,6 +19,7 @@ use super::throughput::stream;
 use crate::harness::results::{Results, Value};
 use crate::harness::worker;
 use crate::Common;
+use splitrt::am::Progress;
 use splitrt::rpc::{Rpc, RpcFn};
 use splitrt::{Endpoint, EndpointBuilder, Error, Kind, Payload, Result};
 use std::collections::VecDeque;
@@ -45,10 +48,28 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         })?;
         worker::write_result(result, 0, &bench.into_results().to_csv())?;
     } else {
+        let mut applied = 0;
         for rep in 0..plan.reps {
             ep.barrier()?;
             line.side_b(rep as u64 * plan.raw_round_trips(), plan.raw_round_trips());
-            ep.wait_until(|| shared.done.load(Ordering::Acquire) > rep as u64)?;
+            loop {
+                ep.wait_until(|| {
+                    shared.done.load(Ordering::Acquire) > rep as u64
+                        || shared.progress_req.load(Ordering::Acquire) != applied
+                })?;
+                let want = shared.progress_req.load(Ordering::Acquire);
+                if want == applied {
+                    break;
+                }
+                applied = want;
+                let mode = if want & 1 == 1 {
+                    Progress::ThreadOnly
+                } else {
+                    Progress::Polling
+                };
+                ep.set_progress(mode)?;
+                ep.request(0, h.progress_ack, &[want], Payload::None)?;
+            }
         }
     }
     ep.finish()
@@ -66,6 +87,8 @@ struct Bencher<'a> {
     /// The RPC measured: `x -> x + 1` on `u64`.
     inc: RpcFn<u64, u64>,
     out: Results<Bench>,
+    /// Progress-mode requests sent to rank 1.
+    progress_seq: u64,
 }
 
 /// Calls outstanding in the aggregated RPC rate.
@@ -111,6 +134,7 @@ impl<'a> Bencher<'a> {
             long_sizes,
             inc,
             out: Results::with_config(config),
+            progress_seq: 0,
         })
     }
 
@@ -170,7 +194,23 @@ impl<'a> Bencher<'a> {
             rep,
             Value::Rate(msgs as f64 / t.as_secs_f64()),
         );
+        // Last, so the thread does not share the cores with the rest.
+        self.peer_progress(true)?;
+        let short = self.am.rtt(Kind::Short, &[], p.rounds(0));
+        self.peer_progress(false)?;
+        self.out
+            .push_latency(Bench::ShortRttProgress, 0, rep, &short?);
         Ok(())
+    }
+
+    /// Have rank 1 run its handlers only on its progress thread (`on`)
+    /// or poll itself again, and wait until it does.
+    fn peer_progress(&mut self, on: bool) -> Result<()> {
+        let (ep, h, shared) = (self.am.ep, self.am.h, self.am.shared);
+        self.progress_seq += 1;
+        let word = self.progress_seq << 1 | u64::from(on);
+        ep.request(PEER, h.progress, &[word], Payload::None)?;
+        ep.wait_until(|| shared.progress_ack.load(Ordering::Acquire) == word)
     }
 
     /// Round trips of one RPC at a time (called, then waited for: the

@@ -53,17 +53,17 @@ impl Fabric for Hybrid {
         self.shm.local_segment()
     }
     #[inline]
-    fn try_send(
+    fn try_send_why(
         &self,
         peer: usize,
         ch: Channel,
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
-    ) -> Result<bool> {
+    ) -> Result<super::Sent> {
         if self.is_remote(peer) {
-            self.udp.try_send(peer, ch, pkt, stall)
+            self.udp.try_send_why(peer, ch, pkt, stall)
         } else {
-            self.shm.try_send(peer, ch, pkt, stall)
+            self.shm.try_send_why(peer, ch, pkt, stall)
         }
     }
     #[inline]

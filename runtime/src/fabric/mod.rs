@@ -41,6 +41,55 @@ pub enum Channel {
     Reply = 1,
 }
 
+/// Why a send found no room at its peer and sent nothing (back-pressure,
+/// not an error: poll, and the room comes back). Each fabric says which of
+/// its limits was reached; the layers above pass it on (the AM layer's
+/// `try_request`) and never match on the kind of fabric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WouldBlock {
+    /// The peer's ring for this channel has no free cell (shm: the peer
+    /// has not yet taken the messages sent before).
+    PeerRingFull,
+    /// The peer's landing zone for large Medium payloads is full of
+    /// Mediums its handlers have not finished with (shm).
+    LandingZoneFull,
+    /// The send window toward the peer is full of datagrams it has not
+    /// acknowledged yet (UDP).
+    UdpWindowFull,
+    /// No send credit toward the peer (every receive buffer it posted for
+    /// this rank is in use) or no free local send buffer (ibverbs).
+    RdmaCreditsExhausted,
+}
+
+impl WouldBlock {
+    /// A short description, e.g. for a hang report.
+    ///
+    /// ```
+    /// use splitrt_runtime::fabric::WouldBlock;
+    /// assert!(WouldBlock::UdpWindowFull.describe().contains("window"));
+    /// ```
+    pub fn describe(self) -> &'static str {
+        match self {
+            WouldBlock::PeerRingFull => "the peer's ring is full",
+            WouldBlock::LandingZoneFull => "the peer's landing zone is full",
+            WouldBlock::UdpWindowFull => "the UDP send window to the peer is full",
+            WouldBlock::RdmaCreditsExhausted => "no RDMA send credits toward the peer",
+        }
+    }
+}
+
+impl std::fmt::Display for WouldBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.describe())
+    }
+}
+
+/// What a send that may meet back-pressure did: `Ok(())` sent (or, for
+/// a streamed packet, its first part went and the rest followed), `Err`:
+/// nothing sent, and why.
+pub type Sent = std::result::Result<(), WouldBlock>;
+
 /// A packet to send.
 #[derive(Clone, Copy, Debug)]
 pub struct Packet<'a> {
@@ -276,18 +325,31 @@ pub trait Fabric: Send + Sync {
     /// This rank's registered segment (where Long payloads are deposited).
     fn local_segment(&self) -> SegmentRef;
     /// Send `pkt` to `peer` on `ch` if there is room for its first part.
-    /// Returns `Ok(false)`, having sent nothing, when the peer has no room
-    /// (back-pressure). A packet larger than the room left is streamed:
-    /// `stall(n)` is called while waiting for the peer to drain, `n` counting
-    /// the calls since room last appeared (0 = first wait for this part); it
-    /// must make progress on this rank's own inbound traffic and may back off.
+    /// Returns `Ok(Err(why))`, having sent nothing, when the peer has no
+    /// room (back-pressure; [`WouldBlock`] names the limit reached). A
+    /// packet larger than the room left is streamed: `stall(n)` is called
+    /// while waiting for the peer to drain, `n` counting the calls since
+    /// room last appeared (0 = first wait for this part); it must make
+    /// progress on this rank's own inbound traffic and may back off.
+    fn try_send_why(
+        &self,
+        peer: usize,
+        ch: Channel,
+        pkt: &Packet<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<Sent>;
+    /// [`try_send_why`](Self::try_send_why) without the reason: `Ok(false)`
+    /// on back-pressure.
+    #[inline]
     fn try_send(
         &self,
         peer: usize,
         ch: Channel,
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
-    ) -> Result<bool>;
+    ) -> Result<bool> {
+        Ok(self.try_send_why(peer, ch, pkt, stall)?.is_ok())
+    }
     /// Send a Short (argument words only, no payload) to `peer` on `ch`:
     /// [`try_send`](Self::try_send) of that packet, `Ok(false)` on
     /// back-pressure. A Short is one cell or frame on every fabric, so it
@@ -381,6 +443,14 @@ pub trait RemoteMemory {
     fn put_nb(&self, peer: usize, off: u64, src: &[u8]) -> Result<bool>;
     /// Wait until every [`put_nb`](Self::put_nb) is complete at its peer.
     fn quiet(&self) -> Result<()>;
+    /// Wait until every [`put_nb`](Self::put_nb) to `peer` is complete
+    /// there (puts to other peers may still be in flight). The default
+    /// waits for all of them ([`quiet`](Self::quiet)), which is correct,
+    /// only slower.
+    fn quiet_peer(&self, peer: usize) -> Result<()> {
+        let _ = peer;
+        self.quiet()
+    }
 }
 
 /// Capability: waits that end when traffic arrives (the shm doorbell, a
@@ -506,6 +576,16 @@ impl Fabric for AnyFabric {
     #[inline]
     fn local_segment(&self) -> SegmentRef {
         dispatch!(self, local_segment())
+    }
+    #[inline]
+    fn try_send_why(
+        &self,
+        peer: usize,
+        ch: Channel,
+        pkt: &Packet<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<Sent> {
+        dispatch!(self, try_send_why(peer, ch, pkt, stall))
     }
     #[inline]
     fn try_send(

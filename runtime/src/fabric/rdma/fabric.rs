@@ -911,13 +911,45 @@ impl<V: Verbs> RdmaFabric<V> {
     /// thread) is complete at its peer (its RDMA write acknowledged);
     /// fails if one failed. Puts posted meanwhile are not waited for.
     pub fn quiet(&self) -> Result<()> {
+        self.quiet_where(None)
+    }
+
+    /// [`quiet`](Self::quiet) for the puts to `peer` only (OpenSHMEM's
+    /// quiet on a context that talks to one PE): puts to other peers are
+    /// not waited for.
+    pub fn quiet_peer(&self, peer: usize) -> Result<()> {
+        if peer >= self.size {
+            return Err(Error::usage(format!(
+                "rank {peer} does not exist in a job of {} ranks",
+                self.size
+            ))
+            .at_rank(self.rank));
+        }
+        self.quiet_where(Some(peer))
+    }
+
+    /// Wait for the non-blocking puts posted so far, to every peer or to
+    /// `only`.
+    fn quiet_where(&self, only: Option<usize>) -> Result<()> {
         let mut d = self.dev.lock();
-        if d.nb_done == d.nb_posted {
+        let nothing = match only {
+            None => d.nb_done == d.nb_posted,
+            Some(p) => d.nb_done[p] == d.nb_posted[p],
+        };
+        if nothing {
             return Ok(());
         }
         let mut want = std::mem::take(&mut d.nb_want);
         want.clear();
         want.extend_from_slice(&d.nb_posted);
+        if let Some(p) = only {
+            // the others count as done: nothing of theirs is waited for
+            for (q, w) in want.iter_mut().enumerate() {
+                if q != p {
+                    *w = 0;
+                }
+            }
+        }
         let since = Instant::now();
         let r = loop {
             let Some(peer) = (0..self.size).find(|&p| d.nb_done[p] < want[p]) else {
@@ -1111,13 +1143,13 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
         self.seg
     }
 
-    fn try_send(
+    fn try_send_why(
         &self,
         peer: usize,
         ch: Channel,
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
-    ) -> Result<bool> {
+    ) -> Result<crate::fabric::Sent> {
         if peer >= self.size {
             return Err(Error::usage(format!(
                 "rank {peer} does not exist in a job of {} ranks",
@@ -1138,7 +1170,7 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
         if let Some(off) = pkt.deposit {
             // the header frame's credit first: back-pressure before any write
             let Some(hdr) = self.acquire(peer, Some(c), false, stall)? else {
-                return Ok(false);
+                return Ok(Err(crate::fabric::WouldBlock::RdmaCreditsExhausted));
             };
             if !pkt.payload.is_empty() {
                 let r = self.put(peer, off, pkt.payload);
@@ -1153,12 +1185,12 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
             });
             self.post_buffer(&mut d, peer, hdr, n)
                 .map_err(|e| e.at_rank(self.rank).with_peer(peer))?;
-            return Ok(true);
+            return Ok(Ok(()));
         }
         let mut from = 0;
         loop {
             let Some(i) = self.acquire(peer, Some(c), from > 0, stall)? else {
-                return Ok(false);
+                return Ok(Err(crate::fabric::WouldBlock::RdmaCreditsExhausted));
             };
             let mut d = self.dev.lock();
             let mut taken = 0;
@@ -1169,7 +1201,7 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
                 .map_err(|e| e.at_rank(self.rank).with_peer(peer))?;
             from += taken;
             if from == m.payload.len() {
-                return Ok(true);
+                return Ok(Ok(()));
             }
         }
     }
@@ -1224,6 +1256,10 @@ impl<V: Verbs> RemoteMemory for RdmaFabric<V> {
 
     fn quiet(&self) -> Result<()> {
         RdmaFabric::quiet(self)
+    }
+
+    fn quiet_peer(&self, peer: usize) -> Result<()> {
+        RdmaFabric::quiet_peer(self, peer)
     }
 }
 

@@ -23,7 +23,10 @@ use self::layout::{
 use self::owner::{Guarded, Owner};
 use self::ring::{Consumer, Peek, Producer, Ring};
 use self::zone::ZoneAlloc;
-use super::{Channel, Delivery, Deposit, Fabric, LoadStore, Packet, SegmentRef, Wakeup, MAX_WORDS};
+use super::{
+    Channel, Delivery, Deposit, Fabric, LoadStore, Packet, SegmentRef, Sent, Wakeup, WouldBlock,
+    MAX_WORDS,
+};
 use crate::cpus::{CpuSet, CPU_WORDS};
 use crate::segment::{populate, PopulatedPrefix, Room, ShmFile};
 use crate::trace::{self, Clock, Off, On, Stage};
@@ -624,7 +627,7 @@ impl ShmFabric {
         ch: Channel,
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
-    ) -> Result<bool> {
+    ) -> Result<Sent> {
         let t0 = C::start();
         let err = |e: Error| Err(e.at_rank(self.global).with_peer(self.members[peer]));
         let nw = pkt.words.len();
@@ -653,7 +656,7 @@ impl ShmFabric {
                 .map_err(|e| e.at_rank(self.global))?;
             let Tx { p, bell, .. } = &mut *tx;
             if !p.has_room() {
-                return Ok(false);
+                return Ok(Err(WouldBlock::PeerRingFull));
             }
             let t = C::record(Stage::Enqueue, t0);
             // SAFETY: off + len <= seg.len (checked above), so `off` is an
@@ -666,7 +669,7 @@ impl ShmFabric {
             unsafe { std::ptr::copy(pkt.payload.as_ptr(), dst, len) };
             announce::<C>(p, *bell, pkt, F_DEPOSIT, off, t);
             self.mark_if_self(peer, ch);
-            return Ok(true);
+            return Ok(Ok(()));
         }
         if len > self.max_medium {
             return err(Error::usage(format!(
@@ -680,7 +683,7 @@ impl ShmFabric {
             .map_err(|e| e.at_rank(self.global))?;
         let Tx { p, bell, zone } = &mut *tx;
         if !p.has_room() {
-            return Ok(false);
+            return Ok(Err(WouldBlock::PeerRingFull));
         }
         let t = C::record(Stage::Enqueue, t0);
         let cap0 = p.ring().capacity(nw);
@@ -693,7 +696,7 @@ impl ShmFabric {
                     % zone::PAGE
             });
             let Some(at) = zone.alloc.place_in_phase(len, phase, |seq| p.released(seq)) else {
-                return Ok(false); // the zone is full of Mediums being handled
+                return Ok(Err(WouldBlock::LandingZoneFull)); // full of Mediums being handled
             };
             // Its pages ahead of the first lap, not one fault per 4 KiB.
             // SAFETY: the zone lies in the peer's file, mapped as long as
@@ -716,7 +719,7 @@ impl ShmFabric {
             zone.alloc.placed(p.head(), at, len);
             announce::<C>(p, *bell, pkt, F_ZONE, at as u64, t);
             self.mark_if_self(peer, ch);
-            return Ok(true);
+            return Ok(Ok(()));
         }
         let first = len.min(cap0);
         let mut meta = CellMeta {
@@ -751,7 +754,7 @@ impl ShmFabric {
             bell.get().ring();
             sent += n;
         }
-        Ok(true)
+        Ok(Ok(()))
     }
 
     /// A Short's path (argument words only, one cell): `peer` is a global
@@ -795,11 +798,12 @@ impl ShmFabric {
             deposit: None,
         };
         let stall = &mut |_| Ok(());
-        if trace::enabled() {
+        let sent = if trace::enabled() {
             self.send_with::<On>(l, ch, &pkt, stall)
         } else {
             self.send_with::<Off>(l, ch, &pkt, stall)
-        }
+        };
+        sent.map(|r| r.is_ok())
     }
 
     /// After publishing into `peer`'s ring: if that is this rank's own,
@@ -1143,13 +1147,13 @@ impl Fabric for ShmFabric {
         self.segment_of(self.me)
     }
 
-    fn try_send(
+    fn try_send_why(
         &self,
         peer: usize,
         ch: Channel,
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
-    ) -> Result<bool> {
+    ) -> Result<Sent> {
         let peer = self.local(peer)?;
         // One check of the tracing switch per send; the `Off` copy has no probes.
         if trace::enabled() {
@@ -1443,6 +1447,65 @@ mod tests {
         assert!(e.to_string().contains("argument words"), "{e}");
         let e = f.try_send_short(3, Channel::Reply, 1, &[]).unwrap_err();
         assert!(e.to_string().contains("does not exist"), "{e}");
+    }
+
+    /// A refused send says why: a full ring of Shorts is `PeerRingFull`;
+    /// Mediums larger than a cell, which go through the landing zone,
+    /// meet `LandingZoneFull` first when the ring is long.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn a_refused_send_names_the_limit_it_met() {
+        let mut none = |_| -> Result<()> { Ok(()) };
+        let f = solo("whyring", 256, 4);
+        let short = Packet {
+            tag: 1,
+            words: &[5],
+            payload: &[],
+            deposit: None,
+        };
+        for _ in 0..4 {
+            assert_eq!(
+                f.try_send_why(0, Channel::Request, &short, &mut none)
+                    .unwrap(),
+                Ok(())
+            );
+        }
+        assert_eq!(
+            f.try_send_why(0, Channel::Request, &short, &mut none)
+                .unwrap(),
+            Err(WouldBlock::PeerRingFull)
+        );
+        assert_eq!(f.poll(Channel::Request, &mut |_| {}).unwrap(), 4);
+        assert_eq!(
+            f.try_send_why(0, Channel::Request, &short, &mut none)
+                .unwrap(),
+            Ok(())
+        );
+
+        let f = solo("whyzone", 256, 1024);
+        let data = vec![7u8; 4096];
+        let medium = Packet {
+            tag: 2,
+            words: &[],
+            payload: &data,
+            deposit: None,
+        };
+        let mut sent = 0;
+        let why = loop {
+            match f
+                .try_send_why(0, Channel::Request, &medium, &mut none)
+                .unwrap()
+            {
+                Ok(()) => sent += 1,
+                Err(why) => break why,
+            }
+            assert!(sent < 1024, "the landing zone never filled");
+        };
+        assert_eq!(why, WouldBlock::LandingZoneFull, "after {sent} Mediums");
+        assert_eq!(f.poll(Channel::Request, &mut |_| {}).unwrap(), sent);
     }
 
     /// The doorbell bridge's wait: `false` when it timed out with the rings

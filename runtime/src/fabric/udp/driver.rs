@@ -693,13 +693,13 @@ impl Fabric for UdpFabric {
         self.seg
     }
 
-    fn try_send(
+    fn try_send_why(
         &self,
         peer: usize,
         ch: Channel,
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
-    ) -> Result<bool> {
+    ) -> Result<crate::fabric::Sent> {
         self.check_send(peer, pkt)?;
         let m = OutMsg {
             tag: pkt.tag,
@@ -722,12 +722,14 @@ impl Fabric for UdpFabric {
                 r
             };
             match r {
-                Sent::Upto(e) if e == m.payload.len() => return Ok(true),
+                Sent::Upto(e) if e == m.payload.len() => return Ok(Ok(())),
                 Sent::Upto(e) => {
                     from = e;
                     waits = 0;
                 }
-                Sent::NoRoom if from == 0 => return Ok(false),
+                Sent::NoRoom if from == 0 => {
+                    return Ok(Err(crate::fabric::WouldBlock::UdpWindowFull))
+                }
                 Sent::NoRoom => {
                     stall(waits).map_err(|e| e.at_rank(self.rank))?;
                     waits = waits.saturating_add(1);
@@ -954,5 +956,73 @@ mod tests {
         assert_eq!(got, [vec![42]], "the peer's message");
         assert_eq!((s.bad_tag, s.early_rejects), (100, 100), "{s:?}");
         assert_eq!(s.kernel_drops, 0, "{s:?}");
+    }
+}
+
+#[cfg(test)]
+mod would_block_tests {
+    use super::*;
+
+    /// A refused send over UDP says why: with the receiver not polling,
+    /// messages fill the send window (`UdpWindowFull`), and once the
+    /// receiver takes them (and acknowledges) the sender has room again.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn a_full_udp_window_is_named() {
+        let key = JobKey::generate().unwrap();
+        let cfg = UdpConfig {
+            proto: ProtoConfig::default(),
+            faults: None,
+            max_medium: 4096,
+            segment_size: 1 << 16,
+            source_filter: true,
+        };
+        let pending = [0, 1].map(|_| PendingUdp::bind("127.0.0.1:9").unwrap());
+        let addrs: Vec<Option<SocketAddr>> = pending.iter().map(|p| Some(p.addr)).collect();
+        let [p0, p1] = pending;
+        let f0 = p0.connect(0, addrs.clone(), &key, &cfg).unwrap();
+        let f1 = p1.connect(1, addrs, &key, &cfg).unwrap();
+        // Shorts: one never spans datagrams, so none waits half-sent
+        let pkt = Packet {
+            tag: 7,
+            words: &[1, 2, 3],
+            payload: &[],
+            deposit: None,
+        };
+        let mut none = |_| -> Result<()> { Ok(()) };
+        let mut sent = 0usize;
+        let why = loop {
+            match f1
+                .try_send_why(0, Channel::Request, &pkt, &mut none)
+                .unwrap()
+            {
+                Ok(()) => sent += 1,
+                Err(why) => break why,
+            }
+            assert!(sent < 100_000, "the window never filled");
+        };
+        assert_eq!(
+            why,
+            crate::fabric::WouldBlock::UdpWindowFull,
+            "after {sent}"
+        );
+        // the receiver takes them: room again, within a bounded time
+        let t0 = Instant::now();
+        let mut got = 0;
+        loop {
+            got += f0.poll(Channel::Request, &mut |_| {}).unwrap();
+            let _ = f1.poll(Channel::Request, &mut |_| {});
+            if f1
+                .try_send_why(0, Channel::Request, &pkt, &mut none)
+                .unwrap()
+                .is_ok()
+            {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "no room after {got} taken"
+            );
+        }
     }
 }
