@@ -28,6 +28,9 @@ mod reduce;
 mod rma;
 mod shm_barrier;
 mod state;
+mod strided;
+mod strided_am;
+mod strided_shape;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};
@@ -39,3 +42,5 @@ pub use reduce::{Op, Reduce};
 pub use rma::{Get, GetInto, Scope};
 pub use splitrt_am::LocalView;
 pub use splitrt_runtime::config::RmaPath;
+pub use strided::Shape;
+pub use strided_shape::MAX_DIMS;
