@@ -18,7 +18,9 @@ use crate::context::{Inner, Pgas};
 use crate::ptr::GlobalPtr;
 use crate::rma::Scope;
 use crate::state::Dest;
-use crate::strided_shape::{chunk_bytes, encode, merge, plan, Layout, RunList, MAX_DIMS};
+use crate::strided_shape::{
+    chunk_bytes, encode, for_each_pair, merge, plan, Layout, RunList, MAX_DIMS,
+};
 use bytemuck::Pod;
 use splitrt_am::{Error, Payload, Result};
 use splitrt_runtime::memmove::memmove;
@@ -158,12 +160,32 @@ struct Xfer {
 fn layout_of<T: Pod>(shape: &Shape, strides: &[usize]) -> Option<Layout> {
     let sz = std::mem::size_of::<T>() as u64;
     let run = (shape.run as u64).checked_mul(sz)?;
-    let counts: Vec<u64> = shape.counts().iter().map(|&c| c as u64).collect();
-    let strides: Option<Vec<u64>> = strides
-        .iter()
-        .map(|&s| (s as u64).checked_mul(sz))
-        .collect();
-    Layout::new(run, &counts, &strides?)
+    let nd = shape.nd;
+    if strides.len() != nd {
+        return None;
+    }
+    let (mut c, mut s) = ([0u64; MAX_DIMS], [0u64; MAX_DIMS]);
+    for (d, (c, s)) in c.iter_mut().zip(s.iter_mut()).take(nd).enumerate() {
+        *c = shape.counts[d] as u64;
+        *s = (strides[d] as u64).checked_mul(sz)?;
+    }
+    Layout::new(run, &c[..nd], &s[..nd])
+}
+
+/// Copy every run of a native transfer: `copy(local, remote, len)`; two
+/// strided sides (one shape) take the tight pair loop, others the merge.
+fn each_piece(local: &Side, remote: &Side, mut copy: impl FnMut(u64, u64, u64)) {
+    match (local, remote) {
+        (Side::Strided { layout: l, .. }, Side::Strided { layout: r, base }) => {
+            let run = l.run;
+            for_each_pair(l, r, |a, b| copy(a, base.wrapping_add(b), run));
+        }
+        _ => {
+            for (l, r, n) in merge(local.list().iter(), remote.list().iter()) {
+                copy(l, r, n);
+            }
+        }
+    }
 }
 
 impl Inner {
@@ -380,7 +402,7 @@ impl Inner {
         }
         let (local, remote) = (x.local.list(), x.remote.list());
         if let Some(seg) = self.native(x.rank) {
-            for (l, r, n) in merge(local.iter(), remote.iter()) {
+            each_piece(&x.local, &x.remote, |l, r, n| {
                 let from = &src[l as usize..(l + n) as usize];
                 // SAFETY: [r, r + n) lies in the peer's segment (every
                 // remote run was checked against it); `from` is the
@@ -392,7 +414,7 @@ impl Inner {
                         n as usize,
                     )
                 };
-            }
+            });
             // SAFETY: `seg` is from this Inner's direct table; the
             // endpoint in `self` owns the fabric that handed it out.
             unsafe { seg.wake_owner() };
@@ -435,9 +457,9 @@ impl Inner {
         if x.bytes == 0 {
             return Ok(None);
         }
-        let (local, remote) = (x.local.list(), x.remote.list());
+        let remote = x.remote.list();
         if let Some(seg) = self.native(x.rank) {
-            for (l, r, n) in merge(local.iter(), remote.iter()) {
+            each_piece(&x.local, &x.remote, |l, r, n| {
                 let to = &mut dst[l as usize..(l + n) as usize];
                 // SAFETY: [r, r + n) lies in the peer's segment (checked);
                 // `to` is the caller's buffer (perhaps in our own
@@ -449,7 +471,7 @@ impl Inner {
                         n as usize,
                     )
                 };
-            }
+            });
             return Ok(None);
         }
         *staged = vec![0u8; x.bytes as usize];

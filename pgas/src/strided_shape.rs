@@ -95,13 +95,16 @@ impl Layout {
     /// dimensions below it (a nested shape, as every array section is).
     /// A shape interleaving two dimensions without overlap fails it.
     pub fn disjoint(&self) -> bool {
-        let mut dims: Vec<(u64, u64)> = (0..self.nd)
-            .filter(|&d| self.counts[d] > 1)
-            .map(|d| (self.strides[d], self.counts[d]))
-            .collect();
+        let mut dims = [(0u64, 0u64); MAX_DIMS];
+        let mut k = 0;
+        for d in (0..self.nd).filter(|&d| self.counts[d] > 1) {
+            dims[k] = (self.strides[d], self.counts[d]);
+            k += 1;
+        }
+        let dims = &mut dims[..k];
         dims.sort_unstable();
         let mut extent = self.run;
-        for (s, c) in dims {
+        for &mut (s, c) in dims {
             if s < extent {
                 return false;
             }
@@ -131,6 +134,43 @@ impl Layout {
             idx,
             off,
             left: n,
+        }
+    }
+}
+
+/// Call `f(a_offset, b_offset)` for every run of two layouts of the same
+/// shape (same `nd` and counts; `a`'s are used), in walk order: the
+/// native path's loop, dimension 0 innermost (a few instructions per run,
+/// no iterator state).
+pub(crate) fn for_each_pair(a: &Layout, b: &Layout, mut f: impl FnMut(u64, u64)) {
+    let runs = a.runs().unwrap_or(0);
+    if runs == 0 {
+        return;
+    }
+    if a.nd == 0 {
+        f(0, 0);
+        return;
+    }
+    let (c0, sa0, sb0) = (a.counts[0], a.strides[0], b.strides[0]);
+    let mut idx = [0u64; MAX_DIMS];
+    let (mut oa, mut ob) = (0u64, 0u64);
+    for _ in 0..runs / c0 {
+        let (mut x, mut y) = (oa, ob);
+        for _ in 0..c0 {
+            f(x, y);
+            x = x.wrapping_add(sa0);
+            y = y.wrapping_add(sb0);
+        }
+        for (d, i) in idx.iter_mut().enumerate().take(a.nd).skip(1) {
+            *i += 1;
+            oa = oa.wrapping_add(a.strides[d]);
+            ob = ob.wrapping_add(b.strides[d]);
+            if *i < a.counts[d] {
+                break;
+            }
+            oa = oa.wrapping_sub(a.strides[d].wrapping_mul(a.counts[d]));
+            ob = ob.wrapping_sub(b.strides[d].wrapping_mul(a.counts[d]));
+            *i = 0;
         }
     }
 }
@@ -596,6 +636,29 @@ mod tests {
         assert!(Layout::new(8, &[1, 2], &[0]).is_none());
         assert!(!RunList::Indexed(&[(0, 8), (4, 8)]).disjoint());
         assert!(RunList::Indexed(&[(16, 8), (0, 8)]).disjoint());
+    }
+
+    /// The native loop visits the same pairs as the walker, in order.
+    #[test]
+    fn strided_pair_loop_matches_the_walker() {
+        for (counts, sa, sb) in [
+            (
+                &[3u64, 2, 2][..],
+                &[16u64, 100, 1000][..],
+                &[8u64, 24, 48][..],
+            ),
+            (&[5], &[8], &[0]),
+            (&[1, 4, 1], &[0, 64, 0], &[0, 8, 0]),
+            (&[], &[], &[]),
+            (&[3, 0], &[8, 8], &[8, 8]),
+        ] {
+            let (a, b) = (lay(8, counts, sa), lay(8, counts, sb));
+            let n = a.runs().unwrap();
+            let want: Vec<(u64, u64)> = a.walk(0, n).zip(b.walk(0, n)).collect();
+            let mut got = Vec::new();
+            for_each_pair(&a, &b, |x, y| got.push((x, y)));
+            assert_eq!(got, want, "{counts:?}");
+        }
     }
 
     #[test]
