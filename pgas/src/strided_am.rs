@@ -17,10 +17,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Reserved handler ids (below `RESERVED_HANDLERS`, clear of the ids
-/// `handlers.rs` uses).
-const ID_PUT: u16 = 40;
-const ID_PUT_R: u16 = 41;
-const ID_GET: u16 = 42;
+/// `handlers.rs` uses, the signals' 20-22 and the teams' 40).
+const ID_PUT: u16 = 48;
+const ID_PUT_R: u16 = 49;
+const ID_GET: u16 = 50;
 
 const OK: u64 = 0;
 /// A run outside the user part of the segment.
