@@ -11,7 +11,8 @@
 //! message, indexed lists (unsorted, uneven, with empty runs), the same in
 //! a `Scope`, and the faces of a 3-D array. Misuse: out of range (nothing
 //! written), inconsistent strides, too many dimensions, overlapping
-//! destinations, a short local slice, an unknown rank, the reserved area.
+//! destinations, a short local slice, an unknown rank, the reserved area,
+//! a frozen array.
 //!
 //! Usage: t_strided    (exit 0 = every check passed; prints
 //! "strided ok (PATH path)")
@@ -446,6 +447,38 @@ pub fn run_on(pg: Pgas) -> splitrt::Result<()> {
     c.refused("the reserved area", r, false, 0, &before)?;
     let r = pg.put_face_3d(dst, &src, [4, 4, 4], 3, 0, 0);
     c.refused("a face of axis 3", r, false, 0, &before)?;
+
+    // a frozen array: strided and indexed puts into it are refused at the
+    // caller, nothing written
+    let fro = pg.freeze(pg.alloc_sym::<u64>(256)?)?;
+    let fdst = fro.ptr(c.t);
+    let mut fbefore = vec![0u64; 256];
+    pg.read_slice(fdst, &mut fbefore)?;
+    let tries = [
+        (
+            "a strided put into a frozen array",
+            pg.put_strided(fdst, &[8], &src, &[4], &sh(4, &[8])?),
+        ),
+        (
+            "an indexed put into a frozen array",
+            pg.put_indexed(fdst, &[(250, 4)], &src, &[(0, 4)]),
+        ),
+    ];
+    for (what, r) in tries {
+        match r {
+            Err(e) if matches!(e.kind(), ErrorKind::Usage(_)) && e.rank() == Some(me) => {
+                if me == 0 {
+                    println!("refused as it should: {what}: {e}");
+                }
+            }
+            other => return Err(fail(format!("rank {me}: {what}: {other:?}"))),
+        }
+        pg.sync()?;
+        let mut now = vec![0u64; 256];
+        pg.read_slice(fdst, &mut now)?;
+        c.expect(&format!("{what} wrote nothing"), &now, &fbefore)?;
+    }
+    let _ = pg.thaw(fro)?;
 
     pg.barrier()?;
     println!(
