@@ -28,6 +28,8 @@ pub(crate) struct Handlers {
     pub arrive: RequestHandler,
     pub release: RequestHandler,
     pub store_count: RequestHandler,
+    /// Strided and indexed transfers (`strided_am.rs`).
+    pub vis: crate::strided_am::VisHandlers,
 }
 
 const OK: u64 = 0;
@@ -328,6 +330,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
             s.store_reports[p].fetch_add(1, Ordering::AcqRel);
         },
     )?;
+    let vis = crate::strided_am::register(b, st, get_r)?;
     Ok(Handlers {
         get,
         put,
@@ -336,5 +339,6 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         arrive,
         release,
         store_count,
+        vis,
     })
 }

@@ -409,7 +409,15 @@ pub struct Scope<'env> {
     /// closure would be accepted by [`get`](Self::get) and written by a
     /// reply after it was freed (`tests/ui/scope_*.rs`).
     _buffers: PhantomData<&'env mut &'env ()>,
+    /// Work to do once the gets have landed: a strided or indexed get
+    /// over messages unpacks its staged data into the caller's buffer
+    /// (dropped unrun if the gets failed). Taken by `finish` after the
+    /// wait, so a staging buffer outlives its slot.
+    after: Mutex<Vec<Deferred<'env>>>,
 }
+
+/// See `Scope::after`.
+pub(crate) type Deferred<'env> = Box<dyn FnOnce() + Send + 'env>;
 
 impl<'env> Scope<'env> {
     /// Start `dst := *src` for `dst.len()` elements; `dst` is valid once the
@@ -473,7 +481,25 @@ impl<'env> Scope<'env> {
             return Ok(());
         }
         let slots = std::mem::take(&mut *self.slots.lock());
-        self.inner.wait_slots(&slots)
+        let waited = self.inner.wait_slots(&slots);
+        let after = std::mem::take(&mut *self.after.lock());
+        if waited.is_ok() {
+            after.into_iter().for_each(|f| f());
+        }
+        waited
+    }
+
+    /// Wait for the get awaiting `slot` when the scope ends, then run
+    /// `then` (if the gets succeeded; else drop it).
+    pub(crate) fn defer(&self, slot: usize, then: Deferred<'env>) {
+        self.slots.lock().push(slot);
+        self.after.lock().push(then);
+        self.any_slots.store(true, Ordering::Relaxed);
+    }
+
+    /// The rank's PGAS state.
+    pub(crate) fn inner(&self) -> &'env Inner {
+        self.inner
     }
 }
 
@@ -506,6 +532,7 @@ impl Pgas {
             slots: Mutex::new(Vec::new()),
             any_slots: AtomicBool::new(false),
             _buffers: PhantomData,
+            after: Mutex::new(Vec::new()),
         };
         let guard = ScopeGuard(&scope);
         let r = f(&scope);

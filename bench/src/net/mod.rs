@@ -26,6 +26,8 @@ const METRICS: &[&str] = &[
     "put 1 MiB (MB/s)",
     "get 64 KiB (MB/s)",
     "get 1 MiB (MB/s)",
+    "strided put 1000 x 64 B + sync (us)",
+    "1000 separate 64 B puts + sync (us)",
     "datagrams sent",
     "retransmitted",
 ];
@@ -124,6 +126,10 @@ pub fn run(
         (
             "get 1 MiB / raw stream",
             ratio(get(0, METRICS[10]), get(0, METRICS[4])),
+        ),
+        (
+            "1000 x 64 B: separate puts / strided",
+            ratio(get(0, METRICS[12]), get(0, METRICS[11])),
         ),
         (
             "Long 1 MiB, 1% loss / lossless",

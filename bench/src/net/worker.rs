@@ -8,7 +8,8 @@
 //! plays its side of the raw measurements. Every repetition measures, in
 //! order: raw RTT, AM Short / Medium 1 KiB / Long 64 KiB RTT, raw stream,
 //! Medium and Long one-way bandwidth, Short message rate, put 1 MiB, get
-//! 64 KiB and 1 MiB. Rank 0 writes `name,rep,value` lines.
+//! 64 KiB and 1 MiB, a strided put of 1000 runs of 64 B vs the same runs
+//! as 1000 puts. Rank 0 writes `name,rep,value` lines.
 
 use crate::harness::worker;
 use crate::Common;
@@ -130,6 +131,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
 
     let max_medium = ep.max_medium(other)?;
     let area = pg.alloc_sym::<u8>(1 << 20)?;
+    let strided_area = pg.alloc_sym::<u64>(crate::pgas::strided::TARGET_WORDS)?;
     let mut buf = vec![7u8; 1 << 20];
     area.local().fill(1);
     let mut out = String::new();
@@ -323,6 +325,13 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
                 "get 1 MiB (MB/s)",
                 (sz.bw_reps << 20) as f64 / t.elapsed().as_secs_f64() / 1e6,
             );
+            // strided put vs the same runs as separate puts (same job)
+            let (batches, batch) = if common.quick { (2, 2) } else { (5, 10) };
+            let dst = strided_area.ptr(1);
+            let (a, b) = crate::pgas::strided::measure(&pg, dst, batches, batch)?;
+            let mean_us = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64 / 1e3;
+            row("strided put 1000 x 64 B + sync (us)", mean_us(&a));
+            row("1000 separate 64 B puts + sync (us)", mean_us(&b));
         }
         pg.barrier()?;
     }

@@ -28,6 +28,10 @@ pub enum Bench {
     GetBw,
     /// Stores until the target's `store_sync` returns (MB/s).
     StoreBw,
+    /// `put_strided` of 1000 runs of 64 B + sync (see `strided.rs`).
+    StridedPut,
+    /// The same 1000 runs as 1000 `put`s + sync.
+    SeparatePuts,
 }
 
 impl BenchId for Bench {
@@ -43,6 +47,8 @@ impl BenchId for Bench {
         Bench::PutBw,
         Bench::GetBw,
         Bench::StoreBw,
+        Bench::StridedPut,
+        Bench::SeparatePuts,
     ];
 
     fn id(self) -> &'static str {
@@ -58,6 +64,8 @@ impl BenchId for Bench {
             Bench::PutBw => "put_bw",
             Bench::GetBw => "get_bw",
             Bench::StoreBw => "store_bw",
+            Bench::StridedPut => "strided_put_1000x64b",
+            Bench::SeparatePuts => "separate_puts_1000x64b",
         }
     }
 }
@@ -77,6 +85,8 @@ impl Bench {
             Bench::PutBw => "put",
             Bench::GetBw => "get",
             Bench::StoreBw => "store",
+            Bench::StridedPut => "strided put, 1000 runs of 64 B, + sync",
+            Bench::SeparatePuts => "1000 separate 64 B puts + sync",
         }
     }
 }

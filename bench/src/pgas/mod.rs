@@ -9,5 +9,6 @@ mod latency;
 mod measure;
 mod plan;
 mod store;
+pub(crate) mod strided;
 mod table;
 pub mod worker;

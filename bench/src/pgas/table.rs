@@ -159,6 +159,36 @@ pub fn sections(runs: &Runs<'_>, plan: &Plan) -> Vec<Section> {
             .into(),
         rows,
     });
+
+    let mut rows = Vec::new();
+    for (path, res) in runs.paths() {
+        let (a, b) = (
+            res.summary(Bench::StridedPut, 0),
+            res.summary(Bench::SeparatePuts, 0),
+        );
+        let note = format!("separate / strided = {}", ratio(b.median, a.median));
+        rows.push(
+            Row::new(
+                "splitrt",
+                format!("{}, {path}", Bench::StridedPut.label()),
+                None,
+                "us",
+                a,
+            )
+            .with_note(note),
+        );
+        rows.push(Row::new(
+            "splitrt",
+            format!("{}, {path}", Bench::SeparatePuts.label()),
+            None,
+            "us",
+            b,
+        ));
+    }
+    out.push(Section {
+        title: "strided put vs separate puts: 1000 runs of 64 B, 128 B apart at rank 1, same job, alternating batches (us per 1000 runs)".into(),
+        rows,
+    });
     out
 }
 
@@ -191,6 +221,8 @@ pub fn header(runs: &Runs<'_>, plan: &Plan, before: &str, after: &str) -> String
          store: rank 0 pg.store()s N messages of S bytes (slots as above) to consecutive addresses of rank 1, which\n\
          store_sync(N*S)s, reads 1 byte per 64 B line of all of it, and enters a barrier; timed on rank 0 from\n\
          its first store until rank 1's barrier arrival reached it (1 untimed round first).\n\
+         strided: rank 0 puts 1000 runs of 64 B (packed at the source) 128 B apart into rank 1 as one\n\
+         pg.put_strided + pg.sync, and as 1000 pg.put + pg.sync, alternating batches of each in the same job.\n\
          NOISY = spread max/min > {NOISY_RATIO}.\n",
         c("build"),
         if plan.quick {

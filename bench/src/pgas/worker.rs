@@ -29,6 +29,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     let words = pg.alloc_sym::<u64>(WORDS)?;
     let mut lines = pg.alloc_sym::<u64>(plan.dirty_lines * DIRTY_STRIDE / 8)?;
     let mut area = pg.alloc_sym::<u8>(plan.area)?;
+    let strided_area = pg.alloc_sym::<u64>(super::strided::TARGET_WORDS)?;
     let mut bufs = Buffers::new(&plan, pg.rank());
     let mut out: Results<Bench> = Results::with_config(config(&pg, &plan));
     bandwidth::prefault(&pg, &mut area, &mut bufs)?;
@@ -38,7 +39,15 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         latency::peer_written_reads(&pg, &plan, &mut lines, rep, &mut out)?;
         latency::ping_pong(&pg, &plan, &words, rep, &mut out)?;
         bandwidth::run(&pg, &plan, &mut area, &mut bufs, rep, &mut out)?;
-        store::run(&pg, &plan, &area, &bufs.src, rep, &mut out)
+        store::run(&pg, &plan, &area, &bufs.src, rep, &mut out)?;
+        if pg.rank() == 0 {
+            let (batches, batch) = if plan.quick { (3, 2) } else { (10, 10) };
+            let dst = strided_area.ptr(1);
+            let (a, b) = super::strided::measure(&pg, dst, batches, batch)?;
+            out.push_latency(Bench::StridedPut, 0, rep, &a);
+            out.push_latency(Bench::SeparatePuts, 0, rep, &b);
+        }
+        pg.barrier()
     })?;
     if pg.rank() == 0 {
         worker::write_result(result, 0, &out.to_csv())?;

@@ -1,0 +1,215 @@
+//! The AM path of strided and indexed transfers: one Medium request per
+//! message of a transfer (a header naming the remote runs, and a put's
+//! packed data), unpacked or packed by a handler on the target; a get's
+//! data returns in the ordinary get reply (`splitrt.get_r`). The header is
+//! hostile input here: parsed by [`parse`](crate::strided_shape::parse),
+//! every run checked against the user part of this rank's segment and the
+//! frozen ranges before a byte is written, and the work bounded by the
+//! payload (or by the reply limit).
+
+use crate::heap::USER_BASE;
+use crate::state::State;
+use crate::strided_shape::{parse, Parsed};
+use splitrt_am::{
+    EndpointBuilder, Incoming, Kind, Payload, ReplyHandler, RequestHandler, Result, Token,
+};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Reserved handler ids (below `RESERVED_HANDLERS`, clear of the ids
+/// `handlers.rs` uses, the signals' 20-22 and the teams' 40).
+const ID_PUT: u16 = 48;
+const ID_PUT_R: u16 = 49;
+const ID_GET: u16 = 50;
+
+const OK: u64 = 0;
+/// A run outside the user part of the segment.
+const OUT_OF_RANGE: u64 = 1;
+/// A run inside a frozen array.
+const FROZEN: u64 = 2;
+/// A header that does not parse, or data of the wrong length.
+const MALFORMED: u64 = 3;
+
+/// Handles of the strided / indexed handlers a rank sends.
+#[derive(Clone, Copy)]
+pub(crate) struct VisHandlers {
+    pub put: RequestHandler,
+    pub get: RequestHandler,
+}
+
+fn why(status: u64) -> &'static str {
+    match status {
+        OUT_OF_RANGE => "a run lies outside the user part of its segment",
+        FROZEN => "a run lies in a frozen array",
+        MALFORMED => "malformed header or data",
+        _ => "unknown status",
+    }
+}
+
+/// The checks of a put message against this rank's segment of `seg_len`
+/// bytes: the header parses, the data is exactly what it describes, every
+/// run lies in the user part. (Frozen ranges are the handler's.)
+fn check_put(p: &[u8], seg_len: u64) -> std::result::Result<Parsed<'_>, u64> {
+    let m = parse(p).map_err(|_| MALFORMED)?;
+    if m.data.len() as u64 != m.bytes {
+        return Err(MALFORMED);
+    }
+    if !m.wire.within(USER_BASE, seg_len) {
+        return Err(OUT_OF_RANGE);
+    }
+    Ok(m)
+}
+
+/// The checks of a get message: the header parses, carries no data, its
+/// reply fits in `max_reply` bytes and every run lies in the user part.
+fn check_get(p: &[u8], seg_len: u64, max_reply: usize) -> std::result::Result<Parsed<'_>, u64> {
+    let m = parse(p).map_err(|_| MALFORMED)?;
+    if !m.data.is_empty() || m.bytes > max_reply as u64 {
+        return Err(MALFORMED);
+    }
+    if !m.wire.within(USER_BASE, seg_len) {
+        return Err(OUT_OF_RANGE);
+    }
+    Ok(m)
+}
+
+/// Register the strided / indexed handlers; `get_r` is the ordinary get
+/// reply (a slot, an offset in it, a status, the data).
+pub(crate) fn register(
+    b: &mut EndpointBuilder,
+    st: &Arc<State>,
+    get_r: ReplyHandler,
+) -> Result<VisHandlers> {
+    let s = st.clone();
+    let put_r_fn = move |m: &Incoming<'_>| {
+        if m.arg(0) != OK {
+            s.fail(format!(
+                "rank {} refused a strided/indexed put ({}): nothing of that message was \
+                     written",
+                m.src(),
+                why(m.arg(0))
+            ));
+        }
+        s.puts_done.fetch_add(1, Ordering::Release);
+    };
+    // SAFETY: splitrt's own reply handler, a Short (no deposit).
+    let put_r =
+        unsafe { b.reserved_reply(ID_PUT_R, "splitrt.vis_put_r", Kind::Short, 1, put_r_fn) }?;
+    let s = st.clone();
+    let put_fn = move |tok: Token<'_>, m: &Incoming<'_>| {
+        let seg = s.seg();
+        // announced across the frozen check and the writes (as the
+        // atomic handler does; see `Pgas::freeze`)
+        let status = splitrt_am::while_writing(|| {
+            let msg = check_put(m.payload(), seg.len() as u64)?;
+            if msg
+                .wire
+                .runs()
+                .any(|(o, n)| tok.frozen_segment_range(o, n).is_some())
+            {
+                return Err(FROZEN);
+            }
+            let mut at = 0usize;
+            for (o, n) in msg.wire.runs() {
+                let n = n as usize;
+                let from = &msg.data[at..at + n];
+                // SAFETY: [o, o + n) lies in this rank's segment (every
+                // run was checked by `check_put`), mapped while the
+                // endpoint running this handler lives; `from` is the
+                // message's payload, never the segment. Raw copy:
+                // other threads and peers may touch these bytes.
+                unsafe {
+                    splitrt_runtime::memmove::memmove(
+                        from.as_ptr(),
+                        seg.base().wrapping_add(o as usize),
+                        n,
+                    )
+                };
+                at += n;
+            }
+            Ok(())
+        });
+        let status = status.err().unwrap_or(OK);
+        if let Err(e) = tok.reply(put_r, &[status], Payload::None) {
+            s.fail(format!("replying to a strided/indexed put: {e}"));
+        }
+    };
+    // SAFETY: splitrt's own request handler, a Medium (no deposit: it
+    // writes the segment itself, after checking every run against the
+    // user part of the segment and the frozen ranges).
+    let put = unsafe { b.reserved_request(ID_PUT, "splitrt.vis_put", Kind::Medium, 0, put_fn) }?;
+    let s = st.clone();
+    let get_fn = move |tok: Token<'_>, m: &Incoming<'_>| {
+        let (slot, at) = (m.arg(0), m.arg(1));
+        let seg = s.seg();
+        let mut buf: Vec<u8> = Vec::new();
+        let status = match check_get(m.payload(), seg.len() as u64, tok.max_medium()) {
+            Err(why) => why,
+            Ok(msg) => {
+                buf.reserve(msg.bytes as usize);
+                for (o, n) in msg.wire.runs() {
+                    let (len, n) = (buf.len(), n as usize);
+                    // SAFETY: [o, o + n) lies in this rank's segment
+                    // (checked), mapped while the endpoint lives; the
+                    // spare capacity holds the run (the runs' total is
+                    // `msg.bytes`, reserved above), never the segment.
+                    unsafe {
+                        splitrt_runtime::memmove::memmove(
+                            seg.base().wrapping_add(o as usize),
+                            buf.as_mut_ptr().wrapping_add(len),
+                            n,
+                        )
+                    };
+                    // SAFETY: the copy initialised these n bytes,
+                    // inside the capacity.
+                    unsafe { buf.set_len(len + n) };
+                }
+                OK
+            }
+        };
+        let r = tok.reply(get_r, &[slot, at, status], Payload::Medium(&buf));
+        if let Err(e) = r {
+            s.fail(format!("replying to a strided/indexed get: {e}"));
+        }
+    };
+    // SAFETY: splitrt's own request handler, a Medium (no deposit; it only
+    // reads the segment).
+    let get = unsafe { b.reserved_request(ID_GET, "splitrt.vis_get", Kind::Medium, 2, get_fn) }?;
+    Ok(VisHandlers { put, get })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(w: &[u64]) -> Vec<u8> {
+        w.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// The handlers' checks: the data must be exactly what the header
+    /// describes, the runs in the user part, a get's reply within limit.
+    #[test]
+    fn strided_handler_checks_refuse_hostile_messages() {
+        let seg = USER_BASE + 4096;
+        let hdr = |base: u64, n: u64| words(&[1 | 1 << 8, 8, base, 0, n, 4, 16]);
+        let mut put = hdr(USER_BASE, 2);
+        put.extend([1u8; 16]);
+        assert!(check_put(&put, seg).is_ok());
+        assert_eq!(check_put(&put[..put.len() - 1], seg).err(), Some(MALFORMED));
+        let mut low = hdr(USER_BASE - 8, 2);
+        low.extend([1u8; 16]);
+        assert_eq!(check_put(&low, seg).err(), Some(OUT_OF_RANGE));
+        let mut high = hdr(seg - 8, 2);
+        high.extend([1u8; 16]);
+        assert_eq!(check_put(&high, seg).err(), Some(OUT_OF_RANGE));
+        assert_eq!(check_put(&[9; 40], seg).err(), Some(MALFORMED));
+        assert!(check_get(&hdr(USER_BASE, 4), seg, 32).is_ok());
+        assert_eq!(
+            check_get(&hdr(USER_BASE, 4), seg, 31).err(),
+            Some(MALFORMED)
+        );
+        assert_eq!(check_get(&put, seg, 1 << 16).err(), Some(MALFORMED));
+        let idx = words(&[2, 2, USER_BASE, 8, seg - 8, 9]);
+        assert_eq!(check_get(&idx, seg, 1 << 16).err(), Some(OUT_OF_RANGE));
+    }
+}
