@@ -28,6 +28,8 @@ pub(crate) struct Handlers {
     pub arrive: RequestHandler,
     pub release: RequestHandler,
     pub store_count: RequestHandler,
+    /// The signal handlers (`signal_am`).
+    pub signal: crate::signal_am::SignalHandlers,
 }
 
 const OK: u64 = 0;
@@ -322,6 +324,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
             s.store_reports[p].fetch_add(1, Ordering::AcqRel);
         },
     )?;
+    let signal = crate::signal_am::register(b, st)?;
     Ok(Handlers {
         get,
         put,
@@ -330,5 +333,6 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         arrive,
         release,
         store_count,
+        signal,
     })
 }

@@ -27,6 +27,9 @@ mod ptr;
 mod reduce;
 mod rma;
 mod shm_barrier;
+mod signal;
+mod signal_am;
+mod signal_word;
 mod state;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
@@ -37,5 +40,7 @@ pub use ops::Atomics;
 pub use ptr::GlobalPtr;
 pub use reduce::{Op, Reduce};
 pub use rma::{Get, GetInto, Scope};
+pub use signal::{SignalWait, Signals};
+pub use signal_word::{Cmp, SignalOp};
 pub use splitrt_am::LocalView;
 pub use splitrt_runtime::config::RmaPath;

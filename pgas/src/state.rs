@@ -117,6 +117,8 @@ pub(crate) struct State {
     pub errors: Mutex<Vec<String>>,
     /// Whether `errors` may be non-empty (spares `sync` the lock).
     pub has_errors: std::sync::atomic::AtomicBool,
+    /// Which segment ranges hold signal words (`Pgas::alloc_signals`).
+    pub signals: crate::signal_word::Registry,
 }
 
 /// The arrivals of one barrier epoch at rank 0.
