@@ -537,6 +537,22 @@ impl Pgas {
         self.atomic().load(sig)
     }
 
+    /// Test hook (`test-doubles`): send `rank`'s signal handler a raw,
+    /// unchecked request `[op, off, value]`, as a broken or hostile peer
+    /// could (complete at `sync`, which reports the refusal). The handler
+    /// must refuse bad ones with a status, never panic.
+    #[cfg(feature = "test-doubles")]
+    #[doc(hidden)]
+    pub fn raw_signal_for_tests(&self, rank: usize, args: [u64; 3]) -> Result<()> {
+        let i = &self.inner;
+        i.issued.add_puts(1);
+        let r = i.ep.request(rank, i.h.signal.signal, &args, Payload::None);
+        if r.is_err() {
+            i.st.puts_done.fetch_add(1, Ordering::Release);
+        }
+        r
+    }
+
     /// Wait until this rank's signal word `sig` satisfies `cmp value`
     /// (OpenSHMEM `shmem_signal_wait_until`), for a word named by a
     /// global pointer: it must be this rank's and a signal word, else an
