@@ -28,6 +28,9 @@ pub enum Bench {
     GetBw,
     /// Stores until the target's `store_sync` returns (MB/s).
     StoreBw,
+    /// put_signal ping-pong round trip: put_signal, the peer waits for the
+    /// signal and put_signals back.
+    PutSignalPingPong,
 }
 
 impl BenchId for Bench {
@@ -43,6 +46,7 @@ impl BenchId for Bench {
         Bench::PutBw,
         Bench::GetBw,
         Bench::StoreBw,
+        Bench::PutSignalPingPong,
     ];
 
     fn id(self) -> &'static str {
@@ -58,6 +62,7 @@ impl BenchId for Bench {
             Bench::PutBw => "put_bw",
             Bench::GetBw => "get_bw",
             Bench::StoreBw => "store_bw",
+            Bench::PutSignalPingPong => "put_signal_pingpong_rtt_8b",
         }
     }
 }
@@ -77,6 +82,7 @@ impl Bench {
             Bench::PutBw => "put",
             Bench::GetBw => "get",
             Bench::StoreBw => "store",
+            Bench::PutSignalPingPong => "put_signal ping-pong RTT (peer waits, put_signals back)",
         }
     }
 }
