@@ -3,7 +3,7 @@
 //! A global address space over every rank's registered segment:
 //! [`GlobalPtr`]s, a symmetric and a local heap, spread arrays, split-phase
 //! `get` / `put` / `store` with `sync`, `store_sync` and `all_store_sync`,
-//! collectives and remote atomics.
+//! collectives, remote atomics and signals (`put_signal`, `wait_until`).
 //!
 //! Every operation has two implementations behind the same API, chosen per
 //! job with `SPLITRT_RMA` (launcher flag `--rma`): `native` copies straight
