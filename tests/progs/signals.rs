@@ -243,6 +243,41 @@ pub fn run_on(iters: usize, pg: Pgas) -> splitrt::Result<()> {
         "signal_wait_until",
     )?;
 
+    // --- a pending async wait sleeps: its waker waits with the doorbell
+    // bridge (no self-wake, no spinning), and dropping it takes it back
+    {
+        let ep = pg.endpoint();
+        let before = ep.traffic_waiters();
+        let mut w = Box::pin(sig.wait_until_async(4, Cmp::Eq, u64::MAX));
+        let woken = std::sync::Arc::new(Woken(std::sync::atomic::AtomicUsize::new(0)));
+        let waker = std::task::Waker::from(woken.clone());
+        let mut cx = std::task::Context::from_waker(&waker);
+        if let std::task::Poll::Ready(r) = std::future::Future::poll(w.as_mut(), &mut cx) {
+            return Err(fail(format!("an unsatisfied async wait is ready: {r:?}")));
+        }
+        // registered, unless the bridge fired already (traffic: UDP acks)
+        let now = ep.traffic_waiters();
+        let fired = || woken.0.load(std::sync::atomic::Ordering::SeqCst) > 0;
+        if now != before + 1 {
+            // taken by a fire: its wake follows (bounded wait for it)
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !fired() && std::time::Instant::now() < end {
+                std::thread::yield_now();
+            }
+        }
+        if now != before + 1 && !fired() {
+            return Err(fail(format!(
+                "a pending async wait left no waker with the bridge ({now} waiting, {before} before)"
+            )));
+        }
+        drop(w);
+        check(ep.traffic_waiters(), before, "waker taken back on drop")?;
+        expect_err(
+            "async wait out of range",
+            ready_now(sig.wait_until_async(9, Cmp::Eq, 0)),
+            "out of range",
+        )?;
+    }
     // --- an async wait (a current-thread runtime: nothing else polls)
     pg.put_signal(data.ptr(right), &[77], sig.at(right, 4), SignalOp::Set, 7)?;
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -344,6 +379,24 @@ pub fn run_on(iters: usize, pg: Pgas) -> splitrt::Result<()> {
     pg.free_sym(data)?;
     println!("signals ok ({:?} path) rank {me} of {n}", pg.rma_path());
     pg.finish()
+}
+
+/// A waker that counts its wakes.
+struct Woken(std::sync::atomic::AtomicUsize);
+impl std::task::Wake for Woken {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Poll a future that is ready at its first poll.
+fn ready_now<T>(f: impl std::future::Future<Output = splitrt::Result<T>>) -> splitrt::Result<T> {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::future::Future::poll(f.as_mut(), &mut cx) {
+        std::task::Poll::Ready(r) => r,
+        std::task::Poll::Pending => Err(fail("expected a ready future".into())),
+    }
 }
 
 fn check<T: PartialEq + std::fmt::Debug>(got: T, want: T, what: &str) -> splitrt::Result<()> {
