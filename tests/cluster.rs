@@ -144,8 +144,8 @@ fn srun_pmi2_three_hosts_npb() {
     }
 }
 
-/// Four hosts, two ranks each (`.ci/run` starts four): the PGAS model and
-/// NPB CG.
+/// Four hosts, two ranks each (`.ci/run` starts four): the PGAS model, NPB
+/// CG, NPB FT (8 slabs of class S) and NPB MG (class S split over 8).
 #[test]
 fn srun_pmi2_four_hosts() {
     let Some(d) = cluster() else { return };
@@ -153,7 +153,7 @@ fn srun_pmi2_four_hosts() {
         eprintln!("skipped: the cluster has fewer than 4 hosts (NODES=4)");
         return;
     }
-    for prog in ["t_pgas_model", "npb_cg"] {
+    for prog in ["t_pgas_model", "npb_cg", "npb_ft", "npb_mg"] {
         let p = example(prog);
         let r = on(
             &d,
@@ -313,8 +313,8 @@ fn splitrt_run_hosts_a_killed_remote_rank_ends_the_job() {
 }
 
 /// `mpirun --host node1:2,node2:2,node3:2` with `SPLITRT_BOOTSTRAP` and
-/// `SPLITRT_JOB_KEY` exported (Debian's Open MPI offers only PMIx, which
-/// splitrt does not speak; see docs/launching.md).
+/// `SPLITRT_JOB_KEY` exported (Debian's Open MPI offers only PMIx, which a
+/// build without the `pmix` feature does not speak; see docs/launching.md).
 #[test]
 fn mpirun_across_hosts_with_an_explicit_bootstrap() {
     let Some(d) = cluster() else { return };
@@ -353,6 +353,103 @@ fn mpirun_across_hosts_with_an_explicit_bootstrap() {
         .unwrap();
     let r = finish(child, Duration::from_secs(90));
     all_say(&r, "conformance ok", 6);
+}
+
+/// `mpirun --host node1:2,node2:2 PROG ARGS` on `ctl` with no `SPLITRT_*`
+/// variable in its environment or passed with `-x`.
+fn mpirun_plain(d: &std::path::Path, prog: &str, args: &[&str]) -> Run {
+    mpirun_wrapped(d, &[], prog, args)
+}
+
+/// [`mpirun_plain`] with each rank started through `wrap` (a command that
+/// runs its arguments).
+fn mpirun_wrapped(d: &std::path::Path, wrap: &[&str], prog: &str, args: &[&str]) -> Run {
+    let p = example(prog);
+    let _lock = job_lock();
+    let mut c = Command::new(d.join("bin/nsc-on"));
+    c.args([
+        "ctl",
+        "timeout",
+        "60",
+        "mpirun",
+        "--allow-run-as-root",
+        "--mca",
+        "plm_rsh_agent",
+    ])
+    .arg(rsh(d))
+    .args(["--host", "node1:2,node2:2"])
+    .args(wrap)
+    .arg(p)
+    .args(args);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("SPLITRT_") {
+            c.env_remove(k);
+        }
+    }
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    finish(child, Duration::from_secs(90))
+}
+
+/// With the cargo feature `pmix`, a plain `mpirun` across two hosts (Open
+/// MPI speaks PMIx to its processes) needs no variable: rank 0 hands the
+/// rendezvous address and key over through PMIx. CI runs it with
+/// `cargo test --features pmix --test cluster pmix`.
+#[cfg(feature = "pmix")]
+#[test]
+fn mpirun_across_hosts_through_pmix_needs_no_variable() {
+    let Some(d) = cluster() else { return };
+    let r = mpirun_plain(&d, "t_conformance", &["1"]);
+    all_say(&r, "conformance ok", 4);
+    let r = mpirun_plain(&d, "hello", &[]);
+    all_say(&r, "rank got \"hello from rank", 4);
+}
+
+/// A launcher that sets only `PMIX_*` variables (PRRTE's `prterun`, which
+/// Debian does not package), played by `mpirun` with Open MPI's rank
+/// variables removed: with the `pmix` feature the job (rank, size, ranks
+/// per host) comes from PMIx, and so do address and key.
+#[cfg(feature = "pmix")]
+#[test]
+fn pmix_only_launcher_across_hosts_reads_the_job_from_pmix() {
+    let Some(d) = cluster() else { return };
+    let strip = [
+        "env",
+        "-u",
+        "OMPI_COMM_WORLD_RANK",
+        "-u",
+        "OMPI_COMM_WORLD_SIZE",
+        "-u",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "-u",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ];
+    let r = mpirun_wrapped(&d, &strip, "hello", &[]);
+    all_say(&r, "rank got \"hello from rank", 4);
+    let r = mpirun_wrapped(&d, &strip, "t_capabilities", &[]);
+    all_say(&r, "capabilities ok", 4);
+    // two ranks a host: each maps its host's 2 ranks, the other host by UDP
+    assert_eq!(r.stdout.matches("mapped=2 ").count(), 4, "{r:?}");
+}
+
+/// The same `mpirun` of a build without the `pmix` feature is refused once
+/// (by rank 0) with what works, naming the feature this job lacks.
+#[cfg(not(feature = "pmix"))]
+#[test]
+fn mpirun_across_hosts_without_pmix_is_refused_naming_the_feature() {
+    let Some(d) = cluster() else { return };
+    let r = mpirun_plain(&d, "hello", &[]);
+    assert_ne!(r.code, 0, "{r:?}");
+    let all = format!("{}{}", r.stdout, r.stderr);
+    assert!(
+        all.contains("started by a PMIx launcher") && all.contains("--features splitrt/pmix"),
+        "{r:?}"
+    );
+    assert!(all.contains("-x SPLITRT_BOOTSTRAP"), "{r:?}");
 }
 
 /// Without PMI-2 or an address, a job over several hosts is refused with a
@@ -712,4 +809,16 @@ fn a_stranger_on_another_host_is_dropped_by_the_kernel() {
         foreign * 100 <= kernel,
         "strangers' datagrams reached the protocol:\n{r:?}"
     );
+}
+
+/// Teams and team collectives across hosts (`t_teams`): members on one
+/// host exchange their messages through shared memory, hosts through UDP;
+/// the strided, 2-d and color splits mix ranks of different hosts.
+#[test]
+fn srun_pmi2_three_hosts_teams() {
+    let Some(d) = cluster() else { return };
+    for rma in ["SPLITRT_RMA=native", "SPLITRT_RMA=am"] {
+        let r = srun(&d, &[rma], "t_teams", &[]);
+        all_say(&r, "teams ok", 6);
+    }
 }

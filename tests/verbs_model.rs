@@ -13,7 +13,7 @@ mod conformance;
 mod pgas_model;
 
 use splitrt::pgas::Pgas;
-use splitrt::runtime::config::{Config, FabricKind};
+use splitrt::runtime::config::{Config, FabricKind, RmaPath};
 use splitrt::runtime::fabric::rdma::model::{ModelDevice, ModelNetwork};
 use splitrt::runtime::job::{JobInfo, JobSource};
 use splitrt::EndpointBuilder;
@@ -296,6 +296,34 @@ fn rpc_over_the_verbs_model() {
             let j = job(&id, r, size);
             let cfg = config(seg, 16);
             rpc_prog::run_on(mode, r, move |b| b.attach_over_verbs_model(j, cfg, dev))
+        });
+    }
+}
+
+#[path = "progs/teams.rs"]
+mod teams_prog;
+
+/// Teams and team collectives (`t_teams`, as `tests/teams.rs` runs over
+/// shm and UDP) over the ibverbs fabric's model: 3 ranks on both
+/// one-sided paths, 1, 2, 4 and 8 on the native one (team messages are
+/// AMs either way); odd-size, size-1 and nested teams, zero-length and
+/// chunked data.
+#[test]
+fn teams_over_the_verbs_model() {
+    let seg = 8 << 20;
+    let runs = [(3, RmaPath::Native, 18), (3, RmaPath::Am, 19)];
+    let more = [1, 2, 4, 8].map(|n| (n, RmaPath::Native, 20 + n as u64));
+    for (size, rma, seed) in runs.into_iter().chain(more) {
+        let id = unique(&format!("teams{size}{rma:?}"));
+        on_threads(size, seed, Duration::from_secs(120), move |r, dev| {
+            let cfg = Config {
+                rma,
+                ..config(seg, 16)
+            };
+            let pg =
+                Pgas::attach_over_verbs_model(EndpointBuilder::new(), job(&id, r, size), cfg, dev)?;
+            assert_eq!(pg.rma_path(), rma, "rank {r}");
+            teams_prog::run_on(pg)
         });
     }
 }

@@ -1,5 +1,5 @@
 //! `apps`: whole-job wall-clock time of the example applications (em3d,
-//! sample_sort, matmul, npb_is, npb_cg) at 1, 2, 4, 8 and 16 ranks, launched
+//! sample_sort, matmul, npb_is, npb_cg, npb_ft, npb_mg) at 1, 2, 4, 8 and 16 ranks, launched
 //! through `splitrt-run -n N` (found next to this executable, as cargo lays
 //! out `target/<profile>/`), repeated; speedup = t(1 rank) / t(N ranks),
 //! and tN/t2 = t(N ranks) / t(2 ranks), what oversubscribing a 2-CPU host
@@ -57,6 +57,8 @@ fn apps(quick: bool, class: &str) -> Vec<App> {
             a("matmul", &["100", "16"], false, None),
             a("npb_is", &["S"], true, None),
             a("npb_cg", &["S"], true, None),
+            a("npb_ft", &["S"], true, None),
+            a("npb_mg", &["S"], true, None),
         ]
     } else {
         vec![
@@ -65,6 +67,8 @@ fn apps(quick: bool, class: &str) -> Vec<App> {
             a("matmul", &[], false, None),
             a("npb_is", &[class], true, None),
             a("npb_cg", &[class], true, None),
+            a("npb_ft", &[class], true, None),
+            a("npb_mg", &[class], true, None),
         ]
     }
 }

@@ -199,11 +199,19 @@ fn quick_apps() {
     let dir = Path::new(env!("CARGO_BIN_EXE_splitrt-bench"))
         .parent()
         .unwrap();
-    let missing: Vec<_> = ["em3d", "sample_sort", "matmul", "npb_is", "npb_cg"]
-        .iter()
-        .map(|e| dir.join("examples").join(e))
-        .filter(|p| !p.is_file())
-        .collect();
+    let missing: Vec<_> = [
+        "em3d",
+        "sample_sort",
+        "matmul",
+        "npb_is",
+        "npb_cg",
+        "npb_ft",
+        "npb_mg",
+    ]
+    .iter()
+    .map(|e| dir.join("examples").join(e))
+    .filter(|p| !p.is_file())
+    .collect();
     if !missing.is_empty() || !dir.join("splitrt-run").is_file() {
         eprintln!("skipping apps smoke test: examples not built (cargo test --workspace builds them): {missing:?}");
         return;

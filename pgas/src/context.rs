@@ -83,6 +83,10 @@ pub(crate) struct Inner {
     /// Collective steps (broadcast and reduction chunks) so far: which
     /// scratch half the next one uses.
     pub coll_steps: AtomicU64,
+    /// Team collectives' messages that arrived (see `team_mail.rs`).
+    pub team_mail: Arc<crate::team_mail::Mailbox>,
+    /// The reserved handler of team messages.
+    pub team_h: splitrt_am::RequestHandler,
 }
 
 impl Pgas {
@@ -119,6 +123,8 @@ impl Pgas {
     ) -> Result<Pgas> {
         let st = Arc::new(State::default());
         let h = handlers::register(&mut b, &st)?;
+        let team_mail = Arc::new(crate::team_mail::Mailbox::default());
+        let team_h = crate::team_mail::register(&mut b, &team_mail)?;
         let ep = attach(b)?;
         let (rank, size) = (ep.rank(), ep.size());
         let fabric = ep.rma();
@@ -176,6 +182,8 @@ impl Pgas {
                 one_collective: Default::default(),
                 store_epoch: AtomicU64::new(0),
                 coll_steps: AtomicU64::new(0),
+                team_mail,
+                team_h,
             }),
         })
     }

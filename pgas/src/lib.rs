@@ -31,6 +31,11 @@ mod signal;
 mod signal_am;
 mod signal_word;
 mod state;
+mod team;
+mod team_coll;
+mod team_mail;
+mod team_nb;
+mod team_split;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};
@@ -44,3 +49,5 @@ pub use signal::{SignalWait, Signals};
 pub use signal_word::{Cmp, SignalOp};
 pub use splitrt_am::LocalView;
 pub use splitrt_runtime::config::RmaPath;
+pub use team::Team;
+pub use team_nb::TeamRequest;

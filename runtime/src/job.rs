@@ -32,6 +32,9 @@ pub enum JobSource {
     OpenMpi,
     /// A PMI launcher (MPICH hydra and friends).
     Pmi,
+    /// A launcher that sets only `PMIX_*` variables (PRRTE's `prterun`);
+    /// the job is read from PMIx (cargo feature `pmix`).
+    Pmix,
     /// No launcher at all: a 1-rank job.
     Singleton,
 }
@@ -63,7 +66,48 @@ pub struct JobInfo {
 impl JobInfo {
     /// Read the job from the process environment.
     pub fn from_env() -> Result<Self> {
+        #[cfg(feature = "pmix")]
+        if Self::pmix_only(|k| std::env::var(k).ok()) {
+            return Self::from_pmix(|k| std::env::var(k).ok());
+        }
         Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Whether `get` shows only a PMIx launcher (`PMIX_RANK`) and none of
+    /// the launchers [`from_lookup`](Self::from_lookup) reads.
+    fn pmix_only(get: impl Fn(&str) -> Option<String>) -> bool {
+        get("PMIX_RANK").is_some()
+            && [ENV_RANK, "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"]
+                .iter()
+                .all(|k| get(k).is_none())
+    }
+
+    /// The job as PMIx tells it (rank, size, ranks on this node, the
+    /// namespace as job id), under a launcher that sets only `PMIX_*`.
+    #[cfg(feature = "pmix")]
+    fn from_pmix(get: impl Fn(&str) -> Option<String>) -> Result<Self> {
+        let key = get(ENV_JOB_KEY).map(|k| JobKey::from_hex(&k)).transpose()?;
+        let p = crate::pmix::Pmix::init()?;
+        let (local_rank, local_size) = p.local()?;
+        let job = JobInfo {
+            rank: p.rank,
+            size: p.size,
+            local_rank,
+            local_size,
+            // as under Open MPI: the bootstrap groups ranks by host
+            node: 0,
+            job_id: format!("pmix{}", p.namespace()?),
+            bootstrap: get(ENV_BOOTSTRAP),
+            key,
+            source: JobSource::Pmix,
+        }
+        .validate()?;
+        // The bootstrap exchanges the address on this connection (a job of
+        // one rank or with SPLITRT_BOOTSTRAP has no exchange: finalize now).
+        if job.size > 1 && job.bootstrap.is_none() {
+            p.keep();
+        }
+        Ok(job)
     }
 
     /// Read the job through `get` (unit tests pass a map).
@@ -167,6 +211,19 @@ impl JobInfo {
                 key: key.clone(),
                 source: JobSource::Pmi,
             }
+        } else if Self::pmix_only(&get) {
+            return Err(Error::config(format!(
+                "started by a PMIx launcher that names no job size in the environment \
+                 (PMIX_RANK={} and no OMPI_COMM_WORLD_SIZE, SLURM_NTASKS or PMI_SIZE; e.g. \
+                 prterun): {}",
+                get("PMIX_RANK").unwrap_or_default(),
+                if cfg!(feature = "pmix") {
+                    "JobInfo::from_env reads such a job from PMIx (cargo feature `pmix`)"
+                } else {
+                    "a build with the cargo feature `pmix` (`--features splitrt/pmix`, needs \
+                     libpmix-dev) reads the job from PMIx"
+                }
+            )));
         } else {
             JobInfo {
                 rank: 0,
@@ -318,5 +375,27 @@ mod tests {
         ])
         .unwrap_err();
         assert!(e.to_string().contains("SLURM_STEP_TASKS_PER_NODE"), "{e}");
+    }
+
+    /// A launcher that sets only `PMIX_*` variables (prterun) is not taken
+    /// for a 1-rank job (every rank would run alone): `from_lookup`
+    /// refuses it naming the `pmix` feature; `from_env` of a build with
+    /// the feature reads the job from PMIx instead. Open MPI's and Slurm's
+    /// variables still win when a PMIx launcher sets them too.
+    #[test]
+    fn pmix_only_launcher_is_not_a_singleton() {
+        let e = job(&[("PMIX_RANK", "1"), ("PMIX_NAMESPACE", "prte-x-1@1")]).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("PMIx launcher") && msg.contains("pmix"),
+            "{msg}"
+        );
+        let j = job(&[
+            ("PMIX_RANK", "2"),
+            ("OMPI_COMM_WORLD_RANK", "2"),
+            ("OMPI_COMM_WORLD_SIZE", "4"),
+        ])
+        .unwrap();
+        assert_eq!((j.rank, j.size, j.source), (2, 4, JobSource::OpenMpi));
     }
 }

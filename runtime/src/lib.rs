@@ -24,6 +24,8 @@ pub mod key;
 pub mod launcher;
 pub mod limits;
 pub mod memmove;
+#[cfg(feature = "pmix")]
+pub mod pmix;
 pub mod route;
 pub mod segment;
 pub mod shm_full;

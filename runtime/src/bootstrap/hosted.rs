@@ -11,6 +11,9 @@
 //! * Under `srun --mpi=pmi2` (on one node or several) rank 0 hands the
 //!   address and key over through the job's PMI-2 key-value space; no
 //!   variable is needed.
+//! * Under a PMIx launcher (`mpirun`, `prterun`, `srun --mpi=pmix`), in a
+//!   build with the cargo feature `pmix`, rank 0 does the same through
+//!   PMIx (put, commit, fence with data collection, get).
 
 use super::pmi2::Pmi2;
 use super::{PrivateDir, Server};
@@ -31,6 +34,51 @@ pub struct Hosted {
 
 fn file_name(job: &str) -> String {
     format!("boot-{job}")
+}
+
+/// Whether `vars` (the environment's variable names) show a PMIx launcher:
+/// `PMIX_RANK`, `PMIX_NAMESPACE` or one of the `PMIX_SERVER_URI*`.
+fn pmix_in(vars: impl IntoIterator<Item = String>) -> bool {
+    vars.into_iter()
+        .any(|k| k == "PMIX_RANK" || k == "PMIX_NAMESPACE" || k.starts_with("PMIX_SERVER_URI"))
+}
+
+/// Whether this process was started by a PMIx launcher (see [`pmix_in`]).
+fn pmix_launcher() -> bool {
+    pmix_in(std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()))
+}
+
+/// The refusal of a job that spans several nodes but has no way to find
+/// rank 0's rendezvous. Every rank gets it; only rank 0's says how to start
+/// such a job (once per job, not once per rank), the others point to it.
+/// `pmix` says whether a PMIx launcher started the job (in a build without
+/// the `pmix` feature, which would have used it).
+fn several_nodes_refusal(job: &JobInfo, pmix: bool) -> Error {
+    if job.rank != 0 {
+        return Error::bootstrap(format!(
+            "this {:?} job spans several nodes ({} of {} ranks on this one) and no rendezvous \
+             address reached this rank: rank 0's message says how to start it",
+            job.source, job.local_size, job.size
+        ));
+    }
+    let pmix = if pmix && !cfg!(feature = "pmix") {
+        " This job was started by a PMIx launcher (its PMIX_* variables are set) and this program was \
+         built without PMIx: built with the cargo feature `pmix` (`--features splitrt/pmix`, \
+         needs libpmix-dev), it finds rank 0 through PMIx and needs no variable."
+    } else {
+        ""
+    };
+    Error::bootstrap(format!(
+        "this {:?} job spans several nodes ({} of {} ranks on this one) and no rendezvous address \
+         reached rank 0. Multi-node jobs run over the UDP fabric (the default across nodes) or \
+         ibverbs (cargo feature `ibverbs`, SPLITRT_FABRIC=ibverbs); start one with \
+         `srun --mpi=pmi2 ...`, with `splitrt-run --hosts node1:2,node2:2 ...`, with `mpirun` or \
+         `prterun` in a build with the cargo feature `pmix`, or set \
+         {ENV_BOOTSTRAP}=host:port to an address every node can reach (rank 0 listens there) and \
+         {ENV_JOB_KEY} to the same secret on every rank (e.g. `export {ENV_JOB_KEY}=$(openssl rand -hex 32)`; \
+         with mpirun: `-x {ENV_BOOTSTRAP} -x {ENV_JOB_KEY}`).{pmix} See docs/launching.md",
+        job.source, job.local_size, job.size
+    ))
 }
 
 impl Hosted {
@@ -114,9 +162,15 @@ impl Hosted {
         }
         let v =
             found.ok_or_else(|| Error::bootstrap("rank 0 published no address through PMI-2"))?;
+        Self::handed_over(&v, "PMI-2")
+    }
+
+    /// A rank other than 0: the `"addr key"` rank 0 handed over through
+    /// `via` (PMI-2, PMIx).
+    fn handed_over(v: &str, via: &str) -> Result<Hosted> {
         let (addr, key) = v
             .split_once(' ')
-            .ok_or_else(|| Error::bootstrap("malformed bootstrap address from PMI-2"))?;
+            .ok_or_else(|| Error::bootstrap(format!("malformed bootstrap address from {via}")))?;
         Ok(Hosted {
             addr: addr.to_string(),
             key: JobKey::from_hex(key)?,
@@ -125,20 +179,54 @@ impl Hosted {
         })
     }
 
+    /// Under a PMIx launcher (`mpirun`, `prterun`, `srun --mpi=pmix`; cargo
+    /// feature `pmix`): as [`via_pmi2`](Hosted::via_pmi2), through PMIx.
+    /// Rank 0 makes the key, listens on an address the other nodes can
+    /// reach and `PMIx_Put`s both; every rank commits and fences (with data
+    /// collection, at most `timeout`); the others `PMIx_Get` them from
+    /// rank 0.
+    #[cfg(feature = "pmix")]
+    pub fn via_pmix(job: &JobInfo, timeout: Duration) -> Result<Hosted> {
+        const KEY: &str = "splitrt-boot";
+        let mut pmix = crate::pmix::Pmix::init()?;
+        if (pmix.rank, pmix.size) != (job.rank, job.size) {
+            return Err(Error::bootstrap(format!(
+                "PMIx says rank {} of {}, the environment says rank {} of {}",
+                pmix.rank, pmix.size, job.rank, job.size
+            )));
+        }
+        if job.rank == 0 {
+            let key = JobKey::generate()?;
+            let server = Server::bind(&format!("{}:0", reachable_ip(job)), key.clone())?;
+            let addr = server.local_addr()?.to_string();
+            let server = Self::spawn(server, job.size, timeout)?;
+            pmix.put(KEY, &format!("{addr} {}", key.to_hex()))?;
+            pmix.commit_and_fence(timeout)?;
+            return Ok(Hosted {
+                addr,
+                key,
+                file: None,
+                server: Some(server),
+            });
+        }
+        pmix.commit_and_fence(timeout)?;
+        let v = pmix.get(0, KEY, timeout)?;
+        drop(pmix);
+        Self::handed_over(&v, "PMIx")
+    }
+
     /// One node: rank 0 makes the key, starts the server and publishes
     /// both; the others wait (at most `timeout`) for them.
     pub fn start(job: &JobInfo, timeout: Duration) -> Result<Hosted> {
         if Pmi2::available() {
             return Self::via_pmi2(job, timeout);
         }
+        #[cfg(feature = "pmix")]
+        if pmix_launcher() {
+            return Self::via_pmix(job, timeout);
+        }
         if job.local_size < job.size {
-            return Err(Error::bootstrap(format!(
-                "this {:?} job spans several nodes ({} of {} ranks on this one); start it with \
-                 `srun --mpi=pmi2`, or set {ENV_BOOTSTRAP}=host:port to an address every node can reach \
-                 (rank 0 listens there) and {ENV_JOB_KEY} to the same secret on every rank (e.g. `export {ENV_JOB_KEY}=$(openssl rand -hex 32)`). Only the \
-                 shared-memory fabric exists so far, so multi-node jobs cannot run yet",
-                job.source, job.local_size, job.size
-            )));
+            return Err(several_nodes_refusal(job, pmix_launcher()));
         }
         let dir = PrivateDir::open()?;
         let name = file_name(&job.job_id);
@@ -278,7 +366,7 @@ mod tests {
         ignore = "files in the private directory and TCP sockets (isolation)"
     )]
     fn several_nodes_without_an_address_is_refused_with_the_reason() {
-        let e = Hosted::start(&job(1, 4, 2, "slurm9.0"), Duration::from_millis(10))
+        let e = Hosted::start(&job(0, 4, 2, "slurm9.0"), Duration::from_millis(10))
             .err()
             .expect("refused");
         let msg = e.to_string();
@@ -288,6 +376,70 @@ mod tests {
                 && msg.contains("SPLITRT_JOB_KEY"),
             "{msg}"
         );
+    }
+
+    /// The refusal says what works (it once said multi-node jobs could not
+    /// run at all) and only rank 0 prints how to start the job: the other
+    /// ranks point to it instead of printing it once each.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "files in the private directory and TCP sockets (isolation)"
+    )]
+    fn several_nodes_refusal_says_what_works_once() {
+        let zero = Hosted::start(&job(0, 4, 2, "slurm9.1"), Duration::from_millis(10))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(!zero.contains("cannot run"), "{zero}");
+        for what in [
+            "UDP",
+            "ibverbs",
+            "srun --mpi=pmi2",
+            "splitrt-run --hosts",
+            "-x SPLITRT_BOOTSTRAP",
+        ] {
+            assert!(zero.contains(what), "{what} missing: {zero}");
+        }
+        let one = Hosted::start(&job(3, 4, 2, "slurm9.1"), Duration::from_millis(10))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(one.contains("rank 0's message"), "{one}");
+        assert!(
+            !one.contains("SPLITRT_JOB_KEY"),
+            "the instructions again: {one}"
+        );
+    }
+
+    /// A PMIx launcher is recognised by its variables.
+    #[test]
+    fn pmix_launcher_is_recognised_by_its_variables() {
+        let v = |xs: &[&str]| xs.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(pmix_in(v(&["HOME", "PMIX_RANK"])));
+        assert!(pmix_in(v(&["PMIX_NAMESPACE"])));
+        assert!(pmix_in(v(&["PMIX_SERVER_URI41"])));
+        assert!(!pmix_in(v(&["HOME", "PMIX_VERSION", "PMI_FD"])));
+    }
+
+    /// The refusal names the `pmix` feature among the ways to start a
+    /// multi-node job, and under a PMIx launcher in a build without it,
+    /// says that this is what the job lacks.
+    #[test]
+    fn several_nodes_refusal_mentions_the_pmix_feature() {
+        let mut j = job(0, 4, 2, "ompi7");
+        j.source = JobSource::OpenMpi;
+        let plain = several_nodes_refusal(&j, false).to_string();
+        assert!(plain.contains("cargo feature `pmix`"), "{plain}");
+        assert!(!plain.contains("started by a PMIx launcher"), "{plain}");
+        let under = several_nodes_refusal(&j, true).to_string();
+        assert_eq!(
+            under.contains("started by a PMIx launcher"),
+            !cfg!(feature = "pmix"),
+            "{under}"
+        );
+        let other = several_nodes_refusal(&job(3, 4, 2, "ompi7"), true).to_string();
+        assert!(!other.contains("pmix"), "only rank 0 says it: {other}");
     }
 
     /// An address file left by a dead rank 0 is not trusted: the rank keeps

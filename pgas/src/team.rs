@@ -1,0 +1,321 @@
+//! Teams: ordered subsets of the job's ranks that run collectives among
+//! themselves (OpenSHMEM teams, MPI communicators, GASNet-EX teams, UPC++
+//! and Lamellar teams). [`Pgas::world`] is every rank; a team is split
+//! into smaller ones by a collective over it (`split_strided`,
+//! `split_2d`, `split`: see `team_split.rs`), and its collectives are in
+//! `team_coll.rs`.
+//!
+//! A team's members are numbered 0..size in team order; `world_rank(i)`
+//! and `team_rank_of(w)` translate. Every rank of the parent gets a
+//! [`Team`] from a split, members and non-members alike; a non-member's
+//! team ops are errors naming the rank ([`Team::is_member`] tells).
+//!
+//! This module has the plumbing the collectives share: a collective's
+//! number on the team, sending one step's data to a member (in chunks of
+//! the fabric's Medium size) and waiting for a member's, with a hang
+//! report that says what is awaited and an error naming both sides when
+//! two members called different things.
+
+use crate::context::Pgas;
+use crate::reduce::Op;
+use crate::team_mail::{self, CollKind, Found, Header, Key, TeamCounters};
+use splitrt_am::{Error, Payload, Result};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// The world team's id (split teams get ids derived from their parent's).
+pub(crate) const WORLD_ID: u64 = 1;
+
+/// A team: an ordered subset of the job's ranks (see the module docs).
+/// Cheap to clone; clones share the team's collective sequence, so a
+/// rank's collectives on a team must still come one at a time.
+///
+/// ```no_run
+/// use splitrt_pgas::{Op, Pgas};
+/// # fn main() -> splitrt_am::Result<()> {
+/// let pg = Pgas::attach()?;
+/// let world = pg.world();
+/// // even and odd world ranks, as two teams
+/// let half = world.split(Some(pg.rank() as u32 % 2), 0)?;
+/// let mut x = [pg.rank() as u64];
+/// half.allreduce(&mut x, Op::Sum)?;   // sum over my half only
+/// half.barrier()?;
+/// pg.finish()
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Team {
+    pub(crate) inner: Arc<TeamInner>,
+}
+
+pub(crate) struct TeamInner {
+    pub pg: Pgas,
+    pub id: u64,
+    /// World ranks of the members, in team order.
+    pub members: Vec<usize>,
+    /// This rank's team rank, if a member.
+    pub me: Option<usize>,
+    pub counters: Arc<TeamCounters>,
+}
+
+impl Pgas {
+    /// The team of every rank (team rank = world rank). Every handle of it
+    /// shares one collective sequence.
+    pub fn world(&self) -> Team {
+        let i = &self.inner;
+        Team {
+            inner: Arc::new(TeamInner {
+                pg: self.clone(),
+                id: WORLD_ID,
+                members: (0..i.size).collect(),
+                me: Some(i.rank),
+                counters: i.team_mail.world.clone(),
+            }),
+        }
+    }
+}
+
+/// The name of reduction operator code `c` (see [`op_code`]).
+pub(crate) fn op_name(c: u64) -> String {
+    match c {
+        1 => "Sum",
+        2 => "Prod",
+        3 => "Min",
+        4 => "Max",
+        5 => "BitAnd",
+        6 => "BitOr",
+        7 => "BitXor",
+        _ => "unknown",
+    }
+    .into()
+}
+
+/// The wire code of `op` (never 0: 0 is "no op").
+pub(crate) fn op_code(op: Op) -> u64 {
+    match op {
+        Op::Sum => 1,
+        Op::Prod => 2,
+        Op::Min => 3,
+        Op::Max => 4,
+        Op::BitAnd => 5,
+        Op::BitOr => 6,
+        Op::BitXor => 7,
+    }
+}
+
+impl Team {
+    /// This rank's team rank, or `None` if it is not a member.
+    pub fn rank(&self) -> Option<usize> {
+        self.inner.me
+    }
+
+    /// Whether this rank is a member.
+    pub fn is_member(&self) -> bool {
+        self.inner.me.is_some()
+    }
+
+    /// Members of the team (0 for a non-member's handle of a team it
+    /// knows nothing of: a `split` with no color).
+    pub fn size(&self) -> usize {
+        self.inner.members.len()
+    }
+
+    /// The world rank of team rank `i`, if `i` is a team rank.
+    pub fn world_rank(&self, i: usize) -> Option<usize> {
+        self.inner.members.get(i).copied()
+    }
+
+    /// The team rank of world rank `world`, if it is a member.
+    pub fn team_rank_of(&self, world: usize) -> Option<usize> {
+        self.inner.members.iter().position(|&w| w == world)
+    }
+
+    /// Every member's world rank, in team order.
+    pub fn members(&self) -> &[usize] {
+        &self.inner.members
+    }
+
+    /// The PGAS context the team belongs to.
+    pub fn pgas(&self) -> &Pgas {
+        &self.inner.pg
+    }
+
+    /// This rank's team rank, or an error naming it for `what` called by
+    /// a non-member.
+    pub(crate) fn member(&self, what: &str) -> Result<usize> {
+        let pg = &self.inner.pg;
+        self.inner.me.ok_or_else(|| {
+            Error::usage(format!(
+                "{what} called by rank {}, which is not a member of team {:#x} (members: {})",
+                pg.rank(),
+                self.inner.id,
+                short_list(&self.inner.members)
+            ))
+            .at_rank(pg.rank())
+        })
+    }
+
+    /// The number of the collective starting now on this team.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.inner.counters.seq.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// A usage error of `what` at this rank.
+    pub(crate) fn usage(&self, what: CollKind, why: impl std::fmt::Display) -> Error {
+        Error::usage(format!("{}: {why}", what.name())).at_rank(self.inner.pg.rank())
+    }
+
+    /// Send step `tag` of collective `seq` (header `h`) to team rank `to`.
+    pub(crate) fn send(
+        &self,
+        seq: u64,
+        tag: u64,
+        h: &Header,
+        to: usize,
+        data: &[u8],
+    ) -> Result<()> {
+        let i = &self.inner.pg.inner;
+        let peer = self.inner.members[to];
+        let chunk = i.ep.max_medium(peer)?.max(1);
+        let total = data.len() as u64;
+        let mut off = 0usize;
+        loop {
+            let end = (off + chunk).min(data.len());
+            let a = team_mail::args(self.inner.id, seq, tag, h, off as u64, total);
+            i.ep.request(peer, i.team_h, &a, Payload::Medium(&data[off..end]))?;
+            off = end;
+            if off >= data.len() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Wait for step `tag` of collective `seq` from team rank `from` and
+    /// copy its data into `out` (whose length the data must have). A
+    /// message of this collective whose sender called something else than
+    /// `h` is an error naming both ranks and both calls; it ends the job
+    /// (the other members would wait forever).
+    pub(crate) fn recv(
+        &self,
+        seq: u64,
+        tag: u64,
+        h: &Header,
+        from: usize,
+        out: &mut [u8],
+        hops: u32,
+    ) -> Result<()> {
+        let key = self.key(seq, tag, from);
+        self.wait_for(key, h, from, hops)?;
+        if self.try_take(key, h, out)? {
+            return Ok(());
+        }
+        Err(Error::usage(format!(
+            "{}: woke with nothing",
+            self.awaiting(key, h, from)
+        ))
+        .at_rank(self.inner.pg.rank()))
+    }
+
+    /// The mailbox key of step `tag` of collective `seq` from team rank
+    /// `from`.
+    pub(crate) fn key(&self, seq: u64, tag: u64, from: usize) -> Key {
+        (self.inner.id, seq, tag, self.inner.members[from])
+    }
+
+    /// What a member waiting for `key` waits for (the hang report's words).
+    pub(crate) fn awaiting(&self, key: Key, h: &Header, from: usize) -> String {
+        let kind = CollKind::from_code(h.kind).map_or("a team collective", CollKind::name);
+        format!(
+            "in {kind} #{} on team {:#x} ({} members), waiting for team rank {from} \
+             (world rank {}) to send its part",
+            key.1,
+            self.inner.id,
+            self.inner.members.len(),
+            key.3
+        )
+    }
+
+    /// Wait (serving traffic, with hang reports) until message `key` from
+    /// team rank `from` is in, or something is wrong with the collective.
+    ///
+    /// `hops`: how many messages the sender must receive, one after the
+    /// other, before it sends this one (0: it sends it on entering the
+    /// collective). The hang report comes `hops` seconds later than
+    /// configured, so that when a member never calls, the member waiting
+    /// for its first message (0 hops: it names the missing member) reports
+    /// before those waiting for members that wait for it in turn.
+    pub(crate) fn wait_for(&self, key: Key, h: &Header, from: usize, hops: u32) -> Result<()> {
+        let i = &self.inner.pg.inner;
+        let mail = &i.team_mail;
+        let what = || self.awaiting(key, h, from);
+        let later = std::time::Duration::from_secs(u64::from(hops));
+        i.ep.wait_reporting(&what, later, || mail.ready(key, h))
+    }
+
+    /// Take message `key` into `out` if it is in: `Ok(false)` if not yet.
+    /// A mismatching message of the same collective is an error naming
+    /// both calls, which ends the job.
+    pub(crate) fn try_take(&self, key: Key, h: &Header, out: &mut [u8]) -> Result<bool> {
+        let i = &self.inner.pg.inner;
+        let (seq, src) = (key.1, key.3);
+        let kind = CollKind::from_code(h.kind).map_or("a team collective", CollKind::name);
+        match i.team_mail.take(key, h, out) {
+            Found::Done => Ok(true),
+            Found::Waiting => Ok(false),
+            Found::Failed(why) => Err(Error::usage(why).at_rank(i.rank)),
+            Found::BadLength(n) => {
+                let why = format!(
+                    "team collective mismatch on team {:#x}, collective #{seq} ({kind}): rank \
+                     {src} sent {n} B where rank {} expected {} B (alltoallv: the sender's \
+                     send_counts and the receiver's recv_counts disagree)",
+                    self.inner.id,
+                    i.rank,
+                    out.len()
+                );
+                // the sender went on; the others may wait for us: end the job
+                i.ep.abort(&why);
+                Err(Error::usage(why).at_rank(i.rank))
+            }
+            Found::Mismatch(k, theirs) => {
+                let why = format!(
+                    "team collective mismatch on team {:#x}, collective #{seq}: rank {} (team \
+                     rank {}) called {} while rank {} (team rank {}) called {} (every member \
+                     must call the same collectives in the same order, with the same root, op \
+                     and lengths)",
+                    self.inner.id,
+                    k.3,
+                    self.team_rank_of(k.3).map_or("?".into(), |r| r.to_string()),
+                    theirs.describe(&op_name),
+                    i.rank,
+                    self.inner.me.map_or("?".into(), |r| r.to_string()),
+                    h.describe(&op_name)
+                );
+                // the other members would wait for us forever: end the job
+                i.ep.abort(&why);
+                Err(Error::usage(why).at_rank(i.rank))
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Team {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Team")
+            .field("id", &self.inner.id)
+            .field("rank", &self.inner.me)
+            .field("members", &self.inner.members)
+            .finish()
+    }
+}
+
+/// A list of ranks, shortened past 16.
+pub(crate) fn short_list(r: &[usize]) -> String {
+    let mut s: Vec<String> = r.iter().take(16).map(|x| x.to_string()).collect();
+    if r.len() > 16 {
+        s.push(format!("... ({} in all)", r.len()));
+    }
+    if s.is_empty() {
+        return "none".into();
+    }
+    s.join(", ")
+}

@@ -1,0 +1,458 @@
+//! Teams and team collectives, checked against values every rank can
+//! compute: on the world team, on strided, 2-d and color splits (odd
+//! sizes, size-1 teams), with zero-length data and data longer than a
+//! fabric Medium (sent in chunks). And misuse: a non-member's call,
+//! mismatched arguments, a member that never arrives.
+//!
+//! Usage: t_teams [MODE [RANK]]     (exit 0 = every check passed)
+//!   conf            the conformance checks (default); prints `teams ok (PATH)`
+//!   nonmember       rank 1 calls barrier on the team {0}: an error naming it
+//!   split_args      ranks pass different split_strided arguments: an error
+//!                   on every rank
+//!   mismatch_len    world allreduce of 2 elements on rank 0, 3 elsewhere
+//!   mismatch_root   world broadcast from root 0 on rank 0, root 1 elsewhere
+//!   mismatch_op     world allreduce Sum on rank 0, Max elsewhere
+//!   mismatch_counts world alltoallv: rank 0 expects 2 elements from rank 1,
+//!                   which sends it 1
+//!   absent RANK     every rank but RANK calls the world team's allreduce;
+//!                   RANK never does
+//!   time ITERS      (not a test) rank 0 prints the mean time of world
+//!                   Pgas vs Team barrier / allreduce, and Team alltoall
+
+#![allow(dead_code)] // `main` is unused where a test includes this file
+
+use splitrt::pgas::{Op, Pgas, Team};
+use splitrt::Error;
+
+fn main() {
+    let mut a = std::env::args().skip(1);
+    let mode = a.next().unwrap_or_else(|| "conf".into());
+    let target: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
+    let r = (|| -> splitrt::Result<()> {
+        let pg = Pgas::attach()?;
+        match mode.as_str() {
+            "conf" => run_on(pg),
+            m => misuse(m, target, pg),
+        }
+    })();
+    if let Err(e) = r {
+        eprintln!("t_teams: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn fail(msg: String) -> Error {
+    Error::usage(msg)
+}
+
+fn check(cond: bool, what: impl FnOnce() -> String) -> splitrt::Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(fail(what()))
+    }
+}
+
+/// The checks on an attached context (`tests/verbs_model.rs` runs them on
+/// ranks attached over the verbs model).
+pub fn run_on(pg: Pgas) -> splitrt::Result<()> {
+    let (me, n) = (pg.rank(), pg.size());
+    let world = pg.world();
+    check(
+        world.rank() == Some(me) && world.size() == n && world.is_member(),
+        || "world team".into(),
+    )?;
+    let mut teams: Vec<(String, Team)> = vec![("world".into(), world.clone())];
+    let evens = world.split_strided(0, 2, n.div_ceil(2))?;
+    check(evens.is_member() == (me % 2 == 0), || "evens".into())?;
+    teams.push(("evens".into(), evens));
+    if n >= 2 {
+        let odds = world.split_strided(1, 2, n / 2)?;
+        check(odds.is_member() == (me % 2 == 1), || "odds".into())?;
+        teams.push(("odds".into(), odds));
+    }
+    let (row, col) = world.split_2d(2)?;
+    check(
+        row.rank() == Some(me % 2) && col.rank() == Some(me / 2),
+        || format!("2d: row {:?} col {:?}", row.members(), col.members()),
+    )?;
+    teams.push(("row".into(), row.clone()));
+    teams.push(("col".into(), col));
+    // three colors, reversed order: an odd size when n > 3
+    let tri = world.split(Some((me % 3) as u32), (n - me) as u64)?;
+    let want: Vec<usize> = (0..n).rev().filter(|r| r % 3 == me % 3).collect();
+    check(tri.members() == want, || {
+        format!("color split: {:?} vs {want:?}", tri.members())
+    })?;
+    teams.push(("tri".into(), tri));
+    let alone = world.split(Some(me as u32), 0)?;
+    check(alone.size() == 1 && alone.rank() == Some(0), || {
+        "size-1 team".into()
+    })?;
+    teams.push(("alone".into(), alone));
+    // a nested split: the row team's first member alone
+    let first = row.split_strided(0, 1, 1)?;
+    check(first.is_member() == (row.rank() == Some(0)), || {
+        "nested split".into()
+    })?;
+    teams.push(("row-first".into(), first));
+    // no color: a non-member handle of no team
+    let none = world.split(if me == 0 { None } else { Some(0) }, 0)?;
+    check(none.is_member() == (me != 0), || "no color".into())?;
+    teams.push(("no-color".into(), none));
+
+    for (name, t) in &teams {
+        if t.is_member() {
+            team_checks(t).map_err(|e| fail(format!("team {name} {:?}: {e}", t.members())))?;
+        }
+    }
+    // the world collectives still work, after and between team ones
+    let mut x = [1u64];
+    pg.allreduce(&mut x, Op::Sum)?;
+    check(x[0] == n as u64, || "world allreduce".into())?;
+    world.barrier()?;
+    pg.barrier()?;
+    println!("teams ok ({:?} path) rank {me}", pg.rma_path());
+    pg.finish()
+}
+
+/// Every collective on team `t` (this rank is a member).
+fn team_checks(t: &Team) -> splitrt::Result<()> {
+    let me = t.rank().expect("a member");
+    let n = t.size();
+    let w = |r: usize| t.world_rank(r).expect("team rank") as u64;
+    for r in 0..n {
+        check(t.team_rank_of(w(r) as usize) == Some(r), || {
+            "rank translation".into()
+        })?;
+    }
+    check(t.world_rank(n).is_none(), || "past the team".into())?;
+    t.barrier()?;
+    // lengths: empty, small, and longer than any fabric's Medium
+    for len in [0usize, 3, 20_000] {
+        for root in [0, n - 1] {
+            let mut d: Vec<u64> = if me == root {
+                (0..len as u64).map(|i| w(root) * 1_000_000 + i).collect()
+            } else {
+                vec![7; len]
+            };
+            t.broadcast(root, &mut d)?;
+            check(
+                d.iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == w(root) * 1_000_000 + i as u64),
+                || format!("broadcast len {len} root {root}"),
+            )?;
+            let mine: Vec<u64> = (0..len as u64).map(|i| w(me) * 10 + i).collect();
+            let sum = |i: usize| (0..n).map(|r| w(r) * 10 + i as u64).sum::<u64>();
+            let mut d = mine.clone();
+            t.reduce(root, &mut d, Op::Sum)?;
+            if me == root {
+                check(d.iter().enumerate().all(|(i, &v)| v == sum(i)), || {
+                    format!("reduce len {len} root {root}")
+                })?;
+            } else {
+                check(d == mine, || "reduce changed a non-root's data".into())?;
+            }
+        }
+        let mut d: Vec<u64> = (0..len as u64).map(|i| w(me) * 10 + i).collect();
+        t.allreduce(&mut d, Op::Sum)?;
+        check(
+            d.iter()
+                .enumerate()
+                .all(|(i, &v)| v == (0..n).map(|r| w(r) * 10 + i as u64).sum::<u64>()),
+            || format!("allreduce len {len}"),
+        )?;
+    }
+    let mut f = [w(me) as f64, -(w(me) as f64)];
+    t.allreduce(&mut f, Op::Max)?;
+    let top = (0..n).map(w).max().unwrap() as f64;
+    let low = (0..n).map(w).min().unwrap() as f64;
+    check(f == [top, -low], || format!("f64 max {f:?}"))?;
+    // every member gets the same bits of a rounding float sum
+    let mut f = [0.1 * (w(me) + 1) as f64, 1e16 / (w(me) + 3) as f64];
+    t.allreduce(&mut f, Op::Sum)?;
+    let mut all = vec![0f64; 2 * n];
+    t.allgather(&f, &mut all)?;
+    check(
+        all.chunks(2)
+            .all(|c| c[0].to_bits() == f[0].to_bits() && c[1].to_bits() == f[1].to_bits()),
+        || format!("allreduce bits differ across members: {all:?}"),
+    )?;
+    let mut b = [w(me) as u32 | 0x100];
+    t.allreduce(&mut b, Op::BitOr)?;
+    check(b[0] == (0..n).fold(0x100, |a, r| a | w(r) as u32), || {
+        "bitor".into()
+    })?;
+
+    for k in [0usize, 2, 5000] {
+        let send: Vec<u64> = (0..k as u64).map(|i| w(me) * 100_000 + i).collect();
+        let want: Vec<u64> = (0..n)
+            .flat_map(|r| (0..k as u64).map(move |i| (r, i)))
+            .map(|(r, i)| w(r) * 100_000 + i)
+            .collect();
+        for root in [0, n / 2] {
+            let mut recv = if me == root {
+                vec![0u64; n * k]
+            } else {
+                Vec::new()
+            };
+            t.gather(root, &send, &mut recv)?;
+            if me == root {
+                check(recv == want, || format!("gather k {k} root {root}"))?;
+            }
+        }
+        let mut recv = vec![0u64; n * k];
+        t.allgather(&send, &mut recv)?;
+        check(recv == want, || format!("allgather k {k}"))?;
+
+        // alltoall: block j for team rank j
+        let val = |src: u64, dst: u64, i: u64| src * 1_000_000 + dst * 1000 + i;
+        let send: Vec<u64> = (0..n)
+            .flat_map(|j| (0..k as u64).map(move |i| (j, i)))
+            .map(|(j, i)| val(w(me), w(j), i))
+            .collect();
+        let mut recv = vec![0u64; n * k];
+        t.alltoall(&send, &mut recv)?;
+        let want: Vec<u64> = (0..n)
+            .flat_map(|j| (0..k as u64).map(move |i| (j, i)))
+            .map(|(j, i)| val(w(j), w(me), i))
+            .collect();
+        check(recv == want, || format!("alltoall k {k}"))?;
+
+        // reduce_scatter: the sum of every member's block for me
+        let mut out = vec![0u64; k];
+        t.reduce_scatter(&send, &mut out, Op::Sum)?;
+        let want: Vec<u64> = (0..k as u64)
+            .map(|i| (0..n).map(|j| val(w(j), w(me), i)).sum())
+            .collect();
+        check(out == want, || format!("reduce_scatter k {k}"))?;
+    }
+
+    // alltoallv: (src + dst) % 3 elements from src to dst, some empty
+    let cnt = |s: usize, d: usize| (s + d) % 3;
+    let send_counts: Vec<usize> = (0..n).map(|j| cnt(me, j)).collect();
+    let recv_counts: Vec<usize> = (0..n).map(|j| cnt(j, me)).collect();
+    let send: Vec<u32> = (0..n)
+        .flat_map(|j| (0..cnt(me, j)).map(move |i| (j, i)))
+        .map(|(j, i)| (w(me) * 100 + w(j) * 10 + i as u64) as u32)
+        .collect();
+    let mut recv = vec![0u32; recv_counts.iter().sum()];
+    t.alltoallv(&send, &send_counts, &mut recv, &recv_counts)?;
+    let want: Vec<u32> = (0..n)
+        .flat_map(|j| (0..cnt(j, me)).map(move |i| (j, i)))
+        .map(|(j, i)| (w(j) * 100 + w(me) * 10 + i as u64) as u32)
+        .collect();
+    check(recv == want, || format!("alltoallv {recv:?} vs {want:?}"))?;
+
+    // scans
+    for len in [0usize, 4] {
+        let x = |r: usize, i: usize| w(r) + 1 + i as u64;
+        let mut d: Vec<u64> = (0..len).map(|i| x(me, i)).collect();
+        t.scan_inclusive(&mut d, Op::Sum)?;
+        let want: Vec<u64> = (0..len).map(|i| (0..=me).map(|r| x(r, i)).sum()).collect();
+        check(d == want, || format!("inscan {d:?} vs {want:?}"))?;
+        let mut d: Vec<u64> = (0..len).map(|i| x(me, i)).collect();
+        t.scan_exclusive(&mut d, Op::Sum)?;
+        let want: Vec<u64> = (0..len).map(|i| (0..me).map(|r| x(r, i)).sum()).collect();
+        check(d == want, || format!("exscan {d:?} vs {want:?}"))?;
+        let mut d: Vec<i64> = (0..len).map(|i| -(x(me, i) as i64)).collect();
+        t.scan_inclusive(&mut d, Op::Min)?;
+        let want: Vec<i64> = (0..len)
+            .map(|i| (0..=me).map(|r| -(x(r, i) as i64)).min().unwrap())
+            .collect();
+        check(d == want, || format!("min inscan {d:?} vs {want:?}"))?;
+    }
+    // non-blocking: two in flight, completed by wait, test and .await
+    for k in [0usize, 3, 3000] {
+        let val = |src: u64, dst: u64, i: u64| src * 1_000_000 + dst * 1000 + i;
+        let send: Vec<u64> = (0..n)
+            .flat_map(|j| (0..k as u64).map(move |i| (j, i)))
+            .map(|(j, i)| val(w(me), w(j), i))
+            .collect();
+        let want: Vec<u64> = (0..n)
+            .flat_map(|j| (0..k as u64).map(move |i| (j, i)))
+            .map(|(j, i)| val(w(j), w(me), i))
+            .collect();
+        let total: u64 = (0..n).map(w).sum();
+        let (mut r1, mut r2, mut r3) = (vec![0u64; n * k], vec![0u64; n * k], vec![0u64; n * k]);
+        let mut s1 = vec![w(me); k];
+        let mut s2 = vec![w(me) as f64; k];
+        let a = t.alltoall_nb(&send, &mut r1)?;
+        let b = t.allreduce_nb(&mut s1, Op::Sum)?;
+        let c = t.alltoall_nb(&send, &mut r2)?;
+        let mut d = t.allreduce_nb(&mut s2, Op::Sum)?;
+        let e = t.alltoall_nb(&send, &mut r3)?;
+        block_on(e)?; // the last first: the others' messages wait meanwhile
+        c.wait()?;
+        while !d.test()? {}
+        drop(d);
+        block_on(b)?;
+        a.wait()?;
+        check(r1 == want && r2 == want && r3 == want, || {
+            format!("alltoall_nb k {k}")
+        })?;
+        check(s1.iter().all(|&x| x == total), || {
+            format!("allreduce_nb {s1:?}")
+        })?;
+        check(s2.iter().all(|&x| x == total as f64), || {
+            format!("allreduce_nb f64 {s2:?}")
+        })?;
+    }
+    // the other non-blocking forms, in flight together
+    for len in [0usize, 5, 9000] {
+        let root = n / 2;
+        let mut bc: Vec<u64> = if me == root {
+            (0..len as u64).collect()
+        } else {
+            vec![0; len]
+        };
+        let mine: Vec<u32> = (0..len as u32).map(|i| w(me) as u32 + i).collect();
+        let mut all = vec![0u32; n * len];
+        let b = t.barrier_nb()?;
+        let c = t.broadcast_nb(root, &mut bc)?;
+        let g = t.allgather_nb(&mine, &mut all)?;
+        block_on(g)?;
+        c.wait()?;
+        block_on(b)?;
+        check(bc == (0..len as u64).collect::<Vec<_>>(), || {
+            format!("broadcast_nb len {len}")
+        })?;
+        let want: Vec<u32> = (0..n)
+            .flat_map(|r| (0..len as u32).map(move |i| (r, i)))
+            .map(|(r, i)| w(r) as u32 + i)
+            .collect();
+        check(all == want, || format!("allgather_nb len {len}"))?;
+    }
+    // a wrong local length is an error before anything is sent
+    let mut short = vec![0u64; 1];
+    let e = t.allgather(&[1u64, 2], &mut short);
+    check(
+        n == 0
+            || e.as_ref()
+                .is_err_and(|e| e.to_string().contains("expected")),
+        || format!("short recv: {e:?}"),
+    )?;
+    t.barrier()
+}
+
+/// The misuse modes (see the module docs).
+fn misuse(mode: &str, target: usize, pg: Pgas) -> splitrt::Result<()> {
+    let me = pg.rank();
+    let world = pg.world();
+    match mode {
+        "nonmember" => {
+            let zero = world.split_strided(0, 1, 1)?;
+            if me != 0 {
+                let e = zero.barrier().expect_err("a non-member's barrier");
+                println!("nonmember error: {e}");
+                let mut d = [0u64];
+                let e = zero.allreduce(&mut d, Op::Sum).expect_err("allreduce");
+                println!("nonmember error: {e}");
+            } else {
+                zero.barrier()?;
+            }
+        }
+        "split_args" => {
+            let e = world
+                .split_strided(0, 1 + me % 2, 1)
+                .expect_err("disagreeing split arguments");
+            println!("split error: {e}");
+        }
+        "mismatch_len" => {
+            let mut d = vec![1u64; if me == 0 { 2 } else { 3 }];
+            world.allreduce(&mut d, Op::Sum)?;
+        }
+        "mismatch_root" => {
+            let mut d = [1u64; 2];
+            world.broadcast(if me == 0 { 0 } else { 1 }, &mut d)?;
+        }
+        "mismatch_op" => {
+            let mut d = [1u64; 2];
+            world.allreduce(&mut d, if me == 0 { Op::Sum } else { Op::Max })?;
+        }
+        "time" => {
+            let iters = target.clamp(1, 1_000_000);
+            let mut x = [1u64];
+            let k = 512; // 4 KiB per pair
+            let send = vec![me as u64; k * pg.size()];
+            let mut recv = vec![0u64; k * pg.size()];
+            let mut rows: Vec<(&str, f64)> = Vec::new();
+            for round in 0..2 {
+                let mut time = |name: &'static str, f: &mut dyn FnMut() -> splitrt::Result<()>| {
+                    pg.barrier()?;
+                    let t = std::time::Instant::now();
+                    for _ in 0..iters {
+                        f()?;
+                    }
+                    if round == 1 {
+                        rows.push((name, t.elapsed().as_secs_f64() * 1e6 / iters as f64));
+                    }
+                    splitrt::Result::Ok(())
+                };
+                time("Pgas::barrier", &mut || pg.barrier())?;
+                time("Team::barrier (world)", &mut || world.barrier())?;
+                time("Pgas::allreduce 8 B", &mut || pg.allreduce(&mut x, Op::Sum))?;
+                time("Team::allreduce 8 B (world)", &mut || {
+                    world.allreduce(&mut x, Op::Sum)
+                })?;
+                time("Team::alltoall 4 KiB per pair", &mut || {
+                    world.alltoall(&send, &mut recv)
+                })?;
+            }
+            if me == 0 {
+                for (name, us) in rows {
+                    println!("{name}: {us:.2} us");
+                }
+            }
+        }
+        "mismatch_counts" => {
+            let n = pg.size();
+            let send = vec![me as u64; n];
+            let send_counts = vec![1; n];
+            let mut recv_counts = vec![1; n];
+            if me == 0 {
+                recv_counts[1] = 2;
+            }
+            let mut recv = vec![0u64; recv_counts.iter().sum()];
+            world.alltoallv(&send, &send_counts, &mut recv, &recv_counts)?;
+        }
+        "absent" => {
+            if me == target {
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                }
+            }
+            let mut d = [1u64; 2];
+            world.allreduce(&mut d, Op::Sum)?;
+        }
+        m => return Err(fail(format!("unknown mode {m}"))),
+    }
+    println!("done");
+    pg.finish()
+}
+
+/// Run a future on this thread, parking between polls: a pending future
+/// must wake the thread (its waker is registered with the team mailbox
+/// and the doorbell bridge); a park that times out is a lost wake-up.
+fn block_on<F: std::future::Future<Output = splitrt::Result<()>>>(f: F) -> splitrt::Result<()> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(r) = f.as_mut().poll(&mut cx) {
+            return r;
+        }
+        let t = std::time::Instant::now();
+        std::thread::park_timeout(std::time::Duration::from_secs(20));
+        if t.elapsed() >= std::time::Duration::from_secs(20) {
+            return Err(fail("a pending team request was never woken".into()));
+        }
+    }
+}

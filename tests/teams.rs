@@ -1,0 +1,251 @@
+//! Teams and team collectives through real multi-process jobs: the
+//! conformance program `t_teams` on 1, 2, 3, 4 and 8 ranks, on shared
+//! memory and over UDP, on both one-sided paths (`SPLITRT_RMA=native|am`);
+//! and misuse: a non-member's call, disagreeing split arguments,
+//! mismatched length / root / op, a member that never arrives. (The verbs
+//! model runs the same program in `tests/verbs_model.rs`.)
+
+mod common;
+use common::*;
+use std::time::{Duration, Instant};
+
+fn conformance(n: usize, rma: &str, fabric: &str) {
+    let r = run_job(
+        n,
+        &example("t_teams"),
+        &["conf"],
+        &[("SPLITRT_RMA", rma), ("SPLITRT_FABRIC", fabric)],
+        120,
+    );
+    r.ok();
+    let path = if rma == "am" {
+        "(Am path)"
+    } else {
+        "(Native path)"
+    };
+    let ok = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains("teams ok") && l.contains(path))
+        .count();
+    assert_eq!(ok, n, "every rank reports success:\n{}", r.stdout);
+}
+
+#[test]
+fn teams_shm_native_1_rank() {
+    conformance(1, "native", "shm");
+}
+
+#[test]
+fn teams_shm_am_1_rank() {
+    conformance(1, "am", "shm");
+}
+
+#[test]
+fn teams_shm_native_2_ranks() {
+    conformance(2, "native", "shm");
+}
+
+#[test]
+fn teams_shm_am_2_ranks() {
+    conformance(2, "am", "shm");
+}
+
+#[test]
+fn teams_shm_native_3_ranks() {
+    conformance(3, "native", "shm");
+}
+
+#[test]
+fn teams_shm_am_3_ranks() {
+    conformance(3, "am", "shm");
+}
+
+#[test]
+fn teams_shm_native_4_ranks() {
+    conformance(4, "native", "shm");
+}
+
+#[test]
+fn teams_shm_am_4_ranks() {
+    conformance(4, "am", "shm");
+}
+
+/// More ranks than cores: waiting members yield.
+#[test]
+fn teams_shm_native_8_ranks() {
+    conformance(8, "native", "shm");
+}
+
+#[test]
+fn teams_shm_am_8_ranks() {
+    conformance(8, "am", "shm");
+}
+
+#[test]
+fn teams_udp_native_3_ranks() {
+    conformance(3, "native", "udp");
+}
+
+#[test]
+fn teams_udp_am_3_ranks() {
+    conformance(3, "am", "udp");
+}
+
+#[test]
+fn teams_udp_am_4_ranks() {
+    conformance(4, "am", "udp");
+}
+
+#[test]
+fn teams_udp_native_2_ranks() {
+    conformance(2, "native", "udp");
+}
+
+#[test]
+fn teams_udp_am_2_ranks() {
+    conformance(2, "am", "udp");
+}
+
+#[test]
+fn teams_udp_native_4_ranks() {
+    conformance(4, "native", "udp");
+}
+
+/// More ranks than cores over UDP.
+#[test]
+fn teams_udp_native_8_ranks() {
+    conformance(8, "native", "udp");
+}
+
+#[test]
+fn teams_udp_am_8_ranks() {
+    conformance(8, "am", "udp");
+}
+
+/// A team op by a rank outside the team is an error naming the rank, and
+/// the job goes on.
+#[test]
+fn teams_a_non_member_call_is_an_error_naming_the_rank() {
+    let r = run_job(3, &example("t_teams"), &["nonmember"], &[], 60);
+    r.ok();
+    assert_eq!(r.stdout.matches("done").count(), 3, "{}", r.stdout);
+    for rank in [1, 2] {
+        assert!(
+            r.stdout.contains(&format!(
+                "Team::barrier called by rank {rank}, which is not a member of team"
+            )) && r.stdout.contains(&format!(
+                "Team::allreduce called by rank {rank}, which is not a member"
+            )),
+            "{}",
+            r.stdout
+        );
+    }
+}
+
+/// Members that pass different split_strided arguments all get an error
+/// naming who passed what; the job goes on.
+#[test]
+fn teams_disagreeing_split_arguments_are_named_on_every_member() {
+    let r = run_job(3, &example("t_teams"), &["split_args"], &[], 60);
+    r.ok();
+    assert_eq!(r.stdout.matches("done").count(), 3, "{}", r.stdout);
+    let errs = r
+        .stdout
+        .lines()
+        .filter(|l| {
+            l.contains("split error")
+                && l.contains("team split arguments disagree")
+                && l.contains("Team::split_strided(start 0, stride 1, size 1)")
+                && l.contains("Team::split_strided(start 0, stride 2, size 1)")
+        })
+        .count();
+    assert_eq!(errs, 3, "{}", r.stdout);
+}
+
+/// Mismatched collective arguments end the job with an error naming both
+/// ranks and what each passed, at once (not at a timeout).
+fn mismatch(mode: &str, theirs: &str, mine: &str) {
+    let t = Instant::now();
+    let r = run_job(3, &example("t_teams"), &[mode], &[], 60);
+    assert!(t.elapsed() < Duration::from_secs(30), "{r:?}");
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("team collective mismatch")
+            && r.stderr.contains(theirs)
+            && r.stderr.contains(mine),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn teams_mismatched_length_is_named() {
+    mismatch(
+        "mismatch_len",
+        "Team::allreduce(count 2, op Sum",
+        "Team::allreduce(count 3, op Sum",
+    );
+}
+
+#[test]
+fn teams_mismatched_root_is_named() {
+    mismatch(
+        "mismatch_root",
+        "Team::broadcast(root 0, count 2",
+        "Team::broadcast(root 1, count 2",
+    );
+}
+
+#[test]
+fn teams_mismatched_op_is_named() {
+    mismatch(
+        "mismatch_op",
+        "Team::allreduce(count 2, op Sum",
+        "Team::allreduce(count 2, op Max",
+    );
+}
+
+#[test]
+fn teams_mismatched_alltoallv_counts_are_named() {
+    mismatch(
+        "mismatch_counts",
+        "rank 1 sent 8 B where rank 0 expected 16 B",
+        "Team::alltoallv",
+    );
+}
+
+/// A member that never calls the collective: the member waiting for its
+/// first message names it in the hang report (before the members that
+/// wait for members that wait for it), and with SPLITRT_HANG_ABORT=1 the
+/// job ends within seconds. Rank 2 is a leaf of the reduction tree on 3
+/// ranks and an inner node (with a child, rank 6) on 8.
+#[test]
+fn teams_a_member_that_never_arrives_is_named() {
+    for n in [3, 8] {
+        let t = Instant::now();
+        let r = run_job(
+            n,
+            &example("t_teams"),
+            &["absent", "2"],
+            &[("SPLITRT_HANG_REPORT", "1"), ("SPLITRT_HANG_ABORT", "1")],
+            60,
+        );
+        assert!(t.elapsed() < Duration::from_secs(30), "{r:?}");
+        assert_ne!(r.code, 0);
+        assert_ne!(r.code, 124, "ended by the report, not the timeout: {r:?}");
+        assert!(
+            r.stderr.contains("gave up after")
+                && r.stderr.contains("in Team::allreduce #1 on team 0x1")
+                && r.stderr.contains("(world rank 2) to send its part"),
+            "{n} ranks: {}",
+            r.stderr
+        );
+        assert!(
+            !r.stderr.contains("(world rank 0) to send its part")
+                && !r.stderr.contains("(world rank 1) to send its part"),
+            "{n} ranks: only the missing rank is named: {}",
+            r.stderr
+        );
+    }
+}
