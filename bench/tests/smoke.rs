@@ -62,11 +62,13 @@ fn quick_pgas_run_writes_its_table_and_csv() {
             "read 8 B (blocking get)",
             "read 8 B of a line the peer just wrote",
             "put ping-pong RTT (put+sync, peer puts back)",
+            "put_signal ping-pong RTT (peer waits, put_signals back)",
             "sync with nothing outstanding",
             "sync right after one 8 B put",
         ] {
             rows.push(format!("{what}, {path} "));
         }
+        rows.push(format!("put_signal / put ping-pong ({path}) = "));
         for what in ["put", "get", "store"] {
             rows.push(format!("{what} {path} "));
             rows.push(format!("{what} {path} / memcpy = "));

@@ -30,6 +30,8 @@ pub(crate) struct Handlers {
     pub store_count: RequestHandler,
     /// Strided and indexed transfers (`strided_am.rs`).
     pub vis: crate::strided_am::VisHandlers,
+    /// The signal handlers (`signal_am`).
+    pub signal: crate::signal_am::SignalHandlers,
 }
 
 const OK: u64 = 0;
@@ -331,6 +333,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         },
     )?;
     let vis = crate::strided_am::register(b, st, get_r)?;
+    let signal = crate::signal_am::register(b, st)?;
     Ok(Handlers {
         get,
         put,
@@ -340,5 +343,6 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         release,
         store_count,
         vis,
+        signal,
     })
 }

@@ -3,7 +3,7 @@
 //! A global address space over every rank's registered segment:
 //! [`GlobalPtr`]s, a symmetric and a local heap, spread arrays, split-phase
 //! `get` / `put` / `store` with `sync`, `store_sync` and `all_store_sync`,
-//! collectives and remote atomics.
+//! collectives, remote atomics and signals (`put_signal`, `wait_until`).
 //!
 //! Every operation has two implementations behind the same API, chosen per
 //! job with `SPLITRT_RMA` (launcher flag `--rma`): `native` copies straight
@@ -29,6 +29,9 @@ mod quiet;
 mod reduce;
 mod rma;
 mod shm_barrier;
+mod signal;
+mod signal_am;
+mod signal_word;
 mod state;
 mod strided;
 mod strided_am;
@@ -47,6 +50,8 @@ pub use ops::Atomics;
 pub use ptr::GlobalPtr;
 pub use reduce::{Op, Reduce};
 pub use rma::{Get, GetInto, Scope};
+pub use signal::{SignalWait, Signals};
+pub use signal_word::{Cmp, SignalOp};
 pub use splitrt_am::LocalView;
 pub use splitrt_runtime::config::RmaPath;
 pub use strided::Shape;

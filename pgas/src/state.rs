@@ -120,6 +120,8 @@ pub(crate) struct State {
     /// Puts issued to and acknowledged by each peer (`Pgas::quiet_peer`);
     /// set at attach, once the job's size is known.
     pub peer_puts: OnceLock<crate::peer_books::PeerBooks>,
+    /// Which segment ranges hold signal words (`Pgas::alloc_signals`).
+    pub signals: crate::signal_word::Registry,
 }
 
 /// The arrivals of one barrier epoch at rank 0.

@@ -32,6 +32,9 @@ pub enum Bench {
     StridedPut,
     /// The same 1000 runs as 1000 `put`s + sync.
     SeparatePuts,
+    /// put_signal ping-pong round trip: put_signal, the peer waits for the
+    /// signal and put_signals back.
+    PutSignalPingPong,
 }
 
 impl BenchId for Bench {
@@ -49,6 +52,7 @@ impl BenchId for Bench {
         Bench::StoreBw,
         Bench::StridedPut,
         Bench::SeparatePuts,
+        Bench::PutSignalPingPong,
     ];
 
     fn id(self) -> &'static str {
@@ -66,6 +70,7 @@ impl BenchId for Bench {
             Bench::StoreBw => "store_bw",
             Bench::StridedPut => "strided_put_1000x64b",
             Bench::SeparatePuts => "separate_puts_1000x64b",
+            Bench::PutSignalPingPong => "put_signal_pingpong_rtt_8b",
         }
     }
 }
@@ -87,6 +92,7 @@ impl Bench {
             Bench::StoreBw => "store",
             Bench::StridedPut => "strided put, 1000 runs of 64 B, + sync",
             Bench::SeparatePuts => "1000 separate 64 B puts + sync",
+            Bench::PutSignalPingPong => "put_signal ping-pong RTT (peer waits, put_signals back)",
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod driver;
 mod latency;
 mod measure;
 mod plan;
+mod signal;
 mod store;
 pub(crate) mod strided;
 mod table;

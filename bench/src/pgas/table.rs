@@ -87,6 +87,19 @@ pub fn sections(runs: &Runs<'_>, plan: &Plan) -> Vec<Section> {
     ] {
         rows.extend(latency_rows(runs, b));
     }
+    // put_signal + wait beside the put + sync round trip of the same job
+    for ((path, res), row) in runs
+        .paths()
+        .into_iter()
+        .zip(latency_rows(runs, Bench::PutSignalPingPong))
+    {
+        let put = res.summary(Bench::PutPingPong, 0).median;
+        let sig = res.summary(Bench::PutSignalPingPong, 0).median;
+        rows.push(row.with_note(format!(
+            "put_signal / put ping-pong ({path}) = {}",
+            ratio(sig, put)
+        )));
+    }
     out.push(Section {
         title: "one-sided latency, 8 B, rank 0 -> rank 1 (blocking; p50/p99 over batch means)"
             .into(),
@@ -209,6 +222,8 @@ pub fn header(runs: &Runs<'_>, plan: &Plan, before: &str, after: &str) -> String
          rank 0's cache after the first). read of a line the peer just wrote: rank 1 writes {} lines {} B apart,\n\
          barrier, rank 0 reads each once (a cache-to-cache transfer each), barrier; mean per read. put ping-pong\n\
          RTT: rank 0 puts+syncs a word to rank 1, which polls it (wait_until) and puts+syncs it back.\n\
+         put_signal ping-pong RTT (same job, after the put ping-pong): rank 0 put_signals a word with a signal set to\n\
+         rank 1, which waits for the signal (Signals::wait_until) and put_signals back; no sync per trip.\n\
          sync: pg.sync() with nothing outstanding (batch mean), and right after one 8 B put (each sync timed\n\
          alone, the cost of two Instant::now() calls subtracted).\n\
          bandwidth: rounds of k = min({}, {} / size) split-phase ops, then one completion. Op j moves slot j\n\

@@ -12,6 +12,7 @@ use super::bandwidth::{self, Buffers};
 use super::latency::{self, WORDS};
 use super::measure::Bench;
 use super::plan::{Plan, DIRTY_STRIDE};
+use super::signal;
 use super::store;
 use crate::harness::results::Results;
 use crate::harness::worker;
@@ -30,6 +31,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     let mut lines = pg.alloc_sym::<u64>(plan.dirty_lines * DIRTY_STRIDE / 8)?;
     let mut area = pg.alloc_sym::<u8>(plan.area)?;
     let strided_area = pg.alloc_sym::<u64>(super::strided::TARGET_WORDS)?;
+    let sigs = pg.alloc_signals(signal::WORDS)?;
     let mut bufs = Buffers::new(&plan, pg.rank());
     let mut out: Results<Bench> = Results::with_config(config(&pg, &plan));
     bandwidth::prefault(&pg, &mut area, &mut bufs)?;
@@ -38,6 +40,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         latency::solo(&pg, &plan, &words, rep, &mut out)?;
         latency::peer_written_reads(&pg, &plan, &mut lines, rep, &mut out)?;
         latency::ping_pong(&pg, &plan, &words, rep, &mut out)?;
+        signal::ping_pong(&pg, &plan, &words, &sigs, rep, &mut out)?;
         bandwidth::run(&pg, &plan, &mut area, &mut bufs, rep, &mut out)?;
         store::run(&pg, &plan, &area, &bufs.src, rep, &mut out)?;
         if pg.rank() == 0 {

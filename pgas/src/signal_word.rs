@@ -1,0 +1,172 @@
+//! Signal words, below the API: the comparisons of a wait, the updates of
+//! a signal, and the registry of the symmetric ranges that hold signal
+//! words (shared by the caller's checks and the reserved handlers, which
+//! refuse a signal into any other address).
+
+use parking_lot::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// How a wait compares a signal word with a value (OpenSHMEM's
+/// `SHMEM_CMP_*`): the wait ends once `word <cmp> value` holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Cmp {
+    /// `word == value`
+    Eq,
+    /// `word != value`
+    Ne,
+    /// `word > value`
+    Gt,
+    /// `word >= value`
+    Ge,
+    /// `word < value`
+    Lt,
+    /// `word <= value`
+    Le,
+}
+
+impl Cmp {
+    /// Whether `word <self> value` holds.
+    ///
+    /// ```
+    /// use splitrt_pgas::Cmp;
+    /// assert!(Cmp::Ge.holds(5, 5) && !Cmp::Gt.holds(5, 5) && Cmp::Ne.holds(4, 5));
+    /// ```
+    #[inline]
+    pub fn holds(self, word: u64, value: u64) -> bool {
+        match self {
+            Cmp::Eq => word == value,
+            Cmp::Ne => word != value,
+            Cmp::Gt => word > value,
+            Cmp::Ge => word >= value,
+            Cmp::Lt => word < value,
+            Cmp::Le => word <= value,
+        }
+    }
+
+    /// The operator, for messages (`">="`).
+    pub fn symbol(self) -> &'static str {
+        match self {
+            Cmp::Eq => "==",
+            Cmp::Ne => "!=",
+            Cmp::Gt => ">",
+            Cmp::Ge => ">=",
+            Cmp::Lt => "<",
+            Cmp::Le => "<=",
+        }
+    }
+}
+
+/// How a signal updates its word (OpenSHMEM's `SHMEM_SIGNAL_SET` /
+/// `SHMEM_SIGNAL_ADD`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SignalOp {
+    /// The word becomes the value.
+    Set,
+    /// The value is added to the word (wrapping).
+    Add,
+}
+
+impl SignalOp {
+    /// The code on the wire.
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            SignalOp::Set => 1,
+            SignalOp::Add => 2,
+        }
+    }
+
+    /// From a code on the wire (a peer's: anything may arrive).
+    pub(crate) fn decode(c: u64) -> Option<SignalOp> {
+        match c {
+            1 => Some(SignalOp::Set),
+            2 => Some(SignalOp::Add),
+            _ => None,
+        }
+    }
+
+    /// Apply to `word`, with release ordering: whoever sees the new value
+    /// (an acquire load) sees every write this thread made before, such
+    /// as a put's data.
+    #[inline]
+    pub(crate) fn apply(self, word: &AtomicU64, value: u64) {
+        match self {
+            SignalOp::Set => word.store(value, Ordering::Release),
+            SignalOp::Add => {
+                word.fetch_add(value, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+/// Most signal arrays a job may hold at once (every one is a symmetric
+/// allocation; the bound keeps the registry's scans short).
+pub(crate) const MAX_SIGNAL_ARRAYS: usize = 1024;
+
+/// The segment ranges (offset, bytes) that hold signal words: the same on
+/// every rank (the arrays are symmetric), so a sender checks its target
+/// against its own copy and the target checks again.
+#[derive(Default)]
+pub(crate) struct Registry {
+    ranges: RwLock<Vec<(u64, u64)>>,
+}
+
+impl Registry {
+    /// Record `bytes` of signal words at `off`; false if the registry is
+    /// full.
+    pub fn add(&self, off: u64, bytes: u64) -> bool {
+        let mut r = self.ranges.write();
+        if r.len() >= MAX_SIGNAL_ARRAYS {
+            return false;
+        }
+        r.push((off, bytes));
+        true
+    }
+
+    /// Forget the range at `off`.
+    pub fn remove(&self, off: u64) {
+        self.ranges.write().retain(|&(o, _)| o != off);
+    }
+
+    /// Whether `off` is a signal word: 8-aligned, inside a registered range.
+    pub fn is_word(&self, off: u64) -> bool {
+        off.is_multiple_of(8)
+            && self
+                .ranges
+                .read()
+                .iter()
+                .any(|&(o, b)| off >= o && off - o < b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_registry_and_comparisons() {
+        let r = Registry::default();
+        assert!(r.add(0x1000, 64));
+        assert!(r.is_word(0x1000) && r.is_word(0x1038));
+        assert!(!r.is_word(0x1040) && !r.is_word(0x1004) && !r.is_word(0xff8));
+        r.remove(0x1000);
+        assert!(!r.is_word(0x1000));
+        for c in [Cmp::Eq, Cmp::Ne, Cmp::Gt, Cmp::Ge, Cmp::Lt, Cmp::Le] {
+            let want = match c.symbol() {
+                "==" => [false, true, false],
+                "!=" => [true, false, true],
+                ">" => [false, false, true],
+                ">=" => [false, true, true],
+                "<" => [true, false, false],
+                _ => [true, true, false],
+            };
+            assert_eq!([c.holds(4, 5), c.holds(5, 5), c.holds(6, 5)], want, "{c:?}");
+        }
+        assert_eq!(SignalOp::decode(SignalOp::Add.code()), Some(SignalOp::Add));
+        assert_eq!(SignalOp::decode(0), None);
+        let w = AtomicU64::new(u64::MAX);
+        SignalOp::Add.apply(&w, 2);
+        assert_eq!(w.load(Ordering::Relaxed), 1, "wraps");
+        SignalOp::Set.apply(&w, 9);
+        assert_eq!(w.load(Ordering::Relaxed), 9);
+    }
+}

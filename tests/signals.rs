@@ -1,0 +1,240 @@
+//! Signals (put_signal, signal_add / set / fetch, wait_until{,_any,_all,
+//! _some}, the async wait) through `t_signals`: as processes on shm and
+//! udp, and as threads over the verbs model (the ibverbs fabric without
+//! hardware), each on both RMA paths and 1, 2, 3, 4 and 8 ranks; and the
+//! waits that cannot be satisfied: reported, never a silent hang.
+
+mod common;
+use common::*;
+
+#[path = "progs/signals.rs"]
+mod signals_prog;
+
+use splitrt::pgas::Pgas;
+use splitrt::runtime::config::{Config, FabricKind, RmaPath};
+use splitrt::runtime::fabric::rdma::model::{ModelDevice, ModelNetwork};
+use splitrt::runtime::job::{JobInfo, JobSource};
+use splitrt::EndpointBuilder;
+use std::time::{Duration, Instant};
+
+/// `t_signals` on `n` ranks over `fabric` and `rma`: every rank passes.
+fn conformance(n: usize, fabric: &str, rma: &str, iters: usize) {
+    let it = iters.to_string();
+    let r = run_job(
+        n,
+        &example("t_signals"),
+        &["conformance", &it],
+        &[("SPLITRT_RMA", rma), ("SPLITRT_FABRIC", fabric)],
+        180,
+    );
+    r.ok();
+    let path = if rma == "am" {
+        "(Am path)"
+    } else {
+        "(Native path)"
+    };
+    let ok = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains("signals ok") && l.contains(path))
+        .count();
+    assert_eq!(ok, n, "every rank passes on {fabric}/{rma}:\n{}", r.stdout);
+}
+
+macro_rules! conformance_tests {
+    ($($name:ident: $n:expr, $fabric:expr, $rma:expr, $iters:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            conformance($n, $fabric, $rma, $iters);
+        }
+    )*};
+}
+
+conformance_tests! {
+    signals_shm_native_1: 1, "shm", "native", 200;
+    signals_shm_am_1: 1, "shm", "am", 200;
+    signals_shm_native_2: 2, "shm", "native", 300;
+    signals_shm_am_2: 2, "shm", "am", 300;
+    signals_shm_native_3: 3, "shm", "native", 200;
+    signals_shm_am_3: 3, "shm", "am", 200;
+    signals_shm_native_4: 4, "shm", "native", 150;
+    signals_shm_am_4: 4, "shm", "am", 150;
+    signals_shm_native_8: 8, "shm", "native", 60;
+    signals_shm_am_8: 8, "shm", "am", 60;
+    signals_udp_native_1: 1, "udp", "native", 100;
+    signals_udp_am_1: 1, "udp", "am", 100;
+    signals_udp_native_2: 2, "udp", "native", 150;
+    signals_udp_am_2: 2, "udp", "am", 150;
+    signals_udp_native_3: 3, "udp", "native", 100;
+    signals_udp_am_3: 3, "udp", "am", 100;
+    signals_udp_native_4: 4, "udp", "native", 80;
+    signals_udp_am_4: 4, "udp", "am", 80;
+    signals_udp_native_8: 8, "udp", "native", 30;
+    signals_udp_am_8: 8, "udp", "am", 30;
+}
+
+// ---- over the verbs model (ranks are threads of this process)
+
+fn job(id: &str, rank: usize, size: usize) -> JobInfo {
+    JobInfo {
+        rank,
+        size,
+        local_rank: rank,
+        local_size: size,
+        node: 0,
+        job_id: id.into(),
+        bootstrap: None,
+        key: None,
+        source: JobSource::Slurm,
+    }
+}
+
+/// Run `t_signals`' checks on `size` threads over one verbs model.
+fn on_model(size: usize, rma: RmaPath, iters: usize, seed: u64) {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let id = format!(
+        "vm-sig-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let seg = 4 << 20;
+    let net = ModelNetwork::new(seed);
+    let (tx, rx) = std::sync::mpsc::channel();
+    for r in 0..size {
+        let dev: ModelDevice = net.device(&format!("model{r}"));
+        let (tx, id) = (tx.clone(), id.clone());
+        std::thread::Builder::new()
+            .name(format!("rank{r}"))
+            .spawn(move || {
+                let cfg = Config {
+                    fabric: FabricKind::Ibverbs,
+                    segment_size: seg,
+                    ibv_buffers: 16,
+                    rma,
+                    bootstrap_timeout: Duration::from_secs(30),
+                    ..Config::default()
+                };
+                let out = Pgas::attach_over_verbs_model(
+                    EndpointBuilder::new(),
+                    job(&id, r, size),
+                    cfg,
+                    dev,
+                )
+                .and_then(|pg| {
+                    assert_eq!(pg.rma_path(), rma);
+                    signals_prog::run_on(iters, pg)
+                })
+                .map_err(|e| e.to_string());
+                let _ = tx.send((r, out));
+            })
+            .expect("spawn a rank thread");
+    }
+    drop(tx);
+    let limit = Duration::from_secs(180);
+    let end = Instant::now() + limit;
+    let mut failed = Vec::new();
+    for _ in 0..size {
+        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            Ok((_, Ok(()))) => {}
+            Ok((r, Err(e))) => failed.push(format!("rank {r}: {e}")),
+            Err(_) => panic!("ranks still running after {limit:?} (failed: {failed:?})"),
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+macro_rules! model_tests {
+    ($($name:ident: $n:expr, $rma:expr, $iters:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            on_model($n, $rma, $iters, 31 + $n as u64);
+        }
+    )*};
+}
+
+model_tests! {
+    signals_verbs_model_native_1: 1, RmaPath::Native, 100;
+    signals_verbs_model_am_1: 1, RmaPath::Am, 100;
+    signals_verbs_model_native_2: 2, RmaPath::Native, 100;
+    signals_verbs_model_am_2: 2, RmaPath::Am, 100;
+    signals_verbs_model_native_3: 3, RmaPath::Native, 60;
+    signals_verbs_model_am_3: 3, RmaPath::Am, 60;
+    signals_verbs_model_native_4: 4, RmaPath::Native, 40;
+    signals_verbs_model_am_4: 4, RmaPath::Am, 40;
+    signals_verbs_model_native_8: 8, RmaPath::Native, 20;
+    signals_verbs_model_am_8: 8, RmaPath::Am, 20;
+}
+
+// ---- waits that cannot be satisfied
+
+/// No rank ever sends rank 0's signal: with SPLITRT_HANG_ABORT=1 the job
+/// ends within seconds (not at the launcher's timeout), and the report
+/// names the word, the comparison and what it holds.
+#[test]
+fn signals_a_signal_that_never_comes_is_reported() {
+    for rma in ["native", "am"] {
+        let t = Instant::now();
+        let r = run_job(
+            2,
+            &example("t_signals"),
+            &["never"],
+            &[
+                ("SPLITRT_RMA", rma),
+                ("SPLITRT_HANG_REPORT", "1"),
+                ("SPLITRT_HANG_ABORT", "1"),
+            ],
+            60,
+        );
+        assert!(t.elapsed() < Duration::from_secs(40), "{rma}: {r:?}");
+        assert_ne!(r.code, 0, "{rma}: {r:?}");
+        assert_ne!(
+            r.code, 124,
+            "{rma}: ended by the report, not the timeout: {r:?}"
+        );
+        assert!(
+            r.stderr
+                .contains("in Signals::wait_until(word == 1) on rank 0: [0] at GlobalPtr(0:")
+                && r.stderr.contains("holds 0"),
+            "{rma}: {}",
+            r.stderr
+        );
+    }
+}
+
+/// Rank 1 sends rank 0's signal 2 s late: rank 0 reports once what it
+/// waits for, then the job succeeds.
+#[test]
+fn signals_a_late_signal_is_reported_then_received() {
+    let r = run_job(
+        2,
+        &example("t_signals"),
+        &["late"],
+        &[("SPLITRT_HANG_REPORT", "1")],
+        60,
+    );
+    r.ok();
+    assert_eq!(r.stdout.matches("done").count(), 2, "{}", r.stdout);
+    let reports = r
+        .stderr
+        .lines()
+        .filter(|l| l.contains("in Signals::wait_until(word == 1) on rank 0"))
+        .count();
+    assert_eq!(reports, 1, "{}", r.stderr);
+}
+
+/// Rank 1 dies before it signals: rank 0's wait ends with an error, the
+/// job fails at once (not at the launcher's timeout).
+#[test]
+fn signals_a_peer_that_dies_ends_the_wait() {
+    let t = Instant::now();
+    let r = run_job(2, &example("t_signals"), &["dies"], &[], 60);
+    assert!(t.elapsed() < Duration::from_secs(40), "{r:?}");
+    assert_ne!(r.code, 0, "{r:?}");
+    assert_ne!(r.code, 124, "{r:?}");
+    assert!(!r.stdout.contains("done 0"), "{}", r.stdout);
+    assert!(
+        r.stderr.contains("t_signals: "),
+        "rank 0 reports its error: {}",
+        r.stderr
+    );
+}
