@@ -33,8 +33,8 @@
 //!   moves as one request.
 //! * `comm3` (the periodic boundary exchange after every operator) copies
 //!   the x faces locally, exchanges the y faces with the neighbours
-//!   ([`exchange_face`]: pack, `pg.put` into the neighbour's symmetric
-//!   ghost buffer, `pg.sync`, `pg.barrier`, unpack; two buffer sets used
+//!   ([`exchange_face`]: one `pg.put_strided` into the neighbour's
+//!   symmetric ghost buffer, `pg.sync`, `pg.barrier`, unpack; two buffer sets used
 //!   alternately so one barrier per exchange suffices) and copies the z
 //!   faces locally, in NPB's order, so corners and edges come out as NPB's.
 //! * A level is split while it has at least two rows per rank. The coarser
@@ -69,7 +69,7 @@ mod npb_common;
 use npb_common::{
     class_arg, fmt_e, print_results, randlc, rma_name, skip_ahead, vranlc, Results, AMULT, SEED,
 };
-use splitrt::pgas::{Op, Pgas, SymArray};
+use splitrt::pgas::{Op, Pgas, Shape, SymArray};
 use std::time::Instant;
 
 /// Relative tolerance on the residual norm (NPB's `epsilon`).
@@ -188,7 +188,6 @@ struct Net<'a> {
     me: usize,
     np: usize,
     step: usize,
-    pack: Vec<f64>,
 }
 
 /// Move the y faces of a split level's array `g` to the neighbours'
@@ -200,9 +199,10 @@ struct Net<'a> {
 /// Each face is the rows at `i2 = row` of the interior planes
 /// `i3 = 1..n3-1`: `n3 - 2` runs of `n1` contiguous doubles, `n1 * n2`
 /// doubles apart (element offset of the first run `(n2 + row) * n1`).
-/// Today it is packed into one contiguous buffer and put into the
-/// neighbour's symmetric ghost buffer (contiguous, `n3 - 2` runs of `n1`),
-/// then `sync` + `barrier`, then unpacked into the ghost rows.
+/// One strided put (`Pgas::put_strided`: over messages one request, not
+/// one per run) moves it into the neighbour's symmetric ghost buffer
+/// (contiguous, `n3 - 2` runs of `n1`), then `sync` + `barrier`, then the
+/// ghost rows are filled from there.
 fn exchange_face(net: &mut Net<'_>, g: &mut Grid, halo: &SymArray<f64>) -> splitrt::Result<()> {
     let (n1, n2, n3) = (g.n1, g.n2, g.n3);
     let face = (n3 - 2) * n1;
@@ -212,12 +212,14 @@ fn exchange_face(net: &mut Net<'_>, g: &mut Grid, halo: &SymArray<f64>) -> split
     let lower = (net.me + net.np - 1) % net.np;
     // (row sent, to whom, which of its two slots: 0 = its ghost row 0)
     for (row, peer, side) in [(n2 - 2, upper, 0), (1, lower, 1)] {
-        // TODO(strided put): one strided put from g.a[(n2 + row) * n1..] (counts [n1, n3 - 2], src strides [1, n1 * n2]) to halo.at(peer, set + side * face) (dst strides [1, n1]).
-        net.pack.clear();
-        for i3 in 1..n3 - 1 {
-            net.pack.extend_from_slice(g.row(i3, row));
-        }
-        net.pg.put(halo.at(peer, set + side * face), &net.pack)?;
+        // n3 - 2 runs of n1 doubles, n1 * n2 apart here, packed there
+        net.pg.put_strided(
+            halo.at(peer, set + side * face),
+            &[n1],
+            &g.a[g.at(1, row, 0)..],
+            &[n1 * n2],
+            &Shape::new(n1, &[n3 - 2])?,
+        )?;
     }
     net.pg.sync()?;
     net.pg.barrier()?;
@@ -564,14 +566,18 @@ fn gather(
     let per = (n3 - 2) * rows * n1;
     let set = (net.step % 2) * net.np * per;
     net.step += 1;
-    net.pack.clear();
-    for i3 in 1..n3 - 1 {
-        for j in 1..=rows {
-            net.pack.extend_from_slice(slab.row(i3, j));
-        }
-    }
+    // rows * n1 doubles of every interior plane (n1 * n2 apart here),
+    // packed there
+    let shape = Shape::new(rows * n1, &[n3 - 2])?;
+    let from = &slab.a[slab.at(1, 1, 0)..];
     for r in 0..net.np {
-        net.pg.put(buf.at(r, set + net.me * per), &net.pack)?;
+        net.pg.put_strided(
+            buf.at(r, set + net.me * per),
+            &[rows * n1],
+            from,
+            &[slab.n1 * slab.n2],
+            &shape,
+        )?;
     }
     net.pg.sync()?;
     net.pg.barrier()?;
@@ -706,7 +712,6 @@ fn run() -> splitrt::Result<bool> {
         me,
         np,
         step: 0,
-        pack: Vec::new(),
     };
 
     zran3(&mut net, levels.last().expect("levels"), &mut v, row0)?;
