@@ -69,6 +69,14 @@ fn quick_pgas_run_writes_its_table_and_csv() {
             rows.push(format!("{what}, {path} "));
         }
         rows.push(format!("put_signal / put ping-pong ({path}) = "));
+        for what in [
+            "alltoall / by hand",
+            "allgather / Pgas::allreduce",
+            "Team / Pgas allreduce",
+            "scan / Team::allreduce",
+        ] {
+            rows.push(format!("{what} ({path}) = "));
+        }
         for what in ["put", "get", "store"] {
             rows.push(format!("{what} {path} "));
             rows.push(format!("{what} {path} / memcpy = "));

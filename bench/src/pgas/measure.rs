@@ -35,6 +35,18 @@ pub enum Bench {
     /// put_signal ping-pong round trip: put_signal, the peer waits for the
     /// signal and put_signals back.
     PutSignalPingPong,
+    /// `Team::alltoall` of 4 KiB per pair (the world team).
+    TeamAlltoall,
+    /// The same all-to-all by hand: put per peer, sync, barrier.
+    HandAlltoall,
+    /// `Team::allgather` of 8 B per rank.
+    TeamAllgather,
+    /// `Pgas::allreduce` of 8 B (sum).
+    PgasAllreduce,
+    /// `Team::allreduce` of 8 B (sum).
+    TeamAllreduce,
+    /// `Team::scan_inclusive` of 8 B (sum).
+    TeamScan,
 }
 
 impl BenchId for Bench {
@@ -53,6 +65,12 @@ impl BenchId for Bench {
         Bench::StridedPut,
         Bench::SeparatePuts,
         Bench::PutSignalPingPong,
+        Bench::TeamAlltoall,
+        Bench::HandAlltoall,
+        Bench::TeamAllgather,
+        Bench::PgasAllreduce,
+        Bench::TeamAllreduce,
+        Bench::TeamScan,
     ];
 
     fn id(self) -> &'static str {
@@ -71,6 +89,12 @@ impl BenchId for Bench {
             Bench::StridedPut => "strided_put_1000x64b",
             Bench::SeparatePuts => "separate_puts_1000x64b",
             Bench::PutSignalPingPong => "put_signal_pingpong_rtt_8b",
+            Bench::TeamAlltoall => "team_alltoall_4k",
+            Bench::HandAlltoall => "hand_alltoall_4k",
+            Bench::TeamAllgather => "team_allgather_8b",
+            Bench::PgasAllreduce => "pgas_allreduce_8b",
+            Bench::TeamAllreduce => "team_allreduce_8b",
+            Bench::TeamScan => "team_scan_8b",
         }
     }
 }
@@ -93,6 +117,12 @@ impl Bench {
             Bench::StridedPut => "strided put, 1000 runs of 64 B, + sync",
             Bench::SeparatePuts => "1000 separate 64 B puts + sync",
             Bench::PutSignalPingPong => "put_signal ping-pong RTT (peer waits, put_signals back)",
+            Bench::TeamAlltoall => "Team::alltoall, 4 KiB per pair",
+            Bench::HandAlltoall => "all-to-all by hand (put, sync, barrier), 4 KiB per pair",
+            Bench::TeamAllgather => "Team::allgather, 8 B per rank",
+            Bench::PgasAllreduce => "Pgas::allreduce, 8 B",
+            Bench::TeamAllreduce => "Team::allreduce, 8 B",
+            Bench::TeamScan => "Team::scan_inclusive, 8 B",
         }
     }
 }

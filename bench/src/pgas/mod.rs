@@ -4,6 +4,7 @@
 //! same run. [`driver`] runs in the user's process, [`worker`] in each rank.
 
 mod bandwidth;
+mod collective;
 pub mod driver;
 mod latency;
 mod measure;

@@ -202,6 +202,52 @@ pub fn sections(runs: &Runs<'_>, plan: &Plan) -> Vec<Section> {
         title: "strided put vs separate puts: 1000 runs of 64 B, 128 B apart at rank 1, same job, alternating batches (us per 1000 runs)".into(),
         rows,
     });
+    // team collectives beside their closest references, same job
+    let mut rows = Vec::new();
+    for (path, res) in runs.paths() {
+        for (b, reference, what) in [
+            (
+                Bench::TeamAlltoall,
+                Bench::HandAlltoall,
+                "alltoall / by hand",
+            ),
+            (
+                Bench::TeamAllgather,
+                Bench::PgasAllreduce,
+                "allgather / Pgas::allreduce",
+            ),
+            (
+                Bench::TeamAllreduce,
+                Bench::PgasAllreduce,
+                "Team / Pgas allreduce",
+            ),
+            (
+                Bench::TeamScan,
+                Bench::TeamAllreduce,
+                "scan / Team::allreduce",
+            ),
+        ] {
+            let (a, r) = (res.summary(b, 0), res.summary(reference, 0));
+            rows.push(
+                Row::new("splitrt", format!("{}, {path}", b.label()), None, "us", a)
+                    .with_note(format!("{what} ({path}) = {}", ratio(a.median, r.median))),
+            );
+        }
+        for b in [Bench::HandAlltoall, Bench::PgasAllreduce] {
+            rows.push(Row::new(
+                "splitrt",
+                format!("{}, {path}", b.label()),
+                None,
+                "us",
+                res.summary(b, 0),
+            ));
+        }
+    }
+    out.push(Section {
+        title: "team collectives (world team, 2 ranks) beside their closest references, same job (us per call, batch means)".into(),
+        rows,
+    });
+
     out
 }
 

@@ -5,10 +5,12 @@
 //! the put ping-pong and the stores.
 //!
 //! Each repetition runs, in order: rank-0-alone latencies and sync costs,
-//! peer-written-line reads, put ping-pong, then per size memcpy, put and
-//! get bandwidth, then store throughput.
+//! peer-written-line reads, put and put_signal ping-pongs, the team
+//! collectives beside their references, then per size memcpy, put and get
+//! bandwidth, then store throughput, then strided vs separate puts.
 
 use super::bandwidth::{self, Buffers};
+use super::collective;
 use super::latency::{self, WORDS};
 use super::measure::Bench;
 use super::plan::{Plan, DIRTY_STRIDE};
@@ -32,6 +34,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     let mut area = pg.alloc_sym::<u8>(plan.area)?;
     let strided_area = pg.alloc_sym::<u64>(super::strided::TARGET_WORDS)?;
     let sigs = pg.alloc_signals(signal::WORDS)?;
+    let hand = pg.alloc_sym::<u64>(collective::HAND_WORDS)?;
     let mut bufs = Buffers::new(&plan, pg.rank());
     let mut out: Results<Bench> = Results::with_config(config(&pg, &plan));
     bandwidth::prefault(&pg, &mut area, &mut bufs)?;
@@ -41,6 +44,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         latency::peer_written_reads(&pg, &plan, &mut lines, rep, &mut out)?;
         latency::ping_pong(&pg, &plan, &words, rep, &mut out)?;
         signal::ping_pong(&pg, &plan, &words, &sigs, rep, &mut out)?;
+        collective::run(&pg, &plan, &hand, rep, &mut out)?;
         bandwidth::run(&pg, &plan, &mut area, &mut bufs, rep, &mut out)?;
         store::run(&pg, &plan, &area, &bufs.src, rep, &mut out)?;
         if pg.rank() == 0 {
