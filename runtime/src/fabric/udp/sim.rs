@@ -651,6 +651,10 @@ pub fn run_incast(cfg: &IncastConfig) -> Result<IncastReport, String> {
     let mut outbox: Vec<(u32, Vec<u8>)> = Vec::new();
     let want = (cfg.senders * cfg.messages) as u64;
     let mut delivered = 0u64;
+    // ranks act in a fresh order at each instant: in index order the low
+    // ranks would always reach the bottleneck's queue first and the high
+    // ones find it full (a bias no real network has)
+    let mut order: Vec<usize> = (0..n).collect();
     loop {
         if delivered == want {
             report.done = true;
@@ -666,7 +670,10 @@ pub fn run_incast(cfg: &IncastConfig) -> Result<IncastReport, String> {
                 protos[f.dst].recycle(b);
             }
         }
-        for r in 0..n {
+        for i in (1..n).rev() {
+            order.swap(i, rng.gen_range(0..=i));
+        }
+        for &r in &order {
             if protos[r].poll_timeout() <= now {
                 protos[r].handle_timeout(now);
                 active[r] = true;

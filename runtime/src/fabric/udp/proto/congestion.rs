@@ -33,6 +33,12 @@
 const DELAY_MIN: u64 = 4_000_000;
 /// ...and at most.
 const DELAY_MAX: u64 = 16_000_000;
+/// The smallest RTT is taken afresh after this long (ns): a flow that
+/// started while a queue stood measured the queue into its smallest RTT
+/// and would hold its share against the flows that measured an empty one
+/// (the latecomer advantage of delay-based control); re-measuring lets
+/// them all agree on what the queue is.
+const MIN_RTT_WINDOW: u64 = 200_000_000;
 
 /// Why a datagram may not leave now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +72,11 @@ pub(super) struct Cc {
     reduced_at: u64,
     /// Smallest RTT sample (0: none).
     pub min_rtt: u64,
+    /// When `min_rtt` was taken: it is taken afresh after
+    /// [`MIN_RTT_WINDOW`].
+    min_rtt_at: u64,
+    /// The last RTT sample was above the target (no growth then).
+    over: bool,
     /// The smoothed RTT the pacing rate uses (0: none, no pacing).
     srtt: u64,
     /// The next datagram may leave from this time on.
@@ -91,6 +102,8 @@ impl Cc {
             acc: 0,
             reduced_at: 0,
             min_rtt: 0,
+            min_rtt_at: 0,
+            over: false,
             srtt: 0,
             pace_at: 0,
         }
@@ -137,20 +150,43 @@ impl Cc {
         self.inflight = self.inflight.saturating_sub(len);
     }
 
-    /// An RTT sample (Karn's rule already applied by the caller) and the
-    /// smoothed estimate.
-    pub fn on_rtt(&mut self, rtt: u64, srtt: u64) {
+    /// The smallest window: a quarter datagram (one datagram in flight,
+    /// paced to a quarter of a datagram per round trip).
+    fn floor(&self) -> u64 {
+        (self.mss / 4).max(1)
+    }
+
+    /// An RTT sample at `now` (Karn's rule already applied by the caller)
+    /// and the smoothed estimate.
+    pub fn on_rtt(&mut self, now: u64, rtt: u64, srtt: u64) {
         if !self.on {
             return;
         }
         self.srtt = srtt;
-        if self.min_rtt == 0 || rtt < self.min_rtt {
+        if self.min_rtt == 0
+            || rtt < self.min_rtt
+            || now.saturating_sub(self.min_rtt_at) > MIN_RTT_WINDOW
+        {
             self.min_rtt = rtt;
+            self.min_rtt_at = now;
         }
-        let thresh = (self.min_rtt / 8).clamp(DELAY_MIN, DELAY_MAX);
-        if self.cwnd < self.ssthresh && rtt > self.min_rtt + thresh {
+        let target = self.min_rtt + (self.min_rtt / 8).clamp(DELAY_MIN, DELAY_MAX);
+        self.over = rtt > target;
+        if !self.over {
+            return;
+        }
+        if self.cwnd < self.ssthresh {
             // the queue is building: leave slow start before it overflows
             self.ssthresh = self.cwnd;
+        }
+        // Swift's multiplicative decrease, once per round trip: by the
+        // share of the RTT spent above the target (0.8 of it), half at most
+        if now.saturating_sub(self.reduced_at) >= srtt {
+            let keep = 1.0 - (0.8 * (rtt - target) as f64 / rtt as f64).min(0.5);
+            self.cwnd = ((self.cwnd as f64 * keep) as u64).max(self.floor());
+            self.ssthresh = self.cwnd;
+            self.acc = 0;
+            self.reduced_at = now.max(1);
         }
     }
 
@@ -164,7 +200,7 @@ impl Cc {
         // was the window used? (growth only when it was)
         let used = 2 * (self.inflight + acked) >= self.cwnd;
         self.inflight = self.inflight.saturating_sub(in_flight);
-        if !used || acked == 0 {
+        if !used || acked == 0 || self.over {
             return;
         }
         if self.cwnd < self.ssthresh {
@@ -172,10 +208,20 @@ impl Cc {
                 .min(self.ssthresh.max(self.cwnd))
                 .min(self.cap);
         } else {
+            // one datagram per round trip; a quarter of one while the
+            // window is below 8 datagrams: many flows with windows of a
+            // datagram or two (incast) together add a bounded share per
+            // round trip, and the same share each (additive increase equal
+            // across flows is what makes AIMD converge to fairness)
             self.acc += acked;
             if self.acc >= self.cwnd {
                 self.acc -= self.cwnd;
-                self.cwnd = (self.cwnd + self.mss).min(self.cap);
+                let step = if self.cwnd >= 8 * self.mss {
+                    self.mss
+                } else {
+                    self.mss / 4
+                };
+                self.cwnd = (self.cwnd + step).min(self.cap);
             }
         }
     }
@@ -187,8 +233,8 @@ impl Cc {
         if !self.on || sent_at < self.reduced_at {
             return false;
         }
-        self.cwnd = (self.cwnd / 2).max(2 * self.mss).min(self.cap);
-        self.ssthresh = self.cwnd;
+        self.cwnd = (self.cwnd / 2).max(self.floor()).min(self.cap);
+        self.ssthresh = self.cwnd.max(2 * self.mss);
         self.acc = 0;
         self.reduced_at = now.max(1);
         true
@@ -202,7 +248,7 @@ impl Cc {
         if self.cwnd > self.mss {
             self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
         }
-        self.cwnd = self.mss;
+        self.cwnd = self.cwnd.min(self.mss);
         self.acc = 0;
         self.reduced_at = now.max(1);
         self.pace_at = now;
@@ -250,10 +296,12 @@ mod tests {
     #[test]
     fn cc_delay_ends_slow_start_and_pacing_spaces_datagrams() {
         let mut c = Cc::new(true, 9000, 1 << 30);
-        c.on_rtt(100_000, 100_000);
+        c.on_rtt(1, 100_000, 100_000);
         assert!(c.cwnd < c.ssthresh);
-        c.on_rtt(100_000 + DELAY_MIN + 1, 200_000);
+        let w = c.cwnd;
+        c.on_rtt(1_000_000, 100_000 + 2 * DELAY_MIN, 200_000);
         assert_eq!(c.ssthresh, c.cwnd);
+        assert!(c.cwnd < w, "a queue above the target shrinks the window");
         // paced: after a burst the next datagram waits
         let mut t = 1_000_000_000;
         let mut waited = false;

@@ -557,7 +557,7 @@ impl Proto {
                     rtt_sample(p, &self.cfg, rtt);
                     // the controller's delay signal follows Karn's rule
                     if !acked.retx {
-                        p.cc.on_rtt(rtt, p.srtt);
+                        p.cc.on_rtt(now, rtt, p.srtt);
                     }
                 } else if p.backoff > 0 {
                     p.rto = base_rto(p, &self.cfg);
