@@ -833,6 +833,13 @@ impl Proto {
         self.next_timer.min(self.next_pace)
     }
 
+    /// The earliest time a datagram the congestion controller paced may
+    /// leave, if one waits (also in [`poll_timeout`](Self::poll_timeout)):
+    /// a driver that sleeps wakes by then.
+    pub fn poll_pace(&self) -> Option<u64> {
+        (self.next_pace != u64::MAX).then_some(self.next_pace)
+    }
+
     /// Run the timers due at `now`: paced datagrams, delayed
     /// acknowledgements, retransmissions, keepalives, dead peers.
     pub fn handle_timeout(&mut self, now: u64) {
