@@ -156,7 +156,7 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     ),
     (
         ENV_UDP_CC,
-        "on = UDP congestion control and pacing per peer (slow start, AIMD on loss, delay target); off = the fixed window alone (default on)",
+        "on = UDP congestion control and pacing per peer (slow start, AIMD on loss, delay target); off = the fixed window alone (default off)",
     ),
     (
         crate::fabric::udp::faults::ENV_UDP_FAULTS,
@@ -329,7 +329,7 @@ impl Default for Config {
             udp_faults: None,
             udp_auth_body: true,
             udp_source_filter: true,
-            udp_cc: true,
+            udp_cc: false,
             ibv_buffers: 16,
             ibv_buffer_size: 8192,
             ibv_reg_cache: 0,

@@ -149,3 +149,36 @@ fn cc_loss_free_runs_cost_little() {
         "all-to-all: {new} ns with cc, {old} ns without"
     );
 }
+
+/// With the controller on, every message still arrives once and in order
+/// through loss, duplication, reordering, corruption and pauses, with and
+/// without a bottleneck.
+#[test]
+fn cc_every_message_once_under_faults() {
+    for seed in 1..=4u64 {
+        let cfg = SimConfig {
+            seed,
+            ranks: 4,
+            messages: 1000,
+            loss: [0.001, 0.01, 0.05, 0.1][seed as usize - 1],
+            dup: 0.01,
+            reorder: 0.05,
+            corrupt: 0.005,
+            pause: 0.001,
+            bottleneck: (seed % 2 == 0).then_some(Bottleneck {
+                rate: RATE,
+                queue: 256 << 10,
+                into: Some(0),
+            }),
+            proto: ProtoConfig {
+                mtu: [1500, 9000][seed as usize % 2],
+                window: 16,
+                cc: true,
+                ..ProtoConfig::default()
+            },
+            ..SimConfig::default()
+        };
+        let r = run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.delivered, 4 * 4 * 2 * 1000, "seed {seed}");
+    }
+}
