@@ -567,10 +567,15 @@ impl Proto {
                 p.rto_at[st] = (p.tx[st].in_flight() > 0).then(|| now + p.rto);
             }
             p.cc.on_acked(acked.bytes, acked.flight);
-            // three duplicate acknowledgements, or fewer when fewer
-            // datagrams are in flight (early retransmit, RFC 5827): a
-            // small congestion window must not wait for a timeout
-            let dupthresh = (p.tx[st].in_flight() as u32).saturating_sub(1).clamp(1, 3);
+            // three duplicate acknowledgements, or with the controller on
+            // fewer when fewer datagrams are in flight (early retransmit,
+            // RFC 5827): a small congestion window must not wait for a
+            // timeout
+            let dupthresh = if self.cfg.cc {
+                (p.tx[st].in_flight() as u32).saturating_sub(1).clamp(1, 3)
+            } else {
+                3
+            };
             if acked.dup && p.tx[st].dups >= dupthresh {
                 // holes not resent within the last round trip
                 let before = now.saturating_sub(p.srtt.max(20_000));
