@@ -69,6 +69,28 @@ fn conformance_under_injected_loss() {
     assert!(udp_sum(&r, "retransmitted") > 0, "{}", r.stdout);
 }
 
+/// Congestion control and pacing on (`SPLITRT_UDP_CC=on`): the real
+/// driver honours the pacing times (every message arrives, no hang),
+/// also with 9000-byte datagrams under injected loss (the windows shrink
+/// and grow again).
+#[test]
+fn conformance_with_congestion_control() {
+    conformance(3, "1", &[("SPLITRT_UDP_CC", "on")]);
+    let r = conformance(
+        3,
+        "1",
+        &[
+            ("SPLITRT_UDP_CC", "on"),
+            ("SPLITRT_UDP_MTU", "9000"),
+            (
+                "SPLITRT_UDP_FAULTS",
+                "drop=0.05,dup=0.01,reorder=0.05,delay_us=300,dir=both,seed=6",
+            ),
+        ],
+    );
+    assert!(udp_sum(&r, "retransmitted") > 0, "{}", r.stdout);
+}
+
 #[test]
 fn stress_over_udp_threads_and_tiny_windows() {
     let r = run_job(

@@ -52,6 +52,9 @@ pub const ENV_UDP_AUTH: &str = "SPLITRT_UDP_AUTH";
 /// Whether a rank's UDP socket admits only its peers' source addresses
 /// (a kernel socket filter; off for networks that rewrite them, NAT).
 pub const ENV_UDP_SOURCE_FILTER: &str = "SPLITRT_UDP_SOURCE_FILTER";
+/// Whether the UDP protocol runs congestion control and pacing per peer
+/// (off: the fixed credit window alone).
+pub const ENV_UDP_CC: &str = "SPLITRT_UDP_CC";
 /// Receive buffers per peer and channel on the ibverbs fabric (its credits).
 pub const ENV_IBV_BUFFERS: &str = "SPLITRT_IBV_BUFFERS";
 /// Bytes per ibverbs buffer.
@@ -150,6 +153,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     (
         ENV_UDP_SOURCE_FILTER,
         "1 = the kernel drops UDP datagrams not from a peer's address; 0 for networks that rewrite source addresses (NAT) (default 1)",
+    ),
+    (
+        ENV_UDP_CC,
+        "on = UDP congestion control and pacing per peer (slow start, AIMD on loss, delay target); off = the fixed window alone (default off)",
     ),
     (
         crate::fabric::udp::faults::ENV_UDP_FAULTS,
@@ -288,6 +295,8 @@ pub struct Config {
     pub udp_auth_body: bool,
     /// The UDP socket's kernel filter admits only the peers' addresses.
     pub udp_source_filter: bool,
+    /// UDP congestion control and pacing (`SPLITRT_UDP_CC`).
+    pub udp_cc: bool,
     /// ibverbs receive buffers per peer and channel.
     pub ibv_buffers: usize,
     /// Bytes per ibverbs buffer.
@@ -324,6 +333,7 @@ impl Default for Config {
             udp_faults: None,
             udp_auth_body: true,
             udp_source_filter: true,
+            udp_cc: false,
             ibv_buffers: 16,
             ibv_buffer_size: 8192,
             ibv_reg_cache: 0,
@@ -453,6 +463,7 @@ impl Config {
         switch(ENV_SPIN_ONLY, &mut c.spin_only)?;
         switch(ENV_SHM_RESERVE, &mut c.shm_reserve)?;
         switch(ENV_UDP_SOURCE_FILTER, &mut c.udp_source_filter)?;
+        switch(ENV_UDP_CC, &mut c.udp_cc)?;
         if let Some(v) = get(ENV_THREADS) {
             c.single_thread = match v.trim() {
                 "single" => true,
@@ -577,6 +588,7 @@ impl Config {
             keepalive: (timeout / 5).max(20_000_000),
             peer_timeout: timeout,
             auth_body: self.udp_auth_body,
+            cc: self.udp_cc,
             ..Default::default()
         }
     }
@@ -655,11 +667,12 @@ mod tests {
     #[test]
     fn switches_are_booleans_or_errors() {
         type Pick = fn(&Config) -> bool;
-        let cases: [(&str, Pick); 4] = [
+        let cases: [(&str, Pick); 5] = [
             (ENV_HANG_ABORT, |c| c.hang_abort),
             (ENV_SPIN_ONLY, |c| c.spin_only),
             (ENV_SHM_RESERVE, |c| c.shm_reserve),
             (ENV_UDP_SOURCE_FILTER, |c| c.udp_source_filter),
+            (ENV_UDP_CC, |c| c.udp_cc),
         ];
         for (name, pick) in cases {
             let with = |v: &str| Config::from_lookup(|n| (n == name).then(|| v.to_string()));

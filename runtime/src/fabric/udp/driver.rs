@@ -31,6 +31,13 @@ const SOCKET_BUFFER: usize = 16 << 20;
 const RECV_BATCH: usize = 64;
 /// A socket found empty this recently (ns) is not read again.
 const RECENTLY_EMPTY_NS: u64 = 300;
+/// Shortest wait for a paced datagram's time in `await_traffic` (shorter
+/// gaps are not waited for: the caller's next poll sends it).
+const PACE_MIN_WAIT: Duration = Duration::from_micros(10);
+/// Shortest sleep of the keeper thread for a paced datagram; it sends one
+/// only if the owner has not polled for this long (an owner that polls
+/// sends them itself).
+const KEEPER_PACE_WAIT: Duration = Duration::from_millis(1);
 /// Datagrams this short are copied into a small buffer so the large
 /// receive buffer is reused.
 const COPY_BELOW: usize = 2048;
@@ -506,19 +513,26 @@ impl Net {
         self.t0.elapsed().as_nanos() as u64
     }
 
-    /// The keeper thread: progress while the owner does not poll.
+    /// The keeper thread: progress while the owner does not poll. It also
+    /// sends what the congestion controller paced when its time comes and
+    /// the owner is not polling (a rank that sent, then computes).
     fn keep(&self, every: Duration) {
         let every_ns = every.as_nanos() as u64;
         while !self.stop.load(Ordering::Acquire) {
-            std::thread::park_timeout(every);
+            // wake for the next paced datagram (never sooner than
+            // PACE_MIN_WAIT: no spinning), else after `every`
+            let pace = self.core.try_lock().and_then(|c| c.proto.poll_pace());
+            let wait = pace.map_or(every, |t| {
+                Duration::from_nanos(t.saturating_sub(self.now())).clamp(KEEPER_PACE_WAIT, every)
+            });
+            std::thread::park_timeout(wait);
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
-            if self
-                .now()
-                .saturating_sub(self.polled.load(Ordering::Relaxed))
-                < every_ns
-            {
+            let now = self.now();
+            let idle = now.saturating_sub(self.polled.load(Ordering::Relaxed));
+            let paced_due = pace.is_some_and(|t| t <= now);
+            if idle < every_ns && !(paced_due && idle >= KEEPER_PACE_WAIT.as_nanos() as u64) {
                 continue;
             }
             if let Some(mut c) = self.core.try_lock() {
@@ -860,16 +874,33 @@ impl Wakeup for UdpFabric {
             }
             return true;
         }
+        // a datagram the congestion controller paced leaves when its time
+        // comes: the wait ends then (the caller's poll sends it)
+        // whole milliseconds, rounded up, as ever; to the microsecond only
+        // for a pacing time (a gap is microseconds)
+        let mut limit =
+            Duration::from_millis(limit.as_micros().div_ceil(1000).min(u64::MAX as u128) as u64);
+        if let Some(t) = self.net.core.lock().proto.poll_pace() {
+            let now = self.now();
+            if t <= now {
+                return true;
+            }
+            limit = limit.min(Duration::from_nanos(t - now).max(PACE_MIN_WAIT));
+        }
         let mut p = libc::pollfd {
             fd: std::os::fd::AsRawFd::as_raw_fd(&self.net.sock),
             events: libc::POLLIN,
             revents: 0,
         };
-        // whole milliseconds, rounded up (a zero limit only looks)
-        let ms = limit.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: one valid pollfd on our own socket, for the duration of
-        // the call; poll only reports readiness.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        // (a zero limit only looks)
+        let ts = libc::timespec {
+            tv_sec: limit.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: limit.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: one valid pollfd on our own socket and a valid timespec,
+        // for the duration of the call; no signal mask (null): ppoll only
+        // reports readiness.
+        let n = unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
         n > 0 || queued()
     }
 }

@@ -9,6 +9,12 @@
 //! streams; receivers check that each arrives exactly once, in order, with
 //! the right words and bytes.
 //!
+//! A [`Bottleneck`] (a link of a given rate in bytes per second of
+//! simulated time with a finite drop-tail queue) may sit in front of one
+//! rank, shared by every flow toward it: [`run_incast`] drives N senders
+//! of large messages into one receiver through it (incast), for the
+//! congestion controller's tests.
+//!
 //! ```
 //! use splitrt_runtime::fabric::udp::sim::{run, SimConfig};
 //! let r = run(&SimConfig { seed: 7, ranks: 3, messages: 300, loss: 0.05, ..SimConfig::default() })
@@ -23,7 +29,71 @@ use crate::fabric::Deposit;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use std::cell::RefCell;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
+
+/// A bottleneck link: a rate and a drop-tail queue in front of it, shared
+/// by every datagram that crosses it (in the order they reach it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bottleneck {
+    /// Bytes per second of simulated time.
+    pub rate: u64,
+    /// Bytes the queue holds (datagrams waiting or being sent); a datagram
+    /// that does not fit is dropped.
+    pub queue: u64,
+    /// The rank whose incoming link this is (`None`: every datagram
+    /// crosses it).
+    pub into: Option<usize>,
+}
+
+/// A bottleneck's state: when each queued datagram finishes leaving.
+struct Link {
+    cfg: Bottleneck,
+    /// (departure time, bytes) in order.
+    queued: VecDeque<(u64, u64)>,
+    bytes: u64,
+    free_at: u64,
+    /// Datagrams the full queue dropped.
+    drops: u64,
+    /// Most bytes queued at once.
+    peak: u64,
+}
+
+impl Link {
+    fn new(cfg: Bottleneck) -> Link {
+        Link {
+            cfg,
+            queued: VecDeque::new(),
+            bytes: 0,
+            free_at: 0,
+            drops: 0,
+            peak: 0,
+        }
+    }
+
+    fn crosses(&self, dst: usize) -> bool {
+        self.cfg.into.is_none_or(|r| r == dst)
+    }
+
+    /// A datagram of `len` bytes reaches the link at `now`: when it has
+    /// left it, or `None` if the queue is full (dropped).
+    fn enqueue(&mut self, now: u64, len: usize) -> Option<u64> {
+        while self.queued.front().is_some_and(|&(t, _)| t <= now) {
+            let (_, b) = self.queued.pop_front().expect("front");
+            self.bytes -= b;
+        }
+        let len = len as u64;
+        if self.bytes + len > self.cfg.queue {
+            self.drops += 1;
+            return None;
+        }
+        let start = self.free_at.max(now);
+        self.free_at = start + (len as u128 * 1_000_000_000 / self.cfg.rate.max(1) as u128) as u64;
+        self.queued.push_back((self.free_at, len));
+        self.bytes += len;
+        self.peak = self.peak.max(self.bytes);
+        Some(self.free_at)
+    }
+}
 
 /// One simulation's parameters.
 #[derive(Clone, Debug)]
@@ -59,6 +129,8 @@ pub struct SimConfig {
     /// and over, each to its original addressee) at this many datagrams
     /// per second (0: no attacker).
     pub replay_rate: u64,
+    /// A bottleneck link with a finite queue (`None`: unlimited rate).
+    pub bottleneck: Option<Bottleneck>,
     /// Protocol tunables.
     pub proto: ProtoConfig,
     /// Give up (an error) past this virtual time (ns).
@@ -81,6 +153,7 @@ impl Default for SimConfig {
             pause: 0.0,
             crash: None,
             replay_rate: 0,
+            bottleneck: None,
             proto: ProtoConfig {
                 mtu: 9000,
                 window: 32,
@@ -115,6 +188,8 @@ pub struct SimReport {
     pub dead_at: Vec<u64>,
     /// Datagrams the attacker replayed (`replay_rate`).
     pub replayed: u64,
+    /// Datagrams the bottleneck's full queue dropped (also in `lost`).
+    pub queue_drops: u64,
 }
 
 #[derive(PartialEq, Eq)]
@@ -231,6 +306,7 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
     let mut recorded: Vec<(usize, Vec<u8>)> = Vec::new();
     let replay_every = 1_000_000_000 / cfg.replay_rate.max(1);
     let mut next_replay = cfg.crash.map_or(u64::MAX, |(_, t)| t);
+    let mut link = cfg.bottleneck.map(Link::new);
     loop {
         if report.delivered == want && nodes.iter().all(|x| x.crashed || x.proto.quiesced()) {
             break;
@@ -391,6 +467,16 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
                     report.corrupted += 1;
                 }
                 let mut at = now + cfg.latency;
+                if let Some(l) = link.as_mut().filter(|l| l.crosses(dst)) {
+                    match l.enqueue(now, bytes.len()) {
+                        Some(left) => at = left + cfg.latency,
+                        None => {
+                            report.lost += 1;
+                            report.queue_drops += 1;
+                            continue;
+                        }
+                    }
+                }
                 if cfg.reorder > 0.0 && rng.gen_bool(cfg.reorder) {
                     at += rng.gen_range(0..=cfg.jitter);
                 }
@@ -446,6 +532,290 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
         t.duplicates += s.duplicates;
         t.beyond_window += s.beyond_window;
         t.out_of_order += s.out_of_order;
+        t.cwnd_reductions += s.cwnd_reductions;
+        t.paced += s.paced;
+    }
+    Ok(report)
+}
+
+/// An incast: `senders` ranks each send `messages` Long messages of
+/// `message_bytes` to one receiver (the last rank), all at once from time
+/// 0, through an optional [`Bottleneck`] into the receiver.
+#[derive(Clone, Debug)]
+pub struct IncastConfig {
+    /// Seed of every random choice (the key, the payloads).
+    pub seed: u64,
+    /// Ranks sending.
+    pub senders: usize,
+    /// Messages per sender.
+    pub messages: usize,
+    /// Bytes per message.
+    pub message_bytes: usize,
+    /// One-way latency, queueing excluded (ns).
+    pub latency: u64,
+    /// The receiver's incoming link (`into` is set to the receiver).
+    pub bottleneck: Option<Bottleneck>,
+    /// Protocol tunables.
+    pub proto: ProtoConfig,
+    /// Give up past this virtual time (ns): the report says what was
+    /// delivered by then (`done == false`).
+    pub limit: u64,
+}
+
+impl Default for IncastConfig {
+    fn default() -> Self {
+        IncastConfig {
+            seed: 1,
+            senders: 64,
+            messages: 2,
+            message_bytes: 1 << 20,
+            latency: 20_000,
+            bottleneck: Some(Bottleneck {
+                rate: 125_000_000,
+                queue: 1 << 20,
+                into: None,
+            }),
+            proto: ProtoConfig {
+                mtu: 9000,
+                ..ProtoConfig::default()
+            },
+            limit: 60_000_000_000,
+        }
+    }
+}
+
+/// What an incast did.
+#[derive(Clone, Debug, Default)]
+pub struct IncastReport {
+    /// Every message delivered before the limit.
+    pub done: bool,
+    /// Virtual time the last message was delivered (ns).
+    pub time: u64,
+    /// Payload bytes delivered.
+    pub bytes: u64,
+    /// Payload bytes per second of virtual time (`bytes / time`).
+    pub goodput: f64,
+    /// Virtual time each sender's last message was delivered (ns; 0: not).
+    pub finished: Vec<u64>,
+    /// Bytes each sender had handed up in order (datagram bodies) when
+    /// the first sender finished (all still competing up to then).
+    pub at_first_finish: Vec<u64>,
+    /// The smallest of `at_first_finish` over their mean (1: perfectly
+    /// fair; fairness target: at least 0.5).
+    pub min_share: f64,
+    /// Datagrams the bottleneck's queue dropped.
+    pub queue_drops: u64,
+    /// Most bytes queued in the bottleneck at once.
+    pub peak_queue: u64,
+    /// Sum of every rank's protocol counters.
+    pub stats: Stats,
+}
+
+/// Run one incast; `Err` names the seed and what arrived wrong.
+pub fn run_incast(cfg: &IncastConfig) -> Result<IncastReport, String> {
+    let fail = |what: String| Err(format!("seed {}: {what}", cfg.seed));
+    let n = cfg.senders + 1;
+    let rx_rank = cfg.senders;
+    let len = cfg.message_bytes;
+    let mut rng = SmallRng::seed_from_u64(cfg.seed);
+    let key: [u8; 32] = rng.gen();
+    // message (s, k) is `pattern` rotated by rot(s, k)
+    let pattern: Vec<u8> = (0..len.max(1)).map(|_| rng.gen()).collect();
+    let rot = |s: usize, k: usize| (s * 977 + k * 131) % len.max(1);
+    let mut protos: Vec<Proto> = (0..n)
+        .map(|r| Proto::new(r as u32, n as u32, cfg.proto, key, 0))
+        .collect();
+    let mut reasm: Vec<Reassembler> = (0..cfg.senders).map(|_| Default::default()).collect();
+    let seg = RefCell::new(vec![0u8; cfg.senders * len]);
+    // per sender: (message number, payload offset taken), its payload
+    let mut out: Vec<(usize, usize)> = vec![(0, 0); cfg.senders];
+    let mut payload: Vec<Vec<u8>> = vec![Vec::new(); cfg.senders];
+    let mut next_in = vec![0usize; cfg.senders];
+    let mut got = vec![0u64; cfg.senders];
+    // payload bytes handed up in order per sender (fairness, per datagram)
+    let mut progress = vec![0u64; cfg.senders];
+    let mut report = IncastReport {
+        finished: vec![0; cfg.senders],
+        ..IncastReport::default()
+    };
+    let mut link = cfg.bottleneck.map(|b| {
+        Link::new(Bottleneck {
+            into: Some(rx_rank),
+            ..b
+        })
+    });
+    let mut net: BinaryHeap<InFlight> = BinaryHeap::new();
+    let mut counter = 0u64;
+    let mut now = 0u64;
+    let mut active = vec![true; n];
+    let mut outbox: Vec<(u32, Vec<u8>)> = Vec::new();
+    let want = (cfg.senders * cfg.messages) as u64;
+    let mut delivered = 0u64;
+    // ranks act in a fresh order at each instant: in index order the low
+    // ranks would always reach the bottleneck's queue first and the high
+    // ones find it full (a bias no real network has)
+    let mut order: Vec<usize> = (0..n).collect();
+    loop {
+        if delivered == want {
+            report.done = true;
+            break;
+        }
+        if now > cfg.limit {
+            break;
+        }
+        while net.peek().is_some_and(|f| f.at <= now) {
+            let f = net.pop().expect("peeked");
+            active[f.dst] = true;
+            if let Some(b) = protos[f.dst].handle_datagram(now, f.bytes) {
+                protos[f.dst].recycle(b);
+            }
+        }
+        for i in (1..n).rev() {
+            order.swap(i, rng.gen_range(0..=i));
+        }
+        for &r in &order {
+            if protos[r].poll_timeout() <= now {
+                protos[r].handle_timeout(now);
+                active[r] = true;
+            }
+            if !active[r] {
+                continue;
+            }
+            active[r] = false;
+            let proto = &mut protos[r];
+            if r == rx_rank {
+                while let Some((src, d)) = proto.next_ready(0) {
+                    let src = src as usize;
+                    let body = &d[HEADER..d.len() - TAG];
+                    progress[src] += body.len() as u64;
+                    let mut bad = None;
+                    let mut done_msgs = 0;
+                    let res =
+                        reasm[src].feed(src, body, MAX_MEDIUM, &mut SharedSeg(&seg), &mut |m| {
+                            let k = next_in[src];
+                            let want_dep = Deposit {
+                                offset: (src * len) as u64,
+                                len,
+                            };
+                            // the deposit's bytes: the whole message, rotated
+                            let o = rot(src, k);
+                            let seg = seg.borrow();
+                            let region = &seg[src * len..(src + 1) * len];
+                            let landed = region[..len - o] == pattern[o..]
+                                && region[len - o..] == pattern[..o];
+                            if m.words != [k as u64, src as u64]
+                                || m.deposit != Some(want_dep)
+                                || !landed
+                            {
+                                bad.get_or_insert(format!(
+                                    "message {k} from rank {src} arrived wrong"
+                                ));
+                            }
+                            next_in[src] += 1;
+                            done_msgs += 1;
+                        });
+                    proto.recycle(d);
+                    if let Err(e) = res {
+                        return fail(format!("malformed frames from rank {src}: {e}"));
+                    }
+                    if let Some(b) = bad {
+                        return fail(b);
+                    }
+                    for _ in 0..done_msgs {
+                        got[src] += len as u64;
+                        delivered += 1;
+                        if next_in[src] == cfg.messages {
+                            report.finished[src] = now;
+                            if report.at_first_finish.is_empty() {
+                                report.at_first_finish = progress.clone();
+                            }
+                        }
+                        report.time = now;
+                    }
+                }
+            } else {
+                // a sender: push its current message as far as it goes
+                loop {
+                    let (k, from) = out[r];
+                    if k >= cfg.messages {
+                        break;
+                    }
+                    if from == 0 {
+                        let o = rot(r, k);
+                        payload[r].clear();
+                        payload[r].extend_from_slice(&pattern[o..]);
+                        payload[r].extend_from_slice(&pattern[..o]);
+                    }
+                    let words = [k as u64, r as u64];
+                    let m = OutMsg {
+                        tag: 1,
+                        words: &words,
+                        payload: &payload[r],
+                        deposit: Some((r * len) as u64),
+                    };
+                    match proto.send(now, rx_rank as u32, 0, &m, from) {
+                        Sent::Upto(e) if e == len => out[r] = (k + 1, 0),
+                        Sent::Upto(e) => out[r] = (k, e),
+                        Sent::NoRoom | Sent::Dead => break,
+                    }
+                }
+            }
+            proto.poll_transmit(now, true, &mut |p, b| outbox.push((p, b.to_vec())));
+            for (dst, bytes) in outbox.drain(..) {
+                let dst = dst as usize;
+                let mut at = now + cfg.latency;
+                if let Some(l) = link.as_mut().filter(|l| l.crosses(dst)) {
+                    match l.enqueue(now, bytes.len()) {
+                        Some(left) => at = left + cfg.latency,
+                        None => continue,
+                    }
+                }
+                counter += 1;
+                net.push(InFlight {
+                    at,
+                    n: counter,
+                    dst,
+                    bytes,
+                });
+            }
+        }
+        // on to the next arrival or timer
+        let mut t = net.peek().map_or(u64::MAX, |f| f.at);
+        for p in &protos {
+            t = t.min(p.poll_timeout());
+        }
+        now = t.max(now + 1);
+    }
+    report.bytes = got.iter().sum();
+    report.goodput = if report.time > 0 {
+        report.bytes as f64 * 1e9 / report.time as f64
+    } else {
+        0.0
+    };
+    if report.at_first_finish.is_empty() {
+        report.at_first_finish = progress.clone();
+    }
+    let mean = report.at_first_finish.iter().sum::<u64>() as f64 / cfg.senders.max(1) as f64;
+    let min = report.at_first_finish.iter().copied().min().unwrap_or(0) as f64;
+    report.min_share = if mean > 0.0 { min / mean } else { 0.0 };
+    if let Some(l) = &link {
+        report.queue_drops = l.drops;
+        report.peak_queue = l.peak;
+    }
+    for p in &protos {
+        let s = p.stats();
+        let t = &mut report.stats;
+        t.sent += s.sent;
+        t.retransmits += s.retransmits;
+        t.controls += s.controls;
+        t.timeouts += s.timeouts;
+        t.fast_retransmits += s.fast_retransmits;
+        t.received += s.received;
+        t.duplicates += s.duplicates;
+        t.beyond_window += s.beyond_window;
+        t.out_of_order += s.out_of_order;
+        t.cwnd_reductions += s.cwnd_reductions;
+        t.paced += s.paced;
     }
     Ok(report)
 }

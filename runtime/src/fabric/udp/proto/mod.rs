@@ -43,10 +43,18 @@
 //! a fresh number, and so is the answer it asks for. A peer heard from
 //! once and then silent past `peer_timeout` (while keepalives went to it)
 //! is reported dead.
+//!
+//! Congestion control (`congestion.rs`, when `ProtoConfig::cc` is on):
+//! per peer a window in bytes (slow start, AIMD on loss, slow start
+//! ended by a rising RTT) below the credits, and pacing: a datagram the
+//! controller holds back leaves at the next `poll_transmit` from
+//! [`Proto::poll_timeout`] on (after [`Proto::handle_timeout`]).
 
+mod congestion;
 mod recv;
 mod send;
 
+use self::congestion::{Cc, Gate};
 use self::recv::{Arrival, RecvStream};
 use self::send::{SendStream, TxSlot};
 use super::wire::{Ack, Header, Mac, F_ACK_NOW, HEADER, KIND_CONTROL, MAX_DATAGRAM, OVERHEAD, TAG};
@@ -90,6 +98,10 @@ pub struct ProtoConfig {
     pub peer_timeout: u64,
     /// The tag covers the body too (`false`: the header only).
     pub auth_body: bool,
+    /// Congestion control and pacing per peer (`false`, the default: the
+    /// fixed credit window alone, as before the controller; see
+    /// docs/networking.md for why it is not on by default yet).
+    pub cc: bool,
 }
 
 impl Default for ProtoConfig {
@@ -104,6 +116,7 @@ impl Default for ProtoConfig {
             keepalive: 1_000_000_000,
             peer_timeout: 10_000_000_000,
             auth_body: true,
+            cc: false,
         }
     }
 }
@@ -182,6 +195,11 @@ pub struct Stats {
     /// from a peer's address (the source filter), or the receive buffer
     /// was full. Counted by the kernel, read by the driver (`SO_MEMINFO`).
     pub kernel_drops: u64,
+    /// Congestion events: the congestion window halved after a loss
+    /// (once per round trip at most; timeouts are counted in `timeouts`).
+    pub cwnd_reductions: u64,
+    /// Times a datagram was held back by pacing.
+    pub paced: u64,
 }
 
 /// Datagram numbers below the highest one seen that are still told apart
@@ -220,6 +238,10 @@ struct Peer {
     dirty: bool,
     /// Listed in `Proto::ready[stream]`.
     listed: [bool; 2],
+    /// Congestion window and pacing.
+    cc: Cc,
+    /// Listed in `Proto::paced`.
+    paced: bool,
 }
 
 /// One rank's protocol state toward every peer.
@@ -240,6 +262,10 @@ pub struct Proto {
     stats: Stats,
     /// No timer is due before this.
     next_timer: u64,
+    /// Peers whose next datagram waits for its pacing time.
+    paced: Vec<u32>,
+    /// The earliest of those times (`u64::MAX`: none).
+    next_pace: u64,
 }
 
 /// What [`Proto::send`] did.
@@ -258,6 +284,7 @@ impl Proto {
     /// State for rank `me` of `size` ranks, authenticating with `mac_key`.
     pub fn new(me: u32, size: u32, cfg: ProtoConfig, mac_key: [u8; 32], now: u64) -> Proto {
         let w = cfg.window;
+        let credit = 2 * w as u64 * cfg.mtu as u64;
         let peers = (0..size)
             .map(|_| Peer {
                 tx: [SendStream::new(w), SendStream::new(w)],
@@ -279,6 +306,8 @@ impl Proto {
                 backoff: 0,
                 dirty: false,
                 listed: [false, false],
+                cc: Cc::new(cfg.cc, cfg.mtu, credit),
+                paced: false,
             })
             .collect();
         Proto {
@@ -296,6 +325,8 @@ impl Proto {
             events: VecDeque::new(),
             stats: Stats::default(),
             next_timer: now.saturating_add(cfg.keepalive),
+            paced: Vec::new(),
+            next_pace: u64::MAX,
             cfg,
         }
     }
@@ -419,6 +450,8 @@ impl Proto {
             sent_at: 0,
             sacked: false,
             again: false,
+            inflight: false,
+            retx: false,
         });
     }
 
@@ -428,6 +461,14 @@ impl Proto {
         let s = &self.peers[peer as usize].tx[stream];
         let w = self.cfg.window as usize;
         (w.saturating_sub(s.slots.len()), w)
+    }
+
+    /// The congestion window toward `peer` and the bytes in flight to it
+    /// (the window is the credit of both streams when the controller is
+    /// off).
+    pub fn congestion_window(&self, peer: u32) -> (u64, u64) {
+        let c = &self.peers[peer as usize].cc;
+        (c.cwnd, c.inflight)
     }
 
     /// Whether everything sent to every peer has been acknowledged.
@@ -508,24 +549,43 @@ impl Proto {
         let mut wants_tx = false;
         for st in 0..2 {
             let a = h.acks[st];
-            let (freed, dup) = p.tx[st].on_ack(a.cum, a.sack, a.win, &mut self.pool);
-            if freed > 0 {
+            let acked = p.tx[st].on_ack(a.cum, a.sack, a.win, &mut self.pool);
+            if acked.freed > 0 {
                 // the echoed timestamp times the transmission that was
                 // acknowledged, retransmission or not
                 let rtt = (us(now).wrapping_sub(h.echo) as u64) * 1000;
                 if h.echo != 0 && rtt < 60_000_000_000 {
                     rtt_sample(p, &self.cfg, rtt);
+                    // the controller's delay signal follows Karn's rule
+                    if !acked.retx {
+                        p.cc.on_rtt(now, rtt, p.srtt);
+                    }
                 } else if p.backoff > 0 {
                     p.rto = base_rto(p, &self.cfg);
                 }
                 p.backoff = 0;
                 p.rto_at[st] = (p.tx[st].in_flight() > 0).then(|| now + p.rto);
             }
-            if dup && p.tx[st].dups >= 3 {
+            p.cc.on_acked(acked.bytes, acked.flight);
+            // three duplicate acknowledgements, or with the controller on
+            // fewer when fewer datagrams are in flight (early retransmit,
+            // RFC 5827): a small congestion window must not wait for a
+            // timeout
+            let dupthresh = if self.cfg.cc {
+                (p.tx[st].in_flight() as u32).saturating_sub(1).clamp(1, 3)
+            } else {
+                3
+            };
+            if acked.dup && p.tx[st].dups >= dupthresh {
                 // holes not resent within the last round trip
                 let before = now.saturating_sub(p.srtt.max(20_000));
-                if p.tx[st].mark_lost(false, before) > 0 {
+                let lost = p.tx[st].mark_lost(false, before);
+                if lost.marked > 0 {
                     self.stats.fast_retransmits += 1;
+                    p.cc.on_left(lost.flight);
+                    if p.cc.on_loss(now, lost.last_sent) {
+                        self.stats.cwnd_reductions += 1;
+                    }
                 }
             }
             if p.tx[st].again > 0 || p.tx[st].may_send_new(self.cfg.window) {
@@ -662,6 +722,8 @@ impl Proto {
             return;
         }
         let mut sent_data = false;
+        // what the congestion controller holds back, if anything
+        let mut held = Gate::Open;
         for st in [1usize, 0] {
             // retransmissions
             if p.tx[st].again > 0 {
@@ -670,6 +732,10 @@ impl Proto {
                     if !p.tx[st].slots[i].again {
                         continue;
                     }
+                    held = p.cc.gate(now);
+                    if held != Gate::Open {
+                        break;
+                    }
                     let acks = Self::acks_of(p);
                     let echo = p.echo;
                     p.tx_pn += 1;
@@ -677,15 +743,23 @@ impl Proto {
                     let s = &mut p.tx[st].slots[i];
                     s.again = false;
                     s.sent_at = now;
+                    s.retx = true;
+                    s.inflight = true;
+                    let len = s.buf.len();
                     emit(&self.mac, &mut s.buf, acks, (us(now), echo, pn), peer, out);
+                    p.cc.on_sent(now, len);
+                    p.tx[st].again -= 1;
                     self.stats.sent += 1;
                     self.stats.retransmits += 1;
                     sent_data = true;
                 }
-                p.tx[st].again = 0;
             }
             // new data
-            while p.tx[st].may_send_new(window) {
+            while held == Gate::Open && p.tx[st].may_send_new(window) {
+                held = p.cc.gate(now);
+                if held != Gate::Open {
+                    break;
+                }
                 let acks = Self::acks_of(p);
                 let echo = p.echo;
                 p.tx_pn += 1;
@@ -693,7 +767,10 @@ impl Proto {
                 let idx = p.tx[st].next_tx.wrapping_sub(p.tx[st].una) as usize;
                 let s = &mut p.tx[st].slots[idx];
                 s.sent_at = now;
+                s.inflight = true;
+                let len = s.buf.len();
                 emit(&self.mac, &mut s.buf, acks, (us(now), echo, pn), peer, out);
+                p.cc.on_sent(now, len);
                 p.tx[st].next_tx = p.tx[st].next_tx.wrapping_add(1);
                 self.stats.sent += 1;
                 sent_data = true;
@@ -717,6 +794,15 @@ impl Proto {
         if sent_data {
             p.ack_at = None;
             p.spoke = now;
+        }
+        if let Gate::Pace(t) = held {
+            // the driver comes back at `t` (poll_timeout), not before
+            self.stats.paced += 1;
+            if !p.paced {
+                p.paced = true;
+                self.paced.push(peer);
+            }
+            self.next_pace = self.next_pace.min(t);
         }
         let due = p.ack_at.is_some_and(|t| t <= now);
         if due || p.ping {
@@ -746,14 +832,26 @@ impl Proto {
         }
     }
 
-    /// When [`handle_timeout`](Self::handle_timeout) is next due.
+    /// When [`handle_timeout`](Self::handle_timeout) is next due: a timer,
+    /// or the earliest time a datagram the congestion controller paced may
+    /// leave (then `handle_timeout` and `poll_transmit` send it).
     pub fn poll_timeout(&self) -> u64 {
-        self.next_timer
+        self.next_timer.min(self.next_pace)
     }
 
-    /// Run the timers due at `now`: delayed acknowledgements,
-    /// retransmissions, keepalives, dead peers.
+    /// The earliest time a datagram the congestion controller paced may
+    /// leave, if one waits (also in [`poll_timeout`](Self::poll_timeout)):
+    /// a driver that sleeps wakes by then.
+    pub fn poll_pace(&self) -> Option<u64> {
+        (self.next_pace != u64::MAX).then_some(self.next_pace)
+    }
+
+    /// Run the timers due at `now`: paced datagrams, delayed
+    /// acknowledgements, retransmissions, keepalives, dead peers.
     pub fn handle_timeout(&mut self, now: u64) {
+        if now >= self.next_pace {
+            self.release_paced(now);
+        }
         if now < self.next_timer {
             return;
         }
@@ -779,9 +877,13 @@ impl Proto {
                         self.stats.timeouts += 1;
                         p.backoff = (p.backoff + 1).min(16);
                         p.rto = (p.rto * 2).min(cfg.max_rto);
-                        if p.tx[st].mark_lost(true, now) == 0 {
+                        let lost = p.tx[st].mark_lost(true, now);
+                        p.cc.on_left(lost.flight);
+                        if lost.marked == 0 {
                             // nothing in flight: a closed window; ask
                             p.ping = true;
+                        } else {
+                            p.cc.on_timeout(now);
                         }
                         dirty = true;
                     } else {
@@ -827,6 +929,28 @@ impl Proto {
             }
         }
         self.next_timer = next.max(now + 1);
+    }
+
+    /// Peers whose pacing time came are marked for transmission.
+    fn release_paced(&mut self, now: u64) {
+        let list = std::mem::take(&mut self.paced);
+        let mut next = u64::MAX;
+        for &i in &list {
+            let p = &mut self.peers[i as usize];
+            match p.cc.gate(now) {
+                Gate::Pace(t) if !p.dead => {
+                    next = next.min(t);
+                    self.paced.push(i);
+                }
+                _ => {
+                    p.paced = false;
+                    if !p.dead {
+                        self.mark_dirty(i);
+                    }
+                }
+            }
+        }
+        self.next_pace = next;
     }
 
     /// The next event, if any.

@@ -15,6 +15,37 @@ pub(super) struct TxSlot {
     pub sacked: bool,
     /// Due for retransmission.
     pub again: bool,
+    /// Counted in the congestion controller's bytes in flight.
+    pub inflight: bool,
+    /// Sent more than once (Karn's rule: its acknowledgement gives no RTT
+    /// sample).
+    pub retx: bool,
+}
+
+/// What an acknowledgement did to one stream.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Acked {
+    /// Slots freed (cumulatively acknowledged).
+    pub freed: usize,
+    /// A duplicate acknowledgement reporting later data.
+    pub dup: bool,
+    /// Bytes newly acknowledged (cumulatively or selectively).
+    pub bytes: u64,
+    /// Of those, bytes still counted in flight.
+    pub flight: u64,
+    /// A datagram sent more than once was among them.
+    pub retx: bool,
+}
+
+/// What [`SendStream::mark_lost`] marked.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Lost {
+    /// Slots marked for retransmission.
+    pub marked: usize,
+    /// Of their bytes, those that were counted in flight.
+    pub flight: u64,
+    /// When the most recently sent of them last left.
+    pub last_sent: u64,
 }
 
 /// One stream's send state.
@@ -71,18 +102,12 @@ impl SendStream {
     }
 
     /// Apply the receiver's acknowledgement: cumulative `cum`, selective
-    /// `sack`, window `win`. Returns (slots freed, whether this was a
-    /// duplicate acknowledgement reporting later data).
-    pub fn on_ack(
-        &mut self,
-        cum: u32,
-        sack: u32,
-        win: u16,
-        pool: &mut Vec<Vec<u8>>,
-    ) -> (usize, bool) {
+    /// `sack`, window `win`.
+    pub fn on_ack(&mut self, cum: u32, sack: u32, win: u16, pool: &mut Vec<Vec<u8>>) -> Acked {
+        let mut r = Acked::default();
         // Ignore acknowledgements of data never sent (forged or corrupt).
         if seq_lt(self.next_tx, cum) {
-            return (0, false);
+            return r;
         }
         let new_limit = cum.wrapping_add(win as u32);
         if seq_lt(self.limit, new_limit) {
@@ -94,16 +119,23 @@ impl SendStream {
             if s.again {
                 self.again -= 1;
             }
+            if !s.sacked {
+                r.bytes += s.buf.len() as u64;
+                r.retx |= s.retx;
+                if s.inflight {
+                    r.flight += s.buf.len() as u64;
+                }
+            }
             super::recycle(pool, s.buf);
             self.una = self.una.wrapping_add(1);
             freed += 1;
         }
-        let mut dup = false;
+        r.freed = freed;
         if freed > 0 {
             self.dups = 0;
         } else if sack != 0 && !self.slots.is_empty() {
             self.dups += 1;
-            dup = true;
+            r.dup = true;
         }
         if sack != 0 {
             let flight = self.in_flight();
@@ -119,17 +151,23 @@ impl SendStream {
                             s.again = false;
                             self.again -= 1;
                         }
+                        r.bytes += s.buf.len() as u64;
+                        r.retx |= s.retx;
+                        if s.inflight {
+                            s.inflight = false;
+                            r.flight += s.buf.len() as u64;
+                        }
                     }
                 }
             }
         }
-        (freed, dup)
+        r
     }
 
     /// Mark sent, unacknowledged slots for retransmission: all of them
     /// (`all`, a retransmission timeout) or the holes below the highest
     /// selectively acknowledged one that last left before `before`.
-    pub fn mark_lost(&mut self, all: bool, before: u64) -> usize {
+    pub fn mark_lost(&mut self, all: bool, before: u64) -> Lost {
         let n = self.in_flight().min(self.slots.len());
         let top = if all {
             n
@@ -139,14 +177,19 @@ impl SendStream {
                 None => 1.min(n),
             }
         };
-        let mut marked = 0;
+        let mut l = Lost::default();
         for s in self.slots.iter_mut().take(top) {
             if !s.sacked && !s.again && (all || s.sent_at < before) {
                 s.again = true;
-                marked += 1;
+                l.marked += 1;
+                l.last_sent = l.last_sent.max(s.sent_at);
+                if s.inflight {
+                    s.inflight = false;
+                    l.flight += s.buf.len() as u64;
+                }
             }
         }
-        self.again += marked;
-        marked
+        self.again += l.marked;
+        l
     }
 }

@@ -1,0 +1,321 @@
+//! Congestion control toward one peer, sans I/O: a NewReno-like AIMD
+//! window in bytes with slow start, a delay signal that ends slow start
+//! before the bottleneck's queue overflows (HyStart-like), and pacing.
+//!
+//! * `cwnd` bytes may be in flight to the peer (both streams together);
+//!   it never exceeds the receiver's credit (`2 * window` datagrams of
+//!   `mtu` bytes), and each stream keeps its own credit window as before.
+//! * Slow start: `cwnd` grows by the bytes acknowledged (doubling per
+//!   round trip) up to `ssthresh`; then congestion avoidance: one datagram
+//!   per window acknowledged. Growth only while the window is used (at
+//!   least half of it in flight), so an idle or application-limited peer
+//!   does not bank a window it never tested.
+//! * Loss (fast retransmission): once per round trip (a loss of a datagram
+//!   sent before the last reduction is the same congestion event),
+//!   `ssthresh = cwnd = max(cwnd / 2, 2 datagrams)`. A retransmission
+//!   timeout: `ssthresh = max(cwnd / 2, 2 datagrams)`, `cwnd = 1 datagram`.
+//! * Delay: an RTT sample above the smallest seen by more than
+//!   `clamp(min_rtt / 8, 4 ms, 16 ms)` during slow start ends it
+//!   (`ssthresh = cwnd`): the queue is building. The floor keeps scheduling
+//!   jitter on a loopback or a LAN from ending slow start early. Samples
+//!   follow Karn's rule: none from an acknowledgement that covers a
+//!   retransmitted datagram.
+//! * Pacing: with an RTT estimate, datagrams leave at most at
+//!   `gain * cwnd / srtt` (gain 2 in slow start, 1.25 after), with a burst
+//!   of up to a quarter of the window allowed at once; the protocol tells
+//!   the driver the earliest time the next datagram may leave.
+//!
+//! With the controller off (`ProtoConfig::cc == false`) every gate is open:
+//! the fixed credit window alone limits what is in flight.
+
+/// Slow start ends when an RTT sample exceeds the smallest by this much
+/// at least (ns)...
+const DELAY_MIN: u64 = 4_000_000;
+/// ...and at most.
+const DELAY_MAX: u64 = 16_000_000;
+/// The smallest RTT is taken afresh after this long (ns): a flow that
+/// started while a queue stood measured the queue into its smallest RTT
+/// and would hold its share against the flows that measured an empty one
+/// (the latecomer advantage of delay-based control); re-measuring lets
+/// them all agree on what the queue is.
+const MIN_RTT_WINDOW: u64 = 200_000_000;
+
+/// Why a datagram may not leave now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Gate {
+    /// It may.
+    Open,
+    /// The congestion window is full: wait for an acknowledgement.
+    Window,
+    /// Paced: not before this time (ns).
+    Pace(u64),
+}
+
+/// One peer's congestion state (all sizes in bytes, times in ns).
+#[derive(Clone, Debug)]
+pub(super) struct Cc {
+    on: bool,
+    /// A datagram's size, the unit of growth and the floor.
+    mss: u64,
+    /// Upper bound: the receiver's credit for both streams.
+    cap: u64,
+    /// Bytes that may be in flight.
+    pub cwnd: u64,
+    /// Slow start below this.
+    pub ssthresh: u64,
+    /// Bytes sent, not acknowledged, not taken for lost.
+    pub inflight: u64,
+    /// Acknowledged bytes toward the next increase in congestion avoidance.
+    acc: u64,
+    /// When the window was last reduced: losses of datagrams sent before
+    /// belong to the same congestion event.
+    reduced_at: u64,
+    /// Smallest RTT sample (0: none).
+    pub min_rtt: u64,
+    /// When `min_rtt` was taken: it is taken afresh after
+    /// [`MIN_RTT_WINDOW`].
+    min_rtt_at: u64,
+    /// The last RTT sample was above the target (no growth then).
+    over: bool,
+    /// The smoothed RTT the pacing rate uses (0: none, no pacing).
+    srtt: u64,
+    /// The next datagram may leave from this time on.
+    pace_at: u64,
+}
+
+impl Cc {
+    /// State toward a new peer: datagrams of `mtu` bytes, a credit of
+    /// `credit` bytes, on or off.
+    pub fn new(on: bool, mtu: usize, credit: u64) -> Cc {
+        let mss = mtu as u64;
+        let cap = credit.max(2 * mss);
+        // RFC 3390's rule with jumbo datagrams in mind: 2 datagrams, or
+        // 16 KiB when those are small
+        let iw = (2 * mss).max(16 << 10).min(cap);
+        Cc {
+            on,
+            mss,
+            cap,
+            cwnd: if on { iw } else { cap },
+            ssthresh: cap,
+            inflight: 0,
+            acc: 0,
+            reduced_at: 0,
+            min_rtt: 0,
+            min_rtt_at: 0,
+            over: false,
+            srtt: 0,
+            pace_at: 0,
+        }
+    }
+
+    /// Whether a datagram may leave at `now`.
+    #[inline]
+    pub fn gate(&self, now: u64) -> Gate {
+        if !self.on {
+            return Gate::Open;
+        }
+        if self.inflight > 0 && self.inflight >= self.cwnd {
+            return Gate::Window;
+        }
+        if self.pace_at > now {
+            return Gate::Pace(self.pace_at);
+        }
+        Gate::Open
+    }
+
+    /// A datagram of `len` bytes left at `now`.
+    #[inline]
+    pub fn on_sent(&mut self, now: u64, len: usize) {
+        if !self.on {
+            return;
+        }
+        self.inflight += len as u64;
+        if self.srtt > 0 {
+            // rate = gain * cwnd / srtt; gain 2 (8/4) in slow start, 1.25 (5/4)
+            let gain4: u64 = if self.cwnd < self.ssthresh { 8 } else { 5 };
+            let rate_den = gain4 * self.cwnd.max(self.mss);
+            let gap = (len as u128 * self.srtt as u128 * 4 / rate_den as u128) as u64;
+            // a quarter of the window may leave at once: the time a
+            // quarter of it takes at the pacing rate
+            let burst = self.srtt / gain4;
+            self.pace_at = self.pace_at.max(now.saturating_sub(burst)) + gap;
+        }
+    }
+
+    /// `len` bytes left the flight without an acknowledgement (taken for
+    /// lost, to be sent again).
+    #[inline]
+    pub fn on_left(&mut self, len: u64) {
+        self.inflight = self.inflight.saturating_sub(len);
+    }
+
+    /// The smallest window: a quarter datagram (one datagram in flight,
+    /// paced to a quarter of a datagram per round trip).
+    fn floor(&self) -> u64 {
+        (self.mss / 4).max(1)
+    }
+
+    /// An RTT sample at `now` (Karn's rule already applied by the caller)
+    /// and the smoothed estimate.
+    pub fn on_rtt(&mut self, now: u64, rtt: u64, srtt: u64) {
+        if !self.on {
+            return;
+        }
+        self.srtt = srtt;
+        if self.min_rtt == 0
+            || rtt < self.min_rtt
+            || now.saturating_sub(self.min_rtt_at) > MIN_RTT_WINDOW
+        {
+            self.min_rtt = rtt;
+            self.min_rtt_at = now;
+        }
+        let target = self.min_rtt + (self.min_rtt / 8).clamp(DELAY_MIN, DELAY_MAX);
+        self.over = rtt > target;
+        if !self.over {
+            return;
+        }
+        if self.cwnd < self.ssthresh {
+            // the queue is building: leave slow start before it overflows
+            self.ssthresh = self.cwnd;
+        }
+        // Swift's multiplicative decrease, once per round trip: by the
+        // share of the RTT spent above the target (0.8 of it), half at most
+        if now.saturating_sub(self.reduced_at) >= srtt {
+            let keep = 1.0 - (0.8 * (rtt - target) as f64 / rtt as f64).min(0.5);
+            self.cwnd = ((self.cwnd as f64 * keep) as u64).max(self.floor());
+            self.ssthresh = self.cwnd;
+            self.acc = 0;
+            self.reduced_at = now.max(1);
+        }
+    }
+
+    /// `acked` bytes acknowledged (they left the flight already through
+    /// [`on_left`](Self::on_left) or are taken from it here: `in_flight`
+    /// of them were still counted).
+    pub fn on_acked(&mut self, acked: u64, in_flight: u64) {
+        if !self.on {
+            return;
+        }
+        // was the window used? (growth only when it was)
+        let used = 2 * (self.inflight + acked) >= self.cwnd;
+        self.inflight = self.inflight.saturating_sub(in_flight);
+        if !used || acked == 0 || self.over {
+            return;
+        }
+        if self.cwnd < self.ssthresh {
+            self.cwnd = (self.cwnd + acked)
+                .min(self.ssthresh.max(self.cwnd))
+                .min(self.cap);
+        } else {
+            // one datagram per round trip; a quarter of one while the
+            // window is below 8 datagrams: many flows with windows of a
+            // datagram or two (incast) together add a bounded share per
+            // round trip, and the same share each (additive increase equal
+            // across flows is what makes AIMD converge to fairness)
+            self.acc += acked;
+            if self.acc >= self.cwnd {
+                self.acc -= self.cwnd;
+                let step = if self.cwnd >= 8 * self.mss {
+                    self.mss
+                } else {
+                    self.mss / 4
+                };
+                self.cwnd = (self.cwnd + step).min(self.cap);
+            }
+        }
+    }
+
+    /// A loss found by acknowledgements (fast retransmission) of a
+    /// datagram that last left at `sent_at`. Returns whether the window
+    /// was reduced (a new congestion event).
+    pub fn on_loss(&mut self, now: u64, sent_at: u64) -> bool {
+        if !self.on || sent_at < self.reduced_at {
+            return false;
+        }
+        self.cwnd = (self.cwnd / 2).max(self.floor()).min(self.cap);
+        self.ssthresh = self.cwnd.max(2 * self.mss);
+        self.acc = 0;
+        self.reduced_at = now.max(1);
+        true
+    }
+
+    /// A retransmission timeout fired.
+    pub fn on_timeout(&mut self, now: u64) {
+        if !self.on {
+            return;
+        }
+        if self.cwnd > self.mss {
+            self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
+        }
+        self.cwnd = self.cwnd.min(self.mss);
+        self.acc = 0;
+        self.reduced_at = now.max(1);
+        self.pace_at = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cc_slow_start_doubles_then_halves_on_loss() {
+        let mut c = Cc::new(true, 9000, 64 * 9000);
+        assert_eq!(c.cwnd, 18_000);
+        // a window's worth sent and acknowledged doubles it
+        c.on_sent(0, 9000);
+        c.on_sent(0, 9000);
+        assert_eq!(c.gate(0), Gate::Window);
+        c.on_acked(18_000, 18_000);
+        assert_eq!(c.cwnd, 36_000);
+        assert_eq!(c.inflight, 0);
+        assert!(c.on_loss(10, 5));
+        assert_eq!(c.cwnd, 18_000);
+        // a second loss from the same flight is the same event
+        assert!(!c.on_loss(20, 7));
+        assert_eq!(c.cwnd, 18_000);
+        c.on_timeout(30);
+        assert_eq!(c.cwnd, 9000);
+        assert_eq!(c.ssthresh, 18_000);
+    }
+
+    #[test]
+    fn cc_never_above_the_credit_and_off_is_open() {
+        let mut c = Cc::new(true, 9000, 4 * 9000);
+        for _ in 0..100 {
+            c.on_sent(0, 9000);
+            c.on_acked(9000, 9000);
+        }
+        assert_eq!(c.cwnd, 4 * 9000);
+        let mut off = Cc::new(false, 9000, 4 * 9000);
+        off.on_sent(0, 1 << 30);
+        assert_eq!(off.gate(0), Gate::Open);
+    }
+
+    #[test]
+    fn cc_delay_ends_slow_start_and_pacing_spaces_datagrams() {
+        let mut c = Cc::new(true, 9000, 1 << 30);
+        c.on_rtt(1, 100_000, 100_000);
+        assert!(c.cwnd < c.ssthresh);
+        let w = c.cwnd;
+        c.on_rtt(1_000_000, 100_000 + 2 * DELAY_MIN, 200_000);
+        assert_eq!(c.ssthresh, c.cwnd);
+        assert!(c.cwnd < w, "a queue above the target shrinks the window");
+        // paced: after a burst the next datagram waits
+        let mut t = 1_000_000_000;
+        let mut waited = false;
+        for _ in 0..8 {
+            match c.gate(t) {
+                Gate::Pace(at) => {
+                    assert!(at > t);
+                    waited = true;
+                    t = at;
+                }
+                Gate::Window => c.on_acked(9000, 9000),
+                Gate::Open => c.on_sent(t, 9000),
+            }
+        }
+        assert!(waited);
+    }
+}

@@ -1,0 +1,184 @@
+//! The UDP protocol's congestion control in the seeded network simulator
+//! (a bottleneck link with a finite drop-tail queue in front of the
+//! receiver). Properties of the protocol in simulated time; wall-clock
+//! speed is never asserted. `--nocapture` prints the figures
+//! (docs/networking.md quotes them).
+
+use splitrt_runtime::fabric::udp::proto::ProtoConfig;
+use splitrt_runtime::fabric::udp::sim::{
+    run, run_incast, Bottleneck, IncastConfig, IncastReport, SimConfig,
+};
+
+/// 1 Gbit/s.
+const RATE: u64 = 125_000_000;
+
+fn incast(senders: usize, messages: usize, cc: bool) -> IncastReport {
+    let cfg = IncastConfig {
+        seed: 28,
+        senders,
+        messages,
+        message_bytes: 1 << 20,
+        bottleneck: Some(Bottleneck {
+            rate: RATE,
+            queue: 1 << 20,
+            into: None,
+        }),
+        proto: ProtoConfig {
+            mtu: 9000,
+            cc,
+            ..ProtoConfig::default()
+        },
+        // far more than either needs: the fixed window's storms are
+        // reported, not waited out
+        limit: 20_000_000_000,
+        ..IncastConfig::default()
+    };
+    run_incast(&cfg).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn show(what: &str, r: &IncastReport) {
+    println!(
+        "{what}: done {} in {:.3} s simulated, goodput {:.1} MB/s = {:.3}x the link, \
+         min share {:.3} of the mean at the first finish, queue drops {}, \
+         retransmits {}, timeouts {}, cwnd reductions {}, peak queue {} B",
+        r.done,
+        r.time as f64 / 1e9,
+        r.goodput / 1e6,
+        r.goodput / RATE as f64,
+        r.min_share,
+        r.queue_drops,
+        r.stats.retransmits,
+        r.stats.timeouts,
+        r.stats.cwnd_reductions,
+        r.peak_queue,
+    );
+}
+
+/// 64 senders, 1 MiB messages, one 1 Gbit/s link with a 1 MiB queue in
+/// front of the receiver: goodput at least 0.8x the link, no sender below
+/// half its fair share. The fixed window (controller off) is run first
+/// and only reported.
+#[test]
+fn cc_incast_64_to_1_keeps_goodput_and_fairness() {
+    let old = incast(64, 2, false);
+    show("incast 64-to-1, fixed window (cc off)", &old);
+    let new = incast(64, 2, true);
+    show("incast 64-to-1, congestion control", &new);
+    assert!(new.done, "not every message delivered");
+    assert!(
+        new.goodput >= 0.8 * RATE as f64,
+        "goodput {:.3}x the link",
+        new.goodput / RATE as f64
+    );
+    assert!(
+        new.min_share >= 0.5,
+        "a sender got {:.3} of its fair share",
+        new.min_share
+    );
+}
+
+/// A lone flow through the same link reaches at least 0.9x its rate.
+#[test]
+fn cc_lone_flow_fills_the_link() {
+    let r = incast(1, 16, true);
+    show("lone flow, congestion control", &r);
+    assert!(r.done);
+    assert!(
+        r.goodput >= 0.9 * RATE as f64,
+        "goodput {:.3}x the link",
+        r.goodput / RATE as f64
+    );
+}
+
+/// Without a bottleneck and without loss the controller costs little
+/// simulated time: the same run with it off and on (the cost is slow
+/// start's first round trips, which a fixed window skips; the bulk row
+/// over an unlimited network is printed, not asserted).
+#[test]
+fn cc_loss_free_runs_cost_little() {
+    let time = |cc: bool| {
+        let r = run(&SimConfig {
+            seed: 3,
+            ranks: 4,
+            messages: 3000,
+            proto: ProtoConfig {
+                mtu: 9000,
+                window: 32,
+                cc,
+                ..ProtoConfig::default()
+            },
+            ..SimConfig::default()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.stats.retransmits, 0);
+        r.time
+    };
+    let (old, new) = (time(false), time(true));
+    println!(
+        "all-to-all loss-free (4 ranks): fixed window {:.3} ms, cc {:.3} ms, ratio {:.4}",
+        old as f64 / 1e6,
+        new as f64 / 1e6,
+        new as f64 / old as f64
+    );
+    // bulk: one sender, no bottleneck (an idle network)
+    let bulk = |cc: bool| {
+        let r = run_incast(&IncastConfig {
+            senders: 1,
+            messages: 16,
+            bottleneck: None,
+            proto: ProtoConfig {
+                mtu: 9000,
+                cc,
+                ..ProtoConfig::default()
+            },
+            ..IncastConfig::default()
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(r.done);
+        r.time
+    };
+    let (bold, bnew) = (bulk(false), bulk(true));
+    println!(
+        "bulk 16 x 1 MiB, no bottleneck: fixed window {:.3} ms, cc {:.3} ms, ratio {:.4}",
+        bold as f64 / 1e6,
+        bnew as f64 / 1e6,
+        bnew as f64 / bold as f64
+    );
+    assert!(
+        new as f64 <= old as f64 * 1.05,
+        "all-to-all: {new} ns with cc, {old} ns without"
+    );
+}
+
+/// With the controller on, every message still arrives once and in order
+/// through loss, duplication, reordering, corruption and pauses, with and
+/// without a bottleneck.
+#[test]
+fn cc_every_message_once_under_faults() {
+    for seed in 1..=4u64 {
+        let cfg = SimConfig {
+            seed,
+            ranks: 4,
+            messages: 1000,
+            loss: [0.001, 0.01, 0.05, 0.1][seed as usize - 1],
+            dup: 0.01,
+            reorder: 0.05,
+            corrupt: 0.005,
+            pause: 0.001,
+            bottleneck: (seed % 2 == 0).then_some(Bottleneck {
+                rate: RATE,
+                queue: 256 << 10,
+                into: Some(0),
+            }),
+            proto: ProtoConfig {
+                mtu: [1500, 9000][seed as usize % 2],
+                window: 16,
+                cc: true,
+                ..ProtoConfig::default()
+            },
+            ..SimConfig::default()
+        };
+        let r = run(&cfg).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(r.delivered, 4 * 4 * 2 * 1000, "seed {seed}");
+    }
+}
