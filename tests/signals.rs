@@ -10,35 +10,21 @@ use common::*;
 #[path = "progs/signals.rs"]
 mod signals_prog;
 
-use splitrt::pgas::Pgas;
-use splitrt::runtime::config::{Config, FabricKind, RmaPath};
-use splitrt::runtime::fabric::rdma::model::{ModelDevice, ModelNetwork};
-use splitrt::runtime::job::{JobInfo, JobSource};
-use splitrt::EndpointBuilder;
+use splitrt::runtime::config::RmaPath;
 use std::time::{Duration, Instant};
 
 /// `t_signals` on `n` ranks over `fabric` and `rma`: every rank passes.
 fn conformance(n: usize, fabric: &str, rma: &str, iters: usize) {
     let it = iters.to_string();
-    let r = run_job(
+    every_rank_reports(
         n,
-        &example("t_signals"),
+        "t_signals",
         &["conformance", &it],
-        &[("SPLITRT_RMA", rma), ("SPLITRT_FABRIC", fabric)],
+        rma,
+        &[("SPLITRT_FABRIC", fabric)],
+        "signals ok",
         180,
     );
-    r.ok();
-    let path = if rma == "am" {
-        "(Am path)"
-    } else {
-        "(Native path)"
-    };
-    let ok = r
-        .stdout
-        .lines()
-        .filter(|l| l.contains("signals ok") && l.contains(path))
-        .count();
-    assert_eq!(ok, n, "every rank passes on {fabric}/{rma}:\n{}", r.stdout);
 }
 
 macro_rules! conformance_tests {
@@ -75,72 +61,11 @@ conformance_tests! {
 
 // ---- over the verbs model (ranks are threads of this process)
 
-fn job(id: &str, rank: usize, size: usize) -> JobInfo {
-    JobInfo {
-        rank,
-        size,
-        local_rank: rank,
-        local_size: size,
-        node: 0,
-        job_id: id.into(),
-        bootstrap: None,
-        key: None,
-        source: JobSource::Slurm,
-    }
-}
-
 /// Run `t_signals`' checks on `size` threads over one verbs model.
 fn on_model(size: usize, rma: RmaPath, iters: usize, seed: u64) {
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let id = format!(
-        "vm-sig-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    let seg = 4 << 20;
-    let net = ModelNetwork::new(seed);
-    let (tx, rx) = std::sync::mpsc::channel();
-    for r in 0..size {
-        let dev: ModelDevice = net.device(&format!("model{r}"));
-        let (tx, id) = (tx.clone(), id.clone());
-        std::thread::Builder::new()
-            .name(format!("rank{r}"))
-            .spawn(move || {
-                let cfg = Config {
-                    fabric: FabricKind::Ibverbs,
-                    segment_size: seg,
-                    ibv_buffers: 16,
-                    rma,
-                    bootstrap_timeout: Duration::from_secs(30),
-                    ..Config::default()
-                };
-                let out = Pgas::attach_over_verbs_model(
-                    EndpointBuilder::new(),
-                    job(&id, r, size),
-                    cfg,
-                    dev,
-                )
-                .and_then(|pg| {
-                    assert_eq!(pg.rma_path(), rma);
-                    signals_prog::run_on(iters, pg)
-                })
-                .map_err(|e| e.to_string());
-                let _ = tx.send((r, out));
-            })
-            .expect("spawn a rank thread");
-    }
-    drop(tx);
-    let limit = Duration::from_secs(180);
-    let end = Instant::now() + limit;
-    let mut failed = Vec::new();
-    for _ in 0..size {
-        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
-            Ok((_, Ok(()))) => {}
-            Ok((r, Err(e))) => failed.push(format!("rank {r}: {e}")),
-            Err(_) => panic!("ranks still running after {limit:?} (failed: {failed:?})"),
-        }
-    }
-    assert!(failed.is_empty(), "{failed:#?}");
+    verbs_model::pgas_on_threads("sig", size, rma, 4 << 20, seed, move |pg| {
+        signals_prog::run_on(iters, pg)
+    });
 }
 
 macro_rules! model_tests {

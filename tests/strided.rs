@@ -11,36 +11,17 @@ use common::*;
 #[path = "progs/strided.rs"]
 mod strided;
 
-use splitrt::pgas::{Pgas, RmaPath};
-use splitrt::runtime::config::{Config, FabricKind};
-use splitrt::runtime::fabric::rdma::model::ModelNetwork;
-use splitrt::runtime::job::{JobInfo, JobSource};
-use splitrt::EndpointBuilder;
-use std::time::{Duration, Instant};
+use splitrt::pgas::RmaPath;
 
 fn job_on(n: usize, fabric: &str, rma: &str) {
-    let r = run_job(
+    every_rank_reports(
         n,
-        &example("t_strided"),
+        "t_strided",
         &[],
-        &[("SPLITRT_RMA", rma), ("SPLITRT_FABRIC", fabric)],
+        rma,
+        &[("SPLITRT_FABRIC", fabric)],
+        "strided ok",
         120,
-    );
-    r.ok();
-    let path = if rma == "am" {
-        "(Am path)"
-    } else {
-        "(Native path)"
-    };
-    let ok = r
-        .stdout
-        .lines()
-        .filter(|l| l.contains("strided ok") && l.contains(path))
-        .count();
-    assert_eq!(
-        ok, n,
-        "every rank reports success on {fabric}, {rma} path:\n{}",
-        r.stdout
     );
 }
 
@@ -78,66 +59,15 @@ jobs! {
 
 /// `size` ranks as threads over one verbs model network (as
 /// tests/verbs_model.rs does), each running `t_strided`'s checks.
-fn verbs_model(size: usize, rma: RmaPath, seed: u64) {
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let id = format!(
-        "vm-strided-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    let net = ModelNetwork::new(seed);
-    let (tx, rx) = std::sync::mpsc::channel();
-    for r in 0..size {
-        let dev = net.device(&format!("model{r}"));
-        let (tx, id) = (tx.clone(), id.clone());
-        std::thread::Builder::new()
-            .name(format!("rank{r}"))
-            .spawn(move || {
-                let job = JobInfo {
-                    rank: r,
-                    size,
-                    local_rank: r,
-                    local_size: size,
-                    node: 0,
-                    job_id: id,
-                    bootstrap: None,
-                    key: None,
-                    source: JobSource::Slurm,
-                };
-                let cfg = Config {
-                    fabric: FabricKind::Ibverbs,
-                    segment_size: 4 << 20,
-                    ibv_buffers: 16,
-                    rma,
-                    bootstrap_timeout: Duration::from_secs(30),
-                    ..Config::default()
-                };
-                let out = Pgas::attach_over_verbs_model(EndpointBuilder::new(), job, cfg, dev)
-                    .and_then(strided::run_on)
-                    .map_err(|e| e.to_string());
-                let _ = tx.send((r, out));
-            })
-            .expect("spawn a rank thread");
-    }
-    drop(tx);
-    let limit = Duration::from_secs(180);
-    let end = Instant::now() + limit;
-    let mut failed = Vec::new();
-    for _ in 0..size {
-        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
-            Ok((_, Ok(()))) => {}
-            Ok((r, Err(e))) => failed.push(format!("rank {r}: {e}")),
-            Err(_) => panic!("ranks still running after {limit:?} (failed: {failed:?})"),
-        }
-    }
-    assert!(failed.is_empty(), "{failed:#?}");
+fn on_model(size: usize, rma: RmaPath, seed: u64) {
+    verbs_model::pgas_on_threads("strided", size, rma, 4 << 20, seed, strided::run_on);
 }
 
 macro_rules! model_jobs {
     ($($name:ident: $n:expr, $rma:expr;)*) => {$(
         #[test]
         fn $name() {
-            verbs_model($n, $rma, 40 + $n as u64);
+            on_model($n, $rma, 40 + $n as u64);
         }
     )*};
 }

@@ -12,85 +12,14 @@ mod conformance;
 #[path = "progs/pgas_model.rs"]
 mod pgas_model;
 
+mod common;
+use common::verbs_model::{config, job, on_threads, unique};
+
 use splitrt::pgas::Pgas;
-use splitrt::runtime::config::{Config, FabricKind, RmaPath};
-use splitrt::runtime::fabric::rdma::model::{ModelDevice, ModelNetwork};
-use splitrt::runtime::job::{JobInfo, JobSource};
+use splitrt::runtime::config::{Config, RmaPath};
+use splitrt::runtime::fabric::rdma::model::ModelNetwork;
 use splitrt::EndpointBuilder;
-use std::time::{Duration, Instant};
-
-/// Rank `rank` of `size` threads of job `id` (rank 0 hosts the rendezvous,
-/// the others find it in the private directory, as under srun on one node).
-fn job(id: &str, rank: usize, size: usize) -> JobInfo {
-    JobInfo {
-        rank,
-        size,
-        local_rank: rank,
-        local_size: size,
-        node: 0,
-        job_id: id.into(),
-        bootstrap: None,
-        key: None,
-        source: JobSource::Slurm,
-    }
-}
-
-fn config(segment: usize, buffers: usize) -> Config {
-    Config {
-        fabric: FabricKind::Ibverbs,
-        segment_size: segment,
-        ibv_buffers: buffers,
-        bootstrap_timeout: Duration::from_secs(30),
-        ..Config::default()
-    }
-}
-
-/// Run `body(rank, device)` on `size` threads over one model network
-/// seeded `seed`; every rank must succeed within `limit`.
-fn on_threads(
-    size: usize,
-    seed: u64,
-    limit: Duration,
-    body: impl Fn(usize, ModelDevice) -> splitrt::Result<()> + Send + Sync + Clone + 'static,
-) {
-    let net = ModelNetwork::new(seed);
-    let (tx, rx) = std::sync::mpsc::channel();
-    for r in 0..size {
-        let dev = net.device(&format!("model{r}"));
-        let (tx, body) = (tx.clone(), body.clone());
-        std::thread::Builder::new()
-            .name(format!("rank{r}"))
-            .spawn(move || {
-                let out = body(r, dev).map_err(|e| e.to_string());
-                let _ = tx.send((r, out));
-            })
-            .expect("spawn a rank thread");
-    }
-    drop(tx);
-    let end = Instant::now() + limit;
-    let mut failed = Vec::new();
-    for _ in 0..size {
-        let left = end.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((_, Ok(()))) => {}
-            Ok((r, Err(e))) => failed.push(format!("rank {r}: {e}")),
-            Err(_) => {
-                panic!("ranks still running after {limit:?} (finished with errors: {failed:?})")
-            }
-        }
-    }
-    assert!(failed.is_empty(), "{failed:#?}");
-}
-
-fn unique(tag: &str) -> String {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static N: AtomicUsize = AtomicUsize::new(0);
-    format!(
-        "vm-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
+use std::time::Duration;
 
 #[test]
 fn am_conformance_over_the_verbs_model() {

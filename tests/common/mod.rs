@@ -3,6 +3,8 @@
 //! and bound every job in time.
 #![allow(dead_code)]
 
+pub mod verbs_model;
+
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -277,4 +279,37 @@ pub fn rank_pids(launcher_pid: u32) -> Vec<(usize, i32)> {
     }
     out.sort();
     out
+}
+
+/// Run `prog args` on `n` ranks on one-sided path `rma` (and `env`) within
+/// `timeout_s`: the job must succeed and every rank print a line holding
+/// `marker` and its path ("(Native path)" / "(Am path)").
+pub fn every_rank_reports(
+    n: usize,
+    prog: &str,
+    args: &[&str],
+    rma: &str,
+    env: &[(&str, &str)],
+    marker: &str,
+    timeout_s: u64,
+) {
+    let mut all = vec![("SPLITRT_RMA", rma)];
+    all.extend_from_slice(env);
+    let r = run_job(n, &example(prog), args, &all, timeout_s);
+    r.ok();
+    let path = if rma == "am" {
+        "(Am path)"
+    } else {
+        "(Native path)"
+    };
+    let ok = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains(marker) && l.contains(path))
+        .count();
+    assert_eq!(
+        ok, n,
+        "{prog} {args:?} on {n} ranks ({env:?}, {rma} path): every rank must print {marker:?}:\n{}",
+        r.stdout
+    );
 }
