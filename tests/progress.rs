@@ -73,3 +73,12 @@ fn a_panic_on_the_progress_thread_surfaces_at_the_wait_and_finish() {
         );
     }
 }
+
+/// Two threads of each rank set the progress mode at once, many times:
+/// exactly one progress thread runs afterwards, none after polling (the
+/// setting was not serialised: a thread could be started twice and one
+/// left running, never joined).
+#[test]
+fn concurrent_set_progress_leaves_one_thread() {
+    all_ok(2, "race", &[SHM]);
+}

@@ -168,6 +168,10 @@ pub(crate) struct State {
     error: parking_lot::Mutex<Option<Error>>,
     running: parking_lot::Mutex<Option<Running>>,
     mode: parking_lot::Mutex<Progress>,
+    /// Held by [`set`] from stopping the old thread to recording the new
+    /// one, so two threads setting the mode at once cannot both start a
+    /// thread (one of them would run on, never stopped nor joined).
+    setting: parking_lot::Mutex<()>,
 }
 
 impl State {
@@ -237,6 +241,9 @@ impl State {
 /// `Polling` only stops.
 pub(crate) fn set<D: Driven>(d: &Arc<D>, mode: Progress) -> Result<()> {
     let st = d.progress_state();
+    // not taken by `stop` alone: the thread itself may stop (a handler
+    // dropped the last handle) while a setter joins it
+    let _one = st.setting.lock();
     stop(st)?;
     if st.poisoned.load(Ordering::Relaxed) {
         return Err(Error::usage(
@@ -331,6 +338,9 @@ fn run<D: Driven>(d: Arc<D>, stop: Arc<AtomicBool>) {
             Ok(Err(e)) => {
                 d.defer(e);
                 st.bump();
+                // an error that comes back at every poll must not make
+                // this thread spin: back off as when idle
+                backoff.snooze();
                 continue;
             }
             Err(p) => {

@@ -11,6 +11,10 @@
 //! handler panics on its progress thread; rank 1's wait and finish
 //! report it, and the job fails)
 //!
+//! `race`: two threads of every rank start progress threads at once,
+//! many times; afterwards exactly one runs (none leaked), and none once
+//! the mode is back to polling.
+//!
 //! Prints `progress ok rank R handlers=WHERE` per rank.
 
 #![allow(dead_code)] // `main` is unused where a test includes this file
@@ -27,7 +31,12 @@ const COMPUTE_LIMIT: Duration = Duration::from_secs(20);
 
 fn main() {
     let mode = std::env::args().nth(1).unwrap_or_else(|| "thread".into());
-    if let Err(e) = run_on(&mode, Pgas::attach_with) {
+    let out = if mode == "race" {
+        race()
+    } else {
+        run_on(&mode, Pgas::attach_with)
+    };
+    if let Err(e) = out {
         eprintln!("t_progress: {e}");
         std::process::exit(1);
     }
@@ -146,6 +155,67 @@ pub fn run_on(
         )));
     }
     println!("progress ok rank {me} handlers={where_}");
+    drop(ep);
+    pg.finish()
+}
+
+/// This process's threads named as progress threads (`/proc/self/task/*/comm`,
+/// cut to 15 bytes: "splitrt-progres").
+fn progress_threads() -> usize {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    dir.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.starts_with("splitrt-progres"))
+        .count()
+}
+
+/// Two threads set the progress mode at once, 50 times each: one thread
+/// must run afterwards (a concurrent `set_progress` once left one
+/// running, unstoppable, beside the recorded one), none after polling.
+fn race() -> splitrt::Result<()> {
+    let pg = Pgas::attach()?;
+    let ep = pg.endpoint().clone();
+    let go = Arc::new(std::sync::Barrier::new(2));
+    let setters: Vec<_> = (0..2)
+        .map(|_| {
+            let (ep, go) = (ep.clone(), go.clone());
+            std::thread::spawn(move || -> splitrt::Result<()> {
+                for _ in 0..50 {
+                    go.wait();
+                    ep.set_progress(Progress::Thread)?;
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for s in setters {
+        s.join().expect("a setter panicked")?;
+    }
+    // a thread names itself once it runs: wait (bounded) to see it
+    let named = |want: &dyn Fn(usize) -> bool| {
+        let end = Instant::now() + Duration::from_secs(5);
+        loop {
+            let n = progress_threads();
+            if want(n) || Instant::now() >= end {
+                return n;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
+    let running = named(&|n| n >= 1);
+    ep.set_progress(Progress::Polling)?;
+    // every thread started was stopped and joined: none is left (a
+    // leaked one never ends)
+    let after = named(&|n| n == 0);
+    if running != 1 || after != 0 {
+        return Err(Error::usage(format!(
+            "rank {}: {running} progress thread(s) after the race (want 1), {after} 5 s after polling (want 0)",
+            pg.rank()
+        )));
+    }
+    pg.barrier()?;
+    println!("progress ok rank {} race", pg.rank());
     drop(ep);
     pg.finish()
 }
