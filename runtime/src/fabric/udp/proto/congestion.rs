@@ -1,25 +1,34 @@
-//! Congestion control toward one peer, sans I/O: a NewReno-like AIMD
-//! window in bytes with slow start, a delay signal that ends slow start
-//! before the bottleneck's queue overflows (HyStart-like), and pacing.
+//! Congestion control toward one peer, sans I/O: an AIMD window in bytes
+//! with slow start, a delay signal (Swift-like) that ends slow start
+//! before the bottleneck's queue overflows and shrinks the window while
+//! the queue stands, and pacing.
 //!
 //! * `cwnd` bytes may be in flight to the peer (both streams together);
 //!   it never exceeds the receiver's credit (`2 * window` datagrams of
 //!   `mtu` bytes), and each stream keeps its own credit window as before.
+//!   Its floor is a quarter datagram (one datagram in flight, paced out).
 //! * Slow start: `cwnd` grows by the bytes acknowledged (doubling per
 //!   round trip) up to `ssthresh`; then congestion avoidance: one datagram
-//!   per window acknowledged. Growth only while the window is used (at
-//!   least half of it in flight), so an idle or application-limited peer
-//!   does not bank a window it never tested.
+//!   per window acknowledged (a quarter of one while the window is below
+//!   8 datagrams). Growth only while the window is used (at least half of
+//!   it in flight) and the last RTT sample was not above the target, so
+//!   an idle or application-limited peer does not bank a window it never
+//!   tested.
 //! * Loss (fast retransmission): once per round trip (a loss of a datagram
 //!   sent before the last reduction is the same congestion event),
-//!   `ssthresh = cwnd = max(cwnd / 2, 2 datagrams)`. A retransmission
-//!   timeout: `ssthresh = max(cwnd / 2, 2 datagrams)`, `cwnd = 1 datagram`.
-//! * Delay: an RTT sample above the smallest seen by more than
-//!   `clamp(min_rtt / 8, 4 ms, 16 ms)` during slow start ends it
-//!   (`ssthresh = cwnd`): the queue is building. The floor keeps scheduling
-//!   jitter on a loopback or a LAN from ending slow start early. Samples
-//!   follow Karn's rule: none from an acknowledgement that covers a
-//!   retransmitted datagram.
+//!   `cwnd = max(cwnd / 2, floor)` and `ssthresh = max(cwnd, 2 datagrams)`.
+//!   A retransmission timeout: `ssthresh = max(cwnd / 2, 2 datagrams)`,
+//!   `cwnd = min(cwnd, 1 datagram)`.
+//! * Delay: the target is the smallest RTT seen (taken afresh every
+//!   200 ms) plus `clamp(min_rtt / 8, 4 ms, 16 ms)`. A sample above it
+//!   ends slow start (`ssthresh = cwnd`: the queue is building) and, once
+//!   per round trip, shrinks `cwnd` by 0.8 of the share of the RTT spent
+//!   above the target, by half at most (Swift's multiplicative decrease),
+//!   never below the floor. The floor of the target keeps scheduling
+//!   jitter on a loopback or a LAN from counting as queueing (on an
+//!   oversubscribed host it does not: see docs/networking.md, why the
+//!   controller is off by default). Samples follow Karn's rule: none from
+//!   an acknowledgement that covers a retransmitted datagram.
 //! * Pacing: with an RTT estimate, datagrams leave at most at
 //!   `gain * cwnd / srtt` (gain 2 in slow start, 1.25 after), with a burst
 //!   of up to a quarter of the window allowed at once; the protocol tells
