@@ -147,9 +147,11 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
                     // zero or the slot is cancelled (see Dest), which the
                     // dests lock held here keeps from happening meanwhile.
                     unsafe { std::ptr::copy(data.as_ptr(), to, data.len()) };
+                    d.got = d.got.saturating_add(data.len());
                 }
                 d.remaining = d.remaining.saturating_sub(1);
                 if d.remaining == 0 {
+                    d.check_complete(m.src());
                     // complete: the awaiting future, if any, may finish
                     wake = d.waker.take();
                 }

@@ -60,6 +60,7 @@ impl Inner {
             ptr: dst,
             len,
             remaining: chunks,
+            got: 0,
             error: None,
             cancelled: false,
             waker: None,

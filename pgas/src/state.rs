@@ -12,6 +12,9 @@ pub(crate) struct Dest {
     pub ptr: *mut u8,
     pub len: usize,
     pub remaining: usize,
+    /// Bytes the replies carried so far: at completion they must be `len`
+    /// (a short reply left part of the buffer unwritten).
+    pub got: usize,
     pub error: Option<String>,
     /// The owner gave up (the job failed) and released the buffer: late
     /// replies are dropped, and the slot is freed by the last one, so the
@@ -23,6 +26,18 @@ pub(crate) struct Dest {
 }
 
 impl Dest {
+    /// The last reply from `src` arrived: unless an error is recorded
+    /// already, every byte asked for must have come (a short reply would
+    /// leave part of the caller's buffer as it was, handed out as data).
+    pub fn check_complete(&mut self, src: usize) {
+        if self.error.is_none() && self.got != self.len {
+            self.error = Some(format!(
+                "rank {src}'s get replies carried {} of the {} bytes asked for",
+                self.got, self.len
+            ));
+        }
+    }
+
     /// Remember `w` as the task to wake at completion, replacing a waker
     /// of another task (a future moved to another task, or polled with a
     /// new waker); the same task's waker is kept, no clone. Returns the
@@ -266,6 +281,35 @@ mod tests {
 
     /// A get's slot keeps one waker: the same task's is kept (no clone),
     /// another task's replaces it, so the task that polled last is woken.
+    /// Replies that carried fewer bytes than the get asked for complete
+    /// it with an error naming the rank, not with part of the buffer as
+    /// it was (found in review).
+    #[test]
+    fn a_get_whose_replies_fall_short_is_an_error() {
+        let mut d = Dest {
+            ptr: std::ptr::null_mut(),
+            len: 16,
+            remaining: 0,
+            got: 8,
+            error: None,
+            cancelled: false,
+            waker: None,
+        };
+        d.check_complete(3);
+        let e = d.error.clone().expect("short replies are an error");
+        assert!(e.contains("rank 3") && e.contains("8 of the 16"), "{e}");
+        d.error = Some("refused".into());
+        d.check_complete(3);
+        assert_eq!(d.error.as_deref(), Some("refused"), "the first error stays");
+        let mut full = Dest {
+            got: 16,
+            error: None,
+            ..d
+        };
+        full.check_complete(3);
+        assert!(full.error.is_none());
+    }
+
     #[test]
     fn a_slot_keeps_the_waker_of_the_task_that_polled_last() {
         let (a, b) = (
@@ -277,6 +321,7 @@ mod tests {
             ptr: std::ptr::null_mut(),
             len: 0,
             remaining: 1,
+            got: 0,
             error: None,
             cancelled: false,
             waker: None,

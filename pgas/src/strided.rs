@@ -485,6 +485,7 @@ impl Inner {
             ptr: staged.as_mut_ptr(),
             len: staged.len(),
             remaining: chunks.len(),
+            got: 0,
             error: None,
             cancelled: false,
             waker: None,
