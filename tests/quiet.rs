@@ -31,3 +31,22 @@ fn quiet_peer_waits_for_one_peer_only_shm_and_udp() {
         }
     }
 }
+
+/// `quiet_peer` covers strided puts (many messages) and `put_signal`:
+/// rank 1 finds the data (and the signal) in place right after rank 0's
+/// `quiet_peer(1)` returned, with no other sync. On the AM path, over
+/// shared memory and loopback UDP (and UDP's native path).
+#[test]
+fn fixes_quiet_peer_covers_strided_and_put_signal() {
+    for (fabric, rma) in [("shm", "am"), ("udp", "am"), ("udp", "native")] {
+        for mode in ["strided", "put_signal"] {
+            let r = quiet(2, mode, &[("SPLITRT_FABRIC", fabric), ("SPLITRT_RMA", rma)]);
+            assert!(
+                r.stdout.matches("quiet ok").count() == 2,
+                "{fabric} {rma} {mode}: {}\n{}",
+                r.stdout,
+                r.stderr
+            );
+        }
+    }
+}

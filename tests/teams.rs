@@ -239,3 +239,29 @@ fn teams_a_member_that_never_arrives_is_named() {
         );
     }
 }
+
+/// A member whose own arguments are wrong (a recv of the wrong length to
+/// allgather) gets the usage error naming the lengths before the
+/// collective starts, so the team's collective numbers stay in step: the
+/// same collective, called again correctly by every member, completes at
+/// once (no hang report), and so does the next one.
+#[test]
+fn fixes_a_bad_local_argument_leaves_the_team_usable() {
+    let t = Instant::now();
+    let r = run_job(
+        3,
+        &example("t_teams"),
+        &["bad_recv"],
+        &[("SPLITRT_HANG_REPORT", "1"), ("SPLITRT_HANG_ABORT", "1")],
+        60,
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{r:?}");
+    r.ok();
+    assert_eq!(r.stdout.matches("done").count(), 3, "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("Team::allgather: recv holds 5 elements, 6 expected (team of 3)"),
+        "{}",
+        r.stdout
+    );
+}

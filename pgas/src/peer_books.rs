@@ -1,4 +1,5 @@
-//! Per-peer books of the puts that travel as messages (the AM path and
+//! Per-peer books of the puts that travel as messages (the AM path's
+//! plain, strided and indexed puts, signals and `put_signal`, and
 //! non-fetching atomics): how many this rank issued to each peer and how
 //! many each peer acknowledged, for `Pgas::quiet_peer`. A leaf: the
 //! state, the handlers and the send paths use it.

@@ -19,8 +19,9 @@ use crate::context::Pgas;
 use splitrt_am::{Error, Result};
 
 impl Pgas {
-    /// Wait until every put (and non-fetching atomic) this rank issued to
-    /// `rank` is visible there, serving traffic meanwhile; puts to other
+    /// Wait until every put this rank issued to `rank` is visible there
+    /// (plain, strided and indexed puts, `put_signal`, signals and
+    /// non-fetching atomics), serving traffic meanwhile; puts to other
     /// ranks are not waited for (gets are completed by their own handles
     /// and [`sync`](Self::sync)). Reports failures peers sent back, as
     /// `sync` does. An error if `rank` is not a rank of the job.

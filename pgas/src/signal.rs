@@ -374,6 +374,8 @@ impl Inner {
             return Ok(());
         }
         self.issued.add_puts(1);
+        let books = self.st.peer_puts.get();
+        books.inspect(|b| b.issue(rank));
         let r = self.ep.request(
             rank,
             self.h.signal.signal,
@@ -382,6 +384,7 @@ impl Inner {
         );
         if r.is_err() {
             // never sent: no reply to wait for
+            books.inspect(|b| b.complete(rank));
             self.st.puts_done.fetch_add(1, Ordering::Release);
         }
         r.map_err(|e| e.at_rank(self.rank))
@@ -491,6 +494,8 @@ impl Pgas {
         }
         // One Long: deposited, then the handler updates the signal.
         i.issued.add_puts(1);
+        let books = i.st.peer_puts.get();
+        books.inspect(|b| b.issue(rank));
         let r = i.ep.request(
             rank,
             i.h.signal.put_signal,
@@ -501,6 +506,8 @@ impl Pgas {
             },
         );
         if r.is_err() {
+            // never sent: no reply to wait for
+            books.inspect(|b| b.complete(rank));
             i.st.puts_done.fetch_add(1, Ordering::Release);
         }
         r.map_err(|e| e.at_rank(i.rank))
@@ -546,8 +553,11 @@ impl Pgas {
     pub fn raw_signal_for_tests(&self, rank: usize, args: [u64; 3]) -> Result<()> {
         let i = &self.inner;
         i.issued.add_puts(1);
+        let books = i.st.peer_puts.get();
+        books.inspect(|b| b.issue(rank));
         let r = i.ep.request(rank, i.h.signal.signal, &args, Payload::None);
         if r.is_err() {
+            books.inspect(|b| b.complete(rank));
             i.st.puts_done.fetch_add(1, Ordering::Release);
         }
         r

@@ -98,6 +98,9 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Signa
                 refusal(status)
             ));
         }
+        if let Some(b) = s.peer_puts.get() {
+            b.complete(m.src());
+        }
         s.puts_done.fetch_add(1, Ordering::Release);
     };
     // SAFETY: splitrt's own reply handler, a Short (no deposit to check).

@@ -438,10 +438,14 @@ impl Inner {
             msg.extend_from_slice(&stream[at..at + n]);
             at += n;
             self.issued.add_puts(1);
+            let books = self.st.peer_puts.get();
+            books.inspect(|b| b.issue(x.rank));
             let r = self
                 .ep
                 .request(x.rank, self.h.vis.put, &[], Payload::Medium(&msg));
             if let Err(e) = r {
+                // never sent: no reply to wait for
+                books.inspect(|b| b.complete(x.rank));
                 self.st.puts_done.fetch_add(1, Ordering::Release);
                 return Err(e);
             }

@@ -90,6 +90,9 @@ pub(crate) fn register(
                 why(m.arg(0))
             ));
         }
+        if let Some(b) = s.peer_puts.get() {
+            b.complete(m.src());
+        }
         s.puts_done.fetch_add(1, Ordering::Release);
     };
     // SAFETY: splitrt's own reply handler, a Short (no deposit).

@@ -153,13 +153,7 @@ impl Team {
         root: Option<usize>,
         count: usize,
     ) -> Result<Call<'_>> {
-        let me = self.member(kind.name())?;
-        let n = self.size();
-        if let Some(r) = root {
-            if r >= n {
-                return Err(self.usage(kind, format!("root {r} is not a team rank (team of {n})")));
-            }
-        }
+        let (me, n) = self.precheck(kind, root)?;
         Ok(Call {
             team: self,
             seq: self.next_seq(),
@@ -167,6 +161,22 @@ impl Team {
             me,
             n,
         })
+    }
+
+    /// The checks of `call` that consume nothing: this rank is a member
+    /// and `root` a team rank. Returns (this member's team rank, team
+    /// size). A blocking collective checks its local arguments between
+    /// this and `call`, so a usage error leaves the team's collective
+    /// numbers in step (the other members are not left waiting).
+    fn precheck(&self, kind: CollKind, root: Option<usize>) -> Result<(usize, usize)> {
+        let me = self.member(kind.name())?;
+        let n = self.size();
+        if let Some(r) = root {
+            if r >= n {
+                return Err(self.usage(kind, format!("root {r} is not a team rank (team of {n})")));
+            }
+        }
+        Ok((me, n))
     }
 
     /// Start collective `kind` for a non-blocking form: this member's
@@ -199,6 +209,12 @@ impl Team {
     /// on the native path, is [`Pgas::barrier`](crate::Pgas::barrier)'s
     /// shared-memory barrier (a counter in rank 0's segment: no member
     /// waits for another to be scheduled just to pass a message on).
+    /// Because the two share that barrier, mixing them across ranks (one
+    /// rank calls `pg.barrier()` while another calls
+    /// `pg.world().barrier()`) is not detected there: both pass, but the
+    /// world team's collective numbers are left out of step, and the next
+    /// collective on the world team hangs (its hang report names the rank
+    /// it waits for). Call the same one on every rank.
     pub fn barrier(&self) -> Result<()> {
         let _one = self.pgas().enter_collective(CollKind::Barrier.name())?;
         let c = self.call::<u8>(CollKind::Barrier, None, None, 0)?;
@@ -245,12 +261,15 @@ impl Team {
     pub fn gather<T: Pod>(&self, root: usize, send: &[T], recv: &mut [T]) -> Result<()> {
         let kind = CollKind::Gather;
         let _one = self.pgas().enter_collective(kind.name())?;
-        let c = self.call::<T>(kind, None, Some(root), send.len())?;
         let k = send.len();
+        let (me, n) = self.precheck(kind, Some(root))?;
+        if me == root {
+            check_len(self, kind, "recv", recv.len(), n * k)?;
+        }
+        let c = self.call::<T>(kind, None, Some(root), k)?;
         if c.me != root {
             return c.send(0, root, send);
         }
-        check_len(self, kind, "recv", recv.len(), c.n * k)?;
         recv[c.me * k..][..k].copy_from_slice(send);
         for j in (0..c.n).filter(|&j| j != c.me) {
             c.recv(0, j, &mut recv[j * k..][..k], 0)?;
@@ -273,9 +292,10 @@ impl Team {
         recv: &mut [T],
     ) -> Result<()> {
         let _one = self.pgas().enter_collective(kind.name())?;
-        let c = self.call::<T>(kind, None, None, send.len())?;
         let k = send.len();
-        check_len(self, kind, "recv", recv.len(), c.n * k)?;
+        let (_, n) = self.precheck(kind, None)?;
+        check_len(self, kind, "recv", recv.len(), n * k)?;
+        let c = self.call::<T>(kind, None, None, k)?;
         for s in 1..c.n {
             c.send(0, (c.me + s) % c.n, send)?;
         }
@@ -318,8 +338,9 @@ impl Team {
             ));
         }
         let k = send.len() / n;
-        let c = self.call::<T>(kind, None, None, k)?;
+        self.precheck(kind, None)?;
         check_len(self, kind, "recv", recv.len(), send.len())?;
+        let c = self.call::<T>(kind, None, None, k)?;
         for s in 1..c.n {
             let j = (c.me + s) % c.n;
             c.send(0, j, &send[j * k..][..k])?;
@@ -346,9 +367,9 @@ impl Team {
     ) -> Result<()> {
         let kind = CollKind::Alltoallv;
         let _one = self.pgas().enter_collective(kind.name())?;
-        let c = self.call::<T>(kind, None, None, 0)?;
-        check_len(self, kind, "send_counts", send_counts.len(), c.n)?;
-        check_len(self, kind, "recv_counts", recv_counts.len(), c.n)?;
+        let (me, n) = self.precheck(kind, None)?;
+        check_len(self, kind, "send_counts", send_counts.len(), n)?;
+        check_len(self, kind, "recv_counts", recv_counts.len(), n)?;
         let offsets = |counts: &[usize], total: usize, what: &str| -> Result<Vec<usize>> {
             let mut at = Vec::with_capacity(counts.len());
             let mut sum = 0usize;
@@ -366,15 +387,16 @@ impl Team {
         };
         let so = offsets(send_counts, send.len(), "send_counts")?;
         let ro = offsets(recv_counts, recv.len(), "recv_counts")?;
-        if send_counts[c.me] != recv_counts[c.me] {
+        if send_counts[me] != recv_counts[me] {
             return Err(self.usage(
                 kind,
                 format!(
                     "send_counts[{0}] = {1} but recv_counts[{0}] = {2} (this member's own block)",
-                    c.me, send_counts[c.me], recv_counts[c.me]
+                    me, send_counts[me], recv_counts[me]
                 ),
             ));
         }
+        let c = self.call::<T>(kind, None, None, 0)?;
         for s in 1..c.n {
             let j = (c.me + s) % c.n;
             c.send(0, j, &send[so[j]..][..send_counts[j]])?;
@@ -396,8 +418,9 @@ impl Team {
         let _one = self.pgas().enter_collective(kind.name())?;
         self.check_op::<T>(kind, op)?;
         let k = recv.len();
+        let (_, n) = self.precheck(kind, None)?;
+        check_len(self, kind, "send", send.len(), n * k)?;
         let c = self.call::<T>(kind, Some(op), None, k)?;
-        check_len(self, kind, "send", send.len(), c.n * k)?;
         for s in 1..c.n {
             let j = (c.me + s) % c.n;
             c.send(0, j, &send[j * k..][..k])?;

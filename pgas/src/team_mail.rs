@@ -271,6 +271,17 @@ impl Mailbox {
         let start = end - data.len();
         let mut inbox = self.entries.lock();
         let inbox = &mut *inbox;
+        // Each peer's Mediums arrive in order on every fabric, so the next
+        // chunk of a message starts where the last one ended: a duplicated
+        // or missing chunk must never make a message "complete".
+        let got = inbox.map.get(&key).map_or(0, |e| e.got);
+        if start != got {
+            return Err(format!(
+                "chunk at {start} out of order in team {} collective #{} step {} \
+                 ({got} B of {total} B filed so far)",
+                key.0, key.1, key.2
+            ));
+        }
         if !inbox.map.contains_key(&key) {
             if inbox.map.len() >= MAX_ENTRIES || inbox.bytes + total > max {
                 return Err(format!(
@@ -413,10 +424,11 @@ mod tests {
     fn chunks_assemble_and_are_taken_once() {
         let m = Mailbox::default();
         let hd = h(CollKind::Allgather, 2);
-        m.file(3, &args(1, 1, 0, &hd, 8, 16), &[2; 8]);
-        assert!(!m.ready((1, 1, 0, 3), &hd));
         m.file(3, &args(1, 1, 0, &hd, 0, 16), &[1; 8]);
+        assert!(!m.ready((1, 1, 0, 3), &hd));
+        m.file(3, &args(1, 1, 0, &hd, 8, 16), &[2; 8]);
         assert!(m.ready((1, 1, 0, 3), &hd));
+        assert!(m.failure().is_none());
         let mut out = [0u8; 16];
         assert!(matches!(m.take((1, 1, 0, 3), &hd, &mut out), Found::Done));
         assert_eq!(&out[..8], &[1; 8]);
@@ -478,6 +490,23 @@ mod tests {
     }
 
     #[test]
+    fn fixes_a_duplicated_chunk_never_completes_a_message() {
+        let m = Mailbox::default();
+        let hd = h(CollKind::Barrier, 0);
+        let key = (1, 1, 0, 2);
+        // rank 2 sends the first half of a 16 B message twice
+        m.file(2, &args(1, 1, 0, &hd, 0, 16), &[7; 8]);
+        m.file(2, &args(1, 1, 0, &hd, 0, 16), &[7; 8]);
+        let mut out = [0u8; 16];
+        let found = match m.take(key, &hd, &mut out) {
+            Found::Failed(why) => why,
+            Found::Done => format!("a complete message {out:?}"),
+            _ => "something else".into(),
+        };
+        assert!(found.contains("rank 2"), "a duplicated chunk gave {found}");
+    }
+
+    #[test]
     fn hostile_messages_are_failures_not_panics() {
         let m = Mailbox::default();
         let hd = h(CollKind::Barrier, 0);
@@ -493,16 +522,20 @@ mod tests {
         let m = Mailbox::default();
         m.file(1, &[1, 2], &[]);
         assert!(m.failure().is_some());
-        // the same chunk twice overfills the message
+        // the same chunk twice never completes the message (with zeros
+        // where the missing chunk belongs): a failure naming the peer
         let m = Mailbox::default();
         m.file(1, &args(1, 1, 0, &hd, 0, 16), &[0; 8]);
         m.file(1, &args(1, 1, 0, &hd, 0, 16), &[0; 8]);
-        m.file(1, &args(1, 1, 0, &hd, 0, 16), &[0; 8]);
-        assert!(m.failure().unwrap().contains("disagree"));
+        assert!(m.failure().unwrap().contains("rank 1"));
         assert!(matches!(
             m.take((1, 1, 0, 1), &hd, &mut [0; 16]),
             Found::Failed(_)
         ));
+        // a chunk out of order (each peer's Mediums arrive in order)
+        let m = Mailbox::default();
+        m.file(1, &args(1, 1, 0, &hd, 8, 16), &[0; 8]);
+        assert!(m.failure().unwrap().contains("out of order"));
         // the byte bound holds (a small one: Miri runs this test)
         let m = Mailbox {
             max_bytes: 1000,

@@ -12,14 +12,25 @@
 //! gave (shm: the peer's ring is full; UDP: the send window; ibverbs:
 //! the send credits); rank 2 handles them all once it resumes.
 //!
-//! Usage: t_quiet [quiet|sync] DIR   (DIR: where rank 0 creates the file)
+//! Modes `strided` and `put_signal` (2 ranks suffice): rank 0 sends rank 1
+//! a strided put of several messages (or one `put_signal`), small enough
+//! to go out without rank 1 serving it, then `quiet_peer(1)`, then
+//! creates a file. Rank 1 first computes without calling into splitrt for
+//! `HOLD` (`quiet_peer(1)` cannot return meanwhile: nothing was
+//! acknowledged), then serves its traffic until the file exists, and then
+//! reads its block and signal word without any other sync or polling:
+//! what `quiet_peer(1)` promised must already be there. (A `quiet_peer`
+//! that does not wait returns during the hold, and rank 1 finds nothing.)
+//!
+//! Usage: t_quiet [quiet|sync|strided|put_signal] DIR   (DIR: where rank 0
+//! creates the file)
 //!
 //! Prints `quiet ok rank R`.
 
 #![allow(dead_code)] // `main` is unused where a test includes this file
 
 use splitrt::am::WouldBlock;
-use splitrt::pgas::Pgas;
+use splitrt::pgas::{Pgas, Shape, SignalOp};
 use splitrt::runtime::config::FabricKind;
 use splitrt::{EndpointBuilder, Error, Kind, Payload};
 use std::path::{Path, PathBuf};
@@ -54,6 +65,9 @@ pub fn run_on(
     dir: &Path,
     attach: impl FnOnce(EndpointBuilder) -> splitrt::Result<Pgas>,
 ) -> splitrt::Result<()> {
+    if matches!(mode, "strided" | "put_signal") {
+        return seen_at_once(mode, dir, attach);
+    }
     // rank 1's handler: is rank 0's block here? (the answer: 1 yes, 2 no)
     let seen = Arc::new(AtomicU64::new(0));
     let block_at = Arc::new(AtomicU64::new(u64::MAX));
@@ -170,6 +184,95 @@ pub fn run_on(
             return Err(Error::usage(format!("rank {me}: rank 0's block is wrong")));
         }
     }
+    if me == 0 {
+        let _ = std::fs::remove_file(&flag);
+    }
+    println!("quiet ok rank {me}");
+    drop(ep);
+    pg.finish()
+}
+
+/// Runs of the strided put (every other run of `RUN` words at rank 1):
+/// 16 KiB in all, within a UDP window and a shm ring.
+const RUNS: usize = 256;
+/// How long rank 1 holds off serving rank 0's messages.
+const HOLD: Duration = Duration::from_secs(2);
+/// Words in one run.
+const RUN: usize = 8;
+
+/// Modes `strided` / `put_signal`: rank 1 serves rank 0's traffic until
+/// rank 0 created the file after `quiet_peer(1)`, then checks the data
+/// (and the signal word) without polling again.
+fn seen_at_once(
+    mode: &str,
+    dir: &Path,
+    attach: impl FnOnce(EndpointBuilder) -> splitrt::Result<Pgas>,
+) -> splitrt::Result<()> {
+    let pg = attach(EndpointBuilder::new())?;
+    let ep = pg.endpoint().clone();
+    let me = pg.rank();
+    let arr = pg.alloc_sym::<u64>(RUNS * RUN * 2)?;
+    let sig = pg.alloc_signals(1)?;
+    let ready = pg.alloc_sym::<u64>(1)?; // rank 1 stopped serving
+    let flag = dir.join(format!("t_quiet-{}-{mode}", ep.job().job_id));
+    let src: Vec<u64> = (0..RUNS * RUN).map(|i| value(1, i)).collect();
+    // where word i of `src` lands at rank 1
+    let strided = mode == "strided";
+    let at = |i: usize| {
+        if strided {
+            i / RUN * 2 * RUN + i % RUN
+        } else {
+            i
+        }
+    };
+    let signals = u64::from(!strided);
+    pg.barrier()?;
+    let mut bad: Option<String> = None;
+    if me == 0 {
+        // rank 1 is past the barrier (whose wait serves traffic)
+        ep.wait_until(|| ready.local().get(0) == 1)?;
+        if strided {
+            let shape = Shape::new(RUN, &[RUNS])?;
+            pg.put_strided(arr.at(1, 0), &[2 * RUN], &src, &[RUN], &shape)?;
+        } else {
+            pg.put_signal(arr.at(1, 0), &src, sig.at(1, 0), SignalOp::Add, 1)?;
+        }
+        pg.quiet_peer(1)?;
+        std::fs::write(&flag, b"quiet").map_err(|e| Error::io("creating the flag file", e))?;
+    } else if me == 1 {
+        // complete at rank 0 on return
+        pg.write(ready.at(0, 0), 1)?;
+        // compute without calling into splitrt: rank 0 cannot be quiet yet
+        let t = Instant::now();
+        while !flag.exists() && t.elapsed() < HOLD {
+            std::hint::spin_loop();
+        }
+        while !flag.exists() {
+            if t.elapsed() > LIMIT {
+                let why = format!("rank 1: rank 0 did not quiet in {LIMIT:?} (mode {mode})");
+                ep.abort(&why);
+                return Err(Error::usage(why));
+            }
+            ep.poll()?;
+        }
+        // no polling from here on: rank 0's quiet_peer(1) returned
+        let got = arr.local().to_vec();
+        let missing = (0..src.len()).filter(|&i| got[at(i)] != src[i]).count();
+        let s = pg.signal_fetch(sig.at(1, 0))?; // a local load
+        if missing > 0 || s != signals {
+            bad = Some(format!(
+                "rank 1 ({mode}): after rank 0's quiet_peer(1) returned, {missing} of {} \
+                 words missing and the signal word is {s} (want {signals})",
+                src.len()
+            ));
+        }
+    }
+    if let Some(why) = bad {
+        ep.abort(&why); // at once, not at the exit barrier
+        return Err(Error::usage(why));
+    }
+    pg.sync()?;
+    pg.barrier()?;
     if me == 0 {
         let _ = std::fs::remove_file(&flag);
     }

@@ -16,6 +16,9 @@
 //!                   which sends it 1
 //!   absent RANK     every rank but RANK calls the world team's allreduce;
 //!                   RANK never does
+//!   bad_recv        rank 1 passes a recv of the wrong length to the world
+//!                   team's allgather (a usage error), then every rank calls
+//!                   the same allgather (and an allreduce) correctly
 //!   time ITERS      (not a test) rank 0 prints the mean time of world
 //!                   Pgas vs Team barrier / allreduce, and Team alltoall
 
@@ -416,6 +419,28 @@ fn misuse(mode: &str, target: usize, pg: Pgas) -> splitrt::Result<()> {
             }
             let mut recv = vec![0u64; recv_counts.iter().sum()];
             world.alltoallv(&send, &send_counts, &mut recv, &recv_counts)?;
+        }
+        "bad_recv" => {
+            let n = pg.size();
+            let send = [me as u64 + 1; 2];
+            if me == 1 {
+                let mut short = vec![0u64; 2 * n - 1];
+                let e = world
+                    .allgather(&send, &mut short)
+                    .expect_err("a recv of the wrong length");
+                println!("bad_recv error: {e}");
+            }
+            let mut recv = vec![0u64; 2 * n];
+            world.allgather(&send, &mut recv)?;
+            let want: Vec<u64> = (0..n as u64).flat_map(|r| [r + 1; 2]).collect();
+            check(recv == want, || {
+                format!("allgather after bad_recv: {recv:?}")
+            })?;
+            let mut d = [1u64];
+            world.allreduce(&mut d, Op::Sum)?;
+            check(d[0] == n as u64, || {
+                format!("allreduce after bad_recv: {d:?}")
+            })?;
         }
         "absent" => {
             if me == target {
