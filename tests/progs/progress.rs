@@ -143,16 +143,28 @@ pub fn run_on(
         }
         std::hint::black_box(x);
         if arr.local().get(1) != 7 + me as u64 {
-            return Err(Error::usage(format!(
-                "rank {me}: rank 0's write is not here"
-            )));
+            let why = format!("rank {me}: rank 0's write is not here");
+            ep.abort(&why);
+            return Err(Error::usage(why));
         }
     }
     let where_ = ran_on.lock().unwrap().join(",");
-    if me != 0 && mode != Progress::Polling && !where_.starts_with("splitrt-progress-") {
-        return Err(Error::usage(format!(
-            "rank {me}: the request handler ran on '{where_}', not on the progress thread"
-        )));
+    // Handlers only on the progress thread: the ping ran there. Inline
+    // (`thread`), whichever thread polls runs it: the main thread may
+    // have, while its flag write's completion was still coming back (the
+    // flag reached rank 0 first); what ran while it computed proves the
+    // progress thread.
+    let placed = match mode {
+        Progress::ThreadOnly => where_.starts_with("splitrt-progress-"),
+        _ => !where_.is_empty(),
+    };
+    if me != 0 && !placed {
+        let why =
+            format!("rank {me}: the request handler ran on '{where_}' (progress mode {mode:?})");
+        // end the job now: a rank that leaves without finishing would
+        // hold the others in the exit barrier
+        ep.abort(&why);
+        return Err(Error::usage(why));
     }
     println!("progress ok rank {me} handlers={where_}");
     drop(ep);
