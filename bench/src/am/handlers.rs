@@ -12,7 +12,7 @@
 //! * `done`: rank 0 tells rank 1 that a repetition's AM measurements ended.
 //!
 //! Every handler that receives a payload reads one byte of each 64-byte
-//! line of it ([`touch`]), so the bytes really move to the receiving core:
+//! line of it ([`touch`](crate::touch::touch)), so the bytes really move to the receiving core:
 //! without that, a Long stream would only measure the sender's copy into
 //! lines that stay in its own cache.
 

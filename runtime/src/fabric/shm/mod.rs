@@ -57,8 +57,8 @@ pub struct ShmConfig {
 
 /// A rank's file, created and initialized, before the peers are known.
 ///
-/// Only the [`World`](crate::world::World) makes one ([`create`] and
-/// [`connect`] are crate-private): the fabric it gives maps the job's
+/// Only the [`World`](crate::world::World) makes one (`create` and
+/// `connect` are crate-private): the fabric it gives maps the job's
 /// files of this user, and its sends deposit straight into a peer's
 /// segment, past every check of the endpoint that owns that segment (its
 /// frozen ranges among them). Public, they let safe code that knows a
@@ -76,9 +76,6 @@ pub struct ShmConfig {
 ///     let _ = f.try_send(0, Channel::Request, &pkt, &mut |_| Ok(()));
 /// }
 /// ```
-///
-/// [`create`]: Self::create
-/// [`connect`]: Self::connect
 pub struct PendingShm {
     stem: String,
     /// This rank's index among `members`.
