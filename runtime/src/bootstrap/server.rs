@@ -36,6 +36,30 @@ use std::time::{Duration, Instant};
 /// Most connections served at once that have not yet authenticated.
 pub const MAX_PENDING: usize = 64;
 
+/// Handshake threads that may still be ending beyond [`MAX_PENDING`]: a
+/// connection closed to make room ends its thread at its next read, which
+/// on a busy host may come after new connections were accepted. Past
+/// `MAX_PENDING + LINGER` threads still in their handshake, a new
+/// connection is closed at once (a rank retries), so a flood of strangers
+/// cannot grow the threads beyond that.
+const LINGER: usize = 16;
+
+/// Counts a connection's thread while it is in its handshake.
+struct Shaking(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Shaking {
+    fn new(n: &Arc<std::sync::atomic::AtomicUsize>) -> Shaking {
+        n.fetch_add(1, Ordering::AcqRel);
+        Shaking(n.clone())
+    }
+}
+
+impl Drop for Shaking {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// Time a new connection has, from being accepted, to complete the whole
 /// handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -192,11 +216,16 @@ fn accept_loop(
     stats: Arc<ServerStats>,
 ) {
     let pending = Pending::default();
+    let shaking = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut next = 0;
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, _)) => {
                 let accepted = Instant::now();
+                if shaking.load(Ordering::Acquire) >= MAX_PENDING + LINGER {
+                    stats.over_limit.fetch_add(1, Ordering::Relaxed);
+                    continue; // dropped: closed at once
+                }
                 // A descriptor that cannot be duplicated only costs this
                 // connection (dropped: closed at once).
                 let Ok(handle) = stream.try_clone() else {
@@ -212,13 +241,16 @@ fn accept_loop(
                     p.push((id, accepted, handle));
                 }
                 let slot = PendingSlot(pending.clone(), id);
+                let counted = Shaking::new(&shaking);
                 let deadline = accepted + HANDSHAKE_TIMEOUT;
                 let (tx, key, stats) = (tx.clone(), key.clone(), stats.clone());
                 // A thread that cannot be started only costs this connection.
                 let _ = std::thread::Builder::new()
                     .name("splitrt-boot-conn".into())
                     .stack_size(256 << 10)
-                    .spawn(move || connection(id, stream, deadline, &key, slot, &tx, &stats));
+                    .spawn(move || {
+                        connection(id, stream, deadline, &key, (slot, counted), &tx, &stats)
+                    });
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(2))
@@ -234,7 +266,7 @@ fn connection(
     mut stream: TcpStream,
     deadline: Instant,
     key: &JobKey,
-    slot: PendingSlot,
+    slot: (PendingSlot, Shaking),
     tx: &mpsc::Sender<Event>,
     stats: &ServerStats,
 ) {
