@@ -66,6 +66,15 @@ impl Drop for HandlerScope {
 }
 
 pub(crate) fn dispatch<H: Host>(ep: &H, ch: Channel, d: &Delivery<'_>) -> Result<()> {
+    crate::span!(
+        TRACE,
+        "am.handler",
+        rank = ep.rank(),
+        peer = d.src,
+        handler = d.tag,
+        bytes = d.payload.len() + d.deposit.map_or(0, |x| x.len),
+        reply = matches!(ch, Channel::Reply)
+    );
     // One check of the tracing switch per message; `Off` has no probes.
     if trace::enabled() {
         dispatch_with::<On, H>(ep, ch, d)

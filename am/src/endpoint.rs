@@ -1038,6 +1038,15 @@ impl Token<'_> {
     /// handlers.
     #[inline]
     pub fn reply(self, h: ReplyHandler, args: &[u64], payload: Payload<'_>) -> Result<()> {
+        crate::span!(
+            TRACE,
+            "am.send",
+            rank = self.ep.rank,
+            peer = self.src,
+            handler = h.0.id,
+            bytes = crate::spans::bytes(&payload),
+            reply = true
+        );
         if let Payload::None = payload {
             return self.ep.reply_short(self.src, h, args);
         }
@@ -1303,6 +1312,14 @@ impl Endpoint {
         args: &[u64],
         payload: Payload<'_>,
     ) -> Result<()> {
+        crate::span!(
+            TRACE,
+            "am.send",
+            rank = self.rank(),
+            peer,
+            handler = h.0.id,
+            bytes = crate::spans::bytes(&payload)
+        );
         if let Payload::None = payload {
             return self.inner.request_short(peer, h, args);
         }
@@ -1334,6 +1351,15 @@ impl Endpoint {
         args: &[u64],
         payload: Payload<'_>,
     ) -> Result<Sent> {
+        crate::span!(
+            TRACE,
+            "am.send",
+            rank = self.rank(),
+            peer,
+            handler = h.0.id,
+            bytes = crate::spans::bytes(&payload),
+            try_only = true
+        );
         self.inner.send_request(peer, h, args, payload, false)
     }
 
@@ -1488,6 +1514,7 @@ impl Endpoint {
         extra: std::time::Duration,
         cond: impl FnMut() -> bool,
     ) -> Result<()> {
+        crate::span!(DEBUG, "am.wait", rank = self.rank());
         // `cond` is also asked inside the doorbell wait (so a peer's wake-up
         // is never missed); a true answer there is kept, never asked again.
         let (cond, met) = (std::cell::RefCell::new(cond), std::cell::Cell::new(false));

@@ -39,6 +39,8 @@ mod handler;
 mod message;
 mod progress;
 mod rma;
+#[doc(hidden)]
+pub mod spans;
 mod writers;
 
 pub use bridge::TrafficKey;

@@ -22,19 +22,30 @@ use splitrt_am::{Error, Payload, Result};
 use splitrt_runtime::hang::rank_list;
 use std::sync::atomic::Ordering;
 
+/// Held while this thread is inside a collective: the rank's collective
+/// slot and, with the `tracing` feature, the `pgas.collective` span.
+pub(crate) struct InCollective<'a> {
+    _slot: Entered<'a>,
+    _span: splitrt_am::spans::Entered,
+}
+
 impl Pgas {
     /// Enter collective `what` on this thread: refused while another thread
     /// of this rank is inside a collective (they would mix their steps);
     /// the thread already inside one may nest. Held until the returned
     /// guard drops.
-    pub(crate) fn enter_collective(&self, what: &str) -> Result<Entered<'_>> {
-        self.inner.one_collective.enter().map_err(|()| {
+    pub(crate) fn enter_collective(&self, what: &'static str) -> Result<InCollective<'_>> {
+        let slot = self.inner.one_collective.enter().map_err(|()| {
             Error::usage(format!(
                 "{what} called while another thread of this rank is inside a collective: \
                  a rank's collectives (barriers, broadcast, reductions, alloc_sym / free_sym, \
                  freeze / thaw, all_store_sync) must be called from one thread at a time"
             ))
             .at_rank(self.inner.rank)
+        })?;
+        Ok(InCollective {
+            _slot: slot,
+            _span: splitrt_am::spans::enter_collective(self.inner.rank, what),
         })
     }
 
