@@ -2,7 +2,12 @@
 //! [`Limits::max_heaps`] heaps in flight (the oldest is given up as
 //! incomplete when a new one arrives), each at most
 //! [`Limits::max_heap_bytes`] long with at most [`Limits::max_items`]
-//! items and [`Limits::max_fragments`] disjoint received ranges. A heap is
+//! items and [`Limits::max_fragments`] disjoint received ranges, and all
+//! of them together holding at most [`Limits::max_bytes_in_flight`]. A
+//! heap's buffer grows with the highest byte received, not with the length
+//! its first packet states, so a few datagrams cannot make the reassembler
+//! hold every heap's full length; one that would pass the bound gives up
+//! the oldest other heaps first (reported [`Incomplete`]). A heap is
 //! delivered only when every byte of its stated length arrived exactly
 //! once; one that cannot be is reported [`Incomplete`], never delivered.
 
@@ -22,16 +27,21 @@ pub struct Limits {
     pub max_items: usize,
     /// Disjoint byte ranges received of one heap (adjacent ones merge).
     pub max_fragments: usize,
+    /// Bytes held by all heaps in flight together (raised to
+    /// `max_heap_bytes` if below, so one heap always fits).
+    pub max_bytes_in_flight: usize,
 }
 
 impl Default for Limits {
-    /// 8 heaps of at most 64 MiB, 1024 items, 8192 fragments.
+    /// 8 heaps of at most 64 MiB, 1024 items, 8192 fragments, 128 MiB
+    /// held in all.
     fn default() -> Limits {
         Limits {
             max_heaps: 8,
             max_heap_bytes: 64 << 20,
             max_items: 1024,
             max_fragments: 8192,
+            max_bytes_in_flight: 128 << 20,
         }
     }
 }
@@ -137,8 +147,9 @@ impl fmt::Display for Drop {
 pub struct Pushed {
     /// The heap it completed.
     pub complete: Option<Heap>,
-    /// The heap it evicted (the oldest in flight, to make room).
-    pub evicted: Option<Incomplete>,
+    /// The heaps it evicted (the oldest in flight, to make room for a new
+    /// heap or for its bytes), oldest first.
+    pub evicted: Vec<Incomplete>,
     /// Why it was dropped, if it was.
     pub dropped: Option<Drop>,
 }
@@ -178,6 +189,8 @@ const DONE_MEMORY: usize = 64;
 pub struct Reassembler {
     limits: Limits,
     heaps: VecDeque<Partial>,
+    /// Sum of the heaps' buffer capacities.
+    held: usize,
     done: VecDeque<u64>,
     stats: Stats,
 }
@@ -190,10 +203,12 @@ impl Reassembler {
             max_heap_bytes: limits.max_heap_bytes,
             max_items: limits.max_items.max(1),
             max_fragments: limits.max_fragments.max(1),
+            max_bytes_in_flight: limits.max_bytes_in_flight.max(limits.max_heap_bytes),
         };
         Reassembler {
             limits,
             heaps: VecDeque::with_capacity(limits.max_heaps),
+            held: 0,
             done: VecDeque::with_capacity(DONE_MEMORY),
             stats: Stats::default(),
         }
@@ -207,6 +222,21 @@ impl Reassembler {
     /// Heaps in flight.
     pub fn in_flight(&self) -> usize {
         self.heaps.len()
+    }
+
+    /// Bytes the heaps in flight hold (at most
+    /// [`Limits::max_bytes_in_flight`]).
+    pub fn bytes_in_flight(&self) -> usize {
+        self.held
+    }
+
+    /// Give up the heap at `i` (reported in `out`).
+    fn evict(&mut self, i: usize, out: &mut Pushed) {
+        if let Some(old) = self.heaps.remove(i) {
+            self.held -= old.payload.capacity();
+            self.stats.incomplete += 1;
+            out.evicted.push(incomplete(&old));
+        }
     }
 
     /// Take one datagram.
@@ -235,6 +265,7 @@ impl Reassembler {
     /// Give up every heap in flight (at a stream stop, or the end).
     pub fn flush(&mut self) -> Vec<Incomplete> {
         let v: Vec<Incomplete> = self.heaps.drain(..).map(|h| incomplete(&h)).collect();
+        self.held = 0;
         self.stats.incomplete += v.len() as u64;
         v
     }
@@ -257,9 +288,7 @@ impl Reassembler {
             Some(i) => i,
             None => {
                 if self.heaps.len() >= lim.max_heaps {
-                    let old = self.heaps.pop_front().expect("max_heaps >= 1");
-                    self.stats.incomplete += 1;
-                    out.evicted = Some(incomplete(&old));
+                    self.evict(0, out);
                 }
                 self.heaps.push_back(Partial {
                     cnt: p.heap_cnt,
@@ -272,6 +301,7 @@ impl Reassembler {
                 self.heaps.len() - 1
             }
         };
+        let mut idx = idx;
         let h = &mut self.heaps[idx];
         if let Some(l) = length {
             match h.length {
@@ -295,6 +325,26 @@ impl Reassembler {
         if h.pointers.len() + n_ptrs > lim.max_items {
             return Err(Drop::TooManyParts);
         }
+        if !p.payload.is_empty() && h.payload.len() < end {
+            // grow to `end` only (doubling, never past the heap's length
+            // or the largest heap), within the bytes all heaps may hold:
+            // older heaps are given up first
+            let cap = h.payload.capacity();
+            let limit = h.length.unwrap_or(lim.max_heap_bytes).max(end);
+            let target = cap.saturating_mul(2).max(end).min(limit);
+            if target > cap {
+                while self.held - cap + target > lim.max_bytes_in_flight {
+                    let Some(j) = (0..self.heaps.len()).find(|&j| j != idx) else {
+                        break; // cannot happen: one heap fits the bound
+                    };
+                    self.evict(j, out);
+                    if j < idx {
+                        idx -= 1;
+                    }
+                }
+            }
+        }
+        let h = &mut self.heaps[idx];
         if !p.payload.is_empty() {
             let merge_left = at > 0 && h.frags[at - 1].end == offset;
             let merge_right = h.frags.get(at).is_some_and(|r| r.start == end);
@@ -310,9 +360,13 @@ impl Reassembler {
                 (false, true) => h.frags[at].start = offset,
                 (false, false) => h.frags.insert(at, offset..end),
             }
-            let want = h.length.unwrap_or(end).max(end);
-            if h.payload.len() < want {
-                h.payload.resize(want, 0);
+            if h.payload.len() < end {
+                let cap = h.payload.capacity();
+                let limit = h.length.unwrap_or(lim.max_heap_bytes).max(end);
+                let target = cap.saturating_mul(2).max(end).min(limit);
+                h.payload.reserve_exact(target - h.payload.len());
+                h.payload.resize(end, 0);
+                self.held = self.held - cap + h.payload.capacity();
             }
             h.payload[offset..end].copy_from_slice(p.payload);
             h.received += p.payload.len();
@@ -327,6 +381,7 @@ impl Reassembler {
             return Ok(());
         }
         let h = self.heaps.remove(idx).expect("index found above");
+        self.held -= h.payload.capacity();
         if self.done.len() == DONE_MEMORY {
             self.done.pop_front();
         }
@@ -449,7 +504,8 @@ mod tests {
         for cnt in [2, 3] {
             let out = r.push(&packets(cnt, &items, 200)[0]);
             if cnt == 3 {
-                let e = out.evicted.unwrap();
+                assert_eq!(out.evicted.len(), 1);
+                let e = &out.evicted[0];
                 assert_eq!(e.cnt, 1);
                 assert_eq!(e.length, Some(1000));
                 assert!(e.received < 1000);
@@ -579,5 +635,72 @@ mod tests {
             let _ = r.push(&d);
             assert!(r.in_flight() <= 3);
         }
+    }
+
+    /// A raw packet: heap `cnt` stating `length`, carrying `payload` at
+    /// `offset` (the sender's own word for each field, none checked here).
+    fn raw_packet(cnt: u64, length: u64, offset: u64, payload: &[u8]) -> Vec<u8> {
+        let imm = |id: u16, v: u64| ((1u64 << 63) | (u64::from(id) << 48) | v).to_be_bytes();
+        let mut v = vec![wire::MAGIC, wire::VERSION, 2, 6, 0, 0, 0, 4];
+        v.extend(imm(wire::HEAP_CNT_ID, cnt));
+        v.extend(imm(wire::HEAP_LENGTH_ID, length));
+        v.extend(imm(wire::PAYLOAD_OFFSET_ID, offset));
+        v.extend(imm(wire::PAYLOAD_LENGTH_ID, payload.len() as u64));
+        v.extend_from_slice(payload);
+        v
+    }
+
+    fn bytes_held(r: &Reassembler) -> usize {
+        r.heaps.iter().map(|h| h.payload.capacity()).sum()
+    }
+
+    /// Datagrams that each state the largest heap length must not make the
+    /// reassembler hold a heap's length apiece: what it holds follows the
+    /// bytes that arrived (here 8 x 1000), and whatever the offsets, all
+    /// heaps in flight together stay within `max_bytes_in_flight`.
+    #[test]
+    fn fixes_few_datagrams_cannot_commit_every_heaps_length() {
+        let lim = Limits::default();
+        let big = lim.max_heap_bytes as u64;
+        let mut r = Reassembler::new(lim);
+        for cnt in 1..=8 {
+            let out = r.push(&raw_packet(cnt, big, 0, &[7; 1000]));
+            assert!(out.dropped.is_none(), "{:?}", out.dropped);
+        }
+        assert_eq!(r.in_flight(), 8);
+        assert!(
+            bytes_held(&r) <= 8 * 4096,
+            "8 datagrams of 1000 B made the reassembler hold {} bytes",
+            bytes_held(&r)
+        );
+        assert_eq!(bytes_held(&r), r.bytes_in_flight());
+        // at the end of each stated length: every heap would need all of it
+        // (smaller limits of the same shape, so Miri runs it too)
+        let lim = Limits {
+            max_heap_bytes: 64 << 10,
+            max_bytes_in_flight: 128 << 10,
+            ..lim
+        };
+        let big = lim.max_heap_bytes as u64;
+        let mut r = Reassembler::new(lim);
+        for cnt in 1..=8 {
+            r.push(&raw_packet(cnt, big, big - 1000, &[7; 1000]));
+            assert!(
+                bytes_held(&r) <= lim.max_bytes_in_flight,
+                "after {cnt} datagrams the reassembler holds {} bytes (bound {})",
+                bytes_held(&r),
+                lim.max_bytes_in_flight
+            );
+            assert_eq!(bytes_held(&r), r.bytes_in_flight());
+        }
+        assert!(r.stats().incomplete >= 6, "{:?}", r.stats());
+        // a heap that fits still completes after the attack
+        let data = sample();
+        let items = [HeapItem::new(0x1800, ItemValue::Bytes(&data))];
+        let done = packets(99, &items, 200)
+            .iter()
+            .filter_map(|p| r.push(p).complete)
+            .count();
+        assert_eq!(done, 1);
     }
 }

@@ -54,7 +54,7 @@ proptest! {
         let mut got = None;
         for &i in &idx {
             let out = r.push(&packets[i]);
-            prop_assert!(out.evicted.is_none());
+            prop_assert!(out.evicted.is_empty());
             if let Some(h) = out.complete {
                 prop_assert!(got.is_none());
                 got = Some(h);

@@ -98,6 +98,10 @@ struct IngestArgs {
     /// Largest heap, MiB.
     #[arg(long, default_value_t = 64)]
     max_heap_mib: usize,
+    /// Bytes all heaps being reassembled may hold together, MiB (raised
+    /// to --max-heap-mib if below).
+    #[arg(long, default_value_t = 128)]
+    max_mib_in_flight: usize,
     /// Exit at the sender's stream stop (spead2's `get_end`).
     #[arg(long)]
     until_stop: bool,
@@ -231,6 +235,7 @@ fn ingest(a: IngestArgs) -> Result<(), String> {
     let limits = Limits {
         max_heaps: a.max_heaps,
         max_heap_bytes: a.max_heap_mib.saturating_mul(1 << 20),
+        max_bytes_in_flight: a.max_mib_in_flight.saturating_mul(1 << 20),
         ..Limits::default()
     };
     let mut r = Reassembler::new(limits);
