@@ -30,8 +30,10 @@
 //!   late   rank 1 sends rank 0's signal after 2 s (a report, then success)
 //!   dies   rank 1 exits without sending rank 0's signal
 //!   vidle  rank 0 waits with wait_until_all_vector for two words, rank 1
-//!          sets the second 1 s late; rank 0 prints
-//!          `vector wait: C ms CPU, W ms` (its waiting thread's CPU time)
+//!          sets the second 1 s late; rank 0 prints `vector wait: C ms
+//!          CPU, R ms runnable, W ms, S sleeps` (its waiting thread's CPU
+//!          time, time on or waiting for a CPU, the wall time, and how
+//!          often it blocked)
 //! Prints `signals ok (PATH path)` per rank when every check passed
 //! (`vector signals ok` for `vector`).
 
@@ -760,13 +762,15 @@ fn vector_idle(pg: Pgas) -> splitrt::Result<()> {
     let s = pg.alloc_signals(2)?;
     match pg.rank() {
         0 => {
-            let (t, c) = (std::time::Instant::now(), thread_cpu());
+            let (t, c, (r0, v0)) = (std::time::Instant::now(), thread_cpu(), sched());
             s.wait_until_all_vector(&[0, 1], None, Cmp::Eq, &[1, 2])?;
-            let (cpu, wall) = (thread_cpu() - c, t.elapsed());
+            let (cpu, wall, (r1, v1)) = (thread_cpu() - c, t.elapsed(), sched());
             println!(
-                "vector wait: {} ms CPU, {} ms",
+                "vector wait: {} ms CPU, {} ms runnable, {} ms, {} sleeps",
                 cpu.as_millis(),
-                wall.as_millis()
+                (r1 - r0) / 1_000_000,
+                wall.as_millis(),
+                v1 - v0
             );
         }
         1 => {
@@ -782,6 +786,31 @@ fn vector_idle(pg: Pgas) -> splitrt::Result<()> {
     pg.barrier()?;
     println!("done {}", pg.rank());
     pg.finish()
+}
+
+/// This thread's time on a CPU or waiting for one (ns, from
+/// `/proc/thread-self/schedstat`: a busy spin is runnable all along,
+/// however loaded the machine) and its voluntary context switches (it
+/// blocked).
+fn sched() -> (u64, u64) {
+    let ns = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .map(|s| {
+            s.split_whitespace()
+                .take(2)
+                .filter_map(|x| x.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    let sleeps = std::fs::read_to_string("/proc/thread-self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0);
+    (ns, sleeps)
 }
 
 /// This thread's CPU time.
