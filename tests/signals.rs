@@ -272,3 +272,35 @@ fn sigvec_a_vector_wait_sleeps() {
         );
     }
 }
+
+/// A vector wait that cannot be satisfied is reported like a scalar one:
+/// with SPLITRT_HANG_ABORT=1 the job ends within seconds and the report
+/// names every word, its compare value and what it holds.
+#[test]
+fn sigvec_a_vector_wait_that_never_ends_is_reported() {
+    for rma in ["native", "am"] {
+        let t = Instant::now();
+        let r = run_job(
+            2,
+            &example("t_signals"),
+            &["vnever"],
+            &[
+                ("SPLITRT_RMA", rma),
+                ("SPLITRT_HANG_REPORT", "1"),
+                ("SPLITRT_HANG_ABORT", "1"),
+            ],
+            60,
+        );
+        assert!(t.elapsed() < Duration::from_secs(40), "{rma}: {r:?}");
+        assert_ne!(r.code, 0, "{rma}: {r:?}");
+        assert_ne!(r.code, 124, "{rma}: ended by the report: {r:?}");
+        let e = &r.stderr;
+        assert!(
+            e.contains(
+                "in Signals::wait_until_all_vector(all of 2 words) on rank 0: [0] at GlobalPtr(0:"
+            ) && e.contains(">= 1 holds 1, [1] at GlobalPtr(0:")
+                && e.contains(">= 2 holds 0"),
+            "{rma}: {e}"
+        );
+    }
+}

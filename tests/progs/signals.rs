@@ -25,7 +25,7 @@
 //!   OpenSHMEM's consume-each-word-once loops against every rank's
 //!   put_signals, and their misuse errors (naming the rank).
 //!
-//! Usage: t_signals [conformance [ITERS] | vector [ROUNDS] | vidle | never | late | dies]
+//! Usage: t_signals [conformance [ITERS] | vector [ROUNDS] | vidle | vnever | never | late | dies]
 //!   never  rank 0 waits for a signal no rank sends (for the hang report)
 //!   late   rank 1 sends rank 0's signal after 2 s (a report, then success)
 //!   dies   rank 1 exits without sending rank 0's signal
@@ -34,6 +34,8 @@
 //!          CPU, R ms runnable, W ms, S sleeps` (its waiting thread's CPU
 //!          time, time on or waiting for a CPU, the wall time, and how
 //!          often it blocked)
+//!   vnever rank 0 waits with wait_until_all_vector for words 0 and 1, of
+//!          which rank 1 sets only word 0 (for the hang report)
 //! Prints `signals ok (PATH path)` per rank when every check passed
 //! (`vector signals ok` for `vector`).
 
@@ -55,6 +57,7 @@ fn main() {
             "conformance" => run_on(iters, pg),
             "vector" => vector_on(iters, pg),
             "vidle" => vector_idle(pg),
+            "vnever" => vector_never(pg),
             "never" | "late" | "dies" => waits(&mode, pg),
             _ => Err(Error::usage(format!("unknown mode {mode}"))),
         }
@@ -784,6 +787,21 @@ fn vector_idle(pg: Pgas) -> splitrt::Result<()> {
     }
     pg.sync()?;
     pg.barrier()?;
+    println!("done {}", pg.rank());
+    pg.finish()
+}
+
+/// Rank 0 waits for words 0 (== 1) and 1 (>= 2); rank 1 sets word 0 only.
+fn vector_never(pg: Pgas) -> splitrt::Result<()> {
+    let s = pg.alloc_signals(2)?;
+    match pg.rank() {
+        0 => s.wait_until_all_vector(&[0, 1], None, Cmp::Ge, &[1, 2])?,
+        1 => {
+            pg.signal_set(s.at(0, 0), 1)?;
+            pg.sync()?;
+        }
+        _ => {}
+    }
     println!("done {}", pg.rank());
     pg.finish()
 }
