@@ -148,12 +148,14 @@ impl Signals {
         check_lengths(me, call, which.len(), status, values.slice())?;
         let mut out = Vec::with_capacity(which.len());
         for (k, &i) in which.iter().enumerate() {
+            // checked even where masked out, as the pointer forms are
+            let word = self.word(i, call)?;
             if status.is_some_and(|s| s[k]) {
                 continue;
             }
             out.push(Entry {
                 pos: k,
-                word: self.word(i, call)?,
+                word,
                 value: values.at(k),
                 ptr: self.at(me, i),
                 index: Some(i),

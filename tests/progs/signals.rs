@@ -700,6 +700,11 @@ pub fn vector_on(rounds: usize, pg: Pgas) -> splitrt::Result<()> {
         "signal index 9 is out of range",
     )?;
     named(
+        "masked-out index out of range (still refused)",
+        v.wait_until_all_masked(&[0, 7], &[false, true], Cmp::Eq, 5),
+        "signal index 7 is out of range",
+    )?;
+    named(
         "vector wait on a data word",
         pg.wait_until_all_vector(&[v.at(me, 0), data.at(me, 1)], None, Cmp::Eq, &[5, 0]),
         "is not a signal word",
