@@ -435,11 +435,19 @@ fn main() {
 
 fn run() -> splitrt::Result<bool> {
     let letter = class_arg("npb_ft", &['S', 'W'])?;
-    let c = CLASSES
-        .iter()
-        .find(|c| c.letter == letter)
-        .expect("class_arg checked the letter");
-    let pg = Pgas::attach()?;
+    run_on(letter, Pgas::attach()?)
+}
+
+/// Class `letter` (`S` or `W`) on an attached context: prints NPB's report
+/// on rank 0 and returns whether it verified (the same on every rank).
+/// `tests/npb_verbs_model.rs` runs it on ranks attached over the verbs
+/// model (threads of one process).
+pub fn run_on(letter: char, pg: Pgas) -> splitrt::Result<bool> {
+    let Some(c) = CLASSES.iter().find(|c| c.letter == letter) else {
+        return Err(splitrt::Error::usage(format!(
+            "npb_ft: class {letter} is not supported"
+        )));
+    };
     let (me, np) = (pg.rank(), pg.size());
     let (nx, ny, nz) = (c.nx, c.ny, c.nz);
     if ny % np != 0 || nz % np != 0 {

@@ -648,11 +648,19 @@ fn resid_top(net: &mut Net<'_>, levels: &mut [Level], v: &Grid) -> splitrt::Resu
 
 fn run() -> splitrt::Result<bool> {
     let letter = class_arg("npb_mg", &['S', 'W'])?;
-    let c = CLASSES
-        .iter()
-        .find(|c| c.letter == letter)
-        .expect("class_arg checked the letter");
-    let pg = Pgas::attach()?;
+    run_on(letter, Pgas::attach()?)
+}
+
+/// Class `letter` (`S` or `W`) on an attached context: prints NPB's report
+/// on rank 0 and returns whether it verified (the same on every rank).
+/// `tests/npb_verbs_model.rs` runs it on ranks attached over the verbs
+/// model (threads of one process).
+pub fn run_on(letter: char, pg: Pgas) -> splitrt::Result<bool> {
+    let Some(c) = CLASSES.iter().find(|c| c.letter == letter) else {
+        return Err(splitrt::Error::usage(format!(
+            "npb_mg: class {letter} is not supported"
+        )));
+    };
     let (me, np) = (pg.rank(), pg.size());
     let n = 1usize << c.lt;
     if !np.is_power_of_two() || n / np < 2 {

@@ -31,6 +31,7 @@ mod rma;
 mod shm_barrier;
 mod signal;
 mod signal_am;
+mod signal_vector;
 mod signal_word;
 mod state;
 mod strided;

@@ -23,7 +23,11 @@
 //! on 2 cores progress); a wait that sees nothing for
 //! `SPLITRT_HANG_REPORT` seconds reports the word, the comparison and
 //! the value it holds. [`Signals::wait_until_async`] is a future that
-//! registers a waker and costs no CPU while it is pending.
+//! registers a waker and costs no CPU while it is pending. The
+//! `_all / _any / _some` waits also come with a status mask (entries set
+//! are skipped) and with a compare value per word
+//! ([`Signals::wait_until_all_vector`] and its kin, by global pointer
+//! [`Pgas::wait_until_all_vector`]), waiting the same way.
 //!
 //! **Split-C's `store` and `store_sync`** are the same machinery with a
 //! fixed word: every segment's first 8 bytes count the bytes stored into
@@ -68,7 +72,7 @@ use std::task::{Context, Poll};
 /// ```
 pub struct Signals {
     arr: SymArray<u64>,
-    pg: Pgas,
+    pub(crate) pg: Pgas,
 }
 
 impl Signals {
@@ -89,7 +93,7 @@ impl Signals {
     }
 
     /// This rank's word `i`, or an error naming the index.
-    fn word(&self, i: usize, what: &str) -> Result<&AtomicU64> {
+    pub(crate) fn word(&self, i: usize, what: &str) -> Result<&AtomicU64> {
         if i >= self.len() {
             return Err(Error::usage(format!(
                 "{what}: signal index {i} is out of range (the array has {} words)",
@@ -329,7 +333,7 @@ impl Drop for SignalWait<'_> {
 
 impl Inner {
     /// This rank's signal word at segment offset `off`.
-    fn signal_word(&self, off: u64) -> &AtomicU64 {
+    pub(crate) fn signal_word(&self, off: u64) -> &AtomicU64 {
         let seg = self.st.seg();
         debug_assert!(off.is_multiple_of(8) && off + 8 <= seg.len() as u64);
         // SAFETY: `off` is a word of a signal array of this rank's segment
@@ -342,7 +346,7 @@ impl Inner {
     }
 
     /// Check that `sig` names a signal word of a rank of the job.
-    fn check_signal(&self, sig: GlobalPtr<u64>, what: &str) -> Result<()> {
+    pub(crate) fn check_signal(&self, sig: GlobalPtr<u64>, what: &str) -> Result<()> {
         self.check_bytes(sig.rank(), sig.offset(), 8, 8)?;
         if !self.st.signals.is_word(sig.offset()) {
             return Err(self.err(

@@ -19,11 +19,25 @@
 //!   signal to a rank that does not exist, data and signal to two ranks;
 //!   a hostile raw signal into a non-signal address, refused by its target.
 //!
-//! Usage: t_signals [conformance [ITERS] | never | late | dies]
+//! * Vector waits and status masks (`vector`, [`vector_on`]): the
+//!   `_all / _any / _some` forms with a compare value per word and with a
+//!   mask, by index and by global pointer, exact answers on local words,
+//!   OpenSHMEM's consume-each-word-once loops against every rank's
+//!   put_signals, and their misuse errors (naming the rank).
+//!
+//! Usage: t_signals [conformance [ITERS] | vector [ROUNDS] | vidle | vnever | never | late | dies]
 //!   never  rank 0 waits for a signal no rank sends (for the hang report)
 //!   late   rank 1 sends rank 0's signal after 2 s (a report, then success)
 //!   dies   rank 1 exits without sending rank 0's signal
-//! Prints `signals ok (PATH path)` per rank when every check passed.
+//!   vidle  rank 0 waits with wait_until_all_vector for two words, rank 1
+//!          sets the second 1 s late; rank 0 prints `vector wait: C ms
+//!          CPU, R ms runnable, W ms, S sleeps` (its waiting thread's CPU
+//!          time, time on or waiting for a CPU, the wall time, and how
+//!          often it blocked)
+//!   vnever rank 0 waits with wait_until_all_vector for words 0 and 1, of
+//!          which rank 1 sets only word 0 (for the hang report)
+//! Prints `signals ok (PATH path)` per rank when every check passed
+//! (`vector signals ok` for `vector`).
 
 #![allow(dead_code)] // `main` is unused where a test includes this file
 
@@ -41,6 +55,9 @@ fn main() {
         keep = Some(pg.clone());
         match mode.as_str() {
             "conformance" => run_on(iters, pg),
+            "vector" => vector_on(iters, pg),
+            "vidle" => vector_idle(pg),
+            "vnever" => vector_never(pg),
             "never" | "late" | "dies" => waits(&mode, pg),
             _ => Err(Error::usage(format!("unknown mode {mode}"))),
         }
@@ -425,4 +442,407 @@ fn waits(mode: &str, pg: Pgas) -> splitrt::Result<()> {
     }
     println!("done {}", pg.rank());
     pg.finish()
+}
+
+/// The vector and masked waits (OpenSHMEM 1.5 `shmem_wait_until_{all,any,
+/// some}{,_vector}` with `status`), `rounds` times the cross-rank part
+/// (`tests/signals.rs` runs them on ranks over the verbs model too).
+pub fn vector_on(rounds: usize, pg: Pgas) -> splitrt::Result<()> {
+    let (me, n) = (pg.rank(), pg.size());
+    let right = (me + 1) % n;
+    let data = pg.alloc_sym::<u64>(4)?;
+    let v = pg.alloc_signals(6)?;
+    let from = pg.alloc_signals(n)?; // word p: signalled by rank p
+    let gather = pg.alloc_sym::<u64>(n)?;
+
+    // --- exact answers on words set locally: [5, 9, 7, 0, 3, 8]
+    for (i, x) in [5u64, 9, 7, 0, 3, 8].into_iter().enumerate() {
+        v.set(i, x)?;
+    }
+    let w3 = [0, 1, 2];
+    let w4 = [0, 1, 2, 3];
+    v.wait_until_all_vector(&w3, None, Cmp::Eq, &[5, 9, 7])?;
+    v.wait_until_all_vector(&[5, 4, 3], None, Cmp::Le, &[8, 3, 0])?;
+    v.wait_until_all_vector(
+        &w4,
+        Some(&[false, true, false, true]),
+        Cmp::Ge,
+        &[5, 99, 7, 99],
+    )?;
+    let none: [usize; 0] = [];
+    v.wait_until_all_vector(&none, None, Cmp::Eq, &[])?; // empty: at once
+    v.wait_until_all_vector(&w3, Some(&[true; 3]), Cmp::Eq, &[1, 1, 1])?; // all masked
+    check(
+        v.wait_until_any_vector(&w3, None, Cmp::Eq, &[4, 9, 7])?,
+        Some(1),
+        "any_vector ==",
+    )?;
+    check(
+        v.wait_until_any_vector(&w3, Some(&[false, true, false]), Cmp::Eq, &[4, 9, 7])?,
+        Some(2),
+        "any_vector == masked",
+    )?;
+    check(
+        v.wait_until_any_vector(&[4, 0], None, Cmp::Gt, &[2, 4])?,
+        Some(4),
+        "any_vector in [4, 0]",
+    )?;
+    check(
+        v.wait_until_any_vector(&w3, Some(&[true; 3]), Cmp::Eq, &[5, 9, 7])?,
+        None,
+        "any_vector all masked",
+    )?;
+    check(
+        v.wait_until_any_vector(&none, None, Cmp::Eq, &[])?,
+        None,
+        "any_vector empty",
+    )?;
+    check(
+        v.wait_until_some_vector(&w4, None, Cmp::Ge, &[5, 10, 7, 0])?,
+        vec![0, 2, 3],
+        "some_vector >=",
+    )?;
+    check(
+        v.wait_until_some_vector(
+            &w4,
+            Some(&[true, false, false, false]),
+            Cmp::Ge,
+            &[5, 10, 7, 0],
+        )?,
+        vec![2, 3],
+        "some_vector >= masked",
+    )?;
+    check(
+        v.wait_until_some_vector(&w4, Some(&[true; 4]), Cmp::Ge, &[0; 4])?,
+        vec![],
+        "some_vector all masked",
+    )?;
+    check(
+        v.wait_until_some_vector(&[5, 1], None, Cmp::Ne, &[8, 8])?,
+        vec![1],
+        "some_vector != in [5, 1]",
+    )?;
+    // the masked scalar forms
+    check(
+        v.wait_until_any_masked(&w3, &[true, false, false], Cmp::Gt, 6)?,
+        Some(1),
+        "any_masked > 6",
+    )?;
+    check(
+        v.wait_until_any_masked(&w3, &[true, true, false], Cmp::Gt, 6)?,
+        Some(2),
+        "any_masked > 6, two masked",
+    )?;
+    check(
+        v.wait_until_any_masked(&w3, &[true; 3], Cmp::Gt, 6)?,
+        None,
+        "any_masked all masked",
+    )?;
+    check(
+        v.wait_until_some_masked(&w3, &[false, true, false], Cmp::Ge, 5)?,
+        vec![0, 2],
+        "some_masked >= 5",
+    )?;
+    check(
+        v.wait_until_some_masked(&w3, &[true; 3], Cmp::Ge, 5)?,
+        vec![],
+        "some_masked all masked",
+    )?;
+    v.wait_until_all_masked(&w4, &[false, false, false, true], Cmp::Ge, 5)?; // word 3 (0) masked
+    v.wait_until_all_masked(&w4, &[true; 4], Cmp::Eq, 1)?;
+    // by global pointer: positions in the list
+    let ptrs = [v.at(me, 3), v.at(me, 1), v.at(me, 5)];
+    check(
+        pg.wait_until_any_vector(&ptrs, None, Cmp::Eq, &[1, 9, 8])?,
+        Some(1),
+        "Pgas::wait_until_any_vector",
+    )?;
+    check(
+        pg.wait_until_some_vector(&ptrs, Some(&[false, true, false]), Cmp::Ge, &[0, 0, 8])?,
+        vec![0, 2],
+        "Pgas::wait_until_some_vector",
+    )?;
+    pg.wait_until_all_vector(&ptrs, None, Cmp::Eq, &[0, 9, 8])?;
+    pg.wait_until_all_vector(&[], None, Cmp::Eq, &[])?;
+
+    // --- against every rank: the OpenSHMEM loops take each word once
+    let all: Vec<usize> = (0..n).collect();
+    for round in 0..rounds as u64 {
+        // a: each rank p puts its slot and sets word p to its own value;
+        // wait for every word's value at once
+        pg.sync()?;
+        pg.barrier()?;
+        for t in 0..n {
+            pg.put_signal(
+                gather.at(t, me),
+                &[(round << 32) | (1000 + me as u64)],
+                from.at(t, me),
+                SignalOp::Set,
+                3 * round + me as u64 + 1,
+            )?;
+        }
+        let want: Vec<u64> = (0..n as u64).map(|p| 3 * round + p + 1).collect();
+        from.wait_until_all_vector(&all, None, Cmp::Eq, &want)?;
+        check_slots(&gather, round, 1000, &all, "all_vector")?;
+        // b: any with a status mask, one word at a time
+        pg.sync()?;
+        pg.barrier()?;
+        for t in 0..n {
+            pg.put_signal(
+                gather.at(t, me),
+                &[(round << 32) | (2000 + me as u64)],
+                from.at(t, me),
+                SignalOp::Add,
+                1,
+            )?;
+        }
+        let mut done = vec![false; n];
+        let mut taken = 0;
+        // (each word holds its sender's value + 1 now: a vector of values)
+        let want: Vec<u64> = (0..n as u64).map(|p| 3 * round + p + 2).collect();
+        while let Some(p) = from.wait_until_any_vector(&all, Some(&done), Cmp::Eq, &want)? {
+            if done[p] {
+                return Err(fail(format!("any_vector answered {p} twice")));
+            }
+            done[p] = true;
+            taken += 1;
+            check_slots(&gather, round, 2000, &[p], "any_vector")?;
+        }
+        check(taken, n, "any_vector took every word once")?;
+        // c: some with a status mask
+        pg.sync()?;
+        pg.barrier()?;
+        for t in 0..n {
+            pg.put_signal(
+                gather.at(t, me),
+                &[(round << 32) | (3000 + me as u64)],
+                from.at(t, me),
+                SignalOp::Set,
+                u64::MAX - me as u64,
+            )?;
+        }
+        let mut done = vec![false; n];
+        let mut taken = 0;
+        loop {
+            let hits = from.wait_until_some_masked(&all, &done, Cmp::Gt, u64::MAX - n as u64)?;
+            if hits.is_empty() {
+                break;
+            }
+            for &p in &hits {
+                if done[p] {
+                    return Err(fail(format!("some_masked answered {p} twice")));
+                }
+                done[p] = true;
+                taken += 1;
+            }
+            check_slots(&gather, round, 3000, &hits, "some_masked")?;
+        }
+        check(taken, n, "some_masked took every word once")?;
+        // back to 0 for the next round (nobody signals until the barrier)
+        for p in 0..n {
+            from.set(p, 0)?;
+        }
+    }
+    pg.sync()?;
+    pg.barrier()?;
+
+    // --- misuse: a clear usage error at the caller, naming the rank
+    let at_me = format!("rank {me}");
+    let named = |what: &str, r: splitrt::Result<()>, needle: &str| match r {
+        Err(e)
+            if e.to_string().contains(needle)
+                && e.to_string().contains(&at_me)
+                && matches!(e.kind(), ErrorKind::Usage(_)) =>
+        {
+            Ok(())
+        }
+        other => Err(fail(format!(
+            "{what}: expected a usage error of {at_me} containing {needle:?}, got {other:?}"
+        ))),
+    };
+    named(
+        "mask shorter than the words",
+        v.wait_until_all_masked(&w3, &[false, false], Cmp::Eq, 0),
+        "the status mask has 2 entries for 3 signal words",
+    )?;
+    named(
+        "mask longer than the words",
+        v.wait_until_any_masked(&w3, &[false; 4], Cmp::Eq, 0)
+            .map(drop),
+        "the status mask has 4 entries for 3 signal words",
+    )?;
+    named(
+        "vector mask of another length",
+        v.wait_until_some_vector(&w3, Some(&[false]), Cmp::Eq, &[0, 0, 0])
+            .map(drop),
+        "the status mask has 1 entries for 3 signal words",
+    )?;
+    named(
+        "too few compare values",
+        v.wait_until_all_vector(&w3, None, Cmp::Eq, &[5, 9]),
+        "2 compare values for 3 signal words",
+    )?;
+    named(
+        "compare values for an empty list",
+        v.wait_until_any_vector(&none, None, Cmp::Eq, &[1])
+            .map(drop),
+        "1 compare values for 0 signal words",
+    )?;
+    named(
+        "vector index out of range",
+        v.wait_until_all_vector(&[0, 6], None, Cmp::Eq, &[5, 0]),
+        "signal index 6 is out of range",
+    )?;
+    named(
+        "masked index out of range",
+        v.wait_until_some_masked(&[9], &[false], Cmp::Eq, 0)
+            .map(drop),
+        "signal index 9 is out of range",
+    )?;
+    named(
+        "masked-out index out of range (still refused)",
+        v.wait_until_all_masked(&[0, 7], &[false, true], Cmp::Eq, 5),
+        "signal index 7 is out of range",
+    )?;
+    named(
+        "vector wait on a data word",
+        pg.wait_until_all_vector(&[v.at(me, 0), data.at(me, 1)], None, Cmp::Eq, &[5, 0]),
+        "is not a signal word",
+    )?;
+    named(
+        "vector wait on a data word (masked out: still refused)",
+        pg.wait_until_any_vector(&[data.at(me, 1)], Some(&[true]), Cmp::Eq, &[0])
+            .map(drop),
+        "is not a signal word",
+    )?;
+    named(
+        "pointer vector with a short mask",
+        pg.wait_until_some_vector(&ptrs, Some(&[]), Cmp::Eq, &[0; 3])
+            .map(drop),
+        "the status mask has 0 entries for 3 signal words",
+    )?;
+    if n > 1 {
+        named(
+            "vector wait on a peer's word",
+            pg.wait_until_all_vector(&[v.at(right, 0)], None, Cmp::Eq, &[5]),
+            "waits only on its own",
+        )?;
+    }
+
+    pg.barrier()?;
+    pg.free_sym(gather)?;
+    pg.free_signals(from)?;
+    pg.free_signals(v)?;
+    pg.free_sym(data)?;
+    println!(
+        "vector signals ok ({:?} path) rank {me} of {n}",
+        pg.rma_path()
+    );
+    pg.finish()
+}
+
+/// Gather slots `ps` hold round `round`'s values `base + p`.
+fn check_slots(
+    gather: &splitrt::pgas::SymArray<u64>,
+    round: u64,
+    base: u64,
+    ps: &[usize],
+    what: &str,
+) -> splitrt::Result<()> {
+    let view = gather.local();
+    for &p in ps {
+        let want = (round << 32) | (base + p as u64);
+        let g = view.get(p);
+        if g != want {
+            return Err(fail(format!(
+                "{what}, round {round}: slot {p} is {g:#x} once its signal was seen, \
+                 expected {want:#x}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Rank 0 waits for words 0 and 1 with `wait_until_all_vector`; rank 1
+/// sets word 0 at once and word 1 a second later. Rank 0 reports its
+/// waiting thread's CPU time over the wait.
+fn vector_idle(pg: Pgas) -> splitrt::Result<()> {
+    let s = pg.alloc_signals(2)?;
+    match pg.rank() {
+        0 => {
+            let (t, c, (r0, v0)) = (std::time::Instant::now(), thread_cpu(), sched());
+            s.wait_until_all_vector(&[0, 1], None, Cmp::Eq, &[1, 2])?;
+            let (cpu, wall, (r1, v1)) = (thread_cpu() - c, t.elapsed(), sched());
+            println!(
+                "vector wait: {} ms CPU, {} ms runnable, {} ms, {} sleeps",
+                cpu.as_millis(),
+                (r1 - r0) / 1_000_000,
+                wall.as_millis(),
+                v1 - v0
+            );
+        }
+        1 => {
+            pg.signal_set(s.at(0, 0), 1)?;
+            pg.sync()?;
+            // a late peer (not synchronisation: rank 0's idle wait is the point)
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            pg.signal_set(s.at(0, 1), 2)?;
+        }
+        _ => {}
+    }
+    pg.sync()?;
+    pg.barrier()?;
+    println!("done {}", pg.rank());
+    pg.finish()
+}
+
+/// Rank 0 waits for words 0 (== 1) and 1 (>= 2); rank 1 sets word 0 only.
+fn vector_never(pg: Pgas) -> splitrt::Result<()> {
+    let s = pg.alloc_signals(2)?;
+    match pg.rank() {
+        0 => s.wait_until_all_vector(&[0, 1], None, Cmp::Ge, &[1, 2])?,
+        1 => {
+            pg.signal_set(s.at(0, 0), 1)?;
+            pg.sync()?;
+        }
+        _ => {}
+    }
+    println!("done {}", pg.rank());
+    pg.finish()
+}
+
+/// This thread's time on a CPU or waiting for one (ns, from
+/// `/proc/thread-self/schedstat`: a busy spin is runnable all along,
+/// however loaded the machine) and its voluntary context switches (it
+/// blocked).
+fn sched() -> (u64, u64) {
+    let ns = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .map(|s| {
+            s.split_whitespace()
+                .take(2)
+                .filter_map(|x| x.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    let sleeps = std::fs::read_to_string("/proc/thread-self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0);
+    (ns, sleeps)
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer for clock_gettime.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }

@@ -1,0 +1,441 @@
+//! Waits on several signal words with a status mask and a compare value
+//! per word (OpenSHMEM 1.5 `shmem_wait_until_{all,any,some}` with their
+//! `status` array, and `shmem_wait_until_{all,any,some}_vector`).
+//!
+//! Every form reduces to one list of entries (a word and the value it is
+//! compared with), the masked-out ones dropped, waited on by one engine:
+//! the rank's ordinary wait (`Inner::wait_through`: poll the endpoint,
+//! spin, yield, then sleep on the doorbell; the hang report names every
+//! word, its value and what it holds). As in OpenSHMEM, a list whose
+//! entries are all masked out (or an empty one) is satisfied at once:
+//! `_all` returns, `_any` returns `None`, `_some` returns no index.
+
+use crate::context::{Inner, Pgas};
+use crate::ptr::GlobalPtr;
+use crate::signal::Signals;
+use crate::signal_word::Cmp;
+use splitrt_am::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Which condition a wait on several words awaits.
+#[derive(Clone, Copy)]
+enum Mode {
+    All,
+    Any,
+    Some,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::All => "all",
+            Mode::Any => "any",
+            Mode::Some => "some",
+        }
+    }
+}
+
+/// One word to wait on: its position in the caller's list, the word, the
+/// value it is compared with, and (for the hang report) its address and
+/// its index in its [`Signals`] array when waited on by index.
+struct Entry<'a> {
+    pos: usize,
+    word: &'a AtomicU64,
+    value: u64,
+    ptr: GlobalPtr<u64>,
+    index: Option<usize>,
+}
+
+/// Check the lengths of a mask and of the compare values against `n`
+/// words; `call` names the call for the error.
+fn check_lengths(
+    rank: usize,
+    call: &str,
+    n: usize,
+    status: Option<&[bool]>,
+    values: Option<&[u64]>,
+) -> Result<()> {
+    if let Some(s) = status.filter(|s| s.len() != n) {
+        return Err(Error::usage(format!(
+            "{call}: the status mask has {} entries for {n} signal words (one per word)",
+            s.len()
+        ))
+        .at_rank(rank));
+    }
+    if let Some(v) = values.filter(|v| v.len() != n) {
+        return Err(Error::usage(format!(
+            "{call}: {} compare values for {n} signal words (one per word)",
+            v.len()
+        ))
+        .at_rank(rank));
+    }
+    Ok(())
+}
+
+/// Wait until the entries satisfy `mode` under `cmp`; the positions of
+/// the entries that satisfied it (all of them for `All`, the first for
+/// `Any`, every one that did at that moment for `Some`).
+fn wait(
+    inner: &Inner,
+    call: &str,
+    entries: &[Entry<'_>],
+    cmp: Cmp,
+    mode: Mode,
+) -> Result<Vec<usize>> {
+    if entries.is_empty() {
+        return Ok(Vec::new());
+    }
+    let holds = |e: &Entry<'_>| cmp.holds(e.word.load(Ordering::Acquire), e.value);
+    let mut hits = Vec::new();
+    let what = || describe(inner.rank, call, entries, cmp, mode);
+    inner.wait_through(&what, || match mode {
+        Mode::All => entries.iter().all(holds),
+        Mode::Any => match entries.iter().find(|e| holds(e)) {
+            Some(e) => {
+                hits = vec![e.pos];
+                true
+            }
+            None => false,
+        },
+        Mode::Some => {
+            hits = entries.iter().filter(|e| holds(e)).map(|e| e.pos).collect();
+            !hits.is_empty()
+        }
+    })?;
+    if let Mode::All = mode {
+        hits = entries.iter().map(|e| e.pos).collect();
+    }
+    Ok(hits)
+}
+
+/// What a wait awaits, for the hang report (the first 8 words).
+fn describe(rank: usize, call: &str, entries: &[Entry<'_>], cmp: Cmp, mode: Mode) -> String {
+    let held: Vec<String> = entries
+        .iter()
+        .take(8)
+        .map(|e| {
+            let at = match e.index {
+                Some(i) => format!("[{i}] at {:?}", e.ptr),
+                None => format!("{:?}", e.ptr),
+            };
+            format!(
+                "{at} {} {} holds {}",
+                cmp.symbol(),
+                e.value,
+                e.word.load(Ordering::Acquire)
+            )
+        })
+        .collect();
+    let more = if entries.len() > 8 { ", ..." } else { "" };
+    format!(
+        "in {call}({} of {} words) on rank {rank}: {}{more}",
+        mode.name(),
+        entries.len(),
+        held.join(", ")
+    )
+}
+
+impl Signals {
+    /// The entries of this rank's words `which`, without the masked ones.
+    fn entries(
+        &self,
+        call: &str,
+        which: &[usize],
+        status: Option<&[bool]>,
+        values: Values<'_>,
+    ) -> Result<Vec<Entry<'_>>> {
+        let me = self.pg.rank();
+        check_lengths(me, call, which.len(), status, values.slice())?;
+        let mut out = Vec::with_capacity(which.len());
+        for (k, &i) in which.iter().enumerate() {
+            // checked even where masked out, as the pointer forms are
+            let word = self.word(i, call)?;
+            if status.is_some_and(|s| s[k]) {
+                continue;
+            }
+            out.push(Entry {
+                pos: k,
+                word,
+                value: values.at(k),
+                ptr: self.at(me, i),
+                index: Some(i),
+            });
+        }
+        Ok(out)
+    }
+
+    fn wait_set(
+        &self,
+        call: &str,
+        which: &[usize],
+        status: Option<&[bool]>,
+        cmp: Cmp,
+        values: Values<'_>,
+        mode: Mode,
+    ) -> Result<Vec<usize>> {
+        let entries = self.entries(call, which, status, values)?;
+        let hits = wait(&self.pg.inner, call, &entries, cmp, mode)?;
+        Ok(hits.into_iter().map(|k| which[k]).collect())
+    }
+
+    /// Wait until every one of this rank's words `which` whose `status`
+    /// entry is `false` satisfies `cmp value` (OpenSHMEM
+    /// `shmem_wait_until_all` with its `status` array: entries whose
+    /// status is set are skipped). `status` has one entry per word of
+    /// `which`, else an error; with every entry set it returns at once.
+    pub fn wait_until_all_masked(
+        &self,
+        which: &[usize],
+        status: &[bool],
+        cmp: Cmp,
+        value: u64,
+    ) -> Result<()> {
+        let call = "Signals::wait_until_all_masked";
+        self.wait_set(
+            call,
+            which,
+            Some(status),
+            cmp,
+            Values::One(value),
+            Mode::All,
+        )
+        .map(drop)
+    }
+
+    /// Wait until any of this rank's words `which` whose `status` entry is
+    /// `false` satisfies `cmp value` (OpenSHMEM `shmem_wait_until_any`
+    /// with its `status` array); returns its index (the first of `which`
+    /// that did), or `None` when every entry is masked out (OpenSHMEM's
+    /// `SIZE_MAX`). `status` has one entry per word of `which`.
+    ///
+    /// The usual loop takes each word once, in the order the signals come:
+    ///
+    /// ```no_run
+    /// # fn f(sigs: &splitrt_pgas::Signals) -> splitrt_am::Result<()> {
+    /// use splitrt_pgas::Cmp;
+    /// let which: Vec<usize> = (0..sigs.len()).collect();
+    /// let mut done = vec![false; which.len()];
+    /// while let Some(i) = sigs.wait_until_any_masked(&which, &done, Cmp::Ne, 0)? {
+    ///     done[i] = true; // which[i] == i here
+    ///     // ... consume the data word i announced
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_until_any_masked(
+        &self,
+        which: &[usize],
+        status: &[bool],
+        cmp: Cmp,
+        value: u64,
+    ) -> Result<Option<usize>> {
+        let call = "Signals::wait_until_any_masked";
+        self.wait_set(
+            call,
+            which,
+            Some(status),
+            cmp,
+            Values::One(value),
+            Mode::Any,
+        )
+        .map(|h| h.first().copied())
+    }
+
+    /// Wait until at least one of this rank's words `which` whose `status`
+    /// entry is `false` satisfies `cmp value` (OpenSHMEM
+    /// `shmem_wait_until_some` with its `status` array); returns the
+    /// indices of all unmasked words that did at that moment, in the
+    /// order of `which` (none when every entry is masked out).
+    pub fn wait_until_some_masked(
+        &self,
+        which: &[usize],
+        status: &[bool],
+        cmp: Cmp,
+        value: u64,
+    ) -> Result<Vec<usize>> {
+        let call = "Signals::wait_until_some_masked";
+        self.wait_set(
+            call,
+            which,
+            Some(status),
+            cmp,
+            Values::One(value),
+            Mode::Some,
+        )
+    }
+
+    /// Wait until each of this rank's words `which[k]` satisfies `cmp
+    /// values[k]` (OpenSHMEM `shmem_wait_until_all_vector`), skipping the
+    /// words whose `status` entry is set (`None`: no mask). `values` (and
+    /// `status`) have one entry per word of `which`, else an error naming
+    /// the rank; an empty or fully masked list returns at once.
+    ///
+    /// ```no_run
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// use splitrt_pgas::Cmp;
+    /// // word p counts the blocks rank p sent me; rank p sends p + 1
+    /// let counts = pg.alloc_signals(pg.size())?;
+    /// let which: Vec<usize> = (0..pg.size()).collect();
+    /// let expect: Vec<u64> = (1..=pg.size() as u64).collect();
+    /// counts.wait_until_all_vector(&which, None, Cmp::Ge, &expect)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_until_all_vector(
+        &self,
+        which: &[usize],
+        status: Option<&[bool]>,
+        cmp: Cmp,
+        values: &[u64],
+    ) -> Result<()> {
+        let call = "Signals::wait_until_all_vector";
+        self.wait_set(call, which, status, cmp, Values::Each(values), Mode::All)
+            .map(drop)
+    }
+
+    /// Wait until any of this rank's words `which[k]` (status unset)
+    /// satisfies `cmp values[k]` (OpenSHMEM `shmem_wait_until_any_vector`);
+    /// returns its index (the first of `which` that did), or `None` when
+    /// the list is empty or fully masked out.
+    pub fn wait_until_any_vector(
+        &self,
+        which: &[usize],
+        status: Option<&[bool]>,
+        cmp: Cmp,
+        values: &[u64],
+    ) -> Result<Option<usize>> {
+        let call = "Signals::wait_until_any_vector";
+        self.wait_set(call, which, status, cmp, Values::Each(values), Mode::Any)
+            .map(|h| h.first().copied())
+    }
+
+    /// Wait until at least one of this rank's words `which[k]` (status
+    /// unset) satisfies `cmp values[k]` (OpenSHMEM
+    /// `shmem_wait_until_some_vector`); returns the indices of all that
+    /// did at that moment, in the order of `which` (none when the list is
+    /// empty or fully masked out).
+    pub fn wait_until_some_vector(
+        &self,
+        which: &[usize],
+        status: Option<&[bool]>,
+        cmp: Cmp,
+        values: &[u64],
+    ) -> Result<Vec<usize>> {
+        let call = "Signals::wait_until_some_vector";
+        self.wait_set(call, which, status, cmp, Values::Each(values), Mode::Some)
+    }
+}
+
+/// One compare value for every word, or one per word.
+#[derive(Clone, Copy)]
+enum Values<'a> {
+    One(u64),
+    Each(&'a [u64]),
+}
+
+impl Values<'_> {
+    fn slice(&self) -> Option<&[u64]> {
+        match self {
+            Values::One(_) => None,
+            Values::Each(v) => Some(v),
+        }
+    }
+
+    /// The value of entry `k` (lengths checked before).
+    fn at(&self, k: usize) -> u64 {
+        match self {
+            Values::One(v) => *v,
+            Values::Each(v) => v[k],
+        }
+    }
+}
+
+impl Pgas {
+    /// The entries of the signal words `sigs` (each this rank's and a
+    /// signal word, else an error), without the masked ones.
+    fn sig_entries<'a>(
+        &'a self,
+        call: &str,
+        sigs: &[GlobalPtr<u64>],
+        status: Option<&[bool]>,
+        values: &[u64],
+    ) -> Result<Vec<Entry<'a>>> {
+        let i = &self.inner;
+        check_lengths(i.rank, call, sigs.len(), status, Some(values))?;
+        let mut out = Vec::with_capacity(sigs.len());
+        for (k, &sig) in sigs.iter().enumerate() {
+            i.check_signal(sig, call)?;
+            if sig.rank() != i.rank {
+                return Err(i.err(
+                    Error::usage(format!(
+                        "{call}: {sig:?} is rank {}'s word; a rank waits only on its own \
+                         signal words",
+                        sig.rank()
+                    )),
+                    sig.rank(),
+                ));
+            }
+            if status.is_some_and(|s| s[k]) {
+                continue;
+            }
+            out.push(Entry {
+                pos: k,
+                word: i.signal_word(sig.offset()),
+                value: values[k],
+                ptr: sig,
+                index: None,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Wait until each of this rank's signal words `sigs[k]` whose
+    /// `status` entry is unset satisfies `cmp values[k]` (OpenSHMEM
+    /// `shmem_wait_until_all_vector`, the words named by global
+    /// pointers). Every pointer must be a signal word of this rank, and
+    /// `values` (and `status`) have one entry per pointer, else an error
+    /// naming the rank; an empty or fully masked list returns at once.
+    /// ([`Signals::wait_until_all_vector`] waits by index.)
+    pub fn wait_until_all_vector(
+        &self,
+        sigs: &[GlobalPtr<u64>],
+        status: Option<&[bool]>,
+        cmp: Cmp,
+        values: &[u64],
+    ) -> Result<()> {
+        let call = "Pgas::wait_until_all_vector";
+        let e = self.sig_entries(call, sigs, status, values)?;
+        wait(&self.inner, call, &e, cmp, Mode::All).map(drop)
+    }
+
+    /// Wait until any of this rank's signal words `sigs[k]` (status
+    /// unset) satisfies `cmp values[k]` (OpenSHMEM
+    /// `shmem_wait_until_any_vector`); returns its position in `sigs` (the
+    /// first that did), or `None` when the list is empty or fully masked.
+    pub fn wait_until_any_vector(
+        &self,
+        sigs: &[GlobalPtr<u64>],
+        status: Option<&[bool]>,
+        cmp: Cmp,
+        values: &[u64],
+    ) -> Result<Option<usize>> {
+        let call = "Pgas::wait_until_any_vector";
+        let e = self.sig_entries(call, sigs, status, values)?;
+        wait(&self.inner, call, &e, cmp, Mode::Any).map(|h| h.first().copied())
+    }
+
+    /// Wait until at least one of this rank's signal words `sigs[k]`
+    /// (status unset) satisfies `cmp values[k]` (OpenSHMEM
+    /// `shmem_wait_until_some_vector`); returns the positions in `sigs` of
+    /// all that did at that moment, in order (none when the list is empty
+    /// or fully masked).
+    pub fn wait_until_some_vector(
+        &self,
+        sigs: &[GlobalPtr<u64>],
+        status: Option<&[bool]>,
+        cmp: Cmp,
+        values: &[u64],
+    ) -> Result<Vec<usize>> {
+        let call = "Pgas::wait_until_some_vector";
+        let e = self.sig_entries(call, sigs, status, values)?;
+        wait(&self.inner, call, &e, cmp, Mode::Some)
+    }
+}
