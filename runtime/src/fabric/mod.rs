@@ -430,6 +430,12 @@ pub trait LoadStore {
 
 /// Capability: one-sided access to every peer's segment (RDMA write and
 /// read), checked against the segment's bounds.
+///
+/// Ordering: a put to a peer ([`put`](Self::put), [`put_nb`](Self::put_nb),
+/// [`put_runs_nb`](Self::put_runs_nb)) is placed before any message sent
+/// to that peer after it is delivered there (ibverbs: one RC queue pair
+/// per peer carries both; RC delivers a send after the writes posted
+/// before it). `put_signal` relies on it.
 pub trait RemoteMemory {
     /// Copy `src` into `peer`'s segment at `off`, complete at the peer on
     /// return.
