@@ -158,3 +158,33 @@ put_signal_jobs! {
     strided_rdma_put_signal_small_am_3_ranks: 3, RmaPath::Am, 64;
     strided_rdma_put_signal_large_am_2_ranks: 2, RmaPath::Am, 10_000;
 }
+
+#[path = "progs/quiet.rs"]
+mod quiet_prog;
+
+/// `quiet_peer` covers strided puts and `put_signal` over the verbs model
+/// too, both RMA paths (RDMA writes are completed by the fabric's
+/// per-peer quiet; `tests/quiet.rs` runs the same modes over shm and UDP):
+/// rank 1 finds the data (and the signal) right after rank 0's
+/// `quiet_peer(1)`.
+#[test]
+fn strided_rdma_quiet_peer_covers_strided_and_put_signal() {
+    use common::verbs_model::{config, job, on_threads, unique};
+    use splitrt::runtime::config::Config;
+    for mode in ["strided", "put_signal"] {
+        for (rma, seed) in [(RmaPath::Native, 81), (RmaPath::Am, 82)] {
+            let id = unique("strided-quiet");
+            let dir = std::env::temp_dir();
+            on_threads(2, seed, Duration::from_secs(60), move |r, dev| {
+                let j = job(&id, r, 2);
+                let cfg = Config {
+                    rma,
+                    ..config(8 << 20, 16)
+                };
+                quiet_prog::run_on(mode, &dir, move |b| {
+                    Pgas::attach_over_verbs_model(b, j, cfg, dev)
+                })
+            });
+        }
+    }
+}
