@@ -197,6 +197,31 @@ impl OneSided<'_> {
     pub fn quiet_peer(&self, peer: usize) -> Result<()> {
         self.fabric.quiet_peer(peer)
     }
+
+    /// Write the packed `src` into `peer`'s segment as `runs` ((segment
+    /// offset, length) each, in order, lengths summing to `src.len()`):
+    /// a strided or indexed put as RDMA writes, one per run, posted back
+    /// to back. Returns once `src` is copied out; complete at the peer by
+    /// the next [`quiet`](Self::quiet). Every run is checked first, as
+    /// [`put`](Self::put) checks its range; on an error nothing is
+    /// written.
+    pub fn put_runs_nb(&self, peer: usize, runs: &[(u64, u64)], src: &[u8]) -> Result<()> {
+        // SAFETY: the guard lives in this frame and drops before it returns.
+        let _writing = unsafe { crate::writers::writing() };
+        for &(off, len) in runs {
+            let n = usize::try_from(len).map_err(|_| Error::usage("a run longer than memory"))?;
+            check_write(self.inner, peer, off, n)?;
+        }
+        self.fabric.put_runs_nb(peer, runs, src)
+    }
+
+    /// Read `runs` ((segment offset, length), in order) of `peer`'s
+    /// segment into the packed `dst` (lengths summing to `dst.len()`):
+    /// a strided or indexed get as RDMA reads, one per run, complete on
+    /// return. An error if a run is outside `peer`'s segment.
+    pub fn get_runs(&self, peer: usize, runs: &[(u64, u64)], dst: &mut [u8]) -> Result<()> {
+        self.fabric.get_runs(peer, runs, dst)
+    }
 }
 
 /// Neither reserved nor frozen (one load while nothing is frozen).

@@ -362,7 +362,7 @@ impl Inner {
 
     /// Update `sig` by `op`, `value`: through the mapped segment (then
     /// wake its owner) or by a request to its owner (complete at `sync`).
-    fn signal(&self, sig: GlobalPtr<u64>, op: SignalOp, value: u64) -> Result<()> {
+    pub(crate) fn signal(&self, sig: GlobalPtr<u64>, op: SignalOp, value: u64) -> Result<()> {
         let (rank, off) = (sig.rank(), sig.offset());
         if let Some(seg) = self.native(rank) {
             // SAFETY: `check_signal` passed: [off, off + 8) is an 8-aligned
@@ -495,6 +495,10 @@ impl Pgas {
             };
             // the signal after the data, with release ordering
             return i.signal(sig, op, value);
+        }
+        if let Some(r) = i.put_signal_direct(rank, dst.offset(), bytes, sig, op, value) {
+            // RDMA write, then the signal message after it (`signal_rdma.rs`)
+            return r;
         }
         // One Long: deposited, then the handler updates the signal.
         i.issued.add_puts(1);

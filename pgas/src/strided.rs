@@ -424,6 +424,10 @@ impl Inner {
         for (o, n) in local.iter() {
             stream.extend_from_slice(&src[o as usize..(o + n) as usize]);
         }
+        if let Some(r) = self.put_runs_direct(x.rank, &remote, &stream) {
+            // RDMA writes, one per run (`strided_rdma.rs`)
+            return r;
+        }
         let budget = self.ep.max_medium(x.rank)?;
         let run = match &x.remote {
             Side::Strided { layout, .. } => layout.run,
@@ -479,6 +483,12 @@ impl Inner {
             return Ok(None);
         }
         *staged = vec![0u8; x.bytes as usize];
+        if let Some(r) = self.get_runs_direct(x.rank, &remote, staged) {
+            // RDMA reads, one per run (`strided_rdma.rs`): done now
+            r?;
+            scatter(&x.local, staged, dst);
+            return Ok(None);
+        }
         let budget = self.ep.max_medium(x.rank)?;
         let chunks = plan(&remote, budget, false);
         let run = match &x.remote {

@@ -662,3 +662,85 @@ fn a_completion_naming_a_bogus_send_buffer_is_refused() {
     }
     check(err.expect("the forged completion was accepted"));
 }
+
+/// Strided runs as RDMA (`put_runs_nb` / `get_runs`, issue 25): 1000 runs
+/// of 64 B (a 64 000-B stream through 1 KiB send buffers, of which there
+/// are 4: each is reused, freed by its last write), then runs that
+/// straddle buffers and one longer than a buffer; the counts are one
+/// write (read) per run and per buffer crossing, and no send. Everything
+/// is at the peer after `quiet`, reads back packed, and a run outside the
+/// segment is refused before anything is posted.
+#[test]
+fn strided_runs_as_one_rdma_write_or_read_per_run() {
+    let cfg = small_buffers();
+    for seed in 0..4 {
+        let mut j = job(2, 256 << 10, cfg, seed);
+        let runs: Vec<(u64, u64)> = (0..1000u64).map(|i| (4096 + i * 128, 64)).collect();
+        let src: Vec<u8> = (0..64_000u32)
+            .map(|i| (i * 7 + seed as u32) as u8)
+            .collect();
+        let before = j.net.stats();
+        j.fabrics[0].put_runs_nb(1, &runs, &src).unwrap();
+        j.fabrics[0].quiet().unwrap();
+        let after = j.net.stats();
+        // 1024-B buffers hold 16 runs each exactly: no run is cut
+        assert_eq!(after.writes - before.writes, 1000, "seed {seed}");
+        assert_eq!(after.sends, before.sends, "seed {seed}: no message");
+        for (i, &(o, n)) in runs.iter().enumerate() {
+            let o = o as usize;
+            assert_eq!(
+                &j.segs[1][o..o + n as usize],
+                &src[i * 64..i * 64 + 64],
+                "seed {seed}: run {i}"
+            );
+        }
+        let mut back = vec![0u8; 64_000];
+        let before = j.net.stats();
+        j.fabrics[0].get_runs(1, &runs, &mut back).unwrap();
+        assert_eq!(j.net.stats().reads - before.reads, 1000, "seed {seed}");
+        assert_eq!(back, src, "seed {seed}");
+        // 300-B runs straddle the 1 KiB buffers; a 3000-B run spans three
+        let odd: Vec<(u64, u64)> = vec![
+            (200_000, 300),
+            (210_000, 300),
+            (220_000, 3000),
+            (190_000, 300),
+            (180_000, 300),
+        ];
+        let osrc: Vec<u8> = (0..4200u32).map(|i| (i * 13 + 5) as u8).collect();
+        let before = j.net.stats();
+        j.fabrics[0].put_runs_nb(1, &odd, &osrc).unwrap();
+        j.fabrics[0].quiet().unwrap();
+        // pieces: buffer 0 [300, 300, 424], 1 [1024], 2 [1024], 3 [528, 300, 196], 4 [104]
+        assert_eq!(j.net.stats().writes - before.writes, 9, "seed {seed}");
+        let mut at = 0;
+        for &(o, n) in &odd {
+            let (o, n) = (o as usize, n as usize);
+            assert_eq!(
+                &j.segs[1][o..o + n],
+                &osrc[at..at + n],
+                "seed {seed}: run at {o}"
+            );
+            at += n;
+        }
+        let mut oback = vec![0u8; 4200];
+        j.fabrics[0].get_runs(1, &odd, &mut oback).unwrap();
+        assert_eq!(oback, osrc, "seed {seed}");
+        // the buffers all came back: many more transfers proceed
+        for _ in 0..20 {
+            j.fabrics[0].put_runs_nb(1, &odd, &osrc).unwrap();
+        }
+        j.fabrics[0].quiet().unwrap();
+        // one run past the end: refused, nothing posted
+        let bad = [(1000, 8), ((256 << 10) - 4, 8)];
+        let before = j.net.stats();
+        let e = j.fabrics[0].put_runs_nb(1, &bad, &[9; 16]).unwrap_err();
+        assert!(matches!(e.kind(), ErrorKind::OutOfBounds { .. }), "{e}");
+        assert_eq!(j.net.stats().writes, before.writes);
+        assert_eq!(j.segs[1][1000], 0);
+        // the lengths must match the stream
+        assert!(j.fabrics[0].put_runs_nb(1, &runs, &src[..100]).is_err());
+        assert_eq!(j.net.stats().errors, 0);
+        j.segs.iter_mut().for_each(Vec::clear);
+    }
+}

@@ -30,6 +30,8 @@ const METRICS: &[&str] = &[
     "1000 separate 64 B puts + sync (us)",
     "datagrams sent",
     "retransmitted",
+    "strided put data (MB/s)",
+    "separate puts data (MB/s)",
 ];
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -130,6 +132,14 @@ pub fn run(
         (
             "1000 x 64 B: separate puts / strided",
             ratio(get(0, METRICS[12]), get(0, METRICS[11])),
+        ),
+        (
+            "strided put data / raw stream",
+            ratio(get(0, METRICS[15]), get(0, METRICS[4])),
+        ),
+        (
+            "separate puts data / raw stream",
+            ratio(get(0, METRICS[16]), get(0, METRICS[4])),
         ),
         (
             "Long 1 MiB, 1% loss / lossless",

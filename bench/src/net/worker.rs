@@ -332,6 +332,11 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
             let mean_us = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64 / 1e3;
             row("strided put 1000 x 64 B + sync (us)", mean_us(&a));
             row("1000 separate 64 B puts + sync (us)", mean_us(&b));
+            // the runs' bytes per time, beside the raw UDP stream's rate
+            // (is either form at the wire's rate? see ARCHITECTURE.md)
+            let data = (crate::pgas::strided::RUNS * crate::pgas::strided::RUN_BYTES) as f64;
+            row("strided put data (MB/s)", data / mean_us(&a));
+            row("separate puts data (MB/s)", data / mean_us(&b));
         }
         pg.barrier()?;
     }

@@ -430,6 +430,12 @@ pub trait LoadStore {
 
 /// Capability: one-sided access to every peer's segment (RDMA write and
 /// read), checked against the segment's bounds.
+///
+/// Ordering: a put to a peer ([`put`](Self::put), [`put_nb`](Self::put_nb),
+/// [`put_runs_nb`](Self::put_runs_nb)) is placed before any message sent
+/// to that peer after it is delivered there (ibverbs: one RC queue pair
+/// per peer carries both; RC delivers a send after the writes posted
+/// before it). `put_signal` relies on it.
 pub trait RemoteMemory {
     /// Copy `src` into `peer`'s segment at `off`, complete at the peer on
     /// return.
@@ -450,6 +456,48 @@ pub trait RemoteMemory {
     fn quiet_peer(&self, peer: usize) -> Result<()> {
         let _ = peer;
         self.quiet()
+    }
+    /// Write the packed `src` into `peer`'s segment as `runs` ((segment
+    /// offset, length) each, in order, lengths summing to `src.len()`),
+    /// returning once `src` is copied out; complete at the peer by the
+    /// next [`quiet`](Self::quiet) / [`quiet_peer`](Self::quiet_peer).
+    /// Every run is checked before anything is written. The default
+    /// writes run by run ([`put_nb`](Self::put_nb), else
+    /// [`put`](Self::put)); the ibverbs fabric posts one RDMA write per
+    /// run from its send buffers, back to back.
+    fn put_runs_nb(&self, peer: usize, runs: &[(u64, u64)], src: &[u8]) -> Result<()> {
+        let mut at = 0usize;
+        for &(off, len) in runs {
+            let end = usize::try_from(len)
+                .ok()
+                .and_then(|n| at.checked_add(n))
+                .filter(|&e| e <= src.len())
+                .ok_or_else(|| crate::Error::usage("RDMA runs longer than the local stream"))?;
+            let part = &src[at..end];
+            if !self.put_nb(peer, off, part)? {
+                self.put(peer, off, part)?;
+            }
+            at = end;
+        }
+        Ok(())
+    }
+    /// Read `runs` ((segment offset, length), in order) of `peer`'s
+    /// segment into the packed `dst` (lengths summing to `dst.len()`),
+    /// complete on return. The default reads run by run
+    /// ([`get`](Self::get)); the ibverbs fabric posts one RDMA read per
+    /// run and waits for them together.
+    fn get_runs(&self, peer: usize, runs: &[(u64, u64)], dst: &mut [u8]) -> Result<()> {
+        let mut at = 0usize;
+        for &(off, len) in runs {
+            let end = usize::try_from(len)
+                .ok()
+                .and_then(|n| at.checked_add(n))
+                .filter(|&e| e <= dst.len())
+                .ok_or_else(|| crate::Error::usage("RDMA runs longer than the local stream"))?;
+            self.get(peer, off, &mut dst[at..end])?;
+            at = end;
+        }
+        Ok(())
     }
 }
 

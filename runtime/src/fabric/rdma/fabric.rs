@@ -39,6 +39,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod runs;
+
 /// Tunables of the ibverbs fabric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RdmaConfig {
@@ -550,6 +552,12 @@ impl<V: Verbs> RdmaFabric<V> {
                     _ if index == RMA_BLOCKING => {
                         d.outstanding[peer] -= 1;
                         d.rma_pending -= 1;
+                    }
+                    _ if index & runs::SHARED != 0 => {
+                        // a strided write whose send buffer a later write
+                        // of the same transfer still uses: counted only
+                        d.outstanding[peer] -= 1;
+                        d.nb_done[peer] += 1;
                     }
                     _ => {
                         // a non-blocking put's write: its bounce buffer is free
@@ -1260,6 +1268,14 @@ impl<V: Verbs> RemoteMemory for RdmaFabric<V> {
 
     fn quiet_peer(&self, peer: usize) -> Result<()> {
         RdmaFabric::quiet_peer(self, peer)
+    }
+
+    fn put_runs_nb(&self, peer: usize, runs: &[(u64, u64)], src: &[u8]) -> Result<()> {
+        RdmaFabric::put_runs_nb(self, peer, runs, src)
+    }
+
+    fn get_runs(&self, peer: usize, runs: &[(u64, u64)], dst: &mut [u8]) -> Result<()> {
+        RdmaFabric::get_runs(self, peer, runs, dst)
     }
 }
 
