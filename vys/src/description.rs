@@ -69,12 +69,6 @@ pub const MAX_LISTED_CHANNELS: usize = 128;
 pub const MAX_DESCRIPTION: usize =
     DESCRIPTION_HEADER + MAX_POLARIZATIONS + MAX_CONFIG_NAME + 8 * MAX_LISTED_CHANNELS;
 
-/// A description travels in a signal with no entries: it fits one
-/// datagram with the signal's header and tag.
-const _: () = assert!(
-    super::signal::SIGNAL_HEADER + MAX_DESCRIPTION + super::signal::SIGNAL_TAG
-        <= super::signal::MAX_DATAGRAM
-);
 const _: () = assert!(MAX_DESCRIPTION <= u16::MAX as usize);
 
 /// What each element of a spectrum's data is.

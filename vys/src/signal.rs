@@ -75,6 +75,9 @@ static_assertions::const_assert!(
     SIGNAL_HEADER + MAX_ENTRIES * SIGNAL_ENTRY + SIGNAL_TAG <= MAX_DATAGRAM
 );
 static_assertions::const_assert!(MAX_ENTRIES <= u8::MAX as usize);
+// A description travels in a signal with no entries: it fits one datagram
+// with the signal's header and tag.
+static_assertions::const_assert!(SIGNAL_HEADER + MAX_DESCRIPTION + SIGNAL_TAG <= MAX_DATAGRAM);
 
 /// The digest a producer computed over each spectrum's data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
