@@ -74,6 +74,7 @@
 //! ```
 
 use super::described::{Book, Described};
+use super::description::StreamDescription;
 use super::export::{ImportedRing, RingTooLarge};
 use super::landing::Landing;
 use super::queue::{Alert, MessageQueue, KINDS};
@@ -235,6 +236,9 @@ pub struct Product {
     /// Epoch of the producer's stream description these spectra belong
     /// to (0: none set; see [`Consumer::description`]).
     pub description_epoch: u32,
+    /// That description, if the consumer had it when it took the signal
+    /// (`None`: none set, or its description signal not heard yet).
+    pub description: Option<Arc<StreamDescription>>,
 }
 
 impl Product {
@@ -252,6 +256,7 @@ impl Product {
             spectrum_bytes: s.spectrum_bytes,
             digest: s.digest,
             description_epoch: s.description_epoch,
+            description: None,
         }
     }
 }
@@ -1350,7 +1355,11 @@ impl Worker {
             return;
         }
         self.stats.signals += 1;
-        let product = Arc::new(Product::of(&s));
+        let mut product = Product::of(&s);
+        if s.description_epoch != 0 {
+            product.description = self.descriptions.of(&s);
+        }
+        let product = Arc::new(product);
         let mut pass = std::mem::take(&mut self.pass);
         pass.clear();
         pass.resize(s.entries.len(), false);

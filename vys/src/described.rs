@@ -61,6 +61,14 @@ impl Book {
         self.by_producer.lock().get(&producer).cloned()
     }
 
+    /// The description `s`'s spectra belong to (its producer, instance
+    /// and epoch), if it is the one kept.
+    pub(crate) fn of(&self, s: &Signal) -> Option<Arc<StreamDescription>> {
+        let g = self.by_producer.lock();
+        let k = g.get(&s.producer)?;
+        (k.instance == s.instance && k.epoch == s.description_epoch).then(|| k.description.clone())
+    }
+
     /// Forget `producer`'s description (it is gone, forgotten, or a new
     /// instance of it replaced the one described).
     pub(crate) fn forget(&self, producer: u64) {

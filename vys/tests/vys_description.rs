@@ -57,6 +57,8 @@ fn write(p: &mut Producer, t: u64) {
 #[derive(Default)]
 struct Seen {
     valid: Vec<(u32, Option<u32>)>,
+    /// The configuration name of the description each spectrum carries.
+    names: Vec<Option<String>>,
     changes: Vec<Described>,
 }
 
@@ -74,6 +76,8 @@ impl Seen {
                     ));
                     let known = c.description(producer).map(|k| k.epoch);
                     self.valid.push((s.product.description_epoch, known));
+                    let d = s.product.description.as_ref();
+                    self.names.push(d.map(|d| d.config_name.clone()));
                 }
                 Some(Message::DescriptionChanged {
                     producer: p,
@@ -135,6 +139,10 @@ fn vysdesc_start_change_and_late_joiners() {
         "{:?}",
         a.valid
     );
+    // each spectrum carries its own epoch's description
+    let (first, second) = (Some("first".to_string()), Some("second".to_string()));
+    assert!(a.names[..20].iter().all(|n| *n == first), "{:?}", a.names);
+    assert!(a.names[20..].iter().all(|n| *n == second), "{:?}", a.names);
     let epochs: Vec<u32> = a.changes.iter().map(|d| d.epoch).collect();
     assert_eq!(
         epochs,
