@@ -720,13 +720,26 @@ impl Message {
     }
 
     /// For a description_changed message: the description, a dict (see
-    /// `Consumer.description`); else None.
+    /// `Consumer.description`); for a spectrum: the description of its
+    /// epoch, if the consumer had it when it took the spectrum's signal;
+    /// else None.
     #[getter]
     fn description<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        self.described
-            .as_ref()
-            .map(|d| description::to_dict(py, d))
-            .transpose()
+        if let Some(d) = &self.described {
+            return description::to_dict(py, d).map(Some);
+        }
+        let Some(p) = &self.product else {
+            return Ok(None);
+        };
+        let Some(d) = &p.description else {
+            return Ok(None);
+        };
+        let d = splitrt_vys::described::Described {
+            instance: p.instance,
+            epoch: p.description_epoch,
+            description: d.clone(),
+        };
+        description::to_dict(py, &d).map(Some)
     }
 
     /// The epoch of the stream description a spectrum belongs to (0: its

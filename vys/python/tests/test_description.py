@@ -63,6 +63,7 @@ def test_description_start_change_late(stream):
     assert m.description_epoch == 1
     v, _ = until(c, lambda m: m.kind == "valid")
     assert v.description_epoch == 1
+    assert v.description == d  # each spectrum carries its epoch's description
     v.release()
     assert c.description(p.id) == d
 
@@ -79,6 +80,7 @@ def test_description_start_change_late(stream):
     assert m.description["frequencies_hz"] == listed and m.description["first_hz"] is None
     v, _ = until(c, lambda m: m.kind == "valid" and m.timestamp >= 200)
     assert v.description_epoch == 2
+    assert v.description["config_name"] == "second"
     v.release()
     assert c.description(p.id)["config_name"] == "second"
 
