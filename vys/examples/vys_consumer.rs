@@ -204,7 +204,9 @@ fn run(a: Args) -> Result<u64, String> {
                 break stats;
             }
             // a producer's life: always said
-            m @ (Message::ProducerGone { .. } | Message::MappedBytesLimit { .. }) => {
+            m @ (Message::ProducerGone { .. }
+            | Message::MappedBytesLimit { .. }
+            | Message::DescriptionChanged { .. }) => {
                 eprintln!("{m}")
             }
             m => {
@@ -274,7 +276,7 @@ impl Kinds {
             Message::VersionMismatch { .. } => self.version_mismatches += 1,
             Message::ProducerGone { .. } => self.producers_gone += 1,
             Message::MappedBytesLimit { .. } => self.mapping_refusals += 1,
-            Message::End { .. } => {}
+            Message::DescriptionChanged { .. } | Message::End { .. } => {}
         }
     }
 

@@ -73,6 +73,8 @@
 //! }
 //! ```
 
+use super::described::{Book, Described};
+use super::description::StreamDescription;
 use super::export::{ImportedRing, RingTooLarge};
 use super::landing::Landing;
 use super::queue::{Alert, MessageQueue, KINDS};
@@ -231,6 +233,12 @@ pub struct Product {
     pub spectrum_bytes: u32,
     /// Digest of the entries.
     pub digest: DigestKind,
+    /// Epoch of the producer's stream description these spectra belong
+    /// to (0: none set; see [`Consumer::description`]).
+    pub description_epoch: u32,
+    /// That description, if the consumer had it when it took the signal
+    /// (`None`: none set, or its description signal not heard yet).
+    pub description: Option<Arc<StreamDescription>>,
 }
 
 impl Product {
@@ -247,6 +255,8 @@ impl Product {
             channels: s.channels,
             spectrum_bytes: s.spectrum_bytes,
             digest: s.digest,
+            description_epoch: s.description_epoch,
+            description: None,
         }
     }
 }
@@ -368,6 +378,9 @@ pub struct ConsumerStats {
     /// Rings not mapped because of the bound on mapped bytes
     /// ([`Message::MappedBytesLimit`]).
     pub mapping_refusals: u64,
+    /// Stream descriptions taken that were news
+    /// ([`Message::DescriptionChanged`]).
+    pub descriptions_changed: u64,
     /// Bytes of producers' rings mapped now (not a count: the level at
     /// the time of the statistics).
     pub mapped_bytes: u64,
@@ -391,6 +404,9 @@ pub struct DroppedKinds {
     pub producers_gone: u64,
     /// [`Message::MappedBytesLimit`] (only past the reports' reserve).
     pub mapped_bytes_limits: u64,
+    /// [`Message::DescriptionChanged`] (only past the reports' reserve;
+    /// [`Consumer::description`] has the description all the same).
+    pub descriptions_changed: u64,
 }
 
 impl DroppedKinds {
@@ -403,6 +419,7 @@ impl DroppedKinds {
             version_mismatches: d[K_VERSION],
             producers_gone: d[K_GONE],
             mapped_bytes_limits: d[K_LIMIT],
+            descriptions_changed: d[K_DESCRIPTION],
         }
     }
 
@@ -414,6 +431,7 @@ impl DroppedKinds {
         self.version_mismatches += o.version_mismatches;
         self.producers_gone += o.producers_gone;
         self.mapped_bytes_limits += o.mapped_bytes_limits;
+        self.descriptions_changed += o.descriptions_changed;
     }
 }
 
@@ -427,6 +445,7 @@ impl std::fmt::Display for DroppedKinds {
             ("version mismatches", self.version_mismatches),
             ("producers gone", self.producers_gone),
             ("mapped bytes limits", self.mapped_bytes_limits),
+            ("descriptions changed", self.descriptions_changed),
         ];
         let mut first = true;
         for (name, n) in all.iter().filter(|(_, n)| *n > 0) {
@@ -446,6 +465,7 @@ const K_RECEIVE: usize = 3;
 const K_VERSION: usize = 4;
 const K_GONE: usize = 5;
 const K_LIMIT: usize = 6;
+const K_DESCRIPTION: usize = 7;
 const K_STARVED: usize = KINDS;
 const K_SIGNALS_LOST: usize = KINDS + 1;
 const K_ALERT: usize = KINDS + 2;
@@ -550,6 +570,17 @@ pub enum Message {
         /// The bound.
         limit: u64,
     },
+    /// A producer's stream description is news: the first heard of its
+    /// instance (at its start, or when this consumer joined late), or a
+    /// new epoch (the producer changed it). Spectra name the epoch of
+    /// their description ([`Product::description_epoch`]); the latest
+    /// is also at [`Consumer::description`].
+    DescriptionChanged {
+        /// Its producer.
+        producer: u64,
+        /// The description, its epoch and the instance that sent it.
+        described: Described,
+    },
     /// The last message: the consumer has stopped.
     End {
         /// Why.
@@ -634,6 +665,18 @@ impl std::fmt::Display for Message {
                  {mapped} B of rings and its bound (max_mapped_bytes) is {limit} B; read \
                  through its read server instead"
             ),
+            Message::DescriptionChanged {
+                producer,
+                described,
+            } => {
+                let d = &described.description;
+                write!(
+                    f,
+                    "producer {producer:x} (instance {:x}) description {}: {} channels of {}, \
+                     configuration '{}'",
+                    described.instance, described.epoch, d.channels, d.data_type, d.config_name
+                )
+            }
             Message::End { status, .. } => write!(f, "end: {status:?}"),
         }
     }
@@ -649,6 +692,8 @@ pub struct Consumer {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     injector: SignalInjector,
+    /// The producers' stream descriptions, shared with the worker.
+    descriptions: Arc<Book>,
 }
 
 /// Hands the consumer signal messages that came by other means than its
@@ -728,7 +773,9 @@ impl Consumer {
             }
             None => None,
         };
+        let descriptions = Arc::new(Book::default());
         let mut w = Worker {
+            descriptions: descriptions.clone(),
             rdma,
             rdma_reads: FxHashMap::default(),
             rdma_done: Vec::new(),
@@ -770,7 +817,33 @@ impl Consumer {
             stop,
             thread: Some(thread),
             injector,
+            descriptions,
         })
+    }
+
+    /// The latest stream description heard of `producer`'s current
+    /// instance (`None`: none heard yet, or the producer sets none). A
+    /// producer sends its description at start, on each change and
+    /// periodically (`ProducerConfig::description_every`), so a consumer
+    /// that joined late has it within that period;
+    /// [`Message::DescriptionChanged`] says when it is news.
+    ///
+    /// ```no_run
+    /// # use splitrt_vys::consumer::{Consumer, ConsumerConfig, Message};
+    /// # use std::time::Duration;
+    /// # let c = Consumer::start(ConsumerConfig::without_multicast([7; 32]), |_, _, pass| pass.fill(true)).unwrap();
+    /// if let Some(Message::Valid(s)) = c.recv(Duration::from_secs(1)) {
+    ///     match c.description(s.product.producer) {
+    ///         Some(d) if d.epoch == s.product.description_epoch => {
+    ///             let f0 = d.description.frequency(0);
+    ///             println!("{} channels from {f0:?} Hz", d.description.channels);
+    ///         }
+    ///         _ => println!("its description is not known (yet)"),
+    ///     }
+    /// }
+    /// ```
+    pub fn description(&self, producer: u64) -> Option<Described> {
+        self.descriptions.get(producer)
     }
 
     /// A handle to give this consumer signals received by other means.
@@ -978,6 +1051,8 @@ enum Route {
 const MAX_ROUTES: usize = 4096;
 
 struct Worker {
+    /// The producers' stream descriptions (shared with [`Consumer`]).
+    descriptions: Arc<Book>,
     /// Declared before `pool`: dropped (queue pairs destroyed, buffers
     /// deregistered) before the buffers can be freed.
     rdma: Option<RdmaReader<Box<dyn Verbs>>>,
@@ -1272,12 +1347,19 @@ impl Worker {
             return;
         }
         let admit = self.admit(&s);
+        if admit == Admit::Current {
+            self.take_description(&s);
+        }
         if s.is_heartbeat() {
             self.stats.heartbeats += 1;
             return;
         }
         self.stats.signals += 1;
-        let product = Arc::new(Product::of(&s));
+        let mut product = Product::of(&s);
+        if s.description_epoch != 0 {
+            product.description = self.descriptions.of(&s);
+        }
+        let product = Arc::new(product);
         let mut pass = std::mem::take(&mut self.pass);
         pass.clear();
         pass.resize(s.entries.len(), false);
@@ -1297,6 +1379,17 @@ impl Worker {
         self.pass = pass;
     }
 
+    /// Keep the description `s` carries; say so if it is news.
+    fn take_description(&mut self, s: &Signal) {
+        if let Some(described) = self.descriptions.take(s) {
+            self.stats.descriptions_changed += 1;
+            self.send(Message::DescriptionChanged {
+                producer: s.producer,
+                described,
+            });
+        }
+    }
+
     /// Note that `s`'s producer instance was heard of. A newer instance
     /// than the one read (by start time) replaces it: the old one's route
     /// is dropped (its mapping, its session, its reads in flight). An
@@ -1313,6 +1406,7 @@ impl Worker {
                 .map(|(id, _)| *id);
             if let Some(id) = oldest {
                 self.peers.remove(&id);
+                self.descriptions.forget(id);
                 self.drop_route(
                     id,
                     "too many producers: the one heard of least recently forgotten",
@@ -1347,6 +1441,8 @@ impl Worker {
         // a new instance: no route of another one may serve it
         if old.is_some() {
             self.stats.restarts += 1;
+            // nor its description describe the new one's spectra
+            self.descriptions.forget(s.producer);
         }
         let why = format!(
             "producer {:x} restarted: instance {:x} replaced instance {:x}",
@@ -1382,6 +1478,7 @@ impl Worker {
             .collect();
         for (producer, instance, silent_for) in gone {
             self.peers.remove(&producer);
+            self.descriptions.forget(producer);
             let why = format!(
                 "producer {producer:x} gone: nothing from it for {:.1} s",
                 silent_for.as_secs_f64()
@@ -1926,6 +2023,7 @@ impl Alert for Message {
             Message::VersionMismatch { .. } => Ok(K_VERSION),
             Message::ProducerGone { .. } => Err(K_GONE),
             Message::MappedBytesLimit { .. } => Err(K_LIMIT),
+            Message::DescriptionChanged { .. } => Err(K_DESCRIPTION),
             Message::DataBufferStarvation { .. } => Err(K_STARVED),
             Message::SignalBufferStarvation { .. } => Err(K_SIGNALS_LOST),
             Message::QueueAlert { .. } => Err(K_ALERT),

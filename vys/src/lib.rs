@@ -20,7 +20,10 @@
 //! * [`producer`] and [`consumer`]: the library APIs (the consumer drops
 //!   replayed signals: `replay`);
 //! * [`checkable`]: spectra whose data is a function of their identity;
-//! * [`stream_key`]: the operator's key, parsed.
+//! * [`stream_key`]: the operator's key, parsed;
+//! * [`description`]: a producer's stream description (what its spectra
+//!   mean), versioned, sent with the signals; [`described`]: what a
+//!   consumer knows of them.
 //!
 //! The crate uses the runtime layer only (fabrics, the UDP protocol, the
 //! verbs layer); it knows nothing of PGAS. Inside a splitrt job, signals
@@ -29,6 +32,8 @@
 
 pub mod checkable;
 pub mod consumer;
+pub mod described;
+pub mod description;
 pub mod export;
 pub mod handshake;
 mod landing;

@@ -30,16 +30,18 @@
 //! p.flush().unwrap();
 //! ```
 
+use super::description::StreamDescription;
 use super::export::{ExportedRing, HandoverServer};
 use super::rdma_device::RdmaDevice;
 use super::read_server::ReadServer;
 use super::ring::{slot_bytes, write_slot};
 use super::signal::{DigestKind, Signal, SpectrumInfo, MAX_ENTRIES};
 use super::transport::SignalSender;
+use parking_lot::Mutex;
 use rustc_hash::FxHashMap;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -106,6 +108,14 @@ pub struct ProducerConfig {
     /// hosts see. Setting
     /// `SPLITRT_VYS_DATAGRAM` ([`apply_settings`](Self::apply_settings)).
     pub datagram_bytes: usize,
+    /// The stream description sent from the start (`None`: none until
+    /// [`Producer::set_description`]). [`Producer::new`] fails if it does
+    /// not encode ([`StreamDescription::check`]).
+    pub description: Option<StreamDescription>,
+    /// The description is sent again (in a signal of its own) when it was
+    /// last sent this long ago, so a consumer that joins late learns it;
+    /// an idle producer's heartbeats carry it too.
+    pub description_every: Duration,
 }
 
 impl ProducerConfig {
@@ -146,6 +156,8 @@ impl ProducerConfig {
             rdma: None,
             heartbeat: Some(Duration::from_secs(1)),
             datagram_bytes: super::read_proto::DEFAULT_DATAGRAM,
+            description: None,
+            description_every: Duration::from_secs(1),
         }
     }
 }
@@ -163,6 +175,9 @@ pub struct ProducerStats {
     pub signal_errors: u64,
     /// Heartbeats sent (signals with no entries, when idle).
     pub heartbeats: u64,
+    /// Signals sent to carry the stream description (at start, on change
+    /// and every `description_every`; heartbeats carrying it not counted).
+    pub descriptions: u64,
 }
 
 /// What the producer shares with its heartbeat thread.
@@ -174,6 +189,9 @@ struct Beat {
     t0: Instant,
     heartbeats: AtomicU64,
     stop: AtomicBool,
+    /// The description in force and its epoch (heartbeats carry them).
+    description: Mutex<Option<Arc<StreamDescription>>>,
+    epoch: AtomicU32,
 }
 
 impl Beat {
@@ -207,6 +225,8 @@ fn heartbeats(beat: &Beat, every: Duration, sender: &SignalSender, key: &[u8; 32
     while !beat.stop.load(Ordering::Acquire) {
         if beat.due(every) {
             s.sequence = beat.next();
+            s.description = beat.description.lock().clone();
+            s.description_epoch = beat.epoch.load(Ordering::Relaxed);
             s.encode_into(key, &mut b);
             let _ = sender.send_bytes(&b);
         }
@@ -237,6 +257,8 @@ pub struct Producer {
     address: SocketAddr,
     batches: FxHashMap<ProductId, Vec<SpectrumInfo>>,
     stats: ProducerStats,
+    /// When the description was last sent (`None`: not yet).
+    description_sent: Option<Instant>,
 }
 
 impl Producer {
@@ -279,6 +301,9 @@ impl Producer {
             Some(g) => Some(Arc::new(SignalSender::new(g, cfg.interface, cfg.key)?)),
             None => None,
         };
+        if let Some(d) = &cfg.description {
+            d.check().map_err(|e| bad(e.to_string()))?;
+        }
         if cfg.heartbeat.is_some_and(|h| h.is_zero()) {
             return Err(bad("a heartbeat interval of 0".into()));
         }
@@ -318,6 +343,8 @@ impl Producer {
             t0: Instant::now(),
             heartbeats: AtomicU64::new(0),
             stop: AtomicBool::new(false),
+            description: Mutex::new(None),
+            epoch: AtomicU32::new(0),
         });
         let mut p = Producer {
             id,
@@ -335,8 +362,12 @@ impl Producer {
             address,
             batches: FxHashMap::default(),
             stats: ProducerStats::default(),
+            description_sent: None,
             cfg,
         };
+        if let Some(d) = p.cfg.description.take() {
+            p.set_description(d)?;
+        }
         if let (Some(every), Some(tx)) = (p.cfg.heartbeat, p.sender.clone()) {
             let (b, key, s) = (p.beat.clone(), p.cfg.key, p.heartbeat_signal());
             p.heart = Some(
@@ -370,6 +401,8 @@ impl Producer {
             started: self.started,
             sequence: 0,
             entries: Vec::new(),
+            description_epoch: self.beat.epoch.load(Ordering::Relaxed),
+            description: None,
         }
     }
 
@@ -473,6 +506,8 @@ impl Producer {
             started: self.started,
             sequence: self.beat.next(),
             entries,
+            description_epoch: self.beat.epoch.load(Ordering::Relaxed),
+            description: None,
         }
     }
 
@@ -486,6 +521,7 @@ impl Producer {
             if self.cfg.queue_signals && self.queued.is_empty() && self.beat.due(every) {
                 let mut s = self.heartbeat_signal();
                 s.sequence = self.beat.next();
+                s.description = self.beat.description.lock().clone();
                 self.queued.push(s.encode(&self.cfg.key));
             }
         }
@@ -499,6 +535,12 @@ impl Producer {
             return;
         };
         let entries = std::mem::take(batch);
+        if self
+            .description_sent
+            .is_some_and(|t| t.elapsed() >= self.cfg.description_every)
+        {
+            self.send_description();
+        }
         let s = self.signal(product, entries);
         s.encode_into(&self.cfg.key, &mut self.encoded);
         let mut entries = s.entries;
@@ -507,6 +549,11 @@ impl Producer {
         if let Some(batch) = self.batches.get_mut(&product) {
             *batch = entries;
         }
+        self.emit();
+    }
+
+    /// Send (and queue) the signal in `encoded`.
+    fn emit(&mut self) {
         if let Some(tx) = &self.sender {
             match tx.send_bytes(&self.encoded) {
                 Ok(()) => self.stats.signals += 1,
@@ -523,6 +570,74 @@ impl Producer {
                 self.stats.signal_errors += 1;
             }
         }
+    }
+}
+
+impl Producer {
+    /// Set the stream description (what the spectra mean): it takes the
+    /// next epoch, which every signal from now on names, and leaves at
+    /// once in a signal of its own (then every
+    /// [`ProducerConfig::description_every`], and with heartbeats), so
+    /// consumers have it before the spectra it describes. Spectra still
+    /// in partial batches are sent first, under the epoch they were
+    /// written in. Returns the new epoch; an error (and nothing changed)
+    /// if the description does not encode ([`StreamDescription::check`]).
+    ///
+    /// ```no_run
+    /// # use splitrt_vys::producer::{Producer, ProducerConfig};
+    /// use splitrt_vys::description::*;
+    /// # let cfg = ProducerConfig::new([7; 32], "239.255.42.99:47000".parse().unwrap(),
+    /// #     std::net::Ipv4Addr::LOCALHOST, 8192);
+    /// let mut p = Producer::new(cfg).unwrap();
+    /// let epoch = p
+    ///     .set_description(StreamDescription {
+    ///         data_type: DataType::Complex64,
+    ///         channels: 1024,
+    ///         frequencies: Frequencies::Linear { first_hz: 1.0e9, width_hz: 125e3 },
+    ///         polarizations: vec![Polarization::RR],
+    ///         baseband: 0,
+    ///         subband: 0,
+    ///         config_name: "TRSG0001".into(),
+    ///         time_epoch: TimeEpoch::Unix,
+    ///         time_unit: TimeUnit::Nanoseconds,
+    ///         integration_ns: 10_000_000,
+    ///     })
+    ///     .unwrap();
+    /// assert_eq!(epoch, 1);
+    /// ```
+    pub fn set_description(&mut self, d: StreamDescription) -> io::Result<u32> {
+        d.check()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        self.flush()?;
+        let epoch = match self.beat.epoch.load(Ordering::Relaxed).wrapping_add(1) {
+            0 => 1,
+            e => e,
+        };
+        *self.beat.description.lock() = Some(Arc::new(d));
+        self.beat.epoch.store(epoch, Ordering::Relaxed);
+        self.send_description();
+        Ok(epoch)
+    }
+
+    /// The stream description in force and its epoch, if one was set.
+    pub fn description(&self) -> Option<(u32, Arc<StreamDescription>)> {
+        let d = self.beat.description.lock().clone()?;
+        Some((self.beat.epoch.load(Ordering::Relaxed), d))
+    }
+
+    /// Send the description in force in a signal of its own (no entries).
+    fn send_description(&mut self) {
+        let Some(d) = self.beat.description.lock().clone() else {
+            return;
+        };
+        let mut s = self.heartbeat_signal();
+        s.sequence = self.beat.next();
+        s.description = Some(d);
+        s.encode_into(&self.cfg.key, &mut self.encoded);
+        self.beat.last.store(self.beat.now(), Ordering::Relaxed);
+        self.description_sent = Some(Instant::now());
+        self.stats.descriptions += 1;
+        self.emit();
     }
 }
 

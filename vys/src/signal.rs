@@ -11,14 +11,23 @@
 //!  0 version u16        2 digest kind u8   3 entry count u8
 //!  4 channels u32       8 producer id u64 16 producer address [u8; 16] (IPv6 or v4-mapped)
 //! 32 producer port u16 34 stations [u16; 2] 38 spectral window u16
-//! 40 stokes u16        42 reserved u16    44 reserved u32
+//! 40 stokes u16        42 description bytes u16 (0: none)
+//! 44 description epoch u32 (0: the producer set none)
 //! 48 configuration id u64                 56 spectrum bytes u32  60 reserved u32
 //! 64 instance u64 (random, drawn at each producer start)
 //! 72 instance start u64 (ns since the Unix epoch)
 //! 80 signal sequence number u64 (of this instance, from 1)
 //! 88 entries: { offset u64, timestamp u64, sequence id u64, digest u64 } x count
+//! .. the stream description (description bytes; see `description`)
 //! .. tag [u8; 16]: keyed BLAKE3 (stream key) of everything before it
 //! ```
+//!
+//! **Descriptions** (version 4). Every signal names the epoch of its
+//! producer's stream description in force (the 4 bytes were reserved:
+//! the signal did not grow); the description itself rides after the
+//! entries of a signal, usually one with no entries, which the producer
+//! sends at start, on each change and periodically. It is checked as
+//! hostile input like every other field ([`StreamDescription::decode`]).
 //!
 //! **Freshness.** The instance, its start and the sequence number ride
 //! under the tag, so nobody without the key can make a signal look new: a
@@ -40,12 +49,15 @@
 //! malformed), whatever their first two bytes say, and only an authentic
 //! signal of another version is a version mismatch.
 
+use super::description::{StreamDescription, MAX_DESCRIPTION};
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 
-/// Wire format version of this code (3: a signal may carry no entries, a
-/// heartbeat; 2: the instance, its start and the sequence number joined
+/// Wire format version of this code (4: the stream description's epoch
+/// and bytes joined the header, the description after the entries; 3: a
+/// signal may carry no entries, a heartbeat; 2: the instance, its start and the sequence number joined
 /// the header; version 1 had a 64-byte header).
-pub const SIGNAL_VERSION: u16 = 3;
+pub const SIGNAL_VERSION: u16 = 4;
 /// Fixed header bytes.
 pub const SIGNAL_HEADER: usize = 88;
 /// Bytes per entry.
@@ -63,6 +75,9 @@ static_assertions::const_assert!(
     SIGNAL_HEADER + MAX_ENTRIES * SIGNAL_ENTRY + SIGNAL_TAG <= MAX_DATAGRAM
 );
 static_assertions::const_assert!(MAX_ENTRIES <= u8::MAX as usize);
+// A description travels in a signal with no entries: it fits one datagram
+// with the signal's header and tag.
+static_assertions::const_assert!(SIGNAL_HEADER + MAX_DESCRIPTION + SIGNAL_TAG <= MAX_DATAGRAM);
 
 /// The digest a producer computed over each spectrum's data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -161,6 +176,13 @@ pub struct Signal {
     pub sequence: u64,
     /// The spectra (0 ..= [`MAX_ENTRIES`]; none: a heartbeat).
     pub entries: Vec<SpectrumInfo>,
+    /// Epoch of the producer's stream description in force (0: none
+    /// set): the description of these spectra.
+    pub description_epoch: u32,
+    /// The stream description of that epoch, if this signal carries it
+    /// (then it has room for fewer entries: at most
+    /// [`Signal::max_entries_with`]).
+    pub description: Option<Arc<StreamDescription>>,
 }
 
 /// Why a datagram is not a signal this consumer can use.
@@ -214,9 +236,16 @@ impl Signal {
         self.entries.is_empty()
     }
 
+    /// Entries a signal carrying `description` has room for.
+    pub fn max_entries_with(description: &[u8]) -> usize {
+        (MAX_DATAGRAM - SIGNAL_HEADER - SIGNAL_TAG).saturating_sub(description.len()) / SIGNAL_ENTRY
+    }
+
     /// Encode and sign with the stream key. Panics if there are more than
-    /// [`MAX_ENTRIES`] entries (a producer's own mistake); none is a
-    /// heartbeat.
+    /// [`MAX_ENTRIES`] entries, or more than a description it carries
+    /// leaves room for, or that description does not encode (a
+    /// producer's own mistake: `Producer` checks its description when it
+    /// is set); none is a heartbeat.
     pub fn encode(&self, key: &[u8; 32]) -> Vec<u8> {
         let mut b = Vec::new();
         self.encode_into(key, &mut b);
@@ -230,8 +259,20 @@ impl Signal {
             n <= MAX_ENTRIES,
             "a signal carries 0..={MAX_ENTRIES} spectra, not {n}"
         );
+        let desc = match &self.description {
+            Some(d) => d.encode().expect("a description checked when it was set"),
+            None => Vec::new(),
+        };
+        assert!(
+            n <= Signal::max_entries_with(&desc),
+            "{n} spectra and a description of {} B do not fit a signal",
+            desc.len()
+        );
         b.clear();
-        b.resize(SIGNAL_HEADER + n * SIGNAL_ENTRY + SIGNAL_TAG, 0);
+        b.resize(
+            SIGNAL_HEADER + n * SIGNAL_ENTRY + desc.len() + SIGNAL_TAG,
+            0,
+        );
         b[0..2].copy_from_slice(&SIGNAL_VERSION.to_le_bytes());
         b[2] = self.digest as u8;
         b[3] = n as u8;
@@ -247,6 +288,8 @@ impl Signal {
         b[36..38].copy_from_slice(&self.stations[1].to_le_bytes());
         b[38..40].copy_from_slice(&self.spectral_window.to_le_bytes());
         b[40..42].copy_from_slice(&self.stokes.to_le_bytes());
+        b[42..44].copy_from_slice(&(desc.len() as u16).to_le_bytes());
+        b[44..48].copy_from_slice(&self.description_epoch.to_le_bytes());
         b[48..56].copy_from_slice(&self.config.to_le_bytes());
         b[56..60].copy_from_slice(&self.spectrum_bytes.to_le_bytes());
         b[64..72].copy_from_slice(&self.instance.to_le_bytes());
@@ -259,6 +302,8 @@ impl Signal {
             b[o + 16..o + 24].copy_from_slice(&e.seq.to_le_bytes());
             b[o + 24..o + 32].copy_from_slice(&e.digest.to_le_bytes());
         }
+        let at = SIGNAL_HEADER + n * SIGNAL_ENTRY;
+        b[at..at + desc.len()].copy_from_slice(&desc);
         let end = b.len() - SIGNAL_TAG;
         let t = tag(key, &b[..end]);
         b[end..].copy_from_slice(&t);
@@ -292,12 +337,25 @@ impl Signal {
             )));
         }
         let n = b[3] as usize;
-        if n > MAX_ENTRIES || end != SIGNAL_HEADER + n * SIGNAL_ENTRY {
+        let dlen = u16_at(b, 42) as usize;
+        if n > MAX_ENTRIES
+            || dlen > MAX_DESCRIPTION
+            || end != SIGNAL_HEADER + n * SIGNAL_ENTRY + dlen
+        {
             return Err(SignalError::Malformed(format!(
-                "{n} entries in {} B",
+                "{n} entries and a description of {dlen} B in {} B",
                 b.len()
             )));
         }
+        let description = match dlen {
+            0 => None,
+            _ => {
+                let at = SIGNAL_HEADER + n * SIGNAL_ENTRY;
+                let d = StreamDescription::decode(&b[at..at + dlen])
+                    .map_err(|e| SignalError::Malformed(e.to_string()))?;
+                Some(Arc::new(d))
+            }
+        };
         let digest = DigestKind::from_u8(b[2])
             .ok_or_else(|| SignalError::Malformed(format!("digest kind {}", b[2])))?;
         let ip = Ipv6Addr::from(<[u8; 16]>::try_from(&b[16..32]).expect("16 bytes"));
@@ -330,6 +388,8 @@ impl Signal {
             started: u64_at(b, 72),
             sequence: u64_at(b, 80),
             entries,
+            description_epoch: u32_at(b, 44),
+            description,
         })
     }
 }
@@ -354,6 +414,8 @@ mod tests {
             instance: 0x1122_3344_5566_7788,
             started: 1_700_000_000_000_000_000,
             sequence: 0x0a0b,
+            description_epoch: 0,
+            description: None,
             entries: vec![
                 SpectrumInfo {
                     offset: 0x1000,
@@ -377,6 +439,11 @@ mod tests {
 
     /// The exact bytes: a change of layout fails here, on purpose.
     ///
+    /// Version 4 (issue 27, self-describing spectra): the version word is
+    /// 4; bytes 42..48, reserved before, hold the description's length and
+    /// epoch (both 0 here: no description, so these bytes are as they
+    /// were); the tag changed with the version word.
+    ///
     /// Version 3 (issue 27): the version word is 3 (a signal may carry
     /// no entries, a heartbeat); nothing else moved.
     ///
@@ -393,7 +460,7 @@ mod tests {
         assert_eq!(b.len(), SIGNAL_HEADER + 2 * SIGNAL_ENTRY + SIGNAL_TAG);
         assert_eq!(
             hex(&b[..SIGNAL_HEADER]),
-            "0300010200040000\
+            "0400010200040000\
              0807060504030201\
              00000000000000000000ffff0ae7070b\
              921003001100050002000000\
@@ -422,7 +489,7 @@ mod tests {
         // the tag: the first 16 bytes of keyed BLAKE3 over all before it,
         // pinned, so a change of MAC or of what it covers is seen too
         let end = second + SIGNAL_ENTRY;
-        assert_eq!(hex(&b[end..]), "99d05957492bdccbdb73b30190cc211c");
+        assert_eq!(hex(&b[end..]), "e66717dd229f3a8d1910e3d1d2b3c596");
         assert_eq!(
             &b[end..],
             &blake3::keyed_hash(&KEY, &b[..end]).as_bytes()[..SIGNAL_TAG]
@@ -481,6 +548,107 @@ mod tests {
             Signal::decode(&one, &KEY),
             Err(SignalError::Malformed(_))
         ));
+    }
+
+    fn described() -> Arc<StreamDescription> {
+        use super::super::description::*;
+        Arc::new(StreamDescription {
+            data_type: DataType::Complex64,
+            channels: 1024,
+            frequencies: Frequencies::Linear {
+                first_hz: 1.0e9,
+                width_hz: 1.0e6,
+            },
+            polarizations: vec![Polarization::RR, Polarization::LL],
+            baseband: 1,
+            subband: 2,
+            config_name: "cfg".into(),
+            time_epoch: TimeEpoch::Unix,
+            time_unit: TimeUnit::Nanoseconds,
+            integration_ns: 5_000_000,
+        })
+    }
+
+    fn sign(b: &mut [u8]) {
+        let end = b.len() - SIGNAL_TAG;
+        let t = tag(&KEY, &b[..end]);
+        b[end..].copy_from_slice(&t);
+    }
+
+    /// A signal with a description (with entries or without) round-trips;
+    /// its epoch sits in the formerly reserved bytes 44..48 (the header
+    /// did not grow) and the description after the entries.
+    #[test]
+    fn vysdesc_signal_carries_a_description() {
+        let mut s = sample();
+        s.description_epoch = 0x0102_0304;
+        let b = s.encode(&KEY);
+        assert_eq!(b.len(), SIGNAL_HEADER + 2 * SIGNAL_ENTRY + SIGNAL_TAG);
+        assert_eq!(hex(&b[42..48]), "000004030201");
+        assert_eq!(Signal::decode(&b, &KEY).unwrap(), s);
+        s.description = Some(described());
+        let d = described().encode().unwrap();
+        let b = s.encode(&KEY);
+        assert_eq!(
+            b.len(),
+            SIGNAL_HEADER + 2 * SIGNAL_ENTRY + d.len() + SIGNAL_TAG
+        );
+        assert_eq!(u16_at(&b, 42) as usize, d.len());
+        let at = SIGNAL_HEADER + 2 * SIGNAL_ENTRY;
+        assert_eq!(&b[at..at + d.len()], &d[..]);
+        assert_eq!(Signal::decode(&b, &KEY).unwrap(), s);
+        s.entries.clear();
+        let b = s.encode(&KEY);
+        let got = Signal::decode(&b, &KEY).unwrap();
+        assert!(got.is_heartbeat());
+        assert_eq!(got, s);
+        assert_eq!(Signal::max_entries_with(&[]), MAX_ENTRIES);
+        assert!(Signal::max_entries_with(&d) < MAX_ENTRIES);
+    }
+
+    /// Authentic signals whose description bytes lie (a producer with the
+    /// key, or a bug) are malformed, never a panic: a length past the
+    /// datagram, past the bound, short of the block, a bad block.
+    #[test]
+    fn vysdesc_signal_hostile_description() {
+        let mut s = sample();
+        s.description = Some(described());
+        s.description_epoch = 1;
+        let good = s.encode(&KEY);
+        let dlen = u16_at(&good, 42);
+        for claim in [
+            dlen + 1,
+            dlen - 1,
+            0,
+            u16::MAX,
+            (MAX_DESCRIPTION + 1) as u16,
+        ] {
+            let mut b = good.clone();
+            b[42..44].copy_from_slice(&claim.to_le_bytes());
+            sign(&mut b);
+            assert!(
+                matches!(Signal::decode(&b, &KEY), Err(SignalError::Malformed(_))),
+                "claimed {claim}"
+            );
+        }
+        // a bad block inside (an unknown data type), signed
+        let mut b = good.clone();
+        b[SIGNAL_HEADER + 2 * SIGNAL_ENTRY + 1] = 99;
+        sign(&mut b);
+        assert!(matches!(
+            Signal::decode(&b, &KEY),
+            Err(SignalError::Malformed(_))
+        ));
+        // every byte of the block changed, signed again: decoded or
+        // malformed, never a panic
+        let at = SIGNAL_HEADER + 2 * SIGNAL_ENTRY;
+        let step = if cfg!(miri) { 64 } else { 1 };
+        for i in (at..good.len() - SIGNAL_TAG).step_by(step) {
+            let mut b = good.clone();
+            b[i] ^= 0xa5;
+            sign(&mut b);
+            let _ = Signal::decode(&b, &KEY);
+        }
     }
 
     /// A heartbeat: the header and the tag, no entries; it round-trips.

@@ -20,6 +20,8 @@ fn signal(seq: u64) -> Signal {
         instance: 1,
         started: 1,
         sequence: seq,
+        description_epoch: 0,
+        description: None,
         entries: vec![SpectrumInfo {
             offset: 0,
             timestamp: seq,

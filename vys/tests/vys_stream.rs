@@ -384,6 +384,8 @@ fn injected_signals_are_checked_like_datagrams() {
         instance: 1,
         started: 1,
         sequence: 1,
+        description_epoch: 0,
+        description: None,
         entries: vec![SpectrumInfo {
             offset: 0,
             timestamp: 1,

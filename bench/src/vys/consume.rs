@@ -119,7 +119,8 @@ impl Tally {
             Message::SignalReceiveFailure { .. }
             | Message::VersionMismatch { .. }
             | Message::ProducerGone { .. }
-            | Message::MappedBytesLimit { .. } => c.other = 1,
+            | Message::MappedBytesLimit { .. }
+            | Message::DescriptionChanged { .. } => c.other = 1,
             Message::End { stats, .. } => {
                 self.stats = stats;
                 return false;

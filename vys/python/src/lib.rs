@@ -18,6 +18,8 @@
 //!
 //! See docs/vys-python.md.
 
+mod description;
+
 use numpy::ndarray::{Array4, ArrayView1};
 use numpy::npyffi::flags::NPY_ARRAY_WRITEABLE;
 use numpy::{
@@ -260,6 +262,14 @@ impl Producer {
             .seq)
     }
 
+    /// Set the stream description (a dict: see docs/vys-python.md);
+    /// it is sent at once, then periodically, and every signal names its
+    /// epoch. Returns the new epoch.
+    fn set_description(&mut self, description: &Bound<'_, PyDict>) -> PyResult<u32> {
+        let d = description::from_dict(description)?;
+        self.inner()?.set_description(d).map_err(os_err)
+    }
+
     /// Send every partial batch of announcements now.
     fn flush(&mut self) -> PyResult<()> {
         self.inner()?.flush().map_err(os_err)
@@ -294,7 +304,7 @@ impl Producer {
         self.spectrum_bytes
     }
 
-    /// Counters: spectra, signals, signal_errors, heartbeats.
+    /// Counters: spectra, signals, signal_errors, heartbeats, descriptions.
     fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner()?.stats();
         let d = PyDict::new(py);
@@ -302,6 +312,7 @@ impl Producer {
         d.set_item("signals", s.signals)?;
         d.set_item("signal_errors", s.signal_errors)?;
         d.set_item("heartbeats", s.heartbeats)?;
+        d.set_item("descriptions", s.descriptions)?;
         Ok(d)
     }
 }
@@ -478,6 +489,8 @@ pub struct Message {
     stats: Option<ConsumerStats>,
     complex: bool,
     held: Mutex<Held>,
+    /// For description_changed: the description.
+    described: Option<splitrt_vys::described::Described>,
 }
 
 /// What a message holds of its spectrum until released.
@@ -510,6 +523,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &ConsumerStats) -> PyResult<Bound<'py, Py
         ("restarts", s.restarts),
         ("mapping_refusals", s.mapping_refusals),
         ("mapped_bytes", s.mapped_bytes),
+        ("descriptions_changed", s.descriptions_changed),
     ] {
         d.set_item(k, v)?;
     }
@@ -529,6 +543,7 @@ impl Message {
             stats: None,
             complex: false,
             held: Mutex::new(Held::default()),
+            described: None,
         };
         match m {
             RustMessage::Valid(s) => {
@@ -572,6 +587,7 @@ impl Message {
                     ("version_mismatches", kinds.version_mismatches),
                     ("producers_gone", kinds.producers_gone),
                     ("mapped_bytes_limits", kinds.mapped_bytes_limits),
+                    ("descriptions_changed", kinds.descriptions_changed),
                 ];
                 out.error = Some(text);
             }
@@ -611,6 +627,19 @@ impl Message {
                     ("mapped", mapped),
                     ("limit", limit),
                 ];
+                out.error = Some(text);
+            }
+            RustMessage::DescriptionChanged {
+                producer,
+                described,
+            } => {
+                out.kind = "description_changed";
+                out.extra = vec![
+                    ("producer", producer),
+                    ("instance", described.instance),
+                    ("epoch", described.epoch as u64),
+                ];
+                out.described = Some(described);
                 out.error = Some(text);
             }
             RustMessage::End { status, stats } => {
@@ -688,6 +717,41 @@ impl Message {
         let v = view_of(b.bind(py), self.complex);
         h.view = Some(v.clone().unbind());
         Ok(v)
+    }
+
+    /// For a description_changed message: the description, a dict (see
+    /// `Consumer.description`); for a spectrum: the description of its
+    /// epoch, if the consumer had it when it took the spectrum's signal;
+    /// else None.
+    #[getter]
+    fn description<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        if let Some(d) = &self.described {
+            return description::to_dict(py, d).map(Some);
+        }
+        let Some(p) = &self.product else {
+            return Ok(None);
+        };
+        let Some(d) = &p.description else {
+            return Ok(None);
+        };
+        let d = splitrt_vys::described::Described {
+            instance: p.instance,
+            epoch: p.description_epoch,
+            description: d.clone(),
+        };
+        description::to_dict(py, &d).map(Some)
+    }
+
+    /// The epoch of the stream description a spectrum belongs to (0: its
+    /// producer set none); for a description_changed message, the new
+    /// epoch; else None.
+    #[getter]
+    fn description_epoch(&self) -> Option<u32> {
+        match (&self.described, &self.product) {
+            (Some(d), _) => Some(d.epoch),
+            (None, Some(p)) => Some(p.description_epoch),
+            (None, None) => None,
+        }
     }
 
     /// Give the spectrum's buffer back (to the pool once no numpy view of
@@ -1477,6 +1541,19 @@ impl Consumer {
     /// Every count so far.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         stats_dict(py, &self.inner.stats())
+    }
+
+    /// The latest stream description of `producer` (its id), a dict, or
+    /// None if none was heard yet.
+    fn description<'py>(
+        &self,
+        py: Python<'py>,
+        producer: u64,
+    ) -> PyResult<Option<Bound<'py, PyDict>>> {
+        self.inner
+            .description(producer)
+            .map(|d| description::to_dict(py, &d))
+            .transpose()
     }
 
     /// Stop: no more signals are taken; outstanding reads finish or fail

@@ -13,7 +13,8 @@
 //! * [`descriptor`]: item descriptors (name, description, shape, format
 //!   or numpy header), as spead2 sends and expects them;
 //! * [`encode`]: heaps into packets, stream control heaps;
-//! * [`xeng`]: MeerKAT X-engine style heaps into vys spectra.
+//! * [`xeng`]: MeerKAT X-engine style heaps into vys spectra;
+//! * [`described`]: a vys stream description as SPEAD items.
 //!
 //! ```
 //! use splitrt_vys_spead::encode::{encode_heap, HeapItem, ItemValue};
@@ -29,6 +30,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod described;
 pub mod descriptor;
 pub mod encode;
 pub mod heap;

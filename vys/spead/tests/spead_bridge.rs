@@ -439,3 +439,93 @@ fn hostile_datagrams_counted_no_crash() {
     }
     assert_eq!(got, 3);
 }
+
+/// (d) a described vys stream -> `vys-spead publish` -> spead2: the
+/// stream description's fields arrive as items a `spead2.ItemGroup`
+/// holds by name, the new ones after a change mid-stream.
+#[test]
+fn publish_a_stream_description_into_spead2() {
+    use splitrt_vys::description::*;
+    need_spead2();
+    let (key, hex, group) = stream();
+    let port = UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut recv = Proc::spawn(
+        Command::new("python3")
+            .arg(script("spead2_recv_desc.py"))
+            .args(["--port", &port.to_string(), "--timeout", "20"]),
+    );
+    recv.line("ready", Duration::from_secs(20));
+    let mut publish = Proc::spawn(
+        Command::new(BIN)
+            .args(["publish", "--dest", &format!("127.0.0.1:{port}"), "--group"])
+            .arg(group.to_string())
+            .args(["--count", "8", "--rate-mb-s", "50", "--duration-s", "20"])
+            .args(["--stats-s", "0"])
+            .env("SPLITRT_VYS_KEY", &hex),
+    );
+    publish.line("ready ", Duration::from_secs(10));
+    let (spectrum_bytes, channels) = (512usize, 64u32);
+    let describe = |name: &str, first_hz: f64| StreamDescription {
+        data_type: DataType::Complex64,
+        channels,
+        frequencies: Frequencies::Linear {
+            first_hz,
+            width_hz: 1.0e6,
+        },
+        polarizations: vec![Polarization::XX, Polarization::YY],
+        baseband: 2,
+        subband: 5,
+        config_name: name.into(),
+        time_epoch: TimeEpoch::Mjd,
+        time_unit: TimeUnit::Microseconds,
+        integration_ns: 250_000,
+    };
+    let mut cfg = ProducerConfig::new(key, group, Ipv4Addr::LOCALHOST, spectrum_bytes);
+    cfg.spectra_per_signal = 1;
+    cfg.description = Some(describe("first", 1.0e9));
+    let mut p = Producer::new(cfg).unwrap();
+    let product = ProductId {
+        stations: [0, 1],
+        spectral_window: 0,
+        stokes: 0,
+    };
+    let data = vec![0u8; spectrum_bytes];
+    for t in 0..4 {
+        p.write(product, &data, t).unwrap();
+    }
+    p.set_description(describe("second", 2.0e9)).unwrap();
+    for t in 4..8 {
+        p.write(product, &data, t).unwrap();
+    }
+    p.flush().unwrap();
+    let summary = fields(&publish.line("summary: ", Duration::from_secs(20)));
+    assert_eq!(summary["spectra"], 8);
+    let mut got = Vec::new();
+    loop {
+        let l = recv.line("", Duration::from_secs(20));
+        if l == "end" {
+            break;
+        }
+        if let Some(rest) = l.strip_prefix("desc ") {
+            got.push(rest.to_string());
+        }
+    }
+    recv.finish(Duration::from_secs(10));
+    publish.finish(Duration::from_secs(10));
+    let want = |t: u64| {
+        let (e, name, f0) = if t < 4 {
+            (1, "first", 1.0e9)
+        } else {
+            (2, "second", 2.0e9)
+        };
+        format!(
+            "{t} {e} {name} {channels} {f0:?} {:?} XX,YY 250000 2 5 complex64 mjd us",
+            f0 + 63.0e6
+        )
+    };
+    assert_eq!(got, (0..8).map(want).collect::<Vec<_>>());
+}

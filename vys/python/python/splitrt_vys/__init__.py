@@ -193,6 +193,17 @@ class Consumer:
         """Every count so far (a dict)."""
         return self._c.stats()
 
+    def description(self, producer):
+        """The latest stream description of ``producer`` (its id): a dict
+        (``epoch``, ``instance``, ``data_type``, ``channels``,
+        ``first_hz`` / ``width_hz`` or ``frequencies_hz``,
+        ``polarizations``, ``baseband``, ``subband``, ``config_name``,
+        ``time_epoch``, ``time_unit``, ``integration_ns``), or ``None`` if
+        none was heard yet. A spectrum's ``description_epoch`` says which
+        epoch it belongs to; a ``description_changed`` message says when a
+        new one came."""
+        return self._c.description(producer)
+
     @property
     def ended(self):
         """Whether the end message was taken."""

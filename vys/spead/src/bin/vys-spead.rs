@@ -521,6 +521,8 @@ fn publish(a: PublishArgs) -> Result<(), String> {
     let (mut cnt, mut spectra, mut packets_sent, mut other) = (1u64, 0u64, 0u64, 0u64);
     let mut described: Option<usize> = None;
     let mut since_desc = 0u64;
+    // (producer, instance, epoch) of the stream description sent last
+    let mut sent_description: Option<(u64, u64, u32)> = None;
     let mut packets = Vec::new();
     let mut tick = Instant::now();
     let mut stopping = false;
@@ -570,12 +572,55 @@ fn publish(a: PublishArgs) -> Result<(), String> {
             since_desc += 1;
             Vec::new()
         };
+        // the stream description the spectrum belongs to, as items: with
+        // the heap when it is not the one sent last, and with the
+        // descriptors' refresh (docs/vys-spead.md)
+        let d_items = match &p.description {
+            Some(d)
+                if !descs.is_empty()
+                    || sent_description != Some((p.producer, p.instance, p.description_epoch)) =>
+            {
+                sent_description = Some((p.producer, p.instance, p.description_epoch));
+                Some(splitrt_vys_spead::described::items(d))
+            }
+            _ => None,
+        };
+        let epoch_desc = splitrt_vys_spead::described::epoch_descriptor();
         let ts = s.info.timestamp.to_be_bytes();
         let producer = p.producer.to_be_bytes();
         let mut items: Vec<HeapItem<'_>> = descs
             .iter()
             .map(|d| HeapItem::new(wire::DESCRIPTOR_ID, ItemValue::Bytes(d)))
             .collect();
+        if p.description_epoch != 0 {
+            if !descs.is_empty() || d_items.is_some() {
+                items.push(HeapItem::new(
+                    wire::DESCRIPTOR_ID,
+                    ItemValue::Bytes(&epoch_desc),
+                ));
+            }
+            items.push(HeapItem::new(
+                splitrt_vys_spead::described::ids::DESCRIPTION_EPOCH,
+                ItemValue::Immediate(u64::from(p.description_epoch)),
+            ));
+        }
+        if let Some(d) = &d_items {
+            items.extend(
+                d.descriptors
+                    .iter()
+                    .map(|x| HeapItem::new(wire::DESCRIPTOR_ID, ItemValue::Bytes(x))),
+            );
+            items.extend(
+                d.values
+                    .iter()
+                    .map(|(id, v)| HeapItem::new(*id, ItemValue::Bytes(v))),
+            );
+            items.extend(
+                d.immediates
+                    .iter()
+                    .map(|(id, v)| HeapItem::new(*id, ItemValue::Immediate(*v))),
+            );
+        }
         items.extend([
             HeapItem::new(ids::TIMESTAMP, ItemValue::Bytes(&ts)),
             HeapItem::new(
