@@ -7,7 +7,7 @@
 //! splitrt-bench apps [--class S|W] [--quick] [--reps R] [--out DIR]
 //! splitrt-bench net [--hosts a,b --rsh CMD] [--gasnet DIR] [--quick] [--reps R] [--out DIR]
 //! splitrt-bench gasnet [--gasnet DIR] [--iters N] [--max-size B] [--quick] [--reps R] [--out DIR]
-//! splitrt-bench vys [--hosts a,b --rsh CMD] [--sizes 512,8K] [--setups 1x1-local-none] [--no-scan] [--quick] [--reps R] [--out DIR]
+//! splitrt-bench vys [--hosts a,b --rsh CMD] [--sizes 512,8K] [--setups 1x1-local-none] [--no-scan] [--spead2] [--quick] [--reps R] [--out DIR]
 //! ```
 //!
 //! * `am` (the default): Active Message latency, throughput and message
@@ -183,6 +183,11 @@ enum Cmd {
         /// vys-across.raw) instead of measuring.
         #[arg(long, hide = true)]
         from_raw: Option<PathBuf>,
+        /// Also run spead2 (from PyPI: sender -> C++ chunk-stream
+        /// receiver) between the same hosts, beside vys's remote reads
+        /// (skipped with a message when spead2 is not importable).
+        #[arg(long)]
+        spead2: bool,
     },
     /// GASNet-EX's testam methodology (AM Short / Medium / Long ping-pong
     /// and flood) run by splitrt, beside the user's own GASNet-EX
@@ -246,6 +251,7 @@ fn drive(cli: &Cli) -> Result<(), String> {
             setups,
             no_scan,
             from_raw,
+            spead2,
         }) => vys::plan::Selection::parse(sizes.as_deref(), setups.as_deref(), *no_scan).and_then(
             |selection| {
                 vys::run(
@@ -255,6 +261,7 @@ fn drive(cli: &Cli) -> Result<(), String> {
                         rsh: rsh.clone(),
                         selection,
                         from_raw: from_raw.clone(),
+                        spead2: *spead2,
                     },
                 )
             },

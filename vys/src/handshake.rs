@@ -42,6 +42,10 @@
 //! 2's were 56 and 112 bytes and had none; version 1's `WELCOME` had no
 //! instance either); a server answers only `HELLO`s of its version, a
 //! consumer only `WELCOME`s of its own.
+//!
+//! Version 4 (issue 27, part 6): the same datagrams; the session then
+//! carries batched reads ([`super::read_batch`], `READV`), which a
+//! version 3 server would take for malformed.
 
 use splitrt_runtime::key::same_mac;
 
@@ -50,7 +54,7 @@ pub const HELLO_MAGIC: u16 = 0x4856;
 /// Magic of a `WELCOME` ("VW").
 pub const WELCOME_MAGIC: u16 = 0x5756;
 /// Version of the session handshake.
-pub const HANDSHAKE_VERSION: u16 = 3;
+pub const HANDSHAKE_VERSION: u16 = 4;
 /// Bytes of a `HELLO`.
 pub const HELLO_LEN: usize = 64;
 /// Bytes of a `WELCOME`.

@@ -13,7 +13,8 @@
 //! * [`export`]: the read-only handover of a ring on the same host;
 //! * [`handshake`], [`read_proto`], [`read_server`], [`read_client`]: reads
 //!   across hosts, served by the producer's read server thread over the UDP
-//!   fabric's protocol;
+//!   fabric's protocol (several reads per request: [`read_batch`]; several
+//!   server threads: `ProducerConfig::read_threads`);
 //! * [`rdma_export`], [`rdma_read`], [`rdma_device`]: reads by RDMA read
 //!   (ordered for the seqlock) over the verbs layer, the queue pair and
 //!   the ring's key exchanged in the read session's handshake;
@@ -42,9 +43,11 @@ mod queue;
 pub mod rdma_device;
 pub mod rdma_export;
 pub mod rdma_read;
+pub mod read_batch;
 pub mod read_client;
 pub mod read_proto;
 pub mod read_server;
+pub mod read_threads;
 mod replay;
 pub mod ring;
 pub mod signal;

@@ -116,17 +116,29 @@ pub struct ProducerConfig {
     /// last sent this long ago, so a consumer that joins late learns it;
     /// an idle producer's heartbeats carry it too.
     pub description_every: Duration,
+    /// Read-server threads (1..=[`MAX_READ_THREADS`](super::read_server::MAX_READ_THREADS);
+    /// one with `rdma`): the consumers of this producer are served in
+    /// parallel, each by one thread. Default: the host's cores, at most
+    /// 4. Setting `SPLITRT_VYS_READ_THREADS`
+    /// ([`apply_settings`](Self::apply_settings)).
+    pub read_threads: usize,
 }
 
 impl ProducerConfig {
     /// Take the settings `get` gives (e.g. `|k| std::env::var(k).ok()`):
     /// [`ENV_DATAGRAM`](super::read_proto::ENV_DATAGRAM) into
-    /// `datagram_bytes`. An error names the bad setting.
+    /// `datagram_bytes`, [`ENV_READ_THREADS`](super::read_threads::ENV_READ_THREADS)
+    /// into `read_threads`. An error names the bad setting.
     pub fn apply_settings(&mut self, get: impl Fn(&str) -> Option<String>) -> io::Result<()> {
-        if let Some(n) = super::read_proto::datagram_setting(get)
+        if let Some(n) = super::read_proto::datagram_setting(&get)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?
         {
             self.datagram_bytes = n;
+        }
+        if let Some(n) = super::read_threads::threads_setting(&get)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?
+        {
+            self.read_threads = n;
         }
         Ok(())
     }
@@ -158,6 +170,7 @@ impl ProducerConfig {
             datagram_bytes: super::read_proto::DEFAULT_DATAGRAM,
             description: None,
             description_every: Duration::from_secs(1),
+            read_threads: super::read_threads::default_threads(),
         }
     }
 }
@@ -317,7 +330,7 @@ impl Producer {
             None => None,
         };
         let server = if cfg.serve_remote {
-            Some(ReadServer::start(
+            Some(ReadServer::start_threads(
                 SocketAddr::new(IpAddr::V4(cfg.interface), 0),
                 ring.clone(),
                 id,
@@ -325,6 +338,7 @@ impl Producer {
                 cfg.key,
                 rdma,
                 cfg.datagram_bytes,
+                cfg.read_threads,
             )?)
         } else {
             None

@@ -9,6 +9,7 @@
 
 use super::handshake::{self, WELCOME_LEN};
 use super::rdma_export::RingOffer;
+use super::read_batch::{self, MAX_BATCH, T_READV};
 use super::read_proto::{
     self, MAX_CONTROL, STATUS_OK, STATUS_OVERWRITTEN, T_DATA, T_OFFER, T_RDMA, T_READ,
 };
@@ -55,6 +56,16 @@ struct Place {
     since: Instant,
 }
 
+/// A `READV` of up to [`MAX_BATCH`] requests, being handed to the
+/// protocol.
+struct Batch {
+    /// Requests in it.
+    count: u64,
+    payload: Vec<u8>,
+    /// Bytes of `payload` the protocol took.
+    from: usize,
+}
+
 /// Bits of a read id that name its landing place.
 const PLACE_BITS: u32 = 16;
 
@@ -96,6 +107,9 @@ pub struct RemoteRing {
     landing: Landing,
     /// Requests not yet taken by the protocol (its window was full).
     unsent: VecDeque<[u64; 5]>,
+    /// The `READV` being sent (taken from `unsent`), if the protocol took
+    /// only part of it.
+    batch: Option<Batch>,
     next_id: u64,
     /// Replies of one datagram (kept to reuse its allocation).
     got: Vec<(u64, u64, Option<u64>, usize)>,
@@ -343,6 +357,7 @@ impl RemoteRing {
                 free: (0..places.clamp(1, 1 << PLACE_BITS)).rev().collect(),
             },
             unsent: VecDeque::new(),
+            batch: None,
             next_id: 1,
             got: Vec::new(),
             late_check: Instant::now(),
@@ -563,19 +578,58 @@ impl RemoteRing {
                 Sent::Dead => self.failed = Some("the read server stopped answering".into()),
             }
         }
-        while let Some(&q) = self.unsent.front() {
-            if self.failed.is_some() {
-                break;
+        // the queued reads, up to MAX_BATCH per READV (a lone one as a
+        // READ: no batch to describe)
+        while self.failed.is_none() {
+            if self.batch.is_none() {
+                let k = self.unsent.len().min(MAX_BATCH);
+                if k == 0 {
+                    break;
+                }
+                if k == 1 {
+                    let q = self.unsent[0];
+                    let m = OutMsg {
+                        tag: T_READ,
+                        words: &q,
+                        payload: &[],
+                        deposit: None,
+                    };
+                    match self.proto.send(now, 0, 0, &m, 0) {
+                        Sent::Upto(_) => {
+                            self.unsent.pop_front();
+                            continue;
+                        }
+                        Sent::NoRoom => break,
+                        Sent::Dead => {
+                            self.failed = Some("the read server stopped answering".into());
+                            break;
+                        }
+                    }
+                }
+                let (a, b) = self.unsent.as_slices();
+                let mut payload = Vec::with_capacity(k * read_batch::ENTRY_BYTES);
+                read_batch::encode(&a[..k.min(a.len())], &mut payload);
+                read_batch::encode(&b[..k - k.min(a.len())], &mut payload);
+                self.unsent.drain(..k);
+                self.batch = Some(Batch {
+                    count: k as u64,
+                    payload,
+                    from: 0,
+                });
             }
+            let b = self.batch.as_mut().expect("set above");
+            let words = [b.count];
             let m = OutMsg {
-                tag: T_READ,
-                words: &q,
-                payload: &[],
+                tag: T_READV,
+                words: &words,
+                payload: &b.payload,
                 deposit: None,
             };
-            match self.proto.send(now, 0, 0, &m, 0) {
-                Sent::Upto(_) => {
-                    self.unsent.pop_front();
+            match self.proto.send(now, 0, 0, &m, b.from) {
+                Sent::Upto(n) if n == b.payload.len() => self.batch = None,
+                Sent::Upto(n) => {
+                    b.from = n;
+                    break;
                 }
                 Sent::NoRoom => break,
                 Sent::Dead => {
@@ -626,6 +680,7 @@ impl RemoteRing {
             self.failed = Some(why.to_string());
         }
         self.unsent.clear();
+        self.batch = None;
         for place in 0..self.landing.places.len() {
             self.finish(place, ReadResult::Failed(why.to_string()), done);
         }
@@ -636,7 +691,7 @@ impl RemoteRing {
     pub fn next_due(&self) -> Duration {
         let now = self.now();
         let t = Duration::from_nanos(self.proto.poll_timeout().saturating_sub(now));
-        if self.unsent.is_empty() && !matches!(self.rdma, Asking::Send(_)) {
+        if self.unsent.is_empty() && self.batch.is_none() && !matches!(self.rdma, Asking::Send(_)) {
             t.min(Duration::from_millis(50))
         } else {
             Duration::ZERO

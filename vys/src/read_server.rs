@@ -1,13 +1,16 @@
-//! The producer's read server: a progress thread that serves consumers'
+//! The producer's read server: progress threads that serve consumers'
 //! reads of the exported ring across hosts, without the producer
 //! application taking part (the role RDMA hardware plays on InfiniBand).
 //!
-//! One UDP socket, the address signals announce. A consumer opens a
+//! One UDP socket per thread, all bound to the address signals announce
+//! (`SO_REUSEPORT` when there are several: the kernel keeps each
+//! consumer on one thread; [`ReadServer::start_threads`]). A consumer opens a
 //! session with the [`super::handshake`]; then it and the server speak the
 //! UDP fabric's reliable protocol (sans I/O, the same state machine ranks
 //! use) under the session's key. Each `READ` is answered by copying the
 //! slot in the validated order ([`super::ring::snapshot_slot`]) and sending
-//! it back. Everything a stranger can cost is bounded: sessions (least
+//! it back; a `READV` ([`super::read_batch`]) asks for several slots at
+//! once, each answered the same way. Everything a stranger can cost is bounded: sessions (least
 //! recently confirmed evicted first when full, never-confirmed ones
 //! before confirmed ones), replies queued per session (the session's
 //! receive window closes behind them, so a greedy consumer throttles only
@@ -24,6 +27,7 @@
 use super::export::ExportedRing;
 use super::handshake::{self, Welcome, HELLO_LEN, HELLO_MAGIC};
 use super::rdma_export::RingExport;
+use super::read_batch;
 use super::read_proto::{
     self, MAX_CONTROL, MAX_READ, STATUS_OK, STATUS_OUT_OF_RING, STATUS_OVERWRITTEN, STATUS_REFUSED,
     T_DATA, T_OFFER, T_RDMA, T_READ,
@@ -41,8 +45,17 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Sessions served at once at most.
+/// Sessions served at once at most (by all of a server's threads).
 pub const MAX_SESSIONS: usize = 64;
+/// Read-server threads of one producer at most.
+pub const MAX_READ_THREADS: usize = 16;
+/// The largest request payload reassembled: a control message's or a
+/// full `READV`'s.
+const MAX_REQUEST: usize = if read_batch::MAX_PAYLOAD > MAX_CONTROL {
+    read_batch::MAX_PAYLOAD
+} else {
+    MAX_CONTROL
+};
 /// Replies queued per session at most (and bytes, whichever is reached
 /// first; one reply is always allowed).
 const MAX_QUEUED: usize = 64;
@@ -81,7 +94,7 @@ pub struct ReadServer {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
     stats: Arc<ServerStats>,
-    thread: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
 struct Reply {
@@ -122,6 +135,9 @@ struct Server {
     /// ask for smaller).
     datagram: usize,
     sessions: HashMap<SocketAddr, Session>,
+    /// Sessions this thread serves at most (its share of
+    /// [`MAX_SESSIONS`]).
+    max_sessions: usize,
     stats: Arc<ServerStats>,
     t0: Instant,
     spare: Vec<Vec<u8>>,
@@ -148,6 +164,44 @@ impl ReadServer {
         rdma: Option<Box<dyn Verbs>>,
         datagram: usize,
     ) -> io::Result<ReadServer> {
+        ReadServer::start_threads(bind, ring, producer, instance, key, rdma, datagram, 1)
+    }
+
+    /// [`start`](Self::start) with `threads` server threads (1..=
+    /// [`MAX_READ_THREADS`]; 1 with `rdma`: the ring's registration and
+    /// its queue pairs belong to one thread). Each thread has a socket of
+    /// its own bound to the same address (`SO_REUSEPORT`, so only this
+    /// user's processes can join it): the kernel hands each consumer's
+    /// datagrams to one thread by their addresses, so a session lives on
+    /// one thread, and the consumers of a producer are served in parallel.
+    /// The threads share [`MAX_SESSIONS`] (each serves its share at most).
+    ///
+    /// ```no_run
+    /// # use splitrt_vys::{export::ExportedRing, read_server::ReadServer, read_proto};
+    /// # fn f(ring: std::sync::Arc<ExportedRing>) -> std::io::Result<()> {
+    /// let s = ReadServer::start_threads(
+    ///     "10.0.0.1:0".parse().unwrap(), ring, 7, 1, [0; 32], None,
+    ///     read_proto::DEFAULT_DATAGRAM, 4,
+    /// )?;
+    /// println!("announce {}", s.addr());
+    /// # Ok(()) }
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_threads(
+        bind: SocketAddr,
+        ring: Arc<ExportedRing>,
+        producer: u64,
+        instance: u64,
+        key: [u8; 32],
+        rdma: Option<Box<dyn Verbs>>,
+        datagram: usize,
+        threads: usize,
+    ) -> io::Result<ReadServer> {
+        let threads = if rdma.is_some() {
+            1
+        } else {
+            threads.clamp(1, MAX_READ_THREADS)
+        };
         let datagram = read_proto::check_datagram("the read server's datagram size", datagram)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
         let rdma = match rdma {
@@ -160,39 +214,49 @@ impl ReadServer {
             })?),
             None => None,
         };
-        let sock = UdpSocket::bind(bind)?;
-        sock.set_nonblocking(true)?;
-        let s2 = socket2::SockRef::from(&sock);
-        let _ = s2.set_recv_buffer_size(8 << 20);
-        let _ = s2.set_send_buffer_size(8 << 20);
-        let addr = sock.local_addr()?;
+        // every socket bound before the address is announced, so the
+        // kernel's choice of thread for a consumer never changes
+        let first = server_socket(bind, threads > 1)?;
+        let addr = first.local_addr()?;
+        let mut socks = vec![first];
+        for _ in 1..threads {
+            socks.push(server_socket(addr, true)?);
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(ServerStats::default());
-        let mut server = Server {
-            sock,
-            rdma,
-            ring,
-            producer,
-            instance,
-            key,
-            datagram,
-            sessions: HashMap::new(),
-            stats: stats.clone(),
-            t0: Instant::now(),
-            spare: Vec::new(),
-            out: Batch::default(),
-            reqs: Vec::new(),
-        };
-        let st = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("vys-read-server".into())
-            .spawn(move || server.run(&st))?;
-        Ok(ReadServer {
+        let mut rdma = rdma;
+        let mut out = ReadServer {
             addr,
-            stop,
-            stats,
-            thread: Some(thread),
-        })
+            stop: stop.clone(),
+            stats: stats.clone(),
+            threads: Vec::new(),
+        };
+        for (i, sock) in socks.into_iter().enumerate() {
+            let mut server = Server {
+                sock,
+                rdma: rdma.take(),
+                ring: ring.clone(),
+                producer,
+                instance,
+                key,
+                datagram,
+                sessions: HashMap::new(),
+                max_sessions: MAX_SESSIONS.div_ceil(threads),
+                stats: stats.clone(),
+                t0: Instant::now(),
+                spare: Vec::new(),
+                out: Batch::default(),
+                reqs: Vec::new(),
+            };
+            let st = stop.clone();
+            // a thread that cannot start stops those started (`out` drops)
+            out.threads.push(
+                std::thread::Builder::new()
+                    .name(format!("vys-read-server-{i}"))
+                    .spawn(move || server.run(&st))?,
+            );
+        }
+        Ok(out)
     }
 
     /// The address consumers send to (announced in signals).
@@ -209,7 +273,7 @@ impl ReadServer {
 impl Drop for ReadServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
+        for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
@@ -297,7 +361,7 @@ impl Server {
             }
             return;
         }
-        if self.sessions.len() >= MAX_SESSIONS && !self.evict_one() {
+        if self.sessions.len() >= self.max_sessions && !self.evict_one() {
             self.stats.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -395,9 +459,13 @@ impl Server {
                 let mut junk = false;
                 let r = s
                     .reasm
-                    .feed(1, body, MAX_CONTROL, &mut Vec::new(), &mut |m| {
+                    .feed(1, body, MAX_REQUEST, &mut Vec::new(), &mut |m| {
                         if m.tag == T_READ && m.words.len() == 5 && m.payload.is_empty() {
                             reqs.push([m.words[0], m.words[1], m.words[2], m.words[3], m.words[4]]);
+                        } else if m.tag == read_batch::T_READV {
+                            // bounded and checked; a malformed one ends
+                            // the session
+                            junk |= !read_batch::decode(m.words, m.payload, reqs);
                         } else if m.tag == T_RDMA && m.words.is_empty() && asks.is_none() {
                             match QpEndpoint::decode(m.payload) {
                                 Some(e) => asks = Some(e),
@@ -540,6 +608,25 @@ impl Server {
             let _ = x.poll();
         }
     }
+}
+
+/// A server thread's socket bound to `bind` (with `SO_REUSEPORT` if
+/// `shared`: several threads' sockets on one address), non-blocking,
+/// with 8 MiB buffers.
+fn server_socket(bind: SocketAddr, shared: bool) -> io::Result<UdpSocket> {
+    let s = socket2::Socket::new(
+        socket2::Domain::for_address(bind),
+        socket2::Type::DGRAM,
+        Some(socket2::Protocol::UDP),
+    )?;
+    if shared {
+        s.set_reuse_port(true)?;
+    }
+    s.bind(&bind.into())?;
+    s.set_nonblocking(true)?;
+    let _ = s.set_recv_buffer_size(8 << 20);
+    let _ = s.set_send_buffer_size(8 << 20);
+    Ok(s.into())
 }
 
 /// Datagrams to one address, sent by as few system calls as the kernel

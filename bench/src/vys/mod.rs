@@ -25,6 +25,7 @@ pub mod coordination;
 pub mod plan;
 pub mod produce;
 pub mod record;
+pub mod spead2;
 pub mod stream;
 pub mod table;
 pub mod worker;
@@ -46,6 +47,9 @@ pub struct Options {
     /// Report this raw result file of an earlier run (same selection)
     /// instead of measuring.
     pub from_raw: Option<PathBuf>,
+    /// Also measure spead2 (sender -> C++ chunk-stream receiver) beside
+    /// vys's remote reads ([`spead2`]).
+    pub spead2: bool,
 }
 
 /// Run the benchmark, print and write its report.
@@ -73,7 +77,19 @@ pub fn run(r: &Run, o: &Options) -> Result<(), String> {
     );
     let text = r.job_on("vys-worker", &result, &env, &ranks)?;
     let output = record::Output::parse(&text)?;
-    report(r, &plan, &output, &where_)
+    let reported = report(r, &plan, &output, &where_);
+    if o.spead2 {
+        let hosts: Vec<&str> = o
+            .hosts
+            .as_deref()
+            .map_or(Vec::new(), |h| h.split(',').collect());
+        let across = match (hosts.as_slice(), o.rsh.as_deref()) {
+            ([a, b], rsh) => Some((rsh.unwrap_or("ssh"), *a, *b)),
+            _ => None,
+        };
+        spead2::compare(r, &plan, &output, &spead2::Hosts { across })?;
+    }
+    reported
 }
 
 /// The report of an earlier run's raw file (run with the same

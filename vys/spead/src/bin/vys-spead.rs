@@ -18,6 +18,9 @@ use splitrt_vys_spead::encode::{encode_control, encode_heap, HeapItem, ItemValue
 use splitrt_vys_spead::heap::{Limits, Reassembler};
 use splitrt_vys_spead::wire;
 use splitrt_vys_spead::xeng::{self, Ingest, XengConfig};
+
+#[path = "vys-spead/recv_batch.rs"]
+mod recv_batch;
 use std::io::{self, Write};
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
@@ -249,7 +252,7 @@ fn ingest(a: IngestArgs) -> Result<(), String> {
     });
     let mut producer: Option<(Producer, usize)> = None;
     let mut n = IngestCounts::default();
-    let mut buf = vec![0u8; 65536];
+    let mut rx = recv_batch::Receiver::with_buffers();
     let mut spectrum = Vec::new();
     let mut tick = Instant::now();
     let mut reported_skip = 0u64;
@@ -263,8 +266,8 @@ fn ingest(a: IngestArgs) -> Result<(), String> {
             let _ = io::stdout().flush();
             tick = Instant::now();
         }
-        let len = match sock.recv(&mut buf) {
-            Ok(len) => len,
+        let d = match rx.recv(&sock) {
+            Ok(d) => d,
             Err(e)
                 if matches!(
                     e.kind(),
@@ -276,7 +279,7 @@ fn ingest(a: IngestArgs) -> Result<(), String> {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(format!("receiving: {e}")),
         };
-        let pushed = r.push(&buf[..len]);
+        let pushed = r.push(d);
         let Some(heap) = pushed.complete else {
             continue;
         };
