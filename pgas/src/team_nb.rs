@@ -222,18 +222,19 @@ impl Drop for TeamRequest<'_> {
         if self.reported {
             return;
         }
-        {
+        let pg = self.team.pgas().clone();
+        let mail = &pg.inner.team_mail;
+        let orphans = {
             let mut s = self.p.0.lock();
             if s.ended {
                 return;
             }
-            // finishes in the background (see the type's docs)
+            // finishes in the background (see the type's docs); counted
+            // under the lock, as the sweep that finishes it uncounts it
             s.orphan = true;
             s.copy_out = false;
-        }
-        let pg = self.team.pgas().clone();
-        let mail = &pg.inner.team_mail;
-        let orphans = mail.orphans.fetch_add(1, Ordering::AcqRel) + 1;
+            mail.orphans.fetch_add(1, Ordering::AcqRel) + 1
+        };
         if orphans <= MAX_ORPHANS || std::thread::panicking() {
             return;
         }
