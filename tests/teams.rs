@@ -268,21 +268,25 @@ fn fixes_a_bad_local_argument_leaves_the_team_usable() {
 }
 
 /// Non-blocking requests dropped before completion, 100 000 of them in a
-/// loop on every rank: the team mailbox must not keep their messages (its
+/// loop on every rank (on shm and over UDP): the team mailbox must not keep their messages (its
 /// bound is 65 536 messages), the team stays usable and memory stays
 /// bounded (the program checks its resident set).
 #[test]
 fn fixes_dropped_requests_do_not_fill_the_team_mailbox() {
-    for n in [2, 3] {
+    for (n, fabric) in [(2, "shm"), (3, "shm"), (3, "udp")] {
         let t = Instant::now();
         let r = run_job(
             n,
             &example("t_teams"),
             &["drop_loop", "100000"],
-            &[("SPLITRT_HANG_REPORT", "10"), ("SPLITRT_HANG_ABORT", "1")],
+            &[
+                ("SPLITRT_FABRIC", fabric),
+                ("SPLITRT_HANG_REPORT", "10"),
+                ("SPLITRT_HANG_ABORT", "1"),
+            ],
             240,
         );
-        eprintln!("{n} ranks: {:.1} s", t.elapsed().as_secs_f64());
+        eprintln!("{n} ranks on {fabric}: {:.1} s", t.elapsed().as_secs_f64());
         r.ok();
         assert_eq!(
             r.stdout.matches("drop_loop ok").count(),
