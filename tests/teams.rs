@@ -333,3 +333,28 @@ fn fixes_a_bad_nonblocking_argument_leaves_the_team_usable() {
         r.stdout
     );
 }
+
+/// At most MAX_ORPHANS (1024) dropped requests finish in the background
+/// per rank: a rank that drops more while the other members are not at
+/// team calls waits at the bound (its hang report says why; with
+/// SPLITRT_HANG_ABORT=1 the job ends) instead of running on.
+#[test]
+fn a_rank_stops_at_the_bound_of_dropped_requests() {
+    let t = Instant::now();
+    let r = run_job(
+        2,
+        &example("t_teams"),
+        &["orphan_bound"],
+        &[("SPLITRT_HANG_REPORT", "1"), ("SPLITRT_HANG_ABORT", "1")],
+        60,
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{r:?}");
+    assert_ne!(r.code, 0, "{r:?}");
+    assert_ne!(r.code, 124, "ended by the report, not the timeout: {r:?}");
+    assert!(
+        r.stderr
+            .contains("dropping a team request with 1024 dropped requests still finishing"),
+        "{}",
+        r.stderr
+    );
+}

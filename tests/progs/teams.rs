@@ -23,6 +23,9 @@
 //!   bad_nb          rank 1 passes a send of the wrong length to the world
 //!                   team's reduce_scatter_nb (a usage error), then every
 //!                   rank calls it correctly
+//!   orphan_bound    rank 0 drops 2000 barrier_nb requests while the others
+//!                   wait in Pgas::barrier: it must stop at the bound of
+//!                   dropped requests pending (its hang report says so)
 //!   drop_loop ITERS every rank starts ITERS non-blocking team collectives
 //!                   (allgather, allreduce, alltoall, broadcast, barrier in
 //!                   turn) and drops each at once; then a blocking allreduce
@@ -646,6 +649,17 @@ fn misuse(mode: &str, target: usize, pg: Pgas) -> splitrt::Result<()> {
             check(mine == want, || {
                 format!("reduce_scatter_nb after bad_nb: {mine:?}")
             })?;
+        }
+        "orphan_bound" => {
+            // rank 0 drops 2000 barriers while the others wait elsewhere
+            // (in the world barrier, which does not advance team
+            // requests): its 1025th drop must wait for the oldest
+            if me == 0 {
+                for _ in 0..2000 {
+                    drop(world.barrier_nb()?);
+                }
+            }
+            pg.barrier()?;
         }
         "drop_loop" => {
             let iters = target.clamp(1, 1_000_000);
