@@ -730,7 +730,8 @@ fn rss_kib() -> u64 {
 
 /// Run a future on this thread, parking between polls: a pending future
 /// must wake the thread (its waker is registered with the team mailbox
-/// and the doorbell bridge); a park that times out is a lost wake-up.
+/// and the doorbell bridge); a park that times out is a lost wake-up, and
+/// 10 000 polls a future that wakes itself (spins).
 fn block_on<F: std::future::Future<Output = splitrt::Result<()>>>(f: F) -> splitrt::Result<()> {
     struct Unpark(std::thread::Thread);
     impl std::task::Wake for Unpark {
@@ -741,7 +742,7 @@ fn block_on<F: std::future::Future<Output = splitrt::Result<()>>>(f: F) -> split
     let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
     let mut cx = std::task::Context::from_waker(&waker);
     let mut f = std::pin::pin!(f);
-    loop {
+    for _ in 0..10_000 {
         if let std::task::Poll::Ready(r) = f.as_mut().poll(&mut cx) {
             return r;
         }
@@ -751,4 +752,8 @@ fn block_on<F: std::future::Future<Output = splitrt::Result<()>>>(f: F) -> split
             return Err(fail("a pending team request was never woken".into()));
         }
     }
+    // each wake is a message or traffic: far fewer for these collectives
+    Err(fail(
+        "a pending team request was polled 10000 times: it wakes itself (spins)".into(),
+    ))
 }
