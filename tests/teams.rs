@@ -2,7 +2,8 @@
 //! conformance program `t_teams` on 1, 2, 3, 4 and 8 ranks, on shared
 //! memory and over UDP, on both one-sided paths (`SPLITRT_RMA=native|am`);
 //! and misuse: a non-member's call, disagreeing split arguments,
-//! mismatched length / root / op, a member that never arrives. (The verbs
+//! mismatched length / root / op (blocking and non-blocking), a member
+//! that never arrives; non-blocking requests dropped by the 100 000. (The verbs
 //! model runs the same program in `tests/verbs_model.rs`.)
 
 mod common;
@@ -263,5 +264,97 @@ fn fixes_a_bad_local_argument_leaves_the_team_usable() {
             .contains("Team::allgather: recv holds 5 elements, 6 expected (team of 3)"),
         "{}",
         r.stdout
+    );
+}
+
+/// Non-blocking requests dropped before completion, 100 000 of them in a
+/// loop on every rank (on shm and over UDP): the team mailbox must not keep their messages (its
+/// bound is 65 536 messages), the team stays usable and memory stays
+/// bounded (the program checks its resident set).
+#[test]
+fn fixes_dropped_requests_do_not_fill_the_team_mailbox() {
+    for (n, fabric) in [(2, "shm"), (3, "shm"), (3, "udp")] {
+        let t = Instant::now();
+        let r = run_job(
+            n,
+            &example("t_teams"),
+            &["drop_loop", "100000"],
+            &[
+                ("SPLITRT_FABRIC", fabric),
+                ("SPLITRT_HANG_REPORT", "10"),
+                ("SPLITRT_HANG_ABORT", "1"),
+            ],
+            240,
+        );
+        eprintln!("{n} ranks on {fabric}: {:.1} s", t.elapsed().as_secs_f64());
+        r.ok();
+        assert_eq!(
+            r.stdout.matches("drop_loop ok").count(),
+            n,
+            "{}\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+}
+
+/// A non-blocking collective's mismatch (scan_inclusive_nb with Sum on
+/// rank 0, Max elsewhere) is detected and named as the blocking form's.
+#[test]
+fn teams_mismatched_nonblocking_op_is_named() {
+    mismatch(
+        "mismatch_nb",
+        "Team::scan_inclusive(count 2, op Sum",
+        "Team::scan_inclusive(count 2, op Max",
+    );
+}
+
+/// A member whose own arguments to a non-blocking collective are wrong
+/// (reduce_scatter_nb with a short send) gets the usage error before the
+/// collective takes its number: the same collective, started again
+/// correctly by every member, completes at once (no hang report).
+#[test]
+fn fixes_a_bad_nonblocking_argument_leaves_the_team_usable() {
+    let t = Instant::now();
+    let r = run_job(
+        3,
+        &example("t_teams"),
+        &["bad_nb"],
+        &[("SPLITRT_HANG_REPORT", "1"), ("SPLITRT_HANG_ABORT", "1")],
+        60,
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{r:?}");
+    r.ok();
+    assert_eq!(r.stdout.matches("done").count(), 3, "{}", r.stdout);
+    assert!(
+        r.stdout
+            .contains("Team::reduce_scatter: send holds 5 elements, 6 expected (team of 3)"),
+        "{}",
+        r.stdout
+    );
+}
+
+/// At most MAX_ORPHANS (1024) dropped requests finish in the background
+/// per rank: a rank that drops more while the other members are not at
+/// team calls waits at the bound (its hang report says why; with
+/// SPLITRT_HANG_ABORT=1 the job ends) instead of running on.
+#[test]
+fn a_rank_stops_at_the_bound_of_dropped_requests() {
+    let t = Instant::now();
+    let r = run_job(
+        2,
+        &example("t_teams"),
+        &["orphan_bound"],
+        &[("SPLITRT_HANG_REPORT", "1"), ("SPLITRT_HANG_ABORT", "1")],
+        60,
+    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{r:?}");
+    assert_ne!(r.code, 0, "{r:?}");
+    assert_ne!(r.code, 124, "ended by the report, not the timeout: {r:?}");
+    assert!(
+        r.stderr
+            .contains("dropping a team request with 1024 dropped requests still finishing"),
+        "{}",
+        r.stderr
     );
 }

@@ -385,8 +385,11 @@ impl Pgas {
         self.barrier_of(Coll::AllStoreSync)
     }
 
-    /// Leave the job: complete outstanding operations, exit barrier.
+    /// Leave the job: complete outstanding operations (team requests
+    /// still pending, dropped ones included), exit barrier.
     pub fn finish(self) -> Result<()> {
+        // dropped team requests finish their part first (`team_nb.rs`)
+        self.inner.team_mail.finish_background(self.endpoint())?;
         self.sync()?;
         self.barrier_of(Coll::Finish)?;
         match Arc::try_unwrap(self.inner) {

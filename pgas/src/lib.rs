@@ -43,6 +43,8 @@ mod team;
 mod team_coll;
 mod team_mail;
 mod team_nb;
+mod team_nb_forms;
+mod team_sched;
 mod team_split;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
@@ -60,4 +62,4 @@ pub use splitrt_runtime::config::RmaPath;
 pub use strided::Shape;
 pub use strided_shape::MAX_DIMS;
 pub use team::Team;
-pub use team_nb::TeamRequest;
+pub use team_nb::{TeamRequest, MAX_ORPHANS};

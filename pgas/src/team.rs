@@ -205,15 +205,16 @@ impl Team {
         hops: u32,
     ) -> Result<()> {
         let key = self.key(seq, tag, from);
-        self.wait_for(key, h, from, hops)?;
-        if self.try_take(key, h, out)? {
-            return Ok(());
+        let mail = &self.inner.pg.inner.team_mail;
+        loop {
+            // pending non-blocking collectives progress meanwhile
+            // (`team_sched.rs`): a member may wait for their messages
+            mail.sweep();
+            if self.try_take(key, h, out)? {
+                return Ok(());
+            }
+            self.wait_for(key, h, from, hops)?;
         }
-        Err(Error::usage(format!(
-            "{}: woke with nothing",
-            self.awaiting(key, h, from)
-        ))
-        .at_rank(self.inner.pg.rank()))
     }
 
     /// The mailbox key of step `tag` of collective `seq` from team rank
@@ -236,7 +237,9 @@ impl Team {
     }
 
     /// Wait (serving traffic, with hang reports) until message `key` from
-    /// team rank `from` is in, or something is wrong with the collective.
+    /// team rank `from` is in, or something is wrong with the collective,
+    /// or a message arrived for a pending non-blocking collective (the
+    /// caller then sweeps them: `Mailbox::sweep`).
     ///
     /// `hops`: how many messages the sender must receive, one after the
     /// other, before it sends this one (0: it sends it on entering the
@@ -249,7 +252,7 @@ impl Team {
         let mail = &i.team_mail;
         let what = || self.awaiting(key, h, from);
         let later = std::time::Duration::from_secs(u64::from(hops));
-        i.ep.wait_reporting(&what, later, || mail.ready(key, h))
+        i.ep.wait_reporting(&what, later, || mail.ready(key, h) || mail.background_due())
     }
 
     /// Take message `key` into `out` if it is in: `Ok(false)` if not yet.

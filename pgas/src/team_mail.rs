@@ -11,13 +11,22 @@
 //!
 //! Bounded: at most [`MAX_BYTES`] buffered bytes and [`MAX_ENTRIES`]
 //! messages per rank. A peer's message that does not fit, or whose chunks
-//! do not add up, is recorded as a failure (returned by the next team
-//! collective's wait), never a panic.
+//! do not add up, is recorded as a failure of its team, never a panic:
+//! that team is unusable on this rank from then on (every wait on it
+//! returns an error naming the cause), its buffered messages are
+//! reclaimed and later ones discarded; other teams go on. (A message too
+//! short to name its team fails every team.)
+//!
+//! Reclaimed too: the messages of a collective this rank abandoned (a
+//! non-blocking request whose schedule ended in an error), present and
+//! arriving later. A request dropped before completion is not abandoned:
+//! its schedule finishes in the background ([`Background`], advanced by
+//! [`Mailbox::sweep`]), taking its messages as they come.
 
 use parking_lot::Mutex;
 use splitrt_am::{EndpointBuilder, Incoming, Kind, RequestHandler, Result, Token};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::Waker;
 
@@ -31,6 +40,38 @@ pub(crate) const NARGS: usize = 10;
 pub(crate) const MAX_BYTES: usize = 1 << 30;
 /// Messages buffered at most.
 pub(crate) const MAX_ENTRIES: usize = 1 << 16;
+/// Teams whose failure is remembered (their messages discarded); past
+/// this, a failure fails every team.
+const MAX_FAILED_TEAMS: usize = 1024;
+/// Abandoned collectives remembered (their late messages discarded);
+/// past this the oldest is forgotten (its late messages, if any, are
+/// filed and count against the bounds as any others).
+const MAX_ABANDONED: usize = 4096;
+
+/// Collectives remembered as touched between two sweeps (past this, the
+/// next sweep advances every pending schedule).
+const MAX_TOUCHED: usize = 4096;
+
+/// A pending schedule's collective (team id, collective number) and work.
+type Scheduled = ((u64, u64), Arc<dyn Background>);
+
+/// The pending schedules: by start number, with their collective.
+#[derive(Default)]
+struct Pending {
+    list: std::collections::BTreeMap<u64, Scheduled>,
+    by_coll: HashMap<(u64, u64), u64>,
+    /// Added since the last sweep (not advanced yet).
+    fresh: Vec<u64>,
+    next: u64,
+}
+
+/// Work on the team messages that progresses in the background: a
+/// pending non-blocking collective's schedule (`team_sched.rs`).
+pub(crate) trait Background: Send + Sync {
+    /// Advance as far as the messages in allow, without blocking: true
+    /// once finished (it is then dropped from the sweep).
+    fn advance(&self) -> bool;
+}
 
 /// What a member called: every message carries its sender's, and the
 /// receiver compares it with its own.
@@ -156,9 +197,30 @@ pub(crate) struct Mailbox {
     entries: Mutex<Inbox>,
     /// Something arrived (for waiters that re-check only after a change).
     pub arrivals: AtomicU64,
-    /// A peer sent what cannot be filed: why (kept until a wait reports it).
+    /// A peer sent what cannot be filed and names no team: why (every
+    /// team's waits report it).
     failure: Mutex<Option<String>>,
+    /// Some failure (of a team or of all) was recorded.
     has_failure: AtomicBool,
+    /// Failed teams and abandoned collectives (see the module docs).
+    gone: Mutex<Gone>,
+    /// `gone` is not empty.
+    any_gone: AtomicBool,
+    /// The first failure of any kind (for tests).
+    first: Mutex<Option<String>>,
+    /// Pending schedules (see [`Mailbox::sweep`]).
+    background: Mutex<Pending>,
+    /// Collectives a message arrived for since the last sweep (at most
+    /// [`MAX_TOUCHED`]; past that, `touched_all`).
+    touched: Mutex<Vec<(u64, u64)>>,
+    /// Every pending schedule is to be advanced at the next sweep.
+    touched_all: AtomicBool,
+    /// `background`'s length.
+    bg_len: AtomicUsize,
+    /// `arrivals` when the last sweep began.
+    swept_at: AtomicU64,
+    /// Dropped requests whose schedules are still pending.
+    pub orphans: AtomicUsize,
     /// The world team's counters (every handle of it shares them).
     pub world: Arc<TeamCounters>,
     /// Tasks awaiting a non-blocking team collective, by request id: all
@@ -178,6 +240,15 @@ impl Default for Mailbox {
             arrivals: AtomicU64::new(0),
             failure: Mutex::new(None),
             has_failure: AtomicBool::new(false),
+            gone: Default::default(),
+            any_gone: AtomicBool::new(false),
+            first: Mutex::new(None),
+            background: Default::default(),
+            touched: Default::default(),
+            touched_all: AtomicBool::new(false),
+            bg_len: AtomicUsize::new(0),
+            swept_at: AtomicU64::new(0),
+            orphans: AtomicUsize::new(0),
             world: Default::default(),
             wakers: Default::default(),
             next_waiter: AtomicU64::new(0),
@@ -190,6 +261,78 @@ impl Default for Mailbox {
 struct Inbox {
     map: HashMap<Key, Entry>,
     bytes: usize,
+    /// By (team, collective number): what its messages' senders called.
+    colls: HashMap<(u64, u64), CollSeen>,
+}
+
+/// The headers a collective's buffered messages carry: a mismatch with a
+/// member's own call is found without scanning every message.
+struct CollSeen {
+    /// The first message's key and header.
+    key: Key,
+    hdr: Header,
+    /// Messages of the collective buffered.
+    n: usize,
+    /// A message whose header differs from `hdr`, if any came.
+    other: Option<(Key, Header)>,
+}
+
+impl Inbox {
+    fn insert(&mut self, key: Key, e: Entry) {
+        self.bytes += e.buf.len();
+        let c = self.colls.entry((key.0, key.1)).or_insert(CollSeen {
+            key,
+            hdr: e.hdr,
+            n: 0,
+            other: None,
+        });
+        c.n += 1;
+        if e.hdr != c.hdr && c.other.is_none() {
+            c.other = Some((key, e.hdr));
+        }
+        self.map.insert(key, e);
+    }
+
+    fn remove(&mut self, key: &Key) -> Option<Entry> {
+        let e = self.map.remove(key)?;
+        self.bytes -= e.buf.len();
+        let ck = (key.0, key.1);
+        if let Some(c) = self.colls.get_mut(&ck) {
+            c.n -= 1;
+            if c.n == 0 {
+                self.colls.remove(&ck);
+            }
+        }
+        Some(e)
+    }
+
+    /// A buffered message of collective `seq` on `team` whose sender
+    /// called something else than `mine`: its key and header.
+    fn mismatch(&self, team: u64, seq: u64, mine: &Header) -> Option<(Key, Header)> {
+        let c = self.colls.get(&(team, seq))?;
+        if c.hdr != *mine {
+            return Some((c.key, c.hdr));
+        }
+        c.other.filter(|(_, h)| h != mine)
+    }
+
+    /// Drop every entry `which` selects (by key).
+    fn purge(&mut self, which: impl Fn(&Key) -> bool) {
+        let gone: Vec<Key> = self.map.keys().filter(|k| which(k)).copied().collect();
+        for k in gone {
+            self.remove(&k);
+        }
+    }
+}
+
+/// Teams that failed on this rank and collectives it abandoned.
+#[derive(Default)]
+struct Gone {
+    /// Team id → why it failed.
+    teams: HashMap<u64, String>,
+    /// (team id, collective number), and their order for forgetting.
+    colls: HashSet<(u64, u64)>,
+    order: VecDeque<(u64, u64)>,
 }
 
 /// What a waiter found for its key.
@@ -213,7 +356,17 @@ impl Mailbox {
     /// Anything malformed or past the bounds is recorded as a failure.
     pub(crate) fn file(&self, src: usize, args: &[u64], data: &[u8]) {
         if let Err(why) = self.try_file(src, args, data) {
-            self.fail(format!("team message from rank {src}: {why}"));
+            let team = (args.len() >= NARGS).then(|| args[0]);
+            self.fail(team, format!("team message from rank {src}: {why}"));
+            self.touched_all.store(true, Ordering::Release);
+        } else if self.bg_len.load(Ordering::Acquire) > 0 {
+            // the sweep advances the schedule of this collective
+            let mut t = self.touched.lock();
+            if t.len() >= MAX_TOUCHED {
+                t.clear();
+                self.touched_all.store(true, Ordering::Release);
+            }
+            t.push((args[0], args[1]));
         }
         self.arrivals.fetch_add(1, Ordering::Release);
         let woken: Vec<Waker> = {
@@ -250,6 +403,13 @@ impl Mailbox {
             return Err(format!("{} argument words, {NARGS} expected", a.len()));
         }
         let key = (a[0], a[1], a[2], src);
+        if self.any_gone.load(Ordering::Acquire) {
+            let gone = self.gone.lock();
+            if gone.teams.contains_key(&key.0) || gone.colls.contains(&(key.0, key.1)) {
+                // reclaimed: a failed team's or an abandoned collective's
+                return Ok(());
+            }
+        }
         let hdr = Header {
             kind: a[3],
             op: a[4],
@@ -291,8 +451,7 @@ impl Mailbox {
                     inbox.bytes
                 ));
             }
-            inbox.bytes += total;
-            inbox.map.insert(
+            inbox.insert(
                 key,
                 Entry {
                     hdr,
@@ -313,58 +472,169 @@ impl Mailbox {
         Ok(())
     }
 
-    fn fail(&self, why: String) {
-        self.failure.lock().get_or_insert(why);
+    /// Record a failure of `team` (of every team if `None`, or past
+    /// [`MAX_FAILED_TEAMS`]) and reclaim its messages.
+    fn fail(&self, team: Option<u64>, why: String) {
+        self.first.lock().get_or_insert_with(|| why.clone());
+        let mut gone = self.gone.lock();
+        match team {
+            Some(t) if gone.teams.contains_key(&t) => {}
+            Some(t) if gone.teams.len() < MAX_FAILED_TEAMS => {
+                gone.teams.insert(t, why);
+                self.any_gone.store(true, Ordering::Release);
+                self.entries.lock().purge(|k| k.0 == t);
+            }
+            _ => {
+                self.failure.lock().get_or_insert(why);
+            }
+        }
         self.has_failure.store(true, Ordering::Release);
     }
 
-    /// The failure a peer's message caused, if any.
-    pub(crate) fn failure(&self) -> Option<String> {
+    /// The first failure recorded, of any team or of all (for tests).
+    #[cfg(test)]
+    fn failure(&self) -> Option<String> {
+        self.first.lock().clone()
+    }
+
+    /// Why team `team` cannot be used on this rank, if it cannot.
+    fn team_failure(&self, team: u64) -> Option<String> {
         if !self.has_failure.load(Ordering::Acquire) {
             return None;
         }
-        self.failure.lock().clone()
+        if let Some(why) = self.failure.lock().clone() {
+            return Some(why);
+        }
+        let gone = self.gone.lock();
+        let why = gone.teams.get(&team)?;
+        Some(format!(
+            "team {team:#x} is unusable on this rank: {why} (its messages were discarded, \
+             its members' collective numbers may be out of step; other teams are not affected)"
+        ))
+    }
+
+    /// This rank abandoned collective `seq` of team `team` (its schedule
+    /// ended in an error): reclaim its messages, now and as they arrive.
+    pub(crate) fn abandon(&self, team: u64, seq: u64) {
+        let mut gone = self.gone.lock();
+        self.any_gone.store(true, Ordering::Release);
+        if gone.colls.insert((team, seq)) {
+            gone.order.push_back((team, seq));
+            if gone.order.len() > MAX_ABANDONED {
+                if let Some(old) = gone.order.pop_front() {
+                    gone.colls.remove(&old);
+                }
+            }
+        }
+        self.entries.lock().purge(|k| k.0 == team && k.1 == seq);
+    }
+
+    /// Add the pending schedule of collective `seq` on team `team` to
+    /// the sweep (after those started before).
+    pub(crate) fn push_background(&self, team: u64, seq: u64, b: Arc<dyn Background>) {
+        let mut p = self.background.lock();
+        let no = p.next;
+        p.next += 1;
+        p.list.insert(no, ((team, seq), b));
+        p.by_coll.insert((team, seq), no);
+        p.fresh.push(no);
+        self.bg_len.store(p.list.len(), Ordering::Release);
+    }
+
+    /// Advance the pending schedules that can move (those added since
+    /// the last sweep and those of the collectives a message arrived
+    /// for), in start order, as far as the messages in allow; finished
+    /// ones leave the sweep. If another thread is sweeping, returns at
+    /// once (it will see what this one would have).
+    pub(crate) fn sweep(&self) {
+        if self.bg_len.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let Some(mut p) = self.background.try_lock() else {
+            return;
+        };
+        self.swept_at
+            .store(self.arrivals.load(Ordering::Acquire), Ordering::Release);
+        let touched = std::mem::take(&mut *self.touched.lock());
+        let todo: std::collections::BTreeSet<u64> =
+            if self.touched_all.swap(false, Ordering::AcqRel) {
+                p.list.keys().copied().collect()
+            } else {
+                let mut todo: std::collections::BTreeSet<u64> = p.fresh.iter().copied().collect();
+                todo.extend(touched.iter().filter_map(|c| p.by_coll.get(c)));
+                todo
+            };
+        p.fresh.clear();
+        for no in todo {
+            let Some((coll, b)) = p.list.get(&no).cloned() else {
+                continue;
+            };
+            if b.advance() {
+                p.list.remove(&no);
+                p.by_coll.remove(&coll);
+            }
+        }
+        self.bg_len.store(p.list.len(), Ordering::Release);
+    }
+
+    /// Schedules are pending and a message arrived since the last sweep
+    /// began: a wait should return to sweep.
+    pub(crate) fn background_due(&self) -> bool {
+        self.bg_len.load(Ordering::Acquire) > 0
+            && self.arrivals.load(Ordering::Acquire) != self.swept_at.load(Ordering::Acquire)
+    }
+
+    /// Complete every pending schedule (dropped requests' included),
+    /// serving traffic on `ep`: before the rank finishes, so that the
+    /// other members get this one's part.
+    pub(crate) fn finish_background(&self, ep: &splitrt_am::Endpoint) -> Result<()> {
+        let what = || "finishing: team requests still pending in the background".to_string();
+        loop {
+            self.sweep();
+            if self.background_len() == 0 {
+                return Ok(());
+            }
+            ep.wait_reporting(&what, std::time::Duration::ZERO, || self.background_due())?;
+        }
+    }
+
+    /// Pending schedules.
+    pub(crate) fn background_len(&self) -> usize {
+        self.bg_len.load(Ordering::Acquire)
     }
 
     /// Whether message `key` is complete, or something is wrong with this
     /// collective: not waiting any more. (Cheap check for a wait loop.)
     pub(crate) fn ready(&self, key: Key, mine: &Header) -> bool {
-        if self.has_failure.load(Ordering::Acquire) {
+        if self.team_failure(key.0).is_some() {
             return true;
         }
         let inbox = self.entries.lock();
         if inbox.map.get(&key).is_some_and(Entry::complete) {
             return true;
         }
-        inbox
-            .map
-            .iter()
-            .any(|(k, e)| k.0 == key.0 && k.1 == key.1 && e.hdr != *mine)
+        inbox.mismatch(key.0, key.1, mine).is_some()
     }
 
     /// Take message `key` into `out` if it is complete and as expected
     /// (see [`Found`]); a mismatching message of the same collective is
     /// reported first.
     pub(crate) fn take(&self, key: Key, mine: &Header, out: &mut [u8]) -> Found {
-        if let Some(why) = self.failure() {
+        if let Some(why) = self.team_failure(key.0) {
             return Found::Failed(why);
         }
         let mut inbox = self.entries.lock();
-        if let Some((k, e)) = inbox
-            .map
-            .iter()
-            .filter(|(k, e)| k.0 == key.0 && k.1 == key.1 && e.hdr != *mine)
-            .min_by_key(|(k, _)| (k.3, k.2))
-        {
-            return Found::Mismatch(*k, e.hdr);
+        if let Some((k, h)) = inbox.mismatch(key.0, key.1, mine) {
+            return Found::Mismatch(k, h);
         }
         match inbox.map.get(&key) {
             Some(e) if e.complete() => {
                 if e.buf.len() != out.len() {
                     return Found::BadLength(e.buf.len());
                 }
-                let e = inbox.map.remove(&key).expect("present");
-                inbox.bytes -= e.buf.len();
+                let Some(e) = inbox.remove(&key) else {
+                    return Found::Waiting;
+                };
                 out.copy_from_slice(&e.buf);
                 Found::Done
             }
@@ -546,5 +816,98 @@ mod tests {
         assert!(m.failure().is_none());
         m.file(1, &args(1, 1, 1, &hd, 0, big), &[]);
         assert!(m.failure().unwrap().contains("buffered already"));
+    }
+
+    /// A peer's unfileable message on one team makes that team unusable
+    /// (its waits name the cause, its buffered messages are reclaimed and
+    /// later ones discarded); other teams go on.
+    #[test]
+    fn fixes_a_failure_on_one_team_leaves_the_others_usable() {
+        let m = Mailbox::default();
+        let hd = h(CollKind::Allgather, 1);
+        m.file(1, &args(2, 1, 0, &hd, 0, 8), &[1; 8]);
+        m.file(1, &args(7, 1, 0, &hd, 0, 8), &[2; 8]);
+        // team 7: a chunk out of order
+        m.file(1, &args(7, 2, 0, &hd, 8, 16), &[0; 8]);
+        let mut out = [0u8; 8];
+        let why = match m.take((7, 1, 0, 1), &hd, &mut out) {
+            Found::Failed(why) => why,
+            _ => "no failure".into(),
+        };
+        assert!(
+            why.contains("team 0x7 is unusable") && why.contains("out of order"),
+            "{why}"
+        );
+        assert!(matches!(m.take((2, 1, 0, 1), &hd, &mut out), Found::Done));
+        assert_eq!(out, [1; 8]);
+        // the failed team's messages are reclaimed, later ones discarded
+        assert_eq!(m.len(), 0);
+        m.file(1, &args(7, 3, 0, &hd, 0, 8), &[3; 8]);
+        assert_eq!(m.len(), 0);
+        m.file(1, &args(2, 2, 0, &hd, 0, 8), &[4; 8]);
+        assert!(matches!(m.take((2, 2, 0, 1), &hd, &mut out), Found::Done));
+    }
+
+    /// An abandoned collective's messages are reclaimed, those buffered
+    /// and those arriving later; the set of abandoned collectives stays
+    /// bounded over 100 000 of them.
+    #[test]
+    fn an_abandoned_collectives_messages_are_reclaimed() {
+        let m = Mailbox::default();
+        let hd = h(CollKind::Allreduce, 1);
+        m.file(1, &args(1, 5, 0, &hd, 0, 8), &[1; 8]);
+        m.file(1, &args(1, 6, 0, &hd, 0, 8), &[2; 8]);
+        m.abandon(1, 5);
+        assert_eq!(m.len(), 1);
+        m.file(1, &args(1, 5, 1, &hd, 0, 8), &[3; 8]);
+        assert_eq!(m.len(), 1);
+        let mut out = [0u8; 8];
+        assert!(matches!(m.take((1, 6, 0, 1), &hd, &mut out), Found::Done));
+        assert_eq!(m.entries.lock().bytes, 0);
+        for seq in 0..100_000 {
+            m.file(2, &args(3, seq, 0, &hd, 0, 8), &[4; 8]);
+            m.abandon(3, seq);
+        }
+        assert_eq!(m.len(), 0);
+        assert!(m.gone.lock().colls.len() <= MAX_ABANDONED);
+        assert!(m.failure().is_none());
+    }
+
+    /// The sweep advances pending work in start order and drops what
+    /// finished; `background_due` says when a message came since.
+    #[test]
+    fn the_sweep_advances_pending_work_in_order() {
+        struct W(Mutex<(usize, Vec<usize>)>, usize, Arc<Mutex<Vec<usize>>>);
+        impl Background for W {
+            fn advance(&self) -> bool {
+                self.2.lock().push(self.1);
+                let mut s = self.0.lock();
+                s.0 += 1;
+                s.0 >= 2
+            }
+        }
+        let m = Mailbox::default();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for i in 0..3 {
+            let w = W(Mutex::new((i % 2, Vec::new())), i, log.clone());
+            m.push_background(1, i as u64 + 1, Arc::new(w));
+        }
+        assert!(!m.background_due(), "nothing arrived yet");
+        m.sweep();
+        assert_eq!(*log.lock(), [0, 1, 2]);
+        assert_eq!(m.background_len(), 2);
+        // a message for the collective of schedule 2 (#3): only it moves
+        let hd = h(CollKind::Barrier, 0);
+        m.file(1, &args(1, 3, 0, &hd, 0, 0), &[]);
+        assert!(m.background_due());
+        m.sweep();
+        assert!(!m.background_due());
+        assert_eq!(*log.lock(), [0, 1, 2, 2]);
+        assert_eq!(m.background_len(), 1);
+        // a failure advances every schedule (so that each reports it)
+        m.file(1, &args(1, 9, 0, &hd, 8, 16), &[0; 8]);
+        m.sweep();
+        assert_eq!(*log.lock(), [0, 1, 2, 2, 0]);
+        assert_eq!(m.background_len(), 0);
     }
 }

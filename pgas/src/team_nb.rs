@@ -1,86 +1,69 @@
 //! Non-blocking team collectives: `Team::alltoall_nb`,
 //! `Team::allreduce_nb`, `Team::allgather_nb`, `Team::broadcast_nb` and
-//! `Team::barrier_nb` start the collective and return a
-//! [`TeamRequest`], a handle that borrows the result buffer and completes
-//! by `wait()`, `test()` or `.await`.
+//! `Team::barrier_nb` here, `reduce_nb`, `gather_nb`, `alltoallv_nb`,
+//! `reduce_scatter_nb`, `scan_inclusive_nb` and `scan_exclusive_nb` in
+//! `team_nb_forms.rs`, start the collective and return a [`TeamRequest`],
+//! a handle that borrows the result buffer and completes by `wait()`,
+//! `test()` or `.await`.
 //!
-//! A request is the collective's schedule (the same algorithm and
-//! messages as the blocking form, see `team_coll.rs`): a list of steps,
-//! each a send of the buffer to a member or a receive from one (copied
-//! in, or combined in). Starting it sends what needs nothing first (all
-//! of an alltoall's blocks); each advance runs steps until a receive's
-//! message is not in yet. As a future it never spins: when pending it
-//! registers its waker in the team mailbox (woken by the handler that
-//! files the next team message) and with the endpoint's doorbell bridge
-//! (so that traffic gets the endpoint polled), as `Get` futures do.
+//! A request is the collective's schedule (`team_sched.rs`: the same
+//! algorithm and messages as the blocking form). Starting it sends what
+//! needs nothing first (all of an alltoall's blocks, straight from the
+//! caller's buffer) and registers the rest with the rank's team mailbox,
+//! whose sweep (run by every team wait, `test` and poll on the rank)
+//! advances every pending schedule in start order: requests may be
+//! completed in any order, on each member independently. As a future it
+//! never spins: when pending it registers its waker in the team mailbox
+//! (woken by the handler that files the next team message) and with the
+//! endpoint's doorbell bridge (so that traffic gets the endpoint polled),
+//! as `Get` futures do.
+//!
+//! Dropping a pending request does not abandon the collective: its
+//! schedule finishes this member's part in the background (the result
+//! is discarded), so the other members complete theirs and no message of
+//! it stays in the mailbox. At most [`MAX_ORPHANS`] dropped requests are
+//! pending per rank: dropping one more waits (serving traffic) until the
+//! oldest has finished, which bounds the memory of a loop that drops
+//! requests.
 
 use crate::reduce::{Op, Reduce};
 use crate::team::Team;
-use crate::team_mail::{CollKind, Header, Key};
+use crate::team_mail::CollKind;
+use crate::team_sched::{combine_bytes, Buf, Fold, Pending, Sched, Step};
 use bytemuck::Pod;
+use parking_lot::Mutex;
 use splitrt_am::{Result, TrafficKey};
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// One step of a schedule.
-enum Step {
-    /// Send the whole buffer to team rank `to`.
-    Send { to: usize, tag: u64 },
-    /// Receive from team rank `from` into `len` bytes of the buffer at
-    /// `at`, copying or combining with what is there (`fold`).
-    Recv {
-        from: usize,
-        tag: u64,
-        at: usize,
-        len: usize,
-        fold: Fold,
-        /// Receives the sender makes before sending (see `Team::wait_for`).
-        hops: u32,
-    },
-}
-
-/// How a received message meets the buffer.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Fold {
-    /// Copied in.
-    Copy,
-    /// `buf = buf op msg` (the message is from higher team ranks).
-    After,
-    /// `buf = msg op buf` (the message is from lower team ranks).
-    Before,
-}
-
-/// Combines received bytes into the buffer's (see [`combine_bytes`]).
-type Combine = fn(Op, &mut [u8], &[u8], bool);
-
-/// `acc op b` (`b op acc` if `b_first`) element-wise over the bytes of
-/// `T`s (unaligned: the receive buffer is bytes).
-fn combine_bytes<T: Reduce>(op: Op, acc: &mut [u8], b: &[u8], b_first: bool) {
-    let w = std::mem::size_of::<T>();
-    for (a, b) in acc.chunks_exact_mut(w).zip(b.chunks_exact(w)) {
-        let (mut x, mut y): (T, T) = (
-            bytemuck::pod_read_unaligned(a),
-            bytemuck::pod_read_unaligned(b),
-        );
-        if b_first {
-            std::mem::swap(&mut x, &mut y);
-        }
-        let z = T::combine(op, x, y).unwrap_or(x);
-        a.copy_from_slice(bytemuck::bytes_of(&z));
-    }
-}
+/// Dropped requests that may still be finishing in the background on a
+/// rank; dropping one more waits for the oldest.
+pub const MAX_ORPHANS: usize = 1024;
 
 /// A non-blocking team collective in progress (see the module docs).
 /// It borrows the result buffer until it completes; [`wait`](Self::wait)
 /// blocks (serving traffic, with hang reports), [`test`](Self::test)
 /// advances it without blocking, and as a `Future` it completes with the
-/// collective's result.
+/// collective's result. The result is in the buffer once one of them has
+/// returned `Ok` (`Ok(true)` for `test`).
 ///
-/// Dropping a pending request abandons this member's part: members
-/// waiting for its later messages wait on (their hang report names this
-/// rank). Complete every request.
+/// Several requests may be pending on one team (and on several teams) at
+/// once, and be completed in any order: every wait on the rank advances
+/// them all, in the order they were started.
+///
+/// Dropping a pending request does not cancel the collective (a team
+/// collective cannot be taken back: the other members wait for this
+/// one's part, as an MPI non-blocking collective's request cannot be
+/// freed): this member's part finishes in the background, advanced by
+/// the rank's later team calls and waits (and by [`Pgas::finish`]), and
+/// its result is discarded. At most [`MAX_ORPHANS`] dropped requests are
+/// pending per rank; dropping one more blocks until the oldest finishes.
+/// (`std::mem::forget` on a request is the same as dropping it.)
+///
+/// [`Pgas::finish`]: crate::Pgas::finish
 ///
 /// ```no_run
 /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
@@ -90,144 +73,98 @@ fn combine_bytes<T: Reduce>(op: Op, acc: &mut [u8], b: &[u8], b_first: bool) {
 /// let mut sum = [2.5f64];
 /// let a = team.alltoall_nb(&send, &mut recv)?;      // both in flight
 /// let s = team.allreduce_nb(&mut sum, splitrt_pgas::Op::Sum)?;
+/// s.wait()?;                                        // any order
 /// a.wait()?;
-/// s.wait()?;
 /// # Ok(()) }
 /// ```
 #[must_use = "a team request does nothing more unless waited, tested or awaited"]
 pub struct TeamRequest<'a> {
     team: Team,
-    seq: u64,
-    h: Header,
-    steps: VecDeque<Step>,
-    buf: &'a mut [u8],
-    tmp: Vec<u8>,
-    combine: Option<(Combine, Op)>,
+    p: Arc<Pending>,
+    /// The caller's result buffer (filled from the schedule's `out`).
+    dest: &'a mut [u8],
     /// The mailbox waker id and the doorbell-bridge key while pending.
     waiter: u64,
     key: Option<TrafficKey>,
-    /// The request ended (with this error, or `Ok`).
-    done: Option<Result<()>>,
+    /// The outcome was returned to the caller.
+    reported: bool,
 }
 
 impl<'a> TeamRequest<'a> {
-    fn new(team: &Team, seq: u64, h: Header, buf: &'a mut [u8]) -> Self {
+    /// Register schedule `s` with the rank's sweep and advance it (and
+    /// the older ones): what depends on no message goes out before the
+    /// request is returned.
+    pub(crate) fn start(s: Sched, dest: &'a mut [u8]) -> Self {
+        let (team, seq) = (s.team.clone(), s.seq);
+        let p = Arc::new(Pending(Mutex::new(s)));
+        let mail = &team.pgas().inner.team_mail;
+        mail.push_background(team.inner.id, seq, p.clone());
+        mail.sweep();
         TeamRequest {
-            team: team.clone(),
-            seq,
-            h,
-            steps: VecDeque::new(),
-            buf,
-            tmp: Vec::new(),
-            combine: None,
-            waiter: team.pgas().inner.team_mail.waiter_id(),
+            waiter: mail.waiter_id(),
+            team,
+            p,
+            dest,
             key: None,
-            done: None,
+            reported: false,
         }
     }
 
-    /// Run steps until one waits for a message not in yet: `Ok(Some)`
-    /// with its key and sender, `Ok(None)` when every step ran.
-    fn advance(&mut self) -> Result<Option<(Key, usize, u32)>> {
-        while let Some(step) = self.steps.front() {
-            match *step {
-                Step::Send { to, tag } => {
-                    self.team.send(self.seq, tag, &self.h, to, self.buf)?;
-                }
-                Step::Recv {
-                    from,
-                    tag,
-                    at,
-                    len,
-                    fold,
-                    hops,
-                } => {
-                    let key = self.team.key(self.seq, tag, from);
-                    let got = if fold != Fold::Copy {
-                        self.tmp.resize(len, 0);
-                        let got = self.team.try_take(key, &self.h, &mut self.tmp)?;
-                        if got {
-                            if let Some((f, op)) = self.combine {
-                                let before = fold == Fold::Before;
-                                f(op, &mut self.buf[at..at + len], &self.tmp, before);
-                            }
-                        }
-                        got
-                    } else {
-                        self.team
-                            .try_take(key, &self.h, &mut self.buf[at..at + len])?
-                    };
-                    if !got {
-                        return Ok(Some((key, from, hops)));
-                    }
-                }
-            }
-            self.steps.pop_front();
-        }
-        Ok(None)
-    }
-
-    /// Run the sends at the head of the schedule (at the start: what
-    /// depends on no message goes out before the request is returned).
-    fn run_sends(&mut self) -> Result<()> {
-        while let Some(&Step::Send { to, tag }) = self.steps.front() {
-            self.team.send(self.seq, tag, &self.h, to, self.buf)?;
-            self.steps.pop_front();
-        }
-        Ok(())
-    }
-
-    /// Advance, remembering how it ended.
-    fn step(&mut self) -> Option<(Key, usize, u32)> {
-        if self.done.is_some() {
+    /// The outcome if the schedule ended (the result copied into the
+    /// caller's buffer): `None` while pending.
+    fn outcome(&mut self) -> Option<Result<()>> {
+        let mut s = self.p.0.lock();
+        if !s.ended {
             return None;
         }
-        match self.advance() {
-            Ok(Some(w)) => Some(w),
-            Ok(None) => {
-                self.done = Some(Ok(()));
-                None
-            }
-            Err(e) => {
-                self.done = Some(Err(e));
-                None
-            }
+        let r = s.done.take().unwrap_or_else(|| {
+            Err(splitrt_am::Error::usage(
+                "this team request failed earlier (its error was returned then)",
+            ))
+        });
+        if r.is_ok() && s.copy_out {
+            let n = self.dest.len().min(s.out.len());
+            self.dest[..n].copy_from_slice(&s.out[..n]);
         }
+        s.out = Vec::new();
+        s.work = Vec::new();
+        self.reported = true;
+        Some(r)
     }
 
     /// Block until the collective completes (serving traffic; a member
     /// that does not take part is named by the hang report).
     pub fn wait(mut self) -> Result<()> {
+        let mail = self.team.pgas().inner.team_mail.clone();
         loop {
-            if let Some((key, from, hops)) = self.step() {
-                if let Err(e) = self.team.wait_for(key, &self.h, from, hops) {
-                    self.done = Some(Err(e));
-                }
-                continue;
+            mail.sweep();
+            if let Some(r) = self.outcome() {
+                return r;
             }
-            return self.done.take().unwrap_or(Ok(()));
+            let waiting = self.p.0.lock().waiting;
+            match waiting {
+                Some((key, from, hops)) => {
+                    let h = self.p.0.lock().h;
+                    self.team.wait_for(key, &h, from, hops)?;
+                }
+                // another thread is sweeping
+                None => std::thread::yield_now(),
+            }
         }
     }
 
     /// Advance without blocking (runs the handlers of what has arrived):
     /// `Ok(true)` once the collective is complete.
     pub fn test(&mut self) -> Result<bool> {
-        self.team.pgas().endpoint().poll()?;
-        if self.step().is_some() {
-            return Ok(false);
+        if self.reported {
+            return Ok(true);
         }
-        match self.done.take() {
-            Some(Err(e)) => {
-                // reported once; later calls say so
-                self.done = Some(Err(splitrt_am::Error::usage(
-                    "this team request failed earlier (its error was returned then)",
-                )));
-                Err(e)
-            }
-            d => {
-                self.done = d;
-                Ok(true)
-            }
+        let pg = self.team.pgas().clone();
+        pg.endpoint().poll()?;
+        pg.inner.team_mail.sweep();
+        match self.outcome() {
+            None => Ok(false),
+            Some(r) => r.map(|()| true),
         }
     }
 
@@ -244,17 +181,20 @@ impl Future for TeamRequest<'_> {
     type Output = Result<()>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if this.done.is_none() {
-            if let Err(e) = this.team.pgas().endpoint().poll() {
-                this.done = Some(Err(e));
-            }
+        if this.reported {
+            return Poll::Ready(Ok(()));
         }
-        let Some((key, _, _)) = this.step() else {
-            this.forget();
-            return Poll::Ready(this.done.take().unwrap_or(Ok(())));
-        };
         let pg = this.team.pgas().clone();
+        if let Err(e) = pg.endpoint().poll() {
+            this.forget();
+            return Poll::Ready(Err(e));
+        }
         let mail = &pg.inner.team_mail;
+        mail.sweep();
+        if let Some(r) = this.outcome() {
+            this.forget();
+            return Poll::Ready(r);
+        }
         // woken by the handler that files the next team message ...
         mail.wake_on_message(this.waiter, cx.waker());
         // ... and by traffic, so that someone polls the endpoint
@@ -263,8 +203,13 @@ impl Future for TeamRequest<'_> {
             this.forget();
             return Poll::Ready(Err(e));
         }
-        // a message filed between the advance and the registration
-        if mail.ready(key, &this.h) {
+        // a message filed between the sweep and the registration
+        let (waiting, h) = {
+            let s = this.p.0.lock();
+            (s.waiting, s.h)
+        };
+        let ready = waiting.is_none_or(|(key, _, _)| mail.ready(key, &h));
+        if ready || mail.background_due() {
             cx.waker().wake_by_ref();
         }
         Poll::Pending
@@ -274,18 +219,66 @@ impl Future for TeamRequest<'_> {
 impl Drop for TeamRequest<'_> {
     fn drop(&mut self) {
         self.forget();
+        if self.reported {
+            return;
+        }
+        let pg = self.team.pgas().clone();
+        let mail = &pg.inner.team_mail;
+        let orphans = {
+            let mut s = self.p.0.lock();
+            if s.ended {
+                return;
+            }
+            // finishes in the background (see the type's docs); counted
+            // under the lock, as the sweep that finishes it uncounts it
+            s.orphan = true;
+            s.copy_out = false;
+            mail.orphans.fetch_add(1, Ordering::AcqRel) + 1
+        };
+        if orphans <= MAX_ORPHANS || std::thread::panicking() {
+            return;
+        }
+        // bounded: wait for the oldest dropped requests to finish
+        let what = || {
+            format!(
+                "dropping a team request with {MAX_ORPHANS} dropped requests still finishing \
+                 in the background on team {:#x} (or others): waiting for the oldest",
+                self.team.inner.id
+            )
+        };
+        loop {
+            mail.sweep();
+            if mail.orphans.load(Ordering::Acquire) <= MAX_ORPHANS {
+                return;
+            }
+            let due =
+                || mail.background_due() || mail.orphans.load(Ordering::Acquire) <= MAX_ORPHANS;
+            if pg
+                .endpoint()
+                .wait_reporting(&what, std::time::Duration::ZERO, due)
+                .is_err()
+            {
+                return;
+            }
+        }
     }
 }
 
 impl std::fmt::Debug for TeamRequest<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = CollKind::from_code(self.h.kind).map_or("?", CollKind::name);
+        let s = self.p.0.lock();
+        let kind = CollKind::from_code(s.h.kind).map_or("?", CollKind::name);
         f.debug_struct("TeamRequest")
             .field("collective", &kind)
-            .field("seq", &self.seq)
-            .field("steps_left", &self.steps.len())
+            .field("seq", &s.seq)
+            .field("steps_left", &s.steps.len())
             .finish()
     }
+}
+
+/// The bytes of `v`, owned.
+pub(crate) fn bytes_of<T: Pod>(v: &[T]) -> Vec<u8> {
+    bytemuck::cast_slice::<T, u8>(v).to_vec()
 }
 
 impl Team {
@@ -312,27 +305,30 @@ impl Team {
             ));
         }
         let k = send.len() / n;
-        let c = self.start::<T>(kind, None, None, k)?;
-        let (me, n) = (c.0, self.size());
+        let (me, seq, h) = self.start::<T>(kind, None, None, k)?;
+        let n = self.size();
         let w = std::mem::size_of::<T>();
         for s in 1..n {
             let j = (me + s) % n;
-            self.send(c.1, 0, &c.2, j, bytemuck::cast_slice(&send[j * k..][..k]))?;
+            self.send(seq, 0, &h, j, bytemuck::cast_slice(&send[j * k..][..k]))?;
         }
-        recv[me * k..][..k].copy_from_slice(&send[me * k..][..k]);
-        let mut r = TeamRequest::new(self, c.1, c.2, bytemuck::cast_slice_mut(recv));
-        for s in 1..n {
-            let j = (me + n - s) % n;
-            r.steps.push_back(Step::Recv {
+        let mut s = Sched::new(self, seq, h);
+        s.out = vec![0; std::mem::size_of_val(send)];
+        s.out[me * k * w..][..k * w].copy_from_slice(bytemuck::cast_slice(&send[me * k..][..k]));
+        s.copy_out = true;
+        for i in 1..n {
+            let j = (me + n - i) % n;
+            s.steps.push_back(Step::Recv {
                 from: j,
                 tag: 0,
+                dst: Buf::Out,
                 at: j * k * w,
                 len: k * w,
                 fold: Fold::Copy,
                 hops: 0,
             });
         }
-        Ok(r)
+        Ok(TeamRequest::start(s, bytemuck::cast_slice_mut(recv)))
     }
 
     /// Combine every member's `data` element-wise with `op`; every member
@@ -369,10 +365,12 @@ impl Team {
                 format!("{op:?} does not apply to {}", std::any::type_name::<T>()),
             ));
         }
-        let c = self.start::<T>(kind, Some(op), None, data.len())?;
-        let (me, n) = (c.0, self.size());
+        let (me, seq, h) = self.start::<T>(kind, Some(op), None, data.len())?;
+        let n = self.size();
         let len = std::mem::size_of_val(data);
-        let mut r = TeamRequest::new(self, c.1, c.2, bytemuck::cast_slice_mut(data));
+        let mut r = Sched::new(self, seq, h);
+        r.out = bytes_of(data);
+        r.copy_out = true;
         r.combine = Some((combine_bytes::<T>, op));
         // p: the largest power of two <= n; members p.. fold into 0..
         let p = 1usize << (usize::BITS - 1 - n.max(1).leading_zeros());
@@ -382,13 +380,21 @@ impl Team {
         let recv = |from, tag, fold, hops| Step::Recv {
             from,
             tag,
+            dst: Buf::Out,
             at: 0,
             len,
             fold,
             hops,
         };
+        let send = |to, tag| Step::Send {
+            to,
+            tag,
+            src: Buf::Out,
+            at: 0,
+            len,
+        };
         if me >= p {
-            r.steps.push_back(Step::Send { to: me - p, tag: 0 });
+            r.steps.push_back(send(me - p, 0));
             r.steps
                 .push_back(recv(me - p, RESULT, Fold::Copy, rounds + extra));
         } else {
@@ -402,23 +408,15 @@ impl Team {
                 } else {
                     Fold::After
                 };
-                r.steps.push_back(Step::Send {
-                    to: partner,
-                    tag: 1 + u64::from(s),
-                });
+                r.steps.push_back(send(partner, 1 + u64::from(s)));
                 r.steps
                     .push_back(recv(partner, 1 + u64::from(s), fold, s + extra));
             }
             if me < rem {
-                r.steps.push_back(Step::Send {
-                    to: me + p,
-                    tag: RESULT,
-                });
+                r.steps.push_back(send(me + p, RESULT));
             }
         }
-        // what depends on no message goes out now
-        r.run_sends()?;
-        Ok(r)
+        Ok(TeamRequest::start(r, bytemuck::cast_slice_mut(data)))
     }
 
     /// Non-blocking [`barrier`](Self::barrier) (dissemination by team
@@ -429,16 +427,20 @@ impl Team {
         let _one = self.pgas().enter_collective(kind.name())?;
         let (me, seq, h) = self.start::<u8>(kind, None, None, 0)?;
         let n = self.size();
-        let mut r = TeamRequest::new(self, seq, h, &mut []);
+        let mut r = Sched::new(self, seq, h);
         let (mut d, mut tag) = (1, 0u64);
         while d < n {
             r.steps.push_back(Step::Send {
                 to: (me + d) % n,
                 tag,
+                src: Buf::Out,
+                at: 0,
+                len: 0,
             });
             r.steps.push_back(Step::Recv {
                 from: (me + n - d) % n,
                 tag,
+                dst: Buf::Out,
                 at: 0,
                 len: 0,
                 fold: Fold::Copy,
@@ -447,9 +449,7 @@ impl Team {
             d <<= 1;
             tag += 1;
         }
-        // the first step's message goes out now
-        r.run_sends()?;
-        Ok(r)
+        Ok(TeamRequest::start(r, &mut []))
     }
 
     /// Non-blocking [`broadcast`](Self::broadcast) of `data` from team
@@ -465,30 +465,42 @@ impl Team {
         let (me, seq, h) = self.start::<T>(kind, None, Some(root), data.len())?;
         let n = self.size();
         let len = std::mem::size_of_val(data);
-        let mut r = TeamRequest::new(self, seq, h, bytemuck::cast_slice_mut(data));
+        let mut r = Sched::new(self, seq, h);
         let bits = |v: usize| usize::BITS - v.leading_zeros();
         let v = (me + n - root) % n;
-        if v != 0 {
+        let mut k = bits(v);
+        if v == 0 {
+            // the root's data goes out now, straight from its buffer
+            while k < usize::BITS && (v | 1 << k) < n {
+                let to = ((v | 1 << k) + root) % n;
+                self.send(seq, 0, &h, to, bytemuck::cast_slice(data))?;
+                k += 1;
+            }
+        } else {
             let parent = v & !(1usize << (bits(v) - 1));
+            r.out = vec![0; len];
+            r.copy_out = true;
             r.steps.push_back(Step::Recv {
                 from: (parent + root) % n,
                 tag: 0,
+                dst: Buf::Out,
                 at: 0,
                 len,
                 fold: Fold::Copy,
                 hops: parent.count_ones(),
             });
+            while k < usize::BITS && (v | 1 << k) < n {
+                r.steps.push_back(Step::Send {
+                    to: ((v | 1 << k) + root) % n,
+                    tag: 0,
+                    src: Buf::Out,
+                    at: 0,
+                    len,
+                });
+                k += 1;
+            }
         }
-        let mut k = bits(v);
-        while k < usize::BITS && (v | 1 << k) < n {
-            r.steps.push_back(Step::Send {
-                to: ((v | 1 << k) + root) % n,
-                tag: 0,
-            });
-            k += 1;
-        }
-        r.run_sends()?;
-        Ok(r)
+        Ok(TeamRequest::start(r, bytemuck::cast_slice_mut(data)))
     }
 
     /// Non-blocking [`allgather`](Self::allgather): `send` goes to every
@@ -517,20 +529,23 @@ impl Team {
         for s in 1..n {
             self.send(seq, 0, &h, (me + s) % n, bytemuck::cast_slice(send))?;
         }
-        recv[me * k..][..k].copy_from_slice(send);
-        let w = std::mem::size_of::<T>();
-        let mut r = TeamRequest::new(self, seq, h, bytemuck::cast_slice_mut(recv));
+        let kw = std::mem::size_of_val(send);
+        let mut r = Sched::new(self, seq, h);
+        r.out = vec![0; n * kw];
+        r.out[me * kw..][..kw].copy_from_slice(bytemuck::cast_slice(send));
+        r.copy_out = true;
         for s in 1..n {
             let j = (me + n - s) % n;
             r.steps.push_back(Step::Recv {
                 from: j,
                 tag: 0,
-                at: j * k * w,
-                len: std::mem::size_of_val(send),
+                dst: Buf::Out,
+                at: j * kw,
+                len: kw,
                 fold: Fold::Copy,
                 hops: 0,
             });
         }
-        Ok(r)
+        Ok(TeamRequest::start(r, bytemuck::cast_slice_mut(recv)))
     }
 }

@@ -19,6 +19,19 @@
 //!   bad_recv        rank 1 passes a recv of the wrong length to the world
 //!                   team's allgather (a usage error), then every rank calls
 //!                   the same allgather (and an allreduce) correctly
+//!   mismatch_nb     world scan_inclusive_nb: Sum on rank 0, Max elsewhere
+//!   bad_nb          rank 1 passes a send of the wrong length to the world
+//!                   team's reduce_scatter_nb (a usage error), then every
+//!                   rank calls it correctly
+//!   orphan_bound    rank 0 drops 2000 barrier_nb requests while the others
+//!                   wait in Pgas::barrier: it must stop at the bound of
+//!                   dropped requests pending (its hang report says so)
+//!   drop_loop ITERS every rank starts ITERS non-blocking team collectives
+//!                   (allgather, allreduce, alltoall, broadcast, barrier in
+//!                   turn) and drops each at once; then a blocking allreduce
+//!                   and allgather must work and the rank's resident memory
+//!                   must not have grown by more than 64 MiB; prints
+//!                   `drop_loop ok`
 //!   time ITERS      (not a test) rank 0 prints the mean time of world
 //!                   Pgas vs Team barrier / allreduce, and Team alltoall
 
@@ -327,6 +340,7 @@ fn team_checks(t: &Team) -> splitrt::Result<()> {
             .collect();
         check(all == want, || format!("allgather_nb len {len}"))?;
     }
+    nb_forms(t)?;
     // a wrong local length is an error before anything is sent
     let mut short = vec![0u64; 1];
     let e = t.allgather(&[1u64, 2], &mut short);
@@ -337,6 +351,179 @@ fn team_checks(t: &Team) -> splitrt::Result<()> {
         || format!("short recv: {e:?}"),
     )?;
     t.barrier()
+}
+
+/// The non-blocking forms of reduce, gather, alltoallv, reduce_scatter
+/// and the scans on team `t` (this rank is a member): all in flight at
+/// once, completed in an order that differs from member to member (by
+/// `wait`, `test` and `.await`), against values every rank computes and,
+/// for floating point, bit for bit against the blocking forms; a member
+/// may call the blocking form where another calls the non-blocking one;
+/// and a request dropped on some members completes on the others.
+fn nb_forms(t: &Team) -> splitrt::Result<()> {
+    let me = t.rank().expect("a member");
+    let n = t.size();
+    let w = |r: usize| t.world_rank(r).expect("team rank") as u64;
+    for k in [0usize, 3, 3000] {
+        let root = n - 1;
+        let mine: Vec<u64> = (0..k as u64).map(|i| w(me) * 10 + i).collect();
+        let sum = |i: u64| (0..n).map(|r| w(r) * 10 + i).sum::<u64>();
+        let all: Vec<u64> = (0..n)
+            .flat_map(|r| (0..k as u64).map(move |i| w(r) * 10 + i))
+            .collect();
+        let val = |src: u64, dst: u64, i: u64| src * 1_000_000 + dst * 1000 + i;
+        let blocks: Vec<u64> = (0..n)
+            .flat_map(|j| (0..k as u64).map(move |i| (j, i)))
+            .map(|(j, i)| val(w(me), w(j), i))
+            .collect();
+        // alltoallv: (src + dst + k) % 3 elements from src to dst
+        let cnt = |s: usize, d: usize| (s + d + k) % 3;
+        let send_counts: Vec<usize> = (0..n).map(|j| cnt(me, j)).collect();
+        let recv_counts: Vec<usize> = (0..n).map(|j| cnt(j, me)).collect();
+        let vsend: Vec<u32> = (0..n)
+            .flat_map(|j| (0..cnt(me, j)).map(move |i| (j, i)))
+            .map(|(j, i)| (w(me) * 100 + w(j) * 10 + i as u64) as u32)
+            .collect();
+        let x = |r: usize, i: usize| w(r) + 1 + i as u64;
+        let (mut red, mut gat) = (mine.clone(), vec![0u64; if me == 0 { n * k } else { 0 }]);
+        let mut vrecv = vec![0u32; recv_counts.iter().sum()];
+        let mut rs = vec![0u64; k];
+        let mut inc: Vec<u64> = (0..k).map(|i| x(me, i)).collect();
+        let mut exc = inc.clone();
+        let mut r1 = t.reduce_nb(root, &mut red, Op::Sum)?;
+        let r2 = t.gather_nb(0, &mine, &mut gat)?;
+        let r3 = t.alltoallv_nb(&vsend, &send_counts, &mut vrecv, &recv_counts)?;
+        let r4 = t.reduce_scatter_nb(&blocks, &mut rs, Op::Sum)?;
+        let r5 = t.scan_inclusive_nb(&mut inc, Op::Sum)?;
+        let mut r6 = t.scan_exclusive_nb(&mut exc, Op::Sum)?;
+        match me % 3 {
+            0 => {
+                // the last first
+                while !r6.test()? {}
+                drop(r6);
+                block_on(r5)?;
+                r4.wait()?;
+                block_on(r3)?;
+                r2.wait()?;
+                while !r1.test()? {}
+                drop(r1);
+            }
+            1 => {
+                r1.wait()?;
+                r2.wait()?;
+                block_on(r3)?;
+                r4.wait()?;
+                block_on(r5)?;
+                r6.wait()?;
+            }
+            _ => {
+                block_on(r4)?;
+                r2.wait()?;
+                r6.wait()?;
+                while !r1.test()? {}
+                drop(r1);
+                r5.wait()?;
+                r3.wait()?;
+            }
+        }
+        if me == root {
+            check(
+                red.iter().enumerate().all(|(i, &v)| v == sum(i as u64)),
+                || format!("reduce_nb k {k}"),
+            )?;
+        } else {
+            check(red == mine, || "reduce_nb changed a non-root's data".into())?;
+        }
+        check(me != 0 || gat == all, || format!("gather_nb k {k}"))?;
+        let want: Vec<u32> = (0..n)
+            .flat_map(|j| (0..cnt(j, me)).map(move |i| (j, i)))
+            .map(|(j, i)| (w(j) * 100 + w(me) * 10 + i as u64) as u32)
+            .collect();
+        check(vrecv == want, || {
+            format!("alltoallv_nb {vrecv:?} vs {want:?}")
+        })?;
+        let want: Vec<u64> = (0..k as u64)
+            .map(|i| (0..n).map(|j| val(w(j), w(me), i)).sum())
+            .collect();
+        check(rs == want, || format!("reduce_scatter_nb k {k}"))?;
+        let want: Vec<u64> = (0..k).map(|i| (0..=me).map(|r| x(r, i)).sum()).collect();
+        check(inc == want, || format!("scan_inclusive_nb k {k}"))?;
+        let want: Vec<u64> = (0..k).map(|i| (0..me).map(|r| x(r, i)).sum()).collect();
+        check(exc == want, || format!("scan_exclusive_nb k {k}"))?;
+    }
+    // the same bits as the blocking forms (rounding float sums, min), and
+    // odd members call the blocking form where even ones call _nb
+    let f = |r: usize| {
+        [
+            0.1 * (w(r) + 1) as f64,
+            1e16 / (w(r) + 3) as f64,
+            -(w(r) as f64),
+        ]
+    };
+    let odd = me % 2 == 1;
+    let root = n / 2;
+    let (mut a, mut b) = (f(me), f(me));
+    t.reduce(root, &mut a, Op::Sum)?;
+    if odd {
+        t.reduce(root, &mut b, Op::Sum)?;
+    } else {
+        t.reduce_nb(root, &mut b, Op::Sum)?.wait()?;
+    }
+    let same = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    check(same(&a, &b), || format!("reduce_nb bits {a:?} vs {b:?}"))?;
+    for op in [Op::Sum, Op::Min] {
+        let (mut a, mut b, mut c, mut d) = (f(me), f(me), f(me), f(me));
+        t.scan_inclusive(&mut a, op)?;
+        t.scan_exclusive(&mut c, op)?;
+        if odd {
+            t.scan_inclusive(&mut b, op)?;
+            t.scan_exclusive(&mut d, op)?;
+        } else {
+            let r = t.scan_inclusive_nb(&mut b, op)?;
+            let s = t.scan_exclusive_nb(&mut d, op)?;
+            block_on(s)?;
+            r.wait()?;
+        }
+        check(same(&a, &b) && same(&c, &d), || {
+            format!("scan_nb {op:?} bits {a:?} vs {b:?}, {c:?} vs {d:?}")
+        })?;
+        let blocks: Vec<f64> = (0..n)
+            .flat_map(|j| f(me).map(|v| v * (j + 1) as f64))
+            .collect();
+        let (mut a, mut b) = ([0f64; 3], [0f64; 3]);
+        t.reduce_scatter(&blocks, &mut a, op)?;
+        if odd {
+            t.reduce_scatter(&blocks, &mut b, op)?;
+        } else {
+            block_on(t.reduce_scatter_nb(&blocks, &mut b, op)?)?;
+        }
+        check(same(&a, &b), || format!("reduce_scatter_nb {op:?} bits"))?;
+    }
+    // dropped on even members, waited on odd ones: the dropped parts
+    // finish in the background (advanced by the later calls)
+    let mut s = [w(me) + 1];
+    let mut g = vec![0u64; n];
+    let r = t.allreduce_nb(&mut s, Op::Sum)?;
+    let q = t.allgather_nb(&[w(me)], &mut g)?;
+    let total: u64 = (0..n).map(|r| w(r) + 1).sum();
+    if odd {
+        r.wait()?;
+        q.wait()?;
+        check(s[0] == total, || {
+            format!("allreduce_nb beside dropped: {s:?}")
+        })?;
+        check(g == (0..n).map(w).collect::<Vec<_>>(), || {
+            format!("allgather_nb beside dropped: {g:?}")
+        })?;
+    } else {
+        drop(q);
+        drop(r);
+    }
+    let mut s = [1u64];
+    t.allreduce(&mut s, Op::Sum)?;
+    check(s[0] == n as u64, || {
+        "allreduce after dropped requests".into()
+    })
 }
 
 /// The misuse modes (see the module docs).
@@ -442,6 +629,78 @@ fn misuse(mode: &str, target: usize, pg: Pgas) -> splitrt::Result<()> {
                 format!("allreduce after bad_recv: {d:?}")
             })?;
         }
+        "mismatch_nb" => {
+            let mut d = [1u64; 2];
+            let op = if me == 0 { Op::Sum } else { Op::Max };
+            world.scan_inclusive_nb(&mut d, op)?.wait()?;
+        }
+        "bad_nb" => {
+            let n = pg.size();
+            let send: Vec<u64> = (0..2 * n as u64).collect();
+            let mut mine = [0u64; 2];
+            if me == 1 {
+                let e = world
+                    .reduce_scatter_nb(&send[1..], &mut mine, Op::Sum)
+                    .expect_err("a send of the wrong length");
+                println!("bad_nb error: {e}");
+            }
+            world.reduce_scatter_nb(&send, &mut mine, Op::Sum)?.wait()?;
+            let want = [2 * me as u64 * n as u64, (2 * me as u64 + 1) * n as u64];
+            check(mine == want, || {
+                format!("reduce_scatter_nb after bad_nb: {mine:?}")
+            })?;
+        }
+        "orphan_bound" => {
+            // rank 0 drops 2000 barriers while the others wait elsewhere
+            // (in the world barrier, which does not advance team
+            // requests): its 1025th drop must wait for the oldest
+            if me == 0 {
+                for _ in 0..2000 {
+                    drop(world.barrier_nb()?);
+                }
+            }
+            pg.barrier()?;
+        }
+        "drop_loop" => {
+            let iters = target.clamp(1, 1_000_000);
+            let n = pg.size();
+            let rss0 = rss_kib();
+            let x = [me as u64 + 1; 4];
+            let mut y = vec![0u64; 4 * n];
+            let all = vec![me as u64; 4 * n];
+            let mut z = vec![0u64; 4];
+            let counts = vec![4; n];
+            for i in 0..iters {
+                let r = match i % 11 {
+                    0 => world.allgather_nb(&x, &mut y)?,
+                    1 => world.allreduce_nb(&mut y, Op::Sum)?,
+                    2 => world.alltoall_nb(&all, &mut y)?,
+                    3 => world.broadcast_nb(i % n, &mut y)?,
+                    4 => world.barrier_nb()?,
+                    5 => world.reduce_nb(i % n, &mut z, Op::Max)?,
+                    6 => world.gather_nb(i % n, &x, &mut y)?,
+                    7 => world.alltoallv_nb(&all, &counts, &mut y, &counts)?,
+                    8 => world.reduce_scatter_nb(&all, &mut z, Op::Sum)?,
+                    9 => world.scan_inclusive_nb(&mut z, Op::Sum)?,
+                    _ => world.scan_exclusive_nb(&mut z, Op::Sum)?,
+                };
+                drop(r);
+            }
+            let mut d = [1u64];
+            world.allreduce(&mut d, Op::Sum)?;
+            check(d[0] == n as u64, || {
+                format!("allreduce after {iters} dropped requests: {d:?}")
+            })?;
+            let mut got = vec![0u64; 4 * n];
+            world.allgather(&x, &mut got)?;
+            let want: Vec<u64> = (0..n as u64).flat_map(|r| [r + 1; 4]).collect();
+            check(got == want, || format!("allgather after the loop: {got:?}"))?;
+            let grew = rss_kib().saturating_sub(rss0);
+            check(grew < 64 << 10, || {
+                format!("resident memory grew by {grew} KiB over {iters} dropped requests")
+            })?;
+            println!("drop_loop ok rank {me} (grew {grew} KiB)");
+        }
         "absent" => {
             if me == target {
                 loop {
@@ -457,9 +716,22 @@ fn misuse(mode: &str, target: usize, pg: Pgas) -> splitrt::Result<()> {
     pg.finish()
 }
 
+/// This process's resident memory in KiB (0 where /proc is missing).
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Run a future on this thread, parking between polls: a pending future
 /// must wake the thread (its waker is registered with the team mailbox
-/// and the doorbell bridge); a park that times out is a lost wake-up.
+/// and the doorbell bridge); a park that times out is a lost wake-up, and
+/// 10 000 polls a future that wakes itself (spins).
 fn block_on<F: std::future::Future<Output = splitrt::Result<()>>>(f: F) -> splitrt::Result<()> {
     struct Unpark(std::thread::Thread);
     impl std::task::Wake for Unpark {
@@ -470,7 +742,7 @@ fn block_on<F: std::future::Future<Output = splitrt::Result<()>>>(f: F) -> split
     let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
     let mut cx = std::task::Context::from_waker(&waker);
     let mut f = std::pin::pin!(f);
-    loop {
+    for _ in 0..10_000 {
         if let std::task::Poll::Ready(r) = f.as_mut().poll(&mut cx) {
             return r;
         }
@@ -480,4 +752,8 @@ fn block_on<F: std::future::Future<Output = splitrt::Result<()>>>(f: F) -> split
             return Err(fail("a pending team request was never woken".into()));
         }
     }
+    // each wake is a message or traffic: far fewer for these collectives
+    Err(fail(
+        "a pending team request was polled 10000 times: it wakes itself (spins)".into(),
+    ))
 }

@@ -1,0 +1,274 @@
+//! The schedule of a non-blocking team collective, and its progress in
+//! the background.
+//!
+//! A schedule is the collective's steps for this member (the same
+//! algorithm and messages as the blocking form, see `team_coll.rs`): a
+//! send of a range of one of its buffers to a member, a receive from one
+//! (copied into a buffer, or combined with what is there), or a local
+//! copy / combine between its buffers. It owns its buffers (`out`, the
+//! result, copied into the caller's buffer when the request completes;
+//! `work`, a partial result; `scratch`, the last message combined), so it
+//! can be advanced by whoever makes progress on the rank's team
+//! collectives, not only by its own request: every team wait, `test` and
+//! poll sweeps every pending schedule of the rank in start order
+//! ([`Mailbox::sweep`](crate::team_mail::Mailbox::sweep)). So requests
+//! may be completed in any order on each member, a blocking collective
+//! started after a pending request does not starve it, and a request
+//! dropped before completion finishes its part in the background
+//! (see `team_nb.rs`).
+
+use crate::reduce::{Op, Reduce};
+use crate::team::Team;
+use crate::team_mail::{Background, Header, Key};
+use parking_lot::Mutex;
+use splitrt_am::Result;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+
+/// One of a schedule's buffers.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Buf {
+    /// The result (copied into the caller's buffer at completion when
+    /// `copy_out`).
+    Out,
+    /// A partial result of the schedule's own.
+    Work,
+    /// The last message received with a fold other than `Copy`.
+    Scratch,
+}
+
+/// How received (or local) bytes meet the destination.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Fold {
+    /// Copied in.
+    Copy,
+    /// `dst = dst op src` (the source is from higher team ranks).
+    After,
+    /// `dst = src op dst` (the source is from lower team ranks).
+    Before,
+}
+
+/// One step of a schedule.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Send `len` bytes of `src` at `at` to team rank `to`.
+    Send {
+        to: usize,
+        tag: u64,
+        src: Buf,
+        at: usize,
+        len: usize,
+    },
+    /// Receive `len` bytes from team rank `from` into `dst` at `at`
+    /// (`fold`: copied, or combined through `Scratch`).
+    Recv {
+        from: usize,
+        tag: u64,
+        dst: Buf,
+        at: usize,
+        len: usize,
+        fold: Fold,
+        /// Receives the sender makes before sending (see `Team::wait_for`).
+        hops: u32,
+    },
+    /// Copy or combine `len` bytes of `src` at 0 into `dst` at `at`.
+    Apply {
+        src: Buf,
+        dst: Buf,
+        at: usize,
+        len: usize,
+        fold: Fold,
+    },
+}
+
+/// Combines bytes of elements (see [`combine_bytes`]).
+pub(crate) type Combine = fn(Op, &mut [u8], &[u8], bool);
+
+/// `acc op b` (`b op acc` if `b_first`) element-wise over the bytes of
+/// `T`s (unaligned: the buffers are bytes).
+pub(crate) fn combine_bytes<T: Reduce>(op: Op, acc: &mut [u8], b: &[u8], b_first: bool) {
+    let w = std::mem::size_of::<T>();
+    for (a, b) in acc.chunks_exact_mut(w).zip(b.chunks_exact(w)) {
+        let (mut x, mut y): (T, T) = (
+            bytemuck::pod_read_unaligned(a),
+            bytemuck::pod_read_unaligned(b),
+        );
+        if b_first {
+            std::mem::swap(&mut x, &mut y);
+        }
+        let z = T::combine(op, x, y).unwrap_or(x);
+        a.copy_from_slice(bytemuck::bytes_of(&z));
+    }
+}
+
+/// A collective's schedule on this member (see the module docs).
+pub(crate) struct Sched {
+    pub team: Team,
+    pub seq: u64,
+    pub h: Header,
+    pub steps: VecDeque<Step>,
+    pub out: Vec<u8>,
+    pub work: Vec<u8>,
+    scratch: Vec<u8>,
+    pub combine: Option<(Combine, Op)>,
+    /// Copy `out` into the caller's buffer at completion.
+    pub copy_out: bool,
+    /// The message the next step waits for: key, sender, hops.
+    pub waiting: Option<(Key, usize, u32)>,
+    /// How it ended (taken by the request when it reports it).
+    pub done: Option<Result<()>>,
+    /// It ended (`done` may have been taken since).
+    pub ended: bool,
+    /// Its request was dropped before it ended.
+    pub orphan: bool,
+}
+
+impl Sched {
+    /// An empty schedule of collective `seq` (header `h`) on `team`.
+    pub(crate) fn new(team: &Team, seq: u64, h: Header) -> Self {
+        Sched {
+            team: team.clone(),
+            seq,
+            h,
+            steps: VecDeque::new(),
+            out: Vec::new(),
+            work: Vec::new(),
+            scratch: Vec::new(),
+            combine: None,
+            copy_out: false,
+            waiting: None,
+            done: None,
+            ended: false,
+            orphan: false,
+        }
+    }
+
+    /// `len` bytes at `at` of `b`, for reading.
+    fn get(&self, b: Buf, at: usize, len: usize) -> &[u8] {
+        let v = match b {
+            Buf::Out => &self.out,
+            Buf::Work => &self.work,
+            Buf::Scratch => &self.scratch,
+        };
+        &v[at..at + len]
+    }
+
+    /// Copy or combine `len` bytes of `src` (at 0) into `dst` at `at`.
+    fn apply(&mut self, src: Buf, dst: Buf, at: usize, len: usize, fold: Fold) {
+        let (s, d) = match (src, dst) {
+            (Buf::Out, Buf::Work) => (&self.out, &mut self.work),
+            (Buf::Work, Buf::Out) => (&self.work, &mut self.out),
+            (Buf::Scratch, Buf::Out) => (&self.scratch, &mut self.out),
+            (Buf::Scratch, Buf::Work) => (&self.scratch, &mut self.work),
+            // never built (a buffer onto itself, or into the scratch)
+            _ => return,
+        };
+        let (s, d) = (&s[..len], &mut d[at..at + len]);
+        match (fold, self.combine) {
+            (Fold::Copy, _) | (_, None) => d.copy_from_slice(s),
+            (f, Some((c, op))) => c(op, d, s, f == Fold::Before),
+        }
+    }
+
+    /// Run steps until one waits for a message not in yet: `Ok(Some)`
+    /// with its key, sender and hops, `Ok(None)` when every step ran.
+    fn advance(&mut self) -> Result<Option<(Key, usize, u32)>> {
+        while let Some(step) = self.steps.front() {
+            match *step {
+                Step::Send {
+                    to,
+                    tag,
+                    src,
+                    at,
+                    len,
+                } => {
+                    let data = self.get(src, at, len);
+                    self.team.send(self.seq, tag, &self.h, to, data)?;
+                }
+                Step::Recv {
+                    from,
+                    tag,
+                    dst,
+                    at,
+                    len,
+                    fold,
+                    hops,
+                } => {
+                    let key = self.team.key(self.seq, tag, from);
+                    let got = if fold == Fold::Copy && dst != Buf::Scratch {
+                        let out = match dst {
+                            Buf::Work => &mut self.work[at..at + len],
+                            _ => &mut self.out[at..at + len],
+                        };
+                        self.team.try_take(key, &self.h, out)?
+                    } else {
+                        self.scratch.resize(len, 0);
+                        let got = self.team.try_take(key, &self.h, &mut self.scratch)?;
+                        if got && dst != Buf::Scratch {
+                            self.apply(Buf::Scratch, dst, at, len, fold);
+                        }
+                        got
+                    };
+                    if !got {
+                        return Ok(Some((key, from, hops)));
+                    }
+                }
+                Step::Apply {
+                    src,
+                    dst,
+                    at,
+                    len,
+                    fold,
+                } => self.apply(src, dst, at, len, fold),
+            }
+            self.steps.pop_front();
+        }
+        Ok(None)
+    }
+
+    /// Advance, remembering how it ended; true once it has.
+    pub(crate) fn run(&mut self) -> bool {
+        if self.ended {
+            return true;
+        }
+        match self.advance() {
+            Ok(Some(w)) => {
+                self.waiting = Some(w);
+                return false;
+            }
+            Ok(None) => self.done = Some(Ok(())),
+            Err(e) => {
+                // whatever else of this collective arrives is reclaimed
+                let mail = &self.team.pgas().inner.team_mail;
+                mail.abandon(self.team.inner.id, self.seq);
+                self.done = Some(Err(e));
+            }
+        }
+        self.ended = true;
+        self.waiting = None;
+        self.steps.clear();
+        if self.orphan {
+            // nobody will copy the result out
+            self.out = Vec::new();
+            self.done = None;
+        }
+        true
+    }
+}
+
+/// A schedule shared by its request and the rank's sweep.
+pub(crate) struct Pending(pub Mutex<Sched>);
+
+impl Background for Pending {
+    fn advance(&self) -> bool {
+        let mut s = self.0.lock();
+        let was_orphan = s.orphan;
+        let ended = s.run();
+        if ended && was_orphan {
+            let mail = &s.team.pgas().inner.team_mail;
+            mail.orphans.fetch_sub(1, Ordering::AcqRel);
+            s.orphan = false;
+        }
+        ended
+    }
+}
