@@ -43,6 +43,9 @@ pub struct RpcFuture<R> {
     call: u64,
     /// The destination buffer's take count when the call was buffered.
     taken: u64,
+    /// Results arrived (`Pending::arrived`) before the call was made: while
+    /// the count stays there, this call's has not come.
+    seen: u64,
     /// The call is over (its result was returned).
     over: bool,
     key: Option<TrafficKey>,
@@ -59,6 +62,7 @@ impl<R: DeserializeOwned> RpcFuture<R> {
         dest: usize,
         func: u16,
         (call, taken): (u64, u64),
+        seen: u64,
     ) -> Self {
         RpcFuture {
             ep: ep.clone(),
@@ -67,6 +71,7 @@ impl<R: DeserializeOwned> RpcFuture<R> {
             func,
             call,
             taken,
+            seen,
             over: false,
             key: None,
             deferred: None,
@@ -91,13 +96,18 @@ impl<R: DeserializeOwned> RpcFuture<R> {
     fn wait_inner(&mut self) -> Result<R> {
         self.flush()?;
         // Already in (a call waited on long after it was made): no wait.
-        let polled = self.client.slots.lock().poll(self.call, None);
-        if let Polled::Done(st, bytes) = polled {
-            return self.decode(st, bytes.as_slice());
+        // (No result came since the call was made: not in, no lock taken.)
+        if self.client.slots.arrived() != self.seen {
+            let polled = self.client.slots.lock().poll(self.call, None);
+            if let Polled::Done(st, bytes) = polled {
+                return self.decode(st, bytes.as_slice());
+            }
+            if let Polled::Held = polled {
+                self.fetch()?;
+            }
         }
-        if let Polled::Held = polled {
-            self.fetch()?;
-        }
+        // the slot is checked (under its lock) only when results arrived
+        let mut seen = self.seen;
         loop {
             let slots = &self.client.slots;
             let call = self.call;
@@ -109,7 +119,7 @@ impl<R: DeserializeOwned> RpcFuture<R> {
                         self.dest
                     )
                 },
-                || slots.lock().ready(call),
+                || slots.ready(call, &mut seen),
             );
             if let Err(e) = waited {
                 self.client.slots.lock().abandon(self.call);
