@@ -8,13 +8,6 @@ use crate::wire::{put_call_header, Calls, Status, CALL_HEADER};
 use splitrt_am::{Endpoint, Error, Payload, RequestHandler, Result};
 use std::sync::{Arc, OnceLock};
 
-/// A destination's buffer is sent once it holds this many bytes of call
-/// records (or one Medium to it, if less), without waiting for the next
-/// call that would not fit: a stream of calls then keeps several batches
-/// in flight, so the target runs one while the caller fills the next
-/// (with batches as large as a Medium, caller and target took turns).
-pub(crate) const BATCH_BYTES: usize = 4096;
-
 /// A registered function as its callers see it.
 pub(crate) struct FuncInfo {
     /// The name it was registered under (without `rpc:`).
@@ -170,13 +163,7 @@ impl Client {
                 let at_len = start + CALL_HEADER - 4;
                 o.bytes[at_len..at_len + 4].copy_from_slice(&(len as u32).to_le_bytes());
                 o.records += 1;
-                let taken = o.taken;
-                if o.bytes.len() >= BATCH_BYTES.min(limit) {
-                    drop(o);
-                    // A failed send fails this call too: its future says so.
-                    let _ = self.flush_to(ep, dest, Some(taken));
-                }
-                return Ok((call, taken));
+                return Ok((call, o.taken));
             }
             // does not fit after the records buffered: send those, retry
             o.bytes.truncate(start);

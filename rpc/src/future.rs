@@ -106,6 +106,12 @@ impl<R: DeserializeOwned> RpcFuture<R> {
                 self.fetch()?;
             }
         }
+        // About to block on a call already sent: send the calls buffered
+        // for the same rank since, so the target runs them while this
+        // waits, instead of caller and target taking turns (a stream of
+        // calls with a window of outstanding ones waited for each batch's
+        // whole reply, then filled the next batch with the target idle).
+        let _ = self.client.flush_to(&self.ep, self.dest, None);
         // the slot is checked (under its lock) only when results arrived
         let mut seen = self.seen;
         loop {

@@ -14,8 +14,10 @@
 //!   destination's buffer and returns an [`RpcFuture`]. The buffer (at
 //!   most one Medium to that rank) is sent when the next call would not
 //!   fit, on [`Rpc::flush`], or when a caller waits on or polls a future
-//!   of that destination: a call alone goes to its function's handler, two
-//!   or more as one `rpc:batch` Medium, answered by one reply.
+//!   of that destination: a call alone goes as an AM Short (`rpc:short`,
+//!   arguments of at most 16 B encoded, in its words; its result comes
+//!   back in a Short too if it fits) or to its function's handler, two or
+//!   more as one `rpc:batch` Medium, answered by one reply.
 //! * `.await` the future (it sleeps on the endpoint's traffic waker) or
 //!   [`RpcFuture::wait`] for it.
 //!
@@ -98,7 +100,9 @@ pub struct Rpc {
 
 impl Rpc {
     /// Register splitrt-rpc's own handlers (`rpc:result`, `rpc:results`,
-    /// `rpc:batch`, `rpc:fetch`) on `b`. One per builder.
+    /// `rpc:batch`, `rpc:fetch`, and `rpc:short`, `rpc:short_result` for a
+    /// call alone whose arguments and result fit an AM Short) on `b`. One
+    /// per builder.
     ///
     /// ```
     /// let mut b = splitrt_am::EndpointBuilder::new();
