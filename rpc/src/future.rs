@@ -94,9 +94,9 @@ impl<R: DeserializeOwned> RpcFuture<R> {
     }
 
     fn wait_inner(&mut self) -> Result<R> {
-        self.flush()?;
-        // Already in (a call waited on long after it was made): no wait.
-        // (No result came since the call was made: not in, no lock taken.)
+        // Already in (a call waited on long after it was made): no wait,
+        // nothing sent. (No result came since the call was made: not in,
+        // no lock taken.)
         if self.client.slots.arrived() != self.seen {
             let polled = self.client.slots.lock().poll(self.call, None);
             if let Polled::Done(st, bytes) = polled {
@@ -106,17 +106,20 @@ impl<R: DeserializeOwned> RpcFuture<R> {
                 self.fetch()?;
             }
         }
-        // About to block on a call already sent: send the calls buffered
-        // for the same rank since, so the target runs them while this
-        // waits, instead of caller and target taking turns (a stream of
-        // calls with a window of outstanding ones waited for each batch's
-        // whole reply, then filled the next batch with the target idle).
+        // About to block: send the destination's buffer, this call's if it
+        // is still there, and in any case the calls buffered for the same
+        // rank since, so the target runs them while this waits, instead of
+        // caller and target taking turns (a stream of calls with a window
+        // of outstanding ones waited for each batch's whole reply, then
+        // filled the next batch with the target idle). A failed send
+        // completes the calls in it with the error; the poll reports it.
         let _ = self.client.flush_to(&self.ep, self.dest, None);
-        // the slot is checked (under its lock) only when results arrived
+        // the slot is looked at (under its lock) only when results arrived
         let mut seen = self.seen;
         loop {
             let slots = &self.client.slots;
             let call = self.call;
+            let mut got = None;
             let waited = self.ep.wait_until_described(
                 &|| {
                     format!(
@@ -125,17 +128,23 @@ impl<R: DeserializeOwned> RpcFuture<R> {
                         self.dest
                     )
                 },
-                || slots.ready(call, &mut seen),
+                // taken at once when it is in (asked no more once true)
+                || match slots.poll_if_arrived(call, &mut seen) {
+                    Polled::Waiting => false,
+                    p => {
+                        got = Some(p);
+                        true
+                    }
+                },
             );
             if let Err(e) = waited {
                 self.client.slots.lock().abandon(self.call);
                 return Err(e);
             }
-            let polled = self.client.slots.lock().poll(self.call, None);
-            match polled {
-                Polled::Waiting => {}
-                Polled::Held => self.fetch()?,
-                Polled::Done(st, bytes) => return self.decode(st, bytes.as_slice()),
+            match got {
+                None | Some(Polled::Waiting) => {}
+                Some(Polled::Held) => self.fetch()?,
+                Some(Polled::Done(st, bytes)) => return self.decode(st, bytes.as_slice()),
             }
         }
     }

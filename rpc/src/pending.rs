@@ -131,6 +131,7 @@ impl Slots {
         s.waker.take()
     }
 
+    #[cfg(test)]
     /// Whether `call` has something for its waiter (a result, or a held
     /// result to fetch); an unknown call id counts as ready (its waiter
     /// finds out in [`poll`](Self::poll)).
@@ -222,26 +223,28 @@ impl Pending {
         w
     }
 
-    /// Count results stored by [`Slots::complete`] (call it holding the
-    /// lock, after them).
+    /// Count results stored by [`Slots::complete`]: call it holding the
+    /// lock, after them (so a load and a store, no read-modify-write:
+    /// every writer holds the lock).
     #[inline]
     pub(crate) fn bump(&self) {
-        self.arrived.fetch_add(1, Ordering::Release);
+        let n = self.arrived.load(Ordering::Relaxed);
+        self.arrived.store(n.wrapping_add(1), Ordering::Release);
     }
 
-    /// Whether `call` has something for its waiter, checked under the
-    /// lock only when results arrived since `*seen` (updated).
+    /// [`Slots::poll`] (no waker) under the lock, only when results
+    /// arrived since `*seen` (updated when still waiting).
     #[inline]
-    pub(crate) fn ready(&self, call: u64, seen: &mut u64) -> bool {
+    pub(crate) fn poll_if_arrived(&self, call: u64, seen: &mut u64) -> Polled {
         let now = self.arrived();
         if now == *seen {
-            return false;
+            return Polled::Waiting;
         }
-        let r = self.slots.lock().ready(call);
-        if !r {
+        let p = self.slots.lock().poll(call, None);
+        if let Polled::Waiting = p {
             *seen = now;
         }
-        r
+        p
     }
 }
 
