@@ -2,10 +2,10 @@
 //! by one Medium to it), sent when it fills, on `flush`, or when a caller
 //! waits; the slots of the calls in flight.
 
-use crate::pending::Slots;
+use crate::fast;
+use crate::pending::Pending;
 use crate::wire::{put_call_header, Calls, Status, CALL_HEADER};
 use splitrt_am::{Endpoint, Error, Payload, RequestHandler, Result};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// A registered function as its callers see it.
@@ -25,6 +25,9 @@ struct Outbox {
     taken: u64,
     /// Call records in `bytes`.
     records: u64,
+    /// Calls sent, and the messages that carried them (for `Rpc::stats`).
+    calls: u64,
+    messages: u64,
 }
 
 thread_local! {
@@ -36,36 +39,46 @@ thread_local! {
 /// The caller's state, shared by every [`RpcFn`](crate::RpcFn) and future
 /// of one [`Rpc`](crate::Rpc).
 pub(crate) struct Client {
-    pub slots: Arc<parking_lot::Mutex<Slots>>,
+    pub slots: Arc<Pending>,
     pub funcs: parking_lot::RwLock<Vec<FuncInfo>>,
     /// `rpc:batch` and `rpc:fetch`.
     pub batch: RequestHandler,
     pub fetch: RequestHandler,
+    /// `rpc:short`: a call sent alone whose arguments fit an AM Short.
+    pub short: RequestHandler,
     /// Per destination (made at the first call, when the job's size is known).
     outboxes: OnceLock<Box<[parking_lot::Mutex<Outbox>]>>,
     /// Per destination: the largest Medium to it.
     limits: OnceLock<Box<[usize]>>,
-    /// Calls sent, and the messages that carried them.
-    pub calls_sent: AtomicU64,
-    pub messages_sent: AtomicU64,
 }
 
 impl Client {
     pub(crate) fn new(
-        slots: Arc<parking_lot::Mutex<Slots>>,
+        slots: Arc<Pending>,
         batch: RequestHandler,
         fetch: RequestHandler,
+        short: RequestHandler,
     ) -> Self {
         Client {
             slots,
             funcs: Default::default(),
             batch,
             fetch,
+            short,
             outboxes: OnceLock::new(),
             limits: OnceLock::new(),
-            calls_sent: AtomicU64::new(0),
-            messages_sent: AtomicU64::new(0),
         }
+    }
+
+    /// Calls sent and the messages that carried them, over every destination.
+    pub(crate) fn stats(&self) -> (u64, u64) {
+        let mut t = (0, 0);
+        for o in self.outboxes.get().into_iter().flatten() {
+            let o = o.lock();
+            t.0 += o.calls;
+            t.1 += o.messages;
+        }
+        t
     }
 
     /// The name of function `func`.
@@ -178,20 +191,33 @@ impl Client {
         let Some(outbox) = self.outboxes.get().and_then(|o| o.get(dest)) else {
             return Ok(());
         };
-        let mut bytes = SPARE.with(|s| s.take());
-        let records = {
-            let mut o = outbox.lock();
-            if o.bytes.is_empty() || only_take.is_some_and(|t| t != o.taken) {
+        let mut o = outbox.lock();
+        if o.bytes.is_empty() || only_take.is_some_and(|t| t != o.taken) {
+            return Ok(());
+        }
+        o.taken += 1;
+        o.calls += o.records;
+        o.messages += 1;
+        // The fast path: one call whose arguments fit an AM Short's words.
+        if o.records == 1 {
+            if let Some(words) = fast::request_words(&o.bytes) {
+                o.bytes.clear();
+                o.records = 0;
                 drop(o);
-                SPARE.with(|s| s.replace(bytes));
-                return Ok(());
+                let sent = ep.request(dest, self.short, &words, Payload::None);
+                if let Err(e) = &sent {
+                    let w =
+                        self.slots
+                            .complete(words[0], Status::SendFailed, e.to_string().as_bytes());
+                    drop(w); // its own caller waits on it: nobody sleeps
+                }
+                return sent;
             }
-            o.taken += 1;
-            std::mem::swap(&mut o.bytes, &mut bytes);
-            std::mem::take(&mut o.records)
-        };
-        self.calls_sent.fetch_add(records, Ordering::Relaxed);
-        self.messages_sent.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut bytes = SPARE.with(|s| s.take());
+        std::mem::swap(&mut o.bytes, &mut bytes);
+        let records = std::mem::take(&mut o.records);
+        drop(o);
         let sent = match Calls::new(&bytes).next() {
             Some(Ok(r)) if records == 1 => {
                 let h = self.funcs.read().get(r.func as usize).map(|f| f.handler);
@@ -208,6 +234,7 @@ impl Client {
             for r in Calls::new(&bytes).flatten() {
                 s.complete(r.call, Status::SendFailed, msg.as_bytes());
             }
+            self.slots.bump();
         }
         bytes.clear();
         SPARE.with(|s| {

@@ -43,6 +43,9 @@ pub struct RpcFuture<R> {
     call: u64,
     /// The destination buffer's take count when the call was buffered.
     taken: u64,
+    /// Results arrived (`Pending::arrived`) before the call was made: while
+    /// the count stays there, this call's has not come.
+    seen: u64,
     /// The call is over (its result was returned).
     over: bool,
     key: Option<TrafficKey>,
@@ -59,6 +62,7 @@ impl<R: DeserializeOwned> RpcFuture<R> {
         dest: usize,
         func: u16,
         (call, taken): (u64, u64),
+        seen: u64,
     ) -> Self {
         RpcFuture {
             ep: ep.clone(),
@@ -67,6 +71,7 @@ impl<R: DeserializeOwned> RpcFuture<R> {
             func,
             call,
             taken,
+            seen,
             over: false,
             key: None,
             deferred: None,
@@ -89,18 +94,32 @@ impl<R: DeserializeOwned> RpcFuture<R> {
     }
 
     fn wait_inner(&mut self) -> Result<R> {
-        self.flush()?;
-        // Already in (a call waited on long after it was made): no wait.
-        let polled = self.client.slots.lock().poll(self.call, None);
-        if let Polled::Done(st, bytes) = polled {
-            return self.decode(st, bytes.as_slice());
+        // Already in (a call waited on long after it was made): no wait,
+        // nothing sent. (No result came since the call was made: not in,
+        // no lock taken.)
+        if self.client.slots.arrived() != self.seen {
+            let polled = self.client.slots.lock().poll(self.call, None);
+            if let Polled::Done(st, bytes) = polled {
+                return self.decode(st, bytes.as_slice());
+            }
+            if let Polled::Held = polled {
+                self.fetch()?;
+            }
         }
-        if let Polled::Held = polled {
-            self.fetch()?;
-        }
+        // About to block: send the destination's buffer, this call's if it
+        // is still there, and in any case the calls buffered for the same
+        // rank since, so the target runs them while this waits, instead of
+        // caller and target taking turns (a stream of calls with a window
+        // of outstanding ones waited for each batch's whole reply, then
+        // filled the next batch with the target idle). A failed send
+        // completes the calls in it with the error; the poll reports it.
+        let _ = self.client.flush_to(&self.ep, self.dest, None);
+        // the slot is looked at (under its lock) only when results arrived
+        let mut seen = self.seen;
         loop {
             let slots = &self.client.slots;
             let call = self.call;
+            let mut got = None;
             let waited = self.ep.wait_until_described(
                 &|| {
                     format!(
@@ -109,17 +128,23 @@ impl<R: DeserializeOwned> RpcFuture<R> {
                         self.dest
                     )
                 },
-                || slots.lock().ready(call),
+                // taken at once when it is in (asked no more once true)
+                || match slots.poll_if_arrived(call, &mut seen) {
+                    Polled::Waiting => false,
+                    p => {
+                        got = Some(p);
+                        true
+                    }
+                },
             );
             if let Err(e) = waited {
                 self.client.slots.lock().abandon(self.call);
                 return Err(e);
             }
-            let polled = self.client.slots.lock().poll(self.call, None);
-            match polled {
-                Polled::Waiting => {}
-                Polled::Held => self.fetch()?,
-                Polled::Done(st, bytes) => return self.decode(st, bytes.as_slice()),
+            match got {
+                None | Some(Polled::Waiting) => {}
+                Some(Polled::Held) => self.fetch()?,
+                Some(Polled::Done(st, bytes)) => return self.decode(st, bytes.as_slice()),
             }
         }
     }

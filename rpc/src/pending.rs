@@ -4,6 +4,7 @@
 //! Bounded: at most [`MAX_OUTSTANDING`] calls whose futures live.
 
 use crate::wire::Status;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Waker;
 
 /// Most calls whose futures are alive at once (per [`Rpc`](crate::Rpc)).
@@ -130,6 +131,7 @@ impl Slots {
         s.waker.take()
     }
 
+    #[cfg(test)]
     /// Whether `call` has something for its waiter (a result, or a held
     /// result to fetch); an unknown call id counts as ready (its waiter
     /// finds out in [`poll`](Self::poll)).
@@ -185,6 +187,64 @@ impl Slots {
     #[cfg(test)]
     pub(crate) fn live(&self) -> usize {
         self.slots.len() - self.free.len()
+    }
+}
+
+/// The slots behind their lock, and a count of the results that arrived,
+/// readable without the lock: a waiter checks the slot again only when
+/// the count moved (one atomic load per spin instead of a lock).
+#[derive(Default)]
+pub(crate) struct Pending {
+    slots: parking_lot::Mutex<Slots>,
+    /// Results (and held notices) stored, bumped under the lock.
+    arrived: AtomicU64,
+}
+
+impl Pending {
+    /// The slots.
+    #[inline]
+    pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, Slots> {
+        self.slots.lock()
+    }
+
+    /// Results stored so far: if it did not move since a check of a slot
+    /// found it waiting, the slot still waits.
+    #[inline]
+    pub(crate) fn arrived(&self) -> u64 {
+        self.arrived.load(Ordering::Acquire)
+    }
+
+    /// [`Slots::complete`] under the lock, counted; the waker to wake.
+    #[inline]
+    pub(crate) fn complete(&self, call: u64, status: Status, bytes: &[u8]) -> Option<Waker> {
+        let mut s = self.slots.lock();
+        let w = s.complete(call, status, bytes);
+        self.bump();
+        w
+    }
+
+    /// Count results stored by [`Slots::complete`]: call it holding the
+    /// lock, after them (so a load and a store, no read-modify-write:
+    /// every writer holds the lock).
+    #[inline]
+    pub(crate) fn bump(&self) {
+        let n = self.arrived.load(Ordering::Relaxed);
+        self.arrived.store(n.wrapping_add(1), Ordering::Release);
+    }
+
+    /// [`Slots::poll`] (no waker) under the lock, only when results
+    /// arrived since `*seen` (updated when still waiting).
+    #[inline]
+    pub(crate) fn poll_if_arrived(&self, call: u64, seen: &mut u64) -> Polled {
+        let now = self.arrived();
+        if now == *seen {
+            return Polled::Waiting;
+        }
+        let p = self.slots.lock().poll(call, None);
+        if let Polled::Waiting = p {
+            *seen = now;
+        }
+        p
     }
 }
 

@@ -3,9 +3,11 @@
 //! batch and a fetch. Results that do not fit a batch's one reply are
 //! held here (bounded) until the caller fetches them.
 
+use crate::fast;
 use crate::wire::{put_result, Calls, Status, RESULT_HEADER};
 use splitrt_am::{Incoming, Payload, ReplyHandler, Token};
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// A registered function: the caller's rank and the encoded arguments in,
 /// the encoded result (status `Ok`) or a message saying why not out.
@@ -46,6 +48,9 @@ struct Held {
 #[derive(Default)]
 pub(crate) struct Serve {
     funcs: parking_lot::RwLock<Vec<ErasedFn>>,
+    /// The functions, moved out of `funcs` when the first call arrives
+    /// (after attach, so every registration is in): read with no lock.
+    frozen: OnceLock<Box<[ErasedFn]>>,
     held: parking_lot::Mutex<Held>,
 }
 
@@ -60,16 +65,72 @@ pub(crate) fn message(out: &mut Vec<u8>, msg: &str) {
 }
 
 impl Serve {
-    /// Add a function; its index is its registration order.
-    pub(crate) fn add(&self, f: ErasedFn) -> usize {
+    /// Add a function; its index is its registration order. `None` once
+    /// calls were served (registration is over: the builder attached).
+    pub(crate) fn add(&self, f: ErasedFn) -> Option<usize> {
         let mut v = self.funcs.write();
+        if self.frozen.get().is_some() {
+            return None;
+        }
         v.push(f);
-        v.len() - 1
+        Some(v.len() - 1)
+    }
+
+    /// The functions (frozen at the first call served).
+    #[inline]
+    fn funcs(&self) -> &[ErasedFn] {
+        if let Some(f) = self.frozen.get() {
+            return f;
+        }
+        // `add` checks `frozen` under this lock: held until it is set
+        let mut v = self.funcs.write();
+        self.frozen
+            .get_or_init(|| std::mem::take(&mut *v).into_boxed_slice())
     }
 
     /// Run function `func` for `src` on `args`, writing into `out`.
     fn run(&self, func: u16, src: usize, args: &[u8], out: &mut Vec<u8>) -> Status {
-        run_in(&self.funcs.read(), func, src, args, out)
+        run_in(self.funcs(), func, src, args, out)
+    }
+
+    /// `rpc:short`: one call whose arguments came in the words (see
+    /// [`fast`]); answered by `rpc:short_result` if the result fits its
+    /// words, else by `rpc:result` as [`single`](Self::single).
+    pub(crate) fn short(
+        &self,
+        tok: Token<'_>,
+        m: &Incoming<'_>,
+        short_result: ReplyHandler,
+        result: ReplyHandler,
+    ) {
+        let mut out = SCRATCH.with(|s| s.take());
+        let (call, mut st) = match fast::read_request(m.args()) {
+            Ok((call, func, args, len)) => {
+                let st = self.run(func, tok.src(), &args[..len], &mut out);
+                (call, st)
+            }
+            Err(call) => {
+                message(
+                    &mut out,
+                    "the call's argument length is past what a Short carries",
+                );
+                (call, Status::Unknown)
+            }
+        };
+        if let Some(w) = fast::result_words(call, st, &out).filter(|_| st == Status::Ok) {
+            let _ = tok.reply(short_result, &w, Payload::None);
+        } else {
+            let max = tok.max_medium();
+            if st == Status::Ok && out.len() > max {
+                st = Status::TooLarge;
+                let msg = too_large(out.len(), max);
+                message(&mut out, &msg);
+            }
+            // A failed reply (the caller died) leaves nothing to do here.
+            let _ = tok.reply(result, &[call, st as u64], Payload::Medium(&out));
+        }
+        out.clear();
+        SCRATCH.with(|s| s.replace(out));
     }
 
     /// `rpc:<name>`: one call, its id in word 0, its arguments the payload;
@@ -100,12 +161,12 @@ impl Serve {
         let mut left = Calls::new(m.payload()).count();
         let mut out = Vec::with_capacity(max.min(m.payload().len() * 2 + 64));
         let mut scratch = Vec::new();
-        let funcs = self.funcs.read(); // once per batch, not per call
+        let funcs = self.funcs();
         for rec in Calls::new(m.payload()) {
             left -= 1;
             let reserve = left * RESULT_HEADER;
             let (call, mut st) = match rec {
-                Ok(r) => (r.call, run_in(&funcs, r.func, src, r.args, &mut scratch)),
+                Ok(r) => (r.call, run_in(funcs, r.func, src, r.args, &mut scratch)),
                 Err(Some(call)) => {
                     message(&mut scratch, "the call record was cut short");
                     (call, Status::Unknown)
@@ -134,7 +195,6 @@ impl Serve {
             // else: a hostile batch (records shorter than their results'
             // headers); its caller never sends one, so nothing is owed.
         }
-        drop(funcs);
         let _ = tok.reply(results, &[], Payload::Medium(&out));
     }
 

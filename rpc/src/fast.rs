@@ -1,0 +1,148 @@
+//! The fast path of a call sent alone, sans I/O: arguments and a result of
+//! at most [`FAST_BYTES`] encoded bytes travel in the argument words of an
+//! AM Short (`rpc:short` request, `rpc:short_result` reply) instead of a
+//! Medium's payload: no payload copy, no landing zone, the AM layer's
+//! shortest send and receive paths.
+//!
+//! * request words: call id, function index `u16` | argument length << 16,
+//!   then the argument bytes packed little endian into two words;
+//! * reply words: call id, [`Status`] `u8` | result length << 8, then the
+//!   result bytes the same way. A result that does not fit (or an error
+//!   message) goes back in an `rpc:result` Medium as before.
+//!
+//! Decoders never panic: a length past [`FAST_BYTES`] is refused.
+
+use crate::wire::{Status, CALL_HEADER};
+
+/// Encoded argument (or result) bytes an AM Short carries.
+pub(crate) const FAST_BYTES: usize = 16;
+/// Argument words of `rpc:short` and `rpc:short_result`.
+pub(crate) const FAST_WORDS: usize = 2 + FAST_BYTES / 8;
+
+/// Pack `bytes` (at most [`FAST_BYTES`]) into two words.
+fn pack(bytes: &[u8]) -> [u64; 2] {
+    let mut b = [0u8; FAST_BYTES];
+    b[..bytes.len()].copy_from_slice(bytes);
+    let (lo, hi) = b.split_at(8);
+    [
+        u64::from_le_bytes(lo.try_into().unwrap_or_default()),
+        u64::from_le_bytes(hi.try_into().unwrap_or_default()),
+    ]
+}
+
+/// Unpack two words into bytes; `len` bytes of it are meant.
+fn unpack(w0: u64, w1: u64) -> [u8; FAST_BYTES] {
+    let mut b = [0u8; FAST_BYTES];
+    b[..8].copy_from_slice(&w0.to_le_bytes());
+    b[8..].copy_from_slice(&w1.to_le_bytes());
+    b
+}
+
+/// The words of an `rpc:short` request for the one call record `record`
+/// (a buffer holding one call), or `None` if its arguments are longer
+/// than [`FAST_BYTES`] (or the record is not one whole record).
+pub(crate) fn request_words(record: &[u8]) -> Option<[u64; FAST_WORDS]> {
+    let args = record.get(CALL_HEADER..)?;
+    let len = u32::from_le_bytes(record.get(10..14)?.try_into().ok()?) as usize;
+    if len != args.len() || len > FAST_BYTES {
+        return None;
+    }
+    let func = u16::from_le_bytes(record.get(..2)?.try_into().ok()?);
+    let call = u64::from_le_bytes(record.get(2..10)?.try_into().ok()?);
+    let [a0, a1] = pack(args);
+    Some([call, u64::from(func) | (len as u64) << 16, a0, a1])
+}
+
+/// An `rpc:short` request as read: call id, function index, argument
+/// bytes (and how many of them are meant); `Err(call)` for a length past
+/// [`FAST_BYTES`] (a hostile or broken peer).
+pub(crate) fn read_request(w: &[u64]) -> Result<(u64, u16, [u8; FAST_BYTES], usize), u64> {
+    let call = w.first().copied().unwrap_or(0);
+    let (Some(&meta), Some(&a0), Some(&a1)) = (w.get(1), w.get(2), w.get(3)) else {
+        return Err(call);
+    };
+    let len = (meta >> 16) as usize;
+    if len > FAST_BYTES {
+        return Err(call);
+    }
+    Ok((call, meta as u16, unpack(a0, a1), len))
+}
+
+/// The words of an `rpc:short_result` reply, or `None` if `bytes` is
+/// longer than [`FAST_BYTES`] (send an `rpc:result` Medium instead).
+pub(crate) fn result_words(call: u64, status: Status, bytes: &[u8]) -> Option<[u64; FAST_WORDS]> {
+    if bytes.len() > FAST_BYTES {
+        return None;
+    }
+    let [r0, r1] = pack(bytes);
+    Some([call, status as u64 | (bytes.len() as u64) << 8, r0, r1])
+}
+
+/// An `rpc:short_result` reply as read: call id, status, result bytes and
+/// how many are meant (a length past [`FAST_BYTES`]: status `Unknown`,
+/// no bytes).
+pub(crate) fn read_result(w: &[u64]) -> (u64, Status, [u8; FAST_BYTES], usize) {
+    let call = w.first().copied().unwrap_or(0);
+    let (Some(&meta), Some(&r0), Some(&r1)) = (w.get(1), w.get(2), w.get(3)) else {
+        return (call, Status::Unknown, [0; FAST_BYTES], 0);
+    };
+    let len = (meta >> 8) as usize;
+    if len > FAST_BYTES {
+        return (call, Status::Unknown, [0; FAST_BYTES], 0);
+    }
+    (call, Status::from_byte(meta & 0xff), unpack(r0, r1), len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::put_call_header;
+
+    #[test]
+    fn requests_round_trip_and_long_ones_take_the_medium() {
+        for n in 0..=FAST_BYTES + 1 {
+            let args: Vec<u8> = (0..n as u8).map(|i| i.wrapping_mul(37) ^ 0xa5).collect();
+            let mut rec = Vec::new();
+            put_call_header(&mut rec, 7, 0x1234_5678_9abc, n);
+            rec.extend_from_slice(&args);
+            match request_words(&rec) {
+                Some(w) => {
+                    let (call, func, b, len) = read_request(&w).unwrap();
+                    assert_eq!((call, func, &b[..len]), (0x1234_5678_9abc, 7, &args[..]));
+                }
+                None => assert!(n > FAST_BYTES),
+            }
+        }
+        // a cut record is not sent this way
+        let mut rec = Vec::new();
+        put_call_header(&mut rec, 1, 2, 8);
+        rec.extend_from_slice(&[1, 2]);
+        assert!(request_words(&rec).is_none());
+        assert!(request_words(&rec[..5]).is_none());
+    }
+
+    #[test]
+    fn results_round_trip_and_garbage_never_panics() {
+        let w = result_words(9, Status::Ok, b"abc").unwrap();
+        let (call, st, b, len) = read_result(&w);
+        assert_eq!((call, st, &b[..len]), (9, Status::Ok, &b"abc"[..]));
+        assert!(result_words(9, Status::Ok, &[0; FAST_BYTES + 1]).is_none());
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2000 {
+            let mut w = [0u64; FAST_WORDS];
+            for v in &mut w {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *v = x;
+            }
+            let (_, _, _, len) = read_result(&w);
+            assert!(len <= FAST_BYTES);
+            if let Ok((_, _, _, len)) = read_request(&w) {
+                assert!(len <= FAST_BYTES);
+            }
+            let _ = read_result(&w[..1]);
+            let _ = read_request(&w[..2]);
+        }
+    }
+}
