@@ -50,6 +50,9 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
+/// The tests of this file one at a time: the allocator's count is global.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
 }
@@ -127,6 +130,7 @@ fn exchange(size: u32, contacted: u32) -> (Proto, Vec<Proto>) {
 /// a few bytes per peer (a pointer), not a peer's streams and windows.
 #[test]
 fn scalemodel_udp_state_per_peer_is_lazy() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let size = 4096u32;
     let before = live();
     let p = Proto::new(0, size, driver_cfg(), [7u8; 32], 0);
@@ -150,6 +154,14 @@ fn scalemodel_udp_state_per_peer_is_lazy() {
         "UDP protocol state, {size} ranks, window 32: {at_start:.1} B per peer at start, \
          {per_contacted:.1} B per peer contacted (one exchange, to quiescence)"
     );
+    // what the driver keeps per rank of the job besides (from the start):
+    // the peer's address, a reassembler, a send lock per stream
+    println!(
+        "driver, per rank of the job: address {} B + 2 reassemblers {} B + 2 send locks {} B",
+        std::mem::size_of::<Option<std::net::SocketAddr>>(),
+        2 * std::mem::size_of::<splitrt_runtime::fabric::frames::Reassembler>(),
+        2 * std::mem::size_of::<std::sync::Mutex<()>>()
+    );
     assert!(
         at_start <= 16.0,
         "{at_start:.1} B of state per peer before any contact"
@@ -166,6 +178,7 @@ fn scalemodel_udp_state_per_peer_is_lazy() {
 /// rank quiesces. Bounded: about 3 M datagrams; the wall time is printed.
 #[test]
 fn scalemodel_alltoall_1024_ranks_in_the_simulator() {
+    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ranks = std::env::var("SPLITRT_SIM_RANKS")
         .ok()
         .and_then(|s| s.parse().ok())
