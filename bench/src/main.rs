@@ -8,6 +8,7 @@
 //! splitrt-bench net [--hosts a,b --rsh CMD] [--gasnet DIR] [--quick] [--reps R] [--out DIR]
 //! splitrt-bench gasnet [--gasnet DIR] [--iters N] [--max-size B] [--quick] [--reps R] [--out DIR]
 //! splitrt-bench vys [--hosts a,b --rsh CMD] [--sizes 512,8K] [--setups 1x1-local-none] [--no-scan] [--spead2] [--quick] [--reps R] [--out DIR]
+//! splitrt-bench scale [--ranks 16,64,256] [--out DIR]
 //! ```
 //!
 //! * `am` (the default): Active Message latency, throughput and message
@@ -35,6 +36,9 @@
 //!   in the same run, rows paired, with ratios and the raw cache-line
 //!   round trip of the same moment; `DIR/gasnet.csv`, `gasnet.txt`.
 //! * `breakdown`: per-stage time of an AM round trip (`SPLITRT_TRACE=1`).
+//! * `scale`: peak RSS, /dev/shm, descriptors, threads and start time per
+//!   rank beside the rank count on one host (`t_scale`); `DIR/scale.txt`
+//!   (docs/scale.md).
 //!
 //! Every subcommand prints a table, writes `DIR/<name>.csv` and SVG plots,
 //! repeats every measurement (`--reps`) and flags noisy rows. Run by a
@@ -52,6 +56,7 @@ mod host;
 mod net;
 mod pgas;
 mod plot;
+mod scale;
 mod sweep;
 mod touch;
 mod vys;
@@ -204,6 +209,14 @@ enum Cmd {
         #[arg(long, default_value_t = 2 << 20)]
         max_size: usize,
     },
+    /// Peak RSS and /dev/shm per rank, descriptors, threads and time to
+    /// start beside the rank count, on this host (the `t_scale` example;
+    /// docs/scale.md).
+    Scale {
+        /// Rank counts, comma-separated.
+        #[arg(long, default_value = "16,64,256")]
+        ranks: String,
+    },
 }
 
 /// The hidden worker subcommands the drivers start (one rank each).
@@ -282,6 +295,7 @@ fn drive(cli: &Cli) -> Result<(), String> {
             Err("--no-ucx applies to the AM benchmark only".to_string())
         }
         Some(Cmd::Pgas) => pgas::driver::run(&run()?),
+        Some(Cmd::Scale { ranks }) => scale::run(&run()?, ranks),
     }
 }
 

@@ -228,9 +228,11 @@ struct Partial {
 }
 
 /// Reassembly of one (peer, stream): at most one message in progress.
+/// Kept per rank of the job from the start, so the message in progress is
+/// boxed: a pointer per peer until a message spans frames (docs/scale.md).
 #[derive(Debug, Default)]
 pub struct Reassembler {
-    cur: Option<Partial>,
+    cur: Option<Box<Partial>>,
 }
 
 /// The error of a deposit of `len` B at `off` outside a `seg_len` B segment.
@@ -389,7 +391,7 @@ impl Reassembler {
                 });
                 return Ok((end, true, None));
             }
-            self.cur = Some(Partial {
+            self.cur = Some(Box::new(Partial {
                 tag,
                 nwords,
                 words,
@@ -398,9 +400,9 @@ impl Reassembler {
                 deposit: is_dep.then_some(deposit),
                 buf: Vec::new(),
                 refused: None,
-            });
+            }));
         }
-        let Some(p) = self.cur.as_mut() else {
+        let Some(p) = self.cur.as_deref_mut() else {
             return Err("a continuation frame with no message begun".into());
         };
         if !first
@@ -444,7 +446,7 @@ impl Reassembler {
         if !last {
             return Ok((end, false, None));
         }
-        let p = self.cur.take().expect("in progress");
+        let p = *self.cur.take().expect("in progress");
         if let Some(why) = p.refused {
             // not delivered: its bytes did not all land
             return Ok((end, false, Some(why)));

@@ -14,6 +14,8 @@ mod filter;
 pub mod proto;
 #[cfg(feature = "test-doubles")]
 pub mod sim;
+#[cfg(feature = "test-doubles")]
+pub mod sim_alltoall;
 pub mod wire;
 
 pub use driver::{PendingUdp, UdpConfig, UdpFabric};

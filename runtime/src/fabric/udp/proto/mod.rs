@@ -51,10 +51,12 @@
 //! [`Proto::poll_timeout`] on (after [`Proto::handle_timeout`]).
 
 mod congestion;
+mod peers;
 mod recv;
 mod send;
 
 use self::congestion::{Cc, Gate};
+use self::peers::PeerTable;
 use self::recv::{Arrival, RecvStream};
 use self::send::{SendStream, TxSlot};
 use super::wire::{Ack, Header, Mac, F_ACK_NOW, HEADER, KIND_CONTROL, MAX_DATAGRAM, OVERHEAD, TAG};
@@ -244,12 +246,44 @@ struct Peer {
     paced: bool,
 }
 
+impl Peer {
+    /// State toward a peer first contacted at `now`.
+    fn new(cfg: &ProtoConfig, now: u64) -> Peer {
+        let w = cfg.window;
+        let credit = 2 * w as u64 * cfg.mtu as u64;
+        Peer {
+            tx: [SendStream::new(w), SendStream::new(w)],
+            rx: [RecvStream::new(w), RecvStream::new(w)],
+            tx_pn: 0,
+            rx_pn: 0,
+            rx_seen: 0,
+            heard: now,
+            spoke: now,
+            active: false,
+            dead: false,
+            ack_at: None,
+            ping: false,
+            rto_at: [None, None],
+            srtt: 0,
+            rttvar: 0,
+            echo: 0,
+            rto: cfg.initial_rto,
+            backoff: 0,
+            dirty: false,
+            listed: [false, false],
+            cc: Cc::new(cfg.cc, cfg.mtu, credit),
+            paced: false,
+        }
+    }
+}
+
 /// One rank's protocol state toward every peer.
 pub struct Proto {
     me: u32,
     cfg: ProtoConfig,
     mac: Mac,
-    peers: Vec<Peer>,
+    /// Per-peer state, made on first contact.
+    peers: PeerTable<Peer>,
     /// Peers with something to transmit.
     dirty: Vec<u32>,
     /// The other list of `poll_transmit` (the two swap, so neither is
@@ -283,33 +317,6 @@ pub enum Sent {
 impl Proto {
     /// State for rank `me` of `size` ranks, authenticating with `mac_key`.
     pub fn new(me: u32, size: u32, cfg: ProtoConfig, mac_key: [u8; 32], now: u64) -> Proto {
-        let w = cfg.window;
-        let credit = 2 * w as u64 * cfg.mtu as u64;
-        let peers = (0..size)
-            .map(|_| Peer {
-                tx: [SendStream::new(w), SendStream::new(w)],
-                rx: [RecvStream::new(w), RecvStream::new(w)],
-                tx_pn: 0,
-                rx_pn: 0,
-                rx_seen: 0,
-                heard: now,
-                spoke: now,
-                active: false,
-                dead: false,
-                ack_at: None,
-                ping: false,
-                rto_at: [None, None],
-                srtt: 0,
-                rttvar: 0,
-                echo: 0,
-                rto: cfg.initial_rto,
-                backoff: 0,
-                dirty: false,
-                listed: [false, false],
-                cc: Cc::new(cfg.cc, cfg.mtu, credit),
-                paced: false,
-            })
-            .collect();
         Proto {
             me,
             mac: if cfg.auth_body {
@@ -317,7 +324,7 @@ impl Proto {
             } else {
                 Mac::header_only(mac_key)
             },
-            peers,
+            peers: PeerTable::new(size),
             dirty: Vec::new(),
             spare: Vec::new(),
             ready: [VecDeque::new(), VecDeque::new()],
@@ -379,7 +386,10 @@ impl Proto {
         let max_body = self.max_body();
         let window = self.cfg.window as usize;
         let me = self.me;
-        let p = &mut self.peers[peer as usize];
+        let cfg = &self.cfg;
+        let p = self
+            .peers
+            .get_or_make(peer as usize, || Peer::new(cfg, now));
         if p.dead {
             return Sent::Dead;
         }
@@ -458,34 +468,40 @@ impl Proto {
     /// Whether `peer` can take a message on `stream` now (a datagram
     /// slot or room in the open one).
     pub fn credits(&self, peer: u32, stream: usize) -> (usize, usize) {
-        let s = &self.peers[peer as usize].tx[stream];
         let w = self.cfg.window as usize;
-        (w.saturating_sub(s.slots.len()), w)
+        let Some(p) = self.peers.get(peer as usize) else {
+            return (w, w);
+        };
+        (w.saturating_sub(p.tx[stream].slots.len()), w)
     }
 
     /// The congestion window toward `peer` and the bytes in flight to it
     /// (the window is the credit of both streams when the controller is
     /// off).
     pub fn congestion_window(&self, peer: u32) -> (u64, u64) {
-        let c = &self.peers[peer as usize].cc;
-        (c.cwnd, c.inflight)
+        match self.peers.get(peer as usize) {
+            Some(p) => (p.cc.cwnd, p.cc.inflight),
+            None => (Peer::new(&self.cfg, 0).cc.cwnd, 0),
+        }
     }
 
     /// Whether everything sent to every peer has been acknowledged.
     pub fn quiesced(&self) -> bool {
         self.peers
             .iter()
-            .all(|p| p.dead || (!p.tx[0].busy() && !p.tx[1].busy()))
+            .all(|(_, p)| p.dead || (!p.tx[0].busy() && !p.tx[1].busy()))
     }
 
     /// Peers with unacknowledged data (for reports).
     pub fn unacked_peers(&self) -> Vec<u32> {
-        (0..self.peers.len() as u32)
-            .filter(|&i| {
-                let p = &self.peers[i as usize];
-                !p.dead && (p.tx[0].busy() || p.tx[1].busy())
-            })
-            .collect()
+        let mut v: Vec<u32> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| !p.dead && (p.tx[0].busy() || p.tx[1].busy()))
+            .map(|(i, _)| i)
+            .collect();
+        v.sort_unstable();
+        v
     }
 
     /// The cheap checks alone, on the first [`HEADER`] bytes `head` of a
@@ -522,7 +538,9 @@ impl Proto {
             return Some(d);
         }
         let src = h.src;
-        let p = &mut self.peers[src as usize];
+        // authentic: a peer's state is made on its first datagram
+        let cfg = &self.cfg;
+        let p = self.peers.get_or_make(src as usize, || Peer::new(cfg, now));
         if p.dead {
             return Some(d);
         }
@@ -857,7 +875,8 @@ impl Proto {
         }
         let cfg = self.cfg;
         let mut next = now.saturating_add(cfg.keepalive);
-        for i in 0..self.peers.len() {
+        for k in 0..self.peers.contacted() {
+            let i = self.peers.contacted_at(k) as usize;
             let p = &mut self.peers[i];
             if p.dead {
                 continue;

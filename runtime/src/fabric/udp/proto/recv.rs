@@ -1,9 +1,12 @@
-//! The receiving half of one stream from one peer: a ring of
-//! `window` datagram slots from `base` (the next to hand up) on, `next`
+//! The receiving half of one stream from one peer: datagram slots from
+//! `base` (the next to hand up) on, at most `window` of them, `next`
 //! being the first one missing (what the cumulative acknowledgement says).
+//! The slots grow with what is held (a stream that never carried data
+//! holds none), up to the window.
 
 use super::seq_lt;
 use crate::fabric::udp::wire::Ack;
+use std::collections::VecDeque;
 
 /// What became of an arriving data datagram.
 #[derive(Debug, PartialEq, Eq)]
@@ -23,8 +26,11 @@ pub(super) struct RecvStream {
     pub base: u32,
     /// First sequence number not yet arrived.
     pub next: u32,
-    /// `slots[seq % window]` for `base <= seq < base + window`.
-    slots: Vec<Option<Vec<u8>>>,
+    /// `slots[seq - base]` for `base <= seq < base + slots.len()`
+    /// (`slots.len() <= window`).
+    slots: VecDeque<Option<Vec<u8>>>,
+    /// Datagrams accepted ahead of `base`.
+    window: u32,
     /// Out-of-order datagrams held (past `next`).
     ooo: usize,
     /// In-order datagrams arrived since the last acknowledgement left.
@@ -38,7 +44,8 @@ impl RecvStream {
         RecvStream {
             base: 0,
             next: 0,
-            slots: (0..window).map(|_| None).collect(),
+            slots: VecDeque::new(),
+            window: window as u32,
             ooo: 0,
             unacked: 0,
             advertised: window,
@@ -46,11 +53,14 @@ impl RecvStream {
     }
 
     fn window(&self) -> u32 {
-        self.slots.len() as u32
+        self.window
     }
 
-    fn idx(&self, seq: u32) -> usize {
-        (seq % self.window()) as usize
+    /// Whether datagram `seq` (in the window) is held.
+    fn held(&self, seq: u32) -> bool {
+        self.slots
+            .get(seq.wrapping_sub(self.base) as usize)
+            .is_some_and(|s| s.is_some())
     }
 
     /// Store datagram `seq`; the buffer comes back unless kept.
@@ -61,7 +71,10 @@ impl RecvStream {
         if !seq_lt(seq, self.base.wrapping_add(self.window())) {
             return (Arrival::BeyondWindow, Some(buf));
         }
-        let i = self.idx(seq);
+        let i = seq.wrapping_sub(self.base) as usize;
+        if i >= self.slots.len() {
+            self.slots.resize_with(i + 1, || None);
+        }
         if self.slots[i].is_some() {
             return (Arrival::Duplicate, Some(buf));
         }
@@ -70,8 +83,7 @@ impl RecvStream {
         if in_order {
             self.next = self.next.wrapping_add(1);
             while self.ooo > 0 {
-                let j = self.idx(self.next);
-                if self.slots[j].is_none() || self.next == self.base.wrapping_add(self.window()) {
+                if self.next == self.base.wrapping_add(self.window()) || !self.held(self.next) {
                     break;
                 }
                 self.ooo -= 1;
@@ -93,9 +105,8 @@ impl RecvStream {
         if !self.ready() {
             return None;
         }
-        let i = self.idx(self.base);
         self.base = self.base.wrapping_add(1);
-        self.slots[i].take()
+        self.slots.pop_front().flatten()
     }
 
     /// Datagrams past `next` this side accepts now.
@@ -114,7 +125,7 @@ impl RecvStream {
                 if !seq_lt(s, self.base.wrapping_add(self.window())) {
                     break;
                 }
-                if self.slots[self.idx(s)].is_some() {
+                if self.held(s) {
                     sack |= 1 << i;
                 }
             }
@@ -128,10 +139,8 @@ impl RecvStream {
 
     /// Give every held buffer back.
     pub fn drain(&mut self, pool: &mut Vec<Vec<u8>>) {
-        for s in self.slots.iter_mut() {
-            if let Some(b) = s.take() {
-                super::recycle(pool, b);
-            }
+        for b in self.slots.drain(..).flatten() {
+            super::recycle(pool, b);
         }
     }
 }

@@ -75,7 +75,9 @@ impl SendStream {
         SendStream {
             next_seq: 0,
             una: 0,
-            slots: VecDeque::with_capacity(window as usize),
+            // grown as datagrams are sealed (up to the window), not
+            // reserved for a peer that may never get one
+            slots: VecDeque::new(),
             next_tx: 0,
             limit: window as u32,
             open: None,

@@ -1,0 +1,117 @@
+//! `scale`: what a rank costs as the ranks of one host grow (docs/scale.md).
+//! For each rank count, one job of the `t_scale` example (every rank sends
+//! one Short to every other rank, then reports) through `splitrt-run -n N`
+//! found next to this executable; prints per rank the peak RSS, its
+//! shared-memory file, the host's /dev/shm in use over the ranks, the
+//! descriptors, threads and time to start beside the rank count, and
+//! writes `DIR/scale.txt`. Needs `cargo build --release --examples --bins`.
+
+use crate::harness::run::{wrote, Run};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// One rank's report line (`scale rank R size N ... key value ...`).
+fn fields(line: &str) -> Option<Vec<(&str, u64)>> {
+    let rest = &line[line.find("scale rank ")?..];
+    let words: Vec<&str> = rest.split_whitespace().skip(1).collect();
+    Some(
+        words
+            .chunks(2)
+            .filter_map(|kv| Some((kv[0], kv.get(1)?.parse().ok()?)))
+            .collect(),
+    )
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+/// Run `t_scale` at each of `ranks` (comma-separated) on this host.
+pub fn run(r: &Run, ranks: &str) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
+    let dir: PathBuf = exe
+        .parent()
+        .ok_or("this executable has no directory")?
+        .into();
+    let launcher = dir.join("splitrt-run");
+    let prog = dir.join("examples").join("t_scale");
+    if !launcher.exists() || !prog.exists() {
+        return Err(format!(
+            "{} or {} not built: cargo build --release --examples --bins",
+            launcher.display(),
+            prog.display()
+        ));
+    }
+    let counts: Vec<usize> = ranks
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .map_err(|_| format!("bad rank count {s:?}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut text = format!(
+        "splitrt-bench scale (one host; load average before: {})\n\
+         {:>6} {:>14} {:>14} {:>16} {:>4} {:>7} {:>15} {:>8}\n",
+        r.load_before(),
+        "ranks",
+        "peak RSS/rank",
+        "shm file/rank",
+        "/dev/shm/rank",
+        "fds",
+        "threads",
+        "start med/max",
+        "wall"
+    );
+    print!("{text}");
+    for n in counts {
+        let t = Instant::now();
+        let out = Command::new(&launcher)
+            .args(["-n", &n.to_string(), "--timeout", &format!("{}", r.timeout)])
+            .arg(&prog)
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("starting {}: {e}", launcher.display()))?;
+        let wall = t.elapsed().as_secs_f64();
+        if !out.status.success() {
+            return Err(format!(
+                "t_scale on {n} ranks failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            ));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let rows: Vec<Vec<(&str, u64)>> = stdout.lines().filter_map(fields).collect();
+        let col = |k: &str| -> Vec<u64> {
+            rows.iter()
+                .filter_map(|f| f.iter().find(|(n, _)| *n == k).map(|&(_, v)| v))
+                .collect()
+        };
+        let max = |k: &str| col(k).into_iter().max().unwrap_or(0);
+        let mib = |kb: u64| kb as f64 / 1024.0;
+        let line = format!(
+            "{:>6} {:>10.1} MiB {:>10.1} MiB {:>12.2} MiB {:>4} {:>7} {:>7}/{:>5} ms {:>6.2} s\n",
+            n,
+            mib(max("hwm_kb")),
+            mib(median(col("shm_file_kb"))),
+            mib(max("shm_used_kb")) / n.max(1) as f64,
+            max("fds"),
+            max("threads"),
+            median(col("start_ms")),
+            max("start_ms"),
+            wall
+        );
+        print!("{line}");
+        text.push_str(&line);
+    }
+    let path = r.out.join("scale.txt");
+    std::fs::write(&path, &text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    println!("{}", wrote(&[&path]));
+    Ok(())
+}

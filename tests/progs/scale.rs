@@ -1,0 +1,128 @@
+//! t_scale: what a rank costs at start and after it has talked to every
+//! other rank (docs/scale.md's validation). Every rank starts, passes a
+//! barrier, sends one Short request to every other rank, waits for the
+//! n - 1 it is owed, passes a barrier and prints one line:
+//!
+//! `scale rank R size N host H start_ms S fds F threads T rss_kb X hwm_kb Y
+//! shm_file_kb Z shm_used_kb U`
+//!
+//! start_ms: from the process's start to the endpoint attached (10 ms
+//! resolution); fds, threads: this process's open descriptors and threads
+//! then; rss, hwm: its resident set now and at its peak; shm_file_kb:
+//! the size of its own shared-memory file; shm_used_kb: /dev/shm in use
+//! on its host (every job's: subtract what was used before).
+
+use splitrt::{EndpointBuilder, Kind, Payload};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("t_scale: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Milliseconds since this process started.
+fn age_ms() -> u64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // the fields after the command name (which may hold spaces)
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let start_ticks: f64 = rest
+        .split_whitespace()
+        .nth(19)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0.0);
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let up: f64 = std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    ((up - start_ticks / hz) * 1000.0).max(0.0) as u64
+}
+
+fn entries(dir: &str) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| d.count())
+}
+
+fn status_kb(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// KiB of this rank's own shared-memory file (mapped; unlinked after
+/// the start, so found in /proc/self/smaps): what /dev/shm must hold for it.
+fn shm_file_kb(job: &str, rank: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let prefix = format!("/dev/shm/splitrt-{job}-");
+    let suffix = format!("-{rank}");
+    let mut mine = false;
+    let mut kb = 0;
+    for l in smaps.lines() {
+        if let Some(path) = l.split_whitespace().nth(5) {
+            if l.split_whitespace().next().is_some_and(|a| a.contains('-')) {
+                mine = path.starts_with(&prefix) && path.ends_with(&suffix);
+                continue;
+            }
+        }
+        if mine {
+            if let Some(v) = l.strip_prefix("Size:") {
+                kb += v
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
+            }
+        }
+    }
+    kb
+}
+
+/// KiB of /dev/shm in use on this host (every job's and user's).
+fn shm_used_kb() -> u64 {
+    // SAFETY: an all-zero statvfs is a valid out-value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a valid out-pointer.
+    if unsafe { libc::statvfs(c"/dev/shm".as_ptr(), &mut st) } != 0 {
+        return 0;
+    }
+    (st.f_blocks - st.f_bfree) as u64 * st.f_frsize as u64 / 1024
+}
+
+fn run() -> splitrt::Result<()> {
+    let got = Arc::new(AtomicUsize::new(0));
+    let mut b = EndpointBuilder::new();
+    let g = got.clone();
+    let hit = b.request("hit", Kind::Short, 0, move |_t, _m| {
+        g.fetch_add(1, Ordering::AcqRel);
+    })?;
+    let ep = b.attach()?;
+    let start_ms = age_ms();
+    let (me, n) = (ep.rank(), ep.size());
+    ep.barrier()?;
+    for i in 1..n {
+        ep.request((me + i) % n, hit, &[], Payload::None)?;
+    }
+    ep.wait_until(|| got.load(Ordering::Acquire) == n - 1)?;
+    ep.barrier()?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    println!(
+        "scale rank {me} size {n} host {} start_ms {start_ms} fds {} threads {} rss_kb {} hwm_kb {} shm_file_kb {} shm_used_kb {}",
+        host.trim(),
+        entries("/proc/self/fd"),
+        entries("/proc/self/task"),
+        status_kb("VmRSS:"),
+        status_kb("VmHWM:"),
+        shm_file_kb(&ep.job().job_id, me),
+        shm_used_kb(),
+    );
+    ep.finish()
+}
