@@ -1,4 +1,5 @@
-//! The `tracing` feature (`cargo test --features tracing --test tracing`):
+//! The `tracing` feature (`cargo build --features tracing --example tracing`,
+//! then `cargo test --features tracing --test tracing`):
 //! `examples/tracing.rs` prints the spans of sends, handlers, waits and
 //! collectives with their fields, on shared memory and UDP.
 
