@@ -37,9 +37,11 @@ mod strided;
 mod strided_am;
 mod strided_shape;
 mod team;
+mod team_area;
 mod team_coll;
 mod team_mail;
 mod team_nb;
+mod team_shm;
 mod team_split;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};

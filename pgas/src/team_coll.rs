@@ -217,11 +217,17 @@ impl Team {
     /// it waits for). Call the same one on every rank.
     pub fn barrier(&self) -> Result<()> {
         let _one = self.pgas().enter_collective(CollKind::Barrier.name())?;
-        let c = self.call::<u8>(CollKind::Barrier, None, None, 0)?;
-        if self.inner.id == WORLD_ID && self.pgas().inner.shm_barrier.is_some() {
-            // every rank decides alike (the same path, every segment mapped)
-            return self.pgas().barrier();
+        if self.inner.id == WORLD_ID {
+            // the world collectives' barrier, on every path: one sequence
+            // with `Pgas::barrier` and the internal collectives' barriers
+            self.precheck(CollKind::Barrier, None)?;
+            self.next_seq();
+            return self.pgas().barrier_of(crate::coll::Coll::Barrier);
         }
+        if let Some(s) = self.shm_call::<u8>(CollKind::Barrier, None, None, 0)? {
+            return s.barrier();
+        }
+        let c = self.call::<u8>(CollKind::Barrier, None, None, 0)?;
         let (mut d, mut tag) = (1, 0);
         while d < c.n {
             c.send::<u8>(tag, (c.me + d) % c.n, &[])?;
@@ -236,6 +242,10 @@ impl Team {
     /// Every member passes the same `root` and length.
     pub fn broadcast<T: Pod>(&self, root: usize, data: &mut [T]) -> Result<()> {
         let _one = self.pgas().enter_collective(CollKind::Broadcast.name())?;
+        self.precheck(CollKind::Broadcast, Some(root))?;
+        if let Some(s) = self.shm_call::<T>(CollKind::Broadcast, None, Some(root), data.len())? {
+            return s.broadcast(root, data);
+        }
         let c = self.call::<T>(CollKind::Broadcast, None, Some(root), data.len())?;
         c.bcast(0, root, data, 0)
     }
@@ -246,6 +256,10 @@ impl Team {
     pub fn reduce<T: Reduce>(&self, root: usize, data: &mut [T], op: Op) -> Result<()> {
         let _one = self.pgas().enter_collective(CollKind::Reduce.name())?;
         self.check_op::<T>(CollKind::Reduce, op)?;
+        self.precheck(CollKind::Reduce, Some(root))?;
+        if let Some(s) = self.shm_call::<T>(CollKind::Reduce, Some(op), Some(root), data.len())? {
+            return s.reduce(Some(root), data, op);
+        }
         let c = self.call::<T>(CollKind::Reduce, Some(op), Some(root), data.len())?;
         if c.me == root {
             c.reduce_to(0, root, data, op)
@@ -266,6 +280,9 @@ impl Team {
         if me == root {
             check_len(self, kind, "recv", recv.len(), n * k)?;
         }
+        if let Some(s) = self.shm_call::<T>(kind, None, Some(root), k)? {
+            return s.gather(Some(root), send, recv);
+        }
         let c = self.call::<T>(kind, None, Some(root), k)?;
         if c.me != root {
             return c.send(0, root, send);
@@ -280,7 +297,14 @@ impl Team {
     /// Every member's `send` (k elements, the same k everywhere) into
     /// every member's `recv` (n * k elements, member i's at i * k).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.allgather_as(CollKind::Allgather, send, recv)
+        let kind = CollKind::Allgather;
+        let _one = self.pgas().enter_collective(kind.name())?;
+        let (_, n) = self.precheck(kind, None)?;
+        check_len(self, kind, "recv", recv.len(), n * send.len())?;
+        if let Some(s) = self.shm_call::<T>(kind, None, None, send.len())? {
+            return s.gather(None, send, recv);
+        }
+        self.allgather_as(kind, send, recv)
     }
 
     /// [`allgather`](Self::allgather) as part of collective `kind` (a
@@ -340,6 +364,9 @@ impl Team {
         let k = send.len() / n;
         self.precheck(kind, None)?;
         check_len(self, kind, "recv", recv.len(), send.len())?;
+        if let Some(s) = self.shm_call::<T>(kind, None, None, k)? {
+            return s.alltoall(send, recv);
+        }
         let c = self.call::<T>(kind, None, None, k)?;
         for s in 1..c.n {
             let j = (c.me + s) % c.n;
@@ -420,6 +447,9 @@ impl Team {
         let k = recv.len();
         let (_, n) = self.precheck(kind, None)?;
         check_len(self, kind, "send", send.len(), n * k)?;
+        if let Some(s) = self.shm_call::<T>(kind, Some(op), None, k)? {
+            return s.reduce_scatter(send, recv, op);
+        }
         let c = self.call::<T>(kind, Some(op), None, k)?;
         for s in 1..c.n {
             let j = (c.me + s) % c.n;
@@ -459,6 +489,10 @@ impl Team {
     fn scan<T: Reduce>(&self, kind: CollKind, data: &mut [T], op: Op) -> Result<()> {
         let _one = self.pgas().enter_collective(kind.name())?;
         self.check_op::<T>(kind, op)?;
+        self.precheck(kind, None)?;
+        if let Some(s) = self.shm_call::<T>(kind, Some(op), None, data.len())? {
+            return s.scan(kind == CollKind::ScanInclusive, data, op);
+        }
         let c = self.call::<T>(kind, Some(op), None, data.len())?;
         // partial: data of members (me - 2^s, me]; below: of [0, me) so far
         let mut below: Option<Vec<T>> = None;
