@@ -2,7 +2,11 @@
 //! gather, allgather, alltoall, alltoallv, reduce_scatter and inclusive /
 //! exclusive scans.
 //!
-//! Every step is a team message (see `team_mail.rs`): an Active Message
+//! Where every member's segment is mapped here on the native path (the
+//! members share a host), all but alltoallv go through shared memory
+//! (`team_shm.rs`: one wait per step of up to a half of the team's area,
+//! no message; the blocking functions here dispatch to it). Otherwise
+//! every step is a team message (see `team_mail.rs`): an Active Message
 //! Medium from one member to another, so the same code runs on every
 //! fabric (shm rings, UDP, ibverbs) and on both RMA paths. The algorithms
 //! and the messages each member sends (n = team size, d = ⌈log2 n⌉; a
@@ -10,7 +14,7 @@
 //!
 //! | collective | algorithm | messages sent per member |
 //! |---|---|---|
-//! | barrier | dissemination (the world team on shared memory: `Pgas::barrier`'s shared counter) | d (shared memory: 0) |
+//! | barrier | dissemination (the world team: `Pgas::barrier`'s, a shared counter or AMs counted at rank 0) | d (world: 1, rank 0: n - 1; shared counter: 0) |
 //! | broadcast | binomial tree from the root | ≤ d (root), ≤ d - 1 (others); each member receives 1 |
 //! | reduce | binomial tree to the root | 1 (non-root), 0 (root, which receives ≤ d) |
 //! | allreduce | recursive doubling (members past the largest power of two fold in first and get the result after) | ≤ d + 1 |
@@ -202,19 +206,23 @@ impl Team {
         Ok(())
     }
 
-    /// Wait until every member has entered the barrier (dissemination:
-    /// ⌈log2 n⌉ messages per member).
+    /// Wait until every member has entered the barrier: through shared
+    /// memory when the members share a host on the native path (one step
+    /// of `team_shm.rs`: no message), else dissemination (⌈log2 n⌉
+    /// messages per member).
     ///
-    /// The world team's barrier, when every rank's segment is mapped here
-    /// on the native path, is [`Pgas::barrier`](crate::Pgas::barrier)'s
-    /// shared-memory barrier (a counter in rank 0's segment: no member
-    /// waits for another to be scheduled just to pass a message on).
-    /// Because the two share that barrier, mixing them across ranks (one
-    /// rank calls `pg.barrier()` while another calls
-    /// `pg.world().barrier()`) is not detected there: both pass, but the
-    /// world team's collective numbers are left out of step, and the next
-    /// collective on the world team hangs (its hang report names the rank
-    /// it waits for). Call the same one on every rank.
+    /// The world team's barrier is [`Pgas::barrier`](crate::Pgas::barrier)
+    /// (which calls this): on every path the world collectives' barrier
+    /// (through shared memory a counter in rank 0's segment, else AMs
+    /// counted at rank 0), and one collective sequence, so one rank may
+    /// call `pg.barrier()` while another calls `pg.world().barrier()`.
+    ///
+    /// ```no_run
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// // the same collective: ranks may mix the two
+    /// if pg.rank() % 2 == 0 { pg.barrier()? } else { pg.world().barrier()? }
+    /// # Ok(()) }
+    /// ```
     pub fn barrier(&self) -> Result<()> {
         let _one = self.pgas().enter_collective(CollKind::Barrier.name())?;
         if self.inner.id == WORLD_ID {

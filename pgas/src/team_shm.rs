@@ -12,7 +12,7 @@
 //! A split team's area is set up by its first collective that can use
 //! it: each member allocates a block from its segment's local heap and
 //! the members exchange the offsets (one allgather by messages); if any
-//! member cannot (no room, or [`MAX_AREAS`] blocks held), every member
+//! member cannot (no room, or `MAX_AREAS` blocks held), every member
 //! keeps the messages. A dropped team's block is freed once every member
 //! finished its last step.
 //!
