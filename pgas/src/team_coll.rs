@@ -229,8 +229,12 @@ impl Team {
             // the world collectives' barrier, on every path: one sequence
             // with `Pgas::barrier` and the internal collectives' barriers
             self.precheck(CollKind::Barrier, None)?;
+            self.pgas().barrier_of(crate::coll::Coll::Barrier)?;
+            // numbered once it completed: a barrier whose wait failed is
+            // completed by the next call (see `barrier_of`), which must
+            // not count twice
             self.next_seq();
-            return self.pgas().barrier_of(crate::coll::Coll::Barrier);
+            return Ok(());
         }
         if let Some(s) = self.shm_call::<u8>(CollKind::Barrier, None, None, 0)? {
             return s.barrier();
