@@ -57,6 +57,11 @@ pub fn run_on(pg: Pgas) -> splitrt::Result<()> {
     if rest.is_member() {
         big(&rest).map_err(|e| Error::usage(format!("team {:?}: {e}", rest.members())))?;
     }
+    // pairs of neighbours: on one host where ranks are placed in blocks
+    // of two or more per host (through its shared memory there), even
+    // when the job spans hosts
+    let pair = world.split(Some((me / 2) as u32), me as u64)?;
+    big(&pair).map_err(|e| Error::usage(format!("team {:?}: {e}", pair.members())))?;
     big(&world).map_err(|e| Error::usage(format!("world: {e}")))?;
     churn(&world)?;
     // the world collectives and the world team still agree afterwards
