@@ -82,14 +82,14 @@ impl Pgas {
     /// `broadcast`, `reduce`, `allreduce`) use it: the same team and
     /// sequence, with reports naming the `Pgas` call.
     pub(crate) fn world_for_pgas(&self) -> Team {
-        let w = self.world();
+        let i = &self.inner;
         Team {
             inner: Arc::new(TeamInner {
                 pg: self.clone(),
                 id: WORLD_ID,
-                members: w.inner.members.clone(),
-                me: w.inner.me,
-                counters: w.inner.counters.clone(),
+                members: (0..i.size).collect(),
+                me: Some(i.rank),
+                counters: i.team_mail.world.clone(),
                 pgas_names: true,
             }),
         }
