@@ -86,6 +86,16 @@ fn teamshm_udp_am_4_ranks() {
     conformance(4, "am", "udp");
 }
 
+#[test]
+fn teamshm_udp_am_2_ranks() {
+    conformance(2, "am", "udp");
+}
+
+#[test]
+fn teamshm_udp_native_8_ranks() {
+    conformance(8, "native", "udp");
+}
+
 /// A member of a split team (the odd ranks of 8) that never calls its
 /// allreduce, which goes through shared memory: the others' hang report
 /// names it, and with SPLITRT_HANG_ABORT=1 the job ends within seconds.
