@@ -71,7 +71,15 @@ impl Pgas {
     /// Split-phase barrier, first half: announce arrival and return.
     pub fn barrier_notify(&self) -> Result<()> {
         let _one = self.enter_collective("Pgas::barrier_notify")?;
-        self.notify_of(Coll::Barrier)
+        self.notify_of(Coll::Barrier)?;
+        // a split-phase barrier is one collective of the world team, as
+        // `barrier()` is: ranks may mix the two
+        self.inner
+            .team_mail
+            .world
+            .seq
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     fn notify_of(&self, kind: Coll) -> Result<()> {

@@ -117,10 +117,20 @@ fn mixed(pg: &Pgas, world: &Team) -> splitrt::Result<()> {
             })?;
         }
     }
-    // a split-phase barrier of the world collectives between team ones
-    pg.barrier_notify()?;
-    pg.barrier_wait()?;
-    world.barrier()?;
+    // a split-phase barrier is the same collective too
+    if me % 3 == 0 {
+        pg.barrier_notify()?;
+        pg.barrier_wait()?;
+    } else if me % 3 == 1 {
+        pg.barrier()?;
+    } else {
+        world.barrier()?;
+    }
+    let mut x = [1u64];
+    world.allreduce(&mut x, Op::Sum)?;
+    check(x[0] == n as u64, || {
+        "allreduce after a split-phase barrier".into()
+    })?;
     Ok(())
 }
 
