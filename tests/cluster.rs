@@ -94,6 +94,19 @@ fn srun_pmi2_three_hosts_pgas_model() {
     }
 }
 
+/// Team collectives across hosts (`t_team_shm`): teams within a host
+/// (neighbour pairs: `srun -N3 -n6` places 0 1 | 2 3 | 4 5) go through
+/// their shared memory, teams spanning hosts and the world team by
+/// messages; the world collectives mixed with the world team's.
+#[test]
+fn srun_pmi2_three_hosts_team_shm() {
+    let Some(d) = cluster() else { return };
+    for rma in ["SPLITRT_RMA=native", "SPLITRT_RMA=am"] {
+        let r = srun(&d, &[rma], "t_team_shm", &["conf"]);
+        all_say(&r, "team_shm ok", 6);
+    }
+}
+
 /// The hybrid fabric lends the PGAS layer load/store for the ranks of its
 /// host only (2 of the 6 mapped), and no one-sided access: a put to a rank
 /// of another host takes the message path (datagrams), and every put and

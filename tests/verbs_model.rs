@@ -308,3 +308,34 @@ fn quiet_peer_over_the_verbs_model() {
         });
     }
 }
+
+#[path = "progs/team_shm.rs"]
+mod team_shm_prog;
+
+/// The world collectives as the world team's, mixed across ranks, and
+/// team collectives over more than one shared-memory step (`t_team_shm`,
+/// as `tests/team_shm.rs` runs over shm and UDP) over the ibverbs
+/// fabric's model, where they go by team messages: 3 ranks on both
+/// one-sided paths, 1, 2, 4 and 8 on the native one.
+#[test]
+fn teamshm_over_the_verbs_model() {
+    let seg = 8 << 20;
+    let runs = [
+        (3, RmaPath::Native, 41),
+        (3, RmaPath::Am, 42),
+        (4, RmaPath::Native, 43),
+    ];
+    let more = [1, 2, 8].map(|n| (n, RmaPath::Native, 44 + n as u64));
+    for (size, rma, seed) in runs.into_iter().chain(more) {
+        let id = unique(&format!("teamshm{size}{rma:?}"));
+        on_threads(size, seed, Duration::from_secs(120), move |r, dev| {
+            let cfg = Config {
+                rma,
+                ..config(seg, 16)
+            };
+            let pg =
+                Pgas::attach_over_verbs_model(EndpointBuilder::new(), job(&id, r, size), cfg, dev)?;
+            team_shm_prog::run_on(pg)
+        });
+    }
+}

@@ -1,9 +1,10 @@
 //! Collectives over the PGAS layer: barrier (also split-phase
-//! notify/wait), broadcast, reduce and allreduce. Data moves with the
-//! job's one-sided path (native or AM) through a symmetric scratch block
-//! whose two halves alternate, so each step of a broadcast or reduction
-//! costs one barrier; reductions combine in rank order, so every rank gets
-//! bit-identical floating-point results.
+//! notify/wait), broadcast, reduce and allreduce. `Pgas::barrier`,
+//! `broadcast`, `reduce` and `allreduce` are the world team's (one
+//! sequence, one implementation: `team_coll.rs`, through shared memory in
+//! `team_shm.rs` where every segment is mapped on the native path); the
+//! world team's barrier is the barrier here, which every internal
+//! collective (`alloc_sym`, `freeze`, `finish`, ...) also uses.
 //!
 //! The barrier goes through shared memory when every rank's segment is
 //! mapped here on the native path ([`crate::shm_barrier`]), else through
@@ -11,10 +12,6 @@
 
 use crate::coll::Coll;
 use crate::context::Pgas;
-use crate::heap::SCRATCH;
-
-/// Bytes of one scratch half: the data of one collective step.
-const HALF: u64 = SCRATCH / 2;
 use crate::one_collective::Entered;
 use crate::reduce::{Op, Reduce};
 use bytemuck::Pod;
@@ -58,9 +55,11 @@ impl Pgas {
         self.inner.one_collective.is_held()
     }
 
-    /// Wait until every rank has entered the barrier.
+    /// Wait until every rank has entered the barrier: the world team's
+    /// [`Team::barrier`](crate::Team::barrier) (one sequence with
+    /// `pg.world()`'s collectives, so the two may be mixed across ranks).
     pub fn barrier(&self) -> Result<()> {
-        self.barrier_of(Coll::Barrier)
+        self.world_for_pgas().barrier()
     }
 
     /// A barrier that is part of collective `kind`. If the last barrier
@@ -83,7 +82,15 @@ impl Pgas {
     /// Split-phase barrier, first half: announce arrival and return.
     pub fn barrier_notify(&self) -> Result<()> {
         let _one = self.enter_collective("Pgas::barrier_notify")?;
-        self.notify_of(Coll::Barrier)
+        self.notify_of(Coll::Barrier)?;
+        // a split-phase barrier is one collective of the world team, as
+        // `barrier()` is: ranks may mix the two
+        self.inner
+            .team_mail
+            .world
+            .seq
+            .fetch_add(1, Ordering::Relaxed);
+        Ok(())
     }
 
     fn notify_of(&self, kind: Coll) -> Result<()> {
@@ -190,116 +197,34 @@ impl Pgas {
         Ok(())
     }
 
-    /// Copy `data` from `root` to every rank.
+    /// Copy `data` from `root` to every rank: the world team's
+    /// [`Team::broadcast`](crate::Team::broadcast) (one sequence with
+    /// `pg.world()`'s collectives).
     pub fn broadcast<T: Pod>(&self, root: usize, data: &mut [T]) -> Result<()> {
-        let _one = self.enter_collective("Pgas::broadcast")?;
-        let i = &self.inner;
-        if root >= i.size {
+        if root >= self.inner.size {
             return Err(
-                Error::usage(format!("broadcast root {root} does not exist")).at_rank(i.rank),
+                Error::usage(format!("broadcast root {root} does not exist")).at_rank(self.rank()),
             );
         }
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(data);
-        for chunk in bytes.chunks_mut(HALF as usize) {
-            let half = self.next_half();
-            if i.rank == root {
-                self.write_scratch(half, chunk);
-            }
-            self.barrier_of(Coll::Broadcast)?;
-            if i.rank != root {
-                i.get_blocking(root, half, chunk)?;
-            }
-        }
-        Ok(())
+        self.world_for_pgas().broadcast(root, data)
     }
 
     /// Combine every rank's `data` element-wise with `op`; every rank gets
-    /// the result.
+    /// the result (the same bits everywhere): the world team's
+    /// [`Team::allreduce`](crate::Team::allreduce).
     pub fn allreduce<T: Reduce>(&self, data: &mut [T], op: Op) -> Result<()> {
-        self.reduce_to(None, data, op)
+        self.world_for_pgas().allreduce(data, op)
     }
 
     /// Combine every rank's `data` with `op` into `root`'s `data` (other
-    /// ranks' `data` is left unchanged).
+    /// ranks' `data` is left unchanged): the world team's
+    /// [`Team::reduce`](crate::Team::reduce).
     pub fn reduce<T: Reduce>(&self, root: usize, data: &mut [T], op: Op) -> Result<()> {
         if root >= self.size() {
             return Err(
                 Error::usage(format!("reduce root {root} does not exist")).at_rank(self.rank())
             );
         }
-        self.reduce_to(Some(root), data, op)
-    }
-
-    fn reduce_to<T: Reduce>(&self, root: Option<usize>, data: &mut [T], op: Op) -> Result<()> {
-        let _one = self.enter_collective(if root.is_some() {
-            "Pgas::reduce"
-        } else {
-            "Pgas::allreduce"
-        })?;
-        let i = &self.inner;
-        if T::combine(op, T::zeroed(), T::zeroed()).is_none() {
-            return Err(Error::usage(format!(
-                "{op:?} does not apply to {}",
-                std::any::type_name::<T>()
-            ))
-            .at_rank(i.rank));
-        }
-        let kind = if root.is_some() {
-            Coll::Reduce
-        } else {
-            Coll::Allreduce
-        };
-        let per = (HALF as usize / std::mem::size_of::<T>().max(1)).max(1);
-        let mut acc = vec![T::zeroed(); per.min(data.len())];
-        let mut tmp = vec![T::zeroed(); per.min(data.len())];
-        for chunk in data.chunks_mut(per) {
-            let half = self.next_half();
-            self.write_scratch(half, bytemuck::cast_slice(chunk));
-            self.barrier_of(kind)?;
-            if root.is_none_or(|r| r == i.rank) {
-                let n = chunk.len();
-                for r in 0..i.size {
-                    let dst = if r == 0 { &mut acc[..n] } else { &mut tmp[..n] };
-                    i.get_blocking(r, half, bytemuck::cast_slice_mut(dst))?;
-                    if r > 0 {
-                        for (a, b) in acc[..n].iter_mut().zip(&tmp[..n]) {
-                            *a = T::combine(op, *a, *b).expect("op checked above");
-                        }
-                    }
-                }
-                chunk.copy_from_slice(&acc[..n]);
-            }
-        }
-        Ok(())
-    }
-
-    /// The scratch half (its segment offset) of the next collective step.
-    ///
-    /// Steps alternate between the two halves, so one barrier per step is
-    /// enough: a rank writes a half again two steps later, after passing
-    /// the barrier of the step between, which every rank entered only once
-    /// it had read what it needed of this step.
-    fn next_half(&self) -> u64 {
-        let i = &self.inner;
-        let step = i.coll_steps.fetch_add(1, Ordering::Relaxed);
-        i.scratch + (step % 2) * HALF
-    }
-
-    /// Copy bytes into this rank's own scratch half at offset `half`.
-    fn write_scratch(&self, half: u64, bytes: &[u8]) {
-        let i = &self.inner;
-        let seg = i.st.seg();
-        debug_assert!(bytes.len() as u64 <= HALF);
-        debug_assert!(half == i.scratch || half == i.scratch + HALF);
-        // SAFETY: the scratch block is a symmetric allocation of SCRATCH
-        // bytes in our own segment and `half` one of its halves: an
-        // in-bounds offset.
-        let to = unsafe { seg.base().add(half as usize) };
-        // SAFETY: chunks never exceed a half, so to..to + bytes.len() lies
-        // in the scratch block, which only the collective in progress
-        // writes (user puts, stores, atomics, Longs and `write_segment`
-        // are refused below `USER_BASE`, and a rank runs one collective at
-        // a time: `enter_collective`); `bytes` is the caller's buffer.
-        unsafe { std::ptr::copy(bytes.as_ptr(), to, bytes.len()) };
+        self.world_for_pgas().reduce(root, data, op)
     }
 }

@@ -80,13 +80,12 @@ pub(crate) struct Inner {
     /// The thread of this rank inside a collective, if any (one at a time).
     pub one_collective: crate::one_collective::CollectiveSlot,
     pub store_epoch: AtomicU64,
-    /// Collective steps (broadcast and reduction chunks) so far: which
-    /// scratch half the next one uses.
-    pub coll_steps: AtomicU64,
     /// Team collectives' messages that arrived (see `team_mail.rs`).
     pub team_mail: Arc<crate::team_mail::Mailbox>,
     /// The reserved handler of team messages.
     pub team_h: splitrt_am::RequestHandler,
+    /// Split teams' shared-memory blocks this rank holds (`team_area.rs`).
+    pub team_areas: Arc<crate::team_area::Retired>,
 }
 
 impl Pgas {
@@ -182,9 +181,9 @@ impl Pgas {
                 wait_failed: Default::default(),
                 one_collective: Default::default(),
                 store_epoch: AtomicU64::new(0),
-                coll_steps: AtomicU64::new(0),
                 team_mail,
                 team_h,
+                team_areas: Default::default(),
             }),
         })
     }

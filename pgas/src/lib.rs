@@ -40,11 +40,13 @@ mod strided_am;
 mod strided_rdma;
 mod strided_shape;
 mod team;
+mod team_area;
 mod team_coll;
 mod team_mail;
 mod team_nb;
 mod team_nb_forms;
 mod team_sched;
+mod team_shm;
 mod team_split;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};

@@ -56,6 +56,9 @@ pub(crate) struct TeamInner {
     /// This rank's team rank, if a member.
     pub me: Option<usize>,
     pub counters: Arc<TeamCounters>,
+    /// Reports name the world collectives (`Pgas::allreduce`, ...): the
+    /// handle they use.
+    pub pgas_names: bool,
 }
 
 impl Pgas {
@@ -70,6 +73,24 @@ impl Pgas {
                 members: (0..i.size).collect(),
                 me: Some(i.rank),
                 counters: i.team_mail.world.clone(),
+                pgas_names: false,
+            }),
+        }
+    }
+
+    /// The world team as the world collectives (`Pgas::barrier`,
+    /// `broadcast`, `reduce`, `allreduce`) use it: the same team and
+    /// sequence, with reports naming the `Pgas` call.
+    pub(crate) fn world_for_pgas(&self) -> Team {
+        let i = &self.inner;
+        Team {
+            inner: Arc::new(TeamInner {
+                pg: self.clone(),
+                id: WORLD_ID,
+                members: (0..i.size).collect(),
+                me: Some(i.rank),
+                counters: i.team_mail.world.clone(),
+                pgas_names: true,
             }),
         }
     }

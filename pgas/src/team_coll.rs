@@ -2,7 +2,11 @@
 //! gather, allgather, alltoall, alltoallv, reduce_scatter and inclusive /
 //! exclusive scans.
 //!
-//! Every step is a team message (see `team_mail.rs`): an Active Message
+//! Where every member's segment is mapped here on the native path (the
+//! members share a host), all but alltoallv go through shared memory
+//! (`team_shm.rs`: one wait per step of up to a half of the team's area,
+//! no message; the blocking functions here dispatch to it). Otherwise
+//! every step is a team message (see `team_mail.rs`): an Active Message
 //! Medium from one member to another, so the same code runs on every
 //! fabric (shm rings, UDP, ibverbs) and on both RMA paths. The algorithms
 //! and the messages each member sends (n = team size, d = ⌈log2 n⌉; a
@@ -10,7 +14,7 @@
 //!
 //! | collective | algorithm | messages sent per member |
 //! |---|---|---|
-//! | barrier | dissemination (the world team on shared memory: `Pgas::barrier`'s shared counter) | d (shared memory: 0) |
+//! | barrier | dissemination (the world team: `Pgas::barrier`'s, a shared counter or AMs counted at rank 0) | d (world: 1, rank 0: n - 1; shared counter: 0) |
 //! | broadcast | binomial tree from the root | ≤ d (root), ≤ d - 1 (others); each member receives 1 |
 //! | reduce | binomial tree to the root | 1 (non-root), 0 (root, which receives ≤ d) |
 //! | allreduce | recursive doubling (members past the largest power of two fold in first and get the result after) | ≤ d + 1 |
@@ -202,26 +206,40 @@ impl Team {
         Ok(())
     }
 
-    /// Wait until every member has entered the barrier (dissemination:
-    /// ⌈log2 n⌉ messages per member).
+    /// Wait until every member has entered the barrier: through shared
+    /// memory when the members share a host on the native path (one step
+    /// of `team_shm.rs`: no message), else dissemination (⌈log2 n⌉
+    /// messages per member).
     ///
-    /// The world team's barrier, when every rank's segment is mapped here
-    /// on the native path, is [`Pgas::barrier`](crate::Pgas::barrier)'s
-    /// shared-memory barrier (a counter in rank 0's segment: no member
-    /// waits for another to be scheduled just to pass a message on).
-    /// Because the two share that barrier, mixing them across ranks (one
-    /// rank calls `pg.barrier()` while another calls
-    /// `pg.world().barrier()`) is not detected there: both pass, but the
-    /// world team's collective numbers are left out of step, and the next
-    /// collective on the world team hangs (its hang report names the rank
-    /// it waits for). Call the same one on every rank.
+    /// The world team's barrier is [`Pgas::barrier`](crate::Pgas::barrier)
+    /// (which calls this): on every path the world collectives' barrier
+    /// (through shared memory a counter in rank 0's segment, else AMs
+    /// counted at rank 0), and one collective sequence, so one rank may
+    /// call `pg.barrier()` while another calls `pg.world().barrier()`.
+    ///
+    /// ```no_run
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// // the same collective: ranks may mix the two
+    /// if pg.rank() % 2 == 0 { pg.barrier()? } else { pg.world().barrier()? }
+    /// # Ok(()) }
+    /// ```
     pub fn barrier(&self) -> Result<()> {
         let _one = self.pgas().enter_collective(CollKind::Barrier.name())?;
-        let c = self.call::<u8>(CollKind::Barrier, None, None, 0)?;
-        if self.inner.id == WORLD_ID && self.pgas().inner.shm_barrier.is_some() {
-            // every rank decides alike (the same path, every segment mapped)
-            return self.pgas().barrier();
+        if self.inner.id == WORLD_ID {
+            // the world collectives' barrier, on every path: one sequence
+            // with `Pgas::barrier` and the internal collectives' barriers
+            self.precheck(CollKind::Barrier, None)?;
+            self.pgas().barrier_of(crate::coll::Coll::Barrier)?;
+            // numbered once it completed: a barrier whose wait failed is
+            // completed by the next call (see `barrier_of`), which must
+            // not count twice
+            self.next_seq();
+            return Ok(());
         }
+        if let Some(s) = self.shm_call::<u8>(CollKind::Barrier, None, None, 0)? {
+            return s.barrier();
+        }
+        let c = self.call::<u8>(CollKind::Barrier, None, None, 0)?;
         let (mut d, mut tag) = (1, 0);
         while d < c.n {
             c.send::<u8>(tag, (c.me + d) % c.n, &[])?;
@@ -236,6 +254,10 @@ impl Team {
     /// Every member passes the same `root` and length.
     pub fn broadcast<T: Pod>(&self, root: usize, data: &mut [T]) -> Result<()> {
         let _one = self.pgas().enter_collective(CollKind::Broadcast.name())?;
+        self.precheck(CollKind::Broadcast, Some(root))?;
+        if let Some(s) = self.shm_call::<T>(CollKind::Broadcast, None, Some(root), data.len())? {
+            return s.broadcast(root, data);
+        }
         let c = self.call::<T>(CollKind::Broadcast, None, Some(root), data.len())?;
         c.bcast(0, root, data, 0)
     }
@@ -246,6 +268,10 @@ impl Team {
     pub fn reduce<T: Reduce>(&self, root: usize, data: &mut [T], op: Op) -> Result<()> {
         let _one = self.pgas().enter_collective(CollKind::Reduce.name())?;
         self.check_op::<T>(CollKind::Reduce, op)?;
+        self.precheck(CollKind::Reduce, Some(root))?;
+        if let Some(s) = self.shm_call::<T>(CollKind::Reduce, Some(op), Some(root), data.len())? {
+            return s.reduce(Some(root), data, op);
+        }
         let c = self.call::<T>(CollKind::Reduce, Some(op), Some(root), data.len())?;
         if c.me == root {
             c.reduce_to(0, root, data, op)
@@ -266,6 +292,9 @@ impl Team {
         if me == root {
             check_len(self, kind, "recv", recv.len(), n * k)?;
         }
+        if let Some(s) = self.shm_call::<T>(kind, None, Some(root), k)? {
+            return s.gather(Some(root), send, recv);
+        }
         let c = self.call::<T>(kind, None, Some(root), k)?;
         if c.me != root {
             return c.send(0, root, send);
@@ -280,7 +309,14 @@ impl Team {
     /// Every member's `send` (k elements, the same k everywhere) into
     /// every member's `recv` (n * k elements, member i's at i * k).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.allgather_as(CollKind::Allgather, send, recv)
+        let kind = CollKind::Allgather;
+        let _one = self.pgas().enter_collective(kind.name())?;
+        let (_, n) = self.precheck(kind, None)?;
+        check_len(self, kind, "recv", recv.len(), n * send.len())?;
+        if let Some(s) = self.shm_call::<T>(kind, None, None, send.len())? {
+            return s.gather(None, send, recv);
+        }
+        self.allgather_as(kind, send, recv)
     }
 
     /// [`allgather`](Self::allgather) as part of collective `kind` (a
@@ -340,6 +376,9 @@ impl Team {
         let k = send.len() / n;
         self.precheck(kind, None)?;
         check_len(self, kind, "recv", recv.len(), send.len())?;
+        if let Some(s) = self.shm_call::<T>(kind, None, None, k)? {
+            return s.alltoall(send, recv);
+        }
         let c = self.call::<T>(kind, None, None, k)?;
         for s in 1..c.n {
             let j = (c.me + s) % c.n;
@@ -420,6 +459,9 @@ impl Team {
         let k = recv.len();
         let (_, n) = self.precheck(kind, None)?;
         check_len(self, kind, "send", send.len(), n * k)?;
+        if let Some(s) = self.shm_call::<T>(kind, Some(op), None, k)? {
+            return s.reduce_scatter(send, recv, op);
+        }
         let c = self.call::<T>(kind, Some(op), None, k)?;
         for s in 1..c.n {
             let j = (c.me + s) % c.n;
@@ -459,6 +501,10 @@ impl Team {
     fn scan<T: Reduce>(&self, kind: CollKind, data: &mut [T], op: Op) -> Result<()> {
         let _one = self.pgas().enter_collective(kind.name())?;
         self.check_op::<T>(kind, op)?;
+        self.precheck(kind, None)?;
+        if let Some(s) = self.shm_call::<T>(kind, Some(op), None, data.len())? {
+            return s.scan(kind == CollKind::ScanInclusive, data, op);
+        }
         let c = self.call::<T>(kind, Some(op), None, data.len())?;
         // partial: data of members (me - 2^s, me]; below: of [0, me) so far
         let mut below: Option<Vec<T>> = None;

@@ -104,10 +104,11 @@ pub(crate) enum CollKind {
     ScanExclusive = 10,
     Split = 11,
     Alltoallv = 12,
+    ShmSetup = 13,
 }
 
 impl CollKind {
-    const ALL: [CollKind; 12] = [
+    const ALL: [CollKind; 13] = [
         CollKind::Barrier,
         CollKind::Broadcast,
         CollKind::Reduce,
@@ -120,6 +121,7 @@ impl CollKind {
         CollKind::ScanExclusive,
         CollKind::Split,
         CollKind::Alltoallv,
+        CollKind::ShmSetup,
     ];
 
     /// The kind of code `c`, if any.
@@ -142,6 +144,7 @@ impl CollKind {
             CollKind::ScanExclusive => "Team::scan_exclusive",
             CollKind::Split => "a team split",
             CollKind::Alltoallv => "Team::alltoallv",
+            CollKind::ShmSetup => "a team's shared-memory set-up (its first collective)",
         }
     }
 }
@@ -190,6 +193,8 @@ pub(crate) struct TeamCounters {
     pub seq: AtomicU64,
     /// Splits of the team so far (child team ids derive from it).
     pub splits: AtomicU64,
+    /// The team's shared-memory area, once set up (`team_shm.rs`).
+    pub shm: crate::team_area::AreaSlot,
 }
 
 /// A rank's buffered team messages (see the module docs).

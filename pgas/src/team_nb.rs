@@ -347,6 +347,12 @@ impl Team {
     /// ```
     pub fn allreduce<T: Reduce>(&self, data: &mut [T], op: Op) -> Result<()> {
         let _one = self.pgas().enter_collective(CollKind::Allreduce.name())?;
+        // through shared memory where the members share a host (team_shm.rs)
+        if T::combine(op, T::zeroed(), T::zeroed()).is_some() {
+            if let Some(s) = self.shm_call::<T>(CollKind::Allreduce, Some(op), None, data.len())? {
+                return s.reduce(None, data, op);
+            }
+        }
         self.allreduce_nb(data, op)?.wait()
     }
 

@@ -98,6 +98,7 @@ impl Team {
                 members,
                 me,
                 counters: Arc::new(TeamCounters::default()),
+                pgas_names: false,
             }),
         }
     }
@@ -194,6 +195,7 @@ impl Team {
                     members: Vec::new(),
                     me: None,
                     counters: Arc::new(TeamCounters::default()),
+                    pgas_names: false,
                 }),
             });
         }

@@ -7,7 +7,10 @@
 //! * `Team::allgather` of 8 B per rank beside `Pgas::allreduce` of 8 B
 //!   (the world collective of the same size);
 //! * `Team::scan_inclusive` of 8 B beside `Team::allreduce` of 8 B;
-//! * `Team::allreduce` of 8 B beside `Pgas::allreduce` of 8 B.
+//! * `Team::allreduce` of 8 B beside `Pgas::allreduce` of 8 B;
+//! * `Team::allreduce` of 8 B on a split team of every rank (through its
+//!   own shared-memory area where the ranks share a host) beside
+//!   `Pgas::allreduce` of 8 B (the world team's, through the scratch block).
 
 use super::measure::Bench;
 use super::plan::Plan;
@@ -87,6 +90,11 @@ pub fn run(
     row(pg, plan, Bench::TeamScan, rep, out, || {
         one[0] = me as u64 + 1;
         world.scan_inclusive(&mut one, Op::Sum)
+    })?;
+    let split = world.split(Some(0), me as u64)?;
+    row(pg, plan, Bench::SplitTeamAllreduce, rep, out, || {
+        one[0] = me as u64 + 1;
+        split.allreduce(&mut one, Op::Sum)
     })?;
     pg.barrier()
 }

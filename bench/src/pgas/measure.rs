@@ -47,6 +47,9 @@ pub enum Bench {
     TeamAllreduce,
     /// `Team::scan_inclusive` of 8 B (sum).
     TeamScan,
+    /// `Team::allreduce` of 8 B (sum) on a team split from the world with
+    /// every rank in it (its own shared-memory area, not the world's).
+    SplitTeamAllreduce,
 }
 
 impl BenchId for Bench {
@@ -71,6 +74,7 @@ impl BenchId for Bench {
         Bench::PgasAllreduce,
         Bench::TeamAllreduce,
         Bench::TeamScan,
+        Bench::SplitTeamAllreduce,
     ];
 
     fn id(self) -> &'static str {
@@ -95,6 +99,7 @@ impl BenchId for Bench {
             Bench::PgasAllreduce => "pgas_allreduce_8b",
             Bench::TeamAllreduce => "team_allreduce_8b",
             Bench::TeamScan => "team_scan_8b",
+            Bench::SplitTeamAllreduce => "split_team_allreduce_8b",
         }
     }
 }
@@ -123,6 +128,7 @@ impl Bench {
             Bench::PgasAllreduce => "Pgas::allreduce, 8 B",
             Bench::TeamAllreduce => "Team::allreduce, 8 B",
             Bench::TeamScan => "Team::scan_inclusive, 8 B",
+            Bench::SplitTeamAllreduce => "team allreduce (a split team of every rank), 8 B",
         }
     }
 }

@@ -226,6 +226,11 @@ pub fn sections(runs: &Runs<'_>, plan: &Plan) -> Vec<Section> {
                 Bench::TeamAllreduce,
                 "scan / Team::allreduce",
             ),
+            (
+                Bench::SplitTeamAllreduce,
+                Bench::PgasAllreduce,
+                "split team / Pgas allreduce",
+            ),
         ] {
             let (a, r) = (res.summary(b, 0), res.summary(reference, 0));
             rows.push(
