@@ -19,15 +19,84 @@ pub(crate) const FAST_BYTES: usize = 16;
 /// Argument words of `rpc:short` and `rpc:short_result`.
 pub(crate) const FAST_WORDS: usize = 2 + FAST_BYTES / 8;
 
-/// Pack `bytes` (at most [`FAST_BYTES`]) into two words.
+/// Pack `bytes` (at most [`FAST_BYTES`]) into two words (a byte loop:
+/// a variable-length `copy_from_slice` is a `memcpy` call, dearer than
+/// the at most 16 bytes it copies).
+#[inline]
 fn pack(bytes: &[u8]) -> [u64; 2] {
-    let mut b = [0u8; FAST_BYTES];
-    b[..bytes.len()].copy_from_slice(bytes);
-    let (lo, hi) = b.split_at(8);
+    let mut w = [0u64; 2];
+    for (i, &b) in bytes.iter().take(FAST_BYTES).enumerate() {
+        w[i / 8] |= u64::from(b) << (8 * (i % 8));
+    }
+    w
+}
+
+/// A postcard output of at most [`FAST_BYTES`] bytes on the stack: a
+/// call's arguments encoded here go out in an `rpc:short`'s words with no
+/// record, no buffer and no copy through the destination's outbox;
+/// longer ones fail the encoding (`SerializeBufferFull`) and take the
+/// buffered path.
+#[derive(Default)]
+pub(crate) struct Stack {
+    /// The argument bytes, packed little endian as the Short's words.
+    pub words: [u64; 2],
+    /// Bytes written.
+    pub len: usize,
+}
+
+impl Stack {
+    #[inline]
+    fn put(&mut self, b: u8) -> postcard::Result<()> {
+        if self.len >= FAST_BYTES {
+            return Err(postcard::Error::SerializeBufferFull);
+        }
+        self.words[self.len / 8] |= u64::from(b) << (8 * (self.len % 8));
+        self.len += 1;
+        Ok(())
+    }
+}
+
+impl postcard::ser_flavors::Flavor for &mut Stack {
+    type Output = ();
+
+    #[inline]
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        if self.len + data.len() > FAST_BYTES {
+            return Err(postcard::Error::SerializeBufferFull);
+        }
+        data.iter().try_for_each(|&b| self.put(b))
+    }
+
+    #[inline]
+    fn try_push(&mut self, data: u8) -> postcard::Result<()> {
+        self.put(data)
+    }
+
+    #[inline]
+    fn finalize(self) -> postcard::Result<()> {
+        Ok(())
+    }
+}
+
+/// The words of an `rpc:short` request: call id, function, the encoded
+/// arguments of `args`.
+#[inline]
+pub(crate) fn words_of(call: u64, func: u16, args: &Stack) -> [u64; FAST_WORDS] {
     [
-        u64::from_le_bytes(lo.try_into().unwrap_or_default()),
-        u64::from_le_bytes(hi.try_into().unwrap_or_default()),
+        call,
+        u64::from(func) | (args.len as u64) << 16,
+        args.words[0],
+        args.words[1],
     ]
+}
+
+/// Append the call record of `rpc:short` request words `w` (as
+/// [`words_of`] made them) to `out`: a call kept as words, spilled into a
+/// buffer when a second call to its destination comes.
+pub(crate) fn spill(w: &[u64; FAST_WORDS], out: &mut Vec<u8>) {
+    let (call, func, len) = (w[0], w[1] as u16, ((w[1] >> 16) as usize).min(FAST_BYTES));
+    crate::wire::put_call_header(out, func, call, len);
+    out.extend_from_slice(&unpack(w[2], w[3])[..len]);
 }
 
 /// Unpack two words into bytes; `len` bytes of it are meant.

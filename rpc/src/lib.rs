@@ -146,7 +146,7 @@ impl Rpc {
         let s = slots.clone();
         let short_result = b.reply("rpc:short_result", Kind::Short, FAST_WORDS, move |m| {
             let (call, st, bytes, len) = fast::read_result(m.args());
-            if let Some(w) = s.complete(call, st, &bytes[..len]) {
+            if let Some(w) = s.complete_short(call, st, bytes, len) {
                 w.wake();
             }
         })?;
@@ -379,7 +379,14 @@ impl<Req: Serialize, Resp: DeserializeOwned> RpcFn<Req, Resp> {
     /// ```
     pub fn call(&self, ep: &Endpoint, rank: usize, args: &Req) -> Result<RpcFuture<Resp>> {
         let seen = self.client.slots.arrived();
-        let call = self.client.enqueue(ep, rank, self.func, &mut |v| {
+        // Arguments of at most 16 B are encoded on the stack, and sent in
+        // a Short's words if the call goes alone; longer ones are encoded
+        // into the buffer (a second encoding, only for those).
+        let mut small = fast::Stack::default();
+        let small = postcard::serialize_with_flavor(args, &mut small)
+            .ok()
+            .map(|()| &small);
+        let call = self.client.enqueue(ep, rank, self.func, small, &mut |v| {
             encode_into(args, v).map_err(|e| e.to_string())
         })?;
         Ok(RpcFuture::new(
@@ -408,7 +415,7 @@ impl<Req, Resp> RpcFn<Req, Resp> {
         Resp: DeserializeOwned,
     {
         let seen = self.client.slots.arrived();
-        let call = self.client.enqueue(ep, rank, self.func, &mut |v| {
+        let call = self.client.enqueue(ep, rank, self.func, None, &mut |v| {
             v.extend_from_slice(args);
             Ok(())
         })?;
