@@ -42,6 +42,8 @@ pub(crate) struct Stack {
     pub words: [u64; 2],
     /// Bytes written.
     pub len: usize,
+    /// A result did not fit: it went to the Medium path's buffer instead.
+    pub spilled: bool,
 }
 
 impl Stack {
@@ -87,6 +89,18 @@ pub(crate) fn words_of(call: u64, func: u16, args: &Stack) -> [u64; FAST_WORDS] 
         u64::from(func) | (args.len as u64) << 16,
         args.words[0],
         args.words[1],
+    ]
+}
+
+/// The words of an `rpc:short_result` reply of a result encoded in
+/// `result`.
+#[inline]
+pub(crate) fn result_words_of(call: u64, status: Status, result: &Stack) -> [u64; FAST_WORDS] {
+    [
+        call,
+        status as u64 | (result.len as u64) << 8,
+        result.words[0],
+        result.words[1],
     ]
 }
 
@@ -139,6 +153,7 @@ pub(crate) fn read_request(w: &[u64]) -> Result<(u64, u16, [u8; FAST_BYTES], usi
 
 /// The words of an `rpc:short_result` reply, or `None` if `bytes` is
 /// longer than [`FAST_BYTES`] (send an `rpc:result` Medium instead).
+#[cfg(test)] // the target writes a result's words with `result_words_of`
 pub(crate) fn result_words(call: u64, status: Status, bytes: &[u8]) -> Option<[u64; FAST_WORDS]> {
     if bytes.len() > FAST_BYTES {
         return None;

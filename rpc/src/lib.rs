@@ -193,9 +193,11 @@ impl Rpc {
         let handler = b.request(&format!("rpc:{name}"), Kind::Medium, 1, move |tok, m| {
             serve.single(func, tok, m, result)
         })?;
-        let erased = Box::new(move |src: usize, args: &[u8], out: &mut Vec<u8>| {
-            run_typed(&f, src, args, out)
-        });
+        let erased = Box::new(
+            move |src: usize, args: &[u8], out: &mut Vec<u8>, small: Option<&mut fast::Stack>| {
+                run_typed(&f, src, args, out, small)
+            },
+        );
         let at = self.serve.add(erased).ok_or_else(|| {
             Error::usage(format!(
                 "rpc function '{name}' registered after calls were served (register before attach)"
@@ -261,8 +263,15 @@ pub struct RpcStats {
     pub messages: u64,
 }
 
-/// Decode, run (catching a panic), encode.
-fn run_typed<Req, Resp, F>(f: &F, src: usize, args: &[u8], out: &mut Vec<u8>) -> Status
+/// Decode, run (catching a panic), encode (into `small` if given and the
+/// result fits, see [`serve::ErasedFn`]).
+fn run_typed<Req, Resp, F>(
+    f: &F,
+    src: usize,
+    args: &[u8],
+    out: &mut Vec<u8>,
+    small: Option<&mut fast::Stack>,
+) -> Status
 where
     Req: DeserializeOwned,
     Resp: Serialize,
@@ -302,6 +311,19 @@ where
             return Status::Panicked;
         }
     };
+    if let Some(s) = small {
+        if postcard::serialize_with_flavor(&resp, &mut *s).is_ok() {
+            return Status::Ok;
+        }
+        // longer than a Short carries (or it does not encode: said below)
+        *s = fast::Stack {
+            spilled: true,
+            ..Default::default()
+        };
+        if out.capacity() == 0 {
+            *out = serve::scratch();
+        }
+    }
     match encode_into(&resp, out) {
         Ok(()) => Status::Ok,
         Err(e) => {
