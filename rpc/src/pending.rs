@@ -167,8 +167,10 @@ impl Slots {
         };
         match s.state.take() {
             Some(State::Done(st, bytes)) => {
-                s.state = Some(State::Waiting); // so that release finds it
-                self.release(call);
+                // released here (as `release`, the state already taken)
+                s.waker = None;
+                s.gen = s.gen.wrapping_add(1);
+                self.free.push((call & 0xffff_ffff) as u32);
                 Polled::Done(st, bytes)
             }
             Some(State::Held) => {
