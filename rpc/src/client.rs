@@ -160,8 +160,18 @@ impl Client {
                 fast::spill(&w, &mut o.bytes);
             }
             let start = o.bytes.len();
-            put_call_header(&mut o.bytes, func, call, 0);
-            if let Err(why) = encode(&mut o.bytes) {
+            let encoded = match fast {
+                // encoded already: copied, not encoded again
+                Some(args) => {
+                    fast::put_record(&mut o.bytes, func, call, args);
+                    Ok(())
+                }
+                None => {
+                    put_call_header(&mut o.bytes, func, call, 0);
+                    encode(&mut o.bytes)
+                }
+            };
+            if let Err(why) = encoded {
                 o.bytes.truncate(start);
                 drop(o);
                 return refuse(format!("the arguments did not encode: {why}"));

@@ -108,9 +108,29 @@ pub(crate) fn result_words_of(call: u64, status: Status, result: &Stack) -> [u64
 /// [`words_of`] made them) to `out`: a call kept as words, spilled into a
 /// buffer when a second call to its destination comes.
 pub(crate) fn spill(w: &[u64; FAST_WORDS], out: &mut Vec<u8>) {
-    let (call, func, len) = (w[0], w[1] as u16, ((w[1] >> 16) as usize).min(FAST_BYTES));
-    crate::wire::put_call_header(out, func, call, len);
-    out.extend_from_slice(&unpack(w[2], w[3])[..len]);
+    let args = Stack {
+        words: [w[2], w[3]],
+        len: ((w[1] >> 16) as usize).min(FAST_BYTES),
+        spilled: false,
+    };
+    put_record(out, w[1] as u16, w[0], &args);
+}
+
+/// Append the call record of `func`, `call` with the arguments encoded in
+/// `args` to `out` (one fixed-size copy, then cut to length: no second
+/// encoding of a small call that joins a batch, no `memcpy` call).
+#[inline]
+pub(crate) fn put_record(out: &mut Vec<u8>, func: u16, call: u64, args: &Stack) {
+    let len = args.len.min(FAST_BYTES);
+    let mut rec = [0u8; CALL_HEADER + FAST_BYTES];
+    rec[..2].copy_from_slice(&func.to_le_bytes());
+    rec[2..10].copy_from_slice(&call.to_le_bytes());
+    rec[10..14].copy_from_slice(&(len as u32).to_le_bytes());
+    rec[14..22].copy_from_slice(&args.words[0].to_le_bytes());
+    rec[22..].copy_from_slice(&args.words[1].to_le_bytes());
+    let start = out.len();
+    out.extend_from_slice(&rec);
+    out.truncate(start + CALL_HEADER + len);
 }
 
 /// Unpack two words into bytes; `len` bytes of it are meant.
