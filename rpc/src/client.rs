@@ -140,13 +140,6 @@ impl Client {
                 crate::MAX_OUTSTANDING
             ))));
         };
-        let refuse = |why: String| {
-            self.slots.lock().abandon(call);
-            Err(at(Error::usage(format!(
-                "rpc '{}': {why}",
-                self.name(func)
-            ))))
-        };
         loop {
             let mut o = outboxes[dest].lock();
             if let Some(args) = fast {
@@ -174,17 +167,19 @@ impl Client {
             if let Err(why) = encoded {
                 o.bytes.truncate(start);
                 drop(o);
-                return refuse(format!("the arguments did not encode: {why}"));
+                let why = format!("the arguments did not encode: {why}");
+                return Err(self.refused(ep, dest, func, call, why));
             }
             let len = o.bytes.len() - start - CALL_HEADER;
             if CALL_HEADER + len > limit {
                 o.bytes.truncate(start);
                 drop(o);
-                return refuse(format!(
+                let why = format!(
                     "the arguments are {len} B encoded, more than one Medium to rank {dest} \
                      carries ({limit} B, less {CALL_HEADER} B of record header); RPC arguments \
                      are not chunked"
-                ));
+                );
+                return Err(self.refused(ep, dest, func, call, why));
             }
             if o.bytes.len() <= limit {
                 let at_len = start + CALL_HEADER - 4;
@@ -200,6 +195,18 @@ impl Client {
                 return Err(e);
             }
         }
+    }
+
+    /// The error of call `call` of `func` to `dest` refused at the call
+    /// (its slot freed): out of line, so the call path builds no closure
+    /// for it.
+    #[cold]
+    #[inline(never)]
+    fn refused(&self, ep: &Endpoint, dest: usize, func: u16, call: u64, why: String) -> Error {
+        self.slots.lock().abandon(call);
+        Error::usage(format!("rpc '{}': {why}", self.name(func)))
+            .at_rank(ep.rank())
+            .with_peer(dest)
     }
 
     /// Send `dest`'s buffered calls (with `only_take = Some(n)`: only if
