@@ -226,6 +226,44 @@ mod tests {
     }
 
     #[test]
+    fn rpc2_stack_encodings_become_the_same_words_and_records() {
+        use crate::wire::Calls;
+        use postcard::ser_flavors::Flavor;
+        for n in 0..=FAST_BYTES + 1 {
+            let args: Vec<u8> = (0..n as u8).map(|i| i.wrapping_mul(29) ^ 0x5a).collect();
+            let mut st = Stack::default();
+            let fits = (&mut st).try_extend(&args).is_ok();
+            assert_eq!(fits, n <= FAST_BYTES);
+            if !fits {
+                continue;
+            }
+            // the words as a record would have given them
+            let mut rec = Vec::new();
+            put_call_header(&mut rec, 3, 0xabcd_0001, n);
+            rec.extend_from_slice(&args);
+            let w = words_of(0xabcd_0001, 3, &st);
+            assert_eq!(Some(w), request_words(&rec));
+            // a record written from the stack, and one spilled from words,
+            // decode as the call
+            let mut out = vec![0xee];
+            put_record(&mut out, 3, 0xabcd_0001, &st);
+            spill(&w, &mut out);
+            let got: Vec<_> = Calls::new(&out[1..]).collect();
+            assert_eq!(got.len(), 2);
+            for r in got {
+                let r = r.unwrap();
+                assert_eq!((r.func, r.call, r.args), (3, 0xabcd_0001, &args[..]));
+            }
+        }
+        // postcard through the flavor: a u64 fits, 17 bytes do not
+        let mut st = Stack::default();
+        postcard::serialize_with_flavor(&u64::MAX, &mut st).unwrap();
+        assert_eq!(st.len, 10);
+        let mut st = Stack::default();
+        assert!(postcard::serialize_with_flavor(&[7u8; 17], &mut st).is_err());
+    }
+
+    #[test]
     fn results_round_trip_and_garbage_never_panics() {
         let w = result_words(9, Status::Ok, b"abc").unwrap();
         let (call, st, b, len) = read_result(&w);
