@@ -23,8 +23,12 @@ struct Outbox {
     /// How many times the buffer was taken to be sent: a call buffered
     /// while this was `n` left with the `n`-th take.
     taken: u64,
-    /// Call records in `bytes`.
+    /// Call records in `bytes`, or 1 for `single`.
     records: u64,
+    /// A call alone whose arguments fit a Short, kept as its `rpc:short`
+    /// words (no record in `bytes`, nothing to parse at the send); moved
+    /// into `bytes` as a record when a second call comes.
+    single: Option<[u64; fast::FAST_WORDS]>,
     /// Calls sent, and the messages that carried them (for `Rpc::stats`).
     calls: u64,
     messages: u64,
@@ -107,12 +111,15 @@ impl Client {
     /// `encode` straight into the buffer (appending; an error leaves the
     /// buffer as it was); returns its call id and the buffer's take count
     /// (see [`Outbox::taken`]). Sends the destination's buffer first if
-    /// the record does not fit in it.
+    /// the record does not fit in it. With `fast` (the arguments already
+    /// encoded, at most 16 B) and an empty buffer the call is kept as its
+    /// `rpc:short` words instead of a record (`encode` unused).
     pub(crate) fn enqueue(
         &self,
         ep: &Endpoint,
         dest: usize,
         func: u16,
+        fast: Option<&fast::Stack>,
         encode: &mut dyn FnMut(&mut Vec<u8>) -> std::result::Result<(), String>,
     ) -> Result<(u64, u64)> {
         let at = |e: Error| e.at_rank(ep.rank()).with_peer(dest);
@@ -133,31 +140,46 @@ impl Client {
                 crate::MAX_OUTSTANDING
             ))));
         };
-        let refuse = |why: String| {
-            self.slots.lock().abandon(call);
-            Err(at(Error::usage(format!(
-                "rpc '{}': {why}",
-                self.name(func)
-            ))))
-        };
         loop {
             let mut o = outboxes[dest].lock();
+            if let Some(args) = fast {
+                if o.records == 0 && CALL_HEADER + args.len <= limit {
+                    o.single = Some(fast::words_of(call, func, args));
+                    o.records = 1;
+                    return Ok((call, o.taken));
+                }
+            }
+            if let Some(w) = o.single.take() {
+                fast::spill(&w, &mut o.bytes);
+            }
             let start = o.bytes.len();
-            put_call_header(&mut o.bytes, func, call, 0);
-            if let Err(why) = encode(&mut o.bytes) {
+            let encoded = match fast {
+                // encoded already: copied, not encoded again
+                Some(args) => {
+                    fast::put_record(&mut o.bytes, func, call, args);
+                    Ok(())
+                }
+                None => {
+                    put_call_header(&mut o.bytes, func, call, 0);
+                    encode(&mut o.bytes)
+                }
+            };
+            if let Err(why) = encoded {
                 o.bytes.truncate(start);
                 drop(o);
-                return refuse(format!("the arguments did not encode: {why}"));
+                let why = format!("the arguments did not encode: {why}");
+                return Err(self.refused(ep, dest, func, call, why));
             }
             let len = o.bytes.len() - start - CALL_HEADER;
             if CALL_HEADER + len > limit {
                 o.bytes.truncate(start);
                 drop(o);
-                return refuse(format!(
+                let why = format!(
                     "the arguments are {len} B encoded, more than one Medium to rank {dest} \
                      carries ({limit} B, less {CALL_HEADER} B of record header); RPC arguments \
                      are not chunked"
-                ));
+                );
+                return Err(self.refused(ep, dest, func, call, why));
             }
             if o.bytes.len() <= limit {
                 let at_len = start + CALL_HEADER - 4;
@@ -173,6 +195,18 @@ impl Client {
                 return Err(e);
             }
         }
+    }
+
+    /// The error of call `call` of `func` to `dest` refused at the call
+    /// (its slot freed): out of line, so the call path builds no closure
+    /// for it.
+    #[cold]
+    #[inline(never)]
+    fn refused(&self, ep: &Endpoint, dest: usize, func: u16, call: u64, why: String) -> Error {
+        self.slots.lock().abandon(call);
+        Error::usage(format!("rpc '{}': {why}", self.name(func)))
+            .at_rank(ep.rank())
+            .with_peer(dest)
     }
 
     /// Send `dest`'s buffered calls (with `only_take = Some(n)`: only if
@@ -192,15 +226,17 @@ impl Client {
             return Ok(());
         };
         let mut o = outbox.lock();
-        if o.bytes.is_empty() || only_take.is_some_and(|t| t != o.taken) {
+        if o.records == 0 || only_take.is_some_and(|t| t != o.taken) {
             return Ok(());
         }
         o.taken += 1;
         o.calls += o.records;
         o.messages += 1;
-        // The fast path: one call whose arguments fit an AM Short's words.
+        // The fast path: one call whose arguments fit an AM Short's words
+        // (kept as words at the call, or a record of a raw call).
         if o.records == 1 {
-            if let Some(words) = fast::request_words(&o.bytes) {
+            let words = o.single.take().or_else(|| fast::request_words(&o.bytes));
+            if let Some(words) = words {
                 o.bytes.clear();
                 o.records = 0;
                 drop(o);

@@ -146,7 +146,7 @@ impl Rpc {
         let s = slots.clone();
         let short_result = b.reply("rpc:short_result", Kind::Short, FAST_WORDS, move |m| {
             let (call, st, bytes, len) = fast::read_result(m.args());
-            if let Some(w) = s.complete(call, st, &bytes[..len]) {
+            if let Some(w) = s.complete_short(call, st, bytes, len) {
                 w.wake();
             }
         })?;
@@ -193,9 +193,11 @@ impl Rpc {
         let handler = b.request(&format!("rpc:{name}"), Kind::Medium, 1, move |tok, m| {
             serve.single(func, tok, m, result)
         })?;
-        let erased = Box::new(move |src: usize, args: &[u8], out: &mut Vec<u8>| {
-            run_typed(&f, src, args, out)
-        });
+        let erased = Box::new(
+            move |src: usize, args: &[u8], out: &mut Vec<u8>, small: Option<&mut fast::Stack>| {
+                run_typed(&f, src, args, out, small)
+            },
+        );
         let at = self.serve.add(erased).ok_or_else(|| {
             Error::usage(format!(
                 "rpc function '{name}' registered after calls were served (register before attach)"
@@ -261,8 +263,15 @@ pub struct RpcStats {
     pub messages: u64,
 }
 
-/// Decode, run (catching a panic), encode.
-fn run_typed<Req, Resp, F>(f: &F, src: usize, args: &[u8], out: &mut Vec<u8>) -> Status
+/// Decode, run (catching a panic), encode (into `small` if given and the
+/// result fits, see [`serve::ErasedFn`]).
+fn run_typed<Req, Resp, F>(
+    f: &F,
+    src: usize,
+    args: &[u8],
+    out: &mut Vec<u8>,
+    small: Option<&mut fast::Stack>,
+) -> Status
 where
     Req: DeserializeOwned,
     Resp: Serialize,
@@ -302,6 +311,19 @@ where
             return Status::Panicked;
         }
     };
+    if let Some(s) = small {
+        if postcard::serialize_with_flavor(&resp, &mut *s).is_ok() {
+            return Status::Ok;
+        }
+        // longer than a Short carries (or it does not encode: said below)
+        *s = fast::Stack {
+            spilled: true,
+            ..Default::default()
+        };
+        if out.capacity() == 0 {
+            *out = serve::scratch();
+        }
+    }
     match encode_into(&resp, out) {
         Ok(()) => Status::Ok,
         Err(e) => {
@@ -379,7 +401,14 @@ impl<Req: Serialize, Resp: DeserializeOwned> RpcFn<Req, Resp> {
     /// ```
     pub fn call(&self, ep: &Endpoint, rank: usize, args: &Req) -> Result<RpcFuture<Resp>> {
         let seen = self.client.slots.arrived();
-        let call = self.client.enqueue(ep, rank, self.func, &mut |v| {
+        // Arguments of at most 16 B are encoded on the stack, and sent in
+        // a Short's words if the call goes alone; longer ones are encoded
+        // into the buffer (a second encoding, only for those).
+        let mut small = fast::Stack::default();
+        let small = postcard::serialize_with_flavor(args, &mut small)
+            .ok()
+            .map(|()| &small);
+        let call = self.client.enqueue(ep, rank, self.func, small, &mut |v| {
             encode_into(args, v).map_err(|e| e.to_string())
         })?;
         Ok(RpcFuture::new(
@@ -408,7 +437,7 @@ impl<Req, Resp> RpcFn<Req, Resp> {
         Resp: DeserializeOwned,
     {
         let seen = self.client.slots.arrived();
-        let call = self.client.enqueue(ep, rank, self.func, &mut |v| {
+        let call = self.client.enqueue(ep, rank, self.func, None, &mut |v| {
             v.extend_from_slice(args);
             Ok(())
         })?;

@@ -3,6 +3,7 @@
 //! low 32), so a late or forged result for a reused slot is ignored.
 //! Bounded: at most [`MAX_OUTSTANDING`] calls whose futures live.
 
+use crate::fast::FAST_BYTES;
 use crate::wire::Status;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Waker;
@@ -16,6 +17,9 @@ pub(crate) enum Bytes {
     Inline(u8, [u8; INLINE]),
     /// Longer.
     Heap(Vec<u8>),
+    /// The result of an `rpc:short_result` (its words' bytes as they
+    /// came, the first `len` meant: no copy of a variable length).
+    Short(u8, [u8; FAST_BYTES]),
 }
 
 /// Bytes a result keeps inline.
@@ -37,6 +41,7 @@ impl Bytes {
         match self {
             Bytes::Inline(n, a) => &a[..*n as usize],
             Bytes::Heap(v) => v,
+            Bytes::Short(n, a) => &a[..usize::from(*n).min(FAST_BYTES)],
         }
     }
 }
@@ -115,6 +120,18 @@ impl Slots {
     /// A result arrived for `call` (from the target; ignored unless the
     /// call waits for one). Returns the waker to wake after the lock.
     pub(crate) fn complete(&mut self, call: u64, status: Status, bytes: &[u8]) -> Option<Waker> {
+        self.complete_as(call, status, || Bytes::of(bytes))
+    }
+
+    /// [`complete`](Self::complete) with the bytes made by `bytes` (only
+    /// when they are kept).
+    #[inline]
+    pub(crate) fn complete_as(
+        &mut self,
+        call: u64,
+        status: Status,
+        bytes: impl FnOnce() -> Bytes,
+    ) -> Option<Waker> {
         let s = self.get(call)?;
         match s.state {
             Some(State::Waiting) => {}
@@ -126,7 +143,7 @@ impl Slots {
         }
         s.state = Some(match status {
             Status::Held => State::Held,
-            _ => State::Done(status, Bytes::of(bytes)),
+            _ => State::Done(status, bytes()),
         });
         s.waker.take()
     }
@@ -150,8 +167,10 @@ impl Slots {
         };
         match s.state.take() {
             Some(State::Done(st, bytes)) => {
-                s.state = Some(State::Waiting); // so that release finds it
-                self.release(call);
+                // released here (as `release`, the state already taken)
+                s.waker = None;
+                s.gen = s.gen.wrapping_add(1);
+                self.free.push((call & 0xffff_ffff) as u32);
                 Polled::Done(st, bytes)
             }
             Some(State::Held) => {
@@ -219,6 +238,24 @@ impl Pending {
     pub(crate) fn complete(&self, call: u64, status: Status, bytes: &[u8]) -> Option<Waker> {
         let mut s = self.slots.lock();
         let w = s.complete(call, status, bytes);
+        self.bump();
+        w
+    }
+
+    /// [`complete`](Self::complete) for an `rpc:short_result`: the bytes
+    /// of its words, `len` of them meant (at most [`FAST_BYTES`]).
+    #[inline]
+    pub(crate) fn complete_short(
+        &self,
+        call: u64,
+        status: Status,
+        bytes: [u8; FAST_BYTES],
+        len: usize,
+    ) -> Option<Waker> {
+        let mut s = self.slots.lock();
+        let w = s.complete_as(call, status, || {
+            Bytes::Short(len.min(FAST_BYTES) as u8, bytes)
+        });
         self.bump();
         w
     }

@@ -4,14 +4,19 @@
 //! held here (bounded) until the caller fetches them.
 
 use crate::fast;
+use crate::fast::Stack;
 use crate::wire::{put_result, Calls, Status, RESULT_HEADER};
 use splitrt_am::{Incoming, Payload, ReplyHandler, Token};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
 /// A registered function: the caller's rank and the encoded arguments in,
-/// the encoded result (status `Ok`) or a message saying why not out.
-pub(crate) type ErasedFn = Box<dyn Fn(usize, &[u8], &mut Vec<u8>) -> Status + Send + Sync>;
+/// the encoded result (status `Ok`) or a message saying why not out. With
+/// a [`Stack`] (the fast path) a result of at most 16 B is encoded there
+/// and `out` left alone; a longer one is encoded into `out` and the stack
+/// marked [`spilled`](Stack::spilled).
+pub(crate) type ErasedFn =
+    Box<dyn Fn(usize, &[u8], &mut Vec<u8>, Option<&mut Stack>) -> Status + Send + Sync>;
 
 /// Most results held for fetching, and their bytes, at once.
 const HELD_MAX: usize = 4096;
@@ -25,11 +30,26 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Run function `func` of `funcs` for `src` on `args`, writing into `out`.
-fn run_in(funcs: &[ErasedFn], func: u16, src: usize, args: &[u8], out: &mut Vec<u8>) -> Status {
+/// This thread's result buffer (empty when another handler of this thread
+/// holds it), for a result that did not fit the fast path's stack.
+pub(crate) fn scratch() -> Vec<u8> {
+    SCRATCH.with(|s| s.take())
+}
+
+/// Run function `func` of `funcs` for `src` on `args`, writing into `out`
+/// (or `small`, see [`ErasedFn`]).
+#[inline]
+fn run_in(
+    funcs: &[ErasedFn],
+    func: u16,
+    src: usize,
+    args: &[u8],
+    out: &mut Vec<u8>,
+    small: Option<&mut Stack>,
+) -> Status {
     out.clear();
     match funcs.get(func as usize) {
-        Some(f) => f(src, args, out),
+        Some(f) => f(src, args, out, small),
         None => {
             message(out, &format!("no RPC function #{func} is registered"));
             Status::Unknown
@@ -88,11 +108,6 @@ impl Serve {
             .get_or_init(|| std::mem::take(&mut *v).into_boxed_slice())
     }
 
-    /// Run function `func` for `src` on `args`, writing into `out`.
-    fn run(&self, func: u16, src: usize, args: &[u8], out: &mut Vec<u8>) -> Status {
-        run_in(self.funcs(), func, src, args, out)
-    }
-
     /// `rpc:short`: one call whose arguments came in the words (see
     /// [`fast`]); answered by `rpc:short_result` if the result fits its
     /// words, else by `rpc:result` as [`single`](Self::single).
@@ -103,10 +118,22 @@ impl Serve {
         short_result: ReplyHandler,
         result: ReplyHandler,
     ) {
-        let mut out = SCRATCH.with(|s| s.take());
+        // A result that fits goes out of `small` with no buffer at all;
+        // `out` (allocated only for a longer result, which takes this
+        // thread's scratch buffer, or an error message) is for the rest.
+        let mut out = Vec::new();
+        let mut small = Stack::default();
         let (call, mut st) = match fast::read_request(m.args()) {
             Ok((call, func, args, len)) => {
-                let st = self.run(func, tok.src(), &args[..len], &mut out);
+                let src = tok.src();
+                let st = run_in(
+                    self.funcs(),
+                    func,
+                    src,
+                    &args[..len],
+                    &mut out,
+                    Some(&mut small),
+                );
                 (call, st)
             }
             Err(call) => {
@@ -117,7 +144,8 @@ impl Serve {
                 (call, Status::Unknown)
             }
         };
-        if let Some(w) = fast::result_words(call, st, &out).filter(|_| st == Status::Ok) {
+        if st == Status::Ok && !small.spilled {
+            let w = fast::result_words_of(call, st, &small);
             let _ = tok.reply(short_result, &w, Payload::None);
         } else {
             let max = tok.max_medium();
@@ -129,8 +157,10 @@ impl Serve {
             // A failed reply (the caller died) leaves nothing to do here.
             let _ = tok.reply(result, &[call, st as u64], Payload::Medium(&out));
         }
-        out.clear();
-        SCRATCH.with(|s| s.replace(out));
+        if out.capacity() > 0 {
+            out.clear();
+            SCRATCH.with(|s| s.replace(out));
+        }
     }
 
     /// `rpc:<name>`: one call, its id in word 0, its arguments the payload;
@@ -138,7 +168,7 @@ impl Serve {
     pub(crate) fn single(&self, func: u16, tok: Token<'_>, m: &Incoming<'_>, result: ReplyHandler) {
         let call = m.arg(0);
         let mut out = SCRATCH.with(|s| s.take());
-        let mut st = self.run(func, tok.src(), m.payload(), &mut out);
+        let mut st = run_in(self.funcs(), func, tok.src(), m.payload(), &mut out, None);
         let max = tok.max_medium();
         if st == Status::Ok && out.len() > max {
             st = Status::TooLarge;
@@ -166,7 +196,10 @@ impl Serve {
             left -= 1;
             let reserve = left * RESULT_HEADER;
             let (call, mut st) = match rec {
-                Ok(r) => (r.call, run_in(funcs, r.func, src, r.args, &mut scratch)),
+                Ok(r) => (
+                    r.call,
+                    run_in(funcs, r.func, src, r.args, &mut scratch, None),
+                ),
                 Err(Some(call)) => {
                     message(&mut scratch, "the call record was cut short");
                     (call, Status::Unknown)
