@@ -54,6 +54,12 @@ pub const MAX_ORPHANS: usize = 1024;
 /// once, and be completed in any order: every wait on the rank advances
 /// them all, in the order they were started.
 ///
+/// As in MPI, a non-blocking collective never matches a blocking one:
+/// every member calls the same form. (Where the members share a host the
+/// blocking forms run over shared memory and the non-blocking ones by
+/// messages; a floating-point reduction may then differ in its last bit
+/// between the two forms, never between members.)
+///
 /// Dropping a pending request does not cancel the collective (a team
 /// collective cannot be taken back: the other members wait for this
 /// one's part, as an MPI non-blocking collective's request cannot be

@@ -5,8 +5,9 @@
 //! as a schedule (`team_sched.rs`), with the same argument checks (made
 //! before the collective takes its number, so a usage error leaves the
 //! team usable) and the same header, so a mismatch across members is
-//! detected and named as for the blocking forms (a member may even call
-//! the blocking form where another calls the non-blocking one).
+//! detected and named as for the blocking forms. A non-blocking form
+//! never matches a blocking one (as in MPI): where the members share a
+//! host the blocking form runs over shared memory (`team_shm.rs`).
 
 use crate::reduce::{Op, Reduce};
 use crate::team::Team;

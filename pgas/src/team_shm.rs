@@ -247,7 +247,19 @@ impl ShmCall<'_> {
         };
         // every member knows who is missing: team rank 0 reports first
         let extra = std::time::Duration::from_secs(if self.me == 0 { 0 } else { 2 });
-        i.ep.wait_reporting(&what, extra, || (0..self.n).all(|j| a.ready(j, k)))?;
+        // pending non-blocking collectives (messages, `team_sched.rs`)
+        // progress meanwhile: a member may wait for their messages before
+        // it arrives here
+        let mail = &i.team_mail;
+        loop {
+            mail.sweep();
+            if (0..self.n).all(|j| a.ready(j, k)) {
+                break;
+            }
+            i.ep.wait_reporting(&what, extra, || {
+                (0..self.n).all(|j| a.ready(j, k)) || mail.background_due()
+            })?;
+        }
         let mine = self.words();
         for j in (0..self.n).filter(|&j| j != self.me) {
             let w = a.header(j, k);
