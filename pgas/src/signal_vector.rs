@@ -174,8 +174,9 @@ impl Signals {
         mode: Mode,
     ) -> Result<Vec<usize>> {
         let entries = self.entries(call, which, status, values)?;
-        let hits = wait(&self.pg.inner, call, &entries, cmp, mode)?;
-        Ok(hits.into_iter().map(|k| which[k]).collect())
+        // positions in `which` (as OpenSHMEM returns them): they index
+        // `status`, so a loop marks what it took
+        wait(&self.pg.inner, call, &entries, cmp, mode)
     }
 
     /// Wait until every one of this rank's words `which` whose `status`
@@ -204,7 +205,8 @@ impl Signals {
 
     /// Wait until any of this rank's words `which` whose `status` entry is
     /// `false` satisfies `cmp value` (OpenSHMEM `shmem_wait_until_any`
-    /// with its `status` array); returns its index (the first of `which`
+    /// with its `status` array); returns its **position in `which`** (the
+    /// index into `status`, as OpenSHMEM returns it; the first of `which`
     /// that did), or `None` when every entry is masked out (OpenSHMEM's
     /// `SIZE_MAX`). `status` has one entry per word of `which`.
     ///
@@ -216,7 +218,7 @@ impl Signals {
     /// let which: Vec<usize> = (0..sigs.len()).collect();
     /// let mut done = vec![false; which.len()];
     /// while let Some(i) = sigs.wait_until_any_masked(&which, &done, Cmp::Ne, 0)? {
-    ///     done[i] = true; // which[i] == i here
+    ///     done[i] = true; // a position in `which` (here also the word)
     ///     // ... consume the data word i announced
     /// }
     /// # Ok(()) }
@@ -243,8 +245,9 @@ impl Signals {
     /// Wait until at least one of this rank's words `which` whose `status`
     /// entry is `false` satisfies `cmp value` (OpenSHMEM
     /// `shmem_wait_until_some` with its `status` array); returns the
-    /// indices of all unmasked words that did at that moment, in the
-    /// order of `which` (none when every entry is masked out).
+    /// positions in `which` (indices into `status`) of all unmasked words
+    /// that did at that moment, in order (none when every entry is masked
+    /// out).
     pub fn wait_until_some_masked(
         &self,
         which: &[usize],
@@ -293,8 +296,9 @@ impl Signals {
 
     /// Wait until any of this rank's words `which[k]` (status unset)
     /// satisfies `cmp values[k]` (OpenSHMEM `shmem_wait_until_any_vector`);
-    /// returns its index (the first of `which` that did), or `None` when
-    /// the list is empty or fully masked out.
+    /// returns its position in `which` (the first that did; an index into
+    /// `status` and `values`), or `None` when the list is empty or fully
+    /// masked out.
     pub fn wait_until_any_vector(
         &self,
         which: &[usize],
@@ -309,8 +313,8 @@ impl Signals {
 
     /// Wait until at least one of this rank's words `which[k]` (status
     /// unset) satisfies `cmp values[k]` (OpenSHMEM
-    /// `shmem_wait_until_some_vector`); returns the indices of all that
-    /// did at that moment, in the order of `which` (none when the list is
+    /// `shmem_wait_until_some_vector`); returns the positions in `which`
+    /// of all that did at that moment, in order (none when the list is
     /// empty or fully masked out).
     pub fn wait_until_some_vector(
         &self,

@@ -484,8 +484,8 @@ pub fn vector_on(rounds: usize, pg: Pgas) -> splitrt::Result<()> {
     )?;
     check(
         v.wait_until_any_vector(&[4, 0], None, Cmp::Gt, &[2, 4])?,
-        Some(4),
-        "any_vector in [4, 0]",
+        Some(0),
+        "any_vector in [4, 0]: position 0 (word 4)",
     )?;
     check(
         v.wait_until_any_vector(&w3, Some(&[true; 3]), Cmp::Eq, &[5, 9, 7])?,
@@ -542,6 +542,17 @@ pub fn vector_on(rounds: usize, pg: Pgas) -> splitrt::Result<()> {
         v.wait_until_some_masked(&w3, &[false, true, false], Cmp::Ge, 5)?,
         vec![0, 2],
         "some_masked >= 5",
+    )?;
+    // positions in `which`, not words: they index `status`
+    check(
+        v.wait_until_any_masked(&[2, 1, 0], &[true, false, false], Cmp::Gt, 6)?,
+        Some(1),
+        "any_masked in [2, 1, 0]: position 1 (word 1)",
+    )?;
+    check(
+        v.wait_until_some_masked(&[5, 2, 0], &[false, true, false], Cmp::Ge, 5)?,
+        vec![0, 2],
+        "some_masked in [5, 2, 0]: positions 0 and 2 (words 5 and 0)",
     )?;
     check(
         v.wait_until_some_masked(&w3, &[true; 3], Cmp::Ge, 5)?,

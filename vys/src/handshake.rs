@@ -255,7 +255,7 @@ mod tests {
             datagram: 9000,
         };
         let b = hello(&k, &h);
-        assert_eq!(&b[0..8], &[0x56, 0x48, 3, 0, 1, 0, 0, 0]);
+        assert_eq!(&b[0..8], &[0x56, 0x48, 4, 0, 1, 0, 0, 0]); // version 4: READV
         assert_eq!(
             &b[40..48],
             &[0x28, 0x23, 0, 0, 0, 0, 0, 0],
@@ -277,7 +277,7 @@ mod tests {
             datagram: 8972,
         };
         let b = welcome(&k, &n, &w);
-        assert_eq!(&b[0..8], &[0x56, 0x57, 3, 0, 1, 0, 0, 0]);
+        assert_eq!(&b[0..8], &[0x56, 0x57, 4, 0, 1, 0, 0, 0]);
         assert_eq!(&b[88..96], &6u64.to_le_bytes(), "the instance");
         assert_eq!(&b[96..100], &8972u32.to_le_bytes(), "the datagram size");
         assert_eq!(read_welcome(&k, &n, &b), Some(w));

@@ -87,6 +87,9 @@ pub struct ServerStats {
     /// The largest datagram sent (UDP payload, bytes): never more than
     /// the size agreed with each session.
     pub largest_datagram: AtomicU64,
+    /// The most replies one session held queued at once (slot copies):
+    /// never more than 64, however many reads one datagram asks for.
+    pub queued_peak: AtomicU64,
 }
 
 /// A running read server; stops when dropped.
@@ -112,6 +115,11 @@ struct Session {
     reasm: Reassembler,
     replies: VecDeque<Reply>,
     queued_bytes: usize,
+    /// Requests taken from a datagram but not served yet: one datagram
+    /// may ask for more than the reply queue's room, and each is served
+    /// (its slot copied) only when there is room, so the bound holds.
+    /// At most one datagram's requests (taken only when empty).
+    deferred: VecDeque<[u64; 5]>,
     /// An authentic datagram came (it holds the session key).
     confirmed: bool,
     last: u64,
@@ -313,7 +321,7 @@ impl Server {
         let mut due = now + 20_000_000;
         for s in self.sessions.values() {
             due = due.min(s.proto.poll_timeout());
-            if !s.replies.is_empty() {
+            if !s.replies.is_empty() || !s.deferred.is_empty() {
                 due = now;
             }
         }
@@ -392,6 +400,7 @@ impl Server {
                 reasm: Reassembler::default(),
                 replies: VecDeque::new(),
                 queued_bytes: 0,
+                deferred: VecDeque::new(),
                 confirmed: false,
                 last: now,
                 qp: None,
@@ -447,40 +456,19 @@ impl Server {
         for (addr, s) in self.sessions.iter_mut() {
             let mut bad = false;
             let mut asks: Option<QpEndpoint> = None;
-            // take requests while there is room to queue their replies
-            while s.replies.len() < MAX_QUEUED
-                && (s.replies.is_empty() || s.queued_bytes < MAX_QUEUED_BYTES)
-            {
-                let Some((_, d)) = s.proto.next_ready(0) else {
-                    break;
-                };
-                let body = &d[HEADER..d.len() - TAG];
-                reqs.clear();
-                let mut junk = false;
-                let r = s
-                    .reasm
-                    .feed(1, body, MAX_REQUEST, &mut Vec::new(), &mut |m| {
-                        if m.tag == T_READ && m.words.len() == 5 && m.payload.is_empty() {
-                            reqs.push([m.words[0], m.words[1], m.words[2], m.words[3], m.words[4]]);
-                        } else if m.tag == read_batch::T_READV {
-                            // bounded and checked; a malformed one ends
-                            // the session
-                            junk |= !read_batch::decode(m.words, m.payload, reqs);
-                        } else if m.tag == T_RDMA && m.words.is_empty() && asks.is_none() {
-                            match QpEndpoint::decode(m.payload) {
-                                Some(e) => asks = Some(e),
-                                None => junk = true,
-                            }
-                        } else {
-                            junk = true;
-                        }
-                    });
-                s.proto.recycle(d);
-                if r.is_err() || junk {
-                    bad = true;
-                    break;
-                }
-                for &[id, offset, stride, landing, seq] in reqs.iter() {
+            // serve the requests taken while there is room to queue their
+            // replies; take a datagram's requests only when all are served
+            // (a datagram may ask for more than the room: they wait here,
+            // never holding a copy of their slot)
+            let room = |s: &Session| {
+                s.replies.len() < MAX_QUEUED
+                    && (s.replies.is_empty() || s.queued_bytes < MAX_QUEUED_BYTES)
+            };
+            loop {
+                while room(s) {
+                    let Some([id, offset, stride, landing, seq]) = s.deferred.pop_front() else {
+                        break;
+                    };
                     let mut slot = spare.pop().unwrap_or_default();
                     slot.clear();
                     let status = match usize::try_from(stride) {
@@ -514,7 +502,43 @@ impl Server {
                         slot,
                         from: 0,
                     });
+                    stats
+                        .queued_peak
+                        .fetch_max(s.replies.len() as u64, Ordering::Relaxed);
                 }
+                if !s.deferred.is_empty() || !room(s) {
+                    break;
+                }
+                let Some((_, d)) = s.proto.next_ready(0) else {
+                    break;
+                };
+                let body = &d[HEADER..d.len() - TAG];
+                reqs.clear();
+                let mut junk = false;
+                let r = s
+                    .reasm
+                    .feed(1, body, MAX_REQUEST, &mut Vec::new(), &mut |m| {
+                        if m.tag == T_READ && m.words.len() == 5 && m.payload.is_empty() {
+                            reqs.push([m.words[0], m.words[1], m.words[2], m.words[3], m.words[4]]);
+                        } else if m.tag == read_batch::T_READV {
+                            // bounded and checked; a malformed one ends
+                            // the session
+                            junk |= !read_batch::decode(m.words, m.payload, reqs);
+                        } else if m.tag == T_RDMA && m.words.is_empty() && asks.is_none() {
+                            match QpEndpoint::decode(m.payload) {
+                                Some(e) => asks = Some(e),
+                                None => junk = true,
+                            }
+                        } else {
+                            junk = true;
+                        }
+                    });
+                s.proto.recycle(d);
+                if r.is_err() || junk {
+                    bad = true;
+                    break;
+                }
+                s.deferred.extend(reqs.iter().copied());
             }
             // a queue pair asked for: once per session, only if offered
             if let Some(consumer) = asks.take() {

@@ -242,3 +242,62 @@ fn vysspeed_several_threads_serve_several_consumers() {
     assert_eq!(st.reads.load(Ordering::Relaxed), 6 * SLOTS as u64, "{st:?}");
     assert!(st.largest_datagram.load(Ordering::Relaxed) <= read_proto::DATAGRAM_1500 as u64);
 }
+
+/// One datagram may ask for far more reads than the server's reply queue
+/// holds (64): the server copies a slot only when its reply has room, so
+/// what one consumer makes it hold stays bounded. Before, every read of
+/// the datagram was copied at once (1,280 slot copies queued).
+#[test]
+fn fixes_one_datagram_cannot_queue_more_than_the_bound() {
+    let s = ReadServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        ring(),
+        3,
+        1,
+        KEY,
+        None,
+        DEFAULT_DATAGRAM,
+    )
+    .unwrap();
+    let (sock, mut proto, t0) = raw_session(s.addr());
+    let stride = slot_bytes(BYTES) as u64;
+    // 20 READVs of 64 reads each, sent before one transmit
+    let mut payloads = Vec::new();
+    for b in 0..20u64 {
+        let reads: Vec<[u64; 5]> = (0..MAX_BATCH as u64)
+            .map(|k| {
+                let i = (b * MAX_BATCH as u64 + k) % SLOTS as u64;
+                [b * 1000 + k, i * stride, stride, 0, i + 1]
+            })
+            .collect();
+        let mut p = Vec::new();
+        read_batch::encode(&reads, &mut p);
+        payloads.push(p);
+    }
+    let now = t0.elapsed().as_nanos() as u64;
+    let count = [MAX_BATCH as u64];
+    for p in &payloads {
+        let m = OutMsg {
+            tag: T_READV,
+            words: &count,
+            payload: p,
+            deposit: None,
+        };
+        assert!(matches!(proto.send(now, 0, 0, &m, 0), Sent::Upto(_)));
+    }
+    proto.poll_transmit(now, true, &mut |_, b| {
+        sock.send(b).unwrap();
+    });
+    // the server serves the first room-full (this consumer acks nothing)
+    let t = Instant::now();
+    while s.stats().reads.load(Ordering::Relaxed) < 64 {
+        assert!(t.elapsed() < Duration::from_secs(5), "no reads served");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let peak = s.stats().queued_peak.load(Ordering::Relaxed);
+    assert!(
+        peak <= 64,
+        "one session held {peak} replies (slot copies) queued at once (bound 64)"
+    );
+}
