@@ -224,7 +224,9 @@ impl Team {
     /// # Ok(()) }
     /// ```
     pub fn barrier(&self) -> Result<()> {
-        let _one = self.pgas().enter_collective(CollKind::Barrier.name())?;
+        let _one = self
+            .pgas()
+            .enter_collective(self.shown(CollKind::Barrier))?;
         if self.inner.id == WORLD_ID {
             // the world collectives' barrier, on every path: one sequence
             // with `Pgas::barrier` and the internal collectives' barriers
@@ -253,7 +255,9 @@ impl Team {
     /// Copy `data` from team rank `root` to every member (binomial tree).
     /// Every member passes the same `root` and length.
     pub fn broadcast<T: Pod>(&self, root: usize, data: &mut [T]) -> Result<()> {
-        let _one = self.pgas().enter_collective(CollKind::Broadcast.name())?;
+        let _one = self
+            .pgas()
+            .enter_collective(self.shown(CollKind::Broadcast))?;
         self.precheck(CollKind::Broadcast, Some(root))?;
         if let Some(s) = self.shm_call::<T>(CollKind::Broadcast, None, Some(root), data.len())? {
             return s.broadcast(root, data);
@@ -266,7 +270,7 @@ impl Team {
     /// `root`'s `data` (binomial tree); other members' `data` is left
     /// unchanged.
     pub fn reduce<T: Reduce>(&self, root: usize, data: &mut [T], op: Op) -> Result<()> {
-        let _one = self.pgas().enter_collective(CollKind::Reduce.name())?;
+        let _one = self.pgas().enter_collective(self.shown(CollKind::Reduce))?;
         self.check_op::<T>(CollKind::Reduce, op)?;
         self.precheck(CollKind::Reduce, Some(root))?;
         if let Some(s) = self.shm_call::<T>(CollKind::Reduce, Some(op), Some(root), data.len())? {
@@ -286,7 +290,7 @@ impl Team {
     /// is not used on other members (pass `&mut []`).
     pub fn gather<T: Pod>(&self, root: usize, send: &[T], recv: &mut [T]) -> Result<()> {
         let kind = CollKind::Gather;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         let k = send.len();
         let (me, n) = self.precheck(kind, Some(root))?;
         if me == root {
@@ -310,7 +314,7 @@ impl Team {
     /// every member's `recv` (n * k elements, member i's at i * k).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let kind = CollKind::Allgather;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         let (_, n) = self.precheck(kind, None)?;
         check_len(self, kind, "recv", recv.len(), n * send.len())?;
         if let Some(s) = self.shm_call::<T>(kind, None, None, send.len())? {
@@ -327,7 +331,7 @@ impl Team {
         send: &[T],
         recv: &mut [T],
     ) -> Result<()> {
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         let k = send.len();
         let (_, n) = self.precheck(kind, None)?;
         check_len(self, kind, "recv", recv.len(), n * k)?;
@@ -362,7 +366,7 @@ impl Team {
     /// ```
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let kind = CollKind::Alltoall;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         let n = self.size().max(1);
         if !send.len().is_multiple_of(n) {
             return Err(self.usage(
@@ -405,7 +409,7 @@ impl Team {
         recv_counts: &[usize],
     ) -> Result<()> {
         let kind = CollKind::Alltoallv;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         let (me, n) = self.precheck(kind, None)?;
         check_len(self, kind, "send_counts", send_counts.len(), n)?;
         check_len(self, kind, "recv_counts", recv_counts.len(), n)?;
@@ -454,7 +458,7 @@ impl Team {
     /// every member's block for this member, combined in team-rank order.
     pub fn reduce_scatter<T: Reduce>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
         let kind = CollKind::ReduceScatter;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         self.check_op::<T>(kind, op)?;
         let k = recv.len();
         let (_, n) = self.precheck(kind, None)?;
@@ -499,7 +503,7 @@ impl Team {
     }
 
     fn scan<T: Reduce>(&self, kind: CollKind, data: &mut [T], op: Op) -> Result<()> {
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         self.check_op::<T>(kind, op)?;
         self.precheck(kind, None)?;
         if let Some(s) = self.shm_call::<T>(kind, Some(op), None, data.len())? {

@@ -298,7 +298,7 @@ impl Team {
         recv: &'a mut [T],
     ) -> Result<TeamRequest<'a>> {
         let kind = CollKind::Alltoall;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         let n = self.size().max(1);
         if !send.len().is_multiple_of(n) || recv.len() != send.len() {
             return Err(self.usage(
@@ -352,7 +352,9 @@ impl Team {
     /// # Ok(()) }
     /// ```
     pub fn allreduce<T: Reduce>(&self, data: &mut [T], op: Op) -> Result<()> {
-        let _one = self.pgas().enter_collective(CollKind::Allreduce.name())?;
+        let _one = self
+            .pgas()
+            .enter_collective(self.shown(CollKind::Allreduce))?;
         // through shared memory where the members share a host (team_shm.rs)
         if T::combine(op, T::zeroed(), T::zeroed()).is_some() {
             if let Some(s) = self.shm_call::<T>(CollKind::Allreduce, Some(op), None, data.len())? {
@@ -370,7 +372,7 @@ impl Team {
         op: Op,
     ) -> Result<TeamRequest<'a>> {
         let kind = CollKind::Allreduce;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         if T::combine(op, T::zeroed(), T::zeroed()).is_none() {
             return Err(self.usage(
                 kind,
@@ -436,7 +438,7 @@ impl Team {
     /// started it.
     pub fn barrier_nb(&self) -> Result<TeamRequest<'static>> {
         let kind = CollKind::Barrier;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         let (me, seq, h) = self.start::<u8>(kind, None, None, 0)?;
         let n = self.size();
         let mut r = Sched::new(self, seq, h);
@@ -473,7 +475,7 @@ impl Team {
         data: &'a mut [T],
     ) -> Result<TeamRequest<'a>> {
         let kind = CollKind::Broadcast;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         let (me, seq, h) = self.start::<T>(kind, None, Some(root), data.len())?;
         let n = self.size();
         let len = std::mem::size_of_val(data);
@@ -524,7 +526,7 @@ impl Team {
         recv: &'a mut [T],
     ) -> Result<TeamRequest<'a>> {
         let kind = CollKind::Allgather;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         let k = send.len();
         let n = self.size();
         if recv.len() != n * k {

@@ -82,7 +82,7 @@ impl Team {
         op: Op,
     ) -> Result<TeamRequest<'a>> {
         let kind = CollKind::Reduce;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         self.nb_check_op::<T>(kind, op)?;
         let (me, seq, h) = self.start::<T>(kind, Some(op), Some(root), data.len())?;
         let n = self.size();
@@ -138,7 +138,7 @@ impl Team {
         recv: &'a mut [T],
     ) -> Result<TeamRequest<'a>> {
         let kind = CollKind::Gather;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         let k = send.len();
         let (me, n) = self.nb_precheck(kind, Some(root))?;
         if me == root {
@@ -195,7 +195,7 @@ impl Team {
         recv_counts: &[usize],
     ) -> Result<TeamRequest<'a>> {
         let kind = CollKind::Alltoallv;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         let (me, n) = self.nb_precheck(kind, None)?;
         self.nb_check_len(kind, "send_counts", send_counts.len(), n)?;
         self.nb_check_len(kind, "recv_counts", recv_counts.len(), n)?;
@@ -273,7 +273,7 @@ impl Team {
         op: Op,
     ) -> Result<TeamRequest<'a>> {
         let kind = CollKind::ReduceScatter;
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         self.nb_check_op::<T>(kind, op)?;
         let k = recv.len();
         let (_, n) = self.nb_precheck(kind, None)?;
@@ -359,7 +359,7 @@ impl Team {
         data: &'a mut [T],
         op: Op,
     ) -> Result<TeamRequest<'a>> {
-        let _one = self.pgas().enter_collective(kind.name())?;
+        let _one = self.pgas().enter_collective(self.shown(kind))?;
         self.nb_check_op::<T>(kind, op)?;
         let (me, seq, h) = self.start::<T>(kind, Some(op), None, data.len())?;
         let n = self.size();

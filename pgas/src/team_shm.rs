@@ -63,7 +63,7 @@ fn combine<T: Reduce>(op: Op, acc: &mut [T], b: &[T]) {
 impl Team {
     /// The name of collective `kind` in reports: the world collectives'
     /// (`Pgas::allreduce`, ...) when called through them.
-    fn shown(&self, kind: CollKind) -> &'static str {
+    pub(crate) fn shown(&self, kind: CollKind) -> &'static str {
         if !self.inner.pgas_names {
             return kind.name();
         }
