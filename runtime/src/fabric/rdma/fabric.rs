@@ -164,6 +164,10 @@ struct Dev<V: Verbs> {
     /// earlier means all of those are done).
     nb_posted: Vec<u64>,
     nb_done: Vec<u64>,
+    /// Strided writes posted per peer whose completion leaves their send
+    /// buffer in use (`runs::SHARED`) and has not come: a completion with
+    /// the flag is taken only while one is out (else it is forged).
+    shared_out: Vec<u32>,
     /// `quiet`'s snapshot of `nb_posted` (kept to reuse its allocation).
     nb_want: Vec<u64>,
     /// Why the fabric stopped (every later call fails with it).
@@ -278,6 +282,7 @@ impl<V: Verbs> PendingRdma<V> {
             rma_pending: 0,
             nb_posted: vec![0; size],
             nb_done: vec![0; size],
+            shared_out: vec![0; size],
             nb_want: Vec::with_capacity(size),
             failed: None,
             scratch: Vec::new(),
@@ -553,9 +558,11 @@ impl<V: Verbs> RdmaFabric<V> {
                         d.outstanding[peer] -= 1;
                         d.rma_pending -= 1;
                     }
-                    _ if index & runs::SHARED != 0 => {
+                    _ if index & runs::SHARED != 0 && d.shared_out[peer] > 0 => {
                         // a strided write whose send buffer a later write
                         // of the same transfer still uses: counted only
+                        self.check_send_index(peer, index & !runs::SHARED)?;
+                        d.shared_out[peer] -= 1;
                         d.outstanding[peer] -= 1;
                         d.nb_done[peer] += 1;
                     }

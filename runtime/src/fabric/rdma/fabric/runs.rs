@@ -122,6 +122,9 @@ impl<V: Verbs> RdmaFabric<V> {
                 }
                 d.outstanding[peer] += 1;
                 d.nb_posted[peer] += 1;
+                if !last {
+                    d.shared_out[peer] += 1;
+                }
                 used += k;
             }
             at += n;
