@@ -1559,6 +1559,61 @@ impl Endpoint {
         }
     }
 
+    /// [`wait_reporting`](Self::wait_reporting) with the caller's hang
+    /// watch, for waits that know which progress is theirs (a team
+    /// collective's messages): only the caller tells the watch of progress
+    /// ([`HangWatch::progress`]), so traffic this wait serves for others
+    /// does not restart it, and a wait re-armed with the same watch (after
+    /// waking for something else) goes on counting. The watch's clock
+    /// starts at its first idle check.
+    #[doc(hidden)]
+    pub fn wait_watched(
+        &self,
+        what: &dyn Fn() -> String,
+        watch: &mut HangWatch,
+        cond: impl FnMut() -> bool,
+    ) -> Result<()> {
+        crate::span!(DEBUG, "am.wait", rank = self.rank());
+        // as in `wait_reporting`: a true answer inside the doorbell wait
+        // is kept
+        let (cond, met) = (std::cell::RefCell::new(cond), std::cell::Cell::new(false));
+        let cond = || {
+            met.set(met.get() || (cond.borrow_mut())());
+            met.get()
+        };
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
+        if in_handler() {
+            return Err(
+                Error::usage("wait_until() cannot be called from inside a handler")
+                    .at_rank(self.rank()),
+            );
+        }
+        self.inner.take_deferred()?;
+        let mut backoff = Backoff::new(self.config());
+        // traffic for others resets the backoff, so this wait may never
+        // get slow: look at the clock on the first idle round and every
+        // 64th too
+        let mut idle = 0u32;
+        loop {
+            if cond() {
+                return Ok(());
+            }
+            if self.inner.poll_all()? > 0 {
+                backoff.reset();
+                continue;
+            }
+            self.inner.check_failure()?;
+            self.inner.take_deferred()?;
+            if (idle.is_multiple_of(64) || backoff.is_slow()) && watch.due() {
+                self.inner.hang(watch, &what())?;
+            }
+            idle = idle.wrapping_add(1);
+            self.inner.snooze_unless(&mut backoff, &cond);
+        }
+    }
+
     /// Wait for every rank (through the bootstrap; serves traffic meanwhile).
     pub fn barrier(&self) -> Result<()> {
         self.inner

@@ -20,6 +20,7 @@ use crate::context::Pgas;
 use crate::reduce::Op;
 use crate::team_mail::{self, CollKind, Found, Header, Key, TeamCounters};
 use splitrt_am::{Error, Payload, Result};
+use splitrt_runtime::hang::HangWatch;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -227,6 +228,10 @@ impl Team {
     ) -> Result<()> {
         let key = self.key(seq, tag, from);
         let mail = &self.inner.pg.inner.team_mail;
+        // one hang watch for the whole wait (re-armed waits go on
+        // counting); progress is this message's chunks arriving
+        let mut watch = self.hang_watch(hops);
+        let mut got = 0;
         loop {
             // pending non-blocking collectives progress meanwhile
             // (`team_sched.rs`): a member may wait for their messages
@@ -234,7 +239,12 @@ impl Team {
             if self.try_take(key, h, out)? {
                 return Ok(());
             }
-            self.wait_for(key, h, from, hops)?;
+            let now = mail.filed(key);
+            if now != got {
+                got = now;
+                watch.progress();
+            }
+            self.wait_watched(key, h, from, &mut watch)?;
         }
     }
 
@@ -257,10 +267,8 @@ impl Team {
         )
     }
 
-    /// Wait (serving traffic, with hang reports) until message `key` from
-    /// team rank `from` is in, or something is wrong with the collective,
-    /// or a message arrived for a pending non-blocking collective (the
-    /// caller then sweeps them: `Mailbox::sweep`).
+    /// The hang watch of a wait for a message `hops` hops away, to keep
+    /// across re-armed waits ([`wait_watched`](Self::wait_watched)).
     ///
     /// `hops`: how many messages the sender must receive, one after the
     /// other, before it sends this one (0: it sends it on entering the
@@ -268,12 +276,33 @@ impl Team {
     /// configured, so that when a member never calls, the member waiting
     /// for its first message (0 hops: it names the missing member) reports
     /// before those waiting for members that wait for it in turn.
-    pub(crate) fn wait_for(&self, key: Key, h: &Header, from: usize, hops: u32) -> Result<()> {
+    pub(crate) fn hang_watch(&self, hops: u32) -> HangWatch {
+        let later = std::time::Duration::from_secs(u64::from(hops));
+        HangWatch::new(self.inner.pg.inner.ep.config()).patient(later)
+    }
+
+    /// Wait (serving traffic, with hang reports) until message `key` from
+    /// team rank `from` is in, or something is wrong with the collective,
+    /// or a message arrived for a pending non-blocking collective (the
+    /// caller then sweeps them: `Mailbox::sweep`).
+    ///
+    /// `watch` ([`hang_watch`](Self::hang_watch)) is the caller's, which
+    /// only the caller tells of progress (of the collective it waits for):
+    /// unrelated traffic served meanwhile, and waking for a background
+    /// message and waiting again, do not restart it, so a member that
+    /// never arrives is reported in the configured time however busy the
+    /// rank is with other messages.
+    pub(crate) fn wait_watched(
+        &self,
+        key: Key,
+        h: &Header,
+        from: usize,
+        watch: &mut HangWatch,
+    ) -> Result<()> {
         let i = &self.inner.pg.inner;
         let mail = &i.team_mail;
         let what = || self.awaiting(key, h, from);
-        let later = std::time::Duration::from_secs(u64::from(hops));
-        i.ep.wait_reporting(&what, later, || mail.ready(key, h) || mail.background_due())
+        i.ep.wait_watched(&what, watch, || mail.ready(key, h) || mail.background_due())
     }
 
     /// Take message `key` into `out` if it is in: `Ok(false)` if not yet.

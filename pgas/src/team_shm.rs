@@ -251,12 +251,21 @@ impl ShmCall<'_> {
         // progress meanwhile: a member may wait for their messages before
         // it arrives here
         let mail = &i.team_mail;
+        // one hang watch for the whole wait (re-armed waits go on
+        // counting); progress is another member publishing this step
+        let mut watch = splitrt_runtime::hang::HangWatch::new(i.ep.config()).patient(extra);
+        let mut seen = 0;
         loop {
             mail.sweep();
-            if (0..self.n).all(|j| a.ready(j, k)) {
+            let ready = (0..self.n).filter(|&j| a.ready(j, k)).count();
+            if ready == self.n {
                 break;
             }
-            i.ep.wait_reporting(&what, extra, || {
+            if ready != seen {
+                seen = ready;
+                watch.progress();
+            }
+            i.ep.wait_watched(&what, &mut watch, || {
                 (0..self.n).all(|j| a.ready(j, k)) || mail.background_due()
             })?;
         }
