@@ -50,6 +50,8 @@ mod team_shm;
 mod team_split;
 // (appended) the set waits on signal words as futures
 mod signal_async;
+// (appended) a team's shared description; the world's made at attach
+mod team_core;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};

@@ -133,7 +133,7 @@ impl Team {
         let Some(me) = self.inner.me else {
             return Ok(None);
         };
-        let members = &self.inner.members;
+        let members = self.inner.members.as_slice();
         if i.path != RmaPath::Native || members.iter().any(|&w| i.direct[w].is_empty()) {
             return Ok(None);
         }
@@ -227,7 +227,7 @@ impl ShmCall<'_> {
         let kind = CollKind::from_code(self.h.kind).map_or("a team collective", |k| team.shown(k));
         let what = || {
             let missing = a.missing(k);
-            let world: Vec<usize> = missing.iter().map(|&j| team.inner.members[j]).collect();
+            let world: Vec<usize> = missing.iter().map(|&j| team.inner.members.at(j)).collect();
             let (one, s) = if missing.len() == 1 {
                 ("", " its part")
             } else {
@@ -287,7 +287,7 @@ impl ShmCall<'_> {
                      same root, op and lengths)",
                     team.inner.id,
                     self.seq,
-                    team.inner.members[j],
+                    team.inner.members.at(j),
                     theirs.describe(&op_name),
                     w[0],
                     i.rank,
