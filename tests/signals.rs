@@ -334,6 +334,8 @@ macro_rules! async_sets_tests {
 async_sets_tests! {
     fixes_sigasync_shm_native_1: 1, "shm", "native", 20;
     fixes_sigasync_shm_am_1: 1, "shm", "am", 20;
+    fixes_sigasync_shm_native_2: 2, "shm", "native", 50;
+    fixes_sigasync_shm_native_3: 3, "shm", "native", 30;
     fixes_sigasync_shm_am_2: 2, "shm", "am", 50;
     fixes_sigasync_shm_am_4: 4, "shm", "am", 20;
     fixes_sigasync_udp_native_2: 2, "udp", "native", 30;
@@ -355,24 +357,4 @@ fn fixes_sigasync_verbs_model_native_2() {
 #[test]
 fn fixes_sigasync_verbs_model_am_3() {
     async_sets_on_model(3, RmaPath::Am, 15, 93);
-}
-
-/// The set futures on the native path over shared memory with more than
-/// one rank: a peer's signal written straight into this rank's segment
-/// between the future's last look and the doorbell bridge's sleep leaves
-/// no trace the bridge can see (it looks only into the rings), so the
-/// wait is never woken. The single-word `wait_until_async` has the same
-/// race. Kept, ignored, until the bridge waits on the doorbell's sequence
-/// as the future saw it (see the h9-fixes report).
-#[test]
-#[ignore = "known lost wake-up: native signal writes vs the doorbell bridge's sleep"]
-fn fixes_sigasync_shm_native_2() {
-    async_sets(2, "shm", "native", 50);
-}
-
-/// As [`fixes_sigasync_shm_native_2`] on 3 ranks.
-#[test]
-#[ignore = "known lost wake-up: native signal writes vs the doorbell bridge's sleep"]
-fn fixes_sigasync_shm_native_3() {
-    async_sets(3, "shm", "native", 30);
 }

@@ -1424,6 +1424,42 @@ impl Endpoint {
         .map_err(|e| e.at_rank(self.rank()))
     }
 
+    /// This rank's doorbell count now (`None` where the fabric has no
+    /// doorbell): read it before looking at memory peers write directly
+    /// (a signal word), then register with
+    /// [`wake_on_traffic_since`](Self::wake_on_traffic_since).
+    #[doc(hidden)]
+    pub fn traffic_seq(&self) -> Option<u32> {
+        self.inner
+            .fabric_ref()
+            .wakeup()
+            .and_then(|f| f.traffic_seq())
+    }
+
+    /// [`wake_on_traffic_as`](Self::wake_on_traffic_as) for a waiter that
+    /// read [`traffic_seq`](Self::traffic_seq) as `seq` before its last
+    /// look: woken once the doorbell's count moved, even by a ring that
+    /// came before the bridge slept (a peer's write straight into this
+    /// rank's segment leaves nothing else to see).
+    #[doc(hidden)]
+    pub fn wake_on_traffic_since(
+        &self,
+        key: &TrafficKey,
+        waker: &Waker,
+        seq: Option<u32>,
+    ) -> Result<()> {
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
+        // SAFETY: as in `wake_on_traffic`.
+        unsafe {
+            self.inner
+                .bridge
+                .wake_on_traffic_since(&self.inner.world, key, waker, seq)
+        }
+        .map_err(|e| e.at_rank(self.rank()))
+    }
+
     /// Take back `key`'s waker if it is still registered (it is not after
     /// a fire); the bridge disarms once nothing waits.
     pub fn forget_traffic_wake(&self, key: &TrafficKey) {

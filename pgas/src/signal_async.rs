@@ -204,6 +204,8 @@ impl<T> SignalWaitSet<'_, T> {
     /// `SignalWait::poll`, which this follows).
     fn step(&mut self, words: &[&AtomicU64], cx: &mut Context<'_>) -> Poll<Result<T>> {
         let ep = &self.inner.ep;
+        // the doorbell's count before the look at the words
+        let seq = ep.traffic_seq();
         if let Err(e) = ep.poll() {
             // the job failed, or polling is refused here: end; else a
             // malformed unrelated message: ride it out
@@ -224,7 +226,7 @@ impl<T> SignalWaitSet<'_, T> {
             return self.end(Err(e));
         }
         let k = self.key.get_or_insert_with(|| ep.traffic_key());
-        if let Err(e) = ep.wake_on_traffic_as(k, cx.waker()) {
+        if let Err(e) = ep.wake_on_traffic_since(k, cx.waker(), seq) {
             return self.end(Err(e));
         }
         // a signal that landed between the check and the registration
