@@ -4,7 +4,8 @@
 //! held here (bounded) until the caller fetches them.
 
 use crate::fast;
-use crate::fast::Stack;
+use crate::fast::{Stack, FAST_BYTES};
+use crate::fixed_records;
 use crate::wire::{put_result, Calls, Status, RESULT_HEADER};
 use splitrt_am::{Incoming, Payload, ReplyHandler, Token};
 use std::collections::HashMap;
@@ -196,10 +197,23 @@ impl Serve {
             left -= 1;
             let reserve = left * RESULT_HEADER;
             let (call, mut st) = match rec {
-                Ok(r) => (
-                    r.call,
-                    run_in(funcs, r.func, src, r.args, &mut scratch, None),
-                ),
+                Ok(r) => {
+                    // A result of at most 16 B (most) is encoded on the
+                    // stack and written as its record by fixed-size copies.
+                    let mut small = Stack::default();
+                    let st = run_in(funcs, r.func, src, r.args, &mut scratch, Some(&mut small));
+                    if st == Status::Ok && !small.spilled {
+                        if out.len() + RESULT_HEADER + FAST_BYTES + reserve <= max {
+                            fixed_records::put_ok_result(&mut out, r.call, &small);
+                            continue;
+                        }
+                        // near the reply's end: the general way below
+                        let (b, len) = fixed_records::bytes_of(&small);
+                        scratch.clear();
+                        scratch.extend_from_slice(&b[..len]);
+                    }
+                    (r.call, st)
+                }
                 Err(Some(call)) => {
                     message(&mut scratch, "the call record was cut short");
                     (call, Status::Unknown)
@@ -229,6 +243,11 @@ impl Serve {
             // headers); its caller never sends one, so nothing is owed.
         }
         let _ = tok.reply(results, &[], Payload::Medium(&out));
+        if scratch.capacity() > 0 {
+            // this thread's scratch buffer, if a long result took it
+            scratch.clear();
+            SCRATCH.with(|s| s.replace(scratch));
+        }
     }
 
     fn hold(&self, src: usize, call: u64, st: Status, bytes: Vec<u8>) -> Result<(), String> {
