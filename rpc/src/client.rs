@@ -271,7 +271,7 @@ impl Client {
                     None => Err(Error::usage("an RPC call of an unknown function")),
                 }
             }
-            _ => ep.request(dest, self.batch, &[], Payload::Medium(&bytes)),
+            _ => ep.request(dest, self.batch, &[records], Payload::Medium(&bytes)),
         };
         if let Err(e) = &sent {
             let msg = e.to_string();

@@ -143,7 +143,7 @@ impl Rpc {
         })?;
         let serve = Arc::new(Serve::default());
         let sv = serve.clone();
-        let batch = b.request("rpc:batch", Kind::Medium, 0, move |tok, m| {
+        let batch = b.request("rpc:batch", Kind::Medium, 1, move |tok, m| {
             sv.batch(tok, m, results)
         })?;
         let sv = serve.clone();
