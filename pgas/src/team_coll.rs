@@ -241,6 +241,9 @@ impl Team {
         if let Some(s) = self.shm_call::<u8>(CollKind::Barrier, None, None, 0)? {
             return s.barrier();
         }
+        if let Some(s) = self.hier_call::<u8>(CollKind::Barrier, None, None, 0)? {
+            return s.barrier();
+        }
         let c = self.call::<u8>(CollKind::Barrier, None, None, 0)?;
         let (mut d, mut tag) = (1, 0);
         while d < c.n {
@@ -262,6 +265,9 @@ impl Team {
         if let Some(s) = self.shm_call::<T>(CollKind::Broadcast, None, Some(root), data.len())? {
             return s.broadcast(root, data);
         }
+        if let Some(s) = self.hier_call::<T>(CollKind::Broadcast, None, Some(root), data.len())? {
+            return s.broadcast(root, data);
+        }
         let c = self.call::<T>(CollKind::Broadcast, None, Some(root), data.len())?;
         c.bcast(0, root, data, 0)
     }
@@ -274,6 +280,9 @@ impl Team {
         self.check_op::<T>(CollKind::Reduce, op)?;
         self.precheck(CollKind::Reduce, Some(root))?;
         if let Some(s) = self.shm_call::<T>(CollKind::Reduce, Some(op), Some(root), data.len())? {
+            return s.reduce(Some(root), data, op);
+        }
+        if let Some(s) = self.hier_call::<T>(CollKind::Reduce, Some(op), Some(root), data.len())? {
             return s.reduce(Some(root), data, op);
         }
         let c = self.call::<T>(CollKind::Reduce, Some(op), Some(root), data.len())?;
