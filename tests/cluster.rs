@@ -835,3 +835,66 @@ fn srun_pmi2_three_hosts_teams() {
         all_say(&r, "teams ok", 6);
     }
 }
+
+/// The messages each rank sent to other hosts for one call of each
+/// collective (`t_team_hier` prints them), summed over the ranks, and
+/// every rank's path.
+fn hier_counts(r: &Run) -> (std::collections::BTreeMap<String, u64>, Vec<String>) {
+    let mut sums = std::collections::BTreeMap::new();
+    let mut paths = Vec::new();
+    for l in r.stdout.lines().filter(|l| l.starts_with("hier rank ")) {
+        for w in l.split_whitespace() {
+            if let Some((k, v)) = w.split_once('=') {
+                if k == "path" {
+                    paths.push(v.to_string());
+                } else {
+                    *sums.entry(k.to_string()).or_insert(0) += v.parse::<u64>().unwrap();
+                }
+            }
+        }
+    }
+    (sums, paths)
+}
+
+/// Hierarchical team collectives across hosts (`t_team_hier`): `srun
+/// -N3 -n6` (0 1 | 2 3 | 4 5) and `-N3 -n5` (0 1 | 2 3 | 4); broadcast and
+/// reduce from every root, allreduce, barrier on the world team, the
+/// odd-size team of all but rank 0 and the even ranks' team (one member
+/// per host: flat), results checked on the native path (hierarchical),
+/// with `SPLITRT_TEAM_HIER=0` and on the AM path (flat). The world team's
+/// messages across hosts for one call of each collective, summed over the
+/// ranks, are fewer hierarchically than flat (`Team::off_host_messages`).
+#[test]
+fn srun_pmi2_hosts_team_hier() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_team_hier");
+    for (nodes, ranks, n) in [("-N3", "-n6", 6), ("-N3", "-n5", 5)] {
+        let run = |env: &[&str]| {
+            let mut a = vec!["srun", "--mpi=pmi2", nodes, ranks, "env"];
+            a.extend_from_slice(env);
+            a.extend([p.to_str().unwrap(), "conf"]);
+            let r = on(&d, "ctl", &a);
+            all_say(&r, "team_hier ok", n);
+            hier_counts(&r)
+        };
+        let (hier, hp) = run(&["SPLITRT_RMA=native", "SPLITRT_HANG_REPORT=10"]);
+        let (flat, fp) = run(&[
+            "SPLITRT_RMA=native",
+            "SPLITRT_TEAM_HIER=0",
+            "SPLITRT_HANG_REPORT=10",
+        ]);
+        let (_, ap) = run(&["SPLITRT_RMA=am", "SPLITRT_HANG_REPORT=10"]);
+        eprintln!("{nodes} {ranks}: hierarchical {hier:?}, flat {flat:?}");
+        assert_eq!(hp, vec!["hier"; n], "native: {hier:?}");
+        assert_eq!(fp, vec!["flat"; n], "SPLITRT_TEAM_HIER=0: {flat:?}");
+        assert_eq!(ap, vec!["flat"; n], "AM path");
+        for k in ["teambarrier", "broadcast", "reduce", "allreduce"] {
+            assert!(
+                hier[k] < flat[k],
+                "{nodes} {ranks} {k}: {} messages across hosts hierarchically, {} flat",
+                hier[k],
+                flat[k]
+            );
+        }
+    }
+}

@@ -5,7 +5,10 @@
 //! Where every member's segment is mapped here on the native path (the
 //! members share a host), all but alltoallv go through shared memory
 //! (`team_shm.rs`: one wait per step of up to a half of the team's area,
-//! no message; the blocking functions here dispatch to it). Otherwise
+//! no message; the blocking functions here dispatch to it). A team
+//! spanning hosts runs the blocking barrier, broadcast, reduce and
+//! allreduce hierarchically where it can (`team_hier.rs`: shared memory
+//! within each host, messages between host leaders). Otherwise
 //! every step is a team message (see `team_mail.rs`): an Active Message
 //! Medium from one member to another, so the same code runs on every
 //! fabric (shm rings, UDP, ibverbs) and on both RMA paths. The algorithms

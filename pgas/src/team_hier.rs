@@ -63,6 +63,22 @@ const LEADER_LATER: u32 = 3;
 /// which waits for the other leaders).
 const FANOUT_LATER: u64 = 8;
 
+/// `SPLITRT_TEAM_HIER`: on unless set to an off word (`0`, `false`,
+/// `no`, `off`, empty; on: `1`, `true`, `yes`, `on`, any case, as every
+/// splitrt switch); anything else is an error naming the variable.
+fn hier_setting() -> std::result::Result<bool, String> {
+    let Ok(v) = std::env::var("SPLITRT_TEAM_HIER") else {
+        return Ok(true);
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "" | "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!(
+            "SPLITRT_TEAM_HIER={v:?}: not an on/off setting (1, true, yes, on or 0, false, no, off)"
+        )),
+    }
+}
+
 /// Number of bits of `v` (0 for 0).
 fn bitlen(v: usize) -> u32 {
     usize::BITS - v.leading_zeros()
@@ -145,7 +161,15 @@ impl Team {
             return Ok(None);
         };
         let (members, n) = (&self.inner.members, self.size());
-        let enabled = std::env::var("SPLITRT_TEAM_HIER").map_or(true, |v| v.trim() != "0");
+        let enabled = match hier_setting() {
+            Ok(on) => on,
+            Err(why) => {
+                // every member reads it; one that cannot must not leave
+                // the others waiting
+                i.ep.abort(&why);
+                return Err(Error::usage(why).at_rank(i.rank));
+            }
+        };
         let native = i.path == RmaPath::Native && enabled;
         let mapped: Vec<usize> = (0..n)
             .filter(|&j| j == me || !i.direct[members[j]].is_empty())

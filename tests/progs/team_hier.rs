@@ -1,0 +1,152 @@
+//! Hierarchical team collectives (`pgas/src/team_hier.rs`): on teams
+//! spanning hosts, barrier, broadcast, reduce and allreduce combine within
+//! each host through shared memory and send messages across hosts only
+//! between one leader per host. Checked on any fabric and path (where
+//! the members share one host, or on the AM path, or with
+//! `SPLITRT_TEAM_HIER=0`, the same calls go flat and must give the same
+//! results):
+//!
+//!   conf   every rank: the world team, all but world rank 0 (odd sizes)
+//!          and the even ranks; every root of broadcast and reduce; data
+//!          of several shared-memory steps; a float allreduce whose bits
+//!          must be the same on every member; then one call of each
+//!          collective on the world team, printing what this rank sent to
+//!          other hosts for it:
+//!          "hier rank R path=P barrier=B broadcast=C reduce=D allreduce=E"
+//!          and "team_hier ok (<path>) rank R"
+
+use splitrt::pgas::{Op, Pgas, Team};
+use splitrt::Error;
+
+fn main() {
+    let mode = std::env::args().nth(1).unwrap_or_else(|| "conf".into());
+    let r = (|| -> splitrt::Result<()> {
+        let pg = Pgas::attach()?;
+        match mode.as_str() {
+            "conf" => conf(pg),
+            m => Err(Error::usage(format!("unknown mode {m}"))),
+        }
+    })();
+    if let Err(e) = r {
+        eprintln!("t_team_hier: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn check(cond: bool, what: impl FnOnce() -> String) -> splitrt::Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(Error::usage(what()))
+    }
+}
+
+fn conf(pg: Pgas) -> splitrt::Result<()> {
+    let me = pg.rank();
+    let world = pg.world();
+    every(&world)?;
+    let rest = world.split(if me == 0 { None } else { Some(1) }, 0)?;
+    if rest.is_member() {
+        every(&rest)?;
+    }
+    let even = world.split(Some((me % 2) as u32), me as u64)?;
+    every(&even)?;
+    // what one call of each sends across hosts from this rank
+    let mut x = [me as u64];
+    let count = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<u64> {
+        let before = world.off_host_messages();
+        f()?;
+        Ok(world.off_host_messages() - before)
+    };
+    let b = count(&mut || world.barrier())?;
+    let c = count(&mut || world.broadcast(0, &mut x))?;
+    let d = count(&mut || world.reduce(0, &mut x, Op::Sum))?;
+    let e = count(&mut || world.allreduce(&mut x, Op::Sum))?;
+    // world.barrier() is `Pgas::barrier` (counted at rank 0, no team
+    // message): a split team of every rank shows the team barrier
+    let all = world.split(Some(0), me as u64)?;
+    all.barrier()?;
+    let before = all.off_host_messages();
+    all.barrier()?;
+    let tb = all.off_host_messages() - before;
+    println!(
+        "hier rank {me} path={} teambarrier={tb} barrier={b} broadcast={c} reduce={d} \
+         allreduce={e}",
+        path(&world)
+    );
+    pg.barrier()?;
+    println!("team_hier ok ({:?} path) rank {me}", pg.rma_path());
+    pg.finish()
+}
+
+fn path(t: &Team) -> &'static str {
+    match t.is_hierarchical() {
+        Some(true) => "hier",
+        Some(false) => "flat",
+        None => "shm",
+    }
+}
+
+/// Every collective of the hierarchical set on `t`, results checked.
+fn every(t: &Team) -> splitrt::Result<()> {
+    let n = t.size();
+    let me = t.rank().expect("a member");
+    let name = |what: &str| format!("team {:?} ({}): {what}", t.members(), path(t));
+    t.barrier()?;
+    // several shared-memory steps (32 KiB each) and a zero-length call
+    for len in [1usize, 5000, 0] {
+        for root in 0..n {
+            let mut d: Vec<u64> = if me == root {
+                (0..len as u64).map(|i| i * 7 + root as u64).collect()
+            } else {
+                vec![u64::MAX; len]
+            };
+            t.broadcast(root, &mut d)?;
+            check(
+                d.iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == i as u64 * 7 + root as u64),
+                || name(&format!("broadcast from {root} of {len}")),
+            )?;
+            let mine: Vec<u64> = (0..len as u64).map(|i| i + me as u64 * 3).collect();
+            let mut d = mine.clone();
+            t.reduce(root, &mut d, Op::Sum)?;
+            let want = |i: u64| (0..n as u64).map(|j| i + j * 3).sum::<u64>();
+            if me == root {
+                check(
+                    d.iter().enumerate().all(|(i, &v)| v == want(i as u64)),
+                    || name(&format!("reduce to {root} of {len}")),
+                )?;
+            } else {
+                check(d == mine, || {
+                    name(&format!("reduce to {root} changed a non-root"))
+                })?;
+            }
+        }
+        let mut d: Vec<i64> = (0..len as i64).map(|i| i - me as i64).collect();
+        t.allreduce(&mut d, Op::Min)?;
+        check(
+            d.iter()
+                .enumerate()
+                .all(|(i, &v)| v == i as i64 - (n as i64 - 1)),
+            || name(&format!("allreduce Min of {len}")),
+        )?;
+        let mut d: Vec<u64> = (0..len as u64).map(|i| i * (me as u64 + 1)).collect();
+        t.allreduce(&mut d, Op::Sum)?;
+        let s = (n * (n + 1) / 2) as u64;
+        check(
+            d.iter().enumerate().all(|(i, &v)| v == i as u64 * s),
+            || name(&format!("allreduce Sum of {len}")),
+        )?;
+    }
+    // floats: every member gets the same bits
+    let mut f = [0.1f64 * (me as f64 + 1.0), 1e16 + me as f64, -1.0 / 3.0];
+    t.allreduce(&mut f, Op::Sum)?;
+    let mut g = f;
+    t.broadcast(0, &mut g)?;
+    check(
+        f.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits()),
+        || name("a float allreduce gave members different bits"),
+    )?;
+    t.barrier()
+}
