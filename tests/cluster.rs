@@ -898,3 +898,56 @@ fn srun_pmi2_hosts_team_hier() {
         }
     }
 }
+
+/// The hierarchical path keeps the flat one's reports (`t_team_hier`,
+/// `srun -N3 -n6`: 0 1 | 2 3 | 4 5): a member calling another op is named
+/// (rank 3: found by its host's leader through shared memory; rank 4, a
+/// leader: by the other leaders' messages), and a member that never calls
+/// is named by the hang report (rank 3: its host's leader reports first;
+/// rank 4: the leaders waiting for its message).
+#[test]
+fn srun_pmi2_hosts_team_hier_names_the_culprit() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_team_hier");
+    for target in ["3", "4"] {
+        let run = |mode: &str| {
+            let a = [
+                "srun",
+                "--mpi=pmi2",
+                "-N3",
+                "-n6",
+                "env",
+                "SPLITRT_HANG_REPORT=1",
+                "SPLITRT_HANG_ABORT=1",
+                p.to_str().unwrap(),
+                mode,
+                target,
+            ];
+            on(&d, "ctl", &a)
+        };
+        let r = run("op");
+        assert_ne!(r.code, 0, "{r:?}");
+        assert_eq!(r.stdout.matches("path=hier").count(), 6, "{r:?}");
+        assert!(
+            r.stderr.contains("team collective mismatch")
+                && r.stderr
+                    .contains(&format!("rank {target} (team rank {target}) called")),
+            "op {target}: {}",
+            r.stderr
+        );
+        assert!(
+            r.stderr.contains("op Max") && r.stderr.contains("op Sum"),
+            "{r:?}"
+        );
+        let r = run("absent");
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains("gave up after")
+                && r.stderr
+                    .contains("in Team::allreduce #3 on team 0x1 (6 members)")
+                && r.stderr.contains(&format!("(world rank {target}) to send")),
+            "absent {target}: {}",
+            r.stderr
+        );
+    }
+}

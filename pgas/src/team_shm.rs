@@ -309,7 +309,7 @@ impl<'a> ShmCall<'a> {
                  (shared memory, step {k})",
                 self.seq,
                 team.inner.id,
-                self.n,
+                team.size(),
                 rank_list(&world),
                 rank_list(&missing),
                 rank_list(&world),

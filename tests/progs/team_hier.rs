@@ -14,16 +14,23 @@
 //!          other hosts for it:
 //!          "hier rank R path=P barrier=B broadcast=C reduce=D allreduce=E"
 //!          and "team_hier ok (<path>) rank R"
+//!   op R   every rank does a few world collectives, then allreduces with
+//!          Sum, but world rank R with Max: the job ends naming R
+//!   absent R  likewise, but world rank R never calls the allreduce: the
+//!          hang report names R
 
 use splitrt::pgas::{Op, Pgas, Team};
 use splitrt::Error;
 
 fn main() {
-    let mode = std::env::args().nth(1).unwrap_or_else(|| "conf".into());
+    let mut a = std::env::args().skip(1);
+    let mode = a.next().unwrap_or_else(|| "conf".into());
+    let target: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
     let r = (|| -> splitrt::Result<()> {
         let pg = Pgas::attach()?;
         match mode.as_str() {
             "conf" => conf(pg),
+            "op" | "absent" => misuse(pg, &mode, target),
             m => Err(Error::usage(format!("unknown mode {m}"))),
         }
     })();
@@ -76,6 +83,27 @@ fn conf(pg: Pgas) -> splitrt::Result<()> {
     );
     pg.barrier()?;
     println!("team_hier ok ({:?} path) rank {me}", pg.rma_path());
+    pg.finish()
+}
+
+fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
+    let me = pg.rank();
+    let world = pg.world();
+    let mut d = [me as u64; 2];
+    world.allreduce(&mut d, Op::Sum)?;
+    world.broadcast(0, &mut d)?;
+    println!("rank {me} path={}", path(&world));
+    if me == target {
+        if mode == "absent" {
+            loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+            }
+        }
+        world.allreduce(&mut d, Op::Max)?;
+    } else {
+        world.allreduce(&mut d, Op::Sum)?;
+    }
+    println!("done");
     pg.finish()
 }
 
