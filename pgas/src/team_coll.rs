@@ -6,8 +6,8 @@
 //! members share a host), all but alltoallv go through shared memory
 //! (`team_shm.rs`: one wait per step of up to a half of the team's area,
 //! no message; the blocking functions here dispatch to it). A team
-//! spanning hosts runs the blocking barrier, broadcast, reduce and
-//! allreduce hierarchically where it can (`team_hier.rs`: shared memory
+//! spanning hosts runs the blocking barrier, broadcast, reduce,
+//! allreduce, gather and allgather hierarchically where it can (`team_hier.rs`: shared memory
 //! within each host, messages between host leaders). Otherwise
 //! every step is a team message (see `team_mail.rs`): an Active Message
 //! Medium from one member to another, so the same code runs on every
@@ -311,6 +311,9 @@ impl Team {
         if let Some(s) = self.shm_call::<T>(kind, None, Some(root), k)? {
             return s.gather(Some(root), send, recv);
         }
+        if let Some(s) = self.hier_call::<T>(kind, None, Some(root), k)? {
+            return s.gather(Some(root), send, recv);
+        }
         let c = self.call::<T>(kind, None, Some(root), k)?;
         if c.me != root {
             return c.send(0, root, send);
@@ -330,6 +333,9 @@ impl Team {
         let (_, n) = self.precheck(kind, None)?;
         check_len(self, kind, "recv", recv.len(), n * send.len())?;
         if let Some(s) = self.shm_call::<T>(kind, None, None, send.len())? {
+            return s.gather(None, send, recv);
+        }
+        if let Some(s) = self.hier_call::<T>(kind, None, None, send.len())? {
             return s.gather(None, send, recv);
         }
         self.allgather_as(kind, send, recv)

@@ -1,7 +1,7 @@
 //! Hierarchical team collectives: for a team spanning hosts with more
 //! than one member on some host (native path), the blocking barrier,
-//! broadcast, reduce and allreduce combine within each host through
-//! shared memory, run the message algorithm among one **leader** per host
+//! broadcast, reduce, allreduce, gather and allgather combine within each
+//! host through shared memory, run the message algorithm among one **leader** per host
 //! (the host's lowest team rank), and fan the result out through shared
 //! memory again. Messages cross hosts only between leaders.
 //!
@@ -30,6 +30,8 @@
 //! | broadcast | the root's group reads the root's data; binomial tree among leaders from the root's leader; each other leader publishes it to its group | L - 1 |
 //! | reduce | each leader combines its group's data in team-rank order; binomial tree among leaders to the root's leader; the root reads the result | L - 1 |
 //! | allreduce | as reduce, to the first host's leader, then binomial broadcast back among leaders, each publishing the result to its group | 2 (L - 1) |
+//! | gather | the root collects its group's parts, each other leader its group's and sends them to the root | L - 1 |
+//! | allgather | each leader collects its group's parts and sends them to every other leader, then publishes all n parts to its group (a step carries ⌊32 KiB / (n · element size)⌋ elements per member) | L (L - 1) |
 //!
 //! Reductions: within a host in increasing team rank, then the hosts'
 //! partial results along the leaders' binomial tree (children in
@@ -48,6 +50,7 @@ use crate::team_shm::{alloc_block, free_block, steps, ShmCall};
 use bytemuck::Pod;
 use splitrt_am::{Error, Result};
 use splitrt_runtime::config::RmaPath;
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -128,7 +131,13 @@ impl Team {
             count: count as u64,
             esize: std::mem::size_of::<T>() as u64,
         };
-        let fits = std::mem::size_of::<T>() <= TEAM_HALF;
+        // an allgather's fan-out step carries every member's elements
+        let wide = if kind == CollKind::Allgather {
+            self.size()
+        } else {
+            1
+        };
+        let fits = std::mem::size_of::<T>().saturating_mul(wide) <= TEAM_HALF;
         let (g, seq) = match c.hier.get() {
             Some(g) => (g.clone(), None),
             None => {
@@ -515,6 +524,152 @@ impl HierCall<'_> {
                     }
                     if leader {
                         data[r].copy_from_slice(acc);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// This member's group's parts of elements `r` of every member's
+    /// `send` (step A: every member publishes; the collector reads), in
+    /// group order, `m` elements each; `None` on members that do not
+    /// collect.
+    fn collect<T: Pod>(&self, send: &[T], collects: bool) -> Result<Option<Vec<T>>> {
+        let g = &self.g;
+        let m = send.len();
+        let mut out = collects.then(|| vec![T::zeroed(); g.group.len() * m]);
+        match self.step(0, Some(bytemuck::cast_slice(send)))? {
+            Some((a, k)) => {
+                if let Some(out) = &mut out {
+                    for j in 0..g.group.len() {
+                        let to = &mut out[j * m..(j + 1) * m];
+                        if j == g.gme {
+                            to.copy_from_slice(send);
+                        } else {
+                            a.read(j, k, 0, bytemuck::cast_slice_mut(to));
+                        }
+                    }
+                }
+                a.finish(k);
+            }
+            None => {
+                if let Some(out) = &mut out {
+                    out.copy_from_slice(send);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Place group `gi`'s parts `parts` (group order, `m` elements each)
+    /// of elements `r` into `recv` (member t's at t * kk).
+    fn place<T: Pod>(&self, gi: usize, parts: &[T], recv: &mut [T], kk: usize, r: &Range<usize>) {
+        let m = r.len();
+        let members = self.g.layout.members_of(gi);
+        for (j, &t) in members.iter().enumerate() {
+            recv[t * kk + r.start..t * kk + r.end].copy_from_slice(&parts[j * m..(j + 1) * m]);
+        }
+    }
+
+    /// Every member's `send` (kk elements) into `recv` (n * kk) of `root`
+    /// (or of every member, for `None`): each host's parts are collected
+    /// through its group's area (by the root in its own group, else by
+    /// the leader); a gather's leaders send them to the root, an
+    /// allgather's to every other leader, which publishes all n parts to
+    /// its group.
+    pub(crate) fn gather<T: Pod>(
+        self,
+        root: Option<usize>,
+        send: &[T],
+        recv: &mut [T],
+    ) -> Result<()> {
+        let g = self.g.clone();
+        let (nl, mine, me) = (self.nl(), g.my_group(), g.group[g.gme]);
+        let n = g.layout.group_of.len();
+        let kk = send.len();
+        let per = match root {
+            Some(_) => Self::per::<T>(),
+            None => (TEAM_HALF / (std::mem::size_of::<T>().max(1) * n)).max(1),
+        };
+        for (c, r) in steps(kk, per).enumerate() {
+            let m = r.len();
+            match root {
+                Some(rt) => {
+                    let rg = g.layout.group_of[rt];
+                    // the root collects its own group; the other leaders theirs
+                    let collects = if mine == rg { me == rt } else { g.gme == 0 };
+                    let parts = self.collect(&send[r.clone()], collects)?;
+                    if me == rt {
+                        if let Some(p) = &parts {
+                            self.place(mine, p, recv, kk, &r);
+                        }
+                        for gi in (0..nl).filter(|&gi| gi != rg) {
+                            let mut p = vec![T::zeroed(); g.layout.members_of(gi).len() * m];
+                            let from = g.layout.leaders[gi];
+                            self.team.recv(
+                                self.seq,
+                                tag(c, 1),
+                                &self.h,
+                                from,
+                                bytemuck::cast_slice_mut(&mut p),
+                                LEADER_LATER,
+                            )?;
+                            self.place(gi, &p, recv, kk, &r);
+                        }
+                    } else if let (Some(p), true) = (&parts, mine != rg) {
+                        self.team.send(
+                            self.seq,
+                            tag(c, 1),
+                            &self.h,
+                            rt,
+                            bytemuck::cast_slice(p),
+                        )?;
+                    }
+                }
+                None => {
+                    let leader = g.gme == 0;
+                    let parts = self.collect(&send[r.clone()], leader)?;
+                    // the leader assembles all n parts of these elements
+                    // (member t's at t * m), then publishes them
+                    let mut all = vec![T::zeroed(); if leader { n * m } else { 0 }];
+                    if let (Some(p), Some(li)) = (&parts, g.leader_index()) {
+                        for s in 1..nl {
+                            self.lsend(tag(c, 1), (li + s) % nl, p)?;
+                        }
+                        let mut put = |gi: usize, p: &[T]| {
+                            for (j, &t) in g.layout.members_of(gi).iter().enumerate() {
+                                all[t * m..(t + 1) * m].copy_from_slice(&p[j * m..(j + 1) * m]);
+                            }
+                        };
+                        put(li, p);
+                        for s in 1..nl {
+                            let gi = (li + nl - s) % nl;
+                            let mut q = vec![T::zeroed(); g.layout.members_of(gi).len() * m];
+                            self.lrecv(tag(c, 1), gi, &mut q, 0)?;
+                            put(gi, &q);
+                        }
+                    }
+                    let out = leader.then(|| bytemuck::cast_slice(&all[..]));
+                    match self.step(FANOUT_LATER, out)? {
+                        Some((a, k)) => {
+                            for t in 0..n {
+                                let to = &mut recv[t * kk + r.start..t * kk + r.end];
+                                if leader {
+                                    to.copy_from_slice(&all[t * m..(t + 1) * m]);
+                                } else {
+                                    let at = t * m * std::mem::size_of::<T>();
+                                    a.read(0, k, at, bytemuck::cast_slice_mut(to));
+                                }
+                            }
+                            a.finish(k);
+                        }
+                        None => {
+                            for t in 0..n {
+                                recv[t * kk + r.start..t * kk + r.end]
+                                    .copy_from_slice(&all[t * m..(t + 1) * m]);
+                            }
+                        }
                     }
                 }
             }

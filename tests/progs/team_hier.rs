@@ -1,18 +1,21 @@
 //! Hierarchical team collectives (`pgas/src/team_hier.rs`): on teams
-//! spanning hosts, barrier, broadcast, reduce and allreduce combine within
-//! each host through shared memory and send messages across hosts only
-//! between one leader per host. Checked on any fabric and path (where
+//! spanning hosts, barrier, broadcast, reduce, allreduce, gather and
+//! allgather combine within each host through shared memory and send
+//! messages across hosts only between one leader per host (a gather's:
+//! to the root). Checked on any fabric and path (where
 //! the members share one host, or on the AM path, or with
 //! `SPLITRT_TEAM_HIER=0`, the same calls go flat and must give the same
 //! results):
 //!
 //!   conf   every rank: the world team, all but world rank 0 (odd sizes)
-//!          and the even ranks; every root of broadcast and reduce; data
+//!          and the even ranks; every root of broadcast, reduce and
+//!          gather, allgather; data
 //!          of several shared-memory steps; a float allreduce whose bits
 //!          must be the same on every member; then one call of each
 //!          collective on the world team, printing what this rank sent to
 //!          other hosts for it:
-//!          "hier rank R path=P barrier=B broadcast=C reduce=D allreduce=E"
+//!          "hier rank R path=P teambarrier=A barrier=B broadcast=C reduce=D
+//!          allreduce=E gather=F allgather=G"
 //!          and "team_hier ok (<path>) rank R"
 //!   op R   every rank does a few world collectives, then allreduces with
 //!          Sum, but world rank R with Max: the job ends naming R
@@ -69,6 +72,9 @@ fn conf(pg: Pgas) -> splitrt::Result<()> {
     let c = count(&mut || world.broadcast(0, &mut x))?;
     let d = count(&mut || world.reduce(0, &mut x, Op::Sum))?;
     let e = count(&mut || world.allreduce(&mut x, Op::Sum))?;
+    let mut all = vec![0u64; world.size()];
+    let f = count(&mut || world.gather(0, &x, if me == 0 { &mut all } else { &mut [] }))?;
+    let g = count(&mut || world.allgather(&x, &mut all))?;
     // world.barrier() is `Pgas::barrier` (counted at rank 0, no team
     // message): a split team of every rank shows the team barrier
     let all = world.split(Some(0), me as u64)?;
@@ -78,7 +84,7 @@ fn conf(pg: Pgas) -> splitrt::Result<()> {
     let tb = all.off_host_messages() - before;
     println!(
         "hier rank {me} path={} teambarrier={tb} barrier={b} broadcast={c} reduce={d} \
-         allreduce={e}",
+         allreduce={e} gather={f} allgather={g}",
         path(&world)
     );
     pg.barrier()?;
@@ -95,9 +101,10 @@ fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
     println!("rank {me} path={}", path(&world));
     if me == target {
         if mode == "absent" {
-            loop {
-                std::thread::sleep(std::time::Duration::from_secs(1));
-            }
+            // long enough for the others' hang report (1 s) to end the
+            // job; bounded, so the launcher need not kill this rank
+            std::thread::sleep(std::time::Duration::from_secs(15));
+            std::process::exit(3);
         }
         world.allreduce(&mut d, Op::Max)?;
     } else {
@@ -151,6 +158,24 @@ fn every(t: &Team) -> splitrt::Result<()> {
                 })?;
             }
         }
+        let send: Vec<u32> = (0..len as u32).map(|i| i ^ (me as u32) << 20).collect();
+        let whole = |d: &[u32]| {
+            (0..n).all(|j| (0..len).all(|i| d[j * len + i] == (i as u32) ^ (j as u32) << 20))
+        };
+        for root in 0..n {
+            let mut recv = if me == root {
+                vec![7u32; n * len]
+            } else {
+                vec![]
+            };
+            t.gather(root, &send, &mut recv)?;
+            if me == root {
+                check(whole(&recv), || name(&format!("gather to {root} of {len}")))?;
+            }
+        }
+        let mut recv = vec![7u32; n * len];
+        t.allgather(&send, &mut recv)?;
+        check(whole(&recv), || name(&format!("allgather of {len}")))?;
         let mut d: Vec<i64> = (0..len as i64).map(|i| i - me as i64).collect();
         t.allreduce(&mut d, Op::Min)?;
         check(
