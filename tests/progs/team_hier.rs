@@ -17,6 +17,9 @@
 //!          "hier rank R path=P teambarrier=A barrier=B broadcast=C reduce=D
 //!          allreduce=E gather=F allgather=G"
 //!          and "team_hier ok (<path>) rank R"
+//!   time N every rank: N world allreduces of one u64, then N of 8 KiB,
+//!          then N split-team barriers; rank 0 prints µs per call
+//!          ("time path=P allreduce8=.. allreduce8k=.. barrier=..")
 //!   op R   every rank does a few world collectives, then allreduces with
 //!          Sum, but world rank R with Max: the job ends naming R
 //!   absent R  likewise, but world rank R never calls the allreduce: the
@@ -34,6 +37,7 @@ fn main() {
         match mode.as_str() {
             "conf" => conf(pg),
             "op" | "absent" => misuse(pg, &mode, target),
+            "time" => time(pg, target),
             m => Err(Error::usage(format!("unknown mode {m}"))),
         }
     })();
@@ -111,6 +115,32 @@ fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
         world.allreduce(&mut d, Op::Sum)?;
     }
     println!("done");
+    pg.finish()
+}
+
+fn time(pg: Pgas, n: usize) -> splitrt::Result<()> {
+    let world = pg.world();
+    let all = world.split(Some(0), pg.rank() as u64)?;
+    let mut one = [1u64];
+    let mut big = vec![1u64; 1024];
+    world.allreduce(&mut one, Op::Sum)?;
+    all.barrier()?;
+    let per = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<f64> {
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            f()?;
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64)
+    };
+    let a = per(&mut || world.allreduce(&mut one, Op::Max))?;
+    let b = per(&mut || world.allreduce(&mut big, Op::Max))?;
+    let c = per(&mut || all.barrier())?;
+    if pg.rank() == 0 {
+        println!(
+            "time path={} allreduce8={a:.1} allreduce8k={b:.1} barrier={c:.1}",
+            path(&world)
+        );
+    }
     pg.finish()
 }
 
