@@ -140,6 +140,12 @@ impl Team {
         let fits = std::mem::size_of::<T>().saturating_mul(wide) <= TEAM_HALF;
         let (g, seq) = match c.hier.get() {
             Some(g) => (g.clone(), None),
+            // two hosts and two members on one take three members: every
+            // member knows the size, so no set-up is needed to agree
+            None if self.size() < 3 => {
+                let _ = c.hier.set(None);
+                (None, None)
+            }
             None => {
                 let seq = self.next_seq();
                 let g = self.set_up_hier(seq, &h)?.map(Arc::new);
