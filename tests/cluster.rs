@@ -835,3 +835,131 @@ fn srun_pmi2_three_hosts_teams() {
         all_say(&r, "teams ok", 6);
     }
 }
+
+/// The messages each rank sent to other hosts for one call of each
+/// collective (`t_team_hier` prints them), summed over the ranks, and
+/// every rank's path.
+fn hier_counts(r: &Run) -> (std::collections::BTreeMap<String, u64>, Vec<String>) {
+    let mut sums = std::collections::BTreeMap::new();
+    let mut paths = Vec::new();
+    for l in r.stdout.lines().filter(|l| l.starts_with("hier rank ")) {
+        for w in l.split_whitespace() {
+            if let Some((k, v)) = w.split_once('=') {
+                if k == "path" {
+                    paths.push(v.to_string());
+                } else {
+                    *sums.entry(k.to_string()).or_insert(0) += v.parse::<u64>().unwrap();
+                }
+            }
+        }
+    }
+    (sums, paths)
+}
+
+/// Hierarchical team collectives across hosts (`t_team_hier`): `srun
+/// -N3 -n6` (0 1 | 2 3 | 4 5) and `-N3 -n5` (0 1 | 2 3 | 4); broadcast,
+/// reduce and gather from every root, allreduce, allgather, barrier on the
+/// world team, the
+/// odd-size team of all but rank 0 and the even ranks' team (one member
+/// per host: flat), results checked on the native path (hierarchical),
+/// with `SPLITRT_TEAM_HIER=0` and on the AM path (flat). The world team's
+/// messages across hosts for one call of each collective, summed over the
+/// ranks, are fewer hierarchically than flat (`Team::off_host_messages`).
+#[test]
+fn srun_pmi2_hosts_team_hier() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_team_hier");
+    for (nodes, ranks, n) in [("-N3", "-n6", 6), ("-N3", "-n5", 5)] {
+        let run = |env: &[&str]| {
+            let mut a = vec!["srun", "--mpi=pmi2", nodes, ranks, "env"];
+            a.extend_from_slice(env);
+            a.extend([p.to_str().unwrap(), "conf"]);
+            let r = on(&d, "ctl", &a);
+            all_say(&r, "team_hier ok", n);
+            hier_counts(&r)
+        };
+        let (hier, hp) = run(&["SPLITRT_RMA=native", "SPLITRT_HANG_REPORT=10"]);
+        let (flat, fp) = run(&[
+            "SPLITRT_RMA=native",
+            "SPLITRT_TEAM_HIER=0",
+            "SPLITRT_HANG_REPORT=10",
+        ]);
+        let (_, ap) = run(&["SPLITRT_RMA=am", "SPLITRT_HANG_REPORT=10"]);
+        eprintln!("{nodes} {ranks}: hierarchical {hier:?}, flat {flat:?}");
+        assert_eq!(hp, vec!["hier"; n], "native: {hier:?}");
+        assert_eq!(fp, vec!["flat"; n], "SPLITRT_TEAM_HIER=0: {flat:?}");
+        assert_eq!(ap, vec!["flat"; n], "AM path");
+        for k in [
+            "teambarrier",
+            "broadcast",
+            "reduce",
+            "allreduce",
+            "gather",
+            "allgather",
+        ] {
+            assert!(
+                hier[k] < flat[k],
+                "{nodes} {ranks} {k}: {} messages across hosts hierarchically, {} flat",
+                hier[k],
+                flat[k]
+            );
+        }
+    }
+}
+
+/// The hierarchical path keeps the flat one's reports (`t_team_hier`,
+/// `srun -N3 -n6`: 0 1 | 2 3 | 4 5): a member calling another op is named
+/// (rank 3: found by its host's leader through shared memory; rank 4, a
+/// leader: by the other leaders' messages), and a member that never calls
+/// is named by the hang report (rank 3: its host's leader reports first;
+/// rank 4: the leaders waiting for its message).
+#[test]
+fn srun_pmi2_hosts_team_hier_names_the_culprit() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_team_hier");
+    for target in ["3", "4"] {
+        let run = |mode: &str| {
+            let a = [
+                "srun",
+                "--mpi=pmi2",
+                "-N3",
+                "-n6",
+                "env",
+                "SPLITRT_HANG_REPORT=1",
+                "SPLITRT_HANG_ABORT=1",
+                p.to_str().unwrap(),
+                mode,
+                target,
+            ];
+            on(&d, "ctl", &a)
+        };
+        let r = run("op");
+        assert_ne!(r.code, 0, "{r:?}");
+        // (a rank may be ended by the abort before it prints)
+        assert!(
+            r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
+            "{r:?}"
+        );
+        assert!(
+            r.stderr.contains("team collective mismatch")
+                && r.stderr
+                    .contains(&format!("rank {target} (team rank {target}) called")),
+            "op {target}: {}",
+            r.stderr
+        );
+        assert!(
+            r.stderr.contains("op Max") && r.stderr.contains("op Sum"),
+            "{r:?}"
+        );
+        let r = run("absent");
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains("gave up after")
+                && r.stderr
+                    .contains("in Team::allreduce #3 on team 0x1 (6 members)")
+                && r.stderr.contains(&format!("(world rank {target}) to send")),
+            "absent {target}: {}",
+            r.stderr
+        );
+    }
+}

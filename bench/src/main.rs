@@ -1,7 +1,7 @@
 //! `splitrt-bench`: benchmarks of splitrt between pinned processes.
 //!
 //! ```text
-//! splitrt-bench [am] [--quick] [--reps R] [--out DIR] [--timeout S] [--no-ucx]
+//! splitrt-bench [am] [--quick] [--reps R] [--out DIR] [--timeout S] [--no-ucx] [--rows rtt,sizes,bw,rate,progress]
 //! splitrt-bench pgas | latency | throughput | ring-scan | cell-scan | breakdown [--quick] [--reps R] [--out DIR]
 //! splitrt-bench compare [--no-peers] [--quick] [--reps R] [--out DIR]
 //! splitrt-bench apps [--class S|W] [--quick] [--reps R] [--out DIR]
@@ -116,6 +116,13 @@ struct AmArgs {
     /// Do not run ucx_perftest even if it is installed.
     #[arg(long)]
     no_ucx: bool,
+    /// Only these groups of rows, comma-separated: rtt (raw line, AM
+    /// Short and RPC round trips), sizes (Medium/Long round trips), bw
+    /// (one-way throughput), rate (AM Short flood and aggregated RPC
+    /// rate), progress (Short round trip, peer on its progress thread);
+    /// default all. UCX runs only with all.
+    #[arg(long, value_name = "LIST", value_parser = am::rows::Rows::parse)]
+    rows: Option<am::rows::Rows>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -245,8 +252,12 @@ fn main() {
 fn drive(cli: &Cli) -> Result<(), String> {
     let run = || Run::new(cli.common, cli.driver.out.clone(), cli.driver.timeout);
     match &cli.cmd {
-        None => am::driver::run(&run()?, !cli.am.no_ucx),
-        Some(Cmd::Am(a)) => am::driver::run(&run()?, !(a.no_ucx || cli.am.no_ucx)),
+        None => am::driver::run(&run()?, !cli.am.no_ucx, cli.am.rows.unwrap_or_default()),
+        Some(Cmd::Am(a)) => am::driver::run(
+            &run()?,
+            !(a.no_ucx || cli.am.no_ucx),
+            a.rows.or(cli.am.rows).unwrap_or_default(),
+        ),
         Some(Cmd::Latency) => sweep::driver::latency(&run()?),
         Some(Cmd::Throughput) => sweep::driver::throughput(&run()?),
         Some(Cmd::RingScan) => sweep::driver::ring_scan(&run()?),
@@ -315,8 +326,21 @@ mod tests {
         assert!(c.cmd.is_none() && c.common.quick && c.am.no_ucx);
         assert_eq!(c.driver.out, PathBuf::from("x"));
         let c = parse(&["am", "--no-ucx", "--reps", "2"]).unwrap();
-        assert!(matches!(c.cmd, Some(Cmd::Am(AmArgs { no_ucx: true }))));
+        assert!(matches!(
+            c.cmd,
+            Some(Cmd::Am(AmArgs {
+                no_ucx: true,
+                rows: None
+            }))
+        ));
         assert_eq!(c.common.reps, 2);
+        let r = parse(&["am", "--rows", "rate", "--quick"]).unwrap();
+        let Some(Cmd::Am(a)) = r.cmd else {
+            panic!("not am")
+        };
+        assert_eq!(a.rows, Some(am::rows::Rows::parse("rate").unwrap()));
+        assert!(parse(&["--rows", "rate,rtt"]).unwrap().am.rows.is_some());
+        assert!(parse(&["am", "--rows", "nope"]).is_err());
         let c = parse(&["pgas", "--quick", "--reps", "1", "--out", "y"]).unwrap();
         assert!(matches!(c.cmd, Some(Cmd::Pgas)));
         assert_eq!((c.common.quick, c.common.reps), (true, 1));

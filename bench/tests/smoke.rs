@@ -292,3 +292,23 @@ fn quick_gasnet_testam_rows() {
         &["gasnet.csv"],
     );
 }
+
+#[test]
+fn quick_rate_rows_alone() {
+    // `--rows rate`: the AM Short flood and the aggregated RPC rate with
+    // their ratio and target, nothing else
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-smoke-rows-rate");
+    let stdout = quick_run(&["am", "--no-ucx", "--rows", "rate"], &out);
+    for row in [
+        "AM Short flood rate",
+        "RPC aggregated rate",
+        "RPC aggregated rate / AM Short flood rate",
+        "target >= 0.5x",
+    ] {
+        assert!(stdout.contains(row), "missing {row:?} in\n{stdout}");
+    }
+    for row in ["raw line ping-pong RTT", "AM Medium RTT", "AM Long one-way"] {
+        assert!(!stdout.contains(row), "{row:?} measured in\n{stdout}");
+    }
+    assert_outputs(&out, &["am.csv"]);
+}

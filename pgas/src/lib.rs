@@ -42,6 +42,8 @@ mod strided_shape;
 mod team;
 mod team_area;
 mod team_coll;
+mod team_hier;
+mod team_hosts;
 mod team_mail;
 mod team_nb;
 mod team_nb_forms;

@@ -155,6 +155,12 @@ impl Team {
 
     /// The number of the collective starting now on this team.
     pub(crate) fn next_seq(&self) -> u64 {
+        // taken by the hierarchical set-up of this very collective
+        // (`team_hier.rs`), which then went by messages
+        let held = self.inner.counters.held_seq.swap(0, Ordering::Relaxed);
+        if held != 0 {
+            return held;
+        }
         self.inner.counters.seq.fetch_add(1, Ordering::Relaxed) + 1
     }
 
@@ -181,6 +187,10 @@ impl Team {
             let end = (off + chunk).min(data.len());
             let a = team_mail::args(self.inner.id, seq, tag, h, off as u64, total);
             i.ep.request(peer, i.team_h, &a, Payload::Medium(&data[off..end]))?;
+            if i.direct[peer].is_empty() {
+                // another host's (or the AM path): `Team::off_host_messages`
+                self.inner.counters.off_host.fetch_add(1, Ordering::Relaxed);
+            }
             off = end;
             if off >= data.len() {
                 return Ok(());

@@ -5,7 +5,10 @@
 //! Where every member's segment is mapped here on the native path (the
 //! members share a host), all but alltoallv go through shared memory
 //! (`team_shm.rs`: one wait per step of up to a half of the team's area,
-//! no message; the blocking functions here dispatch to it). Otherwise
+//! no message; the blocking functions here dispatch to it). A team
+//! spanning hosts runs the blocking barrier, broadcast, reduce,
+//! allreduce, gather and allgather hierarchically where it can (`team_hier.rs`: shared memory
+//! within each host, messages between host leaders). Otherwise
 //! every step is a team message (see `team_mail.rs`): an Active Message
 //! Medium from one member to another, so the same code runs on every
 //! fabric (shm rings, UDP, ibverbs) and on both RMA paths. The algorithms
@@ -241,6 +244,9 @@ impl Team {
         if let Some(s) = self.shm_call::<u8>(CollKind::Barrier, None, None, 0)? {
             return s.barrier();
         }
+        if let Some(s) = self.hier_call::<u8>(CollKind::Barrier, None, None, 0)? {
+            return s.barrier();
+        }
         let c = self.call::<u8>(CollKind::Barrier, None, None, 0)?;
         let (mut d, mut tag) = (1, 0);
         while d < c.n {
@@ -262,6 +268,9 @@ impl Team {
         if let Some(s) = self.shm_call::<T>(CollKind::Broadcast, None, Some(root), data.len())? {
             return s.broadcast(root, data);
         }
+        if let Some(s) = self.hier_call::<T>(CollKind::Broadcast, None, Some(root), data.len())? {
+            return s.broadcast(root, data);
+        }
         let c = self.call::<T>(CollKind::Broadcast, None, Some(root), data.len())?;
         c.bcast(0, root, data, 0)
     }
@@ -274,6 +283,9 @@ impl Team {
         self.check_op::<T>(CollKind::Reduce, op)?;
         self.precheck(CollKind::Reduce, Some(root))?;
         if let Some(s) = self.shm_call::<T>(CollKind::Reduce, Some(op), Some(root), data.len())? {
+            return s.reduce(Some(root), data, op);
+        }
+        if let Some(s) = self.hier_call::<T>(CollKind::Reduce, Some(op), Some(root), data.len())? {
             return s.reduce(Some(root), data, op);
         }
         let c = self.call::<T>(CollKind::Reduce, Some(op), Some(root), data.len())?;
@@ -299,6 +311,9 @@ impl Team {
         if let Some(s) = self.shm_call::<T>(kind, None, Some(root), k)? {
             return s.gather(Some(root), send, recv);
         }
+        if let Some(s) = self.hier_call::<T>(kind, None, Some(root), k)? {
+            return s.gather(Some(root), send, recv);
+        }
         let c = self.call::<T>(kind, None, Some(root), k)?;
         if c.me != root {
             return c.send(0, root, send);
@@ -318,6 +333,9 @@ impl Team {
         let (_, n) = self.precheck(kind, None)?;
         check_len(self, kind, "recv", recv.len(), n * send.len())?;
         if let Some(s) = self.shm_call::<T>(kind, None, None, send.len())? {
+            return s.gather(None, send, recv);
+        }
+        if let Some(s) = self.hier_call::<T>(kind, None, None, send.len())? {
             return s.gather(None, send, recv);
         }
         self.allgather_as(kind, send, recv)

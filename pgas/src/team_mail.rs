@@ -195,6 +195,14 @@ pub(crate) struct TeamCounters {
     pub splits: AtomicU64,
     /// The team's shared-memory area, once set up (`team_shm.rs`).
     pub shm: crate::team_area::AreaSlot,
+    /// The team's host groups, once set up (`team_hier.rs`).
+    pub hier: crate::team_hosts::HierSlot,
+    /// A collective number the hierarchical set-up took for a collective
+    /// that then goes by messages (0: none): the next `next_seq` returns it.
+    pub held_seq: AtomicU64,
+    /// Team messages (chunks) sent to members whose segment is not mapped
+    /// here (`Team::off_host_messages`).
+    pub off_host: AtomicU64,
 }
 
 /// A rank's buffered team messages (see the module docs).

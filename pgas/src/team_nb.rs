@@ -375,6 +375,10 @@ impl Team {
             if let Some(s) = self.shm_call::<T>(CollKind::Allreduce, Some(op), None, data.len())? {
                 return s.reduce(None, data, op);
             }
+            // hierarchically across hosts (team_hier.rs)
+            if let Some(s) = self.hier_call::<T>(CollKind::Allreduce, Some(op), None, data.len())? {
+                return s.reduce(None, data, op);
+            }
         }
         self.allreduce_nb(data, op)?.wait()
     }

@@ -42,12 +42,17 @@ pub(crate) struct ShmCall<'a> {
     h: Header,
     me: usize,
     n: usize,
+    /// The team ranks of the area's members, when the area is a host
+    /// group's (`team_hier.rs`); `None`: member j is team rank j.
+    ranks: Option<&'a [usize]>,
+    /// Seconds added to the hang report's delay.
+    later: u64,
 }
 
 /// The element ranges of the steps of a collective over `len` elements,
 /// `per` a step: at least one step (an empty one for no elements), so
 /// every call synchronises and is checked.
-fn steps(len: usize, per: usize) -> impl Iterator<Item = Range<usize>> {
+pub(crate) fn steps(len: usize, per: usize) -> impl Iterator<Item = Range<usize>> {
     let per = per.max(1);
     let n = len.div_ceil(per).max(1);
     (0..n).map(move |s| (s * per).min(len)..((s + 1) * per).min(len))
@@ -114,6 +119,8 @@ impl Team {
             },
             me,
             n,
+            ranks: None,
+            later: 0,
         }))
     }
 
@@ -197,6 +204,40 @@ impl Team {
     }
 }
 
+/// Allocate and tag a split-team-sized block for `t` in this rank's
+/// segment (for its host group's area, `team_hier.rs`): its offset, or
+/// `None` if there is no room or `MAX_AREAS` blocks are held.
+pub(crate) fn alloc_block(t: &Team) -> Option<u64> {
+    let i = &t.pgas().inner;
+    let reg = &i.team_areas;
+    reclaim(t, reg);
+    if reg.held.load(Ordering::Relaxed) >= MAX_AREAS {
+        return None;
+    }
+    let off = i.heap.lock().alloc_local(TEAM_AREA as u64).ok()?;
+    reg.held.fetch_add(1, Ordering::Relaxed);
+    let own_seg = i.direct[i.rank];
+    // zero and tag it before anyone learns where it is
+    if let Some(one) = TeamArea::new(
+        vec![own_seg],
+        vec![off as usize],
+        0,
+        TEAM_HALF,
+        t.inner.id,
+        None,
+    ) {
+        one.reset_own();
+    }
+    Some(off)
+}
+
+/// Free a block of `alloc_block` that no member learnt of.
+pub(crate) fn free_block(t: &Team, off: u64) {
+    let i = &t.pgas().inner;
+    let _ = i.heap.lock().free_local(off);
+    i.team_areas.held.fetch_sub(1, Ordering::Relaxed);
+}
+
 /// Free the retired blocks whose teams' members all finished.
 fn reclaim(t: &Team, reg: &crate::team_area::Retired) {
     let i = &t.pgas().inner;
@@ -212,7 +253,36 @@ fn reclaim(t: &Team, reg: &crate::team_area::Retired) {
     });
 }
 
-impl ShmCall<'_> {
+impl<'a> ShmCall<'a> {
+    /// A step of collective `seq` (header `h`) through the area `a` of a
+    /// host group of `team` (`team_hier.rs`): its members are team ranks
+    /// `ranks`, this member is `ranks[me]`; hang reports come `later`
+    /// seconds after the configured delay.
+    pub(crate) fn of_group(
+        team: &'a Team,
+        a: Arc<TeamArea>,
+        seq: u64,
+        h: Header,
+        (me, ranks): (usize, &'a [usize]),
+        later: u64,
+    ) -> ShmCall<'a> {
+        ShmCall {
+            team,
+            a,
+            seq,
+            h,
+            me,
+            n: ranks.len(),
+            ranks: Some(ranks),
+            later,
+        }
+    }
+
+    /// The team rank of the area's member `j`.
+    fn team_rank(&self, j: usize) -> usize {
+        self.ranks.map_or(j, |r| r[j])
+    }
+
     fn words(&self) -> [u64; HDR_WORDS] {
         let h = &self.h;
         [self.seq, h.kind, h.op, h.root, h.count, h.esize]
@@ -220,13 +290,13 @@ impl ShmCall<'_> {
 
     /// Publish step `k` (its data written), wait until every member
     /// published it, and check their calls against ours.
-    fn sync(&self, k: u64) -> Result<()> {
+    pub(crate) fn sync(&self, k: u64) -> Result<()> {
         let (a, team) = (&self.a, self.team);
         a.publish(k, self.words());
         let i = &team.pgas().inner;
         let kind = CollKind::from_code(self.h.kind).map_or("a team collective", |k| team.shown(k));
         let what = || {
-            let missing = a.missing(k);
+            let missing: Vec<usize> = a.missing(k).iter().map(|&j| self.team_rank(j)).collect();
             let world: Vec<usize> = missing.iter().map(|&j| team.inner.members.at(j)).collect();
             let (one, s) = if missing.len() == 1 {
                 ("", " its part")
@@ -239,14 +309,14 @@ impl ShmCall<'_> {
                  (shared memory, step {k})",
                 self.seq,
                 team.inner.id,
-                self.n,
+                team.size(),
                 rank_list(&world),
                 rank_list(&missing),
                 rank_list(&world),
             )
         };
         // every member knows who is missing: team rank 0 reports first
-        let extra = std::time::Duration::from_secs(if self.me == 0 { 0 } else { 2 });
+        let extra = std::time::Duration::from_secs(self.later + if self.me == 0 { 0 } else { 2 });
         // pending non-blocking collectives (messages, `team_sched.rs`)
         // progress meanwhile: a member may wait for their messages before
         // it arrives here
@@ -280,18 +350,19 @@ impl ShmCall<'_> {
                     count: w[4],
                     esize: w[5],
                 };
+                let (tj, tme) = (self.team_rank(j), self.team_rank(self.me));
                 let why = format!(
                     "team collective mismatch on team {:#x}, collective #{}: rank {} (team rank \
-                     {j}) called {} as collective #{} while rank {} (team rank {}) called {} \
+                     {tj}) called {} as collective #{} while rank {} (team rank {}) called {} \
                      (every member must call the same collectives in the same order, with the \
                      same root, op and lengths)",
                     team.inner.id,
                     self.seq,
-                    team.inner.members.at(j),
+                    team.inner.members.at(tj),
                     theirs.describe(&op_name),
                     w[0],
                     i.rank,
-                    self.me,
+                    tme,
                     self.h.describe(&op_name)
                 );
                 // the other members would wait for us forever: end the job

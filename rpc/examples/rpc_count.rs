@@ -11,7 +11,9 @@
 //! `MODE`: `rpc` (N round trips of `u64 -> u64`, called and waited one at
 //! a time), `short` (N AM Short ping-pongs, as the bench's), `medium` (N AM
 //! Medium ping-pongs of 8 B), `rate` (N calls of `u64 -> u64`, 4096
-//! outstanding, as the bench's aggregated rate) or `none` (set-up only: the
+//! outstanding, as the bench's aggregated rate), `flood` (N one-way AM
+//! Shorts, 256 in flight, acknowledged every 32, as the bench's AM Short
+//! flood rate: the reference of `rate`) or `none` (set-up only: the
 //! cost to subtract). With one rank every message goes to itself, so a
 //! wait never spins for long and the count is the same run after run: the
 //! caller's and the target's costs together. Rank 0 prints the time per
@@ -46,6 +48,8 @@ fn main() -> Result<()> {
     })?;
     let rpc = Rpc::new(&mut b)?;
     let inc = rpc.register(&mut b, "count_inc", |_src, x: u64| x.wrapping_add(1))?;
+    let acked = Arc::new(AtomicU64::new(0));
+    let sink = flood_handlers(&mut b, &acked)?;
     let ep = b.attach()?;
     let dest = (ep.rank() + 1) % ep.size();
     ep.barrier()?;
@@ -62,6 +66,7 @@ fn main() -> Result<()> {
             })?,
             "medium" => medium_loop(&ep, &pong, ping_medium, dest, n)?,
             "rate" => rate_loop(&ep, &inc, dest, n)?,
+            "flood" => flood_loop(&ep, sink, &acked, dest, n)?,
             "none" => {}
             other => return Err(Error::usage(format!("unknown mode {other}"))),
         }
@@ -131,4 +136,49 @@ fn rate_loop(ep: &Endpoint, inc: &RpcFn<u64, u64>, dest: usize, n: u64) -> Resul
         check(y, f.wait()?)?;
     }
     Ok(())
+}
+
+/// Messages in flight in the flood, and its acknowledgement interval (the
+/// bench's `--window` and `ack_every`).
+const FLOOD_WINDOW: u64 = 256;
+const FLOOD_ACK_EVERY: u64 = 32;
+
+/// The flood's handlers, as the bench's `bench_sink_short` and
+/// `bench_ack`: the sink counts, and acknowledges every
+/// [`FLOOD_ACK_EVERY`] messages and the last (its word: the stream's
+/// length); the acknowledgement publishes the count in `acked`.
+fn flood_handlers(b: &mut EndpointBuilder, acked: &Arc<AtomicU64>) -> Result<RequestHandler> {
+    let a = acked.clone();
+    let ack = b.reply("count_ack", Kind::Short, 1, move |m| {
+        a.store(m.arg(0), Ordering::Release)
+    })?;
+    let sunk = AtomicU64::new(0);
+    b.request("count_sink_short", Kind::Short, 1, move |tok, m| {
+        let total = m.arg(0);
+        let n = sunk.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == total {
+            sunk.store(0, Ordering::Relaxed);
+        }
+        if n == total || n.is_multiple_of(FLOOD_ACK_EVERY) {
+            let _ = tok.reply(ack, &[n], Payload::None);
+        }
+    })
+}
+
+#[inline(never)]
+fn flood_loop(
+    ep: &Endpoint,
+    sink: RequestHandler,
+    acked: &AtomicU64,
+    dest: usize,
+    n: u64,
+) -> Result<()> {
+    acked.store(0, Ordering::Relaxed);
+    for sent in 0..n {
+        if sent - acked.load(Ordering::Acquire) >= FLOOD_WINDOW {
+            ep.wait_until(|| sent - acked.load(Ordering::Acquire) < FLOOD_WINDOW)?;
+        }
+        ep.request(dest, sink, &[n], Payload::None)?;
+    }
+    ep.wait_until(|| acked.load(Ordering::Acquire) == n)
 }

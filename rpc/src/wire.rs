@@ -2,7 +2,9 @@
 //!
 //! * A **call record** (in an `rpc:batch` request, several back to back):
 //!   function index `u16`, call id `u64`, argument length `u32` (little
-//!   endian), then the postcard-encoded arguments.
+//!   endian), then the postcard-encoded arguments. The request's argument
+//!   word is the number of records (the target keeps room in its reply
+//!   for that many result headers; not trusted past the payload's length).
 //! * A **result record** (in an `rpc:results` reply, several back to back):
 //!   call id `u64`, [`Status`] `u8`, length `u32`, then the encoded result
 //!   (status [`Status::Ok`]) or a UTF-8 message saying what went wrong.

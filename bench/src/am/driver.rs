@@ -5,6 +5,7 @@
 
 use super::measure::Bench;
 use super::plan::Plan;
+use super::rows::{self, Group, Rows};
 use super::ucx::{self, Ucx};
 use crate::harness::report::{self, Row, Section};
 use crate::harness::results::Results;
@@ -18,31 +19,50 @@ pub const GASNET_MEDIUM_1K_RTT_US: f64 = 0.45;
 /// GASNet-EX Short AM flood rate from the issue (reference, fixed; M/s).
 pub const GASNET_SHORT_RATE_M: f64 = 14.0;
 
+/// Issue 25's target for the aggregated RPC rate, as a fraction of the AM
+/// Short flood rate of the same run.
+pub const RPC_RATE_TARGET: f64 = 0.5;
+
 /// Source label of the fixed GASNet-EX numbers.
 const GASNET: &str = "GASNet-EX (reference, fixed)";
 
-/// Run the whole benchmark (`ucx`: run `ucx_perftest` if installed).
-pub fn run(r: &Run, ucx: bool) -> Result<(), String> {
+/// Run the benchmark's groups of rows `rows` (`ucx`: run `ucx_perftest`
+/// if installed, for a run of every group).
+pub fn run(r: &Run, ucx: bool, rows: Rows) -> Result<(), String> {
     let plan = Plan::new(&r.common);
     let result = "worker-rank0.csv";
     eprintln!(
-        "splitrt-bench: running 2 ranks ({} repetition(s){}) ...",
+        "splitrt-bench: running 2 ranks ({} repetition(s){}{}) ...",
         plan.reps,
-        if plan.quick { ", quick" } else { "" }
+        if plan.quick { ", quick" } else { "" },
+        if rows.is_all() {
+            String::new()
+        } else {
+            format!(", rows {rows}")
+        }
     );
-    let res: Results<Bench> = r.results("worker", result, NO_ENV)?;
+    let res: Results<Bench> = if rows.is_all() {
+        r.results("worker", result, NO_ENV)?
+    } else {
+        r.results("worker", result, &[(rows::ENV, rows.to_string())])?
+    };
     let ucx = match (ucx, ucx::find()) {
         (false, _) => UcxOutcome::Disabled,
+        (true, _) if !rows.is_all() => UcxOutcome::Disabled,
         (true, None) => UcxOutcome::Missing,
         (true, Some(exe)) => {
             eprintln!("splitrt-bench: running ucx_perftest (UCX_TLS=sm,self) ...");
             UcxOutcome::Ran(run_ucx(Ucx::new(exe, r.path("ucx.log")), &plan))
         }
     };
-    let sections = build_sections(&res, &plan, &ucx);
+    let mut sections = build_sections(&res, &plan, &ucx);
+    if !rows.is_all() {
+        sections = selected_sections(sections, rows);
+    }
     let csv = r.report(&header(r, &res, &plan), &sections, "am")?;
     match &ucx {
         UcxOutcome::Missing => println!("UCX: skipped (apt-get install ucx-utils)"),
+        UcxOutcome::Disabled if !rows.is_all() => println!("UCX: skipped (--rows)"),
         UcxOutcome::Disabled => println!("UCX: skipped (--no-ucx)"),
         UcxOutcome::Ran(u) => {
             for e in &u.errors {
@@ -287,7 +307,16 @@ fn build_sections(res: &Results<Bench>, plan: &Plan, ucx: &UcxOutcome) -> Vec<Se
                     &res.rates(Bench::ShortRate, 0),
                 )),
             )
-            .with_note("per repetition; target >= 0.5x"),
+            .with_note(format!(
+                "per repetition; target >= {RPC_RATE_TARGET}x: {} (median)",
+                verdict_at_least(
+                    median_of(&per_rep_ratio(
+                        &res.rates(Bench::RpcRate, 8),
+                        &res.rates(Bench::ShortRate, 0),
+                    )),
+                    RPC_RATE_TARGET
+                )
+            )),
         ],
     });
 
@@ -411,4 +440,47 @@ fn build_sections(res: &Results<Bench>, plan: &Plan, ucx: &UcxOutcome) -> Vec<Se
         rows,
     });
     out
+}
+
+/// The sections of a `--rows` run: those of the groups measured (the
+/// comparisons only with every group).
+fn selected_sections(all: Vec<Section>, rows: Rows) -> Vec<Section> {
+    // build_sections' order: rtt (with progress), sizes, bw, rate, comparisons
+    let groups = [
+        Some(Group::Rtt),
+        Some(Group::Sizes),
+        Some(Group::Bw),
+        Some(Group::Rate),
+        None,
+    ];
+    all.into_iter()
+        .zip(groups)
+        .filter_map(|(mut s, g)| match g {
+            Some(Group::Rtt) if !rows.has(Group::Rtt) => rows.has(Group::Progress).then(|| {
+                // only the progress thread's row
+                s.rows.retain(|r| r.measurement.contains("progress thread"));
+                s
+            }),
+            Some(Group::Rtt) if !rows.has(Group::Progress) => {
+                s.rows
+                    .retain(|r| !r.measurement.contains("progress thread"));
+                Some(s)
+            }
+            Some(g) => rows.has(g).then_some(s),
+            None => None,
+        })
+        .collect()
+}
+
+/// `met` or `MISSED` for a median ratio against a floor.
+fn verdict_at_least(median: f64, floor: f64) -> &'static str {
+    if median >= floor {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+fn median_of(v: &[f64]) -> f64 {
+    crate::harness::stats::median(v)
 }

@@ -11,6 +11,7 @@ mod measure;
 pub(crate) mod pinger;
 pub(crate) mod pingpong;
 pub(crate) mod plan;
+pub(crate) mod rows;
 pub(crate) mod throughput;
 pub(crate) mod ucx;
 pub mod worker;

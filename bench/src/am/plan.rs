@@ -106,7 +106,9 @@ impl Effort {
 pub struct Plan {
     /// Repetitions, batches, streams, window.
     pub effort: Effort,
-    /// Short messages in one message-rate measurement.
+    /// Short messages in one message-rate measurement, and calls in one
+    /// aggregated RPC rate measurement (many times its window of 4096
+    /// outstanding calls, even with `--quick`).
     pub rate_msgs: usize,
     /// `ucx_perftest -n` for `ucp_am_lat`.
     pub ucx_lat_iters: usize,
@@ -141,7 +143,9 @@ impl Plan {
                     window: 256,
                     ack_every: 32,
                 },
-                rate_msgs: 5000,
+                // ~50 RPC windows: well past the first batch's fill and
+                // drain; tens of milliseconds at a few M/s
+                rate_msgs: 200_000,
                 ucx_lat_iters: 10_000,
                 ucx_rate_iters: 50_000,
             }
@@ -227,6 +231,14 @@ mod tests {
         assert_eq!(l.first(), Some(&8));
         assert_eq!(l.last(), Some(&MAX_LONG));
         assert!(l.contains(&65536));
+    }
+
+    #[test]
+    fn rate_rows_measure_many_rpc_windows_even_quick() {
+        for quick in [false, true] {
+            let p = Plan::new(&Common { quick, reps: 1 });
+            assert!(p.rate_msgs >= 40 * super::super::worker::RPC_WINDOW);
+        }
     }
 
     #[test]

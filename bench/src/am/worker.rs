@@ -8,13 +8,15 @@
 //! RTT, Medium and Long one-way throughput, Short flood rate, aggregated
 //! 8 B RPC rate, and the AM Short RTT again with rank 1's handlers run
 //! only by its progress thread (`Progress::ThreadOnly`), so its cost
-//! stands beside the polling peer's of the same repetition.
+//! stands beside the polling peer's of the same repetition. `--rows`
+//! ([`Rows`], passed in [`super::rows::ENV`]) leaves out the groups not named.
 
 use super::handlers::{self, Handlers, Shared};
 use super::measure::Bench;
 use super::pinger::{Pinger, PEER};
 use super::pingpong::Line;
 use super::plan::{Plan, LONG_OFFSET};
+use super::rows::{Group, Rows};
 use super::throughput::stream;
 use crate::harness::results::{Results, Value};
 use crate::harness::worker;
@@ -30,6 +32,7 @@ use std::sync::Arc;
 /// Run this rank; rank 0 writes its measurements to `result`.
 pub fn run(common: Common, result: &Path) -> Result<()> {
     let plan = Plan::new(&common);
+    let rows = Rows::from_env().map_err(Error::usage)?;
     worker::pin();
     let shared = Arc::new(Shared::default());
     let mut b = EndpointBuilder::new();
@@ -40,7 +43,7 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
     worker::two_ranks(ep.size())?;
     let line = Line::of(&ep)?;
     if ep.rank() == 0 {
-        let mut bench = Bencher::new(&ep, &plan, &shared, h, &line, inc)?;
+        let mut bench = Bencher::new(&ep, &plan, rows, &shared, h, &line, inc)?;
         worker::repetitions(&common, Some(""), |rep| {
             ep.barrier()?;
             bench.repetition(rep)?;
@@ -51,7 +54,9 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         let mut applied = 0;
         for rep in 0..plan.reps {
             ep.barrier()?;
-            line.side_b(rep as u64 * plan.raw_round_trips(), plan.raw_round_trips());
+            if rows.has(Group::Rtt) {
+                line.side_b(rep as u64 * plan.raw_round_trips(), plan.raw_round_trips());
+            }
             loop {
                 ep.wait_until(|| {
                     shared.done.load(Ordering::Acquire) > rep as u64
@@ -79,6 +84,8 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
 struct Bencher<'a> {
     am: Pinger<'a>,
     plan: &'a Plan,
+    /// The groups of rows measured.
+    rows: Rows,
     line: &'a Line<'a>,
     /// Payload source for Medium and Long messages.
     buf: Vec<u8>,
@@ -92,12 +99,13 @@ struct Bencher<'a> {
 }
 
 /// Calls outstanding in the aggregated RPC rate.
-const RPC_WINDOW: usize = 4096;
+pub(crate) const RPC_WINDOW: usize = 4096;
 
 impl<'a> Bencher<'a> {
     fn new(
         ep: &'a Endpoint,
         plan: &'a Plan,
+        rows: Rows,
         shared: &'a Shared,
         h: Handlers,
         line: &'a Line<'a>,
@@ -128,6 +136,7 @@ impl<'a> Bencher<'a> {
         Ok(Bencher {
             am: Pinger::new(ep, shared, h, room),
             plan,
+            rows,
             line,
             buf: (0..largest).map(|i| i as u8).collect(),
             medium_sizes,
@@ -144,38 +153,61 @@ impl<'a> Bencher<'a> {
 
     fn repetition(&mut self, rep: usize) -> Result<()> {
         let p = self.plan;
-        // The baseline and AM Short RTT run back to back.
-        let raw = self
-            .line
-            .side_a(rep as u64 * p.raw_round_trips(), p.raw_warm, p.raw_batches);
-        self.out.push_latency(Bench::RawLineRtt, 64, rep, &raw);
-        let short = self.am.rtt(Kind::Short, &[], p.rounds(0))?;
-        self.out.push_latency(Bench::ShortRtt, 0, rep, &short);
-        let rpc = self.rpc_rtt(p)?;
-        self.out.push_latency(Bench::RpcRtt, 8, rep, &rpc);
-        for (kind, bench, sizes) in [
-            (Kind::Medium, Bench::MediumRtt, self.medium_sizes.clone()),
-            (Kind::Long, Bench::LongRtt, self.long_sizes.clone()),
-        ] {
-            for size in sizes {
-                let m = self.am.rtt(kind, &self.buf[..size], p.rounds(size))?;
-                self.out.push_latency(bench, size, rep, &m);
+        if self.rows.has(Group::Rtt) {
+            // The baseline and AM Short RTT run back to back.
+            let raw = self
+                .line
+                .side_a(rep as u64 * p.raw_round_trips(), p.raw_warm, p.raw_batches);
+            self.out.push_latency(Bench::RawLineRtt, 64, rep, &raw);
+            let short = self.am.rtt(Kind::Short, &[], p.rounds(0))?;
+            self.out.push_latency(Bench::ShortRtt, 0, rep, &short);
+            let rpc = self.rpc_rtt(p)?;
+            self.out.push_latency(Bench::RpcRtt, 8, rep, &rpc);
+        }
+        if self.rows.has(Group::Sizes) {
+            for (kind, bench, sizes) in [
+                (Kind::Medium, Bench::MediumRtt, self.medium_sizes.clone()),
+                (Kind::Long, Bench::LongRtt, self.long_sizes.clone()),
+            ] {
+                for size in sizes {
+                    let m = self.am.rtt(kind, &self.buf[..size], p.rounds(size))?;
+                    self.out.push_latency(bench, size, rep, &m);
+                }
             }
         }
-        for (kind, bench, sizes) in [
-            (Kind::Medium, Bench::MediumBw, self.medium_sizes.clone()),
-            (Kind::Long, Bench::LongBw, self.long_sizes.clone()),
-        ] {
-            for size in sizes {
-                let data = &self.buf[..size];
-                let mbs = self
-                    .am
-                    .stream_mbs(kind, data, p.stream_msgs(size), p.window)?;
-                self.out.push(bench, size, rep, Value::Rate(mbs));
+        if self.rows.has(Group::Bw) {
+            for (kind, bench, sizes) in [
+                (Kind::Medium, Bench::MediumBw, self.medium_sizes.clone()),
+                (Kind::Long, Bench::LongBw, self.long_sizes.clone()),
+            ] {
+                for size in sizes {
+                    let data = &self.buf[..size];
+                    let mbs = self
+                        .am
+                        .stream_mbs(kind, data, p.stream_msgs(size), p.window)?;
+                    self.out.push(bench, size, rep, Value::Rate(mbs));
+                }
             }
         }
+        if self.rows.has(Group::Rate) {
+            self.rates(rep)?;
+        }
+        if self.rows.has(Group::Progress) {
+            // Last, so the thread does not share the cores with the rest.
+            self.peer_progress(true)?;
+            let short = self.am.rtt(Kind::Short, &[], p.rounds(0));
+            self.peer_progress(false)?;
+            self.out
+                .push_latency(Bench::ShortRttProgress, 0, rep, &short?);
+        }
+        Ok(())
+    }
 
-        let (ep, h, msgs) = (self.am.ep, self.am.h, p.rate_msgs);
+    /// The AM Short flood and the aggregated RPC rate, back to back, the
+    /// same number of messages (calls) each.
+    fn rates(&mut self, rep: usize) -> Result<()> {
+        let (ep, h, p) = (self.am.ep, self.am.h, self.plan);
+        let msgs = p.rate_msgs;
         let flood = |_, n| ep.request(PEER, h.sink_short, &[n], Payload::None);
         let acked = &self.am.shared.acked;
         stream(ep, acked, (msgs / 10).max(1), p.window, flood)?;
@@ -194,12 +226,6 @@ impl<'a> Bencher<'a> {
             rep,
             Value::Rate(msgs as f64 / t.as_secs_f64()),
         );
-        // Last, so the thread does not share the cores with the rest.
-        self.peer_progress(true)?;
-        let short = self.am.rtt(Kind::Short, &[], p.rounds(0));
-        self.peer_progress(false)?;
-        self.out
-            .push_latency(Bench::ShortRttProgress, 0, rep, &short?);
         Ok(())
     }
 

@@ -1,0 +1,235 @@
+//! Hierarchical team collectives (`pgas/src/team_hier.rs`): on teams
+//! spanning hosts, barrier, broadcast, reduce, allreduce, gather and
+//! allgather combine within each host through shared memory and send
+//! messages across hosts only between one leader per host (a gather's:
+//! to the root). Checked on any fabric and path (where
+//! the members share one host, or on the AM path, or with
+//! `SPLITRT_TEAM_HIER=0`, the same calls go flat and must give the same
+//! results):
+//!
+//!   conf   every rank: the world team, all but world rank 0 (odd sizes)
+//!          and the even ranks; every root of broadcast, reduce and
+//!          gather, allgather; data
+//!          of several shared-memory steps; a float allreduce whose bits
+//!          must be the same on every member; then one call of each
+//!          collective on the world team, printing what this rank sent to
+//!          other hosts for it:
+//!          "hier rank R path=P teambarrier=A barrier=B broadcast=C reduce=D
+//!          allreduce=E gather=F allgather=G"
+//!          and "team_hier ok (<path>) rank R"
+//!   time N every rank: N world allreduces of one u64, then N of 8 KiB,
+//!          then N split-team barriers; rank 0 prints µs per call
+//!          ("time path=P allreduce8=.. allreduce8k=.. barrier=..")
+//!   op R   every rank does a few world collectives, then allreduces with
+//!          Sum, but world rank R with Max: the job ends naming R
+//!   absent R  likewise, but world rank R never calls the allreduce: the
+//!          hang report names R
+
+use splitrt::pgas::{Op, Pgas, Team};
+use splitrt::Error;
+
+fn main() {
+    let mut a = std::env::args().skip(1);
+    let mode = a.next().unwrap_or_else(|| "conf".into());
+    let target: usize = a.next().and_then(|s| s.parse().ok()).unwrap_or(usize::MAX);
+    let r = (|| -> splitrt::Result<()> {
+        let pg = Pgas::attach()?;
+        match mode.as_str() {
+            "conf" => conf(pg),
+            "op" | "absent" => misuse(pg, &mode, target),
+            "time" => time(pg, target),
+            m => Err(Error::usage(format!("unknown mode {m}"))),
+        }
+    })();
+    if let Err(e) = r {
+        eprintln!("t_team_hier: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn check(cond: bool, what: impl FnOnce() -> String) -> splitrt::Result<()> {
+    if cond {
+        Ok(())
+    } else {
+        Err(Error::usage(what()))
+    }
+}
+
+fn conf(pg: Pgas) -> splitrt::Result<()> {
+    let me = pg.rank();
+    let world = pg.world();
+    every(&world)?;
+    let rest = world.split(if me == 0 { None } else { Some(1) }, 0)?;
+    if rest.is_member() {
+        every(&rest)?;
+    }
+    let even = world.split(Some((me % 2) as u32), me as u64)?;
+    every(&even)?;
+    // what one call of each sends across hosts from this rank
+    let mut x = [me as u64];
+    let count = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<u64> {
+        let before = world.off_host_messages();
+        f()?;
+        Ok(world.off_host_messages() - before)
+    };
+    let b = count(&mut || world.barrier())?;
+    let c = count(&mut || world.broadcast(0, &mut x))?;
+    let d = count(&mut || world.reduce(0, &mut x, Op::Sum))?;
+    let e = count(&mut || world.allreduce(&mut x, Op::Sum))?;
+    let mut all = vec![0u64; world.size()];
+    let f = count(&mut || world.gather(0, &x, if me == 0 { &mut all } else { &mut [] }))?;
+    let g = count(&mut || world.allgather(&x, &mut all))?;
+    // world.barrier() is `Pgas::barrier` (counted at rank 0, no team
+    // message): a split team of every rank shows the team barrier
+    let all = world.split(Some(0), me as u64)?;
+    all.barrier()?;
+    let before = all.off_host_messages();
+    all.barrier()?;
+    let tb = all.off_host_messages() - before;
+    println!(
+        "hier rank {me} path={} teambarrier={tb} barrier={b} broadcast={c} reduce={d} \
+         allreduce={e} gather={f} allgather={g}",
+        path(&world)
+    );
+    pg.barrier()?;
+    println!("team_hier ok ({:?} path) rank {me}", pg.rma_path());
+    pg.finish()
+}
+
+fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
+    let me = pg.rank();
+    let world = pg.world();
+    let mut d = [me as u64; 2];
+    world.allreduce(&mut d, Op::Sum)?;
+    world.broadcast(0, &mut d)?;
+    println!("rank {me} path={}", path(&world));
+    if me == target {
+        if mode == "absent" {
+            // long enough for the others' hang report (1 s) to end the
+            // job; bounded, so the launcher need not kill this rank
+            std::thread::sleep(std::time::Duration::from_secs(15));
+            std::process::exit(3);
+        }
+        world.allreduce(&mut d, Op::Max)?;
+    } else {
+        world.allreduce(&mut d, Op::Sum)?;
+    }
+    println!("done");
+    pg.finish()
+}
+
+fn time(pg: Pgas, n: usize) -> splitrt::Result<()> {
+    let world = pg.world();
+    let all = world.split(Some(0), pg.rank() as u64)?;
+    let mut one = [1u64];
+    let mut big = vec![1u64; 1024];
+    world.allreduce(&mut one, Op::Sum)?;
+    all.barrier()?;
+    let per = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<f64> {
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            f()?;
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64)
+    };
+    let a = per(&mut || world.allreduce(&mut one, Op::Max))?;
+    let b = per(&mut || world.allreduce(&mut big, Op::Max))?;
+    let c = per(&mut || all.barrier())?;
+    if pg.rank() == 0 {
+        println!(
+            "time path={} allreduce8={a:.1} allreduce8k={b:.1} barrier={c:.1}",
+            path(&world)
+        );
+    }
+    pg.finish()
+}
+
+fn path(t: &Team) -> &'static str {
+    match t.is_hierarchical() {
+        Some(true) => "hier",
+        Some(false) => "flat",
+        None => "shm",
+    }
+}
+
+/// Every collective of the hierarchical set on `t`, results checked.
+fn every(t: &Team) -> splitrt::Result<()> {
+    let n = t.size();
+    let me = t.rank().expect("a member");
+    let name = |what: &str| format!("team {:?} ({}): {what}", t.members(), path(t));
+    t.barrier()?;
+    // several shared-memory steps (32 KiB each) and a zero-length call
+    for len in [1usize, 5000, 0] {
+        for root in 0..n {
+            let mut d: Vec<u64> = if me == root {
+                (0..len as u64).map(|i| i * 7 + root as u64).collect()
+            } else {
+                vec![u64::MAX; len]
+            };
+            t.broadcast(root, &mut d)?;
+            check(
+                d.iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == i as u64 * 7 + root as u64),
+                || name(&format!("broadcast from {root} of {len}")),
+            )?;
+            let mine: Vec<u64> = (0..len as u64).map(|i| i + me as u64 * 3).collect();
+            let mut d = mine.clone();
+            t.reduce(root, &mut d, Op::Sum)?;
+            let want = |i: u64| (0..n as u64).map(|j| i + j * 3).sum::<u64>();
+            if me == root {
+                check(
+                    d.iter().enumerate().all(|(i, &v)| v == want(i as u64)),
+                    || name(&format!("reduce to {root} of {len}")),
+                )?;
+            } else {
+                check(d == mine, || {
+                    name(&format!("reduce to {root} changed a non-root"))
+                })?;
+            }
+        }
+        let send: Vec<u32> = (0..len as u32).map(|i| i ^ (me as u32) << 20).collect();
+        let whole = |d: &[u32]| {
+            (0..n).all(|j| (0..len).all(|i| d[j * len + i] == (i as u32) ^ (j as u32) << 20))
+        };
+        for root in 0..n {
+            let mut recv = if me == root {
+                vec![7u32; n * len]
+            } else {
+                vec![]
+            };
+            t.gather(root, &send, &mut recv)?;
+            if me == root {
+                check(whole(&recv), || name(&format!("gather to {root} of {len}")))?;
+            }
+        }
+        let mut recv = vec![7u32; n * len];
+        t.allgather(&send, &mut recv)?;
+        check(whole(&recv), || name(&format!("allgather of {len}")))?;
+        let mut d: Vec<i64> = (0..len as i64).map(|i| i - me as i64).collect();
+        t.allreduce(&mut d, Op::Min)?;
+        check(
+            d.iter()
+                .enumerate()
+                .all(|(i, &v)| v == i as i64 - (n as i64 - 1)),
+            || name(&format!("allreduce Min of {len}")),
+        )?;
+        let mut d: Vec<u64> = (0..len as u64).map(|i| i * (me as u64 + 1)).collect();
+        t.allreduce(&mut d, Op::Sum)?;
+        let s = (n * (n + 1) / 2) as u64;
+        check(
+            d.iter().enumerate().all(|(i, &v)| v == i as u64 * s),
+            || name(&format!("allreduce Sum of {len}")),
+        )?;
+    }
+    // floats: every member gets the same bits
+    let mut f = [0.1f64 * (me as f64 + 1.0), 1e16 + me as f64, -1.0 / 3.0];
+    t.allreduce(&mut f, Op::Sum)?;
+    let mut g = f;
+    t.broadcast(0, &mut g)?;
+    check(
+        f.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits()),
+        || name("a float allreduce gave members different bits"),
+    )?;
+    t.barrier()
+}

@@ -1,0 +1,40 @@
+//! Hierarchical team collectives (`t_team_hier`; `pgas/src/team_hier.rs`)
+//! where the members share one host: the same calls take the one-area
+//! shared-memory path (native) or the flat messages (the AM path, UDP),
+//! with the same results. Across hosts (the hierarchical path itself,
+//! and its messages counted against the flat ones) in `tests/cluster.rs`
+//! (`srun_pmi2_hosts_team_hier`).
+
+mod common;
+use common::*;
+
+fn conformance(n: usize, rma: &str, fabric: &str) {
+    every_rank_reports(
+        n,
+        "t_team_hier",
+        &["conf"],
+        rma,
+        &[
+            ("SPLITRT_FABRIC", fabric),
+            ("SPLITRT_HANG_REPORT", "10"),
+            ("SPLITRT_HANG_ABORT", "1"),
+        ],
+        "team_hier ok",
+        120,
+    );
+}
+
+#[test]
+fn hier_one_host_shm_native_3_ranks() {
+    conformance(3, "native", "shm");
+}
+
+#[test]
+fn hier_one_host_shm_am_5_ranks() {
+    conformance(5, "am", "shm");
+}
+
+#[test]
+fn hier_one_host_udp_native_3_ranks() {
+    conformance(3, "native", "udp");
+}
