@@ -304,3 +304,57 @@ fn sigvec_a_vector_wait_that_never_ends_is_reported() {
         );
     }
 }
+
+// ---- the set waits as futures (`t_signals async_sets`, issue 25)
+
+/// `t_signals async_sets` on `n` ranks over `fabric` and `rma`, the
+/// progress thread on: every rank passes.
+fn async_sets(n: usize, fabric: &str, rma: &str, rounds: usize) {
+    let r = rounds.to_string();
+    every_rank_reports(
+        n,
+        "t_signals",
+        &["async_sets", &r],
+        rma,
+        &[("SPLITRT_FABRIC", fabric)],
+        "async sets ok",
+        180,
+    );
+}
+
+macro_rules! async_sets_tests {
+    ($($name:ident: $n:expr, $fabric:expr, $rma:expr, $rounds:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            async_sets($n, $fabric, $rma, $rounds);
+        }
+    )*};
+}
+
+async_sets_tests! {
+    fixes_sigasync_shm_native_1: 1, "shm", "native", 20;
+    fixes_sigasync_shm_am_1: 1, "shm", "am", 20;
+    fixes_sigasync_shm_native_2: 2, "shm", "native", 50;
+    fixes_sigasync_shm_native_3: 3, "shm", "native", 30;
+    fixes_sigasync_shm_am_2: 2, "shm", "am", 50;
+    fixes_sigasync_shm_am_4: 4, "shm", "am", 20;
+    fixes_sigasync_udp_native_2: 2, "udp", "native", 30;
+    fixes_sigasync_udp_am_3: 3, "udp", "am", 20;
+}
+
+/// `t_signals async_sets` on `size` threads over one verbs model.
+fn async_sets_on_model(size: usize, rma: RmaPath, rounds: usize, seed: u64) {
+    verbs_model::pgas_on_threads("sigasync", size, rma, 4 << 20, seed, move |pg| {
+        signals_prog::async_sets_on(rounds, pg)
+    });
+}
+
+#[test]
+fn fixes_sigasync_verbs_model_native_2() {
+    async_sets_on_model(2, RmaPath::Native, 20, 91);
+}
+
+#[test]
+fn fixes_sigasync_verbs_model_am_3() {
+    async_sets_on_model(3, RmaPath::Am, 15, 93);
+}

@@ -241,6 +241,40 @@ fn teams_a_member_that_never_arrives_is_named() {
     }
 }
 
+/// A member that never calls the collective but keeps sending the others
+/// unrelated messages (puts as Active Messages, every 20 ms, for 20 s) is
+/// still named within the configured time: a team wait's hang watch
+/// counts only progress of what it waits for, and keeps running across
+/// its re-armed waits. Before, every message polled (and every re-arm for
+/// a background message) restarted the watch, and the job ran its 20 s
+/// to completion with no report.
+#[test]
+fn fixes_a_member_that_never_arrives_is_named_despite_traffic() {
+    let t = Instant::now();
+    let r = run_job(
+        3,
+        &example("t_teams"),
+        &["absent_busy", "2"],
+        &[
+            ("SPLITRT_HANG_REPORT", "1"),
+            ("SPLITRT_HANG_ABORT", "1"),
+            ("SPLITRT_RMA", "am"),
+        ],
+        60,
+    );
+    let took = t.elapsed();
+    assert_ne!(r.code, 0, "the missing member was never reported: {r:?}");
+    // rank 0 (waiting for rank 2) or rank 1 (waiting for rank 0, 1 s
+    // later) reports: a loaded machine can delay rank 0's report, as can
+    // its replies to rank 2's puts when rank 2's reply cells are full
+    assert!(
+        r.stderr.contains("gave up after") && r.stderr.contains("in Team::allreduce #"),
+        "{}",
+        r.stderr
+    );
+    assert!(took < Duration::from_secs(15), "reported after {took:?}");
+}
+
 /// A member whose own arguments are wrong (a recv of the wrong length to
 /// allgather) gets the usage error naming the lengths before the
 /// collective starts, so the team's collective numbers stay in step: the

@@ -42,9 +42,12 @@ use splitrt_runtime::fabric::AWAIT_TRAFFIC_BLIND;
 use splitrt_runtime::fabric::{await_traffic_blind, Fabric};
 use splitrt_runtime::{Error, Result, World};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::task::Waker;
+
+/// The mark of a count in `Shared::since` (0 there: no count).
+const SEEN: u64 = 1 << 32;
 
 /// One rank's bridge (owned by the endpoint; see the module docs).
 #[derive(Default)]
@@ -62,6 +65,10 @@ struct Shared {
     armed: AtomicBool,
     /// The endpoint is going away: the thread ends.
     stop: AtomicBool,
+    /// The doorbell count the oldest waiter saw before its last look
+    /// (`SEEN | count`; 0: none): the bridge fires once the count moved
+    /// (`Bridge::wake_on_traffic_since`).
+    since: AtomicU64,
     /// The eventfd, made at the first [`Bridge::fd`].
     efd: OnceLock<OwnedFd>,
 }
@@ -130,6 +137,35 @@ impl Bridge {
     }
 
     /// Add `waker` under `key` (0: anonymous, kept once per task).
+    /// [`wake_on_traffic_as`](Self::wake_on_traffic_as) for a waiter
+    /// that read the doorbell's count `seq` (`Wakeup::traffic_seq`) before
+    /// it looked at memory peers write directly (a signal word): the
+    /// bridge fires as soon as the count has moved, even if the ring came
+    /// before the bridge was asleep on the doorbell (such a write leaves
+    /// nothing in the rings to see).
+    ///
+    /// # Safety
+    /// As for [`wake_on_traffic`](Self::wake_on_traffic).
+    pub(crate) unsafe fn wake_on_traffic_since(
+        &self,
+        world: &World,
+        key: &TrafficKey,
+        waker: &Waker,
+        seq: Option<u32>,
+    ) -> Result<()> {
+        if let Some(s) = seq {
+            // keep the oldest count: a later waiter's wake may come early
+            let _ = self.shared.since.compare_exchange(
+                0,
+                SEEN | u64::from(s),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        }
+        // SAFETY: this function's contract.
+        unsafe { self.wake_on_traffic_as(world, key, waker) }
+    }
+
     fn register(&self, key: u64, waker: &Waker) {
         let old = {
             let mut a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -175,6 +211,7 @@ impl Bridge {
                 .map(|i| a.wakers.swap_remove(i));
             if a.wakers.is_empty() && !a.fd {
                 self.shared.armed.store(false, Ordering::SeqCst);
+                self.shared.since.store(0, Ordering::SeqCst);
             }
             gone
         };
@@ -319,13 +356,19 @@ fn run(sh: &Shared, world: WorldRef) {
         // dropped the endpoint), happens inside `fire`, past `w`'s last
         // use, and the loop sees `stop` before it borrows again.
         let w = unsafe { &*world.0 };
-        let stop = || !sh.armed.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst);
         // SAFETY: only waits for traffic; sends and writes nothing.
-        let maybe = match unsafe { w.fabric() }.wakeup() {
+        let wk = unsafe { w.fabric() }.wakeup();
+        // the doorbell count moved since a waiter's look
+        let moved = || {
+            let s = sh.since.load(Ordering::SeqCst);
+            s != 0 && wk.and_then(|f| f.traffic_seq()) != Some(s as u32)
+        };
+        let stop = || !sh.armed.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst) || moved();
+        let maybe = match wk {
             Some(f) => f.await_traffic(WAIT_LIMIT, &stop),
             None => await_traffic_blind(WAIT_LIMIT, &stop),
         };
-        if maybe || w.peer_failed() {
+        if maybe || moved() || w.peer_failed() {
             fire(sh);
         }
     }
@@ -339,6 +382,7 @@ fn fire(sh: &Shared) {
         let mut a = sh.state.lock().unwrap_or_else(|p| p.into_inner());
         a.fd = false;
         sh.armed.store(false, Ordering::SeqCst);
+        sh.since.store(0, Ordering::SeqCst);
         std::mem::take(&mut a.wakers)
     };
     if let Some(fd) = sh.efd.get() {

@@ -1424,6 +1424,42 @@ impl Endpoint {
         .map_err(|e| e.at_rank(self.rank()))
     }
 
+    /// This rank's doorbell count now (`None` where the fabric has no
+    /// doorbell): read it before looking at memory peers write directly
+    /// (a signal word), then register with
+    /// [`wake_on_traffic_since`](Self::wake_on_traffic_since).
+    #[doc(hidden)]
+    pub fn traffic_seq(&self) -> Option<u32> {
+        self.inner
+            .fabric_ref()
+            .wakeup()
+            .and_then(|f| f.traffic_seq())
+    }
+
+    /// [`wake_on_traffic_as`](Self::wake_on_traffic_as) for a waiter that
+    /// read [`traffic_seq`](Self::traffic_seq) as `seq` before its last
+    /// look: woken once the doorbell's count moved, even by a ring that
+    /// came before the bridge slept (a peer's write straight into this
+    /// rank's segment leaves nothing else to see).
+    #[doc(hidden)]
+    pub fn wake_on_traffic_since(
+        &self,
+        key: &TrafficKey,
+        waker: &Waker,
+        seq: Option<u32>,
+    ) -> Result<()> {
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
+        // SAFETY: as in `wake_on_traffic`.
+        unsafe {
+            self.inner
+                .bridge
+                .wake_on_traffic_since(&self.inner.world, key, waker, seq)
+        }
+        .map_err(|e| e.at_rank(self.rank()))
+    }
+
     /// Take back `key`'s waker if it is still registered (it is not after
     /// a fire); the bridge disarms once nothing waits.
     pub fn forget_traffic_wake(&self, key: &TrafficKey) {
@@ -1555,6 +1591,61 @@ impl Endpoint {
             if backoff.is_slow() && watch.due() {
                 self.inner.hang(&mut watch, &what())?;
             }
+            self.inner.snooze_unless(&mut backoff, &cond);
+        }
+    }
+
+    /// [`wait_reporting`](Self::wait_reporting) with the caller's hang
+    /// watch, for waits that know which progress is theirs (a team
+    /// collective's messages): only the caller tells the watch of progress
+    /// ([`HangWatch::progress`]), so traffic this wait serves for others
+    /// does not restart it, and a wait re-armed with the same watch (after
+    /// waking for something else) goes on counting. The watch's clock
+    /// starts at its first idle check.
+    #[doc(hidden)]
+    pub fn wait_watched(
+        &self,
+        what: &dyn Fn() -> String,
+        watch: &mut HangWatch,
+        cond: impl FnMut() -> bool,
+    ) -> Result<()> {
+        crate::span!(DEBUG, "am.wait", rank = self.rank());
+        // as in `wait_reporting`: a true answer inside the doorbell wait
+        // is kept
+        let (cond, met) = (std::cell::RefCell::new(cond), std::cell::Cell::new(false));
+        let cond = || {
+            met.set(met.get() || (cond.borrow_mut())());
+            met.get()
+        };
+        self.inner
+            .check_live()
+            .map_err(|e| e.at_rank(self.rank()))?;
+        if in_handler() {
+            return Err(
+                Error::usage("wait_until() cannot be called from inside a handler")
+                    .at_rank(self.rank()),
+            );
+        }
+        self.inner.take_deferred()?;
+        let mut backoff = Backoff::new(self.config());
+        // traffic for others resets the backoff, so this wait may never
+        // get slow: look at the clock on the first idle round and every
+        // 64th too
+        let mut idle = 0u32;
+        loop {
+            if cond() {
+                return Ok(());
+            }
+            if self.inner.poll_all()? > 0 {
+                backoff.reset();
+                continue;
+            }
+            self.inner.check_failure()?;
+            self.inner.take_deferred()?;
+            if (idle.is_multiple_of(64) || backoff.is_slow()) && watch.due() {
+                self.inner.hang(watch, &what())?;
+            }
+            idle = idle.wrapping_add(1);
             self.inner.snooze_unless(&mut backoff, &cond);
         }
     }

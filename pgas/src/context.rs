@@ -86,6 +86,9 @@ pub(crate) struct Inner {
     pub team_h: splitrt_am::RequestHandler,
     /// Split teams' shared-memory blocks this rank holds (`team_area.rs`).
     pub team_areas: Arc<crate::team_area::Retired>,
+    /// The world team's two descriptions, made once here (see
+    /// `team_core.rs`): `[Pgas::world's, the world collectives']`.
+    pub world_teams: [Arc<crate::team_core::TeamInner>; 2],
 }
 
 impl Pgas {
@@ -181,6 +184,7 @@ impl Pgas {
                 wait_failed: Default::default(),
                 one_collective: Default::default(),
                 store_epoch: AtomicU64::new(0),
+                world_teams: crate::team_core::world_teams(rank, size, &team_mail.world),
                 team_mail,
                 team_h,
                 team_areas: Default::default(),

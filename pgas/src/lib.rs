@@ -50,6 +50,10 @@ mod team_nb_forms;
 mod team_sched;
 mod team_shm;
 mod team_split;
+// (appended) the set waits on signal words as futures
+mod signal_async;
+// (appended) a team's shared description; the world's made at attach
+mod team_core;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};
@@ -60,6 +64,7 @@ pub use ptr::GlobalPtr;
 pub use reduce::{Op, Reduce};
 pub use rma::{Get, GetInto, Scope};
 pub use signal::{SignalWait, Signals};
+pub use signal_async::SignalWaitSet;
 pub use signal_word::{Cmp, SignalOp};
 pub use splitrt_am::LocalView;
 pub use splitrt_runtime::config::RmaPath;

@@ -289,6 +289,8 @@ impl Future for SignalWait<'_> {
             }
         };
         let ep = &this.inner.ep;
+        // the doorbell's count before the look at the word
+        let seq = ep.traffic_seq();
         if let Err(e) = ep.poll() {
             // the job failed, or polling is refused here: end; else a
             // malformed unrelated message: ride it out
@@ -311,7 +313,7 @@ impl Future for SignalWait<'_> {
             return this.end(Err(e));
         }
         let k = this.key.get_or_insert_with(|| ep.traffic_key());
-        if let Err(e) = ep.wake_on_traffic_as(k, cx.waker()) {
+        if let Err(e) = ep.wake_on_traffic_since(k, cx.waker(), seq) {
             return this.end(Err(e));
         }
         // a signal that landed between the check and the registration
@@ -371,10 +373,11 @@ impl Inner {
             // atomics.
             let w = unsafe { &*(seg.base().wrapping_add(off as usize) as *const AtomicU64) };
             op.apply(w, value);
-            // it may sleep waiting for this word
+            // it may sleep waiting for this word, or have a future that
+            // just looked at it (counted: see `wake_on_traffic_since`)
             // SAFETY: `seg` is from this Inner's direct table, whose
             // endpoint owns the fabric that handed it out.
-            unsafe { seg.wake_owner() };
+            unsafe { seg.wake_owner_counted() };
             return Ok(());
         }
         self.issued.add_puts(1);

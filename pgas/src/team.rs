@@ -18,13 +18,13 @@
 
 use crate::context::Pgas;
 use crate::reduce::Op;
-use crate::team_mail::{self, CollKind, Found, Header, Key, TeamCounters};
+use crate::team_mail::{self, CollKind, Found, Header, Key};
 use splitrt_am::{Error, Payload, Result};
+use splitrt_runtime::hang::HangWatch;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// The world team's id (split teams get ids derived from their parent's).
-pub(crate) const WORLD_ID: u64 = 1;
+pub(crate) use crate::team_core::{TeamInner, WORLD_ID};
 
 /// A team: an ordered subset of the job's ranks (see the module docs).
 /// Cheap to clone; clones share the team's collective sequence, so a
@@ -45,53 +45,30 @@ pub(crate) const WORLD_ID: u64 = 1;
 /// ```
 #[derive(Clone)]
 pub struct Team {
+    /// What every handle of the team shares (the world's is made once, at
+    /// attach: see `team_core.rs`).
     pub(crate) inner: Arc<TeamInner>,
-}
-
-pub(crate) struct TeamInner {
-    pub pg: Pgas,
-    pub id: u64,
-    /// World ranks of the members, in team order.
-    pub members: Vec<usize>,
-    /// This rank's team rank, if a member.
-    pub me: Option<usize>,
-    pub counters: Arc<TeamCounters>,
-    /// Reports name the world collectives (`Pgas::allreduce`, ...): the
-    /// handle they use.
-    pub pgas_names: bool,
+    pub(crate) pg: Pgas,
 }
 
 impl Pgas {
     /// The team of every rank (team rank = world rank). Every handle of it
-    /// shares one collective sequence.
+    /// shares one collective sequence. Allocates nothing (the world team
+    /// is made at attach).
     pub fn world(&self) -> Team {
-        let i = &self.inner;
         Team {
-            inner: Arc::new(TeamInner {
-                pg: self.clone(),
-                id: WORLD_ID,
-                members: (0..i.size).collect(),
-                me: Some(i.rank),
-                counters: i.team_mail.world.clone(),
-                pgas_names: false,
-            }),
+            inner: self.inner.world_teams[0].clone(),
+            pg: self.clone(),
         }
     }
 
     /// The world team as the world collectives (`Pgas::barrier`,
     /// `broadcast`, `reduce`, `allreduce`) use it: the same team and
-    /// sequence, with reports naming the `Pgas` call.
+    /// sequence, with reports naming the `Pgas` call. Allocates nothing.
     pub(crate) fn world_for_pgas(&self) -> Team {
-        let i = &self.inner;
         Team {
-            inner: Arc::new(TeamInner {
-                pg: self.clone(),
-                id: WORLD_ID,
-                members: (0..i.size).collect(),
-                me: Some(i.rank),
-                counters: i.team_mail.world.clone(),
-                pgas_names: true,
-            }),
+            inner: self.inner.world_teams[1].clone(),
+            pg: self.clone(),
         }
     }
 }
@@ -143,34 +120,34 @@ impl Team {
 
     /// The world rank of team rank `i`, if `i` is a team rank.
     pub fn world_rank(&self, i: usize) -> Option<usize> {
-        self.inner.members.get(i).copied()
+        self.inner.members.get(i)
     }
 
     /// The team rank of world rank `world`, if it is a member.
     pub fn team_rank_of(&self, world: usize) -> Option<usize> {
-        self.inner.members.iter().position(|&w| w == world)
+        self.inner.members.position(world)
     }
 
     /// Every member's world rank, in team order.
     pub fn members(&self) -> &[usize] {
-        &self.inner.members
+        self.inner.members.as_slice()
     }
 
     /// The PGAS context the team belongs to.
     pub fn pgas(&self) -> &Pgas {
-        &self.inner.pg
+        &self.pg
     }
 
     /// This rank's team rank, or an error naming it for `what` called by
     /// a non-member.
     pub(crate) fn member(&self, what: &str) -> Result<usize> {
-        let pg = &self.inner.pg;
+        let pg = &self.pg;
         self.inner.me.ok_or_else(|| {
             Error::usage(format!(
                 "{what} called by rank {}, which is not a member of team {:#x} (members: {})",
                 pg.rank(),
                 self.inner.id,
-                short_list(&self.inner.members)
+                short_list(self.inner.members.as_slice())
             ))
             .at_rank(pg.rank())
         })
@@ -189,7 +166,7 @@ impl Team {
 
     /// A usage error of `what` at this rank.
     pub(crate) fn usage(&self, what: CollKind, why: impl std::fmt::Display) -> Error {
-        Error::usage(format!("{}: {why}", what.name())).at_rank(self.inner.pg.rank())
+        Error::usage(format!("{}: {why}", what.name())).at_rank(self.pg.rank())
     }
 
     /// Send step `tag` of collective `seq` (header `h`) to team rank `to`.
@@ -201,8 +178,8 @@ impl Team {
         to: usize,
         data: &[u8],
     ) -> Result<()> {
-        let i = &self.inner.pg.inner;
-        let peer = self.inner.members[to];
+        let i = &self.pg.inner;
+        let peer = self.inner.members.at(to);
         let chunk = i.ep.max_medium(peer)?.max(1);
         let total = data.len() as u64;
         let mut off = 0usize;
@@ -236,7 +213,11 @@ impl Team {
         hops: u32,
     ) -> Result<()> {
         let key = self.key(seq, tag, from);
-        let mail = &self.inner.pg.inner.team_mail;
+        let mail = &self.pg.inner.team_mail;
+        // one hang watch for the whole wait (re-armed waits go on
+        // counting); progress is this message's chunks arriving
+        let mut watch = self.hang_watch(hops);
+        let mut got = 0;
         loop {
             // pending non-blocking collectives progress meanwhile
             // (`team_sched.rs`): a member may wait for their messages
@@ -244,14 +225,19 @@ impl Team {
             if self.try_take(key, h, out)? {
                 return Ok(());
             }
-            self.wait_for(key, h, from, hops)?;
+            let now = mail.filed(key);
+            if now != got {
+                got = now;
+                watch.progress();
+            }
+            self.wait_watched(key, h, from, &mut watch)?;
         }
     }
 
     /// The mailbox key of step `tag` of collective `seq` from team rank
     /// `from`.
     pub(crate) fn key(&self, seq: u64, tag: u64, from: usize) -> Key {
-        (self.inner.id, seq, tag, self.inner.members[from])
+        (self.inner.id, seq, tag, self.inner.members.at(from))
     }
 
     /// What a member waiting for `key` waits for (the hang report's words).
@@ -267,10 +253,8 @@ impl Team {
         )
     }
 
-    /// Wait (serving traffic, with hang reports) until message `key` from
-    /// team rank `from` is in, or something is wrong with the collective,
-    /// or a message arrived for a pending non-blocking collective (the
-    /// caller then sweeps them: `Mailbox::sweep`).
+    /// The hang watch of a wait for a message `hops` hops away, to keep
+    /// across re-armed waits ([`wait_watched`](Self::wait_watched)).
     ///
     /// `hops`: how many messages the sender must receive, one after the
     /// other, before it sends this one (0: it sends it on entering the
@@ -278,19 +262,40 @@ impl Team {
     /// configured, so that when a member never calls, the member waiting
     /// for its first message (0 hops: it names the missing member) reports
     /// before those waiting for members that wait for it in turn.
-    pub(crate) fn wait_for(&self, key: Key, h: &Header, from: usize, hops: u32) -> Result<()> {
-        let i = &self.inner.pg.inner;
+    pub(crate) fn hang_watch(&self, hops: u32) -> HangWatch {
+        let later = std::time::Duration::from_secs(u64::from(hops));
+        HangWatch::new(self.pg.inner.ep.config()).patient(later)
+    }
+
+    /// Wait (serving traffic, with hang reports) until message `key` from
+    /// team rank `from` is in, or something is wrong with the collective,
+    /// or a message arrived for a pending non-blocking collective (the
+    /// caller then sweeps them: `Mailbox::sweep`).
+    ///
+    /// `watch` ([`hang_watch`](Self::hang_watch)) is the caller's, which
+    /// only the caller tells of progress (of the collective it waits for):
+    /// unrelated traffic served meanwhile, and waking for a background
+    /// message and waiting again, do not restart it, so a member that
+    /// never arrives is reported in the configured time however busy the
+    /// rank is with other messages.
+    pub(crate) fn wait_watched(
+        &self,
+        key: Key,
+        h: &Header,
+        from: usize,
+        watch: &mut HangWatch,
+    ) -> Result<()> {
+        let i = &self.pg.inner;
         let mail = &i.team_mail;
         let what = || self.awaiting(key, h, from);
-        let later = std::time::Duration::from_secs(u64::from(hops));
-        i.ep.wait_reporting(&what, later, || mail.ready(key, h) || mail.background_due())
+        i.ep.wait_watched(&what, watch, || mail.ready(key, h) || mail.background_due())
     }
 
     /// Take message `key` into `out` if it is in: `Ok(false)` if not yet.
     /// A mismatching message of the same collective is an error naming
     /// both calls, which ends the job.
     pub(crate) fn try_take(&self, key: Key, h: &Header, out: &mut [u8]) -> Result<bool> {
-        let i = &self.inner.pg.inner;
+        let i = &self.pg.inner;
         let (seq, src) = (key.1, key.3);
         let kind = CollKind::from_code(h.kind).map_or("a team collective", CollKind::name);
         match i.team_mail.take(key, h, out) {
@@ -337,7 +342,7 @@ impl std::fmt::Debug for Team {
         f.debug_struct("Team")
             .field("id", &self.inner.id)
             .field("rank", &self.inner.me)
-            .field("members", &self.inner.members)
+            .field("members", &self.inner.members.as_slice())
             .finish()
     }
 }

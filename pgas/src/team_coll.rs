@@ -91,7 +91,7 @@ impl Call<'_> {
     }
 
     /// Receive step `tag` from team rank `from`, which sends it after
-    /// `hops` receives of its own (see `Team::wait_for`).
+    /// `hops` receives of its own (see `Team::hang_watch`).
     fn recv<T: Pod>(&self, tag: u64, from: usize, out: &mut [T], hops: u32) -> Result<()> {
         self.team.recv(
             self.seq,

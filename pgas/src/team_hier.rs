@@ -187,7 +187,7 @@ impl Team {
         };
         let native = i.path == RmaPath::Native && enabled;
         let mapped: Vec<usize> = (0..n)
-            .filter(|&j| j == me || !i.direct[members[j]].is_empty())
+            .filter(|&j| j == me || !i.direct[members.at(j)].is_empty())
             .collect();
         let count = mapped.len();
         let block = if native && count > 1 && count < n {
@@ -235,7 +235,7 @@ impl Team {
         let area = match (group.len(), block) {
             (1, _) => None,
             (_, Some(off)) => {
-                let segs = group.iter().map(|&t| i.direct[members[t]]).collect();
+                let segs = group.iter().map(|&t| i.direct[members.at(t)]).collect();
                 let offs = group.iter().map(|&t| reports[t].off as usize).collect();
                 let own = Some((off, i.team_areas.clone()));
                 match TeamArea::new(segs, offs, gme, TEAM_HALF, self.inner.id, own) {
@@ -258,7 +258,7 @@ impl Team {
     /// would wait for it).
     fn inconsistent(&self, group: &[usize]) -> Error {
         let i = &self.pgas().inner;
-        let world: Vec<usize> = group.iter().map(|&t| self.inner.members[t]).collect();
+        let world: Vec<usize> = group.iter().map(|&t| self.inner.members.at(t)).collect();
         let why = format!(
             "team {:#x}: the hierarchical set-up grouped world ranks {:?} on one host, but rank \
              {} cannot use their shared-memory blocks",

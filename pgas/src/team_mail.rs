@@ -616,6 +616,11 @@ impl Mailbox {
         self.bg_len.load(Ordering::Acquire)
     }
 
+    /// Bytes of message `key` filed so far (a waiter's progress).
+    pub(crate) fn filed(&self, key: Key) -> usize {
+        self.entries.lock().map.get(&key).map_or(0, |e| e.got)
+    }
+
     /// Whether message `key` is complete, or something is wrong with this
     /// collective: not waiting any more. (Cheap check for a wait loop.)
     pub(crate) fn ready(&self, key: Key, mine: &Header) -> bool {

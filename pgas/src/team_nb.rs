@@ -28,11 +28,12 @@
 
 use crate::reduce::{Op, Reduce};
 use crate::team::Team;
-use crate::team_mail::CollKind;
+use crate::team_mail::{CollKind, Key};
 use crate::team_sched::{combine_bytes, Buf, Fold, Pending, Sched, Step};
 use bytemuck::Pod;
 use parking_lot::Mutex;
 use splitrt_am::{Result, TrafficKey};
+use splitrt_runtime::hang::HangWatch;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -142,6 +143,9 @@ impl<'a> TeamRequest<'a> {
     /// that does not take part is named by the hang report).
     pub fn wait(mut self) -> Result<()> {
         let mail = self.team.pgas().inner.team_mail.clone();
+        // one hang watch while the request waits for the same message
+        // (re-armed waits go on counting), a new one for the next
+        let mut watch: Option<(Key, usize, HangWatch)> = None;
         loop {
             mail.sweep();
             if let Some(r) = self.outcome() {
@@ -151,7 +155,18 @@ impl<'a> TeamRequest<'a> {
             match waiting {
                 Some((key, from, hops)) => {
                     let h = self.p.0.lock().h;
-                    self.team.wait_for(key, &h, from, hops)?;
+                    let got = mail.filed(key);
+                    let w = match &mut watch {
+                        Some((k, g, w)) if *k == key => {
+                            if *g != got {
+                                *g = got;
+                                w.progress();
+                            }
+                            w
+                        }
+                        _ => &mut watch.insert((key, got, self.team.hang_watch(hops))).2,
+                    };
+                    self.team.wait_watched(key, &h, from, w)?;
                 }
                 // another thread is sweeping
                 None => std::thread::yield_now(),

@@ -68,7 +68,7 @@ pub(crate) enum Step {
         at: usize,
         len: usize,
         fold: Fold,
-        /// Receives the sender makes before sending (see `Team::wait_for`).
+        /// Receives the sender makes before sending (see `Team::hang_watch`).
         hops: u32,
     },
     /// Copy or combine `len` bytes of `src` at 0 into `dst` at `at`.

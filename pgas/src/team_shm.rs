@@ -140,7 +140,7 @@ impl Team {
         let Some(me) = self.inner.me else {
             return Ok(None);
         };
-        let members = &self.inner.members;
+        let members = self.inner.members.as_slice();
         if i.path != RmaPath::Native || members.iter().any(|&w| i.direct[w].is_empty()) {
             return Ok(None);
         }
@@ -297,7 +297,7 @@ impl<'a> ShmCall<'a> {
         let kind = CollKind::from_code(self.h.kind).map_or("a team collective", |k| team.shown(k));
         let what = || {
             let missing: Vec<usize> = a.missing(k).iter().map(|&j| self.team_rank(j)).collect();
-            let world: Vec<usize> = missing.iter().map(|&j| team.inner.members[j]).collect();
+            let world: Vec<usize> = missing.iter().map(|&j| team.inner.members.at(j)).collect();
             let (one, s) = if missing.len() == 1 {
                 ("", " its part")
             } else {
@@ -321,12 +321,21 @@ impl<'a> ShmCall<'a> {
         // progress meanwhile: a member may wait for their messages before
         // it arrives here
         let mail = &i.team_mail;
+        // one hang watch for the whole wait (re-armed waits go on
+        // counting); progress is another member publishing this step
+        let mut watch = splitrt_runtime::hang::HangWatch::new(i.ep.config()).patient(extra);
+        let mut seen = 0;
         loop {
             mail.sweep();
-            if (0..self.n).all(|j| a.ready(j, k)) {
+            let ready = (0..self.n).filter(|&j| a.ready(j, k)).count();
+            if ready == self.n {
                 break;
             }
-            i.ep.wait_reporting(&what, extra, || {
+            if ready != seen {
+                seen = ready;
+                watch.progress();
+            }
+            i.ep.wait_watched(&what, &mut watch, || {
                 (0..self.n).all(|j| a.ready(j, k)) || mail.background_due()
             })?;
         }
@@ -349,7 +358,7 @@ impl<'a> ShmCall<'a> {
                      same root, op and lengths)",
                     team.inner.id,
                     self.seq,
-                    team.inner.members[tj],
+                    team.inner.members.at(tj),
                     theirs.describe(&op_name),
                     w[0],
                     i.rank,

@@ -8,6 +8,7 @@
 //! id, the parent's split count and the color, the same on every member.
 
 use crate::team::{Team, TeamInner};
+use crate::team_core::Members;
 use crate::team_mail::{CollKind, TeamCounters};
 use splitrt_am::{Error, Result};
 use std::sync::atomic::Ordering;
@@ -69,9 +70,9 @@ impl Team {
                  while team rank {j} (rank {}) called {} (every member must call the same \
                  split{})",
                 self.inner.id,
-                self.inner.members[0],
+                self.inner.members.at(0),
                 show(&first),
-                self.inner.members[j],
+                self.inner.members.at(j),
                 show(&recs[j]),
                 if agree {
                     " with the same arguments"
@@ -79,7 +80,7 @@ impl Team {
                     ""
                 }
             ))
-            .at_rank(self.inner.members[me]));
+            .at_rank(self.inner.members.at(me)));
         }
         Ok(recs)
     }
@@ -87,19 +88,19 @@ impl Team {
     /// A new team of parent ranks `ranks` (team order), with id from
     /// `color`.
     fn child(&self, split_no: u64, color: u64, ranks: Vec<usize>) -> Team {
-        let members: Vec<usize> = ranks.iter().map(|&r| self.inner.members[r]).collect();
+        let members: Vec<usize> = ranks.iter().map(|&r| self.inner.members.at(r)).collect();
         let world = self.pgas().rank();
         let me = members.iter().position(|&w| w == world);
         let id = mix(mix(self.inner.id ^ mix(split_no)) ^ color) | 2;
         Team {
             inner: Arc::new(TeamInner {
-                pg: self.pgas().clone(),
                 id,
-                members,
+                members: Members::List(members),
                 me,
                 counters: Arc::new(TeamCounters::default()),
                 pgas_names: false,
             }),
+            pg: self.pgas().clone(),
         }
     }
 
@@ -190,13 +191,13 @@ impl Team {
         if c == 0 {
             return Ok(Team {
                 inner: Arc::new(TeamInner {
-                    pg: self.pgas().clone(),
                     id: 0,
-                    members: Vec::new(),
+                    members: Members::List(Vec::new()),
                     me: None,
                     counters: Arc::new(TeamCounters::default()),
                     pgas_names: false,
                 }),
+                pg: self.pgas().clone(),
             });
         }
         let mut ranks: Vec<usize> = (0..recs.len()).filter(|&j| recs[j][1] == c).collect();

@@ -744,3 +744,124 @@ fn strided_runs_as_one_rdma_write_or_read_per_run() {
         j.segs.iter_mut().for_each(Vec::clear);
     }
 }
+
+/// A device whose `post_send` fails once, on the `fail_at`-th post after
+/// it is armed (counting from 1); everything else goes to the model.
+struct FailsOnePost {
+    model: Model,
+    fail_at: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+// SAFETY: every call goes to the model, which keeps the contract; the one
+// refused post does nothing (a failing post must not execute, which it
+// does not here).
+unsafe impl Verbs for FailsOnePost {
+    fn describe(&self) -> String {
+        self.model.describe()
+    }
+    unsafe fn register(&mut self, addr: *mut u8, len: usize, access: Access) -> Result<Region> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.model.register(addr, len, access) }
+    }
+    fn deregister(&mut self, region: &Region) -> Result<()> {
+        self.model.deregister(region)
+    }
+    fn create_qp(&mut self, caps: QpCaps) -> Result<QpId> {
+        self.model.create_qp(caps)
+    }
+    fn max_inline(&self, qp: QpId) -> u32 {
+        self.model.max_inline(qp)
+    }
+    fn endpoint(&self, qp: QpId) -> QpEndpoint {
+        self.model.endpoint(qp)
+    }
+    fn connect(&mut self, qp: QpId, remote: &QpEndpoint) -> Result<()> {
+        self.model.connect(qp, remote)
+    }
+    unsafe fn post_recv(&mut self, qp: QpId, wr_id: u64, sge: Sge) -> Result<()> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.model.post_recv(qp, wr_id, sge) }
+    }
+    unsafe fn post_send(&mut self, qp: QpId, wr: &SendWr) -> Result<()> {
+        use std::sync::atomic::Ordering::Relaxed;
+        match self.fail_at.load(Relaxed) {
+            0 => {}
+            1 => {
+                self.fail_at.store(0, Relaxed);
+                return Err(splitrt_runtime::Error::new(ErrorKind::PeerFailed(
+                    "injected: post_send refused".into(),
+                )));
+            }
+            n => self.fail_at.store(n - 1, Relaxed),
+        }
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.model.post_send(qp, wr) }
+    }
+    fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        self.model.poll(out)
+    }
+    fn destroy_qp(&mut self, qp: QpId) -> Result<()> {
+        self.model.destroy_qp(qp)
+    }
+}
+
+/// A strided write whose post fails after earlier writes from the same
+/// send buffer were posted (their completions only count, the last write
+/// frees the buffer, and it never went out) still frees that buffer,
+/// exactly once, when the posted writes complete: before the fix it
+/// leaked, one send buffer per such failure. Also a failure on a buffer's
+/// first write (nothing of it posted) and on a later buffer.
+#[test]
+fn fixes_a_strided_write_that_fails_to_post_frees_its_send_buffer_once() {
+    let cfg = small_buffers();
+    let nb = 2 * cfg.buffers as usize;
+    // 64-B runs: 16 writes per 1 KiB send buffer
+    let runs: Vec<(u64, u64)> = (0..64u64).map(|i| (4096 + i * 128, 64)).collect();
+    let src: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    // which post fails: mid first buffer, a buffer's first write, mid a
+    // later buffer, a buffer's last write
+    for (seed, fail_at) in [(1u64, 3u32), (2, 17), (3, 20), (4, 32)] {
+        let net = ModelNetwork::new(seed);
+        let arm = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let pending: Vec<PendingRdma<FailsOnePost>> = (0..2)
+            .map(|r| {
+                let dev = FailsOnePost {
+                    model: net.device(&format!("rank{r}")),
+                    fail_at: if r == 0 {
+                        arm.clone()
+                    } else {
+                        Default::default()
+                    },
+                };
+                PendingRdma::with_own_segment(dev, r, 2, 1 << 16, cfg).unwrap()
+            })
+            .collect();
+        let cards: Vec<_> = pending.iter().map(|p| p.card()).collect();
+        let f: Vec<RdmaFabric<FailsOnePost>> = pending
+            .into_iter()
+            .map(|p| p.connect(&cards).unwrap())
+            .collect();
+        f[0].quiet().unwrap();
+        assert_eq!(f[0].free_send_buffers(1), nb, "seed {seed}: at the start");
+        arm.store(fail_at, std::sync::atomic::Ordering::Relaxed);
+        let e = f[0].put_runs_nb(1, &runs, &src).unwrap_err();
+        assert!(e.to_string().contains("injected"), "{e}");
+        // the writes that were posted complete
+        f[0].quiet().unwrap();
+        assert_eq!(
+            f[0].free_send_buffers(1),
+            nb,
+            "seed {seed}: failing post {fail_at}: every send buffer is back, once"
+        );
+        // and the fabric goes on: a whole transfer, twice over
+        for _ in 0..2 {
+            f[0].put_runs_nb(1, &runs, &src).unwrap();
+            f[0].quiet().unwrap();
+            assert_eq!(f[0].free_send_buffers(1), nb, "seed {seed}: after more");
+        }
+        let mut back = vec![0u8; src.len()];
+        f[0].get_runs(1, &runs, &mut back).unwrap();
+        assert_eq!(back, src, "seed {seed}");
+        assert_eq!(net.stats().errors, 0, "seed {seed}");
+    }
+}

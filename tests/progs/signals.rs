@@ -59,6 +59,7 @@ fn main() {
             "vidle" => vector_idle(pg),
             "vnever" => vector_never(pg),
             "never" | "late" | "dies" => waits(&mode, pg),
+            "async_sets" => async_sets_on(iters, pg),
             _ => Err(Error::usage(format!("unknown mode {mode}"))),
         }
     });
@@ -856,4 +857,108 @@ fn thread_cpu() -> std::time::Duration {
     // SAFETY: a valid out-pointer for clock_gettime.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// `async_sets`: the set waits as futures (`wait_until_{any,all,some}
+/// _async`), with the progress thread on, each made before the left
+/// neighbour's signals may have come (put_signal, signal_add, signal_set
+/// from it; from this rank itself on 1 rank) and awaited under
+/// [`park_on`]; then a wait that stays pending for 300 ms must be polled
+/// only a few times (a future that wakes itself, or is woken by nothing
+/// that concerns it in a loop, spins). Prints `async sets ok (PATH path)`.
+pub fn async_sets_on(rounds: usize, pg: Pgas) -> splitrt::Result<()> {
+    use splitrt::am::Progress;
+    let (me, n) = (pg.rank(), pg.size());
+    let right = (me + 1) % n;
+    pg.endpoint().set_progress(Progress::Thread)?;
+    let data = pg.alloc_sym::<u64>(1)?;
+    let sig = pg.alloc_signals(4)?;
+    for round in 1..=rounds as u64 {
+        // word 0: set to the round, 1: +1 a round, 2: put_signal set, 3: never
+        let all = sig.wait_until_all_async(&[0, 1, 2], Cmp::Ge, round);
+        let any = sig.wait_until_any_async(&[3, 1], Cmp::Ge, round);
+        let some = sig.wait_until_some_async(&[3, 2, 0], Cmp::Ge, round);
+        pg.signal_set(sig.at(right, 0), round)?;
+        pg.signal_add(sig.at(right, 1), 1)?;
+        pg.put_signal(
+            data.ptr(right),
+            &[round],
+            sig.at(right, 2),
+            SignalOp::Set,
+            round,
+        )?;
+        park_on(all).map_err(|e| fail(format!("round {round} all: {e}")))?;
+        if data.local().get(0) < round {
+            return Err(fail(format!(
+                "round {round}: all: the put_signal's data is {} after its signal",
+                data.local().get(0)
+            )));
+        }
+        check(park_on(any)?.1, 1, "any: the first word that holds")?;
+        check(park_on(some)?.1, vec![2, 0], "some: the words that hold")?;
+        // the AM path's signals complete at sync
+        pg.sync()?;
+    }
+    expect_err(
+        "async any of no words",
+        ready_now(sig.wait_until_any_async(&[], Cmp::Eq, 0)),
+        "no signal words",
+    )?;
+    ready_now(sig.wait_until_all_async(&[], Cmp::Eq, 5))?;
+    expect_err(
+        "async some out of range",
+        ready_now(sig.wait_until_some_async(&[0, 9], Cmp::Eq, 0)),
+        "out of range",
+    )?;
+    pg.barrier()?;
+    // no spinning: rank 0's wait is pending until rank 1 signals, 300 ms on
+    if n >= 2 && me == 0 {
+        let (polls, i) = park_on(sig.wait_until_any_async(&[3], Cmp::Eq, 7))?;
+        check(i, 3, "the late signal")?;
+        if polls > 1000 {
+            return Err(fail(format!(
+                "a set wait pending for 300 ms was polled {polls} times: it spins"
+            )));
+        }
+    } else if n >= 2 && me == 1 {
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(300);
+        pg.endpoint()
+            .wait_until(|| std::time::Instant::now() >= end)?;
+        pg.signal_set(sig.at(0, 3), 7)?;
+        pg.sync()?;
+    }
+    pg.barrier()?;
+    pg.endpoint().set_progress(Progress::Polling)?;
+    println!("async sets ok ({:?} path) rank {me} of {n}", pg.rma_path());
+    Ok(())
+}
+
+/// Run `f` on this thread, parking between polls (a pending future must
+/// wake the thread: a 20-s park that times out is a lost wake-up): its
+/// polls and its output.
+fn park_on<T>(
+    f: impl std::future::Future<Output = splitrt::Result<T>>,
+) -> splitrt::Result<(usize, T)> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    for polls in 1..=100_000 {
+        if let std::task::Poll::Ready(r) = f.as_mut().poll(&mut cx) {
+            return r.map(|t| (polls, t));
+        }
+        let t = std::time::Instant::now();
+        std::thread::park_timeout(std::time::Duration::from_secs(20));
+        if t.elapsed() >= std::time::Duration::from_secs(20) {
+            return Err(fail("a pending signal wait was never woken".into()));
+        }
+    }
+    Err(fail(
+        "a pending signal wait was polled 100000 times: it spins".into(),
+    ))
 }

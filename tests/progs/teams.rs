@@ -705,6 +705,29 @@ fn misuse(mode: &str, target: usize, pg: Pgas) -> splitrt::Result<()> {
             let mut d = [1u64; 2];
             world.allreduce(&mut d, Op::Sum)?;
         }
+        "absent_busy" => {
+            // like "absent", but the missing member keeps sending the
+            // others unrelated traffic (puts: Active Messages under
+            // SPLITRT_RMA=am) every 20 ms for 20 s before it calls the
+            // allreduce
+            let word = pg.alloc_sym::<u64>(1)?;
+            if me == target {
+                let t = std::time::Instant::now();
+                let mut k = 0u64;
+                while t.elapsed() < std::time::Duration::from_secs(20) {
+                    for r in (0..pg.size()).filter(|&r| r != me) {
+                        pg.put(word.ptr(r), &[k])?;
+                    }
+                    k += 1;
+                    // serving traffic meanwhile (the replies' credits)
+                    let next = std::time::Instant::now() + std::time::Duration::from_millis(20);
+                    pg.endpoint()
+                        .wait_until(|| std::time::Instant::now() >= next)?;
+                }
+            }
+            let mut d = [1u64; 2];
+            world.allreduce(&mut d, Op::Sum)?;
+        }
         m => return Err(fail(format!("unknown mode {m}"))),
     }
     println!("done");

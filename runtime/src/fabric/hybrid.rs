@@ -131,4 +131,8 @@ impl Wakeup for Hybrid {
             || self.shm.await_traffic(limit, stop)
             || self.udp.await_traffic(now, stop)
     }
+
+    fn traffic_seq(&self) -> Option<u32> {
+        self.shm.traffic_seq()
+    }
 }

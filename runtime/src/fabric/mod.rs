@@ -295,6 +295,21 @@ impl SegmentRef {
             unsafe { &*self.owner_bell }.ring();
         }
     }
+
+    /// [`wake_owner`](Self::wake_owner) that also counts the ring when
+    /// the owner is awake ([`Doorbell::ring_counted`](shm::doorbell::Doorbell::ring_counted)),
+    /// so a future of the owner's that looked at the written word just
+    /// before sees the count moved: after a signal word's write.
+    ///
+    /// # Safety
+    /// As for [`wake_owner`](Self::wake_owner).
+    #[inline]
+    pub unsafe fn wake_owner_counted(&self) {
+        if !self.owner_bell.is_null() {
+            // SAFETY: as in `wake_owner` (this function's contract).
+            unsafe { &*self.owner_bell }.ring_counted();
+        }
+    }
 }
 
 // SAFETY: a SegmentRef is an address range, like a raw pointer; nothing
@@ -522,6 +537,13 @@ pub trait Wakeup {
     /// waiter should spin again before it sleeps).
     fn idle_wait(&self, sleep: std::time::Duration, done: &dyn Fn() -> bool) -> bool {
         idle_wait_blind(sleep, done)
+    }
+    /// The count of this rank's doorbell rings, where the fabric has a
+    /// doorbell (`None`, the default, elsewhere): a future reads it before
+    /// it looks at memory peers write directly, and the doorbell bridge
+    /// wakes it once the count has moved (see `Doorbell::seq`).
+    fn traffic_seq(&self) -> Option<u32> {
+        None
     }
 }
 

@@ -168,6 +168,10 @@ struct Dev<V: Verbs> {
     /// buffer in use (`runs::SHARED`) and has not come: a completion with
     /// the flag is taken only while one is out (else it is forged).
     shared_out: Vec<u32>,
+    /// Per peer: send buffers of strided transfers that failed after some
+    /// of a buffer's writes were posted (`runs::orphan`), each freed when
+    /// `nb_done` reaches the count beside it (at most one per buffer).
+    orphaned: Vec<Vec<(u64, u32)>>,
     /// `quiet`'s snapshot of `nb_posted` (kept to reuse its allocation).
     nb_want: Vec<u64>,
     /// Why the fabric stopped (every later call fails with it).
@@ -283,6 +287,7 @@ impl<V: Verbs> PendingRdma<V> {
             nb_posted: vec![0; size],
             nb_done: vec![0; size],
             shared_out: vec![0; size],
+            orphaned: vec![Vec::new(); size],
             nb_want: Vec::with_capacity(size),
             failed: None,
             scratch: Vec::new(),
@@ -565,6 +570,9 @@ impl<V: Verbs> RdmaFabric<V> {
                         d.shared_out[peer] -= 1;
                         d.outstanding[peer] -= 1;
                         d.nb_done[peer] += 1;
+                        if !d.orphaned[peer].is_empty() {
+                            runs::free_orphans(d, peer);
+                        }
                     }
                     _ => {
                         // a non-blocking put's write: its bounce buffer is free
@@ -920,6 +928,14 @@ impl<V: Verbs> RdmaFabric<V> {
         d.outstanding[peer] += 1;
         d.nb_posted[peer] += 1;
         Ok(true)
+    }
+
+    /// Send buffers toward `peer` on the free list now (a test's check
+    /// that every buffer comes back exactly once; buffers held by writes
+    /// or sends in flight are not counted).
+    #[cfg(feature = "test-doubles")]
+    pub fn free_send_buffers(&self, peer: usize) -> usize {
+        self.dev.lock().free_send.get(peer).map_or(0, Vec::len)
     }
 
     /// Wait until every non-blocking put posted before this call (by any

@@ -69,6 +69,36 @@ impl Doorbell {
         }
     }
 
+    /// The ring count now. A waiter that reads it before it looks at
+    /// memory peers write directly, and sleeps only while the count is
+    /// still this, misses no [`ring_counted`](Self::ring_counted) made
+    /// after its look (the doorbell bridge's signal futures).
+    pub fn seq(&self) -> u32 {
+        self.bell.load(Ordering::SeqCst)
+    }
+
+    /// [`ring`](Self::ring) that counts even when nobody sleeps: for a
+    /// write a waiter that is not asleep yet must still notice (a signal
+    /// word written straight into the owner's segment), at the cost of
+    /// one atomic add on the doorbell's line.
+    pub fn ring_counted(&self) {
+        self.bell.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) != 0 {
+            // SAFETY: as in `ring_slow`.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.bell.as_ptr(),
+                    libc::FUTEX_WAKE,
+                    i32::MAX,
+                    std::ptr::null::<libc::timespec>(),
+                    std::ptr::null::<u32>(),
+                    0u32,
+                );
+            }
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn ring_slow(&self) {

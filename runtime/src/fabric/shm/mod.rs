@@ -1217,6 +1217,10 @@ impl LoadStore for ShmFabric {
 /// This rank's doorbell, which every peer of the host rings when it gives
 /// this rank work.
 impl Wakeup for ShmFabric {
+    fn traffic_seq(&self) -> Option<u32> {
+        Some(self.own_bell.get().seq())
+    }
+
     /// Sleep on this rank's doorbell until a peer rings it (at most
     /// [`doorbell::WAIT_LIMIT`]; `_sleep`, the timed sleep of fabrics
     /// without a doorbell, does not apply), unless `done()` or work shows

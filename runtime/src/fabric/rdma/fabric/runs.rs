@@ -49,6 +49,37 @@ fn checked<V: Verbs>(
     Ok(out)
 }
 
+/// Send buffer `idx` toward `peer` after a strided transfer failed with
+/// `used` bytes of it already in posted writes: free now if none of its
+/// writes was posted, else once they have all completed. Those writes all
+/// carry `SHARED` (the buffer's last write, which frees it, never went
+/// out), and RC completes a queue pair's writes in order, so the buffer is
+/// free when `nb_done` reaches the count posted so far ([`free_orphans`]
+/// on each `SHARED` completion). Either way it is freed exactly once.
+fn orphan<V: Verbs>(d: &mut super::Dev<V>, peer: usize, idx: u32, used: usize) {
+    if used == 0 {
+        d.free_send[peer].push(idx);
+    } else {
+        d.orphaned[peer].push((d.nb_posted[peer], idx));
+    }
+}
+
+/// Free the orphaned send buffers toward `peer` whose writes have all
+/// completed (see [`orphan`]).
+pub(super) fn free_orphans<V: Verbs>(d: &mut super::Dev<V>, peer: usize) {
+    let done = d.nb_done[peer];
+    let mut k = 0;
+    while k < d.orphaned[peer].len() {
+        let (until, idx) = d.orphaned[peer][k];
+        if done >= until {
+            d.orphaned[peer].swap_remove(k);
+            d.free_send[peer].push(idx);
+        } else {
+            k += 1;
+        }
+    }
+}
+
 fn too_long(rank: usize, peer: usize) -> Error {
     Error::usage("RDMA runs longer than the address space")
         .at_rank(rank)
@@ -97,9 +128,18 @@ impl<V: Verbs> RdmaFabric<V> {
                 }
                 let last = used + k == n;
                 while d.outstanding[peer] >= d.send_depth {
-                    self.reap(&mut d)?;
+                    let room = self.reap(&mut d).and_then(|()| {
+                        if d.outstanding[peer] >= d.send_depth {
+                            self.waited_too_long(since, peer, "send-queue room for strided writes")
+                        } else {
+                            Ok(())
+                        }
+                    });
+                    if let Err(e) = room {
+                        orphan(&mut d, peer, idx, used);
+                        return Err(e);
+                    }
                     if d.outstanding[peer] >= d.send_depth {
-                        self.waited_too_long(since, peer, "send-queue room for strided writes")?;
                         parking_lot::MutexGuard::bump(&mut d);
                     }
                 }
@@ -115,9 +155,7 @@ impl<V: Verbs> RdmaFabric<V> {
                 // registered pool, ours until its last write completes
                 // (only that completion returns it to the free list).
                 if let Err(e) = unsafe { d.verbs.post_send(q, &wr) } {
-                    if used == 0 {
-                        d.free_send[peer].push(idx);
-                    }
+                    orphan(&mut d, peer, idx, used);
                     return Err(e.at_rank(self.rank).with_peer(peer));
                 }
                 d.outstanding[peer] += 1;
