@@ -49,6 +49,7 @@ pub mod read_proto;
 pub mod read_server;
 pub mod read_threads;
 mod replay;
+mod reply_buffers;
 pub mod ring;
 pub mod signal;
 pub mod stream_key;

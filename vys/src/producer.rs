@@ -118,8 +118,9 @@ pub struct ProducerConfig {
     pub description_every: Duration,
     /// Read-server threads (1..=[`MAX_READ_THREADS`](super::read_server::MAX_READ_THREADS);
     /// one with `rdma`): the consumers of this producer are served in
-    /// parallel, each by one thread. Default: the host's cores, at most
-    /// 4. Setting `SPLITRT_VYS_READ_THREADS`
+    /// parallel, each by one thread. Default: 1 (one consumer is served
+    /// by one thread however many there are; raise it for producers that
+    /// many consumers read at once). Setting `SPLITRT_VYS_READ_THREADS`
     /// ([`apply_settings`](Self::apply_settings)).
     pub read_threads: usize,
 }

@@ -32,6 +32,7 @@ use super::read_proto::{
     self, MAX_CONTROL, MAX_READ, STATUS_OK, STATUS_OUT_OF_RING, STATUS_OVERWRITTEN, STATUS_REFUSED,
     T_DATA, T_OFFER, T_RDMA, T_READ,
 };
+use super::reply_buffers::ReplyBuffers;
 use super::ring::{snapshot_slot, Snapshot};
 use splitrt_runtime::fabric::frames::{OutMsg, Reassembler};
 use splitrt_runtime::fabric::rdma::verbs::{QpEndpoint, QpId, Verbs};
@@ -60,6 +61,9 @@ const MAX_REQUEST: usize = if read_batch::MAX_PAYLOAD > MAX_CONTROL {
 /// first; one reply is always allowed).
 const MAX_QUEUED: usize = 64;
 const MAX_QUEUED_BYTES: usize = 32 << 20;
+/// Bytes of emptied reply buffers a server thread keeps for reuse at
+/// most (a session's queue of 64 slots up to 128 KiB each).
+const SPARE_BYTES: usize = 8 << 20;
 
 /// What the read server did, for reports and tests.
 #[derive(Debug, Default)]
@@ -148,7 +152,8 @@ struct Server {
     max_sessions: usize,
     stats: Arc<ServerStats>,
     t0: Instant,
-    spare: Vec<Vec<u8>>,
+    /// Emptied reply buffers for reuse (bounded as a session's queue).
+    spare: ReplyBuffers,
     /// Datagrams of one session's round, sent together.
     out: Batch,
     /// Requests of one datagram (kept to reuse its allocation).
@@ -252,7 +257,7 @@ impl ReadServer {
                 max_sessions: MAX_SESSIONS.div_ceil(threads),
                 stats: stats.clone(),
                 t0: Instant::now(),
-                spare: Vec::new(),
+                spare: ReplyBuffers::new(MAX_QUEUED, SPARE_BYTES),
                 out: Batch::default(),
                 reqs: Vec::new(),
             };
@@ -469,8 +474,7 @@ impl Server {
                     let Some([id, offset, stride, landing, seq]) = s.deferred.pop_front() else {
                         break;
                     };
-                    let mut slot = spare.pop().unwrap_or_default();
-                    slot.clear();
+                    let mut slot = spare.take();
                     let status = match usize::try_from(stride) {
                         Ok(st) if st <= MAX_READ => {
                             match snapshot_slot(ring.words(), offset, st, seq, &mut slot) {
@@ -592,9 +596,7 @@ impl Server {
                     Sent::Upto(n) if n == r.slot.len() => {
                         let r = s.replies.pop_front().expect("front");
                         s.queued_bytes -= r.slot.len();
-                        if spare.len() < 8 {
-                            spare.push(r.slot);
-                        }
+                        spare.give(r.slot);
                     }
                     Sent::Upto(n) => {
                         r.from = n;

@@ -7,12 +7,15 @@ use super::read_server::MAX_READ_THREADS;
 /// `ProducerConfig::apply_settings` into its `read_threads`.
 pub const ENV_READ_THREADS: &str = "SPLITRT_VYS_READ_THREADS";
 
-/// The default: the cores this process may run on, at most 4 (a thread
-/// per consumer being served, without taking the producer's cores).
+/// The default: one thread. A consumer's session lives on one thread
+/// however many there are (the kernel keeps its address on one socket),
+/// so a second thread never speeds up one consumer; it serves a second
+/// consumer in parallel, which helps only with cores to spare beside the
+/// producer's (measured across two namespace hosts on 2 CPUs: no gain at
+/// 8 or 64 KiB; docs/vys.md "Speed across hosts"). Set
+/// [`ENV_READ_THREADS`] for producers that many consumers read at once.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, 4)
+    1
 }
 
 /// The thread count `get` sets under [`ENV_READ_THREADS`] (`None`: not
@@ -45,6 +48,6 @@ mod tests {
             let e = threads_setting(get(bad)).unwrap_err();
             assert!(e.contains(ENV_READ_THREADS), "{bad}: {e}");
         }
-        assert!((1..=4).contains(&default_threads()));
+        assert_eq!(default_threads(), 1);
     }
 }

@@ -6,7 +6,10 @@
 //! `spead2_peer.py`). Packets are at most the UDP payload a 1500-byte
 //! MTU path carries (as vys's read sessions default to there). The
 //! sender runs flat out and paced at several rates; the best received
-//! rate of complete heaps is spead2's figure. Skipped, with a message
+//! rate of complete heaps is spead2's figure, printed with spead2's own
+//! stream statistics (heaps, packets, heaps evicted incomplete, too-old
+//! heaps) as evidence. Both peers ask for the socket buffers vys's read
+//! sessions ask for (8 MiB; the host's `net.core.rmem_max` caps both). Skipped, with a message
 //! saying why, when `python3` cannot import spead2.
 
 use super::plan::{Plan, Reads};
@@ -25,6 +28,9 @@ const PEER: &str = include_str!("spead2_peer.py");
 const PACKET: usize = 1472;
 /// Sender rates tried (bytes/s; 0: flat out).
 const RATES: [f64; 4] = [0.0, 2e9, 1e9, 0.4e9];
+/// Socket buffer bytes the peers ask for (as `SOCKET_BUFFER` in the
+/// script and vys's read sessions in `read_client.rs`/`read_server.rs`).
+const SOCKET_BUFFER: usize = 8 << 20;
 /// The receiver's UDP port.
 const PORT: u16 = 47_931;
 
@@ -57,9 +63,23 @@ fn command(h: &Hosts<'_>, on_b: bool, args: &[String]) -> Command {
     }
 }
 
-/// GB/s of complete heaps of `size` bytes received over `secs` with the
-/// sender at `rate` (0: flat out).
-fn measure(h: &Hosts<'_>, script: &str, size: usize, secs: f64, rate: f64) -> Result<f64, String> {
+/// One spead2 measurement: GB/s of complete heaps and the evidence
+/// (the sender's heap count, spead2's stream statistics, the socket
+/// buffer cap).
+struct Measured {
+    gbps: f64,
+    evidence: String,
+}
+
+/// Complete heaps of `size` bytes received per second with the sender
+/// at `rate` (0: flat out), sending for `secs`.
+fn measure(
+    h: &Hosts<'_>,
+    script: &str,
+    size: usize,
+    secs: f64,
+    rate: f64,
+) -> Result<Measured, String> {
     let dest = match h.across {
         None => "127.0.0.1".to_string(),
         Some((_, _, b)) => b.to_string(),
@@ -97,11 +117,11 @@ fn measure(h: &Hosts<'_>, script: &str, size: usize, secs: f64, rate: f64) -> Re
         args.push(s(&rate));
     }
     let tx = command(h, false, &args)
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .status();
+        .output();
     let out = rx.wait_with_output().map_err(|e| e.to_string())?;
-    tx.map_err(|e| format!("spead2 sender: {e}"))?;
+    let tx = tx.map_err(|e| format!("spead2 sender: {e}"))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
         .lines()
@@ -112,8 +132,33 @@ fn measure(h: &Hosts<'_>, script: &str, size: usize, secs: f64, rate: f64) -> Re
             .find_map(|w| w.strip_prefix(k))
             .and_then(|v| v.parse::<f64>().ok())
     };
+    let sent = String::from_utf8_lossy(&tx.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("spead2-send heaps="))
+        .and_then(|v| v.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into());
+    // spead2's own statistics: every heap the sender sent should be
+    // among `heaps`, none evicted incomplete or too old
+    let stat = |k: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(k))
+            .unwrap_or("?")
+            .to_string()
+    };
+    let evidence = format!(
+        "sent {sent} heaps; received {} heaps, {} packets, {} evicted incomplete, \
+         {} too old; rmem_max {}",
+        stat("heaps="),
+        stat("packets="),
+        stat("incomplete_heaps_evicted="),
+        stat("too_old_heaps="),
+        stat("rmem_max="),
+    );
     match (field("bytes="), field("seconds=")) {
-        (Some(b), Some(t)) if t > 0.0 => Ok(b / t / 1e9),
+        (Some(b), Some(t)) if t > 0.0 => Ok(Measured {
+            gbps: b / t / 1e9,
+            evidence,
+        }),
         _ => Err(format!("spead2 receiver's line {line:?}")),
     }
 }
@@ -169,20 +214,31 @@ pub fn compare(r: &Run, plan: &Plan, output: &Output, h: &Hosts<'_>) -> Result<(
         t,
         "\nspead2 beside vys (same run): spead2 4.x sender -> C++ chunk-stream receiver, \
          {PACKET} B packets,\nbest of sender flat out and paced at 2, 1, 0.4 GB/s; \
-         complete heaps received per second\n"
+         complete heaps received per second\n(between the first and last chunk after a warm-up), \
+         heaps sent one after another (serial)\n"
     );
     let _ = writeln!(
         t,
         "{:>8} {:>12} {:>14} {:>12}  {:>8}",
         "size", "spead2 GB/s", "(per rate)", "vys GB/s", "vys/spead2"
     );
+    let mut evidence = String::new();
     for &size in &plan.sizes {
         let mut rates = Vec::new();
+        let mut best_evidence = String::new();
         for rate in RATES {
-            rates.push(measure(h, &script, size, secs, rate).unwrap_or_else(|e| {
+            let m = measure(h, &script, size, secs, rate).unwrap_or_else(|e| {
                 eprintln!("vys --spead2: {e}");
-                f64::NAN
-            }));
+                Measured {
+                    gbps: f64::NAN,
+                    evidence: String::new(),
+                }
+            });
+            let beats = |x: &f64| x.is_nan() || *x < m.gbps;
+            if m.gbps.is_finite() && rates.iter().all(beats) {
+                best_evidence = m.evidence;
+            }
+            rates.push(m.gbps);
         }
         let best = rates
             .iter()
@@ -200,9 +256,99 @@ pub fn compare(r: &Run, plan: &Plan, output: &Output, h: &Hosts<'_>) -> Result<(
             vys,
             vys / best
         );
+        let _ = writeln!(
+            evidence,
+            "  {:>6} best: {best_evidence}",
+            size_label(Some(size))
+        );
     }
+    let _ = writeln!(
+        t,
+        "spead2's own stream statistics (best rate per size):\n{evidence}\
+         socket buffers: spead2's sender and receiver ask for {} MiB, as vys's read \
+         sessions do; the host's net.core.rmem_max caps both alike",
+        SOCKET_BUFFER >> 20
+    );
     t += "target: vys remote delivery >= 0.9x spead2 (issue 27 part 6)\n";
     print!("{t}");
     r.write("vys-spead2.txt", &t)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The number after `key` in `text` (the peer's `key=N` fields).
+    fn count(text: &str, key: &str) -> Option<u64> {
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .and_then(|v| v.parse().ok())
+    }
+
+    /// The spead2 baseline counts the heaps a spead2 sender sends as
+    /// received complete: a slow, paced sender on loopback loses none to
+    /// the harness (heaps interleaved past what the receiver keeps open
+    /// were evicted incomplete: 0.024 GB/s at every size and rate).
+    /// Skipped when `python3` cannot import spead2.
+    #[test]
+    fn vysspeed_spead2_peer_receives_the_heaps_sent() {
+        let ok = Command::new("python3")
+            .args(["-c", "import spead2.recv; spead2.recv.ChunkRingStream"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("skipped: python3 cannot import spead2");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("vysspeed-spead2-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("spead2_peer.py");
+        std::fs::write(&script, PEER).unwrap();
+        let script = script.display().to_string();
+        // 8 KiB heaps paced at 5 MB/s for 1.5 s: about 900 heaps, slow
+        // enough for a loaded machine's loopback and socket buffers
+        let port = "47937";
+        let rx = Command::new("python3")
+            .args([&script, "recv", port, "8192", "2.5", "1472"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        let tx = Command::new("python3")
+            .args([
+                &script,
+                "send",
+                "127.0.0.1",
+                port,
+                "8192",
+                "1.5",
+                "1472",
+                "5e6",
+            ])
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        let rx = rx.wait_with_output().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let (tx, rx) = (
+            String::from_utf8_lossy(&tx.stdout).to_string(),
+            String::from_utf8_lossy(&rx.stdout).to_string(),
+        );
+        let sent = count(&tx, "heaps=").expect("the sender's count");
+        let line = rx
+            .lines()
+            .find(|l| l.starts_with("spead2-recv heaps="))
+            .expect("the receiver's line");
+        let complete = count(line, "heaps=").expect("complete heaps");
+        // the window starts after a warm-up: most, not all, heaps sent
+        assert!(
+            sent > 100 && complete * 2 >= sent,
+            "{complete} of {sent} heaps received complete: {line}"
+        );
+        assert_eq!(count(line, "incomplete_heaps_evicted="), Some(0), "{line}");
+        eprintln!("{complete} of {sent} heaps received complete: {line}");
+    }
 }

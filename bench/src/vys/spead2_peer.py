@@ -8,12 +8,20 @@ The receiver is spead2's C++ receive path: a ChunkRingStream whose heap
 placement is a C function (compiled here with cc, handed to spead2 as a
 PyCapsule; no Python runs per heap or per packet). Python only recycles
 whole chunks. It prints one line:
-    spead2-recv heaps=N bytes=B seconds=S
-counting the heaps that arrived complete in the measuring window (after a
-warm-up of a quarter of SECONDS). The sender sends heaps of one item of
-HEAP_BYTES flat out, in batches of 64 (spead2's send_heaps), packets of at
-most PACKET bytes of UDP payload (paced at RATE bytes/s if given), until
-SECONDS pass.
+    spead2-recv heaps=N bytes=B seconds=S rmem_max=R stat=V ...
+counting the heaps that arrived complete in the measuring window: from
+the first chunk delivered after a warm-up of a quarter of SECONDS to the
+last chunk delivered before SECONDS end (so a sender that starts late or
+stops early does not dilute the rate), then spead2's own stream
+statistics (heaps, packets, incomplete_heaps_evicted, too_old_heaps, ...)
+and the host's net.core.rmem_max, which caps the socket buffer (both
+peers ask for SOCKET_BUFFER bytes, as vys's read sessions do). The sender
+sends heaps of one item of HEAP_BYTES flat out, in batches of 64 (spead2's
+send_heaps) one heap after another (GroupMode.SERIAL, as a correlator
+emits integrations; ROUND_ROBIN would interleave the packets of 64 heaps,
+more than the receiver keeps open, and it would evict them incomplete),
+packets of at most PACKET bytes of UDP payload (paced at RATE bytes/s if
+given), until SECONDS pass, and prints `spead2-send heaps=N seconds=S`.
 """
 
 import ctypes
@@ -25,6 +33,18 @@ import tempfile
 import time
 
 HEAPS_PER_CHUNK = 64
+# Socket buffers both peers ask for: the size vys's read sessions ask for
+# (vys/src/read_client.rs, read_server.rs); the kernel caps it at
+# net.core.rmem_max / wmem_max of the host (network namespace).
+SOCKET_BUFFER = 8 << 20
+
+
+def rmem_max():
+    try:
+        with open("/proc/sys/net/core/rmem_max") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return -1
 
 PLACE_C = r"""
 #include <stddef.h>
@@ -89,13 +109,14 @@ def recv(port, heap, seconds, packet):
                 data=np.zeros(chunk_bytes, np.uint8),
             )
         )
-    stream.add_udp_reader(port, max_size=packet + 64, buffer_size=8 << 20,
+    stream.add_udp_reader(port, max_size=packet + 64, buffer_size=SOCKET_BUFFER,
                           bind_hostname="0.0.0.0")
     print("spead2-recv ready", flush=True)
     t0 = time.monotonic()
     start = t0 + seconds / 4
     end = t0 + seconds
     heaps = 0
+    first = last = None
     while True:
         now = time.monotonic()
         if now >= end:
@@ -103,14 +124,21 @@ def recv(port, heap, seconds, packet):
         try:
             chunk = data_ring.get_nowait()
         except spead2.Empty:
-            time.sleep(0.001)
+            time.sleep(0.0002)
             continue
         if now >= start:
-            heaps += int(np.count_nonzero(chunk.present))
+            if first is None:
+                first = now
+            else:
+                heaps += int(np.count_nonzero(chunk.present))
+                last = now
         stream.add_free_chunk(chunk)
     stream.stop()
-    print(f"spead2-recv heaps={heaps} bytes={heaps * heap} seconds={end - start:.6f}",
-          flush=True)
+    st = stream.stats
+    stats = " ".join(f"{c.name}={st[c.name]}" for c in st.config)
+    span = (last - first) if last is not None else 0.0
+    print(f"spead2-recv heaps={heaps} bytes={heaps * heap} seconds={span:.6f} "
+          f"rmem_max={rmem_max()} {stats}", flush=True)
 
 
 def send(host, port, heap, seconds, packet, rate=0.0):
@@ -123,19 +151,20 @@ def send(host, port, heap, seconds, packet, rate=0.0):
         spead2.ThreadPool(1),
         [(addr, port)],
         spead2.send.StreamConfig(max_packet_size=packet, max_heaps=128, rate=rate),
-        buffer_size=8 << 20,
+        buffer_size=SOCKET_BUFFER,
     )
     ig = spead2.send.ItemGroup()
     ig.add_item(0x1600, "vis", "visibilities", shape=(heap,), dtype=np.uint8)
     ig["vis"].value = np.arange(heap, dtype=np.uint64).astype(np.uint8)
     h = ig.get_heap(descriptors="none", data="all")
     refs = [spead2.send.HeapReference(h) for _ in range(64)]
-    end = time.monotonic() + seconds
+    t0 = time.monotonic()
+    end = t0 + seconds
     sent = 0
     while time.monotonic() < end:
-        stream.send_heaps(refs, spead2.send.GroupMode.ROUND_ROBIN)
+        stream.send_heaps(refs, spead2.send.GroupMode.SERIAL)
         sent += len(refs)
-    print(f"spead2-send heaps={sent}", flush=True)
+    print(f"spead2-send heaps={sent} seconds={time.monotonic() - t0:.6f}", flush=True)
 
 
 def main(a):
