@@ -74,6 +74,10 @@ mod future;
 mod pending;
 mod serve;
 mod wire;
+// The lone call's round trip without locks (issue 25, third round).
+mod lone;
+mod slot;
+mod sync;
 
 pub use future::RpcFuture;
 pub use pending::MAX_OUTSTANDING;
@@ -122,15 +126,11 @@ impl Rpc {
         })?;
         let s = slots.clone();
         let results = b.reply("rpc:results", Kind::Medium, 0, move |m| {
-            let mut wake = Vec::new();
-            {
-                let mut l = s.lock();
-                for r in Results::new(m.payload()) {
-                    wake.extend(l.complete(r.call, r.status, r.bytes));
+            for r in Results::new(m.payload()) {
+                if let Some(w) = s.complete(r.call, r.status, r.bytes) {
+                    w.wake();
                 }
-                s.bump();
             }
-            wake.into_iter().for_each(std::task::Waker::wake);
         })?;
         let serve = Arc::new(Serve::default());
         let sv = serve.clone();
@@ -249,8 +249,12 @@ impl Rpc {
     /// # Ok(()) }
     /// ```
     pub fn stats(&self) -> RpcStats {
-        let (calls, messages) = self.client.stats();
-        RpcStats { calls, messages }
+        let (calls, messages, short_calls) = self.client.stats();
+        RpcStats {
+            calls,
+            messages,
+            short_calls,
+        }
     }
 }
 
@@ -261,6 +265,9 @@ pub struct RpcStats {
     pub calls: u64,
     /// Request messages that carried them (a call alone, or a batch).
     pub messages: u64,
+    /// Of those, the calls sent alone in an AM Short (`rpc:short`, the
+    /// fast path: arguments of at most 16 B encoded, in the Short's words).
+    pub short_calls: u64,
 }
 
 /// Decode, run (catching a panic), encode (into `small` if given and the
@@ -400,7 +407,6 @@ impl<Req: Serialize, Resp: DeserializeOwned> RpcFn<Req, Resp> {
     /// # Ok(()) }
     /// ```
     pub fn call(&self, ep: &Endpoint, rank: usize, args: &Req) -> Result<RpcFuture<Resp>> {
-        let seen = self.client.slots.arrived();
         // Arguments of at most 16 B are encoded on the stack, and sent in
         // a Short's words if the call goes alone; longer ones are encoded
         // into the buffer (a second encoding, only for those).
@@ -417,7 +423,6 @@ impl<Req: Serialize, Resp: DeserializeOwned> RpcFn<Req, Resp> {
             rank,
             self.func,
             call,
-            seen,
         ))
     }
 }
@@ -436,7 +441,6 @@ impl<Req, Resp> RpcFn<Req, Resp> {
     where
         Resp: DeserializeOwned,
     {
-        let seen = self.client.slots.arrived();
         let call = self.client.enqueue(ep, rank, self.func, None, &mut |v| {
             v.extend_from_slice(args);
             Ok(())
@@ -447,7 +451,6 @@ impl<Req, Resp> RpcFn<Req, Resp> {
             rank,
             self.func,
             call,
-            seen,
         ))
     }
 }
