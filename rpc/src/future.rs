@@ -2,7 +2,7 @@
 //! on the endpoint's traffic waker) or waited for ([`RpcFuture::wait`]).
 
 use crate::client::{Client, LONE};
-use crate::pending::{Bytes, Polled};
+use crate::pending::Polled;
 use crate::wire::Status;
 use serde::de::DeserializeOwned;
 use splitrt_am::{Endpoint, Error, ErrorKind, Payload, Result, TrafficKey};
@@ -90,12 +90,12 @@ impl<R: DeserializeOwned> RpcFuture<R> {
     }
 
     fn wait_inner(&mut self) -> Result<R> {
-        let (st, bytes) = self.wait_result()?;
-        self.decode(st, bytes.as_slice())
+        let r = self.wait_result();
+        self.with_deferred(r)
     }
 
-    /// Wait for the result's status and bytes (the slot freed).
-    fn wait_result(&self) -> Result<(Status, Bytes)> {
+    /// Wait for the result and decode it where it lies (the slot freed).
+    fn wait_result(&self) -> Result<R> {
         let (ep, client, dest, call) = (&self.ep, &*self.client, self.dest, self.call);
         let slots = &client.slots;
         // The slot is looked up once; the wait looks at its state word.
@@ -104,8 +104,8 @@ impl<R: DeserializeOwned> RpcFuture<R> {
         // Already in (a call waited on long after it was made): no wait,
         // nothing sent.
         if ready() {
-            match slots.poll(call, None) {
-                Polled::Done(st, bytes) => return Ok((st, bytes)),
+            match slots.poll(call, None, |st, b| self.decode(st, b)) {
+                Polled::Done(r) => return r,
                 Polled::Held => fetch(ep, client, dest, call)?,
                 Polled::Waiting => {}
             }
@@ -132,10 +132,10 @@ impl<R: DeserializeOwned> RpcFuture<R> {
                 slots.abandon(call);
                 return Err(e);
             }
-            match slots.poll(call, None) {
+            match slots.poll(call, None, |st, b| self.decode(st, b)) {
                 Polled::Waiting => {}
                 Polled::Held => fetch(ep, client, dest, call)?,
-                Polled::Done(st, bytes) => return Ok((st, bytes)),
+                Polled::Done(r) => return r,
             }
         }
     }
@@ -170,23 +170,32 @@ impl<R: DeserializeOwned> RpcFuture<R> {
         fetch(&self.ep, &self.client, self.dest, self.call)
     }
 
-    fn decode(&mut self, st: Status, bytes: &[u8]) -> Result<R> {
+    /// The result's value, or the call's error.
+    #[inline]
+    fn decode(&self, st: Status, bytes: &[u8]) -> Result<R> {
         if st == Status::Ok {
             if let Ok(v) = postcard::from_bytes::<R>(bytes) {
-                return match self.deferred.take() {
-                    Some(e) => Err(e),
-                    None => Ok(v),
-                };
+                return Ok(v);
             }
         }
         self.failed(st, bytes)
+    }
+
+    /// A value in place of an unrelated error met while polling, returned
+    /// now (as the PGAS layer's futures do).
+    #[inline]
+    fn with_deferred(&mut self, r: Result<R>) -> Result<R> {
+        match (r, self.deferred.take()) {
+            (Ok(_), Some(e)) => Err(e),
+            (r, _) => r,
+        }
     }
 
     /// The error of a call that failed (out of line: words it with the
     /// function's name).
     #[cold]
     #[inline(never)]
-    fn failed(&mut self, st: Status, bytes: &[u8]) -> Result<R> {
+    fn failed(&self, st: Status, bytes: &[u8]) -> Result<R> {
         let text = || String::from_utf8_lossy(bytes).into_owned();
         let name = self.client.name(self.func);
         let (me, dest) = (self.ep.rank(), self.dest);
@@ -239,9 +248,12 @@ impl<R: DeserializeOwned> RpcFuture<R> {
                     self.deferred.get_or_insert(e);
                 }
             }
-            let polled = self.client.slots.poll(self.call, Some(cx.waker()));
+            let polled = self
+                .client
+                .slots
+                .poll(self.call, Some(cx.waker()), |st, b| self.decode(st, b));
             match polled {
-                Polled::Done(st, bytes) => return Poll::Ready(self.decode(st, bytes.as_slice())),
+                Polled::Done(r) => return Poll::Ready(self.with_deferred(r)),
                 Polled::Held => {
                     self.fetch()?;
                     continue;

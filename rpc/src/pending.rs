@@ -8,7 +8,7 @@
 //! the free ones are on a lock-free stack.
 
 use crate::fast::FAST_BYTES;
-use crate::slot::{Completed, FreeStack, Slot, Taken};
+use crate::slot::{Completed, FreeStack, Kept, Slot, Taken};
 use crate::wire::Status;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
@@ -53,20 +53,41 @@ impl Bytes {
 }
 
 /// What [`Pending::poll`] found.
-pub(crate) enum Polled {
+pub(crate) enum Polled<R> {
     /// Nothing yet (the waker, if given, is registered).
     Waiting,
     /// The target holds the result: fetch it (the slot waits again).
     Held,
-    /// The result, and the slot is free again.
-    Done(Status, Bytes),
+    /// What the reader made of the result; the slot is free again.
+    Done(R),
 }
 
 /// Slots per chunk (a chunk is allocated when a call first needs it).
 const CHUNK: usize = 256;
 
-/// A slot's result: the status and the bytes.
-type Res = (Status, Bytes);
+/// A slot's result: the status and the bytes, kept in place.
+pub(crate) struct Res {
+    status: Status,
+    bytes: Bytes,
+}
+
+impl Default for Res {
+    fn default() -> Self {
+        Res {
+            status: Status::Unknown,
+            bytes: Bytes::Short(0, [0; FAST_BYTES]),
+        }
+    }
+}
+
+impl Kept for Res {
+    #[inline]
+    fn clear(&mut self) {
+        if let Bytes::Heap(_) = self.bytes {
+            self.bytes = Bytes::Short(0, [0; FAST_BYTES]);
+        }
+    }
+}
 
 /// [`CHUNK`] slots, allocated when a call first needs one of them.
 type Chunk = OnceLock<Box<[Slot<Res>]>>;
@@ -150,7 +171,11 @@ impl Pending {
         bytes: impl FnOnce() -> Bytes,
     ) -> Option<Waker> {
         let (i, s) = self.slot_of(call)?;
-        match s.complete(call, status == Status::Held, || (status, bytes())) {
+        let write = |r: &mut Res| {
+            r.status = status;
+            r.bytes = bytes();
+        };
+        match s.complete(call, status == Status::Held, write) {
             Completed::Stored(w) => w,
             Completed::Freed => {
                 self.free.push(i, s);
@@ -190,21 +215,31 @@ impl Pending {
         self.slot_of(call).is_none_or(|(_, s)| s.ready(call))
     }
 
-    /// Take `call`'s result if it arrived (freeing the slot), else
-    /// register `waker`. Only the call's owner (its future) polls it.
+    /// Read `call`'s result with `read` where it lies if it arrived
+    /// (freeing the slot), else register `waker`. Only the call's owner
+    /// (its future) polls it.
     #[inline]
-    pub(crate) fn poll(&self, call: u64, waker: Option<&Waker>) -> Polled {
+    pub(crate) fn poll<R>(
+        &self,
+        call: u64,
+        waker: Option<&Waker>,
+        read: impl FnOnce(Status, &[u8]) -> R,
+    ) -> Polled<R> {
         let Some((i, s)) = self.slot_of(call) else {
-            return not_in_flight();
+            return Polled::Done(not_in_flight(read));
         };
-        match s.poll(call, waker) {
+        let read = |r: Option<&Res>| match r {
+            Some(r) => read(r.status, r.bytes.as_slice()),
+            None => not_in_flight(read),
+        };
+        match s.poll(call, waker, read) {
             Taken::Waiting => Polled::Waiting,
             Taken::Held => Polled::Held,
-            Taken::Done((st, bytes)) => {
+            Taken::Done(v) => {
                 self.free.push(i, s);
-                Polled::Done(st, bytes)
+                Polled::Done(v)
             }
-            Taken::Unknown => not_in_flight(),
+            Taken::Unknown(v) => Polled::Done(v),
         }
     }
 
@@ -228,26 +263,30 @@ impl Pending {
 }
 
 #[cold]
-fn not_in_flight() -> Polled {
-    Polled::Done(Status::Unknown, Bytes::of(b"the call is not in flight"))
+fn not_in_flight<R>(read: impl FnOnce(Status, &[u8]) -> R) -> R {
+    read(Status::Unknown, b"the call is not in flight")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn both(st: Status, b: &[u8]) -> (Status, Vec<u8>) {
+        (st, b.to_vec())
+    }
+
     #[test]
     fn slots_are_reused_with_a_new_generation() {
         let s = Pending::default();
         let a = s.alloc().unwrap();
         assert!(s.complete(a, Status::Ok, b"x").is_none());
-        assert!(matches!(s.poll(a, None), Polled::Done(Status::Ok, ref b) if b.as_slice() == b"x"));
+        assert!(matches!(s.poll(a, None, both), Polled::Done((Status::Ok, ref b)) if b == b"x"));
         let b = s.alloc().unwrap();
         assert_eq!(a & 0xffff_ffff, b & 0xffff_ffff);
         assert_ne!(a, b);
         // a late result for the old call id is ignored
         s.complete(a, Status::Ok, b"late");
-        assert!(matches!(s.poll(b, None), Polled::Waiting));
+        assert!(matches!(s.poll(b, None, both), Polled::Waiting));
         assert_eq!(s.live(), 1);
     }
 
@@ -267,10 +306,13 @@ mod tests {
         let a = s.alloc().unwrap();
         s.complete(a, Status::Held, b"");
         assert!(s.ready(a));
-        assert!(matches!(s.poll(a, None), Polled::Held));
+        assert!(matches!(s.poll(a, None, both), Polled::Held));
         assert!(!s.ready(a));
         s.complete(a, Status::Ok, b"v");
-        assert!(matches!(s.poll(a, None), Polled::Done(Status::Ok, _)));
+        assert!(matches!(
+            s.poll(a, None, both),
+            Polled::Done((Status::Ok, _))
+        ));
     }
 
     #[test]

@@ -75,6 +75,17 @@ pub(crate) enum Completed {
     Ignored,
 }
 
+/// A result kept in a slot, in place: written by the completer, read by
+/// the owner where it lies (no move out), then cleared.
+pub(crate) trait Kept: Default {
+    /// Drop what it holds on the heap, if anything (cheap otherwise).
+    fn clear(&mut self);
+}
+
+impl Kept for u64 {
+    fn clear(&mut self) {}
+}
+
 /// What the owner's poll found.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Taken<T> {
@@ -82,10 +93,12 @@ pub(crate) enum Taken<T> {
     Waiting,
     /// The target holds the result: fetch it (the slot waits again).
     Held,
-    /// The result; the slot is free (push it on the free stack).
+    /// What the owner's reader made of the result; the slot is free
+    /// (push it on the free stack).
     Done(T),
-    /// The call id is not in flight here.
-    Unknown,
+    /// The call id is not in flight here: what the reader made of that
+    /// (given no result).
+    Unknown(T),
 }
 
 /// One call's slot.
@@ -93,16 +106,16 @@ pub(crate) struct Slot<T> {
     state: AtomicU64,
     /// The next slot on the free stack (index + 1; 0 for none).
     next: AtomicU32,
-    result: UnsafeCell<Option<T>>,
+    result: UnsafeCell<T>,
     waker: AtomicWaker,
 }
 
-impl<T> Default for Slot<T> {
+impl<T: Kept> Default for Slot<T> {
     fn default() -> Self {
         Slot {
             state: AtomicU64::new(FREE),
             next: AtomicU32::new(0),
-            result: UnsafeCell::new(None),
+            result: UnsafeCell::new(T::default()),
             waker: AtomicWaker::new(),
         }
     }
@@ -116,7 +129,7 @@ impl<T> Default for Slot<T> {
 // to move between them.
 unsafe impl<T: Send> Sync for Slot<T> {}
 
-impl<T> Slot<T> {
+impl<T: Kept> Slot<T> {
     /// A slot just taken off the free stack (or never used) starts call
     /// `index` of its current generation: returns the call id.
     pub(crate) fn start(&self, index: u32) -> u64 {
@@ -127,9 +140,10 @@ impl<T> Slot<T> {
         u64::from(gen) << 32 | u64::from(index)
     }
 
-    /// A result for `call` came (`held`: the target holds it). `make` is
-    /// called only when the result is kept.
-    pub(crate) fn complete(&self, call: u64, held: bool, make: impl FnOnce() -> T) -> Completed {
+    /// A result for `call` came (`held`: the target holds it). `write`
+    /// writes it in place, called only when the result is kept.
+    #[inline]
+    pub(crate) fn complete(&self, call: u64, held: bool, write: impl FnOnce(&mut T)) -> Completed {
         let gen = gen_of(call);
         let mut cur = self.state.load(Ordering::Acquire);
         loop {
@@ -155,11 +169,10 @@ impl<T> Slot<T> {
                 Err(now) => cur = now,
             }
         }
-        let v = make();
         self.result.with_mut(|p| {
             // SAFETY: this thread moved the slot to WRITING: nobody else
             // touches the cell until it publishes DONE (or frees the slot).
-            unsafe { *p = Some(v) }
+            write(unsafe { &mut *p })
         });
         // WRITING -> DONE, keeping the flags the owner set meanwhile
         let was = self.state.fetch_add(DONE - WRITING, Ordering::AcqRel);
@@ -171,7 +184,7 @@ impl<T> Slot<T> {
         self.result.with_mut(|p| {
             // SAFETY: still this thread's: the owner marked it GONE and
             // left, nobody else reads a slot that is not its call's.
-            unsafe { *p = None }
+            unsafe { (*p).clear() }
         });
         self.state
             .store(word(gen.wrapping_add(1), FREE), Ordering::Release);
@@ -187,19 +200,26 @@ impl<T> Slot<T> {
         self.waker.take()
     }
 
-    /// The owner of `call` looks for its result; with `waker`, registers it
-    /// first when the result is not in.
-    pub(crate) fn poll(&self, call: u64, waker: Option<&Waker>) -> Taken<T> {
+    /// The owner of `call` looks for its result, and has it read by `read`
+    /// in place (`None`: the call is not in flight); with `waker`,
+    /// registers it when the result is not in.
+    #[inline]
+    pub(crate) fn poll<R>(
+        &self,
+        call: u64,
+        waker: Option<&Waker>,
+        read: impl FnOnce(Option<&T>) -> R,
+    ) -> Taken<R> {
         let gen = gen_of(call);
         let cur = self.state.load(Ordering::Acquire);
         if gen_of(cur) != gen {
-            return Taken::Unknown;
+            return Taken::Unknown(read(None));
         }
         match cur & PHASE {
-            DONE => return Taken::Done(self.take(gen)),
+            DONE => return Taken::Done(self.take(gen, read)),
             HELD => return self.unhold(gen),
             WAITING | WRITING => {}
-            _ => return Taken::Unknown,
+            _ => return Taken::Unknown(read(None)),
         }
         let Some(w) = waker else {
             return Taken::Waiting;
@@ -212,7 +232,7 @@ impl<T> Slot<T> {
         match cur & PHASE {
             DONE => {
                 drop(self.waker.take());
-                Taken::Done(self.take(gen))
+                Taken::Done(self.take(gen, read))
             }
             HELD => self.unhold(gen),
             _ => Taken::Waiting,
@@ -233,24 +253,28 @@ impl<T> Slot<T> {
         self.state.load(Ordering::Acquire) & PHASE != FREE
     }
 
-    fn unhold(&self, gen: u32) -> Taken<T> {
+    fn unhold<R>(&self, gen: u32) -> Taken<R> {
         // only the owner moves a slot out of HELD (and registers again
         // when it polls with a waker)
         self.state.store(word(gen, WAITING), Ordering::Release);
         Taken::Held
     }
 
-    /// Take the result of a slot seen `DONE` (by its owner) and free it.
-    fn take(&self, gen: u32) -> T {
-        let v = self.result.with_mut(|p| {
+    /// Read the result of a slot seen `DONE` (by its owner) with `read`,
+    /// clear it and free the slot.
+    #[inline]
+    fn take<R>(&self, gen: u32, read: impl FnOnce(Option<&T>) -> R) -> R {
+        let r = self.result.with_mut(|p| {
             // SAFETY: DONE was published (Release) after the write and
-            // seen (Acquire) by the owner, the only one to read it.
-            unsafe { (*p).take() }
+            // seen (Acquire) by the owner, the only one to touch it now.
+            let v = unsafe { &mut *p };
+            let r = read(Some(v));
+            v.clear();
+            r
         });
         self.state
             .store(word(gen.wrapping_add(1), FREE), Ordering::Release);
-        // DONE is only ever published with a result in the cell
-        v.expect("a DONE slot holds its result")
+        r
     }
 
     /// The owner of `call` drops its future: returns whether the slot is
@@ -268,7 +292,7 @@ impl<T> Slot<T> {
                 WRITING => cur | GONE,
                 HELD => word(gen.wrapping_add(1), FREE),
                 DONE => {
-                    drop(self.take(gen));
+                    self.take(gen, |_| ());
                     drop(self.waker_if(cur & REG));
                     return true;
                 }
@@ -344,6 +368,12 @@ mod tests {
     use std::sync::Arc;
     use std::task::Wake;
 
+    impl Kept for Vec<u8> {
+        fn clear(&mut self) {
+            *self = Vec::new();
+        }
+    }
+
     struct Count(AtomicUsize);
     impl Wake for Count {
         fn wake(self: Arc<Self>) {
@@ -358,53 +388,56 @@ mod tests {
         let s = Slot::<Vec<u8>>::default();
         let a = s.start(3);
         assert_eq!(a, 3);
-        assert_eq!(s.poll(a, None), Taken::Waiting);
+        assert_eq!(s.poll(a, None, |v| v.cloned()), Taken::Waiting);
         let n = Arc::new(Count(AtomicUsize::new(0)));
         let w = Waker::from(n.clone());
-        assert_eq!(s.poll(a, Some(&w)), Taken::Waiting);
-        match s.complete(a, false, || b"abc".to_vec()) {
+        assert_eq!(s.poll(a, Some(&w), |v| v.cloned()), Taken::Waiting);
+        match s.complete(a, false, |v| *v = b"abc".to_vec()) {
             Completed::Stored(Some(w)) => w.wake(),
             other => panic!("{other:?}"),
         }
         assert_eq!(n.0.load(std::sync::atomic::Ordering::SeqCst), 1);
         assert!(matches!(
-            s.complete(a, false, || b"dup".to_vec()),
+            s.complete(a, false, |v| *v = b"dup".to_vec()),
             Completed::Ignored
         ));
-        assert_eq!(s.poll(a, None), Taken::Done(b"abc".to_vec()));
-        assert_eq!(s.poll(a, None), Taken::Unknown);
+        assert_eq!(
+            s.poll(a, None, |v| v.cloned()),
+            Taken::Done(Some(b"abc".to_vec()))
+        );
+        assert_eq!(s.poll(a, None, |v| v.cloned()), Taken::Unknown(None));
         // the next call in the slot: another id; the old one is ignored
         let b = s.start(3);
         assert_ne!(a, b);
         assert!(matches!(
-            s.complete(a, false, || b"late".to_vec()),
+            s.complete(a, false, |v| *v = b"late".to_vec()),
             Completed::Ignored
         ));
         assert!(matches!(
-            s.complete(b, true, Vec::new),
+            s.complete(b, true, |_| ()),
             Completed::Stored(None)
         ));
         assert!(s.ready(b));
-        assert_eq!(s.poll(b, None), Taken::Held);
+        assert_eq!(s.poll(b, None, |v| v.cloned()), Taken::Held);
         assert!(!s.ready(b));
         // dropped while waiting: freed by its result, which is dropped
         assert!(!s.abandon(b));
         assert!(s.busy());
         assert!(matches!(
-            s.complete(b, false, || b"x".to_vec()),
+            s.complete(b, false, |v| *v = b"x".to_vec()),
             Completed::Freed
         ));
         assert!(!s.busy());
         // dropped with the result in: freed at once
         let c = s.start(3);
-        s.complete(c, false, || vec![1; 100]);
+        s.complete(c, false, |v| *v = vec![1; 100]);
         assert!(s.abandon(c));
         assert!(!s.busy());
     }
 
     #[test]
     fn free_stack_pops_what_was_pushed() {
-        let slots: Vec<Slot<u8>> = (0..4).map(|_| Slot::default()).collect();
+        let slots: Vec<Slot<u64>> = (0..4).map(|_| Slot::default()).collect();
         let f = FreeStack::default();
         let get = |i: u32| slots.get(i as usize);
         assert_eq!(f.pop(get), None);
@@ -446,7 +479,7 @@ mod models {
             let s = Arc::new(Slot::<u64>::default());
             let call = s.start(0);
             let s2 = s.clone();
-            let t = thread::spawn(move || match s2.complete(call, false, || 42) {
+            let t = thread::spawn(move || match s2.complete(call, false, |v| *v = 42) {
                 Completed::Stored(w) => {
                     if let Some(w) = w {
                         w.wake();
@@ -456,13 +489,13 @@ mod models {
             });
             let flag = std::sync::Arc::new(Flag(false.into()));
             let w = Waker::from(flag.clone());
-            let first = s.poll(call, Some(&w));
+            let first = s.poll(call, Some(&w), |v| v.cloned());
             t.join().unwrap();
             match first {
-                Taken::Done(v) => assert_eq!(v, 42),
+                Taken::Done(v) => assert_eq!(v, Some(42)),
                 Taken::Waiting => {
                     assert!(flag.0.load(std::sync::atomic::Ordering::SeqCst));
-                    assert_eq!(s.poll(call, None), Taken::Done(42));
+                    assert_eq!(s.poll(call, None, |v| v.cloned()), Taken::Done(Some(42)));
                 }
                 other => panic!("{other:?}"),
             }
@@ -478,8 +511,9 @@ mod models {
             let s = Arc::new(Slot::<u64>::default());
             let call = s.start(0);
             let s2 = s.clone();
-            let t =
-                thread::spawn(move || matches!(s2.complete(call, false, || 7), Completed::Freed));
+            let t = thread::spawn(move || {
+                matches!(s2.complete(call, false, |v| *v = 7), Completed::Freed)
+            });
             let by_owner = s.abandon(call);
             let by_completer = t.join().unwrap();
             assert!(by_owner ^ by_completer, "{by_owner} {by_completer}");
@@ -492,7 +526,7 @@ mod models {
     #[test]
     fn loom_free_stack_hands_out_each_slot_once() {
         loom::model(|| {
-            let slots: Arc<Vec<Slot<u8>>> = Arc::new((0..2).map(|_| Slot::default()).collect());
+            let slots: Arc<Vec<Slot<u64>>> = Arc::new((0..2).map(|_| Slot::default()).collect());
             let f = Arc::new(FreeStack::default());
             f.push(0, &slots[0]);
             f.push(1, &slots[1]);
