@@ -235,8 +235,10 @@ impl Rpc {
         self.client.flush_all(ep)
     }
 
-    /// What this rank's calls cost so far: calls sent, and the AM
-    /// messages that carried them (fewer when calls were aggregated).
+    /// What this rank's calls cost so far: calls sent, the AM messages
+    /// that carried them (fewer when calls were aggregated), and how many
+    /// of those calls went alone in an AM Short (the fast path: a call
+    /// alone whose arguments encode in at most 16 B).
     ///
     /// ```no_run
     /// # fn f(ep: &splitrt_am::Endpoint, rpc: &splitrt_rpc::Rpc, inc: &splitrt_rpc::RpcFn<u64, u64>) -> splitrt_am::Result<()> {
