@@ -240,6 +240,18 @@ impl Client {
         call: Option<u64>,
     ) -> Option<Result<()>> {
         let d = self.outboxes.get()?.get(dest)?;
+        self.send_lone_of(ep, dest, d, call)
+    }
+
+    /// [`send_lone`](Self::send_lone) with `dest`'s [`Dest`] at hand.
+    #[inline]
+    fn send_lone_of(
+        &self,
+        ep: &Endpoint,
+        dest: usize,
+        d: &Dest,
+        call: Option<u64>,
+    ) -> Option<Result<()>> {
         let words = d.lone.take(call)?;
         d.lone.sent.fetch_add(1, Ordering::Relaxed);
         Some(self.send_short(ep, dest, &words))
@@ -281,7 +293,7 @@ impl Client {
         };
         let mut lone = Ok(());
         if only_take.is_none() {
-            if let Some(r) = self.send_lone(ep, dest, None) {
+            if let Some(r) = self.send_lone_of(ep, dest, d, None) {
                 lone = r;
             }
             if !d.lone.queued.load(Ordering::Acquire) {

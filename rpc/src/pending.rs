@@ -129,26 +129,23 @@ impl Pending {
 
     /// A fresh call id, or `None` when [`MAX_OUTSTANDING`] calls live.
     pub(crate) fn alloc(&self) -> Option<u64> {
-        let i = match self.free.pop(|i| self.slot(i)) {
-            Some(i) => i,
-            None => {
-                let mut n = self.fresh.load(Ordering::Relaxed);
-                loop {
-                    if n as usize >= MAX_OUTSTANDING {
-                        return None;
-                    }
-                    match self.fresh.compare_exchange_weak(
-                        n,
-                        n + 1,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => break n,
-                        Err(now) => n = now,
-                    }
-                }
+        if let Some((i, s)) = self.free.pop(|i| self.slot(i)) {
+            return Some(s.start(i));
+        }
+        // a slot never used yet
+        let mut i = self.fresh.load(Ordering::Relaxed);
+        loop {
+            if i as usize >= MAX_OUTSTANDING {
+                return None;
             }
-        };
+            match self
+                .fresh
+                .compare_exchange_weak(i, i + 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => i = now,
+            }
+        }
         let chunk = self.chunks[i as usize / CHUNK]
             .get_or_init(|| (0..CHUNK).map(|_| Slot::default()).collect());
         Some(chunk[i as usize % CHUNK].start(i))

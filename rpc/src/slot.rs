@@ -338,8 +338,12 @@ impl FreeStack {
         }
     }
 
-    /// Pop a free slot's index; `slot(i)` is slot `i` (pushed before).
-    pub(crate) fn pop<'a, T: 'a>(&self, slot: impl Fn(u32) -> Option<&'a Slot<T>>) -> Option<u32> {
+    /// Pop a free slot: its index and the slot; `slot(i)` is slot `i`
+    /// (pushed before).
+    pub(crate) fn pop<'a, T: 'a>(
+        &self,
+        slot: impl Fn(u32) -> Option<&'a Slot<T>>,
+    ) -> Option<(u32, &'a Slot<T>)> {
         let mut cur = self.head.load(Ordering::Acquire);
         loop {
             let top = cur as u32;
@@ -348,13 +352,14 @@ impl FreeStack {
             }
             // a stale `next` (the slot popped and pushed meanwhile) comes
             // with a changed tag: the exchange below fails
-            let next = slot(top - 1)?.next.load(Ordering::Relaxed);
+            let s = slot(top - 1)?;
+            let next = s.next.load(Ordering::Relaxed);
             let new = (cur >> 32).wrapping_add(1) << 32 | u64::from(next);
             match self
                 .head
                 .compare_exchange_weak(cur, new, Ordering::Acquire, Ordering::Acquire)
             {
-                Ok(_) => return Some(top - 1),
+                Ok(_) => return Some((top - 1, s)),
                 Err(now) => cur = now,
             }
         }
@@ -440,16 +445,16 @@ mod tests {
         let slots: Vec<Slot<u64>> = (0..4).map(|_| Slot::default()).collect();
         let f = FreeStack::default();
         let get = |i: u32| slots.get(i as usize);
-        assert_eq!(f.pop(get), None);
+        assert_eq!(f.pop(get).map(|p| p.0), None);
         for i in [0, 2, 3] {
             f.push(i, &slots[i as usize]);
         }
-        assert_eq!(f.pop(get), Some(3));
-        assert_eq!(f.pop(get), Some(2));
+        assert_eq!(f.pop(get).map(|p| p.0), Some(3));
+        assert_eq!(f.pop(get).map(|p| p.0), Some(2));
         f.push(1, &slots[1]);
-        assert_eq!(f.pop(get), Some(1));
-        assert_eq!(f.pop(get), Some(0));
-        assert_eq!(f.pop(get), None);
+        assert_eq!(f.pop(get).map(|p| p.0), Some(1));
+        assert_eq!(f.pop(get).map(|p| p.0), Some(0));
+        assert_eq!(f.pop(get).map(|p| p.0), None);
     }
 }
 
@@ -532,19 +537,19 @@ mod models {
             f.push(1, &slots[1]);
             let (s2, f2) = (slots.clone(), f.clone());
             let t = thread::spawn(move || {
-                let got = f2.pop(|i| s2.get(i as usize));
+                let got = f2.pop(|i| s2.get(i as usize)).map(|p| p.0);
                 if let Some(i) = got {
                     f2.push(i, &s2[i as usize]);
                 }
                 got
             });
-            let a = f.pop(|i| slots.get(i as usize));
-            let b = f.pop(|i| slots.get(i as usize));
+            let a = f.pop(|i| slots.get(i as usize)).map(|p| p.0);
+            let b = f.pop(|i| slots.get(i as usize)).map(|p| p.0);
             let other = t.join().unwrap();
             assert!(a.is_some());
             assert_ne!(a, b);
             let _ = other;
-            let c = f.pop(|i| slots.get(i as usize));
+            let c = f.pop(|i| slots.get(i as usize)).map(|p| p.0);
             // both slots out in the end (the other thread gave its back)
             let mut out: Vec<_> = [a, b, c].into_iter().flatten().collect();
             out.sort_unstable();
