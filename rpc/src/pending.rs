@@ -96,6 +96,10 @@ type Chunk = OnceLock<Box<[Slot<Res>]>>;
 pub(crate) struct Pending {
     chunks: Box<[Chunk]>,
     free: FreeStack,
+    /// The slot freed last (index + 1; 0 for none), outside the stack: a
+    /// call waited on before the next is made takes it back with one
+    /// exchange, no stack operation.
+    hot: AtomicU32,
     /// Slots handed out so far (the first `fresh` exist), at most
     /// [`MAX_OUTSTANDING`].
     fresh: AtomicU32,
@@ -108,6 +112,7 @@ impl Default for Pending {
                 .map(|_| OnceLock::new())
                 .collect(),
             free: FreeStack::default(),
+            hot: AtomicU32::new(0),
             fresh: AtomicU32::new(0),
         }
     }
@@ -127,8 +132,26 @@ impl Pending {
         Some((i, self.slot(i)?))
     }
 
+    /// Slot `i` is free (its state stored `FREE`): keep it as the hot
+    /// one, the one kept before goes on the stack.
+    #[inline]
+    fn release(&self, i: u32) {
+        // AcqRel: the slot's FREE state goes with it to the next taker
+        let old = self.hot.swap(i + 1, Ordering::AcqRel);
+        if let Some(o) = old.checked_sub(1) {
+            if let Some(os) = self.slot(o) {
+                self.free.push(o, os);
+            }
+        }
+    }
+
     /// A fresh call id, or `None` when [`MAX_OUTSTANDING`] calls live.
     pub(crate) fn alloc(&self) -> Option<u64> {
+        if let Some(h) = self.hot.swap(0, Ordering::AcqRel).checked_sub(1) {
+            if let Some(s) = self.slot(h) {
+                return Some(s.start(h));
+            }
+        }
         if let Some((i, s)) = self.free.pop(|i| self.slot(i)) {
             return Some(s.start(i));
         }
@@ -175,7 +198,7 @@ impl Pending {
         match s.complete(call, status == Status::Held, write) {
             Completed::Stored(w) => w,
             Completed::Freed => {
-                self.free.push(i, s);
+                self.release(i);
                 None
             }
             Completed::Ignored => None,
@@ -233,7 +256,7 @@ impl Pending {
             Taken::Waiting => Polled::Waiting,
             Taken::Held => Polled::Held,
             Taken::Done(v) => {
-                self.free.push(i, s);
+                self.release(i);
                 Polled::Done(v)
             }
             Taken::Unknown(v) => Polled::Done(v),
@@ -245,7 +268,7 @@ impl Pending {
     pub(crate) fn abandon(&self, call: u64) {
         if let Some((i, s)) = self.slot_of(call) {
             if s.abandon(call) {
-                self.free.push(i, s);
+                self.release(i);
             }
         }
     }
