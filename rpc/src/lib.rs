@@ -78,6 +78,8 @@ mod wire;
 mod lone;
 mod slot;
 mod sync;
+// Small values' postcard bytes straight into a Short's words (fourth round).
+mod shortser;
 
 pub use future::RpcFuture;
 pub use pending::MAX_OUTSTANDING;
@@ -321,7 +323,7 @@ where
         }
     };
     if let Some(s) = small {
-        if postcard::serialize_with_flavor(&resp, &mut *s).is_ok() {
+        if fast::encode_small(&resp, s) {
             return Status::Ok;
         }
         // longer than a Short carries (or it does not encode: said below)
@@ -413,9 +415,7 @@ impl<Req: Serialize, Resp: DeserializeOwned> RpcFn<Req, Resp> {
         // a Short's words if the call goes alone; longer ones are encoded
         // into the buffer (a second encoding, only for those).
         let mut small = fast::Stack::default();
-        let small = postcard::serialize_with_flavor(args, &mut small)
-            .ok()
-            .map(|()| &small);
+        let small = fast::encode_small(args, &mut small).then_some(&small);
         let call = self.client.enqueue(ep, rank, self.func, small, &mut |v| {
             encode_into(args, v).map_err(|e| e.to_string())
         })?;
