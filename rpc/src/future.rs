@@ -174,6 +174,10 @@ impl<R: DeserializeOwned> RpcFuture<R> {
     #[inline]
     fn decode(&self, st: Status, bytes: &[u8]) -> Result<R> {
         if st == Status::Ok {
+            // small shapes without postcard's deserializer, else postcard
+            if let Some(v) = crate::shortde::decode::<R>(bytes) {
+                return Ok(v);
+            }
             if let Ok(v) = postcard::from_bytes::<R>(bytes) {
                 return Ok(v);
             }
