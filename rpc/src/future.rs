@@ -170,8 +170,9 @@ impl<R: DeserializeOwned> RpcFuture<R> {
         fetch(&self.ep, &self.client, self.dest, self.call)
     }
 
-    /// The result's value, or the call's error.
-    #[inline]
+    /// The result's value, or the call's error (inlined into each poll:
+    /// a call returns its large `Result` through memory).
+    #[inline(always)]
     fn decode(&self, st: Status, bytes: &[u8]) -> Result<R> {
         if st == Status::Ok {
             // small shapes without postcard's deserializer, else postcard

@@ -43,6 +43,7 @@ impl Bytes {
     }
 
     /// The bytes.
+    #[inline]
     pub(crate) fn as_slice(&self) -> &[u8] {
         match self {
             Bytes::Inline(n, a) => &a[..*n as usize],
