@@ -258,7 +258,7 @@ impl Client {
     }
 
     /// Send an `rpc:short`; a failed send fails its call.
-    #[inline]
+    #[inline(always)] // a lone call's send: no call frame of its own
     fn send_short(
         &self,
         ep: &Endpoint,

@@ -117,7 +117,13 @@ impl<R: DeserializeOwned> RpcFuture<R> {
         // of outstanding ones waited for each batch's whole reply, then
         // filled the next batch with the target idle). A failed send
         // completes the calls in it with the error; the poll reports it.
-        let _ = client.flush_to(ep, dest, None);
+        // A call still kept alone is sent from its cell (then nothing was
+        // buffered for its rank since: a second call would have moved it
+        // into the buffer), without the buffer's flush.
+        let alone = self.taken == LONE && client.send_lone(ep, dest, Some(call)).is_some();
+        if !alone {
+            let _ = client.flush_to(ep, dest, None);
+        }
         loop {
             let waited = ep.wait_until_described(
                 &|| {
