@@ -147,6 +147,7 @@ impl Pending {
     }
 
     /// A fresh call id, or `None` when [`MAX_OUTSTANDING`] calls live.
+    #[inline(always)] // one call site, on every call's path
     pub(crate) fn alloc(&self) -> Option<u64> {
         if let Some(h) = self.hot.swap(0, Ordering::AcqRel).checked_sub(1) {
             if let Some(s) = self.slot(h) {
