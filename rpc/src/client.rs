@@ -131,6 +131,7 @@ impl Client {
     /// encoded, at most 16 B) and nothing buffered for `dest` the call is
     /// kept as its `rpc:short` words in the destination's [`Lone`] cell
     /// instead, with no lock (`encode` unused; the take count [`LONE`]).
+    #[inline]
     pub(crate) fn enqueue(
         &self,
         ep: &Endpoint,
@@ -138,6 +139,35 @@ impl Client {
         func: u16,
         fast: Option<&fast::Stack>,
         encode: &mut dyn FnMut(&mut Vec<u8>) -> std::result::Result<(), String>,
+    ) -> Result<(u64, u64)> {
+        // The lone call's path, inlined into the call: a known rank with
+        // nothing buffered, a free slot, the cell empty.
+        if let (Some(args), Some(o), Some(l)) = (fast, self.outboxes.get(), self.limits.get()) {
+            if let (Some(d), Some(&limit)) = (o.get(dest), l.get(dest)) {
+                if CALL_HEADER + args.len <= limit && !d.lone.queued.load(Ordering::Acquire) {
+                    if let Some(call) = self.slots.alloc() {
+                        if d.lone.put(&fast::words_of(call, func, args)) {
+                            return Ok((call, LONE));
+                        }
+                        return self.enqueue_slow(ep, dest, func, fast, encode, Some(call));
+                    }
+                }
+            }
+        }
+        self.enqueue_slow(ep, dest, func, fast, encode, None)
+    }
+
+    /// [`enqueue`](Self::enqueue) past its lone-call path (with `call`:
+    /// the slot that path took).
+    #[inline(never)]
+    fn enqueue_slow(
+        &self,
+        ep: &Endpoint,
+        dest: usize,
+        func: u16,
+        fast: Option<&fast::Stack>,
+        encode: &mut dyn FnMut(&mut Vec<u8>) -> std::result::Result<(), String>,
+        call: Option<u64>,
     ) -> Result<(u64, u64)> {
         let at = |e: Error| e.at_rank(ep.rank()).with_peer(dest);
         if dest >= ep.size() {
@@ -149,7 +179,7 @@ impl Client {
         }
         let (outboxes, limits) = self.outboxes(ep)?;
         let limit = limits[dest];
-        let Some(call) = self.slots.alloc() else {
+        let Some(call) = call.or_else(|| self.slots.alloc()) else {
             return Err(at(Error::usage(format!(
                 "rpc '{}': {} calls are outstanding (their futures alive), the most one Rpc \
                  keeps; wait for some before calling more",
