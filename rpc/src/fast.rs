@@ -80,25 +80,6 @@ impl postcard::ser_flavors::Flavor for &mut Stack {
     }
 }
 
-/// Encode `v` into `st` (empty) if its postcard bytes fit a Short: with
-/// the [`shortser`](crate::shortser) serializer for the shapes it knows,
-/// else with postcard through the [`Stack`] flavor. False (and `st`
-/// empty) if they do not fit, or `v` does not encode.
-#[inline]
-pub(crate) fn encode_small<T: serde::Serialize + ?Sized>(v: &T, st: &mut Stack) -> bool {
-    match crate::shortser::encode(v, st) {
-        Ok(()) => true,
-        Err(why) => {
-            *st = Stack::default();
-            why == crate::shortser::Why::Unsupported
-                && (postcard::serialize_with_flavor(v, &mut *st).is_ok() || {
-                    *st = Stack::default();
-                    false
-                })
-        }
-    }
-}
-
 /// The words of an `rpc:short` request: call id, function, the encoded
 /// arguments of `args`.
 #[inline]

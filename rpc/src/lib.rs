@@ -330,7 +330,7 @@ where
         }
     };
     if let Some(s) = small {
-        if fast::encode_small(&resp, s) {
+        if shortser::encode_small(&resp, s) {
             return Status::Ok;
         }
         // longer than a Short carries (or it does not encode: said below)
@@ -422,7 +422,7 @@ impl<Req: Serialize, Resp: DeserializeOwned> RpcFn<Req, Resp> {
         // a Short's words if the call goes alone; longer ones are encoded
         // into the buffer (a second encoding, only for those).
         let mut small = fast::Stack::default();
-        let small = fast::encode_small(args, &mut small).then_some(&small);
+        let small = shortser::encode_small(args, &mut small).then_some(&small);
         let call = self.client.enqueue(ep, rank, self.func, small, &mut |v| {
             encode_into(args, v).map_err(|e| e.to_string())
         })?;

@@ -1,6 +1,6 @@
 //! Postcard's bytes of a small value written straight into a Short's
-//! words: a serde [`Serializer`] for the fast path's
-//! [`Stack`](crate::fast::Stack) that makes exactly the bytes
+//! words: a serde [`Serializer`](serde::Serializer) for the fast path's
+//! [`Stack`] that makes exactly the bytes
 //! `postcard::to_slice` makes, for the shapes small arguments and results
 //! have (integers, `bool`, floats, `()`, `Option`, tuples, structs,
 //! newtypes, unit and newtype enum variants), with no flavor between the
@@ -8,8 +8,9 @@
 //! buffer, then hands it to the flavor a slice at a time).
 //!
 //! Anything else (strings, sequences, maps, other enum variants) is
-//! [`Unsupported`] and the caller encodes with postcard as before; a value
-//! longer than [`FAST_BYTES`](crate::fast::FAST_BYTES) is
+//! [`Unsupported`](Why::Unsupported) and [`encode_small`] encodes it
+//! with postcard through the [`Stack`] flavor as before; a value
+//! longer than [`FAST_BYTES`] is
 //! [`Full`](Why::Full) (it takes the buffered path). serde stays the
 //! contract: the target decodes these bytes with postcard.
 
@@ -48,6 +49,25 @@ impl ser::Error for Why {
 #[inline]
 pub(crate) fn encode<T: Serialize + ?Sized>(v: &T, st: &mut Stack) -> Result<(), Why> {
     v.serialize(Enc(st))
+}
+
+/// Encode `v` into `st` (empty) if its postcard bytes fit a Short: with
+/// this module's serializer for the shapes it knows,
+/// else with postcard through the [`Stack`] flavor. False (and `st`
+/// empty) if they do not fit, or `v` does not encode.
+#[inline]
+pub(crate) fn encode_small<T: serde::Serialize + ?Sized>(v: &T, st: &mut Stack) -> bool {
+    match encode(v, st) {
+        Ok(()) => true,
+        Err(why) => {
+            *st = Stack::default();
+            why == Why::Unsupported
+                && (postcard::serialize_with_flavor(v, &mut *st).is_ok() || {
+                    *st = Stack::default();
+                    false
+                })
+        }
+    }
 }
 
 /// Postcard of an unsupported shape.
