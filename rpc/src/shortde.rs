@@ -329,5 +329,10 @@ mod tests {
         assert_eq!(decode::<u64>(&[]), None);
         assert_eq!(decode::<String>(&[1, b'a']), None);
         assert_eq!(decode::<u64>(&[0xac, 0x02]), Some(300));
+        // a padded varint: whatever postcard makes of it
+        agrees::<u64>(&[0x80, 0x00], false);
+        agrees::<u16>(&[0x80, 0x80, 0x00], false);
+        agrees::<u32>(&[0xff, 0xff, 0xff, 0xff, 0x0f], true);
+        agrees::<u32>(&[0xff, 0xff, 0xff, 0xff, 0x1f], false);
     }
 }
