@@ -3,9 +3,11 @@
 //! waits; the slots of the calls in flight.
 
 use crate::fast;
+use crate::lone::Lone;
 use crate::pending::Pending;
 use crate::wire::{put_call_header, Calls, Status, CALL_HEADER};
 use splitrt_am::{Endpoint, Error, Payload, RequestHandler, Result};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 /// A registered function as its callers see it.
@@ -23,16 +25,27 @@ struct Outbox {
     /// How many times the buffer was taken to be sent: a call buffered
     /// while this was `n` left with the `n`-th take.
     taken: u64,
-    /// Call records in `bytes`, or 1 for `single`.
+    /// Call records in `bytes`.
     records: u64,
-    /// A call alone whose arguments fit a Short, kept as its `rpc:short`
-    /// words (no record in `bytes`, nothing to parse at the send); moved
-    /// into `bytes` as a record when a second call comes.
-    single: Option<[u64; fast::FAST_WORDS]>,
-    /// Calls sent, and the messages that carried them (for `Rpc::stats`).
+    /// Calls sent, and the messages that carried them (for `Rpc::stats`);
+    /// of those messages, the `rpc:short`s (a call alone in a Short).
     calls: u64,
     messages: u64,
+    shorts: u64,
 }
+
+/// One destination: its outbox, and the cell of a call alone (a call
+/// whose arguments fit a Short, made while the outbox is empty: kept as
+/// its `rpc:short` words there, no lock; moved into the outbox as a
+/// record when a second call comes).
+#[derive(Default)]
+struct Dest {
+    outbox: parking_lot::Mutex<Outbox>,
+    lone: Lone,
+}
+
+/// The take count a future of a call kept in a [`Lone`] cell holds.
+pub(crate) const LONE: u64 = u64::MAX;
 
 thread_local! {
     /// The buffer a flush swaps into an outbox, and gets back after the
@@ -51,7 +64,7 @@ pub(crate) struct Client {
     /// `rpc:short`: a call sent alone whose arguments fit an AM Short.
     pub short: RequestHandler,
     /// Per destination (made at the first call, when the job's size is known).
-    outboxes: OnceLock<Box<[parking_lot::Mutex<Outbox>]>>,
+    outboxes: OnceLock<Box<[Dest]>>,
     /// Per destination: the largest Medium to it.
     limits: OnceLock<Box<[usize]>>,
 }
@@ -74,13 +87,16 @@ impl Client {
         }
     }
 
-    /// Calls sent and the messages that carried them, over every destination.
-    pub(crate) fn stats(&self) -> (u64, u64) {
-        let mut t = (0, 0);
-        for o in self.outboxes.get().into_iter().flatten() {
-            let o = o.lock();
-            t.0 += o.calls;
-            t.1 += o.messages;
+    /// Calls sent, the messages that carried them, and how many of those
+    /// were `rpc:short`s, over every destination.
+    pub(crate) fn stats(&self) -> (u64, u64, u64) {
+        let mut t = (0, 0, 0);
+        for d in self.outboxes.get().into_iter().flatten() {
+            let lone = d.lone.sent.load(Ordering::Relaxed);
+            let o = d.outbox.lock();
+            t.0 += o.calls + lone;
+            t.1 += o.messages + lone;
+            t.2 += o.shorts + lone;
         }
         t
     }
@@ -93,7 +109,7 @@ impl Client {
             .map_or_else(|| format!("#{func}"), |f| f.name.clone())
     }
 
-    fn outboxes(&self, ep: &Endpoint) -> Result<(&[parking_lot::Mutex<Outbox>], &[usize])> {
+    fn outboxes(&self, ep: &Endpoint) -> Result<(&[Dest], &[usize])> {
         if let (Some(o), Some(l)) = (self.outboxes.get(), self.limits.get()) {
             return Ok((o, l));
         }
@@ -112,8 +128,10 @@ impl Client {
     /// buffer as it was); returns its call id and the buffer's take count
     /// (see [`Outbox::taken`]). Sends the destination's buffer first if
     /// the record does not fit in it. With `fast` (the arguments already
-    /// encoded, at most 16 B) and an empty buffer the call is kept as its
-    /// `rpc:short` words instead of a record (`encode` unused).
+    /// encoded, at most 16 B) and nothing buffered for `dest` the call is
+    /// kept as its `rpc:short` words in the destination's [`Lone`] cell
+    /// instead, with no lock (`encode` unused; the take count [`LONE`]).
+    #[inline]
     pub(crate) fn enqueue(
         &self,
         ep: &Endpoint,
@@ -121,6 +139,35 @@ impl Client {
         func: u16,
         fast: Option<&fast::Stack>,
         encode: &mut dyn FnMut(&mut Vec<u8>) -> std::result::Result<(), String>,
+    ) -> Result<(u64, u64)> {
+        // The lone call's path, inlined into the call: a known rank with
+        // nothing buffered, a free slot, the cell empty.
+        if let (Some(args), Some(o), Some(l)) = (fast, self.outboxes.get(), self.limits.get()) {
+            if let (Some(d), Some(&limit)) = (o.get(dest), l.get(dest)) {
+                if CALL_HEADER + args.len <= limit && !d.lone.queued.load(Ordering::Acquire) {
+                    if let Some(call) = self.slots.alloc() {
+                        if d.lone.put(&fast::words_of(call, func, args)) {
+                            return Ok((call, LONE));
+                        }
+                        return self.enqueue_slow(ep, dest, func, fast, encode, Some(call));
+                    }
+                }
+            }
+        }
+        self.enqueue_slow(ep, dest, func, fast, encode, None)
+    }
+
+    /// [`enqueue`](Self::enqueue) past its lone-call path (with `call`:
+    /// the slot that path took).
+    #[inline(never)]
+    fn enqueue_slow(
+        &self,
+        ep: &Endpoint,
+        dest: usize,
+        func: u16,
+        fast: Option<&fast::Stack>,
+        encode: &mut dyn FnMut(&mut Vec<u8>) -> std::result::Result<(), String>,
+        call: Option<u64>,
     ) -> Result<(u64, u64)> {
         let at = |e: Error| e.at_rank(ep.rank()).with_peer(dest);
         if dest >= ep.size() {
@@ -132,7 +179,7 @@ impl Client {
         }
         let (outboxes, limits) = self.outboxes(ep)?;
         let limit = limits[dest];
-        let Some(call) = self.slots.lock().alloc() else {
+        let Some(call) = call.or_else(|| self.slots.alloc()) else {
             return Err(at(Error::usage(format!(
                 "rpc '{}': {} calls are outstanding (their futures alive), the most one Rpc \
                  keeps; wait for some before calling more",
@@ -140,17 +187,19 @@ impl Client {
                 crate::MAX_OUTSTANDING
             ))));
         };
-        loop {
-            let mut o = outboxes[dest].lock();
-            if let Some(args) = fast {
-                if o.records == 0 && CALL_HEADER + args.len <= limit {
-                    o.single = Some(fast::words_of(call, func, args));
-                    o.records = 1;
-                    return Ok((call, o.taken));
-                }
+        let d = &outboxes[dest];
+        if let Some(args) = fast {
+            if CALL_HEADER + args.len <= limit && d.lone.put(&fast::words_of(call, func, args)) {
+                return Ok((call, LONE));
             }
-            if let Some(w) = o.single.take() {
+        }
+        loop {
+            let mut o = d.outbox.lock();
+            // a call kept alone joins this one in the buffer (before it)
+            if let Some(w) = d.lone.take(None) {
                 fast::spill(&w, &mut o.bytes);
+                o.records += 1;
+                d.lone.queued.store(true, Ordering::Release);
             }
             // A small call joining a batch that has room for the longest
             // small record: one fixed-size copy, nothing to check after.
@@ -194,13 +243,14 @@ impl Client {
                 let at_len = start + CALL_HEADER - 4;
                 o.bytes[at_len..at_len + 4].copy_from_slice(&(len as u32).to_le_bytes());
                 o.records += 1;
+                d.lone.queued.store(true, Ordering::Release);
                 return Ok((call, o.taken));
             }
             // does not fit after the records buffered: send those, retry
             o.bytes.truncate(start);
             drop(o);
             if let Err(e) = self.flush_to(ep, dest, None) {
-                self.slots.lock().abandon(call);
+                self.slots.abandon(call);
                 return Err(e);
             }
         }
@@ -212,56 +262,106 @@ impl Client {
     #[cold]
     #[inline(never)]
     fn refused(&self, ep: &Endpoint, dest: usize, func: u16, call: u64, why: String) -> Error {
-        self.slots.lock().abandon(call);
+        self.slots.abandon(call);
         Error::usage(format!("rpc '{}': {why}", self.name(func)))
             .at_rank(ep.rank())
             .with_peer(dest)
     }
 
+    /// Send the call kept alone for `dest` (with `call`: only if it is
+    /// that call) in an `rpc:short`, with no lock: `None` if there was none
+    /// (it was sent, or joined the outbox), else what the send gave.
+    #[inline]
+    pub(crate) fn send_lone(
+        &self,
+        ep: &Endpoint,
+        dest: usize,
+        call: Option<u64>,
+    ) -> Option<Result<()>> {
+        let d = self.outboxes.get()?.get(dest)?;
+        self.send_lone_of(ep, dest, d, call)
+    }
+
+    /// [`send_lone`](Self::send_lone) with `dest`'s [`Dest`] at hand.
+    #[inline]
+    fn send_lone_of(
+        &self,
+        ep: &Endpoint,
+        dest: usize,
+        d: &Dest,
+        call: Option<u64>,
+    ) -> Option<Result<()>> {
+        let words = d.lone.take(call)?;
+        d.lone.sent.fetch_add(1, Ordering::Relaxed);
+        Some(self.send_short(ep, dest, &words))
+    }
+
+    /// Send an `rpc:short`; a failed send fails its call.
+    #[inline(always)] // a lone call's send: no call frame of its own
+    fn send_short(
+        &self,
+        ep: &Endpoint,
+        dest: usize,
+        words: &[u64; fast::FAST_WORDS],
+    ) -> Result<()> {
+        let sent = ep.request(dest, self.short, words, Payload::None);
+        if let Err(e) = &sent {
+            let w = self
+                .slots
+                .complete(words[0], Status::SendFailed, e.to_string().as_bytes());
+            drop(w); // its own caller waits on it: nobody sleeps
+        }
+        sent
+    }
+
     /// Send `dest`'s buffered calls (with `only_take = Some(n)`: only if
     /// the buffer is still the one of take count `n`, i.e. a call buffered
-    /// then is still in it): one alone to its function's handler, several
-    /// as one `rpc:batch`. The buffer is swapped under its lock with this
-    /// thread's spare and sent without the lock (a send that waits for
-    /// room runs handlers, which may call again). A failed send fails
-    /// every call in it.
+    /// then is still in it; without, the call kept alone too): one alone
+    /// to its function's handler, several as one `rpc:batch`. The buffer
+    /// is swapped under its lock with this thread's spare and sent without
+    /// the lock (a send that waits for room runs handlers, which may call
+    /// again). A failed send fails every call in it.
     pub(crate) fn flush_to(
         &self,
         ep: &Endpoint,
         dest: usize,
         only_take: Option<u64>,
     ) -> Result<()> {
-        let Some(outbox) = self.outboxes.get().and_then(|o| o.get(dest)) else {
+        let Some(d) = self.outboxes.get().and_then(|o| o.get(dest)) else {
             return Ok(());
         };
-        let mut o = outbox.lock();
+        let mut lone = Ok(());
+        if only_take.is_none() {
+            if let Some(r) = self.send_lone_of(ep, dest, d, None) {
+                lone = r;
+            }
+            if !d.lone.queued.load(Ordering::Acquire) {
+                return lone;
+            }
+        }
+        let mut o = d.outbox.lock();
         if o.records == 0 || only_take.is_some_and(|t| t != o.taken) {
-            return Ok(());
+            return lone;
         }
         o.taken += 1;
         o.calls += o.records;
         o.messages += 1;
         // The fast path: one call whose arguments fit an AM Short's words
-        // (kept as words at the call, or a record of a raw call).
+        // (a record of a raw call, or a call kept alone that joined it).
         if o.records == 1 {
-            let words = o.single.take().or_else(|| fast::request_words(&o.bytes));
-            if let Some(words) = words {
+            if let Some(words) = fast::request_words(&o.bytes) {
                 o.bytes.clear();
                 o.records = 0;
+                o.shorts += 1;
+                d.lone.queued.store(false, Ordering::Release);
                 drop(o);
-                let sent = ep.request(dest, self.short, &words, Payload::None);
-                if let Err(e) = &sent {
-                    let w =
-                        self.slots
-                            .complete(words[0], Status::SendFailed, e.to_string().as_bytes());
-                    drop(w); // its own caller waits on it: nobody sleeps
-                }
-                return sent;
+                return self.send_short(ep, dest, &words).and(lone);
             }
         }
         let mut bytes = SPARE.with(|s| s.take());
         std::mem::swap(&mut o.bytes, &mut bytes);
         let records = std::mem::take(&mut o.records);
+        d.lone.queued.store(false, Ordering::Release);
         drop(o);
         let sent = match Calls::new(&bytes).next() {
             Some(Ok(r)) if records == 1 => {
@@ -275,11 +375,13 @@ impl Client {
         };
         if let Err(e) = &sent {
             let msg = e.to_string();
-            let mut s = self.slots.lock();
             for r in Calls::new(&bytes).flatten() {
-                s.complete(r.call, Status::SendFailed, msg.as_bytes());
+                // their own callers wait on them: nobody sleeps
+                drop(
+                    self.slots
+                        .complete(r.call, Status::SendFailed, msg.as_bytes()),
+                );
             }
-            self.slots.bump();
         }
         bytes.clear();
         SPARE.with(|s| {
@@ -287,7 +389,7 @@ impl Client {
                 s.replace(bytes);
             }
         });
-        sent
+        sent.and(lone)
     }
 
     /// Send every destination's buffered calls.

@@ -1,7 +1,7 @@
 //! [`RpcFuture`]: the result of one call, awaited (a future that sleeps
 //! on the endpoint's traffic waker) or waited for ([`RpcFuture::wait`]).
 
-use crate::client::Client;
+use crate::client::{Client, LONE};
 use crate::pending::Polled;
 use crate::wire::Status;
 use serde::de::DeserializeOwned;
@@ -41,11 +41,9 @@ pub struct RpcFuture<R> {
     dest: usize,
     func: u16,
     call: u64,
-    /// The destination buffer's take count when the call was buffered.
+    /// The destination buffer's take count when the call was buffered
+    /// ([`LONE`]: kept alone, in no buffer; [`SENT`]: sent since).
     taken: u64,
-    /// Results arrived (`Pending::arrived`) before the call was made: while
-    /// the count stays there, this call's has not come.
-    seen: u64,
     /// The call is over (its result was returned).
     over: bool,
     key: Option<TrafficKey>,
@@ -62,7 +60,6 @@ impl<R: DeserializeOwned> RpcFuture<R> {
         dest: usize,
         func: u16,
         (call, taken): (u64, u64),
-        seen: u64,
     ) -> Self {
         RpcFuture {
             ep: ep.clone(),
@@ -71,7 +68,6 @@ impl<R: DeserializeOwned> RpcFuture<R> {
             func,
             call,
             taken,
-            seen,
             over: false,
             key: None,
             deferred: None,
@@ -94,16 +90,24 @@ impl<R: DeserializeOwned> RpcFuture<R> {
     }
 
     fn wait_inner(&mut self) -> Result<R> {
+        let r = self.wait_result();
+        self.with_deferred(r)
+    }
+
+    /// Wait for the result and decode it where it lies (the slot freed).
+    fn wait_result(&self) -> Result<R> {
+        let (ep, client, dest, call) = (&self.ep, &*self.client, self.dest, self.call);
+        let slots = &client.slots;
+        // The slot is looked up once; the wait looks at its state word.
+        let slot = slots.watch(call);
+        let ready = || slot.is_none_or(|s| s.ready(call));
         // Already in (a call waited on long after it was made): no wait,
-        // nothing sent. (No result came since the call was made: not in,
-        // no lock taken.)
-        if self.client.slots.arrived() != self.seen {
-            let polled = self.client.slots.lock().poll(self.call, None);
-            if let Polled::Done(st, bytes) = polled {
-                return self.decode(st, bytes.as_slice());
-            }
-            if let Polled::Held = polled {
-                self.fetch()?;
+        // nothing sent.
+        if ready() {
+            match slots.poll(call, None, |st, b| self.decode(st, b)) {
+                Polled::Done(r) => return r,
+                Polled::Held => fetch(ep, client, dest, call)?,
+                Polled::Waiting => {}
             }
         }
         // About to block: send the destination's buffer, this call's if it
@@ -113,38 +117,31 @@ impl<R: DeserializeOwned> RpcFuture<R> {
         // of outstanding ones waited for each batch's whole reply, then
         // filled the next batch with the target idle). A failed send
         // completes the calls in it with the error; the poll reports it.
-        let _ = self.client.flush_to(&self.ep, self.dest, None);
-        // the slot is looked at (under its lock) only when results arrived
-        let mut seen = self.seen;
+        // A call still kept alone is sent from its cell (then nothing was
+        // buffered for its rank since: a second call would have moved it
+        // into the buffer), without the buffer's flush.
+        let alone = self.taken == LONE && client.send_lone(ep, dest, Some(call)).is_some();
+        if !alone {
+            let _ = client.flush_to(ep, dest, None);
+        }
         loop {
-            let slots = &self.client.slots;
-            let call = self.call;
-            let mut got = None;
-            let waited = self.ep.wait_until_described(
+            let waited = ep.wait_until_described(
                 &|| {
                     format!(
-                        "in RpcFuture::wait for rpc '{}' on rank {}",
-                        self.client.name(self.func),
-                        self.dest
+                        "in RpcFuture::wait for rpc '{}' on rank {dest}",
+                        client.name(self.func),
                     )
                 },
-                // taken at once when it is in (asked no more once true)
-                || match slots.poll_if_arrived(call, &mut seen) {
-                    Polled::Waiting => false,
-                    p => {
-                        got = Some(p);
-                        true
-                    }
-                },
+                ready,
             );
             if let Err(e) = waited {
-                self.client.slots.lock().abandon(self.call);
+                slots.abandon(call);
                 return Err(e);
             }
-            match got {
-                None | Some(Polled::Waiting) => {}
-                Some(Polled::Held) => self.fetch()?,
-                Some(Polled::Done(st, bytes)) => return self.decode(st, bytes.as_slice()),
+            match slots.poll(call, None, |st, b| self.decode(st, b)) {
+                Polled::Waiting => {}
+                Polled::Held => fetch(ep, client, dest, call)?,
+                Polled::Done(r) => return r,
             }
         }
     }
@@ -153,39 +150,63 @@ impl<R: DeserializeOwned> RpcFuture<R> {
     fn flush(&mut self) -> Result<()> {
         // A failed send completes this call with the error too; the poll
         // after this reports it as this call's.
-        let _ = self.client.flush_to(&self.ep, self.dest, Some(self.taken));
+        match self.taken {
+            SENT => {}
+            LONE => {
+                // kept alone: sent from its cell, or it joined the outbox
+                // (or another thread sends it): send that
+                if self
+                    .client
+                    .send_lone(&self.ep, self.dest, Some(self.call))
+                    .is_none()
+                {
+                    let _ = self.client.flush_to(&self.ep, self.dest, None);
+                }
+                self.taken = SENT;
+            }
+            t => {
+                let _ = self.client.flush_to(&self.ep, self.dest, Some(t));
+            }
+        }
         Ok(())
     }
 
     /// Ask the target for a result it held (it did not fit its batch's reply).
     fn fetch(&mut self) -> Result<()> {
-        let sent = self
-            .ep
-            .request(self.dest, self.client.fetch, &[self.call], Payload::None);
-        if let Err(e) = sent {
-            self.client.slots.lock().abandon(self.call);
-            return Err(e);
-        }
-        Ok(())
+        fetch(&self.ep, &self.client, self.dest, self.call)
     }
 
-    fn decode(&mut self, st: Status, bytes: &[u8]) -> Result<R> {
+    /// The result's value, or the call's error (inlined into each poll:
+    /// a call returns its large `Result` through memory).
+    #[inline(always)]
+    fn decode(&self, st: Status, bytes: &[u8]) -> Result<R> {
         if st == Status::Ok {
+            // small shapes without postcard's deserializer, else postcard
+            if let Some(v) = crate::shortde::decode::<R>(bytes) {
+                return Ok(v);
+            }
             if let Ok(v) = postcard::from_bytes::<R>(bytes) {
-                return match self.deferred.take() {
-                    Some(e) => Err(e),
-                    None => Ok(v),
-                };
+                return Ok(v);
             }
         }
         self.failed(st, bytes)
+    }
+
+    /// A value in place of an unrelated error met while polling, returned
+    /// now (as the PGAS layer's futures do).
+    #[inline]
+    fn with_deferred(&mut self, r: Result<R>) -> Result<R> {
+        match (r, self.deferred.take()) {
+            (Ok(_), Some(e)) => Err(e),
+            (r, _) => r,
+        }
     }
 
     /// The error of a call that failed (out of line: words it with the
     /// function's name).
     #[cold]
     #[inline(never)]
-    fn failed(&mut self, st: Status, bytes: &[u8]) -> Result<R> {
+    fn failed(&self, st: Status, bytes: &[u8]) -> Result<R> {
         let text = || String::from_utf8_lossy(bytes).into_owned();
         let name = self.client.name(self.func);
         let (me, dest) = (self.ep.rank(), self.dest);
@@ -232,15 +253,18 @@ impl<R: DeserializeOwned> RpcFuture<R> {
                         ErrorKind::PeerFailed(_) | ErrorKind::Timeout(_) | ErrorKind::Usage(_)
                     );
                     if fatal {
-                        self.client.slots.lock().abandon(self.call);
+                        self.client.slots.abandon(self.call);
                         return Poll::Ready(Err(e));
                     }
                     self.deferred.get_or_insert(e);
                 }
             }
-            let polled = self.client.slots.lock().poll(self.call, Some(cx.waker()));
+            let polled = self
+                .client
+                .slots
+                .poll(self.call, Some(cx.waker()), |st, b| self.decode(st, b));
             match polled {
-                Polled::Done(st, bytes) => return Poll::Ready(self.decode(st, bytes.as_slice())),
+                Polled::Done(r) => return Poll::Ready(self.with_deferred(r)),
                 Polled::Held => {
                     self.fetch()?;
                     continue;
@@ -248,18 +272,33 @@ impl<R: DeserializeOwned> RpcFuture<R> {
                 Polled::Waiting => {}
             }
             if let Some(e) = self.ep.failure() {
-                self.client.slots.lock().abandon(self.call);
+                self.client.slots.abandon(self.call);
                 return Poll::Ready(Err(e));
             }
             let k = self.key.get_or_insert_with(|| self.ep.traffic_key());
             if let Err(e) = self.ep.wake_on_traffic_as(k, cx.waker()) {
-                self.client.slots.lock().abandon(self.call);
+                self.client.slots.abandon(self.call);
                 return Poll::Ready(Err(e));
             }
             return Poll::Pending;
         }
     }
 }
+
+/// Ask `dest` for the result of `call` it held (it did not fit its
+/// batch's reply); a failed send abandons the call.
+fn fetch(ep: &Endpoint, client: &Client, dest: usize, call: u64) -> Result<()> {
+    let sent = ep.request(dest, client.fetch, &[call], Payload::None);
+    if let Err(e) = sent {
+        client.slots.abandon(call);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// The take count of a call kept alone once it was sent (or joined a
+/// buffer that was sent).
+const SENT: u64 = LONE - 1;
 
 // Nothing in it is pinned in place.
 impl<R> Unpin for RpcFuture<R> {}
@@ -291,7 +330,7 @@ impl<R> Drop for RpcFuture<R> {
             self.ep.forget_traffic_wake(&k);
         }
         if !self.over {
-            self.client.slots.lock().abandon(self.call);
+            self.client.slots.abandon(self.call);
         }
     }
 }

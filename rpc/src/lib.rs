@@ -75,6 +75,14 @@ mod future;
 mod pending;
 mod serve;
 mod wire;
+// The lone call's round trip without locks (issue 25, third round).
+mod lone;
+mod slot;
+mod sync;
+// Small values' postcard bytes straight into a Short's words (fourth round).
+mod shortser;
+// ... and read back from them without postcard's deserializer.
+mod shortde;
 
 pub use future::RpcFuture;
 pub use pending::MAX_OUTSTANDING;
@@ -123,23 +131,19 @@ impl Rpc {
         })?;
         let s = slots.clone();
         let results = b.reply("rpc:results", Kind::Medium, 0, move |m| {
-            let mut wake = Vec::new();
-            {
-                let mut l = s.lock();
-                let all = m.payload();
-                for r in Results::new(all) {
-                    // a small result (most): stored by fixed-size copies
-                    let w = match fixed_records::padded(all, r.bytes) {
-                        Some(b) => l.complete_as(r.call, r.status, || {
-                            pending::Bytes::Short(r.bytes.len() as u8, b)
-                        }),
-                        None => l.complete(r.call, r.status, r.bytes),
-                    };
-                    wake.extend(w);
+            let all = m.payload();
+            for r in Results::new(all) {
+                // a small result (most): stored by fixed-size copies
+                let w = match fixed_records::padded(all, r.bytes) {
+                    Some(b) => s.complete_as(r.call, r.status, || {
+                        pending::Bytes::Short(r.bytes.len() as u8, b)
+                    }),
+                    None => s.complete(r.call, r.status, r.bytes),
+                };
+                if let Some(w) = w {
+                    w.wake();
                 }
-                s.bump();
             }
-            wake.into_iter().for_each(std::task::Waker::wake);
         })?;
         let serve = Arc::new(Serve::default());
         let sv = serve.clone();
@@ -244,8 +248,10 @@ impl Rpc {
         self.client.flush_all(ep)
     }
 
-    /// What this rank's calls cost so far: calls sent, and the AM
-    /// messages that carried them (fewer when calls were aggregated).
+    /// What this rank's calls cost so far: calls sent, the AM messages
+    /// that carried them (fewer when calls were aggregated), and how many
+    /// of those calls went alone in an AM Short (the fast path: a call
+    /// alone whose arguments encode in at most 16 B).
     ///
     /// ```no_run
     /// # fn f(ep: &splitrt_am::Endpoint, rpc: &splitrt_rpc::Rpc, inc: &splitrt_rpc::RpcFn<u64, u64>) -> splitrt_am::Result<()> {
@@ -258,8 +264,12 @@ impl Rpc {
     /// # Ok(()) }
     /// ```
     pub fn stats(&self) -> RpcStats {
-        let (calls, messages) = self.client.stats();
-        RpcStats { calls, messages }
+        let (calls, messages, short_calls) = self.client.stats();
+        RpcStats {
+            calls,
+            messages,
+            short_calls,
+        }
     }
 }
 
@@ -270,6 +280,9 @@ pub struct RpcStats {
     pub calls: u64,
     /// Request messages that carried them (a call alone, or a batch).
     pub messages: u64,
+    /// Of those, the calls sent alone in an AM Short (`rpc:short`, the
+    /// fast path: arguments of at most 16 B encoded, in the Short's words).
+    pub short_calls: u64,
 }
 
 /// Decode, run (catching a panic), encode (into `small` if given and the
@@ -286,7 +299,12 @@ where
     Resp: Serialize,
     F: Fn(usize, Req) -> Resp,
 {
-    let req = match postcard::take_from_bytes::<Req>(args) {
+    // small shapes without postcard's deserializer, else postcard (and
+    // its errors)
+    let req = match shortde::decode::<Req>(args).map_or_else(
+        || postcard::take_from_bytes::<Req>(args),
+        |r| Ok((r, &[][..])),
+    ) {
         Ok((r, [])) => r,
         Ok((_, rest)) => {
             let msg = format!(
@@ -321,7 +339,7 @@ where
         }
     };
     if let Some(s) = small {
-        if postcard::serialize_with_flavor(&resp, &mut *s).is_ok() {
+        if shortser::encode_small(&resp, s) {
             return Status::Ok;
         }
         // longer than a Short carries (or it does not encode: said below)
@@ -409,14 +427,11 @@ impl<Req: Serialize, Resp: DeserializeOwned> RpcFn<Req, Resp> {
     /// # Ok(()) }
     /// ```
     pub fn call(&self, ep: &Endpoint, rank: usize, args: &Req) -> Result<RpcFuture<Resp>> {
-        let seen = self.client.slots.arrived();
         // Arguments of at most 16 B are encoded on the stack, and sent in
         // a Short's words if the call goes alone; longer ones are encoded
         // into the buffer (a second encoding, only for those).
         let mut small = fast::Stack::default();
-        let small = postcard::serialize_with_flavor(args, &mut small)
-            .ok()
-            .map(|()| &small);
+        let small = shortser::encode_small(args, &mut small).then_some(&small);
         let call = self.client.enqueue(ep, rank, self.func, small, &mut |v| {
             encode_into(args, v).map_err(|e| e.to_string())
         })?;
@@ -426,7 +441,6 @@ impl<Req: Serialize, Resp: DeserializeOwned> RpcFn<Req, Resp> {
             rank,
             self.func,
             call,
-            seen,
         ))
     }
 }
@@ -445,7 +459,6 @@ impl<Req, Resp> RpcFn<Req, Resp> {
     where
         Resp: DeserializeOwned,
     {
-        let seen = self.client.slots.arrived();
         let call = self.client.enqueue(ep, rank, self.func, None, &mut |v| {
             v.extend_from_slice(args);
             Ok(())
@@ -456,7 +469,6 @@ impl<Req, Resp> RpcFn<Req, Resp> {
             rank,
             self.func,
             call,
-            seen,
         ))
     }
 }

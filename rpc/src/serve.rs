@@ -111,7 +111,9 @@ impl Serve {
 
     /// `rpc:short`: one call whose arguments came in the words (see
     /// [`fast`]); answered by `rpc:short_result` if the result fits its
-    /// words, else by `rpc:result` as [`single`](Self::single).
+    /// words, else by `rpc:result` as [`single`](Self::single). Inlined
+    /// into its one caller, the `rpc:short` handler.
+    #[inline(always)]
     pub(crate) fn short(
         &self,
         tok: Token<'_>,

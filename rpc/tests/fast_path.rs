@@ -2,7 +2,8 @@
 //! bytes travel in AM Shorts (`rpc:short`, `rpc:short_result`); longer
 //! ones, errors and panics take the Medium path. Every case gives the
 //! same result or error as before (one process, a job of one rank calling
-//! itself).
+//! itself), and `Rpc::stats` shows which calls took the fast path (the
+//! results alone would be the same with it off).
 use splitrt_am::EndpointBuilder;
 use splitrt_rpc::Rpc;
 
@@ -31,11 +32,16 @@ fn small_and_large_calls_alone_give_their_results_and_errors() {
             x.wrapping_add(1)
         );
     }
+    let s = rpc.stats();
+    assert_eq!((s.calls, s.short_calls), (5, 5), "{s:?}");
     // arguments and results of 0..=40 B: both sides of 16 B
     for n in 0..=40u8 {
         let v: Vec<u8> = (0..n).collect();
         assert_eq!(echo.call(&ep, 0, &v).unwrap().wait().unwrap(), v);
     }
+    // 0..=15 B encode in at most 16 B (a length byte first): in a Short
+    let s = rpc.stats();
+    assert_eq!((s.calls, s.short_calls), (5 + 41, 5 + 16), "{s:?}");
     unit.call(&ep, 0, &()).unwrap().wait().unwrap();
     // a panic: the message comes back (by Medium), the target lives on
     let e = boom
@@ -64,6 +70,10 @@ fn small_and_large_calls_alone_give_their_results_and_errors() {
     let f = inc.call(&ep, 0, &5).unwrap();
     let r = block_on(f);
     assert_eq!(r.unwrap(), 6);
+    // every call alone (one message each); all but the 25 echoes of more
+    // than 15 B in a Short, the panic's and the raw calls' included
+    let s = rpc.stats();
+    assert_eq!((s.calls, s.messages, s.short_calls), (53, 53, 28), "{s:?}");
     ep.finish().unwrap();
 }
 
