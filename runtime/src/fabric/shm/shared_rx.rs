@@ -505,4 +505,30 @@ mod tests {
             vec![(1, 5, vec![9], vec![])]
         );
     }
+
+    /// A rank started with `SPLITRT_SHM_QUEUE=pairs` and one with `shared`
+    /// refuse each other's files (their layouts differ) with an error
+    /// that names the settings, before any traffic.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn shmq_ranks_with_different_queue_settings_refuse_each_other() {
+        let job = format!("unitqmix{}", std::process::id());
+        let cfg = |shared| Config {
+            segment_size: 1 << 20,
+            shm_shared_queue: shared,
+            ..Config::default()
+        };
+        let a = PendingShm::create(&job, 0, &[0, 1], 2, &cfg(false).shm()).unwrap();
+        let b = PendingShm::create(&job, 1, &[0, 1], 2, &cfg(true).shm()).unwrap();
+        for p in [a, b] {
+            let e = p.connect().err().expect("mixed queue settings connected");
+            assert!(e.to_string().contains("different settings"), "{e}");
+        }
+        for r in 0..2 {
+            let _ = std::fs::remove_file(crate::segment::ShmFile::path_for(&job, r));
+        }
+    }
 }
