@@ -5,6 +5,8 @@
 //! shared-memory file, the host's /dev/shm in use over the ranks, the
 //! descriptors, threads and time to start beside the rank count, and
 //! writes `DIR/scale.txt`. Needs `cargo build --release --examples --bins`.
+//! `SPLITRT_SHM_QUEUE=shared` in its environment measures the shared
+//! receive queue (named in the header line).
 
 use crate::harness::run::{wrote, Run};
 use std::path::PathBuf;
@@ -52,8 +54,11 @@ pub fn run(r: &Run, ranks: &str) -> Result<(), String> {
                 .map_err(|_| format!("bad rank count {s:?}"))
         })
         .collect::<Result<_, _>>()?;
+    // SPLITRT_SHM_QUEUE=shared|pairs reaches the jobs through the
+    // environment; the header says which was measured
+    let queue = std::env::var("SPLITRT_SHM_QUEUE").unwrap_or_else(|_| "pairs".into());
     let mut text = format!(
-        "splitrt-bench scale (one host; load average before: {})\n\
+        "splitrt-bench scale (one host; SPLITRT_SHM_QUEUE={queue}; load average before: {})\n\
          {:>6} {:>14} {:>14} {:>16} {:>4} {:>7} {:>15} {:>8}\n",
         r.load_before(),
         "ranks",

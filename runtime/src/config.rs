@@ -24,6 +24,10 @@ pub const ENV_MAX_MEDIUM: &str = "SPLITRT_MAX_MEDIUM";
 /// Landing slots per sender and channel for Mediums larger than a shm cell
 /// (0: stream them cell by cell instead).
 pub const ENV_MEDIUM_SLOTS: &str = "SPLITRT_MEDIUM_SLOTS";
+/// How shared memory queues a rank's inbound packets: `pairs` (a ring per
+/// sender, the default) or `shared` (one queue per rank and channel that
+/// every sender of the host writes into: memory linear in the host's ranks).
+pub const ENV_SHM_QUEUE: &str = "SPLITRT_SHM_QUEUE";
 /// Bootstrap timeout in seconds (fractions allowed).
 pub const ENV_BOOTSTRAP_TIMEOUT: &str = "SPLITRT_BOOTSTRAP_TIMEOUT";
 /// Fabric name (`shm`).
@@ -105,6 +109,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     (
         ENV_BOOTSTRAP_TIMEOUT,
         "bootstrap timeout in seconds (default 30)",
+    ),
+    (
+        ENV_SHM_QUEUE,
+        "pairs: a shm ring per sender and channel in every rank's file (memory grows with the square of a host's ranks); shared: one queue of SPLITRT_RING_LEN cells per rank and channel shared by every sender, no landing zones (large Mediums stream) (default pairs)",
     ),
     (
         ENV_FABRIC,
@@ -260,6 +268,9 @@ pub struct Config {
     /// of the Medium maximum; `None`: as many as fit a per-rank budget
     /// ([`medium_slots_for`](crate::fabric::shm::layout::medium_slots_for)).
     pub medium_slots: Option<usize>,
+    /// One shared receive queue per rank and channel instead of a ring
+    /// per sender ([`ENV_SHM_QUEUE`]` = shared`).
+    pub shm_shared_queue: bool,
     /// How long bootstrap waits for every rank.
     pub bootstrap_timeout: Duration,
     /// The fabric.
@@ -317,6 +328,7 @@ impl Default for Config {
             ring_len: 64,
             max_medium: 64 << 10,
             medium_slots: None,
+            shm_shared_queue: false,
             bootstrap_timeout: Duration::from_secs(30),
             fabric: FabricKind::Auto,
             spin: Duration::from_micros(20),
@@ -475,6 +487,17 @@ impl Config {
                 }
             };
         }
+        if let Some(v) = get(ENV_SHM_QUEUE) {
+            c.shm_shared_queue = match v.trim() {
+                "shared" => true,
+                "pairs" => false,
+                other => {
+                    return Err(Error::config(format!(
+                        "{ENV_SHM_QUEUE}={other:?}: expected shared or pairs"
+                    )))
+                }
+            };
+        }
         c.validate()?;
         Ok(c)
     }
@@ -554,6 +577,7 @@ impl Config {
             medium_slots: self.medium_slots,
             shm_reserve: self.shm_reserve,
             single_thread: self.single_thread,
+            shared_queue: self.shm_shared_queue,
         }
     }
 
@@ -720,5 +744,16 @@ mod tests {
         assert!(!Config::from_lookup(|_| None).unwrap().single_thread);
         let e = threads("funneled").unwrap_err();
         assert!(e.to_string().contains("SPLITRT_THREADS"), "{e}");
+    }
+
+    #[test]
+    fn shm_queue_is_shared_or_pairs() {
+        let q = |v: &str| Config::from_lookup(|n| (n == ENV_SHM_QUEUE).then(|| v.into()));
+        assert!(q("shared").unwrap().shm_shared_queue);
+        assert!(q("shared").unwrap().shm().shared_queue);
+        assert!(!q(" pairs ").unwrap().shm_shared_queue);
+        assert!(!Config::from_lookup(|_| None).unwrap().shm_shared_queue);
+        let e = q("mpsc").unwrap_err();
+        assert!(e.to_string().contains("SPLITRT_SHM_QUEUE"), "{e}");
     }
 }

@@ -12,14 +12,17 @@ pub mod doorbell;
 pub mod layout;
 #[cfg(all(test, loom))]
 mod models;
+mod mpq;
 mod owner;
 mod ring;
+mod shared_rx;
 pub mod zone;
 
 use self::doorbell::{Doorbell, DOORBELL_OFF};
 use self::layout::{
     CellMeta, FileHeader, Layout, F_DEPOSIT, F_FIRST, F_LAST, F_ZONE, MAGIC, VERSION,
 };
+use self::mpq::{QConsumer, QProducer};
 use self::owner::{Guarded, Owner};
 use self::ring::{Consumer, Peek, Producer, Ring};
 use self::zone::ZoneAlloc;
@@ -53,6 +56,9 @@ pub struct ShmConfig {
     pub shm_reserve: bool,
     /// Only the connecting thread sends and polls (`SPLITRT_THREADS=single`).
     pub single_thread: bool,
+    /// One receive queue per rank and channel shared by every sender of
+    /// the host (`SPLITRT_SHM_QUEUE=shared`), instead of a ring per sender.
+    pub shared_queue: bool,
 }
 
 /// A rank's file, created and initialized, before the peers are known.
@@ -88,6 +94,9 @@ pub struct PendingShm {
     own: ShmFile,
     /// `SPLITRT_THREADS=single`: the connecting thread owns the rings.
     single_thread: bool,
+    /// `SPLITRT_SHM_QUEUE=shared`: the file holds one queue per channel
+    /// (laid out as the rings of a single sender), no landing zones.
+    shared_queue: bool,
 }
 
 impl PendingShm {
@@ -107,15 +116,27 @@ impl PendingShm {
             .iter()
             .position(|&m| m == rank)
             .ok_or_else(|| Error::usage(format!("rank {rank} is not among its host's ranks")))?;
-        let layout = Layout::new(
-            size,
-            cfg.cell_size,
-            cfg.ring_len,
-            cfg.segment_size,
-            cfg.max_medium,
-            cfg.medium_slots
-                .unwrap_or_else(|| layout::medium_slots_for(size, cfg.max_medium)),
-        )?;
+        let layout = if cfg.shared_queue {
+            // the two queues take the place of one sender's two rings
+            Layout::new(
+                1,
+                cfg.cell_size,
+                cfg.ring_len,
+                cfg.segment_size,
+                cfg.max_medium,
+                0,
+            )?
+        } else {
+            Layout::new(
+                size,
+                cfg.cell_size,
+                cfg.ring_len,
+                cfg.segment_size,
+                cfg.max_medium,
+                cfg.medium_slots
+                    .unwrap_or_else(|| layout::medium_slots_for(size, cfg.max_medium)),
+            )?
+        };
         let short = |free, total| {
             layout::shm_too_small(&layout, cfg.max_medium, size, cfg.shm_reserve, free, total)
         };
@@ -162,13 +183,14 @@ impl PendingShm {
             max_medium: cfg.max_medium,
             own,
             single_thread: cfg.single_thread,
+            shared_queue: cfg.shared_queue,
         })
     }
 
     /// Map every peer's file (all on this host) and check that they were
     /// made with the same settings.
     pub(crate) fn connect(self) -> Result<ShmFabric> {
-        let (rank, size) = (self.rank, self.layout.size);
+        let (rank, size) = (self.rank, self.members.len());
         let global = self.members[rank];
         let mut files = Vec::with_capacity(size);
         let mut own = Some(self.own);
@@ -213,7 +235,7 @@ impl PendingShm {
         // larger jobs a page comes when first used (a zone's, in one call
         // per Medium: `PopulatedPrefix`), so start-up stays short and
         // memory no rank uses is never allocated.
-        let eager = l.eager();
+        let eager = l.eager() && !self.shared_queue;
         let zone_populated = if eager { l.zone_len() } else { 0 };
         if eager {
             for (i, f) in files.iter().enumerate() {
@@ -237,10 +259,27 @@ impl PendingShm {
             }
         }
         let mut tx = Vec::with_capacity(size * 2);
+        if self.shared_queue {
+            shared_rx::populate_queues(&files, rank, &l);
+        }
         for (file, &bell) in files.iter().zip(&bells) {
+            if self.shared_queue {
+                for ch in 0..2 {
+                    tx.push(Guarded::new(Tx {
+                        p: Prod::Shared(QProducer::new(shared_rx::queue(file, &l, ch), rank)),
+                        bell,
+                        zone: Zone {
+                            base: std::ptr::null_mut(),
+                            alloc: ZoneAlloc::new(0, l.ring_len),
+                            populated: PopulatedPrefix::upto(0),
+                        },
+                    }));
+                }
+                continue;
+            }
             for ch in 0..2 {
                 tx.push(Guarded::new(Tx {
-                    p: Producer::new(ring(file, rank, ch)),
+                    p: Prod::Pair(Producer::new(ring(file, rank, ch))),
                     bell,
                     zone: Zone {
                         // SAFETY: zone_off(rank, ch) + zone_len lies
@@ -252,9 +291,16 @@ impl PendingShm {
                 }));
             }
         }
+        let shared = self.shared_queue;
         let rx = [0, 1].map(|ch| {
             Guarded::new(RxSet {
-                rings: (0..size)
+                queue: shared.then(|| {
+                    shared_rx::SharedRx::new(
+                        QConsumer::new(shared_rx::queue(&files[rank], &l, ch)),
+                        size,
+                    )
+                }),
+                rings: (0..if shared { 0 } else { size })
                     .map(|src| RxRing {
                         cons: Consumer::new(ring(&files[rank], src, ch)),
                         reasm: Reassembly::default(),
@@ -413,14 +459,7 @@ impl Drop for Remark<'_> {
 /// segment: `F_DEPOSIT` at offset `at`; in the landing zone: `F_ZONE` at
 /// zone offset `at`) and wake the receiver if it sleeps.
 #[inline]
-fn announce<C: Clock>(
-    p: &mut Producer,
-    bell: Bell,
-    pkt: &Packet<'_>,
-    flag: u8,
-    at: u64,
-    t: C::Mark,
-) {
+fn announce<C: Clock>(p: &mut Prod, bell: Bell, pkt: &Packet<'_>, flag: u8, at: u64, t: C::Mark) {
     let meta = CellMeta {
         tag: pkt.tag,
         flags: F_FIRST | F_LAST | flag,
@@ -452,9 +491,84 @@ impl Bell {
 
 /// A producer and the doorbell of the ring's owner.
 struct Tx {
-    p: Producer,
+    p: Prod,
     bell: Bell,
     zone: Zone,
+}
+
+/// The sending side of a ring (`SPLITRT_SHM_QUEUE=pairs`) or of a peer's
+/// shared queue (`shared`); the queue's `has_room` claims the cell that
+/// the next write and publish fill.
+enum Prod {
+    Pair(Producer),
+    Shared(QProducer),
+}
+
+impl Prod {
+    #[inline(always)]
+    fn has_room(&mut self) -> bool {
+        match self {
+            Prod::Pair(p) => p.has_room(),
+            Prod::Shared(q) => q.has_room(),
+        }
+    }
+
+    #[inline(always)]
+    fn capacity(&self, nwords: usize) -> usize {
+        match self {
+            Prod::Pair(p) => p.ring().capacity(nwords),
+            Prod::Shared(q) => q.queue().capacity(nwords),
+        }
+    }
+
+    /// The sequence number of the next cell (landing zones only, which a
+    /// shared queue does not have).
+    #[inline]
+    fn head(&self) -> u64 {
+        match self {
+            Prod::Pair(p) => p.head(),
+            Prod::Shared(q) => q.claimed().unwrap_or(0),
+        }
+    }
+
+    #[inline]
+    fn released(&mut self, seq: u64) -> bool {
+        match self {
+            Prod::Pair(p) => p.released(seq),
+            Prod::Shared(_) => false,
+        }
+    }
+
+    #[inline(always)]
+    fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        match self {
+            Prod::Pair(p) => p.write(meta, words, chunk),
+            Prod::Shared(q) => q.write(meta, words, chunk),
+        }
+    }
+
+    #[inline(always)]
+    fn publish(&mut self) {
+        match self {
+            Prod::Pair(p) => p.publish(),
+            Prod::Shared(q) => q.publish(),
+        }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        match self {
+            Prod::Pair(p) => p.push(meta, words, chunk),
+            Prod::Shared(q) => q.push(meta, words, chunk),
+        }
+    }
+
+    fn free_cells(&self) -> (u64, u64) {
+        match self {
+            Prod::Pair(p) => p.free_cells(),
+            Prod::Shared(q) => q.free_cells(),
+        }
+    }
 }
 
 /// The sender's side of its landing zone in a peer's file.
@@ -471,6 +585,17 @@ struct Zone {
 struct RxSet {
     rings: Vec<RxRing>,
     next: usize,
+    /// `SPLITRT_SHM_QUEUE=shared`: this rank's one queue on the channel
+    /// (and `rings` is empty).
+    queue: Option<shared_rx::SharedRx>,
+}
+
+impl RxSet {
+    /// Whether a packet waits (a sleeper's last look).
+    fn has_next(&self) -> bool {
+        self.rings.iter().any(|r| r.cons.has_next())
+            || self.queue.as_ref().is_some_and(|q| q.has_next())
+    }
 }
 
 /// `local_of` entry of a rank on another host.
@@ -570,7 +695,7 @@ impl ShmFabric {
             self.peeking.store(true, Ordering::Relaxed);
             let found = match self.owner.try_lock(set) {
                 None => true,
-                Some(set) => set.rings.iter().any(|r| r.cons.has_next()),
+                Some(set) => set.has_next(),
             };
             self.peeking.store(false, Ordering::Release);
             found
@@ -589,10 +714,7 @@ impl ShmFabric {
         let mut held = false;
         for set in &self.rx {
             self.peeking.store(true, Ordering::Relaxed);
-            let found = self
-                .owner
-                .try_lock(set)
-                .map(|set| set.rings.iter().any(|r| r.cons.has_next()));
+            let found = self.owner.try_lock(set).map(|set| set.has_next());
             self.peeking.store(false, Ordering::Release);
             match found {
                 Some(true) => return Look::Seen,
@@ -683,7 +805,7 @@ impl ShmFabric {
             return Ok(Err(WouldBlock::PeerRingFull));
         }
         let t = C::record(Stage::Enqueue, t0);
-        let cap0 = p.ring().capacity(nw);
+        let cap0 = p.capacity(nw);
         if len > cap0 && len <= zone.alloc.capacity() {
             // Into the landing zone in one copy; the cell only announces it.
             // A large one lands half a page away from its source's offset
@@ -734,7 +856,7 @@ impl ShmFabric {
         self.mark_if_self(peer, ch);
         bell.get().ring();
         C::record(Stage::Publish, t);
-        let cap = p.ring().capacity(0);
+        let cap = p.capacity(0);
         let mut sent = first;
         while sent < len {
             let mut waits = 0;
@@ -774,10 +896,24 @@ impl ShmFabric {
             Err(e) => return Err(e.at_rank(self.global)),
         };
         let Tx { p, bell, .. } = &mut *tx;
-        let room = p.has_room();
+        let room = match p {
+            Prod::Pair(p) => {
+                let room = p.has_room();
+                if room {
+                    p.push_short(tag, words);
+                    self.mark_if_self(l, ch);
+                }
+                room
+            }
+            Prod::Shared(q) => {
+                let room = q.has_room();
+                if room {
+                    q.push_short(tag, words);
+                }
+                room
+            }
+        };
         if room {
-            p.push_short(tag, words);
-            self.mark_if_self(l, ch);
             bell.get().ring();
         }
         Ok(room)
@@ -857,6 +993,9 @@ impl ShmFabric {
             return Ok(0);
         };
         let set = &mut *set;
+        if let Some(q) = &mut set.queue {
+            return self.poll_shared::<C>(q, deliver);
+        }
         let n = set.rings.len();
         let start = set.next;
         set.next = if start + 1 == n { 0 } else { start + 1 };
@@ -1297,7 +1436,9 @@ mod tests {
     /// sender would write it (past `send_with`'s checks), marked for the
     /// next poll.
     fn inject(f: &ShmFabric, meta: CellMeta) {
-        f.tx[0].lock().p.push(meta, &[], &[]);
+        let mut tx = f.tx[0].lock();
+        assert!(tx.p.has_room());
+        tx.p.push(meta, &[], &[]);
         f.mark_if_self(0, Channel::Request);
     }
 

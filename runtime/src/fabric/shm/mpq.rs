@@ -1,0 +1,698 @@
+//! The shared receive queue (`SPLITRT_SHM_QUEUE=shared`): one
+//! multi-producer, single-consumer queue of cells per rank and channel,
+//! which every sender of the host writes into, instead of one ring per
+//! sender (`ring.rs`). A rank's file then holds two queues whatever the
+//! number of ranks on its host: memory linear in the ranks of a node, not
+//! quadratic (issue 28). GASNet-EX's PSHM keeps one receive queue per
+//! process in the same way; this one is a bounded array of cells in the
+//! manner of Vyukov's bounded queue, with a ticket word.
+//!
+//! Words, in the queue's 128-byte control block:
+//! * `tail` (offset 0): the consumer's position, published after each poll
+//!   (only for [`QProducer::free_cells`], the credit report);
+//! * `head` (offset 64): the next ticket; a sender claims ticket `t` by a
+//!   compare-and-swap `t -> t + 1`, and only if cell `t % len` is free for
+//!   `t`, so a claim never waits on another sender and a full queue is
+//!   seen before anything is claimed;
+//! * `want` (offset 72): set by a sender that found the queue full; the
+//!   consumer that frees cells and sees it rings every sender's doorbell.
+//!
+//! Each cell starts with its state word. For ticket `t` whose cell's lap
+//! begins at `b = t - t % len`: `b` means free for `t`, `b + 1` published
+//! (the cell holds `t`'s packet), `b + len` released (free for `t + len`).
+//! A zero-filled file is therefore a free queue (no initialisation), and
+//! states only grow, so a stale one never looks current.
+//!
+//! The sender writes its local rank in the cell's `CellMeta::pad`, which
+//! the consumer checks against the host's ranks before it uses it
+//! (per-sender reassembly of streamed packets). The queue's words are
+//! written by every rank of the host: a broken one can make the queue look
+//! full or stall it (as it can stop answering), but every cell index is
+//! reduced modulo the length before use, claims give up after
+//! [`CLAIM_TRIES`], and the consumer validates every cell as for a ring, so
+//! nothing written there makes this rank panic or write outside the queue.
+//!
+//! Back-pressure: a sender claims a cell only when it is free, writes it
+//! and publishes it at once (a claimed cell is never held while its sender
+//! waits for anything), so the consumer is never stuck behind a sender that
+//! waits; a full queue is `try_send`'s `Ok(false)` (`PeerRingFull`).
+
+use super::layout::{cell_stride, CellMeta, CELL_HDR, F_DEPOSIT, F_FIRST, F_LAST, RING_CTRL};
+use super::ring::{check_meta, CellView};
+use crate::fabric::MAX_WORDS;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The orderings of the queue protocol (the loom model below uses these
+/// very constants).
+pub(crate) mod order {
+    use std::sync::atomic::Ordering;
+    /// A sender reads a cell's state before it claims the cell: it must
+    /// see the consumer's release of the previous lap (and so the
+    /// consumer's reads happen before its writes).
+    pub(crate) const SEE_FREE: Ordering = Ordering::Acquire;
+    /// The compare-and-swap on `head` that claims a ticket.
+    pub(crate) const CLAIM: Ordering = Ordering::Relaxed;
+    /// A sender publishes a written cell (its state word).
+    pub(crate) const PUBLISH: Ordering = Ordering::Release;
+    /// The consumer reads a cell's state before the cell.
+    pub(crate) const OBSERVE: Ordering = Ordering::Acquire;
+    /// The consumer frees a cell for the next lap.
+    pub(crate) const RETURN: Ordering = Ordering::Release;
+}
+
+/// Offset of `head` in the control block.
+const HEAD_OFF: usize = 64;
+/// Offset of `want` in the control block.
+const WANT_OFF: usize = 72;
+/// Attempts at a claim (each after another sender's claim moved `head`)
+/// before the sender reports the queue full and tries again later: bounds
+/// the loop whatever the shared words say.
+pub(crate) const CLAIM_TRIES: u32 = 64;
+
+/// A queue in a mapped file (the same bytes as a ring of `len` cells:
+/// `RING_CTRL + len * cell_stride(cell_size)`).
+#[derive(Clone, Copy)]
+pub(crate) struct Queue {
+    base: *mut u8,
+    cell_size: usize,
+    stride: usize,
+    len: u64,
+    /// `len - 1` when `len` is a power of two, else 0.
+    mask: u64,
+}
+
+// SAFETY: the queue lives in a shared mapping owned by the fabric; access
+// is ordered by the queue protocol (claims by compare-and-swap, state
+// words published with release and read with acquire).
+unsafe impl Send for Queue {}
+
+impl Queue {
+    /// # Safety
+    /// `base` must point to `RING_CTRL + len * cell_stride(cell_size)`
+    /// mapped bytes that stay mapped for the lifetime of the queue, 64-byte
+    /// aligned (8-byte aligned suffices for tests), with `len >= 2` and
+    /// `cell_size >= CELL_HDR + 8 * MAX_WORDS`.
+    pub(crate) unsafe fn new(base: *mut u8, cell_size: usize, len: usize) -> Self {
+        debug_assert!(len >= 2 && cell_size >= CELL_HDR + 8 * MAX_WORDS);
+        Queue {
+            base,
+            cell_size,
+            stride: cell_stride(cell_size),
+            len: len as u64,
+            mask: if len.is_power_of_two() {
+                len as u64 - 1
+            } else {
+                0
+            },
+        }
+    }
+
+    fn word(&self, off: usize) -> &AtomicU64 {
+        debug_assert!(off + 8 <= RING_CTRL);
+        // SAFETY: `off + 8 <= RING_CTRL`: an offset inside the control
+        // block, which starts the queue's mapping.
+        let at = unsafe { self.base.add(off) } as *const AtomicU64;
+        // SAFETY: the word lies in the control block, 8-aligned, mapped
+        // for the queue's lifetime; only atomics touch it.
+        unsafe { &*at }
+    }
+
+    fn tail_word(&self) -> &AtomicU64 {
+        self.word(0)
+    }
+
+    fn head(&self) -> &AtomicU64 {
+        self.word(HEAD_OFF)
+    }
+
+    fn want(&self) -> &AtomicU64 {
+        self.word(WANT_OFF)
+    }
+
+    /// The cell index of ticket `t`.
+    #[inline(always)]
+    fn index(&self, t: u64) -> u64 {
+        if self.mask != 0 {
+            t & self.mask
+        } else {
+            t % self.len
+        }
+    }
+
+    /// The state that means "free for `t`".
+    #[inline(always)]
+    fn lap(&self, t: u64) -> u64 {
+        t.wrapping_sub(self.index(t))
+    }
+
+    #[inline(always)]
+    fn cell(&self, t: u64) -> *mut u8 {
+        let i = self.index(t);
+        // SAFETY: i < len (a mask of a power of two, or a remainder), so
+        // the cell lies inside the queue.
+        unsafe { self.base.add(RING_CTRL + i as usize * self.stride) }
+    }
+
+    #[inline(always)]
+    fn state(&self, t: u64) -> &AtomicU64 {
+        // SAFETY: every cell starts with an 8-aligned state word inside
+        // the queue (`cell`).
+        unsafe { &*(self.cell(t) as *const AtomicU64) }
+    }
+
+    /// The queue's bytes: its first byte and its length.
+    pub(crate) fn span(&self) -> (*mut u8, usize) {
+        (self.base, RING_CTRL + self.len as usize * self.stride)
+    }
+
+    /// Payload capacity of a cell carrying `nwords` argument words.
+    pub(crate) fn capacity(&self, nwords: usize) -> usize {
+        self.cell_size - CELL_HDR - nwords * 8
+    }
+}
+
+/// One sender's side of a queue (a rank's, toward one peer and channel).
+pub(crate) struct QProducer {
+    q: Queue,
+    /// This sender's local rank, written into every cell.
+    src: u32,
+    /// The ticket claimed by [`has_room`](Self::has_room) and not yet
+    /// published.
+    claimed: Option<u64>,
+}
+
+impl QProducer {
+    pub(crate) fn new(q: Queue, src: usize) -> Self {
+        QProducer {
+            q,
+            src: src as u32,
+            claimed: None,
+        }
+    }
+
+    pub(crate) fn queue(&self) -> &Queue {
+        &self.q
+    }
+
+    /// Claim a free cell (if this sender holds none); false when the queue
+    /// is full (then `want` is set, so the consumer rings this rank when it
+    /// frees cells). A claimed cell must be written and published (it is
+    /// what the next [`write`](Self::write) / [`publish`](Self::publish)
+    /// use): the consumer waits for it.
+    #[inline]
+    pub(crate) fn has_room(&mut self) -> bool {
+        if self.claimed.is_some() {
+            return true;
+        }
+        let head = self.q.head();
+        let mut t = head.load(Ordering::Relaxed);
+        for _ in 0..CLAIM_TRIES {
+            let s = self.q.state(t).load(order::SEE_FREE);
+            let d = s.wrapping_sub(self.q.lap(t)) as i64;
+            if d == 0 {
+                match head.compare_exchange_weak(
+                    t,
+                    t.wrapping_add(1),
+                    order::CLAIM,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        self.claimed = Some(t);
+                        return true;
+                    }
+                    Err(now) => t = now,
+                }
+            } else if d < 0 {
+                // the cell still holds (or is being written with) the
+                // packet of the previous lap: full
+                self.q.want().store(1, Ordering::SeqCst);
+                return false;
+            } else {
+                // another sender claimed `t` since: look at the new head
+                t = head.load(Ordering::Relaxed);
+            }
+        }
+        self.q.want().store(1, Ordering::SeqCst);
+        false
+    }
+
+    /// The claimed ticket (a sequence number of the queue), if any.
+    pub(crate) fn claimed(&self) -> Option<u64> {
+        self.claimed
+    }
+
+    /// Free cells as the consumer last published them, and the length.
+    pub(crate) fn free_cells(&self) -> (u64, u64) {
+        let tail = self.q.tail_word().load(Ordering::Acquire);
+        let head = self.q.head().load(Ordering::Relaxed);
+        (
+            self.q.len - head.saturating_sub(tail).min(self.q.len),
+            self.q.len,
+        )
+    }
+
+    /// Write the claimed cell without publishing it. The caller got `true`
+    /// from [`has_room`](Self::has_room), checked `words.len() <=
+    /// MAX_WORDS` and that `chunk` fits ([`Queue::capacity`]).
+    #[inline]
+    pub(crate) fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        assert!(chunk.len() <= self.q.capacity(words.len().min(MAX_WORDS)));
+        let cell = self.write_head(meta, words);
+        // SAFETY: the words end inside the cell (capacity, checked by the
+        // caller and asserted above), so the payload's start is inside or
+        // one past it.
+        let payload = unsafe { cell.add(CELL_HDR + words.len() * 8) };
+        // SAFETY: `chunk` is a live slice that fits the claimed cell after
+        // the words (asserted above); `memmove` needs no alignment; the
+        // cell is this sender's until published (claimed by `has_room`).
+        unsafe { crate::memmove::memmove(chunk.as_ptr(), payload, chunk.len()) };
+    }
+
+    /// Write the claimed cell's meta (with this sender's rank) and words.
+    #[inline(always)]
+    fn write_head(&mut self, mut meta: CellMeta, words: &[u64]) -> *mut u8 {
+        let t = self
+            .claimed
+            .expect("QProducer::write without a claimed cell (has_room first)");
+        assert!(words.len() <= MAX_WORDS);
+        meta.pad = self.src;
+        let cell = self.q.cell(t);
+        // SAFETY: offset 8 (past the state word) is inside the cell.
+        let meta_at = unsafe { cell.add(8) } as *mut CellMeta;
+        // SAFETY: the CellMeta slot of the claimed cell, 8-aligned; nobody
+        // reads it before the state word says published, and no other
+        // sender writes it (the ticket is this sender's alone).
+        unsafe { std::ptr::write(meta_at, meta) };
+        // SAFETY: CELL_HDR < cell_size: the words' start is in the cell.
+        let at = unsafe { cell.add(CELL_HDR) } as *mut u64;
+        for (i, &w) in words.iter().enumerate() {
+            // SAFETY: i < words.len() <= MAX_WORDS, and every cell holds
+            // MAX_WORDS words (`Queue::new`'s contract): inside the cell.
+            let word = unsafe { at.add(i) };
+            // SAFETY: word `i` of the claimed cell, in bounds (above) and
+            // 8-aligned; the cell is this sender's until published.
+            unsafe { word.write_volatile(w) };
+        }
+        cell
+    }
+
+    /// Publish the claimed cell: the consumer may read it from now on.
+    #[inline]
+    pub(crate) fn publish(&mut self) {
+        if let Some(t) = self.claimed.take() {
+            self.q
+                .state(t)
+                .store(self.q.lap(t).wrapping_add(1), order::PUBLISH);
+        }
+    }
+
+    /// Overwrite the sender rank of the claimed, written cell (tests: what
+    /// a broken sender writes).
+    #[cfg(test)]
+    pub(crate) fn forge_src(&mut self, src: u32) {
+        if let Some(t) = self.claimed {
+            // SAFETY: offset 8 (the CellMeta) of the claimed cell, which is
+            // this sender's until published; `pad` is its 5th field.
+            let at = unsafe { self.q.cell(t).add(8) } as *mut CellMeta;
+            // SAFETY: as above: in bounds, 8-aligned, not shared yet.
+            let meta = unsafe { &mut *at };
+            meta.pad = src;
+        }
+    }
+
+    /// Write and publish one cell (claimed by `has_room`).
+    #[inline]
+    pub(crate) fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        self.write(meta, words, chunk);
+        self.publish();
+    }
+
+    /// Write and publish a Short (claimed by `has_room`).
+    #[inline]
+    pub(crate) fn push_short(&mut self, tag: u16, words: &[u64]) {
+        let meta = CellMeta {
+            tag,
+            flags: F_FIRST | F_LAST,
+            nwords: words.len() as u8,
+            ..Default::default()
+        };
+        self.write_head(meta, words);
+        self.publish();
+    }
+}
+
+/// What [`QConsumer::peek_short`] found.
+pub(crate) enum QPeek<'a> {
+    /// Nothing published at the tail.
+    Empty,
+    /// A well-formed Short: its sender's local rank (unchecked), tag and
+    /// words.
+    Short(usize, u16, &'a [u64]),
+    /// Something else: read it with [`QConsumer::peek`].
+    Other,
+}
+
+/// The receiving rank's side of its queue.
+pub(crate) struct QConsumer {
+    q: Queue,
+    tail: u64,
+}
+
+impl QConsumer {
+    pub(crate) fn new(q: Queue) -> Self {
+        QConsumer { q, tail: 0 }
+    }
+
+    /// Whether the cell at the tail has been published.
+    #[inline]
+    pub(crate) fn has_next(&self) -> bool {
+        self.q.state(self.tail).load(order::OBSERVE) == self.q.lap(self.tail).wrapping_add(1)
+    }
+
+    /// The published cell at the tail, if any, with its sender's local
+    /// rank (as the sender wrote it: the caller checks it); `Err` for a
+    /// cell whose header is malformed (release it and report).
+    #[inline]
+    pub(crate) fn peek(&self) -> Option<(usize, Result<CellView<'_>, String>)> {
+        if !self.has_next() {
+            return None;
+        }
+        let cell = self.q.cell(self.tail);
+        // SAFETY: offset 8 is inside the cell.
+        let meta_at = unsafe { cell.add(8) } as *const CellMeta;
+        // SAFETY: the published cell's CellMeta slot, complete (acquire in
+        // `has_next`) and 8-aligned; any bit pattern is a valid CellMeta,
+        // and `check_meta` vets it below.
+        let meta = unsafe { std::ptr::read(meta_at) };
+        let src = meta.pad as usize;
+        if let Err(e) = check_meta(&meta, self.q.cell_size - CELL_HDR) {
+            return Some((src, Err(e)));
+        }
+        let nw = meta.nwords as usize;
+        // SAFETY: CELL_HDR < cell_size.
+        let words_at = unsafe { cell.add(CELL_HDR) } as *const u64;
+        // SAFETY: nw <= MAX_WORDS (check_meta) and every cell holds that
+        // many words; the published cell stays unchanged until `release`
+        // (which needs `&mut self`), 8-aligned.
+        let words = unsafe { std::slice::from_raw_parts(words_at, nw) };
+        // SAFETY: CELL_HDR + nw * 8 <= cell_size: inside or one past.
+        let chunk_at = unsafe { cell.add(CELL_HDR + nw * 8) };
+        // SAFETY: check_meta bounded `len` by what the cell holds after
+        // the words; unchanged until `release`, as above.
+        let chunk = unsafe { std::slice::from_raw_parts(chunk_at, meta.len as usize) };
+        Some((src, Ok(CellView { meta, words, chunk })))
+    }
+
+    /// The cell at the tail if published and a well-formed Short.
+    #[inline(always)]
+    pub(crate) fn peek_short(&self) -> QPeek<'_> {
+        let t = self.tail;
+        let cell = self.q.cell(t);
+        // SAFETY: the cell's 8-aligned state word, inside the queue.
+        let state = unsafe { &*(cell as *const AtomicU64) };
+        if state.load(order::OBSERVE) != self.q.lap(t).wrapping_add(1) {
+            return QPeek::Empty;
+        }
+        // SAFETY: offset 8 is inside the cell.
+        let meta_at = unsafe { cell.add(8) } as *const CellMeta;
+        // SAFETY: as in `peek`: complete, 8-aligned, any bit pattern valid.
+        let meta = unsafe { std::ptr::read(meta_at) };
+        if meta.flags != F_FIRST | F_LAST
+            || meta.len != 0
+            || meta.total != 0
+            || meta.nwords as usize > MAX_WORDS
+        {
+            return QPeek::Other;
+        }
+        // SAFETY: CELL_HDR < cell_size.
+        let words_at = unsafe { cell.add(CELL_HDR) } as *const u64;
+        // SAFETY: nwords <= MAX_WORDS (just checked), which every cell
+        // holds; unchanged until `release`, which needs `&mut self`.
+        let words = unsafe { std::slice::from_raw_parts(words_at, meta.nwords as usize) };
+        QPeek::Short(meta.pad as usize, meta.tag, words)
+    }
+
+    /// Free the cell at the tail for the next lap.
+    #[inline]
+    pub(crate) fn release(&mut self) {
+        let t = self.tail;
+        self.q
+            .state(t)
+            .store(self.q.lap(t).wrapping_add(self.q.len), order::RETURN);
+        self.tail = t.wrapping_add(1);
+    }
+
+    /// After a poll that freed cells: publish the tail (for credit
+    /// reports) and say whether a sender found the queue full since the
+    /// last time (it then waits for a ring of its doorbell).
+    #[inline]
+    pub(crate) fn freed(&mut self) -> bool {
+        self.q.tail_word().store(self.tail, Ordering::Release);
+        // the cells' release stores above before the look at `want`, as
+        // a sender's store of `want` before its next look at a state
+        // word: one of the two sees the other
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let want = self.q.want();
+        want.load(Ordering::Relaxed) != 0 && want.swap(0, Ordering::AcqRel) != 0
+    }
+
+    /// The queue's length in cells.
+    pub(crate) fn len(&self) -> usize {
+        self.q.len as usize
+    }
+}
+
+/// Whether a cell of a shared queue may carry these flags: no landing
+/// zone (the shared queue has none; large Mediums stream).
+pub(crate) fn flags_allowed(meta: &CellMeta) -> bool {
+    meta.flags & !(F_FIRST | F_LAST | F_DEPOSIT) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mem(cell: usize, len: usize) -> Vec<u64> {
+        vec![0u64; (RING_CTRL + cell_stride(cell) * len) / 8]
+    }
+
+    /// Two senders and the consumer in one thread: every packet arrives
+    /// once, each sender's in order, a full queue refuses a claim and
+    /// sets `want`, and cells are reused lap after lap (a length by mask
+    /// and by remainder).
+    #[test]
+    fn two_senders_share_one_queue() {
+        for len in [4usize, 3, 2] {
+            let mut m = mem(256, len);
+            // SAFETY: `m` outlives the queue, 8-aligned, 256 B cells.
+            let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) };
+            let (mut a, mut b, mut c) = (
+                QProducer::new(q, 0),
+                QProducer::new(q, 1),
+                QConsumer::new(q),
+            );
+            let mut next = [0u64; 2];
+            for round in 0..if cfg!(miri) { 30u64 } else { 500 } {
+                let (mut sent, mut refused) = (0, false);
+                for (i, p) in [&mut a, &mut b].into_iter().enumerate() {
+                    for _ in 0..(round % 3) {
+                        if !p.has_room() {
+                            assert!(sent >= len, "room ran out at {sent} of {len}");
+                            refused = true;
+                            break;
+                        }
+                        let meta = CellMeta {
+                            flags: F_FIRST | F_LAST,
+                            nwords: 1,
+                            len: 2,
+                            total: 2,
+                            ..Default::default()
+                        };
+                        p.push(meta, &[round], &[i as u8, 7]);
+                        sent += 1;
+                    }
+                }
+                let mut got = 0;
+                while let Some((src, v)) = c.peek() {
+                    let v = v.unwrap();
+                    assert_eq!(v.chunk, &[src as u8, 7]);
+                    assert!(v.words[0] >= next[src]);
+                    next[src] = v.words[0];
+                    got += 1;
+                    c.release();
+                }
+                assert_eq!(got, sent);
+                assert_eq!(c.freed(), refused, "a refused claim asks for a ring");
+            }
+        }
+    }
+
+    /// Shorts through `peek_short`, with the sender's rank.
+    #[test]
+    fn shorts_carry_their_sender() {
+        let mut m = mem(256, 4);
+        // SAFETY: as above.
+        let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, 4) };
+        let (mut p, mut c) = (QProducer::new(q, 5), QConsumer::new(q));
+        for i in 0..10u64 {
+            assert!(matches!(c.peek_short(), QPeek::Empty));
+            assert!(p.has_room());
+            p.push_short(3, &[i, i + 1]);
+            match c.peek_short() {
+                QPeek::Short(src, tag, w) => assert_eq!((src, tag, w), (5, 3, &[i, i + 1][..])),
+                _ => panic!("no Short"),
+            }
+            c.release();
+        }
+    }
+
+    /// Garbage in every shared word (head, want, state words, cells) never
+    /// panics nor goes out of bounds: claims give up or land in the queue,
+    /// and the consumer reports bad cells. (Miri checks the bounds.)
+    #[test]
+    fn garbage_in_the_shared_words_is_survived() {
+        let len = 4usize;
+        let mut m = mem(256, len);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..if cfg!(miri) { 20 } else { 2000 } {
+            for w in m.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *w = if x.is_multiple_of(3) { x % 16 } else { x };
+            }
+            // SAFETY: as above.
+            let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) };
+            let mut p = QProducer::new(q, 1);
+            if p.has_room() {
+                p.push_short(1, &[1, 2, 3]);
+            }
+            let mut c = QConsumer::new(q);
+            c.tail = x % 64;
+            for _ in 0..len {
+                match c.peek() {
+                    None => break,
+                    Some((_, Err(_))) | Some((_, Ok(_))) => c.release(),
+                }
+            }
+            let _ = c.peek_short();
+            let _ = c.freed();
+            let _ = p.free_cells();
+        }
+    }
+}
+
+/// loom model of the claim / publish / release protocol with two senders
+/// (`RUSTFLAGS="--cfg loom" cargo test -p splitrt-runtime --release --lib
+/// loom`), restated over loom's atomics with the orderings of [`order`].
+#[cfg(all(test, loom))]
+mod models {
+    use super::order;
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::{AtomicU64, Ordering};
+    use loom::sync::Arc;
+
+    struct Q {
+        state: Vec<AtomicU64>,
+        cells: Vec<UnsafeCell<u64>>,
+        head: AtomicU64,
+        len: u64,
+    }
+
+    impl Q {
+        fn claim(&self) -> Option<u64> {
+            let mut t = self.head.load(Ordering::Relaxed);
+            for _ in 0..4 {
+                let i = (t % self.len) as usize;
+                let lap = t - t % self.len;
+                let s = self.state[i].load(order::SEE_FREE);
+                let d = s.wrapping_sub(lap) as i64;
+                if d == 0 {
+                    match self
+                        .head
+                        .compare_exchange(t, t + 1, order::CLAIM, Ordering::Relaxed)
+                    {
+                        Ok(_) => return Some(t),
+                        Err(now) => t = now,
+                    }
+                } else if d < 0 {
+                    return None;
+                } else {
+                    t = self.head.load(Ordering::Relaxed);
+                }
+            }
+            None
+        }
+
+        fn push(&self, v: u64) -> bool {
+            let Some(t) = self.claim() else { return false };
+            let i = (t % self.len) as usize;
+            self.cells[i].with_mut(|p| {
+                // SAFETY: loom's cell; loom itself reports a concurrent access.
+                unsafe { *p = v }
+            });
+            self.state[i].store(t - t % self.len + 1, order::PUBLISH);
+            true
+        }
+
+        fn pop(&self, tail: &mut u64) -> Option<u64> {
+            let i = (*tail % self.len) as usize;
+            let lap = *tail - *tail % self.len;
+            if self.state[i].load(order::OBSERVE) != lap + 1 {
+                return None;
+            }
+            let v = self.cells[i].with(|p| {
+                // SAFETY: loom's cell; loom itself reports a concurrent access.
+                unsafe { *p }
+            });
+            self.state[i].store(lap + self.len, order::RETURN);
+            *tail += 1;
+            Some(v)
+        }
+    }
+
+    /// Two senders into a queue of two cells, sender A twice (so a cell
+    /// is reused when the consumer took one in between), B once, the
+    /// consumer taking up to three while they run (no thread spins: a
+    /// full queue is a refused push, as `try_send`'s `Ok(false)`): every
+    /// value pushed arrives once, each sender's in order, nothing else
+    /// arrives, and loom finds no race on a cell.
+    #[test]
+    fn loom_two_senders_one_queue() {
+        loom::model(|| {
+            let q = Arc::new(Q {
+                state: (0..2).map(|_| AtomicU64::new(0)).collect(),
+                cells: (0..2).map(|_| UnsafeCell::new(0)).collect(),
+                head: AtomicU64::new(0),
+                len: 2,
+            });
+            let qa = q.clone();
+            let a = loom::thread::spawn(move || {
+                let first = qa.push(10);
+                let second = qa.push(11);
+                [(10, first), (11, second)]
+            });
+            let qb = q.clone();
+            let b = loom::thread::spawn(move || [(20, qb.push(20))]);
+            let mut tail = 0;
+            let mut got = Vec::new();
+            for _ in 0..3 {
+                if let Some(v) = q.pop(&mut tail) {
+                    got.push(v);
+                }
+            }
+            let mut pushed: Vec<(u64, bool)> = a.join().unwrap().to_vec();
+            pushed.extend(b.join().unwrap());
+            while let Some(v) = q.pop(&mut tail) {
+                got.push(v);
+            }
+            let mut want: Vec<u64> = pushed.iter().filter(|p| p.1).map(|p| p.0).collect();
+            let mut sorted = got.clone();
+            sorted.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(sorted, want, "got {got:?}");
+            let a_order: Vec<u64> = got.iter().copied().filter(|&v| v < 20).collect();
+            assert!(a_order.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+        });
+    }
+}

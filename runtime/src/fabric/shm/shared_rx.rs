@@ -1,0 +1,534 @@
+//! The receiving side of the shared queue (`SPLITRT_SHM_QUEUE=shared`,
+//! [`mpq`](super::mpq)): one queue per channel holds every sender's cells
+//! in the order they were claimed; the sender's local rank in each cell
+//! picks its reassembly state (a streamed packet's chunks interleave with
+//! other senders' packets, never with the same sender's: a sender streams
+//! under its send lock). Every cell is checked as a ring's is, and its
+//! sender's rank against the host's ranks.
+
+use super::layout::{Layout, F_DEPOSIT, F_FIRST, F_LAST};
+use super::mpq::{flags_allowed, QConsumer, QPeek, Queue};
+use super::{Reassembly, ShmFabric};
+use crate::fabric::{Delivery, Deposit};
+use crate::segment::{populate, ShmFile};
+use crate::trace::{Clock, Stage};
+use crate::{Error, Result};
+
+/// The queue of channel `ch` in `file` (where a single sender's ring of
+/// that channel would be).
+pub(super) fn queue(file: &ShmFile, l: &Layout, ch: usize) -> Queue {
+    // SAFETY: ring_off(0, ch) + ring_stride lies inside the file
+    // (Layout::new, one sender), 64-aligned (4096 + a multiple of the
+    // 64-aligned ring stride); the file is mapped as long as the fabric.
+    let base = unsafe { file.as_ptr().add(l.ring_off(0, ch)) };
+    // SAFETY: `Queue::new`'s contract: base starts ring_stride = RING_CTRL +
+    // ring_len * cell_stride(cell_size) mapped bytes, 64-aligned, kept as
+    // long as the fabric; ring_len >= 2 and cell_size >= 256
+    // (`Config::validate`).
+    unsafe { Queue::new(base, l.cell_size, l.ring_len) }
+}
+
+/// Fault in this rank's own queues (every sender writes them: one fault
+/// here rather than one per sender and page) and, on a host of at most
+/// four ranks, its mappings of the peers' queues too.
+pub(super) fn populate_queues(files: &[ShmFile], rank: usize, l: &Layout) {
+    let few = files.len() <= 4;
+    for (i, f) in files.iter().enumerate() {
+        if i == rank || few {
+            for ch in 0..2 {
+                let (at, len) = queue(f, l, ch).span();
+                // SAFETY: `populate`'s contract: the queue (its own span)
+                // lies in the file, one live shared mapping.
+                unsafe { populate(at, len) };
+            }
+        }
+    }
+}
+
+/// This rank's queue on one channel and the reassembly state per sender.
+pub(super) struct SharedRx {
+    cons: QConsumer,
+    reasm: Vec<Reassembly>,
+}
+
+impl SharedRx {
+    pub(super) fn new(cons: QConsumer, senders: usize) -> Self {
+        SharedRx {
+            cons,
+            reasm: (0..senders).map(|_| Reassembly::default()).collect(),
+        }
+    }
+
+    /// Whether a cell waits.
+    pub(super) fn has_next(&self) -> bool {
+        self.cons.has_next()
+    }
+}
+
+impl ShmFabric {
+    /// Deliver what this rank's queue on a channel holds, at most a
+    /// queue's length of cells; when cells were freed, ring every sender's
+    /// doorbell if one found the queue full (it may sleep waiting for
+    /// room), and this rank's own (another of its threads may wait for
+    /// what the handlers did).
+    pub(super) fn poll_shared<C: Clock>(
+        &self,
+        q: &mut SharedRx,
+        deliver: &mut dyn FnMut(&Delivery<'_>),
+    ) -> Result<usize> {
+        let mut delivered = 0;
+        let mut freed = false;
+        let mut res = Ok(());
+        for _ in 0..q.cons.len() {
+            match self.rx_shared_one::<C>(q, deliver) {
+                Ok(None) => break,
+                Ok(Some(done)) => {
+                    delivered += done as usize;
+                    freed = true;
+                }
+                Err(e) => {
+                    freed = true;
+                    res = Err(e);
+                    break;
+                }
+            }
+        }
+        if freed {
+            if q.cons.freed() {
+                for (i, b) in self.bells.iter().enumerate() {
+                    if i != self.me {
+                        b.get().ring();
+                    }
+                }
+            }
+            if delivered > 0 {
+                self.own_bell.get().ring();
+            }
+        }
+        res.map(|()| delivered)
+    }
+
+    /// One cell: a Short straight from the queue, anything else through
+    /// [`rx_shared_general`](Self::rx_shared_general).
+    #[inline]
+    fn rx_shared_one<C: Clock>(
+        &self,
+        q: &mut SharedRx,
+        deliver: &mut dyn FnMut(&Delivery<'_>),
+    ) -> Result<Option<bool>> {
+        match q.cons.peek_short() {
+            QPeek::Empty => return Ok(None),
+            QPeek::Short(src, tag, words) if src < self.members.len() && !q.reasm[src].active => {
+                let found = C::start();
+                C::record(Stage::Poll, found);
+                deliver(&Delivery {
+                    src: self.members[src],
+                    tag,
+                    words,
+                    payload: &[],
+                    deposit: None,
+                });
+                let t = C::start();
+                q.cons.release();
+                C::record(Stage::Release, t);
+                return Ok(Some(true));
+            }
+            QPeek::Short(..) | QPeek::Other => {}
+        }
+        self.rx_shared_general::<C>(q, deliver)
+    }
+
+    /// Mediums, Longs, streamed chunks and malformed cells of the queue.
+    fn rx_shared_general<C: Clock>(
+        &self,
+        q: &mut SharedRx,
+        deliver: &mut dyn FnMut(&Delivery<'_>),
+    ) -> Result<Option<bool>> {
+        let bad = |src: Option<usize>, why: String| {
+            let e = match src {
+                Some(src) => Error::protocol(format!("malformed packet from rank {src}: {why}"))
+                    .at_rank(self.global)
+                    .with_peer(src),
+                None => Error::protocol(format!("malformed packet in the shared queue: {why}"))
+                    .at_rank(self.global),
+            };
+            Err(e)
+        };
+        let (local, view) = match q.cons.peek() {
+            None => return Ok(None),
+            Some(v) => v,
+        };
+        if local >= self.members.len() {
+            q.cons.release();
+            return bad(
+                None,
+                format!(
+                    "a cell names sender {local} of {} ranks on this host",
+                    self.members.len()
+                ),
+            );
+        }
+        let src = self.members[local];
+        let view = match view {
+            Ok(v) => v,
+            Err(why) => {
+                q.cons.release();
+                q.reasm[local].active = false;
+                return bad(Some(src), why);
+            }
+        };
+        let found = C::start();
+        let m = view.meta;
+        if !flags_allowed(&m) {
+            q.cons.release();
+            q.reasm[local].active = false;
+            return bad(
+                Some(src),
+                format!("cell flags {:#x} (no landing zone here)", m.flags),
+            );
+        }
+        let (first, last) = (m.flags & F_FIRST != 0, m.flags & F_LAST != 0);
+        if first && last {
+            if q.reasm[local].active {
+                q.reasm[local].active = false;
+                q.cons.release();
+                return bad(
+                    Some(src),
+                    "new packet while another was being reassembled".into(),
+                );
+            }
+            let total = m.total as usize;
+            let payload: &[u8] = if m.flags & F_DEPOSIT != 0 {
+                let seg = self.segment_of(self.me);
+                if m.len != 0
+                    || m.deposit
+                        .checked_add(total as u64)
+                        .is_none_or(|e| e > seg.len as u64)
+                {
+                    q.cons.release();
+                    return bad(
+                        Some(src),
+                        format!(
+                            "deposit of {total} B at {:#x} outside the segment",
+                            m.deposit
+                        ),
+                    );
+                }
+                // delivered as a range, never as a slice (see `rx_general`)
+                &[]
+            } else {
+                if total != m.len as usize {
+                    q.cons.release();
+                    return bad(
+                        Some(src),
+                        format!("single cell of {} B claims {total} B", m.len),
+                    );
+                }
+                view.chunk
+            };
+            C::record(Stage::Poll, found);
+            deliver(&Delivery {
+                src,
+                tag: m.tag,
+                words: view.words,
+                payload,
+                deposit: (m.flags & F_DEPOSIT != 0).then_some(Deposit {
+                    offset: m.deposit,
+                    len: total,
+                }),
+            });
+            let t = C::start();
+            q.cons.release();
+            C::record(Stage::Release, t);
+            return Ok(Some(true));
+        }
+        // a chunk of a streamed packet: copied out, its cell freed at once
+        let a = &mut q.reasm[local];
+        if first {
+            if a.active || m.total as usize > self.max_medium || m.flags & F_DEPOSIT != 0 {
+                a.active = false;
+                q.cons.release();
+                return bad(Some(src), format!("bad first chunk (total {} B)", m.total));
+            }
+            a.active = true;
+            a.tag = m.tag;
+            a.nwords = view.words.len();
+            a.words[..a.nwords].copy_from_slice(view.words);
+            a.total = m.total as usize;
+            a.buf.clear();
+            a.buf.reserve(a.total);
+        } else if !a.active {
+            q.cons.release();
+            return bad(Some(src), "continuation chunk without a first chunk".into());
+        }
+        if a.buf.len() + view.chunk.len() > a.total {
+            a.active = false;
+            q.cons.release();
+            return bad(
+                Some(src),
+                format!("chunks exceed the announced {} B", a.total),
+            );
+        }
+        a.buf.extend_from_slice(view.chunk);
+        q.cons.release();
+        if !last {
+            return Ok(Some(false));
+        }
+        a.active = false;
+        if a.buf.len() != a.total {
+            return bad(
+                Some(src),
+                format!("packet ended at {} of {} B", a.buf.len(), a.total),
+            );
+        }
+        C::record(Stage::Poll, found);
+        deliver(&Delivery {
+            src,
+            tag: a.tag,
+            words: &a.words[..a.nwords],
+            payload: &a.buf,
+            deposit: None,
+        });
+        Ok(Some(true))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::layout::CellMeta;
+    use super::super::{PendingShm, Prod};
+    use super::*;
+    use crate::config::Config;
+    use crate::fabric::{Channel, Fabric, Packet, WouldBlock};
+
+    /// `n` ranks of one host in this process, over shared queues of `len`
+    /// cells of `cell` bytes.
+    fn host(tag: &str, n: usize, cell: usize, len: usize) -> Vec<ShmFabric> {
+        let job = format!("unitq{tag}{}", std::process::id());
+        let cfg = Config {
+            segment_size: 1 << 20,
+            cell_size: cell,
+            ring_len: len,
+            max_medium: 4096,
+            shm_shared_queue: true,
+            ..Config::default()
+        };
+        let members: Vec<usize> = (0..n).collect();
+        let pending: Vec<PendingShm> = (0..n)
+            .map(|r| PendingShm::create(&job, r, &members, n, &cfg.shm()).unwrap())
+            .collect();
+        let fabrics: Vec<ShmFabric> = pending.into_iter().map(|p| p.connect().unwrap()).collect();
+        for f in &fabrics {
+            f.unlink_own().unwrap();
+        }
+        fabrics
+    }
+
+    fn collect(f: &ShmFabric, ch: Channel) -> Vec<(usize, u16, Vec<u64>, Vec<u8>)> {
+        let mut got = Vec::new();
+        while f
+            .poll(ch, &mut |d| {
+                got.push((d.src, d.tag, d.words.to_vec(), d.payload.to_vec()))
+            })
+            .unwrap()
+            > 0
+        {}
+        got
+    }
+
+    /// Three ranks write into one queue: Shorts, one-cell and streamed
+    /// Mediums (their chunks interleaved with the other sender's
+    /// packets) and Longs all arrive whole, named by their sender, each
+    /// sender's in order; a full queue refuses with `PeerRingFull` and
+    /// takes packets again once polled. The file holds two queues
+    /// whatever the ranks.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn shmq_senders_share_a_queue_and_everything_arrives() {
+        let f = host("mix", 3, 256, 8);
+        let none = &mut |_: u32| -> Result<()> { Ok(()) };
+        let big: Vec<u8> = (0..4000u32).map(|i| (i % 251) as u8).collect();
+        for round in 0..20u64 {
+            for s in [1usize, 2] {
+                assert!(f[s]
+                    .try_send_short(0, Channel::Request, 7, &[round, s as u64])
+                    .unwrap());
+            }
+            let medium = Packet {
+                tag: 8,
+                words: &[round],
+                payload: &big[..100],
+                deposit: None,
+            };
+            assert!(f[1].try_send(0, Channel::Request, &medium, none).unwrap());
+            let long = Packet {
+                tag: 9,
+                words: &[],
+                payload: &big[..64],
+                deposit: Some(round * 64),
+            };
+            assert!(f[2].try_send(0, Channel::Request, &long, none).unwrap());
+            let got = collect(&f[0], Channel::Request);
+            assert_eq!(got.len(), 4, "round {round}");
+            assert!(got.contains(&(1, 7, vec![round, 1], vec![])));
+            assert!(got.contains(&(2, 7, vec![round, 2], vec![])));
+            assert!(got.contains(&(1, 8, vec![round], big[..100].to_vec())));
+            assert!(got.iter().any(|g| g.0 == 2 && g.1 == 9));
+        }
+        // streamed: a 4000 B Medium over 256 B cells (18 of them, the queue
+        // holds 8) from rank 1, while
+        // rank 2's Shorts take cells between its chunks
+        let medium = Packet {
+            tag: 8,
+            words: &[1, 2],
+            payload: &big,
+            deposit: None,
+        };
+        let early = std::cell::RefCell::new(Vec::new());
+        let stall = &mut |waits: u32| -> Result<()> {
+            assert!(waits < 1000, "the queue never drained");
+            let _ = f[2].try_send_short(0, Channel::Reply, 3, &[4]).unwrap();
+            early.borrow_mut().extend(collect(&f[0], Channel::Reply));
+            Ok(())
+        };
+        assert!(f[2].try_send_short(0, Channel::Reply, 3, &[4]).unwrap());
+        assert!(f[1].try_send(0, Channel::Reply, &medium, stall).unwrap());
+        let mut got = early.take();
+        got.extend(collect(&f[0], Channel::Reply));
+        assert!(got.contains(&(1, 8, vec![1, 2], big.clone())), "{got:?}");
+        assert!(got.iter().filter(|g| g.0 == 2).all(|g| g.1 == 3));
+        // full: 8 cells shared by both senders
+        let short = Packet {
+            tag: 7,
+            words: &[1],
+            payload: &[],
+            deposit: None,
+        };
+        let mut sent = 0;
+        for s in (1..3).cycle().take(8) {
+            assert_eq!(
+                f[s].try_send_why(0, Channel::Request, &short, none)
+                    .unwrap(),
+                Ok(())
+            );
+            sent += 1;
+        }
+        assert_eq!(
+            f[1].try_send_why(0, Channel::Request, &short, none)
+                .unwrap(),
+            Err(WouldBlock::PeerRingFull)
+        );
+        assert_eq!(f[2].credits(0, Channel::Request), Some((0, 8)));
+        assert_eq!(collect(&f[0], Channel::Request).len(), sent);
+        assert_eq!(f[2].credits(0, Channel::Request), Some((8, 8)));
+        assert!(f[1].try_send_short(0, Channel::Request, 7, &[1]).unwrap());
+        // every rank's file: header, two queues, segment
+        let l = f[0].layout;
+        assert_eq!(l.total, l.segment_off + (1 << 20));
+        assert!(l.segment_off <= 4096 + 2 * (128 + 8 * (256 + 64)) + 4095);
+    }
+
+    /// Cells a broken sender wrote into the queue: a sender rank beyond
+    /// the host's, a landing-zone flag, a streamed chunk out of place, a
+    /// deposit outside the segment. Each is a `Protocol` error, the queue
+    /// goes on, and a good Short behind them arrives.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn shmq_hostile_cells_are_errors_and_the_queue_goes_on() {
+        let f = host("bad", 2, 256, 8);
+        let raw = |meta: CellMeta, src: Option<u32>| {
+            let mut tx = f[1].tx[0].lock();
+            let Prod::Shared(q) = &mut tx.p else {
+                panic!("not a shared queue")
+            };
+            assert!(q.has_room());
+            q.write(meta, &[], &[]);
+            if let Some(src) = src {
+                q.forge_src(src);
+            }
+            q.publish();
+        };
+        let cases = [
+            (
+                CellMeta {
+                    flags: F_FIRST | F_LAST,
+                    ..Default::default()
+                },
+                Some(7),
+                "sender 7",
+            ),
+            (
+                CellMeta {
+                    flags: F_FIRST | F_LAST | 8,
+                    ..Default::default()
+                },
+                None,
+                "flags",
+            ),
+            (
+                CellMeta {
+                    flags: F_LAST,
+                    len: 0,
+                    total: 0,
+                    ..Default::default()
+                },
+                None,
+                "without a first",
+            ),
+            (
+                CellMeta {
+                    flags: F_FIRST | F_LAST | F_DEPOSIT,
+                    total: 64,
+                    deposit: 1 << 40,
+                    ..Default::default()
+                },
+                None,
+                "outside the segment",
+            ),
+        ];
+        for (meta, src, what) in cases {
+            raw(meta, src);
+            let e = f[0]
+                .poll(Channel::Request, &mut |_| panic!("delivered a bad cell"))
+                .unwrap_err();
+            assert!(e.to_string().contains(what), "{what}: {e}");
+        }
+        assert!(f[1].try_send_short(0, Channel::Request, 5, &[9]).unwrap());
+        assert_eq!(
+            collect(&f[0], Channel::Request),
+            vec![(1, 5, vec![9], vec![])]
+        );
+    }
+
+    /// A rank started with `SPLITRT_SHM_QUEUE=pairs` and one with `shared`
+    /// refuse each other's files (their layouts differ) with an error
+    /// that names the settings, before any traffic.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn shmq_ranks_with_different_queue_settings_refuse_each_other() {
+        let job = format!("unitqmix{}", std::process::id());
+        let cfg = |shared| Config {
+            segment_size: 1 << 20,
+            shm_shared_queue: shared,
+            ..Config::default()
+        };
+        let a = PendingShm::create(&job, 0, &[0, 1], 2, &cfg(false).shm()).unwrap();
+        let b = PendingShm::create(&job, 1, &[0, 1], 2, &cfg(true).shm()).unwrap();
+        for p in [a, b] {
+            let e = p.connect().err().expect("mixed queue settings connected");
+            assert!(e.to_string().contains("different settings"), "{e}");
+        }
+        for r in 0..2 {
+            let _ = std::fs::remove_file(crate::segment::ShmFile::path_for(&job, r));
+        }
+    }
+}

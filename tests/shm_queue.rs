@@ -1,0 +1,80 @@
+//! The shared receive queue (`SPLITRT_SHM_QUEUE=shared`, issue 28 point 1)
+//! through the launcher: the AM conformance and flood programs of
+//! `tests/am.rs` with every rank's inbound traffic in one queue per
+//! channel, tiny queues included (every sender of the host contends for two
+//! cells, Mediums stream over many), and several sender threads.
+
+mod common;
+use common::*;
+
+const SHARED: (&str, &str) = ("SPLITRT_SHM_QUEUE", "shared");
+
+fn conformance(n: usize, rounds: &str, extra: &[(&str, &str)]) {
+    let mut env = vec![SHARED, ("SPLITRT_SEGMENT_SIZE", "16M")];
+    env.extend_from_slice(extra);
+    let r = run_job(n, &example("t_conformance"), &[rounds], &env, 120);
+    r.ok();
+    assert_eq!(
+        r.stdout.matches("conformance ok").count(),
+        n,
+        "every rank reports: {}",
+        r.stdout
+    );
+}
+
+fn stress(n: usize, msgs: &str, threads: &str, ring: &str, cell: &str) {
+    let r = run_job(
+        n,
+        &example("t_stress"),
+        &[msgs, threads],
+        &[
+            SHARED,
+            ("SPLITRT_SEGMENT_SIZE", "8M"),
+            ("SPLITRT_RING_LEN", ring),
+            ("SPLITRT_CELL_SIZE", cell),
+        ],
+        120,
+    );
+    r.ok();
+    assert_eq!(r.stdout.matches("stress ok").count(), n, "{}", r.stdout);
+}
+
+#[test]
+fn shmq_conformance_1_2_4_ranks() {
+    conformance(1, "2", &[]);
+    conformance(2, "3", &[]);
+    conformance(4, "2", &[]);
+}
+
+/// 256 B cells and queues of 2 cells shared by 3 senders: every large
+/// Medium streams, interleaved with the other senders' cells.
+#[test]
+fn shmq_conformance_tiny_queues() {
+    conformance(
+        3,
+        "1",
+        &[("SPLITRT_CELL_SIZE", "256"), ("SPLITRT_RING_LEN", "2")],
+    );
+}
+
+#[test]
+fn shmq_conformance_single_threaded() {
+    conformance(
+        3,
+        "1",
+        &[
+            ("SPLITRT_CELL_SIZE", "256"),
+            ("SPLITRT_RING_LEN", "2"),
+            ("SPLITRT_THREADS", "single"),
+        ],
+    );
+}
+
+/// testcore2-style flood: every rank floods every rank through 2-cell
+/// queues (4 and 8 ranks), and 3 sender threads per rank.
+#[test]
+fn shmq_stress_floods() {
+    stress(4, "400", "1", "2", "256");
+    stress(8, "150", "1", "2", "512");
+    stress(3, "200", "3", "4", "512");
+}
