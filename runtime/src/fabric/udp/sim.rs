@@ -707,8 +707,7 @@ pub fn run_incast(cfg: &IncastConfig) -> Result<IncastReport, String> {
             while let Some((at, d)) = socket.pop_front() {
                 socket_bytes -= d.len();
                 active[rx_rank] = true;
-                let _ = at;
-                if let Some(b) = protos[rx_rank].handle_datagram(now, d) {
+                if let Some(b) = protos[rx_rank].handle_datagram_at(now, at, d) {
                     protos[rx_rank].recycle(b);
                 }
             }
