@@ -101,9 +101,11 @@ pub struct ProtoConfig {
     pub peer_timeout: u64,
     /// The tag covers the body too (`false`: the header only).
     pub auth_body: bool,
-    /// Congestion control and pacing per peer (`false`, the default: the
-    /// fixed credit window alone, as before the controller; see
-    /// docs/networking.md for why it is not on by default yet).
+    /// Congestion control and pacing per peer (`false`: the fixed credit
+    /// window alone, as before the controller). `ProtoConfig::default()`
+    /// leaves it off (the simulator's fixed-window tests); a job's
+    /// configuration turns it on unless `SPLITRT_UDP_CC=off`
+    /// (docs/networking.md).
     pub cc: bool,
 }
 
