@@ -184,6 +184,8 @@ impl PendingUdp {
         if cfg.source_filter {
             source_filter(&sock, rank, &addrs);
         }
+        // arrival stamps for the congestion controller's hold times
+        let stamps = proto_cfg.cc && super::stamp::enable(&sock);
         let keep_every = Duration::from_nanos((proto_cfg_keepalive / 4).max(5_000_000));
         let net = Arc::new(Net {
             rank,
@@ -197,6 +199,7 @@ impl PendingUdp {
                 send_errors: 0,
                 empty_at: 0,
                 screening: false,
+                stamps,
             }),
             t0,
             polled: AtomicU64::new(0),
@@ -303,6 +306,8 @@ struct Core {
     /// cheap path): until one passes, each datagram's header is peeked
     /// and screened first, and garbage is discarded without being copied.
     screening: bool,
+    /// The socket stamps arrivals (`stamp.rs`; with congestion control).
+    stamps: bool,
 }
 
 struct RxSide {
@@ -426,8 +431,13 @@ impl Core {
                 self.screening = false;
             }
             let spare: &mut [MaybeUninit<u8>] = self.big.spare_capacity_mut();
-            let n = match sref.recv(&mut spare[..MAX_DATAGRAM]) {
-                Ok(n) => n,
+            let got = if self.stamps {
+                super::stamp::recv(&sref, &mut spare[..MAX_DATAGRAM])
+            } else {
+                sref.recv(&mut spare[..MAX_DATAGRAM]).map(|n| (n, None))
+            };
+            let (n, waited) = match got {
+                Ok(got) => got,
                 Err(_) => {
                     // WouldBlock (or an ICMP error: nothing to read)
                     self.empty_at = now;
@@ -470,7 +480,8 @@ impl Core {
                 }
             };
             let early = self.proto.stats().early_rejects;
-            let back = self.proto.handle_datagram(now, d);
+            let arrived = now.saturating_sub(waited.unwrap_or(0));
+            let back = self.proto.handle_datagram_at(now, arrived, d);
             if n >= COPY_BELOW && self.proto.stats().early_rejects > early {
                 self.screening = true;
             }

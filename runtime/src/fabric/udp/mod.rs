@@ -16,6 +16,7 @@ pub mod proto;
 pub mod sim;
 #[cfg(feature = "test-doubles")]
 pub mod sim_alltoall;
+mod stamp;
 pub mod wire;
 
 pub use driver::{PendingUdp, UdpConfig, UdpFabric};
