@@ -12,6 +12,7 @@ mod driver;
 pub mod faults;
 mod filter;
 pub mod proto;
+mod recv_batch;
 #[cfg(feature = "test-doubles")]
 pub mod sim;
 #[cfg(feature = "test-doubles")]

@@ -4,7 +4,9 @@
 //! and is reported to the sender as part of the hold time (see
 //! `proto/hold.rs`), so the congestion controller does not read it as a
 //! queue in the network. The timestamp comes with the datagram in the
-//! same `recvmsg` call (no extra system call); it is on the realtime
+//! same `recvmsg` call (no extra system call; for a `recvmmsg` batch,
+//! `recv_batch.rs` gives each message its own control buffer and parses
+//! it with [`stamp_of`]); it is on the realtime
 //! clock, so the driver turns it into an age (realtime now minus stamp)
 //! and subtracts that from its own monotonic time.
 
@@ -35,7 +37,7 @@ pub(super) fn enable(sock: &UdpSocket) -> bool {
 /// Room for the timestamp's control message (a `cmsghdr` and a
 /// `timespec`, with room to spare), aligned as a `cmsghdr` wants.
 #[repr(C, align(8))]
-struct Control([MaybeUninit<u8>; 64]);
+struct Control([MaybeUninit<u8>; CONTROL_LEN]);
 
 /// Receive one datagram into `buf` (like `recv`): its length and, if the
 /// kernel stamped it, how long ago (ns) it reached the socket.
@@ -43,7 +45,7 @@ pub(super) fn recv(
     sock: &socket2::SockRef<'_>,
     buf: &mut [MaybeUninit<u8>],
 ) -> io::Result<(usize, Option<u64>)> {
-    let mut control = Control([MaybeUninit::uninit(); 64]);
+    let mut control = Control([MaybeUninit::uninit(); CONTROL_LEN]);
     let mut bufs = [socket2::MaybeUninitSlice::new(buf)];
     let mut msg = socket2::MsgHdrMut::new()
         .with_buffers(&mut bufs)
@@ -53,11 +55,17 @@ pub(super) fn recv(
     // SAFETY: recvmsg initialized the first `control_len` bytes of the
     // control buffer (clamped to its size).
     let c = unsafe { std::slice::from_raw_parts(control.0.as_ptr().cast::<u8>(), clen) };
-    Ok((n, stamp_of(c).map(age)))
+    Ok((n, stamp_of(c).map(|s| age(s, realtime_now()))))
 }
 
+/// Room for one datagram's control data in `recv_batch`'s `recvmmsg`
+/// (the size of [`Control`]'s).
+pub(super) const CONTROL_LEN: usize = 64;
+
 /// The `SCM_TIMESTAMPNS` in a control buffer, as ns of the realtime clock.
-fn stamp_of(c: &[u8]) -> Option<u64> {
+/// Every byte is checked: lengths that run past the buffer, are shorter
+/// than a header or have no room for a `timespec` give `None`.
+pub(super) fn stamp_of(c: &[u8]) -> Option<u64> {
     let hdr = std::mem::size_of::<libc::cmsghdr>();
     let align = std::mem::size_of::<usize>();
     let ts = std::mem::size_of::<libc::timespec>();
@@ -89,11 +97,16 @@ fn stamp_of(c: &[u8]) -> Option<u64> {
     None
 }
 
-/// How long ago a realtime stamp was (0 if in the future: clocks step).
-fn age(stamp: u64) -> u64 {
-    let now = std::time::SystemTime::now()
+/// The realtime clock, ns (the stamps' clock; 0 if before 1970).
+pub(super) fn realtime_now() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// How long before `now` (the realtime clock) a stamp was (0 if in the
+/// future: clocks step).
+pub(super) fn age(stamp: u64, now: u64) -> u64 {
     now.saturating_sub(stamp)
 }
 
@@ -134,5 +147,68 @@ mod tests {
         // garbage control data is no stamp
         assert_eq!(stamp_of(&[0xff; 40]), None);
         assert_eq!(stamp_of(&[]), None);
+    }
+
+    /// A control buffer as the kernel writes it: one message of `level`,
+    /// `ty`, with `data` after the (aligned) header and `cmsg_len` as given.
+    fn cmsg(level: i32, ty: i32, cmsg_len: usize, data: &[u8]) -> Vec<u8> {
+        let hdr = std::mem::size_of::<libc::cmsghdr>();
+        let align = std::mem::size_of::<usize>();
+        let start = hdr.div_ceil(align) * align;
+        // SAFETY: cmsghdr is plain data; all zeroes is a valid value.
+        let mut h: libc::cmsghdr = unsafe { std::mem::zeroed() };
+        h.cmsg_len = cmsg_len as _;
+        h.cmsg_level = level;
+        h.cmsg_type = ty;
+        let mut c = vec![0u8; start + data.len()];
+        // SAFETY: `c` has at least `hdr` bytes (written unaligned).
+        unsafe { std::ptr::write_unaligned(c.as_mut_ptr().cast(), h) };
+        c[start..].copy_from_slice(data);
+        c
+    }
+
+    /// Every length in the control data is checked against the buffer:
+    /// a well-formed stamp is read, a truncated, overlong, zero-length or
+    /// foreign message is none (and nothing panics or loops).
+    #[test]
+    fn stamp_of_checks_every_length() {
+        let hdr = std::mem::size_of::<libc::cmsghdr>();
+        let align = std::mem::size_of::<usize>();
+        let start = hdr.div_ceil(align) * align;
+        let tsl = std::mem::size_of::<libc::timespec>();
+        // SAFETY: timespec is plain data; all zeroes is a valid value.
+        let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+        ts.tv_sec = 1_700_000_000;
+        ts.tv_nsec = 123_456_789;
+        // SAFETY: reading the bytes of a plain-data value.
+        let tsb =
+            unsafe { std::slice::from_raw_parts((&ts as *const libc::timespec).cast::<u8>(), tsl) };
+        let want = 1_700_000_000u64 * 1_000_000_000 + 123_456_789;
+        let (sol, scm) = (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS);
+        let good = cmsg(sol, scm, start + tsl, tsb);
+        assert_eq!(stamp_of(&good), Some(want));
+        // cut anywhere: no stamp
+        for cut in 0..good.len() {
+            assert_eq!(stamp_of(&good[..cut]), None, "cut at {cut}");
+        }
+        // a length past the buffer, shorter than a header, or without
+        // room for the timespec
+        assert_eq!(stamp_of(&cmsg(sol, scm, start + tsl + 1, tsb)), None);
+        assert_eq!(stamp_of(&cmsg(sol, scm, usize::MAX >> 1, tsb)), None);
+        assert_eq!(stamp_of(&cmsg(sol, scm, 0, tsb)), None);
+        assert_eq!(stamp_of(&cmsg(sol, scm, hdr - 1, tsb)), None);
+        assert_eq!(stamp_of(&cmsg(sol, scm, start + tsl - 1, tsb)), None);
+        // another message first, then the stamp
+        let mut two = cmsg(sol, libc::SCM_RIGHTS, start + 4, &[0; 8]);
+        two.extend_from_slice(&good);
+        assert_eq!(stamp_of(&two), Some(want));
+        // a negative time is no stamp
+        ts.tv_sec = -1;
+        // SAFETY: as above.
+        let neg =
+            unsafe { std::slice::from_raw_parts((&ts as *const libc::timespec).cast::<u8>(), tsl) };
+        assert_eq!(stamp_of(&cmsg(sol, scm, start + tsl, neg)), None);
+        assert_eq!(age(10, 5), 0);
+        assert_eq!(age(5, 10), 5);
     }
 }
