@@ -91,6 +91,24 @@ fn conformance_with_congestion_control() {
     assert!(udp_sum(&r, "retransmitted") > 0, "{}", r.stdout);
 }
 
+/// The fixed window alone (`SPLITRT_UDP_CC=off`; congestion control is
+/// on by default) still works, under injected loss too.
+#[test]
+fn conformance_with_congestion_control_off() {
+    let r = conformance(
+        3,
+        "1",
+        &[
+            ("SPLITRT_UDP_CC", "off"),
+            (
+                "SPLITRT_UDP_FAULTS",
+                "drop=0.05,dup=0.01,reorder=0.05,delay_us=300,dir=both,seed=7",
+            ),
+        ],
+    );
+    assert!(udp_sum(&r, "retransmitted") > 0, "{}", r.stdout);
+}
+
 #[test]
 fn stress_over_udp_threads_and_tiny_windows() {
     let r = run_job(

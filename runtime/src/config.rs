@@ -306,7 +306,8 @@ pub struct Config {
     pub udp_auth_body: bool,
     /// The UDP socket's kernel filter admits only the peers' addresses.
     pub udp_source_filter: bool,
-    /// UDP congestion control and pacing (`SPLITRT_UDP_CC`).
+    /// UDP congestion control and pacing (`SPLITRT_UDP_CC`; on by
+    /// default).
     pub udp_cc: bool,
     /// ibverbs receive buffers per peer and channel.
     pub ibv_buffers: usize,
@@ -345,7 +346,7 @@ impl Default for Config {
             udp_faults: None,
             udp_auth_body: true,
             udp_source_filter: true,
-            udp_cc: false,
+            udp_cc: true,
             ibv_buffers: 16,
             ibv_buffer_size: 8192,
             ibv_reg_cache: 0,

@@ -275,6 +275,12 @@ impl World {
                             "header"
                         }
                     ));
+                    // datagrams of another wire format would be dropped
+                    // unread: refuse the job at start instead, naming it
+                    table.push(format!(
+                        "(setting) UDP wire format={}",
+                        crate::fabric::udp::wire::VERSION
+                    ));
                 }
                 let hello = Hello {
                     rank: rank as u32,

@@ -6,7 +6,7 @@
 
 use splitrt_runtime::fabric::udp::proto::ProtoConfig;
 use splitrt_runtime::fabric::udp::sim::{
-    run, run_incast, Bottleneck, IncastConfig, IncastReport, SimConfig,
+    run, run_incast, Bottleneck, IncastConfig, IncastReport, SimConfig, Stall,
 };
 
 /// 1 Gbit/s.
@@ -181,4 +181,117 @@ fn cc_every_message_once_under_faults() {
         let r = run(&cfg).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(r.delivered, 4 * 4 * 2 * 1000, "seed {seed}");
     }
+}
+
+/// A receiver that keeps being descheduled (2 ms running, then up to 8 ms
+/// off, as on an oversubscribed host: what it receives meanwhile waits in
+/// its socket, its acknowledgements wait for it) adds milliseconds to
+/// every round trip that no network queue caused. The delay signal must
+/// not take that for congestion: with the controller on, one flow through
+/// a 1 Gbit/s link (1 MiB queue) to such a receiver still moves at least
+/// 0.8x what the fixed window moves in the same run, and its window ends
+/// at 16 datagrams or more (it collapsed to one when the receiver's hold
+/// time counted as queueing and its late acknowledgements as losses).
+#[test]
+fn cc_slow_receiver_does_not_collapse_the_window() {
+    let run_with = |cc: bool| {
+        let cfg = IncastConfig {
+            seed: 9,
+            senders: 1,
+            messages: 8,
+            bottleneck: Some(Bottleneck {
+                rate: RATE,
+                queue: 1 << 20,
+                into: None,
+            }),
+            proto: ProtoConfig {
+                mtu: 9000,
+                cc,
+                ..ProtoConfig::default()
+            },
+            stall: Some(Stall {
+                run: 2_000_000,
+                off: 8_000_000,
+            }),
+            limit: 20_000_000_000,
+            ..IncastConfig::default()
+        };
+        run_incast(&cfg).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let off = run_with(false);
+    show("slow receiver, fixed window (cc off)", &off);
+    let on = run_with(true);
+    show("slow receiver, congestion control", &on);
+    let credit = 2 * 64 * 9000u64;
+    println!(
+        "slow receiver: goodput cc/fixed {:.3}, final cwnd {} B ({:.3} of the credit)",
+        on.goodput / off.goodput,
+        on.final_cwnd,
+        on.final_cwnd as f64 / credit as f64
+    );
+    assert!(on.done && off.done);
+    assert!(
+        on.goodput >= 0.8 * off.goodput,
+        "goodput with cc {:.3}x the fixed window's",
+        on.goodput / off.goodput
+    );
+    assert!(
+        on.final_cwnd >= 16 * 9000,
+        "the window collapsed to {} B",
+        on.final_cwnd
+    );
+}
+
+/// The same slow receiver behind a real queue: 16 senders through a
+/// 1 Gbit/s link with an 8 MiB queue. The fixed windows (16 x 64
+/// datagrams) fill it; with the controller the delay signal still sees
+/// the network's queueing (the receiver's own delay subtracted) and keeps
+/// the queue under 2 MiB, with goodput at least 0.8x the link.
+#[test]
+fn cc_slow_receiver_behind_a_queue_still_backs_off() {
+    let run_with = |cc: bool| {
+        let cfg = IncastConfig {
+            seed: 10,
+            senders: 16,
+            messages: 2,
+            bottleneck: Some(Bottleneck {
+                rate: RATE,
+                queue: 8 << 20,
+                into: None,
+            }),
+            proto: ProtoConfig {
+                mtu: 9000,
+                cc,
+                ..ProtoConfig::default()
+            },
+            stall: Some(Stall {
+                run: 2_000_000,
+                off: 8_000_000,
+            }),
+            limit: 20_000_000_000,
+            ..IncastConfig::default()
+        };
+        run_incast(&cfg).unwrap_or_else(|e| panic!("{e}"))
+    };
+    let off = run_with(false);
+    show(
+        "slow receiver behind an 8 MiB queue, fixed window (cc off)",
+        &off,
+    );
+    let on = run_with(true);
+    show(
+        "slow receiver behind an 8 MiB queue, congestion control",
+        &on,
+    );
+    assert!(on.done);
+    assert!(
+        on.peak_queue <= 2 << 20,
+        "the queue reached {} B with cc",
+        on.peak_queue
+    );
+    assert!(
+        on.goodput >= 0.8 * RATE as f64,
+        "goodput {:.3}x the link",
+        on.goodput / RATE as f64
+    );
 }

@@ -31,7 +31,7 @@ proptest! {
         let mut d = vec![0u8; HEADER + body.len() + TAG];
         Header {
             kind, flags: 0, body_len: body.len() as u16, src, dst, seq,
-            acks: [splitrt_runtime::fabric::udp::wire::Ack { cum, sack, win }; 2], ts: seq, echo: cum, pn: 1,
+            acks: [splitrt_runtime::fabric::udp::wire::Ack { cum, sack, win }; 2], ts: seq, echo: cum, hold: 0, pn: 1,
         }.write(&mut d);
         d[HEADER..HEADER + body.len()].copy_from_slice(&body);
         Mac::new(KEY).seal(&mut d);

@@ -342,6 +342,7 @@ fn udp_spray() -> String {
                         }; 2],
                         ts: rnd() as u32,
                         echo: rnd() as u32,
+                        hold: rnd() as u8,
                         pn: rnd(),
                     }
                     .write(&mut d);

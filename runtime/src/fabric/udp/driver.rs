@@ -184,6 +184,8 @@ impl PendingUdp {
         if cfg.source_filter {
             source_filter(&sock, rank, &addrs);
         }
+        // arrival stamps for the congestion controller's hold times
+        let stamps = proto_cfg.cc && super::stamp::enable(&sock);
         let keep_every = Duration::from_nanos((proto_cfg_keepalive / 4).max(5_000_000));
         let net = Arc::new(Net {
             rank,
@@ -192,11 +194,13 @@ impl PendingUdp {
             core: Mutex::new(Core {
                 proto,
                 big: Vec::with_capacity(MAX_DATAGRAM),
+                rbatch: super::recv_batch::RecvBatch::new(),
                 faults,
                 failed: None,
                 send_errors: 0,
                 empty_at: 0,
                 screening: false,
+                stamps,
             }),
             t0,
             polled: AtomicU64::new(0),
@@ -289,8 +293,11 @@ struct FaultState {
 
 struct Core {
     proto: Proto,
-    /// Receive buffer.
+    /// A spare large receive buffer (refills a batch slot whose datagram
+    /// the protocol kept).
     big: Vec<u8>,
+    /// The receive buffers of `recvmmsg`.
+    rbatch: super::recv_batch::RecvBatch,
     faults: Option<Box<FaultState>>,
     /// A dead peer and why: every later poll reports it.
     failed: Option<(usize, String)>,
@@ -303,6 +310,8 @@ struct Core {
     /// cheap path): until one passes, each datagram's header is peeked
     /// and screened first, and garbage is discarded without being copied.
     screening: bool,
+    /// The socket stamps arrivals (`stamp.rs`; with congestion control).
+    stamps: bool,
 }
 
 struct RxSide {
@@ -395,92 +404,43 @@ impl Core {
         }
     }
 
-    /// Read what the socket has (a batch at most) into the protocol.
+    /// Read what the socket has (a batch at most) into the protocol:
+    /// several datagrams per system call (`recv_batch`), one at a time
+    /// with its header peeked first while screening.
     fn receive(&mut self, sock: &UdpSocket, now: u64) {
         if now.saturating_sub(self.empty_at) < RECENTLY_EMPTY_NS && self.faults.is_none() {
             return;
         }
-        for _ in 0..RECV_BATCH {
-            if self.big.capacity() < MAX_DATAGRAM {
-                self.big = Vec::with_capacity(MAX_DATAGRAM);
-            }
-            let sref = socket2::SockRef::from(sock);
+        let mut left = RECV_BATCH;
+        while left > 0 {
             if self.screening {
-                let mut head = [MaybeUninit::<u8>::uninit(); HEADER];
-                // the whole length (MSG_TRUNC), the header's bytes only
-                let len = match sref.recv_with_flags(&mut head, libc::MSG_PEEK | libc::MSG_TRUNC) {
-                    Ok(len) => len,
-                    Err(_) => {
-                        self.empty_at = now;
-                        break;
-                    }
-                };
-                let got = len.min(HEADER);
-                // SAFETY: recv initialized the first `got` bytes of `head`.
-                let head = unsafe { std::slice::from_raw_parts(head.as_ptr().cast::<u8>(), got) };
-                if !self.proto.screen(head, len) {
-                    // dequeue it without copying it
-                    let _ = sref.recv(&mut []);
-                    continue;
-                }
-                self.screening = false;
-            }
-            let spare: &mut [MaybeUninit<u8>] = self.big.spare_capacity_mut();
-            let n = match sref.recv(&mut spare[..MAX_DATAGRAM]) {
-                Ok(n) => n,
-                Err(_) => {
-                    // WouldBlock (or an ICMP error: nothing to read)
-                    self.empty_at = now;
+                if !self.receive_screened(sock, now) {
                     break;
                 }
-            };
-            // SAFETY: recv initialized the first n bytes of the spare capacity.
-            unsafe { self.big.set_len(n) };
-            let d = if n < COPY_BELOW {
-                let mut small = self.proto.buffer();
-                small.extend_from_slice(&self.big);
-                self.big.clear();
-                small
-            } else {
-                std::mem::take(&mut self.big)
-            };
-            let verdict = self
-                .faults
-                .as_deref_mut()
-                .and_then(|f| f.rx.as_mut())
-                .map(Faults::verdict);
-            let d = match verdict {
-                None | Some(Verdict::Pass) => d,
-                Some(Verdict::Drop) => {
-                    self.proto.recycle(d);
-                    continue;
-                }
-                Some(Verdict::Twice) => {
-                    let copy = d.clone();
-                    if let Some(b) = self.proto.handle_datagram(now, copy) {
-                        self.proto.recycle(b);
-                    }
-                    d
-                }
-                Some(Verdict::Hold(ns)) => {
-                    if let Some(f) = self.faults.as_deref_mut() {
-                        f.held_rx.push((now + ns, d));
-                    }
-                    continue;
-                }
-            };
-            let early = self.proto.stats().early_rejects;
-            let back = self.proto.handle_datagram(now, d);
-            if n >= COPY_BELOW && self.proto.stats().early_rejects > early {
-                self.screening = true;
+                left -= 1;
+                continue;
             }
-            if let Some(b) = back {
-                if b.capacity() >= MAX_DATAGRAM && self.big.capacity() < MAX_DATAGRAM {
-                    self.big = b;
-                    self.big.clear();
+            let want = left.min(super::recv_batch::SLOTS);
+            let n = self.rbatch.recv(sock, want, self.stamps);
+            for i in 0..n {
+                let len = self.rbatch.peek(i).len();
+                // when it reached the socket (the kernel's stamp), else now
+                let arrived = now.saturating_sub(self.rbatch.waited(i).unwrap_or(0));
+                let d = if len < COPY_BELOW {
+                    let mut small = self.proto.buffer();
+                    small.extend_from_slice(self.rbatch.peek(i));
+                    small
                 } else {
-                    self.proto.recycle(b);
-                }
+                    let refill = std::mem::take(&mut self.big);
+                    self.rbatch.take(i, refill)
+                };
+                self.accept(now, arrived, d, len);
+            }
+            left -= n;
+            if n < want {
+                // a short batch: the queue is empty (no call to learn it)
+                self.empty_at = now;
+                break;
             }
         }
         if let Some(f) = self.faults.as_deref_mut() {
@@ -494,6 +454,106 @@ impl Core {
                 } else {
                     i += 1;
                 }
+            }
+        }
+    }
+
+    /// One datagram while screening: its header peeked first, a
+    /// stranger's discarded without being copied. `false` when the socket
+    /// is empty.
+    fn receive_screened(&mut self, sock: &UdpSocket, now: u64) -> bool {
+        let sref = socket2::SockRef::from(sock);
+        let mut head = [MaybeUninit::<u8>::uninit(); HEADER];
+        // the whole length (MSG_TRUNC), the header's bytes only
+        let len = match sref.recv_with_flags(&mut head, libc::MSG_PEEK | libc::MSG_TRUNC) {
+            Ok(len) => len,
+            Err(_) => {
+                self.empty_at = now;
+                return false;
+            }
+        };
+        let got = len.min(HEADER);
+        // SAFETY: recv initialized the first `got` bytes of `head`.
+        let head = unsafe { std::slice::from_raw_parts(head.as_ptr().cast::<u8>(), got) };
+        if !self.proto.screen(head, len) {
+            // dequeue it without copying it
+            let _ = sref.recv(&mut []);
+            return true;
+        }
+        self.screening = false;
+        if self.big.capacity() < MAX_DATAGRAM {
+            self.big = Vec::with_capacity(MAX_DATAGRAM);
+        }
+        let spare: &mut [MaybeUninit<u8>] = self.big.spare_capacity_mut();
+        let got = if self.stamps {
+            super::stamp::recv(&sref, &mut spare[..MAX_DATAGRAM])
+        } else {
+            sref.recv(&mut spare[..MAX_DATAGRAM]).map(|n| (n, None))
+        };
+        let (n, waited) = match got {
+            Ok(got) => got,
+            Err(_) => {
+                // WouldBlock (or an ICMP error: nothing to read)
+                self.empty_at = now;
+                return false;
+            }
+        };
+        // SAFETY: recv initialized the first n bytes of the spare capacity.
+        unsafe { self.big.set_len(n) };
+        let d = if n < COPY_BELOW {
+            let mut small = self.proto.buffer();
+            small.extend_from_slice(&self.big);
+            self.big.clear();
+            small
+        } else {
+            std::mem::take(&mut self.big)
+        };
+        let arrived = now.saturating_sub(waited.unwrap_or(0));
+        self.accept(now, arrived, d, n);
+        true
+    }
+
+    /// A datagram of `n` bytes read from the socket, which reached it at
+    /// `arrived` (the kernel's stamp, else `now`), through fault injection
+    /// (if on) into the protocol; a large buffer it gives back is kept for
+    /// the next read.
+    fn accept(&mut self, now: u64, arrived: u64, d: Vec<u8>, n: usize) {
+        let verdict = self
+            .faults
+            .as_deref_mut()
+            .and_then(|f| f.rx.as_mut())
+            .map(Faults::verdict);
+        let d = match verdict {
+            None | Some(Verdict::Pass) => d,
+            Some(Verdict::Drop) => {
+                self.proto.recycle(d);
+                return;
+            }
+            Some(Verdict::Twice) => {
+                let copy = d.clone();
+                if let Some(b) = self.proto.handle_datagram_at(now, arrived, copy) {
+                    self.proto.recycle(b);
+                }
+                d
+            }
+            Some(Verdict::Hold(ns)) => {
+                if let Some(f) = self.faults.as_deref_mut() {
+                    f.held_rx.push((now + ns, d));
+                }
+                return;
+            }
+        };
+        let early = self.proto.stats().early_rejects;
+        let back = self.proto.handle_datagram_at(now, arrived, d);
+        if n >= COPY_BELOW && self.proto.stats().early_rejects > early {
+            self.screening = true;
+        }
+        if let Some(b) = back {
+            if b.capacity() >= MAX_DATAGRAM && self.big.capacity() < MAX_DATAGRAM {
+                self.big = b;
+                self.big.clear();
+            } else {
+                self.proto.recycle(b);
             }
         }
     }
@@ -566,7 +626,12 @@ impl Net {
     /// One round of network progress: read the socket, run timers, send
     /// what is due. Returns the failure, if a peer died.
     fn pump(&self, c: &mut Core, flush: bool) -> Result<()> {
-        let now = self.now();
+        self.pump_at(c, self.now(), flush)
+    }
+
+    /// [`pump`](Self::pump) at `now`, a clock reading the caller has just
+    /// taken (one reading per poll, not one per step).
+    fn pump_at(&self, c: &mut Core, now: u64, flush: bool) -> Result<()> {
         c.receive(&self.sock, now);
         if now >= c.proto.poll_timeout() {
             c.proto.handle_timeout(now);
@@ -765,10 +830,13 @@ impl Fabric for UdpFabric {
         };
         let rx = &mut *rx;
         let st = ch as usize;
-        self.net.polled.store(self.now(), Ordering::Relaxed);
         {
             let mut c = self.net.core.lock();
-            self.net.pump(&mut c, true)?;
+            // one clock reading for the poll (taken under the lock, so a
+            // wait for the keeper does not age it)
+            let now = self.now();
+            self.net.polled.store(now, Ordering::Relaxed);
+            self.net.pump_at(&mut c, now, true)?;
             while rx.batch.len() < RECV_BATCH {
                 match c.proto.next_ready(st) {
                     Some(x) => rx.batch.push(x),

@@ -12,10 +12,12 @@ mod driver;
 pub mod faults;
 mod filter;
 pub mod proto;
+mod recv_batch;
 #[cfg(feature = "test-doubles")]
 pub mod sim;
 #[cfg(feature = "test-doubles")]
 pub mod sim_alltoall;
+mod stamp;
 pub mod wire;
 
 pub use driver::{PendingUdp, UdpConfig, UdpFabric};

@@ -560,7 +560,27 @@ pub struct IncastConfig {
     /// Give up past this virtual time (ns): the report says what was
     /// delivered by then (`done == false`).
     pub limit: u64,
+    /// The receiver is descheduled now and then (a busy host), if set.
+    pub stall: Option<Stall>,
 }
+
+/// A receiver that does not always run (a host with more runnable threads
+/// than cores): it runs for `run` ns, is then off for a seeded time
+/// uniform in `0..=off` ns, and so on. Datagrams that arrive while it is
+/// off wait in its socket (up to [`SOCKET_BYTES`]) with their arrival time,
+/// as a kernel queues them and stamps them on arrival, and are handled
+/// when it runs again; it sends nothing meanwhile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// Time it runs between stalls (ns).
+    pub run: u64,
+    /// Longest stall (ns).
+    pub off: u64,
+}
+
+/// The simulated receiver's socket buffer (bytes): datagrams beyond it
+/// are dropped, as a full kernel buffer drops them.
+pub const SOCKET_BYTES: usize = 16 << 20;
 
 impl Default for IncastConfig {
     fn default() -> Self {
@@ -580,6 +600,7 @@ impl Default for IncastConfig {
                 ..ProtoConfig::default()
             },
             limit: 60_000_000_000,
+            stall: None,
         }
     }
 }
@@ -609,6 +630,10 @@ pub struct IncastReport {
     pub peak_queue: u64,
     /// Sum of every rank's protocol counters.
     pub stats: Stats,
+    /// Datagrams the stalled receiver's full socket dropped.
+    pub socket_drops: u64,
+    /// Sender 0's congestion window toward the receiver at the end (bytes).
+    pub final_cwnd: u64,
 }
 
 /// Run one incast; `Err` names the seed and what arrived wrong.
@@ -655,6 +680,14 @@ pub fn run_incast(cfg: &IncastConfig) -> Result<IncastReport, String> {
     // ranks would always reach the bottleneck's queue first and the high
     // ones find it full (a bias no real network has)
     let mut order: Vec<usize> = (0..n).collect();
+    // the receiver's stalls: their own draws, so runs without any keep
+    // the same choices as before
+    let mut stall_rng = SmallRng::seed_from_u64(cfg.seed ^ 0x5741_11ed);
+    let mut stalled_until = 0u64;
+    let mut next_stall = cfg.stall.map_or(u64::MAX, |s| s.run);
+    // what arrived for the receiver while it was off: (arrival, datagram)
+    let mut socket: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
+    let mut socket_bytes = 0usize;
     loop {
         if delivered == want {
             report.done = true;
@@ -663,8 +696,33 @@ pub fn run_incast(cfg: &IncastConfig) -> Result<IncastReport, String> {
         if now > cfg.limit {
             break;
         }
+        if let Some(st) = cfg.stall {
+            if now >= next_stall {
+                stalled_until = now + stall_rng.gen_range(0..=st.off);
+                next_stall = stalled_until + st.run;
+            }
+        }
+        let rx_off = now < stalled_until;
+        if !rx_off {
+            while let Some((at, d)) = socket.pop_front() {
+                socket_bytes -= d.len();
+                active[rx_rank] = true;
+                if let Some(b) = protos[rx_rank].handle_datagram_at(now, at, d) {
+                    protos[rx_rank].recycle(b);
+                }
+            }
+        }
         while net.peek().is_some_and(|f| f.at <= now) {
             let f = net.pop().expect("peeked");
+            if f.dst == rx_rank && rx_off {
+                if socket_bytes + f.bytes.len() > SOCKET_BYTES {
+                    report.socket_drops += 1;
+                } else {
+                    socket_bytes += f.bytes.len();
+                    socket.push_back((f.at, f.bytes));
+                }
+                continue;
+            }
             active[f.dst] = true;
             if let Some(b) = protos[f.dst].handle_datagram(now, f.bytes) {
                 protos[f.dst].recycle(b);
@@ -674,6 +732,9 @@ pub fn run_incast(cfg: &IncastConfig) -> Result<IncastReport, String> {
             order.swap(i, rng.gen_range(0..=i));
         }
         for &r in &order {
+            if r == rx_rank && rx_off {
+                continue;
+            }
             if protos[r].poll_timeout() <= now {
                 protos[r].handle_timeout(now);
                 active[r] = true;
@@ -781,11 +842,20 @@ pub fn run_incast(cfg: &IncastConfig) -> Result<IncastReport, String> {
         }
         // on to the next arrival or timer
         let mut t = net.peek().map_or(u64::MAX, |f| f.at);
-        for p in &protos {
-            t = t.min(p.poll_timeout());
+        for (r, p) in protos.iter().enumerate() {
+            if r == rx_rank && rx_off {
+                // it wakes at the end of its stall, not for its timers
+                t = t.min(stalled_until);
+            } else {
+                t = t.min(p.poll_timeout());
+            }
+        }
+        if !rx_off {
+            t = t.min(next_stall);
         }
         now = t.max(now + 1);
     }
+    report.final_cwnd = protos[0].congestion_window(rx_rank as u32).0;
     report.bytes = got.iter().sum();
     report.goodput = if report.time > 0 {
         report.bytes as f64 * 1e9 / report.time as f64

@@ -4,7 +4,7 @@
 //! dropped before any of its fields is believed.
 //!
 //! ```text
-//!  0 magic u16 "SU"   2 version u8   3 kind u8   4 flags u8   5 pad u8
+//!  0 magic u16 "SU"   2 version u8   3 kind u8   4 flags u8   5 hold u8
 //!  6 body_len u16     8 src u32     12 dst u32  16 seq u32
 //! 20 cum[0] u32      24 sack[0] u32 28 cum[1] u32 32 sack[1] u32
 //! 36 win[0] u16      38 win[1] u16  40 ts u32       44 echo u32
@@ -30,12 +30,18 @@
 //! accepts. `ts` is the sender's clock (microseconds, wrapping, never 0)
 //! when the datagram left; `echo` the `ts` of the last in-order data
 //! datagram the sender received (0: none), which times round trips without
-//! counting the wait for a retransmission. All integers little-endian.
+//! counting the wait for a retransmission. `hold` is how long the sender
+//! held that echoed datagram before this one left (from its arrival at the
+//! sender's socket; coded as in `proto::hold`, microseconds with 4 bits of
+//! precision, at most about 0.5 s, rounded down): the receiver of the echo
+//! subtracts it from the round trip, so delay the echoing host added (a
+//! descheduled or busy rank) is not read as network queueing (version 3).
+//! All integers little-endian.
 
 /// Magic number ("SU").
 pub const MAGIC: u16 = 0x5553;
 /// Wire format version.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
 /// Header bytes.
 pub const HEADER: usize = 64;
 /// Bytes of the header the header tag covers (the tag follows them).
@@ -86,6 +92,9 @@ pub struct Header {
     pub ts: u32,
     /// Echo of the peer's `ts` (0: none).
     pub echo: u32,
+    /// How long the echoed datagram was held before this one left (coded,
+    /// see `proto::hold`; 0: not at all or no echo).
+    pub hold: u8,
     /// Datagram number: per (sender, receiver), one more on every datagram
     /// sent (retransmissions included); 0 is never sent.
     pub pn: u64,
@@ -111,7 +120,6 @@ impl Header {
         b[2] = VERSION;
         b[3] = self.kind;
         b[4] = self.flags;
-        b[5] = 0;
         b[6..8].copy_from_slice(&self.body_len.to_le_bytes());
         b[8..12].copy_from_slice(&self.src.to_le_bytes());
         b[12..16].copy_from_slice(&self.dst.to_le_bytes());
@@ -120,7 +128,7 @@ impl Header {
     }
 
     /// Rewrite only the fields of the moment a datagram leaves: the
-    /// acknowledgements, flags, `ts`, `echo` and `pn`.
+    /// acknowledgements, flags, `hold`, `ts`, `echo` and `pn`.
     pub fn write_acks(&self, b: &mut [u8]) {
         for (i, a) in self.acks.iter().enumerate() {
             b[20 + 8 * i..24 + 8 * i].copy_from_slice(&a.cum.to_le_bytes());
@@ -128,6 +136,7 @@ impl Header {
             b[36 + 2 * i..38 + 2 * i].copy_from_slice(&a.win.to_le_bytes());
         }
         b[4] = self.flags;
+        b[5] = self.hold;
         b[40..44].copy_from_slice(&self.ts.to_le_bytes());
         b[44..48].copy_from_slice(&self.echo.to_le_bytes());
         b[48..56].copy_from_slice(&self.pn.to_le_bytes());
@@ -160,6 +169,7 @@ impl Header {
             }),
             ts: u32_at(b, 40),
             echo: u32_at(b, 44),
+            hold: b[5],
             pn: u64_at(b, 48),
         };
         let ok = h.kind <= KIND_CONTROL
@@ -282,6 +292,7 @@ mod tests {
             ],
             ts: 77,
             echo: 5,
+            hold: 0x9c,
             pn: 1 << 40,
         };
         let mut d = vec![0u8; OVERHEAD + 5];

@@ -90,6 +90,10 @@ pub(super) struct Cc {
     srtt: u64,
     /// The next datagram may leave from this time on.
     pace_at: u64,
+    /// Before the last retransmission timeout: (`cwnd`, `ssthresh`, the
+    /// timeout's time on the wire's microsecond clock), until the first
+    /// acknowledgement after it tells whether it was spurious.
+    undo: Option<(u64, u64, u32)>,
 }
 
 impl Cc {
@@ -115,6 +119,7 @@ impl Cc {
             over: false,
             srtt: 0,
             pace_at: 0,
+            undo: None,
         }
     }
 
@@ -249,10 +254,14 @@ impl Cc {
         true
     }
 
-    /// A retransmission timeout fired.
-    pub fn on_timeout(&mut self, now: u64) {
+    /// A retransmission timeout fired at `now` (`now_us` on the wire's
+    /// clock).
+    pub fn on_timeout(&mut self, now: u64, now_us: u32) {
         if !self.on {
             return;
+        }
+        if self.undo.is_none() {
+            self.undo = Some((self.cwnd, self.ssthresh, now_us));
         }
         if self.cwnd > self.mss {
             self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
@@ -261,6 +270,28 @@ impl Cc {
         self.acc = 0;
         self.reduced_at = now.max(1);
         self.pace_at = now;
+    }
+}
+
+impl Cc {
+    /// An acknowledgement that freed data and echoes the `ts` `echo` (the
+    /// wire's microsecond clock): the first one after a retransmission
+    /// timeout decides whether the timeout was spurious (Eifel detection,
+    /// RFC 3522, with the echoed timestamp): if it times a transmission
+    /// from before the timeout, what was taken for lost had arrived (a
+    /// receiver descheduled for longer than the timeout, not a loss), and
+    /// the window goes back to what it was — when `host` says the
+    /// receiver's reported hold time was most of that round trip (the
+    /// wait was the receiving host's; a round trip long from network
+    /// queueing is congestion, and its timeouts stand).
+    pub fn on_echo(&mut self, echo: u32, host: bool) {
+        let Some((cwnd, ssthresh, at)) = self.undo.take() else {
+            return;
+        };
+        if host && echo != 0 && (at.wrapping_sub(echo) as i32) > 0 {
+            self.cwnd = self.cwnd.max(cwnd);
+            self.ssthresh = self.ssthresh.max(ssthresh);
+        }
     }
 }
 
@@ -284,9 +315,20 @@ mod tests {
         // a second loss from the same flight is the same event
         assert!(!c.on_loss(20, 7));
         assert_eq!(c.cwnd, 18_000);
-        c.on_timeout(30);
+        c.on_timeout(30, 1000);
         assert_eq!(c.cwnd, 9000);
         assert_eq!(c.ssthresh, 18_000);
+        // the first acknowledgement after it times a later transmission:
+        // a real loss, the window stays down
+        c.on_echo(1001, true);
+        assert_eq!(c.cwnd, 9000);
+        // a spurious timeout (the ack times a transmission from before it)
+        // gives the window back
+        c.on_timeout(40, 2000);
+        assert_eq!(c.cwnd, 9000);
+        c.cwnd = 4500;
+        c.on_echo(1999, true);
+        assert_eq!((c.cwnd, c.ssthresh), (9000, 18_000));
     }
 
     #[test]

@@ -51,6 +51,7 @@
 //! [`Proto::poll_timeout`] on (after [`Proto::handle_timeout`]).
 
 mod congestion;
+mod hold;
 mod peers;
 mod recv;
 mod send;
@@ -100,9 +101,11 @@ pub struct ProtoConfig {
     pub peer_timeout: u64,
     /// The tag covers the body too (`false`: the header only).
     pub auth_body: bool,
-    /// Congestion control and pacing per peer (`false`, the default: the
-    /// fixed credit window alone, as before the controller; see
-    /// docs/networking.md for why it is not on by default yet).
+    /// Congestion control and pacing per peer (`false`: the fixed credit
+    /// window alone, as before the controller). `ProtoConfig::default()`
+    /// leaves it off (the simulator's fixed-window tests); a job's
+    /// configuration turns it on unless `SPLITRT_UDP_CC=off`
+    /// (docs/networking.md).
     pub cc: bool,
 }
 
@@ -234,6 +237,9 @@ struct Peer {
     rttvar: u64,
     /// The `ts` of the last in-order data datagram from this peer, to echo.
     echo: u32,
+    /// When that datagram arrived (the hold time reported with the echo
+    /// runs from here).
+    echo_at: u64,
     rto: u64,
     backoff: u32,
     /// Listed in `Proto::dirty`.
@@ -267,6 +273,7 @@ impl Peer {
             srtt: 0,
             rttvar: 0,
             echo: 0,
+            echo_at: 0,
             rto: cfg.initial_rto,
             backoff: 0,
             dirty: false,
@@ -451,6 +458,7 @@ impl Proto {
             acks: [Ack::default(); 2],
             ts: 0,
             echo: 0,
+            hold: 0,
             pn: 0,
         }
         .write(&mut b);
@@ -527,6 +535,17 @@ impl Proto {
     /// Take an arrived datagram. It comes back if not kept (give it to
     /// the pool or reuse it).
     pub fn handle_datagram(&mut self, now: u64, d: Vec<u8>) -> Option<Vec<u8>> {
+        self.handle_datagram_at(now, now, d)
+    }
+
+    /// [`handle_datagram`](Self::handle_datagram) of a datagram that
+    /// reached this rank's socket at `arrived` (`<= now`; the kernel's
+    /// receive timestamp): the time it waited there counts as this rank's
+    /// hold time, reported to its sender with the echo, not as network
+    /// delay, and the round trip of an acknowledgement ends at its
+    /// arrival.
+    pub fn handle_datagram_at(&mut self, now: u64, arrived: u64, d: Vec<u8>) -> Option<Vec<u8>> {
+        let arrived = arrived.min(now);
         // the cheap checks first: nothing here reads past the header
         let Some(h) = self.plausible(&d, d.len()) else {
             self.stats.bad_tag += 1;
@@ -574,9 +593,17 @@ impl Proto {
                 let rtt = (us(now).wrapping_sub(h.echo) as u64) * 1000;
                 if h.echo != 0 && rtt < 60_000_000_000 {
                     rtt_sample(p, &self.cfg, rtt);
-                    // the controller's delay signal follows Karn's rule
+                    // a timeout whose datagrams arrived after all (the ack
+                    // times a transmission from before it) was spurious
+                    let hold = hold::host_delay(h.hold);
+                    p.cc.on_echo(h.echo, hold > 0);
+                    // the controller's delay signal follows Karn's rule,
+                    // from the arrival and without the peer's hold time:
+                    // the network's share of the round trip
                     if !acked.retx {
-                        p.cc.on_rtt(now, rtt, p.srtt);
+                        let net =
+                            ((us(arrived).wrapping_sub(h.echo) as u64) * 1000).saturating_sub(hold);
+                        p.cc.on_rtt(now, net, p.srtt);
                     }
                 } else if p.backoff > 0 {
                     p.rto = base_rto(p, &self.cfg);
@@ -622,6 +649,7 @@ impl Proto {
                 Arrival::Stored { in_order } => {
                     if in_order {
                         p.echo = h.ts;
+                        p.echo_at = arrived;
                         p.rx[st].unacked += 1;
                         if p.rx[st].unacked >= 2 {
                             p.ack_at = Some(now);
@@ -755,7 +783,7 @@ impl Proto {
                         break;
                     }
                     let acks = Self::acks_of(p);
-                    let echo = p.echo;
+                    let echo = (p.echo, hold_of(p, now));
                     p.tx_pn += 1;
                     let pn = p.tx_pn;
                     let s = &mut p.tx[st].slots[i];
@@ -779,7 +807,7 @@ impl Proto {
                     break;
                 }
                 let acks = Self::acks_of(p);
-                let echo = p.echo;
+                let echo = (p.echo, hold_of(p, now));
                 p.tx_pn += 1;
                 let pn = p.tx_pn;
                 let idx = p.tx[st].next_tx.wrapping_sub(p.tx[st].una) as usize;
@@ -837,6 +865,7 @@ impl Proto {
                 acks,
                 ts: us(now),
                 echo: p.echo,
+                hold: hold_of(p, now),
                 pn: p.tx_pn,
             }
             .write(&mut b);
@@ -902,7 +931,7 @@ impl Proto {
                             // nothing in flight: a closed window; ask
                             p.ping = true;
                         } else {
-                            p.cc.on_timeout(now);
+                            p.cc.on_timeout(now, us(now));
                         }
                         dirty = true;
                     } else {
@@ -1004,12 +1033,21 @@ fn us(now: u64) -> u32 {
     ((now / 1000) as u32).max(1)
 }
 
+/// The hold time to report with the echo toward `p` at `now` (coded).
+fn hold_of(p: &Peer, now: u64) -> u8 {
+    if p.echo == 0 {
+        0
+    } else {
+        hold::encode(now.saturating_sub(p.echo_at))
+    }
+}
+
 /// Stamp the acknowledgement state, seal, hand out.
 fn emit(
     mac: &Mac,
     buf: &mut [u8],
     acks: [Ack; 2],
-    (ts, echo, pn): (u32, u32, u64),
+    (ts, (echo, hold), pn): (u32, (u32, u8), u64),
     peer: u32,
     out: &mut dyn FnMut(u32, &[u8]),
 ) {
@@ -1017,6 +1055,7 @@ fn emit(
         acks,
         ts,
         echo,
+        hold,
         pn,
         ..Header::default()
     }

@@ -1,0 +1,84 @@
+//! The hold time a datagram reports for the datagram it echoes (wire
+//! field `hold`, one byte): how long the echoing rank kept that datagram
+//! (from its arrival at the socket to the moment the echo left). The
+//! round trip the echo times is the network's both ways plus this hold;
+//! the congestion controller's delay signal subtracts it, so a receiver
+//! that was descheduled, busy in a handler or delaying its
+//! acknowledgement does not look like a queue in the network (Swift
+//! separates host and fabric delay the same way, with NIC timestamps).
+//!
+//! The code is a tiny float in microseconds: 4 bits of exponent `e`, 4 of
+//! mantissa `m`; `e == 0` stands for `m` us exactly, otherwise
+//! `(16 + m) << (e - 1)` us (16 us to about 0.5 s, within 1/16). Encoding
+//! rounds down and saturates, so a reported hold never exceeds the real
+//! one and the controller never subtracts more than the host added.
+
+/// The code for a hold of `ns` nanoseconds (rounded down; saturates at
+/// [`MAX_US`]).
+pub(super) fn encode(ns: u64) -> u8 {
+    let us = ns / 1000;
+    if us < 16 {
+        return us as u8;
+    }
+    // the top bit's position: 4 for 16..=31, which is e = 1
+    let e = 63 - us.leading_zeros() as u64 - 3;
+    if e > 15 {
+        return 0xff;
+    }
+    let m = (us >> (e - 1)) - 16;
+    ((e << 4) | m) as u8
+}
+
+/// The hold a code stands for, in nanoseconds.
+pub(super) fn decode(code: u8) -> u64 {
+    let (e, m) = ((code >> 4) as u64, (code & 15) as u64);
+    let us = if e == 0 { m } else { (16 + m) << (e - 1) };
+    us * 1000
+}
+
+/// Holds shorter than this (ns) are not subtracted from the round trip:
+/// a delayed acknowledgement (50 us by default) or a handler's run is
+/// part of every round trip alike and far below the delay target's 4 ms
+/// floor, so only a host's real stalls (descheduling, a long handler) are
+/// taken out.
+pub(super) const HOST_DELAY_MIN: u64 = 1_000_000;
+
+/// The hold a code stands for if it is long enough to count as the
+/// host's delay (0 otherwise), in nanoseconds.
+pub(super) fn host_delay(code: u8) -> u64 {
+    let ns = decode(code);
+    if ns >= HOST_DELAY_MIN {
+        ns
+    } else {
+        0
+    }
+}
+
+/// The largest hold a code carries (us).
+#[cfg(test)]
+const MAX_US: u64 = 31 << 14;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hold_codes_round_down_within_a_sixteenth_and_saturate() {
+        for code in 0..=255u8 {
+            assert_eq!(encode(decode(code)), code, "code {code}");
+        }
+        let mut us = 0u64;
+        while us <= MAX_US {
+            let ns = us * 1000 + 999;
+            let back = decode(encode(ns));
+            assert!(back <= ns, "{us} us came back as {back} ns");
+            assert!(
+                ns - back <= ns / 16 + 1000,
+                "{us} us came back as {back} ns"
+            );
+            us = us * 17 / 16 + 1;
+        }
+        assert_eq!(decode(encode(u64::MAX)), MAX_US * 1000);
+        assert_eq!(encode(0), 0);
+    }
+}
