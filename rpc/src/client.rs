@@ -195,11 +195,15 @@ impl Client {
         }
         loop {
             let mut o = d.outbox.lock();
-            // a call kept alone joins this one in the buffer (before it)
-            if let Some(w) = d.lone.take(None) {
+            // A call kept alone joins this one in the buffer (before it).
+            // The buffer holds something from here on (this call, and that
+            // one if any): `take_to_outbox` marks it `queued` before the
+            // lone call leaves its cell, so a wait that finds the cell
+            // empty and takes the lock finds it in the buffer, and a flush
+            // without a take count takes the lock for this call's record.
+            if let Some(w) = d.lone.take_to_outbox() {
                 fast::spill(&w, &mut o.bytes);
                 o.records += 1;
-                d.lone.queued.store(true, Ordering::Release);
             }
             // A small call joining a batch that has room for the longest
             // small record: one fixed-size copy, nothing to check after.
@@ -224,6 +228,9 @@ impl Client {
             };
             if let Err(why) = encoded {
                 o.bytes.truncate(start);
+                if o.records == 0 {
+                    d.lone.queued.store(false, Ordering::Release);
+                }
                 drop(o);
                 let why = format!("the arguments did not encode: {why}");
                 return Err(self.refused(ep, dest, func, call, why));
@@ -231,6 +238,9 @@ impl Client {
             let len = o.bytes.len() - start - CALL_HEADER;
             if CALL_HEADER + len > limit {
                 o.bytes.truncate(start);
+                if o.records == 0 {
+                    d.lone.queued.store(false, Ordering::Release);
+                }
                 drop(o);
                 let why = format!(
                     "the arguments are {len} B encoded, more than one Medium to rank {dest} \
@@ -243,7 +253,6 @@ impl Client {
                 let at_len = start + CALL_HEADER - 4;
                 o.bytes[at_len..at_len + 4].copy_from_slice(&(len as u32).to_le_bytes());
                 o.records += 1;
-                d.lone.queued.store(true, Ordering::Release);
                 return Ok((call, o.taken));
             }
             // does not fit after the records buffered: send those, retry
@@ -306,10 +315,14 @@ impl Client {
     ) -> Result<()> {
         let sent = ep.request(dest, self.short, words, Payload::None);
         if let Err(e) = &sent {
-            let w = self
-                .slots
-                .complete(words[0], Status::SendFailed, e.to_string().as_bytes());
-            drop(w); // its own caller waits on it: nobody sleeps
+            // a waker taken is woken, never dropped: it may be another
+            // call's (the slot freed and taken again meanwhile)
+            if let Some(w) =
+                self.slots
+                    .complete(words[0], Status::SendFailed, e.to_string().as_bytes())
+            {
+                w.wake();
+            }
         }
         sent
     }
@@ -327,6 +340,29 @@ impl Client {
         dest: usize,
         only_take: Option<u64>,
     ) -> Result<()> {
+        self.flush_locked_if(ep, dest, only_take, false)
+    }
+
+    /// Send `dest`'s buffered calls for a call kept alone that its own
+    /// [`send_lone`](Self::send_lone) did not find in the cell: it was
+    /// sent by another thread, or a second call moved it into the buffer,
+    /// perhaps still doing so (the cell busy or empty while `queued` is
+    /// not yet seen). So the outbox lock is taken whatever `queued` says:
+    /// the lock orders this flush after that move. Only a contended lone
+    /// call pays for it.
+    pub(crate) fn flush_after_lone(&self, ep: &Endpoint, dest: usize) -> Result<()> {
+        self.flush_locked_if(ep, dest, None, true)
+    }
+
+    /// [`flush_to`](Self::flush_to); with `always_lock`, the outbox lock is
+    /// taken even when `queued` says the buffer is empty.
+    fn flush_locked_if(
+        &self,
+        ep: &Endpoint,
+        dest: usize,
+        only_take: Option<u64>,
+        always_lock: bool,
+    ) -> Result<()> {
         let Some(d) = self.outboxes.get().and_then(|o| o.get(dest)) else {
             return Ok(());
         };
@@ -335,7 +371,7 @@ impl Client {
             if let Some(r) = self.send_lone_of(ep, dest, d, None) {
                 lone = r;
             }
-            if !d.lone.queued.load(Ordering::Acquire) {
+            if !always_lock && !d.lone.queued.load(Ordering::Acquire) {
                 return lone;
             }
         }
@@ -376,11 +412,14 @@ impl Client {
         if let Err(e) = &sent {
             let msg = e.to_string();
             for r in Calls::new(&bytes).flatten() {
-                // their own callers wait on them: nobody sleeps
-                drop(
-                    self.slots
-                        .complete(r.call, Status::SendFailed, msg.as_bytes()),
-                );
+                // a waker taken is woken, never dropped: an awaited call
+                // (or the next call in a reused slot) sleeps on it
+                if let Some(w) = self
+                    .slots
+                    .complete(r.call, Status::SendFailed, msg.as_bytes())
+                {
+                    w.wake();
+                }
             }
         }
         bytes.clear();

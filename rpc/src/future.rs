@@ -120,8 +120,14 @@ impl<R: DeserializeOwned> RpcFuture<R> {
         // A call still kept alone is sent from its cell (then nothing was
         // buffered for its rank since: a second call would have moved it
         // into the buffer), without the buffer's flush.
-        let alone = self.taken == LONE && client.send_lone(ep, dest, Some(call)).is_some();
-        if !alone {
+        // A call kept alone that is not in its cell any more was sent by
+        // another thread or moved into the buffer (perhaps just now): the
+        // flush then takes the buffer's lock whatever `queued` says.
+        if self.taken == LONE {
+            if client.send_lone(ep, dest, Some(call)).is_none() {
+                let _ = client.flush_after_lone(ep, dest);
+            }
+        } else {
             let _ = client.flush_to(ep, dest, None);
         }
         loop {
@@ -154,13 +160,15 @@ impl<R: DeserializeOwned> RpcFuture<R> {
             SENT => {}
             LONE => {
                 // kept alone: sent from its cell, or it joined the outbox
-                // (or another thread sends it): send that
+                // (or another thread sends it): send that, taking the
+                // outbox lock whatever `queued` says (it is marked SENT
+                // now and never flushes again)
                 if self
                     .client
                     .send_lone(&self.ep, self.dest, Some(self.call))
                     .is_none()
                 {
-                    let _ = self.client.flush_to(&self.ep, self.dest, None);
+                    let _ = self.client.flush_after_lone(&self.ep, self.dest);
                 }
                 self.taken = SENT;
             }

@@ -7,7 +7,7 @@
 //! outbox's lock is taken only when calls queue up.
 
 use crate::fast::FAST_WORDS;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 const EMPTY: u8 = 0;
 /// A thread writes or reads the words.
@@ -46,6 +46,17 @@ impl Lone {
         true
     }
 
+    /// Under the destination's outbox lock, for a call that joins the
+    /// buffer: mark the buffer `queued`, then take the call kept alone (if
+    /// any) to be written into it. In this order, a wait that then misses
+    /// its lone call in the cell and takes the lock (after this move)
+    /// finds it in the buffer.
+    #[inline]
+    pub(crate) fn take_to_outbox(&self) -> Option<[u64; FAST_WORDS]> {
+        self.queued.store(true, Ordering::Release);
+        self.take(None)
+    }
+
     /// Take the words kept (with `call`: only if that call's words are
     /// there, though another's that replaced them meanwhile may come out:
     /// sending those is a flush, harmless). `None` when empty, or while
@@ -68,7 +79,7 @@ impl Lone {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 
@@ -99,5 +110,48 @@ mod tests {
             assert!(a.is_some() ^ b.is_some());
             assert_eq!(a.or(b), Some([5, 6, 7, 8]));
         }
+    }
+}
+
+/// loom model of the cell against a second call moving it into the
+/// outbox (`RUSTFLAGS="--cfg loom" cargo test -p splitrt-rpc --release
+/// --lib loom`): the outbox a loom mutex around the records' call ids.
+#[cfg(all(test, loom))]
+mod models {
+    use super::*;
+    use loom::sync::{Arc, Mutex};
+    use loom::thread;
+
+    /// Thread B makes a second call to the rank while call 7 is kept
+    /// alone: under the outbox lock it moves call 7 into the buffer
+    /// (`Client::enqueue_slow`). Call 7's wait (`RpcFuture`'s flush, the
+    /// blocking wait) takes it from the cell, else takes the outbox lock
+    /// (`Client::flush_after_lone`) and sends the buffer: call 7 is sent
+    /// in every interleaving (before the fix, the move marked `queued`
+    /// after taking the call, and the wait took the lock only when
+    /// `queued` said so: call 7 was left in the buffer, its wait hung).
+    #[test]
+    fn loom_a_lone_call_moved_into_the_outbox_is_sent_by_its_wait() {
+        loom::model(|| {
+            let l = Arc::new(Lone::default());
+            let outbox = Arc::new(Mutex::new(Vec::<u64>::new()));
+            assert!(l.put(&[7, 0, 0, 0]));
+            let (l2, o2) = (l.clone(), outbox.clone());
+            let t = thread::spawn(move || {
+                let mut o = o2.lock().unwrap();
+                if let Some(w) = l2.take_to_outbox() {
+                    o.push(w[0]);
+                }
+                o.push(8);
+            });
+            let mut sent = Vec::new();
+            match l.take(Some(7)) {
+                Some(w) => sent.push(w[0]),
+                None => sent.extend(outbox.lock().unwrap().drain(..)),
+            }
+            t.join().unwrap();
+            assert!(sent.contains(&7), "call 7 left unsent: {sent:?}");
+            assert!(l.queued.load(Ordering::Acquire));
+        });
     }
 }

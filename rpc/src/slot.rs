@@ -283,6 +283,14 @@ impl<T: Kept> Slot<T> {
     pub(crate) fn abandon(&self, call: u64) -> bool {
         let gen = gen_of(call);
         let mut cur = self.state.load(Ordering::Acquire);
+        // Its own waker, if it registered one: taken now, while the slot
+        // is still this call's (only its owner, this thread, gives it up
+        // below). Taken after the exchange, it could be the waker of the
+        // next call in the slot (freed by the completer meanwhile), which
+        // would then never be woken.
+        if gen_of(cur) == gen {
+            drop(self.waker_if(cur & REG));
+        }
         loop {
             if gen_of(cur) != gen {
                 return false;
@@ -292,8 +300,10 @@ impl<T: Kept> Slot<T> {
                 WRITING => cur | GONE,
                 HELD => word(gen.wrapping_add(1), FREE),
                 DONE => {
-                    self.take(gen, |_| ());
+                    // its own waker first: once `take` frees the slot,
+                    // the waker there may be the next call's
                     drop(self.waker_if(cur & REG));
+                    self.take(gen, |_| ());
                     return true;
                 }
                 _ => return false,
@@ -302,11 +312,7 @@ impl<T: Kept> Slot<T> {
                 .state
                 .compare_exchange(cur, next, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => {
-                    // its own waker, if it registered one: nobody's now
-                    drop(self.waker_if(cur & REG));
-                    return next & PHASE == FREE;
-                }
+                Ok(_) => return next & PHASE == FREE,
                 Err(now) => cur = now,
             }
         }
@@ -522,6 +528,56 @@ mod models {
             let by_owner = s.abandon(call);
             let by_completer = t.join().unwrap();
             assert!(by_owner ^ by_completer, "{by_owner} {by_completer}");
+            assert!(!s.busy());
+        });
+    }
+
+    /// An owner that awaited (its waker registered) drops its future
+    /// while a completer frees the slot and a second call takes it and
+    /// awaits: the first owner must not take (and drop) the second
+    /// owner's waker, so the second call's completion wakes it.
+    #[test]
+    fn loom_abandon_leaves_the_next_owners_waker_alone() {
+        loom::model(|| {
+            let s = Arc::new(Slot::<u64>::default());
+            let c1 = s.start(0);
+            let f1 = std::sync::Arc::new(Flag(false.into()));
+            let w1 = Waker::from(f1.clone());
+            assert_eq!(s.poll(c1, Some(&w1), |v| v.cloned()), Taken::Waiting);
+            let s2 = s.clone();
+            let f2 = std::sync::Arc::new(Flag(false.into()));
+            let f2c = f2.clone();
+            // the completer of call 1, then (the slot freed) the owner of
+            // call 2 in the same slot, awaiting
+            let t = thread::spawn(move || match s2.complete(c1, false, |v| *v = 1) {
+                Completed::Freed => {
+                    let c2 = s2.start(0);
+                    let w2 = Waker::from(f2c);
+                    assert_eq!(s2.poll(c2, Some(&w2), |v| v.cloned()), Taken::Waiting);
+                    Some(c2)
+                }
+                Completed::Stored(w) => {
+                    if let Some(w) = w {
+                        w.wake();
+                    }
+                    None
+                }
+                Completed::Ignored => None,
+            });
+            let by_owner = s.abandon(c1);
+            let c2 = t.join().unwrap();
+            if let Some(c2) = c2 {
+                assert!(!by_owner);
+                // call 2's result: its owner is woken
+                if let Completed::Stored(Some(w)) = s.complete(c2, false, |v| *v = 2) {
+                    w.wake();
+                }
+                assert!(
+                    f2.0.load(std::sync::atomic::Ordering::SeqCst),
+                    "the second owner was never woken"
+                );
+                assert_eq!(s.poll(c2, None, |v| v.cloned()), Taken::Done(Some(2)));
+            }
             assert!(!s.busy());
         });
     }

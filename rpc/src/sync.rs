@@ -1,16 +1,16 @@
 //! The atomics, cell and waker register of the lock-free result slot
-//! (`slot.rs`): the standard ones and [`atomic_waker::AtomicWaker`], or
+//! (`slot.rs`) and the lone-call cell (`lone.rs`): the standard ones and [`atomic_waker::AtomicWaker`], or
 //! loom's under `--cfg loom` (its model checker sees every access).
 
 #[cfg(not(loom))]
 pub(crate) use atomic_waker::AtomicWaker;
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
 /// `std`'s cell with loom's access-by-closure interface.
 #[cfg(not(loom))]
