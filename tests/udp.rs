@@ -661,7 +661,7 @@ fn mpirun_with_key(
         .collect()
 }
 
-/// Issue 29 (job nonce): two jobs run one after the other with the same
+/// The job nonce (h9-jobnonce): two jobs run one after the other with the same
 /// `SPLITRT_JOB_KEY`; the datagrams rank 1 sent rank 0 in the first are
 /// replayed to rank 0 of the second as soon as its socket exists (so
 /// they wait in its queue ahead of the job's own traffic; its source
