@@ -617,3 +617,122 @@ fn replayed_datagrams_do_not_keep_a_stopped_rank_alive() {
         took.as_secs_f64()
     );
 }
+
+/// A job started the mpirun way (Open MPI's variables, no splitrt-run)
+/// with the given `SPLITRT_JOB_KEY`, rank 0 hosting the rendezvous at a
+/// free loopback port: what `export SPLITRT_JOB_KEY=...` before each of
+/// two `mpirun`s (docs/launching.md) starts. Runs `t_conformance 1`.
+fn mpirun_with_key(
+    n: usize,
+    job: &str,
+    key: &str,
+    extra: &[(&str, &str)],
+) -> Vec<std::process::Child> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let boot = format!("127.0.0.1:{port}");
+    (0..n)
+        .map(|r| {
+            let mut c = std::process::Command::new(example("t_conformance"));
+            c.arg("1")
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .env("OMPI_COMM_WORLD_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_SIZE", n.to_string())
+                .env("OMPI_COMM_WORLD_LOCAL_RANK", r.to_string())
+                .env("OMPI_COMM_WORLD_LOCAL_SIZE", n.to_string())
+                .env("OMPI_MCA_ess_base_jobid", job)
+                .env("SPLITRT_BOOTSTRAP", &boot)
+                .env("SPLITRT_JOB_KEY", key)
+                .env("SPLITRT_BOOTSTRAP_TIMEOUT", "10")
+                .env("SPLITRT_SEGMENT_SIZE", "16M")
+                .env(UDP.0, UDP.1)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            for (k, v) in extra {
+                c.env(k, v);
+            }
+            c.spawn().expect("start a rank")
+        })
+        .collect()
+}
+
+/// The job nonce (h9-jobnonce): two jobs run one after the other with the same
+/// `SPLITRT_JOB_KEY`; the datagrams rank 1 sent rank 0 in the first are
+/// replayed to rank 0 of the second as soon as its socket exists (so
+/// they wait in its queue ahead of the job's own traffic; its source
+/// filter is off so they reach the protocol). The second job tags its
+/// datagrams with a key of its own and counts every replayed one as
+/// foreign; before the fix they carried a valid tag (the key depended on
+/// the job key alone) and new datagram numbers (each job counts from 1).
+#[test]
+fn a_job_refuses_datagrams_of_an_earlier_job_with_the_same_key() {
+    let _lock = job_lock();
+    let key = "5a".repeat(32);
+    let dir = Scratch(
+        std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("udp-samekey-{}", std::process::id())),
+    );
+    std::fs::create_dir_all(&*dir).unwrap();
+    let record = format!("record={}", dir.display());
+    let first = format!("samekey1x{}", std::process::id());
+    for c in mpirun_with_key(2, &first, &key, &[("SPLITRT_UDP_FAULTS", &record)]) {
+        let r = finish(c, Duration::from_secs(60));
+        r.ok();
+        assert!(r.stdout.contains("conformance ok"), "{r:?}");
+    }
+    // rank 1's datagrams to rank 0 (it also sends to itself), by the
+    // header's destination rank
+    let recorded: Vec<Vec<u8>> = read_capture(&dir.join("udp-tx-1"))
+        .into_iter()
+        .map(|(_, d)| d)
+        .filter(|d| d.len() >= 16 && d[12..16] == 0u32.to_le_bytes())
+        .take(300)
+        .collect();
+    assert!(recorded.len() >= 5, "{} datagrams captured", recorded.len());
+    let second = format!("samekey2x{}", std::process::id());
+    let ranks = mpirun_with_key(2, &second, &key, &[("SPLITRT_UDP_SOURCE_FILTER", "off")]);
+    let pid0 = ranks[0].id() as i32;
+    let t0 = std::time::Instant::now();
+    let port0 = loop {
+        if let Some(&p) = udp_ports_of(&[pid0]).first() {
+            break p;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "rank 0's UDP socket never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for d in &recorded {
+        sock.send_to(d, ("127.0.0.1", port0)).unwrap();
+    }
+    let runs: Vec<Run> = ranks
+        .into_iter()
+        .map(|c| finish(c, Duration::from_secs(60)))
+        .collect();
+    let foreign = udp_sum(&runs[0], "foreign or corrupt dropped");
+    let replays = udp_sum(&runs[0], "replays dropped");
+    println!(
+        "{} datagrams of job 1 replayed into job 2: {foreign} counted foreign, \
+         {replays} as replays",
+        recorded.len()
+    );
+    for r in &runs {
+        r.ok();
+        assert!(r.stdout.contains("conformance ok"), "{r:?}");
+    }
+    assert!(
+        foreign >= recorded.len() as u64,
+        "job 2 took {} of {} replayed datagrams of job 1 as its own ({foreign} \
+         counted foreign, {replays} as replays):\n{}",
+        recorded.len() as u64 - foreign.min(recorded.len() as u64),
+        recorded.len(),
+        runs[0].stdout
+    );
+}

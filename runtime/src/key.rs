@@ -90,6 +90,13 @@ impl JobKey {
         self.mac(purpose, &[])
     }
 
+    /// A new key: this one mixed with `value` for `purpose` (e.g. the UDP
+    /// fabric's per-job nonce), so keys made with different values are
+    /// independent although made from one job key.
+    pub(crate) fn mixed(&self, purpose: &str, value: &[u8]) -> JobKey {
+        JobKey(self.mac(purpose, &[value]))
+    }
+
     /// A short public name for this key (12 hex digits): part of the job's
     /// shared-memory file names, so two jobs given the same job id never
     /// touch each other's files. Reveals nothing about the key.

@@ -260,7 +260,12 @@ impl World {
             None => None,
             Some(addr) => {
                 if !matches!(config.fabric, FabricKind::Shm | FabricKind::Ibverbs) {
-                    udp = Some(PendingUdp::bind(&addr).map_err(at)?);
+                    let mut u = PendingUdp::bind(&addr).map_err(at)?;
+                    if rank == 0 {
+                        // a fresh per-job half of the datagram key
+                        u.draw_job_nonce().map_err(at)?;
+                    }
+                    udp = Some(u);
                 }
                 // Settings every rank must share are checked with the
                 // handler table (a mismatch names both values).
@@ -345,6 +350,16 @@ impl World {
         } else {
             udp = None;
         }
+        // Datagrams are tagged with the job key mixed with rank 0's nonce,
+        // so another job under the same job key cannot replay them here.
+        let udp_key = match (&udp, peers.first()) {
+            (Some(_), Some(p0)) => {
+                crate::fabric::udp::job_nonce::JobNonce::from_rank0_endpoint(&p0.endpoint)
+                    .map_err(abort)?
+                    .datagram_key(&key)
+            }
+            _ => key.clone(),
+        };
         // Files are made only once every rank has joined, so a job that
         // never starts leaves nothing in /dev/shm.
         let pending = if members.is_empty() {
@@ -397,16 +412,17 @@ impl World {
                 r.connect(&cards).map_err(fail)?
             }
             (Some(s), None) => AnyFabric::Shm(s),
-            (None, Some(u)) => {
-                AnyFabric::Udp(u.connect(rank, addrs, &key, &config.udp()).map_err(fail)?)
-            }
+            (None, Some(u)) => AnyFabric::Udp(
+                u.connect(rank, addrs, &udp_key, &config.udp())
+                    .map_err(fail)?,
+            ),
             (Some(s), Some(u)) => {
                 let seg = s.local_segment();
                 // SAFETY: `seg` is the shm fabric's own segment; both fabrics
                 // go into one Hybrid (fields never moved out: the World owns
                 // it and lends it only by reference), so the mapping lives
                 // as long as the UDP fabric that deposits into it.
-                let u = unsafe { u.connect_into(rank, addrs, &key, &config.udp(), seg) }
+                let u = unsafe { u.connect_into(rank, addrs, &udp_key, &config.udp(), seg) }
                     .map_err(fail)?;
                 AnyFabric::Hybrid(Hybrid::new(s, u))
             }

@@ -62,6 +62,9 @@ pub struct UdpConfig {
 pub struct PendingUdp {
     sock: Socket,
     addr: SocketAddr,
+    /// Rank 0's: the per-job half of the datagram key, sent with its
+    /// address (see [`super::job_nonce`]).
+    nonce: Option<super::job_nonce::JobNonce>,
 }
 
 impl PendingUdp {
@@ -81,17 +84,34 @@ impl PendingUdp {
             .ok()
             .and_then(|a| a.as_socket())
             .ok_or_else(|| Error::bootstrap("UDP socket has no address"))?;
-        Ok(PendingUdp { sock, addr })
+        Ok(PendingUdp {
+            sock,
+            addr,
+            nonce: None,
+        })
     }
 
-    /// This rank's endpoint as sent through the bootstrap.
+    /// This rank's endpoint as sent through the bootstrap: its address,
+    /// and after [`draw_job_nonce`](Self::draw_job_nonce) (rank 0) a space
+    /// and the job nonce.
     pub fn endpoint(&self) -> Vec<u8> {
-        self.addr.to_string().into_bytes()
+        match &self.nonce {
+            None => self.addr.to_string().into_bytes(),
+            Some(n) => format!("{} {}", self.addr, n.to_hex()).into_bytes(),
+        }
+    }
+
+    /// Rank 0: draw this job's nonce (sent with [`endpoint`](Self::endpoint)),
+    /// from which every rank derives the datagram key with
+    /// [`JobNonce::datagram_key`](super::job_nonce::JobNonce::datagram_key).
+    pub fn draw_job_nonce(&mut self) -> Result<()> {
+        self.nonce = Some(super::job_nonce::JobNonce::generate()?);
+        Ok(())
     }
 
     /// Parse a peer's endpoint (as sent by [`endpoint`](Self::endpoint)).
     pub fn parse_endpoint(peer: usize, e: &[u8]) -> Result<SocketAddr> {
-        std::str::from_utf8(e)
+        std::str::from_utf8(super::job_nonce::address_part(e))
             .ok()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| {

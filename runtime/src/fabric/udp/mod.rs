@@ -11,6 +11,7 @@
 mod driver;
 pub mod faults;
 mod filter;
+pub mod job_nonce;
 pub mod proto;
 mod recv_batch;
 #[cfg(feature = "test-doubles")]
