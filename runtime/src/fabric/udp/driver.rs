@@ -221,6 +221,7 @@ impl PendingUdp {
                 empty_at: 0,
                 screening: false,
                 stamps,
+                t0,
             }),
             t0,
             polled: AtomicU64::new(0),
@@ -332,6 +333,9 @@ struct Core {
     screening: bool,
     /// The socket stamps arrivals (`stamp.rs`; with congestion control).
     stamps: bool,
+    /// The clock's origin (`Net::t0`): arrival stamps are turned into
+    /// times on it.
+    t0: Instant,
 }
 
 struct RxSide {
@@ -445,7 +449,7 @@ impl Core {
             for i in 0..n {
                 let len = self.rbatch.peek(i).len();
                 // when it reached the socket (the kernel's stamp), else now
-                let arrived = now.saturating_sub(self.rbatch.waited(i).unwrap_or(0));
+                let arrived = self.rbatch.arrived(i, self.t0).unwrap_or(now);
                 let d = if len < COPY_BELOW {
                     let mut small = self.proto.buffer();
                     small.extend_from_slice(self.rbatch.peek(i));
@@ -528,7 +532,7 @@ impl Core {
         } else {
             std::mem::take(&mut self.big)
         };
-        let arrived = now.saturating_sub(waited.unwrap_or(0));
+        let arrived = waited.map_or(now, |(w, at)| super::stamp::arrival(w, at, self.t0));
         self.accept(now, arrived, d, n);
         true
     }

@@ -18,7 +18,9 @@
 //! the same bounds checks as the single stamped `recvmsg`
 //! ([`stamp::stamp_of`]): a batch gives each datagram's time in the
 //! socket ([`waited`](RecvBatch::waited)), for one realtime clock reading
-//! per batch.
+//! per batch, and its arrival on the monotonic clock
+//! ([`arrived`](RecvBatch::arrived), against a monotonic reading taken
+//! with that realtime one).
 
 use super::stamp::{self, CONTROL_LEN};
 use super::wire::MAX_DATAGRAM;
@@ -36,6 +38,9 @@ pub(super) struct RecvBatch {
     /// How long (ns) each datagram of the last batch waited in the
     /// socket, if it was stamped.
     waited: [Option<u64>; SLOTS],
+    /// The monotonic clock when those ages were measured (read together
+    /// with the realtime clock: [`stamp::clocks`]).
+    read_at: Option<std::time::Instant>,
 }
 
 /// One slot's control buffer, aligned as a `cmsghdr` wants. Initialized
@@ -51,6 +56,7 @@ impl RecvBatch {
             bufs: (0..SLOTS).map(|_| Vec::new()).collect(),
             control: Box::new([Control([0; CONTROL_LEN]); SLOTS]),
             waited: [None; SLOTS],
+            read_at: None,
         }
     }
 
@@ -63,6 +69,7 @@ impl RecvBatch {
     /// time in the socket.
     pub(super) fn recv(&mut self, sock: &UdpSocket, max: usize, stamps: bool) -> usize {
         self.waited = [None; SLOTS];
+        self.read_at = None;
         let max = max.min(SLOTS);
         if max == 0 {
             return 0;
@@ -114,15 +121,16 @@ impl RecvBatch {
             unsafe { b.set_len(len) };
         }
         if stamps {
-            let mut realtime = None;
+            let mut clocks = None;
             for (i, m) in msgs.iter().enumerate().take(n) {
                 // the kernel's reported length, trusted only up to the
                 // buffer's size; every byte of it is checked by stamp_of
                 #[allow(clippy::unnecessary_cast)] // size_t on glibc, socklen_t on musl
                 let clen = (m.msg_hdr.msg_controllen as usize).min(CONTROL_LEN);
                 if let Some(s) = stamp::stamp_of(&self.control[i].0[..clen]) {
-                    let now = *realtime.get_or_insert_with(stamp::realtime_now);
+                    let (now, at) = *clocks.get_or_insert_with(stamp::clocks);
                     self.waited[i] = Some(stamp::age(s, now));
+                    self.read_at = Some(at);
                 }
             }
         }
@@ -133,6 +141,15 @@ impl RecvBatch {
     /// in the socket, if the kernel stamped it.
     pub(super) fn waited(&self, i: usize) -> Option<u64> {
         self.waited.get(i).copied().flatten()
+    }
+
+    /// When datagram `i` of the last [`recv`](Self::recv) reached the
+    /// socket, in ns since `t0` on the monotonic clock, if the kernel
+    /// stamped it: its age against the monotonic reading taken with the
+    /// realtime one, not against a clock reading from before the call (a
+    /// rank descheduled in between would put the arrival before the send).
+    pub(super) fn arrived(&self, i: usize, t0: std::time::Instant) -> Option<u64> {
+        Some(stamp::arrival(self.waited(i)?, self.read_at?, t0))
     }
 
     /// Datagram `i` of the last [`recv`](Self::recv), left in place.
@@ -250,5 +267,55 @@ mod tests {
         }
         assert_eq!(n, 1);
         assert_eq!(b.waited(0), None);
+    }
+
+    /// A driver reads its clock once per poll (`now`), then reads the
+    /// socket; when it is descheduled in between, a stamp turned into an
+    /// age at the read and subtracted from that older `now` put the
+    /// arrival before the datagram was even sent (the congestion
+    /// controller took the negative round trip for a queue of 71 minutes).
+    /// The arrival is taken against a monotonic reading made together with
+    /// the realtime one: never before the send. (The 20 ms sleep is the
+    /// descheduling being modelled, not a wait for an event.)
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn cc_arrival_is_not_before_the_send_after_a_stale_clock_reading() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        assert!(stamp::enable(&rx));
+        // a driver's start, a while ago
+        let t0 = std::time::Instant::now();
+        let t0 = t0
+            .checked_sub(std::time::Duration::from_secs(1))
+            .unwrap_or(t0);
+        let ns = |t: std::time::Instant| t.duration_since(t0).as_nanos() as u64;
+        let mut b = RecvBatch::new();
+        let mut seen = Vec::new();
+        // stamping turns on system-wide in deferred work: bounded tries
+        for round in 0..50u8 {
+            let sent = ns(std::time::Instant::now());
+            tx.send_to(&[round; 100], to).unwrap();
+            // the poll's one clock reading, then the descheduling
+            let now = ns(std::time::Instant::now());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            let start = std::time::Instant::now();
+            let mut n = 0;
+            while n == 0 && start.elapsed() < std::time::Duration::from_secs(10) {
+                n = b.recv(&rx, SLOTS, true);
+            }
+            assert_eq!(n, 1);
+            let Some(w) = b.waited(0) else { continue };
+            let arrived = b.arrived(0, t0).expect("a stamp").min(now);
+            seen.push((w, sent, arrived));
+            assert!(
+                arrived + 1_000_000 >= sent,
+                "arrived {arrived} ns, sent {sent} ns (waited {w} ns)"
+            );
+            if w >= 15_000_000 {
+                return;
+            }
+        }
+        panic!("no stamps on arrival: {seen:?}");
     }
 }

@@ -562,6 +562,14 @@ pub struct IncastConfig {
     pub limit: u64,
     /// The receiver is descheduled now and then (a busy host), if set.
     pub stall: Option<Stall>,
+    /// Arrival stamps early by up to this much (ns; 0: exact): each
+    /// datagram a rank takes outside a stall is handed over as having
+    /// arrived a seeded time uniform in `0..=stale_clock` before it did,
+    /// as a driver does that reads its clock once per poll, is then
+    /// descheduled, and converts the kernel's stamps against that old
+    /// reading (an arrival that seems to precede the transmission it
+    /// acknowledges).
+    pub stale_clock: u64,
 }
 
 /// A receiver that does not always run (a host with more runnable threads
@@ -601,6 +609,7 @@ impl Default for IncastConfig {
             },
             limit: 60_000_000_000,
             stall: None,
+            stale_clock: 0,
         }
     }
 }
@@ -688,6 +697,8 @@ pub fn run_incast(cfg: &IncastConfig) -> Result<IncastReport, String> {
     // what arrived for the receiver while it was off: (arrival, datagram)
     let mut socket: VecDeque<(u64, Vec<u8>)> = VecDeque::new();
     let mut socket_bytes = 0usize;
+    // early arrival stamps: their own draws too
+    let mut clock_rng = SmallRng::seed_from_u64(cfg.seed ^ 0x51a1_e0c1);
     loop {
         if delivered == want {
             report.done = true;
@@ -724,7 +735,12 @@ pub fn run_incast(cfg: &IncastConfig) -> Result<IncastReport, String> {
                 continue;
             }
             active[f.dst] = true;
-            if let Some(b) = protos[f.dst].handle_datagram(now, f.bytes) {
+            let arrived = if cfg.stale_clock > 0 {
+                now.saturating_sub(clock_rng.gen_range(0..=cfg.stale_clock))
+            } else {
+                now
+            };
+            if let Some(b) = protos[f.dst].handle_datagram_at(now, arrived, f.bytes) {
                 protos[f.dst].recycle(b);
             }
         }

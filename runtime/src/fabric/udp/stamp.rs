@@ -8,7 +8,9 @@
 //! `recv_batch.rs` gives each message its own control buffer and parses
 //! it with [`stamp_of`]); it is on the realtime
 //! clock, so the driver turns it into an age (realtime now minus stamp)
-//! and subtracts that from its own monotonic time.
+//! and subtracts that from a monotonic reading taken with the realtime
+//! one ([`clocks`], [`arrival`]); not from the poll's one clock reading,
+//! which a rank descheduled before its read makes older than the stamp.
 
 use std::io;
 use std::mem::MaybeUninit;
@@ -40,11 +42,12 @@ pub(super) fn enable(sock: &UdpSocket) -> bool {
 struct Control([MaybeUninit<u8>; CONTROL_LEN]);
 
 /// Receive one datagram into `buf` (like `recv`): its length and, if the
-/// kernel stamped it, how long ago (ns) it reached the socket.
+/// kernel stamped it, how long ago (ns) it reached the socket, with the
+/// monotonic clock at which that age was measured ([`arrival`]).
 pub(super) fn recv(
     sock: &socket2::SockRef<'_>,
     buf: &mut [MaybeUninit<u8>],
-) -> io::Result<(usize, Option<u64>)> {
+) -> io::Result<(usize, Option<(u64, std::time::Instant)>)> {
     let mut control = Control([MaybeUninit::uninit(); CONTROL_LEN]);
     let mut bufs = [socket2::MaybeUninitSlice::new(buf)];
     let mut msg = socket2::MsgHdrMut::new()
@@ -55,7 +58,13 @@ pub(super) fn recv(
     // SAFETY: recvmsg initialized the first `control_len` bytes of the
     // control buffer (clamped to its size).
     let c = unsafe { std::slice::from_raw_parts(control.0.as_ptr().cast::<u8>(), clen) };
-    Ok((n, stamp_of(c).map(|s| age(s, realtime_now()))))
+    Ok((
+        n,
+        stamp_of(c).map(|s| {
+            let (now, at) = clocks();
+            (age(s, now), at)
+        }),
+    ))
 }
 
 /// Room for one datagram's control data in `recv_batch`'s `recvmmsg`
@@ -104,6 +113,21 @@ pub(super) fn realtime_now() -> u64 {
         .map_or(0, |d| d.as_nanos() as u64)
 }
 
+/// The realtime clock (ns, as [`realtime_now`]) and the monotonic clock,
+/// read together: an age measured on the first is subtracted from the
+/// second ([`arrival`]).
+pub(super) fn clocks() -> (u64, std::time::Instant) {
+    let real = realtime_now();
+    (real, std::time::Instant::now())
+}
+
+/// When a datagram reached the socket, in ns since `t0` on the monotonic
+/// clock: `waited` ns before `at` (the monotonic half of the [`clocks`]
+/// reading its age was measured against).
+pub(super) fn arrival(waited: u64, at: std::time::Instant, t0: std::time::Instant) -> u64 {
+    (at.saturating_duration_since(t0).as_nanos() as u64).saturating_sub(waited)
+}
+
 /// How long before `now` (the realtime clock) a stamp was (0 if in the
 /// future: clocks step).
 pub(super) fn age(stamp: u64, now: u64) -> u64 {
@@ -133,7 +157,7 @@ mod tests {
             let mut buf = [MaybeUninit::uninit(); 64];
             let (n, waited) = recv(&socket2::SockRef::from(&a), &mut buf).unwrap();
             assert_eq!(n, 7);
-            let waited = waited.expect("a kernel stamp");
+            let (waited, _) = waited.expect("a kernel stamp");
             assert!(waited < 10_000_000_000, "waited {waited} ns");
             seen.push(waited);
             if waited >= 15_000_000 {

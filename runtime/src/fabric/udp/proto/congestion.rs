@@ -204,6 +204,15 @@ impl Cc {
         }
     }
 
+    /// The smoothed RTT the pacing rate uses, from an acknowledgement
+    /// that gives no delay sample (Karn's rule, or an arrival stamp that
+    /// precedes the transmission: `hold::network_rtt`).
+    pub fn on_srtt(&mut self, srtt: u64) {
+        if self.on {
+            self.srtt = srtt;
+        }
+    }
+
     /// `acked` bytes acknowledged (they left the flight already through
     /// [`on_left`](Self::on_left) or are taken from it here: `in_flight`
     /// of them were still counted).

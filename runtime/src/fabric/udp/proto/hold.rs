@@ -54,6 +54,24 @@ pub(super) fn host_delay(code: u8) -> u64 {
     }
 }
 
+/// The network's share of a round trip (ns): from `echo` (the wire's
+/// microsecond clock when the echoed datagram left) to `arrived` (when
+/// its acknowledgement reached the socket, same clock), less the peer's
+/// `hold` (ns, from [`host_delay`]). `None` when the three disagree: an
+/// arrival before the transmission it acknowledges (a driver that
+/// converted the kernel's stamp against a clock reading taken before it
+/// was descheduled; the difference would wrap around the 32-bit clock
+/// into a round trip of about 71 minutes), or a hold as long as the whole
+/// round trip. Such a sample says nothing about the network and must not
+/// count as a queue.
+pub(super) fn network_rtt(arrived: u32, echo: u32, hold: u64) -> Option<u64> {
+    let rt = arrived.wrapping_sub(echo) as i32;
+    if rt <= 0 {
+        return None;
+    }
+    (rt as u64 * 1000).checked_sub(hold).filter(|&n| n > 0)
+}
+
 /// The largest hold a code carries (us).
 #[cfg(test)]
 const MAX_US: u64 = 31 << 14;
@@ -80,5 +98,19 @@ mod tests {
         }
         assert_eq!(decode(encode(u64::MAX)), MAX_US * 1000);
         assert_eq!(encode(0), 0);
+    }
+
+    #[test]
+    fn cc_network_rtt_rejects_arrivals_before_the_transmission() {
+        assert_eq!(network_rtt(150, 100, 0), Some(50_000));
+        assert_eq!(network_rtt(3000, 100, 1_000_000), Some(1_900_000));
+        // across the clock's wrap
+        assert_eq!(network_rtt(10, u32::MAX - 9, 0), Some(20_000));
+        // an arrival stamped before the echoed transmission left
+        assert_eq!(network_rtt(100, 150, 0), None);
+        assert_eq!(network_rtt(100, 100, 0), None);
+        // a hold as long as the round trip or longer
+        assert_eq!(network_rtt(150, 100, 50_000), None);
+        assert_eq!(network_rtt(150, 100, 2_000_000), None);
     }
 }

@@ -600,10 +600,13 @@ impl Proto {
                     // the controller's delay signal follows Karn's rule,
                     // from the arrival and without the peer's hold time:
                     // the network's share of the round trip
+                    // (none from an arrival stamped before the echoed
+                    // transmission: hold::network_rtt)
                     if !acked.retx {
-                        let net =
-                            ((us(arrived).wrapping_sub(h.echo) as u64) * 1000).saturating_sub(hold);
-                        p.cc.on_rtt(now, net, p.srtt);
+                        match hold::network_rtt(us(arrived), h.echo, hold) {
+                            Some(net) => p.cc.on_rtt(now, net, p.srtt),
+                            None => p.cc.on_srtt(p.srtt),
+                        }
                     }
                 } else if p.backoff > 0 {
                     p.rto = base_rto(p, &self.cfg);
