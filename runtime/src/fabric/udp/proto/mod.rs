@@ -601,8 +601,14 @@ impl Proto {
                     // from the arrival and without the peer's hold time:
                     // the network's share of the round trip
                     if !acked.retx {
-                        let net =
-                            ((us(arrived).wrapping_sub(h.echo) as u64) * 1000).saturating_sub(hold);
+                        // the arrival is of the realtime clock: a step of
+                        // it can put the arrival before the echoed send
+                        // (a negative difference, wrapped), and the part
+                        // of the round trip up to the arrival is never
+                        // more than the round trip
+                        let d = us(arrived).wrapping_sub(h.echo) as i32;
+                        let upto = if d < 0 { rtt } else { d as u64 * 1000 };
+                        let net = upto.min(rtt).saturating_sub(hold);
                         p.cc.on_rtt(now, net, p.srtt);
                     }
                 } else if p.backoff > 0 {
@@ -1063,3 +1069,6 @@ fn emit(
     mac.seal(buf);
     out(peer, buf);
 }
+
+#[cfg(test)]
+mod clock_step_tests;
