@@ -275,6 +275,36 @@ fn fixes_a_member_that_never_arrives_is_named_despite_traffic() {
     assert!(took < Duration::from_secs(15), "reported after {took:?}");
 }
 
+/// As above, with the traffic a flood (the missing member stores to the
+/// others with no pause). A wait whose every poll found something to do
+/// skipped its hang watch (only idle rounds looked at the clock). On
+/// loopback shm the stores' credits still leave the waiters idle rounds,
+/// so this job reported before the fix too (1.2 s): it guards that a
+/// flood does not delay the report, not the all-busy case itself.
+#[test]
+fn fixes_a_member_that_never_arrives_is_named_despite_a_flood() {
+    let t = Instant::now();
+    let r = run_job(
+        3,
+        &example("t_teams"),
+        &["absent_flood", "2"],
+        &[
+            ("SPLITRT_HANG_REPORT", "1"),
+            ("SPLITRT_HANG_ABORT", "1"),
+            ("SPLITRT_RMA", "am"),
+        ],
+        60,
+    );
+    let took = t.elapsed();
+    assert_ne!(r.code, 0, "the missing member was never reported: {r:?}");
+    assert!(
+        r.stderr.contains("gave up after") && r.stderr.contains("in Team::allreduce #"),
+        "{}",
+        r.stderr
+    );
+    assert!(took < Duration::from_secs(15), "reported after {took:?}");
+}
+
 /// A member whose own arguments are wrong (a recv of the wrong length to
 /// allgather) gets the usage error naming the lengths before the
 /// collective starts, so the team's collective numbers stay in step: the

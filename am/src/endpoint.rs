@@ -1629,24 +1629,28 @@ impl Endpoint {
         self.inner.take_deferred()?;
         let mut backoff = Backoff::new(self.config());
         // traffic for others resets the backoff, so this wait may never
-        // get slow: look at the clock on the first idle round and every
-        // 64th too
-        let mut idle = 0u32;
+        // get slow, and under a flood of it almost no round is idle: look
+        // at the clock on the first round and every 64th, busy or idle
+        // (the watch counts this wait's own progress, not the traffic)
+        let mut round = 0u32;
         loop {
             if cond() {
                 return Ok(());
             }
-            if self.inner.poll_all()? > 0 {
+            let busy = self.inner.poll_all()? > 0;
+            if busy {
                 backoff.reset();
-                continue;
+            } else {
+                self.inner.check_failure()?;
+                self.inner.take_deferred()?;
             }
-            self.inner.check_failure()?;
-            self.inner.take_deferred()?;
-            if (idle.is_multiple_of(64) || backoff.is_slow()) && watch.due() {
+            if (round.is_multiple_of(64) || backoff.is_slow()) && watch.due() {
                 self.inner.hang(watch, &what())?;
             }
-            idle = idle.wrapping_add(1);
-            self.inner.snooze_unless(&mut backoff, &cond);
+            round = round.wrapping_add(1);
+            if !busy {
+                self.inner.snooze_unless(&mut backoff, &cond);
+            }
         }
     }
 

@@ -211,11 +211,21 @@ pub(crate) fn alloc_block(t: &Team) -> Option<u64> {
     let i = &t.pgas().inner;
     let reg = &i.team_areas;
     reclaim(t, reg);
-    if reg.held.load(Ordering::Relaxed) >= MAX_AREAS {
+    // take the slot first (one read-modify-write: two threads cannot
+    // both pass the check at MAX_AREAS - 1), give it back if no room
+    if reg
+        .held
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+            (h < MAX_AREAS).then_some(h + 1)
+        })
+        .is_err()
+    {
         return None;
     }
-    let off = i.heap.lock().alloc_local(TEAM_AREA as u64).ok()?;
-    reg.held.fetch_add(1, Ordering::Relaxed);
+    let Ok(off) = i.heap.lock().alloc_local(TEAM_AREA as u64) else {
+        reg.held.fetch_sub(1, Ordering::Relaxed);
+        return None;
+    };
     let own_seg = i.direct[i.rank];
     // zero and tag it before anyone learns where it is
     if let Some(one) = TeamArea::new(

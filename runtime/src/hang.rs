@@ -58,8 +58,9 @@ impl HangWatch {
     }
 
     /// Whether this wait has gone without progress for the limit and has
-    /// not reported yet. Call it on idle rounds only: the first call starts
-    /// the clock.
+    /// not reported yet. The first call starts the clock; a wait calls it
+    /// on its rounds whether or not they served traffic for others (only
+    /// [`progress`](Self::progress) restarts it).
     pub fn due(&mut self) -> bool {
         let Some(limit) = self.limit.filter(|_| !self.reported) else {
             return false;

@@ -728,6 +728,25 @@ fn misuse(mode: &str, target: usize, pg: Pgas) -> splitrt::Result<()> {
             let mut d = [1u64; 2];
             world.allreduce(&mut d, Op::Sum)?;
         }
+        "absent_flood" => {
+            // like "absent_busy", but the traffic is a flood: the missing
+            // member stores to the others with no pause for 20 s (Active
+            // Messages under SPLITRT_RMA=am), so their waits almost never
+            // find an idle round
+            let word = pg.alloc_sym::<u64>(1)?;
+            if me == target {
+                let t = std::time::Instant::now();
+                let mut k = 0u64;
+                while t.elapsed() < std::time::Duration::from_secs(20) {
+                    for r in (0..pg.size()).filter(|&r| r != me) {
+                        pg.store(word.ptr(r), &[k])?;
+                    }
+                    k += 1;
+                }
+            }
+            let mut d = [1u64; 2];
+            world.allreduce(&mut d, Op::Sum)?;
+        }
         m => return Err(fail(format!("unknown mode {m}"))),
     }
     println!("done");

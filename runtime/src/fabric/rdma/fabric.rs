@@ -580,6 +580,12 @@ impl<V: Verbs> RdmaFabric<V> {
                         d.outstanding[peer] -= 1;
                         d.nb_done[peer] += 1;
                         d.free_send[peer].push(index);
+                        // an orphan's last write may have completed before
+                        // this one (another thread's put, posted before the
+                        // failure): its count is reached here
+                        if !d.orphaned[peer].is_empty() {
+                            runs::free_orphans(d, peer);
+                        }
                     }
                 }
             }

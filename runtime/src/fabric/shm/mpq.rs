@@ -225,14 +225,39 @@ impl QProducer {
             } else if d < 0 {
                 // the cell still holds (or is being written with) the
                 // packet of the previous lap: full
-                self.q.want().store(1, Ordering::SeqCst);
-                return false;
+                return self.full_at(t);
             } else {
                 // another sender claimed `t` since: look at the new head
                 t = head.load(Ordering::Relaxed);
             }
         }
+        self.full_at(head.load(Ordering::Relaxed))
+    }
+
+    /// The queue looked full at ticket `t`: ask for a doorbell (`want`),
+    /// then look at the cell once more and claim it if it is free now.
+    /// A consumer that freed every cell and looked at `want` between the
+    /// first look and the store of `want` rings no one; the fence pairs
+    /// with the one in [`QConsumer::freed`]: either the consumer sees
+    /// `want`, or this second look sees the freed cell. True if claimed.
+    #[cold]
+    fn full_at(&mut self, t: u64) -> bool {
         self.q.want().store(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let s = self.q.state(t).load(order::SEE_FREE);
+        if s == self.q.lap(t)
+            && self
+                .q
+                .head()
+                .compare_exchange(t, t.wrapping_add(1), order::CLAIM, Ordering::Relaxed)
+                .is_ok()
+        {
+            // (`want` stays set: at worst one doorbell too many)
+            self.claimed = Some(t);
+            return true;
+        }
+        // another sender took `t` meanwhile: its packet's release rings
+        // this rank (`want` is set)
         false
     }
 
@@ -449,8 +474,9 @@ impl QConsumer {
     pub(crate) fn freed(&mut self) -> bool {
         self.q.tail_word().store(self.tail, Ordering::Release);
         // the cells' release stores above before the look at `want`, as
-        // a sender's store of `want` before its next look at a state
-        // word: one of the two sees the other
+        // a sender's store of `want` before its second look at the state
+        // word it found full (`QProducer::full_at`): one of the two sees
+        // the other
         std::sync::atomic::fence(Ordering::SeqCst);
         let want = self.q.want();
         want.load(Ordering::Relaxed) != 0 && want.swap(0, Ordering::AcqRel) != 0
@@ -693,6 +719,48 @@ mod models {
             assert_eq!(sorted, want, "got {got:?}");
             let a_order: Vec<u64> = got.iter().copied().filter(|&v| v < 20).collect();
             assert!(a_order.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+        });
+    }
+
+    /// A sender that finds the queue full sets `want` and looks once more
+    /// (`QProducer::full_at`), a consumer that frees a cell fences and
+    /// looks at `want` (`QConsumer::freed`): in every interleaving the
+    /// sender either claims the freed cell or is rung. Without the second
+    /// look, the consumer could free the cell and read `want == 0` between
+    /// the sender's look and its store: no doorbell, a full back-off.
+    #[test]
+    fn loom_a_full_queue_is_claimed_or_rung() {
+        loom::model(|| {
+            // two cells, both published (tickets 0 and 1), head at 2
+            let q = Arc::new(Q {
+                state: (0..2).map(|_| AtomicU64::new(1)).collect(),
+                cells: (0..2).map(|_| UnsafeCell::new(0)).collect(),
+                head: AtomicU64::new(2),
+                len: 2,
+            });
+            let want = Arc::new(AtomicU64::new(0));
+            let (qs, ws) = (q.clone(), want.clone());
+            let sender = loom::thread::spawn(move || {
+                if qs.claim().is_some() {
+                    return true;
+                }
+                // full: ask for a doorbell, then look once more
+                ws.store(1, Ordering::SeqCst);
+                loom::sync::atomic::fence(Ordering::SeqCst);
+                let t = qs.head.load(Ordering::Relaxed);
+                let lap = t - t % qs.len;
+                qs.state[(t % qs.len) as usize].load(order::SEE_FREE) == lap
+                    && qs
+                        .head
+                        .compare_exchange(t, t + 1, order::CLAIM, Ordering::Relaxed)
+                        .is_ok()
+            });
+            let mut tail = 0;
+            assert!(q.pop(&mut tail).is_some());
+            loom::sync::atomic::fence(Ordering::SeqCst);
+            let rung = want.load(Ordering::Relaxed) != 0;
+            let claimed = sender.join().unwrap();
+            assert!(claimed || rung, "the sender was neither let in nor rung");
         });
     }
 }

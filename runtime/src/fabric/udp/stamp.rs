@@ -73,26 +73,30 @@ pub(super) const CONTROL_LEN: usize = 64;
 
 /// The `SCM_TIMESTAMPNS` in a control buffer, as ns of the realtime clock.
 /// Every byte is checked: lengths that run past the buffer, are shorter
-/// than a header or have no room for a `timespec` give `None`.
+/// than a header, have no room for a `timespec` or overflow the offsets'
+/// arithmetic give `None`.
 pub(super) fn stamp_of(c: &[u8]) -> Option<u64> {
     let hdr = std::mem::size_of::<libc::cmsghdr>();
     let align = std::mem::size_of::<usize>();
     let ts = std::mem::size_of::<libc::timespec>();
     let mut off = 0usize;
-    while off + hdr <= c.len() {
+    while off.checked_add(hdr)? <= c.len() {
         // SAFETY: `off + hdr <= c.len()`: a cmsghdr's bytes are in the
         // buffer (read unaligned: no alignment is assumed).
         let h: libc::cmsghdr = unsafe { std::ptr::read_unaligned(c[off..].as_ptr().cast()) };
         let len = h.cmsg_len as usize;
-        if len < hdr || off + len > c.len() {
+        // a length near usize::MAX (hostile control data) must neither
+        // overflow the sum nor wrap the step to the next message
+        let end = off.checked_add(len)?;
+        if len < hdr || end > c.len() {
             return None;
         }
         let data = off + hdr.div_ceil(align) * align;
         if h.cmsg_level == libc::SOL_SOCKET
             && h.cmsg_type == libc::SCM_TIMESTAMPNS
-            && data + ts <= off + len
+            && data.checked_add(ts)? <= end
         {
-            // SAFETY: `data + ts <= off + len <= c.len()`: the timespec's
+            // SAFETY: `data + ts <= end = off + len <= c.len()`: the timespec's
             // bytes are in the buffer (read unaligned).
             let t: libc::timespec = unsafe { std::ptr::read_unaligned(c[data..].as_ptr().cast()) };
             let (s, ns) = (
@@ -101,7 +105,9 @@ pub(super) fn stamp_of(c: &[u8]) -> Option<u64> {
             );
             return s.checked_mul(1_000_000_000)?.checked_add(ns);
         }
-        off += len.div_ceil(align) * align;
+        // `len >= hdr > 0`, so the step is positive: the walk ends
+        let step = len.div_ceil(align).checked_mul(align)?;
+        off = off.checked_add(step)?;
     }
     None
 }
@@ -234,5 +240,31 @@ mod tests {
         assert_eq!(stamp_of(&cmsg(sol, scm, start + tsl, neg)), None);
         assert_eq!(age(10, 5), 0);
         assert_eq!(age(5, 10), 5);
+    }
+
+    /// A valid first message followed by one whose `cmsg_len` is near
+    /// `usize::MAX` is no stamp: the offsets' sums must not overflow (a
+    /// panic in debug, an endless walk in release). Run on a thread and
+    /// bounded in time, so an endless walk fails the test.
+    #[test]
+    fn stamp_of_survives_a_length_near_usize_max() {
+        let hdr = std::mem::size_of::<libc::cmsghdr>();
+        let align = std::mem::size_of::<usize>();
+        let start = hdr.div_ceil(align) * align;
+        let (sol, scm) = (libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut out = Vec::new();
+            for small in 0..2 * align {
+                let mut c = cmsg(sol, libc::SCM_RIGHTS, start + 4, &[0; 8]);
+                c.extend_from_slice(&cmsg(sol, scm, usize::MAX - small, &[0; 16]));
+                out.push(std::panic::catch_unwind(|| stamp_of(&c)).ok());
+            }
+            let _ = tx.send(out);
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("stamp_of returns (no endless walk)");
+        assert!(got.iter().all(|r| *r == Some(None)), "{got:?}");
     }
 }

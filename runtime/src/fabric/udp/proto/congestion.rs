@@ -290,9 +290,10 @@ impl Cc {
     /// from before the timeout, what was taken for lost had arrived (a
     /// receiver descheduled for longer than the timeout, not a loss), and
     /// the window goes back to what it was — when `host` says the
-    /// receiver's reported hold time was most of that round trip (the
-    /// wait was the receiving host's; a round trip long from network
-    /// queueing is congestion, and its timeouts stand).
+    /// receiver reported a hold time long enough to count as its host's
+    /// delay (1 ms or more, `hold::HOST_DELAY_MIN`: the wait was the
+    /// receiving host's; without such a hold a long round trip is taken
+    /// for network queueing, congestion, and its timeouts stand).
     pub fn on_echo(&mut self, echo: u32, host: bool) {
         let Some((cwnd, ssthresh, at)) = self.undo.take() else {
             return;

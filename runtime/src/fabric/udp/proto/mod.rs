@@ -603,8 +603,10 @@ impl Proto {
                     // (none from an arrival stamped before the echoed
                     // transmission: hold::network_rtt)
                     if !acked.retx {
+                        // the part of the round trip up to the arrival
+                        // is never more than the round trip
                         match hold::network_rtt(us(arrived), h.echo, hold) {
-                            Some(net) => p.cc.on_rtt(now, net, p.srtt),
+                            Some(net) => p.cc.on_rtt(now, net.min(rtt), p.srtt),
                             None => p.cc.on_srtt(p.srtt),
                         }
                     }
@@ -1066,3 +1068,6 @@ fn emit(
     mac.seal(buf);
     out(peer, buf);
 }
+
+#[cfg(test)]
+mod clock_step_tests;
