@@ -55,6 +55,7 @@ mod hold;
 mod peers;
 mod recv;
 mod send;
+mod urge;
 
 use self::congestion::{Cc, Gate};
 use self::peers::PeerTable;
@@ -250,6 +251,11 @@ struct Peer {
     cc: Cc,
     /// Listed in `Proto::paced`.
     paced: bool,
+    /// The sender waits for this peer's acknowledgements (`urge.rs`):
+    /// the next transmit asks for them at once.
+    urgent: bool,
+    /// Asked already since the last data datagram left (`urge.rs`).
+    asked: bool,
 }
 
 impl Peer {
@@ -280,6 +286,8 @@ impl Peer {
             listed: [false, false],
             cc: Cc::new(cfg.cc, cfg.mtu, credit),
             paced: false,
+            urgent: false,
+            asked: false,
         }
     }
 }
@@ -792,7 +800,18 @@ impl Proto {
                     s.retx = true;
                     s.inflight = true;
                     let len = s.buf.len();
-                    emit(&self.mac, &mut s.buf, acks, (us(now), echo, pn), peer, out);
+                    // a waiting sender's retransmission asks for its
+                    // acknowledgement at once (urge.rs)
+                    let flags = if p.urgent { F_ACK_NOW } else { 0 };
+                    p.asked = p.urgent;
+                    emit(
+                        &self.mac,
+                        &mut s.buf,
+                        acks,
+                        (us(now), echo, pn),
+                        (peer, flags),
+                        out,
+                    );
                     p.cc.on_sent(now, len);
                     p.tx[st].again -= 1;
                     self.stats.sent += 1;
@@ -811,11 +830,23 @@ impl Proto {
                 p.tx_pn += 1;
                 let pn = p.tx_pn;
                 let idx = p.tx[st].next_tx.wrapping_sub(p.tx[st].una) as usize;
+                // a waiting sender's last queued datagram asks for its
+                // acknowledgement at once (urge.rs)
+                let tail = idx + 1 == p.tx[st].slots.len();
+                let flags = if p.urgent && tail { F_ACK_NOW } else { 0 };
+                p.asked = flags != 0;
                 let s = &mut p.tx[st].slots[idx];
                 s.sent_at = now;
                 s.inflight = true;
                 let len = s.buf.len();
-                emit(&self.mac, &mut s.buf, acks, (us(now), echo, pn), peer, out);
+                emit(
+                    &self.mac,
+                    &mut s.buf,
+                    acks,
+                    (us(now), echo, pn),
+                    (peer, flags),
+                    out,
+                );
                 p.cc.on_sent(now, len);
                 p.tx[st].next_tx = p.tx[st].next_tx.wrapping_add(1);
                 self.stats.sent += 1;
@@ -850,6 +881,13 @@ impl Proto {
             }
             self.next_pace = self.next_pace.min(t);
         }
+        if p.urgent {
+            // all its data had left unasked: one ping asks (urge.rs)
+            p.urgent = false;
+            if !p.asked && (p.tx[0].in_flight() > 0 || p.tx[1].in_flight() > 0) {
+                p.ping = true;
+            }
+        }
         let due = p.ack_at.is_some_and(|t| t <= now);
         if due || p.ping {
             let mut b = [0u8; OVERHEAD];
@@ -873,6 +911,7 @@ impl Proto {
             out(peer, &b);
             self.stats.sent += 1;
             self.stats.controls += 1;
+            p.asked |= p.ping;
             p.ack_at = None;
             p.ping = false;
             p.spoke = now;
@@ -1048,10 +1087,11 @@ fn emit(
     buf: &mut [u8],
     acks: [Ack; 2],
     (ts, (echo, hold), pn): (u32, (u32, u8), u64),
-    peer: u32,
+    (peer, flags): (u32, u8),
     out: &mut dyn FnMut(u32, &[u8]),
 ) {
     Header {
+        flags,
         acks,
         ts,
         echo,
