@@ -79,7 +79,8 @@ fn the_tail_datagram_carries_the_question_when_data_waits() {
     send(&mut a, t0 + 2_000, &[2u8; 100]);
     // the delayed acknowledgement of the first reaches the sender, whose
     // open datagram then leaves alone, asking for its acknowledgement
-    let t1 = t0 + 1_000 + b.config().ack_delay;
+    // (the first was handed up: its acknowledgement waited twice the delay)
+    let t1 = t0 + 1_000 + 2 * b.config().ack_delay;
     b.handle_timeout(t1);
     let ack = transmit(&mut b, t1);
     assert_eq!(ack.len(), 1, "the delayed acknowledgement");
@@ -108,4 +109,70 @@ fn a_polling_wait_asks_once_per_datagram() {
     let (mut c, _) = pair();
     c.urge_acks();
     assert!(transmit(&mut c, t0).is_empty());
+}
+
+#[test]
+fn a_reply_made_after_the_ack_delay_carries_the_acknowledgement() {
+    // a request whose handler takes longer than `ack_delay` (a 64 KB
+    // strided put's scatter and tag): the receiver's delayed
+    // acknowledgement left alone just before the reply that carries it,
+    // one datagram more per round trip on the critical path
+    let (mut a, mut b) = pair();
+    let delay = b.config().ack_delay;
+    let t0 = 1_000_000;
+    send(&mut a, t0, &[5u8; 4000]);
+    let out = transmit(&mut a, t0);
+    let t1 = t0 + 1_000;
+    for d in out {
+        if let Some(x) = b.handle_datagram(t1, d) {
+            b.recycle(x);
+        }
+    }
+    assert!(transmit(&mut b, t1).is_empty(), "the acknowledgement waits");
+    // the upper layer takes the request and works on it
+    let (_, d) = b.next_ready(0).expect("the request");
+    b.recycle(d);
+    let t2 = t1 + delay + delay / 2;
+    b.handle_timeout(t2);
+    let early = transmit(&mut b, t2);
+    // the reply, which carries the acknowledgement
+    let m = OutMsg {
+        tag: 2,
+        words: &[3],
+        payload: &[],
+        deposit: None,
+    };
+    assert!(matches!(b.send(t2, 0, 1, &m, 0), Sent::Upto(_)));
+    let reply = transmit(&mut b, t2);
+    assert_eq!(
+        early.len(),
+        0,
+        "a lone acknowledgement left before the reply while the request was \
+         being handled"
+    );
+    assert_eq!(reply.len(), 1);
+    deliver(&mut a, t2 + 1_000, reply);
+    assert!(a.quiesced(), "the reply acknowledged the request");
+    // and a request nobody answers is still acknowledged, within two delays
+    send(&mut a, t2 + 2_000, &[6u8; 100]);
+    let out = transmit(&mut a, t2 + 2_000);
+    let t3 = t2 + 3_000;
+    for d in out {
+        if let Some(x) = b.handle_datagram(t3, d) {
+            b.recycle(x);
+        }
+    }
+    let (_, d) = b.next_ready(0).expect("the second request");
+    b.recycle(d);
+    let mut acked_at = None;
+    for k in 1..=40 {
+        let t = t3 + k * delay / 10;
+        b.handle_timeout(t);
+        if !transmit(&mut b, t).is_empty() {
+            acked_at = Some(t - t3);
+            break;
+        }
+    }
+    let after = acked_at.expect("acknowledged within four delays");
+    assert!(after <= 2 * delay, "acknowledged {after} ns after arrival");
 }

@@ -256,6 +256,11 @@ struct Peer {
     urgent: bool,
     /// Asked already since the last data datagram left (`urge.rs`).
     asked: bool,
+    /// The deadline the delayed-acknowledgement path set in `ack_at`;
+    /// when the upper layer takes that datagram while it still stands,
+    /// it moves once by `ack_delay` (the reply the upper layer is making
+    /// will likely carry the acknowledgement).
+    ack_delayed: Option<u64>,
 }
 
 impl Peer {
@@ -288,6 +293,7 @@ impl Peer {
             paced: false,
             urgent: false,
             asked: false,
+            ack_delayed: None,
         }
     }
 }
@@ -664,6 +670,8 @@ impl Proto {
                         } else {
                             let t = now + self.cfg.ack_delay;
                             p.ack_at = Some(p.ack_at.map_or(t, |a| a.min(t)));
+                            // (not when an immediate one is due already)
+                            p.ack_delayed = (p.ack_at == Some(t)).then_some(t);
                             self.next_timer = self.next_timer.min(t);
                         }
                     } else {
@@ -715,6 +723,14 @@ impl Proto {
                 self.ready[stream].push_back(src);
             } else {
                 p.listed[stream] = false;
+            }
+            // handed up while its delayed acknowledgement waits: the
+            // upper layer's reply will likely carry it, so it waits once
+            // more (a handler slower than `ack_delay` made a lone
+            // acknowledgement leave just before the reply, issue 25)
+            if p.ack_delayed.is_some() && p.ack_at == p.ack_delayed {
+                p.ack_at = p.ack_at.map(|t| t.saturating_add(self.cfg.ack_delay));
+                p.ack_delayed = None;
             }
             // A window that had closed to below half is reopened at once.
             let half = self.cfg.window / 2;
