@@ -714,6 +714,8 @@ impl UdpFabric {
     /// this, so no message is still owed when processes end.
     pub fn quiesced(&self) -> Result<bool> {
         let mut c = self.net.core.lock();
+        // the caller waits for acknowledgements: ask for them at once
+        c.proto.urge_acks();
         self.net.pump(&mut c, true)?;
         Ok(c.proto.quiesced())
     }

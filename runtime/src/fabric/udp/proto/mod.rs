@@ -55,6 +55,7 @@ mod hold;
 mod peers;
 mod recv;
 mod send;
+mod urge;
 
 use self::congestion::{Cc, Gate};
 use self::peers::PeerTable;
@@ -250,6 +251,16 @@ struct Peer {
     cc: Cc,
     /// Listed in `Proto::paced`.
     paced: bool,
+    /// The sender waits for this peer's acknowledgements (`urge.rs`):
+    /// the next transmit asks for them at once.
+    urgent: bool,
+    /// Asked already since the last data datagram left (`urge.rs`).
+    asked: bool,
+    /// The deadline the delayed-acknowledgement path set in `ack_at`;
+    /// when the upper layer takes that datagram while it still stands,
+    /// it moves once by `ack_delay` (the reply the upper layer is making
+    /// will likely carry the acknowledgement).
+    ack_delayed: Option<u64>,
 }
 
 impl Peer {
@@ -280,6 +291,9 @@ impl Peer {
             listed: [false, false],
             cc: Cc::new(cfg.cc, cfg.mtu, credit),
             paced: false,
+            urgent: false,
+            asked: false,
+            ack_delayed: None,
         }
     }
 }
@@ -661,6 +675,8 @@ impl Proto {
                         } else {
                             let t = now + self.cfg.ack_delay;
                             p.ack_at = Some(p.ack_at.map_or(t, |a| a.min(t)));
+                            // (not when an immediate one is due already)
+                            p.ack_delayed = (p.ack_at == Some(t)).then_some(t);
                             self.next_timer = self.next_timer.min(t);
                         }
                     } else {
@@ -712,6 +728,14 @@ impl Proto {
                 self.ready[stream].push_back(src);
             } else {
                 p.listed[stream] = false;
+            }
+            // handed up while its delayed acknowledgement waits: the
+            // upper layer's reply will likely carry it, so it waits once
+            // more (a handler slower than `ack_delay` made a lone
+            // acknowledgement leave just before the reply, issue 25)
+            if p.ack_delayed.is_some() && p.ack_at == p.ack_delayed {
+                p.ack_at = p.ack_at.map(|t| t.saturating_add(self.cfg.ack_delay));
+                p.ack_delayed = None;
             }
             // A window that had closed to below half is reopened at once.
             let half = self.cfg.window / 2;
@@ -797,7 +821,18 @@ impl Proto {
                     s.retx = true;
                     s.inflight = true;
                     let len = s.buf.len();
-                    emit(&self.mac, &mut s.buf, acks, (us(now), echo, pn), peer, out);
+                    // a waiting sender's retransmission asks for its
+                    // acknowledgement at once (urge.rs)
+                    let flags = if p.urgent { F_ACK_NOW } else { 0 };
+                    p.asked = p.urgent;
+                    emit(
+                        &self.mac,
+                        &mut s.buf,
+                        acks,
+                        (us(now), echo, pn),
+                        (peer, flags),
+                        out,
+                    );
                     p.cc.on_sent(now, len);
                     p.tx[st].again -= 1;
                     self.stats.sent += 1;
@@ -816,11 +851,23 @@ impl Proto {
                 p.tx_pn += 1;
                 let pn = p.tx_pn;
                 let idx = p.tx[st].next_tx.wrapping_sub(p.tx[st].una) as usize;
+                // a waiting sender's last queued datagram asks for its
+                // acknowledgement at once (urge.rs)
+                let tail = idx + 1 == p.tx[st].slots.len();
+                let flags = if p.urgent && tail { F_ACK_NOW } else { 0 };
+                p.asked = flags != 0;
                 let s = &mut p.tx[st].slots[idx];
                 s.sent_at = now;
                 s.inflight = true;
                 let len = s.buf.len();
-                emit(&self.mac, &mut s.buf, acks, (us(now), echo, pn), peer, out);
+                emit(
+                    &self.mac,
+                    &mut s.buf,
+                    acks,
+                    (us(now), echo, pn),
+                    (peer, flags),
+                    out,
+                );
                 p.cc.on_sent(now, len);
                 p.tx[st].next_tx = p.tx[st].next_tx.wrapping_add(1);
                 self.stats.sent += 1;
@@ -855,6 +902,13 @@ impl Proto {
             }
             self.next_pace = self.next_pace.min(t);
         }
+        if p.urgent {
+            // all its data had left unasked: one ping asks (urge.rs)
+            p.urgent = false;
+            if !p.asked && (p.tx[0].in_flight() > 0 || p.tx[1].in_flight() > 0) {
+                p.ping = true;
+            }
+        }
         let due = p.ack_at.is_some_and(|t| t <= now);
         if due || p.ping {
             let mut b = [0u8; OVERHEAD];
@@ -878,6 +932,7 @@ impl Proto {
             out(peer, &b);
             self.stats.sent += 1;
             self.stats.controls += 1;
+            p.asked |= p.ping;
             p.ack_at = None;
             p.ping = false;
             p.spoke = now;
@@ -1053,10 +1108,11 @@ fn emit(
     buf: &mut [u8],
     acks: [Ack; 2],
     (ts, (echo, hold), pn): (u32, (u32, u8), u64),
-    peer: u32,
+    (peer, flags): (u32, u8),
     out: &mut dyn FnMut(u32, &[u8]),
 ) {
     Header {
+        flags,
         acks,
         ts,
         echo,
