@@ -56,6 +56,8 @@ mod signal_async;
 mod team_core;
 // (appended) the masked and vector signal waits as futures
 mod signal_vector_async;
+// (appended) the hierarchical non-blocking team collectives
+mod team_hier_nb;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};

@@ -399,6 +399,10 @@ impl Team {
             ));
         }
         let (me, seq, h) = self.start::<T>(kind, Some(op), None, data.len())?;
+        // across hosts as the blocking form (team_hier_nb.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.reduce_nb_hier((seq, h, g), None, data, op));
+        }
         let n = self.size();
         let len = std::mem::size_of_val(data);
         let mut r = Sched::new(self, seq, h);
@@ -459,6 +463,10 @@ impl Team {
         let kind = CollKind::Barrier;
         let _one = self.pgas().enter_collective(self.shown(kind))?;
         let (me, seq, h) = self.start::<u8>(kind, None, None, 0)?;
+        // across hosts as the blocking form (team_hier_nb.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.barrier_nb_hier(seq, h, g));
+        }
         let n = self.size();
         let mut r = Sched::new(self, seq, h);
         let (mut d, mut tag) = (1, 0u64);
@@ -496,6 +504,10 @@ impl Team {
         let kind = CollKind::Broadcast;
         let _one = self.pgas().enter_collective(self.shown(kind))?;
         let (me, seq, h) = self.start::<T>(kind, None, Some(root), data.len())?;
+        // across hosts as the blocking form (team_hier_nb.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.broadcast_nb_hier((seq, h, g), root, data));
+        }
         let n = self.size();
         let len = std::mem::size_of_val(data);
         let mut r = Sched::new(self, seq, h);

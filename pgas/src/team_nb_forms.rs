@@ -85,6 +85,10 @@ impl Team {
         let _one = self.pgas().enter_collective(self.shown(kind))?;
         self.nb_check_op::<T>(kind, op)?;
         let (me, seq, h) = self.start::<T>(kind, Some(op), Some(root), data.len())?;
+        // across hosts as the blocking form (team_hier_nb.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.reduce_nb_hier((seq, h, g), Some(root), data, op));
+        }
         let n = self.size();
         let len = std::mem::size_of_val(data);
         let mut r = Sched::new(self, seq, h);
