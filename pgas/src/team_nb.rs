@@ -384,7 +384,10 @@ impl Team {
     }
 
     /// Non-blocking [`allreduce`](Self::allreduce) in place on `data`
-    /// (the same algorithm, messages and result).
+    /// (the same algorithm, messages and result). Across hosts
+    /// hierarchical (members to their host's leader, the leaders, back:
+    /// 2 (L - 1) messages across L hosts, the blocking form's bits) once
+    /// the team's blocking collectives are (see `docs/teams.md`).
     pub fn allreduce_nb<'a, T: Reduce>(
         &self,
         data: &'a mut [T],
@@ -458,7 +461,9 @@ impl Team {
 
     /// Non-blocking [`barrier`](Self::barrier) (dissemination by team
     /// messages, also on shared memory): complete once every member has
-    /// started it.
+    /// started it. Across hosts hierarchical (dissemination among one
+    /// leader per host) once the team's blocking collectives are (see
+    /// `docs/teams.md`).
     pub fn barrier_nb(&self) -> Result<TeamRequest<'static>> {
         let kind = CollKind::Barrier;
         let _one = self.pgas().enter_collective(self.shown(kind))?;
@@ -495,7 +500,9 @@ impl Team {
 
     /// Non-blocking [`broadcast`](Self::broadcast) of `data` from team
     /// rank `root` (the same binomial tree): the root's messages go out
-    /// before this returns.
+    /// before this returns. Across hosts hierarchical (L - 1 messages
+    /// across L hosts) once the team's blocking collectives are (see
+    /// `docs/teams.md`).
     pub fn broadcast_nb<'a, T: Pod>(
         &self,
         root: usize,

@@ -65,7 +65,9 @@ impl Team {
     /// combined element-wise with `op` into team rank `root`'s `data`
     /// (the same binomial tree and combining order, so the same bits);
     /// the other members' `data` is left unchanged. A leaf's part goes
-    /// out before this returns.
+    /// out before this returns. Across hosts hierarchical (L - 1
+    /// messages across L hosts) once the team's blocking collectives are
+    /// (see `docs/teams.md`).
     ///
     /// ```no_run
     /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
