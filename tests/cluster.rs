@@ -1091,7 +1091,14 @@ fn srun_pmi2_hosts_team_hier_nb() {
         assert_eq!(hp, vec!["hier"; n], "native: {hier:?}");
         assert_eq!(fp, vec!["flat"; n], "SPLITRT_TEAM_HIER=0: {flat:?}");
         assert_eq!(ap, vec!["flat"; n], "AM path");
-        for k in ["nbbarrier", "nbbroadcast", "nbreduce", "nballreduce"] {
+        for k in [
+            "nbbarrier",
+            "nbbroadcast",
+            "nbreduce",
+            "nballreduce",
+            "nbgather",
+            "nballgather",
+        ] {
             assert!(
                 hier[k] < flat[k],
                 "{nodes} {ranks} {k}: {} messages across hosts hierarchically, {} flat",

@@ -1,8 +1,9 @@
 //! Hierarchical non-blocking team collectives: on a team whose blocking
 //! collectives run hierarchically (`team_hier.rs`: the members agreed on
-//! host groups), `barrier_nb`, `broadcast_nb`, `reduce_nb` and
-//! `allreduce_nb` run the same three stages as schedules
-//! (`team_sched.rs`, advanced by the rank's sweep: nothing blocks inside
+//! host groups), `barrier_nb`, `broadcast_nb`, `reduce_nb`,
+//! `allreduce_nb`, `gather_nb` and `allgather_nb` run the same three
+//! stages as schedules (`team_sched.rs`, advanced by the rank's sweep:
+//! nothing blocks inside
 //! progress): the members of each host send their part to their host's
 //! **leader** (its lowest team rank), the leaders run the message
 //! algorithm among themselves, and each leader sends the result to its
@@ -38,6 +39,7 @@ use crate::reduce::{Op, Reduce};
 use crate::team::Team;
 use crate::team_coll::height;
 use crate::team_hosts::HostGroups;
+use crate::team_hosts::Layout;
 use crate::team_mail::Header;
 use crate::team_nb::{bytes_of, TeamRequest};
 use crate::team_sched::{combine_bytes, Buf, Fold, Sched, Step};
@@ -164,6 +166,66 @@ impl Build {
     fn await_leader(&mut self, before: u32) {
         let leader = self.g.group[0];
         self.recv(leader, DOWN, Fold::Copy, FANOUT_LATER + before);
+    }
+
+    /// Receive `len` bytes from team rank `from` into `dst` at `at`.
+    fn recv_into(&mut self, from: usize, tag: u64, (dst, at, len): (Buf, usize, usize), hops: u32) {
+        self.s.steps.push_back(Step::Recv {
+            from,
+            tag,
+            dst,
+            at,
+            len,
+            fold: Fold::Copy,
+            hops,
+        });
+    }
+
+    /// Receive group `gi`'s packed parts (`kw` bytes per member, group
+    /// order) from `from` and place each at its member's `t * kw` of
+    /// `Out`.
+    fn recv_group(&mut self, from: usize, tag: u64, gi: usize, kw: usize, hops: u32) {
+        let members = self.g.layout.members_of(gi);
+        self.recv_into(from, tag, (Buf::Scratch, 0, members.len() * kw), hops);
+        for (j, t) in members.into_iter().enumerate() {
+            self.s.steps.push_back(Step::Place {
+                src: Buf::Scratch,
+                from: j * kw,
+                dst: Buf::Out,
+                at: t * kw,
+                len: kw,
+            });
+        }
+    }
+
+    /// A leader packs its group's parts (`kw` bytes each, its own first
+    /// in `Work`) into `Work` and places them at their members' `t * kw`
+    /// of `Out`.
+    fn pack_group(&mut self, kw: usize) {
+        let group = self.g.group.clone();
+        for (j, &t) in group.iter().enumerate().skip(1) {
+            self.recv_into(t, UP, (Buf::Work, j * kw, kw), 0);
+        }
+        for (j, &t) in group.iter().enumerate() {
+            self.s.steps.push_back(Step::Place {
+                src: Buf::Work,
+                from: j * kw,
+                dst: Buf::Out,
+                at: t * kw,
+                len: kw,
+            });
+        }
+    }
+
+    /// Send `len` bytes of `src` to team rank `to`.
+    fn send_from(&mut self, to: usize, tag: u64, src: Buf, len: usize) {
+        self.s.steps.push_back(Step::Send {
+            to,
+            tag,
+            src,
+            at: 0,
+            len,
+        });
     }
 
     /// Binomial reduction among leaders to leader `root` (this member
@@ -320,5 +382,95 @@ impl Team {
             }
         }
         TeamRequest::start(b.s, bytemuck::cast_slice_mut(data))
+    }
+}
+
+impl Team {
+    /// `gather_nb` (`root: Some`) or `allgather_nb` (`None`)
+    /// hierarchically, `send` of `kw` bytes per member: a gather's members
+    /// of the root's host send their part to the root, the other hosts'
+    /// to their leader, which sends its host's parts to the root in one
+    /// message (L - 1 across hosts); an allgather's leaders collect their
+    /// host's parts, send them to every other leader (L (L - 1)) and send
+    /// all n parts to their members.
+    pub(crate) fn gather_nb_hier<'a, T: Pod>(
+        &self,
+        (seq, h, g): (u64, Header, Arc<HostGroups>),
+        root: Option<usize>,
+        send: &[T],
+        recv: &'a mut [T],
+    ) -> TeamRequest<'a> {
+        let kw = std::mem::size_of_val(send);
+        let mut b = Build::new(self, seq, h, g, kw);
+        let (me, nl) = (b.me(), b.nl());
+        let n = b.g.layout.group_of.len();
+        let gsize = |l: &Layout, gi: usize| l.members_of(gi).len();
+        let mine = b.g.my_group();
+        // `Out`: the n parts where they are gathered (else this member's
+        // part); `Work`: a leader's host's parts, packed in group order
+        // (its own first)
+        if root.is_none_or(|r| r == me) {
+            b.s.out = vec![0; n * kw];
+            b.s.out[me * kw..][..kw].copy_from_slice(bytemuck::cast_slice(send));
+            b.s.copy_out = true;
+        } else {
+            b.s.out = bytes_of(send);
+        }
+        match (root, b.g.leader_index()) {
+            (Some(r), _) => {
+                let rg = b.g.layout.group_of[r];
+                if me == r {
+                    for t in b.g.group.clone().into_iter().filter(|&t| t != me) {
+                        b.recv_into(t, UP, (Buf::Out, t * kw, kw), 0);
+                    }
+                    for gi in (0..nl).filter(|&gi| gi != rg) {
+                        let from = b.g.layout.leaders[gi];
+                        b.recv_group(from, LEAD, gi, kw, LEADER_LATER + 1);
+                    }
+                } else if mine == rg {
+                    b.send(r, UP);
+                } else if b.g.gme == 0 {
+                    b.s.work = vec![0; gsize(&b.g.layout, mine) * kw];
+                    b.s.work[..kw].copy_from_slice(bytemuck::cast_slice(send));
+                    let group = b.g.group.clone();
+                    for (j, &t) in group.iter().enumerate().skip(1) {
+                        b.recv_into(t, UP, (Buf::Work, j * kw, kw), 0);
+                    }
+                    b.send_from(r, LEAD, Buf::Work, group.len() * kw);
+                } else {
+                    b.send(b.g.group[0], UP);
+                }
+            }
+            (None, None) => {
+                b.s.steps.push_back(Step::Send {
+                    to: b.g.group[0],
+                    tag: UP,
+                    src: Buf::Out,
+                    at: me * kw,
+                    len: kw,
+                });
+                let hops = FANOUT_LATER + 2;
+                b.recv_into(b.g.group[0], DOWN, (Buf::Out, 0, n * kw), hops);
+            }
+            (None, Some(li)) => {
+                let gl = b.g.group.len() * kw;
+                b.s.work = vec![0; gl];
+                b.s.work[..kw].copy_from_slice(bytemuck::cast_slice(send));
+                b.pack_group(kw);
+                for s in 1..nl {
+                    let to = b.g.layout.leaders[(li + s) % nl];
+                    b.send_from(to, LEAD, Buf::Work, gl);
+                }
+                for s in 1..nl {
+                    let gi = (li + nl - s) % nl;
+                    let from = b.g.layout.leaders[gi];
+                    b.recv_group(from, LEAD, gi, kw, LEADER_LATER + 1);
+                }
+                for t in b.g.group.clone().into_iter().skip(1) {
+                    b.send_from(t, DOWN, Buf::Out, n * kw);
+                }
+            }
+        }
+        TeamRequest::start(b.s, bytemuck::cast_slice_mut(recv))
     }
 }

@@ -557,7 +557,9 @@ impl Team {
 
     /// Non-blocking [`allgather`](Self::allgather): `send` goes to every
     /// member before this returns (it may be reused at once); the others'
-    /// land in `recv` (n * k elements) by completion.
+    /// land in `recv` (n * k elements) by completion. Across hosts
+    /// hierarchical (L (L - 1) messages across L hosts) once the team's
+    /// blocking collectives are (see `docs/teams.md`).
     pub fn allgather_nb<'a, T: Pod>(
         &self,
         send: &[T],
@@ -578,6 +580,10 @@ impl Team {
             ));
         }
         let (me, seq, h) = self.start::<T>(kind, None, None, k)?;
+        // across hosts as the blocking form (team_hier_nb.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.gather_nb_hier((seq, h, g), None, send, recv));
+        }
         for s in 1..n {
             self.send(seq, 0, &h, (me + s) % n, bytemuck::cast_slice(send))?;
         }

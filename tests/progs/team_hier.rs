@@ -20,13 +20,14 @@
 //!   time N every rank: N world allreduces of one u64, then N of 8 KiB,
 //!          then N split-team barriers; rank 0 prints µs per call
 //!          ("time path=P allreduce8=.. allreduce8k=.. barrier=..")
-//!   nb     the non-blocking barrier, broadcast, reduce and allreduce
+//!   nb     the non-blocking barrier, broadcast, reduce, allreduce,
+//!          gather and allgather
 //!          (hierarchical where the blocking forms are: `team_hier_nb.rs`)
 //!          on the same three teams, results checked, several outstanding
 //!          on one team completed in reverse order; then one call of each
 //!          on the world team, printing what this rank sent to other hosts:
 //!          "nbhier rank R path=P nbbarrier=A nbbroadcast=B nbreduce=C
-//!          nballreduce=D" and "team_hier nb ok (<path>) rank R"
+//!          nballreduce=D nbgather=E nballgather=F" and "team_hier nb ok (<path>) rank R"
 //!   nbop R, nbabsent R  as op and absent, with allreduce_nb
 //!   op R   every rank does a few world collectives, then allreduces with
 //!          Sum, but world rank R with Max: the job ends naming R
@@ -271,8 +272,13 @@ fn nb(pg: Pgas) -> splitrt::Result<()> {
     let b = count(&mut || world.broadcast_nb(0, &mut x)?.wait())?;
     let c = count(&mut || world.reduce_nb(0, &mut x, Op::Sum)?.wait())?;
     let d = count(&mut || world.allreduce_nb(&mut x, Op::Sum)?.wait())?;
+    let mut all = vec![0u64; world.size()];
+    let at_root = if me == 0 { &mut all[..] } else { &mut [] };
+    let e = count(&mut || world.gather_nb(0, &x, at_root)?.wait())?;
+    let f = count(&mut || world.allgather_nb(&x, &mut all)?.wait())?;
     println!(
-        "nbhier rank {me} path={} nbbarrier={a} nbbroadcast={b} nbreduce={c} nballreduce={d}",
+        "nbhier rank {me} path={} nbbarrier={a} nbbroadcast={b} nbreduce={c} nballreduce={d} \
+         nbgather={e} nballgather={f}",
         path(&world)
     );
     pg.barrier()?;
@@ -315,6 +321,24 @@ fn nb_every(t: &Team) -> splitrt::Result<()> {
                 })?;
             }
         }
+        let send: Vec<u32> = (0..len as u32).map(|i| i ^ (me as u32) << 20).collect();
+        let whole = |d: &[u32]| {
+            (0..n).all(|j| (0..len).all(|i| d[j * len + i] == (i as u32) ^ (j as u32) << 20))
+        };
+        for root in 0..n {
+            let mut recv = if me == root {
+                vec![7u32; n * len]
+            } else {
+                vec![]
+            };
+            t.gather_nb(root, &send, &mut recv)?.wait()?;
+            if me == root {
+                check(whole(&recv), || name(&format!("gather to {root} of {len}")))?;
+            }
+        }
+        let mut recv = vec![7u32; n * len];
+        t.allgather_nb(&send, &mut recv)?.wait()?;
+        check(whole(&recv), || name(&format!("allgather of {len}")))?;
         let mut d: Vec<i64> = (0..len as i64).map(|i| i - me as i64).collect();
         t.allreduce_nb(&mut d, Op::Min)?.wait()?;
         check(
