@@ -173,3 +173,58 @@ fn a_rank_in_finish_still_answers_requests() {
         assert_eq!(r.stdout.matches("done").count(), 3, "{fabric}: {r:?}");
     }
 }
+
+/// Self-review fixes (session 10): under `SPLITRT_SPIN_ONLY=1` a wait's
+/// back-off never leaves spinning, and the world barrier looked at its
+/// hang watch only once the back-off was slow: a rank that never arrives
+/// was never reported (the job ran to the launcher's timeout). The clock
+/// is now read every 64th round whatever the back-off.
+#[test]
+fn fixes_a_spin_only_barrier_reports_the_missing_rank() {
+    let t = Instant::now();
+    let r = run_job(
+        2,
+        &example("t_hangs"),
+        &["barrier", "1", "0"],
+        &[
+            ("SPLITRT_HANG_REPORT", "1"),
+            ("SPLITRT_HANG_ABORT", "1"),
+            ("SPLITRT_SPIN_ONLY", "1"),
+        ],
+        20,
+    );
+    assert_ne!(r.code, 124, "ended by the timeout, no report: {r:?}");
+    assert!(
+        r.stderr.contains("gave up after")
+            && r.stderr.contains("for rank 1, which has not entered it"),
+        "{}",
+        r.stderr
+    );
+    assert!(t.elapsed() < Duration::from_secs(15), "{r:?}");
+}
+
+/// As above for `Endpoint::wait_until` (waiting for the answer of a
+/// handler that never returns): under `SPLITRT_SPIN_ONLY=1` it never
+/// reported.
+#[test]
+fn fixes_a_spin_only_wait_until_reports() {
+    let t = Instant::now();
+    let r = run_job(
+        2,
+        &example("t_hangs"),
+        &["stuck_handler", "1"],
+        &[
+            ("SPLITRT_HANG_REPORT", "1"),
+            ("SPLITRT_HANG_ABORT", "1"),
+            ("SPLITRT_SPIN_ONLY", "1"),
+        ],
+        20,
+    );
+    assert_ne!(r.code, 124, "ended by the timeout, no report: {r:?}");
+    assert!(
+        r.stderr.contains("gave up after") && r.stderr.contains("in Endpoint::wait_until"),
+        "{}",
+        r.stderr
+    );
+    assert!(t.elapsed() < Duration::from_secs(15), "{r:?}");
+}
