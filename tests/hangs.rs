@@ -174,6 +174,31 @@ fn a_rank_in_finish_still_answers_requests() {
     }
 }
 
+/// Runs `t_hangs ARGS` on 2 ranks under `SPLITRT_SPIN_ONLY=1` with a 1 s
+/// hang report that ends the job, and checks that it ended by the report
+/// (naming `what`) within 15 s, not by the launcher's 20 s timeout.
+fn spin_only_hang_is_reported(args: &[&str], what: &str) {
+    let t = Instant::now();
+    let r = run_job(
+        2,
+        &example("t_hangs"),
+        args,
+        &[
+            ("SPLITRT_HANG_REPORT", "1"),
+            ("SPLITRT_HANG_ABORT", "1"),
+            ("SPLITRT_SPIN_ONLY", "1"),
+        ],
+        20,
+    );
+    assert_ne!(r.code, 124, "ended by the timeout, no report: {r:?}");
+    assert!(
+        r.stderr.contains("gave up after") && r.stderr.contains(what),
+        "{}",
+        r.stderr
+    );
+    assert!(t.elapsed() < Duration::from_secs(15), "{r:?}");
+}
+
 /// Self-review fixes (session 10): under `SPLITRT_SPIN_ONLY=1` a wait's
 /// back-off never leaves spinning, and the world barrier looked at its
 /// hang watch only once the back-off was slow: a rank that never arrives
@@ -181,26 +206,10 @@ fn a_rank_in_finish_still_answers_requests() {
 /// is now read every 64th round whatever the back-off.
 #[test]
 fn fixes_a_spin_only_barrier_reports_the_missing_rank() {
-    let t = Instant::now();
-    let r = run_job(
-        2,
-        &example("t_hangs"),
+    spin_only_hang_is_reported(
         &["barrier", "1", "0"],
-        &[
-            ("SPLITRT_HANG_REPORT", "1"),
-            ("SPLITRT_HANG_ABORT", "1"),
-            ("SPLITRT_SPIN_ONLY", "1"),
-        ],
-        20,
+        "for rank 1, which has not entered it",
     );
-    assert_ne!(r.code, 124, "ended by the timeout, no report: {r:?}");
-    assert!(
-        r.stderr.contains("gave up after")
-            && r.stderr.contains("for rank 1, which has not entered it"),
-        "{}",
-        r.stderr
-    );
-    assert!(t.elapsed() < Duration::from_secs(15), "{r:?}");
 }
 
 /// As above for `Endpoint::wait_until` (waiting for the answer of a
@@ -208,23 +217,5 @@ fn fixes_a_spin_only_barrier_reports_the_missing_rank() {
 /// reported.
 #[test]
 fn fixes_a_spin_only_wait_until_reports() {
-    let t = Instant::now();
-    let r = run_job(
-        2,
-        &example("t_hangs"),
-        &["stuck_handler", "1"],
-        &[
-            ("SPLITRT_HANG_REPORT", "1"),
-            ("SPLITRT_HANG_ABORT", "1"),
-            ("SPLITRT_SPIN_ONLY", "1"),
-        ],
-        20,
-    );
-    assert_ne!(r.code, 124, "ended by the timeout, no report: {r:?}");
-    assert!(
-        r.stderr.contains("gave up after") && r.stderr.contains("in Endpoint::wait_until"),
-        "{}",
-        r.stderr
-    );
-    assert!(t.elapsed() < Duration::from_secs(15), "{r:?}");
+    spin_only_hang_is_reported(&["stuck_handler", "1"], "in Endpoint::wait_until");
 }
