@@ -158,14 +158,11 @@ impl Team {
         }
         let reg = &i.team_areas;
         reclaim(self, reg);
-        let mine = if reg.held.load(Ordering::Relaxed) < MAX_AREAS {
+        let mine = in_a_slot(&reg.held, || {
             i.heap.lock().alloc_local(TEAM_AREA as u64).ok()
-        } else {
-            None
-        };
+        });
         let own_seg = i.direct[members[me]];
         if let Some(off) = mine {
-            reg.held.fetch_add(1, Ordering::Relaxed);
             // zero and tag it before anyone learns where it is
             if let Some(one) = TeamArea::new(
                 vec![own_seg],
