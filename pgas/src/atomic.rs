@@ -313,27 +313,8 @@ macro_rules! hw_word {
                     .map(|x| x as u64)
                     .map_err(|x| x as u64)
             }
-            fn add(&self, v: u64) -> u64 {
-                self.fetch_add(v as $u, O) as u64
-            }
-            fn sub(&self, v: u64) -> u64 {
-                self.fetch_sub(v as $u, O) as u64
-            }
-            fn and(&self, v: u64) -> u64 {
-                self.fetch_and(v as $u, O) as u64
-            }
-            fn or(&self, v: u64) -> u64 {
-                self.fetch_or(v as $u, O) as u64
-            }
-            fn xor(&self, v: u64) -> u64 {
-                self.fetch_xor(v as $u, O) as u64
-            }
-            fn min(&self, v: u64) -> u64 {
-                self.fetch_min(v as $u, O) as u64
-            }
-            fn max(&self, v: u64) -> u64 {
-                self.fetch_max(v as $u, O) as u64
-            }
+            hw_word!(@fetch $u; add fetch_add, sub fetch_sub, and fetch_and, or fetch_or,
+                xor fetch_xor, min fetch_min, max fetch_max);
             fn signed_min(&self, v: u64) -> u64 {
                 self.signed().fetch_min(v as $u as $i, O) as $u as u64
             }
@@ -349,6 +330,13 @@ macro_rules! hw_word {
                 unsafe { &*(self as *const $a as *const $s) }
             }
         }
+    };
+    // the read-modify-writes with a hardware instruction: `$m(v)` is
+    // `$f(v truncated)`, zero-extended
+    (@fetch $u:ty; $($m:ident $f:ident),*) => {
+        $(fn $m(&self, v: u64) -> u64 {
+            self.$f(v as $u, O) as u64
+        })*
     };
 }
 
