@@ -401,7 +401,22 @@ mod tests {
             Msg::Status(3),
             Msg::Pending(3, Some(Collective::Start), vec![1, 4]),
             Msg::Pending(4, None, vec![]),
+            Msg::Relay(3, vec![1, 1, 7]),
+            Msg::Relay(0, vec![]),
         ]
+    }
+
+    #[test]
+    fn lazyrdma_a_relay_longer_than_its_bound_is_refused() {
+        let ok = Msg::Relay(1, vec![5; MAX_RELAY]);
+        assert_eq!(Msg::decode(&ok.encode_body()).unwrap(), ok);
+        let long = Msg::Relay(1, vec![5; MAX_RELAY + 1]).encode_body();
+        let e = Msg::decode(&long).unwrap_err().to_string();
+        assert!(e.contains("relayed message"), "{e}");
+        // a length word past the body: refused, not read past
+        let mut cut = Msg::Relay(1, vec![5; 8]).encode_body();
+        cut.truncate(cut.len() - 1);
+        assert!(Msg::decode(&cut).is_err());
     }
 
     #[test]
