@@ -86,3 +86,44 @@ fn lazyrdma_every_rank_to_every_rank_holds_a_queue_pair_per_peer() {
         assert_eq!((after.0, after.1), (size, size), "rank {r}");
     }
 }
+
+/// The model's numbers for docs/scale.md: per rank, queue pairs, pools and
+/// pinned bytes at start and after each rank talked to k of its N - 1
+/// peers (rank r with r xor 1 ..= r xor k: every rank exactly k, both ways
+/// on the same pair). Counts are checked; bytes printed
+/// (`cargo test -p splitrt --test verbs_model_lazy scale -- --nocapture`).
+#[test]
+fn lazyrdma_scale_per_rank_state_after_k_of_n_peers() {
+    let pool = config(1 << 20, 16).rdma().pool_bytes() as u64;
+    for (size, ks) in [
+        (16usize, &[0usize, 1, 4, 15][..]),
+        (64, &[0, 1, 4, 16, 63][..]),
+    ] {
+        for (i, &k) in ks.iter().enumerate() {
+            // `to` is a fn pointer: k goes through a table of them
+            let to: fn(usize, usize) -> Vec<usize> = match k {
+                0 => |_, _| vec![],
+                1 => |r, _| vec![r ^ 1],
+                4 => |r, _| (1..=4).map(|j| r ^ j).collect(),
+                16 => |r, _| (1..=16).map(|j| r ^ j).collect(),
+                _ => |r, n| (1..n).map(|j| r ^ j).collect(),
+            };
+            let rows = talk(size, to, 70 + i as u64);
+            let [start, after] = rows[0];
+            for (r, [s, a]) in rows.iter().enumerate() {
+                assert_eq!((s.0, s.1), (0, 0), "rank {r} of {size} at start");
+                assert_eq!((a.0, a.1), (k, k), "rank {r} of {size} after {k} peers");
+                assert_eq!(a.2, k as u64 * pool + size as u64 * 16, "rank {r}");
+            }
+            eprintln!(
+                "lazyrdma scale: N {size:3} k {k:3}: at start {} QPs {} B pinned; after {} QPs {} pools {} B pinned (eager: {size} QPs, {} B)",
+                start.0,
+                start.2,
+                after.0,
+                after.1,
+                after.2,
+                size as u64 * (pool + 16)
+            );
+        }
+    }
+}
