@@ -929,6 +929,15 @@ impl<V: Verbs> RdmaFabric<V> {
                         self.arrived[h.channel]
                             .lock()
                             .push_back(Arrival { peer, index, len });
+                        if !self.ready[peer].load(Ordering::Relaxed) {
+                            // the peer sent over the pair, so it connected
+                            // its side: this rank may send too (its READY
+                            // may still be on the way through the relay)
+                            let remote = d.links[peer].as_ref().and_then(|l| l.remote);
+                            if remote.is_some() {
+                                self.set_link(d, peer, remote, true);
+                            }
+                        }
                     }
                     K_SEND => {
                         d.outstanding[peer] -= 1;
