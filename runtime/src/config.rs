@@ -603,6 +603,8 @@ impl Config {
             buffer_size: self.ibv_buffer_size,
             max_medium: self.max_medium,
             reg_cache: self.ibv_reg_cache,
+            // a peer that never answers is named within a hang report's time
+            connect_timeout: self.hang_report.unwrap_or(Duration::from_secs(60)),
             ..Default::default()
         }
     }

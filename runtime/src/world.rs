@@ -10,6 +10,7 @@ use crate::fabric::hybrid::Hybrid;
 use crate::fabric::rdma::device::{self, IbvDevice};
 #[cfg(feature = "test-doubles")]
 use crate::fabric::rdma::model::ModelDevice;
+use crate::fabric::rdma::on_demand::SideChannel;
 use crate::fabric::rdma::wire::Card;
 use crate::fabric::rdma::PendingRdma;
 use crate::fabric::shm::{PendingShm, ShmFabric};
@@ -27,7 +28,7 @@ fn open_rdma(job: &JobInfo, config: &Config) -> Result<PendingRdma<IbvDevice>> {
     let cfg = config.rdma();
     let needed = config.segment_size as u64 + cfg.pinned_bytes(job.size);
     let dev = device::open(&device::DeviceChoice::from_env(needed)?)?;
-    PendingRdma::with_own_segment(dev, job.rank, job.size, config.segment_size, cfg)
+    PendingRdma::with_own_segment_lazy(dev, job.rank, job.size, config.segment_size, cfg)
 }
 
 /// A rank's RDMA side before it connects: the real device, or the verbs
@@ -48,12 +49,28 @@ impl RdmaStart {
         }
     }
 
-    fn connect(self, cards: &[Card]) -> Result<AnyFabric> {
+    /// Queue pairs are made on first contact, connected through `side`
+    /// (the bootstrap's relay; none in a job of one rank).
+    fn connect(self, cards: &[Card], side: Option<Box<dyn SideChannel>>) -> Result<AnyFabric> {
         Ok(match self {
-            RdmaStart::Device(p) => AnyFabric::Rdma((*p).connect(cards)?),
+            RdmaStart::Device(p) => AnyFabric::Rdma((*p).connect_lazy(cards, side)?),
             #[cfg(feature = "test-doubles")]
-            RdmaStart::Model(p) => AnyFabric::RdmaModel((*p).connect(cards)?),
+            RdmaStart::Model(p) => AnyFabric::RdmaModel((*p).connect_lazy(cards, side)?),
         })
+    }
+}
+
+/// The ibverbs fabric connects its queue pairs on first contact through
+/// the bootstrap connection's relay (sealed under the job key).
+impl SideChannel for crate::bootstrap::Relay {
+    fn send(&self, to: usize, msg: &[u8]) -> Result<()> {
+        crate::bootstrap::Relay::send(self, to, msg)
+    }
+    fn pending(&self) -> bool {
+        crate::bootstrap::Relay::pending(self)
+    }
+    fn take(&self) -> Option<(usize, Vec<u8>)> {
+        crate::bootstrap::Relay::take(self)
     }
 }
 
@@ -191,9 +208,14 @@ impl World {
         let rank = job.rank;
         config.fabric = FabricKind::Ibverbs;
         config.validate().map_err(|e| e.at_rank(rank))?;
-        let p =
-            PendingRdma::with_own_segment(dev, rank, job.size, config.segment_size, config.rdma())
-                .map_err(|e| e.at_rank(rank))?;
+        let p = PendingRdma::with_own_segment_lazy(
+            dev,
+            rank,
+            job.size,
+            config.segment_size,
+            config.rdma(),
+        )
+        .map_err(|e| e.at_rank(rank))?;
         Self::start_inner(job, config, table, Some(RdmaStart::Model(Box::new(p))))
     }
 
@@ -409,7 +431,11 @@ impl World {
                         .collect::<Result<Vec<_>>>()
                         .map_err(fail)?
                 };
-                r.connect(&cards).map_err(fail)?
+                let side = link
+                    .boot
+                    .as_ref()
+                    .map(|c| Box::new(c.relay()) as Box<dyn SideChannel>);
+                r.connect(&cards, side).map_err(fail)?
             }
             (Some(s), None) => AnyFabric::Shm(s),
             (None, Some(u)) => AnyFabric::Udp(

@@ -3,6 +3,7 @@
 //! status answers so waiting code can check them without blocking.
 
 use super::auth::{self, HandshakeError, Sealer};
+use super::relay::{Relay, RelayInbox};
 use super::wire::{Collective, Hello, Msg, Peer};
 use crate::deadline::Deadline;
 use crate::key::JobKey;
@@ -36,8 +37,10 @@ struct Shared {
 /// A rank's connection to the bootstrap rendezvous.
 pub struct Client {
     rank: usize,
-    writer: Mutex<(TcpStream, Sealer)>,
+    size: usize,
+    writer: Arc<Mutex<(TcpStream, Sealer)>>,
     shared: Arc<Shared>,
+    relays: Arc<RelayInbox>,
 }
 
 /// Connect and authenticate, retrying while the server is not there yet or
@@ -104,6 +107,7 @@ impl Client {
         timeout: Duration,
     ) -> Result<(Client, Vec<Peer>)> {
         let rank = hello.rank as usize;
+        let size = hello.size as usize;
         let deadline = Instant::now() + timeout;
         let sockaddr = addr
             .to_socket_addrs()
@@ -162,6 +166,8 @@ impl Client {
             .try_clone()
             .map_err(|e| Error::io("bootstrap socket", e))?;
         let sh = shared.clone();
+        let relays = Arc::new(RelayInbox::new(size));
+        let inbox = relays.clone();
         std::thread::Builder::new()
             .name("splitrt-boot".into())
             .stack_size(256 << 10)
@@ -182,6 +188,7 @@ impl Client {
                         });
                     }
                     Ok(Some(Msg::Abort(r, why))) => return fail(format!("rank {r} failed: {why}")),
+                    Ok(Some(Msg::Relay(from, msg))) => inbox.push(from as usize, msg),
                     Ok(Some(m)) => return fail(format!("unexpected bootstrap message {m:?}")),
                     Ok(None) | Err(_) => {
                         if !sh.finishing.load(Ordering::Acquire) {
@@ -198,8 +205,10 @@ impl Client {
         Ok((
             Client {
                 rank,
-                writer: Mutex::new((stream, sealer)),
+                size,
+                writer: Arc::new(Mutex::new((stream, sealer))),
                 shared,
+                relays,
             },
             peers,
         ))
@@ -253,6 +262,17 @@ impl Client {
     pub fn abort(&self, why: &str) {
         self.shared.finishing.store(true, Ordering::Release);
         let _ = self.send(&Msg::Abort(self.rank as u32, why.to_string()));
+    }
+
+    /// A handle on this connection's relay (messages to and from other
+    /// ranks through the rendezvous, [`Relay`]).
+    pub fn relay(&self) -> Relay {
+        Relay::new(
+            self.rank,
+            self.size,
+            self.writer.clone(),
+            self.relays.clone(),
+        )
     }
 
     /// Say goodbye after the exit barrier (best effort: the job is done).

@@ -10,11 +10,13 @@ mod client;
 mod hosted;
 pub mod pmi2;
 mod private_dir;
+mod relay;
 mod server;
 pub mod wire;
 
 pub use client::{BarrierStatus, Client};
 pub use hosted::Hosted;
 pub use private_dir::PrivateDir;
+pub use relay::Relay;
 pub use server::{Culprit, Server, ServerStats, EVICT_AFTER, HANDSHAKE_TIMEOUT, MAX_PENDING};
 pub use wire::{Collective, Hello, Msg, Peer};

@@ -626,6 +626,20 @@ fn serve(
                 send(c, &Msg::Pending(epoch, kind, missing));
             }
             Msg::Bye => c.bye = true,
+            Msg::Relay(to, msg) => {
+                // forwarded as sent (the server reads nothing of it); a
+                // relay to a rank outside the job is the sender's failure
+                let to = to as usize;
+                if to >= size {
+                    let why = format!("relayed a message to rank {to} of a job of {size}");
+                    failure.get_or_insert(Error::protocol(format!("rank {r} {why}")));
+                    fail(&mut conns, r, why);
+                    continue;
+                }
+                if let Some(t) = conns.values_mut().find(|t| t.open && t.rank == to) {
+                    send(t, &Msg::Relay(r as u32, msg));
+                }
+            }
             Msg::Abort(_, why) => {
                 c.bye = true;
                 failure.get_or_insert(Error::new(ErrorKind::PeerFailed(format!(

@@ -11,6 +11,9 @@ use std::io::{Read, Write};
 /// Largest frame accepted (bytes after the length word).
 pub const MAX_FRAME: usize = 16 << 20;
 
+/// Largest message one rank relays to another ([`Msg::Relay`]).
+pub const MAX_RELAY: usize = 256;
+
 /// A rank's introduction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -108,6 +111,11 @@ pub enum Msg {
     /// server -> rank: barrier `.0` (kind `.1`, if any rank entered it) still
     /// waits for ranks `.2`.
     Pending(u64, Option<Collective>, Vec<u32>),
+    /// either way: a fabric's message for another rank (at most
+    /// [`MAX_RELAY`] bytes; the ibverbs fabric's connection set-up). To the
+    /// server `.0` is the rank it is for; from the server, the rank that
+    /// sent it.
+    Relay(u32, Vec<u8>),
 }
 
 const T_HELLO: u8 = 1;
@@ -119,6 +127,7 @@ const T_BYE: u8 = 6;
 const T_ABORT: u8 = 7;
 const T_STATUS: u8 = 8;
 const T_PENDING: u8 = 9;
+const T_RELAY: u8 = 10;
 
 struct Enc(Vec<u8>);
 impl Enc {
@@ -237,6 +246,11 @@ impl Msg {
                     e.u32(*r);
                 }
             }
+            Msg::Relay(r, b) => {
+                e.0.push(T_RELAY);
+                e.u32(*r);
+                e.bytes(b);
+            }
         }
         e.0
     }
@@ -302,6 +316,17 @@ impl Msg {
                 let count = d.count()?;
                 let missing = (0..count).map(|_| d.u32()).collect::<Result<_>>()?;
                 Msg::Pending(n, k, missing)
+            }
+            T_RELAY => {
+                let r = d.u32()?;
+                let b = d.bytes()?;
+                if b.len() > MAX_RELAY {
+                    return Err(Error::protocol(format!(
+                        "a relayed message of {} B (at most {MAX_RELAY})",
+                        b.len()
+                    )));
+                }
+                Msg::Relay(r, b.to_vec())
             }
             t => {
                 return Err(Error::protocol(format!(
@@ -376,7 +401,22 @@ mod tests {
             Msg::Status(3),
             Msg::Pending(3, Some(Collective::Start), vec![1, 4]),
             Msg::Pending(4, None, vec![]),
+            Msg::Relay(3, vec![1, 1, 7]),
+            Msg::Relay(0, vec![]),
         ]
+    }
+
+    #[test]
+    fn lazyrdma_a_relay_longer_than_its_bound_is_refused() {
+        let ok = Msg::Relay(1, vec![5; MAX_RELAY]);
+        assert_eq!(Msg::decode(&ok.encode_body()).unwrap(), ok);
+        let long = Msg::Relay(1, vec![5; MAX_RELAY + 1]).encode_body();
+        let e = Msg::decode(&long).unwrap_err().to_string();
+        assert!(e.contains("relayed message"), "{e}");
+        // a length word past the body: refused, not read past
+        let mut cut = Msg::Relay(1, vec![5; 8]).encode_body();
+        cut.truncate(cut.len() - 1);
+        assert!(Msg::decode(&cut).is_err());
     }
 
     #[test]

@@ -25,8 +25,11 @@
 //! peer and the verb's status.
 
 use super::credits::Credits;
+use super::on_demand::{ConnectMsg, PeerLink, PeerStateStats, SideChannel};
 use super::reg_cache::{RegCache, RegCacheStats};
-use super::verbs::{Access, Completion, Op, QpCaps, QpId, Region, SendWr, Verbs, WcKind, WcStatus};
+use super::verbs::{
+    Access, Completion, Op, QpCaps, QpEndpoint, QpId, Region, SendWr, Verbs, WcKind, WcStatus,
+};
 use super::wire::{BufHeader, Card, HEADER};
 use crate::fabric::frames::{self, OutMsg, Reassembler, SegmentSink};
 use crate::fabric::{Channel, Delivery, Fabric, Packet, RemoteMemory, SegmentRef, MAX_WORDS};
@@ -35,9 +38,9 @@ use crate::{Error, ErrorKind, Result};
 use memmap2::MmapMut;
 use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 mod runs;
 
@@ -57,6 +60,11 @@ pub struct RdmaConfig {
     /// stale-page hazard [`super::reg_cache`] describes; opt in with
     /// `SPLITRT_IBV_REG_CACHE`).
     pub reg_cache: usize,
+    /// Longest wait for a peer to answer a connection request (made on
+    /// first contact, [`super::on_demand`]); a job sets it to the hang
+    /// report's time (`SPLITRT_HANG_REPORT`), so a peer that never answers
+    /// is named within the bound a hang would be reported in.
+    pub connect_timeout: Duration,
 }
 
 impl Default for RdmaConfig {
@@ -67,6 +75,7 @@ impl Default for RdmaConfig {
             max_medium: 65536,
             max_inline: 128,
             reg_cache: 0,
+            connect_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -91,10 +100,16 @@ impl RdmaConfig {
     }
 
     /// Bytes of registered (pinned) memory the fabric needs besides the
-    /// segment, for `size` ranks.
+    /// segment, for `size` ranks once it talked to all of them (a pool per
+    /// contacted peer, made on first contact, and the credit mailbox).
     pub fn pinned_bytes(&self, size: usize) -> u64 {
-        let per_peer = 4 * self.buffers as u64 * self.buffer_size as u64;
-        size as u64 * (per_peer + 32) + 4096
+        size as u64 * (self.pool_bytes() as u64 + 16) + 4096
+    }
+
+    /// Bytes of one peer's registered buffer pool: `2 × buffers` receive
+    /// and as many send buffers, and its two credit slots.
+    pub fn pool_bytes(&self) -> usize {
+        4 * self.buffers as usize * self.buffer_size + 2 * 8
     }
 }
 
@@ -144,8 +159,15 @@ struct Remote {
 /// Everything behind the device lock.
 struct Dev<V: Verbs> {
     verbs: V,
-    qps: Vec<QpId>,
-    pool: Region,
+    /// Per peer: the connection, once contacted (8 B per peer before).
+    links: Vec<Option<Box<PeerLink>>>,
+    /// The capabilities every queue pair is created with.
+    caps: QpCaps,
+    /// How connection messages travel (none: eager, every peer connected
+    /// by [`PendingRdma::connect`]).
+    side: Option<Box<dyn SideChannel>>,
+    /// Connection messages refused.
+    refused: u64,
     mail: Region,
     seg: Region,
     remote: Vec<Remote>,
@@ -181,8 +203,25 @@ struct Dev<V: Verbs> {
     cache: RegCache,
 }
 
-/// A rank's ibverbs fabric before it is connected: its queue pairs exist,
-/// receives are posted, its card is ready to publish.
+impl<V: Verbs> Dev<V> {
+    /// This rank's queue pair toward `peer` (a number no device knows if
+    /// there is none: a post on it fails).
+    fn qp(&self, peer: usize) -> QpId {
+        self.links[peer].as_ref().map_or(QpId(u32::MAX), |l| l.qp)
+    }
+}
+
+/// A peer's registered buffer pool (made on first contact): receive
+/// buffers, then send buffers, then the two credit slots.
+struct PeerPool {
+    map: MmapMut,
+    region: Region,
+}
+
+/// A rank's ibverbs fabric before it is connected: its segment and mailbox
+/// are registered, its card is ready to publish. Queue pairs and buffer
+/// pools come per peer on first contact ([`connect_lazy`](Self::connect_lazy)),
+/// or all at once for [`card`](Self::card) and [`connect`](Self::connect).
 pub struct PendingRdma<V: Verbs> {
     inner: RdmaFabric<V>,
 }
@@ -193,7 +232,11 @@ pub struct RdmaFabric<V: Verbs> {
     size: usize,
     cfg: RdmaConfig,
     seg: SegmentRef,
-    pool: MmapMut,
+    /// Per peer: its buffer pool once contacted (set once under the device
+    /// lock, read without it).
+    mem: Vec<OnceLock<Box<PeerPool>>>,
+    /// Per peer: the connection is ready (the fast path's one load).
+    ready: Vec<AtomicBool>,
     mailbox: MmapMut,
     dev: Mutex<Dev<V>>,
     arrived: [Mutex<VecDeque<Arrival>>; 2],
@@ -228,6 +271,31 @@ impl<V: Verbs> PendingRdma<V> {
     /// returned fabric lives: the device and the peers (RDMA writes, Long
     /// payloads) write into it at any time.
     pub unsafe fn new(
+        verbs: V,
+        rank: usize,
+        size: usize,
+        seg: SegmentRef,
+        cfg: RdmaConfig,
+    ) -> Result<PendingRdma<V>> {
+        // SAFETY: this function's contract, passed on.
+        let p = unsafe { Self::new_lazy(verbs, rank, size, seg, cfg) }?;
+        {
+            let f = &p.inner;
+            let mut d = f.dev.lock();
+            for peer in 0..size {
+                f.open_peer(&mut d, peer)?;
+            }
+        }
+        Ok(p)
+    }
+
+    /// [`new`](Self::new) with nothing made per peer: a peer's queue pair
+    /// and buffer pool come on first contact, once connected by
+    /// [`connect_lazy`](Self::connect_lazy) (how a job starts).
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new).
+    pub unsafe fn new_lazy(
         mut verbs: V,
         rank: usize,
         size: usize,
@@ -236,21 +304,16 @@ impl<V: Verbs> PendingRdma<V> {
     ) -> Result<PendingRdma<V>> {
         cfg.validate().map_err(Error::config)?;
         let nb = 2 * cfg.buffers as usize;
-        let pool_len = size * 2 * nb * cfg.buffer_size + size * 2 * 8;
-        let mut pool =
-            MmapMut::map_anon(pool_len).map_err(|e| Error::io("mapping the ibverbs buffers", e))?;
         let mut mailbox = MmapMut::map_anon(size * 2 * 8)
             .map_err(|e| Error::io("mapping the ibverbs mailbox", e))?;
         let at = |e: Error| e.at_rank(rank);
-        // The three registrations: the pool and the mailbox are this
-        // fabric's own mappings, moved into it below and unmapped only
-        // after Drop deregistered them; the segment is alive as long as the
-        // fabric (this function's contract). All three are accessed only
-        // through raw pointers and atomics, never Rust references the
-        // device's writes could invalidate.
-        // SAFETY: `register`'s contract, for the pool (as just said).
-        let pool_r =
-            unsafe { verbs.register(pool.as_mut_ptr(), pool_len, Access::Local) }.map_err(at)?;
+        // The two registrations made at start: the mailbox is this fabric's
+        // own mapping, moved into it below and unmapped only after Drop
+        // deregistered it; the segment is alive as long as the fabric (this
+        // function's contract). Both are accessed only through raw pointers
+        // and atomics, never Rust references the device's writes could
+        // invalidate. (Each peer's buffer pool is registered on first
+        // contact, `open_peer`.)
         // SAFETY: `register`'s contract, for the mailbox (as said above).
         let mail_r =
             unsafe { verbs.register(mailbox.as_mut_ptr(), mailbox.len(), Access::RemoteReadWrite) }
@@ -266,23 +329,20 @@ impl<V: Verbs> PendingRdma<V> {
             // peers write Long payloads and puts, read gets, credit reports
             remote: Access::RemoteReadWrite,
         };
-        let mut qps = Vec::with_capacity(size);
-        for _ in 0..size {
-            qps.push(verbs.create_qp(caps).map_err(at)?);
-        }
-        let inline = qps.first().map_or(0, |&q| verbs.max_inline(q));
         let dev = Dev {
             verbs,
-            qps,
-            pool: pool_r,
+            links: (0..size).map(|_| None).collect(),
+            caps,
+            side: None,
+            refused: 0,
             mail: mail_r,
             seg: seg_r,
             remote: Vec::new(),
             credits: (0..size).map(|_| Credits::new(cfg.buffers)).collect(),
-            free_send: (0..size).map(|_| (0..nb as u32).rev().collect()).collect(),
+            free_send: (0..size).map(|_| Vec::new()).collect(),
             outstanding: vec![0; size],
             send_depth,
-            inline,
+            inline: 0,
             rma_pending: 0,
             nb_posted: vec![0; size],
             nb_done: vec![0; size],
@@ -298,7 +358,8 @@ impl<V: Verbs> PendingRdma<V> {
             size,
             cfg,
             seg,
-            pool,
+            mem: (0..size).map(|_| OnceLock::new()).collect(),
+            ready: (0..size).map(|_| AtomicBool::new(false)).collect(),
             mailbox,
             dev: Mutex::new(dev),
             arrived: Default::default(),
@@ -312,15 +373,6 @@ impl<V: Verbs> PendingRdma<V> {
             frozen: Arc::default(),
             closed: false,
         };
-        // every receive is posted before anyone can send
-        {
-            let mut d = f.dev.lock();
-            for p in 0..size {
-                for i in 0..nb as u32 {
-                    f.post_recv(&mut d, p, i).map_err(at)?;
-                }
-            }
-        }
         Ok(PendingRdma { inner: f })
     }
 
@@ -333,41 +385,82 @@ impl<V: Verbs> PendingRdma<V> {
         seg_len: usize,
         cfg: RdmaConfig,
     ) -> Result<PendingRdma<V>> {
+        Self::own_segment(verbs, rank, size, seg_len, cfg, true)
+    }
+
+    /// [`new_lazy`](Self::new_lazy) with a private segment of `seg_len`
+    /// bytes (the fabric maps and owns it).
+    pub fn with_own_segment_lazy(
+        verbs: V,
+        rank: usize,
+        size: usize,
+        seg_len: usize,
+        cfg: RdmaConfig,
+    ) -> Result<PendingRdma<V>> {
+        Self::own_segment(verbs, rank, size, seg_len, cfg, false)
+    }
+
+    fn own_segment(
+        verbs: V,
+        rank: usize,
+        size: usize,
+        seg_len: usize,
+        cfg: RdmaConfig,
+        eager: bool,
+    ) -> Result<PendingRdma<V>> {
         let mut m = MmapMut::map_anon(seg_len.max(1))
             .map_err(|e| Error::io(format!("mapping a {seg_len} B segment"), e).at_rank(rank))?;
         // SAFETY: `m` is the fabric's own mapping of `seg_len` bytes (at
         // least), kept in `own_seg` as long as the fabric.
         let seg = unsafe { SegmentRef::new(m.as_mut_ptr(), seg_len) };
-        // SAFETY: `seg` covers `m`, kept in `own_seg` as long as the fabric.
-        let mut p = unsafe { Self::new(verbs, rank, size, seg, cfg) }?;
+        let mut p = if eager {
+            // SAFETY: `seg` covers `m`, kept in `own_seg` as long as the fabric.
+            unsafe { Self::new(verbs, rank, size, seg, cfg) }?
+        } else {
+            // SAFETY: as for `new` just above.
+            unsafe { Self::new_lazy(verbs, rank, size, seg, cfg) }?
+        };
         p.inner.own_seg = Some(m);
         Ok(p)
     }
 
-    /// This rank's card, for every peer (through the bootstrap).
+    /// This rank's card, for every peer (through the bootstrap): its
+    /// segment and mailbox, and a queue pair for every peer if the fabric
+    /// was made eager ([`new`](Self::new)), none if lazy
+    /// ([`new_lazy`](Self::new_lazy): 40 bytes whatever the job's size).
     pub fn card(&self) -> Card {
         let d = self.inner.dev.lock();
+        let qps = if d.links.iter().all(Option::is_some) {
+            d.links
+                .iter()
+                .flatten()
+                .map(|l| d.verbs.endpoint(l.qp))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Card {
+            qps,
+            ..Self::fixed_card(&d)
+        }
+    }
+
+    fn fixed_card(d: &Dev<V>) -> Card {
         Card {
             seg_addr: d.seg.addr,
             seg_len: d.seg.len as u64,
             seg_rkey: d.seg.rkey,
             mail_addr: d.mail.addr,
             mail_rkey: d.mail.rkey,
-            qps: d.qps.iter().map(|&q| d.verbs.endpoint(q)).collect(),
+            qps: Vec::new(),
         }
     }
 
-    /// Connect to every peer from their cards (indexed by rank).
+    /// Connect to every peer from their cards (indexed by rank, each from
+    /// [`card`](Self::card)).
     pub fn connect(self, cards: &[Card]) -> Result<RdmaFabric<V>> {
         let mut f = self.inner;
-        if cards.len() != f.size {
-            return Err(Error::protocol(format!(
-                "{} ibverbs cards for {} ranks",
-                cards.len(),
-                f.size
-            ))
-            .at_rank(f.rank));
-        }
+        f.learn(cards)?;
         {
             let mut d = f.dev.lock();
             for (p, c) in cards.iter().enumerate() {
@@ -379,25 +472,300 @@ impl<V: Verbs> PendingRdma<V> {
                     ))
                     .at_rank(f.rank));
                 }
-                let q = d.qps[p];
+                let q = f.open_peer(&mut d, p)?;
                 d.verbs
                     .connect(q, &c.qps[f.rank])
                     .map_err(|e| e.at_rank(f.rank).with_peer(p))?;
-                d.remote.push(Remote {
-                    seg_addr: c.seg_addr,
-                    seg_len: c.seg_len,
-                    seg_rkey: c.seg_rkey,
-                    mail_addr: c.mail_addr,
-                    mail_rkey: c.mail_rkey,
-                });
+                if let Some(l) = d.links[p].as_mut() {
+                    l.remote = Some(c.qps[f.rank]);
+                    l.ready = true;
+                }
+                f.ready[p].store(true, Ordering::Release);
             }
         }
-        f.seg_lens = cards.iter().map(|c| c.seg_len).collect();
+        Ok(f)
+    }
+
+    /// Learn every peer's segment and mailbox from their cards (indexed by
+    /// rank; queue pairs in them are ignored) and connect to each on first
+    /// contact through `side` ([`super::on_demand`]): nothing per peer is
+    /// made now.
+    /// (`None`: a job of one rank, which talks only to itself).
+    pub fn connect_lazy(
+        self,
+        cards: &[Card],
+        side: Option<Box<dyn SideChannel>>,
+    ) -> Result<RdmaFabric<V>> {
+        let mut f = self.inner;
+        f.learn(cards)?;
+        f.dev.get_mut().side = side;
         Ok(f)
     }
 }
 
 impl<V: Verbs> RdmaFabric<V> {
+    /// Each peer's segment and mailbox, from the cards (indexed by rank).
+    fn learn(&mut self, cards: &[Card]) -> Result<()> {
+        if cards.len() != self.size {
+            return Err(Error::protocol(format!(
+                "{} ibverbs cards for {} ranks",
+                cards.len(),
+                self.size
+            ))
+            .at_rank(self.rank));
+        }
+        self.dev.get_mut().remote = cards
+            .iter()
+            .map(|c| Remote {
+                seg_addr: c.seg_addr,
+                seg_len: c.seg_len,
+                seg_rkey: c.seg_rkey,
+                mail_addr: c.mail_addr,
+                mail_rkey: c.mail_rkey,
+            })
+            .collect();
+        self.seg_lens = cards.iter().map(|c| c.seg_len).collect();
+        Ok(())
+    }
+
+    /// This rank's queue pair toward `peer`, made now with its buffer pool
+    /// (registered, every receive posted) if it has none yet.
+    fn open_peer(&self, d: &mut Dev<V>, peer: usize) -> Result<QpId> {
+        if let Some(l) = &d.links[peer] {
+            return Ok(l.qp);
+        }
+        let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
+        let len = self.cfg.pool_bytes();
+        let mut map = MmapMut::map_anon(len)
+            .map_err(|e| at(Error::io("mapping an ibverbs buffer pool", e)))?;
+        // SAFETY: `register`'s contract: the pool is this fabric's own
+        // mapping, kept in `mem` as long as the fabric and unmapped only
+        // after Drop deregistered it; it is accessed only through raw
+        // pointers, never references the device's writes could invalidate.
+        let region =
+            unsafe { d.verbs.register(map.as_mut_ptr(), len, Access::Local) }.map_err(at)?;
+        let qp = match d.verbs.create_qp(d.caps) {
+            Ok(q) => q,
+            Err(e) => {
+                let _ = d.verbs.deregister(&region);
+                return Err(at(e));
+            }
+        };
+        if self.mem[peer]
+            .set(Box::new(PeerPool { map, region }))
+            .is_err()
+        {
+            // set only here, under the device lock, right before `links`
+            let _ = d.verbs.destroy_qp(qp);
+            let _ = d.verbs.deregister(&region);
+            return Err(at(Error::protocol("an ibverbs buffer pool made twice")));
+        }
+        d.inline = d.verbs.max_inline(qp);
+        let nb = self.nb() as u32;
+        d.free_send[peer] = (0..nb).rev().collect();
+        d.links[peer] = Some(Box::new(PeerLink {
+            qp,
+            remote: None,
+            asked: None,
+            ready: false,
+        }));
+        // every receive is posted before the peer can learn of this queue pair
+        for i in 0..nb {
+            self.post_recv(d, peer, i).map_err(at)?;
+        }
+        Ok(qp)
+    }
+
+    /// Make sure `peer` is connected (the one load of the fast path), else
+    /// connect now ([`super::on_demand`]), calling `stall` (if given)
+    /// while waiting for the peer's answer.
+    #[inline]
+    fn ensure(&self, peer: usize, stall: Option<&mut dyn FnMut(u32) -> Result<()>>) -> Result<()> {
+        if self.ready[peer].load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.connect_peer(peer, stall)
+    }
+
+    #[cold]
+    fn connect_peer(
+        &self,
+        peer: usize,
+        mut stall: Option<&mut dyn FnMut(u32) -> Result<()>>,
+    ) -> Result<()> {
+        let since = Instant::now();
+        let mut waits = 0u32;
+        loop {
+            {
+                let mut d = self.dev.lock();
+                self.reap(&mut d)?;
+                self.serve_side(&mut d)?;
+                if self.step_connect(&mut d, peer)? {
+                    return Ok(());
+                }
+            }
+            if since.elapsed() >= self.cfg.connect_timeout {
+                return Err(Error::new(ErrorKind::Timeout(format!(
+                    "ibverbs: rank {peer} did not answer this rank's connection request \
+                     within {:.1} s (the hang report's bound, SPLITRT_HANG_REPORT): is it \
+                     still running, and does it make progress (poll, wait, barrier)?",
+                    self.cfg.connect_timeout.as_secs_f64()
+                )))
+                .at_rank(self.rank)
+                .with_peer(peer));
+            }
+            match stall.as_mut() {
+                Some(s) => s(waits).map_err(|e| e.at_rank(self.rank))?,
+                None if waits < 64 => std::thread::yield_now(),
+                None => std::thread::sleep(Duration::from_micros(50)),
+            }
+            waits = waits.saturating_add(1);
+        }
+    }
+
+    /// One step toward `peer`'s connection: make the queue pair, ask (once);
+    /// `true` once ready.
+    fn step_connect(&self, d: &mut Dev<V>, peer: usize) -> Result<bool> {
+        let qp = self.open_peer(d, peer)?;
+        let l = **d.links[peer].as_ref().expect("opened just above");
+        if l.ready {
+            self.ready[peer].store(true, Ordering::Release);
+            return Ok(true);
+        }
+        let me = d.verbs.endpoint(qp);
+        if peer == self.rank {
+            // talking to itself: its queue pair connects to itself
+            d.verbs.connect(qp, &me).map_err(|e| e.at_rank(self.rank))?;
+            self.set_link(d, peer, Some(me), true);
+            return Ok(true);
+        }
+        if l.asked.is_none() && l.remote.is_none() {
+            let Some(side) = d.side.as_ref() else {
+                return Err(Error::usage(format!(
+                    "ibverbs: no connection to rank {peer} and no side channel to make one \
+                     (an eager fabric is connected by PendingRdma::connect)"
+                ))
+                .at_rank(self.rank)
+                .with_peer(peer));
+            };
+            side.send(peer, &ConnectMsg::Request(me).encode())
+                .map_err(|e| e.at_rank(self.rank).with_peer(peer))?;
+            if let Some(l) = d.links[peer].as_mut() {
+                l.asked = Some(Instant::now());
+            }
+        }
+        Ok(false)
+    }
+
+    fn set_link(&self, d: &mut Dev<V>, peer: usize, remote: Option<QpEndpoint>, ready: bool) {
+        if let Some(l) = d.links[peer].as_mut() {
+            l.remote = remote;
+            l.ready |= ready;
+        }
+        if ready {
+            self.ready[peer].store(true, Ordering::Release);
+        }
+    }
+
+    /// Answer the connection messages waiting on the side channel (a
+    /// bounded number a call).
+    fn serve_side(&self, d: &mut Dev<V>) -> Result<()> {
+        if !d.side.as_ref().is_some_and(|s| s.pending()) {
+            return Ok(());
+        }
+        for _ in 0..256 {
+            let Some((from, msg)) = d.side.as_ref().and_then(|s| s.take()) else {
+                break;
+            };
+            self.on_connect_msg(d, from, &msg)?;
+        }
+        Ok(())
+    }
+
+    /// One connection message from rank `from` ([`super::on_demand`]);
+    /// anything malformed or out of turn is refused (counted, dropped).
+    fn on_connect_msg(&self, d: &mut Dev<V>, from: usize, msg: &[u8]) -> Result<()> {
+        if from >= self.size || from == self.rank {
+            d.refused += 1;
+            return Ok(());
+        }
+        let Ok(m) = ConnectMsg::decode(msg) else {
+            d.refused += 1;
+            return Ok(());
+        };
+        let link = d.links[from].as_deref().copied();
+        // the queue pair a message names must be the one connected, if any
+        let named = match m {
+            ConnectMsg::Request(e) | ConnectMsg::Answer(e) => Some(e),
+            ConnectMsg::Ready => None,
+        };
+        if let (Some(e), Some(r)) = (named, link.and_then(|l| l.remote)) {
+            if e != r {
+                d.refused += 1;
+                return Ok(());
+            }
+        }
+        let answer = match m {
+            ConnectMsg::Request(e) => {
+                let qp = self.open_peer(d, from)?;
+                if link.and_then(|l| l.remote).is_none() {
+                    if d.verbs.connect(qp, &e).is_err() {
+                        d.refused += 1;
+                        return Ok(());
+                    }
+                    self.set_link(d, from, Some(e), false);
+                }
+                Some(ConnectMsg::Answer(d.verbs.endpoint(qp)))
+            }
+            ConnectMsg::Answer(e) => {
+                let Some(l) = link.filter(|l| l.asked.is_some()) else {
+                    // an answer this rank never asked for
+                    d.refused += 1;
+                    return Ok(());
+                };
+                if l.remote.is_none() && d.verbs.connect(l.qp, &e).is_err() {
+                    d.refused += 1;
+                    return Ok(());
+                }
+                self.set_link(d, from, Some(e), true);
+                Some(ConnectMsg::Ready)
+            }
+            ConnectMsg::Ready => {
+                let Some(l) = link.filter(|l| l.remote.is_some()) else {
+                    d.refused += 1;
+                    return Ok(());
+                };
+                self.set_link(d, from, l.remote, true);
+                None
+            }
+        };
+        if let (Some(a), Some(side)) = (answer, d.side.as_ref()) {
+            side.send(from, &a.encode())
+                .map_err(|e| e.at_rank(self.rank).with_peer(from))?;
+        }
+        Ok(())
+    }
+
+    /// What this rank holds toward its peers now: queue pairs, pools and
+    /// pinned bytes (see [`super::on_demand`]).
+    pub fn peer_state(&self) -> PeerStateStats {
+        let d = self.dev.lock();
+        let pools = self.mem.iter().filter(|m| m.get().is_some()).count();
+        PeerStateStats {
+            queue_pairs: d.links.iter().flatten().count(),
+            pools,
+            pinned_bytes: pools as u64 * self.cfg.pool_bytes() as u64 + self.mailbox.len() as u64,
+            refused: d.refused,
+        }
+    }
+
+    /// Feed connection message `msg` as if rank `from` had sent it over the
+    /// side channel (a test's way to play a broken or hostile peer).
+    #[cfg(feature = "test-doubles")]
+    pub fn inject_connect_msg(&self, from: usize, msg: &[u8]) -> Result<()> {
+        self.on_connect_msg(&mut self.dev.lock(), from, msg)
+    }
+
     /// Whether arrivals wait (or a message is half fed) for a poll.
     pub fn arrivals_waiting(&self) -> bool {
         self.arrived.iter().any(|a| !a.lock().is_empty())
@@ -419,22 +787,32 @@ impl<V: Verbs> RdmaFabric<V> {
         2 * self.cfg.buffers as usize
     }
 
+    /// `peer`'s buffer pool. Everything that touches one runs after the
+    /// pool was made: sends, puts and gets after [`ensure`](Self::ensure),
+    /// completions after `reap_into` checked the peer has one.
+    fn pool(&self, peer: usize) -> &PeerPool {
+        self.mem[peer]
+            .get()
+            .expect("a peer's pool is made before anything touches it")
+    }
+
     fn recv_addr(&self, peer: usize, index: u32) -> *mut u8 {
-        let off = (peer * self.nb() + index as usize) * self.cfg.buffer_size;
-        // SAFETY: peer < size and index < nb, so off is inside the pool.
-        unsafe { (self.pool.as_ptr() as *mut u8).add(off) }
+        let off = index as usize * self.cfg.buffer_size;
+        // SAFETY: index < nb, so off is inside the pool's receive half.
+        unsafe { (self.pool(peer).map.as_ptr() as *mut u8).add(off) }
     }
 
     fn send_addr(&self, peer: usize, index: u32) -> *mut u8 {
-        let off = ((self.size + peer) * self.nb() + index as usize) * self.cfg.buffer_size;
+        let off = (self.nb() + index as usize) * self.cfg.buffer_size;
         // SAFETY: as for recv_addr, in the send half of the pool.
-        unsafe { (self.pool.as_ptr() as *mut u8).add(off) }
+        unsafe { (self.pool(peer).map.as_ptr() as *mut u8).add(off) }
     }
 
     fn credit_slot(&self, peer: usize, ch: usize) -> *mut u64 {
-        let off = 2 * self.nb() * self.size * self.cfg.buffer_size + (peer * 2 + ch) * 8;
-        // SAFETY: the pool's tail holds size * 2 aligned u64 slots.
-        unsafe { (self.pool.as_ptr() as *mut u8).add(off) as *mut u64 }
+        let off = 2 * self.nb() * self.cfg.buffer_size + ch * 8;
+        // SAFETY: the pool's tail holds 2 u64 slots, 8-aligned: the mapping
+        // is page-aligned and off = 4 x buffers (>= 2) x buffer_size + 8 ch.
+        unsafe { (self.pool(peer).map.as_ptr() as *mut u8).add(off) as *mut u64 }
     }
 
     fn mailbox(&self, peer: usize, ch: usize) -> u64 {
@@ -450,8 +828,8 @@ impl<V: Verbs> RdmaFabric<V> {
 
     fn post_recv(&self, d: &mut Dev<V>, peer: usize, index: u32) -> Result<()> {
         let addr = self.recv_addr(peer, index) as u64;
-        let sge = d.pool.sge(addr, self.cfg.buffer_size);
-        let q = d.qps[peer];
+        let sge = self.pool(peer).region.sge(addr, self.cfg.buffer_size);
+        let q = d.qp(peer);
         // SAFETY: receive buffer `index` of `peer` lies in the registered
         // pool; the fabric reads it only after its completion (`consume`)
         // and posts it again only once done with it.
@@ -488,7 +866,8 @@ impl<V: Verbs> RdmaFabric<V> {
                 // this error: a blocking get's buffer may still be the
                 // target of a posted RDMA read (a destroyed queue pair's
                 // work is flushed, never executed). Later posts fail.
-                for &q in &d.qps {
+                let qps: Vec<QpId> = d.links.iter().flatten().map(|l| l.qp).collect();
+                for q in qps {
                     let _ = d.verbs.destroy_qp(q);
                 }
             }
@@ -501,9 +880,9 @@ impl<V: Verbs> RdmaFabric<V> {
             let k = d.verbs.poll(buf).map_err(|e| e.at_rank(self.rank))?;
             for c in &buf[..k] {
                 let (kind, peer, index) = wr_parts(c.wr_id);
-                if peer >= self.size {
+                if peer >= self.size || self.mem[peer].get().is_none() {
                     return Err(Error::protocol(format!(
-                        "ibverbs completion for unknown rank {peer}"
+                        "ibverbs completion for rank {peer}, which has no queue pair here"
                     ))
                     .at_rank(self.rank));
                 }
@@ -550,6 +929,15 @@ impl<V: Verbs> RdmaFabric<V> {
                         self.arrived[h.channel]
                             .lock()
                             .push_back(Arrival { peer, index, len });
+                        if !self.ready[peer].load(Ordering::Relaxed) {
+                            // the peer sent over the pair, so it connected
+                            // its side: this rank may send too (its READY
+                            // may still be on the way through the relay)
+                            let remote = d.links[peer].as_ref().and_then(|l| l.remote);
+                            if remote.is_some() {
+                                self.set_link(d, peer, remote, true);
+                            }
+                        }
                     }
                     K_SEND => {
                         d.outstanding[peer] -= 1;
@@ -673,11 +1061,11 @@ impl<V: Verbs> RdmaFabric<V> {
         let wr = SendWr {
             wr_id: wr_id(K_SEND, peer, if inline { u32::MAX } else { index }),
             op: Op::Send,
-            sge: d.pool.sge(addr, len),
+            sge: self.pool(peer).region.sge(addr, len),
             inline,
             fence: false,
         };
-        let q = d.qps[peer];
+        let q = d.qp(peer);
         // SAFETY: send buffer `index` lies in the registered pool; it was
         // taken off the free list and goes back on it only at this send's
         // completion (or at once when inline: the bytes are copied now).
@@ -780,7 +1168,7 @@ impl<V: Verbs> RdmaFabric<V> {
             inline: false,
             fence: false,
         };
-        let q = d.qps[peer];
+        let q = d.qp(peer);
         // SAFETY: `local` covers the range (the segment, a pinned cached
         // registration or a bounce buffer taken off the free list), and
         // the caller's memory stays untouched while this function waits
@@ -899,6 +1287,11 @@ impl<V: Verbs> RdmaFabric<V> {
         if src.is_empty() {
             return Ok(true);
         }
+        if !self.ready[peer].load(Ordering::Acquire) {
+            drop(d);
+            self.ensure(peer, None)?;
+            d = self.dev.lock();
+        }
         let since = Instant::now();
         let idx = loop {
             self.reap(&mut d)?;
@@ -920,11 +1313,11 @@ impl<V: Verbs> RdmaFabric<V> {
                 raddr,
                 rkey: d.remote[peer].seg_rkey,
             },
-            sge: d.pool.sge(bounce as u64, src.len()),
+            sge: self.pool(peer).region.sge(bounce as u64, src.len()),
             inline: src.len() <= d.inline as usize,
             fence: false,
         };
-        let q = d.qps[peer];
+        let q = d.qp(peer);
         // SAFETY: the bounce buffer lies in the registered pool, ours until
         // this write completes (it goes back on the free list then).
         if let Err(e) = unsafe { d.verbs.post_send(q, &wr) } {
@@ -1036,6 +1429,11 @@ impl<V: Verbs> RdmaFabric<V> {
         if len == 0 {
             return Ok(());
         }
+        if !self.ready[peer].load(Ordering::Acquire) {
+            drop(d);
+            self.ensure(peer, None)?;
+            d = self.dev.lock();
+        }
         let a = buf as u64;
         let base = self.seg.base() as u64;
         if a >= base && a + len as u64 <= base + self.seg.len() as u64 {
@@ -1070,7 +1468,7 @@ impl<V: Verbs> RdmaFabric<V> {
                 // the two do not overlap.
                 unsafe { std::ptr::copy_nonoverlapping(src, bounce, n) };
             }
-            let pool = d.pool;
+            let pool = self.pool(peer).region;
             r = self.rma_wait(
                 &mut d,
                 peer,
@@ -1145,11 +1543,11 @@ impl<V: Verbs> RdmaFabric<V> {
                 raddr: r.mail_addr + (self.rank * 2 + ch) as u64 * 8,
                 rkey: r.mail_rkey,
             },
-            sge: d.pool.sge(slot as u64, 8),
+            sge: self.pool(peer).region.sge(slot as u64, 8),
             inline: d.inline >= 8,
             fence: false,
         };
-        let q = d.qps[peer];
+        let q = d.qp(peer);
         // SAFETY: the credit slot lies in the registered pool; the fabric
         // only writes it with volatile stores of whole counts, any of
         // which the device may send (counts are cumulative).
@@ -1196,6 +1594,7 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
         }
         let remote_len = self.segment_len(peer) as u64;
         self.check_send(peer, pkt, remote_len)?;
+        self.ensure(peer, Some(&mut *stall))?;
         let c = ch as usize;
         let _one = self.tx[peer * 2 + c].lock();
         let m = OutMsg {
@@ -1248,7 +1647,11 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
         let Some(mut rx) = self.rx[c].try_lock() else {
             return Ok(0);
         };
-        self.reap(&mut self.dev.lock())?;
+        {
+            let mut d = self.dev.lock();
+            self.reap(&mut d)?;
+            self.serve_side(&mut d)?;
+        }
         let mut n = 0;
         loop {
             let a = self.arrived[c].lock().pop_front();
@@ -1312,16 +1715,18 @@ impl<V: Verbs> Drop for RdmaFabric<V> {
     fn drop(&mut self) {
         self.closed = true;
         let d = self.dev.get_mut();
-        for &q in &d.qps {
-            let _ = d.verbs.destroy_qp(q);
+        for l in d.links.iter().flatten() {
+            let _ = d.verbs.destroy_qp(l.qp);
         }
-        // regions go before the memory they cover (the pool and mailbox
+        // regions go before the memory they cover (the pools and mailbox
         // are unmapped after this, the segment by its owner)
         for r in d.cache.drain() {
             let _ = d.verbs.deregister(&r);
         }
-        let (pool, mail, seg) = (d.pool, d.mail, d.seg);
-        let _ = d.verbs.deregister(&pool);
+        for p in self.mem.iter().filter_map(OnceLock::get) {
+            let _ = d.verbs.deregister(&p.region);
+        }
+        let (mail, seg) = (d.mail, d.seg);
         let _ = d.verbs.deregister(&mail);
         let _ = d.verbs.deregister(&seg);
     }

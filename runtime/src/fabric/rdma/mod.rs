@@ -16,6 +16,7 @@ pub mod device;
 mod fabric;
 #[cfg(feature = "test-doubles")]
 pub mod model;
+pub mod on_demand;
 pub mod reg_cache;
 pub mod verbs;
 pub mod wire;

@@ -6,7 +6,8 @@
 //!  0 channel u8 (0 requests, 1 replies)  1 version u8  2 pad [u8; 6]
 //!  8 freed requests u64   16 freed replies u64   (piggy-backed credits)
 //!
-//! card (40 B, then one 26-byte QpEndpoint per rank of the job):
+//! card (40 B, then one 26-byte QpEndpoint per rank of the job, or none
+//! when queue pairs are made on first contact, `super::on_demand`):
 //!  0 version u8  1 pad [u8; 3]  4 segment rkey u32  8 segment address u64
 //! 16 segment length u64  24 mailbox address u64  32 mailbox rkey u32
 //! 36 ranks u32
@@ -82,7 +83,8 @@ pub struct Card {
     pub mail_addr: u64,
     /// Remote key of the mailbox.
     pub mail_rkey: u32,
-    /// The owner's queue pair for each rank, by rank.
+    /// The owner's queue pair for each rank, by rank; empty when they are
+    /// made on first contact ([`super::on_demand`]).
     pub qps: Vec<QpEndpoint>,
 }
 
@@ -104,7 +106,8 @@ impl Card {
         b
     }
 
-    /// Decode a card of a job of `size` ranks; why not, if malformed.
+    /// Decode a card of a job of `size` ranks (with a queue pair for each,
+    /// or none); why not, if malformed.
     pub fn decode(b: &[u8], size: usize) -> Result<Card, String> {
         if b.len() < CARD_FIXED {
             return Err(format!("a card of {} B", b.len()));
@@ -115,7 +118,7 @@ impl Card {
         let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
         let n = u32_at(36) as usize;
-        if n != size || b.len() != CARD_FIXED + n * QpEndpoint::LEN {
+        if (n != size && n != 0) || b.len() != CARD_FIXED + n * QpEndpoint::LEN {
             return Err(format!(
                 "a card for {n} ranks of {} B (the job has {size})",
                 b.len()
@@ -172,9 +175,18 @@ mod tests {
         };
         let e = c.encode();
         assert_eq!(e.len(), CARD_FIXED + 3 * 26);
-        assert_eq!(Card::decode(&e, 3), Ok(c));
+        assert_eq!(Card::decode(&e, 3), Ok(c.clone()));
         assert!(Card::decode(&e, 4).is_err());
         assert!(Card::decode(&e[..e.len() - 1], 3).is_err());
         assert!(Card::decode(&[], 3).is_err());
+        // a card without queue pairs (made on first contact)
+        let lazy = Card {
+            qps: Vec::new(),
+            ..c
+        };
+        let e = lazy.encode();
+        assert_eq!(e.len(), CARD_FIXED);
+        assert_eq!(Card::decode(&e, 3), Ok(lazy));
+        assert!(Card::decode(&e[..e.len() - 1], 3).is_err());
     }
 }

@@ -9,6 +9,7 @@
 use super::{wr_id, RdmaFabric, K_RMA, RMA_BLOCKING};
 use crate::fabric::rdma::verbs::{Op, SendWr, Verbs};
 use crate::{Error, Result};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// Marks a non-blocking write's index when a later write of the same
@@ -97,6 +98,11 @@ impl<V: Verbs> RdmaFabric<V> {
     pub fn put_runs_nb(&self, peer: usize, runs: &[(u64, u64)], src: &[u8]) -> Result<()> {
         let mut d = self.dev.lock();
         let runs = checked(self, &d, peer, runs, src.len())?;
+        if !src.is_empty() && !self.ready[peer].load(Ordering::Acquire) {
+            drop(d);
+            self.ensure(peer, None)?;
+            d = self.dev.lock();
+        }
         let bs = self.cfg.buffer_size;
         let rkey = d.remote[peer].seg_rkey;
         let since = Instant::now();
@@ -146,11 +152,11 @@ impl<V: Verbs> RdmaFabric<V> {
                 let wr = SendWr {
                     wr_id: wr_id(K_RMA, peer, if last { idx } else { idx | SHARED }),
                     op: Op::Write { raddr, rkey },
-                    sge: d.pool.sge(bounce as u64 + used as u64, k),
+                    sge: self.pool(peer).region.sge(bounce as u64 + used as u64, k),
                     inline: k <= d.inline as usize,
                     fence: false,
                 };
-                let q = d.qps[peer];
+                let q = d.qp(peer);
                 // SAFETY: the bytes lie in send buffer `idx` of the
                 // registered pool, ours until its last write completes
                 // (only that completion returns it to the free list).
@@ -179,6 +185,11 @@ impl<V: Verbs> RdmaFabric<V> {
         let runs = checked(self, &d, peer, runs, dst.len())?;
         if dst.is_empty() {
             return Ok(());
+        }
+        if !self.ready[peer].load(Ordering::Acquire) {
+            drop(d);
+            self.ensure(peer, None)?;
+            d = self.dev.lock();
         }
         let since = Instant::now();
         let idx = loop {
@@ -217,11 +228,11 @@ impl<V: Verbs> RdmaFabric<V> {
                     let wr = SendWr {
                         wr_id: wr_id(K_RMA, peer, RMA_BLOCKING),
                         op: Op::Read { raddr, rkey },
-                        sge: d.pool.sge(bounce as u64 + used as u64, k),
+                        sge: self.pool(peer).region.sge(bounce as u64 + used as u64, k),
                         inline: false,
                         fence: false,
                     };
-                    let q = d.qps[peer];
+                    let q = d.qp(peer);
                     // SAFETY: the destination lies in send buffer `idx` of
                     // the registered pool, ours for this call; every read
                     // into it completes before it is copied out or freed.
