@@ -14,7 +14,11 @@
 //! A step carries ⌊32 KiB / (w · element size)⌋ elements of each block
 //! (w: `Layout::alltoall_width` for alltoall, n for reduce_scatter; the
 //! same on every member, so the leaders' messages of step c match);
-//! larger elements go flat. Messages across hosts per step: L (L - 1),
+//! larger elements go flat, and so does an alltoall that one step does
+//! not hold (`hier_call`: large exchanges stream faster pairwise than
+//! through the leaders' lock-step rounds; a member passing another
+//! length is then named by the leaders, which receive its flat message
+//! of the same collective number). Messages across hosts per step: L (L - 1),
 //! instead of Σ g_a (n - g_a) flat.
 //!
 //! Reduction order (reduce_scatter): each host's members in increasing

@@ -22,8 +22,10 @@
 //!          alltoall and reduce_scatter, flat scans)
 //!          and "team_hier ok (<path>) rank R"
 //!   time N every rank: N world allreduces of one u64, then N of 8 KiB,
-//!          then N split-team barriers; rank 0 prints µs per call
-//!          ("time path=P allreduce8=.. allreduce8k=.. barrier=..")
+//!          then N split-team barriers, N alltoalls of one u64 per block
+//!          and N scans of one u64; rank 0 prints µs per call
+//!          ("time path=P allreduce8=.. allreduce8k=.. barrier=..
+//!          alltoall8=.. scan8=..")
 //!   op R   every rank does a few world collectives, then allreduces with
 //!          Sum, but world rank R with Max: the job ends naming R
 //!   absent R  likewise, but world rank R never calls the allreduce: the
@@ -174,9 +176,15 @@ fn time(pg: Pgas, n: usize) -> splitrt::Result<()> {
     let a = per(&mut || world.allreduce(&mut one, Op::Max))?;
     let b = per(&mut || world.allreduce(&mut big, Op::Max))?;
     let c = per(&mut || all.barrier())?;
+    let blocks = vec![1u64; world.size()];
+    let mut got = blocks.clone();
+    let e = per(&mut || world.alltoall(&blocks, &mut got))?;
+    let mut one = [1u64];
+    let f = per(&mut || world.scan_inclusive(&mut one, Op::Max))?;
     if pg.rank() == 0 {
         println!(
-            "time path={} allreduce8={a:.1} allreduce8k={b:.1} barrier={c:.1}",
+            "time path={} allreduce8={a:.1} allreduce8k={b:.1} barrier={c:.1} \
+             alltoall8={e:.1} scan8={f:.1}",
             path(&world)
         );
     }
@@ -282,7 +290,9 @@ fn every2(t: &Team) -> splitrt::Result<()> {
     let n = t.size();
     let me = t.rank().expect("a member");
     let name = |what: &str| format!("team {:?} ({}): {what}", t.members(), path(t));
-    for kk in [1usize, 1000, 0] {
+    // (alltoall: 400 u64 per block is one step of 6 members' area, so
+    // hierarchical; 1000 goes flat; reduce_scatter: 1000 takes two steps)
+    for kk in [1usize, 400, 1000, 0] {
         // block j of member i: i << 40 | j << 20 | e
         let v = |i: usize, j: usize, e: usize| ((i as u64) << 40) | ((j as u64) << 20) | e as u64;
         let send: Vec<u64> = (0..n)
