@@ -25,7 +25,8 @@
 //!          then N split-team barriers, N alltoalls of one u64 per block
 //!          and N scans of one u64; rank 0 prints µs per call
 //!          ("time path=P allreduce8=.. allreduce8k=.. barrier=..
-//!          alltoall8=.. scan8=..")
+//!          alltoall8=..") and the last rank its scans' ("time path=P
+//!          last rank scan8=..")
 //!   op R   every rank does a few world collectives, then allreduces with
 //!          Sum, but world rank R with Max: the job ends naming R
 //!   absent R  likewise, but world rank R never calls the allreduce: the
@@ -184,9 +185,13 @@ fn time(pg: Pgas, n: usize) -> splitrt::Result<()> {
     if pg.rank() == 0 {
         println!(
             "time path={} allreduce8={a:.1} allreduce8k={b:.1} barrier={c:.1} \
-             alltoall8={e:.1} scan8={f:.1}",
+             alltoall8={e:.1}",
             path(&world)
         );
+    }
+    // the first members of a scan wait for no one: the last one's time
+    if pg.rank() + 1 == pg.size() {
+        println!("time path={} last rank scan8={f:.1}", path(&world));
     }
     pg.finish()
 }
