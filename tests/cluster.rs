@@ -972,7 +972,8 @@ fn srun_pmi2_hosts_team_hier_names_the_culprit() {
 /// forms' reports (`t_team_hier`, `srun -N3 -n6`: 0 1 | 2 3 | 4 5): a
 /// member passing another block count to alltoall is named (rank 3: by
 /// its host's leader through shared memory; rank 4, a leader: by its
-/// host's other member and the other leaders' messages), and a member
+/// host's other member and the other leaders' messages; also when its
+/// count is too large for one step, so that it alone goes flat), and a member
 /// that never calls scan_inclusive is named by the hang report.
 #[test]
 fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
@@ -994,19 +995,21 @@ fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
             ];
             on(&d, "ctl", &a)
         };
-        let r = run("count");
-        assert_ne!(r.code, 0, "{r:?}");
-        assert!(
-            r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
-            "{r:?}"
-        );
-        assert!(
-            r.stderr.contains("team collective mismatch")
-                && r.stderr
-                    .contains(&format!("rank {target} (team rank {target}) called")),
-            "count {target}: {}",
-            r.stderr
-        );
+        for mode in ["count", "bigcount"] {
+            let r = run(mode);
+            assert_ne!(r.code, 0, "{r:?}");
+            assert!(
+                r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
+                "{r:?}"
+            );
+            assert!(
+                r.stderr.contains("team collective mismatch")
+                    && r.stderr
+                        .contains(&format!("rank {target} (team rank {target}) called")),
+                "{mode} {target}: {}",
+                r.stderr
+            );
+        }
         let r = run("noscan");
         assert_ne!(r.code, 0, "{r:?}");
         assert!(

@@ -33,6 +33,8 @@
 //!          hang report names R
 //!   count R   likewise with an alltoall of one element per block, but
 //!          world rank R passes two: the job ends naming R
+//!   bigcount R  likewise, but R passes 1000 (too large for one
+//!          shared-memory step: R goes flat, the others hierarchically)
 //!   noscan R  likewise with scan_inclusive (then an allreduce), which
 //!          world rank R never calls: the hang report names R
 
@@ -47,7 +49,7 @@ fn main() {
         let pg = Pgas::attach()?;
         match mode.as_str() {
             "conf" => conf(pg),
-            "op" | "absent" | "count" | "noscan" => misuse(pg, &mode, target),
+            "op" | "absent" | "count" | "bigcount" | "noscan" => misuse(pg, &mode, target),
             "time" => time(pg, target),
             m => Err(Error::usage(format!("unknown mode {m}"))),
         }
@@ -130,8 +132,11 @@ fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
     world.allreduce(&mut d, Op::Sum)?;
     world.broadcast(0, &mut d)?;
     println!("rank {me} path={}", path(&world));
-    if mode == "count" {
-        let k = if me == target { 2 } else { 1 };
+    if mode == "count" || mode == "bigcount" {
+        // bigcount: R's call is too large for one step (flat), the
+        // others' hierarchical
+        let big = if mode == "count" { 2 } else { 1000 };
+        let k = if me == target { big } else { 1 };
         let send = vec![me as u64; k * pg.size()];
         let mut recv = send.clone();
         world.alltoall(&send, &mut recv)?;
