@@ -1100,3 +1100,125 @@ fn incast_through_a_shaped_link_keeps_goodput() {
     );
     assert!(mbs >= 0.2 * 25.0, "goodput {mbs:.1} MB/s: {r:?}");
 }
+
+/// Hierarchical non-blocking team collectives across hosts
+/// (`t_team_hier nb`, `pgas/src/team_hier_nb.rs`): `srun -N3 -n6` and
+/// `-N3 -n5`; barrier_nb, broadcast_nb and reduce_nb from every root,
+/// allreduce_nb, several outstanding on one team, on the world team, the
+/// odd-size team of all but rank 0 and the even ranks' team, results
+/// checked on the native path (hierarchical), with `SPLITRT_TEAM_HIER=0`
+/// and on the AM path (flat). The world team's messages across hosts for
+/// one call of each, summed over the ranks, are fewer hierarchically than
+/// flat.
+#[test]
+fn srun_pmi2_hosts_team_hier_nb() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_team_hier");
+    let counts = |r: &Run| {
+        let mut sums = std::collections::BTreeMap::new();
+        let mut paths = Vec::new();
+        for l in r.stdout.lines().filter(|l| l.starts_with("nbhier rank ")) {
+            for w in l.split_whitespace() {
+                if let Some((k, v)) = w.split_once('=') {
+                    if k == "path" {
+                        paths.push(v.to_string());
+                    } else {
+                        *sums.entry(k.to_string()).or_insert(0u64) += v.parse::<u64>().unwrap();
+                    }
+                }
+            }
+        }
+        (sums, paths)
+    };
+    for (nodes, ranks, n) in [("-N3", "-n6", 6), ("-N3", "-n5", 5)] {
+        let run = |env: &[&str]| {
+            let mut a = vec!["srun", "--mpi=pmi2", nodes, ranks, "env"];
+            a.extend_from_slice(env);
+            a.extend([p.to_str().unwrap(), "nb"]);
+            let r = on(&d, "ctl", &a);
+            all_say(&r, "team_hier nb ok", n);
+            counts(&r)
+        };
+        let (hier, hp) = run(&["SPLITRT_RMA=native", "SPLITRT_HANG_REPORT=10"]);
+        let (flat, fp) = run(&[
+            "SPLITRT_RMA=native",
+            "SPLITRT_TEAM_HIER=0",
+            "SPLITRT_HANG_REPORT=10",
+        ]);
+        let (_, ap) = run(&["SPLITRT_RMA=am", "SPLITRT_HANG_REPORT=10"]);
+        eprintln!("{nodes} {ranks}: non-blocking hierarchical {hier:?}, flat {flat:?}");
+        assert_eq!(hp, vec!["hier"; n], "native: {hier:?}");
+        assert_eq!(fp, vec!["flat"; n], "SPLITRT_TEAM_HIER=0: {flat:?}");
+        assert_eq!(ap, vec!["flat"; n], "AM path");
+        for k in [
+            "nbbarrier",
+            "nbbroadcast",
+            "nbreduce",
+            "nballreduce",
+            "nbgather",
+            "nballgather",
+        ] {
+            assert!(
+                hier[k] < flat[k],
+                "{nodes} {ranks} {k}: {} messages across hosts hierarchically, {} flat",
+                hier[k],
+                flat[k]
+            );
+        }
+    }
+}
+
+/// The hierarchical non-blocking forms keep the reports (`t_team_hier
+/// nbop / nbabsent`, `srun -N3 -n6`: 0 1 | 2 3 | 4 5): a member calling
+/// another op in an `allreduce_nb` is named (rank 3 by its leader, rank
+/// 4, a leader, by its member or the other leaders), and a member that
+/// never calls is named by the hang report.
+#[test]
+fn srun_pmi2_hosts_team_hier_nb_names_the_culprit() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_team_hier");
+    for target in ["3", "4"] {
+        let run = |mode: &str| {
+            let a = [
+                "srun",
+                "--mpi=pmi2",
+                "-N3",
+                "-n6",
+                "env",
+                "SPLITRT_HANG_REPORT=1",
+                "SPLITRT_HANG_ABORT=1",
+                p.to_str().unwrap(),
+                mode,
+                target,
+            ];
+            on(&d, "ctl", &a)
+        };
+        let r = run("nbop");
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
+            "{r:?}"
+        );
+        assert!(
+            r.stderr.contains("team collective mismatch")
+                && r.stderr
+                    .contains(&format!("rank {target} (team rank {target}) called")),
+            "nbop {target}: {}",
+            r.stderr
+        );
+        assert!(
+            r.stderr.contains("op Max") && r.stderr.contains("op Sum"),
+            "{r:?}"
+        );
+        let r = run("nbabsent");
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains("gave up after")
+                && r.stderr
+                    .contains("in Team::allreduce #3 on team 0x1 (6 members)")
+                && r.stderr.contains(&format!("(world rank {target}) to send")),
+            "nbabsent {target}: {}",
+            r.stderr
+        );
+    }
+}

@@ -173,3 +173,49 @@ fn a_rank_in_finish_still_answers_requests() {
         assert_eq!(r.stdout.matches("done").count(), 3, "{fabric}: {r:?}");
     }
 }
+
+/// Runs `t_hangs ARGS` on 2 ranks under `SPLITRT_SPIN_ONLY=1` with a 1 s
+/// hang report that ends the job, and checks that it ended by the report
+/// (naming `what`) within 15 s, not by the launcher's 20 s timeout.
+fn spin_only_hang_is_reported(args: &[&str], what: &str) {
+    let t = Instant::now();
+    let r = run_job(
+        2,
+        &example("t_hangs"),
+        args,
+        &[
+            ("SPLITRT_HANG_REPORT", "1"),
+            ("SPLITRT_HANG_ABORT", "1"),
+            ("SPLITRT_SPIN_ONLY", "1"),
+        ],
+        20,
+    );
+    assert_ne!(r.code, 124, "ended by the timeout, no report: {r:?}");
+    assert!(
+        r.stderr.contains("gave up after") && r.stderr.contains(what),
+        "{}",
+        r.stderr
+    );
+    assert!(t.elapsed() < Duration::from_secs(15), "{r:?}");
+}
+
+/// Self-review fixes (session 10): under `SPLITRT_SPIN_ONLY=1` a wait's
+/// back-off never leaves spinning, and the world barrier looked at its
+/// hang watch only once the back-off was slow: a rank that never arrives
+/// was never reported (the job ran to the launcher's timeout). The clock
+/// is now read every 64th round whatever the back-off.
+#[test]
+fn fixes_a_spin_only_barrier_reports_the_missing_rank() {
+    spin_only_hang_is_reported(
+        &["barrier", "1", "0"],
+        "for rank 1, which has not entered it",
+    );
+}
+
+/// As above for `Endpoint::wait_until` (waiting for the answer of a
+/// handler that never returns): under `SPLITRT_SPIN_ONLY=1` it never
+/// reported.
+#[test]
+fn fixes_a_spin_only_wait_until_reports() {
+    spin_only_hang_is_reported(&["stuck_handler", "1"], "in Endpoint::wait_until");
+}

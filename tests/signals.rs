@@ -358,3 +358,58 @@ fn fixes_sigasync_verbs_model_native_2() {
 fn fixes_sigasync_verbs_model_am_3() {
     async_sets_on_model(3, RmaPath::Am, 15, 93);
 }
+
+// ---- the masked and vector waits as futures (`t_signals async_vectors`,
+// issue 25)
+
+/// `t_signals async_vectors` on `n` ranks over `fabric` and `rma`, the
+/// progress thread on: every rank passes.
+fn async_vectors(n: usize, fabric: &str, rma: &str, rounds: usize) {
+    let r = rounds.to_string();
+    every_rank_reports(
+        n,
+        "t_signals",
+        &["async_vectors", &r],
+        rma,
+        &[("SPLITRT_FABRIC", fabric)],
+        "async vectors ok",
+        180,
+    );
+}
+
+macro_rules! async_vectors_tests {
+    ($($name:ident: $n:expr, $fabric:expr, $rma:expr, $rounds:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            async_vectors($n, $fabric, $rma, $rounds);
+        }
+    )*};
+}
+
+async_vectors_tests! {
+    nbsig_vector_async_shm_native_1: 1, "shm", "native", 20;
+    nbsig_vector_async_shm_am_1: 1, "shm", "am", 20;
+    nbsig_vector_async_shm_native_2: 2, "shm", "native", 40;
+    nbsig_vector_async_shm_native_3: 3, "shm", "native", 30;
+    nbsig_vector_async_shm_am_2: 2, "shm", "am", 40;
+    nbsig_vector_async_shm_am_4: 4, "shm", "am", 20;
+    nbsig_vector_async_udp_native_2: 2, "udp", "native", 30;
+    nbsig_vector_async_udp_am_3: 3, "udp", "am", 20;
+}
+
+/// `t_signals async_vectors` on `size` threads over one verbs model.
+fn async_vectors_on_model(size: usize, rma: RmaPath, rounds: usize, seed: u64) {
+    verbs_model::pgas_on_threads("sigvecasync", size, rma, 4 << 20, seed, move |pg| {
+        signals_prog::async_vectors_on(rounds, pg)
+    });
+}
+
+#[test]
+fn nbsig_vector_async_verbs_model_native_2() {
+    async_vectors_on_model(2, RmaPath::Native, 20, 95);
+}
+
+#[test]
+fn nbsig_vector_async_verbs_model_am_3() {
+    async_vectors_on_model(3, RmaPath::Am, 15, 97);
+}

@@ -40,3 +40,36 @@ fn hier_one_host_shm_am_5_ranks() {
 fn hier_one_host_udp_native_3_ranks() {
     conformance(3, "native", "udp");
 }
+
+/// `t_team_hier nb` (the non-blocking forms, `team_hier_nb.rs`) where
+/// the members share one host: flat messages, the same results.
+fn nb_conformance(n: usize, rma: &str, fabric: &str) {
+    every_rank_reports(
+        n,
+        "t_team_hier",
+        &["nb"],
+        rma,
+        &[
+            ("SPLITRT_FABRIC", fabric),
+            ("SPLITRT_HANG_REPORT", "10"),
+            ("SPLITRT_HANG_ABORT", "1"),
+        ],
+        "team_hier nb ok",
+        120,
+    );
+}
+
+#[test]
+fn nbsig_hier_nb_one_host_shm_native_3_ranks() {
+    nb_conformance(3, "native", "shm");
+}
+
+#[test]
+fn nbsig_hier_nb_one_host_shm_am_5_ranks() {
+    nb_conformance(5, "am", "shm");
+}
+
+#[test]
+fn nbsig_hier_nb_one_host_udp_native_3_ranks() {
+    nb_conformance(3, "native", "udp");
+}

@@ -796,7 +796,7 @@ impl Inner {
             });
             if self.progress_while_sending(Channel::Request)? == 0 {
                 self.check_failure()?;
-                if backoff.is_slow() && watch.due() {
+                if watch.due_on_round(backoff.is_slow()) {
                     let what = format!(
                         "sending request '{}' to rank {peer}, which has no room for it ({last_why})",
                         self.name(h.0.id)
@@ -844,7 +844,7 @@ impl Inner {
             });
             if self.progress_while_sending(Channel::Reply)? == 0 {
                 self.check_failure()?;
-                if backoff.is_slow() && watch.due() {
+                if watch.due_on_round(backoff.is_slow()) {
                     let what = format!(
                         "replying '{}' to rank {peer}, which has no room for it",
                         self.name(h.0.id)
@@ -884,7 +884,7 @@ impl Inner {
                 Ok(0) if !self.fabric_ref().arrivals_waiting() => return Ok(()),
                 Ok(0) => {
                     self.check_failure()?;
-                    if backoff.is_slow() && watch.due() {
+                    if watch.due_on_round(backoff.is_slow()) {
                         self.hang(watch, "feeding the messages that arrived before a seal")?;
                     }
                     self.snooze(&mut backoff);
@@ -1550,6 +1550,40 @@ impl Endpoint {
         extra: std::time::Duration,
         cond: impl FnMut() -> bool,
     ) -> Result<()> {
+        let mut own = HangWatch::new(self.config()).patient(extra);
+        self.wait_loop(what, &mut own, true, cond)
+    }
+
+    /// [`wait_reporting`](Self::wait_reporting) with the caller's hang
+    /// watch, for waits that know which progress is theirs (a team
+    /// collective's messages): only the caller tells the watch of progress
+    /// ([`HangWatch::progress`]), so traffic this wait serves for others
+    /// does not restart it, and a wait re-armed with the same watch (after
+    /// waking for something else) goes on counting. The watch's clock
+    /// starts at its first look.
+    #[doc(hidden)]
+    pub fn wait_watched(
+        &self,
+        what: &dyn Fn() -> String,
+        watch: &mut HangWatch,
+        cond: impl FnMut() -> bool,
+    ) -> Result<()> {
+        self.wait_loop(what, watch, false, cond)
+    }
+
+    /// The waiting loop of [`wait_reporting`](Self::wait_reporting) and
+    /// [`wait_watched`](Self::wait_watched): polls until `cond`, reporting
+    /// through `watch` when it is due. With `traffic_is_progress` (a wait
+    /// that cannot tell its own progress) every round that served traffic,
+    /// and every handler round of the progress thread, restarts the watch;
+    /// else only the caller does.
+    fn wait_loop(
+        &self,
+        what: &dyn Fn() -> String,
+        watch: &mut HangWatch,
+        traffic_is_progress: bool,
+        cond: impl FnMut() -> bool,
+    ) -> Result<()> {
         crate::span!(DEBUG, "am.wait", rank = self.rank());
         // `cond` is also asked inside the doorbell wait (so a peer's wake-up
         // is never missed); a true answer there is kept, never asked again.
@@ -1569,70 +1603,8 @@ impl Endpoint {
         }
         self.inner.take_deferred()?;
         let mut backoff = Backoff::new(self.config());
-        let mut watch = HangWatch::new(self.config()).patient(extra);
         // the progress thread's rounds that ran handlers, as last seen
         let mut rounds = self.inner.progress.handler_rounds();
-        loop {
-            if cond() {
-                return Ok(());
-            }
-            if self.inner.poll_all()? > 0 {
-                backoff.reset();
-                watch.progress();
-                continue;
-            }
-            self.inner.check_failure()?;
-            self.inner.take_deferred()?;
-            if backoff.is_slow() && self.inner.progress.handler_rounds() != rounds {
-                // the progress thread ran handlers for this rank meanwhile
-                rounds = self.inner.progress.handler_rounds();
-                watch.progress();
-            }
-            if backoff.is_slow() && watch.due() {
-                self.inner.hang(&mut watch, &what())?;
-            }
-            self.inner.snooze_unless(&mut backoff, &cond);
-        }
-    }
-
-    /// [`wait_reporting`](Self::wait_reporting) with the caller's hang
-    /// watch, for waits that know which progress is theirs (a team
-    /// collective's messages): only the caller tells the watch of progress
-    /// ([`HangWatch::progress`]), so traffic this wait serves for others
-    /// does not restart it, and a wait re-armed with the same watch (after
-    /// waking for something else) goes on counting. The watch's clock
-    /// starts at its first idle check.
-    #[doc(hidden)]
-    pub fn wait_watched(
-        &self,
-        what: &dyn Fn() -> String,
-        watch: &mut HangWatch,
-        cond: impl FnMut() -> bool,
-    ) -> Result<()> {
-        crate::span!(DEBUG, "am.wait", rank = self.rank());
-        // as in `wait_reporting`: a true answer inside the doorbell wait
-        // is kept
-        let (cond, met) = (std::cell::RefCell::new(cond), std::cell::Cell::new(false));
-        let cond = || {
-            met.set(met.get() || (cond.borrow_mut())());
-            met.get()
-        };
-        self.inner
-            .check_live()
-            .map_err(|e| e.at_rank(self.rank()))?;
-        if in_handler() {
-            return Err(
-                Error::usage("wait_until() cannot be called from inside a handler")
-                    .at_rank(self.rank()),
-            );
-        }
-        self.inner.take_deferred()?;
-        let mut backoff = Backoff::new(self.config());
-        // traffic for others resets the backoff, so this wait may never
-        // get slow, and under a flood of it almost no round is idle: look
-        // at the clock on the first round and every 64th, busy or idle
-        // (the watch counts this wait's own progress, not the traffic)
-        let mut round = 0u32;
         loop {
             if cond() {
                 return Ok(());
@@ -1640,14 +1612,27 @@ impl Endpoint {
             let busy = self.inner.poll_all()? > 0;
             if busy {
                 backoff.reset();
+                if traffic_is_progress {
+                    watch.progress();
+                }
             } else {
                 self.inner.check_failure()?;
                 self.inner.take_deferred()?;
+                if traffic_is_progress
+                    && backoff.is_slow()
+                    && self.inner.progress.handler_rounds() != rounds
+                {
+                    // the progress thread ran handlers for this rank meanwhile
+                    rounds = self.inner.progress.handler_rounds();
+                    watch.progress();
+                }
             }
-            if (round.is_multiple_of(64) || backoff.is_slow()) && watch.due() {
+            // traffic resets the backoff, so this wait may never get slow
+            // (nor under SPLITRT_SPIN_ONLY): the watch is also looked at
+            // every 64th round, busy or idle
+            if watch.due_on_round(backoff.is_slow()) {
                 self.inner.hang(watch, &what())?;
             }
-            round = round.wrapping_add(1);
             if !busy {
                 self.inner.snooze_unless(&mut backoff, &cond);
             }

@@ -10,46 +10,27 @@
 //! SPLITRT_FABRIC=udp FORM=strided N=200 splitrt-run -n 2 strided_count
 //! ```
 
+mod counted;
+
 use splitrt::pgas::{Pgas, Shape};
 use splitrt::Result;
-use std::time::Instant;
 
 const RUNS: usize = 1000;
 const W: usize = 8; // u64 per run: 64 B
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("strided_count: {e}");
-        std::process::exit(1);
-    }
-}
-
-fn stats(pg: &Pgas) -> [u64; 3] {
-    pg.endpoint()
-        .udp_stats()
-        .map_or([0; 3], |s| [s.sent, s.controls, s.received])
+    counted::main_with("strided_count", run);
 }
 
 fn run() -> Result<()> {
     let pg = Pgas::attach()?;
-    let n: usize = std::env::var("N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let form = std::env::var("FORM").unwrap_or_default();
+    let n = counted::env_n(100);
     let area = pg.alloc_sym::<u64>(RUNS * 2 * W)?;
     let src: Vec<u64> = (0..(RUNS * W) as u64).collect();
     let shape = Shape::new(W, &[RUNS])?;
     let dst = area.ptr(1);
-    let forms: Vec<&str> = match form.as_str() {
-        "" => vec!["strided", "separate"],
-        f => vec![f],
-    };
-    for f in forms {
-        pg.barrier()?;
-        let s0 = stats(&pg);
-        let t = Instant::now();
-        if pg.rank() == 0 {
+    for f in counted::forms(&["strided", "separate"]) {
+        let (secs, d) = counted::counted(&pg, n, || {
             for _ in 0..n {
                 if f == "strided" {
                     pg.put_strided(dst, &[2 * W], &src, &[W], &shape)?;
@@ -60,11 +41,9 @@ fn run() -> Result<()> {
                 }
                 pg.sync()?;
             }
-        }
-        let us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
-        pg.barrier()?;
-        let s1 = stats(&pg);
-        let d: Vec<f64> = (0..3).map(|i| (s1[i] - s0[i]) as f64 / n as f64).collect();
+            Ok(())
+        })?;
+        let us = secs * 1e6 / n as f64;
         println!(
             "rank {} {f:>8}: {us:9.1} us/op (incl. barrier skew on rank 1); per op: sent {:.2} \
              datagrams ({:.2} control), received {:.2}",

@@ -11,44 +11,25 @@
 //! SPLITRT_FABRIC=udp FORM=put N=64 splitrt-run -n 2 udp_bulk
 //! ```
 
+mod counted;
+
 use splitrt::pgas::Pgas;
 use splitrt::Result;
-use std::time::Instant;
 
 const MIB: usize = 1 << 20;
 
 fn main() {
-    if let Err(e) = run() {
-        eprintln!("udp_bulk: {e}");
-        std::process::exit(1);
-    }
-}
-
-fn stats(pg: &Pgas) -> [u64; 3] {
-    pg.endpoint()
-        .udp_stats()
-        .map_or([0; 3], |s| [s.sent, s.controls, s.received])
+    counted::main_with("udp_bulk", run);
 }
 
 fn run() -> Result<()> {
     let pg = Pgas::attach()?;
-    let n: usize = std::env::var("N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(64);
-    let form = std::env::var("FORM").unwrap_or_default();
+    let n = counted::env_n(64);
     let area = pg.alloc_sym::<u8>(MIB)?;
     area.local().fill(1);
     let mut buf = vec![7u8; MIB];
-    let forms: Vec<&str> = match form.as_str() {
-        "" => vec!["put", "get"],
-        f => vec![f],
-    };
-    for f in forms {
-        pg.barrier()?;
-        let s0 = stats(&pg);
-        let t = Instant::now();
-        if pg.rank() == 0 {
+    for f in counted::forms(&["put", "get"]) {
+        let (secs, d) = counted::counted(&pg, n, || {
             for _ in 0..n {
                 if f == "put" {
                     pg.put(area.ptr(1), &buf)?;
@@ -56,12 +37,8 @@ fn run() -> Result<()> {
                     pg.read_slice(area.ptr(1), &mut buf)?;
                 }
             }
-            pg.sync()?;
-        }
-        let secs = t.elapsed().as_secs_f64();
-        pg.barrier()?;
-        let s1 = stats(&pg);
-        let d: Vec<f64> = (0..3).map(|i| (s1[i] - s0[i]) as f64 / n as f64).collect();
+            pg.sync()
+        })?;
         println!(
             "rank {} {f}: {:8.1} MB/s (rank 1: incl. barrier skew); per MiB: sent {:.2} \
              datagrams ({:.2} control), received {:.2}",

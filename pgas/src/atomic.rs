@@ -239,9 +239,9 @@ pub(crate) unsafe fn apply_atomic(
     match width {
         // SAFETY: p..p + 8 lies in the mapped segment, alive meanwhile,
         // and off is a multiple of 8 (this function's contract).
-        8 => Some(unsafe { apply64(p, op) }),
+        8 => Some(unsafe { apply_word::<AtomicU64>(p, op) }),
         // SAFETY: as for 8, with a width and alignment of 4.
-        4 => Some(unsafe { apply32(p, op) } as u64),
+        4 => Some(unsafe { apply_word::<AtomicU32>(p, op) }),
         _ => None,
     }
 }
@@ -272,79 +272,114 @@ fn cas_loop(
     }
 }
 
-/// [`apply_atomic`] on a 64-bit word.
-///
-/// # Safety
-/// `p` is valid for 8 bytes, 8-aligned, and every access to the word by
-/// splitrt is atomic while it is used here.
-unsafe fn apply64(p: *mut u8, op: AtomicOp) -> u64 {
-    // SAFETY: valid and aligned for 8 bytes (this function's contract).
-    let a = unsafe { &*(p as *const AtomicU64) };
-    // SAFETY: the same word, the same width: i64 and u64 atomics share a
-    // layout.
-    let s = unsafe { &*(p as *const AtomicI64) };
-    let v = op.a;
-    match (op.code, op.kind) {
-        (Code::Load, _) => a.load(Ordering::Acquire),
-        (Code::Store | Code::Swap, _) => a.swap(v, O),
-        (Code::CompareSwap, _) => a
-            .compare_exchange(v, op.b, O, Ordering::Acquire)
-            .unwrap_or_else(|x| x),
-        (Code::Add, NumKind::Unsigned | NumKind::Signed) => a.fetch_add(v, O),
-        (Code::Sub, _) => a.fetch_sub(v, O),
-        (Code::And, _) => a.fetch_and(v, O),
-        (Code::Or, _) => a.fetch_or(v, O),
-        (Code::Xor, _) => a.fetch_xor(v, O),
-        (Code::Min, NumKind::Unsigned) => a.fetch_min(v, O),
-        (Code::Max, NumKind::Unsigned) => a.fetch_max(v, O),
-        (Code::Min, NumKind::Signed) => s.fetch_min(v as i64, O) as u64,
-        (Code::Max, NumKind::Signed) => s.fetch_max(v as i64, O) as u64,
-        (Code::Add | Code::Min | Code::Max, NumKind::Float) => cas_loop(
-            || a.load(Ordering::Acquire),
-            |old, new| a.compare_exchange_weak(old, new, O, Ordering::Acquire),
-            op,
-            8,
-        ),
-    }
+/// The hardware atomics of one word width, on zero-extended `u64`
+/// operands (truncated to the width) and results: `AtomicU32` and
+/// `AtomicU64`, their signed min / max through the signed atomic of the
+/// same width over the same word.
+trait HwWord {
+    /// Width in bytes.
+    const WIDTH: u64;
+    fn load(&self) -> u64;
+    fn swap(&self, v: u64) -> u64;
+    fn compare_swap(&self, old: u64, new: u64) -> u64;
+    fn compare_swap_weak(&self, old: u64, new: u64) -> Result<u64, u64>;
+    fn add(&self, v: u64) -> u64;
+    fn sub(&self, v: u64) -> u64;
+    fn and(&self, v: u64) -> u64;
+    fn or(&self, v: u64) -> u64;
+    fn xor(&self, v: u64) -> u64;
+    fn min(&self, v: u64) -> u64;
+    fn max(&self, v: u64) -> u64;
+    fn signed_min(&self, v: u64) -> u64;
+    fn signed_max(&self, v: u64) -> u64;
 }
 
-/// [`apply_atomic`] on a 32-bit word (operands truncated to 32 bits).
-///
-/// # Safety
-/// `p` is valid for 4 bytes, 4-aligned, and every access to the word by
-/// splitrt is atomic while it is used here.
-unsafe fn apply32(p: *mut u8, op: AtomicOp) -> u32 {
-    // SAFETY: valid and aligned for 4 bytes (this function's contract).
-    let a = unsafe { &*(p as *const AtomicU32) };
-    // SAFETY: the same word, the same width: i32 and u32 atomics share a
-    // layout.
-    let s = unsafe { &*(p as *const AtomicI32) };
-    let v = op.a as u32;
-    match (op.code, op.kind) {
-        (Code::Load, _) => a.load(Ordering::Acquire),
-        (Code::Store | Code::Swap, _) => a.swap(v, O),
-        (Code::CompareSwap, _) => a
-            .compare_exchange(v, op.b as u32, O, Ordering::Acquire)
-            .unwrap_or_else(|x| x),
-        (Code::Add, NumKind::Unsigned | NumKind::Signed) => a.fetch_add(v, O),
-        (Code::Sub, _) => a.fetch_sub(v, O),
-        (Code::And, _) => a.fetch_and(v, O),
-        (Code::Or, _) => a.fetch_or(v, O),
-        (Code::Xor, _) => a.fetch_xor(v, O),
-        (Code::Min, NumKind::Unsigned) => a.fetch_min(v, O),
-        (Code::Max, NumKind::Unsigned) => a.fetch_max(v, O),
-        (Code::Min, NumKind::Signed) => s.fetch_min(v as i32, O) as u32,
-        (Code::Max, NumKind::Signed) => s.fetch_max(v as i32, O) as u32,
-        (Code::Add | Code::Min | Code::Max, NumKind::Float) => cas_loop(
-            || a.load(Ordering::Acquire) as u64,
-            |old, new| {
-                a.compare_exchange_weak(old as u32, new as u32, O, Ordering::Acquire)
+macro_rules! hw_word {
+    ($a:ty, $s:ty, $u:ty, $i:ty, $w:expr) => {
+        impl HwWord for $a {
+            const WIDTH: u64 = $w;
+            fn load(&self) -> u64 {
+                <$a>::load(self, Ordering::Acquire) as u64
+            }
+            fn swap(&self, v: u64) -> u64 {
+                <$a>::swap(self, v as $u, O) as u64
+            }
+            fn compare_swap(&self, old: u64, new: u64) -> u64 {
+                self.compare_exchange(old as $u, new as $u, O, Ordering::Acquire)
+                    .unwrap_or_else(|x| x) as u64
+            }
+            fn compare_swap_weak(&self, old: u64, new: u64) -> Result<u64, u64> {
+                self.compare_exchange_weak(old as $u, new as $u, O, Ordering::Acquire)
                     .map(|x| x as u64)
                     .map_err(|x| x as u64)
-            },
+            }
+            hw_word!(@fetch $u; add fetch_add, sub fetch_sub, and fetch_and, or fetch_or,
+                xor fetch_xor, min fetch_min, max fetch_max);
+            fn signed_min(&self, v: u64) -> u64 {
+                self.signed().fetch_min(v as $u as $i, O) as $u as u64
+            }
+            fn signed_max(&self, v: u64) -> u64 {
+                self.signed().fetch_max(v as $u as $i, O) as $u as u64
+            }
+        }
+        impl SignedTwin for $a {
+            type Signed = $s;
+            fn signed(&self) -> &$s {
+                // SAFETY: the same word, the same width: the signed and
+                // unsigned atomics of a width share a layout.
+                unsafe { &*(self as *const $a as *const $s) }
+            }
+        }
+    };
+    // the read-modify-writes with a hardware instruction: `$m(v)` is
+    // `$f(v truncated)`, zero-extended
+    (@fetch $u:ty; $($m:ident $f:ident),*) => {
+        $(fn $m(&self, v: u64) -> u64 {
+            self.$f(v as $u, O) as u64
+        })*
+    };
+}
+
+/// The signed atomic over the same word (for signed min / max).
+trait SignedTwin {
+    /// `AtomicI32` / `AtomicI64`.
+    type Signed;
+    fn signed(&self) -> &Self::Signed;
+}
+
+hw_word!(AtomicU64, AtomicI64, u64, i64, 8);
+hw_word!(AtomicU32, AtomicI32, u32, i32, 4);
+
+/// [`apply_atomic`] on a word of `A::WIDTH` bytes (operands truncated to
+/// it); returns the previous value, zero-extended.
+///
+/// # Safety
+/// `p` is valid for `A::WIDTH` bytes, aligned to it, and every access to
+/// the word by splitrt is atomic while it is used here.
+unsafe fn apply_word<A: HwWord>(p: *mut u8, op: AtomicOp) -> u64 {
+    // SAFETY: valid and aligned for the width (this function's contract),
+    // which is the atomic's size and alignment.
+    let a = unsafe { &*(p as *const A) };
+    let v = op.a;
+    match (op.code, op.kind) {
+        (Code::Load, _) => a.load(),
+        (Code::Store | Code::Swap, _) => a.swap(v),
+        (Code::CompareSwap, _) => a.compare_swap(v, op.b),
+        (Code::Add, NumKind::Unsigned | NumKind::Signed) => a.add(v),
+        (Code::Sub, _) => a.sub(v),
+        (Code::And, _) => a.and(v),
+        (Code::Or, _) => a.or(v),
+        (Code::Xor, _) => a.xor(v),
+        (Code::Min, NumKind::Unsigned) => a.min(v),
+        (Code::Max, NumKind::Unsigned) => a.max(v),
+        (Code::Min, NumKind::Signed) => a.signed_min(v),
+        (Code::Max, NumKind::Signed) => a.signed_max(v),
+        (Code::Add | Code::Min | Code::Max, NumKind::Float) => cas_loop(
+            || a.load(),
+            |old, new| a.compare_swap_weak(old, new),
             op,
-            4,
-        ) as u32,
+            A::WIDTH,
+        ),
     }
 }
 
@@ -394,10 +429,10 @@ mod tests {
                             let got_old = if width == 4 {
                                 // SAFETY: `word` is 8 bytes, 8-aligned,
                                 // only touched here.
-                                unsafe { apply32(p, op) as u64 }
+                                unsafe { apply_word::<AtomicU32>(p, op) }
                             } else {
                                 // SAFETY: as above.
-                                unsafe { apply64(p, op) }
+                                unsafe { apply_word::<AtomicU64>(p, op) }
                             };
                             let now = if width == 4 { word[0] & mask } else { word[0] };
                             let want = op.next(old & mask, width).unwrap_or(old & mask);

@@ -56,6 +56,10 @@ mod team_split;
 mod signal_async;
 // (appended) a team's shared description; the world's made at attach
 mod team_core;
+// (appended) the masked and vector signal waits as futures
+mod signal_vector_async;
+// (appended) the hierarchical non-blocking team collectives
+mod team_hier_nb;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};
@@ -67,6 +71,7 @@ pub use reduce::{Op, Reduce};
 pub use rma::{Get, GetInto, Scope};
 pub use signal::{SignalWait, Signals};
 pub use signal_async::SignalWaitSet;
+pub use signal_vector_async::SignalWaitVector;
 pub use signal_word::{Cmp, SignalOp};
 pub use splitrt_am::LocalView;
 pub use splitrt_runtime::config::RmaPath;

@@ -203,38 +203,63 @@ impl<T> SignalWaitSet<'_, T> {
     /// One poll with the words taken out of `self` (see
     /// `SignalWait::poll`, which this follows).
     fn step(&mut self, words: &[&AtomicU64], cx: &mut Context<'_>) -> Poll<Result<T>> {
-        let ep = &self.inner.ep;
-        // the doorbell's count before the look at the words
-        let seq = ep.traffic_seq();
-        if let Err(e) = ep.poll() {
-            // the job failed, or polling is refused here: end; else a
-            // malformed unrelated message: ride it out
-            if matches!(
-                e.kind(),
-                ErrorKind::PeerFailed(_) | ErrorKind::Timeout(_) | ErrorKind::Usage(_)
-            ) {
-                return self.end(Err(e));
-            }
-        }
-        if let Some(t) = (self.check)(&self.which, words, self.cmp, self.value) {
-            return self.end(Ok(t));
-        }
-        if ep.peer_failed() {
-            let e = ep.failure().unwrap_or_else(|| {
-                Error::protocol("the job failed while waiting for signals").at_rank(self.inner.rank)
-            });
-            return self.end(Err(e));
-        }
-        let k = self.key.get_or_insert_with(|| ep.traffic_key());
-        if let Err(e) = ep.wake_on_traffic_since(k, cx.waker(), seq) {
-            return self.end(Err(e));
-        }
-        // a signal that landed between the check and the registration
-        if let Some(t) = (self.check)(&self.which, words, self.cmp, self.value) {
-            return self.end(Ok(t));
-        }
-        Poll::Pending
+        let (which, check, cmp, value) = (&self.which, self.check, self.cmp, self.value);
+        poll_words(self.inner, &mut self.key, cx, || {
+            check(which, words, cmp, value)
+        })
     }
+}
+
+/// One poll of a wait on this rank's signal words, shared by the set
+/// waits and the masked and vector waits (`signal_vector_async.rs`):
+/// read the doorbell's count, poll the endpoint once, `check` the words;
+/// while they do not satisfy it, leave the task's waker with the rank's
+/// doorbell bridge under `key` (made at the first pending poll) and look
+/// once more (a signal that landed between the look and the
+/// registration). Ready: `key`'s registration is withdrawn.
+pub(crate) fn poll_words<T>(
+    inner: &Inner,
+    key: &mut Option<TrafficKey>,
+    cx: &mut Context<'_>,
+    mut check: impl FnMut() -> Option<T>,
+) -> Poll<Result<T>> {
+    let end = |key: &mut Option<TrafficKey>, r: Result<T>| {
+        if let Some(k) = key.take() {
+            inner.ep.forget_traffic_wake(&k);
+        }
+        Poll::Ready(r)
+    };
+    let ep = &inner.ep;
+    // the doorbell's count before the look at the words
+    let seq = ep.traffic_seq();
+    if let Err(e) = ep.poll() {
+        // the job failed, or polling is refused here: end; else a
+        // malformed unrelated message: ride it out
+        if matches!(
+            e.kind(),
+            ErrorKind::PeerFailed(_) | ErrorKind::Timeout(_) | ErrorKind::Usage(_)
+        ) {
+            return end(key, Err(e));
+        }
+    }
+    if let Some(t) = check() {
+        return end(key, Ok(t));
+    }
+    if ep.peer_failed() {
+        let e = ep.failure().unwrap_or_else(|| {
+            Error::protocol("the job failed while waiting for signals").at_rank(inner.rank)
+        });
+        return end(key, Err(e));
+    }
+    let k = key.get_or_insert_with(|| ep.traffic_key());
+    if let Err(e) = ep.wake_on_traffic_since(k, cx.waker(), seq) {
+        return end(key, Err(e));
+    }
+    // a signal that landed between the check and the registration
+    if let Some(t) = check() {
+        return end(key, Ok(t));
+    }
+    Poll::Pending
 }
 
 impl<T> Drop for SignalWaitSet<'_, T> {

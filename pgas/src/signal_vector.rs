@@ -19,14 +19,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Which condition a wait on several words awaits.
 #[derive(Clone, Copy)]
-enum Mode {
+pub(crate) enum Mode {
+    /// Every entry holds.
     All,
+    /// One entry holds (the first of them is the answer).
     Any,
+    /// At least one entry holds (all that do are the answer).
     Some,
 }
 
 impl Mode {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Mode::All => "all",
             Mode::Any => "any",
@@ -38,7 +41,7 @@ impl Mode {
 /// One word to wait on: its position in the caller's list, the word, the
 /// value it is compared with, and (for the hang report) its address and
 /// its index in its [`Signals`] array when waited on by index.
-struct Entry<'a> {
+pub(crate) struct Entry<'a> {
     pos: usize,
     word: &'a AtomicU64,
     value: u64,
@@ -85,27 +88,39 @@ fn wait(
     if entries.is_empty() {
         return Ok(Vec::new());
     }
-    let holds = |e: &Entry<'_>| cmp.holds(e.word.load(Ordering::Acquire), e.value);
     let mut hits = Vec::new();
     let what = || describe(inner.rank, call, entries, cmp, mode);
-    inner.wait_through(&what, || match mode {
-        Mode::All => entries.iter().all(holds),
-        Mode::Any => match entries.iter().find(|e| holds(e)) {
-            Some(e) => {
-                hits = vec![e.pos];
-                true
-            }
-            None => false,
-        },
-        Mode::Some => {
-            hits = entries.iter().filter(|e| holds(e)).map(|e| e.pos).collect();
-            !hits.is_empty()
+    inner.wait_through(&what, || match satisfied(entries, cmp, mode) {
+        Some(h) => {
+            hits = h;
+            true
         }
+        None => false,
     })?;
-    if let Mode::All = mode {
-        hits = entries.iter().map(|e| e.pos).collect();
-    }
     Ok(hits)
+}
+
+/// Whether the entries satisfy `mode` under `cmp` now: the positions of
+/// the entries that satisfied it (all of them for `All`, the first for
+/// `Any`, every one that did for `Some`; none for an empty list, which is
+/// satisfied at once), or `None`. Shared with the futures
+/// (`signal_vector_async.rs`).
+pub(crate) fn satisfied(entries: &[Entry<'_>], cmp: Cmp, mode: Mode) -> Option<Vec<usize>> {
+    if entries.is_empty() {
+        return Some(Vec::new());
+    }
+    let holds = |e: &&Entry<'_>| cmp.holds(e.word.load(Ordering::Acquire), e.value);
+    match mode {
+        Mode::All => entries
+            .iter()
+            .all(|e| holds(&e))
+            .then(|| entries.iter().map(|e| e.pos).collect()),
+        Mode::Any => entries.iter().find(holds).map(|e| vec![e.pos]),
+        Mode::Some => {
+            let hits: Vec<usize> = entries.iter().filter(holds).map(|e| e.pos).collect();
+            (!hits.is_empty()).then_some(hits)
+        }
+    }
 }
 
 /// What a wait awaits, for the hang report (the first 8 words).
@@ -137,7 +152,7 @@ fn describe(rank: usize, call: &str, entries: &[Entry<'_>], cmp: Cmp, mode: Mode
 
 impl Signals {
     /// The entries of this rank's words `which`, without the masked ones.
-    fn entries(
+    pub(crate) fn entries(
         &self,
         call: &str,
         which: &[usize],
@@ -330,8 +345,10 @@ impl Signals {
 
 /// One compare value for every word, or one per word.
 #[derive(Clone, Copy)]
-enum Values<'a> {
+pub(crate) enum Values<'a> {
+    /// The same value for every word.
     One(u64),
+    /// `values[k]` for word `k`.
     Each(&'a [u64]),
 }
 
@@ -355,7 +372,7 @@ impl Values<'_> {
 impl Pgas {
     /// The entries of the signal words `sigs` (each this rank's and a
     /// signal word, else an error), without the masked ones.
-    fn sig_entries<'a>(
+    pub(crate) fn sig_entries<'a>(
         &'a self,
         call: &str,
         sigs: &[GlobalPtr<u64>],

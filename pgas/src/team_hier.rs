@@ -53,7 +53,7 @@ use crate::team_mail::{CollKind, Header};
 use crate::team_shm::{alloc_block, free_block, steps, ShmCall};
 use bytemuck::Pod;
 use splitrt_am::{Error, Result};
-use splitrt_runtime::config::RmaPath;
+use splitrt_runtime::config::{self, RmaPath};
 use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -70,20 +70,11 @@ pub(crate) const LEADER_LATER: u32 = 3;
 /// which waits for the other leaders).
 pub(crate) const FANOUT_LATER: u64 = 8;
 
-/// `SPLITRT_TEAM_HIER`: on unless set to an off word (`0`, `false`,
-/// `no`, `off`, empty; on: `1`, `true`, `yes`, `on`, any case, as every
-/// splitrt switch); anything else is an error naming the variable.
+/// `SPLITRT_TEAM_HIER`: on unless set to an off word, read as every
+/// splitrt switch ([`splitrt_runtime::config::parse_switch`]); anything
+/// else is an error naming the variable.
 fn hier_setting() -> std::result::Result<bool, String> {
-    let Ok(v) = std::env::var("SPLITRT_TEAM_HIER") else {
-        return Ok(true);
-    };
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "" | "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(format!(
-            "SPLITRT_TEAM_HIER={v:?}: not an on/off setting (1, true, yes, on or 0, false, no, off)"
-        )),
-    }
+    config::env_switch(config::ENV_TEAM_HIER, true).map_err(|e| e.to_string())
 }
 
 /// Number of bits of `v` (0 for 0).

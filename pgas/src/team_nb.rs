@@ -384,7 +384,10 @@ impl Team {
     }
 
     /// Non-blocking [`allreduce`](Self::allreduce) in place on `data`
-    /// (the same algorithm, messages and result).
+    /// (the same algorithm, messages and result). Across hosts
+    /// hierarchical (members to their host's leader, the leaders, back:
+    /// 2 (L - 1) messages across L hosts, the blocking form's bits) once
+    /// the team's blocking collectives are (see `docs/teams.md`).
     pub fn allreduce_nb<'a, T: Reduce>(
         &self,
         data: &'a mut [T],
@@ -399,6 +402,10 @@ impl Team {
             ));
         }
         let (me, seq, h) = self.start::<T>(kind, Some(op), None, data.len())?;
+        // across hosts as the blocking form (team_hier_nb.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.reduce_nb_hier((seq, h, g), None, data, op));
+        }
         let n = self.size();
         let len = std::mem::size_of_val(data);
         let mut r = Sched::new(self, seq, h);
@@ -454,11 +461,17 @@ impl Team {
 
     /// Non-blocking [`barrier`](Self::barrier) (dissemination by team
     /// messages, also on shared memory): complete once every member has
-    /// started it.
+    /// started it. Across hosts hierarchical (dissemination among one
+    /// leader per host) once the team's blocking collectives are (see
+    /// `docs/teams.md`).
     pub fn barrier_nb(&self) -> Result<TeamRequest<'static>> {
         let kind = CollKind::Barrier;
         let _one = self.pgas().enter_collective(self.shown(kind))?;
         let (me, seq, h) = self.start::<u8>(kind, None, None, 0)?;
+        // across hosts as the blocking form (team_hier_nb.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.barrier_nb_hier(seq, h, g));
+        }
         let n = self.size();
         let mut r = Sched::new(self, seq, h);
         let (mut d, mut tag) = (1, 0u64);
@@ -487,7 +500,9 @@ impl Team {
 
     /// Non-blocking [`broadcast`](Self::broadcast) of `data` from team
     /// rank `root` (the same binomial tree): the root's messages go out
-    /// before this returns.
+    /// before this returns. Across hosts hierarchical (L - 1 messages
+    /// across L hosts) once the team's blocking collectives are (see
+    /// `docs/teams.md`).
     pub fn broadcast_nb<'a, T: Pod>(
         &self,
         root: usize,
@@ -496,6 +511,10 @@ impl Team {
         let kind = CollKind::Broadcast;
         let _one = self.pgas().enter_collective(self.shown(kind))?;
         let (me, seq, h) = self.start::<T>(kind, None, Some(root), data.len())?;
+        // across hosts as the blocking form (team_hier_nb.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.broadcast_nb_hier((seq, h, g), root, data));
+        }
         let n = self.size();
         let len = std::mem::size_of_val(data);
         let mut r = Sched::new(self, seq, h);
@@ -538,7 +557,9 @@ impl Team {
 
     /// Non-blocking [`allgather`](Self::allgather): `send` goes to every
     /// member before this returns (it may be reused at once); the others'
-    /// land in `recv` (n * k elements) by completion.
+    /// land in `recv` (n * k elements) by completion. Across hosts
+    /// hierarchical (L (L - 1) messages across L hosts) once the team's
+    /// blocking collectives are (see `docs/teams.md`).
     pub fn allgather_nb<'a, T: Pod>(
         &self,
         send: &[T],
@@ -559,6 +580,10 @@ impl Team {
             ));
         }
         let (me, seq, h) = self.start::<T>(kind, None, None, k)?;
+        // across hosts as the blocking form (team_hier_nb.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.gather_nb_hier((seq, h, g), None, send, recv));
+        }
         for s in 1..n {
             self.send(seq, 0, &h, (me + s) % n, bytemuck::cast_slice(send))?;
         }

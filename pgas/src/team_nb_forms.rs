@@ -65,7 +65,9 @@ impl Team {
     /// combined element-wise with `op` into team rank `root`'s `data`
     /// (the same binomial tree and combining order, so the same bits);
     /// the other members' `data` is left unchanged. A leaf's part goes
-    /// out before this returns.
+    /// out before this returns. Across hosts hierarchical (L - 1
+    /// messages across L hosts) once the team's blocking collectives are
+    /// (see `docs/teams.md`).
     ///
     /// ```no_run
     /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
@@ -85,6 +87,10 @@ impl Team {
         let _one = self.pgas().enter_collective(self.shown(kind))?;
         self.nb_check_op::<T>(kind, op)?;
         let (me, seq, h) = self.start::<T>(kind, Some(op), Some(root), data.len())?;
+        // across hosts as the blocking form (team_hier_nb.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.reduce_nb_hier((seq, h, g), Some(root), data, op));
+        }
         let n = self.size();
         let len = std::mem::size_of_val(data);
         let mut r = Sched::new(self, seq, h);
@@ -122,7 +128,10 @@ impl Team {
     /// Non-blocking [`gather`](Self::gather): every member's `send` (k
     /// elements) into team rank `root`'s `recv` (n * k elements, member
     /// i's at i * k; other members pass `&mut []`). A non-root's `send`
-    /// goes out before this returns.
+    /// goes out before this returns. Across hosts hierarchical (L - 1
+    /// messages across L hosts) once the team's blocking collectives are
+    /// (see `docs/teams.md`): then a host leader's part goes with its
+    /// host's (copied at the call: `send` is free on return either way).
     ///
     /// ```no_run
     /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
@@ -145,6 +154,10 @@ impl Team {
             self.nb_check_len(kind, "recv", recv.len(), n * k)?;
         }
         let (me, seq, h) = self.start::<T>(kind, None, Some(root), k)?;
+        // across hosts as the blocking form (team_hier_nb.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.gather_nb_hier((seq, h, g), Some(root), send, recv));
+        }
         let mut r = Sched::new(self, seq, h);
         if me != root {
             self.send(seq, 0, &h, root, bytemuck::cast_slice(send))?;

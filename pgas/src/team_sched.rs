@@ -79,6 +79,15 @@ pub(crate) enum Step {
         len: usize,
         fold: Fold,
     },
+    /// Copy `len` bytes of `src` at `from` into `dst` at `at` (one
+    /// member's part of a message that packs several: `team_hier_nb.rs`).
+    Place {
+        src: Buf,
+        from: usize,
+        dst: Buf,
+        at: usize,
+        len: usize,
+    },
 }
 
 /// Combines bytes of elements (see [`combine_bytes`]).
@@ -170,6 +179,17 @@ impl Sched {
         }
     }
 
+    /// Copy `len` bytes of `src` at `from` into `dst` at `at`.
+    fn place(&mut self, src: Buf, from: usize, dst: Buf, at: usize, len: usize) {
+        let (s, d) = match (src, dst) {
+            (Buf::Work, Buf::Out) => (&self.work, &mut self.out),
+            (Buf::Scratch, Buf::Out) => (&self.scratch, &mut self.out),
+            // never built
+            _ => return,
+        };
+        d[at..at + len].copy_from_slice(&s[from..from + len]);
+    }
+
     /// Run steps until one waits for a message not in yet: `Ok(Some)`
     /// with its key, sender and hops, `Ok(None)` when every step ran.
     fn advance(&mut self) -> Result<Option<(Key, usize, u32)>> {
@@ -220,6 +240,13 @@ impl Sched {
                     len,
                     fold,
                 } => self.apply(src, dst, at, len, fold),
+                Step::Place {
+                    src,
+                    from,
+                    dst,
+                    at,
+                    len,
+                } => self.place(src, from, dst, at, len),
             }
             self.steps.pop_front();
         }

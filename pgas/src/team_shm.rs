@@ -158,14 +158,11 @@ impl Team {
         }
         let reg = &i.team_areas;
         reclaim(self, reg);
-        let mine = if reg.held.load(Ordering::Relaxed) < MAX_AREAS {
+        let mine = in_a_slot(&reg.held, || {
             i.heap.lock().alloc_local(TEAM_AREA as u64).ok()
-        } else {
-            None
-        };
+        });
         let own_seg = i.direct[members[me]];
         if let Some(off) = mine {
-            reg.held.fetch_add(1, Ordering::Relaxed);
             // zero and tag it before anyone learns where it is
             if let Some(one) = TeamArea::new(
                 vec![own_seg],
@@ -211,21 +208,9 @@ pub(crate) fn alloc_block(t: &Team) -> Option<u64> {
     let i = &t.pgas().inner;
     let reg = &i.team_areas;
     reclaim(t, reg);
-    // take the slot first (one read-modify-write: two threads cannot
-    // both pass the check at MAX_AREAS - 1), give it back if no room
-    if reg
-        .held
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
-            (h < MAX_AREAS).then_some(h + 1)
-        })
-        .is_err()
-    {
-        return None;
-    }
-    let Ok(off) = i.heap.lock().alloc_local(TEAM_AREA as u64) else {
-        reg.held.fetch_sub(1, Ordering::Relaxed);
-        return None;
-    };
+    let off = in_a_slot(&reg.held, || {
+        i.heap.lock().alloc_local(TEAM_AREA as u64).ok()
+    })?;
     let own_seg = i.direct[i.rank];
     // zero and tag it before anyone learns where it is
     if let Some(one) = TeamArea::new(
@@ -239,6 +224,26 @@ pub(crate) fn alloc_block(t: &Team) -> Option<u64> {
         one.reset_own();
     }
     Some(off)
+}
+
+/// Take one of the `MAX_AREAS` slots `held` counts and run `alloc` in it:
+/// its offset, or `None` if every slot is held or `alloc` found no room
+/// (the slot given back). The slot is taken first, by one
+/// read-modify-write, so two threads cannot both pass the bound at
+/// `MAX_AREAS - 1`.
+fn in_a_slot(
+    held: &std::sync::atomic::AtomicUsize,
+    alloc: impl FnOnce() -> Option<u64>,
+) -> Option<u64> {
+    held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |h| {
+        (h < MAX_AREAS).then_some(h + 1)
+    })
+    .ok()?;
+    let off = alloc();
+    if off.is_none() {
+        held.fetch_sub(1, Ordering::Relaxed);
+    }
+    off
 }
 
 /// Free a block of `alloc_block` that no member learnt of.
@@ -594,5 +599,47 @@ mod tests {
         assert_eq!(steps(8, 4).collect::<Vec<_>>(), vec![0..4, 4..8]);
         assert_eq!(steps(9, 4).collect::<Vec<_>>(), vec![0..4, 4..8, 8..9]);
         assert_eq!(steps(3, 0).collect::<Vec<_>>(), vec![0..1, 1..2, 2..3]);
+    }
+
+    /// Self-review fixes (session 10): `alloc_block`'s bound. Threads
+    /// that meet at `MAX_AREAS - 1` blocks held, each allocating (a
+    /// heap lock held a moment), take exactly one slot between them: the
+    /// check and the count were separate (read, allocate, add), and every
+    /// thread that read before the first add passed the bound. A slot
+    /// whose allocation fails is given back.
+    #[test]
+    fn fixes_alloc_block_slots_stay_within_the_bound() {
+        use super::{in_a_slot, MAX_AREAS};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::{Barrier, Mutex};
+        const THREADS: usize = 8;
+        for round in 0..20 {
+            let held = AtomicUsize::new(MAX_AREAS - 1);
+            let heap = Mutex::new(0u64);
+            let start = Barrier::new(THREADS);
+            let got: usize = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..THREADS)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            in_a_slot(&held, || {
+                                let mut h = heap.lock().unwrap();
+                                std::thread::yield_now();
+                                *h += 1;
+                                Some(*h)
+                            })
+                            .is_some() as usize
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).sum()
+            });
+            assert_eq!(got, 1, "round {round}: blocks allocated at MAX_AREAS - 1");
+            assert_eq!(held.load(Ordering::Relaxed), MAX_AREAS, "round {round}");
+        }
+        // no room: the slot is given back
+        let held = AtomicUsize::new(0);
+        assert_eq!(in_a_slot(&held, || None), None);
+        assert_eq!(held.load(Ordering::Relaxed), 0);
     }
 }

@@ -117,6 +117,18 @@ macro_rules! no {
     };
 }
 
+/// The varint integers: `$f` reads a varint of at most `$max` bytes and
+/// value `$top` and hands `$conv` of it to the visitor's `$visit`.
+macro_rules! varints {
+    ($($f:ident => $visit:ident: $max:expr, $top:expr, $conv:expr);*) => {
+        $(#[inline]
+        fn $f<V: Visitor<'de>>(self, v: V) -> Result<V::Value, No> {
+            #[allow(clippy::redundant_closure_call)]
+            v.$visit(($conv)(self.varint($max, $top)?))
+        })*
+    };
+}
+
 impl<'de> Deserializer<'de> for &mut Dec<'de> {
     type Error = No;
 
@@ -147,33 +159,17 @@ impl<'de> Deserializer<'de> for &mut Dec<'de> {
     fn deserialize_i8<V: Visitor<'de>>(self, v: V) -> Result<V::Value, No> {
         v.visit_i8(self.byte()? as i8)
     }
-    #[inline]
-    fn deserialize_i16<V: Visitor<'de>>(self, v: V) -> Result<V::Value, No> {
-        v.visit_i16(unzig(self.varint(3, u64::from(u16::MAX))?) as i16)
-    }
-    #[inline]
-    fn deserialize_i32<V: Visitor<'de>>(self, v: V) -> Result<V::Value, No> {
-        v.visit_i32(unzig(self.varint(5, u64::from(u32::MAX))?) as i32)
-    }
-    #[inline]
-    fn deserialize_i64<V: Visitor<'de>>(self, v: V) -> Result<V::Value, No> {
-        v.visit_i64(unzig(self.varint(10, u64::MAX)?))
-    }
+    varints!(
+        deserialize_i16 => visit_i16: 3, u64::from(u16::MAX), |x| unzig(x) as i16;
+        deserialize_i32 => visit_i32: 5, u64::from(u32::MAX), |x| unzig(x) as i32;
+        deserialize_i64 => visit_i64: 10, u64::MAX, unzig;
+        deserialize_u16 => visit_u16: 3, u64::from(u16::MAX), |x| x as u16;
+        deserialize_u32 => visit_u32: 5, u64::from(u32::MAX), |x| x as u32;
+        deserialize_u64 => visit_u64: 10, u64::MAX, |x| x
+    );
     #[inline]
     fn deserialize_u8<V: Visitor<'de>>(self, v: V) -> Result<V::Value, No> {
         v.visit_u8(self.byte()?)
-    }
-    #[inline]
-    fn deserialize_u16<V: Visitor<'de>>(self, v: V) -> Result<V::Value, No> {
-        v.visit_u16(self.varint(3, u64::from(u16::MAX))? as u16)
-    }
-    #[inline]
-    fn deserialize_u32<V: Visitor<'de>>(self, v: V) -> Result<V::Value, No> {
-        v.visit_u32(self.varint(5, u64::from(u32::MAX))? as u32)
-    }
-    #[inline]
-    fn deserialize_u64<V: Visitor<'de>>(self, v: V) -> Result<V::Value, No> {
-        v.visit_u64(self.varint(10, u64::MAX)?)
     }
     #[inline]
     fn deserialize_f32<V: Visitor<'de>>(self, v: V) -> Result<V::Value, No> {

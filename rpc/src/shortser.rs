@@ -114,6 +114,27 @@ impl Enc<'_> {
     }
 }
 
+/// Signed integers up to 64 bits: zigzag (`(v << 1) ^ (v >> bits-1)`,
+/// as the unsigned type of the width), then a varint.
+macro_rules! zigzag {
+    ($($f:ident: $t:ty as $u:ty),*) => {
+        $(#[inline]
+        fn $f(mut self, v: $t) -> Result<(), Why> {
+            self.varint64(((v << 1) ^ (v >> (<$t>::BITS - 1))) as $u as u64)
+        })*
+    };
+}
+
+/// Unsigned integers of 16 to 64 bits: a varint.
+macro_rules! unsigned {
+    ($($f:ident: $t:ty),*) => {
+        $(#[inline]
+        fn $f(mut self, v: $t) -> Result<(), Why> {
+            self.varint64(v as u64)
+        })*
+    };
+}
+
 impl<'a> ser::Serializer for Enc<'a> {
     type Ok = ();
     type Error = Why;
@@ -133,18 +154,7 @@ impl<'a> ser::Serializer for Enc<'a> {
     fn serialize_i8(mut self, v: i8) -> Result<(), Why> {
         self.byte(v as u8)
     }
-    #[inline]
-    fn serialize_i16(mut self, v: i16) -> Result<(), Why> {
-        self.varint64(u64::from(((v << 1) ^ (v >> 15)) as u16))
-    }
-    #[inline]
-    fn serialize_i32(mut self, v: i32) -> Result<(), Why> {
-        self.varint64(u64::from(((v << 1) ^ (v >> 31)) as u32))
-    }
-    #[inline]
-    fn serialize_i64(mut self, v: i64) -> Result<(), Why> {
-        self.varint64(((v << 1) ^ (v >> 63)) as u64)
-    }
+    zigzag!(serialize_i16: i16 as u16, serialize_i32: i32 as u32, serialize_i64: i64 as u64);
     #[inline]
     fn serialize_i128(mut self, v: i128) -> Result<(), Why> {
         self.varint(((v << 1) ^ (v >> 127)) as u128)
@@ -153,18 +163,7 @@ impl<'a> ser::Serializer for Enc<'a> {
     fn serialize_u8(mut self, v: u8) -> Result<(), Why> {
         self.byte(v)
     }
-    #[inline]
-    fn serialize_u16(mut self, v: u16) -> Result<(), Why> {
-        self.varint64(u64::from(v))
-    }
-    #[inline]
-    fn serialize_u32(mut self, v: u32) -> Result<(), Why> {
-        self.varint64(u64::from(v))
-    }
-    #[inline]
-    fn serialize_u64(mut self, v: u64) -> Result<(), Why> {
-        self.varint64(v)
-    }
+    unsigned!(serialize_u16: u16, serialize_u32: u32, serialize_u64: u64);
     #[inline]
     fn serialize_u128(mut self, v: u128) -> Result<(), Why> {
         self.varint(v)

@@ -76,6 +76,9 @@ pub const ENV_HANG_REPORT: &str = "SPLITRT_HANG_REPORT";
 pub const ENV_HANG_ABORT: &str = "SPLITRT_HANG_ABORT";
 /// Default time without progress before a hang report.
 pub const DEFAULT_HANG_REPORT: Duration = Duration::from_secs(30);
+/// On/off (default on): teams spanning hosts run their blocking
+/// collectives hierarchically (read by the PGAS layer's teams).
+pub const ENV_TEAM_HIER: &str = "SPLITRT_TEAM_HIER";
 
 /// Every tunable with its documented name, for `--help` texts and docs.
 pub const ALL_VARS: &[(&str, &str)] = &[
@@ -189,6 +192,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     (
         "SPLITRT_PROGRESS",
         "poll (default): handlers run when the program polls or waits; thread: a progress thread polls too; thread-only: handlers run only on it (read by the AM layer)",
+    ),
+    (
+        ENV_TEAM_HIER,
+        "off = teams spanning hosts run their blocking collectives by the flat message algorithms instead of hierarchically (default on; read by the PGAS layer)",
     ),
 ];
 
@@ -464,11 +471,7 @@ impl Config {
         }
         let switch = |name: &str, dst: &mut bool| -> Result<()> {
             if let Some(v) = get(name) {
-                *dst = parse_switch(&v).ok_or_else(|| {
-                    Error::config(format!(
-                        "{name}={v:?}: expected 1, true, yes or on (or 0, false, no, off)"
-                    ))
-                })?;
+                *dst = switch_value(name, &v)?;
             }
             Ok(())
         };
@@ -622,11 +625,45 @@ impl Config {
 /// An on/off setting: `1`, `true`, `yes`, `on` (any case) are on; `0`,
 /// `false`, `no`, `off` and the empty string are off; anything else is
 /// `None`, which the caller reports as an error.
-fn parse_switch(v: &str) -> Option<bool> {
+///
+/// ```
+/// use splitrt_runtime::config::parse_switch;
+/// assert_eq!(parse_switch(" Yes "), Some(true));
+/// assert_eq!(parse_switch(""), Some(false));
+/// assert_eq!(parse_switch("2"), None);
+/// ```
+pub fn parse_switch(v: &str) -> Option<bool> {
     match v.trim().to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Some(true),
         "" | "0" | "false" | "no" | "off" => Some(false),
         _ => None,
+    }
+}
+
+/// The value `v` of the on/off setting `name`, or the configuration error
+/// naming the variable and the accepted values.
+fn switch_value(name: &str, v: &str) -> Result<bool> {
+    parse_switch(v).ok_or_else(|| {
+        Error::config(format!(
+            "{name}={v:?}: expected 1, true, yes or on (or 0, false, no, off)"
+        ))
+    })
+}
+
+/// The on/off setting `name` from the process environment (`default` when
+/// unset), read as [`Config`] reads its own switches: for settings that
+/// other layers read, such as [`ENV_TEAM_HIER`].
+///
+/// ```
+/// use splitrt_runtime::config::{env_switch, ENV_TEAM_HIER};
+/// let hier = env_switch(ENV_TEAM_HIER, true)?;
+/// # let _ = hier;
+/// # Ok::<(), splitrt_runtime::Error>(())
+/// ```
+pub fn env_switch(name: &str, default: bool) -> Result<bool> {
+    match std::env::var(name) {
+        Ok(v) => switch_value(name, &v),
+        Err(_) => Ok(default),
     }
 }
 
@@ -756,5 +793,45 @@ mod tests {
         assert!(!Config::from_lookup(|_| None).unwrap().shm_shared_queue);
         let e = q("mpsc").unwrap_err();
         assert!(e.to_string().contains("SPLITRT_SHM_QUEUE"), "{e}");
+    }
+
+    /// Self-review fixes (session 10).
+    mod fixes {
+        use super::super::*;
+
+        /// `splitrt-run --help` lists [`ALL_VARS`]: every variable of
+        /// docs/launching.md's table that has no launcher flag must be
+        /// there, or a user finds it only in the docs
+        /// (`SPLITRT_TEAM_HIER` was read by the PGAS layer and missing).
+        #[test]
+        fn help_lists_every_flagless_variable_of_the_docs() {
+            let doc = include_str!("../../docs/launching.md");
+            let flagless: Vec<&str> = doc
+                .lines()
+                .filter_map(|l| {
+                    let mut cols = l.strip_prefix("| `SPLITRT_")?.split(" | ");
+                    let name = cols.next()?.trim_end_matches('`');
+                    (cols.next()? == "—").then_some(name)
+                })
+                .collect();
+            assert!(flagless.len() >= 10, "the table moved: {flagless:?}");
+            for name in flagless {
+                let var = format!("SPLITRT_{name}");
+                assert!(
+                    ALL_VARS.iter().any(|(k, _)| *k == var),
+                    "{var} is documented but not listed by splitrt-run --help"
+                );
+            }
+        }
+
+        /// `SPLITRT_TEAM_HIER` is read as every other switch, with the
+        /// same error naming it.
+        #[test]
+        fn team_hier_is_a_switch() {
+            assert!(!switch_value(ENV_TEAM_HIER, " Off ").unwrap());
+            assert!(switch_value(ENV_TEAM_HIER, "YES").unwrap());
+            let e = switch_value(ENV_TEAM_HIER, "flat").unwrap_err();
+            assert!(e.to_string().contains(ENV_TEAM_HIER), "{e}");
+        }
     }
 }

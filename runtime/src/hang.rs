@@ -5,9 +5,11 @@
 //! keeps waiting; with `SPLITRT_HANG_ABORT=1` it ends the job instead,
 //! naming what everyone waited for.
 //!
-//! Every waiting loop owns a [`HangWatch`]; it reads the clock only on idle
-//! rounds that have already stopped spinning (never when it is made), so it
-//! costs nothing while messages flow.
+//! Every waiting loop owns a [`HangWatch`]; it reads the clock on rounds
+//! that have stopped spinning and on every 64th round otherwise
+//! ([`HangWatch::due_on_round`]; never when it is made), so it costs next
+//! to nothing while messages flow, and a wait that never stops spinning
+//! (`SPLITRT_SPIN_ONLY=1`) is still watched.
 
 use crate::config::Config;
 use crate::{Error, ErrorKind};
@@ -30,6 +32,8 @@ pub struct HangWatch {
     limit: Option<Duration>,
     abort: bool,
     reported: bool,
+    /// Rounds seen by [`due_on_round`](Self::due_on_round).
+    rounds: u32,
 }
 
 impl HangWatch {
@@ -40,6 +44,7 @@ impl HangWatch {
             limit: cfg.hang_report,
             abort: cfg.hang_abort,
             reported: false,
+            rounds: 0,
         }
     }
 
@@ -67,6 +72,17 @@ impl HangWatch {
         };
         let since = *self.since.get_or_insert_with(Instant::now);
         since.elapsed() >= limit
+    }
+
+    /// [`due`](Self::due), looked at cheaply on a wait's rounds: on
+    /// every round once the wait's back-off is `slow` (past spinning),
+    /// else on every 64th (the clock costs ~20 ns). A wait whose back-off
+    /// never gets slow (`SPLITRT_SPIN_ONLY=1`, or traffic that keeps
+    /// resetting it) is still watched.
+    #[inline]
+    pub fn due_on_round(&mut self, slow: bool) -> bool {
+        self.rounds = self.rounds.wrapping_add(1);
+        (slow || self.rounds.is_multiple_of(64)) && self.due()
     }
 
     /// Report what this wait waits for (`what`, a sentence fragment such as

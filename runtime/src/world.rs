@@ -120,7 +120,7 @@ impl Link {
                 return if b.released(e) { Ok(()) } else { Err(f) };
             }
             progress()?;
-            if backoff.is_slow() && watch.due() {
+            if watch.due_on_round(backoff.is_slow()) {
                 // Ask the server who is missing; report once it answered
                 // (or after a second without an answer).
                 let t = *asked.get_or_insert_with(|| {
@@ -594,7 +594,7 @@ impl World {
                 return Err(f);
             }
             progress()?;
-            if backoff.is_slow() && watch.due() {
+            if watch.due_on_round(backoff.is_slow()) {
                 let what = format!(
                     "for rank(s) {} to acknowledge what this rank sent over the network",
                     rank_list(&fabric.unacked_ranks())

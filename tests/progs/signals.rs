@@ -36,6 +36,8 @@
 //!          often it blocked)
 //!   vnever rank 0 waits with wait_until_all_vector for words 0 and 1, of
 //!          which rank 1 sets only word 0 (for the hang report)
+//!   async_vectors  the masked and vector waits as futures (see
+//!          `async_vectors_on`)
 //! Prints `signals ok (PATH path)` per rank when every check passed
 //! (`vector signals ok` for `vector`).
 
@@ -60,6 +62,7 @@ fn main() {
             "vnever" => vector_never(pg),
             "never" | "late" | "dies" => waits(&mode, pg),
             "async_sets" => async_sets_on(iters, pg),
+            "async_vectors" => async_vectors_on(iters, pg),
             _ => Err(Error::usage(format!("unknown mode {mode}"))),
         }
     });
@@ -930,6 +933,171 @@ pub fn async_sets_on(rounds: usize, pg: Pgas) -> splitrt::Result<()> {
     pg.barrier()?;
     pg.endpoint().set_progress(Progress::Polling)?;
     println!("async sets ok ({:?} path) rank {me} of {n}", pg.rma_path());
+    Ok(())
+}
+
+/// `async_vectors`: the masked and vector waits as futures
+/// (`Signals::wait_until_{all,any,some}_{masked,vector}_async`,
+/// `Pgas::wait_until_{all,any,some}_vector_async`), with the progress
+/// thread on, each made before the left neighbour's signals may have come
+/// and awaited under [`park_on`] (as `async_sets`); their argument errors
+/// at the future; then a masked wait pending for 300 ms must be polled
+/// only a few times. Prints `async vectors ok (PATH path)`.
+pub fn async_vectors_on(rounds: usize, pg: Pgas) -> splitrt::Result<()> {
+    use splitrt::am::Progress;
+    let (me, n) = (pg.rank(), pg.size());
+    let right = (me + 1) % n;
+    pg.endpoint().set_progress(Progress::Thread)?;
+    let data = pg.alloc_sym::<u64>(1)?;
+    let sig = pg.alloc_signals(4)?;
+    let at = |i| sig.at(me, i);
+    for round in 1..=rounds as u64 {
+        // word 0: set to the round, 1: +1 a round, 2: put_signal set, 3: never
+        let (no, yes) = (false, true);
+        let all_m = sig.wait_until_all_masked_async(&[0, 1, 3], &[no, no, yes], Cmp::Ge, round);
+        let any_m = sig.wait_until_any_masked_async(&[3, 1, 2], &[no, yes, no], Cmp::Ge, round);
+        let some_m = sig.wait_until_some_masked_async(&[0, 3, 2], &[no, no, yes], Cmp::Ge, round);
+        let all_v = sig.wait_until_all_vector_async(&[0, 1, 2], None, Cmp::Ge, &[round, 1, round]);
+        let any_v = sig.wait_until_any_vector_async(&[3, 1], Some(&[no, no]), Cmp::Ge, &[1, round]);
+        let some_v =
+            sig.wait_until_some_vector_async(&[3, 2, 0], None, Cmp::Ge, &[1, round, round]);
+        let all_p = pg.wait_until_all_vector_async(&[at(2), at(0)], None, Cmp::Ge, &[round, round]);
+        let any_p =
+            pg.wait_until_any_vector_async(&[at(3), at(2)], Some(&[no, no]), Cmp::Ge, &[1, round]);
+        let some_p = pg.wait_until_some_vector_async(
+            &[at(1), at(3), at(0)],
+            None,
+            Cmp::Ge,
+            &[round, 1, round],
+        );
+        pg.signal_set(sig.at(right, 0), round)?;
+        pg.signal_add(sig.at(right, 1), 1)?;
+        pg.put_signal(
+            data.ptr(right),
+            &[round],
+            sig.at(right, 2),
+            SignalOp::Set,
+            round,
+        )?;
+        let w = |what: &str, e: Error| fail(format!("round {round} {what}: {e}"));
+        park_on(all_v).map_err(|e| w("all vector", e))?;
+        if data.local().get(0) < round {
+            return Err(fail(format!(
+                "round {round}: all vector: the put_signal's data is {} after its signal",
+                data.local().get(0)
+            )));
+        }
+        park_on(all_m).map_err(|e| w("all masked", e))?;
+        park_on(all_p).map_err(|e| w("all vector by pointer", e))?;
+        check(
+            park_on(any_m)?.1,
+            Some(2),
+            "any masked: the position that holds",
+        )?;
+        check(
+            park_on(some_m)?.1,
+            vec![0],
+            "some masked: the positions that hold",
+        )?;
+        check(
+            park_on(any_v)?.1,
+            Some(1),
+            "any vector: the position that holds",
+        )?;
+        check(
+            park_on(some_v)?.1,
+            vec![1, 2],
+            "some vector: the positions that hold",
+        )?;
+        check(park_on(any_p)?.1, Some(1), "any vector by pointer")?;
+        check(park_on(some_p)?.1, vec![0, 2], "some vector by pointer")?;
+        // the AM path's signals complete at sync
+        pg.sync()?;
+    }
+    // as the blocking forms: an empty or fully masked list at once
+    check(
+        ready_now(sig.wait_until_any_masked_async(&[3], &[true], Cmp::Eq, 9))?,
+        None,
+        "async any of fully masked words",
+    )?;
+    ready_now(sig.wait_until_all_vector_async(&[], None, Cmp::Eq, &[]))?;
+    check(
+        ready_now(pg.wait_until_some_vector_async(&[], None, Cmp::Eq, &[]))?,
+        Vec::<usize>::new(),
+        "async some of no words by pointer",
+    )?;
+    // the blocking forms' argument checks, at the future
+    expect_err(
+        "async masked: short mask",
+        ready_now(sig.wait_until_all_masked_async(&[0, 1], &[false], Cmp::Eq, 0)),
+        "the status mask has 1 entries for 2 signal words",
+    )?;
+    expect_err(
+        "async masked out of range",
+        ready_now(sig.wait_until_some_masked_async(&[0, 9], &[false, true], Cmp::Eq, 0)),
+        "out of range",
+    )?;
+    expect_err(
+        "async vector: short values",
+        ready_now(sig.wait_until_any_vector_async(&[0, 1], None, Cmp::Eq, &[0])),
+        "1 compare values for 2 signal words",
+    )?;
+    expect_err(
+        "async vector by pointer: not a signal word",
+        ready_now(pg.wait_until_all_vector_async(&[data.ptr(me)], None, Cmp::Eq, &[0])),
+        "is not a signal word",
+    )?;
+    if n >= 2 {
+        expect_err(
+            "async vector by pointer: another rank's word",
+            ready_now(pg.wait_until_any_vector_async(&[sig.at(right, 0)], None, Cmp::Eq, &[0])),
+            "a rank waits only on its own signal words",
+        )?;
+    }
+    let e = ready_now(sig.wait_until_all_vector_async(&[0, 1], None, Cmp::Eq, &[0]))
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    if !e.contains(&format!("rank {me}")) {
+        return Err(fail(format!(
+            "the vector wait's error names no rank: {e:?}"
+        )));
+    }
+    pg.barrier()?;
+    // no spinning: rank 0's wait is pending until rank 1 signals, 300 ms on
+    if n >= 2 && me == 0 {
+        // Ge: rank 1 sets 8 300 ms after 7 (a loaded machine may not look
+        // in between)
+        let f = sig.wait_until_any_masked_async(&[2, 3], &[true, false], Cmp::Ge, 7);
+        let (polls, i) = park_on(f)?;
+        check(i, Some(1), "the late signal")?;
+        if polls > 1000 {
+            return Err(fail(format!(
+                "a masked wait pending for 300 ms was polled {polls} times: it spins"
+            )));
+        }
+        let f = pg.wait_until_all_vector_async(&[at(3), at(0)], None, Cmp::Ge, &[8, 1]);
+        let (polls, ()) = park_on(f)?;
+        if polls > 1000 {
+            return Err(fail(format!(
+                "a vector wait pending for 300 ms was polled {polls} times: it spins"
+            )));
+        }
+    } else if n >= 2 && me == 1 {
+        for v in [7, 8] {
+            let end = std::time::Instant::now() + std::time::Duration::from_millis(300);
+            pg.endpoint()
+                .wait_until(|| std::time::Instant::now() >= end)?;
+            pg.signal_set(sig.at(0, 3), v)?;
+            pg.sync()?;
+        }
+    }
+    pg.barrier()?;
+    pg.endpoint().set_progress(Progress::Polling)?;
+    println!(
+        "async vectors ok ({:?} path) rank {me} of {n}",
+        pg.rma_path()
+    );
     Ok(())
 }
 

@@ -27,6 +27,15 @@
 //!          ("time path=P allreduce8=.. allreduce8k=.. barrier=..
 //!          alltoall8=..") and the last rank its scans' ("time path=P
 //!          last rank scan8=..")
+//!   nb     the non-blocking barrier, broadcast, reduce, allreduce,
+//!          gather and allgather
+//!          (hierarchical where the blocking forms are: `team_hier_nb.rs`)
+//!          on the same three teams, results checked, several outstanding
+//!          on one team completed in reverse order; then one call of each
+//!          on the world team, printing what this rank sent to other hosts:
+//!          "nbhier rank R path=P nbbarrier=A nbbroadcast=B nbreduce=C
+//!          nballreduce=D nbgather=E nballgather=F" and "team_hier nb ok (<path>) rank R"
+//!   nbop R, nbabsent R  as op and absent, with allreduce_nb
 //!   op R   every rank does a few world collectives, then allreduces with
 //!          Sum, but world rank R with Max: the job ends naming R
 //!   absent R  likewise, but world rank R never calls the allreduce: the
@@ -51,6 +60,8 @@ fn main() {
             "conf" => conf(pg),
             "op" | "absent" | "count" | "bigcount" | "noscan" => misuse(pg, &mode, target),
             "time" => time(pg, target),
+            "nb" => nb(pg),
+            "nbop" | "nbabsent" => nb_misuse(pg, &mode, target),
             m => Err(Error::usage(format!("unknown mode {m}"))),
         }
     })();
@@ -371,4 +382,182 @@ fn every2(t: &Team) -> splitrt::Result<()> {
         })?;
     }
     t.barrier()
+}
+
+/// `nb`: the non-blocking forms on the world team, all but world rank 0
+/// and the even ranks (each after a blocking collective, which agrees
+/// the grouping), then one call of each on the world team, counted.
+fn nb(pg: Pgas) -> splitrt::Result<()> {
+    let me = pg.rank();
+    let world = pg.world();
+    let mut x = [me as u64];
+    world.allreduce(&mut x, Op::Sum)?;
+    nb_every(&world)?;
+    let rest = world.split(if me == 0 { None } else { Some(1) }, 0)?;
+    if rest.is_member() {
+        rest.allreduce(&mut x, Op::Sum)?;
+        nb_every(&rest)?;
+    }
+    let even = world.split(Some((me % 2) as u32), me as u64)?;
+    even.allreduce(&mut x, Op::Sum)?;
+    nb_every(&even)?;
+    let mut x = [me as u64];
+    let count = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<u64> {
+        let before = world.off_host_messages();
+        f()?;
+        Ok(world.off_host_messages() - before)
+    };
+    let a = count(&mut || world.barrier_nb()?.wait())?;
+    let b = count(&mut || world.broadcast_nb(0, &mut x)?.wait())?;
+    let c = count(&mut || world.reduce_nb(0, &mut x, Op::Sum)?.wait())?;
+    let d = count(&mut || world.allreduce_nb(&mut x, Op::Sum)?.wait())?;
+    let mut all = vec![0u64; world.size()];
+    let at_root = if me == 0 { &mut all[..] } else { &mut [] };
+    let e = count(&mut || world.gather_nb(0, &x, at_root)?.wait())?;
+    let f = count(&mut || world.allgather_nb(&x, &mut all)?.wait())?;
+    println!(
+        "nbhier rank {me} path={} nbbarrier={a} nbbroadcast={b} nbreduce={c} nballreduce={d} \
+         nbgather={e} nballgather={f}",
+        path(&world)
+    );
+    pg.barrier()?;
+    println!("team_hier nb ok ({:?} path) rank {me}", pg.rma_path());
+    pg.finish()
+}
+
+/// Every hierarchical non-blocking form on `t`, results checked.
+fn nb_every(t: &Team) -> splitrt::Result<()> {
+    let n = t.size();
+    let me = t.rank().expect("a member");
+    let name = |what: &str| format!("team {:?} ({}): nb {what}", t.members(), path(t));
+    t.barrier_nb()?.wait()?;
+    for len in [1usize, 5000, 0] {
+        for root in 0..n {
+            let mut d: Vec<u64> = if me == root {
+                (0..len as u64).map(|i| i * 7 + root as u64).collect()
+            } else {
+                vec![u64::MAX; len]
+            };
+            t.broadcast_nb(root, &mut d)?.wait()?;
+            check(
+                d.iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == i as u64 * 7 + root as u64),
+                || name(&format!("broadcast from {root} of {len}")),
+            )?;
+            let mine: Vec<u64> = (0..len as u64).map(|i| i + me as u64 * 3).collect();
+            let mut d = mine.clone();
+            t.reduce_nb(root, &mut d, Op::Sum)?.wait()?;
+            let want = |i: u64| (0..n as u64).map(|j| i + j * 3).sum::<u64>();
+            if me == root {
+                check(
+                    d.iter().enumerate().all(|(i, &v)| v == want(i as u64)),
+                    || name(&format!("reduce to {root} of {len}")),
+                )?;
+            } else {
+                check(d == mine, || {
+                    name(&format!("reduce to {root} changed a non-root"))
+                })?;
+            }
+        }
+        let send: Vec<u32> = (0..len as u32).map(|i| i ^ (me as u32) << 20).collect();
+        let whole = |d: &[u32]| {
+            (0..n).all(|j| (0..len).all(|i| d[j * len + i] == (i as u32) ^ (j as u32) << 20))
+        };
+        for root in 0..n {
+            let mut recv = if me == root {
+                vec![7u32; n * len]
+            } else {
+                vec![]
+            };
+            t.gather_nb(root, &send, &mut recv)?.wait()?;
+            if me == root {
+                check(whole(&recv), || name(&format!("gather to {root} of {len}")))?;
+            }
+        }
+        let mut recv = vec![7u32; n * len];
+        t.allgather_nb(&send, &mut recv)?.wait()?;
+        check(whole(&recv), || name(&format!("allgather of {len}")))?;
+        let mut d: Vec<i64> = (0..len as i64).map(|i| i - me as i64).collect();
+        t.allreduce_nb(&mut d, Op::Min)?.wait()?;
+        check(
+            d.iter()
+                .enumerate()
+                .all(|(i, &v)| v == i as i64 - (n as i64 - 1)),
+            || name(&format!("allreduce Min of {len}")),
+        )?;
+    }
+    // several outstanding on one team, completed in reverse order (and
+    // the last by `test`)
+    let mut a: Vec<u64> = vec![me as u64 + 1; 3];
+    let mut b = [if me == n - 1 { 42u32 } else { 0 }];
+    let mut c = [me as u64 * 2];
+    let bar = t.barrier_nb()?;
+    let ra = t.allreduce_nb(&mut a, Op::Sum)?;
+    let rb = t.broadcast_nb(n - 1, &mut b)?;
+    let rc = t.reduce_nb(0, &mut c, Op::Max)?;
+    rc.wait()?;
+    rb.wait()?;
+    ra.wait()?;
+    let mut bar = bar;
+    let mut tests = 0u64;
+    while !bar.test()? {
+        tests += 1;
+        check(tests < 10_000_000, || name("a barrier_nb never completed"))?;
+        std::thread::yield_now();
+    }
+    let s = (n * (n + 1) / 2) as u64;
+    check(a == vec![s; 3], || {
+        name(&format!("outstanding allreduce: {a:?}"))
+    })?;
+    check(b == [42], || name(&format!("outstanding broadcast: {b:?}")))?;
+    let want = if me == 0 {
+        (n as u64 - 1) * 2
+    } else {
+        me as u64 * 2
+    };
+    check(c == [want], || name(&format!("outstanding reduce: {c:?}")))?;
+    // floats: every member the same bits, and the blocking form's where
+    // it takes the same path (hierarchical or flat messages)
+    let f0 = [0.1f64 * (me as f64 + 1.0), 1e16 + me as f64, -1.0 / 3.0];
+    let mut f = f0;
+    t.allreduce_nb(&mut f, Op::Sum)?.wait()?;
+    let mut g = f;
+    t.broadcast_nb(0, &mut g)?.wait()?;
+    check(
+        f.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits()),
+        || name("a float allreduce_nb gave members different bits"),
+    )?;
+    let mut bl = f0;
+    t.allreduce(&mut bl, Op::Sum)?;
+    if path(t) != "shm" {
+        check(
+            f.iter().zip(&bl).all(|(a, b)| a.to_bits() == b.to_bits()),
+            || name(&format!("allreduce_nb {f:?} and allreduce {bl:?} differ")),
+        )?;
+    }
+    t.barrier_nb()?.wait()
+}
+
+/// `nbop R` / `nbabsent R`: as `misuse`, the third collective an
+/// `allreduce_nb` (hierarchical after the blocking two across hosts).
+fn nb_misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
+    let me = pg.rank();
+    let world = pg.world();
+    let mut d = [me as u64; 2];
+    world.allreduce(&mut d, Op::Sum)?;
+    world.broadcast(0, &mut d)?;
+    println!("rank {me} path={}", path(&world));
+    if me == target {
+        if mode == "nbabsent" {
+            // as in `misuse`: bounded, the others' report ends the job
+            std::thread::sleep(std::time::Duration::from_secs(15));
+            std::process::exit(3);
+        }
+        world.allreduce_nb(&mut d, Op::Max)?.wait()?;
+    } else {
+        world.allreduce_nb(&mut d, Op::Sum)?.wait()?;
+    }
+    println!("done");
+    pg.finish()
 }
