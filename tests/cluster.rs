@@ -896,6 +896,10 @@ fn srun_pmi2_hosts_team_hier() {
             "allreduce",
             "gather",
             "allgather",
+            "alltoall",
+            "reducescatter",
+            "scaninc",
+            "scanexc",
         ] {
             assert!(
                 hier[k] < flat[k],
@@ -959,6 +963,61 @@ fn srun_pmi2_hosts_team_hier_names_the_culprit() {
                     .contains("in Team::allreduce #3 on team 0x1 (6 members)")
                 && r.stderr.contains(&format!("(world rank {target}) to send")),
             "absent {target}: {}",
+            r.stderr
+        );
+    }
+}
+
+/// The hierarchical alltoall, reduce_scatter and scans keep the flat
+/// forms' reports (`t_team_hier`, `srun -N3 -n6`: 0 1 | 2 3 | 4 5): a
+/// member passing another block count to alltoall is named (rank 3: by
+/// its host's leader through shared memory; rank 4, a leader: by its
+/// host's other member and the other leaders' messages; also when its
+/// count is too large for one step, so that it alone goes flat), and a member
+/// that never calls scan_inclusive is named by the hang report.
+#[test]
+fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_team_hier");
+    for target in ["3", "4"] {
+        let run = |mode: &str| {
+            let a = [
+                "srun",
+                "--mpi=pmi2",
+                "-N3",
+                "-n6",
+                "env",
+                "SPLITRT_HANG_REPORT=1",
+                "SPLITRT_HANG_ABORT=1",
+                p.to_str().unwrap(),
+                mode,
+                target,
+            ];
+            on(&d, "ctl", &a)
+        };
+        for mode in ["count", "bigcount"] {
+            let r = run(mode);
+            assert_ne!(r.code, 0, "{r:?}");
+            assert!(
+                r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
+                "{r:?}"
+            );
+            assert!(
+                r.stderr.contains("team collective mismatch")
+                    && r.stderr
+                        .contains(&format!("rank {target} (team rank {target}) called")),
+                "{mode} {target}: {}",
+                r.stderr
+            );
+        }
+        let r = run("noscan");
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains("gave up after")
+                && r.stderr
+                    .contains("in Team::scan_inclusive #3 on team 0x1 (6 members)")
+                && r.stderr.contains(&format!("(world rank {target}) to send")),
+            "noscan {target}: {}",
             r.stderr
         );
     }

@@ -1,5 +1,7 @@
-//! Hierarchical team collectives (`t_team_hier`; `pgas/src/team_hier.rs`)
-//! where the members share one host: the same calls take the one-area
+//! Hierarchical team collectives (`t_team_hier`; `pgas/src/team_hier.rs`,
+//! `team_hier_a2a.rs`, `team_hier_scan.rs`: the program also checks
+//! alltoall, reduce_scatter and both scans, on a team whose order
+//! interleaves hosts too) where the members share one host: the same calls take the one-area
 //! shared-memory path (native) or the flat messages (the AM path, UDP),
 //! with the same results. Across hosts (the hierarchical path itself,
 //! and its messages counted against the flat ones) in `tests/cluster.rs`

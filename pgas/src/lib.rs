@@ -43,6 +43,8 @@ mod team;
 mod team_area;
 mod team_coll;
 mod team_hier;
+mod team_hier_a2a;
+mod team_hier_scan;
 mod team_hosts;
 mod team_mail;
 mod team_nb;

@@ -7,7 +7,8 @@
 //! (`team_shm.rs`: one wait per step of up to a half of the team's area,
 //! no message; the blocking functions here dispatch to it). A team
 //! spanning hosts runs the blocking barrier, broadcast, reduce,
-//! allreduce, gather and allgather hierarchically where it can (`team_hier.rs`: shared memory
+//! allreduce, gather, allgather, alltoall, reduce_scatter and the scans
+//! hierarchically where it can (`team_hier.rs`: shared memory
 //! within each host, messages between host leaders). Otherwise
 //! every step is a team message (see `team_mail.rs`): an Active Message
 //! Medium from one member to another, so the same code runs on every
@@ -401,6 +402,9 @@ impl Team {
         if let Some(s) = self.shm_call::<T>(kind, None, None, k)? {
             return s.alltoall(send, recv);
         }
+        if let Some(s) = self.hier_call::<T>(kind, None, None, k)? {
+            return s.alltoall(send, recv);
+        }
         let c = self.call::<T>(kind, None, None, k)?;
         for s in 1..c.n {
             let j = (c.me + s) % c.n;
@@ -484,6 +488,9 @@ impl Team {
         if let Some(s) = self.shm_call::<T>(kind, Some(op), None, k)? {
             return s.reduce_scatter(send, recv, op);
         }
+        if let Some(s) = self.hier_call::<T>(kind, Some(op), None, k)? {
+            return s.reduce_scatter(send, recv, op);
+        }
         let c = self.call::<T>(kind, Some(op), None, k)?;
         for s in 1..c.n {
             let j = (c.me + s) % c.n;
@@ -525,6 +532,9 @@ impl Team {
         self.check_op::<T>(kind, op)?;
         self.precheck(kind, None)?;
         if let Some(s) = self.shm_call::<T>(kind, Some(op), None, data.len())? {
+            return s.scan(kind == CollKind::ScanInclusive, data, op);
+        }
+        if let Some(s) = self.hier_call::<T>(kind, Some(op), None, data.len())? {
             return s.scan(kind == CollKind::ScanInclusive, data, op);
         }
         let c = self.call::<T>(kind, Some(op), None, data.len())?;

@@ -1,6 +1,8 @@
 //! Hierarchical team collectives: for a team spanning hosts with more
 //! than one member on some host (native path), the blocking barrier,
-//! broadcast, reduce, allreduce, gather and allgather combine within each
+//! broadcast, reduce, allreduce, gather and allgather (and alltoall,
+//! reduce_scatter and the scans, in `team_hier_a2a.rs` and
+//! `team_hier_scan.rs`) combine within each
 //! host through shared memory, run the message algorithm among one **leader** per host
 //! (the host's lowest team rank), and fan the result out through shared
 //! memory again. Messages cross hosts only between leaders.
@@ -32,6 +34,8 @@
 //! | allreduce | as reduce, to the first host's leader, then binomial broadcast back among leaders, each publishing the result to its group | 2 (L - 1) |
 //! | gather | the root collects its group's parts, each other leader its group's and sends them to the root | L - 1 |
 //! | allgather | each leader collects its group's parts and sends them to every other leader, then publishes all n parts to its group (a step carries ⌊32 KiB / (n · element size)⌋ elements per member) | L (L - 1) |
+//! | alltoall, reduce_scatter | `team_hier_a2a.rs`: one aggregated message per leader pair | L (L - 1) |
+//! | scan_inclusive / _exclusive | `team_hier_scan.rs`: host-local scans, leaders exclusive-scan the hosts' totals | ≤ d per leader |
 //!
 //! Reductions: within a host in increasing team rank, then the hosts'
 //! partial results along the leaders' binomial tree (children in
@@ -55,16 +59,16 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// Tags of the leaders' messages (never a non-blocking schedule's).
-const HIER: u64 = 1 << 61;
+pub(crate) const HIER: u64 = 1 << 61;
 /// The tag of the set-up's reports.
 const SETUP: u64 = 1 << 62;
 /// Seconds a leader's message waits add to the hang report's delay, so
 /// that a member that never calls is named by its own host's members
 /// first (they report after 0 to 2 s).
-const LEADER_LATER: u32 = 3;
+pub(crate) const LEADER_LATER: u32 = 3;
 /// Seconds the fan-out step's waits add (they wait for their leader,
 /// which waits for the other leaders).
-const FANOUT_LATER: u64 = 8;
+pub(crate) const FANOUT_LATER: u64 = 8;
 
 /// `SPLITRT_TEAM_HIER`: on unless set to an off word, read as every
 /// splitrt switch ([`splitrt_runtime::config::parse_switch`]); anything
@@ -79,12 +83,12 @@ fn bitlen(v: usize) -> u32 {
 }
 
 /// The tag of step `phase` of chunk `c` among leaders.
-fn tag(c: usize, phase: u64) -> u64 {
+pub(crate) fn tag(c: usize, phase: u64) -> u64 {
     HIER | (c as u64) << 8 | phase
 }
 
 /// `acc[i] = acc[i] op b[i]` (the op was checked to apply).
-fn combine<T: Reduce>(op: Op, acc: &mut [T], b: &[T]) {
+pub(crate) fn combine<T: Reduce>(op: Op, acc: &mut [T], b: &[T]) {
     for (a, b) in acc.iter_mut().zip(b) {
         *a = T::combine(op, *a, *b).unwrap_or(*a);
     }
@@ -92,10 +96,10 @@ fn combine<T: Reduce>(op: Op, acc: &mut [T], b: &[T]) {
 
 /// One hierarchical collective in progress.
 pub(crate) struct HierCall<'a> {
-    team: &'a Team,
-    g: Arc<HostGroups>,
-    seq: u64,
-    h: Header,
+    pub(crate) team: &'a Team,
+    pub(crate) g: Arc<HostGroups>,
+    pub(crate) seq: u64,
+    pub(crate) h: Header,
 }
 
 impl Team {
@@ -122,13 +126,23 @@ impl Team {
             count: count as u64,
             esize: std::mem::size_of::<T>() as u64,
         };
-        // an allgather's fan-out step carries every member's elements
-        let wide = if kind == CollKind::Allgather {
-            self.size()
-        } else {
-            1
+        // an allgather's fan-out step carries every member's elements;
+        // alltoall, reduce_scatter and the scans: see `Layout::width`
+        let n = self.size();
+        let fits = |g: &HostGroups| {
+            let wide = match kind {
+                CollKind::Allgather | CollKind::ReduceScatter => Some(n),
+                // only an alltoall that one step holds: larger ones go
+                // flat (pairwise messages stream; the leaders' lock-step
+                // rounds made NPB FT W on 2 + 2 ranks 1.8x slower)
+                CollKind::Alltoall => Some(g.layout.alltoall_width().saturating_mul(count.max(1))),
+                CollKind::ScanInclusive | CollKind::ScanExclusive => {
+                    g.layout.contiguous().then_some(1)
+                }
+                _ => Some(1),
+            };
+            wide.is_some_and(|w| std::mem::size_of::<T>().saturating_mul(w) <= TEAM_HALF)
         };
-        let fits = std::mem::size_of::<T>().saturating_mul(wide) <= TEAM_HALF;
         let (g, seq) = match c.hier.get() {
             Some(g) => (g.clone(), None),
             // two hosts and two members on one take three members: every
@@ -145,7 +159,7 @@ impl Team {
             }
         };
         match (g, seq) {
-            (Some(g), seq) if fits => Ok(Some(HierCall {
+            (Some(g), seq) if fits(&g) => Ok(Some(HierCall {
                 team: self,
                 g,
                 seq: seq.unwrap_or_else(|| self.next_seq()),
@@ -300,7 +314,7 @@ impl HierCall<'_> {
     /// One step of this member's group area: write `data` (if any) into
     /// it, publish, wait for the group. Returns the area and the step to
     /// read from (then `TeamArea::finish`), `None` for a group of one.
-    fn step(&self, later: u64, data: Option<&[u8]>) -> Result<Option<(&TeamArea, u64)>> {
+    pub(crate) fn step(&self, later: u64, data: Option<&[u8]>) -> Result<Option<(&TeamArea, u64)>> {
         let Some(a) = &self.g.area else {
             return Ok(None);
         };
@@ -329,17 +343,23 @@ impl HierCall<'_> {
     }
 
     /// Leaders.
-    fn nl(&self) -> usize {
+    pub(crate) fn nl(&self) -> usize {
         self.g.layout.leaders.len()
     }
 
-    fn lsend<T: Pod>(&self, tag: u64, to: usize, data: &[T]) -> Result<()> {
+    pub(crate) fn lsend<T: Pod>(&self, tag: u64, to: usize, data: &[T]) -> Result<()> {
         let t = self.g.layout.leaders[to];
         self.team
             .send(self.seq, tag, &self.h, t, bytemuck::cast_slice(data))
     }
 
-    fn lrecv<T: Pod>(&self, tag: u64, from: usize, out: &mut [T], hops: u32) -> Result<()> {
+    pub(crate) fn lrecv<T: Pod>(
+        &self,
+        tag: u64,
+        from: usize,
+        out: &mut [T],
+        hops: u32,
+    ) -> Result<()> {
         let t = self.g.layout.leaders[from];
         let hops = hops + LEADER_LATER;
         self.team.recv(

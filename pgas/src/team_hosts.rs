@@ -65,6 +65,29 @@ impl Layout {
             .filter(|&j| self.group_of[j] == g)
             .collect()
     }
+
+    /// Elements per element of a step a hierarchical alltoall moves
+    /// through one member's half: the n blocks a member publishes, or the
+    /// blocks from other hosts a leader publishes for its g members
+    /// (g (n - g)), whichever is more.
+    pub(crate) fn alltoall_width(&self) -> usize {
+        let n = self.group_of.len();
+        (0..self.leaders.len())
+            .map(|g| {
+                let s = self.group_of.iter().filter(|&&x| x == g).count();
+                s * (n - s)
+            })
+            .fold(n, usize::max)
+    }
+
+    /// Whether every group is a run of consecutive team ranks (the
+    /// hierarchical scans need it: a host's prefix is then one piece of
+    /// the team's).
+    pub(crate) fn contiguous(&self) -> bool {
+        self.group_of
+            .windows(2)
+            .all(|w| w[1] == w[0] || w[1] == w[0] + 1)
+    }
 }
 
 /// Decide from every member's report (team order) whether the team runs
@@ -177,6 +200,26 @@ mod tests {
         let l = plan(&r).unwrap();
         assert_eq!(l.leaders, vec![0, 1]);
         assert_eq!(l.group_of, vec![0, 1, 0, 1, 0]);
+    }
+
+    #[test]
+    fn hier2_layout_width_and_contiguity() {
+        let l = |group_of: Vec<usize>, leaders: Vec<usize>| Layout { group_of, leaders };
+        // 2 + 2 + 1: a member's 5 blocks, a leader of 2 gets 2 * 3
+        let a = l(vec![0, 0, 1, 1, 2], vec![0, 2, 4]);
+        assert_eq!(a.alltoall_width(), 6);
+        assert!(a.contiguous());
+        // 3 + 3: 3 * 3 = 9 > 6
+        assert_eq!(l(vec![0, 0, 0, 1, 1, 1], vec![0, 3]).alltoall_width(), 9);
+        // 1 + 1 + 1 + 3: the members' 6 blocks
+        assert_eq!(
+            l(vec![0, 1, 2, 3, 3, 3], vec![0, 1, 2, 3]).alltoall_width(),
+            9
+        );
+        assert_eq!(l(vec![0, 1, 1], vec![0, 1]).alltoall_width(), 3);
+        // interleaved hosts: no hierarchical scan
+        assert!(!l(vec![0, 1, 0, 1, 0], vec![0, 1]).contiguous());
+        assert!(!l(vec![0, 0, 1, 0], vec![0, 2]).contiguous());
     }
 
     #[test]

@@ -15,11 +15,18 @@
 //!          collective on the world team, printing what this rank sent to
 //!          other hosts for it:
 //!          "hier rank R path=P teambarrier=A barrier=B broadcast=C reduce=D
-//!          allreduce=E gather=F allgather=G"
+//!          allreduce=E gather=F allgather=G alltoall=H reducescatter=I
+//!          scaninc=J scanexc=K"
+//!          (alltoall, reduce_scatter and the scans also on a team whose
+//!          hosts' members are not consecutive team ranks: hierarchical
+//!          alltoall and reduce_scatter, flat scans)
 //!          and "team_hier ok (<path>) rank R"
 //!   time N every rank: N world allreduces of one u64, then N of 8 KiB,
-//!          then N split-team barriers; rank 0 prints µs per call
-//!          ("time path=P allreduce8=.. allreduce8k=.. barrier=..")
+//!          then N split-team barriers, N alltoalls of one u64 per block
+//!          and N scans of one u64; rank 0 prints µs per call
+//!          ("time path=P allreduce8=.. allreduce8k=.. barrier=..
+//!          alltoall8=..") and the last rank its scans' ("time path=P
+//!          last rank scan8=..")
 //!   nb     the non-blocking barrier, broadcast, reduce, allreduce,
 //!          gather and allgather
 //!          (hierarchical where the blocking forms are: `team_hier_nb.rs`)
@@ -33,6 +40,12 @@
 //!          Sum, but world rank R with Max: the job ends naming R
 //!   absent R  likewise, but world rank R never calls the allreduce: the
 //!          hang report names R
+//!   count R   likewise with an alltoall of one element per block, but
+//!          world rank R passes two: the job ends naming R
+//!   bigcount R  likewise, but R passes 1000 (too large for one
+//!          shared-memory step: R goes flat, the others hierarchically)
+//!   noscan R  likewise with scan_inclusive (then an allreduce), which
+//!          world rank R never calls: the hang report names R
 
 use splitrt::pgas::{Op, Pgas, Team};
 use splitrt::Error;
@@ -45,7 +58,7 @@ fn main() {
         let pg = Pgas::attach()?;
         match mode.as_str() {
             "conf" => conf(pg),
-            "op" | "absent" => misuse(pg, &mode, target),
+            "op" | "absent" | "count" | "bigcount" | "noscan" => misuse(pg, &mode, target),
             "time" => time(pg, target),
             "nb" => nb(pg),
             "nbop" | "nbabsent" => nb_misuse(pg, &mode, target),
@@ -76,6 +89,14 @@ fn conf(pg: Pgas) -> splitrt::Result<()> {
     }
     let even = world.split(Some((me % 2) as u32), me as u64)?;
     every(&even)?;
+    for t in [&world, &rest, &even] {
+        if t.is_member() {
+            every2(t)?;
+        }
+    }
+    // team order 0 2 4 .. 1 3 5 ..: a host's members are not consecutive
+    let odd_first = world.split(Some(0), ((me % 2) << 32 | me) as u64)?;
+    every2(&odd_first)?;
     // what one call of each sends across hosts from this rank
     let mut x = [me as u64];
     let count = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<u64> {
@@ -90,6 +111,13 @@ fn conf(pg: Pgas) -> splitrt::Result<()> {
     let mut all = vec![0u64; world.size()];
     let f = count(&mut || world.gather(0, &x, if me == 0 { &mut all } else { &mut [] }))?;
     let g = count(&mut || world.allgather(&x, &mut all))?;
+    let blocks: Vec<u64> = (0..world.size() as u64).collect();
+    let mut got = vec![0u64; world.size()];
+    let a2a = count(&mut || world.alltoall(&blocks, &mut got))?;
+    let mut one = [0u64];
+    let rs = count(&mut || world.reduce_scatter(&blocks, &mut one, Op::Sum))?;
+    let si = count(&mut || world.scan_inclusive(&mut x, Op::Sum))?;
+    let se = count(&mut || world.scan_exclusive(&mut x, Op::Sum))?;
     // world.barrier() is `Pgas::barrier` (counted at rank 0, no team
     // message): a split team of every rank shows the team barrier
     let all = world.split(Some(0), me as u64)?;
@@ -99,7 +127,8 @@ fn conf(pg: Pgas) -> splitrt::Result<()> {
     let tb = all.off_host_messages() - before;
     println!(
         "hier rank {me} path={} teambarrier={tb} barrier={b} broadcast={c} reduce={d} \
-         allreduce={e} gather={f} allgather={g}",
+         allreduce={e} gather={f} allgather={g} alltoall={a2a} reducescatter={rs} \
+         scaninc={si} scanexc={se}",
         path(&world)
     );
     pg.barrier()?;
@@ -114,7 +143,25 @@ fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
     world.allreduce(&mut d, Op::Sum)?;
     world.broadcast(0, &mut d)?;
     println!("rank {me} path={}", path(&world));
-    if me == target {
+    if mode == "count" || mode == "bigcount" {
+        // bigcount: R's call is too large for one step (flat), the
+        // others' hierarchical
+        let big = if mode == "count" { 2 } else { 1000 };
+        let k = if me == target { big } else { 1 };
+        let send = vec![me as u64; k * pg.size()];
+        let mut recv = send.clone();
+        world.alltoall(&send, &mut recv)?;
+    } else if mode == "noscan" {
+        if me == target {
+            std::thread::sleep(std::time::Duration::from_secs(15));
+            std::process::exit(3);
+        }
+        world.scan_inclusive(&mut d, Op::Sum)?;
+        // members the scan does not make wait for R (the hosts before
+        // R's) wait here, after the report of the member waiting for R,
+        // rather than in the exit barrier
+        world.allreduce(&mut d, Op::Sum)?;
+    } else if me == target {
         if mode == "absent" {
             // long enough for the others' hang report (1 s) to end the
             // job; bounded, so the launcher need not kill this rank
@@ -146,11 +193,21 @@ fn time(pg: Pgas, n: usize) -> splitrt::Result<()> {
     let a = per(&mut || world.allreduce(&mut one, Op::Max))?;
     let b = per(&mut || world.allreduce(&mut big, Op::Max))?;
     let c = per(&mut || all.barrier())?;
+    let blocks = vec![1u64; world.size()];
+    let mut got = blocks.clone();
+    let e = per(&mut || world.alltoall(&blocks, &mut got))?;
+    let mut one = [1u64];
+    let f = per(&mut || world.scan_inclusive(&mut one, Op::Max))?;
     if pg.rank() == 0 {
         println!(
-            "time path={} allreduce8={a:.1} allreduce8k={b:.1} barrier={c:.1}",
+            "time path={} allreduce8={a:.1} allreduce8k={b:.1} barrier={c:.1} \
+             alltoall8={e:.1}",
             path(&world)
         );
+    }
+    // the first members of a scan wait for no one: the last one's time
+    if pg.rank() + 1 == pg.size() {
+        println!("time path={} last rank scan8={f:.1}", path(&world));
     }
     pg.finish()
 }
@@ -242,6 +299,88 @@ fn every(t: &Team) -> splitrt::Result<()> {
         f.iter().zip(&g).all(|(a, b)| a.to_bits() == b.to_bits()),
         || name("a float allreduce gave members different bits"),
     )?;
+    t.barrier()
+}
+
+/// Alltoall, reduce_scatter and both scans on `t` (the second half of the
+/// hierarchical set), results checked: blocks of several shared-memory
+/// steps, one element, none; integers (exact in any order) and a float
+/// scan whose members agree with an allgather of the inputs summed in
+/// team-rank order up to the last bits.
+fn every2(t: &Team) -> splitrt::Result<()> {
+    let n = t.size();
+    let me = t.rank().expect("a member");
+    let name = |what: &str| format!("team {:?} ({}): {what}", t.members(), path(t));
+    // (alltoall: 400 u64 per block is one step of 6 members' area, so
+    // hierarchical; 1000 goes flat; reduce_scatter: 1000 takes two steps)
+    for kk in [1usize, 400, 1000, 0] {
+        // block j of member i: i << 40 | j << 20 | e
+        let v = |i: usize, j: usize, e: usize| ((i as u64) << 40) | ((j as u64) << 20) | e as u64;
+        let send: Vec<u64> = (0..n)
+            .flat_map(|j| (0..kk).map(move |e| v(me, j, e)))
+            .collect();
+        let mut recv = vec![u64::MAX; n * kk];
+        t.alltoall(&send, &mut recv)?;
+        check(
+            (0..n).all(|i| (0..kk).all(|e| recv[i * kk + e] == v(i, me, e))),
+            || name(&format!("alltoall of {kk} per block")),
+        )?;
+        let mut out = vec![u64::MAX; kk];
+        t.reduce_scatter(&send, &mut out, Op::Sum)?;
+        let want = |e: usize| (0..n).map(|i| v(i, me, e)).sum::<u64>();
+        check(out.iter().enumerate().all(|(e, &x)| x == want(e)), || {
+            name(&format!("reduce_scatter Sum of {kk} per block"))
+        })?;
+        let mut out = vec![i64::MIN; kk];
+        let send: Vec<i64> = send.iter().map(|&x| -(x as i64)).collect();
+        t.reduce_scatter(&send, &mut out, Op::Max)?;
+        check(
+            out.iter()
+                .enumerate()
+                .all(|(e, &x)| x == -(v(0, me, e) as i64)),
+            || name(&format!("reduce_scatter Max of {kk} per block")),
+        )?;
+        let mine: Vec<u64> = (0..kk as u64).map(|e| e * 3 + me as u64 + 1).collect();
+        let upto = |r: usize, e: u64| (0..r as u64).map(|i| e * 3 + i + 1).sum::<u64>();
+        let mut d = mine.clone();
+        t.scan_inclusive(&mut d, Op::Sum)?;
+        check(
+            d.iter()
+                .enumerate()
+                .all(|(e, &x)| x == upto(me + 1, e as u64)),
+            || name(&format!("scan_inclusive Sum of {kk}")),
+        )?;
+        let mut d = mine.clone();
+        t.scan_exclusive(&mut d, Op::Sum)?;
+        check(
+            d.iter().enumerate().all(|(e, &x)| x == upto(me, e as u64)),
+            || name(&format!("scan_exclusive Sum of {kk}")),
+        )?;
+        // a non-commutative check of the order: Max of the team rank and
+        // Min of minus it
+        let mut d = vec![me as i32; kk];
+        t.scan_exclusive(&mut d, Op::Max)?;
+        let w = if me == 0 { 0 } else { me as i32 - 1 };
+        check(d.iter().all(|&x| x == w), || {
+            name(&format!("scan_exclusive Max of {kk}"))
+        })?;
+        let mut d = vec![-(me as i32); kk];
+        t.scan_inclusive(&mut d, Op::Min)?;
+        check(d.iter().all(|&x| x == -(me as i32)), || {
+            name(&format!("scan_inclusive Min of {kk}"))
+        })?;
+    }
+    // floats: close to the sum in team-rank order
+    let mut f = [0.1f64 * (me as f64 + 1.0), 1.0 / 3.0];
+    let mut all = vec![0f64; 2 * n];
+    t.allgather(&f, &mut all)?;
+    t.scan_inclusive(&mut f, Op::Sum)?;
+    for (e, &x) in f.iter().enumerate() {
+        let want: f64 = (0..=me).map(|i| all[2 * i + e]).sum();
+        check((x - want).abs() <= 1e-12 * want.abs().max(1.0), || {
+            name(&format!("float scan_inclusive: {x} for {want}"))
+        })?;
+    }
     t.barrier()
 }
 
