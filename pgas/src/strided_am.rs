@@ -9,7 +9,7 @@
 
 use crate::heap::USER_BASE;
 use crate::state::State;
-use crate::strided_shape::{parse, Parsed};
+use crate::strided_shape::{parse, Parsed, Wire};
 use splitrt_am::{
     EndpointBuilder, Incoming, Kind, Payload, ReplyHandler, RequestHandler, Result, Token,
 };
@@ -73,6 +73,20 @@ fn check_get(p: &[u8], seg_len: u64, max_reply: usize) -> std::result::Result<Pa
     Ok(m)
 }
 
+/// Whether a run of `wire` touches a frozen range (`frozen(offset, len)`):
+/// a strided message's whole footprint is asked first, and only if that
+/// touches one are its runs asked one by one (1000 runs were 1000 calls
+/// and a second walk over the runs, about 2.5 µs of the handler, for
+/// nothing frozen; issue 25).
+fn touches_frozen(wire: &Wire<'_>, frozen: impl Fn(u64, u64) -> bool) -> bool {
+    if let Some((o, n)) = wire.footprint() {
+        if !frozen(o, n) {
+            return false;
+        }
+    }
+    wire.runs().any(|(o, n)| frozen(o, n))
+}
+
 /// Register the strided / indexed handlers; `get_r` is the ordinary get
 /// reply (a slot, an offset in it, a status, the data).
 pub(crate) fn register(
@@ -105,11 +119,7 @@ pub(crate) fn register(
         // atomic handler does; see `Pgas::freeze`)
         let status = splitrt_am::while_writing(|| {
             let msg = check_put(m.payload(), seg.len() as u64)?;
-            if msg
-                .wire
-                .runs()
-                .any(|(o, n)| tok.frozen_segment_range(o, n).is_some())
-            {
+            if touches_frozen(&msg.wire, |o, n| tok.frozen_segment_range(o, n).is_some()) {
                 return Err(FROZEN);
             }
             let mut at = 0usize;
@@ -187,6 +197,48 @@ mod tests {
 
     fn words(w: &[u64]) -> Vec<u8> {
         w.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// The frozen check of a put message: a footprint clear of frozen
+    /// ranges asks nothing more; one that touches a frozen range decides
+    /// run by run (a frozen range between runs refuses nothing).
+    #[test]
+    fn strided_handler_frozen_check_asks_the_footprint_first() {
+        use std::cell::Cell;
+        // runs of 8 B at USER_BASE + 16 i, i < 4: footprint 56 B
+        let hdr = words(&[1 | 1 << 8, 8, USER_BASE, 0, 4, 4, 16]);
+        let m = parse(&hdr).unwrap();
+        let asked = Cell::new(0);
+        let asked = &asked;
+        let frozen_at = |lo: u64, hi: u64| {
+            move |o: u64, n: u64| {
+                asked.set(asked.get() + 1);
+                o < hi && lo < o + n
+            }
+        };
+        // nothing frozen near: one question
+        assert!(!touches_frozen(&m.wire, frozen_at(0, 8)));
+        assert_eq!(asked.replace(0), 1);
+        // frozen bytes between two runs: every run asked, none refused
+        assert!(!touches_frozen(
+            &m.wire,
+            frozen_at(USER_BASE + 8, USER_BASE + 16)
+        ));
+        assert_eq!(asked.replace(0), 5);
+        // frozen bytes in the third run: refused
+        let third = USER_BASE + 32;
+        assert!(touches_frozen(&m.wire, frozen_at(third + 4, third + 5)));
+        // an indexed message is asked run by run
+        let idx = words(&[2, 2, USER_BASE, 8, USER_BASE + 64, 8]);
+        let m = parse(&idx).unwrap();
+        assert!(touches_frozen(
+            &m.wire,
+            frozen_at(USER_BASE + 70, USER_BASE + 71)
+        ));
+        assert!(!touches_frozen(
+            &m.wire,
+            frozen_at(USER_BASE + 8, USER_BASE + 64)
+        ));
     }
 
     /// The handlers' checks: the data must be exactly what the header

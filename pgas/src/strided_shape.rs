@@ -570,6 +570,17 @@ impl Wire<'_> {
         strided.chain(indexed)
     }
 
+    /// A range (offset, len) holding every run of a strided message: its
+    /// layout's whole span from its base (a superset of this message's
+    /// runs; `None` for an indexed message or an overflowing span). What
+    /// it does not touch, no run touches.
+    pub fn footprint(&self) -> Option<(u64, u64)> {
+        match self {
+            Wire::Strided { layout, base, .. } => layout.span().map(|s| (*base, s)),
+            Wire::Indexed { .. } => None,
+        }
+    }
+
     /// Whether every run lies in `lo .. hi` (bounded: a strided message
     /// is checked by its span, an indexed one run by run).
     pub fn within(&self, lo: u64, hi: u64) -> bool {

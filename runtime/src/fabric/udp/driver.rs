@@ -896,7 +896,11 @@ impl Fabric for UdpFabric {
         {
             let mut c = self.net.core.lock();
             for (_, d) in batch.drain(..) {
-                c.proto.recycle(d);
+                // a large buffer goes back to a receive slot first
+                // (`RecvBatch::give`: no allocation per large datagram)
+                if let Some(d) = c.rbatch.give(d) {
+                    c.proto.recycle(d);
+                }
             }
             // replies the handlers sent, and window updates, leave now
             let now = self.now();
@@ -1149,5 +1153,72 @@ mod would_block_tests {
                 "no room after {got} taken"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod receive_buffer_tests {
+    use super::*;
+
+    /// Issue 25: a rank receiving large datagrams one at a time (a
+    /// strided put of 1000 x 64 B is one 64 KB datagram) reads each into
+    /// a buffer it already has: the buffer a delivered datagram arrived
+    /// in goes back to a receive slot. Before, every large datagram the
+    /// protocol kept left its slot empty, and the next `recvmmsg` read
+    /// into a new 64 KiB allocation (fresh pages: page faults and zeroing
+    /// in the kernel's copy, on the put's critical path).
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn udp_large_datagrams_reuse_their_receive_buffers() {
+        let key = JobKey::generate().unwrap();
+        let cfg = UdpConfig {
+            proto: ProtoConfig::default(),
+            faults: None,
+            max_medium: 65_000,
+            segment_size: 1 << 16,
+            source_filter: true,
+        };
+        let pending = [0, 1].map(|_| PendingUdp::bind("127.0.0.1:9").unwrap());
+        let addrs: Vec<Option<SocketAddr>> = pending.iter().map(|p| Some(p.addr)).collect();
+        let [p0, p1] = pending;
+        let f0 = p0.connect(0, addrs.clone(), &key, &cfg).unwrap();
+        let f1 = p1.connect(1, addrs, &key, &cfg).unwrap();
+        let data = vec![0x6bu8; 60_000];
+        let pkt = Packet {
+            tag: 7,
+            words: &[1],
+            payload: &data,
+            deposit: None,
+        };
+        let mut none = |_| -> Result<()> { Ok(()) };
+        const N: usize = 40;
+        let t0 = Instant::now();
+        for i in 0..N {
+            // one message, then the receiver takes it (as a put + sync)
+            loop {
+                let r = f1.try_send_why(0, Channel::Request, &pkt, &mut none);
+                if r.unwrap().is_ok() {
+                    break;
+                }
+                let _ = f1.poll(Channel::Request, &mut |_| {});
+                let _ = f0.poll(Channel::Request, &mut |_| {});
+                assert!(t0.elapsed() < Duration::from_secs(20), "send {i} stuck");
+            }
+            let mut got = 0;
+            while got == 0 {
+                got += f0
+                    .poll(Channel::Request, &mut |d| {
+                        assert_eq!(d.payload.len(), data.len())
+                    })
+                    .unwrap();
+                let _ = f1.poll(Channel::Request, &mut |_| {});
+                assert!(t0.elapsed() < Duration::from_secs(20), "message {i} lost");
+            }
+        }
+        let allocs = f0.net.core.lock().rbatch.allocs();
+        assert!(
+            allocs <= 2 * super::super::recv_batch::SLOTS as u64,
+            "{allocs} receive buffers of 64 KiB allocated for {N} large datagrams"
+        );
     }
 }

@@ -41,6 +41,9 @@ pub(super) struct RecvBatch {
     /// The monotonic clock when those ages were measured (read together
     /// with the realtime clock: [`stamp::clocks`]).
     read_at: Option<std::time::Instant>,
+    /// Buffers of [`MAX_DATAGRAM`] bytes allocated so far (see
+    /// [`give`](Self::give)).
+    allocs: u64,
 }
 
 /// One slot's control buffer, aligned as a `cmsghdr` wants. Initialized
@@ -57,6 +60,7 @@ impl RecvBatch {
             control: Box::new([Control([0; CONTROL_LEN]); SLOTS]),
             waited: [None; SLOTS],
             read_at: None,
+            allocs: 0,
         }
     }
 
@@ -84,6 +88,7 @@ impl RecvBatch {
             b.clear();
             if b.capacity() < MAX_DATAGRAM {
                 *b = Vec::with_capacity(MAX_DATAGRAM);
+                self.allocs += 1;
             }
             let spare = b.spare_capacity_mut();
             iov[i].iov_base = spare.as_mut_ptr().cast();
@@ -162,6 +167,34 @@ impl RecvBatch {
     /// on the next `recv`).
     pub(super) fn take(&mut self, i: usize, refill: Vec<u8>) -> Vec<u8> {
         std::mem::replace(&mut self.bufs[i], refill)
+    }
+
+    /// Hand back a buffer a taken datagram arrived in, once its reader is
+    /// done with it: a slot left short of a full buffer by
+    /// [`take`](Self::take) gets it, so the next [`recv`](Self::recv)
+    /// reads into memory already mapped and warm instead of a new
+    /// allocation (a fresh 64 KiB buffer per large datagram cost the
+    /// receiver about 16 page faults and their zeroing inside
+    /// `recvmmsg`, on a strided put's critical path; issue 25). `Some`
+    /// (the buffer back) when no slot wants it or it is too small.
+    pub(super) fn give(&mut self, b: Vec<u8>) -> Option<Vec<u8>> {
+        if b.capacity() < MAX_DATAGRAM {
+            return Some(b);
+        }
+        match self.bufs.iter_mut().find(|s| s.capacity() < MAX_DATAGRAM) {
+            Some(slot) => {
+                *slot = b;
+                slot.clear();
+                None
+            }
+            None => Some(b),
+        }
+    }
+
+    /// Buffers of [`MAX_DATAGRAM`] bytes this reader has allocated.
+    #[cfg(test)]
+    pub(super) fn allocs(&self) -> u64 {
+        self.allocs
     }
 }
 
