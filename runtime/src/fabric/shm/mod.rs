@@ -8,12 +8,14 @@
 //! reassembled by the receiver (one packet in flight per ring, so one
 //! reassembly buffer per ring).
 
+mod cells;
 pub mod doorbell;
 pub mod layout;
 #[cfg(all(test, loom))]
 mod models;
 mod mpq;
 mod owner;
+mod receive;
 mod ring;
 mod shared_rx;
 pub mod zone;
@@ -24,11 +26,10 @@ use self::layout::{
 };
 use self::mpq::{QConsumer, QProducer};
 use self::owner::{Guarded, Owner};
-use self::ring::{Consumer, Peek, Producer, Ring};
+use self::ring::{Consumer, Producer, Ring};
 use self::zone::ZoneAlloc;
 use super::{
-    Channel, Delivery, Deposit, Fabric, LoadStore, Packet, SegmentRef, Sent, Wakeup, WouldBlock,
-    MAX_WORDS,
+    Channel, Delivery, Fabric, LoadStore, Packet, SegmentRef, Sent, Wakeup, WouldBlock, MAX_WORDS,
 };
 use crate::cpus::{CpuSet, CPU_WORDS};
 use crate::segment::{populate, PopulatedPrefix, Room, ShmFile};
@@ -1061,8 +1062,17 @@ impl ShmFabric {
         let mut delivered = 0;
         let mut freed = false;
         let mut empty = false;
+        let mut parts = receive::RxParts {
+            cons: &mut r.cons,
+            reasm: std::slice::from_mut(&mut r.reasm),
+            zone: Some(receive::ZoneRx {
+                base: r.zone,
+                populated: &mut r.zone_populated,
+            }),
+            src: global,
+        };
         for _ in 0..self.layout.ring_len {
-            match self.rx_one::<C>(global, r, deliver)? {
+            match self.rx_one::<C, _>(&mut parts, deliver)? {
                 None => {
                     empty = true;
                     break;
@@ -1077,188 +1087,6 @@ impl ShmFabric {
             r.bell.get().ring();
         }
         Ok((delivered, empty))
-    }
-
-    fn rx_one<C: Clock>(
-        &self,
-        src: usize,
-        r: &mut RxRing,
-        deliver: &mut dyn FnMut(&Delivery<'_>),
-    ) -> Result<Option<bool>> {
-        // A Short, the common case, without the general path's flag
-        // analysis: one look at the cell (plain compares), delivered from
-        // the cell. Anything else, a malformed cell included, takes the
-        // general path below, which reports it.
-        match r.cons.peek_short() {
-            Peek::Empty => return Ok(None),
-            Peek::Short(tag, words) if !r.reasm.active => {
-                let found = C::start();
-                C::record(Stage::Poll, found);
-                deliver(&Delivery {
-                    src,
-                    tag,
-                    words,
-                    payload: &[],
-                    deposit: None,
-                });
-                let t = C::start();
-                r.cons.release();
-                C::record(Stage::Release, t);
-                return Ok(Some(true));
-            }
-            Peek::Short(..) | Peek::Other => {}
-        }
-        self.rx_general::<C>(src, r, deliver)
-    }
-
-    /// [`rx_one`](Self::rx_one) for everything but a well-formed Short:
-    /// Mediums, Longs, streamed chunks and malformed cells.
-    fn rx_general<C: Clock>(
-        &self,
-        src: usize,
-        r: &mut RxRing,
-        deliver: &mut dyn FnMut(&Delivery<'_>),
-    ) -> Result<Option<bool>> {
-        let bad = |why: String| {
-            Err(
-                Error::protocol(format!("malformed packet from rank {src}: {why}"))
-                    .at_rank(self.global)
-                    .with_peer(src),
-            )
-        };
-        let view = match r.cons.peek() {
-            None => return Ok(None),
-            Some(Ok(v)) => v,
-            Some(Err(why)) => {
-                r.cons.release();
-                r.reasm.active = false;
-                return bad(why);
-            }
-        };
-        let found = C::start();
-        let m = view.meta;
-        let (first, last) = (m.flags & F_FIRST != 0, m.flags & F_LAST != 0);
-        if first && last {
-            if r.reasm.active {
-                r.reasm.active = false;
-                r.cons.release();
-                return bad("new packet while another was being reassembled".into());
-            }
-            let total = m.total as usize;
-            let payload: &[u8] = if m.flags & F_ZONE != 0 {
-                let at = m.deposit;
-                let zone = self.layout.zone_len() as u64;
-                if m.len != 0
-                    || m.flags & F_DEPOSIT != 0
-                    || total > self.max_medium
-                    || at.checked_add(total as u64).is_none_or(|e| e > zone)
-                {
-                    r.cons.release();
-                    return bad(format!(
-                        "Medium of {total} B at {at} of its landing zone ({zone} B, Mediums up to {} B)",
-                        self.max_medium
-                    ));
-                }
-                // SAFETY: the zone lies in our own file, mapped as long as
-                // the fabric (Layout::new, connect); at + total <= zone.
-                unsafe {
-                    r.zone_populated.cover(
-                        r.zone as *mut u8,
-                        (at + total as u64) as usize,
-                        zone as usize,
-                    )
-                };
-                // SAFETY: at + total <= zone_len (checked above): an
-                // in-bounds offset into this sender's zone in our own file.
-                let data = unsafe { r.zone.add(at as usize) };
-                // SAFETY: data..data + total lies in this sender's zone in
-                // our own file, mapped as long as the fabric; the sender
-                // does not reuse these bytes before this cell is released
-                // (after the handler), and we never write them.
-                unsafe { std::slice::from_raw_parts(data, total) }
-            } else if m.flags & F_DEPOSIT != 0 {
-                let seg = self.segment_of(self.me);
-                if m.len != 0
-                    || m.deposit
-                        .checked_add(total as u64)
-                        .is_none_or(|e| e > seg.len as u64)
-                {
-                    r.cons.release();
-                    return bad(format!(
-                        "deposit of {total} B at {:#x} outside the segment",
-                        m.deposit
-                    ));
-                }
-                // Bounds checked against the local segment just above. The
-                // bytes lie in the segment, where peers deposit and store
-                // concurrently: delivered as a range, never as a slice.
-                &[]
-            } else {
-                if total != m.len as usize {
-                    r.cons.release();
-                    return bad(format!("single cell of {} B claims {total} B", m.len));
-                }
-                view.chunk
-            };
-            C::record(Stage::Poll, found);
-            deliver(&Delivery {
-                src,
-                tag: m.tag,
-                words: view.words,
-                payload,
-                deposit: (m.flags & F_DEPOSIT != 0).then_some(Deposit {
-                    offset: m.deposit,
-                    len: total,
-                }),
-            });
-            let t = C::start();
-            r.cons.release();
-            C::record(Stage::Release, t);
-            return Ok(Some(true));
-        }
-        // A chunk of a streamed packet: copy it out and free the cell at once
-        // so the sender can keep streaming.
-        let a = &mut r.reasm;
-        if first {
-            if a.active || m.total as usize > self.max_medium || m.flags & F_DEPOSIT != 0 {
-                a.active = false;
-                r.cons.release();
-                return bad(format!("bad first chunk (total {} B)", m.total));
-            }
-            a.active = true;
-            a.tag = m.tag;
-            a.nwords = view.words.len();
-            a.words[..a.nwords].copy_from_slice(view.words);
-            a.total = m.total as usize;
-            a.buf.clear();
-            a.buf.reserve(a.total);
-        } else if !a.active {
-            r.cons.release();
-            return bad("continuation chunk without a first chunk".into());
-        }
-        if a.buf.len() + view.chunk.len() > a.total {
-            a.active = false;
-            r.cons.release();
-            return bad(format!("chunks exceed the announced {} B", a.total));
-        }
-        a.buf.extend_from_slice(view.chunk);
-        r.cons.release();
-        if !last {
-            return Ok(Some(false));
-        }
-        a.active = false;
-        if a.buf.len() != a.total {
-            return bad(format!("packet ended at {} of {} B", a.buf.len(), a.total));
-        }
-        C::record(Stage::Poll, found);
-        deliver(&Delivery {
-            src,
-            tag: a.tag,
-            words: &a.words[..a.nwords],
-            payload: &a.buf,
-            deposit: None,
-        });
-        Ok(Some(true))
     }
 }
 
@@ -1430,6 +1258,7 @@ enum Look {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::fabric::Deposit;
     use rand::{Rng, SeedableRng};
 
     /// A raw cell into a 1-rank fabric's own Request ring, as a broken
