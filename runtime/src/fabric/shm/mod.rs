@@ -460,7 +460,14 @@ impl Drop for Remark<'_> {
 /// segment: `F_DEPOSIT` at offset `at`; in the landing zone: `F_ZONE` at
 /// zone offset `at`) and wake the receiver if it sleeps.
 #[inline]
-fn announce<C: Clock>(p: &mut Prod, bell: Bell, pkt: &Packet<'_>, flag: u8, at: u64, t: C::Mark) {
+fn announce<C: Clock, P: Sink>(
+    p: &mut P,
+    bell: Bell,
+    pkt: &Packet<'_>,
+    flag: u8,
+    at: u64,
+    t: C::Mark,
+) {
     let meta = CellMeta {
         tag: pkt.tag,
         flags: F_FIRST | F_LAST | flag,
@@ -506,69 +513,94 @@ enum Prod {
 }
 
 impl Prod {
-    #[inline(always)]
-    fn has_room(&mut self) -> bool {
-        match self {
-            Prod::Pair(p) => p.has_room(),
-            Prod::Shared(q) => q.has_room(),
-        }
-    }
-
-    #[inline(always)]
-    fn capacity(&self, nwords: usize) -> usize {
-        match self {
-            Prod::Pair(p) => p.ring().capacity(nwords),
-            Prod::Shared(q) => q.queue().capacity(nwords),
-        }
-    }
-
-    /// The sequence number of the next cell (landing zones only, which a
-    /// shared queue does not have).
-    #[inline]
-    fn head(&self) -> u64 {
-        match self {
-            Prod::Pair(p) => p.head(),
-            Prod::Shared(q) => q.claimed().unwrap_or(0),
-        }
-    }
-
-    #[inline]
-    fn released(&mut self, seq: u64) -> bool {
-        match self {
-            Prod::Pair(p) => p.released(seq),
-            Prod::Shared(_) => false,
-        }
-    }
-
-    #[inline(always)]
-    fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
-        match self {
-            Prod::Pair(p) => p.write(meta, words, chunk),
-            Prod::Shared(q) => q.write(meta, words, chunk),
-        }
-    }
-
-    #[inline(always)]
-    fn publish(&mut self) {
-        match self {
-            Prod::Pair(p) => p.publish(),
-            Prod::Shared(q) => q.publish(),
-        }
-    }
-
-    #[inline(always)]
-    fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
-        match self {
-            Prod::Pair(p) => p.push(meta, words, chunk),
-            Prod::Shared(q) => q.push(meta, words, chunk),
-        }
-    }
-
     fn free_cells(&self) -> (u64, u64) {
         match self {
             Prod::Pair(p) => p.free_cells(),
             Prod::Shared(q) => q.free_cells(),
         }
+    }
+}
+
+/// What the general send path needs of a producer, a ring's or a shared
+/// queue's: the path is compiled once for each ([`ShmFabric::send_on`]),
+/// so a send matches on the producer's kind once, not at every step.
+trait Sink {
+    /// Whether a cell is free (a queue claims it).
+    fn has_room(&mut self) -> bool;
+    /// Payload bytes a cell holds after `nwords` argument words.
+    fn capacity(&self, nwords: usize) -> usize;
+    /// The sequence number of the next cell (landing zones only, which a
+    /// shared queue does not have).
+    fn head(&self) -> u64;
+    /// Whether the consumer released cell `seq` (landing zones only).
+    fn released(&mut self, seq: u64) -> bool;
+    /// Write the next (claimed) cell without publishing it.
+    fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]);
+    /// Publish the cell written last.
+    fn publish(&mut self);
+    /// Write and publish one cell.
+    fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]);
+}
+
+impl Sink for Producer {
+    #[inline(always)]
+    fn has_room(&mut self) -> bool {
+        Producer::has_room(self)
+    }
+    #[inline(always)]
+    fn capacity(&self, nwords: usize) -> usize {
+        self.ring().capacity(nwords)
+    }
+    #[inline(always)]
+    fn head(&self) -> u64 {
+        Producer::head(self)
+    }
+    #[inline(always)]
+    fn released(&mut self, seq: u64) -> bool {
+        Producer::released(self, seq)
+    }
+    #[inline(always)]
+    fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        Producer::write(self, meta, words, chunk)
+    }
+    #[inline(always)]
+    fn publish(&mut self) {
+        Producer::publish(self)
+    }
+    #[inline(always)]
+    fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        Producer::push(self, meta, words, chunk)
+    }
+}
+
+impl Sink for QProducer {
+    #[inline(always)]
+    fn has_room(&mut self) -> bool {
+        QProducer::has_room(self)
+    }
+    #[inline(always)]
+    fn capacity(&self, nwords: usize) -> usize {
+        self.queue().capacity(nwords)
+    }
+    #[inline(always)]
+    fn head(&self) -> u64 {
+        self.claimed().unwrap_or(0)
+    }
+    #[inline(always)]
+    fn released(&mut self, _seq: u64) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        QProducer::write(self, meta, words, chunk)
+    }
+    #[inline(always)]
+    fn publish(&mut self) {
+        QProducer::publish(self)
+    }
+    #[inline(always)]
+    fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        QProducer::push(self, meta, words, chunk)
     }
 }
 
@@ -770,28 +802,7 @@ impl ShmFabric {
                     segment_len: seg.len as u64,
                 }));
             }
-            let mut tx = self
-                .owner
-                .lock(&self.tx[peer * 2 + ch as usize])
-                .map_err(|e| e.at_rank(self.global))?;
-            let Tx { p, bell, .. } = &mut *tx;
-            if !p.has_room() {
-                return Ok(Err(WouldBlock::PeerRingFull));
-            }
-            let t = C::record(Stage::Enqueue, t0);
-            // SAFETY: off + len <= seg.len (checked above), so `off` is an
-            // in-bounds offset into the peer's segment, mapped in this
-            // process as long as the fabric.
-            let dst = unsafe { seg.base.add(off as usize) };
-            // SAFETY: dst..dst + len lies in the peer's segment (bounds
-            // checked above); the source is the caller's live slice, which
-            // may itself lie in a segment (hence `copy`, a memmove).
-            unsafe { std::ptr::copy(pkt.payload.as_ptr(), dst, len) };
-            announce::<C>(p, *bell, pkt, F_DEPOSIT, off, t);
-            self.mark_if_self(peer, ch);
-            return Ok(Ok(()));
-        }
-        if len > self.max_medium {
+        } else if len > self.max_medium {
             return err(Error::usage(format!(
                 "payload of {len} B exceeds the Medium maximum of {} B",
                 self.max_medium
@@ -802,6 +813,47 @@ impl ShmFabric {
             .lock(&self.tx[peer * 2 + ch as usize])
             .map_err(|e| e.at_rank(self.global))?;
         let Tx { p, bell, zone } = &mut *tx;
+        match p {
+            Prod::Pair(p) => self.send_on::<C, _>(p, *bell, zone, peer, ch, pkt, stall, t0),
+            Prod::Shared(q) => self.send_on::<C, _>(q, *bell, zone, peer, ch, pkt, stall, t0),
+        }
+    }
+
+    /// [`send_with`](Self::send_with) once the packet was checked and the
+    /// producer locked: one copy per producer kind.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn send_on<C: Clock, P: Sink>(
+        &self,
+        p: &mut P,
+        bell: Bell,
+        zone: &mut Zone,
+        peer: usize,
+        ch: Channel,
+        pkt: &Packet<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+        t0: C::Mark,
+    ) -> Result<Sent> {
+        let (nw, len) = (pkt.words.len(), pkt.payload.len());
+        if let Some(off) = pkt.deposit {
+            let seg = self.segment_of(peer);
+            if !p.has_room() {
+                return Ok(Err(WouldBlock::PeerRingFull));
+            }
+            let t = C::record(Stage::Enqueue, t0);
+            // SAFETY: off + len <= seg.len (checked by `send_with`), so
+            // `off` is an in-bounds offset into the peer's segment, mapped
+            // in this process as long as the fabric.
+            let dst = unsafe { seg.base.add(off as usize) };
+            // SAFETY: dst..dst + len lies in the peer's segment (bounds
+            // checked by `send_with`); the source is the caller's live
+            // slice, which may itself lie in a segment (hence `copy`, a
+            // memmove).
+            unsafe { std::ptr::copy(pkt.payload.as_ptr(), dst, len) };
+            announce::<C, P>(p, bell, pkt, F_DEPOSIT, off, t);
+            self.mark_if_self(peer, ch);
+            return Ok(Ok(()));
+        }
         if !p.has_room() {
             return Ok(Err(WouldBlock::PeerRingFull));
         }
@@ -837,7 +889,7 @@ impl ShmFabric {
             // the two do not overlap.
             unsafe { std::ptr::copy_nonoverlapping(pkt.payload.as_ptr(), dst, len) };
             zone.alloc.placed(p.head(), at, len);
-            announce::<C>(p, *bell, pkt, F_ZONE, at as u64, t);
+            announce::<C, P>(p, bell, pkt, F_ZONE, at as u64, t);
             self.mark_if_self(peer, ch);
             return Ok(Ok(()));
         }
@@ -1266,8 +1318,11 @@ mod tests {
     /// next poll.
     fn inject(f: &ShmFabric, meta: CellMeta) {
         let mut tx = f.tx[0].lock();
-        assert!(tx.p.has_room());
-        tx.p.push(meta, &[], &[]);
+        let Prod::Pair(p) = &mut tx.p else {
+            panic!("not a ring")
+        };
+        assert!(p.has_room());
+        p.push(meta, &[], &[]);
         f.mark_if_self(0, Channel::Request);
     }
 

@@ -112,12 +112,33 @@ impl QProducer {
     /// is full (then `want` is set, so the consumer rings this rank when it
     /// frees cells). A claimed cell must be written and published (it is
     /// what the next [`write`](Self::write) / [`publish`](Self::publish)
-    /// use): the consumer waits for it.
-    #[inline]
+    /// use): the consumer waits for it. The uncontended claim (the cell at
+    /// `head` free, the compare-and-swap won) is inline; anything else is
+    /// [`claim_contended`](Self::claim_contended).
+    #[inline(always)]
     pub(crate) fn has_room(&mut self) -> bool {
         if self.held {
             return true;
         }
+        let head = self.q.ctrl(HEAD_OFF);
+        let t = head.load(Ordering::Relaxed);
+        if self.q.word(t).load(order::SEE_FREE) == lap(&self.q, t)
+            && head
+                .compare_exchange(t, t.wrapping_add(1), order::CLAIM, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.ticket = t;
+            self.held = true;
+            return true;
+        }
+        self.claim_contended()
+    }
+
+    /// [`has_room`](Self::has_room) after the first look failed: another
+    /// sender moved `head`, or the queue is full.
+    #[cold]
+    #[inline(never)]
+    fn claim_contended(&mut self) -> bool {
         let head = self.q.ctrl(HEAD_OFF);
         let mut t = head.load(Ordering::Relaxed);
         for _ in 0..CLAIM_TRIES {
