@@ -36,10 +36,17 @@
 //! and publishes it at once (a claimed cell is never held while its sender
 //! waits for anything), so the consumer is never stuck behind a sender that
 //! waits; a full queue is `try_send`'s `Ok(false)` (`PeerRingFull`).
+//!
+//! Per-sender credits, in the queue's own words: a sender holds at most
+//! [`sender_quota`] unreleased cells (so one flooding sender leaves a
+//! quarter of the queue to the others); it keeps its tickets and, at its
+//! quota, reads its oldest ticket's state word (the consumer releases in
+//! ticket order) to learn which came back.
 
 use super::cells::{CellView, Cells, Peek};
 use super::layout::{CellMeta, F_FIRST, F_LAST};
 use crate::fabric::MAX_WORDS;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The orderings of the queue protocol (the loom model below uses these
@@ -92,6 +99,31 @@ pub(crate) struct QProducer {
     ticket: u64,
     /// Whether this sender holds a claimed ticket.
     held: bool,
+    /// This sender's tickets the consumer may not have released yet,
+    /// oldest first: at most `quota` (grown as used, so a peer this rank
+    /// never sends to costs no memory).
+    mine: VecDeque<u64>,
+    /// How many cells of the queue this sender may hold unreleased: its
+    /// credits ([`sender_quota`]).
+    quota: usize,
+}
+
+/// The cells of a queue of `len` one sender may hold unreleased (its
+/// credits): three quarters of them (and at least one cell fewer than the
+/// queue, at least one), so one flooding sender always leaves a quarter of
+/// the queue to the others (one cell of a queue of 2 or 3).
+pub(crate) fn sender_quota(len: u64) -> usize {
+    (len - (len / 4).max(1)).max(1) as usize
+}
+
+/// Whether the consumer released ticket `t` (its cell's state reached the
+/// next lap: released, or claimed or published again since). States only
+/// grow, so this stays true; whatever a broken peer wrote there, it is an
+/// answer, never an index.
+#[inline(always)]
+fn released(q: &Queue, t: u64) -> bool {
+    let d = q.word(t).load(order::SEE_FREE).wrapping_sub(lap(q, t)) as i64;
+    d >= q.len() as i64
 }
 
 impl QProducer {
@@ -101,6 +133,8 @@ impl QProducer {
             src: src as u32,
             ticket: 0,
             held: false,
+            mine: VecDeque::new(),
+            quota: sender_quota(q.len()),
         }
     }
 
@@ -115,10 +149,18 @@ impl QProducer {
     /// use): the consumer waits for it. The uncontended claim (the cell at
     /// `head` free, the compare-and-swap won) is inline; anything else is
     /// [`claim_contended`](Self::claim_contended).
+    ///
+    /// A sender holding its [`sender_quota`] of unreleased cells gets no
+    /// more until the consumer releases its oldest
+    /// ([`reclaim`](Self::reclaim)): per-sender credits, read from the
+    /// cells' own state words.
     #[inline(always)]
     pub(crate) fn has_room(&mut self) -> bool {
         if self.held {
             return true;
+        }
+        if self.mine.len() >= self.quota && !self.reclaim() {
+            return false;
         }
         let head = self.q.ctrl(HEAD_OFF);
         let t = head.load(Ordering::Relaxed);
@@ -127,8 +169,7 @@ impl QProducer {
                 .compare_exchange(t, t.wrapping_add(1), order::CLAIM, Ordering::Relaxed)
                 .is_ok()
         {
-            self.ticket = t;
-            self.held = true;
+            self.took(t);
             return true;
         }
         self.claim_contended()
@@ -152,8 +193,7 @@ impl QProducer {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        self.ticket = t;
-                        self.held = true;
+                        self.took(t);
                         return true;
                     }
                     Err(now) => t = now,
@@ -168,6 +208,44 @@ impl QProducer {
             }
         }
         self.full_at(head.load(Ordering::Relaxed))
+    }
+
+    /// Ticket `t` is this sender's: hold it, and count it against the
+    /// credits until released.
+    #[inline(always)]
+    fn took(&mut self, t: u64) {
+        self.ticket = t;
+        self.held = true;
+        self.mine.push_back(t);
+    }
+
+    /// Forget the tickets the consumer released, oldest first (it
+    /// releases in ticket order).
+    fn forget_released(&mut self) {
+        while let Some(&t) = self.mine.front() {
+            if !released(&self.q, t) {
+                break;
+            }
+            self.mine.pop_front();
+        }
+    }
+
+    /// Out of credits: forget what the consumer released; if that frees
+    /// none, ask for a doorbell (`want`) and look once more, as
+    /// [`full_at`](Self::full_at) does (either the consumer that releases
+    /// the oldest ticket sees `want`, or this second look sees the
+    /// release). True if a credit is free.
+    #[cold]
+    #[inline(never)]
+    fn reclaim(&mut self) -> bool {
+        self.forget_released();
+        if self.mine.len() < self.quota {
+            return true;
+        }
+        self.q.ctrl(WANT_OFF).store(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.forget_released();
+        self.mine.len() < self.quota
     }
 
     /// The queue looked full at ticket `t`: ask for a doorbell (`want`),
@@ -189,8 +267,7 @@ impl QProducer {
                 .is_ok()
         {
             // (`want` stays set: at worst one doorbell too many)
-            self.ticket = t;
-            self.held = true;
+            self.took(t);
             return true;
         }
         // another sender took `t` meanwhile: its packet's release rings
@@ -393,9 +470,14 @@ mod tests {
             for round in 0..if cfg!(miri) { 30u64 } else { 500 } {
                 let (mut sent, mut refused) = (0, false);
                 for (i, p) in [&mut a, &mut b].into_iter().enumerate() {
-                    for _ in 0..(round % 3) {
+                    for mine in 0..(round % 3) as usize {
                         if !p.has_room() {
-                            assert!(sent >= len, "room ran out at {sent} of {len}");
+                            // the queue is full, or this sender holds its
+                            // credits (the consumer took all earlier cells)
+                            assert!(
+                                sent >= len || mine >= sender_quota(len as u64),
+                                "room ran out at {sent} of {len} ({mine} of this sender's)"
+                            );
                             refused = true;
                             break;
                         }
@@ -441,6 +523,40 @@ mod tests {
                 _ => panic!("no Short"),
             }
             c.release();
+        }
+    }
+
+    /// One sender flooding a queue (claiming until refused, the consumer
+    /// not polling) takes at most its credits: another sender still gets a
+    /// cell, and the flooder gets one again once the consumer released
+    /// its oldest. Queues of 64 (the default), 8, 4 and 2 cells.
+    #[test]
+    fn a_flooding_sender_leaves_room_for_the_others() {
+        for len in [64usize, 8, 4, 2] {
+            let mut m = mem(256, len);
+            // SAFETY: `m` outlives the queue, 8-aligned, 256 B cells.
+            let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) };
+            let (mut a, mut b, mut c) = (
+                QProducer::new(q, 0),
+                QProducer::new(q, 1),
+                QConsumer::new(q),
+            );
+            let mut took = 0u64;
+            while a.has_room() {
+                a.push_short(1, &[took]);
+                took += 1;
+                assert!(took <= len as u64, "more cells than the queue has");
+            }
+            assert!(
+                took < len as u64,
+                "a flooding sender took all {len} cells of the queue"
+            );
+            assert!(b.has_room(), "the other sender was starved ({len} cells)");
+            b.push_short(2, &[0]);
+            assert!(matches!(c.peek_short(), Peek::Short(0, 1, _)));
+            c.release();
+            assert!(a.has_room(), "no credit back after a release ({len} cells)");
+            a.push_short(1, &[took]);
         }
     }
 
