@@ -499,8 +499,10 @@ fn in_private_shm(size: &str, env: &str, prog: &Path, args: &str) -> Run {
 }
 
 /// A `/dev/shm` too small for what two ranks touch at start-up (a private
-/// mount namespace with a 4 MiB tmpfs; two ranks populate their rings and
-/// landing zones, 6 MiB): a clear error naming `/dev/shm`, the size needed,
+/// mount namespace with a small tmpfs; with the per-pair rings, two ranks
+/// populate their rings and landing zones, 6 MiB, in 4 MiB; with the
+/// shared receive queue, `SPLITRT_SHM_QUEUE=shared`, their two queues each,
+/// 1 MiB, in 512 KiB): a clear error naming `/dev/shm`, the size needed,
 /// the size free and every setting that sizes the files, never a SIGBUS
 /// (exit 135).
 #[test]
@@ -510,25 +512,41 @@ fn a_full_dev_shm_is_named_not_a_sigbus() {
         return;
     }
     let _lock = job_lock();
-    let r = in_private_shm("4m", "", &example("hello"), "");
-    assert_ne!(r.code, 0, "{r:?}");
-    assert_ne!(r.code, 135, "SIGBUS: {r:?}");
-    assert!(
-        r.stderr.contains("/dev/shm is too small")
-            && r.stderr.contains("MiB free of 4.0 MiB")
-            && r.stderr.contains("touch 6.0 MiB of it at start-up")
-            && [
-                "SEGMENT_SIZE",
-                "RING_LEN",
-                "CELL_SIZE",
-                "MEDIUM_SLOTS",
-                "MAX_MEDIUM"
-            ]
-            .iter()
-            .all(|k| r.stderr.contains(&format!("SPLITRT_{k}"))),
-        "{}",
-        r.stderr
-    );
+    for (queue, tmpfs, free, touched) in [
+        (
+            "pairs",
+            "4m",
+            "MiB free of 4.0 MiB",
+            "touch 6.0 MiB of it at start-up",
+        ),
+        (
+            "shared",
+            "512k",
+            "MiB free of 0.5 MiB",
+            "touch 1.0 MiB of it at start-up",
+        ),
+    ] {
+        let env = format!("SPLITRT_SHM_QUEUE={queue}");
+        let r = in_private_shm(tmpfs, &env, &example("hello"), "");
+        assert_ne!(r.code, 0, "{queue}: {r:?}");
+        assert_ne!(r.code, 135, "{queue}: SIGBUS: {r:?}");
+        assert!(
+            r.stderr.contains("/dev/shm is too small")
+                && r.stderr.contains(free)
+                && r.stderr.contains(touched)
+                && [
+                    "SEGMENT_SIZE",
+                    "RING_LEN",
+                    "CELL_SIZE",
+                    "MEDIUM_SLOTS",
+                    "MAX_MEDIUM"
+                ]
+                .iter()
+                .all(|k| r.stderr.contains(&format!("SPLITRT_{k}"))),
+            "{queue}: {}",
+            r.stderr
+        );
+    }
 }
 
 /// `/dev/shm` fills up after start-up (a private 64 MiB tmpfs, filled by

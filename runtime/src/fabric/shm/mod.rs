@@ -8,12 +8,14 @@
 //! reassembled by the receiver (one packet in flight per ring, so one
 //! reassembly buffer per ring).
 
+mod cells;
 pub mod doorbell;
 pub mod layout;
 #[cfg(all(test, loom))]
 mod models;
 mod mpq;
 mod owner;
+mod receive;
 mod ring;
 mod shared_rx;
 pub mod zone;
@@ -24,11 +26,10 @@ use self::layout::{
 };
 use self::mpq::{QConsumer, QProducer};
 use self::owner::{Guarded, Owner};
-use self::ring::{Consumer, Peek, Producer, Ring};
+use self::ring::{Consumer, Producer, Ring};
 use self::zone::ZoneAlloc;
 use super::{
-    Channel, Delivery, Deposit, Fabric, LoadStore, Packet, SegmentRef, Sent, Wakeup, WouldBlock,
-    MAX_WORDS,
+    Channel, Delivery, Fabric, LoadStore, Packet, SegmentRef, Sent, Wakeup, WouldBlock, MAX_WORDS,
 };
 use crate::cpus::{CpuSet, CPU_WORDS};
 use crate::segment::{populate, PopulatedPrefix, Room, ShmFile};
@@ -459,7 +460,14 @@ impl Drop for Remark<'_> {
 /// segment: `F_DEPOSIT` at offset `at`; in the landing zone: `F_ZONE` at
 /// zone offset `at`) and wake the receiver if it sleeps.
 #[inline]
-fn announce<C: Clock>(p: &mut Prod, bell: Bell, pkt: &Packet<'_>, flag: u8, at: u64, t: C::Mark) {
+fn announce<C: Clock, P: Sink>(
+    p: &mut P,
+    bell: Bell,
+    pkt: &Packet<'_>,
+    flag: u8,
+    at: u64,
+    t: C::Mark,
+) {
     let meta = CellMeta {
         tag: pkt.tag,
         flags: F_FIRST | F_LAST | flag,
@@ -505,69 +513,94 @@ enum Prod {
 }
 
 impl Prod {
-    #[inline(always)]
-    fn has_room(&mut self) -> bool {
-        match self {
-            Prod::Pair(p) => p.has_room(),
-            Prod::Shared(q) => q.has_room(),
-        }
-    }
-
-    #[inline(always)]
-    fn capacity(&self, nwords: usize) -> usize {
-        match self {
-            Prod::Pair(p) => p.ring().capacity(nwords),
-            Prod::Shared(q) => q.queue().capacity(nwords),
-        }
-    }
-
-    /// The sequence number of the next cell (landing zones only, which a
-    /// shared queue does not have).
-    #[inline]
-    fn head(&self) -> u64 {
-        match self {
-            Prod::Pair(p) => p.head(),
-            Prod::Shared(q) => q.claimed().unwrap_or(0),
-        }
-    }
-
-    #[inline]
-    fn released(&mut self, seq: u64) -> bool {
-        match self {
-            Prod::Pair(p) => p.released(seq),
-            Prod::Shared(_) => false,
-        }
-    }
-
-    #[inline(always)]
-    fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
-        match self {
-            Prod::Pair(p) => p.write(meta, words, chunk),
-            Prod::Shared(q) => q.write(meta, words, chunk),
-        }
-    }
-
-    #[inline(always)]
-    fn publish(&mut self) {
-        match self {
-            Prod::Pair(p) => p.publish(),
-            Prod::Shared(q) => q.publish(),
-        }
-    }
-
-    #[inline(always)]
-    fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
-        match self {
-            Prod::Pair(p) => p.push(meta, words, chunk),
-            Prod::Shared(q) => q.push(meta, words, chunk),
-        }
-    }
-
     fn free_cells(&self) -> (u64, u64) {
         match self {
             Prod::Pair(p) => p.free_cells(),
             Prod::Shared(q) => q.free_cells(),
         }
+    }
+}
+
+/// What the general send path needs of a producer, a ring's or a shared
+/// queue's: the path is compiled once for each ([`ShmFabric::send_on`]),
+/// so a send matches on the producer's kind once, not at every step.
+trait Sink {
+    /// Whether a cell is free (a queue claims it).
+    fn has_room(&mut self) -> bool;
+    /// Payload bytes a cell holds after `nwords` argument words.
+    fn capacity(&self, nwords: usize) -> usize;
+    /// The sequence number of the next cell (landing zones only, which a
+    /// shared queue does not have).
+    fn head(&self) -> u64;
+    /// Whether the consumer released cell `seq` (landing zones only).
+    fn released(&mut self, seq: u64) -> bool;
+    /// Write the next (claimed) cell without publishing it.
+    fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]);
+    /// Publish the cell written last.
+    fn publish(&mut self);
+    /// Write and publish one cell.
+    fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]);
+}
+
+impl Sink for Producer {
+    #[inline(always)]
+    fn has_room(&mut self) -> bool {
+        Producer::has_room(self)
+    }
+    #[inline(always)]
+    fn capacity(&self, nwords: usize) -> usize {
+        self.ring().capacity(nwords)
+    }
+    #[inline(always)]
+    fn head(&self) -> u64 {
+        Producer::head(self)
+    }
+    #[inline(always)]
+    fn released(&mut self, seq: u64) -> bool {
+        Producer::released(self, seq)
+    }
+    #[inline(always)]
+    fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        Producer::write(self, meta, words, chunk)
+    }
+    #[inline(always)]
+    fn publish(&mut self) {
+        Producer::publish(self)
+    }
+    #[inline(always)]
+    fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        Producer::push(self, meta, words, chunk)
+    }
+}
+
+impl Sink for QProducer {
+    #[inline(always)]
+    fn has_room(&mut self) -> bool {
+        QProducer::has_room(self)
+    }
+    #[inline(always)]
+    fn capacity(&self, nwords: usize) -> usize {
+        self.queue().capacity(nwords)
+    }
+    #[inline(always)]
+    fn head(&self) -> u64 {
+        self.claimed().unwrap_or(0)
+    }
+    #[inline(always)]
+    fn released(&mut self, _seq: u64) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        QProducer::write(self, meta, words, chunk)
+    }
+    #[inline(always)]
+    fn publish(&mut self) {
+        QProducer::publish(self)
+    }
+    #[inline(always)]
+    fn push(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        QProducer::push(self, meta, words, chunk)
     }
 }
 
@@ -769,28 +802,7 @@ impl ShmFabric {
                     segment_len: seg.len as u64,
                 }));
             }
-            let mut tx = self
-                .owner
-                .lock(&self.tx[peer * 2 + ch as usize])
-                .map_err(|e| e.at_rank(self.global))?;
-            let Tx { p, bell, .. } = &mut *tx;
-            if !p.has_room() {
-                return Ok(Err(WouldBlock::PeerRingFull));
-            }
-            let t = C::record(Stage::Enqueue, t0);
-            // SAFETY: off + len <= seg.len (checked above), so `off` is an
-            // in-bounds offset into the peer's segment, mapped in this
-            // process as long as the fabric.
-            let dst = unsafe { seg.base.add(off as usize) };
-            // SAFETY: dst..dst + len lies in the peer's segment (bounds
-            // checked above); the source is the caller's live slice, which
-            // may itself lie in a segment (hence `copy`, a memmove).
-            unsafe { std::ptr::copy(pkt.payload.as_ptr(), dst, len) };
-            announce::<C>(p, *bell, pkt, F_DEPOSIT, off, t);
-            self.mark_if_self(peer, ch);
-            return Ok(Ok(()));
-        }
-        if len > self.max_medium {
+        } else if len > self.max_medium {
             return err(Error::usage(format!(
                 "payload of {len} B exceeds the Medium maximum of {} B",
                 self.max_medium
@@ -801,6 +813,47 @@ impl ShmFabric {
             .lock(&self.tx[peer * 2 + ch as usize])
             .map_err(|e| e.at_rank(self.global))?;
         let Tx { p, bell, zone } = &mut *tx;
+        match p {
+            Prod::Pair(p) => self.send_on::<C, _>(p, *bell, zone, peer, ch, pkt, stall, t0),
+            Prod::Shared(q) => self.send_on::<C, _>(q, *bell, zone, peer, ch, pkt, stall, t0),
+        }
+    }
+
+    /// [`send_with`](Self::send_with) once the packet was checked and the
+    /// producer locked: one copy per producer kind.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn send_on<C: Clock, P: Sink>(
+        &self,
+        p: &mut P,
+        bell: Bell,
+        zone: &mut Zone,
+        peer: usize,
+        ch: Channel,
+        pkt: &Packet<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+        t0: C::Mark,
+    ) -> Result<Sent> {
+        let (nw, len) = (pkt.words.len(), pkt.payload.len());
+        if let Some(off) = pkt.deposit {
+            let seg = self.segment_of(peer);
+            if !p.has_room() {
+                return Ok(Err(WouldBlock::PeerRingFull));
+            }
+            let t = C::record(Stage::Enqueue, t0);
+            // SAFETY: off + len <= seg.len (checked by `send_with`), so
+            // `off` is an in-bounds offset into the peer's segment, mapped
+            // in this process as long as the fabric.
+            let dst = unsafe { seg.base.add(off as usize) };
+            // SAFETY: dst..dst + len lies in the peer's segment (bounds
+            // checked by `send_with`); the source is the caller's live
+            // slice, which may itself lie in a segment (hence `copy`, a
+            // memmove).
+            unsafe { std::ptr::copy(pkt.payload.as_ptr(), dst, len) };
+            announce::<C, P>(p, bell, pkt, F_DEPOSIT, off, t);
+            self.mark_if_self(peer, ch);
+            return Ok(Ok(()));
+        }
         if !p.has_room() {
             return Ok(Err(WouldBlock::PeerRingFull));
         }
@@ -836,7 +889,7 @@ impl ShmFabric {
             // the two do not overlap.
             unsafe { std::ptr::copy_nonoverlapping(pkt.payload.as_ptr(), dst, len) };
             zone.alloc.placed(p.head(), at, len);
-            announce::<C>(p, *bell, pkt, F_ZONE, at as u64, t);
+            announce::<C, P>(p, bell, pkt, F_ZONE, at as u64, t);
             self.mark_if_self(peer, ch);
             return Ok(Ok(()));
         }
@@ -1061,8 +1114,17 @@ impl ShmFabric {
         let mut delivered = 0;
         let mut freed = false;
         let mut empty = false;
+        let mut parts = receive::RxParts {
+            cons: &mut r.cons,
+            reasm: std::slice::from_mut(&mut r.reasm),
+            zone: Some(receive::ZoneRx {
+                base: r.zone,
+                populated: &mut r.zone_populated,
+            }),
+            src: global,
+        };
         for _ in 0..self.layout.ring_len {
-            match self.rx_one::<C>(global, r, deliver)? {
+            match self.rx_one::<C, _>(&mut parts, deliver)? {
                 None => {
                     empty = true;
                     break;
@@ -1077,188 +1139,6 @@ impl ShmFabric {
             r.bell.get().ring();
         }
         Ok((delivered, empty))
-    }
-
-    fn rx_one<C: Clock>(
-        &self,
-        src: usize,
-        r: &mut RxRing,
-        deliver: &mut dyn FnMut(&Delivery<'_>),
-    ) -> Result<Option<bool>> {
-        // A Short, the common case, without the general path's flag
-        // analysis: one look at the cell (plain compares), delivered from
-        // the cell. Anything else, a malformed cell included, takes the
-        // general path below, which reports it.
-        match r.cons.peek_short() {
-            Peek::Empty => return Ok(None),
-            Peek::Short(tag, words) if !r.reasm.active => {
-                let found = C::start();
-                C::record(Stage::Poll, found);
-                deliver(&Delivery {
-                    src,
-                    tag,
-                    words,
-                    payload: &[],
-                    deposit: None,
-                });
-                let t = C::start();
-                r.cons.release();
-                C::record(Stage::Release, t);
-                return Ok(Some(true));
-            }
-            Peek::Short(..) | Peek::Other => {}
-        }
-        self.rx_general::<C>(src, r, deliver)
-    }
-
-    /// [`rx_one`](Self::rx_one) for everything but a well-formed Short:
-    /// Mediums, Longs, streamed chunks and malformed cells.
-    fn rx_general<C: Clock>(
-        &self,
-        src: usize,
-        r: &mut RxRing,
-        deliver: &mut dyn FnMut(&Delivery<'_>),
-    ) -> Result<Option<bool>> {
-        let bad = |why: String| {
-            Err(
-                Error::protocol(format!("malformed packet from rank {src}: {why}"))
-                    .at_rank(self.global)
-                    .with_peer(src),
-            )
-        };
-        let view = match r.cons.peek() {
-            None => return Ok(None),
-            Some(Ok(v)) => v,
-            Some(Err(why)) => {
-                r.cons.release();
-                r.reasm.active = false;
-                return bad(why);
-            }
-        };
-        let found = C::start();
-        let m = view.meta;
-        let (first, last) = (m.flags & F_FIRST != 0, m.flags & F_LAST != 0);
-        if first && last {
-            if r.reasm.active {
-                r.reasm.active = false;
-                r.cons.release();
-                return bad("new packet while another was being reassembled".into());
-            }
-            let total = m.total as usize;
-            let payload: &[u8] = if m.flags & F_ZONE != 0 {
-                let at = m.deposit;
-                let zone = self.layout.zone_len() as u64;
-                if m.len != 0
-                    || m.flags & F_DEPOSIT != 0
-                    || total > self.max_medium
-                    || at.checked_add(total as u64).is_none_or(|e| e > zone)
-                {
-                    r.cons.release();
-                    return bad(format!(
-                        "Medium of {total} B at {at} of its landing zone ({zone} B, Mediums up to {} B)",
-                        self.max_medium
-                    ));
-                }
-                // SAFETY: the zone lies in our own file, mapped as long as
-                // the fabric (Layout::new, connect); at + total <= zone.
-                unsafe {
-                    r.zone_populated.cover(
-                        r.zone as *mut u8,
-                        (at + total as u64) as usize,
-                        zone as usize,
-                    )
-                };
-                // SAFETY: at + total <= zone_len (checked above): an
-                // in-bounds offset into this sender's zone in our own file.
-                let data = unsafe { r.zone.add(at as usize) };
-                // SAFETY: data..data + total lies in this sender's zone in
-                // our own file, mapped as long as the fabric; the sender
-                // does not reuse these bytes before this cell is released
-                // (after the handler), and we never write them.
-                unsafe { std::slice::from_raw_parts(data, total) }
-            } else if m.flags & F_DEPOSIT != 0 {
-                let seg = self.segment_of(self.me);
-                if m.len != 0
-                    || m.deposit
-                        .checked_add(total as u64)
-                        .is_none_or(|e| e > seg.len as u64)
-                {
-                    r.cons.release();
-                    return bad(format!(
-                        "deposit of {total} B at {:#x} outside the segment",
-                        m.deposit
-                    ));
-                }
-                // Bounds checked against the local segment just above. The
-                // bytes lie in the segment, where peers deposit and store
-                // concurrently: delivered as a range, never as a slice.
-                &[]
-            } else {
-                if total != m.len as usize {
-                    r.cons.release();
-                    return bad(format!("single cell of {} B claims {total} B", m.len));
-                }
-                view.chunk
-            };
-            C::record(Stage::Poll, found);
-            deliver(&Delivery {
-                src,
-                tag: m.tag,
-                words: view.words,
-                payload,
-                deposit: (m.flags & F_DEPOSIT != 0).then_some(Deposit {
-                    offset: m.deposit,
-                    len: total,
-                }),
-            });
-            let t = C::start();
-            r.cons.release();
-            C::record(Stage::Release, t);
-            return Ok(Some(true));
-        }
-        // A chunk of a streamed packet: copy it out and free the cell at once
-        // so the sender can keep streaming.
-        let a = &mut r.reasm;
-        if first {
-            if a.active || m.total as usize > self.max_medium || m.flags & F_DEPOSIT != 0 {
-                a.active = false;
-                r.cons.release();
-                return bad(format!("bad first chunk (total {} B)", m.total));
-            }
-            a.active = true;
-            a.tag = m.tag;
-            a.nwords = view.words.len();
-            a.words[..a.nwords].copy_from_slice(view.words);
-            a.total = m.total as usize;
-            a.buf.clear();
-            a.buf.reserve(a.total);
-        } else if !a.active {
-            r.cons.release();
-            return bad("continuation chunk without a first chunk".into());
-        }
-        if a.buf.len() + view.chunk.len() > a.total {
-            a.active = false;
-            r.cons.release();
-            return bad(format!("chunks exceed the announced {} B", a.total));
-        }
-        a.buf.extend_from_slice(view.chunk);
-        r.cons.release();
-        if !last {
-            return Ok(Some(false));
-        }
-        a.active = false;
-        if a.buf.len() != a.total {
-            return bad(format!("packet ended at {} of {} B", a.buf.len(), a.total));
-        }
-        C::record(Stage::Poll, found);
-        deliver(&Delivery {
-            src,
-            tag: a.tag,
-            words: &a.words[..a.nwords],
-            payload: &a.buf,
-            deposit: None,
-        });
-        Ok(Some(true))
     }
 }
 
@@ -1430,6 +1310,7 @@ enum Look {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use crate::fabric::Deposit;
     use rand::{Rng, SeedableRng};
 
     /// A raw cell into a 1-rank fabric's own Request ring, as a broken
@@ -1437,8 +1318,11 @@ mod tests {
     /// next poll.
     fn inject(f: &ShmFabric, meta: CellMeta) {
         let mut tx = f.tx[0].lock();
-        assert!(tx.p.has_room());
-        tx.p.push(meta, &[], &[]);
+        let Prod::Pair(p) = &mut tx.p else {
+            panic!("not a ring")
+        };
+        assert!(p.has_room());
+        p.push(meta, &[], &[]);
         f.mark_if_self(0, Channel::Request);
     }
 

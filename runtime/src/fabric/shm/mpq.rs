@@ -36,10 +36,17 @@
 //! and publishes it at once (a claimed cell is never held while its sender
 //! waits for anything), so the consumer is never stuck behind a sender that
 //! waits; a full queue is `try_send`'s `Ok(false)` (`PeerRingFull`).
+//!
+//! Per-sender credits, in the queue's own words: a sender holds at most
+//! [`sender_quota`] unreleased cells (so one flooding sender leaves a
+//! quarter of the queue to the others); it keeps its tickets and, at its
+//! quota, reads its oldest ticket's state word (the consumer releases in
+//! ticket order) to learn which came back.
 
-use super::layout::{cell_stride, CellMeta, CELL_HDR, F_DEPOSIT, F_FIRST, F_LAST, RING_CTRL};
-use super::ring::{check_meta, CellView};
+use super::cells::{CellView, Cells, Peek};
+use super::layout::{CellMeta, F_FIRST, F_LAST};
 use crate::fabric::MAX_WORDS;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The orderings of the queue protocol (the loom model below uses these
@@ -60,6 +67,8 @@ pub(crate) mod order {
     pub(crate) const RETURN: Ordering = Ordering::Release;
 }
 
+/// Offset of `tail` in the control block.
+const TAIL_OFF: usize = 0;
 /// Offset of `head` in the control block.
 const HEAD_OFF: usize = 64;
 /// Offset of `want` in the control block.
@@ -70,105 +79,14 @@ const WANT_OFF: usize = 72;
 pub(crate) const CLAIM_TRIES: u32 = 64;
 
 /// A queue in a mapped file (the same bytes as a ring of `len` cells:
-/// `RING_CTRL + len * cell_stride(cell_size)`).
-#[derive(Clone, Copy)]
-pub(crate) struct Queue {
-    base: *mut u8,
-    cell_size: usize,
-    stride: usize,
-    len: u64,
-    /// `len - 1` when `len` is a power of two, else 0.
-    mask: u64,
-}
+/// `RING_CTRL + len * cell_stride(cell_size)`): cells ([`Cells`]) whose
+/// first word is the state word, after the control block above.
+pub(crate) type Queue = Cells;
 
-// SAFETY: the queue lives in a shared mapping owned by the fabric; access
-// is ordered by the queue protocol (claims by compare-and-swap, state
-// words published with release and read with acquire).
-unsafe impl Send for Queue {}
-
-impl Queue {
-    /// # Safety
-    /// `base` must point to `RING_CTRL + len * cell_stride(cell_size)`
-    /// mapped bytes that stay mapped for the lifetime of the queue, 64-byte
-    /// aligned (8-byte aligned suffices for tests), with `len >= 2` and
-    /// `cell_size >= CELL_HDR + 8 * MAX_WORDS`.
-    pub(crate) unsafe fn new(base: *mut u8, cell_size: usize, len: usize) -> Self {
-        debug_assert!(len >= 2 && cell_size >= CELL_HDR + 8 * MAX_WORDS);
-        Queue {
-            base,
-            cell_size,
-            stride: cell_stride(cell_size),
-            len: len as u64,
-            mask: if len.is_power_of_two() {
-                len as u64 - 1
-            } else {
-                0
-            },
-        }
-    }
-
-    fn word(&self, off: usize) -> &AtomicU64 {
-        debug_assert!(off + 8 <= RING_CTRL);
-        // SAFETY: `off + 8 <= RING_CTRL`: an offset inside the control
-        // block, which starts the queue's mapping.
-        let at = unsafe { self.base.add(off) } as *const AtomicU64;
-        // SAFETY: the word lies in the control block, 8-aligned, mapped
-        // for the queue's lifetime; only atomics touch it.
-        unsafe { &*at }
-    }
-
-    fn tail_word(&self) -> &AtomicU64 {
-        self.word(0)
-    }
-
-    fn head(&self) -> &AtomicU64 {
-        self.word(HEAD_OFF)
-    }
-
-    fn want(&self) -> &AtomicU64 {
-        self.word(WANT_OFF)
-    }
-
-    /// The cell index of ticket `t`.
-    #[inline(always)]
-    fn index(&self, t: u64) -> u64 {
-        if self.mask != 0 {
-            t & self.mask
-        } else {
-            t % self.len
-        }
-    }
-
-    /// The state that means "free for `t`".
-    #[inline(always)]
-    fn lap(&self, t: u64) -> u64 {
-        t.wrapping_sub(self.index(t))
-    }
-
-    #[inline(always)]
-    fn cell(&self, t: u64) -> *mut u8 {
-        let i = self.index(t);
-        // SAFETY: i < len (a mask of a power of two, or a remainder), so
-        // the cell lies inside the queue.
-        unsafe { self.base.add(RING_CTRL + i as usize * self.stride) }
-    }
-
-    #[inline(always)]
-    fn state(&self, t: u64) -> &AtomicU64 {
-        // SAFETY: every cell starts with an 8-aligned state word inside
-        // the queue (`cell`).
-        unsafe { &*(self.cell(t) as *const AtomicU64) }
-    }
-
-    /// The queue's bytes: its first byte and its length.
-    pub(crate) fn span(&self) -> (*mut u8, usize) {
-        (self.base, RING_CTRL + self.len as usize * self.stride)
-    }
-
-    /// Payload capacity of a cell carrying `nwords` argument words.
-    pub(crate) fn capacity(&self, nwords: usize) -> usize {
-        self.cell_size - CELL_HDR - nwords * 8
-    }
+/// The state that means "free for `t`": the start of `t`'s lap.
+#[inline(always)]
+fn lap(q: &Queue, t: u64) -> u64 {
+    t.wrapping_sub(q.index(t))
 }
 
 /// One sender's side of a queue (a rank's, toward one peer and channel).
@@ -177,8 +95,35 @@ pub(crate) struct QProducer {
     /// This sender's local rank, written into every cell.
     src: u32,
     /// The ticket claimed by [`has_room`](Self::has_room) and not yet
-    /// published.
-    claimed: Option<u64>,
+    /// published, if `held`.
+    ticket: u64,
+    /// Whether this sender holds a claimed ticket.
+    held: bool,
+    /// This sender's tickets the consumer may not have released yet,
+    /// oldest first: at most `quota` (grown as used, so a peer this rank
+    /// never sends to costs no memory).
+    mine: VecDeque<u64>,
+    /// How many cells of the queue this sender may hold unreleased: its
+    /// credits ([`sender_quota`]).
+    quota: usize,
+}
+
+/// The cells of a queue of `len` one sender may hold unreleased (its
+/// credits): three quarters of them (and at least one cell fewer than the
+/// queue, at least one), so one flooding sender always leaves a quarter of
+/// the queue to the others (one cell of a queue of 2 or 3).
+pub(crate) fn sender_quota(len: u64) -> usize {
+    (len - (len / 4).max(1)).max(1) as usize
+}
+
+/// Whether the consumer released ticket `t` (its cell's state reached the
+/// next lap: released, or claimed or published again since). States only
+/// grow, so this stays true; whatever a broken peer wrote there, it is an
+/// answer, never an index.
+#[inline(always)]
+fn released(q: &Queue, t: u64) -> bool {
+    let d = q.word(t).load(order::SEE_FREE).wrapping_sub(lap(q, t)) as i64;
+    d >= q.len() as i64
 }
 
 impl QProducer {
@@ -186,7 +131,10 @@ impl QProducer {
         QProducer {
             q,
             src: src as u32,
-            claimed: None,
+            ticket: 0,
+            held: false,
+            mine: VecDeque::new(),
+            quota: sender_quota(q.len()),
         }
     }
 
@@ -198,17 +146,45 @@ impl QProducer {
     /// is full (then `want` is set, so the consumer rings this rank when it
     /// frees cells). A claimed cell must be written and published (it is
     /// what the next [`write`](Self::write) / [`publish`](Self::publish)
-    /// use): the consumer waits for it.
-    #[inline]
+    /// use): the consumer waits for it. The uncontended claim (the cell at
+    /// `head` free, the compare-and-swap won) is inline; anything else is
+    /// [`claim_contended`](Self::claim_contended).
+    ///
+    /// A sender holding its [`sender_quota`] of unreleased cells gets no
+    /// more until the consumer releases its oldest
+    /// ([`reclaim`](Self::reclaim)): per-sender credits, read from the
+    /// cells' own state words.
+    #[inline(always)]
     pub(crate) fn has_room(&mut self) -> bool {
-        if self.claimed.is_some() {
+        if self.held {
             return true;
         }
-        let head = self.q.head();
+        if self.mine.len() >= self.quota && !self.reclaim() {
+            return false;
+        }
+        let head = self.q.ctrl(HEAD_OFF);
+        let t = head.load(Ordering::Relaxed);
+        if self.q.word(t).load(order::SEE_FREE) == lap(&self.q, t)
+            && head
+                .compare_exchange(t, t.wrapping_add(1), order::CLAIM, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.took(t);
+            return true;
+        }
+        self.claim_contended()
+    }
+
+    /// [`has_room`](Self::has_room) after the first look failed: another
+    /// sender moved `head`, or the queue is full.
+    #[cold]
+    #[inline(never)]
+    fn claim_contended(&mut self) -> bool {
+        let head = self.q.ctrl(HEAD_OFF);
         let mut t = head.load(Ordering::Relaxed);
         for _ in 0..CLAIM_TRIES {
-            let s = self.q.state(t).load(order::SEE_FREE);
-            let d = s.wrapping_sub(self.q.lap(t)) as i64;
+            let s = self.q.word(t).load(order::SEE_FREE);
+            let d = s.wrapping_sub(lap(&self.q, t)) as i64;
             if d == 0 {
                 match head.compare_exchange_weak(
                     t,
@@ -217,7 +193,7 @@ impl QProducer {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        self.claimed = Some(t);
+                        self.took(t);
                         return true;
                     }
                     Err(now) => t = now,
@@ -234,6 +210,44 @@ impl QProducer {
         self.full_at(head.load(Ordering::Relaxed))
     }
 
+    /// Ticket `t` is this sender's: hold it, and count it against the
+    /// credits until released.
+    #[inline(always)]
+    fn took(&mut self, t: u64) {
+        self.ticket = t;
+        self.held = true;
+        self.mine.push_back(t);
+    }
+
+    /// Forget the tickets the consumer released, oldest first (it
+    /// releases in ticket order).
+    fn forget_released(&mut self) {
+        while let Some(&t) = self.mine.front() {
+            if !released(&self.q, t) {
+                break;
+            }
+            self.mine.pop_front();
+        }
+    }
+
+    /// Out of credits: forget what the consumer released; if that frees
+    /// none, ask for a doorbell (`want`) and look once more, as
+    /// [`full_at`](Self::full_at) does (either the consumer that releases
+    /// the oldest ticket sees `want`, or this second look sees the
+    /// release). True if a credit is free.
+    #[cold]
+    #[inline(never)]
+    fn reclaim(&mut self) -> bool {
+        self.forget_released();
+        if self.mine.len() < self.quota {
+            return true;
+        }
+        self.q.ctrl(WANT_OFF).store(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.forget_released();
+        self.mine.len() < self.quota
+    }
+
     /// The queue looked full at ticket `t`: ask for a doorbell (`want`),
     /// then look at the cell once more and claim it if it is free now.
     /// A consumer that freed every cell and looked at `want` between the
@@ -242,18 +256,18 @@ impl QProducer {
     /// `want`, or this second look sees the freed cell. True if claimed.
     #[cold]
     fn full_at(&mut self, t: u64) -> bool {
-        self.q.want().store(1, Ordering::SeqCst);
+        self.q.ctrl(WANT_OFF).store(1, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
-        let s = self.q.state(t).load(order::SEE_FREE);
-        if s == self.q.lap(t)
+        let s = self.q.word(t).load(order::SEE_FREE);
+        if s == lap(&self.q, t)
             && self
                 .q
-                .head()
+                .ctrl(HEAD_OFF)
                 .compare_exchange(t, t.wrapping_add(1), order::CLAIM, Ordering::Relaxed)
                 .is_ok()
         {
             // (`want` stays set: at worst one doorbell too many)
-            self.claimed = Some(t);
+            self.took(t);
             return true;
         }
         // another sender took `t` meanwhile: its packet's release rings
@@ -263,71 +277,50 @@ impl QProducer {
 
     /// The claimed ticket (a sequence number of the queue), if any.
     pub(crate) fn claimed(&self) -> Option<u64> {
-        self.claimed
+        self.held.then_some(self.ticket)
     }
 
     /// Free cells as the consumer last published them, and the length.
     pub(crate) fn free_cells(&self) -> (u64, u64) {
-        let tail = self.q.tail_word().load(Ordering::Acquire);
-        let head = self.q.head().load(Ordering::Relaxed);
-        (
-            self.q.len - head.saturating_sub(tail).min(self.q.len),
-            self.q.len,
-        )
+        let tail = self.q.ctrl(TAIL_OFF).load(Ordering::Acquire);
+        let head = self.q.ctrl(HEAD_OFF).load(Ordering::Relaxed);
+        let len = self.q.len();
+        (len - head.saturating_sub(tail).min(len), len)
+    }
+
+    /// The claimed ticket, for a write.
+    #[inline(always)]
+    fn ticket(&self) -> u64 {
+        assert!(
+            self.held,
+            "QProducer::write without a claimed cell (has_room first)"
+        );
+        self.ticket
     }
 
     /// Write the claimed cell without publishing it. The caller got `true`
     /// from [`has_room`](Self::has_room), checked `words.len() <=
-    /// MAX_WORDS` and that `chunk` fits ([`Queue::capacity`]).
+    /// MAX_WORDS` and that `chunk` fits ([`Cells::capacity`]).
     #[inline]
-    pub(crate) fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
-        assert!(chunk.len() <= self.q.capacity(words.len().min(MAX_WORDS)));
-        let cell = self.write_head(meta, words);
-        // SAFETY: the words end inside the cell (capacity, checked by the
-        // caller and asserted above), so the payload's start is inside or
-        // one past it.
-        let payload = unsafe { cell.add(CELL_HDR + words.len() * 8) };
-        // SAFETY: `chunk` is a live slice that fits the claimed cell after
-        // the words (asserted above); `memmove` needs no alignment; the
-        // cell is this sender's until published (claimed by `has_room`).
-        unsafe { crate::memmove::memmove(chunk.as_ptr(), payload, chunk.len()) };
-    }
-
-    /// Write the claimed cell's meta (with this sender's rank) and words.
-    #[inline(always)]
-    fn write_head(&mut self, mut meta: CellMeta, words: &[u64]) -> *mut u8 {
-        let t = self
-            .claimed
-            .expect("QProducer::write without a claimed cell (has_room first)");
-        assert!(words.len() <= MAX_WORDS);
+    pub(crate) fn write(&mut self, mut meta: CellMeta, words: &[u64], chunk: &[u8]) {
+        assert!(words.len() <= MAX_WORDS && chunk.len() <= self.q.capacity(words.len()));
+        let t = self.ticket();
         meta.pad = self.src;
-        let cell = self.q.cell(t);
-        // SAFETY: offset 8 (past the state word) is inside the cell.
-        let meta_at = unsafe { cell.add(8) } as *mut CellMeta;
-        // SAFETY: the CellMeta slot of the claimed cell, 8-aligned; nobody
-        // reads it before the state word says published, and no other
-        // sender writes it (the ticket is this sender's alone).
-        unsafe { std::ptr::write(meta_at, meta) };
-        // SAFETY: CELL_HDR < cell_size: the words' start is in the cell.
-        let at = unsafe { cell.add(CELL_HDR) } as *mut u64;
-        for (i, &w) in words.iter().enumerate() {
-            // SAFETY: i < words.len() <= MAX_WORDS, and every cell holds
-            // MAX_WORDS words (`Queue::new`'s contract): inside the cell.
-            let word = unsafe { at.add(i) };
-            // SAFETY: word `i` of the claimed cell, in bounds (above) and
-            // 8-aligned; the cell is this sender's until published.
-            unsafe { word.write_volatile(w) };
-        }
-        cell
+        // SAFETY: ticket `t` is this sender's alone (claimed by `has_room`,
+        // not yet published), so nobody reads or writes its cell until the
+        // publish; the words and the chunk fit (asserted above).
+        unsafe { self.q.write(t, meta, words, chunk) };
     }
 
     /// Publish the claimed cell: the consumer may read it from now on.
     #[inline]
     pub(crate) fn publish(&mut self) {
-        if let Some(t) = self.claimed.take() {
+        if self.held {
+            let t = self.ticket;
+            self.held = false;
             self.q
-                .state(t)
-                .store(self.q.lap(t).wrapping_add(1), order::PUBLISH);
+                .word(t)
+                .store(lap(&self.q, t).wrapping_add(1), order::PUBLISH);
         }
     }
 
@@ -335,7 +328,8 @@ impl QProducer {
     /// a broken sender writes).
     #[cfg(test)]
     pub(crate) fn forge_src(&mut self, src: u32) {
-        if let Some(t) = self.claimed {
+        if self.held {
+            let t = self.ticket;
             // SAFETY: offset 8 (the CellMeta) of the claimed cell, which is
             // this sender's until published; `pad` is its 5th field.
             let at = unsafe { self.q.cell(t).add(8) } as *mut CellMeta;
@@ -352,29 +346,27 @@ impl QProducer {
         self.publish();
     }
 
-    /// Write and publish a Short (claimed by `has_room`).
+    /// Write and publish a Short (claimed by `has_room`); the cell is
+    /// found once.
     #[inline]
     pub(crate) fn push_short(&mut self, tag: u16, words: &[u64]) {
+        assert!(words.len() <= MAX_WORDS);
         let meta = CellMeta {
             tag,
             flags: F_FIRST | F_LAST,
             nwords: words.len() as u8,
+            pad: self.src,
             ..Default::default()
         };
-        self.write_head(meta, words);
-        self.publish();
+        let t = self.ticket();
+        // SAFETY: as in `write`: ticket `t`'s cell is this sender's until
+        // published; the words fit (asserted).
+        let cell = unsafe { self.q.write_head(t, meta, words) };
+        // SAFETY: the cell of `t` starts with its 8-aligned state word.
+        let state = unsafe { &*(cell as *const AtomicU64) };
+        self.held = false;
+        state.store(lap(&self.q, t).wrapping_add(1), order::PUBLISH);
     }
-}
-
-/// What [`QConsumer::peek_short`] found.
-pub(crate) enum QPeek<'a> {
-    /// Nothing published at the tail.
-    Empty,
-    /// A well-formed Short: its sender's local rank (unchecked), tag and
-    /// words.
-    Short(usize, u16, &'a [u64]),
-    /// Something else: read it with [`QConsumer::peek`].
-    Other,
 }
 
 /// The receiving rank's side of its queue.
@@ -389,9 +381,9 @@ impl QConsumer {
     }
 
     /// Whether the cell at the tail has been published.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn has_next(&self) -> bool {
-        self.q.state(self.tail).load(order::OBSERVE) == self.q.lap(self.tail).wrapping_add(1)
+        self.q.word(self.tail).load(order::OBSERVE) == lap(&self.q, self.tail).wrapping_add(1)
     }
 
     /// The published cell at the tail, if any, with its sender's local
@@ -402,59 +394,21 @@ impl QConsumer {
         if !self.has_next() {
             return None;
         }
-        let cell = self.q.cell(self.tail);
-        // SAFETY: offset 8 is inside the cell.
-        let meta_at = unsafe { cell.add(8) } as *const CellMeta;
-        // SAFETY: the published cell's CellMeta slot, complete (acquire in
-        // `has_next`) and 8-aligned; any bit pattern is a valid CellMeta,
-        // and `check_meta` vets it below.
-        let meta = unsafe { std::ptr::read(meta_at) };
-        let src = meta.pad as usize;
-        if let Err(e) = check_meta(&meta, self.q.cell_size - CELL_HDR) {
-            return Some((src, Err(e)));
-        }
-        let nw = meta.nwords as usize;
-        // SAFETY: CELL_HDR < cell_size.
-        let words_at = unsafe { cell.add(CELL_HDR) } as *const u64;
-        // SAFETY: nw <= MAX_WORDS (check_meta) and every cell holds that
-        // many words; the published cell stays unchanged until `release`
-        // (which needs `&mut self`), 8-aligned.
-        let words = unsafe { std::slice::from_raw_parts(words_at, nw) };
-        // SAFETY: CELL_HDR + nw * 8 <= cell_size: inside or one past.
-        let chunk_at = unsafe { cell.add(CELL_HDR + nw * 8) };
-        // SAFETY: check_meta bounded `len` by what the cell holds after
-        // the words; unchanged until `release`, as above.
-        let chunk = unsafe { std::slice::from_raw_parts(chunk_at, meta.len as usize) };
-        Some((src, Ok(CellView { meta, words, chunk })))
+        // SAFETY: the acquire load in `has_next` saw the sender's publish,
+        // so the cell is complete; no sender writes it before `release`
+        // frees it for the next lap (which needs `&mut self`).
+        let (meta, view) = unsafe { self.q.read(self.tail) };
+        Some((meta.pad as usize, view))
     }
 
     /// The cell at the tail if published and a well-formed Short.
     #[inline(always)]
-    pub(crate) fn peek_short(&self) -> QPeek<'_> {
-        let t = self.tail;
-        let cell = self.q.cell(t);
-        // SAFETY: the cell's 8-aligned state word, inside the queue.
-        let state = unsafe { &*(cell as *const AtomicU64) };
-        if state.load(order::OBSERVE) != self.q.lap(t).wrapping_add(1) {
-            return QPeek::Empty;
+    pub(crate) fn peek_short(&self) -> Peek<'_> {
+        if !self.has_next() {
+            return Peek::Empty;
         }
-        // SAFETY: offset 8 is inside the cell.
-        let meta_at = unsafe { cell.add(8) } as *const CellMeta;
-        // SAFETY: as in `peek`: complete, 8-aligned, any bit pattern valid.
-        let meta = unsafe { std::ptr::read(meta_at) };
-        if meta.flags != F_FIRST | F_LAST
-            || meta.len != 0
-            || meta.total != 0
-            || meta.nwords as usize > MAX_WORDS
-        {
-            return QPeek::Other;
-        }
-        // SAFETY: CELL_HDR < cell_size.
-        let words_at = unsafe { cell.add(CELL_HDR) } as *const u64;
-        // SAFETY: nwords <= MAX_WORDS (just checked), which every cell
-        // holds; unchanged until `release`, which needs `&mut self`.
-        let words = unsafe { std::slice::from_raw_parts(words_at, meta.nwords as usize) };
-        QPeek::Short(meta.pad as usize, meta.tag, words)
+        // SAFETY: as in `peek`.
+        unsafe { self.q.read_short(self.tail) }
     }
 
     /// Free the cell at the tail for the next lap.
@@ -462,8 +416,8 @@ impl QConsumer {
     pub(crate) fn release(&mut self) {
         let t = self.tail;
         self.q
-            .state(t)
-            .store(self.q.lap(t).wrapping_add(self.q.len), order::RETURN);
+            .word(t)
+            .store(lap(&self.q, t).wrapping_add(self.q.len()), order::RETURN);
         self.tail = t.wrapping_add(1);
     }
 
@@ -472,30 +426,25 @@ impl QConsumer {
     /// last time (it then waits for a ring of its doorbell).
     #[inline]
     pub(crate) fn freed(&mut self) -> bool {
-        self.q.tail_word().store(self.tail, Ordering::Release);
+        self.q.ctrl(TAIL_OFF).store(self.tail, Ordering::Release);
         // the cells' release stores above before the look at `want`, as
         // a sender's store of `want` before its second look at the state
         // word it found full (`QProducer::full_at`): one of the two sees
         // the other
         std::sync::atomic::fence(Ordering::SeqCst);
-        let want = self.q.want();
+        let want = self.q.ctrl(WANT_OFF);
         want.load(Ordering::Relaxed) != 0 && want.swap(0, Ordering::AcqRel) != 0
     }
 
     /// The queue's length in cells.
     pub(crate) fn len(&self) -> usize {
-        self.q.len as usize
+        self.q.len() as usize
     }
-}
-
-/// Whether a cell of a shared queue may carry these flags: no landing
-/// zone (the shared queue has none; large Mediums stream).
-pub(crate) fn flags_allowed(meta: &CellMeta) -> bool {
-    meta.flags & !(F_FIRST | F_LAST | F_DEPOSIT) == 0
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::layout::{cell_stride, RING_CTRL};
     use super::*;
 
     fn mem(cell: usize, len: usize) -> Vec<u64> {
@@ -521,9 +470,14 @@ mod tests {
             for round in 0..if cfg!(miri) { 30u64 } else { 500 } {
                 let (mut sent, mut refused) = (0, false);
                 for (i, p) in [&mut a, &mut b].into_iter().enumerate() {
-                    for _ in 0..(round % 3) {
+                    for mine in 0..(round % 3) as usize {
                         if !p.has_room() {
-                            assert!(sent >= len, "room ran out at {sent} of {len}");
+                            // the queue is full, or this sender holds its
+                            // credits (the consumer took all earlier cells)
+                            assert!(
+                                sent >= len || mine >= sender_quota(len as u64),
+                                "room ran out at {sent} of {len} ({mine} of this sender's)"
+                            );
                             refused = true;
                             break;
                         }
@@ -561,14 +515,48 @@ mod tests {
         let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, 4) };
         let (mut p, mut c) = (QProducer::new(q, 5), QConsumer::new(q));
         for i in 0..10u64 {
-            assert!(matches!(c.peek_short(), QPeek::Empty));
+            assert!(matches!(c.peek_short(), Peek::Empty));
             assert!(p.has_room());
             p.push_short(3, &[i, i + 1]);
             match c.peek_short() {
-                QPeek::Short(src, tag, w) => assert_eq!((src, tag, w), (5, 3, &[i, i + 1][..])),
+                Peek::Short(src, tag, w) => assert_eq!((src, tag, w), (5, 3, &[i, i + 1][..])),
                 _ => panic!("no Short"),
             }
             c.release();
+        }
+    }
+
+    /// One sender flooding a queue (claiming until refused, the consumer
+    /// not polling) takes at most its credits: another sender still gets a
+    /// cell, and the flooder gets one again once the consumer released
+    /// its oldest. Queues of 64 (the default), 8, 4 and 2 cells.
+    #[test]
+    fn a_flooding_sender_leaves_room_for_the_others() {
+        for len in [64usize, 8, 4, 2] {
+            let mut m = mem(256, len);
+            // SAFETY: `m` outlives the queue, 8-aligned, 256 B cells.
+            let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) };
+            let (mut a, mut b, mut c) = (
+                QProducer::new(q, 0),
+                QProducer::new(q, 1),
+                QConsumer::new(q),
+            );
+            let mut took = 0u64;
+            while a.has_room() {
+                a.push_short(1, &[took]);
+                took += 1;
+                assert!(took <= len as u64, "more cells than the queue has");
+            }
+            assert!(
+                took < len as u64,
+                "a flooding sender took all {len} cells of the queue"
+            );
+            assert!(b.has_room(), "the other sender was starved ({len} cells)");
+            b.push_short(2, &[0]);
+            assert!(matches!(c.peek_short(), Peek::Short(0, 1, _)));
+            c.release();
+            assert!(a.has_room(), "no credit back after a release ({len} cells)");
+            a.push_short(1, &[took]);
         }
     }
 

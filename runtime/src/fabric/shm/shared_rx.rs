@@ -4,15 +4,17 @@
 //! picks its reassembly state (a streamed packet's chunks interleave with
 //! other senders' packets, never with the same sender's: a sender streams
 //! under its send lock). Every cell is checked as a ring's is, and its
-//! sender's rank against the host's ranks.
+//! sender's rank against the host's ranks: the receive step is the
+//! rings' ([`receive`](super::receive)).
 
-use super::layout::{Layout, F_DEPOSIT, F_FIRST, F_LAST};
-use super::mpq::{flags_allowed, QConsumer, QPeek, Queue};
+use super::layout::Layout;
+use super::mpq::{QConsumer, Queue};
+use super::receive::RxParts;
 use super::{Reassembly, ShmFabric};
-use crate::fabric::{Delivery, Deposit};
+use crate::fabric::Delivery;
 use crate::segment::{populate, ShmFile};
-use crate::trace::{Clock, Stage};
-use crate::{Error, Result};
+use crate::trace::Clock;
+use crate::Result;
 
 /// The queue of channel `ch` in `file` (where a single sender's ring of
 /// that channel would be).
@@ -79,8 +81,15 @@ impl ShmFabric {
         let mut delivered = 0;
         let mut freed = false;
         let mut res = Ok(());
-        for _ in 0..q.cons.len() {
-            match self.rx_shared_one::<C>(q, deliver) {
+        let len = q.cons.len();
+        let mut parts = RxParts {
+            cons: &mut q.cons,
+            reasm: &mut q.reasm,
+            zone: None,
+            src: 0,
+        };
+        for _ in 0..len {
+            match self.rx_one::<C, _>(&mut parts, deliver) {
                 Ok(None) => break,
                 Ok(Some(done)) => {
                     delivered += done as usize;
@@ -107,195 +116,11 @@ impl ShmFabric {
         }
         res.map(|()| delivered)
     }
-
-    /// One cell: a Short straight from the queue, anything else through
-    /// [`rx_shared_general`](Self::rx_shared_general).
-    #[inline]
-    fn rx_shared_one<C: Clock>(
-        &self,
-        q: &mut SharedRx,
-        deliver: &mut dyn FnMut(&Delivery<'_>),
-    ) -> Result<Option<bool>> {
-        match q.cons.peek_short() {
-            QPeek::Empty => return Ok(None),
-            QPeek::Short(src, tag, words) if src < self.members.len() && !q.reasm[src].active => {
-                let found = C::start();
-                C::record(Stage::Poll, found);
-                deliver(&Delivery {
-                    src: self.members[src],
-                    tag,
-                    words,
-                    payload: &[],
-                    deposit: None,
-                });
-                let t = C::start();
-                q.cons.release();
-                C::record(Stage::Release, t);
-                return Ok(Some(true));
-            }
-            QPeek::Short(..) | QPeek::Other => {}
-        }
-        self.rx_shared_general::<C>(q, deliver)
-    }
-
-    /// Mediums, Longs, streamed chunks and malformed cells of the queue.
-    fn rx_shared_general<C: Clock>(
-        &self,
-        q: &mut SharedRx,
-        deliver: &mut dyn FnMut(&Delivery<'_>),
-    ) -> Result<Option<bool>> {
-        let bad = |src: Option<usize>, why: String| {
-            let e = match src {
-                Some(src) => Error::protocol(format!("malformed packet from rank {src}: {why}"))
-                    .at_rank(self.global)
-                    .with_peer(src),
-                None => Error::protocol(format!("malformed packet in the shared queue: {why}"))
-                    .at_rank(self.global),
-            };
-            Err(e)
-        };
-        let (local, view) = match q.cons.peek() {
-            None => return Ok(None),
-            Some(v) => v,
-        };
-        if local >= self.members.len() {
-            q.cons.release();
-            return bad(
-                None,
-                format!(
-                    "a cell names sender {local} of {} ranks on this host",
-                    self.members.len()
-                ),
-            );
-        }
-        let src = self.members[local];
-        let view = match view {
-            Ok(v) => v,
-            Err(why) => {
-                q.cons.release();
-                q.reasm[local].active = false;
-                return bad(Some(src), why);
-            }
-        };
-        let found = C::start();
-        let m = view.meta;
-        if !flags_allowed(&m) {
-            q.cons.release();
-            q.reasm[local].active = false;
-            return bad(
-                Some(src),
-                format!("cell flags {:#x} (no landing zone here)", m.flags),
-            );
-        }
-        let (first, last) = (m.flags & F_FIRST != 0, m.flags & F_LAST != 0);
-        if first && last {
-            if q.reasm[local].active {
-                q.reasm[local].active = false;
-                q.cons.release();
-                return bad(
-                    Some(src),
-                    "new packet while another was being reassembled".into(),
-                );
-            }
-            let total = m.total as usize;
-            let payload: &[u8] = if m.flags & F_DEPOSIT != 0 {
-                let seg = self.segment_of(self.me);
-                if m.len != 0
-                    || m.deposit
-                        .checked_add(total as u64)
-                        .is_none_or(|e| e > seg.len as u64)
-                {
-                    q.cons.release();
-                    return bad(
-                        Some(src),
-                        format!(
-                            "deposit of {total} B at {:#x} outside the segment",
-                            m.deposit
-                        ),
-                    );
-                }
-                // delivered as a range, never as a slice (see `rx_general`)
-                &[]
-            } else {
-                if total != m.len as usize {
-                    q.cons.release();
-                    return bad(
-                        Some(src),
-                        format!("single cell of {} B claims {total} B", m.len),
-                    );
-                }
-                view.chunk
-            };
-            C::record(Stage::Poll, found);
-            deliver(&Delivery {
-                src,
-                tag: m.tag,
-                words: view.words,
-                payload,
-                deposit: (m.flags & F_DEPOSIT != 0).then_some(Deposit {
-                    offset: m.deposit,
-                    len: total,
-                }),
-            });
-            let t = C::start();
-            q.cons.release();
-            C::record(Stage::Release, t);
-            return Ok(Some(true));
-        }
-        // a chunk of a streamed packet: copied out, its cell freed at once
-        let a = &mut q.reasm[local];
-        if first {
-            if a.active || m.total as usize > self.max_medium || m.flags & F_DEPOSIT != 0 {
-                a.active = false;
-                q.cons.release();
-                return bad(Some(src), format!("bad first chunk (total {} B)", m.total));
-            }
-            a.active = true;
-            a.tag = m.tag;
-            a.nwords = view.words.len();
-            a.words[..a.nwords].copy_from_slice(view.words);
-            a.total = m.total as usize;
-            a.buf.clear();
-            a.buf.reserve(a.total);
-        } else if !a.active {
-            q.cons.release();
-            return bad(Some(src), "continuation chunk without a first chunk".into());
-        }
-        if a.buf.len() + view.chunk.len() > a.total {
-            a.active = false;
-            q.cons.release();
-            return bad(
-                Some(src),
-                format!("chunks exceed the announced {} B", a.total),
-            );
-        }
-        a.buf.extend_from_slice(view.chunk);
-        q.cons.release();
-        if !last {
-            return Ok(Some(false));
-        }
-        a.active = false;
-        if a.buf.len() != a.total {
-            return bad(
-                Some(src),
-                format!("packet ended at {} of {} B", a.buf.len(), a.total),
-            );
-        }
-        C::record(Stage::Poll, found);
-        deliver(&Delivery {
-            src,
-            tag: a.tag,
-            words: &a.words[..a.nwords],
-            payload: &a.buf,
-            deposit: None,
-        });
-        Ok(Some(true))
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::layout::CellMeta;
+    use super::super::layout::{CellMeta, F_DEPOSIT, F_FIRST, F_LAST};
     use super::super::{PendingShm, Prod};
     use super::*;
     use crate::config::Config;
