@@ -221,3 +221,39 @@ fn ccundo_a_real_loss_halves_the_window_and_it_stays_halved() {
         assert!(cwnd <= half + MTU as u64, "window {cwnd} grew back");
     }
 }
+
+/// The slots a spurious timeout marked go back in flight, except one
+/// already resent and one that duplicate acknowledgements marked (a real
+/// loss, still to be resent).
+#[test]
+fn ccundo_unmark_takes_back_only_the_timeouts_marks() {
+    use super::send::{SendStream, TxSlot};
+    let mut s = SendStream::new(16);
+    for i in 0..4u32 {
+        s.slots.push_back(TxSlot {
+            buf: vec![0; 1000],
+            sent_at: 10 + i as u64,
+            sacked: false,
+            again: false,
+            inflight: true,
+            retx: false,
+            timed_out: false,
+        });
+    }
+    s.next_seq = 4;
+    s.next_tx = 4;
+    // slot 0 lost by duplicate acknowledgements (fast retransmission)
+    s.slots[0].again = true;
+    s.slots[0].inflight = false;
+    s.again = 1;
+    let lost = s.mark_lost(true, 100);
+    assert_eq!((lost.marked, lost.flight), (3, 3000));
+    // slot 1 resent after the timeout
+    s.slots[1].again = false;
+    s.slots[1].inflight = true;
+    s.again -= 1;
+    assert_eq!(s.unmark_timed_out(), 2000);
+    assert_eq!(s.again, 1);
+    assert!(s.slots[0].again && !s.slots[2].again && !s.slots[3].again);
+    assert!(s.slots[2].inflight && s.slots[3].inflight);
+}
