@@ -534,6 +534,7 @@ pub fn run(cfg: &SimConfig) -> Result<SimReport, String> {
         t.out_of_order += s.out_of_order;
         t.cwnd_reductions += s.cwnd_reductions;
         t.paced += s.paced;
+        t.spurious_timeouts += s.spurious_timeouts;
     }
     Ok(report)
 }
@@ -902,6 +903,7 @@ pub fn run_incast(cfg: &IncastConfig) -> Result<IncastReport, String> {
         t.out_of_order += s.out_of_order;
         t.cwnd_reductions += s.cwnd_reductions;
         t.paced += s.paced;
+        t.spurious_timeouts += s.spurious_timeouts;
     }
     Ok(report)
 }

@@ -52,8 +52,9 @@ fn window_after(rounds: u64, step_back: Option<u64>) -> u64 {
 }
 
 /// OLD: the wrapped difference (~4.3e12 ns) went into `on_rtt` as the
-/// network's delay and halved the window; NEW: the sample is clamped to
-/// the round trip, and the window is the same as without the step.
+/// network's delay and halved the window; NEW: an arrival before the send
+/// gives no delay sample (`hold::network_rtt`), and the window is the same
+/// as without the step.
 #[test]
 fn a_realtime_clock_step_does_not_cut_the_window() {
     let steady = window_after(20, None);

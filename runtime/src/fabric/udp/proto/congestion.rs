@@ -34,8 +34,16 @@
 //!   of up to a quarter of the window allowed at once; the protocol tells
 //!   the driver the earliest time the next datagram may leave.
 //!
+//! * A retransmission timeout that the first acknowledgement after it
+//!   shows to be spurious (it echoes a transmission from before the
+//!   timeout, and the peer's hold time places that transmission's arrival
+//!   before the timeout fired) is undone: `cwnd` and `ssthresh` go back to
+//!   their values before it (Eifel, RFC 3522 / RFC 4015).
+//!
 //! With the controller off (`ProtoConfig::cc == false`) every gate is open:
 //! the fixed credit window alone limits what is in flight.
+
+use super::hold;
 
 /// Slow start ends when an RTT sample exceeds the smallest by this much
 /// at least (ns)...
@@ -91,9 +99,10 @@ pub(super) struct Cc {
     /// The next datagram may leave from this time on.
     pace_at: u64,
     /// Before the last retransmission timeout: (`cwnd`, `ssthresh`, the
-    /// timeout's time on the wire's microsecond clock), until the first
-    /// acknowledgement after it tells whether it was spurious.
-    undo: Option<(u64, u64, u32)>,
+    /// timeout's time on the wire's microsecond clock, its stream), until
+    /// the first acknowledgement after it that frees data of that stream
+    /// tells whether it was spurious.
+    undo: Option<(u64, u64, u32, usize)>,
 }
 
 impl Cc {
@@ -263,14 +272,14 @@ impl Cc {
         true
     }
 
-    /// A retransmission timeout fired at `now` (`now_us` on the wire's
-    /// clock).
-    pub fn on_timeout(&mut self, now: u64, now_us: u32) {
+    /// A retransmission timeout of `stream` fired at `now` (`now_us` on
+    /// the wire's clock).
+    pub fn on_timeout(&mut self, now: u64, now_us: u32, stream: usize) {
         if !self.on {
             return;
         }
         if self.undo.is_none() {
-            self.undo = Some((self.cwnd, self.ssthresh, now_us));
+            self.undo = Some((self.cwnd, self.ssthresh, now_us, stream));
         }
         if self.cwnd > self.mss {
             self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
@@ -283,24 +292,46 @@ impl Cc {
 }
 
 impl Cc {
-    /// An acknowledgement that freed data and echoes the `ts` `echo` (the
-    /// wire's microsecond clock): the first one after a retransmission
-    /// timeout decides whether the timeout was spurious (Eifel detection,
-    /// RFC 3522, with the echoed timestamp): if it times a transmission
-    /// from before the timeout, what was taken for lost had arrived (a
-    /// receiver descheduled for longer than the timeout, not a loss), and
-    /// the window goes back to what it was — when `host` says the
-    /// receiver reported a hold time long enough to count as its host's
-    /// delay (1 ms or more, `hold::HOST_DELAY_MIN`: the wait was the
-    /// receiving host's; without such a hold a long round trip is taken
-    /// for network queueing, congestion, and its timeouts stand).
-    pub fn on_echo(&mut self, echo: u32, host: bool) {
-        let Some((cwnd, ssthresh, at)) = self.undo.take() else {
-            return;
+    /// An acknowledgement that freed data of `stream`, echoes the `ts` `echo` (the
+    /// wire's microsecond clock), reached this rank at `arrived` (same
+    /// clock) and reports the peer's hold `hold` (ns, decoded, however
+    /// short): the first one after a retransmission timeout of that stream decides
+    /// whether the timeout was spurious (Eifel detection, RFC 3522, with
+    /// the echoed timestamp, and the peer's hold to place the arrival,
+    /// `hold::reached_before`). If it times a transmission from before the
+    /// timeout that reached the peer before the timeout fired, what was
+    /// taken for lost had arrived in time (a receiver descheduled, or busy,
+    /// for longer than the timeout; or this rank itself, which ran its
+    /// timers late): the window and `ssthresh` go back to what they were
+    /// (Eifel's response, RFC 4015) and this returns `true` (the caller
+    /// puts the datagrams the timeout marked and that were not resent yet
+    /// back in flight). A datagram that reached the peer only after the
+    /// timeout (a network queue held it that long: congestion) or an
+    /// acknowledgement of a retransmission leaves the timeout's reduction
+    /// standing.
+    pub fn on_echo(&mut self, stream: usize, echo: u32, arrived: u32, hold: u64) -> bool {
+        let Some((cwnd, ssthresh, at, st)) = self.undo else {
+            return false;
         };
-        if host && echo != 0 && (at.wrapping_sub(echo) as i32) > 0 {
-            self.cwnd = self.cwnd.max(cwnd);
-            self.ssthresh = self.ssthresh.max(ssthresh);
+        if st != stream {
+            // another stream's acknowledgement says nothing of what the
+            // timeout took for lost
+            return false;
+        }
+        self.undo = None;
+        if echo == 0 || !hold::reached_before(arrived, echo, hold, at) {
+            return false;
+        }
+        self.cwnd = self.cwnd.max(cwnd);
+        self.ssthresh = self.ssthresh.max(ssthresh);
+        true
+    }
+
+    /// `bytes` the caller put back in flight (a spurious timeout's marks
+    /// taken back: [`on_echo`](Self::on_echo)).
+    pub fn on_restored(&mut self, bytes: u64) {
+        if self.on {
+            self.inflight += bytes;
         }
     }
 }
@@ -325,19 +356,22 @@ mod tests {
         // a second loss from the same flight is the same event
         assert!(!c.on_loss(20, 7));
         assert_eq!(c.cwnd, 18_000);
-        c.on_timeout(30, 1000);
+        c.on_timeout(30, 1000, 0);
         assert_eq!(c.cwnd, 9000);
         assert_eq!(c.ssthresh, 18_000);
         // the first acknowledgement after it times a later transmission:
         // a real loss, the window stays down
-        c.on_echo(1001, true);
+        assert!(!c.on_echo(0, 1001, 1100, 0));
         assert_eq!(c.cwnd, 9000);
-        // a spurious timeout (the ack times a transmission from before it)
+        // a spurious timeout (the ack times a transmission from before it,
+        // which reached the peer before the timeout: its hold says so)
         // gives the window back
-        c.on_timeout(40, 2000);
+        c.on_timeout(40, 2000, 0);
         assert_eq!(c.cwnd, 9000);
         c.cwnd = 4500;
-        c.on_echo(1999, true);
+        // (the other stream's acknowledgements do not decide)
+        assert!(!c.on_echo(1, 1900, 2500, 550_000));
+        assert!(c.on_echo(0, 1900, 2500, 550_000));
         assert_eq!((c.cwnd, c.ssthresh), (9000, 18_000));
     }
 

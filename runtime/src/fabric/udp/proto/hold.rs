@@ -72,6 +72,28 @@ pub(super) fn network_rtt(arrived: u32, echo: u32, hold: u64) -> Option<u64> {
     (rt as u64 * 1000).checked_sub(hold).filter(|&n| n > 0)
 }
 
+/// Whether an acknowledgement proves that the datagram it echoes reached
+/// the peer's socket before `at` (the wire's microsecond clock, like
+/// `echo` and `arrived`): the acknowledgement reached this rank at
+/// `arrived` and the peer held the echoed datagram `hold` ns (the decoded
+/// code, however short) before the echo left, so the datagram reached the
+/// peer by `arrived - hold` at the latest (the return trip only makes it
+/// earlier; the code rounds the hold down, so the bound never errs
+/// early). A retransmission timeout at `at` whose first acknowledgement
+/// proves this was spurious: what it took for lost had crossed the
+/// network in time, and the wait was the peer's (descheduled, busy) or
+/// this rank's own (it ran its timers before reading the socket). One
+/// whose datagram reached the peer only after it (a queue in the network
+/// held it that long) or was resent stands. `false` when the stamps
+/// disagree (`network_rtt`).
+pub(super) fn reached_before(arrived: u32, echo: u32, hold: u64, at: u32) -> bool {
+    if network_rtt(arrived, echo, hold).is_none() {
+        return false;
+    }
+    let latest = arrived.wrapping_sub((hold / 1000) as u32);
+    (at.wrapping_sub(latest) as i32) > 0
+}
+
 /// The largest hold a code carries (us).
 #[cfg(test)]
 const MAX_US: u64 = 31 << 14;
@@ -112,5 +134,54 @@ mod tests {
         // a hold as long as the round trip or longer
         assert_eq!(network_rtt(150, 100, 50_000), None);
         assert_eq!(network_rtt(150, 100, 2_000_000), None);
+    }
+
+    #[test]
+    fn ccundo_reached_before_bounds_the_arrival_by_the_hold() {
+        // sent at 100, acknowledged at 900 after a hold of 700 us: it
+        // reached the peer by 200, before a timeout at 300
+        assert!(reached_before(900, 100, 700_000, 300));
+        // by 250 at the latest: not proven before a timeout at 250
+        assert!(!reached_before(900, 100, 650_000, 250));
+        // no hold: it may have reached the peer just before the ack left
+        assert!(!reached_before(900, 100, 0, 300));
+        assert!(reached_before(900, 100, 0, 901));
+        // a hold rounded down to the microsecond never proves more
+        assert!(!reached_before(900, 100, 599_999, 301));
+        // across the clock's wrap
+        assert!(reached_before(10, u32::MAX - 9, 15_000, 0));
+        // stamps that disagree prove nothing
+        assert!(!reached_before(100, 150, 0, 1000));
+        assert!(!reached_before(150, 100, 50_000, 1000));
+    }
+
+    #[test]
+    fn ccundo_network_rtt_never_exceeds_the_round_trip() {
+        // the controller's sample (network_rtt from the arrival) against
+        // the retransmission timer's (from the moment the ack is handled,
+        // `now >= arrived`): the former is never the larger, so the clamp
+        // the controller once applied (`.min(rtt)`) never acted
+        let echoes = [1u32, 999, u32::MAX - 3, u32::MAX];
+        let times = [
+            0u64,
+            999,
+            1000,
+            1_500_000,
+            4_294_967_295_000,
+            4_294_967_296_999,
+        ];
+        for &e in &echoes {
+            for &arrived in &times {
+                for d in [0u64, 1, 999, 1000, 250_000] {
+                    let now = arrived + d;
+                    let rtt = super::super::us(now).wrapping_sub(e) as u64 * 1000;
+                    for hold in [0u64, 16_000, 1_000_000] {
+                        if let Some(net) = network_rtt(super::super::us(arrived), e, hold) {
+                            assert!(net <= rtt, "echo {e} arrived {arrived} now {now}");
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -206,6 +206,10 @@ pub struct Stats {
     pub cwnd_reductions: u64,
     /// Times a datagram was held back by pacing.
     pub paced: u64,
+    /// Retransmission timeouts found spurious and undone (also counted in
+    /// `timeouts`): the first acknowledgement after one showed that what
+    /// it took for lost had reached the peer before it fired.
+    pub spurious_timeouts: u64,
 }
 
 /// Datagram numbers below the highest one seen that are still told apart
@@ -484,6 +488,7 @@ impl Proto {
             again: false,
             inflight: false,
             retx: false,
+            timed_out: false,
         });
     }
 
@@ -607,20 +612,26 @@ impl Proto {
                 let rtt = (us(now).wrapping_sub(h.echo) as u64) * 1000;
                 if h.echo != 0 && rtt < 60_000_000_000 {
                     rtt_sample(p, &self.cfg, rtt);
-                    // a timeout whose datagrams arrived after all (the ack
-                    // times a transmission from before it) was spurious
-                    let hold = hold::host_delay(h.hold);
-                    p.cc.on_echo(h.echo, hold > 0);
+                    // a timeout whose datagrams reached the peer in time
+                    // (the ack times a transmission from before it, and
+                    // the peer's hold places its arrival before it) was
+                    // spurious: the window comes back, and what it marked
+                    // and was not resent yet goes back in flight
+                    if p.cc.on_echo(st, h.echo, us(arrived), hold::decode(h.hold)) {
+                        self.stats.spurious_timeouts += 1;
+                        let back = p.tx[st].unmark_timed_out();
+                        p.cc.on_restored(back);
+                    }
                     // the controller's delay signal follows Karn's rule,
                     // from the arrival and without the peer's hold time:
                     // the network's share of the round trip
                     // (none from an arrival stamped before the echoed
-                    // transmission: hold::network_rtt)
+                    // transmission: hold::network_rtt; never more than
+                    // the round trip, as the arrival is no later than now)
                     if !acked.retx {
-                        // the part of the round trip up to the arrival
-                        // is never more than the round trip
+                        let hold = hold::host_delay(h.hold);
                         match hold::network_rtt(us(arrived), h.echo, hold) {
-                            Some(net) => p.cc.on_rtt(now, net.min(rtt), p.srtt),
+                            Some(net) => p.cc.on_rtt(now, net, p.srtt),
                             None => p.cc.on_srtt(p.srtt),
                         }
                     }
@@ -991,7 +1002,7 @@ impl Proto {
                             // nothing in flight: a closed window; ask
                             p.ping = true;
                         } else {
-                            p.cc.on_timeout(now, us(now));
+                            p.cc.on_timeout(now, us(now), st);
                         }
                         dirty = true;
                     } else {
@@ -1127,3 +1138,6 @@ fn emit(
 
 #[cfg(test)]
 mod clock_step_tests;
+
+#[cfg(test)]
+mod ccundo_tests;
