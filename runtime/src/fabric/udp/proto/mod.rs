@@ -1127,3 +1127,6 @@ fn emit(
 
 #[cfg(test)]
 mod clock_step_tests;
+
+#[cfg(test)]
+mod pn_unique_tests;
