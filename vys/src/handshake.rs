@@ -46,6 +46,11 @@
 //! Version 4 (issue 27, part 6): the same datagrams; the session then
 //! carries batched reads ([`super::read_batch`], `READV`), which a
 //! version 3 server would take for malformed.
+//!
+//! Version 5: the same datagrams; the session's datagrams are the UDP
+//! fabric's wire version 4 (the full tag is POLYVAL under a one-time key
+//! per datagram), which a version 4 end would drop unread after a
+//! successful handshake; so the two refuse each other here instead.
 
 use splitrt_runtime::key::same_mac;
 
@@ -54,7 +59,7 @@ pub const HELLO_MAGIC: u16 = 0x4856;
 /// Magic of a `WELCOME` ("VW").
 pub const WELCOME_MAGIC: u16 = 0x5756;
 /// Version of the session handshake.
-pub const HANDSHAKE_VERSION: u16 = 4;
+pub const HANDSHAKE_VERSION: u16 = 5;
 /// Bytes of a `HELLO`.
 pub const HELLO_LEN: usize = 64;
 /// Bytes of a `WELCOME`.
@@ -245,6 +250,22 @@ mod tests {
         assert_ne!(session_key(&k, &n, &[2; 32]), session_key(&k, &[2; 32], &n));
     }
 
+    /// The UDP full tag's precondition (`splitrt_runtime` `fulltag`): no
+    /// two sessions share a key. The server draws a fresh nonce for every
+    /// `HELLO` (a replayed one too), so even one consumer nonce opens
+    /// sessions under different keys.
+    #[test]
+    fn mac_session_keys_are_fresh_per_session() {
+        let k = [9u8; 32];
+        let cn = nonce().unwrap();
+        let (s1, s2) = (nonce().unwrap(), nonce().unwrap());
+        assert_ne!(s1, s2);
+        let (a, b) = (session_key(&k, &cn, &s1), session_key(&k, &cn, &s2));
+        assert_ne!(a, b);
+        assert_ne!(a, k);
+        assert_ne!(session_key(&[8; 32], &cn, &s1), a, "another stream key");
+    }
+
     #[test]
     fn the_rdma_flag_sits_where_the_layout_says_and_rides_under_the_tag() {
         let k = [9u8; 32];
@@ -255,7 +276,7 @@ mod tests {
             datagram: 9000,
         };
         let b = hello(&k, &h);
-        assert_eq!(&b[0..8], &[0x56, 0x48, 4, 0, 1, 0, 0, 0]); // version 4: READV
+        assert_eq!(&b[0..8], &[0x56, 0x48, 5, 0, 1, 0, 0, 0]); // version 5: wire v4 tag
         assert_eq!(
             &b[40..48],
             &[0x28, 0x23, 0, 0, 0, 0, 0, 0],
@@ -277,7 +298,7 @@ mod tests {
             datagram: 8972,
         };
         let b = welcome(&k, &n, &w);
-        assert_eq!(&b[0..8], &[0x56, 0x57, 4, 0, 1, 0, 0, 0]);
+        assert_eq!(&b[0..8], &[0x56, 0x57, 5, 0, 1, 0, 0, 0]);
         assert_eq!(&b[88..96], &6u64.to_le_bytes(), "the instance");
         assert_eq!(&b[96..100], &8972u32.to_le_bytes(), "the datagram size");
         assert_eq!(read_welcome(&k, &n, &b), Some(w));

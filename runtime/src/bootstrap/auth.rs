@@ -25,7 +25,10 @@ pub const MAX_HANDSHAKE_FRAME: usize = 128;
 
 const MAGIC: &[u8; 4] = b"SPLT";
 /// Bootstrap protocol version; a rank of another version is told so.
-pub const VERSION: u16 = 2;
+/// Raised with the UDP datagram format too (3: the full datagram tag of
+/// `fabric::udp::wire` version 4), so ranks of two releases are refused
+/// here, with this message, rather than dropping each other's datagrams.
+pub const VERSION: u16 = 3;
 const NONCE: usize = 32;
 const TAG: usize = 16;
 const ACCEPT: u8 = 1;

@@ -11,6 +11,7 @@
 mod driver;
 pub mod faults;
 mod filter;
+mod fulltag;
 pub mod job_nonce;
 pub mod proto;
 mod recv_batch;

@@ -1141,3 +1141,6 @@ mod clock_step_tests;
 
 #[cfg(test)]
 mod ccundo_tests;
+
+#[cfg(test)]
+mod pn_unique_tests;
