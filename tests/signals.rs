@@ -445,3 +445,17 @@ fn nbfix_vector_async_freed_shm_am_2() {
 fn nbfix_vector_async_freed_udp_native_2() {
     vector_freed(2, "udp", "native");
 }
+
+#[test]
+fn nbfix_vector_async_freed_verbs_model_am_2() {
+    verbs_model::pgas_on_threads("sigvecfreed", 2, RmaPath::Am, 4 << 20, 99, |pg| {
+        signals_prog::vector_freed_on(pg)
+    });
+}
+
+#[test]
+fn nbfix_vector_async_freed_verbs_model_native_3() {
+    verbs_model::pgas_on_threads("sigvecfreed", 3, RmaPath::Native, 4 << 20, 101, |pg| {
+        signals_prog::vector_freed_on(pg)
+    });
+}

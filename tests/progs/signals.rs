@@ -1139,10 +1139,14 @@ fn park_on<T>(
 /// future borrows only the `Pgas`, so this compiles), its memory handed
 /// out again by `alloc_sym` and set through the new allocation: the next
 /// poll must end the future with an error naming the rank ("not a signal
-/// word"), never resolve on data that is no longer a signal word. Prints
-/// `vector freed ok (PATH path)` (and whether the memory was reused).
+/// word"), never resolve on data that is no longer a signal word. With
+/// the progress thread on (on the AM path it would copy a put into the
+/// reused memory while the future loads it). Prints `vector freed ok
+/// (PATH path)` (and whether the memory was reused).
 pub fn vector_freed_on(pg: Pgas) -> splitrt::Result<()> {
+    use splitrt::am::Progress;
     let (me, n) = (pg.rank(), pg.size());
+    pg.endpoint().set_progress(Progress::Thread)?;
     let sigs = pg.alloc_signals(2)?;
     let (w0, w1) = (sigs.at(me, 0), sigs.at(me, 1));
     let all = pg.wait_until_all_vector_async(&[w0], None, Cmp::Eq, &[1]);
@@ -1186,6 +1190,7 @@ pub fn vector_freed_on(pg: Pgas) -> splitrt::Result<()> {
         }
     }
     pg.free_sym(data)?;
+    pg.endpoint().set_progress(Progress::Polling)?;
     println!(
         "vector freed ok ({:?} path) rank {me} of {n} reused {reused}",
         pg.rma_path()
