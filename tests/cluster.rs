@@ -1105,9 +1105,14 @@ fn incast_through_a_shaped_link_keeps_goodput() {
 /// (`t_team_hier nb`, `pgas/src/team_hier_nb.rs`): `srun -N3 -n6` and
 /// `-N3 -n5`; barrier_nb, broadcast_nb and reduce_nb from every root,
 /// allreduce_nb, several outstanding on one team, on the world team, the
-/// odd-size team of all but rank 0 and the even ranks' team, results
-/// checked on the native path (hierarchical), with `SPLITRT_TEAM_HIER=0`
-/// and on the AM path (flat). The world team's messages across hosts for
+/// odd-size team of all but rank 0 and the even ranks' team (one member
+/// per host under `-N3 -n6` and `-n5` block placement, so flat), and a
+/// team of every rank whose host groups are not contiguous in team rank
+/// (a split keyed by parity, then reversed rank) with an `allreduce_nb`
+/// and a `gather_nb` started before its first blocking collective and
+/// completed after it; results checked on the native path (the world
+/// and interleaved teams hierarchical), with `SPLITRT_TEAM_HIER=0` and
+/// on the AM path (flat). The world team's messages across hosts for
 /// one call of each, summed over the ranks, are fewer hierarchically than
 /// flat.
 #[test]
@@ -1117,11 +1122,16 @@ fn srun_pmi2_hosts_team_hier_nb() {
     let counts = |r: &Run| {
         let mut sums = std::collections::BTreeMap::new();
         let mut paths = Vec::new();
-        for l in r.stdout.lines().filter(|l| l.starts_with("nbhier rank ")) {
+        for l in r
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("nbhier rank ") || l.starts_with("nbinterleaved rank "))
+        {
             for w in l.split_whitespace() {
                 if let Some((k, v)) = w.split_once('=') {
                     if k == "path" {
-                        paths.push(v.to_string());
+                        let team = l.split_whitespace().next().unwrap_or("");
+                        paths.push(format!("{team}:{v}"));
                     } else {
                         *sums.entry(k.to_string()).or_insert(0u64) += v.parse::<u64>().unwrap();
                     }
@@ -1147,9 +1157,19 @@ fn srun_pmi2_hosts_team_hier_nb() {
         ]);
         let (_, ap) = run(&["SPLITRT_RMA=am", "SPLITRT_HANG_REPORT=10"]);
         eprintln!("{nodes} {ranks}: non-blocking hierarchical {hier:?}, flat {flat:?}");
-        assert_eq!(hp, vec!["hier"; n], "native: {hier:?}");
-        assert_eq!(fp, vec!["flat"; n], "SPLITRT_TEAM_HIER=0: {flat:?}");
-        assert_eq!(ap, vec!["flat"; n], "AM path");
+        // the world team's and the interleaved team's (`nb_interleaved`)
+        let want = |p: &str| {
+            let mut v = vec![format!("nbhier:{p}"); n];
+            v.extend(vec![format!("nbinterleaved:{p}"); n]);
+            v
+        };
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        assert_eq!(sorted(hp), want("hier"), "native: {hier:?}");
+        assert_eq!(sorted(fp), want("flat"), "SPLITRT_TEAM_HIER=0: {flat:?}");
+        assert_eq!(sorted(ap), want("flat"), "AM path");
         for k in [
             "nbbarrier",
             "nbbroadcast",

@@ -413,3 +413,49 @@ fn nbsig_vector_async_verbs_model_native_2() {
 fn nbsig_vector_async_verbs_model_am_3() {
     async_vectors_on_model(3, RmaPath::Am, 15, 97);
 }
+
+// ---- a pointer-form vector future whose signal array is freed while it
+// is pending (`t_signals vfreed`, review of issue 25)
+
+/// `t_signals vfreed` on `n` ranks over `fabric` and `rma`: every rank's
+/// futures end with an error naming it.
+fn vector_freed(n: usize, fabric: &str, rma: &str) {
+    every_rank_reports(
+        n,
+        "t_signals",
+        &["vfreed"],
+        rma,
+        &[("SPLITRT_FABRIC", fabric)],
+        "vector freed ok",
+        60,
+    );
+}
+
+#[test]
+fn nbfix_vector_async_freed_shm_native_1() {
+    vector_freed(1, "shm", "native");
+}
+
+#[test]
+fn nbfix_vector_async_freed_shm_am_2() {
+    vector_freed(2, "shm", "am");
+}
+
+#[test]
+fn nbfix_vector_async_freed_udp_native_2() {
+    vector_freed(2, "udp", "native");
+}
+
+#[test]
+fn nbfix_vector_async_freed_verbs_model_am_2() {
+    verbs_model::pgas_on_threads("sigvecfreed", 2, RmaPath::Am, 4 << 20, 99, |pg| {
+        signals_prog::vector_freed_on(pg)
+    });
+}
+
+#[test]
+fn nbfix_vector_async_freed_verbs_model_native_3() {
+    verbs_model::pgas_on_threads("sigvecfreed", 3, RmaPath::Native, 4 << 20, 101, |pg| {
+        signals_prog::vector_freed_on(pg)
+    });
+}

@@ -13,7 +13,7 @@
 use crate::context::{Inner, Pgas};
 use crate::ptr::GlobalPtr;
 use crate::signal::Signals;
-use crate::signal_word::Cmp;
+use crate::signal_word::{Cmp, Registry};
 use splitrt_am::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -121,6 +121,30 @@ pub(crate) fn satisfied(entries: &[Entry<'_>], cmp: Cmp, mode: Mode) -> Option<V
             (!hits.is_empty()).then_some(hits)
         }
     }
+}
+
+/// [`satisfied`] for the pointer forms' futures, which borrow no
+/// [`Signals`] (so the caller can free the array while one is pending):
+/// under the signal registry's read lock, first that every entry taken
+/// from a global pointer is still a signal word, then the loads, so no
+/// word is read once `Pgas::free_signals` has removed its range (it does
+/// so under the write lock, before freeing the memory). `Err` holds the
+/// pointer of the first entry that is no longer a signal word.
+pub(crate) fn satisfied_registered(
+    entries: &[Entry<'_>],
+    cmp: Cmp,
+    mode: Mode,
+    registry: &Registry,
+) -> std::result::Result<Option<Vec<usize>>, GlobalPtr<u64>> {
+    registry.with_words(|is_word| {
+        match entries
+            .iter()
+            .find(|e| e.index.is_none() && !is_word(e.ptr.offset()))
+        {
+            Some(e) => Err(e.ptr),
+            None => Ok(satisfied(entries, cmp, mode)),
+        }
+    })
 }
 
 /// What a wait awaits, for the hang report (the first 8 words).

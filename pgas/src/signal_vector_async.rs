@@ -13,12 +13,19 @@
 //! the future, then the task's waker waits with the rank's doorbell
 //! bridge). As in the blocking forms, an empty or fully masked list is
 //! satisfied at the first poll.
+//!
+//! The pointer forms borrow only the [`Pgas`], not the [`Signals`] array,
+//! so the array can be freed while one is pending: each poll checks again,
+//! under the signal registry's read lock, that every pointer is still a
+//! signal word (`signal_vector::satisfied_registered`) and ends the
+//! future with a "not a signal word" error naming the rank once one is
+//! not, rather than reading memory `alloc_sym` may have handed out again.
 
 use crate::context::{Inner, Pgas};
 use crate::ptr::GlobalPtr;
 use crate::signal::Signals;
 use crate::signal_async::poll_words;
-use crate::signal_vector::{satisfied, Entry, Mode, Values};
+use crate::signal_vector::{satisfied_registered, Entry, Mode, Values};
 use crate::signal_word::Cmp;
 use splitrt_am::{Error, Result, TrafficKey};
 use std::future::Future;
@@ -40,6 +47,7 @@ pub struct SignalWaitVector<'a, T> {
     /// poll; `None` once reported or resolved).
     entries: std::result::Result<Vec<Entry<'a>>, Option<Error>>,
     inner: &'a Inner,
+    call: &'static str,
     cmp: Cmp,
     mode: Mode,
     finish: Finish<T>,
@@ -64,6 +72,7 @@ const SOME: (Mode, Finish<Vec<usize>>) = (Mode::Some, each);
 impl<'a, T> SignalWaitVector<'a, T> {
     fn new(
         inner: &'a Inner,
+        call: &'static str,
         entries: Result<Vec<Entry<'a>>>,
         cmp: Cmp,
         mode: Mode,
@@ -72,6 +81,7 @@ impl<'a, T> SignalWaitVector<'a, T> {
         SignalWaitVector {
             entries: entries.map_err(Some),
             inner,
+            call,
             cmp,
             mode,
             finish,
@@ -93,15 +103,26 @@ impl<T> Future for SignalWaitVector<'_, T> {
                 return Poll::Ready(Err(e));
             }
         };
-        let (cmp, mode) = (this.cmp, this.mode);
-        let r = poll_words(this.inner, &mut this.key, cx, || {
-            satisfied(entries, cmp, mode)
+        let (cmp, mode, inner, call) = (this.cmp, this.mode, this.inner, this.call);
+        let registry = &inner.st.signals;
+        let r = poll_words(inner, &mut this.key, cx, || {
+            match satisfied_registered(entries, cmp, mode, registry) {
+                Ok(hits) => hits.map(Ok),
+                // its array was freed while this future waited
+                Err(sig) => Some(Err(inner.err(
+                    Error::usage(format!(
+                        "{call}: {sig:?} is not a signal word (its array was freed by \
+                         Pgas::free_signals while this future waited)"
+                    )),
+                    sig.rank(),
+                ))),
+            }
         });
         match r {
             Poll::Pending => Poll::Pending,
             Poll::Ready(r) => {
                 this.entries = Err(None);
-                Poll::Ready(r.map(this.finish))
+                Poll::Ready(r.and_then(|r| r.map(this.finish)))
             }
         }
     }
@@ -129,7 +150,7 @@ impl<T> std::fmt::Debug for SignalWaitVector<'_, T> {
 impl Signals {
     fn vector_async<T>(
         &self,
-        call: &str,
+        call: &'static str,
         which: &[usize],
         status: Option<&[bool]>,
         cmp: Cmp,
@@ -137,7 +158,7 @@ impl Signals {
         (mode, finish): (Mode, Finish<T>),
     ) -> SignalWaitVector<'_, T> {
         let entries = self.entries(call, which, status, values);
-        SignalWaitVector::new(&self.pg.inner, entries, cmp, mode, finish)
+        SignalWaitVector::new(&self.pg.inner, call, entries, cmp, mode, finish)
     }
 
     /// [`wait_until_all_masked`](Self::wait_until_all_masked) as a future:
@@ -274,7 +295,7 @@ impl Signals {
 impl Pgas {
     fn vector_async<T>(
         &self,
-        call: &str,
+        call: &'static str,
         sigs: &[GlobalPtr<u64>],
         status: Option<&[bool]>,
         cmp: Cmp,
@@ -282,7 +303,7 @@ impl Pgas {
         (mode, finish): (Mode, Finish<T>),
     ) -> SignalWaitVector<'_, T> {
         let entries = self.sig_entries(call, sigs, status, values);
-        SignalWaitVector::new(&self.inner, entries, cmp, mode, finish)
+        SignalWaitVector::new(&self.inner, call, entries, cmp, mode, finish)
     }
 
     /// [`wait_until_all_vector`](Self::wait_until_all_vector) (words by
@@ -291,7 +312,9 @@ impl Pgas {
     /// Waits without spinning (see [`Signals::wait_until_all_async`]). A
     /// pointer that is not a signal word of this rank, or `values` /
     /// `status` of the wrong length, is an error naming the rank, the
-    /// future's output.
+    /// future's output; so is a word whose array is freed
+    /// ([`free_signals`](Self::free_signals)) while the future waits
+    /// (found at its next poll, before the freed memory is read).
     ///
     /// ```no_run
     /// # async fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {

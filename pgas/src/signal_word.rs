@@ -136,6 +136,19 @@ impl Registry {
                 .iter()
                 .any(|&(o, b)| off >= o && off - o < b)
     }
+
+    /// Run `f` under the registry's read lock, handing it the test
+    /// "is `off` a signal word" ([`is_word`](Self::is_word) on the locked
+    /// ranges). A word `f` finds registered stays a signal word, and its
+    /// memory allocated, until `f` returns: `Pgas::free_signals` removes
+    /// the range under the write lock before it frees the memory. `f`
+    /// must not call back into the registry (the lock is not reentrant).
+    pub fn with_words<R>(&self, f: impl FnOnce(&dyn Fn(u64) -> bool) -> R) -> R {
+        let r = self.ranges.read();
+        let is_word =
+            |off: u64| off.is_multiple_of(8) && r.iter().any(|&(o, b)| off >= o && off - o < b);
+        f(&is_word)
+    }
 }
 
 #[cfg(test)]

@@ -16,8 +16,10 @@
 //!
 //! The grouping is the one the team's blocking collectives agreed on
 //! (`Team::is_hierarchical() == Some(true)`): a non-blocking form never
-//! waits for the set-up, so before the team's first blocking collective
-//! across hosts its non-blocking forms go flat. Every member knows the
+//! waits for the set-up, so before the team's first blocking `barrier`,
+//! `broadcast`, `reduce`, `allreduce`, `gather` or `allgather` across
+//! hosts (the collectives that call `Team::hier_call`) its non-blocking
+//! forms go flat. Every member knows the
 //! same (members call the same collectives in the same order), so every
 //! member builds the same form of each collective.
 //!

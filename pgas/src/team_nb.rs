@@ -6,8 +6,10 @@
 //! a handle that borrows the result buffer and completes by `wait()`,
 //! `test()` or `.await`.
 //!
-//! A request is the collective's schedule (`team_sched.rs`: the same
-//! algorithm and messages as the blocking form). Starting it sends what
+//! A request is the collective's schedule (`team_sched.rs`: the flat
+//! blocking form's algorithm and messages, or on a hierarchical team the
+//! three stages of `team_hier_nb.rs`, whose messages within a host are
+//! not the blocking form's shared-memory steps). Starting it sends what
 //! needs nothing first (all of an alltoall's blocks, straight from the
 //! caller's buffer) and registers the rest with the rank's team mailbox,
 //! whose sweep (run by every team wait, `test` and poll on the rank)
@@ -384,7 +386,7 @@ impl Team {
     }
 
     /// Non-blocking [`allreduce`](Self::allreduce) in place on `data`
-    /// (the same algorithm, messages and result). Across hosts
+    /// (flat: the same algorithm, messages and result). Across hosts
     /// hierarchical (members to their host's leader, the leaders, back:
     /// 2 (L - 1) messages across L hosts, the blocking form's bits) once
     /// the team's blocking collectives are (see `docs/teams.md`).
@@ -555,9 +557,12 @@ impl Team {
         Ok(TeamRequest::start(r, bytemuck::cast_slice_mut(data)))
     }
 
-    /// Non-blocking [`allgather`](Self::allgather): `send` goes to every
-    /// member before this returns (it may be reused at once); the others'
-    /// land in `recv` (n * k elements) by completion. Across hosts
+    /// Non-blocking [`allgather`](Self::allgather): `send` is copied
+    /// before this returns (it may be reused at once) and, flat, goes to
+    /// every member then; hierarchically a non-leader's goes to its
+    /// host's leader then, and a leader's goes with its host's packed
+    /// parts once they are in. The others' land in `recv` (n * k
+    /// elements) by completion. Across hosts
     /// hierarchical (L (L - 1) messages across L hosts) once the team's
     /// blocking collectives are (see `docs/teams.md`).
     pub fn allgather_nb<'a, T: Pod>(

@@ -64,8 +64,10 @@ impl Team {
     /// Non-blocking [`reduce`](Self::reduce): every member's `data`
     /// combined element-wise with `op` into team rank `root`'s `data`
     /// (the same binomial tree and combining order, so the same bits);
-    /// the other members' `data` is left unchanged. A leaf's part goes
-    /// out before this returns. Across hosts hierarchical (L - 1
+    /// the other members' `data` is left unchanged. Flat, a leaf's part
+    /// goes out before this returns; hierarchically a non-leader's goes
+    /// to its host's leader then, and a leader's (combined with its
+    /// members') once they have come. Across hosts hierarchical (L - 1
     /// messages across L hosts) once the team's blocking collectives are
     /// (see `docs/teams.md`).
     ///

@@ -1,13 +1,15 @@
 //! The schedule of a non-blocking team collective, and its progress in
 //! the background.
 //!
-//! A schedule is the collective's steps for this member (the same
-//! algorithm and messages as the blocking form, see `team_coll.rs`): a
+//! A schedule is the collective's steps for this member (the flat
+//! blocking form's algorithm and messages, see `team_coll.rs`, or the
+//! hierarchical stages of `team_hier_nb.rs`): a
 //! send of a range of one of its buffers to a member, a receive from one
 //! (copied into a buffer, or combined with what is there), or a local
 //! copy / combine between its buffers. It owns its buffers (`out`, the
 //! result, copied into the caller's buffer when the request completes;
-//! `work`, a partial result; `scratch`, the last message combined), so it
+//! `work`, a partial result; `scratch`, the last message combined or
+//! the last packed message, placed part by part), so it
 //! can be advanced by whoever makes progress on the rank's team
 //! collectives, not only by its own request: every team wait, `test` and
 //! poll sweeps every pending schedule of the rank in start order
@@ -33,7 +35,9 @@ pub(crate) enum Buf {
     Out,
     /// A partial result of the schedule's own.
     Work,
-    /// The last message received with a fold other than `Copy`.
+    /// The last message received with a fold other than `Copy`, or a
+    /// packed message (a host's parts, `team_hier_nb.rs`) received into
+    /// it to be placed part by part (`Step::Place`).
     Scratch,
 }
 

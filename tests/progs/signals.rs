@@ -38,6 +38,8 @@
 //!          which rank 1 sets only word 0 (for the hang report)
 //!   async_vectors  the masked and vector waits as futures (see
 //!          `async_vectors_on`)
+//!   vfreed a pointer-form vector future whose signal array is freed
+//!          while it is pending (see `vector_freed_on`)
 //! Prints `signals ok (PATH path)` per rank when every check passed
 //! (`vector signals ok` for `vector`).
 
@@ -63,6 +65,7 @@ fn main() {
             "never" | "late" | "dies" => waits(&mode, pg),
             "async_sets" => async_sets_on(iters, pg),
             "async_vectors" => async_vectors_on(iters, pg),
+            "vfreed" => vector_freed_on(pg),
             _ => Err(Error::usage(format!("unknown mode {mode}"))),
         }
     });
@@ -1129,4 +1132,68 @@ fn park_on<T>(
     Err(fail(
         "a pending signal wait was polled 100000 times: it spins".into(),
     ))
+}
+
+/// `vfreed`: a `Pgas::wait_until_{all,any,some}_vector_async` future
+/// pending on this rank's signal word whose array is then freed (the
+/// future borrows only the `Pgas`, so this compiles), its memory handed
+/// out again by `alloc_sym` and set through the new allocation: the next
+/// poll must end the future with an error naming the rank ("not a signal
+/// word"), never resolve on data that is no longer a signal word. With
+/// the progress thread on (on the AM path it would copy a put into the
+/// reused memory while the future loads it). Prints `vector freed ok
+/// (PATH path)` (and whether the memory was reused).
+pub fn vector_freed_on(pg: Pgas) -> splitrt::Result<()> {
+    use splitrt::am::Progress;
+    let (me, n) = (pg.rank(), pg.size());
+    pg.endpoint().set_progress(Progress::Thread)?;
+    let sigs = pg.alloc_signals(2)?;
+    let (w0, w1) = (sigs.at(me, 0), sigs.at(me, 1));
+    let all = pg.wait_until_all_vector_async(&[w0], None, Cmp::Eq, &[1]);
+    let any = pg.wait_until_any_vector_async(&[w1, w0], None, Cmp::Eq, &[1, 1]);
+    let some = pg.wait_until_some_vector_async(&[w0], Some(&[false]), Cmp::Eq, &[1]);
+    let (mut all, mut any, mut some) = (
+        std::pin::pin!(all),
+        std::pin::pin!(any),
+        std::pin::pin!(some),
+    );
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    use std::future::Future;
+    let pending = all.as_mut().poll(&mut cx).is_pending()
+        && any.as_mut().poll(&mut cx).is_pending()
+        && some.as_mut().poll(&mut cx).is_pending();
+    if !pending {
+        return Err(fail("the vector futures resolved before any signal".into()));
+    }
+    let freed = w0.offset();
+    pg.free_signals(sigs)?;
+    let data = pg.alloc_sym::<u64>(2)?;
+    let reused = data.ptr(me).offset() == freed;
+    data.local().set(0, 1);
+    data.local().set(1, 1);
+    let what = [
+        ("all", all.as_mut().poll(&mut cx).map(|r| r.map(drop))),
+        ("any", any.as_mut().poll(&mut cx).map(|r| r.map(drop))),
+        ("some", some.as_mut().poll(&mut cx).map(|r| r.map(drop))),
+    ];
+    for (name, p) in what {
+        match p {
+            std::task::Poll::Ready(Err(e))
+                if e.to_string().contains("not a signal word")
+                    && e.to_string().contains(&format!("rank {me}")) => {}
+            other => {
+                return Err(fail(format!(
+                    "{name}: a vector future on a freed signal array (memory reused: \
+                     {reused}) gave {other:?}, not an error naming rank {me}"
+                )))
+            }
+        }
+    }
+    pg.free_sym(data)?;
+    pg.endpoint().set_progress(Progress::Polling)?;
+    println!(
+        "vector freed ok ({:?} path) rank {me} of {n} reused {reused}",
+        pg.rma_path()
+    );
+    Ok(())
 }

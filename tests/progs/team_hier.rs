@@ -386,7 +386,10 @@ fn every2(t: &Team) -> splitrt::Result<()> {
 
 /// `nb`: the non-blocking forms on the world team, all but world rank 0
 /// and the even ranks (each after a blocking collective, which agrees
-/// the grouping), then one call of each on the world team, counted.
+/// the grouping), on a team whose host groups are not contiguous in team
+/// rank with requests started before its first blocking collective
+/// ([`nb_interleaved`]), then one call of each on the world team,
+/// counted.
 fn nb(pg: Pgas) -> splitrt::Result<()> {
     let me = pg.rank();
     let world = pg.world();
@@ -401,6 +404,7 @@ fn nb(pg: Pgas) -> splitrt::Result<()> {
     let even = world.split(Some((me % 2) as u32), me as u64)?;
     even.allreduce(&mut x, Op::Sum)?;
     nb_every(&even)?;
+    nb_interleaved(&world)?;
     let mut x = [me as u64];
     let count = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<u64> {
         let before = world.off_host_messages();
@@ -423,6 +427,67 @@ fn nb(pg: Pgas) -> splitrt::Result<()> {
     pg.barrier()?;
     println!("team_hier nb ok ({:?} path) rank {me}", pg.rma_path());
     pg.finish()
+}
+
+/// A split of every world rank keyed by parity, then by reversed world
+/// rank (team order: the even ranks high to low, then the odd ones), so
+/// that the members of one host (consecutive or round-robin world ranks)
+/// are not contiguous in team rank. On the new team, before any blocking
+/// collective (so they go flat): an `allreduce_nb` and a `gather_nb` are
+/// started, then the team's first blocking collective (an `allreduce`,
+/// which agrees the host groups) runs, then the two requests complete
+/// and their results are checked; then every form ([`nb_every`]), which
+/// goes hierarchically where the team did.
+fn nb_interleaved(world: &Team) -> splitrt::Result<()> {
+    let (w, wn) = (world.rank().expect("a member"), world.size());
+    let key = (((w % 2) as u64) << 32) | (wn - 1 - w) as u64;
+    let t = world.split(Some(0), key)?;
+    let (me, n) = (t.rank().expect("a member"), t.size());
+    let name = |what: &str| format!("interleaved team {:?}: {what}", t.members());
+    check(t.is_hierarchical().is_none_or(|h| !h), || {
+        name("hierarchical before its first blocking collective")
+    })?;
+    let mut a: Vec<u64> = vec![me as u64 + 1, 7];
+    let part = [me as u32 * 3, !(me as u32)];
+    let root = n - 1;
+    let mut all = if me == root {
+        vec![0u32; 2 * n]
+    } else {
+        vec![]
+    };
+    let ra = t.allreduce_nb(&mut a, Op::Sum)?;
+    let rg = t.gather_nb(root, &part, &mut all)?;
+    let mut x = [w as u64];
+    t.allreduce(&mut x, Op::Sum)?;
+    check(x == [(wn * (wn - 1) / 2) as u64], || {
+        name(&format!(
+            "the blocking allreduce between requests gave {x:?}"
+        ))
+    })?;
+    rg.wait()?;
+    ra.wait()?;
+    check(a == vec![(n * (n + 1) / 2) as u64, 7 * n as u64], || {
+        name(&format!(
+            "allreduce_nb across the first blocking call: {a:?}"
+        ))
+    })?;
+    if me == root {
+        check(
+            (0..n).all(|j| all[2 * j] == j as u32 * 3 && all[2 * j + 1] == !(j as u32)),
+            || {
+                name(&format!(
+                    "gather_nb across the first blocking call: {all:?}"
+                ))
+            },
+        )?;
+    }
+    nb_every(&t)?;
+    println!(
+        "nbinterleaved rank {} team rank {me} path={}",
+        world.rank().expect("a member"),
+        path(&t)
+    );
+    Ok(())
 }
 
 /// Every hierarchical non-blocking form on `t`, results checked.
