@@ -900,6 +900,7 @@ fn srun_pmi2_hosts_team_hier() {
             "reducescatter",
             "scaninc",
             "scanexc",
+            "alltoallv",
         ] {
             assert!(
                 hier[k] < flat[k],

@@ -136,6 +136,8 @@ impl Team {
                 // flat (pairwise messages stream; the leaders' lock-step
                 // rounds made NPB FT W on 2 + 2 ranks 1.8x slower)
                 CollKind::Alltoall => Some(g.layout.alltoall_width().saturating_mul(count.max(1))),
+                // the counts step: every member's send and recv counts
+                CollKind::Alltoallv => (16 * n <= TEAM_HALF).then_some(1),
                 CollKind::ScanInclusive | CollKind::ScanExclusive => {
                     g.layout.contiguous().then_some(1)
                 }
