@@ -976,8 +976,8 @@ fn srun_pmi2_hosts_team_hier_names_the_culprit() {
 /// host's other member and the other leaders' messages; also when its
 /// count is too large for one step, so that it alone goes flat), a member
 /// passing other alltoallv counts is named with the member it disagrees
-/// with, and a member that never calls scan_inclusive is named by the
-/// hang report.
+/// with, and a member that never calls scan_inclusive or alltoallv is
+/// named by the hang report.
 #[test]
 fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
     let Some(d) = cluster() else { return };
@@ -1037,6 +1037,16 @@ fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
                 && r.stderr
                     .contains(&format!("rank {target} (team rank {target}) has")),
             "vcount {target}: {}",
+            r.stderr
+        );
+        let r = run("vabsent");
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains("gave up after")
+                && r.stderr
+                    .contains("in Team::alltoallv #3 on team 0x1 (6 members)")
+                && r.stderr.contains(&format!("(world rank {target}) to send")),
+            "vabsent {target}: {}",
             r.stderr
         );
     }

@@ -47,6 +47,8 @@
 //!   vcount R  likewise with an alltoallv of one element per pair, but
 //!          world rank R expects two from every member (recv_counts)
 //!          and sends two to each: the job ends naming R
+//!   vabsent R  likewise with an alltoallv, which world rank R never
+//!          calls: the hang report names R
 //!   noscan R  likewise with scan_inclusive (then an allreduce), which
 //!          world rank R never calls: the hang report names R
 
@@ -61,7 +63,7 @@ fn main() {
         let pg = Pgas::attach()?;
         match mode.as_str() {
             "conf" => conf(pg),
-            "op" | "absent" | "count" | "bigcount" | "vcount" | "noscan" => {
+            "op" | "absent" | "count" | "bigcount" | "vcount" | "vabsent" | "noscan" => {
                 misuse(pg, &mode, target)
             }
             "time" => time(pg, target),
@@ -162,6 +164,15 @@ fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
         let k = if me == target { 2 } else { 1 };
         let counts = vec![k; pg.size()];
         let send = vec![me as u64; k * pg.size()];
+        let mut recv = send.clone();
+        world.alltoallv(&send, &counts, &mut recv, &counts)?;
+    } else if mode == "vabsent" {
+        if me == target {
+            std::thread::sleep(std::time::Duration::from_secs(15));
+            std::process::exit(3);
+        }
+        let counts = vec![1; pg.size()];
+        let send = vec![me as u64; pg.size()];
         let mut recv = send.clone();
         world.alltoallv(&send, &counts, &mut recv, &counts)?;
     } else if mode == "noscan" {
