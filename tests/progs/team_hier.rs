@@ -22,10 +22,11 @@
 //!          alltoall and reduce_scatter, flat scans)
 //!          and "team_hier ok (<path>) rank R"
 //!   time N every rank: N world allreduces of one u64, then N of 8 KiB,
-//!          then N split-team barriers, N alltoalls of one u64 per block
-//!          and N scans of one u64; rank 0 prints µs per call
+//!          then N split-team barriers, N alltoalls of one u64 per block,
+//!          N scans of one u64 and N alltoallvs of one u64 per pair;
+//!          rank 0 prints µs per call
 //!          ("time path=P allreduce8=.. allreduce8k=.. barrier=..
-//!          alltoall8=..") and the last rank its scans' ("time path=P
+//!          alltoall8=.. alltoallv8=..") and the last rank its scans' ("time path=P
 //!          last rank scan8=..")
 //!   nb     the non-blocking barrier, broadcast, reduce, allreduce,
 //!          gather and allgather
@@ -222,10 +223,12 @@ fn time(pg: Pgas, n: usize) -> splitrt::Result<()> {
     let e = per(&mut || world.alltoall(&blocks, &mut got))?;
     let mut one = [1u64];
     let f = per(&mut || world.scan_inclusive(&mut one, Op::Max))?;
+    let vc = vec![1usize; world.size()];
+    let v = per(&mut || world.alltoallv(&blocks, &vc, &mut got, &vc))?;
     if pg.rank() == 0 {
         println!(
             "time path={} allreduce8={a:.1} allreduce8k={b:.1} barrier={c:.1} \
-             alltoall8={e:.1}",
+             alltoall8={e:.1} alltoallv8={v:.1}",
             path(&world)
         );
     }
