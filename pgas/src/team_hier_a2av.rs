@@ -8,16 +8,16 @@
 //!
 //! | step | what |
 //! |---|---|
-//! | area step 0 | every member publishes its `send_counts` and `recv_counts` (16 n B); each member checks the counts of its host's members against its own (a difference is named, as the flat form names it) |
+//! | area step 0 | every member publishes its `send_counts` and `recv_counts` (16 n B) and, if it fits the rest of the half, its send buffer; each member checks the counts of its host's members against its own (a difference is named, as the flat form names it) and, if its host fits, copies its blocks from its host's members (the leader: their whole buffers) |
 //! | leaders, round 1 | leader a sends leader b whether a's host fits, then the g_a · g_b counts from a's members to b's; b checks them against its members' `recv_counts` and names a difference |
-//! | area step 1 | the leader publishes the decision (hierarchical if every host fits); every member publishes its send buffer, and the members copy the blocks between them |
-//! | leaders, round 2 | leader a sends leader b the blocks from a's members to b's, source-major (none when all of them are empty) |
-//! | area step 2 | the leader publishes each member's blocks from other hosts |
+//! | leaders, round 2 | if every host fits: leader a sends leader b the blocks from a's members to b's, source-major (none when all of them are empty) |
+//! | area step 1 | the leader publishes the decision (hierarchical if every host fits) and each member's blocks from other hosts |
 //!
-//! A host **fits** when each of its members' send buffer and the blocks
-//! its leader hands out (every member's blocks from other hosts) each
-//! fit one half of the area (32 KiB). When some host does not, every
-//! member (all learn the same decision in step 1) exchanges the blocks
+//! A host **fits** when each of its members' send buffer (with the
+//! counts) and the blocks its leader hands out (every member's blocks
+//! from other hosts) each fit one half of the area (32 KiB). When some
+//! host does not, every member (all learn the same decision in step 1)
+//! exchanges the blocks
 //! by the flat pairwise messages under the same collective number, where
 //! large exchanges stream. Messages across hosts per call: 2 L (L - 1)
 //! at most (round 2 skips leader pairs with nothing to move), instead of
@@ -95,8 +95,17 @@ impl HierCall<'_> {
         let off: Vec<usize> = (0..n).filter(|&t| lay.group_of[t] != mine).collect();
         let ro = offsets(recv_counts);
 
-        // area step 0: the counts
-        let mine_counts: Vec<u64> = words(send_counts).chain(words(recv_counts)).collect();
+        // area step 0: the counts, then the send buffer if it fits (every
+        // reader decides alike from the counts)
+        let head = 16 * n;
+        let buf_fits = |len: usize| len.saturating_mul(es) <= TEAM_HALF - head;
+        let mut mine_data: Vec<u8> = words(send_counts)
+            .chain(words(recv_counts))
+            .flat_map(u64::to_ne_bytes)
+            .collect();
+        if buf_fits(send.len()) {
+            mine_data.extend_from_slice(bytemuck::cast_slice(send));
+        }
         let mut gc = GroupCounts {
             send: vec![Vec::new(); ga],
             recv: vec![Vec::new(); ga],
@@ -105,20 +114,20 @@ impl HierCall<'_> {
             gc.send[q] = w[..n].iter().map(|&x| x as usize).collect();
             gc.recv[q] = w[n..].iter().map(|&x| x as usize).collect();
         };
-        match self.step(0, Some(bytemuck::cast_slice(&mine_counts)))? {
-            Some((a, k)) => {
-                let mut w = vec![0u64; 2 * n];
-                for q in 0..ga {
-                    if q == gme {
-                        read_counts(q, &mine_counts);
-                    } else {
-                        a.read(q, k, 0, bytemuck::cast_slice_mut(&mut w));
-                        read_counts(q, &w);
-                    }
+        let mine_counts: Vec<u64> = words(send_counts).chain(words(recv_counts)).collect();
+        // the leader's view of its members' blocks for other hosts:
+        // member q's send buffer
+        let mut bufs: Vec<Vec<T>> = vec![Vec::new(); if gme == 0 { ga } else { 0 }];
+        let step0 = self.step(0, Some(&mine_data))?;
+        let mut w = vec![0u64; 2 * n];
+        for q in 0..ga {
+            match step0 {
+                Some((a, k)) if q != gme => {
+                    a.read(q, k, 0, bytemuck::cast_slice_mut(&mut w));
+                    read_counts(q, &w);
                 }
-                a.finish(k);
+                _ => read_counts(q, &mine_counts),
             }
-            None => read_counts(0, &mine_counts),
         }
         // this member's blocks from its host's members
         for (q, &t) in g.group.iter().enumerate() {
@@ -130,10 +139,30 @@ impl HierCall<'_> {
         let fan_len: usize = (0..ga)
             .map(|q| off.iter().map(|&t| gc.recv[q][t]).sum::<usize>())
             .sum();
-        let fits_host = (0..ga)
-            .map(|q| gc.send[q].iter().sum::<usize>())
-            .chain([fan_len])
-            .all(|x| x.saturating_mul(es) <= TEAM_HALF - 8);
+        let fits_host = (0..ga).all(|q| buf_fits(gc.send[q].iter().sum()))
+            && fan_len.saturating_mul(es) <= TEAM_HALF - 8;
+        if let Some((a, k)) = step0 {
+            if fits_host {
+                for (q, &t) in g.group.iter().enumerate() {
+                    if q == gme {
+                        continue;
+                    }
+                    let to = &mut recv[ro[t]..][..recv_counts[t]];
+                    a.read(
+                        q,
+                        k,
+                        head + gc.send_at(q, me) * es,
+                        bytemuck::cast_slice_mut(to),
+                    );
+                    if gme == 0 {
+                        let mut b = vec![T::zeroed(); gc.send[q].iter().sum()];
+                        a.read(q, k, head, bytemuck::cast_slice_mut(&mut b));
+                        bufs[q] = b;
+                    }
+                }
+            }
+            a.finish(k);
+        }
 
         // leaders, round 1: fit flags and counts between hosts
         let mut fits_all = fits_host;
@@ -161,52 +190,13 @@ impl HierCall<'_> {
                 }
             }
         }
-
-        // area step 1: the decision and the send buffers
-        let mut mine_data = vec![0u8; 8];
-        mine_data[..8].copy_from_slice(&u64::from(fits_all).to_ne_bytes());
-        if fits_host {
-            mine_data.extend_from_slice(bytemuck::cast_slice(send));
-        }
-        // the leader's view of its members' blocks for other hosts:
-        // member q's send buffer
-        let mut bufs: Vec<Vec<T>> = vec![Vec::new(); if gme == 0 { ga } else { 0 }];
-        let mut go = fits_all;
-        let step1 = self.step(FANOUT_LATER, Some(&mine_data))?;
-        if let Some((a, k)) = step1 {
-            let mut flag = [0u8; 8];
-            a.read(0, k, 0, &mut flag);
-            go = u64::from_ne_bytes(flag) == 1;
-            if go {
-                for (q, &t) in g.group.iter().enumerate() {
-                    if q == gme {
-                        continue;
-                    }
-                    let to = &mut recv[ro[t]..][..recv_counts[t]];
-                    a.read(
-                        q,
-                        k,
-                        8 + gc.send_at(q, me) * es,
-                        bytemuck::cast_slice_mut(to),
-                    );
-                    if gme == 0 {
-                        let mut b = vec![T::zeroed(); gc.send[q].iter().sum()];
-                        a.read(q, k, 8, bytemuck::cast_slice_mut(&mut b));
-                        bufs[q] = b;
-                    }
-                }
-            }
-            a.finish(k);
-        }
-        if !go {
-            return self.a2av_flat((send, send_counts), (recv, recv_counts));
-        }
         let so = offsets(send_counts);
         recv[ro[me]..][..recv_counts[me]].copy_from_slice(&send[so[me]..][..send_counts[me]]);
 
-        // leaders, round 2: one message per leader pair with data
+        // leaders, round 2 (when every host fits): one message per
+        // leader pair with data
         let mut fan: Vec<T> = Vec::new();
-        if let Some(li) = g.leader_index() {
+        if let (Some(li), true) = (g.leader_index(), fits_all) {
             let block = |q: usize, t: usize| -> &[T] {
                 let buf = if q == 0 { send } else { &bufs[q][..] };
                 &buf[gc.send_at(q, t)..][..gc.send[q][t]]
@@ -263,20 +253,30 @@ impl HierCall<'_> {
             }
         }
 
-        // area step 2: out to the members
-        let out = (gme == 0).then(|| bytemuck::cast_slice(&fan[..]));
-        if let Some((a, k)) = self.step(FANOUT_LATER, out)? {
+        // area step 1: the decision, and out to the members
+        let mut out = u64::from(fits_all).to_ne_bytes().to_vec();
+        out.extend_from_slice(bytemuck::cast_slice(&fan[..]));
+        let mut go = fits_all;
+        if let Some((a, k)) = self.step(FANOUT_LATER, (gme == 0).then_some(&out[..]))? {
             if gme != 0 {
+                let mut flag = [0u8; 8];
+                a.read(0, k, 0, &mut flag);
+                go = u64::from_ne_bytes(flag) == 1;
+            }
+            if go && gme != 0 {
                 let mut at: usize = (0..gme)
                     .map(|q| off.iter().map(|&t| gc.recv[q][t]).sum::<usize>())
                     .sum();
                 for &src in &off {
                     let to = &mut recv[ro[src]..][..recv_counts[src]];
-                    a.read(0, k, at * es, bytemuck::cast_slice_mut(to));
+                    a.read(0, k, 8 + at * es, bytemuck::cast_slice_mut(to));
                     at += recv_counts[src];
                 }
             }
             a.finish(k);
+        }
+        if !go {
+            return self.a2av_flat((send, send_counts), (recv, recv_counts));
         }
         Ok(())
     }
