@@ -55,6 +55,7 @@ fn offsets(counts: &[usize]) -> Vec<usize> {
     at
 }
 
+/// `v` as the u64 words the area step carries.
 fn words(v: &[usize]) -> impl Iterator<Item = u64> + '_ {
     v.iter().map(|&x| x as u64)
 }
