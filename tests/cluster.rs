@@ -900,6 +900,7 @@ fn srun_pmi2_hosts_team_hier() {
             "reducescatter",
             "scaninc",
             "scanexc",
+            "alltoallv",
         ] {
             assert!(
                 hier[k] < flat[k],
@@ -973,8 +974,10 @@ fn srun_pmi2_hosts_team_hier_names_the_culprit() {
 /// member passing another block count to alltoall is named (rank 3: by
 /// its host's leader through shared memory; rank 4, a leader: by its
 /// host's other member and the other leaders' messages; also when its
-/// count is too large for one step, so that it alone goes flat), and a member
-/// that never calls scan_inclusive is named by the hang report.
+/// count is too large for one step, so that it alone goes flat), a member
+/// passing other alltoallv counts is named with the member it disagrees
+/// with, and a member that never calls scan_inclusive or alltoallv is
+/// named by the hang report.
 #[test]
 fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
     let Some(d) = cluster() else { return };
@@ -1018,6 +1021,32 @@ fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
                     .contains("in Team::scan_inclusive #3 on team 0x1 (6 members)")
                 && r.stderr.contains(&format!("(world rank {target}) to send")),
             "noscan {target}: {}",
+            r.stderr
+        );
+        // alltoallv: the counts are checked in the host (shared memory)
+        // and by the receivers' leaders; either way both members named
+        let r = run("vcount");
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
+            "{r:?}"
+        );
+        assert!(
+            r.stderr.contains("team collective mismatch")
+                && r.stderr.contains("(Team::alltoallv)")
+                && r.stderr
+                    .contains(&format!("rank {target} (team rank {target}) has")),
+            "vcount {target}: {}",
+            r.stderr
+        );
+        let r = run("vabsent");
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains("gave up after")
+                && r.stderr
+                    .contains("in Team::alltoallv #3 on team 0x1 (6 members)")
+                && r.stderr.contains(&format!("(world rank {target}) to send")),
+            "vabsent {target}: {}",
             r.stderr
         );
     }

@@ -44,6 +44,7 @@ mod team_area;
 mod team_coll;
 mod team_hier;
 mod team_hier_a2a;
+mod team_hier_a2av;
 mod team_hier_scan;
 mod team_hosts;
 mod team_mail;

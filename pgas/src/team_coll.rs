@@ -461,6 +461,9 @@ impl Team {
                 ),
             ));
         }
+        if let Some(s) = self.hier_call::<T>(kind, None, None, 0)? {
+            return s.alltoallv((send, send_counts), (recv, recv_counts));
+        }
         let c = self.call::<T>(kind, None, None, 0)?;
         for s in 1..c.n {
             let j = (c.me + s) % c.n;

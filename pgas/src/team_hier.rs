@@ -35,6 +35,7 @@
 //! | gather | the root collects its group's parts, each other leader its group's and sends them to the root | L - 1 |
 //! | allgather | each leader collects its group's parts and sends them to every other leader, then publishes all n parts to its group (a step carries ⌊32 KiB / (n · element size)⌋ elements per member) | L (L - 1) |
 //! | alltoall, reduce_scatter | `team_hier_a2a.rs`: one aggregated message per leader pair | L (L - 1) |
+//! | alltoallv | `team_hier_a2av.rs`: counts through the area, then a counts and a data message per leader pair | 2 L (L - 1) |
 //! | scan_inclusive / _exclusive | `team_hier_scan.rs`: host-local scans, leaders exclusive-scan the hosts' totals | ≤ d per leader |
 //!
 //! Reductions: within a host in increasing team rank, then the hosts'
@@ -136,6 +137,8 @@ impl Team {
                 // flat (pairwise messages stream; the leaders' lock-step
                 // rounds made NPB FT W on 2 + 2 ranks 1.8x slower)
                 CollKind::Alltoall => Some(g.layout.alltoall_width().saturating_mul(count.max(1))),
+                // the counts step: every member's send and recv counts
+                CollKind::Alltoallv => (16 * n <= TEAM_HALF).then_some(1),
                 CollKind::ScanInclusive | CollKind::ScanExclusive => {
                     g.layout.contiguous().then_some(1)
                 }

@@ -16,16 +16,17 @@
 //!          other hosts for it:
 //!          "hier rank R path=P teambarrier=A barrier=B broadcast=C reduce=D
 //!          allreduce=E gather=F allgather=G alltoall=H reducescatter=I
-//!          scaninc=J scanexc=K"
-//!          (alltoall, reduce_scatter and the scans also on a team whose
+//!          scaninc=J scanexc=K alltoallv=L"
+//!          (alltoall, alltoallv, reduce_scatter and the scans also on a team whose
 //!          hosts' members are not consecutive team ranks: hierarchical
 //!          alltoall and reduce_scatter, flat scans)
 //!          and "team_hier ok (<path>) rank R"
 //!   time N every rank: N world allreduces of one u64, then N of 8 KiB,
-//!          then N split-team barriers, N alltoalls of one u64 per block
-//!          and N scans of one u64; rank 0 prints µs per call
+//!          then N split-team barriers, N alltoalls of one u64 per block,
+//!          N scans of one u64 and N alltoallvs of one u64 per pair;
+//!          rank 0 prints µs per call
 //!          ("time path=P allreduce8=.. allreduce8k=.. barrier=..
-//!          alltoall8=..") and the last rank its scans' ("time path=P
+//!          alltoall8=.. alltoallv8=..") and the last rank its scans' ("time path=P
 //!          last rank scan8=..")
 //!   nb     the non-blocking barrier, broadcast, reduce, allreduce,
 //!          gather and allgather
@@ -44,6 +45,11 @@
 //!          world rank R passes two: the job ends naming R
 //!   bigcount R  likewise, but R passes 1000 (too large for one
 //!          shared-memory step: R goes flat, the others hierarchically)
+//!   vcount R  likewise with an alltoallv of one element per pair, but
+//!          world rank R expects two from every member (recv_counts)
+//!          and sends two to each: the job ends naming R
+//!   vabsent R  likewise with an alltoallv, which world rank R never
+//!          calls: the hang report names R
 //!   noscan R  likewise with scan_inclusive (then an allreduce), which
 //!          world rank R never calls: the hang report names R
 
@@ -58,7 +64,9 @@ fn main() {
         let pg = Pgas::attach()?;
         match mode.as_str() {
             "conf" => conf(pg),
-            "op" | "absent" | "count" | "bigcount" | "noscan" => misuse(pg, &mode, target),
+            "op" | "absent" | "count" | "bigcount" | "vcount" | "vabsent" | "noscan" => {
+                misuse(pg, &mode, target)
+            }
             "time" => time(pg, target),
             "nb" => nb(pg),
             "nbop" | "nbabsent" => nb_misuse(pg, &mode, target),
@@ -116,6 +124,8 @@ fn conf(pg: Pgas) -> splitrt::Result<()> {
     let a2a = count(&mut || world.alltoall(&blocks, &mut got))?;
     let mut one = [0u64];
     let rs = count(&mut || world.reduce_scatter(&blocks, &mut one, Op::Sum))?;
+    let vc: Vec<usize> = vec![1; world.size()];
+    let a2av = count(&mut || world.alltoallv(&blocks, &vc, &mut got, &vc))?;
     let si = count(&mut || world.scan_inclusive(&mut x, Op::Sum))?;
     let se = count(&mut || world.scan_exclusive(&mut x, Op::Sum))?;
     // world.barrier() is `Pgas::barrier` (counted at rank 0, no team
@@ -128,7 +138,7 @@ fn conf(pg: Pgas) -> splitrt::Result<()> {
     println!(
         "hier rank {me} path={} teambarrier={tb} barrier={b} broadcast={c} reduce={d} \
          allreduce={e} gather={f} allgather={g} alltoall={a2a} reducescatter={rs} \
-         scaninc={si} scanexc={se}",
+         scaninc={si} scanexc={se} alltoallv={a2av}",
         path(&world)
     );
     pg.barrier()?;
@@ -151,6 +161,21 @@ fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
         let send = vec![me as u64; k * pg.size()];
         let mut recv = send.clone();
         world.alltoall(&send, &mut recv)?;
+    } else if mode == "vcount" {
+        let k = if me == target { 2 } else { 1 };
+        let counts = vec![k; pg.size()];
+        let send = vec![me as u64; k * pg.size()];
+        let mut recv = send.clone();
+        world.alltoallv(&send, &counts, &mut recv, &counts)?;
+    } else if mode == "vabsent" {
+        if me == target {
+            std::thread::sleep(std::time::Duration::from_secs(15));
+            std::process::exit(3);
+        }
+        let counts = vec![1; pg.size()];
+        let send = vec![me as u64; pg.size()];
+        let mut recv = send.clone();
+        world.alltoallv(&send, &counts, &mut recv, &counts)?;
     } else if mode == "noscan" {
         if me == target {
             std::thread::sleep(std::time::Duration::from_secs(15));
@@ -198,10 +223,12 @@ fn time(pg: Pgas, n: usize) -> splitrt::Result<()> {
     let e = per(&mut || world.alltoall(&blocks, &mut got))?;
     let mut one = [1u64];
     let f = per(&mut || world.scan_inclusive(&mut one, Op::Max))?;
+    let vc = vec![1usize; world.size()];
+    let v = per(&mut || world.alltoallv(&blocks, &vc, &mut got, &vc))?;
     if pg.rank() == 0 {
         println!(
             "time path={} allreduce8={a:.1} allreduce8k={b:.1} barrier={c:.1} \
-             alltoall8={e:.1}",
+             alltoall8={e:.1} alltoallv8={v:.1}",
             path(&world)
         );
     }
@@ -370,6 +397,7 @@ fn every2(t: &Team) -> splitrt::Result<()> {
             name(&format!("scan_inclusive Min of {kk}"))
         })?;
     }
+    alltoallv(t)?;
     // floats: close to the sum in team-rank order
     let mut f = [0.1f64 * (me as f64 + 1.0), 1.0 / 3.0];
     let mut all = vec![0f64; 2 * n];
@@ -382,6 +410,34 @@ fn every2(t: &Team) -> splitrt::Result<()> {
         })?;
     }
     t.barrier()
+}
+
+/// Alltoallv on `t`, results checked: counts that differ per pair
+/// (zeros among them), all zero, and large enough that a host's blocks
+/// do not fit one shared-memory step (then every member goes flat).
+fn alltoallv(t: &Team) -> splitrt::Result<()> {
+    let n = t.size();
+    let me = t.rank().expect("a member");
+    let name = |what: &str| format!("team {:?} ({}): {what}", t.members(), path(t));
+    // element e of the block from member i to member j
+    let v = |i: usize, j: usize, e: usize| ((i as u64) << 40) | ((j as u64) << 20) | e as u64;
+    for mult in [1usize, 0, 100, 3000] {
+        let cnt = |i: usize, j: usize| (i * 3 + j * 5 + 1) % 4 * mult;
+        let send_counts: Vec<usize> = (0..n).map(|j| cnt(me, j)).collect();
+        let recv_counts: Vec<usize> = (0..n).map(|i| cnt(i, me)).collect();
+        let send: Vec<u64> = (0..n)
+            .flat_map(|j| (0..cnt(me, j)).map(move |e| v(me, j, e)))
+            .collect();
+        let mut recv = vec![u64::MAX; recv_counts.iter().sum()];
+        t.alltoallv(&send, &send_counts, &mut recv, &recv_counts)?;
+        let want: Vec<u64> = (0..n)
+            .flat_map(|i| (0..cnt(i, me)).map(move |e| v(i, me, e)))
+            .collect();
+        check(recv == want, || {
+            name(&format!("alltoallv of counts (3i + 5j + 1) % 4 * {mult}"))
+        })?;
+    }
+    Ok(())
 }
 
 /// `nb`: the non-blocking forms on the world team, all but world rank 0
