@@ -1,0 +1,122 @@
+//! The world barrier's hierarchical form's state (`world_barrier.rs`):
+//! what the barrier handlers record (`Shared`, in `State`) and this
+//! rank's side (`WorldHier`, in the context), with rank 0's decision.
+
+use crate::coll::Coll;
+use crate::shm_barrier::ShmBarrier;
+use crate::team_hosts::{plan, Layout, Report};
+use parking_lot::Mutex;
+use splitrt_runtime::config::{self, RmaPath};
+use splitrt_runtime::fabric::SegmentRef;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+/// "Unwilling" (or no report) in a report's key word.
+const UNWILLING: u64 = u64::MAX;
+
+/// What the barrier handlers record (kept in `State`): the host reports
+/// of epoch 1 (rank 0) and the decision (every rank).
+#[derive(Default)]
+pub(crate) struct Shared {
+    /// `[key, count]` of every rank's epoch-1 arrival (rank 0 only).
+    reports: Mutex<Vec<[u64; 2]>>,
+    /// Rank 0 decided the hierarchical form (set before the release of
+    /// epoch 1 is published).
+    hier: AtomicBool,
+}
+
+impl Shared {
+    /// Rank `src` arrived in barrier `epoch` with report `key`, `count`
+    /// (a peer's words: data; only epoch 1's are kept, bounded by `size`).
+    pub(crate) fn report(&self, epoch: u64, src: usize, size: usize, key: u64, count: u64) {
+        if epoch != 1 || src >= size {
+            return;
+        }
+        let mut r = self.reports.lock();
+        if r.len() != size {
+            *r = vec![[UNWILLING, 0]; size];
+        }
+        r[src] = [key, count];
+    }
+
+    /// Rank 0's release said the form (`on`: hierarchical).
+    pub(crate) fn set_hier(&self, on: bool) {
+        if on {
+            self.hier.store(true, Ordering::Release);
+        }
+    }
+
+    pub(crate) fn hier(&self) -> bool {
+        self.hier.load(Ordering::Acquire)
+    }
+}
+
+/// This rank's side of the hierarchical world barrier.
+pub(crate) struct WorldHier {
+    /// The barrier of the ranks whose segments are mapped here (this
+    /// host's), if this rank may take part.
+    pub(crate) group: Option<ShmBarrier>,
+    /// Its report: `[key, count]` (key [`UNWILLING`] if it may not).
+    report: [u64; 2],
+    /// The layout rank 0 decided (rank 0 only).
+    pub(crate) layout: OnceLock<Layout>,
+    /// World barrier messages sent to ranks whose segment is not mapped
+    /// here (`Pgas::barrier_off_host_messages`).
+    pub(crate) off_host: AtomicU64,
+}
+
+impl WorldHier {
+    /// This rank's side, from the segments mapped here (`segs`, by rank).
+    pub(crate) fn new(segs: &[Option<SegmentRef>], rank: usize, path: RmaPath) -> WorldHier {
+        let enabled = config::env_switch(config::ENV_TEAM_HIER, true).unwrap_or(false);
+        let names: Vec<usize> = (0..segs.len()).filter(|&r| segs[r].is_some()).collect();
+        let group = match (path, enabled) {
+            (RmaPath::Native, true) => names.iter().position(|&r| r == rank).and_then(|me| {
+                let s = names.iter().filter_map(|&r| segs[r]).collect();
+                ShmBarrier::over(s, names.clone(), me)
+            }),
+            _ => None,
+        };
+        let report = match &group {
+            Some(g) => [names[0] as u64, g.len() as u64],
+            None => [UNWILLING, 0],
+        };
+        WorldHier {
+            group,
+            report,
+            layout: OnceLock::new(),
+            off_host: AtomicU64::new(0),
+        }
+    }
+
+    /// The arrival message's words for barrier `epoch` of `kind`.
+    pub(crate) fn arrival(&self, epoch: u64, kind: Coll) -> [u64; 4] {
+        [epoch, kind as u64, self.report[0], self.report[1]]
+    }
+
+    /// Rank 0, releasing epoch 1: decide from every rank's report (its own
+    /// included) whether later barriers run hierarchically.
+    pub(crate) fn decide(&self, shared: &Shared, size: usize) -> bool {
+        let mut words = shared.reports.lock().clone();
+        words.resize(size, [UNWILLING, 0]);
+        if let Some(w) = words.first_mut() {
+            *w = self.report;
+        }
+        let reports: Vec<Report> = words
+            .iter()
+            .map(|w| Report {
+                key: w[0],
+                count: w[1],
+                off: 0,
+                willing: w[0] != UNWILLING,
+            })
+            .collect();
+        match plan(&reports) {
+            Some(l) => {
+                let _ = self.layout.set(l);
+                true
+            }
+            None => false,
+        }
+    }
+}
