@@ -12,8 +12,9 @@
 //!          what this rank sent to other hosts for them:
 //!          "worldbar rank R path=P msgs=M" (P: hier, flat or one-host)
 //!          and "worldbar ok rank R"; then finish
-//!   alloc R  a few barriers, then every rank calls barrier but world
-//!          rank R alloc_sym: the job ends naming R and alloc_sym
+//!   free R   every rank allocates a symmetric array and passes a few
+//!          barriers, then calls barrier but world rank R free_sym: the
+//!          job ends naming R and free_sym
 //!   finish R likewise, but R calls finish
 //!   absent R likewise, but R never calls: the hang report names R
 
@@ -28,7 +29,7 @@ fn main() {
         let pg = Pgas::attach()?;
         match mode.as_str() {
             "conf" => conf(pg, if arg == usize::MAX { 40 } else { arg }),
-            "alloc" | "finish" | "absent" => misuse(pg, &mode, arg),
+            "free" | "finish" | "absent" => misuse(pg, &mode, arg),
             m => Err(Error::usage(format!("unknown mode {m}"))),
         }
     })();
@@ -88,15 +89,14 @@ fn conf(pg: Pgas, rounds: usize) -> splitrt::Result<()> {
 
 fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
     let me = pg.rank();
+    let a: SymArray<u64> = pg.alloc_sym(1)?;
     for _ in 0..3 {
         pg.barrier()?;
     }
     println!("rank {me} path={}", path(&pg));
     if me == target {
         match mode {
-            "alloc" => {
-                let _a: SymArray<u64> = pg.alloc_sym(1)?;
-            }
+            "free" => pg.free_sym(a)?,
             "finish" => return pg.finish(),
             _ => {
                 // long enough for the others' hang report (1 s) to end
