@@ -12,6 +12,8 @@
 //!          what this rank sent to other hosts for them:
 //!          "worldbar rank R path=P msgs=M" (P: hier, flat or one-host)
 //!          and "worldbar ok rank R"; then finish
+//!   time N   N barriers; rank 0 prints "time path=P barrier_us=X"
+//!          (µs per barrier)
 //!   free R   every rank allocates a symmetric array and passes a few
 //!          barriers, then calls barrier but world rank R free_sym: the
 //!          job ends naming R and free_sym
@@ -30,6 +32,7 @@ fn main() {
         match mode.as_str() {
             "conf" => conf(pg, if arg == usize::MAX { 40 } else { arg }),
             "free" | "finish" | "absent" => misuse(pg, &mode, arg),
+            "time" => time(pg, if arg == usize::MAX { 1000 } else { arg }),
             m => Err(Error::usage(format!("unknown mode {m}"))),
         }
     })();
@@ -84,6 +87,20 @@ fn conf(pg: Pgas, rounds: usize) -> splitrt::Result<()> {
     let msgs = pg.barrier_off_host_messages() - before;
     println!("worldbar rank {me} path={} msgs={msgs}", path(&pg));
     println!("worldbar ok rank {me}");
+    pg.finish()
+}
+
+fn time(pg: Pgas, n: usize) -> splitrt::Result<()> {
+    pg.barrier()?;
+    pg.barrier()?;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        pg.barrier()?;
+    }
+    let us = t.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64;
+    if pg.rank() == 0 {
+        println!("time path={} barrier_us={us:.1}", path(&pg));
+    }
     pg.finish()
 }
 
