@@ -323,7 +323,8 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         move |_tok, m| {
             // (arg 1: the world barrier's form, decided at epoch 1 by rank
             // 0, `world_barrier.rs`; published before the release)
-            s.world_bar.set_hier(m.arg(0) == 1 && m.arg(1) == 1);
+            s.world_bar
+                .set_hier(m.src() == 0 && m.arg(0) == 1 && m.arg(1) == 1);
             s.released.fetch_max(m.arg(0), Ordering::AcqRel);
         },
     )?;

@@ -120,7 +120,15 @@ impl Pgas {
             return Ok(false);
         };
         let i = &self.inner;
-        match g.arrive_counted(e, kind) {
+        let wh = &i.world_hier;
+        let counted = if wh.unsent.load(Ordering::Relaxed) == e {
+            // a retry after this rank, the host's last arrival, failed to
+            // tell rank 0: only the message is left to send
+            Ok(true)
+        } else {
+            g.arrive_counted(e, kind)
+        };
+        match counted {
             Err(why) => {
                 // every rank of this host is stuck or wrong: end the job
                 i.ep.abort(&why);
@@ -132,7 +140,9 @@ impl Pgas {
                 Ok(true)
             }
             Ok(true) => {
-                i.ep.request(0, i.h.arrive, &i.world_hier.arrival(e, kind), Payload::None)?;
+                wh.unsent.store(e, Ordering::Relaxed);
+                i.ep.request(0, i.h.arrive, &wh.arrival(e, kind), Payload::None)?;
+                wh.unsent.store(0, Ordering::Relaxed);
                 self.count_barrier_message(0);
                 Ok(true)
             }

@@ -63,6 +63,10 @@ pub(crate) struct WorldHier {
     /// World barrier messages sent to ranks whose segment is not mapped
     /// here (`Pgas::barrier_off_host_messages`).
     pub(crate) off_host: AtomicU64,
+    /// The epoch whose host arrival this rank counted last but could not
+    /// send to rank 0 (0: none): a retry sends it rather than arriving
+    /// again in shared memory.
+    pub(crate) unsent: AtomicU64,
 }
 
 impl WorldHier {
@@ -86,6 +90,7 @@ impl WorldHier {
             report,
             layout: OnceLock::new(),
             off_host: AtomicU64::new(0),
+            unsent: AtomicU64::new(0),
         }
     }
 
