@@ -304,4 +304,30 @@ mod tests {
         }
         assert!(ShmBarrier::new(&[None, Some(SegmentRef::empty())], 0).is_none());
     }
+
+    #[test]
+    fn worldbar_a_host_group_names_world_ranks_and_releases_on_demand() {
+        let segs = Segs::new(2);
+        let refs: Vec<SegmentRef> = segs.refs().into_iter().flatten().collect();
+        let b: Vec<ShmBarrier> = (0..2)
+            .map(|me| ShmBarrier::over(refs.clone(), vec![4, 5], me).unwrap())
+            .collect();
+        assert_eq!(b[1].first(), 4);
+        assert_eq!(b[0].arrive_counted(1, Coll::Barrier), Ok(false));
+        assert_eq!(b[0].missing(1), vec![5]);
+        // the last arrival is told so, and nothing is released yet
+        assert_eq!(b[1].arrive_counted(1, Coll::Barrier), Ok(true));
+        assert!(!b[0].released(1));
+        b[1].release(1);
+        assert!(b[0].released(1) && b[1].released(1));
+        // a mismatch names the world ranks
+        b[1].arrive_counted(2, Coll::FreeSym).unwrap();
+        let why = b[0].arrive_counted(2, Coll::Barrier).unwrap_err();
+        assert!(
+            why.contains("rank 4 is in Pgas::barrier #2")
+                && why.contains("rank 5 is in Pgas::free_sym #2"),
+            "{why}"
+        );
+        assert!(ShmBarrier::over(refs.clone(), vec![4], 0).is_none());
+    }
 }

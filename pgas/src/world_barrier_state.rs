@@ -125,3 +125,54 @@ impl WorldHier {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn side(report: [u64; 2]) -> WorldHier {
+        WorldHier {
+            group: None,
+            report,
+            layout: OnceLock::new(),
+            off_host: AtomicU64::new(0),
+            unsent: AtomicU64::new(0),
+        }
+    }
+
+    #[test]
+    fn worldbar_rank_0_decides_from_consistent_reports_only() {
+        // 0 1 | 2 3 | 4: hierarchical, three hosts
+        let s = Shared::default();
+        for (src, key, count) in [(1, 0, 2), (2, 2, 2), (3, 2, 2), (4, 4, 1)] {
+            s.report(1, src, 5, key, count);
+        }
+        let w = side([0, 2]);
+        assert!(w.decide(&s, 5));
+        assert_eq!(w.layout.get().unwrap().leaders, vec![0, 2, 4]);
+        // one unwilling rank (AM path, SPLITRT_TEAM_HIER=0): flat
+        s.report(1, 4, 5, UNWILLING, 0);
+        assert!(!side([0, 2]).decide(&s, 5));
+        // a contradicting count: flat
+        s.report(1, 4, 5, 4, 1);
+        s.report(1, 3, 5, 2, 3);
+        assert!(!side([0, 2]).decide(&s, 5));
+        // a rank that never reported (or one host): flat
+        let s = Shared::default();
+        assert!(!side([0, 2]).decide(&s, 5));
+    }
+
+    #[test]
+    fn worldbar_hostile_reports_are_data() {
+        let s = Shared::default();
+        // past the size, or after the first barrier: ignored
+        s.report(1, 99, 3, 0, 1);
+        s.report(2, 1, 3, 0, 1);
+        assert!(s.reports.lock().iter().all(|r| r[0] == UNWILLING));
+        // a key out of range, or naming a rank that is not its own key
+        s.report(1, 1, 3, u64::MAX - 1, 7);
+        s.report(1, 2, 3, 1, 2);
+        assert!(!side([0, 1]).decide(&s, 3));
+        assert!(!s.hier());
+    }
+}
