@@ -1271,3 +1271,119 @@ fn srun_pmi2_hosts_team_hier_nb_names_the_culprit() {
         );
     }
 }
+
+/// Summed `msgs=` of `t_worldbar conf`'s lines and their paths.
+fn worldbar_counts(r: &Run) -> (u64, Vec<String>) {
+    let mut sum = 0;
+    let mut paths = Vec::new();
+    for l in r.stdout.lines().filter(|l| l.starts_with("worldbar rank ")) {
+        for w in l.split_whitespace() {
+            match w.split_once('=') {
+                Some(("path", v)) => paths.push(v.to_string()),
+                Some(("msgs", v)) => sum += v.parse::<u64>().unwrap(),
+                _ => {}
+            }
+        }
+    }
+    (sum, paths)
+}
+
+/// The world barrier across hosts (`t_worldbar conf`,
+/// `pgas/src/world_barrier.rs`): `srun -N3 -n6` (0 1 | 2 3 | 4 5) and
+/// `-N3 -n5` (0 1 | 2 3 | 4); rounds of writes checked after plain and
+/// split-phase barriers, alloc_sym / freeze / thaw / free_sym between
+/// them, finish. Native: hierarchical on every rank, 2 (L - 1) = 4
+/// messages across hosts per barrier; `SPLITRT_TEAM_HIER=0`: flat,
+/// 2 (n - 2) (rank 0's host holds 2); the AM path: flat.
+#[test]
+fn srun_pmi2_hosts_world_barrier_hier() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_worldbar");
+    for (ranks, n) in [("-n6", 6u64), ("-n5", 5)] {
+        let run = |env: &[&str]| {
+            let mut a = vec!["srun", "--mpi=pmi2", "-N3", ranks, "env"];
+            a.extend_from_slice(env);
+            a.extend([p.to_str().unwrap(), "conf"]);
+            let r = on(&d, "ctl", &a);
+            all_say(&r, "worldbar ok", n as usize);
+            worldbar_counts(&r)
+        };
+        let (hier, hp) = run(&["SPLITRT_RMA=native", "SPLITRT_HANG_REPORT=10"]);
+        let (flat, fp) = run(&[
+            "SPLITRT_RMA=native",
+            "SPLITRT_TEAM_HIER=0",
+            "SPLITRT_HANG_REPORT=10",
+        ]);
+        let (_, ap) = run(&["SPLITRT_RMA=am", "SPLITRT_HANG_REPORT=10"]);
+        eprintln!("-N3 {ranks}: 10 barriers, across hosts: hierarchical {hier}, flat {flat}");
+        assert_eq!(hp, vec!["hier"; n as usize], "native");
+        assert_eq!(fp, vec!["flat"; n as usize], "SPLITRT_TEAM_HIER=0");
+        assert_eq!(ap, vec!["flat"; n as usize], "AM path");
+        assert_eq!(hier, 10 * 2 * 2, "-N3 {ranks} hierarchical");
+        assert_eq!(flat, 10 * 2 * (n - 2), "-N3 {ranks} flat");
+    }
+}
+
+/// The hierarchical world barrier keeps the flat one's reports
+/// (`t_worldbar`, `srun -N3`): a rank in another collective (free_sym,
+/// finish) is named, whether its host's ranks find it through shared
+/// memory (rank 3 in -n6) or rank 0 among the hosts' messages (rank 4,
+/// alone on its host in -n5); a rank that never arrives is named by the
+/// hang report (rank 3: its host's leader; rank 4: the other rank of its
+/// host; rank 0 likewise).
+#[test]
+fn srun_pmi2_hosts_world_barrier_names_the_culprit() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_worldbar");
+    let run = |ranks: &str, mode: &str, target: &str| {
+        let a = [
+            "srun",
+            "--mpi=pmi2",
+            "-N3",
+            ranks,
+            "env",
+            "SPLITRT_HANG_REPORT=1",
+            "SPLITRT_HANG_ABORT=1",
+            p.to_str().unwrap(),
+            mode,
+            target,
+        ];
+        on(&d, "ctl", &a)
+    };
+    for (ranks, target) in [("-n6", "3"), ("-n5", "4"), ("-n6", "0")] {
+        let r = run(ranks, "free", target);
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
+            "{r:?}"
+        );
+        assert!(
+            r.stderr.contains("collective mismatch")
+                && r.stderr
+                    .contains(&format!("rank {target} is in Pgas::free_sym #5")),
+            "free {ranks} {target}: {}",
+            r.stderr
+        );
+        let r = run(ranks, "finish", target);
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains(&format!(
+                "rank {target} is in the exit barrier of Pgas::finish #5"
+            )),
+            "finish {ranks} {target}: {}",
+            r.stderr
+        );
+    }
+    for (ranks, target) in [("-n6", "3"), ("-n6", "4"), ("-n6", "0")] {
+        let r = run(ranks, "absent", target);
+        assert_ne!(r.code, 0, "{r:?}");
+        assert!(
+            r.stderr.contains("gave up after")
+                && r.stderr.contains(&format!(
+                    "in Pgas::barrier #5 for rank(s) {target}, which have not arrived"
+                )),
+            "absent {target}: {}",
+            r.stderr
+        );
+    }
+}

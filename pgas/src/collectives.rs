@@ -8,7 +8,9 @@
 //!
 //! The barrier goes through shared memory when every rank's segment is
 //! mapped here on the native path ([`crate::shm_barrier`]), else through
-//! AMs counted at rank 0.
+//! AMs counted at rank 0, or hierarchically when ranks share hosts
+//! ([`crate::world_barrier`]: shared memory within each host, one message
+//! per host).
 
 use crate::coll::Coll;
 use crate::context::Pgas;
@@ -112,10 +114,16 @@ impl Pgas {
                 i.ep.abort(&why);
                 return Err(Error::usage(why).at_rank(i.rank));
             }
+        } else if self.hier_notify(e, kind)? {
+            // one host's ranks in shared memory, one message per host
+            // (`world_barrier.rs`)
         } else if i.rank == 0 {
+            let [_, _, key, count] = i.world_hier.arrival(e, kind);
+            i.st.world_bar.report(e, 0, i.size, key, count);
             i.st.arrive(e, kind as u64, 0, i.size);
         } else {
-            i.ep.request(0, i.h.arrive, &[e, kind as u64], Payload::None)?;
+            i.ep.request(0, i.h.arrive, &i.world_hier.arrival(e, kind), Payload::None)?;
+            self.count_barrier_message(0);
         }
         // counted only once the arrival went out: a failed send leaves the
         // barrier state as it was
@@ -156,6 +164,8 @@ impl Pgas {
             let extra = std::time::Duration::from_secs(if i.rank == 0 { 0 } else { 2 });
             i.ep.wait_reporting(&what, extra, || b.released(e))
                 .inspect_err(|_| i.wait_failed.store(true, Ordering::Relaxed))?;
+        } else if self.hier_wait(e, kind)? {
+            // released through this host's leader (`world_barrier.rs`)
         } else if i.rank == 0 {
             let p = (e % 2) as usize;
             let a = &st.arrivals[p];
@@ -176,9 +186,7 @@ impl Pgas {
                 return Err(Error::usage(why).at_rank(i.rank));
             }
             st.reset_arrivals(p);
-            for r in 1..i.size {
-                i.ep.request(r, i.h.release, &[e], Payload::None)?;
-            }
+            self.flat_release(e)?;
         } else {
             let what = || {
                 format!(

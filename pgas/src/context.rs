@@ -89,6 +89,8 @@ pub(crate) struct Inner {
     /// The world team's two descriptions, made once here (see
     /// `team_core.rs`): `[Pgas::world's, the world collectives']`.
     pub world_teams: [Arc<crate::team_core::TeamInner>; 2],
+    /// The world barrier's hierarchical form (`world_barrier.rs`).
+    pub world_hier: crate::world_barrier_state::WorldHier,
 }
 
 impl Pgas {
@@ -152,6 +154,7 @@ impl Pgas {
             RmaPath::Native => ShmBarrier::new(&segs, rank),
             RmaPath::Am => None,
         };
+        let world_hier = crate::world_barrier_state::WorldHier::new(&segs, rank, path);
         let mut heap = Heap::new(seg_lens[rank]);
         let scratch = heap.alloc_sym(SCRATCH).map_err(|e| e.at_rank(rank))?;
         // the user range starts past it (`USER_BASE`, checked by every access)
@@ -188,6 +191,7 @@ impl Pgas {
                 team_mail,
                 team_h,
                 team_areas: Default::default(),
+                world_hier,
             }),
         })
     }

@@ -305,8 +305,11 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         7,
         "splitrt.barrier_arrive",
         Kind::Short,
-        2,
+        4,
         move |_tok, m| {
+            // (args 2, 3: the host report of `world_barrier.rs`)
+            s.world_bar
+                .report(m.arg(0), m.src(), s.size(), m.arg(2), m.arg(3));
             s.arrive(m.arg(0), m.arg(1), m.src(), s.size());
         },
     )?;
@@ -316,8 +319,12 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         8,
         "splitrt.barrier_release",
         Kind::Short,
-        1,
+        2,
         move |_tok, m| {
+            // (arg 1: the world barrier's form, decided at epoch 1 by rank
+            // 0, `world_barrier.rs`; published before the release)
+            s.world_bar
+                .set_hier(m.src() == 0 && m.arg(0) == 1 && m.arg(1) == 1);
             s.released.fetch_max(m.arg(0), Ordering::AcqRel);
         },
     )?;

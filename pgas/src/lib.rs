@@ -61,6 +61,10 @@ mod team_core;
 mod signal_vector_async;
 // (appended) the hierarchical non-blocking team collectives
 mod team_hier_nb;
+// (appended) the world barrier across hosts: shared memory per host, one message per host
+mod world_barrier;
+// (appended) its state, below the context and the handlers' state
+mod world_barrier_state;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};

@@ -35,6 +35,8 @@ pub(crate) struct ShmBarrier {
     /// Every rank's segment as mapped here (index = rank).
     segs: Vec<SegmentRef>,
     rank: usize,
+    /// The world rank of every index of `segs` (their names in reports).
+    names: Vec<usize>,
 }
 
 // SAFETY: the segment pointers refer to mappings the endpoint keeps for the
@@ -65,10 +67,35 @@ impl ShmBarrier {
     /// `None` unless every segment is mapped here.
     pub fn new(segs: &[Option<SegmentRef>], rank: usize) -> Option<ShmBarrier> {
         let segs: Vec<SegmentRef> = segs.iter().copied().collect::<Option<_>>()?;
-        if rank >= segs.len() || segs.iter().any(|s| s.len() < SHM_BARRIER_END) {
+        let names = (0..segs.len()).collect();
+        Self::over(segs, names, rank)
+    }
+
+    /// The barrier of the ranks `names` (world ranks, the first one's
+    /// segment holds the counter) over their segments `segs`, as index
+    /// `me`: one host's ranks in the world barrier's hierarchical form.
+    pub fn over(segs: Vec<SegmentRef>, names: Vec<usize>, me: usize) -> Option<ShmBarrier> {
+        if me >= segs.len()
+            || names.len() != segs.len()
+            || segs.iter().any(|s| s.len() < SHM_BARRIER_END)
+        {
             return None;
         }
-        Some(ShmBarrier { segs, rank })
+        Some(ShmBarrier {
+            segs,
+            rank: me,
+            names,
+        })
+    }
+
+    /// Ranks in this barrier.
+    pub fn len(&self) -> usize {
+        self.segs.len()
+    }
+
+    /// The world rank whose segment holds the counter (the first).
+    pub fn first(&self) -> usize {
+        self.names[0]
     }
 
     fn root(&self) -> &SegmentRef {
@@ -79,6 +106,18 @@ impl ShmBarrier {
     /// releases it; an `Err` names a collective mismatch it found (the
     /// barrier is then never released: the caller ends the job).
     pub fn arrive(&self, epoch: u64, kind: Coll) -> Result<(), String> {
+        if self.arrive_counted(epoch, kind)? {
+            self.release(epoch);
+        }
+        Ok(())
+    }
+
+    /// Enter barrier `epoch` of collective `kind` without releasing it:
+    /// `Ok(true)` for the last arrival, which has checked that every rank
+    /// here is in the same collective and reset the counter, and must see
+    /// that [`release`](Self::release) is called (the world barrier's
+    /// hierarchical form first tells rank 0, `world_barrier.rs`).
+    pub fn arrive_counted(&self, epoch: u64, kind: Coll) -> Result<bool, String> {
         let n = self.segs.len() as u64;
         word(&self.segs[self.rank], ARRIVAL_OFF).store(pack(epoch, kind), Ordering::Release);
         // Compare with rank 0 at once when it is already in: most
@@ -98,7 +137,7 @@ impl ShmBarrier {
             ));
         }
         if count < n {
-            return Ok(());
+            return Ok(false);
         }
         // Last: every arrival word was written before its fetch_add, which
         // our AcqRel fetch_add read.
@@ -108,7 +147,13 @@ impl ShmBarrier {
             }
         }
         word(self.root(), COUNT_OFF).store(0, Ordering::Relaxed);
-        word(self.root(), RELEASED_OFF).store(epoch, Ordering::Release);
+        Ok(true)
+    }
+
+    /// Publish barrier `epoch` as released and ring every rank's doorbell
+    /// (after the last [`arrive_counted`](Self::arrive_counted)).
+    pub fn release(&self, epoch: u64) {
+        word(self.root(), RELEASED_OFF).fetch_max(epoch, Ordering::AcqRel);
         // Dekker with the sleepers (they announce, then look at the
         // release): a ring is never missed for one fence per barrier.
         crate::full_fence::full_fence();
@@ -117,7 +162,6 @@ impl ShmBarrier {
             // outlives this barrier (see the Send impl).
             unsafe { s.wake_owner() };
         }
-        Ok(())
     }
 
     /// A mismatch between rank `r`'s arrival and ours, if `r` is in this
@@ -130,10 +174,11 @@ impl ShmBarrier {
         }
         let name = |k: u64| Coll::from_code(k).map_or("an unknown collective", Coll::name);
         Some(format!(
-            "collective mismatch: rank {} is in {} #{epoch} while rank {r} is in {} #{e} \
+            "collective mismatch: rank {} is in {} #{epoch} while rank {} is in {} #{e} \
              (every rank must call the same collectives in the same order)",
-            self.rank,
+            self.names[self.rank],
             kind.name(),
+            self.names[r],
             name(k)
         ))
     }
@@ -143,10 +188,11 @@ impl ShmBarrier {
         word(self.root(), RELEASED_OFF).load(Ordering::Acquire) >= epoch
     }
 
-    /// Ranks that have not arrived in barrier `epoch`.
+    /// Ranks (world ranks) that have not arrived in barrier `epoch`.
     pub fn missing(&self, epoch: u64) -> Vec<usize> {
         (0..self.segs.len())
             .filter(|&r| word(&self.segs[r], ARRIVAL_OFF).load(Ordering::Acquire) >> 8 < epoch)
+            .map(|r| self.names[r])
             .collect()
     }
 }
@@ -257,5 +303,31 @@ mod tests {
             assert!(b1.arrive(1, Coll::Barrier).is_err());
         }
         assert!(ShmBarrier::new(&[None, Some(SegmentRef::empty())], 0).is_none());
+    }
+
+    #[test]
+    fn worldbar_a_host_group_names_world_ranks_and_releases_on_demand() {
+        let segs = Segs::new(2);
+        let refs: Vec<SegmentRef> = segs.refs().into_iter().flatten().collect();
+        let b: Vec<ShmBarrier> = (0..2)
+            .map(|me| ShmBarrier::over(refs.clone(), vec![4, 5], me).unwrap())
+            .collect();
+        assert_eq!(b[1].first(), 4);
+        assert_eq!(b[0].arrive_counted(1, Coll::Barrier), Ok(false));
+        assert_eq!(b[0].missing(1), vec![5]);
+        // the last arrival is told so, and nothing is released yet
+        assert_eq!(b[1].arrive_counted(1, Coll::Barrier), Ok(true));
+        assert!(!b[0].released(1));
+        b[1].release(1);
+        assert!(b[0].released(1) && b[1].released(1));
+        // a mismatch names the world ranks
+        b[1].arrive_counted(2, Coll::FreeSym).unwrap();
+        let why = b[0].arrive_counted(2, Coll::Barrier).unwrap_err();
+        assert!(
+            why.contains("rank 4 is in Pgas::barrier #2")
+                && why.contains("rank 5 is in Pgas::free_sym #2"),
+            "{why}"
+        );
+        assert!(ShmBarrier::over(refs.clone(), vec![4], 0).is_none());
     }
 }

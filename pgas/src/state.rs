@@ -137,6 +137,8 @@ pub(crate) struct State {
     pub peer_puts: OnceLock<crate::peer_books::PeerBooks>,
     /// Which segment ranges hold signal words (`Pgas::alloc_signals`).
     pub signals: crate::signal_word::Registry,
+    /// The world barrier's host reports and form (`world_barrier.rs`).
+    pub world_bar: crate::world_barrier_state::Shared,
 }
 
 /// The arrivals of one barrier epoch at rank 0.

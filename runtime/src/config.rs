@@ -77,7 +77,8 @@ pub const ENV_HANG_ABORT: &str = "SPLITRT_HANG_ABORT";
 /// Default time without progress before a hang report.
 pub const DEFAULT_HANG_REPORT: Duration = Duration::from_secs(30);
 /// On/off (default on): teams spanning hosts run their blocking
-/// collectives hierarchically (read by the PGAS layer's teams).
+/// collectives hierarchically, and the world barrier (read by the PGAS
+/// layer's teams and `Pgas::barrier`).
 pub const ENV_TEAM_HIER: &str = "SPLITRT_TEAM_HIER";
 
 /// Every tunable with its documented name, for `--help` texts and docs.
@@ -195,7 +196,7 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     ),
     (
         ENV_TEAM_HIER,
-        "off = teams spanning hosts run their blocking collectives by the flat message algorithms instead of hierarchically (default on; read by the PGAS layer)",
+        "off = teams spanning hosts run their blocking collectives (and the world barrier) by the flat message algorithms instead of hierarchically (default on; read by the PGAS layer)",
     ),
 ];
 

@@ -1,0 +1,242 @@
+//! The world barrier's hierarchical form, for jobs whose ranks share
+//! hosts but not all one host (native path): the ranks of a host count
+//! their arrivals in shared memory (a [`ShmBarrier`] over the host's
+//! segments, its counter in the host leader's: the lowest rank there),
+//! the last arrival sends ONE message to rank 0, rank 0 counts one
+//! arrival per host and releases the other hosts' leaders with one
+//! message each, and each leader releases its host through shared memory.
+//! Across hosts a barrier costs 2 (L - 1) messages for L hosts, against
+//! 2 (n - m) flat (n ranks, m on rank 0's host).
+//!
+//! **The decision.** The first world barrier (epoch 1, whatever
+//! collective it belongs to) is always the flat one: every rank's arrival
+//! carries its host report (the lowest rank whose segment it maps, and
+//! how many it maps; or "unwilling" on the AM path, with
+//! `SPLITRT_TEAM_HIER=off`, or without its own segment mapped). Rank 0
+//! decides from those reports alone with the teams' [`plan`] (more than
+//! one host, one with more than one rank, reports consistent), and its
+//! release of epoch 1 carries the decision to every rank: from epoch 2 on
+//! every rank runs the same form. A job whose ranks all share one host
+//! uses the one shared-memory counter ([`crate::shm_barrier`]) instead,
+//! and never gets here.
+//!
+//! Reports stay what the flat barrier gives: a rank in another collective
+//! is named (by its host's last arrival through shared memory, or by rank
+//! 0 among the hosts' messages, which carry the collective); a rank that
+//! never arrives is named by its own host's ranks (the leader reports
+//! first, the others 2 s later), rank 0 later names the ranks of the
+//! hosts it has no message from.
+
+use crate::coll::Coll;
+use crate::context::Pgas;
+use crate::shm_barrier::ShmBarrier;
+use splitrt_am::{Error, Payload, Result};
+use splitrt_runtime::hang::rank_list;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+impl Pgas {
+    fn world_group(&self) -> Option<&ShmBarrier> {
+        let i = &self.inner;
+        if i.st.world_bar.hier() {
+            i.world_hier.group.as_ref()
+        } else {
+            None
+        }
+    }
+
+    /// Whether the world barrier runs hierarchically (one message per
+    /// host to rank 0 and back, shared memory within each host):
+    /// `Some(true)` or `Some(false)` once the first world barrier
+    /// (of any collective: `barrier`, `alloc_sym`, `freeze`, ...)
+    /// completed across hosts and decided it, the same on every rank;
+    /// `None` before that, and always when every rank shares this host
+    /// (one shared-memory counter).
+    ///
+    /// ```no_run
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// pg.barrier()?;
+    /// println!("world barrier hierarchical: {:?}", pg.barrier_is_hierarchical());
+    /// # Ok(()) }
+    /// ```
+    pub fn barrier_is_hierarchical(&self) -> Option<bool> {
+        let i = &self.inner;
+        if i.shm_barrier.is_some() || i.waited.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        Some(i.st.world_bar.hier())
+    }
+
+    /// World barrier messages (arrivals and releases of `barrier`,
+    /// `barrier_notify`/`barrier_wait` and the barriers inside
+    /// `alloc_sym`, `freeze`, `finish`, ...) this rank has sent to ranks
+    /// whose segment is not mapped here: ranks on other hosts (on the AM
+    /// path, every rank). Read it before and after barriers and sum over
+    /// the ranks to see what a barrier costs across hosts: 2 (L - 1) for
+    /// L hosts hierarchically, 2 (n - m) flat (m ranks on rank 0's host).
+    ///
+    /// ```no_run
+    /// # fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {
+    /// let before = pg.barrier_off_host_messages();
+    /// pg.barrier()?;
+    /// println!("{} sent across hosts", pg.barrier_off_host_messages() - before);
+    /// # Ok(()) }
+    /// ```
+    pub fn barrier_off_host_messages(&self) -> u64 {
+        self.inner.world_hier.off_host.load(Ordering::Relaxed)
+    }
+
+    /// Count a world barrier message to `to` if it leaves this host.
+    pub(crate) fn count_barrier_message(&self, to: usize) {
+        let i = &self.inner;
+        if i.direct.get(to).is_none_or(|s| s.is_empty()) {
+            i.world_hier.off_host.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Rank 0 releasing epoch `e` by messages: the flat release (for the
+    /// first epoch, the one that carries the decision). Sends `[e, hier]`
+    /// to every other rank.
+    pub(crate) fn flat_release(&self, e: u64) -> Result<()> {
+        let i = &self.inner;
+        let hier = if e == 1 {
+            let on = i.world_hier.decide(&i.st.world_bar, i.size);
+            i.st.world_bar.set_hier(on);
+            on
+        } else {
+            false
+        };
+        for r in 1..i.size {
+            i.ep.request(r, i.h.release, &[e, u64::from(hier)], Payload::None)?;
+            self.count_barrier_message(r);
+        }
+        Ok(())
+    }
+
+    /// Arrive in barrier `e` of `kind` hierarchically, if the world
+    /// barrier runs so: `Ok(false)` to go by the flat form.
+    pub(crate) fn hier_notify(&self, e: u64, kind: Coll) -> Result<bool> {
+        let Some(g) = self.world_group() else {
+            return Ok(false);
+        };
+        let i = &self.inner;
+        let wh = &i.world_hier;
+        let counted = if wh.unsent.load(Ordering::Relaxed) == e {
+            // a retry after this rank, the host's last arrival, failed to
+            // tell rank 0: only the message is left to send
+            Ok(true)
+        } else {
+            g.arrive_counted(e, kind)
+        };
+        match counted {
+            Err(why) => {
+                // every rank of this host is stuck or wrong: end the job
+                i.ep.abort(&why);
+                Err(Error::usage(why).at_rank(i.rank))
+            }
+            Ok(false) => Ok(true),
+            Ok(true) if i.rank == 0 => {
+                i.st.arrive(e, kind as u64, 0, i.size);
+                Ok(true)
+            }
+            Ok(true) => {
+                wh.unsent.store(e, Ordering::Relaxed);
+                i.ep.request(0, i.h.arrive, &wh.arrival(e, kind), Payload::None)?;
+                wh.unsent.store(0, Ordering::Relaxed);
+                self.count_barrier_message(0);
+                Ok(true)
+            }
+        }
+    }
+
+    /// Wait for barrier `e` of `kind` hierarchically, if the world barrier
+    /// runs so: `Ok(false)` to go by the flat form.
+    pub(crate) fn hier_wait(&self, e: u64, kind: Coll) -> Result<bool> {
+        let Some(g) = self.world_group() else {
+            return Ok(false);
+        };
+        let i = &self.inner;
+        let st = &i.st;
+        let leader = g.first() == i.rank;
+        let local = |missing: Vec<usize>| {
+            format!(
+                "in {} #{e} for rank(s) {}, which have not arrived",
+                kind.name(),
+                rank_list(&missing)
+            )
+        };
+        let failed = |err| {
+            i.wait_failed.store(true, Ordering::Relaxed);
+            err
+        };
+        let p = (e % 2) as usize;
+        let layout = i.world_hier.layout.get();
+        let hosts = layout.map_or(0, |l| l.leaders.len() as u64);
+        if i.rank == 0 && layout.is_none() {
+            return Ok(false);
+        }
+        let done = || {
+            if i.rank == 0 {
+                st.arrivals[p].load(Ordering::Acquire) == hosts || st.has_mismatch()
+            } else if leader {
+                st.released.load(Ordering::Acquire) >= e
+            } else {
+                g.released(e)
+            }
+        };
+        // First this host's ranks: who is missing here is known to every
+        // rank of it, so its leader reports first, the others 2 s later.
+        let here = || local(g.missing(e));
+        let extra = Duration::from_secs(if leader { 0 } else { 2 });
+        i.ep.wait_reporting(&here, extra, || g.missing(e).is_empty() || done())
+            .map_err(failed)?;
+        // Then the other hosts: rank 0 names the hosts it has no message
+        // from (3 s later), the others wait for it (8 s later).
+        let what = || {
+            if let (0, Some(layout)) = (i.rank, layout) {
+                let arrived = st.missing(p, i.size);
+                let missing: Vec<usize> = (0..layout.leaders.len())
+                    .map(|h| layout.members_of(h))
+                    .filter(|m| m.iter().all(|r| arrived.contains(r)))
+                    .flatten()
+                    .collect();
+                format!(
+                    "in {} #{e} for rank(s) {}, which have not arrived (or others on \
+                     their host have not)",
+                    kind.name(),
+                    rank_list(&missing)
+                )
+            } else if leader {
+                format!(
+                    "in {} #{e}, waiting for rank 0 to release it (rank 0 counts one \
+                     arrival per host)",
+                    kind.name()
+                )
+            } else {
+                format!(
+                    "in {} #{e}, waiting for this host's leader (rank {}) to release it",
+                    kind.name(),
+                    g.first()
+                )
+            }
+        };
+        let extra = Duration::from_secs(if i.rank == 0 { 3 } else { 8 });
+        i.ep.wait_reporting(&what, extra, done).map_err(failed)?;
+        if let Some(layout) = layout {
+            if let Some(why) = st.mismatch() {
+                // every rank is stuck or wrong: end the job, naming both sides
+                i.ep.abort(&why);
+                return Err(Error::usage(why).at_rank(i.rank));
+            }
+            st.reset_arrivals(p);
+            for &l in &layout.leaders[1..] {
+                i.ep.request(l, i.h.release, &[e, 1], Payload::None)?;
+                self.count_barrier_message(l);
+            }
+        }
+        if leader {
+            g.release(e);
+        }
+        Ok(true)
+    }
+}
