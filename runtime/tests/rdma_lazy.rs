@@ -399,3 +399,74 @@ fn lazyrdma_eager_start_still_connects_every_peer_at_once() {
     }
     assert_eq!(net.live_qps(), size * size);
 }
+
+#[test]
+fn rv2fix_a_lost_request_is_sent_again_and_the_peer_answers_later() {
+    // review 2, finding 2: REQUEST was sent once; once lost, every later
+    // first contact waited out the bound and blamed the peer
+    let cfg = RdmaConfig {
+        connect_timeout: Duration::from_millis(300),
+        ..RdmaConfig::default()
+    };
+    let (fabrics, _net, wires) = lazy_job(2, cfg, 11);
+    wires.deaf[1].store(true, Ordering::Relaxed);
+    let e = send_short(&fabrics[0], 1, &[1]).unwrap_err();
+    assert!(e.to_string().contains("rank 1 did not answer"), "{e}");
+    // the side channel works again and rank 1 polls all along
+    wires.deaf[1].store(false, Ordering::Relaxed);
+    let fabrics = Arc::new(fabrics);
+    let f2 = fabrics.clone();
+    let rx = std::thread::spawn(move || receive(&f2[1], 1));
+    let sent = send_short(&fabrics[0], 1, &[2]);
+    let s0 = fabrics[0].peer_state();
+    let s1 = fabrics[1].peer_state();
+    assert!(sent.is_ok(), "{sent:?}; rank 0 {s0:?}, rank 1 {s1:?}");
+    assert_eq!(rx.join().unwrap(), vec![(0, vec![2])]);
+    for (r, s) in [(0, s0), (1, s1)] {
+        assert_eq!(
+            (s.queue_pairs, s.pools, s.refused),
+            (1, 1, 0),
+            "rank {r}: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn rv2fix_a_lost_answer_or_ready_is_sent_again_when_the_answerer_sends() {
+    // review 2, finding 2: if READY (or ANSWER) is lost, the side that
+    // answered waited for it forever when it sent toward the asker itself
+    let cfg = RdmaConfig {
+        connect_timeout: Duration::from_secs(5),
+        ..RdmaConfig::default()
+    };
+    let (fabrics, _net, wires) = lazy_job(2, cfg, 13);
+    let fabrics = Arc::new(fabrics);
+    // rank 0 asks; rank 1 answers; rank 0's READY is lost (rank 1 deaf
+    // once its answer went out)
+    let f1 = fabrics.clone();
+    let w1 = wires.clone();
+    let answerer = std::thread::spawn(move || {
+        let t = Instant::now() + Duration::from_secs(20);
+        while f1[1].peer_state().queue_pairs == 0 {
+            assert!(Instant::now() < t, "rank 1 never heard the request");
+            f1[1].poll(Channel::Request, &mut |_| {}).unwrap();
+        }
+        w1.deaf[1].store(true, Ordering::Relaxed);
+    });
+    // rank 0 gets its answer (rank 1 answers as soon as it heard)
+    fabrics[0].put(1, 0, &[3; 8]).unwrap();
+    answerer.join().unwrap();
+    // drop whatever READY was on its way, then hear again
+    while wires.inboxes[1].lock().pop_front().is_some() {}
+    wires.deaf[1].store(false, Ordering::Relaxed);
+    let f0 = fabrics.clone();
+    let rx = std::thread::spawn(move || receive(&f0[0], 1));
+    let sent = send_short(&fabrics[1], 0, &[9]);
+    assert!(
+        sent.is_ok(),
+        "{sent:?}; rank 0 {:?}, rank 1 {:?}",
+        fabrics[0].peer_state(),
+        fabrics[1].peer_state()
+    );
+    assert_eq!(rx.join().unwrap(), vec![(1, vec![9])]);
+}

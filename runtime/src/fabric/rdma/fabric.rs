@@ -600,15 +600,17 @@ impl<V: Verbs> RdmaFabric<V> {
                 let mut d = self.dev.lock();
                 self.reap(&mut d)?;
                 self.serve_side(&mut d)?;
-                if self.step_connect(&mut d, peer)? {
+                if self.step_connect(&mut d, peer, since)? {
                     return Ok(());
                 }
             }
             if since.elapsed() >= self.cfg.connect_timeout {
+                let dropped = self.dev.lock().side.as_ref().map_or(0, |s| s.dropped());
                 return Err(Error::new(ErrorKind::Timeout(format!(
                     "ibverbs: rank {peer} did not answer this rank's connection request \
                      within {:.1} s (the hang report's bound, SPLITRT_HANG_REPORT): is it \
-                     still running, and does it make progress (poll, wait, barrier)?",
+                     still running, and does it make progress (poll, wait, barrier)? \
+                     ({dropped} connection messages to this rank dropped by a full inbox)",
                     self.cfg.connect_timeout.as_secs_f64()
                 )))
                 .at_rank(self.rank)
@@ -623,9 +625,9 @@ impl<V: Verbs> RdmaFabric<V> {
         }
     }
 
-    /// One step toward `peer`'s connection: make the queue pair, ask (once);
-    /// `true` once ready.
-    fn step_connect(&self, d: &mut Dev<V>, peer: usize) -> Result<bool> {
+    /// One step toward `peer`'s connection (waited for since `since`):
+    /// make the queue pair, ask (again while not ready); `true` once ready.
+    fn step_connect(&self, d: &mut Dev<V>, peer: usize, since: Instant) -> Result<bool> {
         let qp = self.open_peer(d, peer)?;
         let l = **d.links[peer].as_ref().expect("opened just above");
         if l.ready {
@@ -639,7 +641,20 @@ impl<V: Verbs> RdmaFabric<V> {
             self.set_link(d, peer, Some(me), true);
             return Ok(true);
         }
-        if l.asked.is_none() && l.remote.is_none() {
+        // ask; and ask again every so often while not ready: a REQUEST, or
+        // the ANSWER / READY it led to, may have been lost on the side
+        // channel (a full relay inbox drops), and asking is idempotent (a
+        // peer connected to this queue pair answers again, and an answer
+        // to an asking rank brings READY again)
+        // (the side that answered first waits that long for READY before
+        // it asks itself)
+        let after = |t: Instant| t.elapsed() >= self.resend_interval();
+        let ask = match (l.asked, l.remote) {
+            (Some(t), _) => after(t),
+            (None, None) => true,
+            (None, Some(_)) => after(since),
+        };
+        if ask {
             let Some(side) = d.side.as_ref() else {
                 return Err(Error::usage(format!(
                     "ibverbs: no connection to rank {peer} and no side channel to make one \
@@ -655,6 +670,12 @@ impl<V: Verbs> RdmaFabric<V> {
             }
         }
         Ok(false)
+    }
+
+    /// How long a connection waits for its peer before asking again: an
+    /// eighth of the bound, between 5 ms and 500 ms.
+    fn resend_interval(&self) -> Duration {
+        (self.cfg.connect_timeout / 8).clamp(Duration::from_millis(5), Duration::from_millis(500))
     }
 
     fn set_link(&self, d: &mut Dev<V>, peer: usize, remote: Option<QpEndpoint>, ready: bool) {
