@@ -470,3 +470,43 @@ fn rv2fix_a_lost_answer_or_ready_is_sent_again_when_the_answerer_sends() {
     );
     assert_eq!(rx.join().unwrap(), vec![(1, vec![9])]);
 }
+
+#[test]
+fn rv2fix_first_contact_with_a_busy_peer_is_reported_not_failed_unless_hang_abort() {
+    // review 2, finding 3: the hang report's time was a hard deadline for
+    // the first access to a peer that computes without polling
+    use splitrt_runtime::config::Config;
+    let job = |abort: bool| Config {
+        hang_report: Some(Duration::from_millis(200)),
+        hang_abort: abort,
+        ..Config::default()
+    };
+    // reports only: the access waits for the busy peer
+    let (fabrics, _net, _w) = lazy_job(2, job(false).rdma(), 17);
+    let fabrics = Arc::new(fabrics);
+    let f2 = fabrics.clone();
+    let rx = std::thread::spawn(move || {
+        // rank 1 computes (no poll) for three times the report's time
+        std::thread::sleep(Duration::from_millis(600));
+        receive(&f2[1], 1)
+    });
+    let sent = send_short(&fabrics[0], 1, &[5]);
+    assert!(sent.is_ok(), "{sent:?}");
+    assert_eq!(rx.join().unwrap(), vec![(0, vec![5])]);
+    // SPLITRT_HANG_ABORT=1: the access fails at the bound, naming the peer
+    let (fabrics, _net, _w) = lazy_job(2, job(true).rdma(), 19);
+    let t = Instant::now();
+    let e = send_short(&fabrics[0], 1, &[6]).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Timeout(_)), "{e}");
+    assert!(e.to_string().contains("rank 1 did not answer"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // SPLITRT_HANG_REPORT=off: never a report, never a failure
+    let off = Config {
+        hang_report: None,
+        hang_abort: true,
+        ..Config::default()
+    }
+    .rdma();
+    assert!(!off.connect_abort, "{off:?}");
+    assert_eq!(off.connect_timeout, Duration::MAX, "{off:?}");
+}

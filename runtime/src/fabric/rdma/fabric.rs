@@ -60,11 +60,18 @@ pub struct RdmaConfig {
     /// stale-page hazard [`super::reg_cache`] describes; opt in with
     /// `SPLITRT_IBV_REG_CACHE`).
     pub reg_cache: usize,
-    /// Longest wait for a peer to answer a connection request (made on
-    /// first contact, [`super::on_demand`]); a job sets it to the hang
-    /// report's time (`SPLITRT_HANG_REPORT`), so a peer that never answers
-    /// is named within the bound a hang would be reported in.
+    /// How long a wait for a peer to answer a connection request (made on
+    /// first contact, [`super::on_demand`]) goes before it fails or is
+    /// reported (see `connect_abort`); a job sets it to the hang report's
+    /// time (`SPLITRT_HANG_REPORT`; `Duration::MAX` when reports are off),
+    /// so a peer that never answers is named within the bound a hang would
+    /// be reported in.
     pub connect_timeout: Duration,
+    /// Whether a connection unanswered after `connect_timeout` fails (the
+    /// default, for a fabric on its own); else it is reported once on
+    /// stderr and the wait goes on. A job sets it from
+    /// `SPLITRT_HANG_ABORT`, like every hang report.
+    pub connect_abort: bool,
 }
 
 impl Default for RdmaConfig {
@@ -76,6 +83,7 @@ impl Default for RdmaConfig {
             max_inline: 128,
             reg_cache: 0,
             connect_timeout: Duration::from_secs(30),
+            connect_abort: true,
         }
     }
 }
@@ -595,6 +603,7 @@ impl<V: Verbs> RdmaFabric<V> {
     ) -> Result<()> {
         let since = Instant::now();
         let mut waits = 0u32;
+        let mut reported = false;
         loop {
             {
                 let mut d = self.dev.lock();
@@ -604,17 +613,27 @@ impl<V: Verbs> RdmaFabric<V> {
                     return Ok(());
                 }
             }
-            if since.elapsed() >= self.cfg.connect_timeout {
+            if !reported && since.elapsed() >= self.cfg.connect_timeout {
                 let dropped = self.dev.lock().side.as_ref().map_or(0, |s| s.dropped());
-                return Err(Error::new(ErrorKind::Timeout(format!(
+                let why = format!(
                     "ibverbs: rank {peer} did not answer this rank's connection request \
                      within {:.1} s (the hang report's bound, SPLITRT_HANG_REPORT): is it \
                      still running, and does it make progress (poll, wait, barrier)? \
                      ({dropped} connection messages to this rank dropped by a full inbox)",
                     self.cfg.connect_timeout.as_secs_f64()
-                )))
-                .at_rank(self.rank)
-                .with_peer(peer));
+                );
+                if self.cfg.connect_abort {
+                    return Err(Error::new(ErrorKind::Timeout(why))
+                        .at_rank(self.rank)
+                        .with_peer(peer));
+                }
+                // a hang report: once, and the wait goes on
+                eprintln!(
+                    "splitrt: rank {}: {why}; still waiting (SPLITRT_HANG_REPORT=off \
+                     silences this, SPLITRT_HANG_ABORT=1 ends the job instead)",
+                    self.rank
+                );
+                reported = true;
             }
             match stall.as_mut() {
                 Some(s) => s(waits).map_err(|e| e.at_rank(self.rank))?,
