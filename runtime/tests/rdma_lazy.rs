@@ -510,3 +510,35 @@ fn rv2fix_first_contact_with_a_busy_peer_is_reported_not_failed_unless_hang_abor
     assert!(!off.connect_abort, "{off:?}");
     assert_eq!(off.connect_timeout, Duration::MAX, "{off:?}");
 }
+
+#[test]
+fn rv2fix_a_request_this_rank_cannot_open_a_queue_pair_for_is_refused_not_a_poll_error() {
+    // review 2, finding 5: a failed queue-pair creation in answer to one
+    // peer's REQUEST was an error from this rank's poll
+    let cfg = RdmaConfig {
+        connect_timeout: Duration::from_secs(5),
+        ..RdmaConfig::default()
+    };
+    let (fabrics, net, _w) = lazy_job(2, cfg, 23);
+    let fabrics = Arc::new(fabrics);
+    let f0 = fabrics.clone();
+    let asker = std::thread::spawn(move || send_short(&f0[0], 1, &[7]));
+    let t = Instant::now() + Duration::from_secs(20);
+    while fabrics[0].peer_state().queue_pairs == 0 {
+        assert!(Instant::now() < t, "rank 0 never made its queue pair");
+        std::thread::yield_now();
+    }
+    // rank 1's device is out of queue pairs when the request arrives
+    net.refuse_qps(true);
+    while fabrics[1].peer_state().refused == 0 {
+        assert!(Instant::now() < t, "{:?}", fabrics[1].peer_state());
+        let polled = fabrics[1].poll(Channel::Request, &mut |_| {});
+        assert!(polled.is_ok(), "{polled:?}");
+    }
+    assert_eq!(fabrics[1].peer_state().queue_pairs, 0);
+    // the device recovers: rank 0's request, asked again, is answered
+    net.refuse_qps(false);
+    let got = receive(&fabrics[1], 1);
+    assert_eq!(got, vec![(0, vec![7])]);
+    asker.join().unwrap().unwrap();
+}

@@ -35,7 +35,10 @@
 //! A message that is malformed, names a queue pair other than the one this
 //! rank connected, or comes out of turn (an ANSWER nobody asked for) is
 //! refused: dropped and counted ([`PeerStateStats::refused`]), never a
-//! panic, and the fabric goes on.
+//! panic, and the fabric goes on; so is a REQUEST this rank cannot make a
+//! queue pair for (locked memory, queue-pair limits: logged on stderr; the
+//! peer asks again). Connection messages are sent after the device lock
+//! is dropped (a relay is a blocking write to the bootstrap socket).
 
 use super::verbs::{QpEndpoint, QpId};
 use crate::Result;
