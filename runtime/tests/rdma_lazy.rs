@@ -26,6 +26,10 @@ struct Wires {
     deaf: Vec<AtomicBool>,
     park: AtomicBool,
     parked: Mutex<Vec<(usize, usize, Vec<u8>)>>,
+    /// A rank whose sends block while on (a backed-up bootstrap socket),
+    /// and whether one is blocked now.
+    stall: Vec<AtomicBool>,
+    stalled: AtomicBool,
 }
 
 impl Wires {
@@ -45,6 +49,11 @@ struct Side {
 
 impl SideChannel for Side {
     fn send(&self, to: usize, msg: &[u8]) -> Result<()> {
+        let t = Instant::now() + Duration::from_secs(20);
+        while self.wires.stall[self.rank].load(Ordering::Acquire) && Instant::now() < t {
+            self.wires.stalled.store(true, Ordering::Release);
+            std::thread::yield_now();
+        }
         if self.wires.park.load(Ordering::Acquire) {
             let mut p = self.wires.parked.lock();
             if self.wires.park.load(Ordering::Acquire) {
@@ -76,6 +85,8 @@ fn lazy_job(size: usize, cfg: RdmaConfig, seed: u64) -> (Vec<Fab>, ModelNetwork,
         deaf: (0..size).map(|_| AtomicBool::new(false)).collect(),
         park: AtomicBool::new(false),
         parked: Mutex::new(Vec::new()),
+        stall: (0..size).map(|_| AtomicBool::new(false)).collect(),
+        stalled: AtomicBool::new(false),
     });
     let pending: Vec<PendingRdma<ModelDevice>> = (0..size)
         .map(|r| {
@@ -541,4 +552,31 @@ fn rv2fix_a_request_this_rank_cannot_open_a_queue_pair_for_is_refused_not_a_poll
     let got = receive(&fabrics[1], 1);
     assert_eq!(got, vec![(0, vec![7])]);
     asker.join().unwrap().unwrap();
+}
+
+#[test]
+fn rv2fix_a_blocked_relay_write_does_not_hold_the_device_lock() {
+    // review 2, finding 5: an answer was written to the bootstrap socket
+    // under the device lock, so a backed-up socket stalled every fabric op
+    let (fabrics, _net, wires) = lazy_job(2, RdmaConfig::default(), 29);
+    let fabrics = Arc::new(fabrics);
+    wires.stall[1].store(true, Ordering::Release);
+    let f0 = fabrics.clone();
+    let asker = std::thread::spawn(move || send_short(&f0[0], 1, &[8]));
+    let f1 = fabrics.clone();
+    let rx = std::thread::spawn(move || receive(&f1[1], 1));
+    let t = Instant::now() + Duration::from_secs(20);
+    while !wires.stalled.load(Ordering::Acquire) {
+        assert!(Instant::now() < t, "rank 1 never answered");
+        std::thread::yield_now();
+    }
+    // rank 1's answer is stuck in its write: its device must stay usable
+    let (tx, done) = std::sync::mpsc::channel();
+    let f1 = fabrics.clone();
+    std::thread::spawn(move || tx.send(f1[1].peer_state()).unwrap());
+    let state = done.recv_timeout(Duration::from_secs(2));
+    wires.stall[1].store(false, Ordering::Release);
+    assert!(state.is_ok(), "peer_state waited for a relay write");
+    asker.join().unwrap().unwrap();
+    assert_eq!(rx.join().unwrap(), vec![(0, vec![8])]);
 }
