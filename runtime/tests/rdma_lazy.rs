@@ -580,3 +580,18 @@ fn rv2fix_a_blocked_relay_write_does_not_hold_the_device_lock() {
     asker.join().unwrap().unwrap();
     assert_eq!(rx.join().unwrap(), vec![(0, vec![8])]);
 }
+
+#[test]
+fn rv2fix_requests_asked_again_are_spaced_out_doubling() {
+    // asking again must not fill a non-polling peer's bounded inbox: over
+    // a bound B the asker sends at 0, B/8, B/4, B/2 (and maybe at B)
+    let cfg = RdmaConfig {
+        connect_timeout: Duration::from_millis(400),
+        ..RdmaConfig::default()
+    };
+    let (fabrics, _net, wires) = lazy_job(2, cfg, 31);
+    wires.park.store(true, Ordering::Release);
+    assert!(send_short(&fabrics[0], 1, &[1]).is_err());
+    let n = wires.parked.lock().len();
+    assert!((2..=5).contains(&n), "{n} REQUESTs in 0.4 s");
+}

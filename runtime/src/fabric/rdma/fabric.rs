@@ -680,10 +680,12 @@ impl<V: Verbs> RdmaFabric<V> {
         // peer connected to this queue pair answers again, and an answer
         // to an asking rank brings READY again)
         // (the side that answered first waits that long for READY before
-        // it asks itself)
+        // it asks itself). The gaps double (each at least as long as this
+        // wait so far), so a peer that does not poll for a long while
+        // gets a few copies, not enough to fill its bounded relay inbox.
         let after = |t: Instant| t.elapsed() >= self.resend_interval();
         let ask = match (l.asked, l.remote) {
-            (Some(t), _) => after(t),
+            (Some(t), _) => after(t) && t.elapsed() >= t.saturating_duration_since(since),
             (None, None) => true,
             (None, Some(_)) => after(since),
         };

@@ -26,8 +26,9 @@
 //! tie-break is needed, and no queue pair is made twice.
 //!
 //! A message may be lost on the way (a full relay inbox drops it), so a
-//! rank waiting for a peer asks again every eighth of its bound (5 ms to
-//! 500 ms): REQUEST is idempotent (a peer already connected to the queue
+//! rank waiting for a peer asks again after an eighth of its bound (5 ms
+//! to 500 ms), the gaps doubling from there (a peer that does not poll
+//! for a long while gets a few copies, well within its inbox): REQUEST is idempotent (a peer already connected to the queue
 //! pair named answers again; the asker sends READY again), and a rank
 //! that answered first but has not heard READY when it wants to send asks
 //! itself after the same wait.
