@@ -1618,13 +1618,16 @@ impl Endpoint {
             } else {
                 self.inner.check_failure()?;
                 self.inner.take_deferred()?;
-                if traffic_is_progress
-                    && backoff.is_slow()
-                    && self.inner.progress.handler_rounds() != rounds
-                {
-                    // the progress thread ran handlers for this rank meanwhile
-                    rounds = self.inner.progress.handler_rounds();
-                    watch.progress();
+                // the progress thread ran handlers for this rank meanwhile
+                // (looked at on every idle round, one load: under
+                // SPLITRT_SPIN_ONLY the back-off never gets slow, yet the
+                // watch below still looks at the clock)
+                if traffic_is_progress {
+                    let now = self.inner.progress.handler_rounds();
+                    if now != rounds {
+                        rounds = now;
+                        watch.progress();
+                    }
                 }
             }
             // traffic resets the backoff, so this wait may never get slow

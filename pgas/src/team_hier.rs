@@ -128,7 +128,7 @@ impl Team {
             esize: std::mem::size_of::<T>() as u64,
         };
         // an allgather's fan-out step carries every member's elements;
-        // alltoall, reduce_scatter and the scans: see `Layout::width`
+        // alltoall, reduce_scatter and the scans: see `Layout::alltoall_width`
         let n = self.size();
         let fits = |g: &HostGroups| {
             let wide = match kind {

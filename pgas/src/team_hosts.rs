@@ -211,7 +211,7 @@ mod tests {
         assert!(a.contiguous());
         // 3 + 3: 3 * 3 = 9 > 6
         assert_eq!(l(vec![0, 0, 0, 1, 1, 1], vec![0, 3]).alltoall_width(), 9);
-        // 1 + 1 + 1 + 3: the members' 6 blocks
+        // 1 + 1 + 1 + 3: the 3-member host's 3 * 3 = 9 > the members' 6 blocks
         assert_eq!(
             l(vec![0, 1, 2, 3, 3, 3], vec![0, 1, 2, 3]).alltoall_width(),
             9

@@ -604,8 +604,11 @@ impl Config {
             buffer_size: self.ibv_buffer_size,
             max_medium: self.max_medium,
             reg_cache: self.ibv_reg_cache,
-            // a peer that never answers is named within a hang report's time
-            connect_timeout: self.hang_report.unwrap_or(Duration::from_secs(60)),
+            // a peer that never answers is named within a hang report's
+            // time, like any hang: reported, failed only under
+            // SPLITRT_HANG_ABORT=1, never either when reports are off
+            connect_timeout: self.hang_report.unwrap_or(Duration::MAX),
+            connect_abort: self.hang_abort && self.hang_report.is_some(),
             ..Default::default()
         }
     }

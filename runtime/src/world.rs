@@ -72,6 +72,9 @@ impl SideChannel for crate::bootstrap::Relay {
     fn take(&self) -> Option<(usize, Vec<u8>)> {
         crate::bootstrap::Relay::take(self)
     }
+    fn dropped(&self) -> u64 {
+        crate::bootstrap::Relay::dropped(self)
+    }
 }
 
 /// How long a rank hosting the rendezvous waits, once the job has failed,

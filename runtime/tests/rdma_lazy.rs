@@ -26,6 +26,10 @@ struct Wires {
     deaf: Vec<AtomicBool>,
     park: AtomicBool,
     parked: Mutex<Vec<(usize, usize, Vec<u8>)>>,
+    /// A rank whose sends block while on (a backed-up bootstrap socket),
+    /// and whether one is blocked now.
+    stall: Vec<AtomicBool>,
+    stalled: AtomicBool,
 }
 
 impl Wires {
@@ -45,6 +49,11 @@ struct Side {
 
 impl SideChannel for Side {
     fn send(&self, to: usize, msg: &[u8]) -> Result<()> {
+        let t = Instant::now() + Duration::from_secs(20);
+        while self.wires.stall[self.rank].load(Ordering::Acquire) && Instant::now() < t {
+            self.wires.stalled.store(true, Ordering::Release);
+            std::thread::yield_now();
+        }
         if self.wires.park.load(Ordering::Acquire) {
             let mut p = self.wires.parked.lock();
             if self.wires.park.load(Ordering::Acquire) {
@@ -76,6 +85,8 @@ fn lazy_job(size: usize, cfg: RdmaConfig, seed: u64) -> (Vec<Fab>, ModelNetwork,
         deaf: (0..size).map(|_| AtomicBool::new(false)).collect(),
         park: AtomicBool::new(false),
         parked: Mutex::new(Vec::new()),
+        stall: (0..size).map(|_| AtomicBool::new(false)).collect(),
+        stalled: AtomicBool::new(false),
     });
     let pending: Vec<PendingRdma<ModelDevice>> = (0..size)
         .map(|r| {
@@ -398,4 +409,189 @@ fn lazyrdma_eager_start_still_connects_every_peer_at_once() {
         assert_eq!((s.queue_pairs, s.pools), (size, size), "{s:?}");
     }
     assert_eq!(net.live_qps(), size * size);
+}
+
+#[test]
+fn rv2fix_a_lost_request_is_sent_again_and_the_peer_answers_later() {
+    // review 2, finding 2: REQUEST was sent once; once lost, every later
+    // first contact waited out the bound and blamed the peer
+    let cfg = RdmaConfig {
+        connect_timeout: Duration::from_millis(300),
+        ..RdmaConfig::default()
+    };
+    let (fabrics, _net, wires) = lazy_job(2, cfg, 11);
+    wires.deaf[1].store(true, Ordering::Relaxed);
+    let e = send_short(&fabrics[0], 1, &[1]).unwrap_err();
+    assert!(e.to_string().contains("rank 1 did not answer"), "{e}");
+    // the side channel works again and rank 1 polls all along
+    wires.deaf[1].store(false, Ordering::Relaxed);
+    let fabrics = Arc::new(fabrics);
+    let f2 = fabrics.clone();
+    let rx = std::thread::spawn(move || receive(&f2[1], 1));
+    let sent = send_short(&fabrics[0], 1, &[2]);
+    let s0 = fabrics[0].peer_state();
+    let s1 = fabrics[1].peer_state();
+    assert!(sent.is_ok(), "{sent:?}; rank 0 {s0:?}, rank 1 {s1:?}");
+    assert_eq!(rx.join().unwrap(), vec![(0, vec![2])]);
+    for (r, s) in [(0, s0), (1, s1)] {
+        assert_eq!(
+            (s.queue_pairs, s.pools, s.refused),
+            (1, 1, 0),
+            "rank {r}: {s:?}"
+        );
+    }
+}
+
+#[test]
+fn rv2fix_a_lost_answer_or_ready_is_sent_again_when_the_answerer_sends() {
+    // review 2, finding 2: if READY (or ANSWER) is lost, the side that
+    // answered waited for it forever when it sent toward the asker itself
+    let cfg = RdmaConfig {
+        connect_timeout: Duration::from_secs(5),
+        ..RdmaConfig::default()
+    };
+    let (fabrics, _net, wires) = lazy_job(2, cfg, 13);
+    let fabrics = Arc::new(fabrics);
+    // rank 0 asks; rank 1 answers; rank 0's READY is lost (rank 1 deaf
+    // once its answer went out)
+    let f1 = fabrics.clone();
+    let w1 = wires.clone();
+    let answerer = std::thread::spawn(move || {
+        let t = Instant::now() + Duration::from_secs(20);
+        while f1[1].peer_state().queue_pairs == 0 {
+            assert!(Instant::now() < t, "rank 1 never heard the request");
+            f1[1].poll(Channel::Request, &mut |_| {}).unwrap();
+        }
+        w1.deaf[1].store(true, Ordering::Relaxed);
+    });
+    // rank 0 gets its answer (rank 1 answers as soon as it heard)
+    fabrics[0].put(1, 0, &[3; 8]).unwrap();
+    answerer.join().unwrap();
+    // drop whatever READY was on its way, then hear again
+    while wires.inboxes[1].lock().pop_front().is_some() {}
+    wires.deaf[1].store(false, Ordering::Relaxed);
+    let f0 = fabrics.clone();
+    let rx = std::thread::spawn(move || receive(&f0[0], 1));
+    let sent = send_short(&fabrics[1], 0, &[9]);
+    assert!(
+        sent.is_ok(),
+        "{sent:?}; rank 0 {:?}, rank 1 {:?}",
+        fabrics[0].peer_state(),
+        fabrics[1].peer_state()
+    );
+    assert_eq!(rx.join().unwrap(), vec![(1, vec![9])]);
+}
+
+#[test]
+fn rv2fix_first_contact_with_a_busy_peer_is_reported_not_failed_unless_hang_abort() {
+    // review 2, finding 3: the hang report's time was a hard deadline for
+    // the first access to a peer that computes without polling
+    use splitrt_runtime::config::Config;
+    let job = |abort: bool| Config {
+        hang_report: Some(Duration::from_millis(200)),
+        hang_abort: abort,
+        ..Config::default()
+    };
+    // reports only: the access waits for the busy peer
+    let (fabrics, _net, _w) = lazy_job(2, job(false).rdma(), 17);
+    let fabrics = Arc::new(fabrics);
+    let f2 = fabrics.clone();
+    let rx = std::thread::spawn(move || {
+        // rank 1 computes (no poll) for three times the report's time
+        std::thread::sleep(Duration::from_millis(600));
+        receive(&f2[1], 1)
+    });
+    let sent = send_short(&fabrics[0], 1, &[5]);
+    assert!(sent.is_ok(), "{sent:?}");
+    assert_eq!(rx.join().unwrap(), vec![(0, vec![5])]);
+    // SPLITRT_HANG_ABORT=1: the access fails at the bound, naming the peer
+    let (fabrics, _net, _w) = lazy_job(2, job(true).rdma(), 19);
+    let t = Instant::now();
+    let e = send_short(&fabrics[0], 1, &[6]).unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::Timeout(_)), "{e}");
+    assert!(e.to_string().contains("rank 1 did not answer"), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    // SPLITRT_HANG_REPORT=off: never a report, never a failure
+    let off = Config {
+        hang_report: None,
+        hang_abort: true,
+        ..Config::default()
+    }
+    .rdma();
+    assert!(!off.connect_abort, "{off:?}");
+    assert_eq!(off.connect_timeout, Duration::MAX, "{off:?}");
+}
+
+#[test]
+fn rv2fix_a_request_this_rank_cannot_open_a_queue_pair_for_is_refused_not_a_poll_error() {
+    // review 2, finding 5: a failed queue-pair creation in answer to one
+    // peer's REQUEST was an error from this rank's poll
+    let cfg = RdmaConfig {
+        connect_timeout: Duration::from_secs(5),
+        ..RdmaConfig::default()
+    };
+    let (fabrics, net, _w) = lazy_job(2, cfg, 23);
+    let fabrics = Arc::new(fabrics);
+    let f0 = fabrics.clone();
+    let asker = std::thread::spawn(move || send_short(&f0[0], 1, &[7]));
+    let t = Instant::now() + Duration::from_secs(20);
+    while fabrics[0].peer_state().queue_pairs == 0 {
+        assert!(Instant::now() < t, "rank 0 never made its queue pair");
+        std::thread::yield_now();
+    }
+    // rank 1's device is out of queue pairs when the request arrives
+    net.refuse_qps(true);
+    while fabrics[1].peer_state().refused == 0 {
+        assert!(Instant::now() < t, "{:?}", fabrics[1].peer_state());
+        let polled = fabrics[1].poll(Channel::Request, &mut |_| {});
+        assert!(polled.is_ok(), "{polled:?}");
+    }
+    assert_eq!(fabrics[1].peer_state().queue_pairs, 0);
+    // the device recovers: rank 0's request, asked again, is answered
+    net.refuse_qps(false);
+    let got = receive(&fabrics[1], 1);
+    assert_eq!(got, vec![(0, vec![7])]);
+    asker.join().unwrap().unwrap();
+}
+
+#[test]
+fn rv2fix_a_blocked_relay_write_does_not_hold_the_device_lock() {
+    // review 2, finding 5: an answer was written to the bootstrap socket
+    // under the device lock, so a backed-up socket stalled every fabric op
+    let (fabrics, _net, wires) = lazy_job(2, RdmaConfig::default(), 29);
+    let fabrics = Arc::new(fabrics);
+    wires.stall[1].store(true, Ordering::Release);
+    let f0 = fabrics.clone();
+    let asker = std::thread::spawn(move || send_short(&f0[0], 1, &[8]));
+    let f1 = fabrics.clone();
+    let rx = std::thread::spawn(move || receive(&f1[1], 1));
+    let t = Instant::now() + Duration::from_secs(20);
+    while !wires.stalled.load(Ordering::Acquire) {
+        assert!(Instant::now() < t, "rank 1 never answered");
+        std::thread::yield_now();
+    }
+    // rank 1's answer is stuck in its write: its device must stay usable
+    let (tx, done) = std::sync::mpsc::channel();
+    let f1 = fabrics.clone();
+    std::thread::spawn(move || tx.send(f1[1].peer_state()).unwrap());
+    let state = done.recv_timeout(Duration::from_secs(2));
+    wires.stall[1].store(false, Ordering::Release);
+    assert!(state.is_ok(), "peer_state waited for a relay write");
+    asker.join().unwrap().unwrap();
+    assert_eq!(rx.join().unwrap(), vec![(0, vec![8])]);
+}
+
+#[test]
+fn rv2fix_requests_asked_again_are_spaced_out_doubling() {
+    // asking again must not fill a non-polling peer's bounded inbox: over
+    // a bound B the asker sends at 0, B/8, B/4, B/2 (and maybe at B)
+    let cfg = RdmaConfig {
+        connect_timeout: Duration::from_millis(400),
+        ..RdmaConfig::default()
+    };
+    let (fabrics, _net, wires) = lazy_job(2, cfg, 31);
+    wires.park.store(true, Ordering::Release);
+    assert!(send_short(&fabrics[0], 1, &[1]).is_err());
+    let n = wires.parked.lock().len();
+    assert!((2..=5).contains(&n), "{n} REQUESTs in 0.4 s");
 }

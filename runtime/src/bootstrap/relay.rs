@@ -39,7 +39,9 @@ impl RelayInbox {
     }
 
     /// Messages queued at most in a job of `size` ranks: four per peer and
-    /// some (the connection protocol has at most two in flight per pair).
+    /// some (the connection protocol has at most three in flight per pair,
+    /// when both ask at once; a REQUEST sent again after a loss replaces
+    /// one that is gone).
     pub fn capacity(size: usize) -> usize {
         4 * size + 64
     }

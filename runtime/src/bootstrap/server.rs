@@ -524,6 +524,14 @@ fn serve(
     // connections that never said hello take no part in the running job
     conns.retain(|_, c| c.joined);
     broadcast(&mut conns, &Msg::Welcome(peers));
+    // each rank's connection, for relays (a lookup by rank, not a scan:
+    // all-to-all first contact relays ~3N(N-1) messages)
+    let mut by_rank: Vec<Option<usize>> = vec![None; size];
+    for (&id, c) in &conns {
+        if let Some(slot) = by_rank.get_mut(c.rank).filter(|s| s.is_none() || c.open) {
+            *slot = Some(id);
+        }
+    }
 
     // Phase 2: barriers, goodbyes, failures.
     let mut arrivals: BTreeMap<u64, Arrivals> = BTreeMap::new();
@@ -636,7 +644,8 @@ fn serve(
                     fail(&mut conns, r, why);
                     continue;
                 }
-                if let Some(t) = conns.values_mut().find(|t| t.open && t.rank == to) {
+                let target = by_rank[to].and_then(|t| conns.get_mut(&t));
+                if let Some(t) = target.filter(|t| t.open) {
                     send(t, &Msg::Relay(r as u32, msg));
                 }
             }

@@ -60,11 +60,18 @@ pub struct RdmaConfig {
     /// stale-page hazard [`super::reg_cache`] describes; opt in with
     /// `SPLITRT_IBV_REG_CACHE`).
     pub reg_cache: usize,
-    /// Longest wait for a peer to answer a connection request (made on
-    /// first contact, [`super::on_demand`]); a job sets it to the hang
-    /// report's time (`SPLITRT_HANG_REPORT`), so a peer that never answers
-    /// is named within the bound a hang would be reported in.
+    /// How long a wait for a peer to answer a connection request (made on
+    /// first contact, [`super::on_demand`]) goes before it fails or is
+    /// reported (see `connect_abort`); a job sets it to the hang report's
+    /// time (`SPLITRT_HANG_REPORT`; `Duration::MAX` when reports are off),
+    /// so a peer that never answers is named within the bound a hang would
+    /// be reported in.
     pub connect_timeout: Duration,
+    /// Whether a connection unanswered after `connect_timeout` fails (the
+    /// default, for a fabric on its own); else it is reported once on
+    /// stderr and the wait goes on. A job sets it from
+    /// `SPLITRT_HANG_ABORT`, like every hang report.
+    pub connect_abort: bool,
 }
 
 impl Default for RdmaConfig {
@@ -76,6 +83,7 @@ impl Default for RdmaConfig {
             max_inline: 128,
             reg_cache: 0,
             connect_timeout: Duration::from_secs(30),
+            connect_abort: true,
         }
     }
 }
@@ -165,7 +173,7 @@ struct Dev<V: Verbs> {
     caps: QpCaps,
     /// How connection messages travel (none: eager, every peer connected
     /// by [`PendingRdma::connect`]).
-    side: Option<Box<dyn SideChannel>>,
+    side: Option<Arc<dyn SideChannel>>,
     /// Connection messages refused.
     refused: u64,
     mail: Region,
@@ -498,7 +506,7 @@ impl<V: Verbs> PendingRdma<V> {
     ) -> Result<RdmaFabric<V>> {
         let mut f = self.inner;
         f.learn(cards)?;
-        f.dev.get_mut().side = side;
+        f.dev.get_mut().side = side.map(Arc::from);
         Ok(f)
     }
 }
@@ -595,24 +603,44 @@ impl<V: Verbs> RdmaFabric<V> {
     ) -> Result<()> {
         let since = Instant::now();
         let mut waits = 0u32;
+        let mut reported = false;
         loop {
-            {
+            let mut out = Vec::new();
+            let (ready, side) = {
                 let mut d = self.dev.lock();
                 self.reap(&mut d)?;
-                self.serve_side(&mut d)?;
-                if self.step_connect(&mut d, peer)? {
-                    return Ok(());
-                }
+                self.serve_side(&mut d, &mut out);
+                (
+                    self.step_connect(&mut d, peer, since, &mut out)?,
+                    d.side.clone(),
+                )
+            };
+            // the relays go out after the device lock is dropped
+            self.send_side(side.as_deref(), out)?;
+            if ready {
+                return Ok(());
             }
-            if since.elapsed() >= self.cfg.connect_timeout {
-                return Err(Error::new(ErrorKind::Timeout(format!(
+            if !reported && since.elapsed() >= self.cfg.connect_timeout {
+                let dropped = self.dev.lock().side.as_ref().map_or(0, |s| s.dropped());
+                let why = format!(
                     "ibverbs: rank {peer} did not answer this rank's connection request \
                      within {:.1} s (the hang report's bound, SPLITRT_HANG_REPORT): is it \
-                     still running, and does it make progress (poll, wait, barrier)?",
+                     still running, and does it make progress (poll, wait, barrier)? \
+                     ({dropped} connection messages to this rank dropped by a full inbox)",
                     self.cfg.connect_timeout.as_secs_f64()
-                )))
-                .at_rank(self.rank)
-                .with_peer(peer));
+                );
+                if self.cfg.connect_abort {
+                    return Err(Error::new(ErrorKind::Timeout(why))
+                        .at_rank(self.rank)
+                        .with_peer(peer));
+                }
+                // a hang report: once, and the wait goes on
+                eprintln!(
+                    "splitrt: rank {}: {why}; still waiting (SPLITRT_HANG_REPORT=off \
+                     silences this, SPLITRT_HANG_ABORT=1 ends the job instead)",
+                    self.rank
+                );
+                reported = true;
             }
             match stall.as_mut() {
                 Some(s) => s(waits).map_err(|e| e.at_rank(self.rank))?,
@@ -623,9 +651,16 @@ impl<V: Verbs> RdmaFabric<V> {
         }
     }
 
-    /// One step toward `peer`'s connection: make the queue pair, ask (once);
-    /// `true` once ready.
-    fn step_connect(&self, d: &mut Dev<V>, peer: usize) -> Result<bool> {
+    /// One step toward `peer`'s connection (waited for since `since`):
+    /// make the queue pair, ask (again while not ready); `true` once ready.
+    /// Messages to send go to `out` (sent once the device lock is dropped).
+    fn step_connect(
+        &self,
+        d: &mut Dev<V>,
+        peer: usize,
+        since: Instant,
+        out: &mut Vec<(usize, ConnectMsg)>,
+    ) -> Result<bool> {
         let qp = self.open_peer(d, peer)?;
         let l = **d.links[peer].as_ref().expect("opened just above");
         if l.ready {
@@ -639,22 +674,42 @@ impl<V: Verbs> RdmaFabric<V> {
             self.set_link(d, peer, Some(me), true);
             return Ok(true);
         }
-        if l.asked.is_none() && l.remote.is_none() {
-            let Some(side) = d.side.as_ref() else {
+        // ask; and ask again every so often while not ready: a REQUEST, or
+        // the ANSWER / READY it led to, may have been lost on the side
+        // channel (a full relay inbox drops), and asking is idempotent (a
+        // peer connected to this queue pair answers again, and an answer
+        // to an asking rank brings READY again)
+        // (the side that answered first waits that long for READY before
+        // it asks itself). The gaps double (each at least as long as this
+        // wait so far), so a peer that does not poll for a long while
+        // gets a few copies, not enough to fill its bounded relay inbox.
+        let after = |t: Instant| t.elapsed() >= self.resend_interval();
+        let ask = match (l.asked, l.remote) {
+            (Some(t), _) => after(t) && t.elapsed() >= t.saturating_duration_since(since),
+            (None, None) => true,
+            (None, Some(_)) => after(since),
+        };
+        if ask {
+            if d.side.is_none() {
                 return Err(Error::usage(format!(
                     "ibverbs: no connection to rank {peer} and no side channel to make one \
                      (an eager fabric is connected by PendingRdma::connect)"
                 ))
                 .at_rank(self.rank)
                 .with_peer(peer));
-            };
-            side.send(peer, &ConnectMsg::Request(me).encode())
-                .map_err(|e| e.at_rank(self.rank).with_peer(peer))?;
+            }
+            out.push((peer, ConnectMsg::Request(me)));
             if let Some(l) = d.links[peer].as_mut() {
                 l.asked = Some(Instant::now());
             }
         }
         Ok(false)
+    }
+
+    /// How long a connection waits for its peer before asking again: an
+    /// eighth of the bound, between 5 ms and 500 ms.
+    fn resend_interval(&self) -> Duration {
+        (self.cfg.connect_timeout / 8).clamp(Duration::from_millis(5), Duration::from_millis(500))
     }
 
     fn set_link(&self, d: &mut Dev<V>, peer: usize, remote: Option<QpEndpoint>, ready: bool) {
@@ -668,30 +723,52 @@ impl<V: Verbs> RdmaFabric<V> {
     }
 
     /// Answer the connection messages waiting on the side channel (a
-    /// bounded number a call).
-    fn serve_side(&self, d: &mut Dev<V>) -> Result<()> {
+    /// bounded number a call); the answers go to `out`, to be sent once
+    /// the device lock is dropped ([`send_side`](Self::send_side)).
+    fn serve_side(&self, d: &mut Dev<V>, out: &mut Vec<(usize, ConnectMsg)>) {
         if !d.side.as_ref().is_some_and(|s| s.pending()) {
-            return Ok(());
+            return;
         }
         for _ in 0..256 {
             let Some((from, msg)) = d.side.as_ref().and_then(|s| s.take()) else {
                 break;
             };
-            self.on_connect_msg(d, from, &msg)?;
+            if let Some(a) = self.on_connect_msg(d, from, &msg) {
+                out.push((from, a));
+            }
+        }
+    }
+
+    /// Send the connection messages in `out` (called without the device
+    /// lock: a relay is a blocking write to the bootstrap socket).
+    fn send_side(
+        &self,
+        side: Option<&dyn SideChannel>,
+        out: Vec<(usize, ConnectMsg)>,
+    ) -> Result<()> {
+        let Some(side) = side else {
+            return Ok(());
+        };
+        for (to, m) in out {
+            side.send(to, &m.encode())
+                .map_err(|e| e.at_rank(self.rank).with_peer(to))?;
         }
         Ok(())
     }
 
-    /// One connection message from rank `from` ([`super::on_demand`]);
-    /// anything malformed or out of turn is refused (counted, dropped).
-    fn on_connect_msg(&self, d: &mut Dev<V>, from: usize, msg: &[u8]) -> Result<()> {
+    /// One connection message from rank `from` ([`super::on_demand`]):
+    /// the answer to send back, if any. Anything malformed or out of turn
+    /// is refused (counted, dropped), and so is a REQUEST this rank cannot
+    /// make a queue pair for (logged): one peer's request is never an
+    /// error of this rank's poll.
+    fn on_connect_msg(&self, d: &mut Dev<V>, from: usize, msg: &[u8]) -> Option<ConnectMsg> {
         if from >= self.size || from == self.rank {
             d.refused += 1;
-            return Ok(());
+            return None;
         }
         let Ok(m) = ConnectMsg::decode(msg) else {
             d.refused += 1;
-            return Ok(());
+            return None;
         };
         let link = d.links[from].as_deref().copied();
         // the queue pair a message names must be the one connected, if any
@@ -702,16 +779,28 @@ impl<V: Verbs> RdmaFabric<V> {
         if let (Some(e), Some(r)) = (named, link.and_then(|l| l.remote)) {
             if e != r {
                 d.refused += 1;
-                return Ok(());
+                return None;
             }
         }
-        let answer = match m {
+        match m {
             ConnectMsg::Request(e) => {
-                let qp = self.open_peer(d, from)?;
+                let qp = match self.open_peer(d, from) {
+                    Ok(qp) => qp,
+                    Err(err) => {
+                        // memlock or queue-pair limits: the peer asks again
+                        d.refused += 1;
+                        eprintln!(
+                            "splitrt: rank {}: refused rank {from}'s ibverbs connection \
+                             request: {err}",
+                            self.rank
+                        );
+                        return None;
+                    }
+                };
                 if link.and_then(|l| l.remote).is_none() {
                     if d.verbs.connect(qp, &e).is_err() {
                         d.refused += 1;
-                        return Ok(());
+                        return None;
                     }
                     self.set_link(d, from, Some(e), false);
                 }
@@ -721,11 +810,11 @@ impl<V: Verbs> RdmaFabric<V> {
                 let Some(l) = link.filter(|l| l.asked.is_some()) else {
                     // an answer this rank never asked for
                     d.refused += 1;
-                    return Ok(());
+                    return None;
                 };
                 if l.remote.is_none() && d.verbs.connect(l.qp, &e).is_err() {
                     d.refused += 1;
-                    return Ok(());
+                    return None;
                 }
                 self.set_link(d, from, Some(e), true);
                 Some(ConnectMsg::Ready)
@@ -733,17 +822,12 @@ impl<V: Verbs> RdmaFabric<V> {
             ConnectMsg::Ready => {
                 let Some(l) = link.filter(|l| l.remote.is_some()) else {
                     d.refused += 1;
-                    return Ok(());
+                    return None;
                 };
                 self.set_link(d, from, l.remote, true);
                 None
             }
-        };
-        if let (Some(a), Some(side)) = (answer, d.side.as_ref()) {
-            side.send(from, &a.encode())
-                .map_err(|e| e.at_rank(self.rank).with_peer(from))?;
         }
-        Ok(())
     }
 
     /// What this rank holds toward its peers now: queue pairs, pools and
@@ -763,7 +847,14 @@ impl<V: Verbs> RdmaFabric<V> {
     /// side channel (a test's way to play a broken or hostile peer).
     #[cfg(feature = "test-doubles")]
     pub fn inject_connect_msg(&self, from: usize, msg: &[u8]) -> Result<()> {
-        self.on_connect_msg(&mut self.dev.lock(), from, msg)
+        let (answer, side) = {
+            let mut d = self.dev.lock();
+            (self.on_connect_msg(&mut d, from, msg), d.side.clone())
+        };
+        self.send_side(
+            side.as_deref(),
+            answer.map(|a| (from, a)).into_iter().collect(),
+        )
     }
 
     /// Whether arrivals wait (or a message is half fed) for a poll.
@@ -1647,10 +1738,16 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
         let Some(mut rx) = self.rx[c].try_lock() else {
             return Ok(0);
         };
-        {
+        let mut out = Vec::new();
+        let side = {
             let mut d = self.dev.lock();
             self.reap(&mut d)?;
-            self.serve_side(&mut d)?;
+            self.serve_side(&mut d, &mut out);
+            // (no reference count touched on a poll that answered nothing)
+            d.side.clone().filter(|_| !out.is_empty())
+        };
+        if !out.is_empty() {
+            self.send_side(side.as_deref(), out)?;
         }
         let mut n = 0;
         loop {

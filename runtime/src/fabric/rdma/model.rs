@@ -65,6 +65,8 @@ struct Net {
     stats: ModelStats,
     /// Nothing moves ([`ModelNetwork::hold`]): a link down, a wedged peer.
     held: bool,
+    /// Queue-pair creation fails (see [`ModelNetwork::refuse_qps`]).
+    refuse_qps: bool,
 }
 
 struct Dev {
@@ -113,6 +115,7 @@ impl ModelNetwork {
                 next_key: 0x100,
                 stats: ModelStats::default(),
                 held: false,
+                refuse_qps: false,
             })),
         }
     }
@@ -143,6 +146,12 @@ impl ModelNetwork {
     /// or toward a wedged peer.
     pub fn hold(&self, held: bool) {
         self.net.lock().held = held;
+    }
+
+    /// Make queue-pair creation fail (`true`) or work again, on every
+    /// device: a device out of queue pairs or locked memory.
+    pub fn refuse_qps(&self, refuse: bool) {
+        self.net.lock().refuse_qps = refuse;
     }
 
     /// Queue pairs created and not destroyed, on every device.
@@ -473,6 +482,12 @@ unsafe impl Verbs for ModelDevice {
 
     fn create_qp(&mut self, caps: QpCaps) -> Result<QpId> {
         let mut n = self.net.lock();
+        if n.refuse_qps {
+            return Err(Error::io(
+                "model: creating a queue pair",
+                std::io::Error::from_raw_os_error(libc::ENOMEM),
+            ));
+        }
         let psn = n.rng.gen::<u32>() & 0xff_ffff;
         let local = QpId(self.qps.len() as u32);
         n.qps.push(Some(Qp {

@@ -25,10 +25,21 @@
 //! on the other's REQUEST, answers, and is ready on the other's ANSWER. No
 //! tie-break is needed, and no queue pair is made twice.
 //!
+//! A message may be lost on the way (a full relay inbox drops it), so a
+//! rank waiting for a peer asks again after an eighth of its bound (5 ms
+//! to 500 ms), the gaps doubling from there (a peer that does not poll
+//! for a long while gets a few copies, well within its inbox): REQUEST is idempotent (a peer already connected to the queue
+//! pair named answers again; the asker sends READY again), and a rank
+//! that answered first but has not heard READY when it wants to send asks
+//! itself after the same wait.
+//!
 //! A message that is malformed, names a queue pair other than the one this
 //! rank connected, or comes out of turn (an ANSWER nobody asked for) is
 //! refused: dropped and counted ([`PeerStateStats::refused`]), never a
-//! panic, and the fabric goes on.
+//! panic, and the fabric goes on; so is a REQUEST this rank cannot make a
+//! queue pair for (locked memory, queue-pair limits: logged on stderr; the
+//! peer asks again). Connection messages are sent after the device lock
+//! is dropped (a relay is a blocking write to the bootstrap socket).
 
 use super::verbs::{QpEndpoint, QpId};
 use crate::Result;
@@ -119,6 +130,11 @@ pub trait SideChannel: Send + Sync {
     fn pending(&self) -> bool;
     /// The next message received: its sender's rank and bytes.
     fn take(&self) -> Option<(usize, Vec<u8>)>;
+    /// Messages to this rank the channel dropped (a full inbox), for error
+    /// messages; none by default.
+    fn dropped(&self) -> u64 {
+        0
+    }
 }
 
 /// This rank's side of the connection toward one contacted peer.
