@@ -459,3 +459,40 @@ fn nbfix_vector_async_freed_verbs_model_native_3() {
         signals_prog::vector_freed_on(pg)
     });
 }
+
+fn vector_realloc(n: usize, fabric: &str, rma: &str) {
+    every_rank_reports(
+        n,
+        "t_signals",
+        &["vrealloc"],
+        rma,
+        &[("SPLITRT_FABRIC", fabric)],
+        "vector realloc ok",
+        60,
+    );
+}
+
+/// A pointer-form vector future whose signal array is freed and a new one
+/// allocated at the same offset ends with "not a signal word" rather than
+/// resolving on the new array's words (OLD: resolved `Ok` for `Eq 0`).
+#[test]
+fn rv3fix_vector_async_reallocated_shm_native_1() {
+    vector_realloc(1, "shm", "native");
+}
+
+#[test]
+fn rv3fix_vector_async_reallocated_shm_am_2() {
+    vector_realloc(2, "shm", "am");
+}
+
+#[test]
+fn rv3fix_vector_async_reallocated_udp_native_2() {
+    vector_realloc(2, "udp", "native");
+}
+
+#[test]
+fn rv3fix_vector_async_reallocated_verbs_model_am_2() {
+    verbs_model::pgas_on_threads("sigvecrealloc", 2, RmaPath::Am, 4 << 20, 103, |pg| {
+        signals_prog::vector_realloc_on(pg)
+    });
+}

@@ -47,6 +47,11 @@ pub(crate) struct Entry<'a> {
     value: u64,
     ptr: GlobalPtr<u64>,
     index: Option<usize>,
+    /// For an entry from a global pointer (`index` `None`): the generation
+    /// of the signal array holding the word when the entry was made
+    /// (`signal_word::Registry::generation`; 0, never a generation, if it
+    /// was gone already).
+    generation: u64,
 }
 
 /// Check the lengths of a mask and of the compare values against `n`
@@ -126,20 +131,22 @@ pub(crate) fn satisfied(entries: &[Entry<'_>], cmp: Cmp, mode: Mode) -> Option<V
 /// [`satisfied`] for the pointer forms' futures, which borrow no
 /// [`Signals`] (so the caller can free the array while one is pending):
 /// under the signal registry's read lock, first that every entry taken
-/// from a global pointer is still a signal word, then the loads, so no
-/// word is read once `Pgas::free_signals` has removed its range (it does
-/// so under the write lock, before freeing the memory). `Err` holds the
-/// pointer of the first entry that is no longer a signal word.
+/// from a global pointer is still a word of the signal array it was made
+/// from (its range registered with the generation the entry recorded: a
+/// new array allocated at the freed one's offset has another), then the
+/// loads, so no word is read once `Pgas::free_signals` has removed its
+/// range (it does so under the write lock, before freeing the memory).
+/// `Err` holds the pointer of the first entry that is no longer one.
 pub(crate) fn satisfied_registered(
     entries: &[Entry<'_>],
     cmp: Cmp,
     mode: Mode,
     registry: &Registry,
 ) -> std::result::Result<Option<Vec<usize>>, GlobalPtr<u64>> {
-    registry.with_words(|is_word| {
+    registry.with_words(|gen_of| {
         match entries
             .iter()
-            .find(|e| e.index.is_none() && !is_word(e.ptr.offset()))
+            .find(|e| e.index.is_none() && gen_of(e.ptr.offset()) != Some(e.generation))
         {
             Some(e) => Err(e.ptr),
             None => Ok(satisfied(entries, cmp, mode)),
@@ -198,6 +205,7 @@ impl Signals {
                 value: values.at(k),
                 ptr: self.at(me, i),
                 index: Some(i),
+                generation: 0,
             });
         }
         Ok(out)
@@ -427,6 +435,7 @@ impl Pgas {
                 value: values[k],
                 ptr: sig,
                 index: None,
+                generation: i.st.signals.generation(sig.offset()).unwrap_or(0),
             });
         }
         Ok(out)

@@ -17,9 +17,12 @@
 //! The pointer forms borrow only the [`Pgas`], not the [`Signals`] array,
 //! so the array can be freed while one is pending: each poll checks again,
 //! under the signal registry's read lock, that every pointer is still a
-//! signal word (`signal_vector::satisfied_registered`) and ends the
-//! future with a "not a signal word" error naming the rank once one is
-//! not, rather than reading memory `alloc_sym` may have handed out again.
+//! word of the signal array it named when the future was built (its range
+//! registered with the same generation, `signal_word::Registry`;
+//! `signal_vector::satisfied_registered`) and ends the future with a "not
+//! a signal word" error naming the rank once one is not, rather than
+//! reading memory `alloc_sym` may have handed out again, or the words of a
+//! new signal array `alloc_signals` placed at the same offset.
 
 use crate::context::{Inner, Pgas};
 use crate::ptr::GlobalPtr;
@@ -313,8 +316,9 @@ impl Pgas {
     /// pointer that is not a signal word of this rank, or `values` /
     /// `status` of the wrong length, is an error naming the rank, the
     /// future's output; so is a word whose array is freed
-    /// ([`free_signals`](Self::free_signals)) while the future waits
-    /// (found at its next poll, before the freed memory is read).
+    /// ([`free_signals`](Self::free_signals)) after the future was made,
+    /// even when a new signal array has taken its offset since (found at
+    /// its next poll, before the freed memory is read).
     ///
     /// ```no_run
     /// # async fn f(pg: &splitrt_pgas::Pgas) -> splitrt_am::Result<()> {

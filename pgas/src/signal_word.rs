@@ -105,9 +105,19 @@ pub(crate) const MAX_SIGNAL_ARRAYS: usize = 1024;
 /// The segment ranges (offset, bytes) that hold signal words: the same on
 /// every rank (the arrays are symmetric), so a sender checks its target
 /// against its own copy and the target checks again.
+///
+/// Each range carries a generation (from a counter that every `add`
+/// bumps, starting at 1), so a range freed and another registered at the
+/// same offset are told apart: the pointer forms' futures record the
+/// generation of each word's range when they are built
+/// ([`generation`](Registry::generation)) and check it again at each poll
+/// ([`with_words`](Registry::with_words)).
 #[derive(Default)]
 pub(crate) struct Registry {
-    ranges: RwLock<Vec<(u64, u64)>>,
+    /// (offset, bytes, generation) of each registered range.
+    ranges: RwLock<Vec<(u64, u64, u64)>>,
+    /// The last generation handed out (0: none yet).
+    last_gen: std::sync::atomic::AtomicU64,
 }
 
 impl Registry {
@@ -118,13 +128,14 @@ impl Registry {
         if r.len() >= MAX_SIGNAL_ARRAYS {
             return false;
         }
-        r.push((off, bytes));
+        let generation = self.last_gen.fetch_add(1, Ordering::Relaxed) + 1;
+        r.push((off, bytes, generation));
         true
     }
 
     /// Forget the range at `off`.
     pub fn remove(&self, off: u64) {
-        self.ranges.write().retain(|&(o, _)| o != off);
+        self.ranges.write().retain(|&(o, _, _)| o != off);
     }
 
     /// Whether `off` is a signal word: 8-aligned, inside a registered range.
@@ -134,21 +145,41 @@ impl Registry {
                 .ranges
                 .read()
                 .iter()
-                .any(|&(o, b)| off >= o && off - o < b)
+                .any(|&(o, b, _)| off >= o && off - o < b)
     }
 
-    /// Run `f` under the registry's read lock, handing it the test
-    /// "is `off` a signal word" ([`is_word`](Self::is_word) on the locked
-    /// ranges). A word `f` finds registered stays a signal word, and its
-    /// memory allocated, until `f` returns: `Pgas::free_signals` removes
-    /// the range under the write lock before it frees the memory. `f`
-    /// must not call back into the registry (the lock is not reentrant).
-    pub fn with_words<R>(&self, f: impl FnOnce(&dyn Fn(u64) -> bool) -> R) -> R {
+    /// The generation of the registered range that holds the signal word
+    /// at `off`, or `None` when `off` is not a signal word.
+    pub fn generation(&self, off: u64) -> Option<u64> {
         let r = self.ranges.read();
-        let is_word =
-            |off: u64| off.is_multiple_of(8) && r.iter().any(|&(o, b)| off >= o && off - o < b);
-        f(&is_word)
+        word_generation(&r, off)
     }
+
+    /// Run `f` under the registry's read lock, handing it the lookup
+    /// "the generation of the range that holds the signal word `off`, if
+    /// any" ([`generation`](Self::generation) on the locked ranges). A
+    /// word `f` finds registered with the generation it recorded is still
+    /// a word of the same array, and its memory allocated, until `f`
+    /// returns: `Pgas::free_signals` removes the range under the write
+    /// lock before it frees the memory, and a new array at the same
+    /// offset has a new generation. `f` must not call back into the
+    /// registry (the lock is not reentrant).
+    pub fn with_words<R>(&self, f: impl FnOnce(&dyn Fn(u64) -> Option<u64>) -> R) -> R {
+        let r = self.ranges.read();
+        let gen_of = |off: u64| word_generation(&r, off);
+        f(&gen_of)
+    }
+}
+
+/// The generation of the range in `ranges` holding the signal word `off`.
+fn word_generation(ranges: &[(u64, u64, u64)], off: u64) -> Option<u64> {
+    if !off.is_multiple_of(8) {
+        return None;
+    }
+    ranges
+        .iter()
+        .find(|&&(o, b, _)| off >= o && off - o < b)
+        .map(|&(_, _, g)| g)
 }
 
 #[cfg(test)]
@@ -161,8 +192,15 @@ mod tests {
         assert!(r.add(0x1000, 64));
         assert!(r.is_word(0x1000) && r.is_word(0x1038));
         assert!(!r.is_word(0x1040) && !r.is_word(0x1004) && !r.is_word(0xff8));
+        let g = r.generation(0x1008).expect("registered");
+        assert_eq!(r.with_words(|gen_of| gen_of(0x1008)), Some(g));
         r.remove(0x1000);
         assert!(!r.is_word(0x1000));
+        assert_eq!(r.generation(0x1008), None);
+        // a new range at the same offset is another generation
+        assert!(r.add(0x1000, 64));
+        assert!(r.generation(0x1008).is_some_and(|n| n != g));
+        r.remove(0x1000);
         for c in [Cmp::Eq, Cmp::Ne, Cmp::Gt, Cmp::Ge, Cmp::Lt, Cmp::Le] {
             let want = match c.symbol() {
                 "==" => [false, true, false],

@@ -40,6 +40,9 @@
 //!          `async_vectors_on`)
 //!   vfreed a pointer-form vector future whose signal array is freed
 //!          while it is pending (see `vector_freed_on`)
+//!   vrealloc a pointer-form vector future whose signal array is freed and
+//!          a new signal array allocated at the same offset (see
+//!          `vector_realloc_on`)
 //! Prints `signals ok (PATH path)` per rank when every check passed
 //! (`vector signals ok` for `vector`).
 
@@ -66,6 +69,7 @@ fn main() {
             "async_sets" => async_sets_on(iters, pg),
             "async_vectors" => async_vectors_on(iters, pg),
             "vfreed" => vector_freed_on(pg),
+            "vrealloc" => vector_realloc_on(pg),
             _ => Err(Error::usage(format!("unknown mode {mode}"))),
         }
     });
@@ -1193,6 +1197,63 @@ pub fn vector_freed_on(pg: Pgas) -> splitrt::Result<()> {
     pg.endpoint().set_progress(Progress::Polling)?;
     println!(
         "vector freed ok ({:?} path) rank {me} of {n} reused {reused}",
+        pg.rma_path()
+    );
+    Ok(())
+}
+
+/// `vrealloc`: `Pgas::wait_until_{all,any,some}_vector_async` futures on
+/// this rank's signal words, built, then the array freed and a new signal
+/// array allocated by `alloc_signals` at the same offset (its words 0):
+/// the futures wait on `Eq 0`, which the new array's words satisfy, yet
+/// the words they name are gone, so the first poll must end each with an
+/// error naming the rank ("not a signal word"), never resolve on the new
+/// array's words. Prints `vector realloc ok (PATH path)`.
+pub fn vector_realloc_on(pg: Pgas) -> splitrt::Result<()> {
+    let (me, n) = (pg.rank(), pg.size());
+    let sigs = pg.alloc_signals(2)?;
+    let (w0, w1) = (sigs.at(me, 0), sigs.at(me, 1));
+    let all = pg.wait_until_all_vector_async(&[w0], None, Cmp::Eq, &[0]);
+    let any = pg.wait_until_any_vector_async(&[w1, w0], None, Cmp::Eq, &[0, 0]);
+    let some = pg.wait_until_some_vector_async(&[w0], Some(&[false]), Cmp::Eq, &[0]);
+    let (mut all, mut any, mut some) = (
+        std::pin::pin!(all),
+        std::pin::pin!(any),
+        std::pin::pin!(some),
+    );
+    let freed = w0.offset();
+    pg.free_signals(sigs)?;
+    let again = pg.alloc_signals(2)?;
+    if again.at(me, 0).offset() != freed {
+        return Err(fail(format!(
+            "the new signal array is at {:?}, not at the freed offset {freed:#x}: \
+             nothing to check",
+            again.at(me, 0)
+        )));
+    }
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    use std::future::Future;
+    let what = [
+        ("all", all.as_mut().poll(&mut cx).map(|r| r.map(drop))),
+        ("any", any.as_mut().poll(&mut cx).map(|r| r.map(drop))),
+        ("some", some.as_mut().poll(&mut cx).map(|r| r.map(drop))),
+    ];
+    for (name, p) in what {
+        match p {
+            std::task::Poll::Ready(Err(e))
+                if e.to_string().contains("not a signal word")
+                    && e.to_string().contains(&format!("rank {me}")) => {}
+            other => {
+                return Err(fail(format!(
+                    "{name}: a vector future on a freed signal array whose offset a new \
+                     signal array took gave {other:?}, not an error naming rank {me}"
+                )))
+            }
+        }
+    }
+    pg.free_signals(again)?;
+    println!(
+        "vector realloc ok ({:?} path) rank {me} of {n}",
         pg.rma_path()
     );
     Ok(())

@@ -126,6 +126,12 @@ impl PendingUdp {
     /// Start the fabric toward `addrs` (`None` for peers reached
     /// otherwise), depositing into a private segment of `cfg.segment_size`
     /// bytes that the fabric maps and owns.
+    ///
+    /// # Security
+    /// The key must be new for every instance (as
+    /// [`JobNonce::datagram_key`](super::job_nonce::JobNonce::datagram_key)
+    /// makes it): the full tag's one-time keys come from the header bytes,
+    /// which restart with a new instance.
     pub fn connect(
         self,
         rank: usize,
@@ -144,6 +150,12 @@ impl PendingUdp {
     /// `segment` must satisfy [`SegmentRef::new`]'s contract for as long as
     /// the returned fabric lives: peers' Long payloads are written into it
     /// whenever the fabric is polled.
+    ///
+    /// # Security
+    /// The key must be new for every instance (as
+    /// [`JobNonce::datagram_key`](super::job_nonce::JobNonce::datagram_key)
+    /// makes it): the full tag's one-time keys come from the header bytes,
+    /// which restart with a new instance.
     pub unsafe fn connect_into(
         self,
         rank: usize,

@@ -222,11 +222,12 @@ fn ccundo_a_real_loss_halves_the_window_and_it_stays_halved() {
     }
 }
 
-/// The slots a spurious timeout marked go back in flight, except one
-/// already resent and one that duplicate acknowledgements marked (a real
-/// loss, still to be resent).
+/// What a spurious timeout marked stays marked (the acknowledgement that
+/// shows it spurious proves nothing of the rest of the flight), and a
+/// hole below a selectively acknowledged slot is found (a loss: the
+/// timeout's reduction stands).
 #[test]
-fn ccundo_unmark_takes_back_only_the_timeouts_marks() {
+fn ccundo_holes_below_a_sack_are_losses() {
     use super::send::{SendStream, TxSlot};
     let mut s = SendStream::new(16);
     for i in 0..4u32 {
@@ -237,23 +238,163 @@ fn ccundo_unmark_takes_back_only_the_timeouts_marks() {
             again: false,
             inflight: true,
             retx: false,
-            timed_out: false,
         });
     }
     s.next_seq = 4;
     s.next_tx = 4;
-    // slot 0 lost by duplicate acknowledgements (fast retransmission)
-    s.slots[0].again = true;
-    s.slots[0].inflight = false;
-    s.again = 1;
     let lost = s.mark_lost(true, 100);
-    assert_eq!((lost.marked, lost.flight), (3, 3000));
-    // slot 1 resent after the timeout
-    s.slots[1].again = false;
-    s.slots[1].inflight = true;
-    s.again -= 1;
-    assert_eq!(s.unmark_timed_out(), 2000);
-    assert_eq!(s.again, 1);
-    assert!(s.slots[0].again && !s.slots[2].again && !s.slots[3].again);
-    assert!(s.slots[2].inflight && s.slots[3].inflight);
+    assert_eq!((lost.marked, lost.flight), (4, 4000));
+    assert!(!s.hole_below_sack(), "nothing selectively acknowledged");
+    // slot 3 selectively acknowledged: slots 0..3 are holes below it
+    s.slots[3].sacked = true;
+    assert!(s.hole_below_sack());
+    s.slots[0].sacked = true;
+    s.slots[1].sacked = true;
+    s.slots[2].sacked = true;
+    assert!(!s.hole_below_sack(), "no hole left");
+}
+/// REVIEW (rev3): the first datagram of a flight reaches the descheduled
+/// peer before the timeout, the second is really lost. The ack of the
+/// first shows the timeout spurious (its datagram arrived in time: the
+/// window comes back), but proves nothing of the second: it must stay
+/// marked and leave at the acknowledgement. (OLD: the undo put it back in
+/// flight unmarked, nothing left at the ack, and it waited 925 us for a
+/// second timeout.)
+#[test]
+fn rv3fix_undo_keeps_a_real_loss_of_the_same_flight_marked() {
+    let mut p = Pair::new();
+    let m = OutMsg {
+        tag: 1,
+        words: &[1, 2],
+        payload: &[5u8; 12_000],
+        deposit: None,
+    };
+    assert!(matches!(
+        p.a.send(p.now, 1, 0, &m, 0),
+        super::Sent::Upto(12_000)
+    ));
+    let t = p.now;
+    let first = p.a_sends();
+    assert_eq!(first.len(), 2);
+    p.now = t + 450_000;
+    p.a.handle_timeout(p.now);
+    let again = p.a_sends();
+    eprintln!("retransmissions after the timeout: {}", again.len());
+    // the peer handles only the first original (arrived at t + 100 us),
+    // the second original was lost; the retransmissions are lost too
+    p.now = t + 600_000;
+    let rb = p.b.stats().received;
+    let ra = p.a.stats().received;
+    // which of the two is the first in sequence: deliver the one with the lower seq
+    let seq = |d: &Vec<u8>| u32::from_le_bytes([d[16], d[17], d[18], d[19]]);
+    eprintln!("seqs {} {}", seq(&first[0]), seq(&first[1]));
+    let lo = if seq(&first[0]) < seq(&first[1]) {
+        first[0].clone()
+    } else {
+        first[1].clone()
+    };
+    p.b_handles(vec![lo], t + 100_000);
+    if p.a.stats().received == ra {
+        // the receiver's delayed acknowledgement: run its timers until it leaves
+        let mut acks = Vec::new();
+        let mut bt = p.now;
+        for _ in 0..50 {
+            bt = bt.max(p.b.poll_timeout());
+            p.b.handle_timeout(bt);
+            p.b.poll_transmit(bt, true, &mut |_, d| acks.push(d.to_vec()));
+            if !acks.is_empty() {
+                break;
+            }
+            bt += 10_000;
+        }
+        eprintln!(
+            "b's ack left {} us after the datagram reached it",
+            (bt - (t + 100_000)) / 1000
+        );
+        p.now = bt + 100_000;
+        for d in acks {
+            if let Some(back) = p.a.handle_datagram_at(p.now, p.now, d) {
+                p.a.recycle(back);
+            }
+        }
+    }
+    eprintln!(
+        "b received +{} a received +{}",
+        p.b.stats().received - rb,
+        p.a.stats().received - ra
+    );
+    let st = &p.a.peers[1].tx[0];
+    eprintln!(
+        "spurious={} again={} in_flight={} now={} poll_timeout={} (in {} us)",
+        p.a.stats().spurious_timeouts,
+        st.again,
+        st.in_flight(),
+        p.now,
+        p.a.poll_timeout(),
+        (p.a.poll_timeout().saturating_sub(p.now)) / 1000
+    );
+    let resent = p.a_sends();
+    eprintln!("sent at once after the ack: {}", resent.len());
+    assert_eq!(
+        p.a.stats().spurious_timeouts,
+        1,
+        "the timeout was taken for spurious"
+    );
+    assert_eq!(
+        resent.len(),
+        1,
+        "the really lost datagram is resent at the acknowledgement"
+    );
+    let hi = first.iter().map(seq).max().unwrap();
+    assert_eq!(
+        seq(&resent[0]),
+        hi,
+        "what left at the ack is the lost datagram"
+    );
+}
+
+/// A flight of three datagrams: the first and third reach the descheduled
+/// peer in time, the second is lost. The first acknowledgement after the
+/// timeout echoes a transmission from before it, but it selectively
+/// acknowledges the third above a hole: a loss, so the timeout's
+/// reduction stands (no spurious timeout) and the lost datagram leaves at
+/// the acknowledgement.
+#[test]
+fn rv3fix_a_hole_below_a_sack_is_no_spurious_timeout() {
+    let mut p = Pair::new();
+    let before = p.cc();
+    let m = OutMsg {
+        tag: 1,
+        words: &[1, 2],
+        payload: &[5u8; 20_000],
+        deposit: None,
+    };
+    assert!(matches!(
+        p.a.send(p.now, 1, 0, &m, 0),
+        super::Sent::Upto(20_000)
+    ));
+    let t = p.now;
+    let mut first = p.a_sends();
+    assert_eq!(first.len(), 3, "the message left in three datagrams");
+    let seq = |d: &Vec<u8>| u32::from_le_bytes([d[16], d[17], d[18], d[19]]);
+    first.sort_by_key(seq);
+    p.now = t + 450_000;
+    p.a.handle_timeout(p.now);
+    assert_eq!(p.a.stats().timeouts, 1);
+    let _lost_again = p.a_sends();
+    p.now = t + 600_000;
+    let lost = first.remove(1);
+    let ra = p.a.stats().received;
+    p.b_handles(first, t + 100_000);
+    assert!(p.a.stats().received > ra, "an acknowledgement came back");
+    assert_eq!(p.a.stats().spurious_timeouts, 0, "a loss in the flight");
+    let after = p.cc();
+    assert_eq!(
+        after.1,
+        (before.0 / 2).max(2 * MTU as u64),
+        "ssthresh {after:?}"
+    );
+    let resent = p.a_sends();
+    assert_eq!(resent.len(), 1, "the lost datagram leaves at the ack");
+    assert_eq!(seq(&resent[0]), seq(&lost));
 }

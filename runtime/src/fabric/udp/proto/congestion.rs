@@ -38,7 +38,11 @@
 //!   shows to be spurious (it echoes a transmission from before the
 //!   timeout, and the peer's hold time places that transmission's arrival
 //!   before the timeout fired) is undone: `cwnd` and `ssthresh` go back to
-//!   their values before it (Eifel, RFC 3522 / RFC 4015).
+//!   their values before it (Eifel, RFC 3522 / RFC 4015), unless that
+//!   acknowledgement shows a hole below a selectively acknowledged
+//!   datagram (a loss). The undo restores only the window: the datagrams
+//!   the timeout marked stay marked and are resent, as the acknowledgement
+//!   proves only the arrival of what it acknowledges.
 //!
 //! With the controller off (`ProtoConfig::cc == false`) every gate is open:
 //! the fixed credit window alone limits what is in flight.
@@ -299,16 +303,19 @@ impl Cc {
     /// whether the timeout was spurious (Eifel detection, RFC 3522, with
     /// the echoed timestamp, and the peer's hold to place the arrival,
     /// `hold::reached_before`). If it times a transmission from before the
-    /// timeout that reached the peer before the timeout fired, what was
-    /// taken for lost had arrived in time (a receiver descheduled, or busy,
-    /// for longer than the timeout; or this rank itself, which ran its
-    /// timers late): the window and `ssthresh` go back to what they were
-    /// (Eifel's response, RFC 4015) and this returns `true` (the caller
-    /// puts the datagrams the timeout marked and that were not resent yet
-    /// back in flight). A datagram that reached the peer only after the
-    /// timeout (a network queue held it that long: congestion) or an
-    /// acknowledgement of a retransmission leaves the timeout's reduction
-    /// standing.
+    /// timeout that reached the peer before the timeout fired, the
+    /// datagram it echoes had arrived in time (a receiver descheduled, or
+    /// busy, for longer than the timeout; or this rank itself, which ran
+    /// its timers late): the window and `ssthresh` go back to what they
+    /// were (Eifel's response, RFC 4015) and this returns `true`. It
+    /// proves nothing of the flight's other unacknowledged datagrams: the
+    /// caller leaves the timeout's marks on them (they are resent), and
+    /// when the acknowledgement shows a hole below a datagram it
+    /// selectively acknowledges (a loss) it calls [`on_hole`](Self::on_hole)
+    /// first, so the reduction stands. A datagram that reached the peer
+    /// only after the timeout (a network queue held it that long:
+    /// congestion) or an acknowledgement of a retransmission leaves the
+    /// timeout's reduction standing too.
     pub fn on_echo(&mut self, stream: usize, echo: u32, arrived: u32, hold: u64) -> bool {
         let Some((cwnd, ssthresh, at, st)) = self.undo else {
             return false;
@@ -327,11 +334,14 @@ impl Cc {
         true
     }
 
-    /// `bytes` the caller put back in flight (a spurious timeout's marks
-    /// taken back: [`on_echo`](Self::on_echo)).
-    pub fn on_restored(&mut self, bytes: u64) {
-        if self.on {
-            self.inflight += bytes;
+    /// The first acknowledgement of `stream` after a retransmission timeout
+    /// shows a hole below a datagram it selectively acknowledges: a
+    /// datagram of the flight was lost, so the timeout was no spurious
+    /// one and its reduction stands ([`on_echo`](Self::on_echo) finds
+    /// nothing to undo after this).
+    pub fn on_hole(&mut self, stream: usize) {
+        if self.undo.is_some_and(|u| u.3 == stream) {
+            self.undo = None;
         }
     }
 }

@@ -80,9 +80,10 @@ pub(super) fn network_rtt(arrived: u32, echo: u32, hold: u64) -> Option<u64> {
 /// peer by `arrived - hold` at the latest (the return trip only makes it
 /// earlier; the code rounds the hold down, so the bound never errs
 /// early). A retransmission timeout at `at` whose first acknowledgement
-/// proves this was spurious: what it took for lost had crossed the
-/// network in time, and the wait was the peer's (descheduled, busy) or
-/// this rank's own (it ran its timers before reading the socket). One
+/// proves this was spurious: the datagram that acknowledgement echoes had
+/// crossed the network in time, and the wait was the peer's (descheduled,
+/// busy) or this rank's own (it ran its timers before reading the socket);
+/// it proves nothing of the flight's other unacknowledged datagrams. One
 /// whose datagram reached the peer only after it (a queue in the network
 /// held it that long) or was resent stands. `false` when the stamps
 /// disagree (`network_rtt`).

@@ -341,6 +341,12 @@ pub enum Sent {
 
 impl Proto {
     /// State for rank `me` of `size` ranks, authenticating with `mac_key`.
+    ///
+    /// # Security
+    /// The key must be new for every instance (as
+    /// [`JobNonce::datagram_key`](crate::fabric::udp::job_nonce::JobNonce::datagram_key)
+    /// makes it): the full tag's one-time keys come from the header bytes,
+    /// which restart with a new instance.
     pub fn new(me: u32, size: u32, cfg: ProtoConfig, mac_key: [u8; 32], now: u64) -> Proto {
         Proto {
             me,
@@ -488,7 +494,6 @@ impl Proto {
             again: false,
             inflight: false,
             retx: false,
-            timed_out: false,
         });
     }
 
@@ -612,15 +617,20 @@ impl Proto {
                 let rtt = (us(now).wrapping_sub(h.echo) as u64) * 1000;
                 if h.echo != 0 && rtt < 60_000_000_000 {
                     rtt_sample(p, &self.cfg, rtt);
-                    // a timeout whose datagrams reached the peer in time
-                    // (the ack times a transmission from before it, and
-                    // the peer's hold places its arrival before it) was
-                    // spurious: the window comes back, and what it marked
-                    // and was not resent yet goes back in flight
+                    // a timeout whose echoed datagram reached the peer in
+                    // time (the ack times a transmission from before it,
+                    // and the peer's hold places its arrival before it)
+                    // was spurious: the window comes back, unless the ack
+                    // shows a hole below a datagram it selectively
+                    // acknowledges (a loss in the flight). What the
+                    // timeout marked and was not resent yet stays marked
+                    // and is resent now: the ack proves only what it
+                    // acknowledges arrived, not the rest of the flight
+                    if p.tx[st].hole_below_sack() {
+                        p.cc.on_hole(st);
+                    }
                     if p.cc.on_echo(st, h.echo, us(arrived), hold::decode(h.hold)) {
                         self.stats.spurious_timeouts += 1;
-                        let back = p.tx[st].unmark_timed_out();
-                        p.cc.on_restored(back);
                     }
                     // the controller's delay signal follows Karn's rule,
                     // from the arrival and without the peer's hold time:

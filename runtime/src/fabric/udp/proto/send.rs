@@ -20,10 +20,6 @@ pub(super) struct TxSlot {
     /// Sent more than once (Karn's rule: its acknowledgement gives no RTT
     /// sample).
     pub retx: bool,
-    /// `again` was set by a retransmission timeout (not by duplicate
-    /// acknowledgements): a spurious timeout takes it back
-    /// ([`SendStream::unmark_timed_out`]).
-    pub timed_out: bool,
 }
 
 /// What an acknowledgement did to one stream.
@@ -187,7 +183,6 @@ impl SendStream {
         for s in self.slots.iter_mut().take(top) {
             if !s.sacked && !s.again && (all || s.sent_at < before) {
                 s.again = true;
-                s.timed_out = all;
                 l.marked += 1;
                 l.last_sent = l.last_sent.max(s.sent_at);
                 if s.inflight {
@@ -200,26 +195,17 @@ impl SendStream {
         l
     }
 
-    /// A retransmission timeout turned out spurious (its datagrams had
-    /// arrived): the slots it marked and that were not resent yet go back
-    /// in flight as they were (Eifel's response, RFC 4015: go on with new
-    /// data rather than send again what arrived). Returns the bytes put
-    /// back in the congestion controller's flight. Marks set by duplicate
-    /// acknowledgements stay.
-    pub fn unmark_timed_out(&mut self) -> u64 {
+    /// Whether a slot sent and neither acknowledged nor selectively
+    /// acknowledged lies below one selectively acknowledged: a hole a
+    /// later datagram overtook, taken for lost (the receiver holds the
+    /// later one and not it). An acknowledgement that shows one after a
+    /// retransmission timeout shows that a datagram of the flight was
+    /// lost: the timeout was no spurious one and its reduction stands.
+    pub fn hole_below_sack(&self) -> bool {
         let n = self.in_flight().min(self.slots.len());
-        let mut bytes = 0;
-        for s in self.slots.iter_mut().take(n) {
-            if s.again && s.timed_out {
-                s.again = false;
-                s.timed_out = false;
-                self.again -= 1;
-                if !s.inflight {
-                    s.inflight = true;
-                    bytes += s.buf.len() as u64;
-                }
-            }
+        match self.slots.iter().take(n).rposition(|s| s.sacked) {
+            Some(top) => self.slots.iter().take(top).any(|s| !s.sacked),
+            None => false,
         }
-        bytes
     }
 }
