@@ -35,7 +35,7 @@ use crate::fabric::frames::{self, OutMsg, Reassembler, SegmentSink};
 use crate::fabric::{Channel, Delivery, Fabric, Packet, RemoteMemory, SegmentRef, MAX_WORDS};
 use crate::frozen::FrozenRanges;
 use crate::{Error, ErrorKind, Result};
-use memmap2::MmapMut;
+use memmap2::{MmapMut, MmapRaw};
 use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -222,7 +222,11 @@ impl<V: Verbs> Dev<V> {
 /// A peer's registered buffer pool (made on first contact): receive
 /// buffers, then send buffers, then the two credit slots.
 struct PeerPool {
-    map: MmapMut,
+    /// Raw (not `MmapMut`): every pointer into the pool, the device's
+    /// registration included, is a copy of the mapping's own pointer, never
+    /// one derived from a `&[u8]` (writing through that would be undefined
+    /// behaviour, as Miri found in `an_orphan_is_freed_by_a_plain_put_completion`).
+    map: MmapRaw,
     region: Region,
 }
 
@@ -544,8 +548,10 @@ impl<V: Verbs> RdmaFabric<V> {
         }
         let at = |e: Error| e.at_rank(self.rank).with_peer(peer);
         let len = self.cfg.pool_bytes();
-        let mut map = MmapMut::map_anon(len)
-            .map_err(|e| at(Error::io("mapping an ibverbs buffer pool", e)))?;
+        let map = MmapRaw::from(
+            MmapMut::map_anon(len)
+                .map_err(|e| at(Error::io("mapping an ibverbs buffer pool", e)))?,
+        );
         // SAFETY: `register`'s contract: the pool is this fabric's own
         // mapping, kept in `mem` as long as the fabric and unmapped only
         // after Drop deregistered it; it is accessed only through raw
@@ -890,20 +896,20 @@ impl<V: Verbs> RdmaFabric<V> {
     fn recv_addr(&self, peer: usize, index: u32) -> *mut u8 {
         let off = index as usize * self.cfg.buffer_size;
         // SAFETY: index < nb, so off is inside the pool's receive half.
-        unsafe { (self.pool(peer).map.as_ptr() as *mut u8).add(off) }
+        unsafe { self.pool(peer).map.as_mut_ptr().add(off) }
     }
 
     fn send_addr(&self, peer: usize, index: u32) -> *mut u8 {
         let off = (self.nb() + index as usize) * self.cfg.buffer_size;
         // SAFETY: as for recv_addr, in the send half of the pool.
-        unsafe { (self.pool(peer).map.as_ptr() as *mut u8).add(off) }
+        unsafe { self.pool(peer).map.as_mut_ptr().add(off) }
     }
 
     fn credit_slot(&self, peer: usize, ch: usize) -> *mut u64 {
         let off = 2 * self.nb() * self.cfg.buffer_size + ch * 8;
         // SAFETY: the pool's tail holds 2 u64 slots, 8-aligned: the mapping
         // is page-aligned and off = 4 x buffers (>= 2) x buffer_size + 8 ch.
-        unsafe { (self.pool(peer).map.as_ptr() as *mut u8).add(off) as *mut u64 }
+        unsafe { self.pool(peer).map.as_mut_ptr().add(off) as *mut u64 }
     }
 
     fn mailbox(&self, peer: usize, ch: usize) -> u64 {
