@@ -170,6 +170,10 @@ impl Pair {
 /// left before the acknowledgement came. (OLD: the window stayed at one
 /// datagram and `ssthresh` at half.)
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
 fn ccundo_a_descheduled_receiver_gives_the_window_back() {
     let mut p = Pair::new();
     let before = p.cc();
@@ -188,6 +192,10 @@ fn ccundo_a_descheduled_receiver_gives_the_window_back() {
 /// it stands (the window starts again from one datagram, `ssthresh` at
 /// half).
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
 fn ccundo_a_queue_past_the_timeout_is_no_spurious_timeout() {
     let mut p = Pair::new();
     let before = p.cc();
@@ -205,6 +213,10 @@ fn ccundo_a_queue_past_the_timeout_is_no_spurious_timeout() {
 /// what arrives, and its acknowledgement echoes the retransmission: the
 /// window halves and stays halved through the next round trips.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
 fn ccundo_a_real_loss_halves_the_window_and_it_stays_halved() {
     let mut p = Pair::new();
     let before = p.cc();
@@ -227,6 +239,10 @@ fn ccundo_a_real_loss_halves_the_window_and_it_stays_halved() {
 /// hole below a selectively acknowledged slot is found (a loss: the
 /// timeout's reduction stands).
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
 fn ccundo_holes_below_a_sack_are_losses() {
     use super::send::{SendStream, TxSlot};
     let mut s = SendStream::new(16);
@@ -261,6 +277,10 @@ fn ccundo_holes_below_a_sack_are_losses() {
 /// flight unmarked, nothing left at the ack, and it waited 925 us for a
 /// second timeout.)
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
 fn rv3fix_undo_keeps_a_real_loss_of_the_same_flight_marked() {
     let mut p = Pair::new();
     let m = OutMsg {
@@ -360,6 +380,10 @@ fn rv3fix_undo_keeps_a_real_loss_of_the_same_flight_marked() {
 /// reduction stands (no spurious timeout) and the lost datagram leaves at
 /// the acknowledgement.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
 fn rv3fix_a_hole_below_a_sack_is_no_spurious_timeout() {
     let mut p = Pair::new();
     let before = p.cc();
