@@ -93,7 +93,7 @@ impl HierCall<'_> {
         let me = g.group[gme];
         let es = std::mem::size_of::<T>();
         let groups: Vec<Vec<usize>> = (0..nl).map(|b| lay.members_of(b)).collect();
-        let off: Vec<usize> = (0..n).filter(|&t| lay.group_of[t] != mine).collect();
+        let off = crate::team_hier_a2a::off_host(lay, mine);
         let ro = offsets(recv_counts);
 
         // area step 0: the counts, then the send buffer if it fits (every

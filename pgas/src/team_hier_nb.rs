@@ -96,15 +96,15 @@ fn rounds(n: usize) -> u32 {
 
 /// A schedule under construction for one member of a hierarchical
 /// non-blocking collective.
-struct Build {
-    s: Sched,
-    g: Arc<HostGroups>,
+pub(crate) struct Build {
+    pub(crate) s: Sched,
+    pub(crate) g: Arc<HostGroups>,
     /// Bytes of the data every message carries.
-    len: usize,
+    pub(crate) len: usize,
 }
 
 impl Build {
-    fn new(team: &Team, seq: u64, h: Header, g: Arc<HostGroups>, len: usize) -> Self {
+    pub(crate) fn new(team: &Team, seq: u64, h: Header, g: Arc<HostGroups>, len: usize) -> Self {
         Build {
             s: Sched::new(team, seq, h),
             g,
@@ -113,7 +113,7 @@ impl Build {
     }
 
     /// Leaders.
-    fn nl(&self) -> usize {
+    pub(crate) fn nl(&self) -> usize {
         self.g.layout.leaders.len()
     }
 
@@ -171,7 +171,13 @@ impl Build {
     }
 
     /// Receive `len` bytes from team rank `from` into `dst` at `at`.
-    fn recv_into(&mut self, from: usize, tag: u64, (dst, at, len): (Buf, usize, usize), hops: u32) {
+    pub(crate) fn recv_into(
+        &mut self,
+        from: usize,
+        tag: u64,
+        (dst, at, len): (Buf, usize, usize),
+        hops: u32,
+    ) {
         self.s.steps.push_back(Step::Recv {
             from,
             tag,
@@ -220,7 +226,7 @@ impl Build {
     }
 
     /// Send `len` bytes of `src` to team rank `to`.
-    fn send_from(&mut self, to: usize, tag: u64, src: Buf, len: usize) {
+    pub(crate) fn send_from(&mut self, to: usize, tag: u64, src: Buf, len: usize) {
         self.s.steps.push_back(Step::Send {
             to,
             tag,

@@ -331,6 +331,11 @@ impl Team {
         let (me, seq, h) = self.start::<T>(kind, None, None, k)?;
         let n = self.size();
         let w = std::mem::size_of::<T>();
+        // across hosts as the blocking form (team_hier_nb_a2a.rs)
+        if let Some(g) = self.alltoall_nb_groups::<T>(k) {
+            let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            return Ok(self.alltoall_nb_hier((seq, h, g), send, k * w, recv));
+        }
         for s in 1..n {
             let j = (me + s) % n;
             self.send(seq, 0, &h, j, bytemuck::cast_slice(&send[j * k..][..k]))?;

@@ -188,6 +188,7 @@ impl Sched {
         let (s, d) = match (src, dst) {
             (Buf::Work, Buf::Out) => (&self.work, &mut self.out),
             (Buf::Scratch, Buf::Out) => (&self.scratch, &mut self.out),
+            (Buf::Scratch, Buf::Work) => (&self.scratch, &mut self.work),
             // never built
             _ => return,
         };
