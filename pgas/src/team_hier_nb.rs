@@ -178,15 +178,7 @@ impl Build {
         (dst, at, len): (Buf, usize, usize),
         hops: u32,
     ) {
-        self.s.steps.push_back(Step::Recv {
-            from,
-            tag,
-            dst,
-            at,
-            len,
-            fold: Fold::Copy,
-            hops,
-        });
+        self.s.recv_part(from, tag, (dst, at, len), hops);
     }
 
     /// Receive group `gi`'s packed parts (`kw` bytes per member, group
@@ -227,13 +219,7 @@ impl Build {
 
     /// Send `len` bytes of `src` to team rank `to`.
     pub(crate) fn send_from(&mut self, to: usize, tag: u64, src: Buf, len: usize) {
-        self.s.steps.push_back(Step::Send {
-            to,
-            tag,
-            src,
-            at: 0,
-            len,
-        });
+        self.s.send_part(to, tag, (src, 0, len));
     }
 
     /// Binomial reduction among leaders to leader `root` (this member

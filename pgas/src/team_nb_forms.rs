@@ -241,6 +241,11 @@ impl Team {
             ));
         }
         let (me, seq, h) = self.start::<T>(kind, None, None, 0)?;
+        // across hosts as the blocking form (team_hier_nb_a2a.rs)
+        if let Some(g) = self.alltoallv_nb_groups::<T>() {
+            let (send, recv) = ((send, send_counts), (recv, recv_counts));
+            return Ok(self.alltoallv_nb_hier((seq, h, g), send, recv));
+        }
         for s in 1..n {
             let j = (me + s) % n;
             let block = &send[so[j]..][..send_counts[j]];
