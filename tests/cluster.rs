@@ -1147,7 +1147,7 @@ fn incast_through_a_shaped_link_keeps_goodput() {
 /// large for one shared-memory step, so flat as the blocking form) and
 /// `alltoallv_nb` (counts with zeros, all zero, too large: the flat
 /// fall-back), checked against the blocking forms' results, and under
-/// `-N2 -n5` (0 1 2 | 3 4) too.
+/// `-N2 -n4` (0 1 | 2 3) too.
 #[test]
 fn srun_pmi2_hosts_team_hier_nb() {
     let Some(d) = cluster() else { return };
@@ -1173,7 +1173,7 @@ fn srun_pmi2_hosts_team_hier_nb() {
         }
         (sums, paths)
     };
-    for (nodes, ranks, n) in [("-N3", "-n6", 6), ("-N3", "-n5", 5), ("-N2", "-n5", 5)] {
+    for (nodes, ranks, n) in [("-N3", "-n6", 6), ("-N3", "-n5", 5), ("-N2", "-n4", 4)] {
         let run = |env: &[&str]| {
             let mut a = vec!["srun", "--mpi=pmi2", nodes, ranks, "env"];
             a.extend_from_slice(env);

@@ -19,7 +19,8 @@
 //! waits for the set-up, so before the team's first blocking `barrier`,
 //! `broadcast`, `reduce`, `allreduce`, `gather` or `allgather` across
 //! hosts (the collectives that call `Team::hier_call`) its non-blocking
-//! forms go flat. Every member knows the
+//! forms go flat (`alltoall_nb` and `alltoallv_nb`: the same, in
+//! `team_hier_nb_a2a.rs`). Every member knows the
 //! same (members call the same collectives in the same order), so every
 //! member builds the same form of each collective.
 //!

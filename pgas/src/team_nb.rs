@@ -305,10 +305,22 @@ pub(crate) fn bytes_of<T: Pod>(v: &[T]) -> Vec<u8> {
 }
 
 impl Team {
-    /// Non-blocking [`alltoall`](Self::alltoall): every block goes out
-    /// before this returns (so `send` may be reused at once); the blocks
-    /// from the other members land in `recv` by the time the returned
-    /// request completes.
+    /// Non-blocking [`alltoall`](Self::alltoall): `send` may be reused
+    /// at once (flat, every block goes out before this returns); the
+    /// blocks from the other members land in `recv` by the time the
+    /// returned request completes. Across hosts hierarchical (L (L - 1)
+    /// messages across L hosts: one per leader pair) where the blocking
+    /// form is, once the team's blocking collectives are (see
+    /// `docs/teams.md`); the blocks are then copied at the call.
+    ///
+    /// ```no_run
+    /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
+    /// let me = team.rank().unwrap() as u64;
+    /// let send: Vec<u64> = (0..team.size() as u64).map(|j| me * 100 + j).collect();
+    /// let mut recv = vec![0u64; team.size()];
+    /// team.alltoall_nb(&send, &mut recv)?.wait()?; // recv[j] == j * 100 + me
+    /// # Ok(()) }
+    /// ```
     pub fn alltoall_nb<'a, T: Pod>(
         &self,
         send: &[T],
