@@ -912,6 +912,20 @@ fn srun_pmi2_hosts_team_hier() {
     }
 }
 
+/// The job `r` (`t_team_hier` `mode` of world rank `target`) failed
+/// with an alltoallv counts mismatch naming `target` and its counts.
+fn names_counts(r: &Run, target: &str, mode: &str) {
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("team collective mismatch")
+            && r.stderr.contains("(Team::alltoallv)")
+            && r.stderr
+                .contains(&format!("rank {target} (team rank {target}) has")),
+        "{mode} {target}: {}",
+        r.stderr
+    );
+}
+
 /// The hierarchical path keeps the flat one's reports (`t_team_hier`,
 /// `srun -N3 -n6`: 0 1 | 2 3 | 4 5): a member calling another op is named
 /// (rank 3: found by its host's leader through shared memory; rank 4, a
@@ -1026,19 +1040,11 @@ fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
         // alltoallv: the counts are checked in the host (shared memory)
         // and by the receivers' leaders; either way both members named
         let r = run("vcount");
-        assert_ne!(r.code, 0, "{r:?}");
         assert!(
             r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
             "{r:?}"
         );
-        assert!(
-            r.stderr.contains("team collective mismatch")
-                && r.stderr.contains("(Team::alltoallv)")
-                && r.stderr
-                    .contains(&format!("rank {target} (team rank {target}) has")),
-            "vcount {target}: {}",
-            r.stderr
-        );
+        names_counts(&r, target, "vcount");
         let r = run("vabsent");
         assert_ne!(r.code, 0, "{r:?}");
         assert!(
@@ -1269,16 +1275,7 @@ fn srun_pmi2_hosts_team_hier_nb_names_the_culprit() {
         );
         // alltoallv_nb: the counts are checked by the leaders (of the
         // host, then between hosts) before any block is taken
-        let r = run("nbvcount");
-        assert_ne!(r.code, 0, "{r:?}");
-        assert!(
-            r.stderr.contains("team collective mismatch")
-                && r.stderr.contains("(Team::alltoallv)")
-                && r.stderr
-                    .contains(&format!("rank {target} (team rank {target}) has")),
-            "nbvcount {target}: {}",
-            r.stderr
-        );
+        names_counts(&run("nbvcount"), target, "nbvcount");
         let r = run("nbabsent");
         assert_ne!(r.code, 0, "{r:?}");
         assert!(

@@ -399,7 +399,7 @@ fn every2(t: &Team) -> splitrt::Result<()> {
             name(&format!("scan_inclusive Min of {kk}"))
         })?;
     }
-    alltoallv(t)?;
+    alltoallv(t, false)?;
     // floats: close to the sum in team-rank order
     let mut f = [0.1f64 * (me as f64 + 1.0), 1.0 / 3.0];
     let mut all = vec![0f64; 2 * n];
@@ -417,7 +417,8 @@ fn every2(t: &Team) -> splitrt::Result<()> {
 /// Alltoallv on `t`, results checked: counts that differ per pair
 /// (zeros among them), all zero, and large enough that a host's blocks
 /// do not fit one shared-memory step (then every member goes flat).
-fn alltoallv(t: &Team) -> splitrt::Result<()> {
+/// `nb`: also `alltoallv_nb`, its result the blocking form's.
+fn alltoallv(t: &Team, nb: bool) -> splitrt::Result<()> {
     let n = t.size();
     let me = t.rank().expect("a member");
     let name = |what: &str| format!("team {:?} ({}): {what}", t.members(), path(t));
@@ -438,6 +439,16 @@ fn alltoallv(t: &Team) -> splitrt::Result<()> {
         check(recv == want, || {
             name(&format!("alltoallv of counts (3i + 5j + 1) % 4 * {mult}"))
         })?;
+        if nb {
+            let mut got = vec![u64::MAX; recv.len()];
+            t.alltoallv_nb(&send, &send_counts, &mut got, &recv_counts)?
+                .wait()?;
+            check(got == recv, || {
+                name(&format!(
+                    "alltoallv_nb of counts * {mult}: not the blocking form's"
+                ))
+            })?;
+        }
     }
     Ok(())
 }
@@ -616,7 +627,7 @@ fn nb_every(t: &Team) -> splitrt::Result<()> {
             || name(&format!("allreduce Min of {len}")),
         )?;
     }
-    nb_alltoallv(t)?;
+    alltoallv(t, true)?;
     // several outstanding on one team, completed in reverse order (and
     // the last by `test`)
     let mut a: Vec<u64> = vec![me as u64 + 1; 3];
@@ -714,39 +725,6 @@ fn nb_alltoall(t: &Team, len: usize) -> splitrt::Result<()> {
     check(got == blocking, || {
         name(&format!("alltoall_nb and alltoall of {len} differ"))
     })
-}
-
-/// `alltoallv_nb` on `t`, as [`alltoallv`] (counts with zeros, all zero,
-/// too large for one shared-memory step: the flat fall-back), checked
-/// against the expected blocks and the blocking `alltoallv`'s result.
-fn nb_alltoallv(t: &Team) -> splitrt::Result<()> {
-    let n = t.size();
-    let me = t.rank().expect("a member");
-    let name = |what: &str| format!("team {:?} ({}): nb {what}", t.members(), path(t));
-    let v = |i: usize, j: usize, e: usize| ((i as u64) << 40) | ((j as u64) << 20) | e as u64;
-    for mult in [1usize, 0, 100, 3000] {
-        let cnt = |i: usize, j: usize| (i * 3 + j * 5 + 1) % 4 * mult;
-        let send_counts: Vec<usize> = (0..n).map(|j| cnt(me, j)).collect();
-        let recv_counts: Vec<usize> = (0..n).map(|i| cnt(i, me)).collect();
-        let send: Vec<u64> = (0..n)
-            .flat_map(|j| (0..cnt(me, j)).map(move |e| v(me, j, e)))
-            .collect();
-        let mut recv = vec![u64::MAX; recv_counts.iter().sum()];
-        t.alltoallv_nb(&send, &send_counts, &mut recv, &recv_counts)?
-            .wait()?;
-        let want: Vec<u64> = (0..n)
-            .flat_map(|i| (0..cnt(i, me)).map(move |e| v(i, me, e)))
-            .collect();
-        check(recv == want, || {
-            name(&format!("alltoallv of counts (3i + 5j + 1) % 4 * {mult}"))
-        })?;
-        let mut blocking = vec![u64::MAX; recv.len()];
-        t.alltoallv(&send, &send_counts, &mut blocking, &recv_counts)?;
-        check(recv == blocking, || {
-            name(&format!("alltoallv_nb and alltoallv of * {mult} differ"))
-        })?;
-    }
-    Ok(())
 }
 
 /// `nbop R` / `nbabsent R`: as `misuse`, the third collective an
