@@ -912,6 +912,20 @@ fn srun_pmi2_hosts_team_hier() {
     }
 }
 
+/// The job `r` (`t_team_hier` `mode` of world rank `target`) failed
+/// with an alltoallv counts mismatch naming `target` and its counts.
+fn names_counts(r: &Run, target: &str, mode: &str) {
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("team collective mismatch")
+            && r.stderr.contains("(Team::alltoallv)")
+            && r.stderr
+                .contains(&format!("rank {target} (team rank {target}) has")),
+        "{mode} {target}: {}",
+        r.stderr
+    );
+}
+
 /// The hierarchical path keeps the flat one's reports (`t_team_hier`,
 /// `srun -N3 -n6`: 0 1 | 2 3 | 4 5): a member calling another op is named
 /// (rank 3: found by its host's leader through shared memory; rank 4, a
@@ -1026,19 +1040,11 @@ fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
         // alltoallv: the counts are checked in the host (shared memory)
         // and by the receivers' leaders; either way both members named
         let r = run("vcount");
-        assert_ne!(r.code, 0, "{r:?}");
         assert!(
             r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
             "{r:?}"
         );
-        assert!(
-            r.stderr.contains("team collective mismatch")
-                && r.stderr.contains("(Team::alltoallv)")
-                && r.stderr
-                    .contains(&format!("rank {target} (team rank {target}) has")),
-            "vcount {target}: {}",
-            r.stderr
-        );
+        names_counts(&r, target, "vcount");
         let r = run("vabsent");
         assert_ne!(r.code, 0, "{r:?}");
         assert!(
@@ -1143,7 +1149,11 @@ fn incast_through_a_shaped_link_keeps_goodput() {
 /// and interleaved teams hierarchical), with `SPLITRT_TEAM_HIER=0` and
 /// on the AM path (flat). The world team's messages across hosts for
 /// one call of each, summed over the ranks, are fewer hierarchically than
-/// flat.
+/// flat. Also `alltoall_nb` (blocks of 0, 1 and 5000 u32: the last too
+/// large for one shared-memory step, so flat as the blocking form) and
+/// `alltoallv_nb` (counts with zeros, all zero, too large: the flat
+/// fall-back), checked against the blocking forms' results, and under
+/// `-N2 -n4` (0 1 | 2 3) too.
 #[test]
 fn srun_pmi2_hosts_team_hier_nb() {
     let Some(d) = cluster() else { return };
@@ -1169,7 +1179,7 @@ fn srun_pmi2_hosts_team_hier_nb() {
         }
         (sums, paths)
     };
-    for (nodes, ranks, n) in [("-N3", "-n6", 6), ("-N3", "-n5", 5)] {
+    for (nodes, ranks, n) in [("-N3", "-n6", 6), ("-N3", "-n5", 5), ("-N2", "-n4", 4)] {
         let run = |env: &[&str]| {
             let mut a = vec!["srun", "--mpi=pmi2", nodes, ranks, "env"];
             a.extend_from_slice(env);
@@ -1206,6 +1216,8 @@ fn srun_pmi2_hosts_team_hier_nb() {
             "nballreduce",
             "nbgather",
             "nballgather",
+            "nballtoall",
+            "nballtoallv",
         ] {
             assert!(
                 hier[k] < flat[k],
@@ -1220,8 +1232,10 @@ fn srun_pmi2_hosts_team_hier_nb() {
 /// The hierarchical non-blocking forms keep the reports (`t_team_hier
 /// nbop / nbabsent`, `srun -N3 -n6`: 0 1 | 2 3 | 4 5): a member calling
 /// another op in an `allreduce_nb` is named (rank 3 by its leader, rank
-/// 4, a leader, by its member or the other leaders), and a member that
-/// never calls is named by the hang report.
+/// 4, a leader, by its member or the other leaders), so is one passing
+/// other counts to an `alltoallv_nb` (`nbvcount`: by the leaders'
+/// counts checks, naming both members and their counts), and a member
+/// that never calls is named by the hang report.
 #[test]
 fn srun_pmi2_hosts_team_hier_nb_names_the_culprit() {
     let Some(d) = cluster() else { return };
@@ -1259,6 +1273,9 @@ fn srun_pmi2_hosts_team_hier_nb_names_the_culprit() {
             r.stderr.contains("op Max") && r.stderr.contains("op Sum"),
             "{r:?}"
         );
+        // alltoallv_nb: the counts are checked by the leaders (of the
+        // host, then between hosts) before any block is taken
+        names_counts(&run("nbvcount"), target, "nbvcount");
         let r = run("nbabsent");
         assert_ne!(r.code, 0, "{r:?}");
         assert!(

@@ -65,6 +65,8 @@ mod team_hier_nb;
 mod world_barrier;
 // (appended) its state, below the context and the handlers' state
 mod world_barrier_state;
+// (appended) the hierarchical non-blocking alltoall and alltoallv
+mod team_hier_nb_a2a;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};
