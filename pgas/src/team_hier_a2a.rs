@@ -67,14 +67,14 @@ impl HierCall<'_> {
 
     /// Step A: publish elements `r` of each of the n blocks of `send`
     /// (kk elements each; block j at j * m of the half). Calls `read`
-    /// with the area and step (if the group has more than one member)
-    /// before finishing the step.
+    /// with those elements (block j's at j * m) and the area and step (if
+    /// the group has more than one member) before finishing the step.
     fn post<T: Pod>(
         &self,
         send: &[T],
         kk: usize,
         r: &Range<usize>,
-        read: impl FnOnce(Option<(&crate::team_area::TeamArea, u64)>),
+        read: impl FnOnce(Vec<T>, Option<(&crate::team_area::TeamArea, u64)>),
     ) -> Result<()> {
         let m = r.len();
         let mut blocks = vec![T::zeroed(); self.n() * m];
@@ -83,10 +83,10 @@ impl HierCall<'_> {
         }
         match self.step(0, Some(bytemuck::cast_slice(&blocks)))? {
             Some((a, k)) => {
-                read(Some((a, k)));
+                read(blocks, Some((a, k)));
                 a.finish(k);
             }
-            None => read(None),
+            None => read(blocks, None),
         }
         Ok(())
     }
@@ -110,7 +110,7 @@ impl HierCall<'_> {
             // the leader's view of its members' published blocks:
             // member q's block for team rank t at (q * n + t) * m
             let mut local = vec![T::zeroed(); if gme == 0 { ga * n * m } else { 0 }];
-            self.post(send, kk, &r, |area| {
+            self.post(send, kk, &r, |blocks, area| {
                 for (q, &t) in g.group.iter().enumerate() {
                     let to = &mut recv[t * kk + r.start..t * kk + r.end];
                     if q == gme {
@@ -123,10 +123,7 @@ impl HierCall<'_> {
                     for (q, _) in g.group.iter().enumerate() {
                         let to = &mut local[q * n * m..(q + 1) * n * m];
                         if q == 0 {
-                            for t in 0..n {
-                                to[t * m..(t + 1) * m]
-                                    .copy_from_slice(&send[t * kk + r.start..t * kk + r.end]);
-                            }
+                            to.copy_from_slice(&blocks);
                         } else if let Some((a, k)) = area {
                             a.read(q, k, 0, bytemuck::cast_slice_mut(to));
                         }
@@ -203,15 +200,12 @@ impl HierCall<'_> {
         for (c, r) in steps(kk, per).enumerate() {
             let m = r.len();
             // the leader: its members' blocks combined, team rank t's at t * m
-            let mut acc = vec![T::zeroed(); if gme == 0 { n * m } else { 0 }];
-            self.post(send, kk, &r, |area| {
+            let mut acc = Vec::new();
+            self.post(send, kk, &r, |blocks, area| {
                 if gme != 0 {
                     return;
                 }
-                for t in 0..n {
-                    acc[t * m..(t + 1) * m]
-                        .copy_from_slice(&send[t * kk + r.start..t * kk + r.end]);
-                }
+                acc = blocks;
                 if let Some((a, k)) = area {
                     let mut tmp = vec![T::zeroed(); n * m];
                     for q in 1..ga {
