@@ -177,6 +177,8 @@ fn run() -> splitrt::Result<()> {
     }
     ep.wait_until(|| got.load(Ordering::Acquire) == n - 1)?;
     ep.barrier()?;
+    // /proc/self/status first: reading smaps (below) grows the heap
+    let (anon, pte) = (status_kb("RssAnon:"), status_kb("VmPTE:"));
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let line = format!(
         "scale rank {me} size {n} host {} start_ms {start_ms} fds {} threads {} rss_kb {} hwm_kb {} shm_file_kb {} shm_used_kb {}",
@@ -190,7 +192,6 @@ fn run() -> splitrt::Result<()> {
     );
     let [own_rss, own_pss, peer_rss, peer_pss] = shm_split_kb(&ep.job().job_id, me);
     let pss = pss_kb();
-    let (anon, pte) = (status_kb("RssAnon:"), status_kb("VmPTE:"));
     // no rank leaves (unmapping what the others' PSS shares with it)
     // before every rank has read its own
     ep.barrier()?;
