@@ -294,6 +294,10 @@ impl Team {
         let (_, n) = self.nb_precheck(kind, None)?;
         self.nb_check_len(kind, "send", send.len(), n * k)?;
         let (me, seq, h) = self.start::<T>(kind, Some(op), None, k)?;
+        // across hosts as the blocking form (team_hier_nb_scan.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.reduce_scatter_nb_hier((seq, h, g), send, recv, op));
+        }
         for s in 1..n {
             let j = (me + s) % n;
             self.send(seq, 0, &h, j, bytemuck::cast_slice(&send[j * k..][..k]))?;
@@ -377,6 +381,12 @@ impl Team {
         let _one = self.pgas().enter_collective(self.shown(kind))?;
         self.nb_check_op::<T>(kind, op)?;
         let (me, seq, h) = self.start::<T>(kind, Some(op), None, data.len())?;
+        // across hosts as the blocking form, when each host's members are
+        // consecutive team ranks (team_hier_nb_scan.rs)
+        if let Some(g) = self.nb_hier().filter(|g| g.layout.contiguous()) {
+            let inclusive = kind == CollKind::ScanInclusive;
+            return Ok(self.scan_nb_hier((seq, h, g), inclusive, data, op));
+        }
         let n = self.size();
         let len = std::mem::size_of_val(data);
         let mut r = Sched::new(self, seq, h);

@@ -37,6 +37,21 @@
 //!          "nbhier rank R path=P nbbarrier=A nbbroadcast=B nbreduce=C
 //!          nballreduce=D nbgather=E nballgather=F" and "team_hier nb ok (<path>) rank R"
 //!   nbop R, nbabsent R  as op and absent, with allreduce_nb
+//!   nbscan the non-blocking reduce_scatter and scans (hierarchical where
+//!          the blocking forms are, the scans when each host's members are
+//!          consecutive team ranks: `team_hier_nb_scan.rs`) on the world
+//!          team, all but world rank 0, the even ranks and a team whose
+//!          hosts' members are not consecutive (flat scans), results
+//!          checked against the flat results (integers: a fold of an
+//!          allgather of the inputs in team-rank order; floats: the
+//!          blocking form's bits), zero-length and several outstanding;
+//!          then one call of each on the world team, printing what this
+//!          rank sent to other hosts: "nbscan rank R path=P
+//!          nbreducescatter=A nbscaninc=B nbscanexc=C" and
+//!          "team_hier nbscan ok (<path>) rank R"
+//!   scantime N  every rank: N back-to-back blocking scans of one u64,
+//!          then N non-blocking ones (each waited); the last rank prints
+//!          µs per call: "scantime path=P last rank scan8=.. scannb8=.."
 //!   op R   every rank does a few world collectives, then allreduces with
 //!          Sum, but world rank R with Max: the job ends naming R
 //!   absent R  likewise, but world rank R never calls the allreduce: the
@@ -70,6 +85,8 @@ fn main() {
             "time" => time(pg, target),
             "nb" => nb(pg),
             "nbop" | "nbabsent" => nb_misuse(pg, &mode, target),
+            "nbscan" => nb_scan(pg),
+            "scantime" => scan_time(pg, target),
             m => Err(Error::usage(format!("unknown mode {m}"))),
         }
     })();
@@ -680,5 +697,186 @@ fn nb_misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
         world.allreduce_nb(&mut d, Op::Sum)?.wait()?;
     }
     println!("done");
+    pg.finish()
+}
+
+/// `nbscan`: see the module docs.
+fn nb_scan(pg: Pgas) -> splitrt::Result<()> {
+    let me = pg.rank();
+    let world = pg.world();
+    let mut x = [me as u64];
+    world.allreduce(&mut x, Op::Sum)?;
+    nb_scan_every(&world)?;
+    let rest = world.split(if me == 0 { None } else { Some(1) }, 0)?;
+    if rest.is_member() {
+        rest.allreduce(&mut x, Op::Sum)?;
+        nb_scan_every(&rest)?;
+    }
+    let even = world.split(Some((me % 2) as u32), me as u64)?;
+    even.allreduce(&mut x, Op::Sum)?;
+    nb_scan_every(&even)?;
+    // team order 0 2 4 .. 1 3 5 ..: a host's members are not consecutive
+    let odd_first = world.split(Some(0), ((me % 2) << 32 | me) as u64)?;
+    odd_first.allreduce(&mut x, Op::Sum)?;
+    nb_scan_every(&odd_first)?;
+    let count = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<u64> {
+        let before = world.off_host_messages();
+        f()?;
+        Ok(world.off_host_messages() - before)
+    };
+    let blocks: Vec<u64> = (0..world.size() as u64).collect();
+    let mut one = [0u64];
+    let a = count(&mut || world.reduce_scatter_nb(&blocks, &mut one, Op::Sum)?.wait())?;
+    let mut x = [me as u64];
+    let b = count(&mut || world.scan_inclusive_nb(&mut x, Op::Sum)?.wait())?;
+    let c = count(&mut || world.scan_exclusive_nb(&mut x, Op::Sum)?.wait())?;
+    println!(
+        "nbscan rank {me} path={} nbreducescatter={a} nbscaninc={b} nbscanexc={c}",
+        path(&world)
+    );
+    pg.barrier()?;
+    println!("team_hier nbscan ok ({:?} path) rank {me}", pg.rma_path());
+    pg.finish()
+}
+
+/// The non-blocking reduce_scatter and scans on `t`, results checked
+/// against the flat results (integers, computed here from an allgather
+/// of the inputs in team-rank order) and the blocking forms' bits
+/// (floats, where the team takes the same path).
+fn nb_scan_every(t: &Team) -> splitrt::Result<()> {
+    let n = t.size();
+    let me = t.rank().expect("a member");
+    let name = |what: &str| format!("team {:?} ({}): nb {what}", t.members(), path(t));
+    for kk in [1usize, 3, 1000, 0] {
+        // block j of member i: i << 40 | j << 20 | e
+        let v = |i: usize, j: usize, e: usize| ((i as u64) << 40) | ((j as u64) << 20) | e as u64;
+        let send: Vec<u64> = (0..n)
+            .flat_map(|j| (0..kk).map(move |e| v(me, j, e)))
+            .collect();
+        let mut out = vec![u64::MAX; kk];
+        t.reduce_scatter_nb(&send, &mut out, Op::Sum)?.wait()?;
+        let want = |e: usize| (0..n).map(|i| v(i, me, e)).sum::<u64>();
+        check(out.iter().enumerate().all(|(e, &x)| x == want(e)), || {
+            name(&format!("reduce_scatter Sum of {kk} per block"))
+        })?;
+        // non-commutative in effect: Max of minus the value
+        let neg: Vec<i64> = send.iter().map(|&x| -(x as i64)).collect();
+        let mut out = vec![i64::MIN; kk];
+        t.reduce_scatter_nb(&neg, &mut out, Op::Max)?.wait()?;
+        check(
+            out.iter()
+                .enumerate()
+                .all(|(e, &x)| x == -(v(0, me, e) as i64)),
+            || name(&format!("reduce_scatter Max of {kk} per block")),
+        )?;
+        // the flat results: a fold of every member's input in team-rank order
+        let mine: Vec<u64> = (0..kk as u64)
+            .map(|e| e * 3 + (me as u64 + 1) * 0x1_0001)
+            .collect();
+        let mut all = vec![0u64; n * kk];
+        t.allgather(&mine, &mut all)?;
+        let upto = |r: usize, e: usize| (0..r).map(|i| all[i * kk + e]).sum::<u64>();
+        let mut d = mine.clone();
+        t.scan_inclusive_nb(&mut d, Op::Sum)?.wait()?;
+        check(
+            d.iter().enumerate().all(|(e, &x)| x == upto(me + 1, e)),
+            || name(&format!("scan_inclusive Sum of {kk}")),
+        )?;
+        let mut d = mine.clone();
+        t.scan_exclusive_nb(&mut d, Op::Sum)?.wait()?;
+        check(d.iter().enumerate().all(|(e, &x)| x == upto(me, e)), || {
+            name(&format!("scan_exclusive Sum of {kk}"))
+        })?;
+        // order: Max of the team rank (exclusive: zeros on team rank 0)
+        // and Min of minus it
+        let mut d = vec![me as i32; kk];
+        t.scan_exclusive_nb(&mut d, Op::Max)?.wait()?;
+        let w = if me == 0 { 0 } else { me as i32 - 1 };
+        check(d.iter().all(|&x| x == w), || {
+            name(&format!("scan_exclusive Max of {kk}"))
+        })?;
+        let mut d = vec![-(me as i32); kk];
+        t.scan_inclusive_nb(&mut d, Op::Min)?.wait()?;
+        check(d.iter().all(|&x| x == -(me as i32)), || {
+            name(&format!("scan_inclusive Min of {kk}"))
+        })?;
+        // Prod, whose identity is not zero: an exclusive scan's first
+        // host must not be combined with a zero offset
+        let mut d = vec![2u64; kk];
+        t.scan_exclusive_nb(&mut d, Op::Prod)?.wait()?;
+        let w = if me == 0 { 0 } else { 1u64 << me };
+        check(d.iter().all(|&x| x == w), || {
+            name(&format!("scan_exclusive Prod of {kk}: {:?}", d.first()))
+        })?;
+    }
+    // several outstanding, completed in reverse order
+    let mut a = [me as u64 + 1; 2];
+    let mut b = [1u64];
+    let blocks = vec![me as u64; n];
+    let mut c = [0u64];
+    let ra = t.scan_inclusive_nb(&mut a, Op::Sum)?;
+    let rb = t.scan_exclusive_nb(&mut b, Op::Sum)?;
+    let rc = t.reduce_scatter_nb(&blocks, &mut c, Op::Sum)?;
+    rc.wait()?;
+    rb.wait()?;
+    ra.wait()?;
+    let tri = |r: usize| (r * (r + 1) / 2) as u64;
+    check(a == [tri(me + 1); 2], || {
+        name(&format!("outstanding scan_inclusive: {a:?}"))
+    })?;
+    check(b == [me as u64], || {
+        name(&format!("outstanding scan_exclusive: {b:?}"))
+    })?;
+    check(c == [tri(n - 1)], || {
+        name(&format!("outstanding reduce_scatter: {c:?}"))
+    })?;
+    // floats: the blocking forms' bits where they take the same path
+    let f0 = [0.1f64 * (me as f64 + 1.0), 1e16 + me as f64, -1.0 / 3.0];
+    let (mut f, mut g) = (f0, f0);
+    t.scan_inclusive_nb(&mut f, Op::Sum)?.wait()?;
+    t.scan_inclusive(&mut g, Op::Sum)?;
+    let fs: Vec<f64> = (0..n * 3).map(|i| f0[i % 3] * (i / 3 + 1) as f64).collect();
+    let (mut r, mut q) = (vec![0f64; 3], vec![0f64; 3]);
+    t.reduce_scatter_nb(&fs, &mut r, Op::Sum)?.wait()?;
+    t.reduce_scatter(&fs, &mut q, Op::Sum)?;
+    if path(t) != "shm" {
+        let same = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        check(same(&f, &g), || {
+            name(&format!(
+                "scan_inclusive_nb {f:?} and scan_inclusive {g:?} differ"
+            ))
+        })?;
+        check(same(&r, &q), || {
+            name(&format!(
+                "reduce_scatter_nb {r:?} and reduce_scatter {q:?} differ"
+            ))
+        })?;
+    }
+    t.barrier_nb()?.wait()
+}
+
+/// `scantime N`: see the module docs.
+fn scan_time(pg: Pgas, n: usize) -> splitrt::Result<()> {
+    let world = pg.world();
+    let mut one = [1u64];
+    world.allreduce(&mut one, Op::Sum)?;
+    world.scan_inclusive(&mut one, Op::Max)?;
+    let per = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<f64> {
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            f()?;
+        }
+        Ok(t.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64)
+    };
+    let a = per(&mut || world.scan_inclusive(&mut one, Op::Max))?;
+    world.allreduce(&mut one, Op::Sum)?;
+    let b = per(&mut || world.scan_inclusive_nb(&mut one, Op::Max)?.wait())?;
+    // the first members of a scan wait for no one: the last one's time
+    if pg.rank() + 1 == pg.size() {
+        println!(
+            "scantime path={} last rank scan8={a:.1} scannb8={b:.1}",
+            path(&world)
+        );
+    }
     pg.finish()
 }
