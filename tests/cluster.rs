@@ -1404,50 +1404,34 @@ fn srun_pmi2_hosts_world_barrier_names_the_culprit() {
 fn srun_pmi2_hosts_team_hier_nbscan() {
     let Some(d) = cluster() else { return };
     let p = example("t_team_hier");
-    let counts = |r: &Run| {
-        let mut sums = std::collections::BTreeMap::new();
-        let mut paths = Vec::new();
-        for l in r.stdout.lines().filter(|l| l.starts_with("nbscan rank ")) {
-            for w in l.split_whitespace() {
-                match w.split_once('=') {
-                    Some(("path", v)) => paths.push(v.to_string()),
-                    Some((k, v)) => {
-                        *sums.entry(k.to_string()).or_insert(0u64) += v.parse::<u64>().unwrap()
-                    }
-                    None => {}
-                }
-            }
-        }
-        (sums, paths)
-    };
     // (-N2 -n5: Slurm places 3 + 2 with --overcommit)
     let jobs: [(&[&str], usize); 3] = [
         (&["-N3", "-n6"], 6),
         (&["-N3", "-n5"], 5),
         (&["-N2", "-n5", "--overcommit"], 5),
     ];
+    // each setting and the path every rank must take
+    let settings: [(&[&str], &str); 3] = [
+        (&["SPLITRT_RMA=native"], "hier"),
+        (&["SPLITRT_RMA=native", "SPLITRT_TEAM_HIER=0"], "flat"),
+        (&["SPLITRT_RMA=am"], "flat"),
+    ];
     for (spread, n) in jobs {
-        let run = |env: &[&str]| {
+        let mut sums = Vec::new();
+        for (env, want) in settings {
             let mut a = vec!["srun", "--mpi=pmi2"];
             a.extend_from_slice(spread);
             a.push("env");
             a.extend_from_slice(env);
-            a.extend([p.to_str().unwrap(), "nbscan"]);
+            a.extend(["SPLITRT_HANG_REPORT=10", p.to_str().unwrap(), "nbscan"]);
             let r = on(&d, "ctl", &a);
             all_say(&r, "team_hier nbscan ok", n);
-            counts(&r)
-        };
-        let (hier, hp) = run(&["SPLITRT_RMA=native", "SPLITRT_HANG_REPORT=10"]);
-        let (flat, fp) = run(&[
-            "SPLITRT_RMA=native",
-            "SPLITRT_TEAM_HIER=0",
-            "SPLITRT_HANG_REPORT=10",
-        ]);
-        let (_, ap) = run(&["SPLITRT_RMA=am", "SPLITRT_HANG_REPORT=10"]);
+            let (s, paths) = hier_counts(&r);
+            assert_eq!(paths, vec![want; n], "{spread:?} {env:?}: {r:?}");
+            sums.push(s);
+        }
+        let (hier, flat) = (&sums[0], &sums[1]);
         eprintln!("{spread:?}: non-blocking hierarchical {hier:?}, flat {flat:?}");
-        assert_eq!(hp, vec!["hier"; n], "native: {hier:?}");
-        assert_eq!(fp, vec!["flat"; n], "SPLITRT_TEAM_HIER=0: {flat:?}");
-        assert_eq!(ap, vec!["flat"; n], "AM path");
         for k in ["nbreducescatter", "nbscaninc", "nbscanexc"] {
             assert!(
                 hier[k] < flat[k],

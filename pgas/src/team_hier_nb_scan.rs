@@ -16,22 +16,32 @@
 //!
 //! **scans** (when each host's members are consecutive team ranks,
 //! `Layout::contiguous`; otherwise flat, as the blocking forms): every
-//! member sends its data to its leader, which folds its host's members'
-//! data in team-rank order (each member's host-local prefix and the
-//! host's total), the leaders exclusive-scan the hosts' totals by
-//! recursive doubling (≤ ⌈log2 L⌉ messages per leader) and each leader
-//! sends each member `offset op prefix`. No member waits for more than
-//! its own result: a member leaves as soon as its leader has sent it,
-//! and a leader as soon as it has sent its members theirs, so back-to-
-//! back scans pipeline (call k + 1's host stage overlaps call k's
-//! stages on later hosts).
+//! message goes from a lower team rank to a higher one, as in the flat
+//! scan, so no member ever waits for a higher one and back-to-back scans
+//! pipeline (call k + 1's first hosts run while call k's later ones
+//! finish; a member waiting for its result from its leader, which waits
+//! for the member's next call, made the scans lock-step):
 //!
-//! Both combine in the blocking hierarchical forms' order, so the
-//! results are their bits; integers give the flat results.
+//! 1. within a host, each member passes its host-local prefix (its own
+//!    data on the right of what it received) to the host's next member;
+//!    the host's last member has the host's total;
+//! 2. the last members of all hosts but the last exclusive-scan the
+//!    totals by recursive doubling (≤ ⌈log2 (L - 1)⌉ messages each), and
+//!    the last member of host i sends what hosts 0..=i add up to (the
+//!    offset of host i + 1) to host i + 1's leader: at most
+//!    L - 1 + (L - 1) ⌈log2 (L - 1)⌉ messages across hosts;
+//! 3. each leader sends that offset to its host's other members, and
+//!    every member puts it on the left of its host-local result.
+//!
+//! reduce_scatter_nb combines in the blocking hierarchical form's order
+//! (its bits); the blocking hierarchical scans run the scans' schedule
+//! (`team_hier_scan.rs`, with tags of their own), so blocking and
+//! non-blocking scans give the same bits. Integers give the flat
+//! results.
 
 use crate::reduce::{Op, Reduce};
 use crate::team::Team;
-use crate::team_hier::LEADER_LATER;
+use crate::team_hier::{HIER, LEADER_LATER};
 use crate::team_hosts::HostGroups;
 use crate::team_mail::Header;
 use crate::team_nb::{bytes_of, TeamRequest};
@@ -41,12 +51,21 @@ use std::sync::Arc;
 /// Tags of the non-blocking forms' messages (`team_hier_nb.rs`'s range:
 /// never a flat schedule's nor a blocking form's).
 pub(crate) const NB_TAGS: u64 = 1 << 60;
+/// Tags of the blocking hierarchical scans' messages (in the blocking
+/// hierarchical forms' range, above any chunk's `team_hier::tag`).
+pub(crate) const BLOCKING_TAGS: u64 = HIER | 1 << 48;
 /// A member's part, to its leader.
 const UP: u64 = 1;
 /// Round `t` among leaders (`| t`).
 const LEAD: u64 = 0x100;
-/// A member's result, from its leader.
+/// A member's result (reduce_scatter), or what the hosts before its
+/// own add up to (scans), from its leader.
 const DOWN: u64 = 0x300;
+/// A scan's host-local prefix, to the host's next member.
+const CHAIN: u64 = 0x400;
+/// What hosts 0..=i add up to, from host i's last member to host
+/// i + 1's leader.
+const OFFSET: u64 = 0x500;
 
 /// A schedule under construction (tags offset by `base`).
 struct Plan {
@@ -56,10 +75,9 @@ struct Plan {
 
 impl Plan {
     fn send(&mut self, to: usize, tag: u64, (src, at, len): (Buf, usize, usize)) {
-        let tag = self.base | tag;
         self.s.steps.push_back(Step::Send {
             to,
-            tag,
+            tag: self.base | tag,
             src,
             at,
             len,
@@ -74,14 +92,13 @@ impl Plan {
         fold: Fold,
         hops: u32,
     ) {
-        let tag = self.base | tag;
         self.s.steps.push_back(Step::Recv {
+            fold,
             from,
-            tag,
+            tag: self.base | tag,
             dst,
             at,
             len,
-            fold,
             hops,
         });
     }
@@ -193,8 +210,9 @@ impl Team {
     }
 
     /// The schedule of a hierarchical scan of `data` (see the module
-    /// docs; `base`: [`NB_TAGS`]). The caller's
-    /// request copies the result out.
+    /// docs; `base`: [`NB_TAGS`] or [`BLOCKING_TAGS`]). The caller's
+    /// request copies the result out. Every message goes from a lower
+    /// team rank to a higher one.
     pub(crate) fn scan_hier_sched<T: Reduce>(
         &self,
         (seq, h, g): (u64, Header, Arc<HostGroups>),
@@ -204,79 +222,88 @@ impl Team {
         op: Op,
     ) -> Sched {
         let len = std::mem::size_of_val(data);
-        let (lead, ga) = (&g.layout.leaders, g.group.len());
-        let nl = lead.len();
+        let lay = &g.layout;
+        let (nl, hi, gme, ga) = (lay.leaders.len(), g.my_group(), g.gme, g.group.len());
+        let n = lay.group_of.len();
+        // host i's last member (the groups are runs of team ranks)
+        let last = |i: usize| lay.leaders.get(i + 1).map_or(n - 1, |&l| l - 1);
         let mut p = Plan {
             s: Sched::new(self, seq, h),
             base,
         };
         p.s.combine = Some((combine_bytes::<T>, op));
         p.s.copy_out = true;
-        let Some(li) = g.leader_index() else {
-            p.s.out = bytes_of(data);
-            p.send(g.group[0], UP, (Buf::Out, 0, len));
-            p.recv(
-                g.group[0],
-                DOWN,
-                (Buf::Out, 0, len),
-                Fold::Copy,
-                RESULT_LATER,
-            );
-            return p.s;
-        };
-        // `Out`: member j's host-local result at j * len (zeros for an
-        // exclusive scan's first), then the leaders' partial result;
-        // `Work`: the running host prefix, then what the hosts before
-        // this one add up to
+        // `Out`: this member's result at 0 (its host-local part first:
+        // zeros for the exclusive scan's host leader), the hosts' partial
+        // result at `len`; `Work`: the host-local prefix
+        p.s.out = vec![0; 2 * len];
         p.s.work = bytes_of(data);
-        p.s.out = vec![0; (ga + 1) * len];
-        if inclusive {
-            p.s.out[..len].copy_from_slice(bytemuck::cast_slice(data));
-        }
-        for (j, &t) in g.group.iter().enumerate().skip(1) {
+        if gme > 0 {
+            // the prefix of the host's members before this one, on the left
+            let hops = gme as u32 - 1;
+            p.recv(
+                g.group[gme - 1],
+                CHAIN,
+                (Buf::Work, 0, len),
+                Fold::Before,
+                hops,
+            );
             if !inclusive {
-                p.keep(j * len, len);
-            }
-            p.recv(t, UP, (Buf::Work, 0, len), Fold::After, 0);
-            if inclusive {
-                p.keep(j * len, len);
+                p.apply(Buf::Scratch, (Buf::Out, 0, len), Fold::Copy);
             }
         }
-        let x = ga * len;
-        p.keep(x, len);
-        let (mut d, mut t) = (1usize, 0u32);
-        while d < nl {
-            if li + d < nl {
-                p.send(lead[li + d], LEAD | u64::from(t), (Buf::Out, x, len));
-            }
-            if li >= d {
-                // what came from below goes on the left, of both
-                let tag = LEAD | u64::from(t);
-                p.recv(
-                    lead[li - d],
-                    tag,
-                    (Buf::Out, x, len),
-                    Fold::Before,
-                    LEADER_LATER + t,
-                );
-                let fold = if d == 1 { Fold::Copy } else { Fold::Before };
-                p.apply(Buf::Scratch, (Buf::Work, 0, len), fold);
-            }
-            d <<= 1;
-            t += 1;
+        if inclusive {
+            p.keep(0, len);
         }
-        if li > 0 {
-            for j in 0..ga {
-                let fold = if j == 0 && !inclusive {
-                    Fold::Copy
+        if gme + 1 < ga {
+            p.send(g.group[gme + 1], CHAIN, (Buf::Work, 0, len));
+        }
+        // the hosts' last members but the last host's: recursive doubling
+        // of the host totals, then what hosts 0..=hi add up to goes to the
+        // next host's leader
+        let m = nl - 1;
+        if gme + 1 == ga && hi < m {
+            let x = len;
+            p.keep(x, len);
+            let (mut d, mut t) = (1usize, 0u32);
+            while d < m {
+                if hi + d < m {
+                    p.send(last(hi + d), LEAD | u64::from(t), (Buf::Out, x, len));
+                }
+                if hi >= d {
+                    let tag = LEAD | u64::from(t);
+                    let hops = LEADER_LATER + t;
+                    p.recv(last(hi - d), tag, (Buf::Out, x, len), Fold::Before, hops);
+                }
+                d <<= 1;
+                t += 1;
+            }
+            p.send(lay.leaders[hi + 1], OFFSET, (Buf::Out, x, len));
+        }
+        // what the hosts before this one add up to, on the left
+        if hi > 0 {
+            let fold = if inclusive || gme > 0 {
+                Fold::Before
+            } else {
+                Fold::Copy
+            };
+            if gme == 0 {
+                // 0 hops: a host's last member that never calls is named
+                // in the scan by the next host's leader (the members of
+                // its own host do not wait for it here; they may name it
+                // at the same time in their next collective)
+                p.recv(last(hi - 1), OFFSET, (Buf::Out, 0, len), fold, 0);
+                let src = if fold == Fold::Copy {
+                    (Buf::Out, 0, len)
                 } else {
-                    Fold::Before
+                    (Buf::Scratch, 0, len)
                 };
-                p.apply(Buf::Work, (Buf::Out, j * len, len), fold);
+                for &t in &g.group[1..] {
+                    p.send(t, DOWN, src);
+                }
+            } else {
+                p.recv(g.group[0], DOWN, (Buf::Out, 0, len), fold, RESULT_LATER);
             }
-        }
-        for (j, &t) in g.group.iter().enumerate().skip(1) {
-            p.send(t, DOWN, (Buf::Out, j * len, len));
         }
         p.s
     }

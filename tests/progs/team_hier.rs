@@ -46,8 +46,8 @@
 //!          allgather of the inputs in team-rank order; floats: the
 //!          blocking form's bits), zero-length and several outstanding;
 //!          then one call of each on the world team, printing what this
-//!          rank sent to other hosts: "nbscan rank R path=P
-//!          nbreducescatter=A nbscaninc=B nbscanexc=C" and
+//!          rank sent to other hosts: "hier rank R path=P
+//!          nbreducescatter=A nbscaninc=B nbscanexc=C" (as `conf`'s) and
 //!          "team_hier nbscan ok (<path>) rank R"
 //!   scantime N  every rank: N back-to-back blocking scans of one u64,
 //!          then N non-blocking ones (each waited); the last rank prints
@@ -704,21 +704,18 @@ fn nb_misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
 fn nb_scan(pg: Pgas) -> splitrt::Result<()> {
     let me = pg.rank();
     let world = pg.world();
-    let mut x = [me as u64];
-    world.allreduce(&mut x, Op::Sum)?;
-    nb_scan_every(&world)?;
     let rest = world.split(if me == 0 { None } else { Some(1) }, 0)?;
-    if rest.is_member() {
-        rest.allreduce(&mut x, Op::Sum)?;
-        nb_scan_every(&rest)?;
-    }
     let even = world.split(Some((me % 2) as u32), me as u64)?;
-    even.allreduce(&mut x, Op::Sum)?;
-    nb_scan_every(&even)?;
     // team order 0 2 4 .. 1 3 5 ..: a host's members are not consecutive
     let odd_first = world.split(Some(0), ((me % 2) << 32 | me) as u64)?;
-    odd_first.allreduce(&mut x, Op::Sum)?;
-    nb_scan_every(&odd_first)?;
+    for t in [&world, &rest, &even, &odd_first] {
+        if t.is_member() {
+            // a blocking collective first: it agrees the host groups
+            let mut x = [me as u64];
+            t.allreduce(&mut x, Op::Sum)?;
+            nb_scan_every(t)?;
+        }
+    }
     let count = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<u64> {
         let before = world.off_host_messages();
         f()?;
@@ -731,7 +728,7 @@ fn nb_scan(pg: Pgas) -> splitrt::Result<()> {
     let b = count(&mut || world.scan_inclusive_nb(&mut x, Op::Sum)?.wait())?;
     let c = count(&mut || world.scan_exclusive_nb(&mut x, Op::Sum)?.wait())?;
     println!(
-        "nbscan rank {me} path={} nbreducescatter={a} nbscaninc={b} nbscanexc={c}",
+        "hier rank {me} path={} nbreducescatter={a} nbscaninc={b} nbscanexc={c}",
         path(&world)
     );
     pg.barrier()?;
@@ -740,74 +737,57 @@ fn nb_scan(pg: Pgas) -> splitrt::Result<()> {
 }
 
 /// The non-blocking reduce_scatter and scans on `t`, results checked
-/// against the flat results (integers, computed here from an allgather
-/// of the inputs in team-rank order) and the blocking forms' bits
-/// (floats, where the team takes the same path).
+/// against the flat results: every member's input, allgathered, folded
+/// in team-rank order here ([`fold_ref`]); floats against the blocking
+/// forms' bits (where the team takes the same path).
 fn nb_scan_every(t: &Team) -> splitrt::Result<()> {
     let n = t.size();
     let me = t.rank().expect("a member");
     let name = |what: &str| format!("team {:?} ({}): nb {what}", t.members(), path(t));
+    // Prod: its identity is not zero (an exclusive scan's first host must
+    // not take a zero offset); Max / Min: the order of the members
+    let ops = [Op::Sum, Op::Max, Op::Min, Op::Prod];
     for kk in [1usize, 3, 1000, 0] {
-        // block j of member i: i << 40 | j << 20 | e
-        let v = |i: usize, j: usize, e: usize| ((i as u64) << 40) | ((j as u64) << 20) | e as u64;
-        let send: Vec<u64> = (0..n)
-            .flat_map(|j| (0..kk).map(move |e| v(me, j, e)))
+        // member i's element e of block j (n blocks of kk)
+        let x = |i: usize, j: usize, e: usize| {
+            (((i * 31 + j * 7 + e) % 13) as i64 - 6)
+                * if (i + e).is_multiple_of(2) { 1 } else { -3 }
+        };
+        let mine: Vec<i64> = (0..n * kk)
+            .map(|c| x(me, c / kk.max(1), c % kk.max(1)))
             .collect();
-        let mut out = vec![u64::MAX; kk];
-        t.reduce_scatter_nb(&send, &mut out, Op::Sum)?.wait()?;
-        let want = |e: usize| (0..n).map(|i| v(i, me, e)).sum::<u64>();
-        check(out.iter().enumerate().all(|(e, &x)| x == want(e)), || {
-            name(&format!("reduce_scatter Sum of {kk} per block"))
-        })?;
-        // non-commutative in effect: Max of minus the value
-        let neg: Vec<i64> = send.iter().map(|&x| -(x as i64)).collect();
-        let mut out = vec![i64::MIN; kk];
-        t.reduce_scatter_nb(&neg, &mut out, Op::Max)?.wait()?;
-        check(
-            out.iter()
-                .enumerate()
-                .all(|(e, &x)| x == -(v(0, me, e) as i64)),
-            || name(&format!("reduce_scatter Max of {kk} per block")),
-        )?;
-        // the flat results: a fold of every member's input in team-rank order
-        let mine: Vec<u64> = (0..kk as u64)
-            .map(|e| e * 3 + (me as u64 + 1) * 0x1_0001)
-            .collect();
-        let mut all = vec![0u64; n * kk];
+        let mut all = vec![0i64; n * n * kk];
         t.allgather(&mine, &mut all)?;
-        let upto = |r: usize, e: usize| (0..r).map(|i| all[i * kk + e]).sum::<u64>();
-        let mut d = mine.clone();
-        t.scan_inclusive_nb(&mut d, Op::Sum)?.wait()?;
-        check(
-            d.iter().enumerate().all(|(e, &x)| x == upto(me + 1, e)),
-            || name(&format!("scan_inclusive Sum of {kk}")),
-        )?;
-        let mut d = mine.clone();
-        t.scan_exclusive_nb(&mut d, Op::Sum)?.wait()?;
-        check(d.iter().enumerate().all(|(e, &x)| x == upto(me, e)), || {
-            name(&format!("scan_exclusive Sum of {kk}"))
-        })?;
-        // order: Max of the team rank (exclusive: zeros on team rank 0)
-        // and Min of minus it
-        let mut d = vec![me as i32; kk];
-        t.scan_exclusive_nb(&mut d, Op::Max)?.wait()?;
-        let w = if me == 0 { 0 } else { me as i32 - 1 };
-        check(d.iter().all(|&x| x == w), || {
-            name(&format!("scan_exclusive Max of {kk}"))
-        })?;
-        let mut d = vec![-(me as i32); kk];
-        t.scan_inclusive_nb(&mut d, Op::Min)?.wait()?;
-        check(d.iter().all(|&x| x == -(me as i32)), || {
-            name(&format!("scan_inclusive Min of {kk}"))
-        })?;
-        // Prod, whose identity is not zero: an exclusive scan's first
-        // host must not be combined with a zero offset
-        let mut d = vec![2u64; kk];
-        t.scan_exclusive_nb(&mut d, Op::Prod)?.wait()?;
-        let w = if me == 0 { 0 } else { 1u64 << me };
-        check(d.iter().all(|&x| x == w), || {
-            name(&format!("scan_exclusive Prod of {kk}: {:?}", d.first()))
-        })?;
+        // member i's element `c` of its input
+        let at = |i: usize, c: usize| all[i * n * kk + c];
+        for op in ops {
+            let mut out = vec![i64::MIN; kk];
+            t.reduce_scatter_nb(&mine, &mut out, op)?.wait()?;
+            let want: Vec<i64> = (0..kk)
+                .map(|e| fold_ref(op, (0..n).map(|i| at(i, me * kk + e))))
+                .collect();
+            check(out == want, || {
+                name(&format!("reduce_scatter {op:?} of {kk}: {out:?}"))
+            })?;
+            // the scans of the first block
+            for inclusive in [true, false] {
+                let mut d = mine[..kk].to_vec();
+                let upto = if inclusive { me + 1 } else { me };
+                if inclusive {
+                    t.scan_inclusive_nb(&mut d, op)?.wait()?;
+                } else {
+                    t.scan_exclusive_nb(&mut d, op)?.wait()?;
+                }
+                let want: Vec<i64> = (0..kk)
+                    .map(|e| fold_ref(op, (0..upto).map(|i| at(i, e))))
+                    .collect();
+                check(d == want, || {
+                    name(&format!(
+                        "scan (inclusive {inclusive}) {op:?} of {kk}: {d:?}"
+                    ))
+                })?;
+            }
+        }
     }
     // several outstanding, completed in reverse order
     let mut a = [me as u64 + 1; 2];
@@ -861,16 +841,19 @@ fn scan_time(pg: Pgas, n: usize) -> splitrt::Result<()> {
     let mut one = [1u64];
     world.allreduce(&mut one, Op::Sum)?;
     world.scan_inclusive(&mut one, Op::Max)?;
-    let per = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<f64> {
-        let t = std::time::Instant::now();
-        for _ in 0..n {
-            f()?;
-        }
-        Ok(t.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64)
-    };
-    let a = per(&mut || world.scan_inclusive(&mut one, Op::Max))?;
+    // µs per call since `t`
+    let us = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        world.scan_inclusive(&mut one, Op::Max)?;
+    }
+    let a = us(t);
     world.allreduce(&mut one, Op::Sum)?;
-    let b = per(&mut || world.scan_inclusive_nb(&mut one, Op::Max)?.wait())?;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        world.scan_inclusive_nb(&mut one, Op::Max)?.wait()?;
+    }
+    let b = us(t);
     // the first members of a scan wait for no one: the last one's time
     if pg.rank() + 1 == pg.size() {
         println!(
@@ -879,4 +862,13 @@ fn scan_time(pg: Pgas, n: usize) -> splitrt::Result<()> {
         );
     }
     pg.finish()
+}
+
+/// The left fold of `items` with `op` in order (the flat forms' order;
+/// zero for none, as the exclusive scan's team rank 0).
+fn fold_ref(op: Op, items: impl Iterator<Item = i64>) -> i64 {
+    use splitrt::pgas::Reduce;
+    items
+        .reduce(|a, b| i64::combine(op, a, b).unwrap_or(a))
+        .unwrap_or(0)
 }
