@@ -65,7 +65,8 @@
 //!          and sends two to each: the job ends naming R
 //!   vabsent R  likewise with an alltoallv, which world rank R never
 //!          calls: the hang report names R
-//!   noscan R  likewise with scan_inclusive (then an allreduce), which
+//!   noscan R  likewise with scan_inclusive (then a broadcast from the
+//!          last rank), which
 //!          world rank R never calls: the hang report names R
 
 use splitrt::pgas::{Op, Pgas, Team};
@@ -199,10 +200,14 @@ fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
             std::process::exit(3);
         }
         world.scan_inclusive(&mut d, Op::Sum)?;
-        // members the scan does not make wait for R (the hosts before
-        // R's) wait here, after the report of the member waiting for R,
-        // rather than in the exit barrier
-        world.allreduce(&mut d, Op::Sum)?;
+        // members the scan does not make wait for R (the ranks below R:
+        // the pipelined scan sends only upward, so R's own host's lower
+        // members too) wait here, after the report of the member waiting
+        // for R, rather than in the exit barrier: a broadcast from the
+        // last rank (still in the scan), whose waits report 3 s later or
+        // more (leaders' messages, the host fan-out) where an allreduce's
+        // first step would report R from R's host as early as the scan
+        world.broadcast(pg.size() - 1, &mut d)?;
     } else if me == target {
         if mode == "absent" {
             // long enough for the others' hang report (1 s) to end the
