@@ -271,7 +271,11 @@ impl Team {
     /// of `send` (n blocks of k elements, block j for team rank j) go to
     /// their owners before this returns; `recv` (k elements) gets the
     /// element-wise `op` of every member's block for this member,
-    /// combined in team-rank order, by completion.
+    /// combined in team-rank order, by completion. Across hosts
+    /// hierarchical (each member's n blocks to its host's leader, one
+    /// message per leader pair: L (L - 1) across L hosts, the blocking
+    /// hierarchical form's bits) once the team's blocking collectives are
+    /// (see `docs/teams.md`).
     ///
     /// ```no_run
     /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
@@ -336,6 +340,10 @@ impl Team {
     /// Non-blocking [`scan_inclusive`](Self::scan_inclusive): team rank
     /// r's `data` becomes `data_0 op ... op data_r` by completion (the
     /// same recursive doubling and combining order, so the same bits).
+    /// Across hosts hierarchical when each host's members are
+    /// consecutive team ranks, once the team's blocking collectives are
+    /// (the blocking hierarchical scan's messages and bits: see
+    /// `docs/teams.md`).
     ///
     /// ```no_run
     /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
@@ -354,7 +362,8 @@ impl Team {
 
     /// Non-blocking [`scan_exclusive`](Self::scan_exclusive): team rank
     /// r's `data` becomes `data_0 op ... op data_(r-1)` (team rank 0's
-    /// becomes zeros) by completion.
+    /// becomes zeros) by completion. Across hosts as
+    /// [`scan_inclusive_nb`](Self::scan_inclusive_nb).
     ///
     /// ```no_run
     /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
