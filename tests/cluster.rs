@@ -50,6 +50,80 @@ fn all_say(r: &Run, what: &str, n: usize) {
     assert_eq!(r.stdout.matches(what).count(), n, "{r:?}");
 }
 
+/// A culprit test's job: `srun --mpi=pmi2 -N3 RANKS` of `prog MODE
+/// TARGET` on ctl, with the hang report after 1 s and the job aborted by
+/// it.
+fn culprit_run(
+    d: &std::path::Path,
+    ranks: &str,
+    prog: &std::path::Path,
+    mode: &str,
+    target: &str,
+) -> Run {
+    let a = [
+        "srun",
+        "--mpi=pmi2",
+        "-N3",
+        ranks,
+        "env",
+        "SPLITRT_HANG_REPORT=1",
+        "SPLITRT_HANG_ABORT=1",
+        prog.to_str().unwrap(),
+        mode,
+        target,
+    ];
+    on(d, "ctl", &a)
+}
+
+/// For each collective in `keys`: fewer messages across hosts
+/// hierarchically than flat.
+fn fewer_across_hosts(
+    what: &str,
+    hier: &std::collections::BTreeMap<String, u64>,
+    flat: &std::collections::BTreeMap<String, u64>,
+    keys: &[&str],
+) {
+    for &k in keys {
+        assert!(
+            hier[k] < flat[k],
+            "{what} {k}: {} messages across hosts hierarchically, {} flat",
+            hier[k],
+            flat[k]
+        );
+    }
+}
+
+/// A hierarchical conformance test's three jobs, `srun --mpi=pmi2 NODES
+/// RANKS` of `prog MODE` on ctl: the native path (hierarchical), the
+/// native path with `SPLITRT_TEAM_HIER=0` and the AM path (both flat),
+/// each with every one of the `n` ranks saying `ok`, and what `counts`
+/// makes of each, in that order.
+fn hier_flat_am<T>(
+    d: &std::path::Path,
+    (nodes, ranks): (&str, &str),
+    (prog, mode): (&std::path::Path, &str),
+    (ok, n): (&str, usize),
+    counts: impl Fn(&Run) -> T,
+) -> [T; 3] {
+    [
+        &["SPLITRT_RMA=native", "SPLITRT_HANG_REPORT=10"][..],
+        &[
+            "SPLITRT_RMA=native",
+            "SPLITRT_TEAM_HIER=0",
+            "SPLITRT_HANG_REPORT=10",
+        ],
+        &["SPLITRT_RMA=am", "SPLITRT_HANG_REPORT=10"],
+    ]
+    .map(|env| {
+        let mut a = vec!["srun", "--mpi=pmi2", nodes, ranks, "env"];
+        a.extend_from_slice(env);
+        a.extend([prog.to_str().unwrap(), mode]);
+        let r = on(d, "ctl", &a);
+        all_say(&r, ok, n);
+        counts(&r)
+    })
+}
+
 /// `srun --mpi=pmi2 -N3 -n6`: rank 0 hands its address and key to the
 /// others through Slurm's PMI-2 space; ranks of one host talk through
 /// shared memory, hosts through UDP.
@@ -870,46 +944,50 @@ fn srun_pmi2_hosts_team_hier() {
     let Some(d) = cluster() else { return };
     let p = example("t_team_hier");
     for (nodes, ranks, n) in [("-N3", "-n6", 6), ("-N3", "-n5", 5)] {
-        let run = |env: &[&str]| {
-            let mut a = vec!["srun", "--mpi=pmi2", nodes, ranks, "env"];
-            a.extend_from_slice(env);
-            a.extend([p.to_str().unwrap(), "conf"]);
-            let r = on(&d, "ctl", &a);
-            all_say(&r, "team_hier ok", n);
-            hier_counts(&r)
-        };
-        let (hier, hp) = run(&["SPLITRT_RMA=native", "SPLITRT_HANG_REPORT=10"]);
-        let (flat, fp) = run(&[
-            "SPLITRT_RMA=native",
-            "SPLITRT_TEAM_HIER=0",
-            "SPLITRT_HANG_REPORT=10",
-        ]);
-        let (_, ap) = run(&["SPLITRT_RMA=am", "SPLITRT_HANG_REPORT=10"]);
+        let [(hier, hp), (flat, fp), (_, ap)] = hier_flat_am(
+            &d,
+            (nodes, ranks),
+            (&p, "conf"),
+            ("team_hier ok", n),
+            hier_counts,
+        );
         eprintln!("{nodes} {ranks}: hierarchical {hier:?}, flat {flat:?}");
         assert_eq!(hp, vec!["hier"; n], "native: {hier:?}");
         assert_eq!(fp, vec!["flat"; n], "SPLITRT_TEAM_HIER=0: {flat:?}");
         assert_eq!(ap, vec!["flat"; n], "AM path");
-        for k in [
-            "teambarrier",
-            "broadcast",
-            "reduce",
-            "allreduce",
-            "gather",
-            "allgather",
-            "alltoall",
-            "reducescatter",
-            "scaninc",
-            "scanexc",
-            "alltoallv",
-        ] {
-            assert!(
-                hier[k] < flat[k],
-                "{nodes} {ranks} {k}: {} messages across hosts hierarchically, {} flat",
-                hier[k],
-                flat[k]
-            );
-        }
+        fewer_across_hosts(
+            &format!("{nodes} {ranks}"),
+            &hier,
+            &flat,
+            &[
+                "teambarrier",
+                "broadcast",
+                "reduce",
+                "allreduce",
+                "gather",
+                "allgather",
+                "alltoall",
+                "reducescatter",
+                "scaninc",
+                "scanexc",
+                "alltoallv",
+            ],
+        );
     }
+}
+
+/// The job `r` (`t_team_hier` `mode` of world rank `target`) failed
+/// with an alltoallv counts mismatch naming `target` and its counts.
+fn names_counts(r: &Run, target: &str, mode: &str) {
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("team collective mismatch")
+            && r.stderr.contains("(Team::alltoallv)")
+            && r.stderr
+                .contains(&format!("rank {target} (team rank {target}) has")),
+        "{mode} {target}: {}",
+        r.stderr
+    );
 }
 
 /// The hierarchical path keeps the flat one's reports (`t_team_hier`,
@@ -920,53 +998,60 @@ fn srun_pmi2_hosts_team_hier() {
 /// rank 4: the leaders waiting for its message).
 #[test]
 fn srun_pmi2_hosts_team_hier_names_the_culprit() {
+    team_hier_names_the_culprit("op", "absent");
+}
+
+/// `t_team_hier`'s `op` / `absent` (or `nbop` / `nbabsent`) runs with
+/// rank 3 and then rank 4 as the culprit: a member calling another op in
+/// the allreduce is named, and one that never calls is named by the hang
+/// report.
+fn team_hier_names_the_culprit(op: &str, absent: &str) {
     let Some(d) = cluster() else { return };
     let p = example("t_team_hier");
     for target in ["3", "4"] {
-        let run = |mode: &str| {
-            let a = [
-                "srun",
-                "--mpi=pmi2",
-                "-N3",
-                "-n6",
-                "env",
-                "SPLITRT_HANG_REPORT=1",
-                "SPLITRT_HANG_ABORT=1",
-                p.to_str().unwrap(),
-                mode,
-                target,
-            ];
-            on(&d, "ctl", &a)
-        };
-        let r = run("op");
+        let run = |mode: &str| culprit_run(&d, "-n6", &p, mode, target);
+        let r = run(op);
         assert_ne!(r.code, 0, "{r:?}");
         // (a rank may be ended by the abort before it prints)
-        assert!(
-            r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
-            "{r:?}"
-        );
-        assert!(
-            r.stderr.contains("team collective mismatch")
-                && r.stderr
-                    .contains(&format!("rank {target} (team rank {target}) called")),
-            "op {target}: {}",
-            r.stderr
-        );
+        assert_team_mismatch_named(&r, op, target);
         assert!(
             r.stderr.contains("op Max") && r.stderr.contains("op Sum"),
             "{r:?}"
         );
-        let r = run("absent");
+        let r = run(absent);
         assert_ne!(r.code, 0, "{r:?}");
-        assert!(
-            r.stderr.contains("gave up after")
-                && r.stderr
-                    .contains("in Team::allreduce #3 on team 0x1 (6 members)")
-                && r.stderr.contains(&format!("(world rank {target}) to send")),
-            "absent {target}: {}",
-            r.stderr
-        );
+        assert_absent_named(&r, absent, target, "Team::allreduce");
     }
+}
+
+/// A culprit run on the hierarchical path (`path=hier` on every rank that
+/// printed, none flat) whose team collective mismatch names `target` as
+/// having called another collective.
+fn assert_team_mismatch_named(r: &Run, mode: &str, target: &str) {
+    assert!(
+        r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
+        "{r:?}"
+    );
+    assert!(
+        r.stderr.contains("team collective mismatch")
+            && r.stderr
+                .contains(&format!("rank {target} (team rank {target}) called")),
+        "{mode} {target}: {}",
+        r.stderr
+    );
+}
+
+/// A culprit run whose hang report names `target` as the world rank that
+/// never sent in `call` #3 on the world team.
+fn assert_absent_named(r: &Run, mode: &str, target: &str, call: &str) {
+    assert!(
+        r.stderr.contains("gave up after")
+            && r.stderr
+                .contains(&format!("in {call} #3 on team 0x1 (6 members)"))
+            && r.stderr.contains(&format!("(world rank {target}) to send")),
+        "{mode} {target}: {}",
+        r.stderr
+    );
 }
 
 /// The hierarchical alltoall, reduce_scatter and scans keep the flat
@@ -983,72 +1068,26 @@ fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
     let Some(d) = cluster() else { return };
     let p = example("t_team_hier");
     for target in ["3", "4"] {
-        let run = |mode: &str| {
-            let a = [
-                "srun",
-                "--mpi=pmi2",
-                "-N3",
-                "-n6",
-                "env",
-                "SPLITRT_HANG_REPORT=1",
-                "SPLITRT_HANG_ABORT=1",
-                p.to_str().unwrap(),
-                mode,
-                target,
-            ];
-            on(&d, "ctl", &a)
-        };
+        let run = |mode: &str| culprit_run(&d, "-n6", &p, mode, target);
         for mode in ["count", "bigcount"] {
             let r = run(mode);
             assert_ne!(r.code, 0, "{r:?}");
-            assert!(
-                r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
-                "{r:?}"
-            );
-            assert!(
-                r.stderr.contains("team collective mismatch")
-                    && r.stderr
-                        .contains(&format!("rank {target} (team rank {target}) called")),
-                "{mode} {target}: {}",
-                r.stderr
-            );
+            assert_team_mismatch_named(&r, mode, target);
         }
         let r = run("noscan");
         assert_ne!(r.code, 0, "{r:?}");
-        assert!(
-            r.stderr.contains("gave up after")
-                && r.stderr
-                    .contains("in Team::scan_inclusive #3 on team 0x1 (6 members)")
-                && r.stderr.contains(&format!("(world rank {target}) to send")),
-            "noscan {target}: {}",
-            r.stderr
-        );
+        assert_absent_named(&r, "noscan", target, "Team::scan_inclusive");
         // alltoallv: the counts are checked in the host (shared memory)
         // and by the receivers' leaders; either way both members named
         let r = run("vcount");
-        assert_ne!(r.code, 0, "{r:?}");
         assert!(
             r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
             "{r:?}"
         );
-        assert!(
-            r.stderr.contains("team collective mismatch")
-                && r.stderr.contains("(Team::alltoallv)")
-                && r.stderr
-                    .contains(&format!("rank {target} (team rank {target}) has")),
-            "vcount {target}: {}",
-            r.stderr
-        );
+        names_counts(&r, target, "vcount");
         let r = run("vabsent");
         assert_ne!(r.code, 0, "{r:?}");
-        assert!(
-            r.stderr.contains("gave up after")
-                && r.stderr
-                    .contains("in Team::alltoallv #3 on team 0x1 (6 members)")
-                && r.stderr.contains(&format!("(world rank {target}) to send")),
-            "vabsent {target}: {}",
-            r.stderr
-        );
+        assert_absent_named(&r, "vabsent", target, "Team::alltoallv");
     }
 }
 
@@ -1143,7 +1182,11 @@ fn incast_through_a_shaped_link_keeps_goodput() {
 /// and interleaved teams hierarchical), with `SPLITRT_TEAM_HIER=0` and
 /// on the AM path (flat). The world team's messages across hosts for
 /// one call of each, summed over the ranks, are fewer hierarchically than
-/// flat.
+/// flat. Also `alltoall_nb` (blocks of 0, 1 and 5000 u32: the last too
+/// large for one shared-memory step, so flat as the blocking form) and
+/// `alltoallv_nb` (counts with zeros, all zero, too large: the flat
+/// fall-back), checked against the blocking forms' results, and under
+/// `-N2 -n4` (0 1 | 2 3) too.
 #[test]
 fn srun_pmi2_hosts_team_hier_nb() {
     let Some(d) = cluster() else { return };
@@ -1169,22 +1212,14 @@ fn srun_pmi2_hosts_team_hier_nb() {
         }
         (sums, paths)
     };
-    for (nodes, ranks, n) in [("-N3", "-n6", 6), ("-N3", "-n5", 5)] {
-        let run = |env: &[&str]| {
-            let mut a = vec!["srun", "--mpi=pmi2", nodes, ranks, "env"];
-            a.extend_from_slice(env);
-            a.extend([p.to_str().unwrap(), "nb"]);
-            let r = on(&d, "ctl", &a);
-            all_say(&r, "team_hier nb ok", n);
-            counts(&r)
-        };
-        let (hier, hp) = run(&["SPLITRT_RMA=native", "SPLITRT_HANG_REPORT=10"]);
-        let (flat, fp) = run(&[
-            "SPLITRT_RMA=native",
-            "SPLITRT_TEAM_HIER=0",
-            "SPLITRT_HANG_REPORT=10",
-        ]);
-        let (_, ap) = run(&["SPLITRT_RMA=am", "SPLITRT_HANG_REPORT=10"]);
+    for (nodes, ranks, n) in [("-N3", "-n6", 6), ("-N3", "-n5", 5), ("-N2", "-n4", 4)] {
+        let [(hier, hp), (flat, fp), (_, ap)] = hier_flat_am(
+            &d,
+            (nodes, ranks),
+            (&p, "nb"),
+            ("team_hier nb ok", n),
+            counts,
+        );
         eprintln!("{nodes} {ranks}: non-blocking hierarchical {hier:?}, flat {flat:?}");
         // the world team's and the interleaved team's (`nb_interleaved`)
         let want = |p: &str| {
@@ -1199,76 +1234,41 @@ fn srun_pmi2_hosts_team_hier_nb() {
         assert_eq!(sorted(hp), want("hier"), "native: {hier:?}");
         assert_eq!(sorted(fp), want("flat"), "SPLITRT_TEAM_HIER=0: {flat:?}");
         assert_eq!(sorted(ap), want("flat"), "AM path");
-        for k in [
-            "nbbarrier",
-            "nbbroadcast",
-            "nbreduce",
-            "nballreduce",
-            "nbgather",
-            "nballgather",
-        ] {
-            assert!(
-                hier[k] < flat[k],
-                "{nodes} {ranks} {k}: {} messages across hosts hierarchically, {} flat",
-                hier[k],
-                flat[k]
-            );
-        }
+        fewer_across_hosts(
+            &format!("{nodes} {ranks}"),
+            &hier,
+            &flat,
+            &[
+                "nbbarrier",
+                "nbbroadcast",
+                "nbreduce",
+                "nballreduce",
+                "nbgather",
+                "nballgather",
+                "nballtoall",
+                "nballtoallv",
+            ],
+        );
     }
 }
 
 /// The hierarchical non-blocking forms keep the reports (`t_team_hier
 /// nbop / nbabsent`, `srun -N3 -n6`: 0 1 | 2 3 | 4 5): a member calling
 /// another op in an `allreduce_nb` is named (rank 3 by its leader, rank
-/// 4, a leader, by its member or the other leaders), and a member that
-/// never calls is named by the hang report.
+/// 4, a leader, by its member or the other leaders), so is one passing
+/// other counts to an `alltoallv_nb` (`nbvcount`: by the leaders'
+/// counts checks, naming both members and their counts), and a member
+/// that never calls is named by the hang report.
 #[test]
 fn srun_pmi2_hosts_team_hier_nb_names_the_culprit() {
+    team_hier_names_the_culprit("nbop", "nbabsent");
+    // alltoallv_nb: the counts are checked by the leaders (of the host,
+    // then between hosts) before any block is taken
     let Some(d) = cluster() else { return };
     let p = example("t_team_hier");
     for target in ["3", "4"] {
-        let run = |mode: &str| {
-            let a = [
-                "srun",
-                "--mpi=pmi2",
-                "-N3",
-                "-n6",
-                "env",
-                "SPLITRT_HANG_REPORT=1",
-                "SPLITRT_HANG_ABORT=1",
-                p.to_str().unwrap(),
-                mode,
-                target,
-            ];
-            on(&d, "ctl", &a)
-        };
-        let r = run("nbop");
-        assert_ne!(r.code, 0, "{r:?}");
-        assert!(
-            r.stdout.contains("path=hier") && !r.stdout.contains("path=flat"),
-            "{r:?}"
-        );
-        assert!(
-            r.stderr.contains("team collective mismatch")
-                && r.stderr
-                    .contains(&format!("rank {target} (team rank {target}) called")),
-            "nbop {target}: {}",
-            r.stderr
-        );
-        assert!(
-            r.stderr.contains("op Max") && r.stderr.contains("op Sum"),
-            "{r:?}"
-        );
-        let r = run("nbabsent");
-        assert_ne!(r.code, 0, "{r:?}");
-        assert!(
-            r.stderr.contains("gave up after")
-                && r.stderr
-                    .contains("in Team::allreduce #3 on team 0x1 (6 members)")
-                && r.stderr.contains(&format!("(world rank {target}) to send")),
-            "nbabsent {target}: {}",
-            r.stderr
-        );
+        let r = culprit_run(&d, "-n6", &p, "nbvcount", target);
+        names_counts(&r, target, "nbvcount");
     }
 }
 
@@ -1300,21 +1300,13 @@ fn srun_pmi2_hosts_world_barrier_hier() {
     let Some(d) = cluster() else { return };
     let p = example("t_worldbar");
     for (ranks, n) in [("-n6", 6u64), ("-n5", 5)] {
-        let run = |env: &[&str]| {
-            let mut a = vec!["srun", "--mpi=pmi2", "-N3", ranks, "env"];
-            a.extend_from_slice(env);
-            a.extend([p.to_str().unwrap(), "conf"]);
-            let r = on(&d, "ctl", &a);
-            all_say(&r, "worldbar ok", n as usize);
-            worldbar_counts(&r)
-        };
-        let (hier, hp) = run(&["SPLITRT_RMA=native", "SPLITRT_HANG_REPORT=10"]);
-        let (flat, fp) = run(&[
-            "SPLITRT_RMA=native",
-            "SPLITRT_TEAM_HIER=0",
-            "SPLITRT_HANG_REPORT=10",
-        ]);
-        let (_, ap) = run(&["SPLITRT_RMA=am", "SPLITRT_HANG_REPORT=10"]);
+        let [(hier, hp), (flat, fp), (_, ap)] = hier_flat_am(
+            &d,
+            ("-N3", ranks),
+            (&p, "conf"),
+            ("worldbar ok", n as usize),
+            worldbar_counts,
+        );
         eprintln!("-N3 {ranks}: 10 barriers, across hosts: hierarchical {hier}, flat {flat}");
         assert_eq!(hp, vec!["hier"; n as usize], "native");
         assert_eq!(fp, vec!["flat"; n as usize], "SPLITRT_TEAM_HIER=0");
@@ -1335,21 +1327,7 @@ fn srun_pmi2_hosts_world_barrier_hier() {
 fn srun_pmi2_hosts_world_barrier_names_the_culprit() {
     let Some(d) = cluster() else { return };
     let p = example("t_worldbar");
-    let run = |ranks: &str, mode: &str, target: &str| {
-        let a = [
-            "srun",
-            "--mpi=pmi2",
-            "-N3",
-            ranks,
-            "env",
-            "SPLITRT_HANG_REPORT=1",
-            "SPLITRT_HANG_ABORT=1",
-            p.to_str().unwrap(),
-            mode,
-            target,
-        ];
-        on(&d, "ctl", &a)
-    };
+    let run = |ranks: &str, mode: &str, target: &str| culprit_run(&d, ranks, &p, mode, target);
     for (ranks, target) in [("-n6", "3"), ("-n5", "4"), ("-n6", "0")] {
         let r = run(ranks, "free", target);
         assert_ne!(r.code, 0, "{r:?}");

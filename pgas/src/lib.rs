@@ -65,6 +65,8 @@ mod team_hier_nb;
 mod world_barrier;
 // (appended) its state, below the context and the handlers' state
 mod world_barrier_state;
+// (appended) the hierarchical non-blocking alltoall and alltoallv
+mod team_hier_nb_a2a;
 // (appended) the hierarchical reduce_scatter_nb and scans (pipelined)
 mod team_hier_nb_scan;
 

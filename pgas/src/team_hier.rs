@@ -49,7 +49,7 @@ use crate::reduce::{Op, Reduce};
 use crate::team::{op_code, Team};
 use crate::team_area::{TeamArea, TEAM_HALF};
 use crate::team_coll::height;
-use crate::team_hosts::{plan, HostGroups, Report, NO_BLOCK};
+use crate::team_hosts::{plan, HostGroups, Layout, Report, NO_BLOCK};
 use crate::team_mail::{CollKind, Header};
 use crate::team_shm::{alloc_block, free_block, steps, ShmCall};
 use bytemuck::Pod;
@@ -95,6 +95,27 @@ pub(crate) fn combine<T: Reduce>(op: Op, acc: &mut [T], b: &[T]) {
     }
 }
 
+/// Whether collective `kind` of `count` elements of `T` a member runs
+/// hierarchically on a team grouped as `layout` (the same on every
+/// member; the non-blocking forms follow it too, `team_hier_nb_a2a.rs`).
+pub(crate) fn hier_fits<T>(kind: CollKind, count: usize, layout: &Layout) -> bool {
+    // an allgather's fan-out step carries every member's elements;
+    // alltoall, reduce_scatter and the scans: see `Layout::alltoall_width`
+    let n = layout.group_of.len();
+    let wide = match kind {
+        CollKind::Allgather | CollKind::ReduceScatter => Some(n),
+        // only an alltoall that one step holds: larger ones go
+        // flat (pairwise messages stream; the leaders' lock-step
+        // rounds made NPB FT W on 2 + 2 ranks 1.8x slower)
+        CollKind::Alltoall => Some(layout.alltoall_width().saturating_mul(count.max(1))),
+        // the counts step: every member's send and recv counts
+        CollKind::Alltoallv => (16 * n <= TEAM_HALF).then_some(1),
+        CollKind::ScanInclusive | CollKind::ScanExclusive => layout.contiguous().then_some(1),
+        _ => Some(1),
+    };
+    wide.is_some_and(|w| std::mem::size_of::<T>().saturating_mul(w) <= TEAM_HALF)
+}
+
 /// One hierarchical collective in progress.
 pub(crate) struct HierCall<'a> {
     pub(crate) team: &'a Team,
@@ -127,25 +148,7 @@ impl Team {
             count: count as u64,
             esize: std::mem::size_of::<T>() as u64,
         };
-        // an allgather's fan-out step carries every member's elements;
-        // alltoall, reduce_scatter and the scans: see `Layout::alltoall_width`
-        let n = self.size();
-        let fits = |g: &HostGroups| {
-            let wide = match kind {
-                CollKind::Allgather | CollKind::ReduceScatter => Some(n),
-                // only an alltoall that one step holds: larger ones go
-                // flat (pairwise messages stream; the leaders' lock-step
-                // rounds made NPB FT W on 2 + 2 ranks 1.8x slower)
-                CollKind::Alltoall => Some(g.layout.alltoall_width().saturating_mul(count.max(1))),
-                // the counts step: every member's send and recv counts
-                CollKind::Alltoallv => (16 * n <= TEAM_HALF).then_some(1),
-                CollKind::ScanInclusive | CollKind::ScanExclusive => {
-                    g.layout.contiguous().then_some(1)
-                }
-                _ => Some(1),
-            };
-            wide.is_some_and(|w| std::mem::size_of::<T>().saturating_mul(w) <= TEAM_HALF)
-        };
+        let fits = |g: &HostGroups| hier_fits::<T>(kind, count, &g.layout);
         let (g, seq) = match c.hier.get() {
             Some(g) => (g.clone(), None),
             // two hosts and two members on one take three members: every

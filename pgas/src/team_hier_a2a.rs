@@ -29,10 +29,29 @@
 
 use crate::reduce::{Op, Reduce};
 use crate::team_hier::{combine, tag, HierCall, FANOUT_LATER};
+use crate::team_hosts::Layout;
 use crate::team_shm::steps;
 use bytemuck::Pod;
 use splitrt_am::Result;
 use std::ops::Range;
+
+/// The team ranks on hosts other than group `g`'s, in increasing order:
+/// the order of a member's blocks from other hosts in its leader's
+/// fan-out (here and in `team_hier_nb_a2a.rs`).
+pub(crate) fn off_host(lay: &Layout, g: usize) -> Vec<usize> {
+    (0..lay.group_of.len())
+        .filter(|&t| lay.group_of[t] != g)
+        .collect()
+}
+
+/// The blocks of a leader's message from a host group of `from` members
+/// to one of `to` members, in message order: (index in the sending
+/// group, index in the receiving group), source-major. Every
+/// hierarchical alltoall form packs and unpacks the leaders' messages by
+/// it (here and in `team_hier_nb_a2a.rs`).
+pub(crate) fn lead_blocks(from: usize, to: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..from).flat_map(move |q| (0..to).map(move |x| (q, x)))
+}
 
 impl HierCall<'_> {
     /// Team size.
@@ -48,14 +67,14 @@ impl HierCall<'_> {
 
     /// Step A: publish elements `r` of each of the n blocks of `send`
     /// (kk elements each; block j at j * m of the half). Calls `read`
-    /// with the area and step (if the group has more than one member)
-    /// before finishing the step.
+    /// with those elements (block j's at j * m) and the area and step (if
+    /// the group has more than one member) before finishing the step.
     fn post<T: Pod>(
         &self,
         send: &[T],
         kk: usize,
         r: &Range<usize>,
-        read: impl FnOnce(Option<(&crate::team_area::TeamArea, u64)>),
+        read: impl FnOnce(Vec<T>, Option<(&crate::team_area::TeamArea, u64)>),
     ) -> Result<()> {
         let m = r.len();
         let mut blocks = vec![T::zeroed(); self.n() * m];
@@ -64,10 +83,10 @@ impl HierCall<'_> {
         }
         match self.step(0, Some(bytemuck::cast_slice(&blocks)))? {
             Some((a, k)) => {
-                read(Some((a, k)));
+                read(blocks, Some((a, k)));
                 a.finish(k);
             }
-            None => read(None),
+            None => read(blocks, None),
         }
         Ok(())
     }
@@ -83,7 +102,7 @@ impl HierCall<'_> {
         let ga = g.group.len();
         let es = std::mem::size_of::<T>();
         // team ranks on other hosts, in increasing order
-        let off: Vec<usize> = (0..n).filter(|&t| lay.group_of[t] != mine).collect();
+        let off = off_host(lay, mine);
         let groups: Vec<Vec<usize>> = (0..nl).map(|b| lay.members_of(b)).collect();
         let per = Self::per_block::<T>(lay.alltoall_width());
         for (c, r) in steps(kk, per).enumerate() {
@@ -91,7 +110,7 @@ impl HierCall<'_> {
             // the leader's view of its members' published blocks:
             // member q's block for team rank t at (q * n + t) * m
             let mut local = vec![T::zeroed(); if gme == 0 { ga * n * m } else { 0 }];
-            self.post(send, kk, &r, |area| {
+            self.post(send, kk, &r, |blocks, area| {
                 for (q, &t) in g.group.iter().enumerate() {
                     let to = &mut recv[t * kk + r.start..t * kk + r.end];
                     if q == gme {
@@ -104,10 +123,7 @@ impl HierCall<'_> {
                     for (q, _) in g.group.iter().enumerate() {
                         let to = &mut local[q * n * m..(q + 1) * n * m];
                         if q == 0 {
-                            for t in 0..n {
-                                to[t * m..(t + 1) * m]
-                                    .copy_from_slice(&send[t * kk + r.start..t * kk + r.end]);
-                            }
+                            to.copy_from_slice(&blocks);
                         } else if let Some((a, k)) = area {
                             a.read(q, k, 0, bytemuck::cast_slice_mut(to));
                         }
@@ -120,10 +136,9 @@ impl HierCall<'_> {
                 for s in 1..nl {
                     let b = (li + s) % nl;
                     let mut msg = Vec::with_capacity(ga * groups[b].len() * m);
-                    for q in 0..ga {
-                        for &t in &groups[b] {
-                            msg.extend_from_slice(&local[(q * n + t) * m..(q * n + t + 1) * m]);
-                        }
+                    for (q, x) in lead_blocks(ga, groups[b].len()) {
+                        let t = groups[b][x];
+                        msg.extend_from_slice(&local[(q * n + t) * m..(q * n + t + 1) * m]);
                     }
                     self.lsend(tag(c, 1), b, &msg)?;
                 }
@@ -135,15 +150,13 @@ impl HierCall<'_> {
                     let b = (li + nl - s) % nl;
                     let mut msg = vec![T::zeroed(); groups[b].len() * ga * m];
                     self.lrecv(tag(c, 1), b, &mut msg, 0)?;
-                    for (x, &src) in groups[b].iter().enumerate() {
-                        for q in 0..ga {
-                            let part = &msg[(x * ga + q) * m..(x * ga + q + 1) * m];
-                            if q == 0 {
-                                recv[src * kk + r.start..src * kk + r.end].copy_from_slice(part);
-                            } else {
-                                let i = (q * off.len() + at(src)) * m;
-                                fan[i..i + m].copy_from_slice(part);
-                            }
+                    for (p, (x, q)) in lead_blocks(groups[b].len(), ga).enumerate() {
+                        let (src, part) = (groups[b][x], &msg[p * m..(p + 1) * m]);
+                        if q == 0 {
+                            recv[src * kk + r.start..src * kk + r.end].copy_from_slice(part);
+                        } else {
+                            let i = (q * off.len() + at(src)) * m;
+                            fan[i..i + m].copy_from_slice(part);
                         }
                     }
                 }
@@ -187,15 +200,12 @@ impl HierCall<'_> {
         for (c, r) in steps(kk, per).enumerate() {
             let m = r.len();
             // the leader: its members' blocks combined, team rank t's at t * m
-            let mut acc = vec![T::zeroed(); if gme == 0 { n * m } else { 0 }];
-            self.post(send, kk, &r, |area| {
+            let mut acc = Vec::new();
+            self.post(send, kk, &r, |blocks, area| {
                 if gme != 0 {
                     return;
                 }
-                for t in 0..n {
-                    acc[t * m..(t + 1) * m]
-                        .copy_from_slice(&send[t * kk + r.start..t * kk + r.end]);
-                }
+                acc = blocks;
                 if let Some((a, k)) = area {
                     let mut tmp = vec![T::zeroed(); n * m];
                     for q in 1..ga {

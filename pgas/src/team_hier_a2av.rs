@@ -24,28 +24,104 @@
 //! Σ g_a (n - g_a) flat. Nothing is combined, so results are the flat
 //! form's bits for every type.
 
+use crate::team::Team;
 use crate::team_area::TEAM_HALF;
 use crate::team_hier::{tag, HierCall, FANOUT_LATER};
+use crate::team_hier_a2a::lead_blocks;
 use bytemuck::Pod;
 use splitrt_am::{Error, Result};
 
-/// The counts of one host group's members, as published in area step 0.
-struct GroupCounts {
+/// The counts of one host group's members, as published in area step 0
+/// (or sent to the leader: `team_hier_nb_a2a.rs`).
+pub(crate) struct GroupCounts {
     /// Member q's (group order) `send_counts`.
-    send: Vec<Vec<usize>>,
+    pub(crate) send: Vec<Vec<usize>>,
     /// Member q's (group order) `recv_counts`.
-    recv: Vec<Vec<usize>>,
+    pub(crate) recv: Vec<Vec<usize>>,
 }
+
+/// A counts mismatch: (source team rank, destination team rank, the
+/// source's send count, the destination's recv count).
+pub(crate) type Mismatch = (usize, usize, usize, usize);
 
 impl GroupCounts {
     /// Where member q's block for team rank t starts in its send buffer.
-    fn send_at(&self, q: usize, t: usize) -> usize {
+    pub(crate) fn send_at(&self, q: usize, t: usize) -> usize {
         self.send[q][..t].iter().sum()
+    }
+
+    /// Elements member q gets from the team ranks `off` (the other
+    /// hosts'): its part of its leader's fan-out.
+    pub(crate) fn fan_of(&self, q: usize, off: &[usize]) -> usize {
+        off.iter().map(|&t| self.recv[q][t]).sum()
+    }
+
+    /// Elements member q sends to the team ranks `off`.
+    pub(crate) fn fan_of_send(&self, q: usize, off: &[usize]) -> usize {
+        off.iter().map(|&t| self.send[q][t]).sum()
+    }
+
+    /// Elements the leader hands out (every member's blocks from `off`).
+    pub(crate) fn fan_len(&self, off: &[usize]) -> usize {
+        (0..self.send.len()).map(|q| self.fan_of(q, off)).sum()
+    }
+
+    /// Whether this host **fits** (module docs): every member's send
+    /// buffer after the counts of a team of `n`, and the fan-out.
+    pub(crate) fn fits<T>(&self, off: &[usize], n: usize) -> bool {
+        let es = std::mem::size_of::<T>();
+        self.send.iter().all(|c| buf_fits::<T>(c.iter().sum(), n))
+            && self.fan_len(off).saturating_mul(es) <= TEAM_HALF - 8
+    }
+
+    /// What member q (team ranks `group`) gets from its host's members
+    /// against what they send it: the first difference.
+    pub(crate) fn check_host(&self, group: &[usize], q: usize) -> Option<Mismatch> {
+        let me = group[q];
+        group.iter().enumerate().find_map(|(p, &t)| {
+            let (sent, want) = (self.send[p][me], self.recv[q][t]);
+            (sent != want).then_some((t, me, sent, want))
+        })
+    }
+
+    /// Leaders, round 1: the message to the leader of the host whose
+    /// members are `to`: whether this host fits, then the counts from
+    /// this host's members to them (`lead_blocks` order).
+    pub(crate) fn lead_counts(&self, fits: bool, to: &[usize]) -> Vec<u64> {
+        let mut msg = vec![u64::from(fits)];
+        let q_t = lead_blocks(self.send.len(), to.len());
+        msg.extend(q_t.map(|(q, x)| self.send[q][to[x]] as u64));
+        msg
+    }
+
+    /// Leaders, round 1: `msg` from the leader of the host whose members
+    /// are `from`, against this host's members' (`group`) recv counts:
+    /// whether that host fits, or the first difference.
+    pub(crate) fn check_lead(
+        &self,
+        msg: &[u64],
+        from: &[usize],
+        group: &[usize],
+    ) -> std::result::Result<bool, Mismatch> {
+        for (p, (x, q)) in lead_blocks(from.len(), group.len()).enumerate() {
+            let sent = msg.get(1 + p).map_or(usize::MAX, |&v| v as usize);
+            let want = self.recv[q][from[x]];
+            if sent != want {
+                return Err((from[x], group[q], sent, want));
+            }
+        }
+        Ok(msg.first() == Some(&1))
     }
 }
 
+/// Whether a send buffer of `len` elements of `T` fits area step 0 after
+/// the counts of a team of `n` (16 n B).
+pub(crate) fn buf_fits<T>(len: usize, n: usize) -> bool {
+    len.saturating_mul(std::mem::size_of::<T>()) <= TEAM_HALF - 16 * n
+}
+
 /// Prefix sums of `counts`.
-fn offsets(counts: &[usize]) -> Vec<usize> {
+pub(crate) fn offsets(counts: &[usize]) -> Vec<usize> {
     let mut at = Vec::with_capacity(counts.len());
     let mut sum = 0usize;
     for &x in counts {
@@ -60,26 +136,28 @@ fn words(v: &[usize]) -> impl Iterator<Item = u64> + '_ {
     v.iter().map(|&x| x as u64)
 }
 
-impl HierCall<'_> {
-    /// A counts mismatch between team ranks `src` (sending `sent`
-    /// elements to `dst`) and `dst` (expecting `want`): ends the job, as
-    /// the flat form's length mismatch does (the others would wait).
-    fn a2av_mismatch(&self, src: usize, dst: usize, sent: usize, want: usize) -> Error {
-        let i = &self.team.pgas().inner;
+impl Team {
+    /// A counts mismatch in alltoallv #`seq` between team ranks `src`
+    /// (sending `sent` elements to `dst`) and `dst` (expecting `want`):
+    /// ends the job, as the flat form's length mismatch does (the others
+    /// would wait).
+    pub(crate) fn a2av_mismatch(&self, seq: u64, (src, dst, sent, want): Mismatch) -> Error {
+        let i = &self.pgas().inner;
         let why = format!(
-            "team collective mismatch on team {:#x}, collective #{} (Team::alltoallv): rank {} \
+            "team collective mismatch on team {:#x}, collective #{seq} (Team::alltoallv): rank {} \
              (team rank {src}) has send_counts[{dst}] = {sent} but rank {} (team rank {dst}) \
              has recv_counts[{src}] = {want} (the sender's send_counts and the receiver's \
              recv_counts disagree)",
-            self.team.inner.id,
-            self.seq,
-            self.team.inner.members.at(src),
-            self.team.inner.members.at(dst),
+            self.inner.id,
+            self.inner.members.at(src),
+            self.inner.members.at(dst),
         );
         i.ep.abort(&why);
         Error::usage(why).at_rank(i.rank)
     }
+}
 
+impl HierCall<'_> {
     /// Alltoallv (the arguments as `Team::alltoallv` checked them).
     pub(crate) fn alltoallv<T: Pod>(
         self,
@@ -93,18 +171,17 @@ impl HierCall<'_> {
         let me = g.group[gme];
         let es = std::mem::size_of::<T>();
         let groups: Vec<Vec<usize>> = (0..nl).map(|b| lay.members_of(b)).collect();
-        let off: Vec<usize> = (0..n).filter(|&t| lay.group_of[t] != mine).collect();
+        let off = crate::team_hier_a2a::off_host(lay, mine);
         let ro = offsets(recv_counts);
 
         // area step 0: the counts, then the send buffer if it fits (every
         // reader decides alike from the counts)
         let head = 16 * n;
-        let buf_fits = |len: usize| len.saturating_mul(es) <= TEAM_HALF - head;
         let mut mine_data: Vec<u8> = words(send_counts)
             .chain(words(recv_counts))
             .flat_map(u64::to_ne_bytes)
             .collect();
-        if buf_fits(send.len()) {
+        if buf_fits::<T>(send.len(), n) {
             mine_data.extend_from_slice(bytemuck::cast_slice(send));
         }
         let mut gc = GroupCounts {
@@ -131,17 +208,12 @@ impl HierCall<'_> {
             }
         }
         // this member's blocks from its host's members
-        for (q, &t) in g.group.iter().enumerate() {
-            if gc.send[q][me] != recv_counts[t] {
-                return Err(self.a2av_mismatch(t, me, gc.send[q][me], recv_counts[t]));
-            }
+        if let Some(m) = gc.check_host(&g.group, gme) {
+            return Err(self.team.a2av_mismatch(self.seq, m));
         }
         // does this host fit: every send buffer, and the fan-out
-        let fan_len: usize = (0..ga)
-            .map(|q| off.iter().map(|&t| gc.recv[q][t]).sum::<usize>())
-            .sum();
-        let fits_host = (0..ga).all(|q| buf_fits(gc.send[q].iter().sum()))
-            && fan_len.saturating_mul(es) <= TEAM_HALF - 8;
+        let fan_len = gc.fan_len(&off);
+        let fits_host = gc.fits::<T>(&off, n);
         if let Some((a, k)) = step0 {
             if fits_host {
                 for (q, &t) in g.group.iter().enumerate() {
@@ -170,24 +242,15 @@ impl HierCall<'_> {
         if let Some(li) = g.leader_index() {
             for s in 1..nl {
                 let b = (li + s) % nl;
-                let mut msg = vec![u64::from(fits_host)];
-                for q in 0..ga {
-                    msg.extend(groups[b].iter().map(|&t| gc.send[q][t] as u64));
-                }
-                self.lsend(tag(0, 1), b, &msg)?;
+                self.lsend(tag(0, 1), b, &gc.lead_counts(fits_host, &groups[b]))?;
             }
             for s in 1..nl {
                 let b = (li + nl - s) % nl;
                 let mut msg = vec![0u64; 1 + groups[b].len() * ga];
                 self.lrecv(tag(0, 1), b, &mut msg, 0)?;
-                fits_all &= msg[0] == 1;
-                for (x, &src) in groups[b].iter().enumerate() {
-                    for (q, &t) in g.group.iter().enumerate() {
-                        let sent = msg[1 + x * ga + q] as usize;
-                        if sent != gc.recv[q][src] {
-                            return Err(self.a2av_mismatch(src, t, sent, gc.recv[q][src]));
-                        }
-                    }
+                match gc.check_lead(&msg, &groups[b], &g.group) {
+                    Ok(fits) => fits_all &= fits,
+                    Err(m) => return Err(self.team.a2av_mismatch(self.seq, m)),
                 }
             }
         }
@@ -205,21 +268,15 @@ impl HierCall<'_> {
             for s in 1..nl {
                 let b = (li + s) % nl;
                 let mut msg = Vec::new();
-                for q in 0..ga {
-                    for &t in &groups[b] {
-                        msg.extend_from_slice(block(q, t));
-                    }
+                for (q, x) in lead_blocks(ga, groups[b].len()) {
+                    msg.extend_from_slice(block(q, groups[b][x]));
                 }
                 if !msg.is_empty() {
                     self.lsend(tag(0, 2), b, &msg)?;
                 }
             }
             // member q's blocks from other hosts, in `off` order
-            let fo: Vec<usize> = offsets(
-                &(0..ga)
-                    .map(|q| off.iter().map(|&t| gc.recv[q][t]).sum())
-                    .collect::<Vec<usize>>(),
-            );
+            let fo = offsets(&(0..ga).map(|q| gc.fan_of(q, &off)).collect::<Vec<_>>());
             fan = vec![T::zeroed(); fan_len];
             for s in 1..nl {
                 let b = (li + nl - s) % nl;
@@ -233,22 +290,15 @@ impl HierCall<'_> {
                 let mut msg = vec![T::zeroed(); len];
                 self.lrecv(tag(0, 2), b, &mut msg, 0)?;
                 let mut at = 0;
-                for &src in &groups[b] {
-                    for (q, &fq) in fo.iter().enumerate() {
-                        let c = gc.recv[q][src];
-                        let part = &msg[at..at + c];
-                        at += c;
-                        if q == 0 {
-                            recv[ro[src]..][..c].copy_from_slice(part);
-                        } else {
-                            let i = fq
-                                + off
-                                    .iter()
-                                    .take_while(|&&t| t < src)
-                                    .map(|&t| gc.recv[q][t])
-                                    .sum::<usize>();
-                            fan[i..i + c].copy_from_slice(part);
-                        }
+                for (x, q) in lead_blocks(groups[b].len(), ga) {
+                    let (src, c) = (groups[b][x], gc.recv[q][groups[b][x]]);
+                    let part = &msg[at..at + c];
+                    at += c;
+                    if q == 0 {
+                        recv[ro[src]..][..c].copy_from_slice(part);
+                    } else {
+                        let i = fo[q] + gc.fan_of(q, &off[..off.partition_point(|&t| t < src)]);
+                        fan[i..i + c].copy_from_slice(part);
                     }
                 }
             }
@@ -265,9 +315,7 @@ impl HierCall<'_> {
                 go = u64::from_ne_bytes(flag) == 1;
             }
             if go && gme != 0 {
-                let mut at: usize = (0..gme)
-                    .map(|q| off.iter().map(|&t| gc.recv[q][t]).sum::<usize>())
-                    .sum();
+                let mut at: usize = (0..gme).map(|q| gc.fan_of(q, &off)).sum();
                 for &src in &off {
                     let to = &mut recv[ro[src]..][..recv_counts[src]];
                     a.read(0, k, 8 + at * es, bytemuck::cast_slice_mut(to));

@@ -19,7 +19,8 @@
 //! waits for the set-up, so before the team's first blocking `barrier`,
 //! `broadcast`, `reduce`, `allreduce`, `gather` or `allgather` across
 //! hosts (the collectives that call `Team::hier_call`) its non-blocking
-//! forms go flat. Every member knows the
+//! forms go flat (`alltoall_nb` and `alltoallv_nb`: the same, in
+//! `team_hier_nb_a2a.rs`). Every member knows the
 //! same (members call the same collectives in the same order), so every
 //! member builds the same form of each collective.
 //!
@@ -96,15 +97,15 @@ fn rounds(n: usize) -> u32 {
 
 /// A schedule under construction for one member of a hierarchical
 /// non-blocking collective.
-struct Build {
-    s: Sched,
-    g: Arc<HostGroups>,
+pub(crate) struct Build {
+    pub(crate) s: Sched,
+    pub(crate) g: Arc<HostGroups>,
     /// Bytes of the data every message carries.
-    len: usize,
+    pub(crate) len: usize,
 }
 
 impl Build {
-    fn new(team: &Team, seq: u64, h: Header, g: Arc<HostGroups>, len: usize) -> Self {
+    pub(crate) fn new(team: &Team, seq: u64, h: Header, g: Arc<HostGroups>, len: usize) -> Self {
         Build {
             s: Sched::new(team, seq, h),
             g,
@@ -113,7 +114,7 @@ impl Build {
     }
 
     /// Leaders.
-    fn nl(&self) -> usize {
+    pub(crate) fn nl(&self) -> usize {
         self.g.layout.leaders.len()
     }
 
@@ -171,16 +172,14 @@ impl Build {
     }
 
     /// Receive `len` bytes from team rank `from` into `dst` at `at`.
-    fn recv_into(&mut self, from: usize, tag: u64, (dst, at, len): (Buf, usize, usize), hops: u32) {
-        self.s.steps.push_back(Step::Recv {
-            from,
-            tag,
-            dst,
-            at,
-            len,
-            fold: Fold::Copy,
-            hops,
-        });
+    pub(crate) fn recv_into(
+        &mut self,
+        from: usize,
+        tag: u64,
+        (dst, at, len): (Buf, usize, usize),
+        hops: u32,
+    ) {
+        self.s.recv_part(from, tag, (dst, at, len), hops);
     }
 
     /// Receive group `gi`'s packed parts (`kw` bytes per member, group
@@ -220,14 +219,8 @@ impl Build {
     }
 
     /// Send `len` bytes of `src` to team rank `to`.
-    fn send_from(&mut self, to: usize, tag: u64, src: Buf, len: usize) {
-        self.s.steps.push_back(Step::Send {
-            to,
-            tag,
-            src,
-            at: 0,
-            len,
-        });
+    pub(crate) fn send_from(&mut self, to: usize, tag: u64, src: Buf, len: usize) {
+        self.s.send_part(to, tag, (src, 0, len));
     }
 
     /// Binomial reduction among leaders to leader `root` (this member

@@ -305,10 +305,22 @@ pub(crate) fn bytes_of<T: Pod>(v: &[T]) -> Vec<u8> {
 }
 
 impl Team {
-    /// Non-blocking [`alltoall`](Self::alltoall): every block goes out
-    /// before this returns (so `send` may be reused at once); the blocks
-    /// from the other members land in `recv` by the time the returned
-    /// request completes.
+    /// Non-blocking [`alltoall`](Self::alltoall): `send` may be reused
+    /// at once (flat, every block goes out before this returns); the
+    /// blocks from the other members land in `recv` by the time the
+    /// returned request completes. Across hosts hierarchical (L (L - 1)
+    /// messages across L hosts: one per leader pair) where the blocking
+    /// form is, once the team's blocking collectives are (see
+    /// `docs/teams.md`); the blocks are then copied at the call.
+    ///
+    /// ```no_run
+    /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
+    /// let me = team.rank().unwrap() as u64;
+    /// let send: Vec<u64> = (0..team.size() as u64).map(|j| me * 100 + j).collect();
+    /// let mut recv = vec![0u64; team.size()];
+    /// team.alltoall_nb(&send, &mut recv)?.wait()?; // recv[j] == j * 100 + me
+    /// # Ok(()) }
+    /// ```
     pub fn alltoall_nb<'a, T: Pod>(
         &self,
         send: &[T],
@@ -331,6 +343,11 @@ impl Team {
         let (me, seq, h) = self.start::<T>(kind, None, None, k)?;
         let n = self.size();
         let w = std::mem::size_of::<T>();
+        // across hosts as the blocking form (team_hier_nb_a2a.rs)
+        if let Some(g) = self.alltoall_nb_groups::<T>(k) {
+            let (send, recv) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+            return Ok(self.alltoall_nb_hier((seq, h, g), send, k * w, recv));
+        }
         for s in 1..n {
             let j = (me + s) % n;
             self.send(seq, 0, &h, j, bytemuck::cast_slice(&send[j * k..][..k]))?;

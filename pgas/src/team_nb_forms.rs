@@ -188,7 +188,12 @@ impl Team {
     /// `send` may be reused at once); `recv_counts[j]` elements from team
     /// rank j land in `recv` by completion. A member whose
     /// `send_counts[me]` differs from this member's `recv_counts[j]` is
-    /// an error naming both, as for the blocking form.
+    /// an error naming both, as for the blocking form. Across hosts
+    /// hierarchical as the blocking form (counts, then at most one data
+    /// message per leader pair: 2 L (L - 1) across L hosts) once the
+    /// team's blocking collectives are (see `docs/teams.md`); `send` is
+    /// then copied at the call, and a counts difference is named by the
+    /// leaders with both members' counts.
     ///
     /// ```no_run
     /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
@@ -241,6 +246,11 @@ impl Team {
             ));
         }
         let (me, seq, h) = self.start::<T>(kind, None, None, 0)?;
+        // across hosts as the blocking form (team_hier_nb_a2a.rs)
+        if let Some(g) = self.alltoallv_nb_groups::<T>() {
+            let (send, recv) = ((send, send_counts), (recv, recv_counts));
+            return Ok(self.alltoallv_nb_hier((seq, h, g), send, recv));
+        }
         for s in 1..n {
             let j = (me + s) % n;
             let block = &send[so[j]..][..send_counts[j]];

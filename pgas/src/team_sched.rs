@@ -92,6 +92,23 @@ pub(crate) enum Step {
         at: usize,
         len: usize,
     },
+    /// Run a continuation on the schedule, which may append steps built
+    /// from what it received so far (a message whose length the counts
+    /// received before decide: `team_hier_nb_a2a.rs`); an error ends the
+    /// schedule with it.
+    Then(Then),
+}
+
+/// The work of a [`Step::Then`].
+pub(crate) type Continue = dyn FnOnce(&mut Sched) -> Result<()> + Send;
+
+/// A [`Step::Then`] continuation.
+pub(crate) struct Then(pub Box<Continue>);
+
+impl std::fmt::Debug for Then {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Then(..)")
+    }
 }
 
 /// Combines bytes of elements (see [`combine_bytes`]).
@@ -156,6 +173,37 @@ impl Sched {
         }
     }
 
+    /// Append a send of `len` bytes of `src` at `at` to team rank `to`.
+    pub(crate) fn send_part(&mut self, to: usize, tag: u64, (src, at, len): (Buf, usize, usize)) {
+        self.steps.push_back(Step::Send {
+            to,
+            tag,
+            src,
+            at,
+            len,
+        });
+    }
+
+    /// Append a receive of `len` bytes from team rank `from`, copied
+    /// into `dst` at `at`.
+    pub(crate) fn recv_part(
+        &mut self,
+        from: usize,
+        tag: u64,
+        (dst, at, len): (Buf, usize, usize),
+        hops: u32,
+    ) {
+        self.steps.push_back(Step::Recv {
+            from,
+            tag,
+            dst,
+            at,
+            len,
+            fold: Fold::Copy,
+            hops,
+        });
+    }
+
     /// `len` bytes at `at` of `b`, for reading.
     fn get(&self, b: Buf, at: usize, len: usize) -> &[u8] {
         let v = match b {
@@ -188,6 +236,7 @@ impl Sched {
         let (s, d) = match (src, dst) {
             (Buf::Work, Buf::Out) => (&self.work, &mut self.out),
             (Buf::Scratch, Buf::Out) => (&self.scratch, &mut self.out),
+            (Buf::Scratch, Buf::Work) => (&self.scratch, &mut self.work),
             // never built
             _ => return,
         };
@@ -198,6 +247,12 @@ impl Sched {
     /// with its key, sender and hops, `Ok(None)` when every step ran.
     fn advance(&mut self) -> Result<Option<(Key, usize, u32)>> {
         while let Some(step) = self.steps.front() {
+            if matches!(step, Step::Then(_)) {
+                if let Some(Step::Then(f)) = self.steps.pop_front() {
+                    (f.0)(self)?;
+                }
+                continue;
+            }
             match *step {
                 Step::Send {
                     to,
@@ -251,6 +306,7 @@ impl Sched {
                     at,
                     len,
                 } => self.place(src, from, dst, at, len),
+                Step::Then(_) => {}
             }
             self.steps.pop_front();
         }

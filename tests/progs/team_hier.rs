@@ -37,6 +37,8 @@
 //!          "nbhier rank R path=P nbbarrier=A nbbroadcast=B nbreduce=C
 //!          nballreduce=D nbgather=E nballgather=F" and "team_hier nb ok (<path>) rank R"
 //!   nbop R, nbabsent R  as op and absent, with allreduce_nb
+//!   nbvcount R  as vcount, with alltoallv_nb (hierarchical after the
+//!          blocking collectives across hosts): the job ends naming R
 //!   nbscan the non-blocking reduce_scatter and scans (hierarchical where
 //!          the blocking forms are, the scans when each host's members are
 //!          consecutive team ranks: `team_hier_nb_scan.rs`) on the world
@@ -85,7 +87,7 @@ fn main() {
             }
             "time" => time(pg, target),
             "nb" => nb(pg),
-            "nbop" | "nbabsent" => nb_misuse(pg, &mode, target),
+            "nbop" | "nbabsent" | "nbvcount" => nb_misuse(pg, &mode, target),
             "nbscan" => nb_scan(pg),
             "scantime" => scan_time(pg, target),
             m => Err(Error::usage(format!("unknown mode {m}"))),
@@ -419,7 +421,7 @@ fn every2(t: &Team) -> splitrt::Result<()> {
             name(&format!("scan_inclusive Min of {kk}"))
         })?;
     }
-    alltoallv(t)?;
+    alltoallv(t, false)?;
     // floats: close to the sum in team-rank order
     let mut f = [0.1f64 * (me as f64 + 1.0), 1.0 / 3.0];
     let mut all = vec![0f64; 2 * n];
@@ -437,7 +439,8 @@ fn every2(t: &Team) -> splitrt::Result<()> {
 /// Alltoallv on `t`, results checked: counts that differ per pair
 /// (zeros among them), all zero, and large enough that a host's blocks
 /// do not fit one shared-memory step (then every member goes flat).
-fn alltoallv(t: &Team) -> splitrt::Result<()> {
+/// `nb`: also `alltoallv_nb`, its result the blocking form's.
+fn alltoallv(t: &Team, nb: bool) -> splitrt::Result<()> {
     let n = t.size();
     let me = t.rank().expect("a member");
     let name = |what: &str| format!("team {:?} ({}): {what}", t.members(), path(t));
@@ -458,6 +461,16 @@ fn alltoallv(t: &Team) -> splitrt::Result<()> {
         check(recv == want, || {
             name(&format!("alltoallv of counts (3i + 5j + 1) % 4 * {mult}"))
         })?;
+        if nb {
+            let mut got = vec![u64::MAX; recv.len()];
+            t.alltoallv_nb(&send, &send_counts, &mut got, &recv_counts)?
+                .wait()?;
+            check(got == recv, || {
+                name(&format!(
+                    "alltoallv_nb of counts * {mult}: not the blocking form's"
+                ))
+            })?;
+        }
     }
     Ok(())
 }
@@ -497,9 +510,14 @@ fn nb(pg: Pgas) -> splitrt::Result<()> {
     let at_root = if me == 0 { &mut all[..] } else { &mut [] };
     let e = count(&mut || world.gather_nb(0, &x, at_root)?.wait())?;
     let f = count(&mut || world.allgather_nb(&x, &mut all)?.wait())?;
+    let blocks: Vec<u64> = (0..world.size() as u64).collect();
+    let mut got = blocks.clone();
+    let g = count(&mut || world.alltoall_nb(&blocks, &mut got)?.wait())?;
+    let vc = vec![1; world.size()];
+    let v = count(&mut || world.alltoallv_nb(&blocks, &vc, &mut got, &vc)?.wait())?;
     println!(
         "nbhier rank {me} path={} nbbarrier={a} nbbroadcast={b} nbreduce={c} nballreduce={d} \
-         nbgather={e} nballgather={f}",
+         nbgather={e} nballgather={f} nballtoall={g} nballtoallv={v}",
         path(&world)
     );
     pg.barrier()?;
@@ -621,6 +639,7 @@ fn nb_every(t: &Team) -> splitrt::Result<()> {
         let mut recv = vec![7u32; n * len];
         t.allgather_nb(&send, &mut recv)?.wait()?;
         check(whole(&recv), || name(&format!("allgather of {len}")))?;
+        nb_alltoall(t, len)?;
         let mut d: Vec<i64> = (0..len as i64).map(|i| i - me as i64).collect();
         t.allreduce_nb(&mut d, Op::Min)?.wait()?;
         check(
@@ -630,18 +649,42 @@ fn nb_every(t: &Team) -> splitrt::Result<()> {
             || name(&format!("allreduce Min of {len}")),
         )?;
     }
+    alltoallv(t, true)?;
     // several outstanding on one team, completed in reverse order (and
     // the last by `test`)
     let mut a: Vec<u64> = vec![me as u64 + 1; 3];
     let mut b = [if me == n - 1 { 42u32 } else { 0 }];
     let mut c = [me as u64 * 2];
+    let x2x: Vec<u64> = (0..n as u64).map(|j| ((me as u64) << 32) | j).collect();
+    let mut x2 = vec![0u64; n];
+    // alltoallv: member i sends j (i + j) % 3 elements
+    let vc = |i: usize, j: usize| (i + j) % 3;
+    let (vs, vr): (Vec<usize>, Vec<usize>) = (0..n).map(|j| (vc(me, j), vc(j, me))).unzip();
+    let vsend: Vec<u32> = (0..n)
+        .flat_map(|j| (0..vc(me, j)).map(move |e| (me * 1000 + j * 10 + e) as u32))
+        .collect();
+    let mut vrecv = vec![0u32; vr.iter().sum()];
     let bar = t.barrier_nb()?;
     let ra = t.allreduce_nb(&mut a, Op::Sum)?;
+    let rx = t.alltoall_nb(&x2x, &mut x2)?;
     let rb = t.broadcast_nb(n - 1, &mut b)?;
+    let rv = t.alltoallv_nb(&vsend, &vs, &mut vrecv, &vr)?;
     let rc = t.reduce_nb(0, &mut c, Op::Max)?;
     rc.wait()?;
+    rv.wait()?;
     rb.wait()?;
+    rx.wait()?;
     ra.wait()?;
+    check(
+        (0..n).all(|j| x2[j] == ((j as u64) << 32) | me as u64),
+        || name(&format!("outstanding alltoall: {x2:?}")),
+    )?;
+    let vwant: Vec<u32> = (0..n)
+        .flat_map(|i| (0..vc(i, me)).map(move |e| (i * 1000 + me * 10 + e) as u32))
+        .collect();
+    check(vrecv == vwant, || {
+        name(&format!("outstanding alltoallv: {vrecv:?}"))
+    })?;
     let mut bar = bar;
     let mut tests = 0u64;
     while !bar.test()? {
@@ -682,8 +725,34 @@ fn nb_every(t: &Team) -> splitrt::Result<()> {
     t.barrier_nb()?.wait()
 }
 
+/// `alltoall_nb` of `len` u32 per block on `t`, checked against the
+/// expected blocks and the blocking `alltoall`'s result (5000 per block
+/// is more than one shared-memory step: both forms go flat).
+fn nb_alltoall(t: &Team, len: usize) -> splitrt::Result<()> {
+    let (n, me) = (t.size(), t.rank().expect("a member"));
+    let name = |what: &str| format!("team {:?} ({}): nb {what}", t.members(), path(t));
+    // element e of the block from member i to member j
+    let v = |i: usize, j: usize, e: usize| ((i as u32) << 24) ^ ((j as u32) << 16) ^ e as u32;
+    let send: Vec<u32> = (0..n)
+        .flat_map(|j| (0..len).map(move |e| v(me, j, e)))
+        .collect();
+    let mut got = vec![7u32; n * len];
+    t.alltoall_nb(&send, &mut got)?.wait()?;
+    let want: Vec<u32> = (0..n)
+        .flat_map(|i| (0..len).map(move |e| v(i, me, e)))
+        .collect();
+    check(got == want, || name(&format!("alltoall of {len}")))?;
+    let mut blocking = vec![7u32; n * len];
+    t.alltoall(&send, &mut blocking)?;
+    check(got == blocking, || {
+        name(&format!("alltoall_nb and alltoall of {len} differ"))
+    })
+}
+
 /// `nbop R` / `nbabsent R`: as `misuse`, the third collective an
-/// `allreduce_nb` (hierarchical after the blocking two across hosts).
+/// `allreduce_nb` (hierarchical after the blocking two across hosts);
+/// `nbvcount R`: an `alltoallv_nb` where R sends and expects two
+/// elements per member, the others one.
 fn nb_misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
     let me = pg.rank();
     let world = pg.world();
@@ -691,7 +760,15 @@ fn nb_misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
     world.allreduce(&mut d, Op::Sum)?;
     world.broadcast(0, &mut d)?;
     println!("rank {me} path={}", path(&world));
-    if me == target {
+    if mode == "nbvcount" {
+        let k = if me == target { 2 } else { 1 };
+        let counts = vec![k; pg.size()];
+        let send = vec![me as u64; k * pg.size()];
+        let mut recv = send.clone();
+        world
+            .alltoallv_nb(&send, &counts, &mut recv, &counts)?
+            .wait()?;
+    } else if me == target {
         if mode == "nbabsent" {
             // as in `misuse`: bounded, the others' report ends the job
             std::thread::sleep(std::time::Duration::from_secs(15));

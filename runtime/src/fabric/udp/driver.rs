@@ -1020,16 +1020,18 @@ mod tests {
     use super::super::wire::Header;
     use super::*;
 
-    /// Two ranks on loopback (with the source filter or not); a stranger
-    /// on this host (another port of the same address) sends 100
-    /// datagrams with a plausible header to rank 0, then rank 1 sends it
-    /// a message. Rank 0's counters, and what it received.
-    fn stranger_then_peer(source_filter: bool) -> (super::super::proto::Stats, Vec<Vec<u64>>) {
+    /// Ranks 0 and 1 of a fresh job on loopback, with default protocol
+    /// settings, no faults, `max_medium` and the source filter as given,
+    /// and rank 0's address.
+    pub(super) fn loopback_pair(
+        max_medium: usize,
+        source_filter: bool,
+    ) -> (UdpFabric, UdpFabric, SocketAddr) {
         let key = JobKey::generate().unwrap();
         let cfg = UdpConfig {
             proto: ProtoConfig::default(),
             faults: None,
-            max_medium: 4096,
+            max_medium,
             segment_size: 1 << 16,
             source_filter,
         };
@@ -1039,6 +1041,15 @@ mod tests {
         let [p0, p1] = pending;
         let f0 = p0.connect(0, addrs.clone(), &key, &cfg).unwrap();
         let f1 = p1.connect(1, addrs, &key, &cfg).unwrap();
+        (f0, f1, to)
+    }
+
+    /// Two ranks on loopback (with the source filter or not); a stranger
+    /// on this host (another port of the same address) sends 100
+    /// datagrams with a plausible header to rank 0, then rank 1 sends it
+    /// a message. Rank 0's counters, and what it received.
+    fn stranger_then_peer(source_filter: bool) -> (super::super::proto::Stats, Vec<Vec<u64>>) {
+        let (f0, f1, to) = loopback_pair(4096, source_filter);
         let stranger = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut d = vec![0x5au8; 1400];
         for seq in 0..100u32 {
@@ -1110,19 +1121,7 @@ mod would_block_tests {
     #[test]
     #[cfg_attr(miri, ignore = "sockets")]
     fn a_full_udp_window_is_named() {
-        let key = JobKey::generate().unwrap();
-        let cfg = UdpConfig {
-            proto: ProtoConfig::default(),
-            faults: None,
-            max_medium: 4096,
-            segment_size: 1 << 16,
-            source_filter: true,
-        };
-        let pending = [0, 1].map(|_| PendingUdp::bind("127.0.0.1:9").unwrap());
-        let addrs: Vec<Option<SocketAddr>> = pending.iter().map(|p| Some(p.addr)).collect();
-        let [p0, p1] = pending;
-        let f0 = p0.connect(0, addrs.clone(), &key, &cfg).unwrap();
-        let f1 = p1.connect(1, addrs, &key, &cfg).unwrap();
+        let (f0, f1, _) = super::tests::loopback_pair(4096, true);
         // Shorts: one never spans datagrams, so none waits half-sent
         let pkt = Packet {
             tag: 7,
@@ -1182,19 +1181,7 @@ mod receive_buffer_tests {
     #[test]
     #[cfg_attr(miri, ignore = "sockets")]
     fn udp_large_datagrams_reuse_their_receive_buffers() {
-        let key = JobKey::generate().unwrap();
-        let cfg = UdpConfig {
-            proto: ProtoConfig::default(),
-            faults: None,
-            max_medium: 65_000,
-            segment_size: 1 << 16,
-            source_filter: true,
-        };
-        let pending = [0, 1].map(|_| PendingUdp::bind("127.0.0.1:9").unwrap());
-        let addrs: Vec<Option<SocketAddr>> = pending.iter().map(|p| Some(p.addr)).collect();
-        let [p0, p1] = pending;
-        let f0 = p0.connect(0, addrs.clone(), &key, &cfg).unwrap();
-        let f1 = p1.connect(1, addrs, &key, &cfg).unwrap();
+        let (f0, f1, _) = super::tests::loopback_pair(65_000, true);
         let data = vec![0x6bu8; 60_000];
         let pkt = Packet {
             tag: 7,

@@ -91,23 +91,30 @@ impl Pair {
         }
     }
 
+    /// The sender takes one message of `bytes` bytes and sends its first
+    /// flight: the time it left and its datagrams.
+    fn send_message(&mut self, bytes: usize) -> (u64, Vec<Vec<u8>>) {
+        let payload = vec![5u8; bytes];
+        let m = OutMsg {
+            tag: 1,
+            words: &[1, 2],
+            payload: &payload,
+            deposit: None,
+        };
+        assert!(matches!(
+            self.a.send(self.now, 1, 0, &m, 0),
+            super::Sent::Upto(b) if b == bytes
+        ));
+        let t = self.now;
+        (t, self.a_sends())
+    }
+
     /// One message of two datagrams from the sender, the fate of its
     /// first transmission `fate`; a retransmission timeout 450 us after
     /// it left (if nothing came back by then) and what follows, until
     /// everything is acknowledged.
     fn round(&mut self, fate: Fate) {
-        let m = OutMsg {
-            tag: 1,
-            words: &[1, 2],
-            payload: &[5u8; 12_000],
-            deposit: None,
-        };
-        assert!(matches!(
-            self.a.send(self.now, 1, 0, &m, 0),
-            super::Sent::Upto(12_000)
-        ));
-        let t = self.now;
-        let first = self.a_sends();
+        let (t, first) = self.send_message(12_000);
         assert_eq!(first.len(), 2, "the message left in two datagrams");
         match fate {
             Fate::Prompt => {
@@ -283,18 +290,7 @@ fn ccundo_holes_below_a_sack_are_losses() {
 )]
 fn rv3fix_undo_keeps_a_real_loss_of_the_same_flight_marked() {
     let mut p = Pair::new();
-    let m = OutMsg {
-        tag: 1,
-        words: &[1, 2],
-        payload: &[5u8; 12_000],
-        deposit: None,
-    };
-    assert!(matches!(
-        p.a.send(p.now, 1, 0, &m, 0),
-        super::Sent::Upto(12_000)
-    ));
-    let t = p.now;
-    let first = p.a_sends();
+    let (t, first) = p.send_message(12_000);
     assert_eq!(first.len(), 2);
     p.now = t + 450_000;
     p.a.handle_timeout(p.now);
@@ -387,18 +383,7 @@ fn rv3fix_undo_keeps_a_real_loss_of_the_same_flight_marked() {
 fn rv3fix_a_hole_below_a_sack_is_no_spurious_timeout() {
     let mut p = Pair::new();
     let before = p.cc();
-    let m = OutMsg {
-        tag: 1,
-        words: &[1, 2],
-        payload: &[5u8; 20_000],
-        deposit: None,
-    };
-    assert!(matches!(
-        p.a.send(p.now, 1, 0, &m, 0),
-        super::Sent::Upto(20_000)
-    ));
-    let t = p.now;
-    let mut first = p.a_sends();
+    let (t, mut first) = p.send_message(20_000);
     assert_eq!(first.len(), 3, "the message left in three datagrams");
     let seq = |d: &Vec<u8>| u32::from_le_bytes([d[16], d[17], d[18], d[19]]);
     first.sort_by_key(seq);

@@ -810,6 +810,41 @@ impl Proto {
         })
     }
 
+    /// One datagram's transmission, first or again: slot `idx` of stream
+    /// `st` toward `peer` takes the acknowledgement state, the clock and
+    /// echo, the next packet number and `flags` (`F_ACK_NOW`: the peer is
+    /// asked to acknowledge at once), is sealed and handed out, and is in
+    /// flight from `now`. Inlined into both callers: out of line it cost
+    /// 57 more instructions a datagram (callgrind, the simulator).
+    #[inline(always)]
+    fn transmit_slot(
+        mac: &Mac,
+        p: &mut Peer,
+        (peer, st, idx): (u32, usize, usize),
+        flags: u8,
+        now: u64,
+        out: &mut dyn FnMut(u32, &[u8]),
+    ) {
+        let acks = Self::acks_of(p);
+        let echo = (p.echo, hold_of(p, now));
+        p.tx_pn += 1;
+        let pn = p.tx_pn;
+        p.asked = flags != 0;
+        let s = &mut p.tx[st].slots[idx];
+        s.sent_at = now;
+        s.inflight = true;
+        let len = s.buf.len();
+        emit(
+            mac,
+            &mut s.buf,
+            acks,
+            (us(now), echo, pn),
+            (peer, flags),
+            out,
+        );
+        p.cc.on_sent(now, len);
+    }
+
     fn transmit_peer(&mut self, now: u64, peer: u32, out: &mut dyn FnMut(u32, &[u8])) {
         let me = self.me;
         let window = self.cfg.window;
@@ -832,29 +867,13 @@ impl Proto {
                     if held != Gate::Open {
                         break;
                     }
-                    let acks = Self::acks_of(p);
-                    let echo = (p.echo, hold_of(p, now));
-                    p.tx_pn += 1;
-                    let pn = p.tx_pn;
                     let s = &mut p.tx[st].slots[i];
                     s.again = false;
-                    s.sent_at = now;
                     s.retx = true;
-                    s.inflight = true;
-                    let len = s.buf.len();
                     // a waiting sender's retransmission asks for its
                     // acknowledgement at once (urge.rs)
                     let flags = if p.urgent { F_ACK_NOW } else { 0 };
-                    p.asked = p.urgent;
-                    emit(
-                        &self.mac,
-                        &mut s.buf,
-                        acks,
-                        (us(now), echo, pn),
-                        (peer, flags),
-                        out,
-                    );
-                    p.cc.on_sent(now, len);
+                    Self::transmit_slot(&self.mac, p, (peer, st, i), flags, now, out);
                     p.tx[st].again -= 1;
                     self.stats.sent += 1;
                     self.stats.retransmits += 1;
@@ -867,29 +886,12 @@ impl Proto {
                 if held != Gate::Open {
                     break;
                 }
-                let acks = Self::acks_of(p);
-                let echo = (p.echo, hold_of(p, now));
-                p.tx_pn += 1;
-                let pn = p.tx_pn;
                 let idx = p.tx[st].next_tx.wrapping_sub(p.tx[st].una) as usize;
                 // a waiting sender's last queued datagram asks for its
                 // acknowledgement at once (urge.rs)
                 let tail = idx + 1 == p.tx[st].slots.len();
                 let flags = if p.urgent && tail { F_ACK_NOW } else { 0 };
-                p.asked = flags != 0;
-                let s = &mut p.tx[st].slots[idx];
-                s.sent_at = now;
-                s.inflight = true;
-                let len = s.buf.len();
-                emit(
-                    &self.mac,
-                    &mut s.buf,
-                    acks,
-                    (us(now), echo, pn),
-                    (peer, flags),
-                    out,
-                );
-                p.cc.on_sent(now, len);
+                Self::transmit_slot(&self.mac, p, (peer, st, idx), flags, now, out);
                 p.tx[st].next_tx = p.tx[st].next_tx.wrapping_add(1);
                 self.stats.sent += 1;
                 sent_data = true;
