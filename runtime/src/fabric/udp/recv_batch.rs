@@ -10,7 +10,8 @@
 //! Each slot is a buffer of [`MAX_DATAGRAM`] bytes (the largest UDP
 //! payload over IPv4, so nothing is truncated); a slot whose datagram the
 //! caller keeps is refilled with a buffer it hands back, or a new one.
-//! [`SLOTS`] buffers are the bound on what this reader holds.
+//! [`SLOTS`] buffers and one spare (a buffer handed back while every slot
+//! had one) are the bound on what this reader holds.
 //!
 //! With arrival stamping on (`stamp.rs`, congestion control), each slot
 //! also has its own control buffer in the `mmsghdr` array, and the
@@ -44,6 +45,9 @@ pub(super) struct RecvBatch {
     /// Buffers of [`MAX_DATAGRAM`] bytes allocated so far (see
     /// [`give`](Self::give)).
     allocs: u64,
+    /// One buffer of [`MAX_DATAGRAM`] bytes handed back while every slot
+    /// had one, for the next slot left empty (see [`give`](Self::give)).
+    spare: Option<Vec<u8>>,
 }
 
 /// One slot's control buffer, aligned as a `cmsghdr` wants. Initialized
@@ -61,6 +65,7 @@ impl RecvBatch {
             waited: [None; SLOTS],
             read_at: None,
             allocs: 0,
+            spare: None,
         }
     }
 
@@ -87,8 +92,13 @@ impl RecvBatch {
             let b = &mut self.bufs[i];
             b.clear();
             if b.capacity() < MAX_DATAGRAM {
-                *b = Vec::with_capacity(MAX_DATAGRAM);
-                self.allocs += 1;
+                match self.spare.take() {
+                    Some(s) => *b = s,
+                    None => {
+                        *b = Vec::with_capacity(MAX_DATAGRAM);
+                        self.allocs += 1;
+                    }
+                }
             }
             let spare = b.spare_capacity_mut();
             iov[i].iov_base = spare.as_mut_ptr().cast();
@@ -175,16 +185,25 @@ impl RecvBatch {
     /// reads into memory already mapped and warm instead of a new
     /// allocation (a fresh 64 KiB buffer per large datagram cost the
     /// receiver about 16 page faults and their zeroing inside
-    /// `recvmmsg`, on a strided put's critical path; issue 25). `Some`
-    /// (the buffer back) when no slot wants it or it is too small.
-    pub(super) fn give(&mut self, b: Vec<u8>) -> Option<Vec<u8>> {
+    /// `recvmmsg`, on a strided put's critical path; issue 25). When no
+    /// slot wants it, it is kept as the one spare, which the next slot
+    /// left empty gets: a datagram read by one poll and delivered by a
+    /// later one (the other channel's poll read it) leaves its slot empty
+    /// across a `recv`, which would otherwise allocate. `Some` (the
+    /// buffer back) when it is too small or a spare is kept already: at
+    /// most [`SLOTS`] + 1 buffers.
+    pub(super) fn give(&mut self, mut b: Vec<u8>) -> Option<Vec<u8>> {
         if b.capacity() < MAX_DATAGRAM {
             return Some(b);
         }
+        b.clear();
         match self.bufs.iter_mut().find(|s| s.capacity() < MAX_DATAGRAM) {
             Some(slot) => {
                 *slot = b;
-                slot.clear();
+                None
+            }
+            None if self.spare.is_none() => {
+                self.spare = Some(b);
                 None
             }
             None => Some(b),
