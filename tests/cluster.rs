@@ -1368,3 +1368,58 @@ fn srun_pmi2_hosts_world_barrier_names_the_culprit() {
         );
     }
 }
+
+/// Hierarchical non-blocking reduce_scatter and scans across hosts
+/// (`t_team_hier nbscan`, `pgas/src/team_hier_nb_scan.rs`): `srun -N3
+/// -n6` (0 1 | 2 3 | 4 5), `-N3 -n5` (0 1 | 2 3 | 4: a host with one
+/// member) and `-N2 -n5 --overcommit` (0 1 2 | 3 4); on the world team, the odd-size
+/// team of all but rank 0, the even ranks' team and a team whose hosts'
+/// members are not consecutive (scans flat, reduce_scatter
+/// hierarchical); 1, 3, 1000 and 0 elements, several outstanding, results
+/// checked against the flat results (and floats against the blocking
+/// forms' bits), on the native path (hierarchical), with
+/// `SPLITRT_TEAM_HIER=0` and on the AM path (flat). The world team's
+/// messages across hosts for one call of each, summed over the ranks,
+/// are fewer hierarchically than flat.
+#[test]
+fn srun_pmi2_hosts_team_hier_nbscan() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_team_hier");
+    // (-N2 -n5: Slurm places 3 + 2 with --overcommit)
+    let jobs: [(&[&str], usize); 3] = [
+        (&["-N3", "-n6"], 6),
+        (&["-N3", "-n5"], 5),
+        (&["-N2", "-n5", "--overcommit"], 5),
+    ];
+    // each setting and the path every rank must take
+    let settings: [(&[&str], &str); 3] = [
+        (&["SPLITRT_RMA=native"], "hier"),
+        (&["SPLITRT_RMA=native", "SPLITRT_TEAM_HIER=0"], "flat"),
+        (&["SPLITRT_RMA=am"], "flat"),
+    ];
+    for (spread, n) in jobs {
+        let mut sums = Vec::new();
+        for (env, want) in settings {
+            let mut a = vec!["srun", "--mpi=pmi2"];
+            a.extend_from_slice(spread);
+            a.push("env");
+            a.extend_from_slice(env);
+            a.extend(["SPLITRT_HANG_REPORT=10", p.to_str().unwrap(), "nbscan"]);
+            let r = on(&d, "ctl", &a);
+            all_say(&r, "team_hier nbscan ok", n);
+            let (s, paths) = hier_counts(&r);
+            assert_eq!(paths, vec![want; n], "{spread:?} {env:?}: {r:?}");
+            sums.push(s);
+        }
+        let (hier, flat) = (&sums[0], &sums[1]);
+        eprintln!("{spread:?}: non-blocking hierarchical {hier:?}, flat {flat:?}");
+        for k in ["nbreducescatter", "nbscaninc", "nbscanexc"] {
+            assert!(
+                hier[k] < flat[k],
+                "{spread:?} {k}: {} messages across hosts hierarchically, {} flat",
+                hier[k],
+                flat[k]
+            );
+        }
+    }
+}

@@ -73,3 +73,32 @@ fn nbsig_hier_nb_one_host_shm_am_5_ranks() {
 fn nbsig_hier_nb_one_host_udp_native_3_ranks() {
     nb_conformance(3, "native", "udp");
 }
+
+/// `t_team_hier nbscan` (the non-blocking reduce_scatter and scans,
+/// `team_hier_nb_scan.rs`) where the members share one host: flat
+/// messages, the flat results.
+fn nbscan_conformance(n: usize, rma: &str, fabric: &str) {
+    every_rank_reports(
+        n,
+        "t_team_hier",
+        &["nbscan"],
+        rma,
+        &[
+            ("SPLITRT_FABRIC", fabric),
+            ("SPLITRT_HANG_REPORT", "10"),
+            ("SPLITRT_HANG_ABORT", "1"),
+        ],
+        "team_hier nbscan ok",
+        120,
+    );
+}
+
+#[test]
+fn hnbscan_one_host_shm_native_3_ranks() {
+    nbscan_conformance(3, "native", "shm");
+}
+
+#[test]
+fn hnbscan_one_host_udp_am_5_ranks() {
+    nbscan_conformance(5, "am", "udp");
+}

@@ -36,9 +36,9 @@
 //!   in the same run, rows paired, with ratios and the raw cache-line
 //!   round trip of the same moment; `DIR/gasnet.csv`, `gasnet.txt`.
 //! * `breakdown`: per-stage time of an AM round trip (`SPLITRT_TRACE=1`).
-//! * `scale`: peak RSS, /dev/shm, descriptors, threads and start time per
-//!   rank beside the rank count on one host (`t_scale`); `DIR/scale.txt`
-//!   (docs/scale.md).
+//! * `scale`: peak RSS, RSS and PSS, /dev/shm, descriptors, threads and
+//!   start time per rank beside the rank count on one host (`t_scale`);
+//!   `DIR/scale.txt` (docs/scale.md).
 //!
 //! Every subcommand prints a table, writes `DIR/<name>.csv` and SVG plots,
 //! repeats every measurement (`--reps`) and flags noisy rows. Run by a
@@ -216,9 +216,10 @@ enum Cmd {
         #[arg(long, default_value_t = 2 << 20)]
         max_size: usize,
     },
-    /// Peak RSS and /dev/shm per rank, descriptors, threads and time to
-    /// start beside the rank count, on this host (the `t_scale` example;
-    /// docs/scale.md).
+    /// Peak RSS, RSS and PSS (the memory a rank costs, shared pages
+    /// divided among the ranks that map them) and /dev/shm per rank,
+    /// descriptors, threads and time to start beside the rank count, on
+    /// this host (the `t_scale` example; docs/scale.md).
     Scale {
         /// Rank counts, comma-separated.
         #[arg(long, default_value = "16,64,256")]

@@ -1,10 +1,14 @@
 //! `scale`: what a rank costs as the ranks of one host grow (docs/scale.md).
 //! For each rank count, one job of the `t_scale` example (every rank sends
 //! one Short to every other rank, then reports) through `splitrt-run -n N`
-//! found next to this executable; prints per rank the peak RSS, its
-//! shared-memory file, the host's /dev/shm in use over the ranks, the
+//! found next to this executable; prints per rank the peak RSS, the RSS
+//! and PSS at the end (and the part of each in the other ranks' files),
+//! its shared-memory file, the host's /dev/shm in use over the ranks, the
 //! descriptors, threads and time to start beside the rank count, and
-//! writes `DIR/scale.txt`. Needs `cargo build --release --examples --bins`.
+//! writes `DIR/scale.txt`. RSS counts every page a rank has mapped, so a
+//! page of a peer's queue it wrote into counts in both; PSS divides a
+//! page shared by m processes by m, so the ranks' PSS add up to what the
+//! host holds: their mean is the memory a rank costs. Needs `cargo build --release --examples --bins`.
 //! `SPLITRT_SHM_QUEUE=shared` in its environment measures the shared
 //! receive queue (named in the header line).
 
@@ -59,10 +63,21 @@ pub fn run(r: &Run, ranks: &str) -> Result<(), String> {
     let queue = std::env::var("SPLITRT_SHM_QUEUE").unwrap_or_else(|_| "pairs".into());
     let mut text = format!(
         "splitrt-bench scale (one host; SPLITRT_SHM_QUEUE={queue}; load average before: {})\n\
-         {:>6} {:>14} {:>14} {:>16} {:>4} {:>7} {:>15} {:>8}\n",
+         RSS: pages a rank has mapped, a shared page counted in every rank that touched it; \
+         PSS: each page divided by the ranks that map it (sums to the host's memory);\n\
+         at the end (every rank alive), MiB, RSS the max over ranks, PSS their mean (the host's \
+         total over the ranks); (peers): the part in the other ranks' shared-memory files; \
+         anon: private memory (heap, stacks), PTE: page tables, max over ranks\n\
+         {:>6} {:>14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>14} {:>16} {:>4} {:>7} {:>15} {:>8}\n",
         r.load_before(),
         "ranks",
         "peak RSS/rank",
+        "RSS",
+        "(peers)",
+        "PSS",
+        "(peers)",
+        "anon",
+        "PTE",
         "shm file/rank",
         "/dev/shm/rank",
         "fds",
@@ -99,11 +114,21 @@ pub fn run(r: &Run, ranks: &str) -> Result<(), String> {
                 .collect()
         };
         let max = |k: &str| col(k).into_iter().max().unwrap_or(0);
+        let mean = |k: &str| {
+            let v = col(k);
+            v.iter().sum::<u64>() / (v.len() as u64).max(1)
+        };
         let mib = |kb: u64| kb as f64 / 1024.0;
         let line = format!(
-            "{:>6} {:>10.1} MiB {:>10.1} MiB {:>12.2} MiB {:>4} {:>7} {:>7}/{:>5} ms {:>6.2} s\n",
+            "{:>6} {:>10.1} MiB {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>10.1} MiB {:>12.2} MiB {:>4} {:>7} {:>7}/{:>5} ms {:>6.2} s\n",
             n,
             mib(max("hwm_kb")),
+            mib(max("rss_kb")),
+            mib(max("peer_rss_kb")),
+            mib(mean("pss_kb")),
+            mib(mean("peer_pss_kb")),
+            mib(max("anon_kb")),
+            mib(max("pte_kb")),
             mib(median(col("shm_file_kb"))),
             mib(max("shm_used_kb")) / n.max(1) as f64,
             max("fds"),

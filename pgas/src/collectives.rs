@@ -166,6 +166,9 @@ impl Pgas {
                 .inspect_err(|_| i.wait_failed.store(true, Ordering::Relaxed))?;
         } else if self.hier_wait(e, kind)? {
             // released through this host's leader (`world_barrier.rs`)
+        } else if i.rank == 0 && self.resume_release(e)? {
+            // a retry: every rank arrived, the release reached some of them
+            // before a send failed (`world_barrier.rs`)
         } else if i.rank == 0 {
             let p = (e % 2) as usize;
             let a = &st.arrivals[p];

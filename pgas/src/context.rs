@@ -155,6 +155,7 @@ impl Pgas {
             RmaPath::Am => None,
         };
         let world_hier = crate::world_barrier_state::WorldHier::new(&segs, rank, path);
+        world_hier.hand_host_to(&st.world_bar, rank);
         let mut heap = Heap::new(seg_lens[rank]);
         let scratch = heap.alloc_sym(SCRATCH).map_err(|e| e.at_rank(rank))?;
         // the user range starts past it (`USER_BASE`, checked by every access)

@@ -326,6 +326,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
             s.world_bar
                 .set_hier(m.src() == 0 && m.arg(0) == 1 && m.arg(1) == 1);
             s.released.fetch_max(m.arg(0), Ordering::AcqRel);
+            s.world_bar.released_to_host(m.src(), m.arg(0), m.arg(1));
         },
     )?;
     let s = st.clone();

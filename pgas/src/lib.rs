@@ -67,6 +67,8 @@ mod world_barrier;
 mod world_barrier_state;
 // (appended) the hierarchical non-blocking alltoall and alltoallv
 mod team_hier_nb_a2a;
+// (appended) the hierarchical reduce_scatter_nb and scans (pipelined)
+mod team_hier_nb_scan;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};

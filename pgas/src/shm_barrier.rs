@@ -31,6 +31,7 @@ pub(crate) const SHM_BARRIER_END: usize = 256;
 static_assertions::const_assert!(SHM_BARRIER_END as u64 <= crate::heap::RESERVED_BYTES);
 
 /// The shared-memory barrier of one rank (see the module docs).
+#[derive(Clone)]
 pub(crate) struct ShmBarrier {
     /// Every rank's segment as mapped here (index = rank).
     segs: Vec<SegmentRef>,

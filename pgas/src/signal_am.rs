@@ -63,6 +63,16 @@ fn apply(st: &State, op: u64, off: u64, value: u64) -> u64 {
     // are touched only by atomics.
     let word = unsafe { &*(seg.base().wrapping_add(off as usize) as *const AtomicU64) };
     op.apply(word, value);
+    // Count the write on this rank's doorbell, as a native signal write
+    // does: a future of this rank that looked at the word just before
+    // (`Endpoint::wake_on_traffic_since`) must be woken even when this
+    // handler ran on another thread (the progress thread) while the
+    // future's own poll found the message held, and the doorbell bridge
+    // then found the rings empty (a lost wake-up: `t_signals async_sets`
+    // on the AM path waited 20 s now and then under load).
+    // SAFETY: `seg` is this rank's own segment, from the fabric the
+    // endpoint running this handler owns.
+    unsafe { seg.wake_owner_counted() };
     OK
 }
 

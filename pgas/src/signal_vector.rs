@@ -93,16 +93,44 @@ fn wait(
     if entries.is_empty() {
         return Ok(Vec::new());
     }
-    let mut hits = Vec::new();
+    let mut out = None;
     let what = || describe(inner.rank, call, entries, cmp, mode);
-    inner.wait_through(&what, || match satisfied(entries, cmp, mode) {
-        Some(h) => {
-            hits = h;
-            true
-        }
-        None => false,
+    inner.wait_through(&what, || {
+        out = look(inner, call, entries, cmp, mode, "this wait");
+        out.is_some()
     })?;
-    Ok(hits)
+    out.unwrap_or(Ok(Vec::new()))
+}
+
+/// One look at the entries of a wait (`call`): [`satisfied`], and for
+/// entries taken from global pointers first the check of
+/// [`satisfied_registered`], every time, since the pointer forms borrow
+/// no [`Signals`] and another thread may free the array meanwhile. A freed
+/// array's word ends the wait (`waiter`: "this wait", "this future") with
+/// an error naming the rank, before the freed memory is read. Shared by
+/// the blocking waits and the futures (`signal_vector_async.rs`).
+pub(crate) fn look(
+    inner: &Inner,
+    call: &str,
+    entries: &[Entry<'_>],
+    cmp: Cmp,
+    mode: Mode,
+    waiter: &str,
+) -> Option<Result<Vec<usize>>> {
+    if entries.iter().all(|e| e.index.is_some()) {
+        // by index: the caller borrows the `Signals`, which cannot be freed
+        return satisfied(entries, cmp, mode).map(Ok);
+    }
+    match satisfied_registered(entries, cmp, mode, &inner.st.signals) {
+        Ok(hits) => hits.map(Ok),
+        Err(sig) => Some(Err(inner.err(
+            Error::usage(format!(
+                "{call}: {sig:?} is not a signal word (its array was freed by \
+                 Pgas::free_signals while {waiter} waited)"
+            )),
+            sig.rank(),
+        ))),
+    }
 }
 
 /// Whether the entries satisfy `mode` under `cmp` now: the positions of

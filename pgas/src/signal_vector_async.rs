@@ -28,7 +28,7 @@ use crate::context::{Inner, Pgas};
 use crate::ptr::GlobalPtr;
 use crate::signal::Signals;
 use crate::signal_async::poll_words;
-use crate::signal_vector::{satisfied_registered, Entry, Mode, Values};
+use crate::signal_vector::{look, Entry, Mode, Values};
 use crate::signal_word::Cmp;
 use splitrt_am::{Error, Result, TrafficKey};
 use std::future::Future;
@@ -107,19 +107,9 @@ impl<T> Future for SignalWaitVector<'_, T> {
             }
         };
         let (cmp, mode, inner, call) = (this.cmp, this.mode, this.inner, this.call);
-        let registry = &inner.st.signals;
+        // (a word whose array was freed while this future waited: an error)
         let r = poll_words(inner, &mut this.key, cx, || {
-            match satisfied_registered(entries, cmp, mode, registry) {
-                Ok(hits) => hits.map(Ok),
-                // its array was freed while this future waited
-                Err(sig) => Some(Err(inner.err(
-                    Error::usage(format!(
-                        "{call}: {sig:?} is not a signal word (its array was freed by \
-                         Pgas::free_signals while this future waited)"
-                    )),
-                    sig.rank(),
-                ))),
-            }
+            look(inner, call, entries, cmp, mode, "this future")
         });
         match r {
             Poll::Pending => Poll::Pending,

@@ -36,7 +36,7 @@
 //! | allgather | each leader collects its group's parts and sends them to every other leader, then publishes all n parts to its group (a step carries ⌊32 KiB / (n · element size)⌋ elements per member) | L (L - 1) |
 //! | alltoall, reduce_scatter | `team_hier_a2a.rs`: one aggregated message per leader pair | L (L - 1) |
 //! | alltoallv | `team_hier_a2av.rs`: counts through the area, then a counts and a data message per leader pair | 2 L (L - 1) |
-//! | scan_inclusive / _exclusive | `team_hier_scan.rs`: host-local scans, leaders exclusive-scan the hosts' totals | ≤ d per leader |
+//! | scan_inclusive / _exclusive | `team_hier_scan.rs`: by messages from lower to higher team ranks (host-local prefix along each host, the hosts' last members exclusive-scan the totals, each host's offset to its leader and members), pipelined | ≤ (L - 1) (1 + ⌈log2 (L - 1)⌉) |
 //!
 //! Reductions: within a host in increasing team rank, then the hosts'
 //! partial results along the leaders' binomial tree (children in

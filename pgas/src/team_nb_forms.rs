@@ -285,7 +285,11 @@ impl Team {
     /// of `send` (n blocks of k elements, block j for team rank j) go to
     /// their owners before this returns; `recv` (k elements) gets the
     /// element-wise `op` of every member's block for this member,
-    /// combined in team-rank order, by completion.
+    /// combined in team-rank order, by completion. Across hosts
+    /// hierarchical (each member's n blocks to its host's leader, one
+    /// message per leader pair: L (L - 1) across L hosts, the blocking
+    /// hierarchical form's bits) once the team's blocking collectives are
+    /// (see `docs/teams.md`).
     ///
     /// ```no_run
     /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
@@ -308,6 +312,10 @@ impl Team {
         let (_, n) = self.nb_precheck(kind, None)?;
         self.nb_check_len(kind, "send", send.len(), n * k)?;
         let (me, seq, h) = self.start::<T>(kind, Some(op), None, k)?;
+        // across hosts as the blocking form (team_hier_nb_scan.rs)
+        if let Some(g) = self.nb_hier() {
+            return Ok(self.reduce_scatter_nb_hier((seq, h, g), send, recv, op));
+        }
         for s in 1..n {
             let j = (me + s) % n;
             self.send(seq, 0, &h, j, bytemuck::cast_slice(&send[j * k..][..k]))?;
@@ -346,6 +354,10 @@ impl Team {
     /// Non-blocking [`scan_inclusive`](Self::scan_inclusive): team rank
     /// r's `data` becomes `data_0 op ... op data_r` by completion (the
     /// same recursive doubling and combining order, so the same bits).
+    /// Across hosts hierarchical when each host's members are
+    /// consecutive team ranks, once the team's blocking collectives are
+    /// (the blocking hierarchical scan's messages and bits: see
+    /// `docs/teams.md`).
     ///
     /// ```no_run
     /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
@@ -364,7 +376,8 @@ impl Team {
 
     /// Non-blocking [`scan_exclusive`](Self::scan_exclusive): team rank
     /// r's `data` becomes `data_0 op ... op data_(r-1)` (team rank 0's
-    /// becomes zeros) by completion.
+    /// becomes zeros) by completion. Across hosts as
+    /// [`scan_inclusive_nb`](Self::scan_inclusive_nb).
     ///
     /// ```no_run
     /// # fn f(team: &splitrt_pgas::Team) -> splitrt_am::Result<()> {
@@ -391,6 +404,12 @@ impl Team {
         let _one = self.pgas().enter_collective(self.shown(kind))?;
         self.nb_check_op::<T>(kind, op)?;
         let (me, seq, h) = self.start::<T>(kind, Some(op), None, data.len())?;
+        // across hosts as the blocking form, when each host's members are
+        // consecutive team ranks (team_hier_nb_scan.rs)
+        if let Some(g) = self.nb_hier().filter(|g| g.layout.contiguous()) {
+            let inclusive = kind == CollKind::ScanInclusive;
+            return Ok(self.scan_nb_hier((seq, h, g), inclusive, data, op));
+        }
         let n = self.size();
         let len = std::mem::size_of_val(data);
         let mut r = Sched::new(self, seq, h);

@@ -30,7 +30,8 @@
 use crate::coll::Coll;
 use crate::context::Pgas;
 use crate::shm_barrier::ShmBarrier;
-use splitrt_am::{Error, Payload, Result};
+use crate::world_barrier_state::Owed;
+use splitrt_am::{Error, ErrorKind, Payload, Result};
 use splitrt_runtime::hang::rank_list;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -106,11 +107,100 @@ impl Pgas {
         } else {
             false
         };
-        for r in 1..i.size {
-            i.ep.request(r, i.h.release, &[e, u64::from(hier)], Payload::None)?;
-            self.count_barrier_message(r);
+        self.send_releases(e, [e, u64::from(hier)], 1..i.size)
+    }
+
+    /// Send the release `words` of barrier `e` to each rank of `to`, on
+    /// past a rank it cannot reach. Those it did not reach are kept
+    /// (`WorldHier::owed`) and named by the error, and the wait is marked
+    /// failed, so the retry (the same collective called again, see
+    /// `barrier_of`) sends it to them ([`resume_release`](Self::resume_release))
+    /// instead of waiting for arrivals that were already counted.
+    pub(crate) fn send_releases(
+        &self,
+        e: u64,
+        words: [u64; 2],
+        to: impl IntoIterator<Item = usize>,
+    ) -> Result<()> {
+        let i = &self.inner;
+        let mut missed = Vec::new();
+        let mut first = None;
+        for r in to {
+            if let Err(err) = self.send_release(r, words) {
+                missed.push(r);
+                first.get_or_insert(err);
+            }
         }
+        let Some(err) = first else {
+            return Ok(());
+        };
+        let who = match missed.as_slice() {
+            [r] => format!("rank {r}"),
+            _ => format!("ranks {}", rank_list(&missed)),
+        };
+        let why = format!(
+            "barrier #{e}: its release could not be sent to {who} (calling the \
+             collective again sends it there)"
+        );
+        let peer = missed[0];
+        *i.world_hier.owed.lock() = Some(Owed {
+            epoch: e,
+            words,
+            to: missed,
+        });
+        i.wait_failed.store(true, Ordering::Relaxed);
+        let kind = match err.kind() {
+            ErrorKind::PeerFailed(m) => ErrorKind::PeerFailed(format!("{why}: {m}")),
+            ErrorKind::Timeout(m) => ErrorKind::Timeout(format!("{why}: {m}")),
+            _ => ErrorKind::Protocol(format!("{why}: {err}")),
+        };
+        Err(Error::new(kind).with_peer(peer).at_rank(i.rank))
+    }
+
+    /// In a retried wait of barrier `e`: the release this rank could not
+    /// send to every rank (see [`send_releases`](Self::send_releases)), if
+    /// any, sent to those it missed. `Ok(true)`: there was one, and the
+    /// barrier is complete here once it is sent.
+    pub(crate) fn resume_release(&self, e: u64) -> Result<bool> {
+        let owed = {
+            let mut o = self.inner.world_hier.owed.lock();
+            match o.take() {
+                Some(w) if w.epoch == e => w,
+                other => {
+                    *o = other;
+                    return Ok(false);
+                }
+            }
+        };
+        self.send_releases(e, owed.words, owed.to)?;
+        Ok(true)
+    }
+
+    /// Send the release `words` of a world barrier to rank `to`.
+    fn send_release(&self, to: usize, words: [u64; 2]) -> Result<()> {
+        let i = &self.inner;
+        #[cfg(feature = "test-doubles")]
+        if i.world_hier
+            .fail_release_to
+            .compare_exchange(to, usize::MAX, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+        {
+            return Err(Error::protocol("test double: this send failed"));
+        }
+        i.ep.request(to, i.h.release, &words, Payload::None)?;
+        self.count_barrier_message(to);
         Ok(())
+    }
+
+    /// Test double: make this rank's next world barrier release sent to
+    /// `rank` fail (as a send to a peer that went away would), once.
+    #[cfg(feature = "test-doubles")]
+    #[doc(hidden)]
+    pub fn fail_next_barrier_release_to(&self, rank: usize) {
+        self.inner
+            .world_hier
+            .fail_release_to
+            .store(rank, Ordering::Relaxed);
     }
 
     /// Arrive in barrier `e` of `kind` hierarchically, if the world
@@ -175,6 +265,11 @@ impl Pgas {
         if i.rank == 0 && layout.is_none() {
             return Ok(false);
         }
+        if i.rank == 0 && self.resume_release(e)? {
+            // a retry: every host arrived, the release reached some leaders
+            // (and rank 0's own host) before a send failed
+            return Ok(true);
+        }
         let done = || {
             if i.rank == 0 {
                 st.arrivals[p].load(Ordering::Acquire) == hosts || st.has_mismatch()
@@ -229,10 +324,10 @@ impl Pgas {
                 return Err(Error::usage(why).at_rank(i.rank));
             }
             st.reset_arrivals(p);
-            for &l in &layout.leaders[1..] {
-                i.ep.request(l, i.h.release, &[e, 1], Payload::None)?;
-                self.count_barrier_message(l);
-            }
+            // this host first: a release that cannot reach another host's
+            // leader holds up only that host (until the retry)
+            g.release(e);
+            self.send_releases(e, [e, 1], layout.leaders[1..].iter().copied())?;
         }
         if leader {
             g.release(e);

@@ -23,6 +23,9 @@ pub(crate) struct Shared {
     /// Rank 0 decided the hierarchical form (set before the release of
     /// epoch 1 is published).
     hier: AtomicBool,
+    /// On a host's leader: its host's barrier, which the release handler
+    /// releases (`released_to_host`; set by `WorldHier::hand_host_to`).
+    host: OnceLock<ShmBarrier>,
 }
 
 impl Shared {
@@ -49,6 +52,20 @@ impl Shared {
     pub(crate) fn hier(&self) -> bool {
         self.hier.load(Ordering::Acquire)
     }
+
+    /// The release handler's part (a release of `epoch` in `form` from
+    /// `src`): on a host's leader, rank 0's release of a hierarchical
+    /// barrier (epoch 2 on) is published to the host at once, so its ranks
+    /// leave without waiting for the leader to call its own wait (the
+    /// host's arrivals are complete: its last arrival's message is what
+    /// rank 0 counted). The leader's wait publishes it again (idempotent).
+    pub(crate) fn released_to_host(&self, src: usize, epoch: u64, form: u64) {
+        if src == 0 && form == 1 && epoch >= 2 {
+            if let Some(g) = self.host.get() {
+                g.release(epoch);
+            }
+        }
+    }
 }
 
 /// This rank's side of the hierarchical world barrier.
@@ -67,6 +84,25 @@ pub(crate) struct WorldHier {
     /// send to rank 0 (0: none): a retry sends it rather than arriving
     /// again in shared memory.
     pub(crate) unsent: AtomicU64,
+    /// Test double: the rank whose next release send fails
+    /// (`usize::MAX`: none; `Pgas::fail_next_barrier_release_to`).
+    #[cfg(feature = "test-doubles")]
+    pub(crate) fail_release_to: std::sync::atomic::AtomicUsize,
+    /// The release this rank still owes (rank 0, or a host's leader
+    /// passing rank 0's on): a send that failed partway leaves here the
+    /// ranks it did not reach, and the retried wait sends to them
+    /// (`Pgas::send_releases`, `Pgas::resume_release`).
+    pub(crate) owed: Mutex<Option<Owed>>,
+}
+
+/// A world barrier release that could not be sent to every rank.
+pub(crate) struct Owed {
+    /// Its barrier.
+    pub(crate) epoch: u64,
+    /// Its words (`[epoch, form]`).
+    pub(crate) words: [u64; 2],
+    /// The ranks it has not reached.
+    pub(crate) to: Vec<usize>,
 }
 
 impl WorldHier {
@@ -91,6 +127,18 @@ impl WorldHier {
             layout: OnceLock::new(),
             off_host: AtomicU64::new(0),
             unsent: AtomicU64::new(0),
+            #[cfg(feature = "test-doubles")]
+            fail_release_to: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            owed: Mutex::new(None),
+        }
+    }
+
+    /// On a host's leader, give the release handler (`shared`) this
+    /// host's barrier, so it publishes rank 0's releases to the host
+    /// (`Shared::released_to_host`).
+    pub(crate) fn hand_host_to(&self, shared: &Shared, rank: usize) {
+        if let Some(g) = self.group.as_ref().filter(|g| g.first() == rank) {
+            let _ = shared.host.set(g.clone());
         }
     }
 
@@ -137,6 +185,9 @@ mod tests {
             layout: OnceLock::new(),
             off_host: AtomicU64::new(0),
             unsent: AtomicU64::new(0),
+            #[cfg(feature = "test-doubles")]
+            fail_release_to: std::sync::atomic::AtomicUsize::new(usize::MAX),
+            owed: Mutex::new(None),
         }
     }
 

@@ -5,6 +5,11 @@
 use crate::config::Config;
 use std::time::{Duration, Instant};
 
+/// Under `SPLITRT_SPIN_ONLY` a wait still yields its core once every this
+/// many polling rounds (tens of microseconds of spinning; see
+/// `Backoff::snooze_with`).
+const SPIN_ONLY_YIELD_EVERY: u32 = 1024;
+
 /// The back-off state of one wait.
 ///
 /// ```
@@ -91,6 +96,14 @@ impl Backoff {
                 if self.spins.is_multiple_of(8) {
                     std::hint::spin_loop();
                 }
+                // Spin-only still offers the core now and then: a no-op
+                // (one system call) on a dedicated core, but under a
+                // real-time policy (`chrt -f`) a thread that never yields
+                // keeps every thread of its priority off its core (the UDP
+                // driver, the other rank pinned there) and the job hangs.
+                if self.spin_only && self.spins.is_multiple_of(SPIN_ONLY_YIELD_EVERY) {
+                    std::thread::yield_now();
+                }
                 return;
             }
             self.phase = Phase::Yield;
@@ -124,6 +137,123 @@ mod tests {
             assert!(t.elapsed() < Duration::from_secs(5), "never reached sleep");
             b.snooze_with(&|| false);
         }
+    }
+
+    /// This thread at `SCHED_FIFO` priority 1 (`false` if not allowed).
+    fn real_time() -> bool {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: pid 0 is the calling thread; `param` is a valid
+        // sched_param that outlives the call.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) == 0 }
+    }
+
+    /// Pin this thread to `cpu`.
+    fn pin(cpu: usize) {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `cpu` < CPU_SETSIZE (a CPU of this thread's mask), within
+        // the set.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t of
+        // the size given.
+        let r = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+        assert_eq!(r, 0, "pin to CPU {cpu}");
+    }
+
+    /// The CPUs this thread may run on.
+    fn cpus() -> Vec<usize> {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: pid 0 is the calling thread; `set` is a valid cpu_set_t of
+        // the size given, written by the call.
+        if unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: `c` < CPU_SETSIZE, within the set.
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+            .collect()
+    }
+
+    /// Session 10's real-time hang (`chrt -f` with `SPLITRT_SPIN_ONLY=1`):
+    /// a spin-only waiter never yielded, so under `SCHED_FIFO` a thread of
+    /// the same priority on its core (here the one that ends the wait; in
+    /// a job the UDP driver, or the other rank) never ran. Both threads at
+    /// FIFO priority 1 on one CPU; the main thread, on another, ends the
+    /// wait itself after 5 s if the other thread never ran. Skipped where
+    /// the policy cannot be set (no CAP_SYS_NICE) or on one CPU.
+    #[test]
+    fn defects_spin_only_lets_a_same_priority_thread_on_its_core_run() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let cpus = cpus();
+        let Some(&cpu) = cpus.last().filter(|_| cpus.len() >= 2) else {
+            eprintln!("skipped: one CPU");
+            return;
+        };
+        let (done, spinning, rescued) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let waiter = {
+            let (done, spinning) = (done.clone(), spinning.clone());
+            std::thread::spawn(move || {
+                if !real_time() {
+                    spinning.store(true, Ordering::Release);
+                    return false;
+                }
+                pin(cpu);
+                let cfg = Config {
+                    spin_only: true,
+                    ..Default::default()
+                };
+                let mut b = Backoff::new(&cfg);
+                spinning.store(true, Ordering::Release);
+                while !done.load(Ordering::Acquire) {
+                    b.snooze_with(&|| false);
+                }
+                true
+            })
+        };
+        let t = Instant::now();
+        while !spinning.load(Ordering::Acquire) {
+            if t.elapsed() > Duration::from_secs(10) {
+                // another real-time thread holds that CPU (not ours to judge)
+                done.store(true, Ordering::Release);
+                eprintln!("skipped: the waiter could not start on CPU {cpu} in 10 s");
+                return;
+            }
+            std::thread::yield_now();
+        }
+        let setter = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                if real_time() {
+                    // from here on this thread runs only on the waiter's CPU
+                    pin(cpu);
+                }
+                done.store(true, Ordering::Release);
+            })
+        };
+        let t = Instant::now();
+        while !waiter.is_finished() {
+            if t.elapsed() > Duration::from_secs(5) {
+                rescued.store(true, Ordering::Relaxed);
+                done.store(true, Ordering::Release);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let ran = waiter.join().unwrap();
+        setter.join().unwrap();
+        if !ran {
+            eprintln!("skipped: SCHED_FIFO not allowed here");
+            return;
+        }
+        assert!(
+            !rescued.load(Ordering::Relaxed),
+            "a same-priority thread on the spin-only waiter's CPU did not run in 5 s"
+        );
     }
 
     /// A waiter woken by a peer's ring spins again (the peer is active)

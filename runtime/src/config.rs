@@ -40,7 +40,7 @@ pub const ENV_YIELD_US: &str = "SPLITRT_YIELD_US";
 /// Microseconds a waiting rank sleeps per round once spinning and yielding
 /// did not help.
 pub const ENV_SLEEP_US: &str = "SPLITRT_SLEEP_US";
-/// `1` (or `true`, `yes`, `on`) = never yield or sleep while waiting (benchmarks on dedicated cores).
+/// `1` (or `true`, `yes`, `on`) = never sleep while waiting, only spin, yielding the core once every 1024 rounds (benchmarks on dedicated cores).
 pub const ENV_SPIN_ONLY: &str = "SPLITRT_SPIN_ONLY";
 /// How one-sided get/put/store travel: `native` (direct access where the
 /// fabric maps peer segments) or `am` (request/reply Active Messages).
@@ -188,7 +188,7 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     ),
     (
         ENV_SPIN_ONLY,
-        "1 = spin only, never yield or sleep (default 0)",
+        "1 = spin only, never sleep (yields every 1024 rounds; default 0)",
     ),
     (
         "SPLITRT_PROGRESS",
@@ -294,7 +294,8 @@ pub struct Config {
     /// Sleep per idle round once yielding did not help (fabrics without a
     /// doorbell; on shared memory a waiting rank sleeps until woken).
     pub sleep: Duration,
-    /// Never yield or sleep (benchmarks on dedicated cores).
+    /// Never sleep: spin, yielding the core once every 1024 rounds
+    /// (benchmarks on dedicated cores).
     pub spin_only: bool,
     /// One-sided access path.
     pub rma: RmaPath,

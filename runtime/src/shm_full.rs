@@ -153,7 +153,7 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
               (splitrt's files get their pages when first touched; this job's own use, or \
               another program or job, filled /dev/shm). Free space in /dev/shm, run fewer \
               ranks per node, lower SPLITRT_SEGMENT_SIZE, SPLITRT_RING_LEN, SPLITRT_CELL_SIZE \
-              or SPLITRT_MEDIUM_SLOTS, or set SPLITRT_SHM_RESERVE=1 to reserve every file's \
+              or (with SPLITRT_SHM_QUEUE=pairs) SPLITRT_MEDIUM_SLOTS, or set SPLITRT_SHM_RESERVE=1 to reserve every file's \
               space at start-up.\n",
         );
     }

@@ -61,7 +61,7 @@ struct Args {
     /// One-sided access path for get/put/store/atomics.
     #[arg(long, value_parser = ["native", "am"])]
     rma: Option<String>,
-    /// Spin without ever yielding or sleeping (dedicated cores only).
+    /// Spin without sleeping, yielding only every 1024 rounds (dedicated cores only).
     #[arg(long)]
     spin_only: bool,
     /// Do not prefix output lines with `[rank] `.

@@ -4,13 +4,24 @@
 //! n - 1 it is owed, passes a barrier and prints one line:
 //!
 //! `scale rank R size N host H start_ms S fds F threads T rss_kb X hwm_kb Y
-//! shm_file_kb Z shm_used_kb U`
+//! shm_file_kb Z shm_used_kb U pss_kb P own_rss_kb A own_pss_kb B
+//! peer_rss_kb C peer_pss_kb D anon_kb E pte_kb F`
 //!
 //! start_ms: from the process's start to the endpoint attached (10 ms
 //! resolution); fds, threads: this process's open descriptors and threads
 //! then; rss, hwm: its resident set now and at its peak; shm_file_kb:
 //! the size of its own shared-memory file; shm_used_kb: /dev/shm in use
-//! on its host (every job's: subtract what was used before).
+//! on its host (every job's: subtract what was used before). pss_kb: its
+//! proportional set size (`/proc/self/smaps_rollup`: a page mapped by m
+//! processes counts 1/m in each, so the ranks' PSS add up to the host's
+//! memory, where their RSS counts a shared page once per rank that
+//! touched it); own_*: the part of RSS / PSS in its own shared-memory
+//! file, peer_*: in the other ranks' files of the job (their queues or
+//! rings, doorbells and segments this rank mapped by touching them);
+//! anon_kb: its private memory (`RssAnon`: heap, stacks); pte_kb: its
+//! page tables (`VmPTE`, 8 B per mapped page, shared ones included). The
+//! memory figures are read while every rank is alive (between two
+//! barriers), so PSS divides by every rank that mapped a page.
 
 use splitrt::{EndpointBuilder, Kind, Payload};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -86,6 +97,59 @@ fn shm_file_kb(job: &str, rank: usize) -> u64 {
     kb
 }
 
+/// A `Key:   N kB` line's N.
+fn kb_of(line: &str, key: &str) -> Option<u64> {
+    line.strip_prefix(key)?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// KiB of this process's proportional set size.
+fn pss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| kb_of(l, "Pss:")))
+        .unwrap_or(0)
+}
+
+/// KiB of RSS and PSS in this rank's own shared-memory file and in its
+/// job's other files (the peers' on this host): `[own_rss, own_pss,
+/// peer_rss, peer_pss]`.
+fn shm_split_kb(job: &str, rank: usize) -> [u64; 4] {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let prefix = format!("/dev/shm/splitrt-{job}-");
+    let suffix = format!("-{rank}");
+    // which mapping the lines belong to: None (not the job's), own, peer
+    let mut which: Option<usize> = None;
+    let mut kb = [0u64; 4];
+    for l in smaps.lines() {
+        let mut w = l.split_whitespace();
+        if w.next()
+            .is_some_and(|a| a.contains('-') && !a.ends_with(':'))
+        {
+            which = w.nth(4).filter(|p| p.starts_with(&prefix)).map(|p| {
+                if p.ends_with(&suffix) {
+                    0
+                } else {
+                    2
+                }
+            });
+            continue;
+        }
+        if let Some(i) = which {
+            if let Some(v) = kb_of(l, "Rss:") {
+                kb[i] += v;
+            } else if let Some(v) = kb_of(l, "Pss:") {
+                kb[i + 1] += v;
+            }
+        }
+    }
+    kb
+}
+
 /// KiB of /dev/shm in use on this host (every job's and user's).
 fn shm_used_kb() -> u64 {
     // SAFETY: an all-zero statvfs is a valid out-value.
@@ -113,8 +177,10 @@ fn run() -> splitrt::Result<()> {
     }
     ep.wait_until(|| got.load(Ordering::Acquire) == n - 1)?;
     ep.barrier()?;
+    // /proc/self/status first: reading smaps (below) grows the heap
+    let (anon, pte) = (status_kb("RssAnon:"), status_kb("VmPTE:"));
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    println!(
+    let line = format!(
         "scale rank {me} size {n} host {} start_ms {start_ms} fds {} threads {} rss_kb {} hwm_kb {} shm_file_kb {} shm_used_kb {}",
         host.trim(),
         entries("/proc/self/fd"),
@@ -123,6 +189,14 @@ fn run() -> splitrt::Result<()> {
         status_kb("VmHWM:"),
         shm_file_kb(&ep.job().job_id, me),
         shm_used_kb(),
+    );
+    let [own_rss, own_pss, peer_rss, peer_pss] = shm_split_kb(&ep.job().job_id, me);
+    let pss = pss_kb();
+    // no rank leaves (unmapping what the others' PSS shares with it)
+    // before every rank has read its own
+    ep.barrier()?;
+    println!(
+        "{line} pss_kb {pss} own_rss_kb {own_rss} own_pss_kb {own_pss} peer_rss_kb {peer_rss} peer_pss_kb {peer_pss} anon_kb {anon} pte_kb {pte}"
     );
     ep.finish()
 }

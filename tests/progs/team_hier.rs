@@ -39,6 +39,21 @@
 //!   nbop R, nbabsent R  as op and absent, with allreduce_nb
 //!   nbvcount R  as vcount, with alltoallv_nb (hierarchical after the
 //!          blocking collectives across hosts): the job ends naming R
+//!   nbscan the non-blocking reduce_scatter and scans (hierarchical where
+//!          the blocking forms are, the scans when each host's members are
+//!          consecutive team ranks: `team_hier_nb_scan.rs`) on the world
+//!          team, all but world rank 0, the even ranks and a team whose
+//!          hosts' members are not consecutive (flat scans), results
+//!          checked against the flat results (integers: a fold of an
+//!          allgather of the inputs in team-rank order; floats: the
+//!          blocking form's bits), zero-length and several outstanding;
+//!          then one call of each on the world team, printing what this
+//!          rank sent to other hosts: "hier rank R path=P
+//!          nbreducescatter=A nbscaninc=B nbscanexc=C" (as `conf`'s) and
+//!          "team_hier nbscan ok (<path>) rank R"
+//!   scantime N  every rank: N back-to-back blocking scans of one u64,
+//!          then N non-blocking ones (each waited); the last rank prints
+//!          µs per call: "scantime path=P last rank scan8=.. scannb8=.."
 //!   op R   every rank does a few world collectives, then allreduces with
 //!          Sum, but world rank R with Max: the job ends naming R
 //!   absent R  likewise, but world rank R never calls the allreduce: the
@@ -52,7 +67,8 @@
 //!          and sends two to each: the job ends naming R
 //!   vabsent R  likewise with an alltoallv, which world rank R never
 //!          calls: the hang report names R
-//!   noscan R  likewise with scan_inclusive (then an allreduce), which
+//!   noscan R  likewise with scan_inclusive (then a broadcast from the
+//!          last rank), which
 //!          world rank R never calls: the hang report names R
 
 use splitrt::pgas::{Op, Pgas, Team};
@@ -72,6 +88,8 @@ fn main() {
             "time" => time(pg, target),
             "nb" => nb(pg),
             "nbop" | "nbabsent" | "nbvcount" => nb_misuse(pg, &mode, target),
+            "nbscan" => nb_scan(pg),
+            "scantime" => scan_time(pg, target),
             m => Err(Error::usage(format!("unknown mode {m}"))),
         }
     })();
@@ -184,10 +202,14 @@ fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
             std::process::exit(3);
         }
         world.scan_inclusive(&mut d, Op::Sum)?;
-        // members the scan does not make wait for R (the hosts before
-        // R's) wait here, after the report of the member waiting for R,
-        // rather than in the exit barrier
-        world.allreduce(&mut d, Op::Sum)?;
+        // members the scan does not make wait for R (the ranks below R:
+        // the pipelined scan sends only upward, so R's own host's lower
+        // members too) wait here, after the report of the member waiting
+        // for R, rather than in the exit barrier: a broadcast from the
+        // last rank (still in the scan), whose waits report 3 s later or
+        // more (leaders' messages, the host fan-out) where an allreduce's
+        // first step would report R from R's host as early as the scan
+        world.broadcast(pg.size() - 1, &mut d)?;
     } else if me == target {
         if mode == "absent" {
             // long enough for the others' hang report (1 s) to end the
@@ -850,4 +872,177 @@ fn nb_misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
     }
     println!("done");
     pg.finish()
+}
+
+/// `nbscan`: see the module docs.
+fn nb_scan(pg: Pgas) -> splitrt::Result<()> {
+    let me = pg.rank();
+    let world = pg.world();
+    let rest = world.split(if me == 0 { None } else { Some(1) }, 0)?;
+    let even = world.split(Some((me % 2) as u32), me as u64)?;
+    // team order 0 2 4 .. 1 3 5 ..: a host's members are not consecutive
+    let odd_first = world.split(Some(0), ((me % 2) << 32 | me) as u64)?;
+    for t in [&world, &rest, &even, &odd_first] {
+        if t.is_member() {
+            // a blocking collective first: it agrees the host groups
+            let mut x = [me as u64];
+            t.allreduce(&mut x, Op::Sum)?;
+            nb_scan_every(t)?;
+        }
+    }
+    let count = |f: &mut dyn FnMut() -> splitrt::Result<()>| -> splitrt::Result<u64> {
+        let before = world.off_host_messages();
+        f()?;
+        Ok(world.off_host_messages() - before)
+    };
+    let blocks: Vec<u64> = (0..world.size() as u64).collect();
+    let mut one = [0u64];
+    let a = count(&mut || world.reduce_scatter_nb(&blocks, &mut one, Op::Sum)?.wait())?;
+    let mut x = [me as u64];
+    let b = count(&mut || world.scan_inclusive_nb(&mut x, Op::Sum)?.wait())?;
+    let c = count(&mut || world.scan_exclusive_nb(&mut x, Op::Sum)?.wait())?;
+    println!(
+        "hier rank {me} path={} nbreducescatter={a} nbscaninc={b} nbscanexc={c}",
+        path(&world)
+    );
+    pg.barrier()?;
+    println!("team_hier nbscan ok ({:?} path) rank {me}", pg.rma_path());
+    pg.finish()
+}
+
+/// The non-blocking reduce_scatter and scans on `t`, results checked
+/// against the flat results: every member's input, allgathered, folded
+/// in team-rank order here ([`fold_ref`]); floats against the blocking
+/// forms' bits (where the team takes the same path).
+fn nb_scan_every(t: &Team) -> splitrt::Result<()> {
+    let n = t.size();
+    let me = t.rank().expect("a member");
+    let name = |what: &str| format!("team {:?} ({}): nb {what}", t.members(), path(t));
+    // Prod: its identity is not zero (an exclusive scan's first host must
+    // not take a zero offset); Max / Min: the order of the members
+    let ops = [Op::Sum, Op::Max, Op::Min, Op::Prod];
+    for kk in [1usize, 3, 1000, 0] {
+        // member i's element e of block j (n blocks of kk)
+        let x = |i: usize, j: usize, e: usize| {
+            (((i * 31 + j * 7 + e) % 13) as i64 - 6)
+                * if (i + e).is_multiple_of(2) { 1 } else { -3 }
+        };
+        let mine: Vec<i64> = (0..n * kk)
+            .map(|c| x(me, c / kk.max(1), c % kk.max(1)))
+            .collect();
+        let mut all = vec![0i64; n * n * kk];
+        t.allgather(&mine, &mut all)?;
+        // member i's element `c` of its input
+        let at = |i: usize, c: usize| all[i * n * kk + c];
+        for op in ops {
+            let mut out = vec![i64::MIN; kk];
+            t.reduce_scatter_nb(&mine, &mut out, op)?.wait()?;
+            let want: Vec<i64> = (0..kk)
+                .map(|e| fold_ref(op, (0..n).map(|i| at(i, me * kk + e))))
+                .collect();
+            check(out == want, || {
+                name(&format!("reduce_scatter {op:?} of {kk}: {out:?}"))
+            })?;
+            // the scans of the first block
+            for inclusive in [true, false] {
+                let mut d = mine[..kk].to_vec();
+                let upto = if inclusive { me + 1 } else { me };
+                if inclusive {
+                    t.scan_inclusive_nb(&mut d, op)?.wait()?;
+                } else {
+                    t.scan_exclusive_nb(&mut d, op)?.wait()?;
+                }
+                let want: Vec<i64> = (0..kk)
+                    .map(|e| fold_ref(op, (0..upto).map(|i| at(i, e))))
+                    .collect();
+                check(d == want, || {
+                    name(&format!(
+                        "scan (inclusive {inclusive}) {op:?} of {kk}: {d:?}"
+                    ))
+                })?;
+            }
+        }
+    }
+    // several outstanding, completed in reverse order
+    let mut a = [me as u64 + 1; 2];
+    let mut b = [1u64];
+    let blocks = vec![me as u64; n];
+    let mut c = [0u64];
+    let ra = t.scan_inclusive_nb(&mut a, Op::Sum)?;
+    let rb = t.scan_exclusive_nb(&mut b, Op::Sum)?;
+    let rc = t.reduce_scatter_nb(&blocks, &mut c, Op::Sum)?;
+    rc.wait()?;
+    rb.wait()?;
+    ra.wait()?;
+    let tri = |r: usize| (r * (r + 1) / 2) as u64;
+    check(a == [tri(me + 1); 2], || {
+        name(&format!("outstanding scan_inclusive: {a:?}"))
+    })?;
+    check(b == [me as u64], || {
+        name(&format!("outstanding scan_exclusive: {b:?}"))
+    })?;
+    check(c == [tri(n - 1)], || {
+        name(&format!("outstanding reduce_scatter: {c:?}"))
+    })?;
+    // floats: the blocking forms' bits where they take the same path
+    let f0 = [0.1f64 * (me as f64 + 1.0), 1e16 + me as f64, -1.0 / 3.0];
+    let (mut f, mut g) = (f0, f0);
+    t.scan_inclusive_nb(&mut f, Op::Sum)?.wait()?;
+    t.scan_inclusive(&mut g, Op::Sum)?;
+    let fs: Vec<f64> = (0..n * 3).map(|i| f0[i % 3] * (i / 3 + 1) as f64).collect();
+    let (mut r, mut q) = (vec![0f64; 3], vec![0f64; 3]);
+    t.reduce_scatter_nb(&fs, &mut r, Op::Sum)?.wait()?;
+    t.reduce_scatter(&fs, &mut q, Op::Sum)?;
+    if path(t) != "shm" {
+        let same = |a: &[f64], b: &[f64]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+        check(same(&f, &g), || {
+            name(&format!(
+                "scan_inclusive_nb {f:?} and scan_inclusive {g:?} differ"
+            ))
+        })?;
+        check(same(&r, &q), || {
+            name(&format!(
+                "reduce_scatter_nb {r:?} and reduce_scatter {q:?} differ"
+            ))
+        })?;
+    }
+    t.barrier_nb()?.wait()
+}
+
+/// `scantime N`: see the module docs.
+fn scan_time(pg: Pgas, n: usize) -> splitrt::Result<()> {
+    let world = pg.world();
+    let mut one = [1u64];
+    world.allreduce(&mut one, Op::Sum)?;
+    world.scan_inclusive(&mut one, Op::Max)?;
+    // µs per call since `t`
+    let us = |t: std::time::Instant| t.elapsed().as_secs_f64() * 1e6 / n.max(1) as f64;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        world.scan_inclusive(&mut one, Op::Max)?;
+    }
+    let a = us(t);
+    world.allreduce(&mut one, Op::Sum)?;
+    let t = std::time::Instant::now();
+    for _ in 0..n {
+        world.scan_inclusive_nb(&mut one, Op::Max)?.wait()?;
+    }
+    let b = us(t);
+    // the first members of a scan wait for no one: the last one's time
+    if pg.rank() + 1 == pg.size() {
+        println!(
+            "scantime path={} last rank scan8={a:.1} scannb8={b:.1}",
+            path(&world)
+        );
+    }
+    pg.finish()
+}
+
+/// The left fold of `items` with `op` in order (the flat forms' order;
+/// zero for none, as the exclusive scan's team rank 0).
+fn fold_ref(op: Op, items: impl Iterator<Item = i64>) -> i64 {
+    use splitrt::pgas::Reduce;
+    items
+        .reduce(|a, b| i64::combine(op, a, b).unwrap_or(a))
+        .unwrap_or(0)
 }

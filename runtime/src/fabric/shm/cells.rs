@@ -122,10 +122,35 @@ impl Cells {
     /// The first byte of the cell of `n`.
     #[inline(always)]
     pub(crate) fn cell(&self, n: u64) -> *mut u8 {
-        let i = self.index(n);
-        // SAFETY: i < len (a mask of a power of two, or a remainder), so
-        // the cell lies inside the mapping.
+        // SAFETY: index(n) < len (a mask of a power of two, or a
+        // remainder).
+        unsafe { self.cell_at(self.index(n)) }
+    }
+
+    /// The first byte of cell `i` (an index as [`index`](Self::index)
+    /// returns, for a caller that keeps it rather than compute it again).
+    ///
+    /// # Safety
+    /// `i < len`.
+    #[inline(always)]
+    pub(crate) unsafe fn cell_at(&self, i: u64) -> *mut u8 {
+        debug_assert!(i < self.len);
+        // SAFETY: i < len (the contract), so the cell lies inside the
+        // mapping.
         unsafe { self.base.add(RING_CTRL + i as usize * self.stride) }
+    }
+
+    /// The first word of cell `i` (its protocol's word).
+    ///
+    /// # Safety
+    /// `i < len`.
+    #[inline(always)]
+    pub(crate) unsafe fn word_at(&self, i: u64) -> &AtomicU64 {
+        // SAFETY: i < len (the contract).
+        let cell = unsafe { self.cell_at(i) };
+        // SAFETY: the cell's 8-aligned first word lies inside the mapping,
+        // and only atomics touch it.
+        unsafe { &*(cell as *const AtomicU64) }
     }
 
     /// The first word of the cell of `n` (its protocol's word).
@@ -156,8 +181,20 @@ impl Cells {
     /// `words.len() <= MAX_WORDS` (which every cell holds: `new`).
     #[inline(always)]
     pub(crate) unsafe fn write_head(&self, n: u64, meta: CellMeta, words: &[u64]) -> *mut u8 {
+        // SAFETY: index(n) < len; the rest is the caller's contract.
+        unsafe { self.write_head_at(self.index(n), meta, words) }
+    }
+
+    /// [`write_head`](Self::write_head) of cell `i` (an index).
+    ///
+    /// # Safety
+    /// `i < len`, and cell `i` is the caller's to write as in
+    /// [`write_head`](Self::write_head); `words.len() <= MAX_WORDS`.
+    #[inline(always)]
+    pub(crate) unsafe fn write_head_at(&self, i: u64, meta: CellMeta, words: &[u64]) -> *mut u8 {
         debug_assert!(words.len() <= MAX_WORDS);
-        let cell = self.cell(n);
+        // SAFETY: i < len (the contract).
+        let cell = unsafe { self.cell_at(i) };
         // SAFETY: offset 8 (past the protocol's word) is inside the cell,
         // which `cell` keeps inside the mapping.
         let meta_at = unsafe { cell.add(8) } as *mut CellMeta;

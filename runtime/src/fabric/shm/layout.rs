@@ -179,6 +179,10 @@ pub struct Layout {
     pub segment_off: usize,
     /// File length.
     pub total: usize,
+    /// Whether the rings are the two shared receive queues
+    /// (`SPLITRT_SHM_QUEUE=shared`, [`Layout::shared`]): one queue per
+    /// channel that every rank of the host writes into, no landing zones.
+    pub shared_queue: bool,
 }
 
 impl Layout {
@@ -232,6 +236,32 @@ impl Layout {
             slots_off,
             segment_off,
             total,
+            shared_queue: false,
+        })
+    }
+
+    /// The layout of a file with the shared receive queue
+    /// (`SPLITRT_SHM_QUEUE=shared`): the two queues (one per channel, of
+    /// `ring_len` cells, where one sender's two rings would be), no
+    /// landing zones, then the segment; the same whatever the number of
+    /// ranks.
+    ///
+    /// ```
+    /// use splitrt_runtime::fabric::shm::layout::Layout;
+    /// let l = Layout::shared(4096, 64, 1 << 20, 65536).unwrap();
+    /// assert!(l.shared_queue && l.zone_len() == 0);
+    /// assert_eq!(l.touched_at_start(), l.segment_off);
+    /// ```
+    pub fn shared(
+        cell_size: usize,
+        ring_len: usize,
+        segment_len: usize,
+        max_medium: usize,
+    ) -> Result<Self> {
+        let l = Layout::new(1, cell_size, ring_len, segment_len, max_medium, 0)?;
+        Ok(Layout {
+            shared_queue: true,
+            ..l
         })
     }
 
@@ -275,7 +305,8 @@ impl Layout {
     /// assert!(l.touched_at_start() < 5 << 20);
     /// ```
     pub fn touched_at_start(&self) -> usize {
-        if self.eager() {
+        // (a rank faults its shared queues in whole at start-up)
+        if self.eager() || self.shared_queue {
             return self.segment_off;
         }
         let pages = |off: usize, len: usize| ((off + len).div_ceil(PAGE) - off / PAGE) * PAGE;
@@ -321,6 +352,18 @@ pub fn shm_parts(l: &Layout, max_medium: usize) -> String {
     const ENV_MEDIUM_SLOTS: &str = "SPLITRT_MEDIUM_SLOTS";
     const ENV_MAX_MEDIUM: &str = "SPLITRT_MAX_MEDIUM";
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
+    if l.shared_queue {
+        return format!(
+            "segment {:.1} MiB ({ENV_SEGMENT_SIZE}), shared receive queues {:.1} MiB (2 \
+             channels x {ENV_RING_LEN}={} cells x {ENV_CELL_SIZE}={} B: one queue per channel \
+             that every rank of the node writes into, the same whatever the number of ranks; \
+             SPLITRT_SHM_QUEUE=shared, no Medium landing zones)",
+            mib(l.segment_len),
+            mib(l.rings_len()),
+            l.ring_len,
+            l.cell_size,
+        );
+    }
     format!(
         "segment {:.1} MiB ({ENV_SEGMENT_SIZE}), rings {:.1} MiB (2 channels x {} senders x \
          {ENV_RING_LEN}={} cells x {ENV_CELL_SIZE}={} B), Medium landing zones {:.1} MiB \
@@ -364,7 +407,9 @@ pub fn shm_too_small(
              ({:.1} MiB each: {})",
             mib(shm_needed(l, n, false)),
             mib(l.touched_at_start() as u64),
-            if l.eager() {
+            if l.shared_queue {
+                "file header and its two shared receive queues"
+            } else if l.eager() {
                 "file header, and with so few ranks every ring and landing zone"
             } else {
                 "file header and the head of every ring"
@@ -447,6 +492,32 @@ mod tests {
                 assert!(e.contains(needle), "{needle}: {e}");
             }
             assert_eq!(e.contains("SPLITRT_SHM_RESERVE=1"), reserve, "{e}");
+        }
+    }
+
+    /// With the shared receive queue the error speaks of the two queues
+    /// and the settings that size them (the same file whatever the ranks),
+    /// not of rings, landing zones or `SPLITRT_MEDIUM_SLOTS`.
+    #[test]
+    fn the_shared_queue_shortage_names_the_queues() {
+        let l = Layout::shared(4096, 64, 16 << 20, 65536).unwrap();
+        assert_eq!(l.touched_at_start(), l.segment_off);
+        for reserve in [false, true] {
+            let e = shm_too_small(&l, 65536, 256, reserve, MIB / 2, MIB).to_string();
+            for needle in [
+                "/dev/shm is too small",
+                "0.5 MiB free of 1.0 MiB",
+                "shared receive queues 0.5 MiB",
+                "SPLITRT_SEGMENT_SIZE",
+                "SPLITRT_RING_LEN=64",
+                "SPLITRT_CELL_SIZE=4096",
+                "SPLITRT_SHM_QUEUE=shared",
+            ] {
+                assert!(e.contains(needle), "{needle}: {e}");
+            }
+            for not in ["MEDIUM_SLOTS", " ring", "landing zones 0"] {
+                assert!(!e.contains(not), "{not}: {e}");
+            }
         }
     }
 }

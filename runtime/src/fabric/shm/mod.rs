@@ -119,13 +119,11 @@ impl PendingShm {
             .ok_or_else(|| Error::usage(format!("rank {rank} is not among its host's ranks")))?;
         let layout = if cfg.shared_queue {
             // the two queues take the place of one sender's two rings
-            Layout::new(
-                1,
+            Layout::shared(
                 cfg.cell_size,
                 cfg.ring_len,
                 cfg.segment_size,
                 cfg.max_medium,
-                0,
             )?
         } else {
             Layout::new(

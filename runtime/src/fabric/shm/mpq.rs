@@ -8,8 +8,9 @@
 //! manner of Vyukov's bounded queue, with a ticket word.
 //!
 //! Words, in the queue's 128-byte control block:
-//! * `tail` (offset 0): the consumer's position, published after each poll
-//!   (only for [`QProducer::free_cells`], the credit report);
+//! * `tail` (offset 0): the consumer's position, published with each
+//!   release (the senders' credits: a ticket below it came back; and
+//!   [`QProducer::free_cells`], the credit report);
 //! * `head` (offset 64): the next ticket; a sender claims ticket `t` by a
 //!   compare-and-swap `t -> t + 1`, and only if cell `t % len` is free for
 //!   `t`, so a claim never waits on another sender and a full queue is
@@ -40,13 +41,14 @@
 //! Per-sender credits, in the queue's own words: a sender holds at most
 //! [`sender_quota`] unreleased cells (so one flooding sender leaves a
 //! quarter of the queue to the others); it keeps its tickets and, at its
-//! quota, reads its oldest ticket's state word (the consumer releases in
-//! ticket order) to learn which came back.
+//! quota, reads the consumer's published `tail` once (the consumer
+//! releases in ticket order, so every ticket below it came back) and
+//! forgets the tickets it passed; only if none came back does it ask for
+//! a doorbell and look again.
 
 use super::cells::{CellView, Cells, Peek};
 use super::layout::{CellMeta, F_FIRST, F_LAST};
 use crate::fabric::MAX_WORDS;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The orderings of the queue protocol (the loom model below uses these
@@ -65,6 +67,12 @@ pub(crate) mod order {
     pub(crate) const OBSERVE: Ordering = Ordering::Acquire;
     /// The consumer frees a cell for the next lap.
     pub(crate) const RETURN: Ordering = Ordering::Release;
+    /// The consumer publishes its tail after a release (a sender's
+    /// credits come back).
+    pub(crate) const PUBLISH_TAIL: Ordering = Ordering::Release;
+    /// A sender reads the consumer's tail to learn which of its tickets
+    /// came back.
+    pub(crate) const SEE_TAIL: Ordering = Ordering::Acquire;
 }
 
 /// Offset of `tail` in the control block.
@@ -97,12 +105,14 @@ pub(crate) struct QProducer {
     /// The ticket claimed by [`has_room`](Self::has_room) and not yet
     /// published, if `held`.
     ticket: u64,
+    /// Its cell's index (`q.index(ticket)`, kept: the send path computes
+    /// it once).
+    at: u64,
     /// Whether this sender holds a claimed ticket.
     held: bool,
     /// This sender's tickets the consumer may not have released yet,
-    /// oldest first: at most `quota` (grown as used, so a peer this rank
-    /// never sends to costs no memory).
-    mine: VecDeque<u64>,
+    /// oldest first: at most `quota`.
+    mine: Tickets,
     /// How many cells of the queue this sender may hold unreleased: its
     /// credits ([`sender_quota`]).
     quota: usize,
@@ -116,14 +126,79 @@ pub(crate) fn sender_quota(len: u64) -> usize {
     (len - (len / 4).max(1)).max(1) as usize
 }
 
-/// Whether the consumer released ticket `t` (its cell's state reached the
-/// next lap: released, or claimed or published again since). States only
-/// grow, so this stays true; whatever a broken peer wrote there, it is an
-/// answer, never an index.
+/// A sender's unreleased tickets, oldest first: a ring of a power of two
+/// slots at least its quota, made at its first claim (so a peer this rank
+/// never sends to costs no memory); pushing is a store and an add.
+struct Tickets {
+    buf: Box<[u64]>,
+    /// Pushes and pops so far (wrapping): the oldest is slot
+    /// `first & mask`, and `next - first` tickets are held.
+    first: usize,
+    next: usize,
+}
+
+impl Tickets {
+    fn new() -> Self {
+        Tickets {
+            buf: Box::default(),
+            first: 0,
+            next: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn len(&self) -> usize {
+        self.next.wrapping_sub(self.first)
+    }
+
+    /// Slot of count `n` (the ring is made, a power of two long).
+    #[inline(always)]
+    fn slot(&self, n: usize) -> u64 {
+        self.buf[n & (self.buf.len() - 1)]
+    }
+
+    /// Add the newest; the caller holds fewer than `quota`.
+    #[inline(always)]
+    fn push(&mut self, t: u64, quota: usize) {
+        if self.buf.is_empty() {
+            self.make(quota);
+        }
+        let m = self.buf.len() - 1;
+        self.buf[self.next & m] = t;
+        self.next = self.next.wrapping_add(1);
+    }
+
+    #[cold]
+    fn make(&mut self, quota: usize) {
+        self.buf = vec![0; quota.next_power_of_two()].into_boxed_slice();
+    }
+
+    /// Forget the tickets `tail` passed, oldest first; true if one was.
+    #[inline(always)]
+    fn forget_before(&mut self, tail: u64) -> bool {
+        if self.len() == 0 || !passed(tail, self.slot(self.first)) {
+            return false;
+        }
+        if passed(tail, self.slot(self.next.wrapping_sub(1))) {
+            // every one came back (a round trip's case): no walk
+            self.first = self.next;
+            return true;
+        }
+        self.first = self.first.wrapping_add(1);
+        while self.first != self.next && passed(tail, self.slot(self.first)) {
+            self.first = self.first.wrapping_add(1);
+        }
+        true
+    }
+}
+
+/// Whether the consumer's published tail `tail` is past ticket `t` (so it
+/// released `t`: it releases in ticket order and publishes the tail after
+/// the release). Tickets and tails wrap, hence the signed distance;
+/// whatever a broken peer wrote in `tail`, it is an answer, never an index.
 #[inline(always)]
-fn released(q: &Queue, t: u64) -> bool {
-    let d = q.word(t).load(order::SEE_FREE).wrapping_sub(lap(q, t)) as i64;
-    d >= q.len() as i64
+fn passed(tail: u64, t: u64) -> bool {
+    (tail.wrapping_sub(t) as i64) > 0
 }
 
 impl QProducer {
@@ -132,8 +207,9 @@ impl QProducer {
             q,
             src: src as u32,
             ticket: 0,
+            at: 0,
             held: false,
-            mine: VecDeque::new(),
+            mine: Tickets::new(),
             quota: sender_quota(q.len()),
         }
     }
@@ -164,12 +240,15 @@ impl QProducer {
         }
         let head = self.q.ctrl(HEAD_OFF);
         let t = head.load(Ordering::Relaxed);
-        if self.q.word(t).load(order::SEE_FREE) == lap(&self.q, t)
+        let i = self.q.index(t);
+        // SAFETY: i = index(t) < len.
+        let state = unsafe { self.q.word_at(i) };
+        if state.load(order::SEE_FREE) == t.wrapping_sub(i)
             && head
                 .compare_exchange(t, t.wrapping_add(1), order::CLAIM, Ordering::Relaxed)
                 .is_ok()
         {
-            self.took(t);
+            self.took(t, i);
             return true;
         }
         self.claim_contended()
@@ -193,7 +272,7 @@ impl QProducer {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        self.took(t);
+                        self.took(t, self.q.index(t));
                         return true;
                     }
                     Err(now) => t = now,
@@ -210,42 +289,39 @@ impl QProducer {
         self.full_at(head.load(Ordering::Relaxed))
     }
 
-    /// Ticket `t` is this sender's: hold it, and count it against the
-    /// credits until released.
+    /// Ticket `t` (cell `i`) is this sender's: hold it, and count it
+    /// against the credits until released.
     #[inline(always)]
-    fn took(&mut self, t: u64) {
+    fn took(&mut self, t: u64, i: u64) {
         self.ticket = t;
+        self.at = i;
         self.held = true;
-        self.mine.push_back(t);
+        self.mine.push(t, self.quota);
     }
 
-    /// Forget the tickets the consumer released, oldest first (it
-    /// releases in ticket order).
-    fn forget_released(&mut self) {
-        while let Some(&t) = self.mine.front() {
-            if !released(&self.q, t) {
-                break;
-            }
-            self.mine.pop_front();
-        }
+    /// Forget the tickets the consumer released, oldest first, by one
+    /// load of its published tail (it releases in ticket order, and
+    /// publishes the tail after each release); true if one came back.
+    #[inline(always)]
+    fn forget_released(&mut self) -> bool {
+        let tail = self.q.ctrl(TAIL_OFF).load(order::SEE_TAIL);
+        self.mine.forget_before(tail)
     }
 
-    /// Out of credits: forget what the consumer released; if that frees
-    /// none, ask for a doorbell (`want`) and look once more, as
-    /// [`full_at`](Self::full_at) does (either the consumer that releases
-    /// the oldest ticket sees `want`, or this second look sees the
-    /// release). True if a credit is free.
+    /// Out of credits: forget what the consumer released (one load of
+    /// its tail); if that frees none, ask for a doorbell (`want`) and look
+    /// once more, as [`full_at`](Self::full_at) does (either the consumer
+    /// that releases the oldest ticket sees `want`, or this second look
+    /// sees its tail). True if a credit is free.
     #[cold]
     #[inline(never)]
     fn reclaim(&mut self) -> bool {
-        self.forget_released();
-        if self.mine.len() < self.quota {
+        if self.forget_released() {
             return true;
         }
         self.q.ctrl(WANT_OFF).store(1, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
-        self.forget_released();
-        self.mine.len() < self.quota
+        self.forget_released()
     }
 
     /// The queue looked full at ticket `t`: ask for a doorbell (`want`),
@@ -267,7 +343,7 @@ impl QProducer {
                 .is_ok()
         {
             // (`want` stays set: at worst one doorbell too many)
-            self.took(t);
+            self.took(t, self.q.index(t));
             return true;
         }
         // another sender took `t` meanwhile: its packet's release rings
@@ -316,11 +392,11 @@ impl QProducer {
     #[inline]
     pub(crate) fn publish(&mut self) {
         if self.held {
-            let t = self.ticket;
+            let (t, i) = (self.ticket, self.at);
             self.held = false;
-            self.q
-                .word(t)
-                .store(lap(&self.q, t).wrapping_add(1), order::PUBLISH);
+            // SAFETY: `at` = index(ticket) < len (`took`).
+            let state = unsafe { self.q.word_at(i) };
+            state.store(t.wrapping_sub(i).wrapping_add(1), order::PUBLISH);
         }
     }
 
@@ -358,14 +434,15 @@ impl QProducer {
             pad: self.src,
             ..Default::default()
         };
-        let t = self.ticket();
-        // SAFETY: as in `write`: ticket `t`'s cell is this sender's until
-        // published; the words fit (asserted).
-        let cell = unsafe { self.q.write_head(t, meta, words) };
+        let (t, i) = (self.ticket(), self.at);
+        // SAFETY: as in `write`: ticket `t`'s cell (`at` = index(t) < len,
+        // `took`) is this sender's until published; the words fit
+        // (asserted).
+        let cell = unsafe { self.q.write_head_at(i, meta, words) };
         // SAFETY: the cell of `t` starts with its 8-aligned state word.
         let state = unsafe { &*(cell as *const AtomicU64) };
         self.held = false;
-        state.store(lap(&self.q, t).wrapping_add(1), order::PUBLISH);
+        state.store(t.wrapping_sub(i).wrapping_add(1), order::PUBLISH);
     }
 }
 
@@ -411,7 +488,8 @@ impl QConsumer {
         unsafe { self.q.read_short(self.tail) }
     }
 
-    /// Free the cell at the tail for the next lap.
+    /// Free the cell at the tail for the next lap, and publish the new
+    /// tail (the sender's credit comes back).
     #[inline]
     pub(crate) fn release(&mut self) {
         let t = self.tail;
@@ -419,18 +497,19 @@ impl QConsumer {
             .word(t)
             .store(lap(&self.q, t).wrapping_add(self.q.len()), order::RETURN);
         self.tail = t.wrapping_add(1);
+        self.q.ctrl(TAIL_OFF).store(self.tail, order::PUBLISH_TAIL);
     }
 
-    /// After a poll that freed cells: publish the tail (for credit
-    /// reports) and say whether a sender found the queue full since the
-    /// last time (it then waits for a ring of its doorbell).
+    /// After a poll that freed cells: say whether a sender found the
+    /// queue full or ran out of credits since the last time (it then
+    /// waits for a ring of its doorbell).
     #[inline]
     pub(crate) fn freed(&mut self) -> bool {
-        self.q.ctrl(TAIL_OFF).store(self.tail, Ordering::Release);
-        // the cells' release stores above before the look at `want`, as
-        // a sender's store of `want` before its second look at the state
-        // word it found full (`QProducer::full_at`): one of the two sees
-        // the other
+        // the cells' release and tail stores above before the look at
+        // `want`, as a sender's store of `want` before its second look at
+        // the state word it found full (`QProducer::full_at`) or at the
+        // tail that gave it no credit (`QProducer::reclaim`): one of the
+        // two sees the other
         std::sync::atomic::fence(Ordering::SeqCst);
         let want = self.q.ctrl(WANT_OFF);
         want.load(Ordering::Relaxed) != 0 && want.swap(0, Ordering::AcqRel) != 0
@@ -749,6 +828,103 @@ mod models {
             let rung = want.load(Ordering::Relaxed) != 0;
             let claimed = sender.join().unwrap();
             assert!(claimed || rung, "the sender was neither let in nor rung");
+        });
+    }
+
+    /// A sender's credits as `QProducer` keeps them: its unreleased
+    /// tickets (the real [`super::Tickets`]), and the quota of its queue.
+    struct Credits {
+        mine: super::Tickets,
+        quota: usize,
+    }
+
+    impl Credits {
+        /// `QProducer::forget_released`: one load of the consumer's tail.
+        fn forget(&mut self, tail: &AtomicU64) -> bool {
+            self.mine.forget_before(tail.load(order::SEE_TAIL))
+        }
+
+        /// `QProducer::has_room`'s credit check with `reclaim`: at the
+        /// quota, the tail once; if no credit came back, `want`, the
+        /// fence and the tail again. True if a credit is free.
+        fn room(&mut self, tail: &AtomicU64, want: &AtomicU64) -> bool {
+            if self.mine.len() < self.quota || self.forget(tail) {
+                return true;
+            }
+            want.store(1, Ordering::SeqCst);
+            loom::sync::atomic::fence(Ordering::SeqCst);
+            self.forget(tail)
+        }
+    }
+
+    /// Per-sender credits read from the consumer's published tail, with
+    /// two senders racing a claim while the consumer releases. A queue of
+    /// three cells (quota two a sender); sender A holds its quota
+    /// (tickets 0 and 1 published, `head` at 2). A tries once more: out
+    /// of credits, it reads the tail, else sets `want`, fences and reads
+    /// it again (`QProducer::reclaim`), then claims a cell by its state
+    /// word; B claims a cell at the same time (ticket 2, or 3 once the
+    /// consumer freed cell 0); the consumer releases ticket 0, publishes
+    /// its tail, fences and looks at `want` (`QConsumer::freed`). In every
+    /// interleaving: A either gets a credit or is rung (no lost wake-up);
+    /// no sender holds more than its quota; no ticket is claimed twice,
+    /// and loom sees no race on a cell; every value arrives once, A's in
+    /// order.
+    #[test]
+    fn loom_credits_come_back_through_the_tail() {
+        loom::model(|| {
+            let len = 3u64;
+            let quota = super::sender_quota(len);
+            assert_eq!(quota, 2);
+            let q = Arc::new(Q {
+                state: [1, 1, 0].into_iter().map(AtomicU64::new).collect(),
+                cells: [10, 11, 0].into_iter().map(UnsafeCell::new).collect(),
+                head: AtomicU64::new(2),
+                len,
+            });
+            let tail = Arc::new(AtomicU64::new(0));
+            let want = Arc::new(AtomicU64::new(0));
+            let (qa, ta, wa) = (q.clone(), tail.clone(), want.clone());
+            let a = loom::thread::spawn(move || {
+                let mut c = Credits {
+                    mine: super::Tickets::new(),
+                    quota,
+                };
+                c.mine.push(0, quota);
+                c.mine.push(1, quota);
+                if !c.room(&ta, &wa) {
+                    return (false, None);
+                }
+                let pushed = qa.push(12);
+                assert!(c.mine.len() < c.quota, "a claim beyond the quota");
+                (true, pushed.then_some(12))
+            });
+            let qb = q.clone();
+            let b = loom::thread::spawn(move || qb.push(20).then_some(20));
+            // the consumer: release ticket 0, publish the tail, `freed`
+            let mut next = 0;
+            let first = q.pop(&mut next);
+            tail.store(next, order::PUBLISH_TAIL);
+            loom::sync::atomic::fence(Ordering::SeqCst);
+            let rung = want.load(Ordering::Relaxed) != 0;
+            let (credit, a_val) = a.join().unwrap();
+            let b_val = b.join().unwrap();
+            assert!(credit || rung, "out of credits, neither let in nor rung");
+            assert_eq!(first, Some(10));
+            let mut got = vec![10];
+            while let Some(v) = q.pop(&mut next) {
+                got.push(v);
+            }
+            let mut want_vals: Vec<u64> = [Some(10), Some(11), a_val, b_val]
+                .into_iter()
+                .flatten()
+                .collect();
+            let mut sorted = got.clone();
+            sorted.sort_unstable();
+            want_vals.sort_unstable();
+            assert_eq!(sorted, want_vals, "got {got:?}");
+            let a_order: Vec<u64> = got.iter().copied().filter(|&v| v < 20).collect();
+            assert!(a_order.windows(2).all(|w| w[0] < w[1]), "{got:?}");
         });
     }
 }

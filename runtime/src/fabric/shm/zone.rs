@@ -52,12 +52,17 @@ pub struct ZoneAlloc {
 }
 
 impl ZoneAlloc {
-    /// Books for a zone of `len` bytes whose ring has `cells` cells.
+    /// Books for a zone of `len` bytes whose ring has `cells` cells (at
+    /// most `cells` Mediums in flight, one per cell). The books take no
+    /// heap until the first Medium is placed and grow with what is in
+    /// flight: a rank keeps one per peer and channel, most of which may
+    /// never carry a Medium (with the shared queue, none does).
     pub fn new(len: usize, cells: usize) -> Self {
+        let _ = cells;
         Self {
             len,
             head: 0,
-            inflight: VecDeque::with_capacity(cells),
+            inflight: VecDeque::new(),
         }
     }
 
@@ -150,6 +155,25 @@ impl ZoneAlloc {
 mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
+
+    /// A rank keeps one `ZoneAlloc` per peer and channel (with the shared
+    /// queue, a zone of 0 bytes that is never used): one that has placed
+    /// nothing holds no heap, so a peer never sent a Medium costs none (it
+    /// cost 1 KiB per peer and channel, 2 KiB of every rank's heap per rank
+    /// of the host); one that has grows its books as it places.
+    #[test]
+    fn shmscale_an_unused_zone_holds_no_heap() {
+        for len in [0, 2 << 16] {
+            let z = ZoneAlloc::new(len, 64);
+            assert_eq!(z.inflight.capacity(), 0, "zone of {len} B");
+        }
+        // a Medium in flight takes an entry
+        let mut z = ZoneAlloc::new(1 << 20, 64);
+        let at = z.place(100, |_| false).expect("room");
+        z.placed(0, at, 100);
+        assert_eq!(z.inflight.len(), 1);
+        assert!(z.inflight.capacity() >= 1);
+    }
 
     /// Seeded model: a sender places Mediums of random sizes, a receiver
     /// releases their cells in order at random moments. Every placement

@@ -10,7 +10,8 @@
 //! Each slot is a buffer of [`MAX_DATAGRAM`] bytes (the largest UDP
 //! payload over IPv4, so nothing is truncated); a slot whose datagram the
 //! caller keeps is refilled with a buffer it hands back, or a new one.
-//! [`SLOTS`] buffers are the bound on what this reader holds.
+//! [`SLOTS`] buffers and one spare (a buffer handed back while every slot
+//! had one) are the bound on what this reader holds.
 //!
 //! With arrival stamping on (`stamp.rs`, congestion control), each slot
 //! also has its own control buffer in the `mmsghdr` array, and the
@@ -44,6 +45,12 @@ pub(super) struct RecvBatch {
     /// Buffers of [`MAX_DATAGRAM`] bytes allocated so far (see
     /// [`give`](Self::give)).
     allocs: u64,
+    /// One buffer of [`MAX_DATAGRAM`] bytes handed back while every slot
+    /// had one, for the next slot left empty (see [`give`](Self::give)).
+    spare: Option<Vec<u8>>,
+    /// Slots whose buffer is shorter than [`MAX_DATAGRAM`] (none yet, or
+    /// taken): `recv` looks at the slots' buffers only while one is.
+    short: usize,
 }
 
 /// One slot's control buffer, aligned as a `cmsghdr` wants. Initialized
@@ -61,6 +68,8 @@ impl RecvBatch {
             waited: [None; SLOTS],
             read_at: None,
             allocs: 0,
+            spare: None,
+            short: SLOTS,
         }
     }
 
@@ -83,16 +92,18 @@ impl RecvBatch {
         // SAFETY: mmsghdr is plain data; all zeroes is a valid value
         // (no name, no control data).
         let mut msgs: [libc::mmsghdr; SLOTS] = unsafe { std::mem::zeroed() };
+        if self.short > 0 {
+            self.fill(max);
+        }
         for i in 0..max {
             let b = &mut self.bufs[i];
             b.clear();
-            if b.capacity() < MAX_DATAGRAM {
-                *b = Vec::with_capacity(MAX_DATAGRAM);
-                self.allocs += 1;
-            }
+            // every slot holds MAX_DATAGRAM bytes (`fill`); the iovec
+            // says what this one holds all the same
+            debug_assert!(b.capacity() >= MAX_DATAGRAM);
             let spare = b.spare_capacity_mut();
             iov[i].iov_base = spare.as_mut_ptr().cast();
-            iov[i].iov_len = MAX_DATAGRAM;
+            iov[i].iov_len = spare.len();
             msgs[i].msg_hdr.msg_iov = &mut iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
             if stamps {
@@ -101,8 +112,8 @@ impl RecvBatch {
             }
         }
         // SAFETY: `msgs[..max]` are valid headers, each naming one iovec
-        // of `iov` that points at MAX_DATAGRAM bytes of spare capacity of
-        // its own buffer and (when stamping) its own CONTROL_LEN-byte
+        // of `iov` that points at the whole spare capacity (its length in
+        // `iov_len`) of its own buffer and (when stamping) its own CONTROL_LEN-byte
         // control buffer in `self.control`; all of them outlive the call,
         // which does not block (MSG_DONTWAIT) and has no timeout.
         let n = unsafe {
@@ -119,10 +130,10 @@ impl RecvBatch {
         }
         let n = (n as usize).min(max);
         for (b, m) in self.bufs.iter_mut().zip(&msgs).take(n) {
-            let len = (m.msg_len as usize).min(MAX_DATAGRAM);
+            let len = (m.msg_len as usize).min(b.capacity());
             // SAFETY: the kernel wrote `msg_len` bytes (at most the
-            // iovec's MAX_DATAGRAM, within the capacity) at the start of
-            // this buffer's spare capacity.
+            // iovec's length, this buffer's capacity: the buffer was
+            // cleared) at the start of this buffer's spare capacity.
             unsafe { b.set_len(len) };
         }
         if stamps {
@@ -140,6 +151,24 @@ impl RecvBatch {
             }
         }
         n
+    }
+
+    /// Give each of the first `max` slots short of a full buffer the
+    /// spare, else a new one.
+    #[cold]
+    fn fill(&mut self, max: usize) {
+        for b in self.bufs.iter_mut().take(max) {
+            if b.capacity() < MAX_DATAGRAM {
+                match self.spare.take() {
+                    Some(s) => *b = s,
+                    None => {
+                        *b = Vec::with_capacity(MAX_DATAGRAM);
+                        self.allocs += 1;
+                    }
+                }
+                self.short -= 1;
+            }
+        }
     }
 
     /// How long (ns) datagram `i` of the last [`recv`](Self::recv) waited
@@ -166,6 +195,9 @@ impl RecvBatch {
     /// gets `refill` (a buffer of any capacity: one too small is replaced
     /// on the next `recv`).
     pub(super) fn take(&mut self, i: usize, refill: Vec<u8>) -> Vec<u8> {
+        let was_short = self.bufs[i].capacity() < MAX_DATAGRAM;
+        let now_short = refill.capacity() < MAX_DATAGRAM;
+        self.short = self.short + now_short as usize - was_short as usize;
         std::mem::replace(&mut self.bufs[i], refill)
     }
 
@@ -175,20 +207,30 @@ impl RecvBatch {
     /// reads into memory already mapped and warm instead of a new
     /// allocation (a fresh 64 KiB buffer per large datagram cost the
     /// receiver about 16 page faults and their zeroing inside
-    /// `recvmmsg`, on a strided put's critical path; issue 25). `Some`
-    /// (the buffer back) when no slot wants it or it is too small.
-    pub(super) fn give(&mut self, b: Vec<u8>) -> Option<Vec<u8>> {
+    /// `recvmmsg`, on a strided put's critical path; issue 25). When no
+    /// slot wants it, it is kept as the one spare, which the next slot
+    /// left empty gets: a datagram read by one poll and delivered by a
+    /// later one (the other channel's poll read it) leaves its slot empty
+    /// across a `recv`, which would otherwise allocate. `Some` (the
+    /// buffer back) when it is too small or a spare is kept already: at
+    /// most [`SLOTS`] + 1 buffers.
+    pub(super) fn give(&mut self, mut b: Vec<u8>) -> Option<Vec<u8>> {
         if b.capacity() < MAX_DATAGRAM {
             return Some(b);
         }
-        match self.bufs.iter_mut().find(|s| s.capacity() < MAX_DATAGRAM) {
-            Some(slot) => {
+        b.clear();
+        if self.short > 0 {
+            if let Some(slot) = self.bufs.iter_mut().find(|s| s.capacity() < MAX_DATAGRAM) {
                 *slot = b;
-                slot.clear();
-                None
+                self.short -= 1;
+                return None;
             }
-            None => Some(b),
         }
+        if self.spare.is_none() {
+            self.spare = Some(b);
+            return None;
+        }
+        Some(b)
     }
 
     /// Buffers of [`MAX_DATAGRAM`] bytes this reader has allocated.
