@@ -1185,8 +1185,11 @@ fn incast_through_a_shaped_link_keeps_goodput() {
 /// flat. Also `alltoall_nb` (blocks of 0, 1 and 5000 u32: the last too
 /// large for one shared-memory step, so flat as the blocking form) and
 /// `alltoallv_nb` (counts with zeros, all zero, too large: the flat
-/// fall-back), checked against the blocking forms' results, and under
-/// `-N2 -n4` (0 1 | 2 3) too.
+/// fall-back; too large only between the last host's members, so one
+/// host fits and another does not), checked against the blocking forms'
+/// results, with `send` overwritten before the wait, an `alltoallv_nb`
+/// of 16 MiB per member whose peak resident memory must grow by less
+/// than 2.5 times that, and under `-N2 -n4` (0 1 | 2 3) too.
 #[test]
 fn srun_pmi2_hosts_team_hier_nb() {
     let Some(d) = cluster() else { return };

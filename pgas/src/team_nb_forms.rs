@@ -194,8 +194,12 @@ impl Team {
     /// an error naming both, as for the blocking form. Across hosts
     /// hierarchical as the blocking form (counts, then at most one data
     /// message per leader pair: 2 L (L - 1) across L hosts) once the
-    /// team's blocking collectives are (see `docs/teams.md`); `send` is
-    /// then copied at the call, and a counts difference is named by the
+    /// team's blocking collectives are (decided at its first blocking
+    /// collective across hosts, any but `split`: see `docs/teams.md`);
+    /// `send` is
+    /// then copied at the call (if it does not fit one shared-memory
+    /// step, the decision is flat and its blocks go out at the call
+    /// instead, uncopied), and a counts difference is named by the
     /// leaders with both members' counts.
     ///
     /// ```no_run
@@ -252,7 +256,7 @@ impl Team {
         // across hosts as the blocking form (team_hier_nb_a2a.rs)
         if let Some(g) = self.alltoallv_nb_groups::<T>() {
             let (send, recv) = ((send, send_counts), (recv, recv_counts));
-            return Ok(self.alltoallv_nb_hier((seq, h, g), send, recv));
+            return self.alltoallv_nb_hier((seq, h, g), send, recv);
         }
         for s in 1..n {
             let j = (me + s) % n;

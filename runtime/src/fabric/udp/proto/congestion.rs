@@ -27,7 +27,7 @@
 //!   never below the floor. The floor of the target keeps scheduling
 //!   jitter on a loopback or a LAN from counting as queueing (on an
 //!   oversubscribed host it does not: see docs/networking.md, why the
-//!   controller is off by default). Samples follow Karn's rule: none from
+//!   controller was off by default until wire version 2). Samples follow Karn's rule: none from
 //!   an acknowledgement that covers a retransmitted datagram.
 //! * Pacing: with an RTT estimate, datagrams leave at most at
 //!   `gain * cwnd / srtt` (gain 2 in slow start, 1.25 after), with a burst
