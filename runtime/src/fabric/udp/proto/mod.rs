@@ -1156,3 +1156,6 @@ mod ccundo_tests;
 
 #[cfg(test)]
 mod pn_unique_tests;
+
+#[cfg(test)]
+mod ccidle_tests;
