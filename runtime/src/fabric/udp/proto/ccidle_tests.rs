@@ -150,7 +150,10 @@ impl Pair {
 /// fired), so `ssthresh` stays where it was and the next 2 MiB take no
 /// longer than without the idle (within 1.5x).
 #[test]
-#[ignore = "reproduces the idle-peer regression; see docs/vys.md"]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
 fn ccidle_a_peer_idle_for_900_ms_gives_the_window_back() {
     let mut p = Pair::new();
     let base = p.transfer(8, 12_000);
