@@ -1423,3 +1423,83 @@ fn srun_pmi2_hosts_team_hier_nbscan() {
         }
     }
 }
+
+/// A culprit job as `culprit_run`, `srun --mpi=pmi2 SPREAD` (nodes,
+/// ranks and options).
+fn culprit_run_spread(
+    d: &std::path::Path,
+    spread: &[&str],
+    prog: &std::path::Path,
+    mode: &str,
+    target: &str,
+) -> Run {
+    let mut a = vec!["srun", "--mpi=pmi2"];
+    a.extend_from_slice(spread);
+    a.extend([
+        "env",
+        "SPLITRT_HANG_REPORT=1",
+        "SPLITRT_HANG_ABORT=1",
+        prog.to_str().unwrap(),
+        mode,
+        target,
+    ]);
+    on(d, "ctl", &a)
+}
+
+/// The hang report of a hierarchical reduce_scatter_nb or scan names the
+/// member that never calls, not a member stuck behind it
+/// (`t_team_hier`'s `rsnbabsent` / `noscan`): a host's leader missing
+/// from reduce_scatter_nb (rank 4, alone on its host with `-N3 -n5`, and
+/// rank 4 leading 4 5 with `-n6`) is named before the other hosts'
+/// members wait for their own leaders; in the pipelined scan a missing
+/// leader (0, 2) or a host's missing last member (1 of 0 1 2 | 3 4) is
+/// named before the next host's leader names the previous host's last
+/// member.
+#[test]
+fn srun_pmi2_hosts_team_hier_scanfix_names_the_culprit() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_team_hier");
+    let cases: [(&[&str], &str, &str, &str, &str); 5] = [
+        (
+            &["-N3", "-n5"],
+            "rsnbabsent",
+            "4",
+            "Team::reduce_scatter",
+            "5",
+        ),
+        (
+            &["-N3", "-n6"],
+            "rsnbabsent",
+            "4",
+            "Team::reduce_scatter",
+            "6",
+        ),
+        (&["-N3", "-n6"], "noscan", "0", "Team::scan_inclusive", "6"),
+        (&["-N3", "-n6"], "noscan", "2", "Team::scan_inclusive", "6"),
+        (
+            &["-N2", "-n5", "--overcommit"],
+            "noscan",
+            "1",
+            "Team::scan_inclusive",
+            "5",
+        ),
+    ];
+    for (spread, mode, target, call, n) in cases {
+        let r = culprit_run_spread(&d, spread, &p, mode, target);
+        assert_ne!(r.code, 0, "{r:?}");
+        let named = |t: &str| format!("(world rank {t}) to send");
+        let others: Vec<String> = (0..n.parse::<usize>().unwrap())
+            .map(|t| t.to_string())
+            .filter(|t| t != target)
+            .collect();
+        assert!(
+            r.stderr.contains("gave up after")
+                && r.stderr
+                    .contains(&format!("in {call} #3 on team 0x1 ({n} members)"))
+                && r.stderr.contains(&named(target))
+                && others.iter().all(|t| !r.stderr.contains(&named(t))),
+            "{spread:?} {mode} {target}: {}",
+            r.stderr
+        );
+    }
+}

@@ -12,11 +12,14 @@
 use crate::reduce::{Op, Reduce};
 use crate::team::Team;
 use crate::team_coll::height;
+use crate::team_hier_nb_scan::{reduce_scatter_nb_fits, RS_HIER_MAX_BYTES};
+use crate::team_hosts::HostGroups;
 use crate::team_mail::CollKind;
 use crate::team_nb::{bytes_of, TeamRequest};
 use crate::team_sched::{combine_bytes, Buf, Fold, Sched, Step};
 use bytemuck::Pod;
 use splitrt_am::Result;
+use std::sync::Arc;
 
 /// Number of bits of `v` (0 for 0).
 fn bitlen(v: usize) -> u32 {
@@ -312,8 +315,11 @@ impl Team {
         let (_, n) = self.nb_precheck(kind, None)?;
         self.nb_check_len(kind, "send", send.len(), n * k)?;
         let (me, seq, h) = self.start::<T>(kind, Some(op), None, k)?;
-        // across hosts as the blocking form (team_hier_nb_scan.rs)
-        if let Some(g) = self.nb_hier() {
+        // across hosts as the blocking form (team_hier_nb_scan.rs), when
+        // it fits: a leader holds its members' n blocks each
+        let fits =
+            |g: &Arc<HostGroups>| reduce_scatter_nb_fits::<T>(k, &g.layout, RS_HIER_MAX_BYTES);
+        if let Some(g) = self.nb_hier().filter(fits) {
             return Ok(self.reduce_scatter_nb_hier((seq, h, g), send, recv, op));
         }
         for s in 1..n {

@@ -39,6 +39,9 @@
 //!   nbop R, nbabsent R  as op and absent, with allreduce_nb
 //!   nbvcount R  as vcount, with alltoallv_nb (hierarchical after the
 //!          blocking collectives across hosts): the job ends naming R
+//!   rsnbabsent R  as nbabsent, with reduce_scatter_nb of one element
+//!          per member, which world rank R never calls: the hang report
+//!          names R (also when R is a host's leader)
 //!   nbscan the non-blocking reduce_scatter and scans (hierarchical where
 //!          the blocking forms are, the scans when each host's members are
 //!          consecutive team ranks: `team_hier_nb_scan.rs`) on the world
@@ -87,7 +90,7 @@ fn main() {
             }
             "time" => time(pg, target),
             "nb" => nb(pg),
-            "nbop" | "nbabsent" | "nbvcount" => nb_misuse(pg, &mode, target),
+            "nbop" | "nbabsent" | "nbvcount" | "rsnbabsent" => nb_misuse(pg, &mode, target),
             "nbscan" => nb_scan(pg),
             "scantime" => scan_time(pg, target),
             m => Err(Error::usage(format!("unknown mode {m}"))),
@@ -844,7 +847,8 @@ fn nb_alltoall(t: &Team, len: usize) -> splitrt::Result<()> {
 /// `nbop R` / `nbabsent R`: as `misuse`, the third collective an
 /// `allreduce_nb` (hierarchical after the blocking two across hosts);
 /// `nbvcount R`: an `alltoallv_nb` where R sends and expects two
-/// elements per member, the others one.
+/// elements per member, the others one; `rsnbabsent R`: a
+/// `reduce_scatter_nb` R never calls.
 fn nb_misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
     let me = pg.rank();
     let world = pg.world();
@@ -859,6 +863,16 @@ fn nb_misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
         let mut recv = send.clone();
         world
             .alltoallv_nb(&send, &counts, &mut recv, &counts)?
+            .wait()?;
+    } else if mode == "rsnbabsent" {
+        if me == target {
+            // as in `misuse`: bounded, the others' report ends the job
+            std::thread::sleep(std::time::Duration::from_secs(15));
+            std::process::exit(3);
+        }
+        let send = vec![me as u64; pg.size()];
+        world
+            .reduce_scatter_nb(&send, &mut [0u64], Op::Sum)?
             .wait()?;
     } else if me == target {
         if mode == "nbabsent" {
