@@ -44,7 +44,14 @@
 //! quota, reads the consumer's published `tail` once (the consumer
 //! releases in ticket order, so every ticket below it came back) and
 //! forgets the tickets it passed; only if none came back does it ask for
-//! a doorbell and look again.
+//! a doorbell and look again. Any rank of the host can write `tail`, so
+//! it is only a hint: the newest ticket it passed is confirmed by that
+//! ticket's own state word before any is forgotten (one more load), and a
+//! tail written ahead of the consumer falls back to confirming the
+//! tickets one by one, so it cannot lift an honest sender's quota. A tail
+//! written behind the consumer gives a sender no credit back: it stalls
+//! that sender (until its doorbell and the consumer's next release), as a
+//! broken rank can stall the queue anyway.
 
 use super::cells::{CellView, Cells, Peek};
 use super::layout::{CellMeta, F_FIRST, F_LAST};
@@ -173,22 +180,48 @@ impl Tickets {
         self.buf = vec![0; quota.next_power_of_two()].into_boxed_slice();
     }
 
-    /// Forget the tickets `tail` passed, oldest first; true if one was.
+    /// Forget the tickets the consumer released, oldest first; true if one
+    /// was. `tail` (the consumer's published tail, which any rank of the
+    /// host can write) is only a hint: the newest ticket it passed is
+    /// confirmed by `released` (that ticket's own state word; the consumer
+    /// releases in ticket order, so the older ones came back too) before
+    /// any is forgotten. A tail ahead of the consumer fails that check, and
+    /// the tickets are then confirmed one by one, oldest first; a tail
+    /// behind it passes none (the sender waits for a doorbell: it stalls
+    /// only itself).
     #[inline(always)]
-    fn forget_before(&mut self, tail: u64) -> bool {
+    fn forget_before(&mut self, tail: u64, released: impl Fn(u64) -> bool) -> bool {
         if self.len() == 0 || !passed(tail, self.slot(self.first)) {
             return false;
         }
-        if passed(tail, self.slot(self.next.wrapping_sub(1))) {
-            // every one came back (a round trip's case): no walk
-            self.first = self.next;
+        // `end`: one past the newest ticket the tail passed
+        let end = if passed(tail, self.slot(self.next.wrapping_sub(1))) {
+            // every one passed (a round trip's case): no walk
+            self.next
+        } else {
+            let mut e = self.first.wrapping_add(1);
+            while e != self.next && passed(tail, self.slot(e)) {
+                e = e.wrapping_add(1);
+            }
+            e
+        };
+        if released(self.slot(end.wrapping_sub(1))) {
+            self.first = end;
             return true;
         }
-        self.first = self.first.wrapping_add(1);
-        while self.first != self.next && passed(tail, self.slot(self.first)) {
+        self.forget_confirmed(&released)
+    }
+
+    /// The tail lied (it passed a ticket the consumer did not release):
+    /// forget the tickets whose own state word says released, oldest first.
+    #[cold]
+    #[inline(never)]
+    fn forget_confirmed(&mut self, released: &impl Fn(u64) -> bool) -> bool {
+        let from = self.first;
+        while self.first != self.next && released(self.slot(self.first)) {
             self.first = self.first.wrapping_add(1);
         }
-        true
+        self.first != from
     }
 }
 
@@ -199,6 +232,15 @@ impl Tickets {
 #[inline(always)]
 fn passed(tail: u64, t: u64) -> bool {
     (tail.wrapping_sub(t) as i64) > 0
+}
+
+/// Whether ticket `t`'s cell says the consumer released `t` (its state is
+/// `lap(t) + len` or later: released, or claimed again for a later lap).
+/// The confirmation of a tail that passed `t` ([`Tickets::forget_before`]).
+#[inline]
+fn released(q: &Queue, t: u64) -> bool {
+    let s = q.word(t).load(order::SEE_FREE);
+    (s.wrapping_sub(lap(q, t).wrapping_add(q.len())) as i64) >= 0
 }
 
 impl QProducer {
@@ -229,7 +271,9 @@ impl QProducer {
     /// A sender holding its [`sender_quota`] of unreleased cells gets no
     /// more until the consumer releases its oldest
     /// ([`reclaim`](Self::reclaim)): per-sender credits, read from the
-    /// cells' own state words.
+    /// consumer's published tail, taken as a hint and confirmed by the
+    /// state word of the newest ticket it passed
+    /// ([`Tickets::forget_before`]).
     #[inline(always)]
     pub(crate) fn has_room(&mut self) -> bool {
         if self.held {
@@ -305,7 +349,8 @@ impl QProducer {
     #[inline(always)]
     fn forget_released(&mut self) -> bool {
         let tail = self.q.ctrl(TAIL_OFF).load(order::SEE_TAIL);
-        self.mine.forget_before(tail)
+        let q = self.q;
+        self.mine.forget_before(tail, |t| released(&q, t))
     }
 
     /// Out of credits: forget what the consumer released (one load of
@@ -639,6 +684,36 @@ mod tests {
         }
     }
 
+    /// A rank that rewrites the queue's `tail` far ahead of the senders'
+    /// tickets (review finding: a queue of 8 cells, quota 6, a flooder
+    /// rewriting `tail = 1 << 40` took 8 of 8 cells and starved the other
+    /// sender): the flooder still stops at its quota, as it confirms the
+    /// tail with its tickets' own state words.
+    #[test]
+    fn shmqfix_a_forged_tail_does_not_lift_the_quota() {
+        let len = 8usize;
+        let mut m = mem(256, len);
+        // SAFETY: `m` outlives the queue, 8-aligned, 256 B cells.
+        let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) };
+        let (mut a, mut b) = (QProducer::new(q, 0), QProducer::new(q, 1));
+        let mut took = 0u64;
+        loop {
+            q.ctrl(TAIL_OFF).store(1 << 40, Ordering::Relaxed);
+            if !a.has_room() {
+                break;
+            }
+            a.push_short(1, &[took]);
+            took += 1;
+            assert!(took <= len as u64, "more cells than the queue has");
+        }
+        assert_eq!(
+            took,
+            sender_quota(len as u64) as u64,
+            "a forged tail lifted the quota: {took} of {len} cells"
+        );
+        assert!(b.has_room(), "the other sender was starved");
+    }
+
     /// Garbage in every shared word (head, want, state words, cells) never
     /// panics nor goes out of bounds: claims give up or land in the queue,
     /// and the consumer reports bad cells. (Miri checks the bounds.)
@@ -839,21 +914,26 @@ mod models {
     }
 
     impl Credits {
-        /// `QProducer::forget_released`: one load of the consumer's tail.
-        fn forget(&mut self, tail: &AtomicU64) -> bool {
-            self.mine.forget_before(tail.load(order::SEE_TAIL))
+        /// `QProducer::forget_released`: one load of the consumer's tail,
+        /// confirmed by the state word of the newest ticket it passed
+        /// (`super::released`).
+        fn forget(&mut self, q: &Q, tail: &AtomicU64) -> bool {
+            self.mine.forget_before(tail.load(order::SEE_TAIL), |t| {
+                let s = q.state[(t % q.len) as usize].load(order::SEE_FREE);
+                (s.wrapping_sub(t - t % q.len + q.len) as i64) >= 0
+            })
         }
 
         /// `QProducer::has_room`'s credit check with `reclaim`: at the
         /// quota, the tail once; if no credit came back, `want`, the
         /// fence and the tail again. True if a credit is free.
-        fn room(&mut self, tail: &AtomicU64, want: &AtomicU64) -> bool {
-            if self.mine.len() < self.quota || self.forget(tail) {
+        fn room(&mut self, q: &Q, tail: &AtomicU64, want: &AtomicU64) -> bool {
+            if self.mine.len() < self.quota || self.forget(q, tail) {
                 return true;
             }
             want.store(1, Ordering::SeqCst);
             loom::sync::atomic::fence(Ordering::SeqCst);
-            self.forget(tail)
+            self.forget(q, tail)
         }
     }
 
@@ -892,7 +972,7 @@ mod models {
                 };
                 c.mine.push(0, quota);
                 c.mine.push(1, quota);
-                if !c.room(&ta, &wa) {
+                if !c.room(&qa, &ta, &wa) {
                     return (false, None);
                 }
                 let pushed = qa.push(12);
