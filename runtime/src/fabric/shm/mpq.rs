@@ -681,6 +681,61 @@ mod tests {
             c.release();
             assert!(a.has_room(), "no credit back after a release ({len} cells)");
             a.push_short(1, &[took]);
+            // a partial release (`k` more of the flooder's oldest, all
+            // before the other sender's ticket): flooding again takes
+            // exactly `k` cells, stopping at the quota with free cells left
+            let quota = sender_quota(len as u64) as u64;
+            let k = (quota / 2).max(1).min(took - 1);
+            for _ in 0..k {
+                assert!(matches!(c.peek_short(), Peek::Short(0, 1, _)));
+                c.release();
+            }
+            let mut again = 0u64;
+            while a.has_room() {
+                a.push_short(1, &[took + 1 + again]);
+                again += 1;
+                assert!(again <= len as u64, "more cells than the queue has");
+            }
+            assert_eq!(again, k, "flooding again went past the quota ({len} cells)");
+        }
+    }
+
+    /// `Tickets::forget_before` forgets exactly the tickets the tail
+    /// passed (the walk, not only the all-passed shortcut), nothing when
+    /// none passed, and only the confirmed ones when the tail lies; round
+    /// after round, so the counts wrap the ring (quota 6: 8 slots), and
+    /// across the wrap of the ticket numbers.
+    #[test]
+    fn shmqfix_tickets_forget_what_the_tail_passed() {
+        for base in [0u64, 5, u64::MAX - 20] {
+            let mut m = Tickets::new();
+            let mut t0 = base;
+            for round in 0..12 {
+                for i in 0..6 {
+                    m.push(t0.wrapping_add(i), 6);
+                }
+                assert_eq!(m.len(), 6);
+                let back = |n: u64| move |t: u64| passed(t0.wrapping_add(n), t);
+                if round % 2 == 0 {
+                    assert!(m.forget_before(t0.wrapping_add(3), back(3)));
+                } else {
+                    // a tail far ahead: only the confirmed three go
+                    assert!(m.forget_before(t0.wrapping_add(1 << 40), back(3)));
+                }
+                assert_eq!(m.len(), 3, "round {round} from {base}");
+                assert!(!m.forget_before(t0.wrapping_add(3), back(3)));
+                assert_eq!(m.len(), 3);
+                // a tail behind the oldest, or one unconfirmed: none
+                assert!(!m.forget_before(t0, back(6)));
+                assert!(!m.forget_before(t0.wrapping_add(6), back(3)));
+                assert_eq!(m.len(), 3);
+                assert!(m.forget_before(t0.wrapping_add(5), back(5)));
+                assert_eq!(m.len(), 1);
+                assert!(m.forget_before(t0.wrapping_add(6), back(6)));
+                assert_eq!(m.len(), 0);
+                assert!(!m.forget_before(t0.wrapping_add(6), back(6)));
+                t0 = t0.wrapping_add(6);
+            }
         }
     }
 
