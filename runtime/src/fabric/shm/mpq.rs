@@ -167,6 +167,7 @@ impl Tickets {
     /// Add the newest; the caller holds fewer than `quota`.
     #[inline(always)]
     fn push(&mut self, t: u64, quota: usize) {
+        debug_assert!(self.len() < quota, "a ticket beyond the quota");
         if self.buf.is_empty() {
             self.make(quota);
         }
@@ -697,6 +698,19 @@ mod tests {
                 assert!(again <= len as u64, "more cells than the queue has");
             }
             assert_eq!(again, k, "flooding again went past the quota ({len} cells)");
+        }
+    }
+
+    /// A caller pushing a ticket beyond the quota is a bug, caught in
+    /// debug builds (the ring holds `quota.next_power_of_two()`: the push
+    /// would silently overwrite the oldest once past it).
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "beyond the quota")]
+    fn shmqfix_a_ticket_beyond_the_quota_is_caught() {
+        let mut m = Tickets::new();
+        for t in 0..7 {
+            m.push(t, 6);
         }
     }
 
