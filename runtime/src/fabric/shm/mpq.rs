@@ -240,8 +240,35 @@ fn passed(tail: u64, t: u64) -> bool {
 /// The confirmation of a tail that passed `t` ([`Tickets::forget_before`]).
 #[inline]
 fn released(q: &Queue, t: u64) -> bool {
-    let s = q.word(t).load(order::SEE_FREE);
-    (s.wrapping_sub(lap(q, t).wrapping_add(q.len())) as i64) >= 0
+    is_released(q.word(t).load(order::SEE_FREE), t, q.len())
+}
+
+/// Whether state `s` of ticket `t`'s cell, in a queue of `len`, says `t`
+/// was released (the loom model uses this very test).
+#[inline(always)]
+fn is_released(s: u64, t: u64, len: u64) -> bool {
+    let lap = t.wrapping_sub(t % len);
+    (s.wrapping_sub(lap.wrapping_add(len)) as i64) >= 0
+}
+
+/// A sender's credit step when out of credits ([`QProducer::reclaim`];
+/// the loom model runs this very function over its own atomics): forget
+/// the tickets the consumer released by one look at its tail (`tail`,
+/// confirmed by `released`); if none came back, ask for a doorbell
+/// (`ask_ring`: store `want`, then a `SeqCst` fence) and look once more.
+/// True if a credit is free.
+#[inline(always)]
+fn reclaim_step(
+    mine: &mut Tickets,
+    tail: impl Fn() -> u64,
+    released: impl Fn(u64) -> bool,
+    ask_ring: impl FnOnce(),
+) -> bool {
+    if mine.forget_before(tail(), &released) {
+        return true;
+    }
+    ask_ring();
+    mine.forget_before(tail(), &released)
 }
 
 impl QProducer {
@@ -344,30 +371,25 @@ impl QProducer {
         self.mine.push(t, self.quota);
     }
 
-    /// Forget the tickets the consumer released, oldest first, by one
-    /// load of its published tail (it releases in ticket order, and
-    /// publishes the tail after each release); true if one came back.
-    #[inline(always)]
-    fn forget_released(&mut self) -> bool {
-        let tail = self.q.ctrl(TAIL_OFF).load(order::SEE_TAIL);
-        let q = self.q;
-        self.mine.forget_before(tail, |t| released(&q, t))
-    }
-
     /// Out of credits: forget what the consumer released (one load of
-    /// its tail); if that frees none, ask for a doorbell (`want`) and look
-    /// once more, as [`full_at`](Self::full_at) does (either the consumer
-    /// that releases the oldest ticket sees `want`, or this second look
-    /// sees its tail). True if a credit is free.
+    /// its tail, confirmed by a state word); if that frees none, ask for a
+    /// doorbell (`want`) and look once more, as [`full_at`](Self::full_at)
+    /// does (either the consumer that releases the oldest ticket sees
+    /// `want`, or this second look sees its tail): [`reclaim_step`]. True
+    /// if a credit is free.
     #[cold]
     #[inline(never)]
     fn reclaim(&mut self) -> bool {
-        if self.forget_released() {
-            return true;
-        }
-        self.q.ctrl(WANT_OFF).store(1, Ordering::SeqCst);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        self.forget_released()
+        let q = self.q;
+        reclaim_step(
+            &mut self.mine,
+            || q.ctrl(TAIL_OFF).load(order::SEE_TAIL),
+            |t| released(&q, t),
+            || {
+                q.ctrl(WANT_OFF).store(1, Ordering::SeqCst);
+                std::sync::atomic::fence(Ordering::SeqCst);
+            },
+        )
     }
 
     /// The queue looked full at ticket `t`: ask for a doorbell (`want`),
@@ -821,7 +843,9 @@ mod tests {
 
 /// loom model of the claim / publish / release protocol with two senders
 /// (`RUSTFLAGS="--cfg loom" cargo test -p splitrt-runtime --release --lib
-/// loom`), restated over loom's atomics with the orderings of [`order`].
+/// loom`), restated over loom's atomics with the orderings of [`order`];
+/// the sender's credit step is the production [`reclaim_step`] (with the
+/// real [`Tickets`] and [`is_released`]), run over the model's atomics.
 #[cfg(all(test, loom))]
 mod models {
     use super::order;
@@ -862,14 +886,19 @@ mod models {
         }
 
         fn push(&self, v: u64) -> bool {
-            let Some(t) = self.claim() else { return false };
+            self.push_ticket(v).is_some()
+        }
+
+        /// `push`, giving the claimed ticket (for the sender's credits).
+        fn push_ticket(&self, v: u64) -> Option<u64> {
+            let t = self.claim()?;
             let i = (t % self.len) as usize;
             self.cells[i].with_mut(|p| {
                 // SAFETY: loom's cell; loom itself reports a concurrent access.
                 unsafe { *p = v }
             });
             self.state[i].store(t - t % self.len + 1, order::PUBLISH);
-            true
+            Some(t)
         }
 
         fn pop(&self, tail: &mut u64) -> Option<u64> {
@@ -983,26 +1012,26 @@ mod models {
     }
 
     impl Credits {
-        /// `QProducer::forget_released`: one load of the consumer's tail,
-        /// confirmed by the state word of the newest ticket it passed
-        /// (`super::released`).
-        fn forget(&mut self, q: &Q, tail: &AtomicU64) -> bool {
-            self.mine.forget_before(tail.load(order::SEE_TAIL), |t| {
-                let s = q.state[(t % q.len) as usize].load(order::SEE_FREE);
-                (s.wrapping_sub(t - t % q.len + q.len) as i64) >= 0
-            })
-        }
-
         /// `QProducer::has_room`'s credit check with `reclaim`: at the
-        /// quota, the tail once; if no credit came back, `want`, the
-        /// fence and the tail again. True if a credit is free.
+        /// quota, the production credit step (`super::reclaim_step`) over
+        /// the model's tail, state words (`super::is_released`) and `want`
+        /// with a loom fence. True if a credit is free.
         fn room(&mut self, q: &Q, tail: &AtomicU64, want: &AtomicU64) -> bool {
-            if self.mine.len() < self.quota || self.forget(q, tail) {
+            if self.mine.len() < self.quota {
                 return true;
             }
-            want.store(1, Ordering::SeqCst);
-            loom::sync::atomic::fence(Ordering::SeqCst);
-            self.forget(q, tail)
+            super::reclaim_step(
+                &mut self.mine,
+                || tail.load(order::SEE_TAIL),
+                |t| {
+                    let s = q.state[(t % q.len) as usize].load(order::SEE_FREE);
+                    super::is_released(s, t, q.len)
+                },
+                || {
+                    want.store(1, Ordering::SeqCst);
+                    loom::sync::atomic::fence(Ordering::SeqCst);
+                },
+            )
         }
     }
 
@@ -1044,9 +1073,15 @@ mod models {
                 if !c.room(&qa, &ta, &wa) {
                     return (false, None);
                 }
-                let pushed = qa.push(12);
-                assert!(c.mine.len() < c.quota, "a claim beyond the quota");
-                (true, pushed.then_some(12))
+                let pushed = qa.push_ticket(12);
+                if let Some(t) = pushed {
+                    // as `QProducer::took`: the claim counts against the
+                    // credits (the real ring, which holds only a quota)
+                    assert!(c.mine.len() < c.quota, "a claim beyond the quota");
+                    c.mine.push(t, c.quota);
+                    assert!(c.mine.len() <= c.quota);
+                }
+                (true, pushed.map(|_| 12))
             });
             let qb = q.clone();
             let b = loom::thread::spawn(move || qb.push(20).then_some(20));
