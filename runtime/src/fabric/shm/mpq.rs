@@ -15,8 +15,9 @@
 //!   compare-and-swap `t -> t + 1`, and only if cell `t % len` is free for
 //!   `t`, so a claim never waits on another sender and a full queue is
 //!   seen before anything is claimed;
-//! * `want` (offset 72): set by a sender that found the queue full; the
-//!   consumer that frees cells and sees it rings every sender's doorbell.
+//! * `want` (offset 72): set by a sender that found the queue full or ran
+//!   out of credits ([`QProducer::reclaim`]); the consumer that frees
+//!   cells and sees it rings every sender's doorbell.
 //!
 //! Each cell starts with its state word. For ticket `t` whose cell's lap
 //! begins at `b = t - t % len`: `b` means free for `t`, `b + 1` published
@@ -134,8 +135,10 @@ pub(crate) fn sender_quota(len: u64) -> usize {
 }
 
 /// A sender's unreleased tickets, oldest first: a ring of a power of two
-/// slots at least its quota, made at its first claim (so a peer this rank
-/// never sends to costs no memory); pushing is a store and an add.
+/// slots at least its quota, made whole at its first claim
+/// (`quota.next_power_of_two()` x 8 B: 512 B for a queue of 64 cells, so a
+/// peer this rank never sends to costs no memory); pushing is a store and
+/// an add.
 struct Tickets {
     buf: Box<[u64]>,
     /// Pushes and pops so far (wrapping): the oldest is slot
