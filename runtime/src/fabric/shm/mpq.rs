@@ -15,8 +15,9 @@
 //!   compare-and-swap `t -> t + 1`, and only if cell `t % len` is free for
 //!   `t`, so a claim never waits on another sender and a full queue is
 //!   seen before anything is claimed;
-//! * `want` (offset 72): set by a sender that found the queue full; the
-//!   consumer that frees cells and sees it rings every sender's doorbell.
+//! * `want` (offset 72): set by a sender that found the queue full or ran
+//!   out of credits ([`QProducer::reclaim`]); the consumer that frees
+//!   cells and sees it rings every sender's doorbell.
 //!
 //! Each cell starts with its state word. For ticket `t` whose cell's lap
 //! begins at `b = t - t % len`: `b` means free for `t`, `b + 1` published
@@ -44,7 +45,14 @@
 //! quota, reads the consumer's published `tail` once (the consumer
 //! releases in ticket order, so every ticket below it came back) and
 //! forgets the tickets it passed; only if none came back does it ask for
-//! a doorbell and look again.
+//! a doorbell and look again. Any rank of the host can write `tail`, so
+//! it is only a hint: the newest ticket it passed is confirmed by that
+//! ticket's own state word before any is forgotten (one more load), and a
+//! tail written ahead of the consumer falls back to confirming the
+//! tickets one by one, so it cannot lift an honest sender's quota. A tail
+//! written behind the consumer gives a sender no credit back: it stalls
+//! that sender (until its doorbell and the consumer's next release), as a
+//! broken rank can stall the queue anyway.
 
 use super::cells::{CellView, Cells, Peek};
 use super::layout::{CellMeta, F_FIRST, F_LAST};
@@ -127,8 +135,10 @@ pub(crate) fn sender_quota(len: u64) -> usize {
 }
 
 /// A sender's unreleased tickets, oldest first: a ring of a power of two
-/// slots at least its quota, made at its first claim (so a peer this rank
-/// never sends to costs no memory); pushing is a store and an add.
+/// slots at least its quota, made whole at its first claim
+/// (`quota.next_power_of_two()` x 8 B: 512 B for a queue of 64 cells, so a
+/// peer this rank never sends to costs no memory); pushing is a store and
+/// an add.
 struct Tickets {
     buf: Box<[u64]>,
     /// Pushes and pops so far (wrapping): the oldest is slot
@@ -160,6 +170,7 @@ impl Tickets {
     /// Add the newest; the caller holds fewer than `quota`.
     #[inline(always)]
     fn push(&mut self, t: u64, quota: usize) {
+        debug_assert!(self.len() < quota, "a ticket beyond the quota");
         if self.buf.is_empty() {
             self.make(quota);
         }
@@ -173,22 +184,48 @@ impl Tickets {
         self.buf = vec![0; quota.next_power_of_two()].into_boxed_slice();
     }
 
-    /// Forget the tickets `tail` passed, oldest first; true if one was.
+    /// Forget the tickets the consumer released, oldest first; true if one
+    /// was. `tail` (the consumer's published tail, which any rank of the
+    /// host can write) is only a hint: the newest ticket it passed is
+    /// confirmed by `released` (that ticket's own state word; the consumer
+    /// releases in ticket order, so the older ones came back too) before
+    /// any is forgotten. A tail ahead of the consumer fails that check, and
+    /// the tickets are then confirmed one by one, oldest first; a tail
+    /// behind it passes none (the sender waits for a doorbell: it stalls
+    /// only itself).
     #[inline(always)]
-    fn forget_before(&mut self, tail: u64) -> bool {
+    fn forget_before(&mut self, tail: u64, released: impl Fn(u64) -> bool) -> bool {
         if self.len() == 0 || !passed(tail, self.slot(self.first)) {
             return false;
         }
-        if passed(tail, self.slot(self.next.wrapping_sub(1))) {
-            // every one came back (a round trip's case): no walk
-            self.first = self.next;
+        // `end`: one past the newest ticket the tail passed
+        let end = if passed(tail, self.slot(self.next.wrapping_sub(1))) {
+            // every one passed (a round trip's case): no walk
+            self.next
+        } else {
+            let mut e = self.first.wrapping_add(1);
+            while e != self.next && passed(tail, self.slot(e)) {
+                e = e.wrapping_add(1);
+            }
+            e
+        };
+        if released(self.slot(end.wrapping_sub(1))) {
+            self.first = end;
             return true;
         }
-        self.first = self.first.wrapping_add(1);
-        while self.first != self.next && passed(tail, self.slot(self.first)) {
+        self.forget_confirmed(&released)
+    }
+
+    /// The tail lied (it passed a ticket the consumer did not release):
+    /// forget the tickets whose own state word says released, oldest first.
+    #[cold]
+    #[inline(never)]
+    fn forget_confirmed(&mut self, released: &impl Fn(u64) -> bool) -> bool {
+        let from = self.first;
+        while self.first != self.next && released(self.slot(self.first)) {
             self.first = self.first.wrapping_add(1);
         }
-        true
+        self.first != from
     }
 }
 
@@ -199,6 +236,42 @@ impl Tickets {
 #[inline(always)]
 fn passed(tail: u64, t: u64) -> bool {
     (tail.wrapping_sub(t) as i64) > 0
+}
+
+/// Whether ticket `t`'s cell says the consumer released `t` (its state is
+/// `lap(t) + len` or later: released, or claimed again for a later lap).
+/// The confirmation of a tail that passed `t` ([`Tickets::forget_before`]).
+#[inline]
+fn released(q: &Queue, t: u64) -> bool {
+    is_released(q.word(t).load(order::SEE_FREE), t, q.len())
+}
+
+/// Whether state `s` of ticket `t`'s cell, in a queue of `len`, says `t`
+/// was released (the loom model uses this very test).
+#[inline(always)]
+fn is_released(s: u64, t: u64, len: u64) -> bool {
+    let lap = t.wrapping_sub(t % len);
+    (s.wrapping_sub(lap.wrapping_add(len)) as i64) >= 0
+}
+
+/// A sender's credit step when out of credits ([`QProducer::reclaim`];
+/// the loom model runs this very function over its own atomics): forget
+/// the tickets the consumer released by one look at its tail (`tail`,
+/// confirmed by `released`); if none came back, ask for a doorbell
+/// (`ask_ring`: store `want`, then a `SeqCst` fence) and look once more.
+/// True if a credit is free.
+#[inline(always)]
+fn reclaim_step(
+    mine: &mut Tickets,
+    tail: impl Fn() -> u64,
+    released: impl Fn(u64) -> bool,
+    ask_ring: impl FnOnce(),
+) -> bool {
+    if mine.forget_before(tail(), &released) {
+        return true;
+    }
+    ask_ring();
+    mine.forget_before(tail(), &released)
 }
 
 impl QProducer {
@@ -229,7 +302,9 @@ impl QProducer {
     /// A sender holding its [`sender_quota`] of unreleased cells gets no
     /// more until the consumer releases its oldest
     /// ([`reclaim`](Self::reclaim)): per-sender credits, read from the
-    /// cells' own state words.
+    /// consumer's published tail, taken as a hint and confirmed by the
+    /// state word of the newest ticket it passed
+    /// ([`Tickets::forget_before`]).
     #[inline(always)]
     pub(crate) fn has_room(&mut self) -> bool {
         if self.held {
@@ -299,29 +374,25 @@ impl QProducer {
         self.mine.push(t, self.quota);
     }
 
-    /// Forget the tickets the consumer released, oldest first, by one
-    /// load of its published tail (it releases in ticket order, and
-    /// publishes the tail after each release); true if one came back.
-    #[inline(always)]
-    fn forget_released(&mut self) -> bool {
-        let tail = self.q.ctrl(TAIL_OFF).load(order::SEE_TAIL);
-        self.mine.forget_before(tail)
-    }
-
     /// Out of credits: forget what the consumer released (one load of
-    /// its tail); if that frees none, ask for a doorbell (`want`) and look
-    /// once more, as [`full_at`](Self::full_at) does (either the consumer
-    /// that releases the oldest ticket sees `want`, or this second look
-    /// sees its tail). True if a credit is free.
+    /// its tail, confirmed by a state word); if that frees none, ask for a
+    /// doorbell (`want`) and look once more, as [`full_at`](Self::full_at)
+    /// does (either the consumer that releases the oldest ticket sees
+    /// `want`, or this second look sees its tail): [`reclaim_step`]. True
+    /// if a credit is free.
     #[cold]
     #[inline(never)]
     fn reclaim(&mut self) -> bool {
-        if self.forget_released() {
-            return true;
-        }
-        self.q.ctrl(WANT_OFF).store(1, Ordering::SeqCst);
-        std::sync::atomic::fence(Ordering::SeqCst);
-        self.forget_released()
+        let q = self.q;
+        reclaim_step(
+            &mut self.mine,
+            || q.ctrl(TAIL_OFF).load(order::SEE_TAIL),
+            |t| released(&q, t),
+            || {
+                q.ctrl(WANT_OFF).store(1, Ordering::SeqCst);
+                std::sync::atomic::fence(Ordering::SeqCst);
+            },
+        )
     }
 
     /// The queue looked full at ticket `t`: ask for a doorbell (`want`),
@@ -636,7 +707,105 @@ mod tests {
             c.release();
             assert!(a.has_room(), "no credit back after a release ({len} cells)");
             a.push_short(1, &[took]);
+            // a partial release (`k` more of the flooder's oldest, all
+            // before the other sender's ticket): flooding again takes
+            // exactly `k` cells, stopping at the quota with free cells left
+            let quota = sender_quota(len as u64) as u64;
+            let k = (quota / 2).max(1).min(took - 1);
+            for _ in 0..k {
+                assert!(matches!(c.peek_short(), Peek::Short(0, 1, _)));
+                c.release();
+            }
+            let mut again = 0u64;
+            while a.has_room() {
+                a.push_short(1, &[took + 1 + again]);
+                again += 1;
+                assert!(again <= len as u64, "more cells than the queue has");
+            }
+            assert_eq!(again, k, "flooding again went past the quota ({len} cells)");
         }
+    }
+
+    /// A caller pushing a ticket beyond the quota is a bug, caught in
+    /// debug builds (the ring holds `quota.next_power_of_two()`: the push
+    /// would silently overwrite the oldest once past it).
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "beyond the quota")]
+    fn shmqfix_a_ticket_beyond_the_quota_is_caught() {
+        let mut m = Tickets::new();
+        for t in 0..7 {
+            m.push(t, 6);
+        }
+    }
+
+    /// `Tickets::forget_before` forgets exactly the tickets the tail
+    /// passed (the walk, not only the all-passed shortcut), nothing when
+    /// none passed, and only the confirmed ones when the tail lies; round
+    /// after round, so the counts wrap the ring (quota 6: 8 slots), and
+    /// across the wrap of the ticket numbers.
+    #[test]
+    fn shmqfix_tickets_forget_what_the_tail_passed() {
+        for base in [0u64, 5, u64::MAX - 20] {
+            let mut m = Tickets::new();
+            let mut t0 = base;
+            for round in 0..12 {
+                for i in 0..6 {
+                    m.push(t0.wrapping_add(i), 6);
+                }
+                assert_eq!(m.len(), 6);
+                let back = |n: u64| move |t: u64| passed(t0.wrapping_add(n), t);
+                if round % 2 == 0 {
+                    assert!(m.forget_before(t0.wrapping_add(3), back(3)));
+                } else {
+                    // a tail far ahead: only the confirmed three go
+                    assert!(m.forget_before(t0.wrapping_add(1 << 40), back(3)));
+                }
+                assert_eq!(m.len(), 3, "round {round} from {base}");
+                assert!(!m.forget_before(t0.wrapping_add(3), back(3)));
+                assert_eq!(m.len(), 3);
+                // a tail behind the oldest, or one unconfirmed: none
+                assert!(!m.forget_before(t0, back(6)));
+                assert!(!m.forget_before(t0.wrapping_add(6), back(3)));
+                assert_eq!(m.len(), 3);
+                assert!(m.forget_before(t0.wrapping_add(5), back(5)));
+                assert_eq!(m.len(), 1);
+                assert!(m.forget_before(t0.wrapping_add(6), back(6)));
+                assert_eq!(m.len(), 0);
+                assert!(!m.forget_before(t0.wrapping_add(6), back(6)));
+                t0 = t0.wrapping_add(6);
+            }
+        }
+    }
+
+    /// A rank that rewrites the queue's `tail` far ahead of the senders'
+    /// tickets (review finding: a queue of 8 cells, quota 6, a flooder
+    /// rewriting `tail = 1 << 40` took 8 of 8 cells and starved the other
+    /// sender): the flooder still stops at its quota, as it confirms the
+    /// tail with its tickets' own state words.
+    #[test]
+    fn shmqfix_a_forged_tail_does_not_lift_the_quota() {
+        let len = 8usize;
+        let mut m = mem(256, len);
+        // SAFETY: `m` outlives the queue, 8-aligned, 256 B cells.
+        let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) };
+        let (mut a, mut b) = (QProducer::new(q, 0), QProducer::new(q, 1));
+        let mut took = 0u64;
+        loop {
+            q.ctrl(TAIL_OFF).store(1 << 40, Ordering::Relaxed);
+            if !a.has_room() {
+                break;
+            }
+            a.push_short(1, &[took]);
+            took += 1;
+            assert!(took <= len as u64, "more cells than the queue has");
+        }
+        assert_eq!(
+            took,
+            sender_quota(len as u64) as u64,
+            "a forged tail lifted the quota: {took} of {len} cells"
+        );
+        assert!(b.has_room(), "the other sender was starved");
     }
 
     /// Garbage in every shared word (head, want, state words, cells) never
@@ -677,7 +846,9 @@ mod tests {
 
 /// loom model of the claim / publish / release protocol with two senders
 /// (`RUSTFLAGS="--cfg loom" cargo test -p splitrt-runtime --release --lib
-/// loom`), restated over loom's atomics with the orderings of [`order`].
+/// loom`), restated over loom's atomics with the orderings of [`order`];
+/// the sender's credit step is the production [`reclaim_step`] (with the
+/// real [`Tickets`] and [`is_released`]), run over the model's atomics.
 #[cfg(all(test, loom))]
 mod models {
     use super::order;
@@ -718,14 +889,19 @@ mod models {
         }
 
         fn push(&self, v: u64) -> bool {
-            let Some(t) = self.claim() else { return false };
+            self.push_ticket(v).is_some()
+        }
+
+        /// `push`, giving the claimed ticket (for the sender's credits).
+        fn push_ticket(&self, v: u64) -> Option<u64> {
+            let t = self.claim()?;
             let i = (t % self.len) as usize;
             self.cells[i].with_mut(|p| {
                 // SAFETY: loom's cell; loom itself reports a concurrent access.
                 unsafe { *p = v }
             });
             self.state[i].store(t - t % self.len + 1, order::PUBLISH);
-            true
+            Some(t)
         }
 
         fn pop(&self, tail: &mut u64) -> Option<u64> {
@@ -839,21 +1015,26 @@ mod models {
     }
 
     impl Credits {
-        /// `QProducer::forget_released`: one load of the consumer's tail.
-        fn forget(&mut self, tail: &AtomicU64) -> bool {
-            self.mine.forget_before(tail.load(order::SEE_TAIL))
-        }
-
         /// `QProducer::has_room`'s credit check with `reclaim`: at the
-        /// quota, the tail once; if no credit came back, `want`, the
-        /// fence and the tail again. True if a credit is free.
-        fn room(&mut self, tail: &AtomicU64, want: &AtomicU64) -> bool {
-            if self.mine.len() < self.quota || self.forget(tail) {
+        /// quota, the production credit step (`super::reclaim_step`) over
+        /// the model's tail, state words (`super::is_released`) and `want`
+        /// with a loom fence. True if a credit is free.
+        fn room(&mut self, q: &Q, tail: &AtomicU64, want: &AtomicU64) -> bool {
+            if self.mine.len() < self.quota {
                 return true;
             }
-            want.store(1, Ordering::SeqCst);
-            loom::sync::atomic::fence(Ordering::SeqCst);
-            self.forget(tail)
+            super::reclaim_step(
+                &mut self.mine,
+                || tail.load(order::SEE_TAIL),
+                |t| {
+                    let s = q.state[(t % q.len) as usize].load(order::SEE_FREE);
+                    super::is_released(s, t, q.len)
+                },
+                || {
+                    want.store(1, Ordering::SeqCst);
+                    loom::sync::atomic::fence(Ordering::SeqCst);
+                },
+            )
         }
     }
 
@@ -892,12 +1073,18 @@ mod models {
                 };
                 c.mine.push(0, quota);
                 c.mine.push(1, quota);
-                if !c.room(&ta, &wa) {
+                if !c.room(&qa, &ta, &wa) {
                     return (false, None);
                 }
-                let pushed = qa.push(12);
-                assert!(c.mine.len() < c.quota, "a claim beyond the quota");
-                (true, pushed.then_some(12))
+                let pushed = qa.push_ticket(12);
+                if let Some(t) = pushed {
+                    // as `QProducer::took`: the claim counts against the
+                    // credits (the real ring, which holds only a quota)
+                    assert!(c.mine.len() < c.quota, "a claim beyond the quota");
+                    c.mine.push(t, c.quota);
+                    assert!(c.mine.len() <= c.quota);
+                }
+                (true, pushed.map(|_| 12))
             });
             let qb = q.clone();
             let b = loom::thread::spawn(move || qb.push(20).then_some(20));
