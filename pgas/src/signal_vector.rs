@@ -52,6 +52,9 @@ pub(crate) struct Entry<'a> {
     /// (`signal_word::Registry::generation`; 0, never a generation, if it
     /// was gone already).
     generation: u64,
+    /// For an entry from a global pointer: the registry's removal count
+    /// read before `generation` (`signal_word::Registry::removals`).
+    removals: u64,
 }
 
 /// Check the lengths of a mask and of the compare values against `n`
@@ -171,10 +174,17 @@ pub(crate) fn satisfied_registered(
     mode: Mode,
     registry: &Registry,
 ) -> std::result::Result<Option<Vec<usize>>, GlobalPtr<u64>> {
-    registry.with_words(|gen_of| {
+    registry.with_words_since(|gen_of, removals| {
+        // no range removed since the entries were made: all still hold
+        // (else look each one up; up to MAX_SIGNAL_ARRAYS ranges each); an
+        // entry whose array was gone when it was made (generation 0) is
+        // always looked up
+        let moved = entries
+            .iter()
+            .any(|e| e.index.is_none() && (e.removals != removals || e.generation == 0));
         match entries
             .iter()
-            .find(|e| e.index.is_none() && gen_of(e.ptr.offset()) != Some(e.generation))
+            .find(|e| moved && e.index.is_none() && gen_of(e.ptr.offset()) != Some(e.generation))
         {
             Some(e) => Err(e.ptr),
             None => Ok(satisfied(entries, cmp, mode)),
@@ -235,6 +245,7 @@ impl Signals {
                 ptr: self.at(me, i),
                 index: Some(i),
                 generation: 0,
+                removals: 0,
             });
         }
         Ok(out)
@@ -464,6 +475,7 @@ impl Pgas {
                 value: values[k],
                 ptr: sig,
                 index: None,
+                removals: i.st.signals.removals(),
                 generation: i.st.signals.generation(sig.offset()).unwrap_or(0),
             });
         }
@@ -533,6 +545,7 @@ pub(crate) fn one_entry<'a>(inner: &'a Inner, sig: GlobalPtr<u64>, value: u64) -
         value,
         ptr: sig,
         index: None,
+        removals: inner.st.signals.removals(),
         generation: inner.st.signals.generation(sig.offset()).unwrap_or(0),
     }
 }
