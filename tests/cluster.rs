@@ -1185,8 +1185,11 @@ fn incast_through_a_shaped_link_keeps_goodput() {
 /// flat. Also `alltoall_nb` (blocks of 0, 1 and 5000 u32: the last too
 /// large for one shared-memory step, so flat as the blocking form) and
 /// `alltoallv_nb` (counts with zeros, all zero, too large: the flat
-/// fall-back), checked against the blocking forms' results, and under
-/// `-N2 -n4` (0 1 | 2 3) too.
+/// fall-back; too large only between the last host's members, so one
+/// host fits and another does not), checked against the blocking forms'
+/// results, with `send` overwritten before the wait, an `alltoallv_nb`
+/// of 16 MiB per member whose peak resident memory must grow by less
+/// than 2.5 times that, and under `-N2 -n4` (0 1 | 2 3) too.
 #[test]
 fn srun_pmi2_hosts_team_hier_nb() {
     let Some(d) = cluster() else { return };
@@ -1418,5 +1421,85 @@ fn srun_pmi2_hosts_team_hier_nbscan() {
                 flat[k]
             );
         }
+    }
+}
+
+/// A culprit job as `culprit_run`, `srun --mpi=pmi2 SPREAD` (nodes,
+/// ranks and options).
+fn culprit_run_spread(
+    d: &std::path::Path,
+    spread: &[&str],
+    prog: &std::path::Path,
+    mode: &str,
+    target: &str,
+) -> Run {
+    let mut a = vec!["srun", "--mpi=pmi2"];
+    a.extend_from_slice(spread);
+    a.extend([
+        "env",
+        "SPLITRT_HANG_REPORT=1",
+        "SPLITRT_HANG_ABORT=1",
+        prog.to_str().unwrap(),
+        mode,
+        target,
+    ]);
+    on(d, "ctl", &a)
+}
+
+/// The hang report of a hierarchical reduce_scatter_nb or scan names the
+/// member that never calls, not a member stuck behind it
+/// (`t_team_hier`'s `rsnbabsent` / `noscan`): a host's leader missing
+/// from reduce_scatter_nb (rank 4, alone on its host with `-N3 -n5`, and
+/// rank 4 leading 4 5 with `-n6`) is named before the other hosts'
+/// members wait for their own leaders; in the pipelined scan a missing
+/// leader (0, 2) or a host's missing last member (1 of 0 1 2 | 3 4) is
+/// named before the next host's leader names the previous host's last
+/// member.
+#[test]
+fn srun_pmi2_hosts_team_hier_scanfix_names_the_culprit() {
+    let Some(d) = cluster() else { return };
+    let p = example("t_team_hier");
+    let cases: [(&[&str], &str, &str, &str, &str); 5] = [
+        (
+            &["-N3", "-n5"],
+            "rsnbabsent",
+            "4",
+            "Team::reduce_scatter",
+            "5",
+        ),
+        (
+            &["-N3", "-n6"],
+            "rsnbabsent",
+            "4",
+            "Team::reduce_scatter",
+            "6",
+        ),
+        (&["-N3", "-n6"], "noscan", "0", "Team::scan_inclusive", "6"),
+        (&["-N3", "-n6"], "noscan", "2", "Team::scan_inclusive", "6"),
+        (
+            &["-N2", "-n5", "--overcommit"],
+            "noscan",
+            "1",
+            "Team::scan_inclusive",
+            "5",
+        ),
+    ];
+    for (spread, mode, target, call, n) in cases {
+        let r = culprit_run_spread(&d, spread, &p, mode, target);
+        assert_ne!(r.code, 0, "{r:?}");
+        let named = |t: &str| format!("(world rank {t}) to send");
+        let others: Vec<String> = (0..n.parse::<usize>().unwrap())
+            .map(|t| t.to_string())
+            .filter(|t| t != target)
+            .collect();
+        assert!(
+            r.stderr.contains("gave up after")
+                && r.stderr
+                    .contains(&format!("in {call} #3 on team 0x1 ({n} members)"))
+                && r.stderr.contains(&named(target))
+                && others.iter().all(|t| !r.stderr.contains(&named(t))),
+            "{spread:?} {mode} {target}: {}",
+            r.stderr
+        );
     }
 }

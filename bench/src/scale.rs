@@ -7,8 +7,9 @@
 //! descriptors, threads and time to start beside the rank count, and
 //! writes `DIR/scale.txt`. RSS counts every page a rank has mapped, so a
 //! page of a peer's queue it wrote into counts in both; PSS divides a
-//! page shared by m processes by m, so the ranks' PSS add up to what the
-//! host holds: their mean is the memory a rank costs. Needs `cargo build --release --examples --bins`.
+//! page shared by m processes by m, so the ranks' PSS add up to the memory
+//! the ranks map (page tables, the launcher and /dev/shm pages no rank
+//! maps are not in it): their mean is the mapped memory a rank costs. Needs `cargo build --release --examples --bins`.
 //! `SPLITRT_SHM_QUEUE=shared` in its environment measures the shared
 //! receive queue (named in the header line).
 
@@ -64,9 +65,9 @@ pub fn run(r: &Run, ranks: &str) -> Result<(), String> {
     let mut text = format!(
         "splitrt-bench scale (one host; SPLITRT_SHM_QUEUE={queue}; load average before: {})\n\
          RSS: pages a rank has mapped, a shared page counted in every rank that touched it; \
-         PSS: each page divided by the ranks that map it (sums to the host's memory);\n\
-         at the end (every rank alive), MiB, RSS the max over ranks, PSS their mean (the host's \
-         total over the ranks); (peers): the part in the other ranks' shared-memory files; \
+         PSS: each page divided by the ranks that map it (sums to the memory the ranks map);\n\
+         at the end (every rank alive), MiB, RSS the max over ranks, PSS their mean (the ranks' \
+         mapped total over the ranks); (peers): the part in the other ranks' shared-memory files; \
          anon: private memory (heap, stacks), PTE: page tables, max over ranks\n\
          {:>6} {:>14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>14} {:>16} {:>4} {:>7} {:>15} {:>8}\n",
         r.load_before(),

@@ -5,7 +5,9 @@
 //! `team_hier_scan.rs`) combine within each
 //! host through shared memory, run the message algorithm among one **leader** per host
 //! (the host's lowest team rank), and fan the result out through shared
-//! memory again. Messages cross hosts only between leaders.
+//! memory again. Messages cross hosts only between leaders, except in the
+//! scans (the hosts' last members send the doubling and offset messages:
+//! `team_hier_nb_scan.rs`).
 //!
 //! The grouping is agreed at the team's first blocking collective that
 //! cannot go through one shared-memory area (`team_shm.rs`): every member

@@ -61,17 +61,40 @@ impl GroupCounts {
         off.iter().map(|&t| self.send[q][t]).sum()
     }
 
-    /// Elements the leader hands out (every member's blocks from `off`).
-    pub(crate) fn fan_len(&self, off: &[usize]) -> usize {
-        (0..self.send.len()).map(|q| self.fan_of(q, off)).sum()
+    /// Elements the leader hands out (every member's blocks from `off`),
+    /// `None` if the sum overflows (counts are a peer's).
+    pub(crate) fn fan_len(&self, off: &[usize]) -> Option<usize> {
+        (0..self.send.len()).try_fold(0usize, |sum, q| {
+            sum.checked_add(total(off.iter().map(|&t| self.recv[q][t]))?)
+        })
     }
 
     /// Whether this host **fits** (module docs): every member's send
-    /// buffer after the counts of a team of `n`, and the fan-out.
+    /// buffer after the counts of a team of `n`, and the fan-out. Counts
+    /// whose sum (or size in bytes) overflows do not fit.
     pub(crate) fn fits<T>(&self, off: &[usize], n: usize) -> bool {
         let es = std::mem::size_of::<T>();
-        self.send.iter().all(|c| buf_fits::<T>(c.iter().sum(), n))
-            && self.fan_len(off).saturating_mul(es) <= TEAM_HALF - 8
+        (0..self.send.len()).all(|q| self.send_fits::<T>(q, n))
+            && self
+                .fan_len(off)
+                .and_then(|len| len.checked_mul(es))
+                .is_some_and(|b| b <= TEAM_HALF - 8)
+    }
+
+    /// Whether member q's send buffer (as its send counts say) fits area
+    /// step 0 after the counts of a team of `n` (`buf_fits`; an
+    /// overflowing sum does not).
+    pub(crate) fn send_fits<T>(&self, q: usize, n: usize) -> bool {
+        total(self.send[q].iter().copied()).is_some_and(|len| buf_fits::<T>(len, n))
+    }
+
+    /// Bytes of member q's blocks for the team ranks `off` if its send
+    /// buffer fits (`send_fits`: then it sends them to its leader, and
+    /// they fit too), else `None`.
+    pub(crate) fn up_len<T>(&self, q: usize, off: &[usize], n: usize) -> Option<usize> {
+        let es = std::mem::size_of::<T>();
+        self.send_fits::<T>(q, n)
+            .then(|| self.fan_of_send(q, off) * es)
     }
 
     /// What member q (team ranks `group`) gets from its host's members
@@ -118,6 +141,11 @@ impl GroupCounts {
 /// the counts of a team of `n` (16 n B).
 pub(crate) fn buf_fits<T>(len: usize, n: usize) -> bool {
     len.saturating_mul(std::mem::size_of::<T>()) <= TEAM_HALF - 16 * n
+}
+
+/// The sum of `counts`, `None` if it overflows.
+pub(crate) fn total(counts: impl IntoIterator<Item = usize>) -> Option<usize> {
+    counts.into_iter().try_fold(0usize, usize::checked_add)
 }
 
 /// Prefix sums of `counts`.
@@ -212,7 +240,6 @@ impl HierCall<'_> {
             return Err(self.team.a2av_mismatch(self.seq, m));
         }
         // does this host fit: every send buffer, and the fan-out
-        let fan_len = gc.fan_len(&off);
         let fits_host = gc.fits::<T>(&off, n);
         if let Some((a, k)) = step0 {
             if fits_host {
@@ -277,7 +304,8 @@ impl HierCall<'_> {
             }
             // member q's blocks from other hosts, in `off` order
             let fo = offsets(&(0..ga).map(|q| gc.fan_of(q, &off)).collect::<Vec<_>>());
-            fan = vec![T::zeroed(); fan_len];
+            // fits_all: the fan-out's sum did not overflow
+            fan = vec![T::zeroed(); gc.fan_len(&off).unwrap_or(0)];
             for s in 1..nl {
                 let b = (li + nl - s) % nl;
                 let len: usize = groups[b]
@@ -354,5 +382,59 @@ impl HierCall<'_> {
                 .recv(self.seq, 0, &self.h, j, bytemuck::cast_slice_mut(out), 0)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts from a peer (shared memory, or a member's message to its
+    /// leader) whose sums overflow do not fit, rather than panicking or
+    /// wrapping to a small size.
+    #[test]
+    fn a2afix_overflowing_counts_do_not_fit() {
+        let n = 3;
+        let zero = vec![0usize; n];
+        // a member's send counts add up past usize::MAX
+        let gc = GroupCounts {
+            send: vec![zero.clone(), vec![usize::MAX, 2, 0]],
+            recv: vec![zero.clone(), zero.clone()],
+        };
+        assert!(!gc.fits::<u64>(&[2], n));
+        // the fan-out (blocks from other hosts) adds up past usize::MAX
+        let gc = GroupCounts {
+            send: vec![zero.clone(), zero.clone()],
+            recv: vec![vec![0, 0, usize::MAX], vec![0, 0, 2]],
+        };
+        assert!(!gc.fits::<u64>(&[2], n));
+        // one member's fan-out fits usize but not in bytes
+        let gc = GroupCounts {
+            send: vec![zero.clone(), zero.clone()],
+            recv: vec![vec![0, 0, usize::MAX / 4], zero],
+        };
+        assert!(!gc.fits::<u64>(&[2], n));
+    }
+
+    /// The leader makes room for a member's blocks for other hosts only
+    /// if that member's send buffer fits a step (so at most a step's
+    /// bytes), whatever counts the member reported.
+    #[test]
+    fn a2afix_up_len_only_for_a_buffer_that_fits() {
+        let n = 3;
+        let zero = vec![0usize; n];
+        let gc = GroupCounts {
+            send: vec![
+                vec![1, 2, 3],
+                vec![usize::MAX, 2, 0],
+                vec![0, 0, usize::MAX / 4],
+                vec![0, 1, TEAM_HALF],
+            ],
+            recv: vec![zero; 4],
+        };
+        assert_eq!(gc.up_len::<u64>(0, &[2], n), Some(24));
+        assert_eq!(gc.up_len::<u64>(1, &[0, 1], n), None);
+        assert_eq!(gc.up_len::<u64>(2, &[2], n), None);
+        assert_eq!(gc.up_len::<u8>(3, &[2], n), None);
     }
 }

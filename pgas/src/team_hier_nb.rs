@@ -16,9 +16,9 @@
 //!
 //! The grouping is the one the team's blocking collectives agreed on
 //! (`Team::is_hierarchical() == Some(true)`): a non-blocking form never
-//! waits for the set-up, so before the team's first blocking `barrier`,
-//! `broadcast`, `reduce`, `allreduce`, `gather` or `allgather` across
-//! hosts (the collectives that call `Team::hier_call`) its non-blocking
+//! waits for the set-up, so before the team's first blocking collective
+//! across hosts (any that calls `Team::hier_call`: every one but `split`;
+//! the set-up runs at the first whatever its kind) its non-blocking
 //! forms go flat (`alltoall_nb` and `alltoallv_nb`: the same, in
 //! `team_hier_nb_a2a.rs`). Every member knows the
 //! same (members call the same collectives in the same order), so every

@@ -217,12 +217,15 @@ struct V {
     recv_counts: Vec<usize>,
     /// Bytes of one member's counts (16 n).
     head: usize,
-    /// Where the send buffer starts in `Work`.
+    /// Where the send buffer starts in `Work` (if it is there: `sent`).
     sb: usize,
     /// Where the decision (8 B) is in `Work`.
     flag_at: usize,
     /// Where this member's blocks for other hosts (packed) are in `Work`.
     up_at: usize,
+    /// This member's blocks went out at the call (its send buffer does
+    /// not fit a step, so the decision is flat): `Work` holds no copy.
+    sent: bool,
 }
 
 impl V {
@@ -252,7 +255,7 @@ impl V {
     /// decides): this member's blocks to and from the other hosts' members
     /// pairwise, under the collective's number.
     fn flat<T>(&self, s: &mut Sched) {
-        for &t in &self.off {
+        for &t in self.off.iter().filter(|_| !self.sent) {
             let (at, len) = Self::span::<T>(&self.send_counts, t);
             s.send_part(t, 0, (Buf::Work, self.sb + at, len));
         }
@@ -295,7 +298,7 @@ fn member_go<T>(s: &mut Sched, v: V) -> Result<()> {
 /// other leaders whether its host fits and the counts between their
 /// hosts, takes its members' blocks for other hosts.
 fn leader_counts<T: Pod>(s: &mut Sched, v: V) -> Result<()> {
-    let (n, es, group) = (v.n(), std::mem::size_of::<T>(), &v.g.group);
+    let (n, group) = (v.n(), &v.g.group);
     let (ga, nl) = (group.len(), v.groups.len());
     let counts = |q: usize| -> Vec<usize> {
         let w = &s.work[q * v.head..][..v.head];
@@ -326,13 +329,18 @@ fn leader_counts<T: Pod>(s: &mut Sched, v: V) -> Result<()> {
             (Buf::Work, at, msg.len() * 8),
         );
     }
-    // every member's blocks for other hosts, where they were sent
+    // every member's blocks for other hosts, where they were sent: only
+    // from a member whose send buffer fits a step (it sends them only
+    // then; else its host does not fit, the decision is flat and they
+    // are never read), so they take at most a step's bytes each
     let mut up = vec![v.up_at; ga];
     for (q, &t) in group.iter().enumerate().skip(1) {
-        let len = gc.fan_of_send(q, &v.off) * es;
+        let Some(len) = gc.up_len::<T>(q, &v.off, n) else {
+            continue;
+        };
         up[q] = s.work.len();
         s.work.resize(up[q] + len, 0);
-        if len > 0 && buf_fits::<T>(gc.send[q].iter().sum(), n) {
+        if len > 0 {
             s.recv_part(t, vtag::UP, (Buf::Work, up[q], len), 0);
         }
     }
@@ -468,14 +476,16 @@ impl Team {
     /// blocks between their hosts in one message (none when empty) and
     /// each member its blocks from other hosts, or every member
     /// exchanges its blocks with the other hosts' members pairwise (the
-    /// flat form's messages). A counts difference is named as by the
-    /// blocking form, before any block is taken.
+    /// flat form's messages). A member whose send buffer does not fit
+    /// (so the decision is flat) sends all its blocks at the call, as
+    /// the flat form, and keeps no copy of them. A counts difference is
+    /// named as by the blocking form, before any block is taken.
     pub(crate) fn alltoallv_nb_hier<'a, T: Pod>(
         &self,
         (seq, h, g): (u64, Header, Arc<HostGroups>),
         (send, send_counts): (&[T], &[usize]),
         (recv, recv_counts): (&'a mut [T], &[usize]),
-    ) -> TeamRequest<'a> {
+    ) -> Result<TeamRequest<'a>> {
         let lay = &g.layout;
         let (n, gme, ga) = (lay.group_of.len(), g.gme, g.group.len());
         let me = g.group[gme];
@@ -489,16 +499,21 @@ impl Team {
             .copy_from_slice(bytemuck::cast_slice(own));
         s.copy_out = true;
         // `Work`: the counts (a leader's: every member's, group order), the
-        // send buffer, the decision, the blocks for other hosts packed
+        // send buffer, the decision, the blocks for other hosts packed;
+        // the send buffer and blocks only if the send buffer fits a step
+        // (else the decision is flat and the blocks go out now)
+        let fits = buf_fits::<T>(send.len(), n);
         let words = send_counts.iter().chain(recv_counts);
         s.work = words.flat_map(|&c| (c as u64).to_ne_bytes()).collect();
         s.work.resize(if gme == 0 { ga * head } else { head }, 0);
         let sb = s.work.len();
-        s.work.extend_from_slice(bytemuck::cast_slice(send));
+        if fits {
+            s.work.extend_from_slice(bytemuck::cast_slice(send));
+        }
         let flag_at = s.work.len();
         s.work.extend_from_slice(&[0; 8]);
         let up_at = s.work.len();
-        for &t in &off {
+        for &t in off.iter().filter(|_| fits) {
             s.work
                 .extend_from_slice(bytemuck::cast_slice(&send[so[t]..][..send_counts[t]]));
         }
@@ -513,10 +528,21 @@ impl Team {
             sb,
             flag_at,
             up_at,
+            sent: !fits,
         };
         for &t in g.group.iter().filter(|&&t| t != me) {
             let (at, len) = V::span::<T>(send_counts, t);
-            s.send_part(t, vtag::PEER, (Buf::Work, sb + at, len));
+            if fits {
+                s.send_part(t, vtag::PEER, (Buf::Work, sb + at, len));
+            } else {
+                let b = bytemuck::cast_slice(&send[so[t]..][..send_counts[t]]);
+                self.send(seq, vtag::PEER, &s.h, t, b)?;
+            }
+        }
+        // the flat form's blocks, taken after the decision (`V::flat`)
+        for &t in v.off.iter().filter(|_| !fits) {
+            let b = &send[so[t]..][..send_counts[t]];
+            self.send(seq, 0, &s.h, t, bytemuck::cast_slice(b))?;
         }
         if gme == 0 {
             for (q, &t) in g.group.iter().enumerate().skip(1) {
@@ -527,7 +553,7 @@ impl Team {
         } else {
             let leader = g.group[0];
             s.send_part(leader, vtag::COUNTS, (Buf::Work, 0, head));
-            if up_len > 0 && buf_fits::<T>(send.len(), n) {
+            if up_len > 0 {
                 s.send_part(leader, vtag::UP, (Buf::Work, up_at, up_len));
             }
             let hops = FANOUT_LATER as u32 + 2;
@@ -535,6 +561,6 @@ impl Team {
             let then = move |s: &mut Sched| member_go::<T>(s, v);
             s.steps.push_back(Step::Then(Then(Box::new(then))));
         }
-        TeamRequest::start(s, bytemuck::cast_slice_mut(recv))
+        Ok(TeamRequest::start(s, bytemuck::cast_slice_mut(recv)))
     }
 }

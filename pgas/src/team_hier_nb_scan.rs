@@ -2,8 +2,10 @@
 //! `scan_exclusive_nb` as schedules (`team_sched.rs`), on a team whose
 //! non-blocking collectives run hierarchically (`team_hier_nb.rs`: the
 //! host groups an earlier blocking collective agreed). Within a host the
-//! stages are team messages (over the host's shared-memory fabric); only
-//! leaders (each host's lowest team rank) send across hosts.
+//! stages are team messages (over the host's shared-memory fabric). In
+//! reduce_scatter only leaders (each host's lowest team rank) send across
+//! hosts; in the scans the hosts' last members send the doubling and
+//! offset messages across hosts, and the leaders receive the offsets.
 //!
 //! **reduce_scatter**: every member sends its n blocks to its leader in
 //! one message, host-major (its own host's members first, then the
@@ -12,7 +14,12 @@
 //! team-rank order, sends each other leader the partial results for that
 //! host's members in one message (L (L - 1) across hosts, as the
 //! blocking form), combines what it received in leader order and sends
-//! each member its block.
+//! each member its block. It goes flat (on every member alike: the
+//! decision depends on n, k, the element size and the host sizes only)
+//! when the blocking form would (`hier_fits`) or when the busiest leader
+//! would buffer more than [`RS_HIER_MAX_BYTES`] (its members' n blocks
+//! each and the other leaders' results for its members), far under the
+//! team mailbox's 1 GiB bounds on one message and on buffered bytes.
 //!
 //! **scans** (when each host's members are consecutive team ranks,
 //! `Layout::contiguous`; otherwise flat, as the blocking forms): every
@@ -41,9 +48,9 @@
 
 use crate::reduce::{Op, Reduce};
 use crate::team::Team;
-use crate::team_hier::{HIER, LEADER_LATER};
-use crate::team_hosts::HostGroups;
-use crate::team_mail::Header;
+use crate::team_hier::{hier_fits, FANOUT_LATER, HIER, LEADER_LATER};
+use crate::team_hosts::{HostGroups, Layout};
+use crate::team_mail::{CollKind, Header, MAX_BYTES};
 use crate::team_nb::{bytes_of, TeamRequest};
 use crate::team_sched::{combine_bytes, Buf, Fold, Sched, Step};
 use std::sync::Arc;
@@ -126,10 +133,102 @@ impl Plan {
     }
 }
 
-/// Seconds a member's wait for its result from its leader adds to the
-/// hang report's delay: after its leader's report of a member of theirs
-/// that never calls (0), before the leaders' of each other.
-const RESULT_LATER: u32 = LEADER_LATER - 1;
+/// Seconds a reduce_scatter member's wait for its result from its leader
+/// adds to the hang report's delay: after its leader's report of a
+/// member of theirs that never calls (0) and after the leaders' reports
+/// of each other (`LEADER_LATER + 1`), so a missing leader is named by
+/// the other leaders, not by the other hosts' members naming their own
+/// (as the other non-blocking forms' fan-out waits).
+const RESULT_LATER: u32 = FANOUT_LATER as u32 + 2;
+
+/// Most bytes a hierarchical `reduce_scatter_nb` may leave at one leader
+/// (its members' messages of n blocks each, its own, and the other
+/// leaders' partial results for its members): above it every member
+/// goes flat. An eighth of the team mailbox's bounds (1 GiB on one
+/// message and on buffered bytes), leaving room for other collectives'
+/// messages buffered beside it.
+pub(crate) const RS_HIER_MAX_BYTES: usize = MAX_BYTES / 8;
+
+/// Bytes the hierarchical `reduce_scatter_nb` of `kw` bytes per block
+/// leaves at the busiest leader of `lay` (see [`RS_HIER_MAX_BYTES`]):
+/// g n kw from its g members (its own blocks counted too) and
+/// (L - 1) g kw from the other leaders. Saturating.
+fn rs_leader_bytes(lay: &Layout, kw: usize) -> usize {
+    let (n, nl) = (lay.group_of.len(), lay.leaders.len());
+    (0..nl)
+        .map(|b| {
+            let g = lay.group_of.iter().filter(|&&x| x == b).count();
+            g.saturating_mul(n)
+                .saturating_add(g.saturating_mul(nl - 1))
+                .saturating_mul(kw)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// Whether `reduce_scatter_nb` of `k` elements of `T` per block runs
+/// hierarchically on a team grouped as `lay`: when the blocking form
+/// would and the busiest leader buffers at most `max` bytes (the same
+/// answer on every member).
+pub(crate) fn reduce_scatter_nb_fits<T>(k: usize, lay: &Layout, max: usize) -> bool {
+    let kw = k.saturating_mul(std::mem::size_of::<T>());
+    hier_fits::<T>(CollKind::ReduceScatter, k, lay) && rs_leader_bytes(lay, kw) <= max
+}
+
+/// Seconds the scans' waits add to the hang report's delay, from the
+/// layout (the same on every member): `c`, the largest host's size less
+/// one, bounds a host's chain waits (member j waits j - 1); the
+/// doubling round t waits `c + t`, a leader's wait for its offset
+/// `c + r` (r = ⌈log2 (L - 1)⌉ rounds) and its members' wait for it one
+/// more. So whoever waits for a member stuck behind the real culprit
+/// reports after the member waiting for the culprit: a host's missing
+/// last member is named by its doubling partner or the next host's
+/// leader, not the next host's leader naming a host-mate of the culprit.
+/// (Not `LEADER_LATER` more: the members below a missing one finish the
+/// scan and wait in their next collective, whose leaders' waits report
+/// `LEADER_LATER` + hops late; `noscan 3` on `-N3 -n6` was named there.)
+struct ScanLater {
+    /// `c`.
+    lead: u32,
+    /// `⌈log2 (L - 1)⌉`.
+    rounds: u32,
+}
+
+impl ScanLater {
+    fn of(lay: &Layout) -> ScanLater {
+        let nl = lay.leaders.len();
+        let c = (0..nl)
+            .map(|b| lay.group_of.iter().filter(|&&x| x == b).count())
+            .max()
+            .unwrap_or(1)
+            .saturating_sub(1);
+        let m = nl.saturating_sub(1);
+        let rounds = if m <= 1 {
+            0
+        } else {
+            usize::BITS - (m - 1).leading_zeros()
+        };
+        ScanLater {
+            lead: c as u32,
+            rounds,
+        }
+    }
+
+    /// The doubling round `t`'s wait.
+    fn round(&self, t: u32) -> u32 {
+        self.lead + t
+    }
+
+    /// A leader's wait for its host's offset.
+    fn offset(&self) -> u32 {
+        self.lead + self.rounds
+    }
+
+    /// A member's wait for the offset from its leader.
+    fn down(&self) -> u32 {
+        self.offset() + 1
+    }
+}
 
 impl Team {
     /// `reduce_scatter_nb` hierarchically (see the module docs): `send`
@@ -225,6 +324,7 @@ impl Team {
         let lay = &g.layout;
         let (nl, hi, gme, ga) = (lay.leaders.len(), g.my_group(), g.gme, g.group.len());
         let n = lay.group_of.len();
+        let later = ScanLater::of(lay);
         // host i's last member (the groups are runs of team ranks)
         let last = |i: usize| lay.leaders.get(i + 1).map_or(n - 1, |&l| l - 1);
         let mut p = Plan {
@@ -272,7 +372,7 @@ impl Team {
                 }
                 if hi >= d {
                     let tag = LEAD | u64::from(t);
-                    let hops = LEADER_LATER + t;
+                    let hops = later.round(t);
                     p.recv(last(hi - d), tag, (Buf::Out, x, len), Fold::Before, hops);
                 }
                 d <<= 1;
@@ -288,11 +388,12 @@ impl Team {
                 Fold::Copy
             };
             if gme == 0 {
-                // 0 hops: a host's last member that never calls is named
-                // in the scan by the next host's leader (the members of
-                // its own host do not wait for it here; they may name it
-                // at the same time in their next collective)
-                p.recv(last(hi - 1), OFFSET, (Buf::Out, 0, len), fold, 0);
+                // after every chain and doubling wait (`ScanLater`): a
+                // host's last member that never calls is named by its
+                // doubling partner or here, and one stuck behind the
+                // real culprit is not named first
+                let hops = later.offset();
+                p.recv(last(hi - 1), OFFSET, (Buf::Out, 0, len), fold, hops);
                 let src = if fold == Fold::Copy {
                     (Buf::Out, 0, len)
                 } else {
@@ -302,7 +403,7 @@ impl Team {
                     p.send(t, DOWN, src);
                 }
             } else {
-                p.recv(g.group[0], DOWN, (Buf::Out, 0, len), fold, RESULT_LATER);
+                p.recv(g.group[0], DOWN, (Buf::Out, 0, len), fold, later.down());
             }
         }
         p.s
@@ -318,5 +419,73 @@ impl Team {
     ) -> TeamRequest<'a> {
         let s = self.scan_hier_sched(call, NB_TAGS, inclusive, data, op);
         TeamRequest::start(s, bytemuck::cast_slice_mut(data))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `group_of` for hosts of these sizes, in blocks.
+    fn layout(sizes: &[usize]) -> Layout {
+        let mut group_of = Vec::new();
+        let mut leaders = Vec::new();
+        for (b, &g) in sizes.iter().enumerate() {
+            leaders.push(group_of.len());
+            group_of.extend(std::iter::repeat_n(b, g));
+        }
+        Layout { group_of, leaders }
+    }
+
+    /// reduce_scatter_nb goes flat above the leader's byte bound: -N3 -n6
+    /// with 192 MiB blocks (the review's failing case: 3 GiB at a leader)
+    /// goes flat, small blocks hierarchical, and the decision flips right
+    /// above the bound.
+    #[test]
+    fn scanfix_reduce_scatter_nb_bound() {
+        let lay = layout(&[2, 2, 2]);
+        let mib = 1 << 20;
+        assert!(reduce_scatter_nb_fits::<u64>(1, &lay, RS_HIER_MAX_BYTES));
+        assert!(!reduce_scatter_nb_fits::<u64>(
+            192 * mib / 8,
+            &lay,
+            RS_HIER_MAX_BYTES
+        ));
+        // the busiest leader: (2 * 6 + 2 * 2) blocks of 8 k bytes
+        let at = 16 * 8 * 100;
+        assert!(reduce_scatter_nb_fits::<u64>(100, &lay, at));
+        assert!(!reduce_scatter_nb_fits::<u64>(101, &lay, at));
+        // uneven hosts: the largest one's leader counts
+        let lay = layout(&[5, 1, 1]);
+        assert_eq!(rs_leader_bytes(&lay, 1), 5 * 7 + 2 * 5);
+        // saturating: a huge call never wraps round to a small size
+        assert!(!reduce_scatter_nb_fits::<u64>(
+            usize::MAX / 4,
+            &lay,
+            usize::MAX - 1
+        ));
+    }
+
+    /// The scans' waits: a leader's offset wait after every chain and
+    /// doubling wait, its members' after it.
+    #[test]
+    fn scanfix_scan_waits_ordered() {
+        for sizes in [&[2, 2, 2][..], &[3, 2], &[2, 2, 1], &[1, 1, 1, 1, 1, 1]] {
+            let lay = layout(sizes);
+            let l = ScanLater::of(&lay);
+            let c = *sizes.iter().max().unwrap() as u32 - 1;
+            let m = sizes.len() - 1;
+            let rounds = (0..).take_while(|&t| 1usize << t < m).count() as u32;
+            assert_eq!(l.rounds, rounds, "{sizes:?}");
+            // chain waits are at most c - 1 (none with one member a host)
+            if c > 0 {
+                assert!(l.round(0) > c - 1);
+            }
+            assert!(l.offset() >= l.round(rounds.saturating_sub(1)));
+            if rounds > 0 {
+                assert!(l.offset() > l.round(rounds - 1));
+            }
+            assert_eq!(l.down(), l.offset() + 1);
+        }
     }
 }

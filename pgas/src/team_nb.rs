@@ -310,7 +310,8 @@ impl Team {
     /// blocks from the other members land in `recv` by the time the
     /// returned request completes. Across hosts hierarchical (L (L - 1)
     /// messages across L hosts: one per leader pair) where the blocking
-    /// form is, once the team's blocking collectives are (see
+    /// form is, once the team's blocking collectives are (decided at its
+    /// first blocking collective across hosts, any but `split`: see
     /// `docs/teams.md`); the blocks are then copied at the call.
     ///
     /// ```no_run

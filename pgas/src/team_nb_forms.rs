@@ -12,11 +12,14 @@
 use crate::reduce::{Op, Reduce};
 use crate::team::Team;
 use crate::team_coll::height;
+use crate::team_hier_nb_scan::{reduce_scatter_nb_fits, RS_HIER_MAX_BYTES};
+use crate::team_hosts::HostGroups;
 use crate::team_mail::CollKind;
 use crate::team_nb::{bytes_of, TeamRequest};
 use crate::team_sched::{combine_bytes, Buf, Fold, Sched, Step};
 use bytemuck::Pod;
 use splitrt_am::Result;
+use std::sync::Arc;
 
 /// Number of bits of `v` (0 for 0).
 fn bitlen(v: usize) -> u32 {
@@ -191,8 +194,12 @@ impl Team {
     /// an error naming both, as for the blocking form. Across hosts
     /// hierarchical as the blocking form (counts, then at most one data
     /// message per leader pair: 2 L (L - 1) across L hosts) once the
-    /// team's blocking collectives are (see `docs/teams.md`); `send` is
-    /// then copied at the call, and a counts difference is named by the
+    /// team's blocking collectives are (decided at its first blocking
+    /// collective across hosts, any but `split`: see `docs/teams.md`);
+    /// `send` is
+    /// then copied at the call (if it does not fit one shared-memory
+    /// step, the decision is flat and its blocks go out at the call
+    /// instead, uncopied), and a counts difference is named by the
     /// leaders with both members' counts.
     ///
     /// ```no_run
@@ -249,7 +256,7 @@ impl Team {
         // across hosts as the blocking form (team_hier_nb_a2a.rs)
         if let Some(g) = self.alltoallv_nb_groups::<T>() {
             let (send, recv) = ((send, send_counts), (recv, recv_counts));
-            return Ok(self.alltoallv_nb_hier((seq, h, g), send, recv));
+            return self.alltoallv_nb_hier((seq, h, g), send, recv);
         }
         for s in 1..n {
             let j = (me + s) % n;
@@ -308,8 +315,11 @@ impl Team {
         let (_, n) = self.nb_precheck(kind, None)?;
         self.nb_check_len(kind, "send", send.len(), n * k)?;
         let (me, seq, h) = self.start::<T>(kind, Some(op), None, k)?;
-        // across hosts as the blocking form (team_hier_nb_scan.rs)
-        if let Some(g) = self.nb_hier() {
+        // across hosts as the blocking form (team_hier_nb_scan.rs), when
+        // it fits: a leader holds its members' n blocks each
+        let fits =
+            |g: &Arc<HostGroups>| reduce_scatter_nb_fits::<T>(k, &g.layout, RS_HIER_MAX_BYTES);
+        if let Some(g) = self.nb_hier().filter(fits) {
             return Ok(self.reduce_scatter_nb_hier((seq, h, g), send, recv, op));
         }
         for s in 1..n {

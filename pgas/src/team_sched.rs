@@ -3,10 +3,16 @@
 //!
 //! A schedule is the collective's steps for this member (the flat
 //! blocking form's algorithm and messages, see `team_coll.rs`, or the
-//! hierarchical stages of `team_hier_nb.rs`): a
+//! hierarchical stages of `team_hier_nb.rs` and `team_hier_nb_a2a.rs`): a
 //! send of a range of one of its buffers to a member, a receive from one
-//! (copied into a buffer, or combined with what is there), or a local
-//! copy / combine between its buffers. It owns its buffers (`out`, the
+//! (copied into a buffer, or combined with what is there), a local
+//! copy / combine between its buffers, or a continuation
+//! ([`Step::Then`], `team_hier_nb_a2a.rs`'s `alltoallv_nb`: steps whose
+//! lengths depend on counts received first). A continuation runs where
+//! its schedule advances (its request's wait or test, or a sweep, under
+//! the lock of the rank's pending schedules), may append steps at the
+//! back of its own schedule only, and an error it returns ends the
+//! schedule with that error (as a failed receive does). It owns its buffers (`out`, the
 //! result, copied into the caller's buffer when the request completes;
 //! `work`, a partial result; `scratch`, the last message combined or
 //! the last packed message, placed part by part), so it

@@ -13,9 +13,10 @@
 //! the size of its own shared-memory file; shm_used_kb: /dev/shm in use
 //! on its host (every job's: subtract what was used before). pss_kb: its
 //! proportional set size (`/proc/self/smaps_rollup`: a page mapped by m
-//! processes counts 1/m in each, so the ranks' PSS add up to the host's
-//! memory, where their RSS counts a shared page once per rank that
-//! touched it); own_*: the part of RSS / PSS in its own shared-memory
+//! processes counts 1/m in each, so the ranks' PSS add up to the memory
+//! the ranks map (not the host's: page tables, the launcher and /dev/shm
+//! pages no rank maps are outside it), where their RSS counts a shared
+//! page once per rank that touched it); own_*: the part of RSS / PSS in its own shared-memory
 //! file, peer_*: in the other ranks' files of the job (their queues or
 //! rings, doorbells and segments this rank mapped by touching them);
 //! anon_kb: its private memory (`RssAnon`: heap, stacks); pte_kb: its
@@ -69,9 +70,9 @@ fn status_kb(key: &str) -> u64 {
 }
 
 /// KiB of this rank's own shared-memory file (mapped; unlinked after
-/// the start, so found in /proc/self/smaps): what /dev/shm must hold for it.
-fn shm_file_kb(job: &str, rank: usize) -> u64 {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+/// the start, so found in `smaps`, the text of /proc/self/smaps): what
+/// /dev/shm must hold for it.
+fn shm_file_kb(smaps: &str, job: &str, rank: usize) -> u64 {
     let prefix = format!("/dev/shm/splitrt-{job}-");
     let suffix = format!("-{rank}");
     let mut mine = false;
@@ -117,9 +118,8 @@ fn pss_kb() -> u64 {
 
 /// KiB of RSS and PSS in this rank's own shared-memory file and in its
 /// job's other files (the peers' on this host): `[own_rss, own_pss,
-/// peer_rss, peer_pss]`.
-fn shm_split_kb(job: &str, rank: usize) -> [u64; 4] {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+/// peer_rss, peer_pss]`, from `smaps` (the text of /proc/self/smaps).
+fn shm_split_kb(smaps: &str, job: &str, rank: usize) -> [u64; 4] {
     let prefix = format!("/dev/shm/splitrt-{job}-");
     let suffix = format!("-{rank}");
     // which mapping the lines belong to: None (not the job's), own, peer
@@ -177,21 +177,23 @@ fn run() -> splitrt::Result<()> {
     }
     ep.wait_until(|| got.load(Ordering::Acquire) == n - 1)?;
     ep.barrier()?;
-    // /proc/self/status first: reading smaps (below) grows the heap
+    // every figure of this process's memory first, then /proc/self/smaps
+    // once: its text grows with the mappings (one per peer's file) and
+    // stays in the heap, which PSS, RSS and RssAnon read after it would
+    // count (+44 KiB of PSS per rank at 16 ranks, +236 KiB at 256)
     let (anon, pte) = (status_kb("RssAnon:"), status_kb("VmPTE:"));
+    let (rss, hwm, pss) = (status_kb("VmRSS:"), status_kb("VmHWM:"), pss_kb());
+    let (fds, threads) = (entries("/proc/self/fd"), entries("/proc/self/task"));
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap_or_default();
+    let job = &ep.job().job_id;
     let line = format!(
-        "scale rank {me} size {n} host {} start_ms {start_ms} fds {} threads {} rss_kb {} hwm_kb {} shm_file_kb {} shm_used_kb {}",
+        "scale rank {me} size {n} host {} start_ms {start_ms} fds {fds} threads {threads} rss_kb {rss} hwm_kb {hwm} shm_file_kb {} shm_used_kb {}",
         host.trim(),
-        entries("/proc/self/fd"),
-        entries("/proc/self/task"),
-        status_kb("VmRSS:"),
-        status_kb("VmHWM:"),
-        shm_file_kb(&ep.job().job_id, me),
+        shm_file_kb(&smaps, job, me),
         shm_used_kb(),
     );
-    let [own_rss, own_pss, peer_rss, peer_pss] = shm_split_kb(&ep.job().job_id, me);
-    let pss = pss_kb();
+    let [own_rss, own_pss, peer_rss, peer_pss] = shm_split_kb(&smaps, job, me);
     // no rank leaves (unmapping what the others' PSS shares with it)
     // before every rank has read its own
     ep.barrier()?;

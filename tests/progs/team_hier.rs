@@ -39,6 +39,9 @@
 //!   nbop R, nbabsent R  as op and absent, with allreduce_nb
 //!   nbvcount R  as vcount, with alltoallv_nb (hierarchical after the
 //!          blocking collectives across hosts): the job ends naming R
+//!   rsnbabsent R  as nbabsent, with reduce_scatter_nb of one element
+//!          per member, which world rank R never calls: the hang report
+//!          names R (also when R is a host's leader)
 //!   nbscan the non-blocking reduce_scatter and scans (hierarchical where
 //!          the blocking forms are, the scans when each host's members are
 //!          consecutive team ranks: `team_hier_nb_scan.rs`) on the world
@@ -87,7 +90,7 @@ fn main() {
             }
             "time" => time(pg, target),
             "nb" => nb(pg),
-            "nbop" | "nbabsent" | "nbvcount" => nb_misuse(pg, &mode, target),
+            "nbop" | "nbabsent" | "nbvcount" | "rsnbabsent" => nb_misuse(pg, &mode, target),
             "nbscan" => nb_scan(pg),
             "scantime" => scan_time(pg, target),
             m => Err(Error::usage(format!("unknown mode {m}"))),
@@ -438,16 +441,39 @@ fn every2(t: &Team) -> splitrt::Result<()> {
 
 /// Alltoallv on `t`, results checked: counts that differ per pair
 /// (zeros among them), all zero, and large enough that a host's blocks
-/// do not fit one shared-memory step (then every member goes flat).
-/// `nb`: also `alltoallv_nb`, its result the blocking form's.
+/// do not fit one shared-memory step (then every member goes flat), also
+/// only between the members of the last team rank's host (that host does
+/// not fit, the others do: the leaders' decision is flat).
+/// `nb`: also `alltoallv_nb`, its result the blocking form's, with its
+/// send buffer overwritten between the call and the wait.
 fn alltoallv(t: &Team, nb: bool) -> splitrt::Result<()> {
     let n = t.size();
     let me = t.rank().expect("a member");
     let name = |what: &str| format!("team {:?} ({}): {what}", t.members(), path(t));
     // element e of the block from member i to member j
     let v = |i: usize, j: usize, e: usize| ((i as u64) << 40) | ((j as u64) << 20) | e as u64;
-    for mult in [1usize, 0, 100, 3000] {
-        let cnt = |i: usize, j: usize| (i * 3 + j * 5 + 1) % 4 * mult;
+    let host = host_ids(t)?;
+    let last = host[n - 1];
+    for (mult, one_host) in [
+        (1usize, false),
+        (0, false),
+        (100, false),
+        (3000, false),
+        (3000, true),
+    ] {
+        let m = |i: usize, j: usize| {
+            if !one_host || (host[i] == last && host[j] == last) {
+                mult
+            } else {
+                1
+            }
+        };
+        let cnt = |i: usize, j: usize| (i * 3 + j * 5 + 1) % 4 * m(i, j);
+        let mult = if one_host {
+            format!("{mult} (on the last host only)")
+        } else {
+            mult.to_string()
+        };
         let send_counts: Vec<usize> = (0..n).map(|j| cnt(me, j)).collect();
         let recv_counts: Vec<usize> = (0..n).map(|i| cnt(i, me)).collect();
         let send: Vec<u64> = (0..n)
@@ -463,8 +489,11 @@ fn alltoallv(t: &Team, nb: bool) -> splitrt::Result<()> {
         })?;
         if nb {
             let mut got = vec![u64::MAX; recv.len()];
-            t.alltoallv_nb(&send, &send_counts, &mut got, &recv_counts)?
-                .wait()?;
+            let mut mine = send.clone();
+            let r = t.alltoallv_nb(&mine, &send_counts, &mut got, &recv_counts)?;
+            // the call took what it sends
+            mine.fill(u64::MAX - 1);
+            r.wait()?;
             check(got == recv, || {
                 name(&format!(
                     "alltoallv_nb of counts * {mult}: not the blocking form's"
@@ -486,6 +515,7 @@ fn nb(pg: Pgas) -> splitrt::Result<()> {
     let world = pg.world();
     let mut x = [me as u64];
     world.allreduce(&mut x, Op::Sum)?;
+    nb_alltoallv_big(&world)?;
     nb_every(&world)?;
     let rest = world.split(if me == 0 { None } else { Some(1) }, 0)?;
     if rest.is_member() {
@@ -523,6 +553,67 @@ fn nb(pg: Pgas) -> splitrt::Result<()> {
     pg.barrier()?;
     println!("team_hier nb ok ({:?} path) rank {me}", pg.rma_path());
     pg.finish()
+}
+
+/// Each member's host (a hash of its host name), by team rank.
+fn host_ids(t: &Team) -> splitrt::Result<Vec<u64>> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let h = name.trim().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let mut all = vec![0u64; t.size()];
+    t.allgather(&[h], &mut all)?;
+    Ok(all)
+}
+
+/// This process's peak resident memory in bytes (`VmHWM`), after
+/// resetting it to the current resident memory if `reset`.
+fn peak_rss(reset: bool) -> usize {
+    if reset {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Send buffer of each member in [`nb_alltoallv_big`].
+const BIG: usize = 16 << 20;
+
+/// `alltoallv_nb` of [`BIG`] bytes per member (too large for one
+/// shared-memory step: the flat fall-back), its result checked, and the
+/// growth of this rank's peak resident memory during the call: below
+/// 2.5 times its send buffer (the result and the messages held until
+/// taken; not also copies of every member's blocks for other hosts).
+fn nb_alltoallv_big(t: &Team) -> splitrt::Result<()> {
+    let (n, me) = (t.size(), t.rank().expect("a member"));
+    let per = BIG / 8 / n;
+    let counts = vec![per; n];
+    let v = |i: usize, e: usize| ((i as u64) << 40) | e as u64;
+    let send: Vec<u64> = (0..n * per).map(|e| v(me, e)).collect();
+    let mut got = vec![u64::MAX; n * per];
+    let before = peak_rss(true);
+    t.alltoallv_nb(&send, &counts, &mut got, &counts)?.wait()?;
+    let grew = peak_rss(false).saturating_sub(before);
+    let ok = (0..n).all(|i| (0..per).all(|e| got[i * per + e] == v(i, me * per + e)));
+    check(ok, || {
+        format!(
+            "team {:?} ({}): nb alltoallv of {BIG} B",
+            t.members(),
+            path(t)
+        )
+    })?;
+    println!("nbbig rank {me} path={} grew={grew} send={BIG}", path(t));
+    check(grew < BIG * 5 / 2, || {
+        format!(
+            "team {:?} ({}): alltoallv_nb of {BIG} B per member: peak resident memory grew by {grew} B",
+            t.members(),
+            path(t)
+        )
+    })
 }
 
 /// A split of every world rank keyed by parity, then by reversed world
@@ -737,7 +828,11 @@ fn nb_alltoall(t: &Team, len: usize) -> splitrt::Result<()> {
         .flat_map(|j| (0..len).map(move |e| v(me, j, e)))
         .collect();
     let mut got = vec![7u32; n * len];
-    t.alltoall_nb(&send, &mut got)?.wait()?;
+    let mut mine = send.clone();
+    let r = t.alltoall_nb(&mine, &mut got)?;
+    // the call took what it sends
+    mine.fill(u32::MAX);
+    r.wait()?;
     let want: Vec<u32> = (0..n)
         .flat_map(|i| (0..len).map(move |e| v(i, me, e)))
         .collect();
@@ -752,7 +847,8 @@ fn nb_alltoall(t: &Team, len: usize) -> splitrt::Result<()> {
 /// `nbop R` / `nbabsent R`: as `misuse`, the third collective an
 /// `allreduce_nb` (hierarchical after the blocking two across hosts);
 /// `nbvcount R`: an `alltoallv_nb` where R sends and expects two
-/// elements per member, the others one.
+/// elements per member, the others one; `rsnbabsent R`: a
+/// `reduce_scatter_nb` R never calls.
 fn nb_misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
     let me = pg.rank();
     let world = pg.world();
@@ -767,6 +863,16 @@ fn nb_misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
         let mut recv = send.clone();
         world
             .alltoallv_nb(&send, &counts, &mut recv, &counts)?
+            .wait()?;
+    } else if mode == "rsnbabsent" {
+        if me == target {
+            // as in `misuse`: bounded, the others' report ends the job
+            std::thread::sleep(std::time::Duration::from_secs(15));
+            std::process::exit(3);
+        }
+        let send = vec![me as u64; pg.size()];
+        world
+            .reduce_scatter_nb(&send, &mut [0u64], Op::Sum)?
             .wait()?;
     } else if me == target {
         if mode == "nbabsent" {

@@ -49,6 +49,9 @@ pub struct ZoneAlloc {
     /// Mediums not yet known to be released: (announcing cell, first byte),
     /// oldest first. At most one per ring cell.
     inflight: VecDeque<(u64, usize)>,
+    /// Cells of the zone's ring: the bound on `inflight` (checked in
+    /// debug builds by [`placed`](Self::placed)).
+    cells: usize,
 }
 
 impl ZoneAlloc {
@@ -58,11 +61,11 @@ impl ZoneAlloc {
     /// flight: a rank keeps one per peer and channel, most of which may
     /// never carry a Medium (with the shared queue, none does).
     pub fn new(len: usize, cells: usize) -> Self {
-        let _ = cells;
         Self {
             len,
             head: 0,
             inflight: VecDeque::new(),
+            cells,
         }
     }
 
@@ -144,8 +147,14 @@ impl ZoneAlloc {
     }
 
     /// Record that `n` bytes at `at` (from [`place`](Self::place)) were
-    /// announced by cell `seq`.
+    /// announced by cell `seq`. The caller holds a free ring cell, so at
+    /// most `cells` Mediums are in flight (a debug assertion).
     pub fn placed(&mut self, seq: u64, at: usize, n: usize) {
+        debug_assert!(
+            self.inflight.len() < self.cells,
+            "more Mediums in flight than the ring's {} cells",
+            self.cells
+        );
         self.inflight.push_back((seq, at));
         self.head = at + n;
     }
@@ -173,6 +182,21 @@ mod tests {
         z.placed(0, at, 100);
         assert_eq!(z.inflight.len(), 1);
         assert!(z.inflight.capacity() >= 1);
+    }
+
+    /// `cells` bounds what is in flight: a Medium placed while as many
+    /// as the ring has cells are unreleased is the caller's bug, caught
+    /// in debug builds (the parameter was ignored before).
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "more Mediums in flight")]
+    fn scalefix_placed_beyond_the_cells_asserts() {
+        let mut z = ZoneAlloc::new(1 << 20, 2);
+        // growing sizes: the zone has room for a third, the ring has not
+        for (seq, n) in [(0, 10), (1, 20), (2, 40)] {
+            let at = z.place(n, |_| false).expect("room in the zone");
+            z.placed(seq, at, n);
+        }
     }
 
     /// Seeded model: a sender places Mediums of random sizes, a receiver

@@ -43,6 +43,10 @@
 //!   datagram (a loss). The undo restores only the window: the datagrams
 //!   the timeout marked stay marked and are resent, as the acknowledgement
 //!   proves only the arrival of what it acknowledges.
+//!   With a saturated hold (the peer stalled half a second or more,
+//!   `hold::SATURATED`) the hold cannot place the arrival, and Eifel's own
+//!   test decides (the echo times a transmission from before the timeout);
+//!   such an acknowledgement gives no RTT sample (`proto/mod.rs`).
 //!
 //! With the controller off (`ProtoConfig::cc == false`) every gate is open:
 //! the fixed credit window alone limits what is in flight.

@@ -91,8 +91,29 @@ pub(super) fn reached_before(arrived: u32, echo: u32, hold: u64, at: u32) -> boo
     if network_rtt(arrived, echo, hold).is_none() {
         return false;
     }
+    if hold >= SATURATED {
+        // the peer kept the echoed datagram half a second or more (it
+        // did not read its socket, or sat on the acknowledgement): the
+        // code cannot place the arrival, and a network queue does not
+        // hold a datagram for the timeout and then a peer for half a
+        // second more; Eifel's own test decides (RFC 3522: the echo
+        // times a transmission from before the timeout, not its
+        // retransmission, so no loss made the timeout)
+        return (at.wrapping_sub(echo) as i32) > 0;
+    }
     let latest = arrived.wrapping_sub((hold / 1000) as u32);
     (at.wrapping_sub(latest) as i32) > 0
+}
+
+/// The hold of the saturated code (ns, about 0.5 s): a peer that kept
+/// the echoed datagram this long or longer was stalled (busy without
+/// reading its socket, asleep), and the round trip times its stall, not
+/// the network (docs/networking.md, a peer's stall).
+pub(super) const SATURATED: u64 = (31 << 14) * 1000;
+
+/// Whether a hold code is saturated ([`SATURATED`] or longer).
+pub(super) fn saturated(code: u8) -> bool {
+    decode(code) >= SATURATED
 }
 
 /// The largest hold a code carries (us).
@@ -154,6 +175,24 @@ mod tests {
         // stamps that disagree prove nothing
         assert!(!reached_before(100, 150, 0, 1000));
         assert!(!reached_before(150, 100, 50_000, 1000));
+    }
+
+    #[test]
+    fn ccidle_a_saturated_hold_is_decided_by_the_echo() {
+        assert!(saturated(0xff));
+        assert!(!saturated(0xfe));
+        assert_eq!(decode(encode(900_000_000)), SATURATED);
+        // sent at 100, a timeout at 300, acknowledged at 900,000 after a
+        // saturated hold: the bound (900,000 - 507,904) is past the
+        // timeout, Eifel's test decides: it echoes the original
+        assert!(reached_before(900_000, 100, SATURATED, 300));
+        // it echoes the retransmission (sent at 300 or later): a loss
+        assert!(!reached_before(900_000, 300, SATURATED, 300));
+        assert!(!reached_before(900_000, 400, SATURATED, 300));
+        // a hold just under saturation still needs its bound
+        assert!(!reached_before(900_000, 100, SATURATED - 1000, 300));
+        // stamps that disagree still prove nothing
+        assert!(!reached_before(100_000, 100, SATURATED, 300));
     }
 
     #[test]

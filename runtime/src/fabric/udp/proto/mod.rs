@@ -615,8 +615,18 @@ impl Proto {
                 // the echoed timestamp times the transmission that was
                 // acknowledged, retransmission or not
                 let rtt = (us(now).wrapping_sub(h.echo) as u64) * 1000;
+                // a saturated hold (the peer stalled half a second or
+                // more: hold::SATURATED) times the stall, not a round
+                // trip: it sets neither the RTO nor the pacing rate nor
+                // the delay signal (a 900 ms stall in the smoothed RTT
+                // paced the next 2 MiB out over 7x their time)
+                let stalled = hold::saturated(h.hold);
                 if h.echo != 0 && rtt < 60_000_000_000 {
-                    rtt_sample(p, &self.cfg, rtt);
+                    if !stalled {
+                        rtt_sample(p, &self.cfg, rtt);
+                    } else if p.backoff > 0 {
+                        p.rto = base_rto(p, &self.cfg);
+                    }
                     // a timeout whose echoed datagram reached the peer in
                     // time (the ack times a transmission from before it,
                     // and the peer's hold places its arrival before it)
@@ -638,7 +648,7 @@ impl Proto {
                     // (none from an arrival stamped before the echoed
                     // transmission: hold::network_rtt; never more than
                     // the round trip, as the arrival is no later than now)
-                    if !acked.retx {
+                    if !acked.retx && !stalled {
                         let hold = hold::host_delay(h.hold);
                         match hold::network_rtt(us(arrived), h.echo, hold) {
                             Some(net) => p.cc.on_rtt(now, net, p.srtt),
@@ -1156,3 +1166,6 @@ mod ccundo_tests;
 
 #[cfg(test)]
 mod pn_unique_tests;
+
+#[cfg(test)]
+mod ccidle_tests;

@@ -1,0 +1,183 @@
+//! A peer that does not read its socket for 900 ms (busy, or asleep in a
+//! barrier's wait) while this rank has data outstanding to it: the
+//! retransmission timeouts that fire meanwhile (with back-off) are
+//! spurious, as the datagrams reached the peer's socket 100 us after they
+//! left; the window must come back when the peer wakes (docs/vys.md, the
+//! cross-host get regression after an idle peer). One sender (rank 0) and
+//! one receiver (rank 1) driven by hand, 100 us each way.
+
+use super::{Proto, ProtoConfig};
+use crate::fabric::frames::OutMsg;
+
+const MTU: usize = 9000;
+/// How long the receiver does not read.
+const IDLE: u64 = 900_000_000;
+/// One way across the network.
+const WAY: u64 = 100_000;
+
+struct Pair {
+    a: Proto,
+    b: Proto,
+    now: u64,
+}
+
+impl Pair {
+    fn new() -> Pair {
+        let cfg = ProtoConfig {
+            mtu: MTU,
+            window: 16,
+            cc: true,
+            ..ProtoConfig::default()
+        };
+        Pair {
+            a: Proto::new(0, 2, cfg, [9; 32], 0),
+            b: Proto::new(1, 2, cfg, [9; 32], 0),
+            now: 1_000_000_000,
+        }
+    }
+
+    fn cc(&self) -> (u64, u64) {
+        let c = &self.a.peers[1].cc;
+        (c.cwnd, c.ssthresh)
+    }
+
+    /// What the sender sends from `at` on, paced, within the next 100 us
+    /// (as if it all left at `at`).
+    fn a_sends(&mut self, at: u64) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        self.a
+            .poll_transmit(at, true, &mut |_, d| out.push(d.to_vec()));
+        while let Some(t) = self.a.poll_pace().filter(|&t| t < at + WAY) {
+            self.a.handle_timeout(t);
+            self.a
+                .poll_transmit(t, true, &mut |_, d| out.push(d.to_vec()));
+        }
+        out
+    }
+
+    /// The receiver reads `ds` (each reached its socket at its time) at
+    /// `self.now`, hands them up and answers; the answers reach the
+    /// sender `WAY` later.
+    fn b_handles(&mut self, ds: Vec<(u64, Vec<u8>)>) {
+        for (arrived, d) in ds {
+            if let Some(back) = self.b.handle_datagram_at(self.now, arrived, d) {
+                self.b.recycle(back);
+            }
+        }
+        while let Some((_, d)) = self.b.next_ready(0) {
+            self.b.recycle(d);
+        }
+        self.b.handle_timeout(self.now + 50_000);
+        let mut acks = Vec::new();
+        self.b
+            .poll_transmit(self.now + 50_000, true, &mut |_, d| acks.push(d.to_vec()));
+        self.now += 50_000 + WAY;
+        for d in acks {
+            if let Some(back) = self.a.handle_datagram_at(self.now, self.now, d) {
+                self.a.recycle(back);
+            }
+        }
+    }
+
+    /// The sender offers `bytes` more; returns how many it took.
+    fn offer(&mut self, bytes: usize) -> usize {
+        let payload = vec![5u8; bytes];
+        let m = OutMsg {
+            tag: 1,
+            words: &[1, 2],
+            payload: &payload,
+            deposit: None,
+        };
+        match self.a.send(self.now, 1, 0, &m, 0) {
+            super::Sent::Upto(b) => b,
+            _ => 0,
+        }
+    }
+
+    /// `messages` messages of `bytes` each through a prompt receiver:
+    /// the simulated time it took (ns).
+    fn transfer(&mut self, messages: usize, bytes: usize) -> u64 {
+        let start = self.now;
+        let mut left = messages;
+        for _ in 0..100_000 {
+            while left > 0 && self.offer(bytes) == bytes {
+                left -= 1;
+            }
+            if left == 0 && self.a.quiesced() {
+                return self.now - start;
+            }
+            let mut ds = self.a_sends(self.now);
+            if ds.is_empty() {
+                let t = self.a.poll_timeout().min(self.now + 1_000_000);
+                self.now = self.now.max(t);
+                self.a.handle_timeout(self.now);
+                ds = self.a_sends(self.now);
+            }
+            self.now += WAY;
+            let at = self.now;
+            self.b_handles(ds.into_iter().map(|d| (at, d)).collect());
+        }
+        panic!("the transfer did not finish");
+    }
+
+    /// The sender sends a message while the receiver does not read for
+    /// `IDLE`: everything the sender sends meanwhile (the originals and
+    /// the timeouts' retransmissions) waits in the receiver's socket,
+    /// stamped by the kernel `WAY` after it left; then the receiver reads
+    /// it all and answers.
+    fn idle_peer(&mut self) {
+        assert_eq!(self.offer(12_000), 12_000);
+        let t = self.now;
+        let mut socket: Vec<(u64, Vec<u8>)> =
+            self.a_sends(t).into_iter().map(|d| (t + WAY, d)).collect();
+        assert!(!socket.is_empty());
+        for _ in 0..1000 {
+            let at = self.a.poll_timeout();
+            if at >= t + IDLE {
+                break;
+            }
+            self.a.handle_timeout(at);
+            socket.extend(self.a_sends(at).into_iter().map(|d| (at + WAY, d)));
+        }
+        self.now = t + IDLE;
+        self.b_handles(socket);
+    }
+}
+
+/// The window after a 900 ms idle of the receiver comes back: the
+/// timeouts of the idle were spurious (every datagram reached the
+/// receiver's socket 100 us after it left, long before the first timeout
+/// fired), so `ssthresh` stays where it was and the next 2 MiB take no
+/// longer than without the idle (within 1.5x).
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
+fn ccidle_a_peer_idle_for_900_ms_gives_the_window_back() {
+    let mut p = Pair::new();
+    let base = p.transfer(8, 12_000);
+    let before = p.cc();
+    let plain = p.transfer(175, 12_000);
+    let mut q = Pair::new();
+    q.transfer(8, 12_000);
+    assert_eq!(q.cc(), before, "the two runs start alike");
+    q.idle_peer();
+    let timeouts = q.a.stats().timeouts;
+    let spurious = q.a.stats().spurious_timeouts;
+    let after = q.cc();
+    let idled = q.transfer(175, 12_000);
+    eprintln!(
+        "ccidle: warm-up {base} ns, window before {before:?}, after the idle {after:?}; \
+         timeouts {timeouts}, spurious {spurious}; 2 MiB took {plain} ns without the \
+         idle, {idled} ns after it ({:.2}x)",
+        idled as f64 / plain as f64
+    );
+    assert!(timeouts >= 2, "the timeouts fired during the idle");
+    assert!(spurious >= 1, "the idle's timeouts were found spurious");
+    assert!(after.1 >= before.1, "ssthresh {after:?}, before {before:?}");
+    assert!(
+        idled * 2 <= plain * 3,
+        "2 MiB took {idled} ns after the idle, {plain} ns without"
+    );
+}
