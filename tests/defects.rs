@@ -146,3 +146,48 @@ fn defects_a_blocking_pointer_vector_wait_sees_its_array_freed() {
         },
     );
 }
+
+/// `Pgas::signal_wait_until` (one word named by a global pointer) while
+/// another thread frees the word's array: as for the vector forms above,
+/// the wait ends with an error naming the rank instead of reading the
+/// freed word until the hang limit (or returning the value of a new array
+/// placed at the same offset). The 200 ms pause only decides whether the
+/// OLD code shows the defect; a waiter that starts late finds the pointer
+/// already invalid, the same error.
+#[test]
+fn defects2_a_blocking_pointer_wait_until_sees_its_array_freed() {
+    pgas_threads(
+        "defects2-sigone",
+        1,
+        RmaPath::Native,
+        Duration::from_secs(60),
+        |pg| {
+            let me = pg.rank();
+            let sigs = pg.alloc_signals(2)?;
+            let word = sigs.at(me, 0);
+            let (started, done) = (mpsc::channel(), mpsc::channel());
+            let waiter = pg.clone();
+            std::thread::spawn(move || {
+                let _ = started.0.send(());
+                let r = waiter
+                    .signal_wait_until(word, Cmp::Ge, 1)
+                    .map_err(|e| e.to_string());
+                let _ = done.0.send(r);
+            });
+            let _ = started.1.recv();
+            std::thread::sleep(Duration::from_millis(200));
+            pg.free_signals(sigs)?;
+            match done.1.recv_timeout(Duration::from_secs(10)) {
+                Ok(Err(e)) if e.contains("not a signal word") && e.contains("rank 0") => Ok(()),
+                Ok(other) => Err(fail(format!(
+                    "a wait on a freed signal word gave {other:?}, not an error naming rank 0"
+                ))),
+                Err(_) => Err(fail(
+                    "a wait on a freed signal word still waits 10 s later (it reads the freed \
+                     word)"
+                        .into(),
+                )),
+            }
+        },
+    );
+}

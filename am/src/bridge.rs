@@ -69,6 +69,12 @@ struct Shared {
     /// (`SEEN | count`; 0: none): the bridge fires once the count moved
     /// (`Bridge::wake_on_traffic_since`).
     since: AtomicU64,
+    /// Poll rounds of this endpoint that ran handlers, on any thread
+    /// ([`Bridge::count_handled`]): the count a waiter reads before its
+    /// look where the fabric has no doorbell count (pure UDP), so a
+    /// handler that wrote a signal word on another thread (the progress
+    /// thread) after that look still moves it and the bridge fires.
+    handled: std::sync::atomic::AtomicU32,
     /// The eventfd, made at the first [`Bridge::fd`].
     efd: OnceLock<OwnedFd>,
 }
@@ -164,6 +170,17 @@ impl Bridge {
         }
         // SAFETY: this function's contract.
         unsafe { self.wake_on_traffic_as(world, key, waker) }
+    }
+
+    /// Count a poll round that ran handlers (see `Shared::handled`).
+    pub(crate) fn count_handled(&self) {
+        self.shared.handled.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The count of poll rounds that ran handlers, for a waiter's `seq`
+    /// where the fabric has no doorbell count.
+    pub(crate) fn handled_seq(&self) -> u32 {
+        self.shared.handled.load(Ordering::SeqCst)
     }
 
     fn register(&self, key: u64, waker: &Waker) {
@@ -361,7 +378,11 @@ fn run(sh: &Shared, world: WorldRef) {
         // the doorbell count moved since a waiter's look
         let moved = || {
             let s = sh.since.load(Ordering::SeqCst);
-            s != 0 && wk.and_then(|f| f.traffic_seq()) != Some(s as u32)
+            // (the handler rounds where the fabric counts nothing)
+            let now = wk
+                .and_then(|f| f.traffic_seq())
+                .unwrap_or_else(|| sh.handled.load(Ordering::SeqCst));
+            s != 0 && now != s as u32
         };
         let stop = || !sh.armed.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst) || moved();
         let maybe = match wk {

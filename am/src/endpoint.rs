@@ -426,6 +426,11 @@ impl Inner {
                 err.get_or_insert(e);
             }
         })?;
+        if n > 0 {
+            // handlers ran (and finished): a waiting future's bridge sees
+            // it where the fabric counts no doorbell rings (`Bridge`)
+            self.bridge.count_handled();
+        }
         err.map_or(Ok(n), Err)
     }
 
@@ -1424,9 +1429,10 @@ impl Endpoint {
         .map_err(|e| e.at_rank(self.rank()))
     }
 
-    /// This rank's doorbell count now (`None` where the fabric has no
-    /// doorbell): read it before looking at memory peers write directly
-    /// (a signal word), then register with
+    /// This rank's doorbell count now (where the fabric has no doorbell
+    /// count, e.g. pure UDP: the count of this endpoint's poll rounds that
+    /// ran handlers, on any thread): read it before looking at memory
+    /// peers or handlers write (a signal word), then register with
     /// [`wake_on_traffic_since`](Self::wake_on_traffic_since).
     #[doc(hidden)]
     pub fn traffic_seq(&self) -> Option<u32> {
@@ -1434,6 +1440,7 @@ impl Endpoint {
             .fabric_ref()
             .wakeup()
             .and_then(|f| f.traffic_seq())
+            .or_else(|| Some(self.inner.bridge.handled_seq()))
     }
 
     /// [`wake_on_traffic_as`](Self::wake_on_traffic_as) for a waiter that

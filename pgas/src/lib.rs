@@ -69,6 +69,8 @@ mod world_barrier_state;
 mod team_hier_nb_a2a;
 // (appended) the hierarchical reduce_scatter_nb and scans (pipelined)
 mod team_hier_nb_scan;
+// (appended) the blocking wait on one signal word by pointer (checks frees)
+mod signal_wait_one;
 
 pub use arrays::{Dist, FrozenArray, FrozenSpread, SpreadArray, SymArray};
 pub use atomic::{AtomicFloat, AtomicInt, AtomicWord};

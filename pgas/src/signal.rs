@@ -573,39 +573,4 @@ impl Pgas {
         }
         r
     }
-
-    /// Wait until this rank's signal word `sig` satisfies `cmp value`
-    /// (OpenSHMEM `shmem_signal_wait_until`), for a word named by a
-    /// global pointer: it must be this rank's and a signal word, else an
-    /// error. Returns the value that satisfied it. ([`Signals::wait_until`]
-    /// and its `_any` / `_all` / `_some` forms wait by index.)
-    pub fn signal_wait_until(&self, sig: GlobalPtr<u64>, cmp: Cmp, value: u64) -> Result<u64> {
-        let i = &self.inner;
-        i.check_signal(sig, "Pgas::signal_wait_until")?;
-        if sig.rank() != i.rank {
-            return Err(i.err(
-                Error::usage(format!(
-                    "Pgas::signal_wait_until: {sig:?} is rank {}'s word; a rank waits only on \
-                     its own signal words",
-                    sig.rank()
-                )),
-                sig.rank(),
-            ));
-        }
-        let w = i.signal_word(sig.offset());
-        let seen = std::cell::Cell::new(0);
-        let what = || {
-            format!(
-                "in Pgas::signal_wait_until({sig:?} {} {value}) on rank {}: it holds {}",
-                cmp.symbol(),
-                i.rank,
-                w.load(Ordering::Acquire)
-            )
-        };
-        i.wait_through(&what, || {
-            seen.set(w.load(Ordering::Acquire));
-            cmp.holds(seen.get(), value)
-        })?;
-        Ok(seen.get())
-    }
 }

@@ -52,6 +52,9 @@ pub(crate) struct Entry<'a> {
     /// (`signal_word::Registry::generation`; 0, never a generation, if it
     /// was gone already).
     generation: u64,
+    /// For an entry from a global pointer: the registry's removal count
+    /// read before `generation` (`signal_word::Registry::removals`).
+    removals: u64,
 }
 
 /// Check the lengths of a mask and of the compare values against `n`
@@ -94,7 +97,7 @@ fn wait(
         return Ok(Vec::new());
     }
     let mut out = None;
-    let what = || describe(inner.rank, call, entries, cmp, mode);
+    let what = || describe(inner, call, entries, cmp, mode);
     inner.wait_through(&what, || {
         out = look(inner, call, entries, cmp, mode, "this wait");
         out.is_some()
@@ -171,10 +174,17 @@ pub(crate) fn satisfied_registered(
     mode: Mode,
     registry: &Registry,
 ) -> std::result::Result<Option<Vec<usize>>, GlobalPtr<u64>> {
-    registry.with_words(|gen_of| {
+    registry.with_words_since(|gen_of, removals| {
+        // no range removed since the entries were made: all still hold
+        // (else look each one up; up to MAX_SIGNAL_ARRAYS ranges each); an
+        // entry whose array was gone when it was made (generation 0) is
+        // always looked up
+        let moved = entries
+            .iter()
+            .any(|e| e.index.is_none() && (e.removals != removals || e.generation == 0));
         match entries
             .iter()
-            .find(|e| e.index.is_none() && gen_of(e.ptr.offset()) != Some(e.generation))
+            .find(|e| moved && e.index.is_none() && gen_of(e.ptr.offset()) != Some(e.generation))
         {
             Some(e) => Err(e.ptr),
             None => Ok(satisfied(entries, cmp, mode)),
@@ -183,7 +193,8 @@ pub(crate) fn satisfied_registered(
 }
 
 /// What a wait awaits, for the hang report (the first 8 words).
-fn describe(rank: usize, call: &str, entries: &[Entry<'_>], cmp: Cmp, mode: Mode) -> String {
+fn describe(inner: &Inner, call: &str, entries: &[Entry<'_>], cmp: Cmp, mode: Mode) -> String {
+    let (rank, registry) = (inner.rank, &inner.st.signals);
     let held: Vec<String> = entries
         .iter()
         .take(8)
@@ -196,7 +207,7 @@ fn describe(rank: usize, call: &str, entries: &[Entry<'_>], cmp: Cmp, mode: Mode
                 "{at} {} {} holds {}",
                 cmp.symbol(),
                 e.value,
-                e.word.load(Ordering::Acquire)
+                held(e, registry)
             )
         })
         .collect();
@@ -234,6 +245,7 @@ impl Signals {
                 ptr: self.at(me, i),
                 index: Some(i),
                 generation: 0,
+                removals: 0,
             });
         }
         Ok(out)
@@ -463,6 +475,7 @@ impl Pgas {
                 value: values[k],
                 ptr: sig,
                 index: None,
+                removals: i.st.signals.removals(),
                 generation: i.st.signals.generation(sig.offset()).unwrap_or(0),
             });
         }
@@ -520,4 +533,71 @@ impl Pgas {
         let e = self.sig_entries(call, sigs, status, values)?;
         wait(&self.inner, call, &e, cmp, Mode::Some)
     }
+}
+
+/// The entry of one of this rank's signal words named by a global pointer
+/// (checked by the caller), for `Pgas::signal_wait_until`: with the
+/// generation of its array, so [`look_one`] notices a free.
+pub(crate) fn one_entry<'a>(inner: &'a Inner, sig: GlobalPtr<u64>, value: u64) -> Entry<'a> {
+    Entry {
+        pos: 0,
+        word: inner.signal_word(sig.offset()),
+        value,
+        ptr: sig,
+        index: None,
+        removals: inner.st.signals.removals(),
+        generation: inner.st.signals.generation(sig.offset()).unwrap_or(0),
+    }
+}
+
+/// One look at the single entry `e` (from [`one_entry`]) of a wait
+/// (`call`): under the registry's read lock, an error naming the rank if
+/// its array was freed (before the freed word is read), else the value it
+/// holds if that satisfies `cmp`.
+pub(crate) fn look_one(inner: &Inner, call: &str, e: &Entry<'_>, cmp: Cmp) -> Option<Result<u64>> {
+    let seen = inner.st.signals.with_words(|gen_of| {
+        if gen_of(e.ptr.offset()) != Some(e.generation) {
+            return Err(e.ptr);
+        }
+        Ok(e.word.load(Ordering::Acquire))
+    });
+    match seen {
+        Ok(v) => cmp.holds(v, e.value).then_some(Ok(v)),
+        Err(sig) => Some(Err(inner.err(
+            Error::usage(format!(
+                "{call}: {sig:?} is not a signal word (its array was freed by \
+                 Pgas::free_signals while this wait waited)"
+            )),
+            sig.rank(),
+        ))),
+    }
+}
+
+/// What a wait on the one entry `e` awaits, for the hang report.
+pub(crate) fn describe_one(inner: &Inner, call: &str, e: &Entry<'_>, cmp: Cmp) -> String {
+    format!(
+        "in {call}({:?} {} {}) on rank {}: it holds {}",
+        e.ptr,
+        cmp.symbol(),
+        e.value,
+        inner.rank,
+        held(e, &inner.st.signals)
+    )
+}
+
+/// What the word of `e` holds, for a hang report: read under the
+/// registry's read lock for an entry from a global pointer, "freed" once
+/// its array is gone (never a load of the freed word).
+fn held(e: &Entry<'_>, registry: &Registry) -> String {
+    if e.index.is_some() {
+        // by index: the caller borrows the `Signals`, which cannot be freed
+        return e.word.load(Ordering::Acquire).to_string();
+    }
+    registry.with_words(|gen_of| {
+        if gen_of(e.ptr.offset()) == Some(e.generation) {
+            e.word.load(Ordering::Acquire).to_string()
+        } else {
+            "freed".to_string()
+        }
+    })
 }

@@ -118,6 +118,10 @@ pub(crate) struct Registry {
     ranges: RwLock<Vec<(u64, u64, u64)>>,
     /// The last generation handed out (0: none yet).
     last_gen: std::sync::atomic::AtomicU64,
+    /// How many ranges were removed so far (bumped under the write lock):
+    /// a wait whose entries were made at the same count need not look
+    /// their ranges up again ([`removals`](Registry::removals)).
+    removals: std::sync::atomic::AtomicU64,
 }
 
 impl Registry {
@@ -135,7 +139,19 @@ impl Registry {
 
     /// Forget the range at `off`.
     pub fn remove(&self, off: u64) {
-        self.ranges.write().retain(|&(o, _, _)| o != off);
+        let mut r = self.ranges.write();
+        r.retain(|&(o, _, _)| o != off);
+        self.removals.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many ranges were removed so far. Read before recording a
+    /// word's [`generation`](Self::generation): while
+    /// [`with_words`](Self::with_words) still finds the same count, no
+    /// range was removed since, so every word recorded then is still
+    /// registered with that generation (a cheap check in place of one
+    /// range lookup per word on every polling round).
+    pub fn removals(&self) -> u64 {
+        self.removals.load(Ordering::Acquire)
     }
 
     /// Whether `off` is a signal word: 8-aligned, inside a registered range.
@@ -165,9 +181,16 @@ impl Registry {
     /// offset has a new generation. `f` must not call back into the
     /// registry (the lock is not reentrant).
     pub fn with_words<R>(&self, f: impl FnOnce(&dyn Fn(u64) -> Option<u64>) -> R) -> R {
+        self.with_words_since(|gen_of, _| f(gen_of))
+    }
+
+    /// [`with_words`](Self::with_words), also handing `f` the
+    /// [`removals`](Self::removals) count read under the lock.
+    pub fn with_words_since<R>(&self, f: impl FnOnce(&dyn Fn(u64) -> Option<u64>, u64) -> R) -> R {
         let r = self.ranges.read();
         let gen_of = |off: u64| word_generation(&r, off);
-        f(&gen_of)
+        // removals are counted under the write lock: stable while read here
+        f(&gen_of, self.removals.load(Ordering::Relaxed))
     }
 }
 
@@ -185,6 +208,22 @@ fn word_generation(ranges: &[(u64, u64, u64)], off: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The removal count that lets a pointer wait skip its range lookups
+    /// moves on every removal, and `with_words_since` sees it.
+    #[test]
+    fn defects2_registry_counts_removals() {
+        let r = Registry::default();
+        assert!(r.add(0x1000, 64) && r.add(0x2000, 64));
+        let before = r.removals();
+        assert_eq!(r.with_words_since(|_, n| n), before);
+        r.remove(0x1000);
+        assert_eq!(r.removals(), before + 1);
+        assert_eq!(
+            r.with_words_since(|gen_of, n| (gen_of(0x1000), n)),
+            (None, before + 1)
+        );
+    }
 
     #[test]
     fn signals_registry_and_comparisons() {

@@ -88,10 +88,11 @@ pub(crate) struct WorldHier {
     /// (`usize::MAX`: none; `Pgas::fail_next_barrier_release_to`).
     #[cfg(feature = "test-doubles")]
     pub(crate) fail_release_to: std::sync::atomic::AtomicUsize,
-    /// The release this rank still owes (rank 0, or a host's leader
-    /// passing rank 0's on): a send that failed partway leaves here the
-    /// ranks it did not reach, and the retried wait sends to them
-    /// (`Pgas::send_releases`, `Pgas::resume_release`).
+    /// The release this rank still owes (set on rank 0 only: a host's
+    /// leader passes rank 0's release on to its host through shared
+    /// memory, which cannot fail partway): a send that failed partway
+    /// leaves here the ranks it did not reach, and the retried wait sends
+    /// to them (`Pgas::send_releases`, `Pgas::resume_release`).
     pub(crate) owed: Mutex<Option<Owed>>,
 }
 

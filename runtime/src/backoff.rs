@@ -6,7 +6,7 @@ use crate::config::Config;
 use std::time::{Duration, Instant};
 
 /// Under `SPLITRT_SPIN_ONLY` a wait still yields its core once every this
-/// many polling rounds (tens of microseconds of spinning; see
+/// many polling rounds, busy rounds (`Backoff::reset`) included (see
 /// `Backoff::snooze_with`).
 const SPIN_ONLY_YIELD_EVERY: u32 = 1024;
 
@@ -25,6 +25,13 @@ pub struct Backoff {
     yield_time: Duration,
     sleep: Duration,
     spin_only: bool,
+    /// Polling rounds under spin-only, busy ones (`reset`) included and
+    /// never reset: the yield cadence. Counted apart from `spins`, which
+    /// every busy round resets, or a waiter under steady traffic never
+    /// reached it and never yielded.
+    rounds: u32,
+    /// Yields offered under spin-only so far (for the tests).
+    offered: u64,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -45,11 +52,17 @@ impl Backoff {
             yield_time: cfg.yield_time,
             sleep: cfg.sleep,
             spin_only: cfg.spin_only,
+            rounds: 0,
+            offered: 0,
         }
     }
 
     /// Start over (progress was made).
     pub fn reset(&mut self) {
+        if self.spin_only {
+            // a busy round is a polling round too (see `rounds`)
+            self.spin_only_round();
+        }
         self.start = None;
         self.spins = 0;
         self.phase = Phase::Spin;
@@ -101,8 +114,8 @@ impl Backoff {
                 // real-time policy (`chrt -f`) a thread that never yields
                 // keeps every thread of its priority off its core (the UDP
                 // driver, the other rank pinned there) and the job hangs.
-                if self.spin_only && self.spins.is_multiple_of(SPIN_ONLY_YIELD_EVERY) {
-                    std::thread::yield_now();
+                if self.spin_only {
+                    self.spin_only_round();
                 }
                 return;
             }
@@ -117,6 +130,16 @@ impl Backoff {
         }
         if idle() && !self.spin.is_zero() {
             self.reset();
+        }
+    }
+
+    /// Count one spin-only polling round; offer the core once every
+    /// [`SPIN_ONLY_YIELD_EVERY`] of them.
+    fn spin_only_round(&mut self) {
+        self.rounds = self.rounds.wrapping_add(1);
+        if self.rounds.is_multiple_of(SPIN_ONLY_YIELD_EVERY) {
+            self.offered += 1;
+            std::thread::yield_now();
         }
     }
 
@@ -254,6 +277,34 @@ mod tests {
             !rescued.load(Ordering::Relaxed),
             "a same-priority thread on the spin-only waiter's CPU did not run in 5 s"
         );
+    }
+
+    /// Review of session 11: a busy polling round resets the back-off, so
+    /// under steady traffic (busy and idle rounds alternating, or busy
+    /// only) a spin-only waiter's round count never reached the yield
+    /// cadence and it never offered its core. 4096 rounds of each pattern
+    /// must offer it at least twice.
+    #[test]
+    fn defects2_spin_only_yields_under_steady_traffic() {
+        let cfg = Config {
+            spin_only: true,
+            ..Default::default()
+        };
+        let mut b = Backoff::new(&cfg);
+        for _ in 0..4 * SPIN_ONLY_YIELD_EVERY {
+            b.snooze_with(&|| false);
+            b.reset();
+        }
+        assert!(
+            b.offered >= 2,
+            "busy/idle alternating: {} yields",
+            b.offered
+        );
+        let mut b = Backoff::new(&cfg);
+        for _ in 0..4 * SPIN_ONLY_YIELD_EVERY {
+            b.reset();
+        }
+        assert!(b.offered >= 2, "busy only: {} yields", b.offered);
     }
 
     /// A waiter woken by a peer's ring spins again (the peer is active)
