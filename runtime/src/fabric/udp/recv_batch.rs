@@ -10,8 +10,9 @@
 //! Each slot is a buffer of [`MAX_DATAGRAM`] bytes (the largest UDP
 //! payload over IPv4, so nothing is truncated); a slot whose datagram the
 //! caller keeps is refilled with a buffer it hands back, or a new one.
-//! [`SLOTS`] buffers and one spare (a buffer handed back while every slot
-//! had one) are the bound on what this reader holds.
+//! [`SLOTS`] buffers and up to [`SLOTS`] spares (buffers handed back
+//! while every slot had one) are the bound on what this reader holds:
+//! 2 x [`SLOTS`].
 //!
 //! With arrival stamping on (`stamp.rs`, congestion control), each slot
 //! also has its own control buffer in the `mmsghdr` array, and the
@@ -45,9 +46,10 @@ pub(super) struct RecvBatch {
     /// Buffers of [`MAX_DATAGRAM`] bytes allocated so far (see
     /// [`give`](Self::give)).
     allocs: u64,
-    /// One buffer of [`MAX_DATAGRAM`] bytes handed back while every slot
-    /// had one, for the next slot left empty (see [`give`](Self::give)).
-    spare: Option<Vec<u8>>,
+    /// Buffers of [`MAX_DATAGRAM`] bytes handed back while every slot
+    /// had one, for the next slots left empty (see [`give`](Self::give)):
+    /// at most [`SLOTS`] (its capacity, reserved once).
+    spares: Vec<Vec<u8>>,
     /// Slots whose buffer is shorter than [`MAX_DATAGRAM`] (none yet, or
     /// taken): `recv` looks at the slots' buffers only while one is.
     short: usize,
@@ -68,7 +70,7 @@ impl RecvBatch {
             waited: [None; SLOTS],
             read_at: None,
             allocs: 0,
-            spare: None,
+            spares: Vec::with_capacity(SLOTS),
             short: SLOTS,
         }
     }
@@ -153,13 +155,13 @@ impl RecvBatch {
         n
     }
 
-    /// Give each of the first `max` slots short of a full buffer the
+    /// Give each of the first `max` slots short of a full buffer a
     /// spare, else a new one.
     #[cold]
     fn fill(&mut self, max: usize) {
         for b in self.bufs.iter_mut().take(max) {
             if b.capacity() < MAX_DATAGRAM {
-                match self.spare.take() {
+                match self.spares.pop() {
                     Some(s) => *b = s,
                     None => {
                         *b = Vec::with_capacity(MAX_DATAGRAM);
@@ -206,14 +208,16 @@ impl RecvBatch {
     /// [`take`](Self::take) gets it, so the next [`recv`](Self::recv)
     /// reads into memory already mapped and warm instead of a new
     /// allocation (a fresh 64 KiB buffer per large datagram cost the
-    /// receiver about 16 page faults and their zeroing inside
-    /// `recvmmsg`, on a strided put's critical path; issue 25). When no
-    /// slot wants it, it is kept as the one spare, which the next slot
-    /// left empty gets: a datagram read by one poll and delivered by a
-    /// later one (the other channel's poll read it) leaves its slot empty
-    /// across a `recv`, which would otherwise allocate. `Some` (the
-    /// buffer back) when it is too small or a spare is kept already: at
-    /// most [`SLOTS`] + 1 buffers.
+    /// receiver 8.3 page faults per strided put, `perf stat -e
+    /// page-faults` over the whole 2-rank job, almost all of them and
+    /// their zeroing inside `recvmmsg`, on the put's critical path; issue
+    /// 25). When no slot wants it, it is kept as a spare, which the next
+    /// slot left empty gets: datagrams read by one poll and delivered by
+    /// a later one (the other channel's poll read them) leave their slots
+    /// empty across a `recv`, which would otherwise allocate, one buffer
+    /// per datagram so read. `Some` (the buffer back) when it is too
+    /// small or [`SLOTS`] spares are kept already: at most 2 x [`SLOTS`]
+    /// buffers.
     pub(super) fn give(&mut self, mut b: Vec<u8>) -> Option<Vec<u8>> {
         if b.capacity() < MAX_DATAGRAM {
             return Some(b);
@@ -226,8 +230,8 @@ impl RecvBatch {
                 return None;
             }
         }
-        if self.spare.is_none() {
-            self.spare = Some(b);
+        if self.spares.len() < SLOTS {
+            self.spares.push(b);
             return None;
         }
         Some(b)
