@@ -289,6 +289,73 @@ mod tests {
         assert_eq!(b.recv(&rx, SLOTS, false), 0, "drained");
     }
 
+    /// Review of issue 25's strided put fix: after any sequence of
+    /// `fill` (what `recv` does first), `take` (with refills of any
+    /// capacity) and `give` (of buffers of any capacity), `short` counts
+    /// exactly the slots short of a full buffer, every spare is an empty
+    /// buffer of at least [`MAX_DATAGRAM`] bytes, there are at most
+    /// [`SLOTS`] spares, and a filled slot holds a full buffer. Seeded
+    /// and bounded; no socket, so it runs under Miri too (fewer steps).
+    #[test]
+    fn strided_udp_short_count_and_spares_stay_true() {
+        let steps = if cfg!(miri) { 300 } else { 20_000 };
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let cap = |c: u64| match c {
+            0 => 0,
+            1 => 100,
+            2 => MAX_DATAGRAM - 1,
+            3 => MAX_DATAGRAM,
+            _ => MAX_DATAGRAM + 1000,
+        };
+        let mut b = RecvBatch::new();
+        for step in 0..steps {
+            match next(3) {
+                0 => {
+                    let max = 1 + next(SLOTS as u64) as usize;
+                    b.fill(max);
+                    for (i, s) in b.bufs.iter().take(max).enumerate() {
+                        assert!(s.capacity() >= MAX_DATAGRAM, "step {step}: slot {i}");
+                    }
+                }
+                1 => {
+                    let i = next(SLOTS as u64) as usize;
+                    let refill = Vec::with_capacity(cap(next(5)));
+                    let _ = b.take(i, refill);
+                }
+                _ => {
+                    let c = cap(next(5));
+                    let mut v = Vec::with_capacity(c);
+                    v.resize(c.min(3), 1);
+                    if let Some(back) = b.give(v) {
+                        assert!(
+                            back.capacity() < MAX_DATAGRAM || b.spares.len() == SLOTS,
+                            "step {step}: a full buffer refused while a spare was free"
+                        );
+                    }
+                }
+            }
+            let short = b
+                .bufs
+                .iter()
+                .filter(|s| s.capacity() < MAX_DATAGRAM)
+                .count();
+            assert_eq!(b.short, short, "step {step}");
+            assert!(b.spares.len() <= SLOTS, "step {step}");
+            assert!(
+                b.spares
+                    .iter()
+                    .all(|s| s.capacity() >= MAX_DATAGRAM && s.is_empty()),
+                "step {step}"
+            );
+        }
+    }
+
     /// With stamping on, every datagram of one `recvmmsg` batch comes with
     /// its own kernel arrival stamp (per-slot control buffers): each waited
     /// at least the 20 ms slept before the batch was read, and the
