@@ -8,7 +8,12 @@
 //! than asked for says the queue is empty, so such a poll costs one call.
 //!
 //! Each slot is a buffer of [`MAX_DATAGRAM`] bytes (the largest UDP
-//! payload over IPv4, so nothing is truncated); a slot whose datagram the
+//! payload over IPv4) and reads that much at most, whatever the buffer's
+//! capacity; a longer datagram (IPv6 allows 65527 B) is truncated by the
+//! kernel (`MSG_TRUNC`) and comes out empty, which the protocol rejects
+//! as implausible, so no datagram is ever delivered cut short, and none
+//! delivered longer because its slot's buffer happened to be larger.
+//! A slot whose datagram the
 //! caller keeps is refilled with a buffer it hands back, or a new one.
 //! [`SLOTS`] buffers and up to [`SLOTS`] spares (buffers handed back
 //! while every slot had one) are the bound on what this reader holds:
@@ -100,12 +105,13 @@ impl RecvBatch {
         for i in 0..max {
             let b = &mut self.bufs[i];
             b.clear();
-            // every slot holds MAX_DATAGRAM bytes (`fill`); the iovec
-            // says what this one holds all the same
+            // every slot holds MAX_DATAGRAM bytes (`fill`), some more (a
+            // larger buffer handed back): each reads MAX_DATAGRAM at most,
+            // so a longer datagram is truncated (and rejected) in all
             debug_assert!(b.capacity() >= MAX_DATAGRAM);
             let spare = b.spare_capacity_mut();
             iov[i].iov_base = spare.as_mut_ptr().cast();
-            iov[i].iov_len = spare.len();
+            iov[i].iov_len = spare.len().min(MAX_DATAGRAM);
             msgs[i].msg_hdr.msg_iov = &mut iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
             if stamps {
@@ -114,8 +120,8 @@ impl RecvBatch {
             }
         }
         // SAFETY: `msgs[..max]` are valid headers, each naming one iovec
-        // of `iov` that points at the whole spare capacity (its length in
-        // `iov_len`) of its own buffer and (when stamping) its own CONTROL_LEN-byte
+        // of `iov` that points at the spare capacity (at most its length,
+        // in `iov_len`) of its own buffer and (when stamping) its own CONTROL_LEN-byte
         // control buffer in `self.control`; all of them outlive the call,
         // which does not block (MSG_DONTWAIT) and has no timeout.
         let n = unsafe {
@@ -132,10 +138,18 @@ impl RecvBatch {
         }
         let n = (n as usize).min(max);
         for (b, m) in self.bufs.iter_mut().zip(&msgs).take(n) {
-            let len = (m.msg_len as usize).min(b.capacity());
+            // a datagram longer than the slot's MAX_DATAGRAM bytes is
+            // truncated by the kernel: it comes out empty, which the
+            // protocol rejects as implausible (never delivered cut short)
+            let len = if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                0
+            } else {
+                (m.msg_len as usize).min(MAX_DATAGRAM).min(b.capacity())
+            };
             // SAFETY: the kernel wrote `msg_len` bytes (at most the
-            // iovec's length, this buffer's capacity: the buffer was
-            // cleared) at the start of this buffer's spare capacity.
+            // iovec's length, at most this buffer's capacity: the buffer
+            // was cleared) at the start of this buffer's spare capacity;
+            // `len` is no more than that.
             unsafe { b.set_len(len) };
         }
         if stamps {
@@ -354,6 +368,45 @@ mod tests {
                 "step {step}"
             );
         }
+    }
+
+    /// Review of issue 25's strided put fix: a slot's iovec was its
+    /// buffer's whole capacity, and `give` takes any buffer of at least
+    /// [`MAX_DATAGRAM`] bytes, so a larger buffer read a datagram over
+    /// 65507 B (possible over IPv6) whole while a slot of exactly
+    /// [`MAX_DATAGRAM`] bytes read its first 65507 B as if it were whole.
+    /// Every slot reads at most [`MAX_DATAGRAM`] bytes, and a truncated
+    /// datagram (`MSG_TRUNC`) comes out empty, which the protocol rejects
+    /// as implausible: it is never delivered. A datagram of exactly
+    /// [`MAX_DATAGRAM`] bytes still comes out whole.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn strided_udp_a_datagram_too_large_is_never_delivered() {
+        let rx = UdpSocket::bind("[::1]:0").expect("IPv6 loopback");
+        let tx = UdpSocket::bind("[::1]:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        let mut b = RecvBatch::new();
+        let read_one = |b: &mut RecvBatch, size: usize| -> usize {
+            tx.send_to(&vec![0x3cu8; size], to).unwrap();
+            let t0 = std::time::Instant::now();
+            let mut n = 0;
+            while n == 0 && t0.elapsed() < std::time::Duration::from_secs(10) {
+                n = b.recv(&rx, 1, false);
+            }
+            assert_eq!(n, 1, "datagram of {size} B not read");
+            b.peek(0).len()
+        };
+        let over = MAX_DATAGRAM + 13;
+        // a slot of MAX_DATAGRAM bytes
+        assert_eq!(read_one(&mut b, MAX_DATAGRAM), MAX_DATAGRAM);
+        assert_eq!(read_one(&mut b, over), 0, "truncated, delivered");
+        // a larger buffer handed back to slot 0
+        let _ = b.take(0, Vec::new());
+        assert!(b.give(Vec::with_capacity(MAX_DATAGRAM + 4096)).is_none());
+        assert!(b.bufs[0].capacity() > MAX_DATAGRAM);
+        assert_eq!(read_one(&mut b, over), 0, "longer than MAX_DATAGRAM");
+        assert_eq!(read_one(&mut b, MAX_DATAGRAM), MAX_DATAGRAM);
+        assert_eq!(read_one(&mut b, 100), 100);
     }
 
     /// With stamping on, every datagram of one `recvmmsg` batch comes with
