@@ -221,10 +221,10 @@ impl RecvBatch {
     /// done with it: a slot left short of a full buffer by
     /// [`take`](Self::take) gets it, so the next [`recv`](Self::recv)
     /// reads into memory already mapped and warm instead of a new
-    /// allocation (a fresh 64 KiB buffer per large datagram cost the
-    /// receiver 8.3 page faults per strided put, `perf stat -e
-    /// page-faults` over the whole 2-rank job, almost all of them and
-    /// their zeroing inside `recvmmsg`, on the put's critical path; issue
+    /// allocation (a fresh 64 KiB buffer per large datagram cost 8.3
+    /// page faults per strided put, `perf stat -e page-faults` over the
+    /// whole 2-rank job, almost all of them and their zeroing on the
+    /// receiver inside `recvmmsg`, on the put's critical path; issue
     /// 25). When no slot wants it, it is kept as a spare, which the next
     /// slot left empty gets: datagrams read by one poll and delivered by
     /// a later one (the other channel's poll read them) leave their slots
