@@ -8,10 +8,16 @@
 //! than asked for says the queue is empty, so such a poll costs one call.
 //!
 //! Each slot is a buffer of [`MAX_DATAGRAM`] bytes (the largest UDP
-//! payload over IPv4, so nothing is truncated); a slot whose datagram the
+//! payload over IPv4) and reads that much at most, whatever the buffer's
+//! capacity; a longer datagram (IPv6 allows 65527 B) is truncated by the
+//! kernel (`MSG_TRUNC`) and comes out empty, which the protocol rejects
+//! as implausible, so no datagram is ever delivered cut short, and none
+//! delivered longer because its slot's buffer happened to be larger.
+//! A slot whose datagram the
 //! caller keeps is refilled with a buffer it hands back, or a new one.
-//! [`SLOTS`] buffers and one spare (a buffer handed back while every slot
-//! had one) are the bound on what this reader holds.
+//! [`SLOTS`] buffers and up to [`SLOTS`] spares (buffers handed back
+//! while every slot had one) are the bound on what this reader holds:
+//! 2 x [`SLOTS`].
 //!
 //! With arrival stamping on (`stamp.rs`, congestion control), each slot
 //! also has its own control buffer in the `mmsghdr` array, and the
@@ -45,9 +51,10 @@ pub(super) struct RecvBatch {
     /// Buffers of [`MAX_DATAGRAM`] bytes allocated so far (see
     /// [`give`](Self::give)).
     allocs: u64,
-    /// One buffer of [`MAX_DATAGRAM`] bytes handed back while every slot
-    /// had one, for the next slot left empty (see [`give`](Self::give)).
-    spare: Option<Vec<u8>>,
+    /// Buffers of [`MAX_DATAGRAM`] bytes handed back while every slot
+    /// had one, for the next slots left empty (see [`give`](Self::give)):
+    /// at most [`SLOTS`] (its capacity, reserved once).
+    spares: Vec<Vec<u8>>,
     /// Slots whose buffer is shorter than [`MAX_DATAGRAM`] (none yet, or
     /// taken): `recv` looks at the slots' buffers only while one is.
     short: usize,
@@ -68,7 +75,7 @@ impl RecvBatch {
             waited: [None; SLOTS],
             read_at: None,
             allocs: 0,
-            spare: None,
+            spares: Vec::with_capacity(SLOTS),
             short: SLOTS,
         }
     }
@@ -98,12 +105,13 @@ impl RecvBatch {
         for i in 0..max {
             let b = &mut self.bufs[i];
             b.clear();
-            // every slot holds MAX_DATAGRAM bytes (`fill`); the iovec
-            // says what this one holds all the same
+            // every slot holds MAX_DATAGRAM bytes (`fill`), some more (a
+            // larger buffer handed back): each reads MAX_DATAGRAM at most,
+            // so a longer datagram is truncated (and rejected) in all
             debug_assert!(b.capacity() >= MAX_DATAGRAM);
             let spare = b.spare_capacity_mut();
             iov[i].iov_base = spare.as_mut_ptr().cast();
-            iov[i].iov_len = spare.len();
+            iov[i].iov_len = spare.len().min(MAX_DATAGRAM);
             msgs[i].msg_hdr.msg_iov = &mut iov[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
             if stamps {
@@ -112,8 +120,8 @@ impl RecvBatch {
             }
         }
         // SAFETY: `msgs[..max]` are valid headers, each naming one iovec
-        // of `iov` that points at the whole spare capacity (its length in
-        // `iov_len`) of its own buffer and (when stamping) its own CONTROL_LEN-byte
+        // of `iov` that points at the spare capacity (at most its length,
+        // in `iov_len`) of its own buffer and (when stamping) its own CONTROL_LEN-byte
         // control buffer in `self.control`; all of them outlive the call,
         // which does not block (MSG_DONTWAIT) and has no timeout.
         let n = unsafe {
@@ -130,10 +138,18 @@ impl RecvBatch {
         }
         let n = (n as usize).min(max);
         for (b, m) in self.bufs.iter_mut().zip(&msgs).take(n) {
-            let len = (m.msg_len as usize).min(b.capacity());
+            // a datagram longer than the slot's MAX_DATAGRAM bytes is
+            // truncated by the kernel: it comes out empty, which the
+            // protocol rejects as implausible (never delivered cut short)
+            let len = if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                0
+            } else {
+                (m.msg_len as usize).min(MAX_DATAGRAM).min(b.capacity())
+            };
             // SAFETY: the kernel wrote `msg_len` bytes (at most the
-            // iovec's length, this buffer's capacity: the buffer was
-            // cleared) at the start of this buffer's spare capacity.
+            // iovec's length, at most this buffer's capacity: the buffer
+            // was cleared) at the start of this buffer's spare capacity;
+            // `len` is no more than that.
             unsafe { b.set_len(len) };
         }
         if stamps {
@@ -153,13 +169,13 @@ impl RecvBatch {
         n
     }
 
-    /// Give each of the first `max` slots short of a full buffer the
+    /// Give each of the first `max` slots short of a full buffer a
     /// spare, else a new one.
     #[cold]
     fn fill(&mut self, max: usize) {
         for b in self.bufs.iter_mut().take(max) {
             if b.capacity() < MAX_DATAGRAM {
-                match self.spare.take() {
+                match self.spares.pop() {
                     Some(s) => *b = s,
                     None => {
                         *b = Vec::with_capacity(MAX_DATAGRAM);
@@ -205,15 +221,17 @@ impl RecvBatch {
     /// done with it: a slot left short of a full buffer by
     /// [`take`](Self::take) gets it, so the next [`recv`](Self::recv)
     /// reads into memory already mapped and warm instead of a new
-    /// allocation (a fresh 64 KiB buffer per large datagram cost the
-    /// receiver about 16 page faults and their zeroing inside
-    /// `recvmmsg`, on a strided put's critical path; issue 25). When no
-    /// slot wants it, it is kept as the one spare, which the next slot
-    /// left empty gets: a datagram read by one poll and delivered by a
-    /// later one (the other channel's poll read it) leaves its slot empty
-    /// across a `recv`, which would otherwise allocate. `Some` (the
-    /// buffer back) when it is too small or a spare is kept already: at
-    /// most [`SLOTS`] + 1 buffers.
+    /// allocation (a fresh 64 KiB buffer per large datagram cost 8.3
+    /// page faults per strided put, `perf stat -e page-faults` over the
+    /// whole 2-rank job, almost all of them and their zeroing on the
+    /// receiver inside `recvmmsg`, on the put's critical path; issue
+    /// 25). When no slot wants it, it is kept as a spare, which the next
+    /// slot left empty gets: datagrams read by one poll and delivered by
+    /// a later one (the other channel's poll read them) leave their slots
+    /// empty across a `recv`, which would otherwise allocate, one buffer
+    /// per datagram so read. `Some` (the buffer back) when it is too
+    /// small or [`SLOTS`] spares are kept already: at most 2 x [`SLOTS`]
+    /// buffers.
     pub(super) fn give(&mut self, mut b: Vec<u8>) -> Option<Vec<u8>> {
         if b.capacity() < MAX_DATAGRAM {
             return Some(b);
@@ -226,8 +244,8 @@ impl RecvBatch {
                 return None;
             }
         }
-        if self.spare.is_none() {
-            self.spare = Some(b);
+        if self.spares.len() < SLOTS {
+            self.spares.push(b);
             return None;
         }
         Some(b)
@@ -283,6 +301,112 @@ mod tests {
             assert!(d.iter().enumerate().all(|(i, &x)| x == (i * 31 + k) as u8));
         }
         assert_eq!(b.recv(&rx, SLOTS, false), 0, "drained");
+    }
+
+    /// Review of issue 25's strided put fix: after any sequence of
+    /// `fill` (what `recv` does first), `take` (with refills of any
+    /// capacity) and `give` (of buffers of any capacity), `short` counts
+    /// exactly the slots short of a full buffer, every spare is an empty
+    /// buffer of at least [`MAX_DATAGRAM`] bytes, there are at most
+    /// [`SLOTS`] spares, and a filled slot holds a full buffer. Seeded
+    /// and bounded; no socket, so it runs under Miri too (fewer steps).
+    #[test]
+    fn strided_udp_short_count_and_spares_stay_true() {
+        let steps = if cfg!(miri) { 300 } else { 20_000 };
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        let cap = |c: u64| match c {
+            0 => 0,
+            1 => 100,
+            2 => MAX_DATAGRAM - 1,
+            3 => MAX_DATAGRAM,
+            _ => MAX_DATAGRAM + 1000,
+        };
+        let mut b = RecvBatch::new();
+        for step in 0..steps {
+            match next(3) {
+                0 => {
+                    let max = 1 + next(SLOTS as u64) as usize;
+                    b.fill(max);
+                    for (i, s) in b.bufs.iter().take(max).enumerate() {
+                        assert!(s.capacity() >= MAX_DATAGRAM, "step {step}: slot {i}");
+                    }
+                }
+                1 => {
+                    let i = next(SLOTS as u64) as usize;
+                    let refill = Vec::with_capacity(cap(next(5)));
+                    let _ = b.take(i, refill);
+                }
+                _ => {
+                    let c = cap(next(5));
+                    let mut v = Vec::with_capacity(c);
+                    v.resize(c.min(3), 1);
+                    if let Some(back) = b.give(v) {
+                        assert!(
+                            back.capacity() < MAX_DATAGRAM || b.spares.len() == SLOTS,
+                            "step {step}: a full buffer refused while a spare was free"
+                        );
+                    }
+                }
+            }
+            let short = b
+                .bufs
+                .iter()
+                .filter(|s| s.capacity() < MAX_DATAGRAM)
+                .count();
+            assert_eq!(b.short, short, "step {step}");
+            assert!(b.spares.len() <= SLOTS, "step {step}");
+            assert!(
+                b.spares
+                    .iter()
+                    .all(|s| s.capacity() >= MAX_DATAGRAM && s.is_empty()),
+                "step {step}"
+            );
+        }
+    }
+
+    /// Review of issue 25's strided put fix: a slot's iovec was its
+    /// buffer's whole capacity, and `give` takes any buffer of at least
+    /// [`MAX_DATAGRAM`] bytes, so a larger buffer read a datagram over
+    /// 65507 B (possible over IPv6) whole while a slot of exactly
+    /// [`MAX_DATAGRAM`] bytes read its first 65507 B as if it were whole.
+    /// Every slot reads at most [`MAX_DATAGRAM`] bytes, and a truncated
+    /// datagram (`MSG_TRUNC`) comes out empty, which the protocol rejects
+    /// as implausible: it is never delivered. A datagram of exactly
+    /// [`MAX_DATAGRAM`] bytes still comes out whole.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn strided_udp_a_datagram_too_large_is_never_delivered() {
+        let rx = UdpSocket::bind("[::1]:0").expect("IPv6 loopback");
+        let tx = UdpSocket::bind("[::1]:0").unwrap();
+        let to = rx.local_addr().unwrap();
+        let mut b = RecvBatch::new();
+        let read_one = |b: &mut RecvBatch, size: usize| -> usize {
+            tx.send_to(&vec![0x3cu8; size], to).unwrap();
+            let t0 = std::time::Instant::now();
+            let mut n = 0;
+            while n == 0 && t0.elapsed() < std::time::Duration::from_secs(10) {
+                n = b.recv(&rx, 1, false);
+            }
+            assert_eq!(n, 1, "datagram of {size} B not read");
+            b.peek(0).len()
+        };
+        let over = MAX_DATAGRAM + 13;
+        // a slot of MAX_DATAGRAM bytes
+        assert_eq!(read_one(&mut b, MAX_DATAGRAM), MAX_DATAGRAM);
+        assert_eq!(read_one(&mut b, over), 0, "truncated, delivered");
+        // a larger buffer handed back to slot 0
+        let _ = b.take(0, Vec::new());
+        assert!(b.give(Vec::with_capacity(MAX_DATAGRAM + 4096)).is_none());
+        assert!(b.bufs[0].capacity() > MAX_DATAGRAM);
+        assert_eq!(read_one(&mut b, over), 0, "longer than MAX_DATAGRAM");
+        assert_eq!(read_one(&mut b, MAX_DATAGRAM), MAX_DATAGRAM);
+        assert_eq!(read_one(&mut b, 100), 100);
     }
 
     /// With stamping on, every datagram of one `recvmmsg` batch comes with
