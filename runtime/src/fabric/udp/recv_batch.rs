@@ -382,7 +382,12 @@ mod tests {
     #[test]
     #[cfg_attr(miri, ignore = "sockets")]
     fn strided_udp_a_datagram_too_large_is_never_delivered() {
-        let rx = UdpSocket::bind("[::1]:0").expect("IPv6 loopback");
+        // (a machine without IPv6 loopback cannot send a datagram over
+        // 65507 B: nothing to check there)
+        let Ok(rx) = UdpSocket::bind("[::1]:0") else {
+            eprintln!("skipped: no IPv6 loopback here");
+            return;
+        };
         let tx = UdpSocket::bind("[::1]:0").unwrap();
         let to = rx.local_addr().unwrap();
         let mut b = RecvBatch::new();
