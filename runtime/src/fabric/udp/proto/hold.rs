@@ -196,6 +196,30 @@ mod tests {
     }
 
     #[test]
+    fn ccfix2_a_saturated_hold_across_the_clock_wrap() {
+        // sent at u32::MAX - 10, a timeout at 5 (16 us later, past the
+        // wrap), acknowledged at 600,000 after a saturated hold: the echo
+        // times the original, from before the timeout
+        assert!(reached_before(600_000, u32::MAX - 10, SATURATED, 5));
+        // an echo at the timeout's own time (a retransmission) is no
+        // proof, nor one from after it, on either side of the wrap
+        assert!(!reached_before(
+            600_000,
+            u32::MAX - 10,
+            SATURATED,
+            u32::MAX - 10
+        ));
+        assert!(!reached_before(600_000, 5, SATURATED, 5));
+        assert!(!reached_before(600_000, 6, SATURATED, u32::MAX - 10));
+        assert!(!reached_before(
+            600_000,
+            u32::MAX - 10,
+            SATURATED,
+            u32::MAX - 11
+        ));
+    }
+
+    #[test]
     fn ccundo_network_rtt_never_exceeds_the_round_trip() {
         // the controller's sample (network_rtt from the arrival) against
         // the retransmission timer's (from the moment the ack is handled,
