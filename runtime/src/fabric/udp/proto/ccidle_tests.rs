@@ -235,7 +235,6 @@ impl Pair {
 /// the hole: it shows only that the start of the flight arrived, so the
 /// timeout's reduction stands (the review of h11-ccidle: it was undone).
 #[test]
-#[ignore = "fails until the saturated-hold undo waits for an ack covering the flight"]
 fn ccfix2_overflowed_socket_keeps_the_reduction() {
     let mut q = Pair::new();
     q.transfer(8, 12_000);

@@ -639,7 +639,10 @@ impl Proto {
                     if p.tx[st].hole_below_sack() {
                         p.cc.on_hole(st);
                     }
-                    if p.cc.on_echo(st, h.echo, us(arrived), hold::decode(h.hold)) {
+                    let una = p.tx[st].una;
+                    if p.cc
+                        .on_echo(st, h.echo, us(arrived), hold::decode(h.hold), una)
+                    {
                         self.stats.spurious_timeouts += 1;
                     }
                     // the controller's delay signal follows Karn's rule,
@@ -1024,7 +1027,7 @@ impl Proto {
                             // nothing in flight: a closed window; ask
                             p.ping = true;
                         } else {
-                            p.cc.on_timeout(now, us(now), st);
+                            p.cc.on_timeout(now, us(now), st, p.tx[st].next_tx);
                         }
                         dirty = true;
                     } else {
