@@ -43,10 +43,14 @@
 //!   datagram (a loss). The undo restores only the window: the datagrams
 //!   the timeout marked stay marked and are resent, as the acknowledgement
 //!   proves only the arrival of what it acknowledges.
-//!   With a saturated hold (the peer stalled half a second or more,
-//!   `hold::SATURATED`) the hold cannot place the arrival, and Eifel's own
-//!   test decides (the echo times a transmission from before the timeout);
-//!   such an acknowledgement gives no RTT sample (`proto/mod.rs`).
+//!   With a saturated hold (the peer stalled half a second or more, or
+//!   its acknowledgements were lost that long, `hold::SATURATED`) the
+//!   hold cannot place the arrival, and Eifel's own test decides (the
+//!   echo times a transmission from before the timeout) on the first
+//!   acknowledgement that covers the whole flight the timeout took for
+//!   lost (a lost datagram is then filled by a retransmission, whose echo
+//!   is from after the timeout); such an acknowledgement gives no RTT
+//!   sample (`proto/mod.rs`).
 //!
 //! With the controller off (`ProtoConfig::cc == false`) every gate is open:
 //! the fixed credit window alone limits what is in flight.
@@ -307,6 +311,7 @@ impl Cc {
     /// wire's microsecond clock), reached this rank at `arrived` (same
     /// clock) and reports the peer's hold `hold` (ns, decoded, however
     /// short): the first one after a retransmission timeout of that stream decides
+    /// (with a saturated hold, the first that covers the flight: below)
     /// whether the timeout was spurious (Eifel detection, RFC 3522, with
     /// the echoed timestamp, and the peer's hold to place the arrival,
     /// `hold::reached_before`). If it times a transmission from before the

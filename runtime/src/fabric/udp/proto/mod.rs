@@ -616,10 +616,12 @@ impl Proto {
                 // acknowledged, retransmission or not
                 let rtt = (us(now).wrapping_sub(h.echo) as u64) * 1000;
                 // a saturated hold (the peer stalled half a second or
-                // more: hold::SATURATED) times the stall, not a round
-                // trip: it sets neither the RTO nor the pacing rate nor
-                // the delay signal (a 900 ms stall in the smoothed RTT
-                // paced the next 2 MiB out over 7x their time)
+                // more, or its acks were lost that long: hold::SATURATED)
+                // times the stall or the acks' loss, not a round trip: it
+                // sets neither the RTO nor the pacing rate nor the delay
+                // signal (a 900 ms stall in the smoothed RTT paced the
+                // next 2 MiB out over 7x their time); the undo then waits
+                // for an ack covering the whole flight (Cc::on_echo)
                 let stalled = hold::saturated(h.hold);
                 if h.echo != 0 && rtt < 60_000_000_000 {
                     if !stalled {
