@@ -181,3 +181,124 @@ fn ccidle_a_peer_idle_for_900_ms_gives_the_window_back() {
         "2 MiB took {idled} ns after the idle, {plain} ns without"
     );
 }
+
+impl Pair {
+    /// The sender sends `messages` messages of 12,000 bytes while the
+    /// receiver does not read for `IDLE`; its socket keeps only what
+    /// `keep` picks from the originals (first, in order) and the
+    /// timeouts' retransmissions (after them, each stamped `WAY` after it
+    /// left), the rest overflowed it. Then the receiver reads what it
+    /// kept and answers.
+    fn stall_keeping(
+        &mut self,
+        messages: usize,
+        keep: impl Fn(&[(u64, Vec<u8>)], &[(u64, Vec<u8>)]) -> Vec<(u64, Vec<u8>)>,
+    ) {
+        for _ in 0..messages {
+            assert_eq!(self.offer(12_000), 12_000);
+        }
+        let t = self.now;
+        let first: Vec<(u64, Vec<u8>)> =
+            self.a_sends(t).into_iter().map(|d| (t + WAY, d)).collect();
+        let mut retx = Vec::new();
+        for _ in 0..1000 {
+            let at = self.a.poll_timeout();
+            if at >= t + IDLE {
+                break;
+            }
+            self.a.handle_timeout(at);
+            retx.extend(self.a_sends(at).into_iter().map(|d| (at + WAY, d)));
+        }
+        assert!(!retx.is_empty(), "the timeouts resent");
+        let kept = keep(&first, &retx);
+        self.now = t + IDLE;
+        self.b_handles(kept);
+        // an acknowledgement the receiver delayed leaves now
+        let t2 = self.now;
+        self.b.handle_timeout(t2);
+        let mut acks = Vec::new();
+        self.b
+            .poll_transmit(t2, true, &mut |_, d| acks.push(d.to_vec()));
+        self.now = t2 + WAY;
+        for d in acks {
+            if let Some(back) = self.a.handle_datagram_at(self.now, self.now, d) {
+                self.a.recycle(back);
+            }
+        }
+    }
+}
+
+/// The receiver's socket overflowed during a 900 ms stall (rmem limits):
+/// it kept the flight's first datagram and dropped its tail and every
+/// retransmission. Its acknowledgement echoes that first datagram (sent
+/// before the timeout) with a saturated hold and no selective ack above
+/// the hole: it shows only that the start of the flight arrived, so the
+/// timeout's reduction stands (the review of h11-ccidle: it was undone).
+#[test]
+fn ccfix2_overflowed_socket_keeps_the_reduction() {
+    let mut q = Pair::new();
+    q.transfer(8, 12_000);
+    q.stall_keeping(1, |first, _| {
+        assert!(first.len() >= 2, "a flight of two datagrams or more");
+        vec![first[0].clone()]
+    });
+    assert_eq!(
+        q.a.stats().spurious_timeouts,
+        0,
+        "tail loss undone: {:?}",
+        q.cc()
+    );
+}
+
+/// A 900 ms stall in which the socket dropped the originals and kept the
+/// retransmissions: the acknowledgement echoes a retransmission (sent at
+/// or after the timeout), so the timeout stands, saturated hold or not.
+#[test]
+fn ccfix2_stall_echoing_the_retransmission_keeps_the_reduction() {
+    let mut q = Pair::new();
+    q.transfer(8, 12_000);
+    let before = q.cc();
+    q.stall_keeping(1, |_, retx| retx.to_vec());
+    assert!(q.a.stats().timeouts >= 2);
+    assert_eq!(q.a.stats().spurious_timeouts, 0, "{:?}", q.cc());
+    assert!(
+        q.cc().1 < before.1,
+        "ssthresh {:?} before {before:?}",
+        q.cc()
+    );
+}
+
+/// A 900 ms stall in which the socket kept the flight's first and last
+/// datagrams and dropped one between (and every retransmission): the
+/// acknowledgement shows a hole below a selectively acknowledged
+/// datagram, a loss, so the reduction stays.
+#[test]
+fn ccfix2_stall_with_a_sack_hole_keeps_the_reduction() {
+    let mut q = Pair::new();
+    q.transfer(8, 12_000);
+    let before = q.cc();
+    q.stall_keeping(3, |first, _| {
+        assert!(first.len() >= 3, "a flight of three datagrams or more");
+        vec![first[0].clone(), first[first.len() - 1].clone()]
+    });
+    assert_eq!(q.a.stats().spurious_timeouts, 0, "{:?}", q.cc());
+    assert!(
+        q.cc().1 < before.1,
+        "ssthresh {:?} before {before:?}",
+        q.cc()
+    );
+}
+
+/// A saturated hold gives no RTT sample, and the back-off the idle's
+/// timeouts built ends: the retransmission timeout right after the idle
+/// is the one before it.
+#[test]
+fn ccfix2_the_rto_after_the_idle_is_the_one_before() {
+    let mut q = Pair::new();
+    q.transfer(8, 12_000);
+    let rto = q.a.peers[1].rto;
+    q.idle_peer();
+    assert!(q.a.stats().timeouts >= 2, "the timeouts backed off");
+    assert_eq!(q.a.peers[1].backoff, 0);
+    assert_eq!(q.a.peers[1].rto, rto, "the RTO after the idle");
+}

@@ -43,10 +43,14 @@
 //!   datagram (a loss). The undo restores only the window: the datagrams
 //!   the timeout marked stay marked and are resent, as the acknowledgement
 //!   proves only the arrival of what it acknowledges.
-//!   With a saturated hold (the peer stalled half a second or more,
-//!   `hold::SATURATED`) the hold cannot place the arrival, and Eifel's own
-//!   test decides (the echo times a transmission from before the timeout);
-//!   such an acknowledgement gives no RTT sample (`proto/mod.rs`).
+//!   With a saturated hold (the peer stalled half a second or more, or
+//!   its acknowledgements were lost that long, `hold::SATURATED`) the
+//!   hold cannot place the arrival, and Eifel's own test decides (the
+//!   echo times a transmission from before the timeout) on the first
+//!   acknowledgement that covers the whole flight the timeout took for
+//!   lost (a lost datagram is then filled by a retransmission, whose echo
+//!   is from after the timeout); such an acknowledgement gives no RTT
+//!   sample (`proto/mod.rs`).
 //!
 //! With the controller off (`ProtoConfig::cc == false`) every gate is open:
 //! the fixed credit window alone limits what is in flight.
@@ -107,10 +111,12 @@ pub(super) struct Cc {
     /// The next datagram may leave from this time on.
     pace_at: u64,
     /// Before the last retransmission timeout: (`cwnd`, `ssthresh`, the
-    /// timeout's time on the wire's microsecond clock, its stream), until
-    /// the first acknowledgement after it that frees data of that stream
-    /// tells whether it was spurious.
-    undo: Option<(u64, u64, u32, usize)>,
+    /// timeout's time on the wire's microsecond clock, its stream, the
+    /// stream's `next_tx` then: the end of the flight it took for lost),
+    /// until the first acknowledgement after it that frees data of that
+    /// stream tells whether it was spurious (with a saturated hold, the
+    /// first one that covers the whole flight: [`on_echo`](Self::on_echo)).
+    undo: Option<(u64, u64, u32, usize, u32)>,
 }
 
 impl Cc {
@@ -281,13 +287,14 @@ impl Cc {
     }
 
     /// A retransmission timeout of `stream` fired at `now` (`now_us` on
-    /// the wire's clock).
-    pub fn on_timeout(&mut self, now: u64, now_us: u32, stream: usize) {
+    /// the wire's clock) with the stream's flight ending before sequence
+    /// number `end` (its `next_tx`).
+    pub fn on_timeout(&mut self, now: u64, now_us: u32, stream: usize, end: u32) {
         if !self.on {
             return;
         }
         if self.undo.is_none() {
-            self.undo = Some((self.cwnd, self.ssthresh, now_us, stream));
+            self.undo = Some((self.cwnd, self.ssthresh, now_us, stream, end));
         }
         if self.cwnd > self.mss {
             self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
@@ -304,6 +311,7 @@ impl Cc {
     /// wire's microsecond clock), reached this rank at `arrived` (same
     /// clock) and reports the peer's hold `hold` (ns, decoded, however
     /// short): the first one after a retransmission timeout of that stream decides
+    /// (with a saturated hold, the first that covers the flight: below)
     /// whether the timeout was spurious (Eifel detection, RFC 3522, with
     /// the echoed timestamp, and the peer's hold to place the arrival,
     /// `hold::reached_before`). If it times a transmission from before the
@@ -320,13 +328,32 @@ impl Cc {
     /// only after the timeout (a network queue held it that long:
     /// congestion) or an acknowledgement of a retransmission leaves the
     /// timeout's reduction standing too.
-    pub fn on_echo(&mut self, stream: usize, echo: u32, arrived: u32, hold: u64) -> bool {
-        let Some((cwnd, ssthresh, at, st)) = self.undo else {
+    ///
+    /// A saturated hold (`hold::SATURATED`: the peer did not read its
+    /// socket for half a second or more, or its acknowledgements were
+    /// lost that long) cannot place the arrival, and an acknowledgement
+    /// of the flight's start proves nothing of its tail: a stalled peer
+    /// whose socket overflowed dropped the tail and every retransmission
+    /// and acknowledges what it kept with no selective acknowledgement
+    /// above the hole. So with a saturated hold the decision waits (the
+    /// undo stays pending) for the first acknowledgement whose cumulative
+    /// point `una` (the stream's, after this acknowledgement) covers the
+    /// whole flight the timeout took for lost; if a datagram of it was
+    /// lost, the datagram that fills the hole is a retransmission, sent
+    /// at or after the timeout, so that acknowledgement's echo is from
+    /// then and the reduction stands (Eifel's test, RFC 3522).
+    pub fn on_echo(&mut self, stream: usize, echo: u32, arrived: u32, hold: u64, una: u32) -> bool {
+        let Some((cwnd, ssthresh, at, st, end)) = self.undo else {
             return false;
         };
         if st != stream {
             // another stream's acknowledgement says nothing of what the
             // timeout took for lost
+            return false;
+        }
+        if hold >= hold::SATURATED && (una.wrapping_sub(end) as i32) < 0 {
+            // only the start of the flight is acknowledged: wait for the
+            // rest (or a hole: on_hole)
             return false;
         }
         self.undo = None;
@@ -370,23 +397,56 @@ mod tests {
         // a second loss from the same flight is the same event
         assert!(!c.on_loss(20, 7));
         assert_eq!(c.cwnd, 18_000);
-        c.on_timeout(30, 1000, 0);
+        c.on_timeout(30, 1000, 0, 2);
         assert_eq!(c.cwnd, 9000);
         assert_eq!(c.ssthresh, 18_000);
         // the first acknowledgement after it times a later transmission:
         // a real loss, the window stays down
-        assert!(!c.on_echo(0, 1001, 1100, 0));
+        assert!(!c.on_echo(0, 1001, 1100, 0, 2));
         assert_eq!(c.cwnd, 9000);
         // a spurious timeout (the ack times a transmission from before it,
         // which reached the peer before the timeout: its hold says so)
         // gives the window back
-        c.on_timeout(40, 2000, 0);
+        c.on_timeout(40, 2000, 0, 2);
         assert_eq!(c.cwnd, 9000);
         c.cwnd = 4500;
         // (the other stream's acknowledgements do not decide)
-        assert!(!c.on_echo(1, 1900, 2500, 550_000));
-        assert!(c.on_echo(0, 1900, 2500, 550_000));
+        assert!(!c.on_echo(1, 1900, 2500, 550_000, 2));
+        assert!(c.on_echo(0, 1900, 2500, 550_000, 2));
         assert_eq!((c.cwnd, c.ssthresh), (9000, 18_000));
+    }
+
+    #[test]
+    fn ccfix2_a_saturated_hold_waits_for_the_whole_flight() {
+        let sat = hold::SATURATED;
+        let mut c = Cc::new(true, 9000, 64 * 9000);
+        let (cwnd, ssthresh) = (c.cwnd, c.ssthresh);
+        // a timeout at 1000 with the flight ending before 12 (wrapping
+        // sequence numbers around it are compared alike)
+        c.on_timeout(30, 1000, 0, 12);
+        assert_eq!(c.cwnd, 9000);
+        // a saturated ack of the flight's start: no decision yet
+        assert!(!c.on_echo(0, 900, 600_000, sat, 11));
+        assert!(c.undo.is_some(), "the undo waits for the rest");
+        // the ack that covers the flight echoes a transmission from
+        // before the timeout: nothing of it was lost, the window comes back
+        assert!(c.on_echo(0, 900, 600_100, sat, 12));
+        assert_eq!((c.cwnd, c.ssthresh), (cwnd, ssthresh));
+        // the same flight across the wrap of the sequence numbers, whose
+        // hole was filled by a retransmission (echo after the timeout):
+        // the reduction stands
+        c.on_timeout(40, 2000, 0, 2);
+        assert!(!c.on_echo(0, 1900, 600_000, sat, u32::MAX));
+        assert!(c.undo.is_some());
+        assert!(!c.on_echo(0, 2100, 600_100, sat, 2));
+        assert!(c.undo.is_none());
+        assert_eq!(c.cwnd, 9000);
+        // a hole decides at once
+        c.on_timeout(50, 3000, 0, 20);
+        assert!(!c.on_echo(0, 2900, 600_000, sat, 15));
+        c.on_hole(0);
+        assert!(!c.on_echo(0, 2900, 600_100, sat, 20));
+        assert_eq!(c.cwnd, 9000);
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub(super) fn network_rtt(arrived: u32, echo: u32, hold: u64) -> Option<u64> {
     (rt as u64 * 1000).checked_sub(hold).filter(|&n| n > 0)
 }
 
-/// Whether an acknowledgement proves that the datagram it echoes reached
+/// Whether an acknowledgement shows that the datagram it echoes reached
 /// the peer's socket before `at` (the wire's microsecond clock, like
 /// `echo` and `arrived`): the acknowledgement reached this rank at
 /// `arrived` and the peer held the echoed datagram `hold` ns (the decoded
@@ -80,13 +80,20 @@ pub(super) fn network_rtt(arrived: u32, echo: u32, hold: u64) -> Option<u64> {
 /// peer by `arrived - hold` at the latest (the return trip only makes it
 /// earlier; the code rounds the hold down, so the bound never errs
 /// early). A retransmission timeout at `at` whose first acknowledgement
-/// proves this was spurious: the datagram that acknowledgement echoes had
+/// (with a hold below [`SATURATED`]) shows this was spurious: the datagram that acknowledgement echoes had
 /// crossed the network in time, and the wait was the peer's (descheduled,
 /// busy) or this rank's own (it ran its timers before reading the socket);
 /// it proves nothing of the flight's other unacknowledged datagrams. One
 /// whose datagram reached the peer only after it (a queue in the network
 /// held it that long) or was resent stands. `false` when the stamps
 /// disagree (`network_rtt`).
+///
+/// With a saturated hold ([`SATURATED`]) the hold cannot place the
+/// arrival, and this only says whether the echoed transmission left
+/// before `at` (Eifel's test, RFC 3522); it does not prove the arrival
+/// before `at`, nor anything of the rest of the flight, so the caller
+/// (`Cc::on_echo`) applies it only to an acknowledgement that covers the
+/// whole flight the timeout took for lost.
 pub(super) fn reached_before(arrived: u32, echo: u32, hold: u64, at: u32) -> bool {
     if network_rtt(arrived, echo, hold).is_none() {
         return false;
@@ -98,7 +105,8 @@ pub(super) fn reached_before(arrived: u32, echo: u32, hold: u64, at: u32) -> boo
         // hold a datagram for the timeout and then a peer for half a
         // second more; Eifel's own test decides (RFC 3522: the echo
         // times a transmission from before the timeout, not its
-        // retransmission, so no loss made the timeout)
+        // retransmission), which shows no loss only for an ack that
+        // covers the whole flight: Cc::on_echo waits for that one
         return (at.wrapping_sub(echo) as i32) > 0;
     }
     let latest = arrived.wrapping_sub((hold / 1000) as u32);
@@ -107,8 +115,10 @@ pub(super) fn reached_before(arrived: u32, echo: u32, hold: u64, at: u32) -> boo
 
 /// The hold of the saturated code (ns, about 0.5 s): a peer that kept
 /// the echoed datagram this long or longer was stalled (busy without
-/// reading its socket, asleep), and the round trip times its stall, not
-/// the network (docs/networking.md, a peer's stall).
+/// reading its socket, asleep), or its acknowledgements were lost that
+/// long (each later one reports the hold since the echoed datagram
+/// arrived); the round trip times the stall or the loss, not the network
+/// (docs/networking.md, a peer's stall).
 pub(super) const SATURATED: u64 = (31 << 14) * 1000;
 
 /// Whether a hold code is saturated ([`SATURATED`] or longer).
@@ -193,6 +203,30 @@ mod tests {
         assert!(!reached_before(900_000, 100, SATURATED - 1000, 300));
         // stamps that disagree still prove nothing
         assert!(!reached_before(100_000, 100, SATURATED, 300));
+    }
+
+    #[test]
+    fn ccfix2_a_saturated_hold_across_the_clock_wrap() {
+        // sent at u32::MAX - 10, a timeout at 5 (16 us later, past the
+        // wrap), acknowledged at 600,000 after a saturated hold: the echo
+        // times the original, from before the timeout
+        assert!(reached_before(600_000, u32::MAX - 10, SATURATED, 5));
+        // an echo at the timeout's own time (a retransmission) is no
+        // proof, nor one from after it, on either side of the wrap
+        assert!(!reached_before(
+            600_000,
+            u32::MAX - 10,
+            SATURATED,
+            u32::MAX - 10
+        ));
+        assert!(!reached_before(600_000, 5, SATURATED, 5));
+        assert!(!reached_before(600_000, 6, SATURATED, u32::MAX - 10));
+        assert!(!reached_before(
+            600_000,
+            u32::MAX - 10,
+            SATURATED,
+            u32::MAX - 11
+        ));
     }
 
     #[test]

@@ -616,10 +616,12 @@ impl Proto {
                 // acknowledged, retransmission or not
                 let rtt = (us(now).wrapping_sub(h.echo) as u64) * 1000;
                 // a saturated hold (the peer stalled half a second or
-                // more: hold::SATURATED) times the stall, not a round
-                // trip: it sets neither the RTO nor the pacing rate nor
-                // the delay signal (a 900 ms stall in the smoothed RTT
-                // paced the next 2 MiB out over 7x their time)
+                // more, or its acks were lost that long: hold::SATURATED)
+                // times the stall or the acks' loss, not a round trip: it
+                // sets neither the RTO nor the pacing rate nor the delay
+                // signal (a 900 ms stall in the smoothed RTT paced the
+                // next 2 MiB out over 7x their time); the undo then waits
+                // for an ack covering the whole flight (Cc::on_echo)
                 let stalled = hold::saturated(h.hold);
                 if h.echo != 0 && rtt < 60_000_000_000 {
                     if !stalled {
@@ -639,7 +641,10 @@ impl Proto {
                     if p.tx[st].hole_below_sack() {
                         p.cc.on_hole(st);
                     }
-                    if p.cc.on_echo(st, h.echo, us(arrived), hold::decode(h.hold)) {
+                    let una = p.tx[st].una;
+                    if p.cc
+                        .on_echo(st, h.echo, us(arrived), hold::decode(h.hold), una)
+                    {
                         self.stats.spurious_timeouts += 1;
                     }
                     // the controller's delay signal follows Karn's rule,
@@ -1024,7 +1029,7 @@ impl Proto {
                             // nothing in flight: a closed window; ask
                             p.ping = true;
                         } else {
-                            p.cc.on_timeout(now, us(now), st);
+                            p.cc.on_timeout(now, us(now), st, p.tx[st].next_tx);
                         }
                         dirty = true;
                     } else {
