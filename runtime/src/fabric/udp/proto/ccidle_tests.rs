@@ -302,3 +302,51 @@ fn ccfix2_the_rto_after_the_idle_is_the_one_before() {
     assert_eq!(q.a.peers[1].backoff, 0);
     assert_eq!(q.a.peers[1].rto, rto, "the RTO after the idle");
 }
+
+/// Both streams to the stalled peer time out in one stall; its socket kept
+/// all of the request stream's flight but only the start of the reply
+/// stream's. The acknowledgement covers the request stream's flight and
+/// echoes a datagram sent before the timeout, but the reply stream lost
+/// its tail: one undo record cannot speak for both flights, so the
+/// reduction stands (review of h11-ccfix2, F1).
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
+fn ccfix3_other_streams_tail_loss_keeps_the_reduction() {
+    use crate::fabric::udp::wire::Header;
+    let mut q = Pair::new();
+    q.transfer(8, 12_000);
+    // one message on the reply stream; stall_keeping offers one on the
+    // request stream
+    let payload = vec![5u8; 12_000];
+    let m = OutMsg {
+        tag: 1,
+        words: &[1, 2],
+        payload: &payload,
+        deposit: None,
+    };
+    assert!(matches!(
+        q.a.send(q.now, 1, 1, &m, 0),
+        super::Sent::Upto(12_000)
+    ));
+    q.stall_keeping(1, |first, _| {
+        let kind = |d: &[u8]| Header::read_head(d, d.len()).map(|h| h.kind);
+        let replies: Vec<&(u64, Vec<u8>)> =
+            first.iter().filter(|(_, d)| kind(d) == Some(1)).collect();
+        assert!(replies.len() >= 2, "the reply stream's flight: two or more");
+        first
+            .iter()
+            .filter(|e| kind(&e.1) == Some(0) || std::ptr::eq(*e, replies[0]))
+            .cloned()
+            .collect()
+    });
+    assert!(q.a.stats().timeouts >= 2);
+    assert_eq!(
+        q.a.stats().spurious_timeouts,
+        0,
+        "the reply stream's tail loss undone: {:?}",
+        q.cc()
+    );
+}

@@ -117,6 +117,11 @@ pub(super) struct Cc {
     /// stream tells whether it was spurious (with a saturated hold, the
     /// first one that covers the whole flight: [`on_echo`](Self::on_echo)).
     undo: Option<(u64, u64, u32, usize, u32)>,
+    /// The other stream timed out while `undo` was pending: one record
+    /// cannot speak for both flights, so it was dropped, and no new one
+    /// is taken until an acknowledgement frees data again (the end of
+    /// the stall): the reduction stands.
+    undo_void: bool,
 }
 
 impl Cc {
@@ -143,6 +148,7 @@ impl Cc {
             srtt: 0,
             pace_at: 0,
             undo: None,
+            undo_void: false,
         }
     }
 
@@ -293,8 +299,18 @@ impl Cc {
         if !self.on {
             return;
         }
-        if self.undo.is_none() {
-            self.undo = Some((self.cwnd, self.ssthresh, now_us, stream, end));
+        match self.undo {
+            None if !self.undo_void => {
+                self.undo = Some((self.cwnd, self.ssthresh, now_us, stream, end));
+            }
+            Some(u) if u.3 != stream => {
+                // both streams' flights timed out in one stall: the
+                // record covers only the first, and the other's tail may
+                // be lost while the first's acknowledgement looks clean
+                self.undo = None;
+                self.undo_void = true;
+            }
+            _ => {}
         }
         if self.cwnd > self.mss {
             self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
@@ -341,9 +357,14 @@ impl Cc {
     /// whole flight the timeout took for lost; if a datagram of it was
     /// lost, the datagram that fills the hole is a retransmission, sent
     /// at or after the timeout, so that acknowledgement's echo is from
-    /// then and the reduction stands (Eifel's test, RFC 3522).
+    /// then and the reduction stands (Eifel's test, RFC 3522). If the
+    /// other stream also timed out while the record was pending, the
+    /// record is dropped and the reduction stands (one record cannot
+    /// speak for both flights).
     pub fn on_echo(&mut self, stream: usize, echo: u32, arrived: u32, hold: u64, una: u32) -> bool {
         let Some((cwnd, ssthresh, at, st, end)) = self.undo else {
+            // data is acknowledged again: a later timeout may be judged
+            self.undo_void = false;
             return false;
         };
         if st != stream {
