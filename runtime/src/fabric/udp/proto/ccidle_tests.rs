@@ -235,6 +235,10 @@ impl Pair {
 /// the hole: it shows only that the start of the flight arrived, so the
 /// timeout's reduction stands (the review of h11-ccidle: it was undone).
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
 fn ccfix2_overflowed_socket_keeps_the_reduction() {
     let mut q = Pair::new();
     q.transfer(8, 12_000);
@@ -254,6 +258,10 @@ fn ccfix2_overflowed_socket_keeps_the_reduction() {
 /// retransmissions: the acknowledgement echoes a retransmission (sent at
 /// or after the timeout), so the timeout stands, saturated hold or not.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
 fn ccfix2_stall_echoing_the_retransmission_keeps_the_reduction() {
     let mut q = Pair::new();
     q.transfer(8, 12_000);
@@ -273,6 +281,10 @@ fn ccfix2_stall_echoing_the_retransmission_keeps_the_reduction() {
 /// acknowledgement shows a hole below a selectively acknowledged
 /// datagram, a loss, so the reduction stays.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
 fn ccfix2_stall_with_a_sack_hole_keeps_the_reduction() {
     let mut q = Pair::new();
     q.transfer(8, 12_000);
@@ -293,6 +305,10 @@ fn ccfix2_stall_with_a_sack_hole_keeps_the_reduction() {
 /// timeouts built ends: the retransmission timeout right after the idle
 /// is the one before it.
 #[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
 fn ccfix2_the_rto_after_the_idle_is_the_one_before() {
     let mut q = Pair::new();
     q.transfer(8, 12_000);
