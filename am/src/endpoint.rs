@@ -193,6 +193,12 @@ impl EndpointBuilder {
 
     fn finish_attach(table: Table, world: World, once: AttachOnce) -> Endpoint {
         std::mem::forget(once); // the process stays attached
+                                // SAFETY: only asks whether the fabric counts doorbell rings;
+                                // sends and writes nothing.
+        let counts_rings = unsafe { world.fabric() }
+            .wakeup()
+            .and_then(|f| f.traffic_seq())
+            .is_some();
         let inner = Arc::new(Inner {
             rank: world.job().rank,
             size: world.job().size,
@@ -207,6 +213,7 @@ impl EndpointBuilder {
             skipped_requests: AtomicBool::new(false),
             large_sends: AtomicU32::new(0),
             bridge: Bridge::default(),
+            count_handler_rounds: !counts_rings,
             progress: progress::State::default(),
         });
         Endpoint {
@@ -318,6 +325,11 @@ pub(crate) struct Inner {
     /// Waits on the doorbell for futures and `doorbell_fd` users; reads
     /// `world` from its thread, so it is stopped before `world` drops.
     bridge: Bridge,
+    /// The fabric has no doorbell count (pure UDP, the verbs model): poll
+    /// rounds that ran handlers are counted for the bridge instead
+    /// (`Bridge::count_handled`); where it has one (shared memory,
+    /// hybrid) the count is not touched on the message path.
+    count_handler_rounds: bool,
     /// The progress thread's state (see [`progress`]).
     pub(crate) progress: progress::State,
 }
@@ -421,16 +433,20 @@ impl Inner {
             // handlers run only on the progress thread
             return Ok(0);
         }
-        let n = self.fabric().poll(ch, &mut |d| {
+        let mut ran = false;
+        let polled = self.fabric().poll(ch, &mut |d| {
+            ran = true;
             if let Err(e) = dispatch(self, ch, d) {
                 err.get_or_insert(e);
             }
-        })?;
-        if n > 0 {
-            // handlers ran (and finished): a waiting future's bridge sees
-            // it where the fabric counts no doorbell rings (`Bridge`)
+        });
+        if ran && self.count_handler_rounds {
+            // handlers ran (and finished), even in a round the fabric then
+            // fails for another message: a waiting future's bridge sees it
+            // where the fabric counts no doorbell rings (`Bridge`)
             self.bridge.count_handled();
         }
+        let n = polled?;
         err.map_or(Ok(n), Err)
     }
 
