@@ -192,9 +192,10 @@ impl EndpointBuilder {
     }
 
     fn finish_attach(table: Table, world: World, once: AttachOnce) -> Endpoint {
-        std::mem::forget(once); // the process stays attached
-                                // SAFETY: only asks whether the fabric counts doorbell rings;
-                                // sends and writes nothing.
+        // the process stays attached
+        std::mem::forget(once);
+        // SAFETY: only asks whether the fabric counts doorbell rings;
+        // sends and writes nothing.
         let counts_rings = unsafe { world.fabric() }
             .wakeup()
             .and_then(|f| f.traffic_seq())

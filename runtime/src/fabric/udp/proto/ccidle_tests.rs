@@ -3,8 +3,9 @@
 //! retransmission timeouts that fire meanwhile (with back-off) are
 //! spurious, as the datagrams reached the peer's socket 100 us after they
 //! left; the window must come back when the peer wakes (docs/vys.md, the
-//! cross-host get regression after an idle peer). One sender (rank 0) and
-//! one receiver (rank 1) driven by hand, 100 us each way.
+//! cross-host get regression after an idle peer) when one stream had data
+//! in flight (with both, the reduction stands: `ccfix3_…`). One sender
+//! (rank 0) and one receiver (rank 1) driven by hand, 100 us each way.
 
 use super::{Proto, ProtoConfig};
 use crate::fabric::frames::OutMsg;
