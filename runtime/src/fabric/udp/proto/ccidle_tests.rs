@@ -255,6 +255,26 @@ fn ccfix2_overflowed_socket_keeps_the_reduction() {
     );
 }
 
+/// After a prompt transfer, a 900 ms stall of `messages` messages whose
+/// socket kept what `keep` picks: no timeout is undone and `ssthresh`
+/// stays below where it was (a loss). The pair, for further checks.
+fn stall_keeps_the_reduction(
+    messages: usize,
+    keep: impl Fn(&[(u64, Vec<u8>)], &[(u64, Vec<u8>)]) -> Vec<(u64, Vec<u8>)>,
+) -> Pair {
+    let mut q = Pair::new();
+    q.transfer(8, 12_000);
+    let before = q.cc();
+    q.stall_keeping(messages, keep);
+    assert_eq!(q.a.stats().spurious_timeouts, 0, "{:?}", q.cc());
+    assert!(
+        q.cc().1 < before.1,
+        "ssthresh {:?} before {before:?}",
+        q.cc()
+    );
+    q
+}
+
 /// A 900 ms stall in which the socket dropped the originals and kept the
 /// retransmissions: the acknowledgement echoes a retransmission (sent at
 /// or after the timeout), so the timeout stands, saturated hold or not.
@@ -264,17 +284,8 @@ fn ccfix2_overflowed_socket_keeps_the_reduction() {
     ignore = "protocol simulation without unsafe code: minutes under Miri"
 )]
 fn ccfix2_stall_echoing_the_retransmission_keeps_the_reduction() {
-    let mut q = Pair::new();
-    q.transfer(8, 12_000);
-    let before = q.cc();
-    q.stall_keeping(1, |_, retx| retx.to_vec());
+    let q = stall_keeps_the_reduction(1, |_, retx| retx.to_vec());
     assert!(q.a.stats().timeouts >= 2);
-    assert_eq!(q.a.stats().spurious_timeouts, 0, "{:?}", q.cc());
-    assert!(
-        q.cc().1 < before.1,
-        "ssthresh {:?} before {before:?}",
-        q.cc()
-    );
 }
 
 /// A 900 ms stall in which the socket kept the flight's first and last
@@ -287,19 +298,10 @@ fn ccfix2_stall_echoing_the_retransmission_keeps_the_reduction() {
     ignore = "protocol simulation without unsafe code: minutes under Miri"
 )]
 fn ccfix2_stall_with_a_sack_hole_keeps_the_reduction() {
-    let mut q = Pair::new();
-    q.transfer(8, 12_000);
-    let before = q.cc();
-    q.stall_keeping(3, |first, _| {
+    stall_keeps_the_reduction(3, |first, _| {
         assert!(first.len() >= 3, "a flight of three datagrams or more");
         vec![first[0].clone(), first[first.len() - 1].clone()]
     });
-    assert_eq!(q.a.stats().spurious_timeouts, 0, "{:?}", q.cc());
-    assert!(
-        q.cc().1 < before.1,
-        "ssthresh {:?} before {before:?}",
-        q.cc()
-    );
 }
 
 /// A saturated hold gives no RTT sample, and the back-off the idle's
