@@ -9,7 +9,10 @@
 //! page of a peer's queue it wrote into counts in both; PSS divides a
 //! page shared by m processes by m, so the ranks' PSS add up to the memory
 //! the ranks map (page tables, the launcher and /dev/shm pages no rank
-//! maps are not in it): their mean is the mapped memory a rank costs. Needs `cargo build --release --examples --bins`.
+//! maps are not in it): their mean is the mapped memory a rank costs. Needs
+//! the facade's launcher and example beside this executable: `cargo build
+//! --release -p splitrt --bin splitrt-run --example t_scale` (`t_scale` is
+//! an example of the root package `splitrt`, not of this crate).
 //! `SPLITRT_SHM_QUEUE=shared` in its environment measures the shared
 //! receive queue (named in the header line).
 
@@ -46,7 +49,8 @@ pub fn run(r: &Run, ranks: &str) -> Result<(), String> {
     let prog = dir.join("examples").join("t_scale");
     if !launcher.exists() || !prog.exists() {
         return Err(format!(
-            "{} or {} not built: cargo build --release --examples --bins",
+            "{} or {} not built: cargo build --release -p splitrt --bin splitrt-run --example t_scale \
+             (t_scale is an example of the root package splitrt)",
             launcher.display(),
             prog.display()
         ));
