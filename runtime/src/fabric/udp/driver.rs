@@ -1189,20 +1189,11 @@ mod receive_buffer_tests {
             payload: &data,
             deposit: None,
         };
-        let mut none = |_| -> Result<()> { Ok(()) };
         const N: usize = 40;
         let t0 = Instant::now();
         for i in 0..N {
             // one message, then the receiver takes it (as a put + sync)
-            loop {
-                let r = f1.try_send_why(0, Channel::Request, &pkt, &mut none);
-                if r.unwrap().is_ok() {
-                    break;
-                }
-                let _ = f1.poll(Channel::Request, &mut |_| {});
-                let _ = f0.poll(Channel::Request, &mut |_| {});
-                assert!(t0.elapsed() < Duration::from_secs(20), "send {i} stuck");
-            }
+            send_one(&f1, &f0, Channel::Request, &pkt, t0, &format!("send {i}"));
             let mut got = 0;
             while got == 0 {
                 got += f0
@@ -1278,19 +1269,15 @@ mod receive_buffer_tests {
             payload: &data,
             deposit: None,
         };
-        let mut none = |_| -> Result<()> { Ok(()) };
         const N: usize = 40;
         let t0 = Instant::now();
         for i in 0..N {
             for j in 0..k {
-                loop {
-                    let r = f1.try_send_why(0, Channel::Request, &pkt, &mut none);
-                    if r.unwrap().is_ok() {
-                        break;
-                    }
-                    let _ = f1.poll(Channel::Request, &mut |_| {});
-                    assert!(t0.elapsed() < Duration::from_secs(20), "send {i}.{j} stuck");
-                }
+                // rank 0 polls only its reply channel meanwhile: what it
+                // reads is kept for the request channel's poll below, and
+                // its acknowledgements open the window if K datagrams do
+                // not fit in the first one
+                send_one(&f1, &f0, Channel::Reply, &pkt, t0, &format!("send {i}.{j}"));
             }
             // the datagrams are on their way: the reply channel's poll
             // reads them (requests: kept for the request channel's poll)
@@ -1309,5 +1296,28 @@ mod receive_buffer_tests {
         }
         let allocs = f0.net.core.lock().rbatch.allocs();
         allocs
+    }
+
+    /// Sends `pkt` from rank 1 (`f1`) to rank 0 on the request channel,
+    /// polling rank 1's request channel and rank 0's `rx` channel until
+    /// the window takes it (20 s bound, `what` names the send).
+    fn send_one(
+        f1: &UdpFabric,
+        f0: &UdpFabric,
+        rx: Channel,
+        pkt: &Packet<'_>,
+        t0: Instant,
+        what: &str,
+    ) {
+        let mut none = |_| -> Result<()> { Ok(()) };
+        loop {
+            let r = f1.try_send_why(0, Channel::Request, pkt, &mut none);
+            if r.unwrap().is_ok() {
+                return;
+            }
+            let _ = f1.poll(Channel::Request, &mut |_| {});
+            let _ = f0.poll(rx, &mut |_| {});
+            assert!(t0.elapsed() < Duration::from_secs(20), "{what} stuck");
+        }
     }
 }
