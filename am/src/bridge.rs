@@ -59,8 +59,18 @@ use splitrt_runtime::fabric::AWAIT_TRAFFIC_BLIND;
 use splitrt_runtime::fabric::{await_traffic_blind, Fabric};
 use splitrt_runtime::{Error, Result, World};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+// The waker list's lock and the counts: loom's in the unit tests under
+// `--cfg loom` (loom is a dev-dependency), so its model (`loom_model`
+// below) checks the real `register`, `fire` and `forget`.
+#[cfg(all(test, loom))]
+use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+#[cfg(all(test, loom))]
+use loom::sync::{Condvar, Mutex};
+#[cfg(not(all(test, loom)))]
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+#[cfg(not(all(test, loom)))]
+use std::sync::{Condvar, Mutex};
 use std::task::Waker;
 
 /// The mark of a count in `Shared::since` (0 there: no count).
@@ -92,7 +102,7 @@ struct Shared {
     /// look where the fabric has no doorbell count (pure UDP), so a
     /// handler that wrote a signal word on another thread (the progress
     /// thread) after that look still moves it and the bridge fires.
-    handled: std::sync::atomic::AtomicU32,
+    handled: AtomicU32,
     /// The eventfd, made at the first [`Bridge::fd`].
     efd: OnceLock<OwnedFd>,
 }
@@ -564,5 +574,62 @@ mod tests {
         assert!(b.shared.armed.load(Ordering::SeqCst), "B keeps it armed");
         assert!(b.shared.moved(8), "B's count kept: a move past 7 fires B");
         assert_eq!(wa.0.load(Ordering::SeqCst), 0);
+    }
+}
+
+/// The loom model of the count protocol (`RUSTFLAGS="--cfg loom" cargo
+/// test -p splitrt-am --release --lib loom`): the real `register`,
+/// `fire` and `forget` over loom's lock and atomics.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+
+    /// A waker that does nothing (the model checks the bridge's state).
+    struct Nop;
+    impl std::task::Wake for Nop {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    /// Waiter B registers with its count 5 while another thread fires
+    /// for waiter A (registered with 3) or takes A's waker back; in
+    /// every interleaving, if B's waker is registered afterwards, a
+    /// count is in `since` (B's or an older one), so a move of the count
+    /// fires B.
+    fn b_races(other: fn(&Bridge, &TrafficKey), a_seq: Option<u32>) {
+        loom::model(move || {
+            let b = Arc::new(Bridge::default());
+            let (ka, kb) = (b.key(), b.key());
+            let w = Waker::from(Arc::new(Nop));
+            b.register(ka.0, &w, a_seq);
+            let b2 = b.clone();
+            let t = loom::thread::spawn(move || other(&b2, &ka));
+            b.register(kb.0, &w, Some(5));
+            t.join().unwrap();
+            let b_waits = b
+                .shared
+                .state
+                .lock()
+                .unwrap()
+                .wakers
+                .iter()
+                .any(|(k, _)| *k == kb.0);
+            if b_waits {
+                assert!(
+                    b.shared.moved(6),
+                    "B waits with no count: its wake-up is lost"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn loom_a_fire_for_another_waiter_keeps_the_count() {
+        b_races(|b, _| fire(&b.shared), Some(3));
+    }
+
+    #[test]
+    fn loom_a_forget_of_another_waiter_keeps_the_count() {
+        b_races(|b, k| b.forget(k), None);
+        b_races(|b, k| b.forget(k), Some(3));
     }
 }
