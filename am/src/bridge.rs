@@ -108,8 +108,9 @@ struct Shared {
 }
 
 impl Shared {
-    /// Whether the count is `now` no longer what the oldest registered
-    /// waiter saw before its look (`since`; never with no count there).
+    /// Whether the count, `now` at present, moved from the one the oldest
+    /// registered waiter saw before its look (`since`); never while no
+    /// count is there.
     fn moved(&self, now: u32) -> bool {
         let s = self.since.load(Ordering::SeqCst);
         s != 0 && now != s as u32
@@ -179,13 +180,13 @@ impl Bridge {
         unsafe { self.start(world) }
     }
 
-    /// Add `waker` under `key` (0: anonymous, kept once per task).
     /// [`wake_on_traffic_as`](Self::wake_on_traffic_as) for a waiter
     /// that read the doorbell's count `seq` (`Wakeup::traffic_seq`) before
     /// it looked at memory peers write directly (a signal word): the
     /// bridge fires as soon as the count has moved, even if the ring came
     /// before the bridge was asleep on the doorbell (such a write leaves
-    /// nothing in the rings to see).
+    /// nothing in the rings to see). The count is recorded with the waker,
+    /// under one lock (`register`).
     ///
     /// # Safety
     /// As for [`wake_on_traffic`](Self::wake_on_traffic).
