@@ -134,3 +134,28 @@ fn the_reply_handler_wakes_a_pending_get_on_the_thread_that_polls() {
     assert_eq!(field(line, "data="), "ok", "{line}");
     assert_eq!(field(line, "waiters="), "0", "{line}");
 }
+
+/// Commit 38b8f31's regression test: over pure UDP (no doorbell count)
+/// a waiter that read the endpoint's count and saw its word clear, then
+/// registered after another poll round ran the word's handler and met a
+/// malformed message in the same batch (the round's poll failed), must be
+/// woken within 3 s (`t_wake_batch`; before 38b8f31 that round counted
+/// nothing and the bridge slept until the next datagram: 12 s here).
+#[test]
+fn a_malformed_message_in_the_batch_keeps_a_waiters_wake_up() {
+    let r = run_job(
+        2,
+        &example("t_wake_batch"),
+        &[],
+        &[
+            ("SPLITRT_FABRIC", "udp"),
+            ("SPLITRT_SEGMENT_SIZE", "1M"),
+            // keepalives 12 s apart: none wakes the bridge within the bound
+            ("SPLITRT_UDP_PEER_TIMEOUT", "60"),
+        ],
+        60,
+    );
+    r.ok();
+    assert!(r.stdout.contains("wake batch: woken in"), "{r:?}");
+    assert_eq!(r.stdout.matches("wake batch ok").count(), 2, "{r:?}");
+}

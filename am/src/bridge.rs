@@ -35,6 +35,23 @@
 //! [`Wakeup`](splitrt_runtime::fabric::Wakeup) capability: RDMA) it
 //! fires every [`AWAIT_TRAFFIC_BLIND`] (1 ms). A failed job fires it too, so
 //! every waiter sees the error.
+//!
+//! Counts ([`Bridge::wake_on_traffic_since`]): a waiter that read the
+//! fabric's doorbell count (where the fabric has none, pure UDP: the
+//! endpoint's count of poll rounds that ran handlers) before it looked at
+//! its word registers with that count, and the bridge fires once the
+//! count differs from `since`, the oldest count a registered waiter saw
+//! (so a write the waiter's look missed is seen even when it left nothing
+//! for the fabric's wait to see). `since` is written only under the lock
+//! of the waker list: `register` puts the waiter's count there if it holds
+//! none (an older count stays: the wake may come early, never late), and
+//! `fire` (which takes every waker) and `forget` (when it takes the last)
+//! clear it in the critical section that empties the list. So for as long
+//! as a waiter's waker is registered, `since` holds its count or an older
+//! one. (Until session 12 the count went in before `register` took the
+//! lock, and a fire or forget for another waiter in between cleared it,
+//! leaving the waiter registered with no count: on pure UDP it slept
+//! until the next datagram.)
 
 use splitrt_runtime::fabric::shm::doorbell::WAIT_LIMIT;
 #[cfg(doc)]
@@ -42,8 +59,18 @@ use splitrt_runtime::fabric::AWAIT_TRAFFIC_BLIND;
 use splitrt_runtime::fabric::{await_traffic_blind, Fabric};
 use splitrt_runtime::{Error, Result, World};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+// The waker list's lock and the counts: loom's in the unit tests under
+// `--cfg loom` (loom is a dev-dependency), so its model (`loom_model`
+// below) checks the real `register`, `fire` and `forget`.
+#[cfg(all(test, loom))]
+use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+#[cfg(all(test, loom))]
+use loom::sync::{Condvar, Mutex};
+#[cfg(not(all(test, loom)))]
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+#[cfg(not(all(test, loom)))]
+use std::sync::{Condvar, Mutex};
 use std::task::Waker;
 
 /// The mark of a count in `Shared::since` (0 there: no count).
@@ -67,16 +94,27 @@ struct Shared {
     stop: AtomicBool,
     /// The doorbell count the oldest waiter saw before its last look
     /// (`SEEN | count`; 0: none): the bridge fires once the count moved
-    /// (`Bridge::wake_on_traffic_since`).
+    /// (`Bridge::wake_on_traffic_since`). Written only under `state`'s
+    /// lock, with the waker it belongs to (read without it).
     since: AtomicU64,
     /// Poll rounds of this endpoint that ran handlers, on any thread
     /// ([`Bridge::count_handled`]): the count a waiter reads before its
     /// look where the fabric has no doorbell count (pure UDP), so a
     /// handler that wrote a signal word on another thread (the progress
     /// thread) after that look still moves it and the bridge fires.
-    handled: std::sync::atomic::AtomicU32,
+    handled: AtomicU32,
     /// The eventfd, made at the first [`Bridge::fd`].
     efd: OnceLock<OwnedFd>,
+}
+
+impl Shared {
+    /// Whether the count, `now` at present, moved from the one the oldest
+    /// registered waiter saw before its look (`since`); never while no
+    /// count is there.
+    fn moved(&self, now: u32) -> bool {
+        let s = self.since.load(Ordering::SeqCst);
+        s != 0 && now != s as u32
+    }
 }
 
 /// Who waits for the next fire.
@@ -119,7 +157,7 @@ impl Bridge {
     /// endpoint keeps its `World` in an `Arc` and stops the bridge first
     /// thing when it is dropped.
     pub(crate) unsafe fn wake_on_traffic(&self, world: &World, waker: &Waker) -> Result<()> {
-        self.register(0, waker);
+        self.register(0, waker, None);
         // SAFETY: forwarded from this function's contract.
         unsafe { self.start(world) }
     }
@@ -137,18 +175,18 @@ impl Bridge {
         key: &TrafficKey,
         waker: &Waker,
     ) -> Result<()> {
-        self.register(key.0, waker);
+        self.register(key.0, waker, None);
         // SAFETY: forwarded from this function's contract.
         unsafe { self.start(world) }
     }
 
-    /// Add `waker` under `key` (0: anonymous, kept once per task).
     /// [`wake_on_traffic_as`](Self::wake_on_traffic_as) for a waiter
     /// that read the doorbell's count `seq` (`Wakeup::traffic_seq`) before
     /// it looked at memory peers write directly (a signal word): the
     /// bridge fires as soon as the count has moved, even if the ring came
     /// before the bridge was asleep on the doorbell (such a write leaves
-    /// nothing in the rings to see).
+    /// nothing in the rings to see). The count is recorded with the waker,
+    /// under one lock (`register`).
     ///
     /// # Safety
     /// As for [`wake_on_traffic`](Self::wake_on_traffic).
@@ -159,17 +197,9 @@ impl Bridge {
         waker: &Waker,
         seq: Option<u32>,
     ) -> Result<()> {
-        if let Some(s) = seq {
-            // keep the oldest count: a later waiter's wake may come early
-            let _ = self.shared.since.compare_exchange(
-                0,
-                SEEN | u64::from(s),
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            );
-        }
-        // SAFETY: this function's contract.
-        unsafe { self.wake_on_traffic_as(world, key, waker) }
+        self.register(key.0, waker, seq);
+        // SAFETY: forwarded from this function's contract.
+        unsafe { self.start(world) }
     }
 
     /// Count a poll round that ran handlers (see `Shared::handled`).
@@ -183,9 +213,27 @@ impl Bridge {
         self.shared.handled.load(Ordering::SeqCst)
     }
 
-    fn register(&self, key: u64, waker: &Waker) {
+    /// Add `waker` under `key` (0: anonymous, kept once per task), with
+    /// the count `seq` its owner read before its look, if any. The count
+    /// goes into `since` under the same lock as the waker, the lock under
+    /// which `fire` and `forget` clear it, so a registered waiter's count
+    /// (or an older one) is in `since` for as long as its waker is in
+    /// `wakers` (see the module docs).
+    fn register(&self, key: u64, waker: &Waker, seq: Option<u32>) {
+        #[cfg(test)]
+        tests::before_register();
         let old = {
             let mut a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(s) = seq {
+                // keep the oldest count: a later waiter's wake may come
+                // early, never late
+                let _ = self.shared.since.compare_exchange(
+                    0,
+                    SEEN | u64::from(s),
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+            }
             let old = match a.wakers.iter_mut().find(|(k, w)| {
                 if key == 0 {
                     *k == 0 && w.will_wake(waker)
@@ -375,14 +423,13 @@ fn run(sh: &Shared, world: WorldRef) {
         let w = unsafe { &*world.0 };
         // SAFETY: only waits for traffic; sends and writes nothing.
         let wk = unsafe { w.fabric() }.wakeup();
-        // the doorbell count moved since a waiter's look
+        // the doorbell count moved since a waiter's look (the handler
+        // rounds where the fabric counts nothing)
         let moved = || {
-            let s = sh.since.load(Ordering::SeqCst);
-            // (the handler rounds where the fabric counts nothing)
-            let now = wk
-                .and_then(|f| f.traffic_seq())
-                .unwrap_or_else(|| sh.handled.load(Ordering::SeqCst));
-            s != 0 && now != s as u32
+            sh.moved(
+                wk.and_then(|f| f.traffic_seq())
+                    .unwrap_or_else(|| sh.handled.load(Ordering::SeqCst)),
+            )
         };
         let stop = || !sh.armed.load(Ordering::SeqCst) || sh.stop.load(Ordering::SeqCst) || moved();
         let maybe = match wk {
@@ -423,6 +470,25 @@ mod tests {
     use std::sync::atomic::AtomicUsize;
     use std::task::Wake;
 
+    thread_local! {
+        /// What [`before_register`] runs once (set by a test).
+        static HOOK: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            std::cell::RefCell::new(None);
+    }
+
+    /// Test hook: `register` calls it on entry, before it takes the lock,
+    /// so a test can run another waiter's fire or forget in that window.
+    pub(super) fn before_register() {
+        if let Some(f) = HOOK.with(|h| h.borrow_mut().take()) {
+            f();
+        }
+    }
+
+    /// Run `f` at the next `register` on this thread, before its lock.
+    fn at_next_register(f: impl FnOnce() + 'static) {
+        HOOK.with(|h| *h.borrow_mut() = Some(Box::new(f)));
+    }
+
     struct Count(AtomicUsize, bool);
     impl Wake for Count {
         fn wake(self: Arc<Self>) {
@@ -437,8 +503,8 @@ mod tests {
         let b = Bridge::default();
         let bad = Arc::new(Count(AtomicUsize::new(0), true));
         let good = Arc::new(Count(AtomicUsize::new(0), false));
-        b.register(0, &Waker::from(bad.clone()));
-        b.register(0, &Waker::from(good.clone()));
+        b.register(0, &Waker::from(bad.clone()), None);
+        b.register(0, &Waker::from(good.clone()), None);
         fire(&b.shared);
         assert_eq!(bad.0.load(Ordering::SeqCst), 1);
         assert_eq!(good.0.load(Ordering::SeqCst), 1);
@@ -454,9 +520,9 @@ mod tests {
         assert_ne!(k1, k2);
         let c = Arc::new(Count(AtomicUsize::new(0), false));
         let d = Arc::new(Count(AtomicUsize::new(0), false));
-        b.register(k1.0, &Waker::from(c.clone()));
-        b.register(k1.0, &Waker::from(d.clone()));
-        b.register(k2.0, &Waker::from(c.clone()));
+        b.register(k1.0, &Waker::from(c.clone()), None);
+        b.register(k1.0, &Waker::from(d.clone()), None);
+        b.register(k2.0, &Waker::from(c.clone()), None);
         assert_eq!(b.waiters(), 2, "one per key");
         assert_eq!(Arc::strong_count(&c), 2, "k1's waker of c was replaced");
         b.forget(&k1);
@@ -465,5 +531,106 @@ mod tests {
         assert!(!b.shared.armed.load(Ordering::SeqCst), "nobody waits");
         assert_eq!(b.waiters(), 0);
         assert_eq!(Arc::strong_count(&c), 1);
+    }
+
+    /// The lost wake-up of two racing waiters: B read its count 5 and
+    /// registers while the bridge fires for A (registered with 3). B's
+    /// waker stays, so its count must stay with it: once the handler
+    /// round count moves past 5 (a signal handler that ran on another
+    /// thread after B's look) the bridge must fire for B.
+    #[test]
+    fn a_fire_for_another_waiter_keeps_a_registering_waiters_count() {
+        let b = Bridge::default();
+        let (ka, kb) = (b.key(), b.key());
+        let wa = Arc::new(Count(AtomicUsize::new(0), false));
+        let wb = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(ka.0, &Waker::from(wa.clone()), Some(3));
+        let sh = b.shared.clone();
+        // the bridge saw the count move past 3 and fires A (B's count
+        // already read, B's waker not yet in)
+        at_next_register(move || fire(&sh));
+        b.register(kb.0, &Waker::from(wb.clone()), Some(5));
+        assert_eq!(wa.0.load(Ordering::SeqCst), 1, "A fired");
+        assert_eq!(b.waiters(), 1, "B registered after the fire");
+        assert!(b.shared.moved(6), "B's count kept: a move past 5 fires B");
+        assert!(!b.shared.moved(5), "no move since B's look");
+        fire(&b.shared);
+        assert_eq!(wb.0.load(Ordering::SeqCst), 1);
+    }
+
+    /// As above with a forget: A (registered without a count) completes
+    /// and takes its waker back while B, whose count went in first,
+    /// registers; B's count must survive A's disarming.
+    #[test]
+    fn a_forget_of_another_waiter_keeps_a_registering_waiters_count() {
+        let b = Arc::new(Bridge::default());
+        let (ka, kb) = (b.key(), b.key());
+        let wa = Arc::new(Count(AtomicUsize::new(0), false));
+        let wb = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(ka.0, &Waker::from(wa.clone()), None);
+        let b2 = b.clone();
+        at_next_register(move || b2.forget(&ka));
+        b.register(kb.0, &Waker::from(wb.clone()), Some(7));
+        assert_eq!(b.waiters(), 1, "only B waits");
+        assert!(b.shared.armed.load(Ordering::SeqCst), "B keeps it armed");
+        assert!(b.shared.moved(8), "B's count kept: a move past 7 fires B");
+        assert_eq!(wa.0.load(Ordering::SeqCst), 0);
+    }
+}
+
+/// The loom model of the count protocol (`RUSTFLAGS="--cfg loom" cargo
+/// test -p splitrt-am --release --lib loom`): the real `register`,
+/// `fire` and `forget` over loom's lock and atomics.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+
+    /// A waker that does nothing (the model checks the bridge's state).
+    struct Nop;
+    impl std::task::Wake for Nop {
+        fn wake(self: Arc<Self>) {}
+    }
+
+    /// Waiter B registers with its count 5 while another thread fires
+    /// for waiter A (registered with 3) or takes A's waker back; in
+    /// every interleaving, if B's waker is registered afterwards, a
+    /// count is in `since` (B's or an older one), so a move of the count
+    /// fires B.
+    fn b_races(other: fn(&Bridge, &TrafficKey), a_seq: Option<u32>) {
+        loom::model(move || {
+            let b = Arc::new(Bridge::default());
+            let (ka, kb) = (b.key(), b.key());
+            let w = Waker::from(Arc::new(Nop));
+            b.register(ka.0, &w, a_seq);
+            let b2 = b.clone();
+            let t = loom::thread::spawn(move || other(&b2, &ka));
+            b.register(kb.0, &w, Some(5));
+            t.join().unwrap();
+            let b_waits = b
+                .shared
+                .state
+                .lock()
+                .unwrap()
+                .wakers
+                .iter()
+                .any(|(k, _)| *k == kb.0);
+            if b_waits {
+                assert!(
+                    b.shared.moved(6),
+                    "B waits with no count: its wake-up is lost"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn loom_a_fire_for_another_waiter_keeps_the_count() {
+        b_races(|b, _| fire(&b.shared), Some(3));
+    }
+
+    #[test]
+    fn loom_a_forget_of_another_waiter_keeps_the_count() {
+        b_races(|b, k| b.forget(k), None);
+        b_races(|b, k| b.forget(k), Some(3));
     }
 }

@@ -1,0 +1,207 @@
+//! A signal future's wake-up when the poll round that ran its handler
+//! also met a malformed message (the regression test of commit 38b8f31),
+//! over pure UDP with 2 ranks: the fabric has no doorbell count, so the
+//! endpoint counts its poll rounds that ran handlers and the doorbell
+//! bridge fires once that count moved past what a waiter saw.
+//!
+//! Rank 0 plays a signal future's steps (`SignalWait::poll`: read
+//! `Endpoint::traffic_seq`, look at the word, register with
+//! `Endpoint::wake_on_traffic_since`) with the handler round that sets
+//! the word placed between the look and the registration, as happens when
+//! another thread (the progress thread, or any poller) runs it: it reads
+//! the count, sees the word clear, asks rank 1 to send, and once the
+//! datagrams are in, one poll runs the word's handler and meets rank 1's
+//! malformed message in the same batch (the poll returns its error).
+//! Then it registers with the count it read and must be woken within
+//! 3 s. Before 38b8f31 the failed round counted nothing: the bridge found
+//! the socket empty and the count unmoved and slept until the next
+//! datagram (a keepalive, 12 s later with `SPLITRT_UDP_PEER_TIMEOUT=60`).
+//!
+//! Rank 1 answers each `go` with the word's request and then, through
+//! the raw fabric, a Long into rank 0's segment past its end: rank 1's
+//! segment is twice rank 0's, so its own send check passes it, and rank
+//! 0's reassembler refuses it as malformed (a deposit outside the
+//! segment). An attempt whose two messages came in different poll rounds
+//! proves nothing and is repeated (at most 5).
+//!
+//! Usage: t_wake_batch (2 ranks, `SPLITRT_FABRIC=udp`); prints
+//! `wake batch: woken in N ms (attempt A)` on rank 0, then `wake batch
+//! ok` on every rank.
+
+use splitrt::runtime::config::Config;
+use splitrt::runtime::fabric::{Channel, Fabric, Packet};
+use splitrt::runtime::job::JobInfo;
+use splitrt::{Endpoint, EndpointBuilder, Error, Kind, Payload};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Wake, Waker};
+use std::time::{Duration, Instant};
+
+/// How long the registered waiter may wait for its wake-up.
+const BOUND: Duration = Duration::from_secs(3);
+/// How long rank 0 leaves rank 1's two messages to arrive before its poll.
+const SETTLE: Duration = Duration::from_millis(300);
+const ATTEMPTS: u64 = 5;
+
+/// Unparks the waiting thread and remembers that it was woken.
+struct Flag(AtomicBool, std::thread::Thread);
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+        self.1.unpark();
+    }
+}
+
+fn main() {
+    // a clone outlives the run: a failing rank reports and exits at once
+    // (the launcher then ends the job), rather than waiting at exit
+    let mut keep = None;
+    if let Err(e) = run(&mut keep) {
+        eprintln!("t_wake_batch: {e}");
+        std::process::exit(1);
+    }
+    drop(keep);
+}
+
+fn run(keep: &mut Option<Endpoint>) -> splitrt::Result<()> {
+    let word = Arc::new(AtomicU64::new(0));
+    let gos = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let mut b = EndpointBuilder::new();
+    let w = word.clone();
+    let signal = b.request("signal", Kind::Short, 0, move |_t, _m| {
+        w.store(1, Ordering::Release)
+    })?;
+    let g = gos.clone();
+    let go = b.request("go", Kind::Short, 0, move |_t, _m| {
+        g.fetch_add(1, Ordering::AcqRel);
+    })?;
+    let d = done.clone();
+    let end = b.request("done", Kind::Short, 0, move |_t, _m| {
+        d.store(true, Ordering::Release)
+    })?;
+    let job = JobInfo::from_env()?;
+    let mut config = Config::from_env()?;
+    if job.rank == 1 {
+        // its send check lets through a Long past rank 0's segment end
+        config.segment_size *= 2;
+    }
+    let ep = b.attach_with(job, config)?;
+    *keep = Some(ep.clone());
+    if ep.size() != 2 {
+        return Err(Error::usage("t_wake_batch runs on 2 ranks"));
+    }
+    ep.barrier()?;
+    match ep.rank() {
+        0 => {
+            let mut woken = None;
+            for attempt in 1..=ATTEMPTS {
+                word.store(0, Ordering::Release);
+                if let Some(ms) = attempt_wake(&ep, &word, go)? {
+                    woken = Some((ms, attempt));
+                    break;
+                }
+            }
+            let Some((ms, attempt)) = woken else {
+                return Err(Error::usage(format!(
+                    "in {ATTEMPTS} attempts the word's message and the malformed one never \
+                     came in one poll round"
+                )));
+            };
+            println!("wake batch: woken in {ms} ms (attempt {attempt})");
+            ep.request(1, end, &[], Payload::None)?;
+        }
+        _ => {
+            let mut answered = 0;
+            loop {
+                ep.wait_until(|| {
+                    gos.load(Ordering::Acquire) > answered || done.load(Ordering::Acquire)
+                })?;
+                if gos.load(Ordering::Acquire) == answered {
+                    break;
+                }
+                answered += 1;
+                ep.request(0, signal, &[], Payload::None)?;
+                malformed_to_0(&ep)?;
+            }
+        }
+    }
+    ep.finish()?;
+    println!("wake batch ok");
+    Ok(())
+}
+
+/// One attempt on rank 0: `Some(ms until woken)` if the word's handler
+/// and the malformed message met in one poll round, `None` (after
+/// draining both) if they did not; an error if the registered waiter
+/// was not woken within [`BOUND`].
+fn attempt_wake(
+    ep: &Endpoint,
+    word: &AtomicU64,
+    go: splitrt::RequestHandler,
+) -> splitrt::Result<Option<u128>> {
+    // the signal future's poll: the count, then the look
+    let seq = ep.traffic_seq();
+    if word.load(Ordering::Acquire) != 0 {
+        return Err(Error::usage("the word was set before rank 1 was asked"));
+    }
+    ep.request(1, go, &[], Payload::None)?;
+    std::thread::sleep(SETTLE);
+    // another thread's handler round, after the look: the word's
+    // handler runs, and the fabric fails the round for the next message
+    let r = ep.poll();
+    let malformed = |r: &splitrt::Result<usize>| matches!(r, Err(e) if e.to_string().contains("malformed UDP message from rank 1"));
+    let mut seen = malformed(&r);
+    let in_one_round = seen && word.load(Ordering::Acquire) == 1;
+    if !in_one_round {
+        if let Err(e) = &r {
+            if !seen {
+                return Err(Error::usage(format!("unexpected poll error: {e}")));
+            }
+        }
+        let t = Instant::now();
+        while !(seen && word.load(Ordering::Acquire) == 1) {
+            if t.elapsed() > Duration::from_secs(10) {
+                return Err(Error::usage("rank 1's two messages never came"));
+            }
+            seen |= malformed(&ep.poll());
+        }
+        return Ok(None);
+    }
+    // the future's registration, with the count read before its look
+    let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
+    let key = ep.traffic_key();
+    let t = Instant::now();
+    ep.wake_on_traffic_since(&key, &Waker::from(flag.clone()), seq)?;
+    while !flag.0.load(Ordering::SeqCst) && t.elapsed() < BOUND {
+        std::thread::park_timeout(BOUND.saturating_sub(t.elapsed()));
+    }
+    ep.forget_traffic_wake(&key);
+    if !flag.0.load(Ordering::SeqCst) {
+        return Err(Error::usage(format!(
+            "a waiter whose word's handler ran in a poll round that met a malformed message \
+             was not woken within {BOUND:?} (traffic_seq read {seq:?}, now {:?})",
+            ep.traffic_seq()
+        )));
+    }
+    Ok(Some(t.elapsed().as_millis()))
+}
+
+/// Rank 1: a Long into rank 0's segment past its end, as a broken peer
+/// could send it (only the test-doubles build reaches the raw fabric).
+fn malformed_to_0(ep: &Endpoint) -> splitrt::Result<()> {
+    let past_end = (ep.config().segment_size / 2) as u64;
+    let pkt = Packet {
+        tag: 0,
+        words: &[],
+        payload: &[0u8; 8],
+        deposit: Some(past_end),
+    };
+    let sent = ep
+        .raw_fabric_for_tests()
+        .try_send(0, Channel::Request, &pkt, &mut |_| Ok(()))?;
+    if !sent {
+        return Err(Error::usage("no room for the malformed message"));
+    }
+    Ok(())
+}
