@@ -206,6 +206,26 @@ impl TeamArea {
         self.word(j, READY).load(Ordering::Acquire) >= k
     }
 
+    /// The last step member `j` published.
+    pub(crate) fn published(&self, j: usize) -> u64 {
+        self.word(j, READY).load(Ordering::Acquire)
+    }
+
+    /// Member `j`'s last published step and its header, read whole: `None`
+    /// if j published another step meanwhile (look again). For a reader
+    /// that does not wait for the step (`team_mates.rs`): j may rewrite
+    /// that header slot at its step k + 2. It stores the header words of a
+    /// step only after `publish` of the step before it, whose full fence
+    /// orders those stores after that step's `ready` store; so a header
+    /// word read here that step k + 2 wrote makes the `ready` load after
+    /// the acquire fence see k + 1 or later, and the header is dropped.
+    pub(crate) fn latest(&self, j: usize) -> Option<(u64, [u64; HDR_WORDS])> {
+        let k = self.published(j);
+        let h = self.header(j, k);
+        std::sync::atomic::fence(Ordering::Acquire);
+        (self.word(j, READY).load(Ordering::Relaxed) == k).then_some((k, h))
+    }
+
     /// Team ranks that have not published step `k`.
     pub(crate) fn missing(&self, k: u64) -> Vec<usize> {
         (0..self.size()).filter(|&j| !self.ready(j, k)).collect()
