@@ -213,12 +213,14 @@ impl TeamArea {
 
     /// Member `j`'s last published step and its header, read whole: `None`
     /// if j published another step meanwhile (look again). For a reader
-    /// that does not wait for the step (`team_mates.rs`): j may rewrite
-    /// that header slot at its step k + 2. It stores the header words of a
-    /// step only after `publish` of the step before it, whose full fence
-    /// orders those stores after that step's `ready` store; so a header
-    /// word read here that step k + 2 wrote makes the `ready` load after
-    /// the acquire fence see k + 1 or later, and the header is dropped.
+    /// that does not wait for the step (`team_mates.rs`), as a sequence
+    /// lock: j may rewrite that header slot at its step k + 2, storing its
+    /// words only after `publish` of step k + 1, whose full fence orders
+    /// them after that step's `ready` store; so if a header word read here
+    /// is step k + 2's, the `ready` load after the acquire fence sees k + 1
+    /// or later and the header is dropped. (A wrong header could only
+    /// garble a mismatch report: the reader reports a step of its own
+    /// collective's number, which no correct call publishes.)
     pub(crate) fn latest(&self, j: usize) -> Option<(u64, [u64; HDR_WORDS])> {
         let k = self.published(j);
         let h = self.header(j, k);

@@ -46,14 +46,18 @@ impl Mates {
     /// The host-mates of this member of `g`: `None` for a group of one
     /// (no area).
     pub(crate) fn of(g: &HostGroups) -> Option<Arc<Mates>> {
-        let area = g.area.clone()?;
-        let n = area.size().min(g.group.len());
-        Some(Arc::new(Mates {
+        Some(Arc::new(Mates::new(g.area.clone()?, &g.group, g.gme)))
+    }
+
+    /// Member `me` of `area`, whose member j is team rank `ranks[j]`.
+    fn new(area: Arc<TeamArea>, ranks: &[usize], me: usize) -> Mates {
+        let n = area.size().min(ranks.len());
+        Mates {
             area,
-            ranks: g.group[..n].to_vec(),
-            me: g.gme,
+            ranks: ranks[..n].to_vec(),
+            me,
             seen: (0..n).map(|_| AtomicU64::new(u64::MAX)).collect(),
-        }))
+        }
     }
 
     /// Whether a host-mate published a step not looked at yet (a wait's
@@ -83,5 +87,84 @@ impl Mates {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::team_mail::CollKind;
+    use splitrt_runtime::fabric::SegmentRef;
+
+    /// Words of one small block (256 B of control words, two halves of
+    /// 64 B), 64-byte aligned.
+    #[repr(C, align(64))]
+    struct Block([AtomicU64; 48]);
+
+    fn h(kind: CollKind) -> Header {
+        Header {
+            kind: kind as u64,
+            op: if kind == CollKind::Broadcast { 0 } else { 1 },
+            root: if kind == CollKind::Broadcast {
+                0
+            } else {
+                u64::MAX
+            },
+            count: 2,
+            esize: 8,
+        }
+    }
+
+    fn words(seq: u64, h: &Header) -> [u64; HDR_WORDS] {
+        [seq, h.kind, h.op, h.root, h.count, h.esize]
+    }
+
+    /// A host-mate's step of another collective as the scan's number is
+    /// found (with its team rank and header); earlier and later
+    /// collectives' steps, and a header like the scan's own, are not; a
+    /// look reads a host-mate's header once per new step (`moved`).
+    #[test]
+    fn scanmix_a_host_mates_step_as_this_call_is_a_mismatch() {
+        let blocks: Vec<Block> = (0..2)
+            .map(|_| Block(std::array::from_fn(|_| AtomicU64::new(0))))
+            .collect();
+        let segs: Vec<SegmentRef> = blocks
+            .iter()
+            // SAFETY: `blocks` outlives both areas (dropped at the end of
+            // the test, after them), and the areas touch its words only
+            // atomically (no data half is written or read here).
+            .map(|b| unsafe { SegmentRef::new(b.0.as_ptr() as *mut u8, 48 * 8) })
+            .collect();
+        let area = |me| Arc::new(TeamArea::new(segs.clone(), vec![0, 0], me, 64, 7, None).unwrap());
+        // the host group is team ranks 4 and 5; this member is 4
+        let (mine, theirs) = (area(0), area(1));
+        let m = Mates::new(mine, &[4, 5], 0);
+        let scan = h(CollKind::ScanInclusive);
+        // nothing looked at yet: the first look reads every header
+        assert!(m.moved());
+        assert_eq!(m.mismatch(3, &scan), None);
+        assert!(!m.moved());
+        // an earlier collective's step
+        theirs.publish(theirs.begin(), words(2, &h(CollKind::Broadcast)));
+        assert!(m.moved());
+        assert_eq!(m.mismatch(3, &scan), None);
+        assert!(!m.moved());
+        // a broadcast as this scan's number: rank 5 and its call
+        let bc = words(3, &h(CollKind::Broadcast));
+        theirs.publish(theirs.begin(), bc);
+        assert!(m.moved());
+        assert_eq!(m.mismatch(3, &scan), Some((5, bc)));
+        // looked at: not found again until another step
+        assert!(!m.moved());
+        assert_eq!(m.mismatch(3, &scan), None);
+        // a later collective's step, and one like this member's own call
+        theirs.publish(theirs.begin(), words(4, &h(CollKind::Allreduce)));
+        assert_eq!(m.mismatch(3, &scan), None);
+        theirs.publish(theirs.begin(), words(3, &scan));
+        assert_eq!(m.mismatch(3, &scan), None);
+        // the member's own steps are never looked at
+        let m = Mates::new(theirs.clone(), &[4, 5], 1);
+        assert_eq!(m.mismatch(3, &scan), None);
+        assert!(!m.moved());
     }
 }
