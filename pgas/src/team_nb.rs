@@ -242,7 +242,8 @@ impl Future for TeamRequest<'_> {
             let s = this.p.0.lock();
             (s.waiting, s.h, s.seq, s.mates.clone())
         };
-        // (a host-mate's step does not wake the task: looked at when polled)
+        // a hierarchical scan's host-mates: a step of theirs is no team
+        // message (the mailbox does not wake the task), looked at when polled
         if mates.is_some_and(|m| m.moved()) {
             mail.touch(this.team.inner.id, seq);
             cx.waker().wake_by_ref();
