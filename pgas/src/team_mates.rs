@@ -25,7 +25,7 @@
 use crate::team_area::{TeamArea, HDR_WORDS};
 use crate::team_hosts::HostGroups;
 use crate::team_mail::Header;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// A member's host-mates in its group's area, and the last step of each
@@ -36,10 +36,12 @@ pub(crate) struct Mates {
     ranks: Vec<usize>,
     /// This member's index in `ranks`.
     me: usize,
-    /// Each member's step last looked at (`u64::MAX`: none yet, so the
-    /// first look reads every header: a host-mate may have published
-    /// its step before this member's scan began).
+    /// Each member's step last looked at (its last step when the scan
+    /// began: a wait wakes only for a newer one).
     seen: Vec<AtomicU64>,
+    /// No look yet: the first reads every host-mate's header (one may
+    /// have published its step before this member's scan began).
+    first: AtomicBool,
 }
 
 impl Mates {
@@ -52,11 +54,13 @@ impl Mates {
     /// Member `me` of `area`, whose member j is team rank `ranks[j]`.
     fn new(area: Arc<TeamArea>, ranks: &[usize], me: usize) -> Mates {
         let n = area.size().min(ranks.len());
+        let seen = (0..n).map(|j| AtomicU64::new(area.published(j))).collect();
         Mates {
             area,
             ranks: ranks[..n].to_vec(),
             me,
-            seen: (0..n).map(|_| AtomicU64::new(u64::MAX)).collect(),
+            seen,
+            first: AtomicBool::new(true),
         }
     }
 
@@ -74,11 +78,14 @@ impl Mates {
     /// rewritten as it is read is looked at again next time).
     pub(crate) fn mismatch(&self, seq: u64, h: &Header) -> Option<(usize, [u64; HDR_WORDS])> {
         let mine = [seq, h.kind, h.op, h.root, h.count, h.esize];
+        let first = self.first.swap(false, Ordering::Relaxed);
         for j in (0..self.ranks.len()).filter(|&j| j != self.me) {
-            if self.area.published(j) == self.seen[j].load(Ordering::Relaxed) {
+            if !first && self.area.published(j) == self.seen[j].load(Ordering::Relaxed) {
                 continue;
             }
             let Some((k, w)) = self.area.latest(j) else {
+                // being rewritten: `moved` wakes the wait for the next look
+                self.seen[j].store(u64::MAX, Ordering::Relaxed);
                 continue;
             };
             self.seen[j].store(k, Ordering::Relaxed);
@@ -138,12 +145,11 @@ mod tests {
         let area = |me| Arc::new(TeamArea::new(segs.clone(), vec![0, 0], me, 64, 7, None).unwrap());
         // the host group is team ranks 4 and 5; this member is 4
         let (mine, theirs) = (area(0), area(1));
-        let m = Mates::new(mine, &[4, 5], 0);
         let scan = h(CollKind::ScanInclusive);
-        // nothing looked at yet: the first look reads every header
-        assert!(m.moved());
-        assert_eq!(m.mismatch(3, &scan), None);
+        // a scan that began before its host-mate's steps
+        let m = Mates::new(mine.clone(), &[4, 5], 0);
         assert!(!m.moved());
+        assert_eq!(m.mismatch(3, &scan), None);
         // an earlier collective's step
         theirs.publish(theirs.begin(), words(2, &h(CollKind::Broadcast)));
         assert!(m.moved());
@@ -157,6 +163,13 @@ mod tests {
         // looked at: not found again until another step
         assert!(!m.moved());
         assert_eq!(m.mismatch(3, &scan), None);
+        // a scan that began after that step: its wait does not wake for
+        // it, its first look finds it; the next collective's scan does not
+        let m2 = Mates::new(mine.clone(), &[4, 5], 0);
+        assert!(!m2.moved());
+        assert_eq!(m2.mismatch(3, &scan), Some((5, bc)));
+        let m2 = Mates::new(mine.clone(), &[4, 5], 0);
+        assert_eq!(m2.mismatch(4, &scan), None);
         // a later collective's step, and one like this member's own call
         theirs.publish(theirs.begin(), words(4, &h(CollKind::Allreduce)));
         assert_eq!(m.mismatch(3, &scan), None);
