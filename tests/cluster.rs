@@ -1062,13 +1062,39 @@ fn assert_absent_named(r: &Run, mode: &str, target: &str, call: &str) {
 /// count is too large for one step, so that it alone goes flat), a member
 /// passing other alltoallv counts is named with the member it disagrees
 /// with, and a member that never calls scan_inclusive or alltoallv is
-/// named by the hang report.
+/// named by the hang report. A member calling scan_inclusive where the
+/// others call a broadcast or an allreduce (`scanmix`, `scanmixar`;
+/// `nbscanmix`: the non-blocking forms) is a named mismatch, not a hang
+/// report naming another member: rank 3 reads its host-mate's
+/// shared-memory step header in its scan's wait; rank 4's host-mate 5
+/// gets its scan message in its step's wait; rank 0's scan, which waits
+/// for nothing, is named that way only.
 #[test]
 fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
     let Some(d) = cluster() else { return };
     let p = example("t_team_hier");
+    let scanmix = |r: &Run, mode: &str, target: &str| {
+        assert_ne!(r.code, 0, "{r:?}");
+        assert_team_mismatch_named(r, mode, target);
+        let other = match mode {
+            "scanmixar" => "Team::allreduce(",
+            _ => "Team::broadcast(",
+        };
+        assert!(
+            r.stderr.contains("Team::scan_inclusive(")
+                && r.stderr.contains(other)
+                && !r.stderr.contains("gave up after"),
+            "{mode} {target}: {}",
+            r.stderr
+        );
+    };
+    let r = culprit_run(&d, "-n6", &p, "scanmixar", "0");
+    scanmix(&r, "scanmixar", "0");
     for target in ["3", "4"] {
         let run = |mode: &str| culprit_run(&d, "-n6", &p, mode, target);
+        for mode in ["scanmix", "scanmixar", "nbscanmix"] {
+            scanmix(&run(mode), mode, target);
+        }
         for mode in ["count", "bigcount"] {
             let r = run(mode);
             assert_ne!(r.code, 0, "{r:?}");

@@ -48,6 +48,7 @@ mod team_hier_a2av;
 mod team_hier_scan;
 mod team_hosts;
 mod team_mail;
+mod team_mates;
 mod team_nb;
 mod team_nb_forms;
 mod team_sched;

@@ -230,7 +230,7 @@ impl Team {
                 got = now;
                 watch.progress();
             }
-            self.wait_watched(key, h, from, &mut watch)?;
+            self.wait_watched(key, h, from, &mut watch, &|| false)?;
         }
     }
 
@@ -270,7 +270,9 @@ impl Team {
     /// Wait (serving traffic, with hang reports) until message `key` from
     /// team rank `from` is in, or something is wrong with the collective,
     /// or a message arrived for a pending non-blocking collective (the
-    /// caller then sweeps them: `Mailbox::sweep`).
+    /// caller then sweeps them: `Mailbox::sweep`), or `also` (something
+    /// else the caller looks at: a hierarchical scan's host-mates' steps,
+    /// `team_mates.rs`).
     ///
     /// `watch` ([`hang_watch`](Self::hang_watch)) is the caller's, which
     /// only the caller tells of progress (of the collective it waits for):
@@ -284,11 +286,14 @@ impl Team {
         h: &Header,
         from: usize,
         watch: &mut HangWatch,
+        also: &dyn Fn() -> bool,
     ) -> Result<()> {
         let i = &self.pg.inner;
         let mail = &i.team_mail;
         let what = || self.awaiting(key, h, from);
-        i.ep.wait_watched(&what, watch, || mail.ready(key, h) || mail.background_due())
+        i.ep.wait_watched(&what, watch, || {
+            mail.ready(key, h) || mail.background_due() || also()
+        })
     }
 
     /// Take message `key` into `out` if it is in: `Ok(false)` if not yet.
@@ -315,25 +320,31 @@ impl Team {
                 i.ep.abort(&why);
                 Err(Error::usage(why).at_rank(i.rank))
             }
-            Found::Mismatch(k, theirs) => {
-                let why = format!(
-                    "team collective mismatch on team {:#x}, collective #{seq}: rank {} (team \
-                     rank {}) called {} while rank {} (team rank {}) called {} (every member \
-                     must call the same collectives in the same order, with the same root, op \
-                     and lengths)",
-                    self.inner.id,
-                    k.3,
-                    self.team_rank_of(k.3).map_or("?".into(), |r| r.to_string()),
-                    theirs.describe(&op_name),
-                    i.rank,
-                    self.inner.me.map_or("?".into(), |r| r.to_string()),
-                    h.describe(&op_name)
-                );
-                // the other members would wait for us forever: end the job
-                i.ep.abort(&why);
-                Err(Error::usage(why).at_rank(i.rank))
-            }
+            Found::Mismatch(k, theirs) => Err(self.mismatch(k, &theirs, h)),
         }
+    }
+
+    /// Message `k` (of collective `k.1`) came from a member that called
+    /// `theirs` where this one called `h`: the error naming both ranks
+    /// and both calls. It ends the job (the other members would wait
+    /// forever).
+    pub(crate) fn mismatch(&self, k: Key, theirs: &Header, h: &Header) -> Error {
+        let i = &self.pg.inner;
+        let why = format!(
+            "team collective mismatch on team {:#x}, collective #{}: rank {} (team rank {}) \
+             called {} while rank {} (team rank {}) called {} (every member must call the \
+             same collectives in the same order, with the same root, op and lengths)",
+            self.inner.id,
+            k.1,
+            k.3,
+            self.team_rank_of(k.3).map_or("?".into(), |r| r.to_string()),
+            theirs.describe(&op_name),
+            i.rank,
+            self.inner.me.map_or("?".into(), |r| r.to_string()),
+            h.describe(&op_name)
+        );
+        i.ep.abort(&why);
+        Error::usage(why).at_rank(i.rank)
     }
 }
 

@@ -206,6 +206,28 @@ impl TeamArea {
         self.word(j, READY).load(Ordering::Acquire) >= k
     }
 
+    /// The last step member `j` published.
+    pub(crate) fn published(&self, j: usize) -> u64 {
+        self.word(j, READY).load(Ordering::Acquire)
+    }
+
+    /// Member `j`'s last published step and its header, read whole: `None`
+    /// if j published another step meanwhile (look again). For a reader
+    /// that does not wait for the step (`team_mates.rs`), as a sequence
+    /// lock: j may rewrite that header slot at its step k + 2, storing its
+    /// words only after `publish` of step k + 1, whose full fence orders
+    /// them after that step's `ready` store; so if a header word read here
+    /// is step k + 2's, the `ready` load after the acquire fence sees k + 1
+    /// or later and the header is dropped. (A wrong header could only
+    /// garble a mismatch report: the reader reports a step of its own
+    /// collective's number, which no correct call publishes.)
+    pub(crate) fn latest(&self, j: usize) -> Option<(u64, [u64; HDR_WORDS])> {
+        let k = self.published(j);
+        let h = self.header(j, k);
+        std::sync::atomic::fence(Ordering::Acquire);
+        (self.word(j, READY).load(Ordering::Relaxed) == k).then_some((k, h))
+    }
+
     /// Team ranks that have not published step `k`.
     pub(crate) fn missing(&self, k: u64) -> Vec<usize> {
         (0..self.size()).filter(|&j| !self.ready(j, k)).collect()

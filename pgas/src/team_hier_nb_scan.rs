@@ -51,6 +51,7 @@ use crate::team::Team;
 use crate::team_hier::{hier_fits, FANOUT_LATER, HIER, LEADER_LATER};
 use crate::team_hosts::{HostGroups, Layout};
 use crate::team_mail::{CollKind, Header, MAX_BYTES};
+use crate::team_mates::Mates;
 use crate::team_nb::{bytes_of, TeamRequest};
 use crate::team_sched::{combine_bytes, Buf, Fold, Sched, Step};
 use std::sync::Arc;
@@ -333,6 +334,9 @@ impl Team {
         };
         p.s.combine = Some((combine_bytes::<T>, op));
         p.s.copy_out = true;
+        // a host-mate calling another collective as this one publishes
+        // its step in the host's area, never a message to this member
+        p.s.mates = Mates::of(&g);
         // `Out`: this member's result at 0 (its host-local part first:
         // zeros for the exclusive scan's host leader), the hosts' partial
         // result at `len`; `Work`: the host-local prefix

@@ -374,12 +374,7 @@ impl Mailbox {
             self.touched_all.store(true, Ordering::Release);
         } else if self.bg_len.load(Ordering::Acquire) > 0 {
             // the sweep advances the schedule of this collective
-            let mut t = self.touched.lock();
-            if t.len() >= MAX_TOUCHED {
-                t.clear();
-                self.touched_all.store(true, Ordering::Release);
-            }
-            t.push((args[0], args[1]));
+            self.touch(args[0], args[1]);
         }
         self.arrivals.fetch_add(1, Ordering::Release);
         let woken: Vec<Waker> = {
@@ -634,6 +629,30 @@ impl Mailbox {
         inbox.mismatch(key.0, key.1, mine).is_some()
     }
 
+    /// A buffered message of collective `seq` on `team` whose sender
+    /// called something else than `mine`: its key and header. For waits
+    /// that take no message of that collective themselves (a step of a
+    /// host group's shared-memory area, `ShmCall::sync`): a member that
+    /// called another collective as this number may send here what this
+    /// member never asks for (a hierarchical scan's messages go only to
+    /// higher team ranks).
+    pub(crate) fn mismatch(&self, team: u64, seq: u64, mine: &Header) -> Option<(Key, Header)> {
+        self.entries.lock().mismatch(team, seq, mine)
+    }
+
+    /// Have the next sweep advance the pending schedule of collective
+    /// `seq` on `team` (as if a message of it had arrived): something
+    /// that is not a message changed what its waits look at (a host-mate's
+    /// shared-memory step, `team_mates.rs`).
+    pub(crate) fn touch(&self, team: u64, seq: u64) {
+        let mut t = self.touched.lock();
+        if t.len() >= MAX_TOUCHED {
+            t.clear();
+            self.touched_all.store(true, Ordering::Release);
+        }
+        t.push((team, seq));
+    }
+
     /// Take message `key` into `out` if it is complete and as expected
     /// (see [`Found`]); a mismatching message of the same collective is
     /// reported first.
@@ -748,6 +767,13 @@ mod tests {
         // another team's or collective's messages are not compared
         assert!(!m.ready((8, 3, 0, 1), &mine));
         assert!(!m.ready((7, 4, 0, 1), &mine));
+        // a wait that takes no message of the collective finds it too
+        // (scanmix: a host's shared-memory step), and only that one
+        let (k, hd) = m.mismatch(7, 3, &mine).expect("a mismatch");
+        assert_eq!((k.3, hd.count), (2, 5));
+        assert!(m.mismatch(7, 3, &theirs).is_none());
+        assert!(m.mismatch(7, 4, &mine).is_none());
+        assert!(m.mismatch(8, 3, &mine).is_none());
     }
 
     /// A pending request's waker is woken by the next message filed, once;

@@ -148,6 +148,14 @@ impl<'a> TeamRequest<'a> {
         // one hang watch while the request waits for the same message
         // (re-armed waits go on counting), a new one for the next
         let mut watch: Option<(Key, usize, HangWatch)> = None;
+        // a hierarchical scan's host-mates (`team_mates.rs`): a step they
+        // publish wakes the wait, and the sweep advances the schedule,
+        // whose wait looks at it
+        let (seq, mates) = {
+            let s = self.p.0.lock();
+            (s.seq, s.mates.clone())
+        };
+        let moved = || mates.as_ref().is_some_and(|m| m.moved());
         loop {
             mail.sweep();
             if let Some(r) = self.outcome() {
@@ -168,7 +176,10 @@ impl<'a> TeamRequest<'a> {
                         }
                         _ => &mut watch.insert((key, got, self.team.hang_watch(hops))).2,
                     };
-                    self.team.wait_watched(key, &h, from, w)?;
+                    self.team.wait_watched(key, &h, from, w, &moved)?;
+                    if moved() {
+                        mail.touch(self.team.inner.id, seq);
+                    }
                 }
                 // another thread is sweeping
                 None => std::thread::yield_now(),
@@ -227,10 +238,17 @@ impl Future for TeamRequest<'_> {
             return Poll::Ready(Err(e));
         }
         // a message filed between the sweep and the registration
-        let (waiting, h) = {
+        let (waiting, h, seq, mates) = {
             let s = this.p.0.lock();
-            (s.waiting, s.h)
+            (s.waiting, s.h, s.seq, s.mates.clone())
         };
+        // a hierarchical scan's host-mates: a step of theirs is no team
+        // message (the mailbox does not wake the task), looked at when polled
+        if mates.is_some_and(|m| m.moved()) {
+            mail.touch(this.team.inner.id, seq);
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
         let ready = waiting.is_none_or(|(key, _, _)| mail.ready(key, &h));
         if ready || mail.background_due() {
             cx.waker().wake_by_ref();

@@ -28,10 +28,12 @@
 use crate::reduce::{Op, Reduce};
 use crate::team::Team;
 use crate::team_mail::{Background, Header, Key};
+use crate::team_mates::Mates;
 use parking_lot::Mutex;
 use splitrt_am::Result;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// One of a schedule's buffers.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -157,6 +159,10 @@ pub(crate) struct Sched {
     pub ended: bool,
     /// Its request was dropped before it ended.
     pub orphan: bool,
+    /// The host-mates whose shared-memory steps its waits look at (a
+    /// hierarchical scan's, `team_mates.rs`): one that called another
+    /// collective as this one's number ends it with the mismatch.
+    pub mates: Option<Arc<Mates>>,
 }
 
 impl Sched {
@@ -176,6 +182,7 @@ impl Sched {
             done: None,
             ended: false,
             orphan: false,
+            mates: None,
         }
     }
 
@@ -295,6 +302,11 @@ impl Sched {
                         got
                     };
                     if !got {
+                        if let Some(m) = &self.mates {
+                            if let Some((t, w)) = m.mismatch(self.seq, &self.h) {
+                                return Err(self.team.step_mismatch(self.seq, t, w, &self.h));
+                            }
+                        }
                         return Ok(Some((key, from, hops)));
                     }
                 }

@@ -66,6 +66,42 @@ fn combine<T: Reduce>(op: Op, acc: &mut [T], b: &[T]) {
 }
 
 impl Team {
+    /// Team rank `them` published a step of its area as collective `w[0]`
+    /// with header `w[1..]` where this member called `h` as collective
+    /// `seq`: the error naming both ranks and both calls. It ends the job
+    /// (the other members would wait for this one forever).
+    pub(crate) fn step_mismatch(
+        &self,
+        seq: u64,
+        them: usize,
+        w: [u64; HDR_WORDS],
+        h: &Header,
+    ) -> Error {
+        let i = &self.pgas().inner;
+        let theirs = Header {
+            kind: w[1],
+            op: w[2],
+            root: w[3],
+            count: w[4],
+            esize: w[5],
+        };
+        let why = format!(
+            "team collective mismatch on team {:#x}, collective #{seq}: rank {} (team rank \
+             {them}) called {} as collective #{} while rank {} (team rank {}) called {} (every \
+             member must call the same collectives in the same order, with the same root, op \
+             and lengths)",
+            self.inner.id,
+            self.inner.members.at(them),
+            theirs.describe(&op_name),
+            w[0],
+            i.rank,
+            self.inner.me.map_or("?".into(), |r| r.to_string()),
+            h.describe(&op_name)
+        );
+        i.ep.abort(&why);
+        Error::usage(why).at_rank(i.rank)
+    }
+
     /// The name of collective `kind` in reports: the world collectives'
     /// (`Pgas::allreduce`, ...) when called through them.
     pub(crate) fn shown(&self, kind: CollKind) -> &'static str {
@@ -340,6 +376,8 @@ impl<'a> ShmCall<'a> {
         // counting); progress is another member publishing this step
         let mut watch = splitrt_runtime::hang::HangWatch::new(i.ep.config()).patient(extra);
         let mut seen = 0;
+        // `mail.arrivals` when its messages were last looked at
+        let mut heard = None;
         loop {
             mail.sweep();
             let ready = (0..self.n).filter(|&j| a.ready(j, k)).count();
@@ -350,39 +388,28 @@ impl<'a> ShmCall<'a> {
                 seen = ready;
                 watch.progress();
             }
+            // A member that called another collective as this number
+            // (a hierarchical scan: its messages go to higher team ranks
+            // only, never through the area) may have sent this one its
+            // messages, and never publishes this step: named here.
+            let now = mail.arrivals.load(Ordering::Acquire);
+            if heard != Some(now) {
+                heard = Some(now);
+                if let Some((key, theirs)) = mail.mismatch(team.inner.id, self.seq, &self.h) {
+                    return Err(team.mismatch(key, &theirs, &self.h));
+                }
+            }
             i.ep.wait_watched(&what, &mut watch, || {
-                (0..self.n).all(|j| a.ready(j, k)) || mail.background_due()
+                (0..self.n).all(|j| a.ready(j, k))
+                    || mail.background_due()
+                    || mail.arrivals.load(Ordering::Acquire) != now
             })?;
         }
         let mine = self.words();
         for j in (0..self.n).filter(|&j| j != self.me) {
             let w = a.header(j, k);
             if w != mine {
-                let theirs = Header {
-                    kind: w[1],
-                    op: w[2],
-                    root: w[3],
-                    count: w[4],
-                    esize: w[5],
-                };
-                let (tj, tme) = (self.team_rank(j), self.team_rank(self.me));
-                let why = format!(
-                    "team collective mismatch on team {:#x}, collective #{}: rank {} (team rank \
-                     {tj}) called {} as collective #{} while rank {} (team rank {}) called {} \
-                     (every member must call the same collectives in the same order, with the \
-                     same root, op and lengths)",
-                    team.inner.id,
-                    self.seq,
-                    team.inner.members.at(tj),
-                    theirs.describe(&op_name),
-                    w[0],
-                    i.rank,
-                    tme,
-                    self.h.describe(&op_name)
-                );
-                // the other members would wait for us forever: end the job
-                i.ep.abort(&why);
-                return Err(Error::usage(why).at_rank(i.rank));
+                return Err(team.step_mismatch(self.seq, self.team_rank(j), w, &self.h));
             }
         }
         Ok(())

@@ -73,6 +73,13 @@
 //!   noscan R  likewise with scan_inclusive (then a broadcast from the
 //!          last rank), which
 //!          world rank R never calls: the hang report names R
+//!   scanmix R  likewise, but world rank R calls scan_inclusive while the
+//!          others call a broadcast from team rank 0 as the same call:
+//!          the job ends with a team collective mismatch naming R's
+//!          call and another member's (not a hang report)
+//!   scanmixar R  as scanmix, the others calling an allreduce
+//!   nbscanmix R  as scanmix with the non-blocking forms
+//!          (scan_inclusive_nb against broadcast_nb, `nb_misuse`)
 
 use splitrt::pgas::{Op, Pgas, Team};
 use splitrt::Error;
@@ -85,12 +92,13 @@ fn main() {
         let pg = Pgas::attach()?;
         match mode.as_str() {
             "conf" => conf(pg),
-            "op" | "absent" | "count" | "bigcount" | "vcount" | "vabsent" | "noscan" => {
-                misuse(pg, &mode, target)
-            }
+            "op" | "absent" | "count" | "bigcount" | "vcount" | "vabsent" | "noscan"
+            | "scanmix" | "scanmixar" => misuse(pg, &mode, target),
             "time" => time(pg, target),
             "nb" => nb(pg),
-            "nbop" | "nbabsent" | "nbvcount" | "rsnbabsent" => nb_misuse(pg, &mode, target),
+            "nbop" | "nbabsent" | "nbvcount" | "rsnbabsent" | "nbscanmix" => {
+                nb_misuse(pg, &mode, target)
+            }
             "nbscan" => nb_scan(pg),
             "scantime" => scan_time(pg, target),
             m => Err(Error::usage(format!("unknown mode {m}"))),
@@ -213,6 +221,15 @@ fn misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
         // more (leaders' messages, the host fan-out) where an allreduce's
         // first step would report R from R's host as early as the scan
         world.broadcast(pg.size() - 1, &mut d)?;
+    } else if mode == "scanmix" || mode == "scanmixar" {
+        // call #3: R's scan against the others' broadcast (allreduce)
+        if me == target {
+            world.scan_inclusive(&mut d, Op::Sum)?;
+        } else if mode == "scanmix" {
+            world.broadcast(0, &mut d)?;
+        } else {
+            world.allreduce(&mut d, Op::Sum)?;
+        }
     } else if me == target {
         if mode == "absent" {
             // long enough for the others' hang report (1 s) to end the
@@ -874,6 +891,12 @@ fn nb_misuse(pg: Pgas, mode: &str, target: usize) -> splitrt::Result<()> {
         world
             .reduce_scatter_nb(&send, &mut [0u64], Op::Sum)?
             .wait()?;
+    } else if mode == "nbscanmix" {
+        if me == target {
+            world.scan_inclusive_nb(&mut d, Op::Sum)?.wait()?;
+        } else {
+            world.broadcast_nb(0, &mut d)?.wait()?;
+        }
     } else if me == target {
         if mode == "nbabsent" {
             // as in `misuse`: bounded, the others' report ends the job
