@@ -19,7 +19,7 @@ use crate::ptr::GlobalPtr;
 use crate::rma::Scope;
 use crate::state::Dest;
 use crate::strided_shape::{
-    chunk_bytes, encode, for_each_pair, merge, plan, Chunk, Layout, RunList, MAX_DIMS,
+    chunk_bytes, encode, for_each_pair, merge, plan, with_run_len, Chunk, Layout, RunList, MAX_DIMS,
 };
 use bytemuck::Pod;
 use splitrt_am::{Error, Payload, Result};
@@ -553,15 +553,15 @@ impl Inner {
 /// the caller's slice (no intermediate stream, no zeroing first; a tight
 /// loop, and short runs copied inline, not by a call into libc per run).
 fn pack_runs(out: &mut Vec<u8>, src: &[u8], l: &Layout, first: u64, n: u64) {
-    let run = l.run as usize;
-    out.reserve(run.saturating_mul(n as usize));
+    out.reserve((l.run as usize).saturating_mul(n as usize));
     let start = out.len();
     // bytes written, each run right after the last: `start + done` stays
     // within the capacity reserved above (n runs of `run`)
     let mut done = 0usize;
     let room = out.capacity() - start;
     let to = out.as_mut_ptr().wrapping_add(start);
-    l.for_each_run(first, n, |o| {
+    with_run_len!(l.run, RUN => l.for_each_run(first, n, |o| {
+        let run = RUN as usize;
         let from = &src[o as usize..o as usize + run];
         if room - done < run {
             return;
@@ -572,7 +572,7 @@ fn pack_runs(out: &mut Vec<u8>, src: &[u8], l: &Layout, first: u64, n: u64) {
         // (`out` is borrowed mutably here); the two never overlap.
         unsafe { memmove(from.as_ptr(), to.wrapping_add(done), run) };
         done += run;
-    });
+    }));
     // SAFETY: the loop initialised `start .. start + done`, one run after
     // the other, within the capacity.
     unsafe { out.set_len(start + done) };
