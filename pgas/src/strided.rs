@@ -932,7 +932,8 @@ mod tests {
 
     /// Packing straight into a message gives the bytes of the runs in
     /// walk order after what the message held (its header), for every
-    /// first run and count, 0- to 3-D (rows cut anywhere).
+    /// first run and count, 0- to 3-D (rows cut anywhere), for each
+    /// constant run length of `with_run_len!` and others.
     #[test]
     fn strided_pack_runs_matches_the_walker() {
         let src: Vec<u8> = (0..4096u32).map(|i| (i * 7 + i / 256) as u8).collect();
@@ -940,6 +941,9 @@ mod tests {
         for l in [
             lay(8, &[3, 2, 2], &[16, 100, 1000]),
             lay(64, &[5], &[128]),
+            lay(16, &[3, 2], &[16, 64]),
+            lay(32, &[4], &[40]),
+            lay(128, &[2, 2], &[128, 512]),
             lay(3, &[4, 3], &[5, 40]),
             lay(200, &[2, 2], &[300, 1000]),
             lay(4, &[], &[]),
