@@ -429,7 +429,7 @@ impl Inner {
             }
             stream
         };
-        if let Some(r) = self.put_runs_direct(x.rank, &remote, &pack_all) {
+        if let Some(r) = self.put_runs_direct(x.rank, &remote, pack_all) {
             // RDMA writes, one per run (`strided_rdma.rs`)
             return r;
         }

@@ -214,15 +214,15 @@ impl Layout {
             // (wrapping, as `Walk::next`: the true offsets lie in the span)
             off = off.wrapping_sub(idx[0].wrapping_mul(s0));
             idx[0] = 0;
-            for d in 1..self.nd {
+            for (d, i) in idx.iter_mut().enumerate().take(self.nd).skip(1) {
                 let s = self.strides[d];
-                idx[d] += 1;
+                *i += 1;
                 off = off.wrapping_add(s);
-                if idx[d] < self.counts[d] {
+                if *i < self.counts[d] {
                     break;
                 }
                 off = off.wrapping_sub(s.wrapping_mul(self.counts[d]));
-                idx[d] = 0;
+                *i = 0;
             }
         }
     }
