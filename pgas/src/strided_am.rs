@@ -122,10 +122,15 @@ pub(crate) fn register(
             if touches_frozen(&msg.wire, |o, n| tok.frozen_segment_range(o, n).is_some()) {
                 return Err(FROZEN);
             }
+            // the runs in the tight loop (`Wire::for_each_run`), the data
+            // in order: it is exactly the runs' bytes (`check_put`), so
+            // `get` never comes up short; were it to, the rest is skipped
             let mut at = 0usize;
-            for (o, n) in msg.wire.runs() {
+            msg.wire.for_each_run(|o, n| {
                 let n = n as usize;
-                let from = &msg.data[at..at + n];
+                let Some(from) = msg.data.get(at..at.wrapping_add(n)) else {
+                    return;
+                };
                 // SAFETY: [o, o + n) lies in this rank's segment (every
                 // run was checked by `check_put`), mapped while the
                 // endpoint running this handler lives; `from` is the
@@ -139,7 +144,7 @@ pub(crate) fn register(
                     )
                 };
                 at += n;
-            }
+            });
             Ok(())
         });
         let status = status.err().unwrap_or(OK);
@@ -160,7 +165,7 @@ pub(crate) fn register(
             Err(why) => why,
             Ok(msg) => {
                 buf.reserve(msg.bytes as usize);
-                for (o, n) in msg.wire.runs() {
+                msg.wire.for_each_run(|o, n| {
                     let (len, n) = (buf.len(), n as usize);
                     // SAFETY: [o, o + n) lies in this rank's segment
                     // (checked), mapped while the endpoint lives; the
@@ -176,7 +181,7 @@ pub(crate) fn register(
                     // SAFETY: the copy initialised these n bytes,
                     // inside the capacity.
                     unsafe { buf.set_len(len + n) };
-                }
+                });
                 OK
             }
         };

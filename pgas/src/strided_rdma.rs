@@ -15,23 +15,25 @@ use splitrt_runtime::config::RmaPath;
 use std::sync::atomic::Ordering;
 
 impl Inner {
-    /// Put the packed `stream` into `remote`'s runs at `rank` by RDMA
-    /// writes; `None`: no such path (send messages instead).
+    /// Put the packed stream (made by `stream`, only on this path) into
+    /// `remote`'s runs at `rank` by RDMA writes; `None`: no such path
+    /// (send messages instead).
     pub(crate) fn put_runs_direct(
         &self,
         rank: usize,
         remote: &RunList<'_>,
-        stream: &[u8],
+        stream: impl FnOnce() -> Vec<u8>,
     ) -> Option<Result<()>> {
         if self.path != RmaPath::Native {
             return None;
         }
         let one = self.ep.rma().one_sided()?;
         let runs: Vec<(u64, u64)> = remote.iter().collect();
+        let stream = stream();
         // quiet from now on: a write may be posted before an error
         self.direct_puts.store(true, Ordering::Relaxed);
         Some(
-            one.put_runs_nb(rank, &runs, stream)
+            one.put_runs_nb(rank, &runs, &stream)
                 .map_err(|e| e.at_rank(self.rank)),
         )
     }
