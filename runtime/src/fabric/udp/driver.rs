@@ -1193,7 +1193,9 @@ mod receive_buffer_tests {
         let t0 = Instant::now();
         for i in 0..N {
             // one message, then the receiver takes it (as a put + sync)
-            send_one(&f1, &f0, Channel::Request, &pkt, t0, &format!("send {i}"));
+            send_one(&f1, &f0, Channel::Request, &pkt, t0, &|| {
+                format!("send {i}")
+            });
             let mut got = 0;
             while got == 0 {
                 got += f0
@@ -1274,10 +1276,13 @@ mod receive_buffer_tests {
         for i in 0..N {
             for j in 0..k {
                 // rank 0 polls only its reply channel meanwhile: what it
-                // reads is kept for the request channel's poll below, and
-                // its acknowledgements open the window if K datagrams do
-                // not fit in the first one
-                send_one(&f1, &f0, Channel::Reply, &pkt, t0, &format!("send {i}.{j}"));
+                // reads is kept for the request channel's poll below (K
+                // datagrams fit in the default window of 64; only the
+                // request channel's poll, which hands them up, would
+                // open a smaller one)
+                send_one(&f1, &f0, Channel::Reply, &pkt, t0, &|| {
+                    format!("send {i}.{j}")
+                });
             }
             // the datagrams are on their way: the reply channel's poll
             // reads them (requests: kept for the request channel's poll)
@@ -1307,7 +1312,7 @@ mod receive_buffer_tests {
         rx: Channel,
         pkt: &Packet<'_>,
         t0: Instant,
-        what: &str,
+        what: &dyn Fn() -> String,
     ) {
         let mut none = |_| -> Result<()> { Ok(()) };
         loop {
@@ -1317,7 +1322,7 @@ mod receive_buffer_tests {
             }
             let _ = f1.poll(Channel::Request, &mut |_| {});
             let _ = f0.poll(rx, &mut |_| {});
-            assert!(t0.elapsed() < Duration::from_secs(20), "{what} stuck");
+            assert!(t0.elapsed() < Duration::from_secs(20), "{} stuck", what());
         }
     }
 }
