@@ -95,6 +95,13 @@ const HEAD_OFF: usize = 64;
 /// transfers a message on a ping-pong). On `tail`'s line it hits: senders
 /// write `want` only when out of room and read `tail` only at their quota.
 const WANT_OFF: usize = 8;
+// `want` with `tail`, `head` on a line of its own (64-byte lines), all in
+// the control block.
+static_assertions::const_assert!(WANT_OFF / 64 == TAIL_OFF / 64 && WANT_OFF != TAIL_OFF);
+static_assertions::const_assert!(HEAD_OFF / 64 != TAIL_OFF / 64);
+static_assertions::const_assert!(
+    HEAD_OFF + 8 <= super::layout::RING_CTRL && WANT_OFF.is_multiple_of(8)
+);
 /// Attempts at a claim (each after another sender's claim moved `head`)
 /// before the sender reports the queue full and tries again later: bounds
 /// the loop whatever the shared words say.
