@@ -26,8 +26,11 @@ use std::sync::atomic::AtomicU32;
 
 /// "SPLITRT1" as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SPLITRT1");
-/// Layout version; bump on any change to this file.
-pub const VERSION: u32 = 5;
+/// Layout version; bump on any change to this file or to where a
+/// protocol keeps its words (6: the shared queue's `want` moved to offset
+/// 8 of its control block, `mpq.rs`; a v5 rank would set it where a v6
+/// consumer never looks).
+pub const VERSION: u32 = 6;
 /// Bytes reserved for the file header.
 pub const HEADER_BYTES: usize = 4096;
 /// Offset in the header of the owner's CPU affinity mask

@@ -11,13 +11,14 @@
 //! * `tail` (offset 0): the consumer's position, published with each
 //!   release (the senders' credits: a ticket below it came back; and
 //!   [`QProducer::free_cells`], the credit report);
-//! * `head` (offset 64): the next ticket; a sender claims ticket `t` by a
-//!   compare-and-swap `t -> t + 1`, and only if cell `t % len` is free for
-//!   `t`, so a claim never waits on another sender and a full queue is
-//!   seen before anything is claimed;
-//! * `want` (offset 72): set by a sender that found the queue full or ran
-//!   out of credits ([`QProducer::reclaim`]); the consumer that frees
-//!   cells and sees it rings every sender's doorbell.
+//! * `want` (offset 8, `tail`'s line, which the consumer keeps): set by a
+//!   sender that found the queue full or ran out of credits
+//!   ([`QProducer::reclaim`]); the consumer that frees cells and sees it
+//!   rings every sender's doorbell;
+//! * `head` (offset 64, a line only senders touch): the next ticket; a
+//!   sender claims ticket `t` by a compare-and-swap `t -> t + 1`, and only
+//!   if cell `t % len` is free for `t`, so a claim never waits on another
+//!   sender and a full queue is seen before anything is claimed.
 //!
 //! Each cell starts with its state word. For ticket `t` whose cell's lap
 //! begins at `b = t - t % len`: `b` means free for `t`, `b + 1` published
@@ -87,8 +88,20 @@ pub(crate) mod order {
 const TAIL_OFF: usize = 0;
 /// Offset of `head` in the control block.
 const HEAD_OFF: usize = 64;
-/// Offset of `want` in the control block.
-const WANT_OFF: usize = 72;
+/// Offset of `want` in the control block: on the consumer's line, with
+/// `tail`, not on the senders' line with `head`. The consumer loads `want`
+/// after every poll that freed cells; on `head`'s line that load pulled
+/// the line the next sender's compare-and-swap then had to take back (two
+/// transfers a message on a ping-pong). On `tail`'s line it hits: senders
+/// write `want` only when out of room and read `tail` only at their quota.
+const WANT_OFF: usize = 8;
+// `want` with `tail`, `head` on a line of its own (64-byte lines), all in
+// the control block.
+static_assertions::const_assert!(WANT_OFF / 64 == TAIL_OFF / 64 && WANT_OFF != TAIL_OFF);
+static_assertions::const_assert!(HEAD_OFF / 64 != TAIL_OFF / 64);
+static_assertions::const_assert!(
+    HEAD_OFF + 8 <= super::layout::RING_CTRL && WANT_OFF.is_multiple_of(8)
+);
 /// Attempts at a claim (each after another sender's claim moved `head`)
 /// before the sender reports the queue full and tries again later: bounds
 /// the loop whatever the shared words say.
