@@ -163,6 +163,53 @@ mod tests {
     /// The tag of [`datagram`]`(100)` under `generator_key(&[0x42; 32])`.
     const PINNED_100: &str = "6c1aa0082882a5a2f375d6ca15b94d23";
 
+    /// The tag as wire version 4 was first built: the `polyval` crate
+    /// alone, whatever the length.
+    fn tag_by_crate(gen: &[u8; 32], data: &[u8]) -> [u8; 16] {
+        let (h, s) = one_time_key(gen, data);
+        let mut p = Polyval::new(&h.into());
+        p.update_padded(data);
+        let mut len = [0u8; 16];
+        len[..8].copy_from_slice(&(8 * data.len() as u64).to_le_bytes());
+        p.update(&[len.into()]);
+        let mut t: [u8; 16] = p.finalize().into();
+        for (t, s) in t.iter_mut().zip(s) {
+            *t ^= s;
+        }
+        t
+    }
+
+    /// Wire compatibility: [`tag`] (which takes the wide POLYVAL from
+    /// `polyval_wide::WIDE_MIN` bytes on where the CPU has VPCLMULQDQ)
+    /// gives what the crate alone gives, at the sizes the fabric sends;
+    /// and tags computed before the wide path existed are pinned.
+    #[test]
+    fn mac_tag_unchanged_by_the_wide_polyval() {
+        let gen = generator_key(&[0x42u8; 32]);
+        let lens: &[usize] = if cfg!(miri) {
+            &[56, 100, 513]
+        } else {
+            &[56, 64, 100, 511, 512, 513, 1472, 8192, 9000, 64_192, 65_507]
+        };
+        for &len in lens {
+            let d = datagram(len);
+            assert_eq!(tag(&gen, &d), tag_by_crate(&gen, &d), "len {len}");
+        }
+        for (len, pinned) in PINNED_LARGE {
+            let t = tag(&gen, &datagram(len));
+            let t: String = t.iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(t, pinned, "len {len}");
+        }
+    }
+
+    /// Tags of [`datagram`]`(len)` under `generator_key(&[0x42; 32])`, as
+    /// the crate computed them before `polyval_wide`.
+    const PINNED_LARGE: [(usize, &str); 3] = [
+        (1472, "62728fb01f75ac113b7d23eb511e57a2"),
+        (8192, "f8e4a82af584facb9da7ab8e5423ed98"),
+        (65_507, "81179831770a5d769e7387b7ecde45b3"),
+    ];
+
     #[test]
     fn mac_tag_depends_on_every_byte_the_length_and_the_key() {
         let key = generator_key(&[3u8; 32]);
