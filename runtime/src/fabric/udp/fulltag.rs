@@ -51,9 +51,6 @@
 //! the one-time key is most of what remains at small sizes.
 //! docs/networking.md has the figures and the commands.
 
-use polyval::universal_hash::UniversalHash;
-use polyval::Polyval;
-
 /// Bytes of the header that the one-time key is derived from (the bytes
 /// the header tag covers).
 pub(super) const KEYED_BY: usize = 56;
@@ -82,12 +79,9 @@ fn one_time_key(gen: &[u8; 32], head: &[u8]) -> ([u8; 16], [u8; 16]) {
 /// under the generator key `gen` (from [`generator_key`]).
 pub(super) fn tag(gen: &[u8; 32], data: &[u8]) -> [u8; 16] {
     let (h, s) = one_time_key(gen, data);
-    let mut p = Polyval::new(&h.into());
-    p.update_padded(data);
     let mut len = [0u8; 16];
     len[..8].copy_from_slice(&(8 * data.len() as u64).to_le_bytes());
-    p.update(&[len.into()]);
-    let mut t: [u8; 16] = p.finalize().into();
+    let mut t = super::polyval_wide::polyval(&h, data, &len);
     for (t, s) in t.iter_mut().zip(s) {
         *t ^= s;
     }
@@ -97,6 +91,8 @@ pub(super) fn tag(gen: &[u8; 32], data: &[u8]) -> [u8; 16] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use polyval::universal_hash::UniversalHash;
+    use polyval::Polyval;
 
     fn datagram(len: usize) -> Vec<u8> {
         (0..len).map(|i| (i * 7 + 1) as u8).collect()
