@@ -238,6 +238,86 @@ mod tests {
         }
     }
 
+    /// Best-of-`rounds` nanoseconds per call of each of `fs`, the rounds
+    /// alternating between them (so load from other work falls on all).
+    fn best_ns(fs: &mut [&mut dyn FnMut()], iters: u32, rounds: u32) -> Vec<f64> {
+        let mut best = vec![f64::INFINITY; fs.len()];
+        for _ in 0..rounds {
+            for (f, b) in fs.iter_mut().zip(best.iter_mut()) {
+                let t = std::time::Instant::now();
+                for _ in 0..iters {
+                    f();
+                }
+                *b = b.min(t.elapsed().as_nanos() as f64 / f64::from(iters));
+            }
+        }
+        best
+    }
+
+    /// Not a test: the cost of [`tag`] per byte against the crate-only
+    /// tag, and of POLYVAL alone per backend at the sizes around
+    /// `polyval_wide::WIDE_MIN` (where the wide path starts to pay),
+    /// alternated in one run. Run it in a release build:
+    /// `cargo test --release -p splitrt-runtime --lib bench_tag -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement: run it in a release build with --ignored --nocapture"]
+    fn bench_tag() {
+        use super::super::polyval_wide;
+        use std::hint::black_box;
+        let gen = generator_key(&[0x42u8; 32]);
+        let rounds = 9;
+        println!("tag() per byte: size, crate-only ns/B, new ns/B, new/crate");
+        for len in [64, 1472, 8192, 65_507, 65_536] {
+            let d = datagram(len);
+            let iters = (8_000_000 / len).clamp(200, 100_000) as u32;
+            let r = best_ns(
+                &mut [
+                    &mut || {
+                        black_box(tag_by_crate(black_box(&gen), black_box(&d)));
+                    },
+                    &mut || {
+                        black_box(tag(black_box(&gen), black_box(&d)));
+                    },
+                ],
+                iters,
+                rounds,
+            );
+            let (old, new) = (r[0] / len as f64, r[1] / len as f64);
+            println!("{len:>6} {old:.4} {new:.4} {:.2}", new / old);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            use polyval_wide::Wide;
+            println!("POLYVAL alone, ns per call: size, crate, avx512, avx2");
+            let h = [0x5au8; 16];
+            let last = [0xa5u8; 16];
+            let mut lens: Vec<usize> = (1..=16).map(|i| i * 64).collect();
+            lens.extend([1472, 8192, 65_507]);
+            for len in lens {
+                let d = datagram(len);
+                let iters = (8_000_000 / len).clamp(200, 100_000) as u32;
+                let mut fs: Vec<Box<dyn FnMut()>> = vec![Box::new(|| {
+                    black_box(polyval_wide::by_crate(black_box(&h), black_box(&d), &last));
+                })];
+                for w in [Wide::Avx512, Wide::Avx2] {
+                    if w.available() {
+                        let d = &d;
+                        fs.push(Box::new(move || {
+                            black_box(w.polyval(black_box(&h), black_box(d), &last));
+                        }));
+                    }
+                }
+                let mut refs: Vec<&mut dyn FnMut()> = fs
+                    .iter_mut()
+                    .map(|f| &mut **f as &mut dyn FnMut())
+                    .collect();
+                let r = best_ns(&mut refs, iters, rounds);
+                let r: Vec<String> = r.iter().map(|x| format!("{x:.1}")).collect();
+                println!("{len:>6} {}", r.join(" "));
+            }
+        }
+    }
+
     /// Two datagrams alike but for the datagram number get unrelated
     /// one-time keys (so two tags never share `(H, s)`).
     #[test]

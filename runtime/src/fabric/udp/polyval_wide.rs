@@ -266,39 +266,52 @@ mod x86 {
         [mul512(h8, p2), mul512(h8, p3), p2, p3]
     }
 
-    /// One 16-block step: `acc` XORed into block 0, block `j` times
-    /// `H^(16 - j)`, summed, reduced.
+    /// The sum of the 4 lanes.
+    #[target_feature(enable = "avx512f")]
+    fn hsum512(r: __m512i) -> __m128i {
+        let r = _mm256_xor_si256(_mm512_castsi512_si256(r), _mm512_extracti64x4_epi64(r, 1));
+        _mm_xor_si128(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1))
+    }
+
+    /// One 16-block step: block `j` times `H^(16 - j)`, plus the running
+    /// sum times `H^16`, reduced. The running sum `acc` is kept as 4 lanes
+    /// whose sum it is (each lane times `H^16` sums to the sum times
+    /// `H^16`), so no step waits for a horizontal sum.
     #[target_feature(enable = "avx512f,vpclmulqdq")]
-    fn step512(acc: __m128i, blocks: &[u8; 256], pw: &[__m512i; 4]) -> __m128i {
+    fn step512(acc: __m512i, blocks: &[u8; 256], pw: &[__m512i; 4], h16: __m512i) -> __m512i {
         let (v, _) = blocks.as_chunks::<64>();
-        let x = _mm512_xor_si512(ld512(&v[0]), _mm512_zextsi128_si512(acc));
-        let (mut lo, mut mi, mut hi) = parts512(x, pw[0]);
+        let (mut lo, mut mi, mut hi) = parts512(ld512(&v[0]), pw[0]);
         for i in 1..4 {
             let (l, m, h) = parts512(ld512(&v[i]), pw[i]);
             lo = _mm512_xor_si512(lo, l);
             mi = _mm512_xor_si512(mi, m);
             hi = _mm512_xor_si512(hi, h);
         }
-        let r = reduce512(lo, mi, hi);
-        let r = _mm256_xor_si256(_mm512_castsi512_si256(r), _mm512_extracti64x4_epi64(r, 1));
-        _mm_xor_si128(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1))
+        // last, so the chain from one step to the next is short
+        let (l, m, h) = parts512(acc, h16);
+        reduce512(
+            _mm512_xor_si512(lo, l),
+            _mm512_xor_si512(mi, m),
+            _mm512_xor_si512(hi, h),
+        )
     }
 
     /// [`super::polyval`] with 512-bit registers.
     #[target_feature(enable = "avx512f,vpclmulqdq")]
     fn polyval512(h: &[u8; 16], data: &[u8], last: &[u8; 16]) -> [u8; 16] {
         let pw = powers512(ld128(h));
+        let h16 = _mm512_broadcast_i32x4(_mm512_castsi512_si128(pw[0]));
         let (steps, rem) = data.as_chunks::<256>();
-        let mut acc = _mm_setzero_si128();
+        let mut acc = _mm512_setzero_si512();
         for s in steps {
-            acc = step512(acc, s, &pw);
+            acc = step512(acc, s, &pw, h16);
         }
-        let (buf, total) = tail(rem, last, st128(acc));
-        let mut acc = _mm_setzero_si128();
+        let (buf, total) = tail(rem, last, st128(hsum512(acc)));
+        let mut acc = _mm512_setzero_si512();
         for s in buf[..total].as_chunks::<256>().0 {
-            acc = step512(acc, s, &pw);
+            acc = step512(acc, s, &pw, h16);
         }
-        st128(acc)
+        st128(hsum512(acc))
     }
 
     // ---- 256 bits: 2 blocks per register ----
@@ -360,37 +373,47 @@ mod x86 {
         ]
     }
 
+    /// The sum of the 2 lanes.
+    #[target_feature(enable = "avx2")]
+    fn hsum256(r: __m256i) -> __m128i {
+        _mm_xor_si128(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1))
+    }
+
     /// As [`step512`], 8 registers.
     #[target_feature(enable = "avx2,vpclmulqdq")]
-    fn step256(acc: __m128i, blocks: &[u8; 256], pw: &[__m256i; 8]) -> __m128i {
+    fn step256(acc: __m256i, blocks: &[u8; 256], pw: &[__m256i; 8], h16: __m256i) -> __m256i {
         let (v, _) = blocks.as_chunks::<32>();
-        let x = _mm256_xor_si256(ld256(&v[0]), _mm256_zextsi128_si256(acc));
-        let (mut lo, mut mi, mut hi) = parts256(x, pw[0]);
+        let (mut lo, mut mi, mut hi) = parts256(ld256(&v[0]), pw[0]);
         for i in 1..8 {
             let (l, m, h) = parts256(ld256(&v[i]), pw[i]);
             lo = _mm256_xor_si256(lo, l);
             mi = _mm256_xor_si256(mi, m);
             hi = _mm256_xor_si256(hi, h);
         }
-        let r = reduce256(lo, mi, hi);
-        _mm_xor_si128(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1))
+        let (l, m, h) = parts256(acc, h16);
+        reduce256(
+            _mm256_xor_si256(lo, l),
+            _mm256_xor_si256(mi, m),
+            _mm256_xor_si256(hi, h),
+        )
     }
 
     /// [`super::polyval`] with 256-bit registers.
     #[target_feature(enable = "avx2,vpclmulqdq")]
     fn polyval256(h: &[u8; 16], data: &[u8], last: &[u8; 16]) -> [u8; 16] {
         let pw = powers256(ld128(h));
+        let h16 = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(pw[0]));
         let (steps, rem) = data.as_chunks::<256>();
-        let mut acc = _mm_setzero_si128();
+        let mut acc = _mm256_setzero_si256();
         for s in steps {
-            acc = step256(acc, s, &pw);
+            acc = step256(acc, s, &pw, h16);
         }
-        let (buf, total) = tail(rem, last, st128(acc));
-        let mut acc = _mm_setzero_si128();
+        let (buf, total) = tail(rem, last, st128(hsum256(acc)));
+        let mut acc = _mm256_setzero_si256();
         for s in buf[..total].as_chunks::<256>().0 {
-            acc = step256(acc, s, &pw);
+            acc = step256(acc, s, &pw, h16);
         }
-        st128(acc)
+        st128(hsum256(acc))
     }
 }
 
