@@ -47,7 +47,7 @@ use polyval::Polyval;
 /// Bytes of `data` from which [`polyval`] takes the wide path (when the
 /// CPU has VPCLMULQDQ); shorter data goes to the crate. Measured: see
 /// `bench_tag` in `fulltag`'s tests and docs/networking.md.
-pub(super) const WIDE_MIN: usize = 512;
+pub(super) const WIDE_MIN: usize = 256;
 
 /// `POLYVAL_H(data || 0^pad || last)`: `data` zero-padded to a multiple of
 /// 16 bytes, then the block `last`.
@@ -191,21 +191,22 @@ mod x86 {
         _mm_xor_si128(hi, _mm_xor_si128(t, _mm_shuffle_epi32(mi, SWAP)))
     }
 
-    /// Where the data's last bytes (fewer than 256), padded, and `last`
-    /// go: behind zero blocks that fill one or two whole 16-block steps,
-    /// with the running sum `acc` XORed into the first of them. Returns the
-    /// buffer and how many of its bytes to hash (256 or 512).
-    fn tail(rem: &[u8], last: &[u8; 16], acc: [u8; 16]) -> ([u8; 512], usize) {
+    /// Lays the data's last bytes `rem` (fewer than 256), zero-padded,
+    /// and `last` into `buf` (zeros) behind enough zero blocks to fill
+    /// whole 16-block steps, with the running sum `acc` XORed into the
+    /// first of them. Returns how many of `buf`'s bytes to hash (256 or
+    /// 512). Inlined, so `buf` is the caller's stack, written in place.
+    #[inline(always)]
+    fn tail(buf: &mut [u8; 512], rem: &[u8], last: &[u8; 16], acc: [u8; 16]) -> usize {
         let blocks = rem.len().div_ceil(16) + 1;
         let total = if blocks <= 16 { 256 } else { 512 };
         let start = total - 16 * blocks;
-        let mut buf = [0u8; 512];
         buf[start..start + rem.len()].copy_from_slice(rem);
         buf[total - 16..total].copy_from_slice(last);
         for (b, a) in buf[start..start + 16].iter_mut().zip(acc) {
             *b ^= a;
         }
-        (buf, total)
+        total
     }
 
     // ---- 512 bits: 4 blocks per register ----
@@ -273,43 +274,92 @@ mod x86 {
         _mm_xor_si128(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1))
     }
 
+    /// `[b_0 ^ b_1, b_0 ^ b_1]` in every lane: Karatsuba's middle factor.
+    #[target_feature(enable = "avx512f")]
+    fn halves512(b: __m512i) -> __m512i {
+        _mm512_xor_si512(b, _mm512_shuffle_epi32(b, SWAP))
+    }
+
+    /// The powers of `H` with their Karatsuba middle factors.
+    struct Keys512 {
+        /// [`powers512`].
+        pw: [__m512i; 4],
+        /// [`halves512`] of each of `pw`.
+        pk: [__m512i; 4],
+        /// `H^16` in every lane, and its [`halves512`].
+        h16: (__m512i, __m512i),
+    }
+
+    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    fn keys512(h: __m128i) -> Keys512 {
+        let pw = powers512(h);
+        let h16 = _mm512_broadcast_i32x4(_mm512_castsi512_si128(pw[0]));
+        Keys512 {
+            pk: [
+                halves512(pw[0]),
+                halves512(pw[1]),
+                halves512(pw[2]),
+                halves512(pw[3]),
+            ],
+            pw,
+            h16: (h16, halves512(h16)),
+        }
+    }
+
     /// One 16-block step: block `j` times `H^(16 - j)`, plus the running
     /// sum times `H^16`, reduced. The running sum `acc` is kept as 4 lanes
     /// whose sum it is (each lane times `H^16` sums to the sum times
-    /// `H^16`), so no step waits for a horizontal sum.
+    /// `H^16`), so no step waits for a horizontal sum. Karatsuba: 3
+    /// carry-less multiplies per block, the middle parts corrected once
+    /// per step (`mid = (a_0 ^ a_1)(b_0 ^ b_1) ^ lo ^ hi` summed is the
+    /// sum's `mid`).
     #[target_feature(enable = "avx512f,vpclmulqdq")]
-    fn step512(acc: __m512i, blocks: &[u8; 256], pw: &[__m512i; 4], h16: __m512i) -> __m512i {
+    fn step512(acc: __m512i, blocks: &[u8; 256], k: &Keys512) -> __m512i {
         let (v, _) = blocks.as_chunks::<64>();
-        let (mut lo, mut mi, mut hi) = parts512(ld512(&v[0]), pw[0]);
-        for i in 1..4 {
-            let (l, m, h) = parts512(ld512(&v[i]), pw[i]);
-            lo = _mm512_xor_si512(lo, l);
-            mi = _mm512_xor_si512(mi, m);
-            hi = _mm512_xor_si512(hi, h);
+        let mut lo = _mm512_setzero_si512();
+        let mut mi = _mm512_setzero_si512();
+        let mut hi = _mm512_setzero_si512();
+        for i in [0, 2] {
+            let (x, y) = (ld512(&v[i]), ld512(&v[i + 1]));
+            let (p, q) = (k.pw[i], k.pw[i + 1]);
+            lo = xor3_512(
+                lo,
+                _mm512_clmulepi64_epi128(x, p, 0x00),
+                _mm512_clmulepi64_epi128(y, q, 0x00),
+            );
+            hi = xor3_512(
+                hi,
+                _mm512_clmulepi64_epi128(x, p, 0x11),
+                _mm512_clmulepi64_epi128(y, q, 0x11),
+            );
+            mi = xor3_512(
+                mi,
+                _mm512_clmulepi64_epi128(halves512(x), k.pk[i], 0x00),
+                _mm512_clmulepi64_epi128(halves512(y), k.pk[i + 1], 0x00),
+            );
         }
         // last, so the chain from one step to the next is short
-        let (l, m, h) = parts512(acc, h16);
-        reduce512(
-            _mm512_xor_si512(lo, l),
-            _mm512_xor_si512(mi, m),
-            _mm512_xor_si512(hi, h),
-        )
+        let (h16, h16k) = k.h16;
+        let lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(acc, h16, 0x00));
+        let hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128(acc, h16, 0x11));
+        let mi = _mm512_xor_si512(mi, _mm512_clmulepi64_epi128(halves512(acc), h16k, 0x00));
+        reduce512(lo, xor3_512(mi, lo, hi), hi)
     }
 
     /// [`super::polyval`] with 512-bit registers.
     #[target_feature(enable = "avx512f,vpclmulqdq")]
     fn polyval512(h: &[u8; 16], data: &[u8], last: &[u8; 16]) -> [u8; 16] {
-        let pw = powers512(ld128(h));
-        let h16 = _mm512_broadcast_i32x4(_mm512_castsi512_si128(pw[0]));
+        let k = keys512(ld128(h));
         let (steps, rem) = data.as_chunks::<256>();
         let mut acc = _mm512_setzero_si512();
         for s in steps {
-            acc = step512(acc, s, &pw, h16);
+            acc = step512(acc, s, &k);
         }
-        let (buf, total) = tail(rem, last, st128(hsum512(acc)));
+        let mut buf = [0u8; 512];
+        let total = tail(&mut buf, rem, last, st128(hsum512(acc)));
         let mut acc = _mm512_setzero_si512();
         for s in buf[..total].as_chunks::<256>().0 {
-            acc = step512(acc, s, &pw, h16);
+            acc = step512(acc, s, &k);
         }
         st128(hsum512(acc))
     }
@@ -379,41 +429,55 @@ mod x86 {
         _mm_xor_si128(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1))
     }
 
-    /// As [`step512`], 8 registers.
+    /// As [`halves512`].
+    #[target_feature(enable = "avx2")]
+    fn halves256(b: __m256i) -> __m256i {
+        _mm256_xor_si256(b, _mm256_shuffle_epi32(b, SWAP))
+    }
+
+    /// One 16-block step (8 registers): `acc` XORed into block 0, block
+    /// `j` times `H^(16 - j)` by Karatsuba as in [`step512`], reduced.
+    /// (The running sum in lanes, as [`step512`] keeps it, measured slower
+    /// here: 16 registers, the extra multiplies cost more than the
+    /// horizontal sum saves.)
     #[target_feature(enable = "avx2,vpclmulqdq")]
-    fn step256(acc: __m256i, blocks: &[u8; 256], pw: &[__m256i; 8], h16: __m256i) -> __m256i {
+    fn step256(acc: __m128i, blocks: &[u8; 256], pw: &[__m256i; 8], pk: &[__m256i; 8]) -> __m128i {
         let (v, _) = blocks.as_chunks::<32>();
-        let (mut lo, mut mi, mut hi) = parts256(ld256(&v[0]), pw[0]);
+        let mut lo = _mm256_setzero_si256();
+        let mut mi = _mm256_setzero_si256();
+        let mut hi = _mm256_setzero_si256();
         for i in 1..8 {
-            let (l, m, h) = parts256(ld256(&v[i]), pw[i]);
-            lo = _mm256_xor_si256(lo, l);
-            mi = _mm256_xor_si256(mi, m);
-            hi = _mm256_xor_si256(hi, h);
+            let x = ld256(&v[i]);
+            lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128(x, pw[i], 0x00));
+            hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128(x, pw[i], 0x11));
+            mi = _mm256_xor_si256(mi, _mm256_clmulepi64_epi128(halves256(x), pk[i], 0x00));
         }
-        let (l, m, h) = parts256(acc, h16);
-        reduce256(
-            _mm256_xor_si256(lo, l),
-            _mm256_xor_si256(mi, m),
-            _mm256_xor_si256(hi, h),
-        )
+        // block 0 with the running sum last, so the chain is short
+        let x = _mm256_xor_si256(ld256(&v[0]), _mm256_zextsi128_si256(acc));
+        let lo = _mm256_xor_si256(lo, _mm256_clmulepi64_epi128(x, pw[0], 0x00));
+        let hi = _mm256_xor_si256(hi, _mm256_clmulepi64_epi128(x, pw[0], 0x11));
+        let mi = _mm256_xor_si256(mi, _mm256_clmulepi64_epi128(halves256(x), pk[0], 0x00));
+        let mi = _mm256_xor_si256(mi, _mm256_xor_si256(lo, hi));
+        hsum256(reduce256(lo, mi, hi))
     }
 
     /// [`super::polyval`] with 256-bit registers.
     #[target_feature(enable = "avx2,vpclmulqdq")]
     fn polyval256(h: &[u8; 16], data: &[u8], last: &[u8; 16]) -> [u8; 16] {
         let pw = powers256(ld128(h));
-        let h16 = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(pw[0]));
+        let pk = pw.map(|p| halves256(p));
         let (steps, rem) = data.as_chunks::<256>();
-        let mut acc = _mm256_setzero_si256();
+        let mut acc = _mm_setzero_si128();
         for s in steps {
-            acc = step256(acc, s, &pw, h16);
+            acc = step256(acc, s, &pw, &pk);
         }
-        let (buf, total) = tail(rem, last, st128(hsum256(acc)));
-        let mut acc = _mm256_setzero_si256();
+        let mut buf = [0u8; 512];
+        let total = tail(&mut buf, rem, last, st128(acc));
+        let mut acc = _mm_setzero_si128();
         for s in buf[..total].as_chunks::<256>().0 {
-            acc = step256(acc, s, &pw, h16);
+            acc = step256(acc, s, &pw, &pk);
         }
-        st128(hsum256(acc))
+        st128(acc)
     }
 }
 
