@@ -7,23 +7,27 @@
 //! every length up to 600 bytes, large and odd lengths, and each backend
 //! forced in turn).
 //!
-//! **Why hand-written.** The `polyval` crate (0.7.3, the newest; the
-//! maintained implementation behind `aes-gcm-siv`) multiplies with
-//! 128-bit PCLMULQDQ, 4 blocks per reduction, and has no VPCLMULQDQ code;
-//! no other maintained crate on crates.io offers POLYVAL with it. The
-//! 64 KiB datagram's tag is the largest user-space cost of a bulk UDP
-//! transfer (docs/networking.md), so this module does what the fast
-//! AES-GCM implementations do for GHASH (BoringSSL's and the Linux
-//! kernel's AVX-512 / AVX2 VPCLMULQDQ code):
+//! **Why hand-written.** The `polyval` crate (0.7.3, the newest on
+//! crates.io; the maintained implementation behind `aes-gcm-siv`, and what
+//! `ghash` is built on) multiplies with 128-bit PCLMULQDQ, 4 blocks per
+//! reduction, and has no VPCLMULQDQ code; no maintained crate was found
+//! that offers POLYVAL with it. The 64 KiB datagram's tag is the largest
+//! user-space cost of a bulk UDP transfer (docs/networking.md), so this
+//! module does what the fast AES-GCM implementations do for GHASH
+//! (BoringSSL's and the Linux kernel's AVX-512 / AVX2 VPCLMULQDQ code):
 //!
 //! * the powers `H^1 .. H^16` are computed once per tag (the one-time key
 //!   `H` is new for every datagram), in four rounds of multiplications
 //!   (`H^2`; `H^3, H^4`; `H^5..H^8`; `H^9..H^16`);
-//! * 16 blocks (256 bytes) per step: block `j` of the step (the running
-//!   sum XORed into block 0) is multiplied by `H^(16 - j)`, the 256-bit
-//!   products summed unreduced (POLYVAL's `dot(a, b) = a b x^-128` is
-//!   linear, so the sum of the products' reductions is the reduction of
-//!   their sum), and reduced once per step;
+//! * 16 blocks (256 bytes) per step: block `j` of the step is multiplied
+//!   by `H^(16 - j)` and the running sum by `H^16` (the 256-bit path XORs
+//!   it into block 0 instead), the 256-bit products summed unreduced
+//!   (POLYVAL's `dot(a, b) = a b x^-128` is linear, so the sum of the
+//!   products' reductions is the reduction of their sum), and reduced
+//!   once per step;
+//! * each product by Karatsuba: 3 carry-less multiplies per block (low,
+//!   high, and `(a_0 ^ a_1)(b_0 ^ b_1)` with `b_0 ^ b_1` precomputed per
+//!   power), the middle parts corrected once per step;
 //! * the reduction is two Montgomery folds by `x^-64` with the constant
 //!   `x^63 + x^62 + x^57` (the polynomial `x^128 + x^127 + x^126 + x^121
 //!   + 1` has low word 1), done in every lane before the lanes are summed.
