@@ -615,7 +615,7 @@ mod tests {
     #[test]
     #[cfg_attr(miri, ignore = "intrinsics, and about 10^4 hashes of up to 64 KiB")]
     fn polyval_wide_equals_the_crate() {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(0x9017_4a1);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(0x0901_74a1);
         let mut keys: Vec<[u8; 16]> = (0..4).map(|_| rng.gen()).collect();
         let mut high = [0u8; 16];
         high[15] = 0x80;
