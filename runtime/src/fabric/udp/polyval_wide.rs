@@ -2,7 +2,7 @@
 //! carry-less multiply: VPCLMULQDQ on 512-bit (AVX-512) or 256-bit (AVX2)
 //! registers, chosen at run time; the `polyval` crate everywhere else.
 //!
-//! [`polyval`] computes `POLYVAL_H(data zero-padded to 16 bytes || last)`,
+//! [`polyval()`] computes `POLYVAL_H(data zero-padded to 16 bytes || last)`,
 //! bit for bit what the crate computes (the tests compare the two for
 //! every length up to 600 bytes, large and odd lengths, and each backend
 //! forced in turn).
@@ -48,7 +48,7 @@
 use polyval::universal_hash::UniversalHash;
 use polyval::Polyval;
 
-/// Bytes of `data` from which [`polyval`] takes the wide path (when the
+/// Bytes of `data` from which [`polyval()`] takes the wide path (when the
 /// CPU has VPCLMULQDQ); shorter data goes to the crate. Measured: see
 /// `bench_tag` in `fulltag`'s tests and docs/networking.md.
 pub(super) const WIDE_MIN: usize = 256;
@@ -67,7 +67,7 @@ pub(super) fn polyval(h: &[u8; 16], data: &[u8], last: &[u8; 16]) -> [u8; 16] {
     by_crate(h, data, last)
 }
 
-/// [`polyval`] by the `polyval` crate alone.
+/// [`polyval()`] by the `polyval` crate alone.
 pub(super) fn by_crate(h: &[u8; 16], data: &[u8], last: &[u8; 16]) -> [u8; 16] {
     let mut p = Polyval::new(&(*h).into());
     p.update_padded(data);
