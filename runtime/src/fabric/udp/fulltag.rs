@@ -187,14 +187,16 @@ mod tests {
     /// gives what the crate alone gives, at the sizes the fabric sends;
     /// and tags computed before the wide path existed are pinned.
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "under Miri tag() is the crate's (no intrinsics): nothing to compare, and 64 KiB tags are slow there"
+    )]
     fn mac_tag_unchanged_by_the_wide_polyval() {
         let gen = generator_key(&[0x42u8; 32]);
-        let lens: &[usize] = if cfg!(miri) {
-            &[56, 100, 513]
-        } else {
-            &[56, 64, 100, 511, 512, 513, 1472, 8192, 9000, 64_192, 65_507]
-        };
-        for &len in lens {
+        let lens = [
+            56, 64, 100, 255, 256, 257, 511, 512, 513, 1472, 8192, 9000, 64_192, 65_507,
+        ];
+        for len in lens {
             let d = datagram(len);
             assert_eq!(tag(&gen, &d), tag_by_crate(&gen, &d), "len {len}");
         }
