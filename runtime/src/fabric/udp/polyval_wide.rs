@@ -51,6 +51,7 @@ use polyval::Polyval;
 /// Bytes of `data` from which [`polyval()`] takes the wide path (when the
 /// CPU has VPCLMULQDQ); shorter data goes to the crate. Measured: see
 /// `bench_tag` in `fulltag`'s tests and docs/networking.md.
+#[cfg_attr(not(all(target_arch = "x86_64", not(miri))), allow(dead_code))]
 pub(super) const WIDE_MIN: usize = 256;
 
 /// `POLYVAL_H(data || 0^pad || last)`: `data` zero-padded to a multiple of
@@ -503,19 +504,22 @@ mod tests {
     /// Every way of computing POLYVAL here: the dispatching [`polyval`],
     /// the crate alone, and each wide backend this CPU runs, forced at any
     /// length (so the 256-bit path is tested on an AVX-512 machine too).
-    #[allow(clippy::type_complexity)]
-    fn ways() -> Vec<(
-        &'static str,
-        Box<dyn Fn(&[u8; 16], &[u8], &[u8; 16]) -> [u8; 16]>,
-    )> {
-        let mut v: Vec<(
-            &'static str,
-            Box<dyn Fn(&[u8; 16], &[u8], &[u8; 16]) -> [u8; 16]>,
-        )> = vec![
+    fn ways() -> Vec<(&'static str, Way)> {
+        let v: Vec<(&'static str, Way)> = vec![
             ("dispatch", Box::new(polyval)),
             ("crate", Box::new(by_crate)),
         ];
         #[cfg(all(target_arch = "x86_64", not(miri)))]
+        let v = wide_ways(v);
+        v
+    }
+
+    /// One way of computing POLYVAL: `(H, data, last)` to the result.
+    type Way = Box<dyn Fn(&[u8; 16], &[u8], &[u8; 16]) -> [u8; 16]>;
+
+    /// `v` and each wide backend this CPU runs.
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    fn wide_ways(mut v: Vec<(&'static str, Way)>) -> Vec<(&'static str, Way)> {
         for (name, w) in [("avx512", Wide::Avx512), ("avx2", Wide::Avx2)] {
             if w.available() {
                 v.push((name, Box::new(move |h, d, l| w.polyval(h, d, l).unwrap())));
