@@ -13,6 +13,7 @@ pub mod faults;
 mod filter;
 mod fulltag;
 pub mod job_nonce;
+mod polyval_wide;
 pub mod proto;
 mod recv_batch;
 #[cfg(feature = "test-doubles")]
