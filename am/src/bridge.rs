@@ -216,23 +216,33 @@ impl Bridge {
     /// Add `waker` under `key` (0: anonymous, kept once per task), with
     /// the count `seq` its owner read before its look, if any. The count
     /// goes into `since` under the same lock as the waker, the lock under
-    /// which `fire` and `forget` clear it, so a registered waiter's count
-    /// (or an older one) is in `since` for as long as its waker is in
-    /// `wakers` (see the module docs).
+    /// which `fire` and `forget` clear it. If `since` holds a different
+    /// count (another waiter's), the two reads of the one monotonic count
+    /// differ, so it moved since the older of them: the bridge fires here
+    /// ([`fire_moved`]), the caller's waker too, and nothing is
+    /// registered. So every waker registered with a count since the last
+    /// clear was registered with the count in `since`, and the bridge
+    /// fires once the count differs from it (see the module docs).
     fn register(&self, key: u64, waker: &Waker, seq: Option<u32>) {
         #[cfg(test)]
         tests::before_register();
         let old = {
             let mut a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(s) = seq {
-                // keep the oldest count: a later waiter's wake may come
-                // early, never late
-                let _ = self.shared.since.compare_exchange(
-                    0,
-                    SEEN | u64::from(s),
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                );
+                let mine = SEEN | u64::from(s);
+                let held =
+                    self.shared
+                        .since
+                        .compare_exchange(0, mine, Ordering::SeqCst, Ordering::SeqCst);
+                if held.is_err_and(|h| h != mine) {
+                    let wakers = fire_moved(&self.shared, &mut a);
+                    drop(a);
+                    wake_all(wakers);
+                    // the caller's own waker: its task polls again (and
+                    // registers with the count it then reads)
+                    waker.wake_by_ref();
+                    return;
+                }
             }
             let old = match a.wakers.iter_mut().find(|(k, w)| {
                 if key == 0 {
@@ -459,6 +469,25 @@ fn fire(sh: &Shared) {
         // counter (EAGAIN) is already readable, which is all we want.
         let _ = unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
     }
+    wake_all(wakers);
+}
+
+/// `register`'s fire, under the lock `a` of `sh.state`, for a waiter
+/// whose count differs from `since`: the count moved since the older of
+/// the two reads, so every registered waker is taken (to be woken once
+/// the lock is dropped) and `since` cleared, as `fire` does. An armed
+/// eventfd stays armed (it waits for traffic, not for a count) and keeps
+/// the bridge armed.
+fn fire_moved(sh: &Shared, a: &mut Armed) -> Vec<(u64, Waker)> {
+    sh.since.store(0, Ordering::SeqCst);
+    sh.armed.store(a.fd, Ordering::SeqCst);
+    std::mem::take(&mut a.wakers)
+}
+
+/// Wake `wakers` (outside the waker list's lock: a wake may run
+/// arbitrary executor code), catching a waker that panics so the others
+/// are still woken.
+fn wake_all(wakers: Vec<(u64, Waker)>) {
     for (_, w) in wakers {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()));
     }
@@ -576,6 +605,74 @@ mod tests {
         assert!(b.shared.moved(8), "B's count kept: a move past 7 fires B");
         assert_eq!(wa.0.load(Ordering::SeqCst), 0);
     }
+
+    /// Counts read in the other order from the registrations: B read 5, a
+    /// handler round moved the count to 6, A read 6 and registered first,
+    /// then B with 5. `since` cannot hold both; the count has moved past
+    /// B's 5, so B must be woken at once (before the fix `since` kept A's
+    /// 6 and nothing ever fired for B).
+    #[test]
+    fn an_older_count_registered_second_is_woken_at_once() {
+        let b = Bridge::default();
+        let (ka, kb) = (b.key(), b.key());
+        let wa = Arc::new(Count(AtomicUsize::new(0), false));
+        let wb = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(ka.0, &Waker::from(wa.clone()), Some(6));
+        b.register(kb.0, &Waker::from(wb.clone()), Some(5));
+        assert_eq!(
+            wb.0.load(Ordering::SeqCst),
+            1,
+            "B's count 5 is behind: woken at once"
+        );
+        // every waiter with a count registered since the last clear holds
+        // the count in `since`: none is left with an older one
+        assert_eq!(wa.0.load(Ordering::SeqCst), 1, "A: one early poll");
+        // nobody is left registered under a count other than its own
+        assert_eq!(b.waiters(), 0);
+        assert_eq!(b.shared.since.load(Ordering::SeqCst), 0);
+    }
+
+    /// The other order: A registered with 5, B reads 6 and registers. The
+    /// count moved past A's 5, so A is woken (here, not only at the
+    /// bridge's next look), and so is B (once); B, polled again, reads 6
+    /// and registers with it: now it waits, under its own count, and is
+    /// not woken again until the count moves past 6 (no spinning while
+    /// `since` holds the older count).
+    #[test]
+    fn a_newer_count_fires_the_older_waiters_once() {
+        let b = Bridge::default();
+        let (ka, kb) = (b.key(), b.key());
+        let wa = Arc::new(Count(AtomicUsize::new(0), false));
+        let wb = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(ka.0, &Waker::from(wa.clone()), Some(5));
+        b.register(kb.0, &Waker::from(wb.clone()), Some(6));
+        assert_eq!(wa.0.load(Ordering::SeqCst), 1, "the count moved past A's 5");
+        assert_eq!(wb.0.load(Ordering::SeqCst), 1, "B: one early poll");
+        assert_eq!(b.waiters(), 0);
+        b.register(kb.0, &Waker::from(wb.clone()), Some(6));
+        assert_eq!(
+            wb.0.load(Ordering::SeqCst),
+            1,
+            "B waits under its own count"
+        );
+        assert_eq!(b.waiters(), 1);
+        assert!(!b.shared.moved(6) && b.shared.moved(7));
+    }
+
+    /// Waiters that read the same count share it: none is woken early.
+    #[test]
+    fn the_same_count_wakes_nobody() {
+        let b = Bridge::default();
+        let (ka, kb) = (b.key(), b.key());
+        let wa = Arc::new(Count(AtomicUsize::new(0), false));
+        let wb = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(ka.0, &Waker::from(wa.clone()), Some(9));
+        b.register(kb.0, &Waker::from(wb.clone()), Some(9));
+        b.register(0, &Waker::from(wb.clone()), None);
+        assert_eq!(wa.0.load(Ordering::SeqCst) + wb.0.load(Ordering::SeqCst), 0);
+        assert_eq!(b.waiters(), 3);
+        assert!(!b.shared.moved(9) && b.shared.moved(10));
+    }
 }
 
 /// The loom model of the count protocol (`RUSTFLAGS="--cfg loom" cargo
@@ -594,8 +691,8 @@ mod loom_model {
     /// Waiter B registers with its count 5 while another thread fires
     /// for waiter A (registered with 3) or takes A's waker back; in
     /// every interleaving, if B's waker is registered afterwards, a
-    /// count is in `since` (B's or an older one), so a move of the count
-    /// fires B.
+    /// count is in `since` (B's: A's 3, had it stayed, would have fired
+    /// B in `register`), so a move of the count past 5 fires B.
     fn b_races(other: fn(&Bridge, &TrafficKey), a_seq: Option<u32>) {
         loom::model(move || {
             let b = Arc::new(Bridge::default());
@@ -632,5 +729,68 @@ mod loom_model {
     fn loom_a_forget_of_another_waiter_keeps_the_count() {
         b_races(|b, k| b.forget(k), None);
         b_races(|b, k| b.forget(k), Some(3));
+    }
+
+    /// A waker that counts its wakes (loom's atomic: the model sees it).
+    struct Woken(loom::sync::atomic::AtomicUsize);
+    impl std::task::Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Counts read in the other order from the registrations: B read 5,
+    /// the count moved, A read 6; A (on another thread) and B register in
+    /// either order, while a third party fires for an earlier waiter C
+    /// (registered with 5) if `fire_c`. In every interleaving B is woken,
+    /// or B's waker is registered and `moved(6)` holds (the bridge fires
+    /// B at its next look). Before `register` fired on a different count
+    /// this failed: A first left `since` at 6 with B registered under it.
+    fn counts_out_of_order(fire_c: bool) {
+        loom::model(move || {
+            let b = Arc::new(Bridge::default());
+            let (ka, kb, kc) = (b.key(), b.key(), b.key());
+            let nop = Waker::from(Arc::new(Nop));
+            if fire_c {
+                b.register(kc.0, &nop, Some(5));
+            }
+            let b2 = b.clone();
+            let a = loom::thread::spawn(move || {
+                b2.register(ka.0, &Waker::from(Arc::new(Nop)), Some(6));
+            });
+            let c = fire_c.then(|| {
+                let b3 = b.clone();
+                loom::thread::spawn(move || fire(&b3.shared))
+            });
+            let wb = Arc::new(Woken(loom::sync::atomic::AtomicUsize::new(0)));
+            b.register(kb.0, &Waker::from(wb.clone()), Some(5));
+            a.join().unwrap();
+            if let Some(c) = c {
+                c.join().unwrap();
+            }
+            let b_waits = b
+                .shared
+                .state
+                .lock()
+                .unwrap()
+                .wakers
+                .iter()
+                .any(|(k, _)| *k == kb.0);
+            let woken = wb.0.load(Ordering::SeqCst) > 0;
+            assert!(
+                woken || (b_waits && b.shared.moved(6)),
+                "B (count 5) neither woken nor fired by a move to 6: its wake-up is lost"
+            );
+        });
+    }
+
+    #[test]
+    fn loom_an_older_count_registered_second_is_not_lost() {
+        counts_out_of_order(false);
+    }
+
+    #[test]
+    fn loom_an_older_count_registered_second_is_not_lost_across_a_fire() {
+        counts_out_of_order(true);
     }
 }
