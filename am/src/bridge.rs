@@ -21,8 +21,9 @@
 //! it (registering its waker again, or [`Bridge::arm_fd`]) before it waits
 //! again. A future registers under its own [`TrafficKey`] and takes its
 //! waker back when it completes or is dropped ([`Bridge::forget`]), so the
-//! bridge disarms as soon as nothing waits, not at the next traffic. A disarmed bridge parks on a condition variable and is no
-//! sleeper of the doorbell, so the ranks' ordinary paths pay nothing for
+//! bridge disarms as soon as nothing waits, not at the next traffic. A
+//! disarmed bridge parks on a condition variable and is no sleeper of the
+//! doorbell, so the ranks' ordinary paths pay nothing for
 //! it: peers' rings stay one load, and no thread runs.
 //!
 //! Cost while armed, on shared memory: every ring of this rank's doorbell
@@ -40,18 +41,33 @@
 //! fabric's doorbell count (where the fabric has none, pure UDP: the
 //! endpoint's count of poll rounds that ran handlers) before it looked at
 //! its word registers with that count, and the bridge fires once the
-//! count differs from `since`, the oldest count a registered waiter saw
-//! (so a write the waiter's look missed is seen even when it left nothing
-//! for the fabric's wait to see). `since` is written only under the lock
-//! of the waker list: `register` puts the waiter's count there if it holds
-//! none (an older count stays: the wake may come early, never late), and
-//! `fire` (which takes every waker) and `forget` (when it takes the last)
-//! clear it in the critical section that empties the list. So for as long
-//! as a waiter's waker is registered, `since` holds its count or an older
-//! one. (Until session 12 the count went in before `register` took the
-//! lock, and a fire or forget for another waiter in between cleared it,
-//! leaving the waiter registered with no count: on pure UDP it slept
-//! until the next datagram.)
+//! count differs from `since` (so a write the waiter's look missed is
+//! seen even when it left nothing for the fabric's wait to see). `since`
+//! is written only under the lock of the waker list. `register` puts the
+//! waiter's count there if it holds none; if it holds the same count it
+//! leaves it; if it holds a different one, the two reads of the one
+//! monotonic count differ, so the count moved since the older of them
+//! (which one is older is not known: the count wraps), and `register`
+//! fires the bridge itself: every registered waker is woken (outside the
+//! lock), `since` is cleared, and the caller's waker is woken instead of
+//! registered. `fire` and `forget` (when it takes the last waker) clear
+//! `since` in the critical section that empties the list. So every waker
+//! registered with a count since the last clear was registered with the
+//! very count in `since`, and it is woken no later than the bridge's
+//! first look after the count differs from the one its owner read. Besides
+//! the fires for any traffic, it is woken early when another waiter
+//! registers with a different count: one poll that may find nothing, once
+//! per such meeting (the waiter re-registers with its new read, which
+//! `since`, just cleared, takes: no spinning until the bridge looks). (The signal
+//! futures also look at their word again after registering: a write
+//! after their first look is then seen at once, not at the bridge's next
+//! look.) (Until session 12 the count went in before `register`
+//! took the lock, and a fire or forget for another waiter in between
+//! cleared it, leaving the waiter registered with no count: on pure UDP
+//! it slept until the next datagram. Until the review of session 12
+//! `since` kept the first registered count, not the oldest, and a waiter
+//! that read an older count but registered second was not woken when
+//! the count had moved past it.)
 
 use splitrt_runtime::fabric::shm::doorbell::WAIT_LIMIT;
 #[cfg(doc)]
@@ -92,10 +108,11 @@ struct Shared {
     armed: AtomicBool,
     /// The endpoint is going away: the thread ends.
     stop: AtomicBool,
-    /// The doorbell count the oldest waiter saw before its last look
-    /// (`SEEN | count`; 0: none): the bridge fires once the count moved
-    /// (`Bridge::wake_on_traffic_since`). Written only under `state`'s
-    /// lock, with the waker it belongs to (read without it).
+    /// The doorbell count every waiter registered with a count since the
+    /// last clear saw before its last look (`SEEN | count`; 0: none; a
+    /// different count fires in `register`): the bridge fires once the
+    /// count moved (`Bridge::wake_on_traffic_since`). Written only under
+    /// `state`'s lock, with the wakers it belongs to (read without it).
     since: AtomicU64,
     /// Poll rounds of this endpoint that ran handlers, on any thread
     /// ([`Bridge::count_handled`]): the count a waiter reads before its
@@ -108,8 +125,8 @@ struct Shared {
 }
 
 impl Shared {
-    /// Whether the count, `now` at present, moved from the one the oldest
-    /// registered waiter saw before its look (`since`); never while no
+    /// Whether the count, `now` at present, moved from the one the
+    /// registered waiters saw before their look (`since`); never while no
     /// count is there.
     fn moved(&self, now: u32) -> bool {
         let s = self.since.load(Ordering::SeqCst);
@@ -183,10 +200,12 @@ impl Bridge {
     /// [`wake_on_traffic_as`](Self::wake_on_traffic_as) for a waiter
     /// that read the doorbell's count `seq` (`Wakeup::traffic_seq`) before
     /// it looked at memory peers write directly (a signal word): the
-    /// bridge fires as soon as the count has moved, even if the ring came
-    /// before the bridge was asleep on the doorbell (such a write leaves
-    /// nothing in the rings to see). The count is recorded with the waker,
-    /// under one lock (`register`).
+    /// bridge fires as soon as the count differs from `seq`, even if the
+    /// ring came before the bridge was asleep on the doorbell (such a
+    /// write leaves nothing in the rings to see). The count is recorded
+    /// with the waker, under one lock; if another registered waiter read
+    /// a different count, the bridge fires at once instead, `waker`
+    /// included (`register`).
     ///
     /// # Safety
     /// As for [`wake_on_traffic`](Self::wake_on_traffic).

@@ -1,28 +1,36 @@
-//! A signal future's wake-up when the poll round that ran its handler
-//! also met a malformed message (the regression test of commit 38b8f31),
-//! over pure UDP with 2 ranks: the fabric has no doorbell count, so the
-//! endpoint counts its poll rounds that ran handlers and the doorbell
-//! bridge fires once that count moved past what a waiter saw.
+//! A signal future's wake-up when a poll round after its registration
+//! ran its word's handler and also met a malformed message (the
+//! regression test of commit 38b8f31), over pure UDP with 2 ranks: the
+//! fabric has no doorbell count, so the endpoint counts its poll rounds
+//! that ran handlers and the doorbell bridge fires once that count moved
+//! past what a waiter saw.
 //!
-//! Rank 0 plays a signal future's steps (`SignalWait::poll`: read
-//! `Endpoint::traffic_seq`, look at the word, register with
-//! `Endpoint::wake_on_traffic_since`) with the handler round that sets
-//! the word placed between the look and the registration, as happens when
-//! another thread (the progress thread, or any poller) runs it: it reads
-//! the count, sees the word clear, asks rank 1 to send, and once the
-//! datagrams are in, one poll runs the word's handler and meets rank 1's
-//! malformed message in the same batch (the poll returns its error).
-//! Then it registers with the count it read and must be woken within
-//! 3 s. Before 38b8f31 the failed round counted nothing: the bridge found
-//! the socket empty and the count unmoved and slept until the next
-//! datagram (a keepalive, 12 s later with `SPLITRT_UDP_PEER_TIMEOUT=60`).
+//! Rank 0 asks rank 1 to send and leaves the datagrams to arrive (nothing
+//! polls; the bridge is disarmed and does not look). Then it plays a
+//! signal future's poll (`SignalWait::poll`): read `Endpoint::traffic_seq`,
+//! look at the word (clear), register with
+//! `Endpoint::wake_on_traffic_since` and that count, look again (still
+//! clear: the real future's re-look, which catches a round that ran
+//! between its look and its registration, finds nothing here). Only then
+//! does one poll round run, as another thread (the progress thread, or any
+//! poller) would run it: it takes both datagrams, runs the word's handler
+//! and meets rank 1's malformed message in the same batch (the poll
+//! returns its error). The word is now set and the future must be woken
+//! to see it: the datagrams are gone from the socket, so only the count
+//! can tell the bridge, and it must fire within 3 s of the round. Before
+//! 38b8f31 the failed round counted nothing: the bridge found the socket
+//! empty and the count unmoved and slept until the next datagram (a
+//! keepalive, 12 s later with `SPLITRT_UDP_PEER_TIMEOUT=60`).
 //!
 //! Rank 1 answers each `go` with the word's request and then, through
 //! the raw fabric, a Long into rank 0's segment past its end: rank 1's
 //! segment is twice rank 0's, so its own send check passes it, and rank
 //! 0's reassembler refuses it as malformed (a deposit outside the
-//! segment). An attempt whose two messages came in different poll rounds
-//! proves nothing and is repeated (at most 5).
+//! segment; the error is a protocol error naming rank 1). An attempt
+//! proves nothing, and is repeated (at most 5), if the two messages came
+//! in different poll rounds, or if the waiter was woken before the round
+//! had ended: the armed bridge saw the datagrams in the socket itself
+//! before the round took them.
 //!
 //! Usage: t_wake_batch (2 ranks, `SPLITRT_FABRIC=udp`); prints
 //! `wake batch: woken in N ms (attempt A)` on rank 0, then `wake batch
@@ -31,7 +39,7 @@
 use splitrt::runtime::config::Config;
 use splitrt::runtime::fabric::{Channel, Fabric, Packet};
 use splitrt::runtime::job::JobInfo;
-use splitrt::{Endpoint, EndpointBuilder, Error, Kind, Payload};
+use splitrt::{Endpoint, EndpointBuilder, Error, ErrorKind, Kind, Payload};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Wake, Waker};
@@ -94,18 +102,23 @@ fn run(keep: &mut Option<Endpoint>) -> splitrt::Result<()> {
     ep.barrier()?;
     match ep.rank() {
         0 => {
-            let mut woken = None;
+            let (mut woken, mut split, mut early) = (None, 0, 0);
             for attempt in 1..=ATTEMPTS {
                 word.store(0, Ordering::Release);
-                if let Some(ms) = attempt_wake(&ep, &word, go)? {
-                    woken = Some((ms, attempt));
-                    break;
+                match attempt_wake(&ep, &word, go)? {
+                    Attempt::Woken(ms) => {
+                        woken = Some((ms, attempt));
+                        break;
+                    }
+                    Attempt::Split => split += 1,
+                    Attempt::Early => early += 1,
                 }
             }
             let Some((ms, attempt)) = woken else {
                 return Err(Error::usage(format!(
-                    "in {ATTEMPTS} attempts the word's message and the malformed one never \
-                     came in one poll round"
+                    "no attempt of {ATTEMPTS} proved anything: in {split} the word's message \
+                     and the malformed one came in different poll rounds, in {early} the \
+                     bridge saw the datagrams before the round took them"
                 )));
             };
             println!("wake batch: woken in {ms} ms (attempt {attempt})");
@@ -131,60 +144,95 @@ fn run(keep: &mut Option<Endpoint>) -> splitrt::Result<()> {
     Ok(())
 }
 
-/// One attempt on rank 0: `Some(ms until woken)` if the word's handler
-/// and the malformed message met in one poll round, `None` (after
-/// draining both) if they did not; an error if the registered waiter
-/// was not woken within [`BOUND`].
+/// How one attempt on rank 0 ended.
+enum Attempt {
+    /// The round ran the word's handler and met the malformed message,
+    /// and the registered waiter was woken after it (in this many ms).
+    Woken(u128),
+    /// The two messages came in different poll rounds: proves nothing.
+    Split,
+    /// The bridge fired before the round had ended (it saw the datagrams
+    /// itself before the round took them): proves nothing.
+    Early,
+}
+
+/// Whether `r` is rank 0's poll failing on rank 1's malformed message.
+fn malformed(r: &splitrt::Result<usize>) -> bool {
+    matches!(
+        r,
+        Err(e) if matches!(e.kind(), ErrorKind::Protocol(_)) && e.peer() == Some(1)
+    )
+}
+
+/// One attempt on rank 0 (see the module docs); an error if the word
+/// was set too soon, a poll failed otherwise, or the registered waiter
+/// was not woken within [`BOUND`] of the round.
 fn attempt_wake(
     ep: &Endpoint,
     word: &AtomicU64,
     go: splitrt::RequestHandler,
-) -> splitrt::Result<Option<u128>> {
-    // the signal future's poll: the count, then the look
-    let seq = ep.traffic_seq();
-    if word.load(Ordering::Acquire) != 0 {
-        return Err(Error::usage("the word was set before rank 1 was asked"));
-    }
+) -> splitrt::Result<Attempt> {
+    // rank 1's two messages, left to arrive; nothing polls meanwhile and
+    // the bridge, disarmed, does not look
     ep.request(1, go, &[], Payload::None)?;
     std::thread::sleep(SETTLE);
-    // another thread's handler round, after the look: the word's
-    // handler runs, and the fabric fails the round for the next message
+    // the signal future's poll: the count, the look, the registration
+    // with that count, the look again
+    let seq = ep.traffic_seq();
+    if word.load(Ordering::Acquire) != 0 {
+        return Err(Error::usage("the word was set before its handler's round"));
+    }
+    let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
+    let key = ep.traffic_key();
+    ep.wake_on_traffic_since(&key, &Waker::from(flag.clone()), seq)?;
+    if word.load(Ordering::Acquire) != 0 {
+        return Err(Error::usage(
+            "the word was set before its handler's round (re-look)",
+        ));
+    }
+    // another thread's handler round, after the registration and the
+    // re-look: the word's handler runs, and the fabric fails the round
+    // for the next message
     let r = ep.poll();
-    let malformed = |r: &splitrt::Result<usize>| matches!(r, Err(e) if e.to_string().contains("malformed UDP message from rank 1"));
+    let early = flag.0.load(Ordering::SeqCst);
+    let t = Instant::now();
     let mut seen = malformed(&r);
     let in_one_round = seen && word.load(Ordering::Acquire) == 1;
-    if !in_one_round {
+    if !in_one_round || early {
         if let Err(e) = &r {
             if !seen {
+                ep.forget_traffic_wake(&key);
                 return Err(Error::usage(format!("unexpected poll error: {e}")));
             }
         }
         let t = Instant::now();
         while !(seen && word.load(Ordering::Acquire) == 1) {
             if t.elapsed() > Duration::from_secs(10) {
+                ep.forget_traffic_wake(&key);
                 return Err(Error::usage("rank 1's two messages never came"));
             }
             seen |= malformed(&ep.poll());
         }
-        return Ok(None);
+        ep.forget_traffic_wake(&key);
+        return Ok(if in_one_round {
+            Attempt::Early
+        } else {
+            Attempt::Split
+        });
     }
-    // the future's registration, with the count read before its look
-    let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
-    let key = ep.traffic_key();
-    let t = Instant::now();
-    ep.wake_on_traffic_since(&key, &Waker::from(flag.clone()), seq)?;
     while !flag.0.load(Ordering::SeqCst) && t.elapsed() < BOUND {
         std::thread::park_timeout(BOUND.saturating_sub(t.elapsed()));
     }
     ep.forget_traffic_wake(&key);
     if !flag.0.load(Ordering::SeqCst) {
         return Err(Error::usage(format!(
-            "a waiter whose word's handler ran in a poll round that met a malformed message \
-             was not woken within {BOUND:?} (traffic_seq read {seq:?}, now {:?})",
+            "a waiter registered before a poll round that ran its word's handler and met a \
+             malformed message was not woken within {BOUND:?} of that round (traffic_seq read \
+             {seq:?}, now {:?})",
             ep.traffic_seq()
         )));
     }
-    Ok(Some(t.elapsed().as_millis()))
+    Ok(Attempt::Woken(t.elapsed().as_millis()))
 }
 
 /// Rank 1: a Long into rank 0's segment past its end, as a broken peer
