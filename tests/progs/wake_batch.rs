@@ -5,32 +5,38 @@
 //! that ran handlers and the doorbell bridge fires once that count moved
 //! past what a waiter saw.
 //!
-//! Rank 0 asks rank 1 to send and leaves the datagrams to arrive (nothing
-//! polls; the bridge is disarmed and does not look). Then it plays a
-//! signal future's poll (`SignalWait::poll`): read `Endpoint::traffic_seq`,
-//! look at the word (clear), register with
+//! The loss needs a bridge that did not see the datagrams before the
+//! round took them (in a real run, one slower to wake than the poller),
+//! so rank 0 holds the bridge thread: it registers a waiter (no count)
+//! whose `wake` blocks until released, asks rank 1 to send, and once the
+//! fire for that traffic runs the blocking `wake` on the bridge thread
+//! (wakers run outside the list's lock) leaves rank 1's messages to
+//! arrive: nothing polls, and the held bridge does not look. Then it
+//! plays a signal future's poll (`SignalWait::poll`): read
+//! `Endpoint::traffic_seq`, look at the word (clear), register with
 //! `Endpoint::wake_on_traffic_since` and that count, look again (still
 //! clear: the real future's re-look, which catches a round that ran
 //! between its look and its registration, finds nothing here). Only then
-//! does one poll round run, as another thread (the progress thread, or any
-//! poller) would run it: it takes both datagrams, runs the word's handler
-//! and meets rank 1's malformed message in the same batch (the poll
-//! returns its error). The word is now set and the future must be woken
-//! to see it: the datagrams are gone from the socket, so only the count
-//! can tell the bridge, and it must fire within 3 s of the round. Before
-//! 38b8f31 the failed round counted nothing: the bridge found the socket
-//! empty and the count unmoved and slept until the next datagram (a
-//! keepalive, 12 s later with `SPLITRT_UDP_PEER_TIMEOUT=60`).
+//! does one poll round run, as another thread (the progress thread, or
+//! any poller) would run it: it takes both datagrams, runs the word's
+//! handler and meets rank 1's malformed message in the same batch (the
+//! poll returns its error). Then the bridge is let go. The word is now
+//! set and the future must be woken to see it: the datagrams are gone
+//! from the socket, so only the count can tell the bridge, and it must
+//! fire within 3 s of the round. Before 38b8f31 the failed round counted
+//! nothing: the bridge found the socket empty and the count unmoved and
+//! slept until the next datagram (a keepalive, 12 s later with
+//! `SPLITRT_UDP_PEER_TIMEOUT=60`). (Without the hold the bridge, woken by
+//! the registration, often saw the datagrams itself before the round and
+//! fired for them: a run proved nothing.)
 //!
 //! Rank 1 answers each `go` with the word's request and then, through
 //! the raw fabric, a Long into rank 0's segment past its end: rank 1's
 //! segment is twice rank 0's, so its own send check passes it, and rank
 //! 0's reassembler refuses it as malformed (a deposit outside the
 //! segment; the error is a protocol error naming rank 1). An attempt
-//! proves nothing, and is repeated (at most 5), if the two messages came
-//! in different poll rounds, or if the waiter was woken before the round
-//! had ended: the armed bridge saw the datagrams in the socket itself
-//! before the round took them.
+//! whose two messages came in different poll rounds proves nothing and
+//! is repeated (at most 5).
 //!
 //! Usage: t_wake_batch (2 ranks, `SPLITRT_FABRIC=udp`); prints
 //! `wake batch: woken in N ms (attempt A)` on rank 0, then `wake batch
@@ -41,7 +47,7 @@ use splitrt::runtime::fabric::{Channel, Fabric, Packet};
 use splitrt::runtime::job::JobInfo;
 use splitrt::{Endpoint, EndpointBuilder, Error, ErrorKind, Kind, Payload};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -50,6 +56,9 @@ const BOUND: Duration = Duration::from_secs(3);
 /// How long rank 0 leaves rank 1's two messages to arrive before its poll.
 const SETTLE: Duration = Duration::from_millis(300);
 const ATTEMPTS: u64 = 5;
+/// The longest the bridge is held in the gate's `wake`, and the longest
+/// the test waits for it to get there.
+const HOLD: Duration = Duration::from_secs(10);
 
 /// Unparks the waiting thread and remembers that it was woken.
 struct Flag(AtomicBool, std::thread::Thread);
@@ -57,6 +66,46 @@ impl Wake for Flag {
     fn wake(self: Arc<Self>) {
         self.0.store(true, Ordering::SeqCst);
         self.1.unpark();
+    }
+}
+
+/// A waker whose `wake` holds the thread that runs it (the bridge
+/// thread, in its fire) until [`Gate::release`], at most [`HOLD`]: while
+/// held, the bridge cannot look at the socket.
+#[derive(Default)]
+struct Gate {
+    /// (the bridge entered `wake`, the test released it)
+    state: Mutex<(bool, bool)>,
+    cv: Condvar,
+}
+impl Wake for Gate {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 = true;
+        self.cv.notify_all();
+        let _ = self
+            .cv
+            .wait_timeout_while(s, HOLD, |s| !s.1)
+            .unwrap_or_else(|p| p.into_inner());
+    }
+}
+impl Gate {
+    /// Wait (at most [`HOLD`]) until the bridge is held in `wake`.
+    fn entered(&self) -> bool {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (s, _) = self
+            .cv
+            .wait_timeout_while(s, HOLD, |s| !s.0)
+            .unwrap_or_else(|p| p.into_inner());
+        s.0
+    }
+    /// Let the bridge go on.
+    fn release(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.cv.notify_all();
     }
 }
 
@@ -102,7 +151,7 @@ fn run(keep: &mut Option<Endpoint>) -> splitrt::Result<()> {
     ep.barrier()?;
     match ep.rank() {
         0 => {
-            let (mut woken, mut split, mut early) = (None, 0, 0);
+            let mut woken = None;
             for attempt in 1..=ATTEMPTS {
                 word.store(0, Ordering::Release);
                 match attempt_wake(&ep, &word, go)? {
@@ -110,15 +159,13 @@ fn run(keep: &mut Option<Endpoint>) -> splitrt::Result<()> {
                         woken = Some((ms, attempt));
                         break;
                     }
-                    Attempt::Split => split += 1,
-                    Attempt::Early => early += 1,
+                    Attempt::Split => {}
                 }
             }
             let Some((ms, attempt)) = woken else {
                 return Err(Error::usage(format!(
-                    "no attempt of {ATTEMPTS} proved anything: in {split} the word's message \
-                     and the malformed one came in different poll rounds, in {early} the \
-                     bridge saw the datagrams before the round took them"
+                    "in {ATTEMPTS} attempts the word's message and the malformed one never \
+                     came in one poll round"
                 )));
             };
             println!("wake batch: woken in {ms} ms (attempt {attempt})");
@@ -151,9 +198,6 @@ enum Attempt {
     Woken(u128),
     /// The two messages came in different poll rounds: proves nothing.
     Split,
-    /// The bridge fired before the round had ended (it saw the datagrams
-    /// itself before the round took them): proves nothing.
-    Early,
 }
 
 /// Whether `r` is rank 0's poll failing on rank 1's malformed message.
@@ -164,61 +208,81 @@ fn malformed(r: &splitrt::Result<usize>) -> bool {
     )
 }
 
-/// One attempt on rank 0 (see the module docs); an error if the word
-/// was set too soon, a poll failed otherwise, or the registered waiter
-/// was not woken within [`BOUND`] of the round.
+/// One attempt on rank 0 (see the module docs); an error if the bridge
+/// was not held or woke the waiter before the round, the word was set
+/// too soon, a poll failed otherwise, or the registered waiter was not
+/// woken within [`BOUND`] of the round.
 fn attempt_wake(
     ep: &Endpoint,
     word: &AtomicU64,
     go: splitrt::RequestHandler,
 ) -> splitrt::Result<Attempt> {
-    // rank 1's two messages, left to arrive; nothing polls meanwhile and
-    // the bridge, disarmed, does not look
+    // hold the bridge: a waiter (no count) whose wake blocks; the fire
+    // for the traffic `go` brings runs it on the bridge thread
+    let gate = Arc::new(Gate::default());
+    let held = ep.traffic_key();
+    ep.wake_on_traffic_as(&held, &Waker::from(gate.clone()))?;
     ep.request(1, go, &[], Payload::None)?;
+    if !gate.entered() {
+        gate.release();
+        ep.forget_traffic_wake(&held);
+        return Err(Error::usage(format!(
+            "the bridge did not fire within {HOLD:?}"
+        )));
+    }
+    // rank 1's two messages, left to arrive; nothing polls meanwhile,
+    // and the bridge, held, does not look
     std::thread::sleep(SETTLE);
     // the signal future's poll: the count, the look, the registration
     // with that count, the look again
     let seq = ep.traffic_seq();
-    if word.load(Ordering::Acquire) != 0 {
-        return Err(Error::usage("the word was set before its handler's round"));
-    }
     let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
     let key = ep.traffic_key();
-    ep.wake_on_traffic_since(&key, &Waker::from(flag.clone()), seq)?;
-    if word.load(Ordering::Acquire) != 0 {
-        return Err(Error::usage(
-            "the word was set before its handler's round (re-look)",
-        ));
-    }
-    // another thread's handler round, after the registration and the
-    // re-look: the word's handler runs, and the fabric fails the round
-    // for the next message
-    let r = ep.poll();
-    let early = flag.0.load(Ordering::SeqCst);
+    let attempt = (|| {
+        if word.load(Ordering::Acquire) != 0 {
+            return Err(Error::usage("the word was set before its handler's round"));
+        }
+        ep.wake_on_traffic_since(&key, &Waker::from(flag.clone()), seq)?;
+        if word.load(Ordering::Acquire) != 0 {
+            return Err(Error::usage(
+                "the word was set before its handler's round (re-look)",
+            ));
+        }
+        // another thread's handler round, after the registration and the
+        // re-look: the word's handler runs, and the fabric fails the
+        // round for the next message
+        let r = ep.poll();
+        if flag.0.load(Ordering::SeqCst) {
+            return Err(Error::usage("woken before the bridge was let go"));
+        }
+        Ok(r)
+    })();
+    // the bridge goes on: from here only the count can tell it
+    gate.release();
     let t = Instant::now();
+    let r = match attempt {
+        Ok(r) => r,
+        Err(e) => {
+            ep.forget_traffic_wake(&key);
+            return Err(e);
+        }
+    };
     let mut seen = malformed(&r);
-    let in_one_round = seen && word.load(Ordering::Acquire) == 1;
-    if !in_one_round || early {
+    if !(seen && word.load(Ordering::Acquire) == 1) {
+        ep.forget_traffic_wake(&key);
         if let Err(e) = &r {
             if !seen {
-                ep.forget_traffic_wake(&key);
                 return Err(Error::usage(format!("unexpected poll error: {e}")));
             }
         }
         let t = Instant::now();
         while !(seen && word.load(Ordering::Acquire) == 1) {
             if t.elapsed() > Duration::from_secs(10) {
-                ep.forget_traffic_wake(&key);
                 return Err(Error::usage("rank 1's two messages never came"));
             }
             seen |= malformed(&ep.poll());
         }
-        ep.forget_traffic_wake(&key);
-        return Ok(if in_one_round {
-            Attempt::Early
-        } else {
-            Attempt::Split
-        });
+        return Ok(Attempt::Split);
     }
     while !flag.0.load(Ordering::SeqCst) && t.elapsed() < BOUND {
         std::thread::park_timeout(BOUND.saturating_sub(t.elapsed()));
