@@ -136,10 +136,11 @@ fn the_reply_handler_wakes_a_pending_get_on_the_thread_that_polls() {
 }
 
 /// Commit 38b8f31's regression test: over pure UDP (no doorbell count)
-/// a waiter that read the endpoint's count and saw its word clear, then
-/// registered after another poll round ran the word's handler and met a
-/// malformed message in the same batch (the round's poll failed), must be
-/// woken within 3 s (`t_wake_batch`; before 38b8f31 that round counted
+/// a waiter that read the endpoint's count, saw its word clear,
+/// registered with the count and saw the word still clear, must be woken
+/// within 3 s after a poll round (another thread's) then ran the word's
+/// handler and met a malformed message in the same batch (the round's
+/// poll failed) (`t_wake_batch`; before 38b8f31 that round counted
 /// nothing and the bridge slept until the next datagram: 12 s here).
 #[test]
 fn a_malformed_message_in_the_batch_keeps_a_waiters_wake_up() {

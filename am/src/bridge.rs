@@ -21,8 +21,9 @@
 //! it (registering its waker again, or [`Bridge::arm_fd`]) before it waits
 //! again. A future registers under its own [`TrafficKey`] and takes its
 //! waker back when it completes or is dropped ([`Bridge::forget`]), so the
-//! bridge disarms as soon as nothing waits, not at the next traffic. A disarmed bridge parks on a condition variable and is no
-//! sleeper of the doorbell, so the ranks' ordinary paths pay nothing for
+//! bridge disarms as soon as nothing waits, not at the next traffic. A
+//! disarmed bridge parks on a condition variable and is no sleeper of the
+//! doorbell, so the ranks' ordinary paths pay nothing for
 //! it: peers' rings stay one load, and no thread runs.
 //!
 //! Cost while armed, on shared memory: every ring of this rank's doorbell
@@ -40,18 +41,33 @@
 //! fabric's doorbell count (where the fabric has none, pure UDP: the
 //! endpoint's count of poll rounds that ran handlers) before it looked at
 //! its word registers with that count, and the bridge fires once the
-//! count differs from `since`, the oldest count a registered waiter saw
-//! (so a write the waiter's look missed is seen even when it left nothing
-//! for the fabric's wait to see). `since` is written only under the lock
-//! of the waker list: `register` puts the waiter's count there if it holds
-//! none (an older count stays: the wake may come early, never late), and
-//! `fire` (which takes every waker) and `forget` (when it takes the last)
-//! clear it in the critical section that empties the list. So for as long
-//! as a waiter's waker is registered, `since` holds its count or an older
-//! one. (Until session 12 the count went in before `register` took the
-//! lock, and a fire or forget for another waiter in between cleared it,
-//! leaving the waiter registered with no count: on pure UDP it slept
-//! until the next datagram.)
+//! count differs from `since` (so a write the waiter's look missed is
+//! seen even when it left nothing for the fabric's wait to see). `since`
+//! is written only under the lock of the waker list. `register` puts the
+//! waiter's count there if it holds none; if it holds the same count it
+//! leaves it; if it holds a different one, the two reads of the one
+//! monotonic count differ, so the count moved since the older of them
+//! (which one is older is not known: the count wraps), and `register`
+//! fires the bridge itself: every registered waker is woken (outside the
+//! lock), `since` is cleared, and the caller's waker is woken instead of
+//! registered. `fire` and `forget` (when it takes the last waker) clear
+//! `since` in the critical section that empties the list. So every waker
+//! registered with a count since the last clear was registered with the
+//! very count in `since`, and it is woken no later than the bridge's
+//! first look after the count differs from the one its owner read. Besides
+//! the fires for any traffic, it is woken early when another waiter
+//! registers with a different count: one poll that may find nothing, once
+//! per such meeting (the waiter re-registers with its new read, which
+//! `since`, just cleared, takes: no spinning until the bridge looks). (The signal
+//! futures also look at their word again after registering: a write
+//! after their first look is then seen at once, not at the bridge's next
+//! look.) (Until session 12 the count went in before `register`
+//! took the lock, and a fire or forget for another waiter in between
+//! cleared it, leaving the waiter registered with no count: on pure UDP
+//! it slept until the next datagram. Until the review of session 12
+//! `since` kept the first registered count, not the oldest, and a waiter
+//! that read an older count but registered second was not woken when
+//! the count had moved past it.)
 
 use splitrt_runtime::fabric::shm::doorbell::WAIT_LIMIT;
 #[cfg(doc)]
@@ -92,10 +108,11 @@ struct Shared {
     armed: AtomicBool,
     /// The endpoint is going away: the thread ends.
     stop: AtomicBool,
-    /// The doorbell count the oldest waiter saw before its last look
-    /// (`SEEN | count`; 0: none): the bridge fires once the count moved
-    /// (`Bridge::wake_on_traffic_since`). Written only under `state`'s
-    /// lock, with the waker it belongs to (read without it).
+    /// The doorbell count every waiter registered with a count since the
+    /// last clear saw before its last look (`SEEN | count`; 0: none; a
+    /// different count fires in `register`): the bridge fires once the
+    /// count moved (`Bridge::wake_on_traffic_since`). Written only under
+    /// `state`'s lock, with the wakers it belongs to (read without it).
     since: AtomicU64,
     /// Poll rounds of this endpoint that ran handlers, on any thread
     /// ([`Bridge::count_handled`]): the count a waiter reads before its
@@ -108,8 +125,8 @@ struct Shared {
 }
 
 impl Shared {
-    /// Whether the count, `now` at present, moved from the one the oldest
-    /// registered waiter saw before its look (`since`); never while no
+    /// Whether the count, `now` at present, moved from the one the
+    /// registered waiters saw before their look (`since`); never while no
     /// count is there.
     fn moved(&self, now: u32) -> bool {
         let s = self.since.load(Ordering::SeqCst);
@@ -183,10 +200,12 @@ impl Bridge {
     /// [`wake_on_traffic_as`](Self::wake_on_traffic_as) for a waiter
     /// that read the doorbell's count `seq` (`Wakeup::traffic_seq`) before
     /// it looked at memory peers write directly (a signal word): the
-    /// bridge fires as soon as the count has moved, even if the ring came
-    /// before the bridge was asleep on the doorbell (such a write leaves
-    /// nothing in the rings to see). The count is recorded with the waker,
-    /// under one lock (`register`).
+    /// bridge fires as soon as the count differs from `seq`, even if the
+    /// ring came before the bridge was asleep on the doorbell (such a
+    /// write leaves nothing in the rings to see). The count is recorded
+    /// with the waker, under one lock; if another registered waiter read
+    /// a different count, the bridge fires at once instead, `waker`
+    /// included (`register`).
     ///
     /// # Safety
     /// As for [`wake_on_traffic`](Self::wake_on_traffic).
@@ -216,23 +235,33 @@ impl Bridge {
     /// Add `waker` under `key` (0: anonymous, kept once per task), with
     /// the count `seq` its owner read before its look, if any. The count
     /// goes into `since` under the same lock as the waker, the lock under
-    /// which `fire` and `forget` clear it, so a registered waiter's count
-    /// (or an older one) is in `since` for as long as its waker is in
-    /// `wakers` (see the module docs).
+    /// which `fire` and `forget` clear it. If `since` holds a different
+    /// count (another waiter's), the two reads of the one monotonic count
+    /// differ, so it moved since the older of them: the bridge fires here
+    /// ([`fire_moved`]), the caller's waker too, and nothing is
+    /// registered. So every waker registered with a count since the last
+    /// clear was registered with the count in `since`, and the bridge
+    /// fires once the count differs from it (see the module docs).
     fn register(&self, key: u64, waker: &Waker, seq: Option<u32>) {
         #[cfg(test)]
         tests::before_register();
         let old = {
             let mut a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(s) = seq {
-                // keep the oldest count: a later waiter's wake may come
-                // early, never late
-                let _ = self.shared.since.compare_exchange(
-                    0,
-                    SEEN | u64::from(s),
-                    Ordering::SeqCst,
-                    Ordering::SeqCst,
-                );
+                let mine = SEEN | u64::from(s);
+                let held =
+                    self.shared
+                        .since
+                        .compare_exchange(0, mine, Ordering::SeqCst, Ordering::SeqCst);
+                if held.is_err_and(|h| h != mine) {
+                    let wakers = fire_moved(&self.shared, &mut a);
+                    drop(a);
+                    wake_all(wakers);
+                    // the caller's own waker: its task polls again (and
+                    // registers with the count it then reads)
+                    waker.wake_by_ref();
+                    return;
+                }
             }
             let old = match a.wakers.iter_mut().find(|(k, w)| {
                 if key == 0 {
@@ -459,6 +488,25 @@ fn fire(sh: &Shared) {
         // counter (EAGAIN) is already readable, which is all we want.
         let _ = unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
     }
+    wake_all(wakers);
+}
+
+/// `register`'s fire, under the lock `a` of `sh.state`, for a waiter
+/// whose count differs from `since`: the count moved since the older of
+/// the two reads, so every registered waker is taken (to be woken once
+/// the lock is dropped) and `since` cleared, as `fire` does. An armed
+/// eventfd stays armed (it waits for traffic, not for a count) and keeps
+/// the bridge armed.
+fn fire_moved(sh: &Shared, a: &mut Armed) -> Vec<(u64, Waker)> {
+    sh.since.store(0, Ordering::SeqCst);
+    sh.armed.store(a.fd, Ordering::SeqCst);
+    std::mem::take(&mut a.wakers)
+}
+
+/// Wake `wakers` (outside the waker list's lock: a wake may run
+/// arbitrary executor code), catching a waker that panics so the others
+/// are still woken.
+fn wake_all(wakers: Vec<(u64, Waker)>) {
     for (_, w) in wakers {
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| w.wake()));
     }
@@ -576,6 +624,74 @@ mod tests {
         assert!(b.shared.moved(8), "B's count kept: a move past 7 fires B");
         assert_eq!(wa.0.load(Ordering::SeqCst), 0);
     }
+
+    /// Counts read in the other order from the registrations: B read 5, a
+    /// handler round moved the count to 6, A read 6 and registered first,
+    /// then B with 5. `since` cannot hold both; the count has moved past
+    /// B's 5, so B must be woken at once (before the fix `since` kept A's
+    /// 6 and nothing ever fired for B).
+    #[test]
+    fn an_older_count_registered_second_is_woken_at_once() {
+        let b = Bridge::default();
+        let (ka, kb) = (b.key(), b.key());
+        let wa = Arc::new(Count(AtomicUsize::new(0), false));
+        let wb = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(ka.0, &Waker::from(wa.clone()), Some(6));
+        b.register(kb.0, &Waker::from(wb.clone()), Some(5));
+        assert_eq!(
+            wb.0.load(Ordering::SeqCst),
+            1,
+            "B's count 5 is behind: woken at once"
+        );
+        // every waiter with a count registered since the last clear holds
+        // the count in `since`: none is left with an older one
+        assert_eq!(wa.0.load(Ordering::SeqCst), 1, "A: one early poll");
+        // nobody is left registered under a count other than its own
+        assert_eq!(b.waiters(), 0);
+        assert_eq!(b.shared.since.load(Ordering::SeqCst), 0);
+    }
+
+    /// The other order: A registered with 5, B reads 6 and registers. The
+    /// count moved past A's 5, so A is woken (here, not only at the
+    /// bridge's next look), and so is B (once); B, polled again, reads 6
+    /// and registers with it: now it waits, under its own count, and is
+    /// not woken again until the count moves past 6 (no spinning while
+    /// `since` holds the older count).
+    #[test]
+    fn a_newer_count_fires_the_older_waiters_once() {
+        let b = Bridge::default();
+        let (ka, kb) = (b.key(), b.key());
+        let wa = Arc::new(Count(AtomicUsize::new(0), false));
+        let wb = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(ka.0, &Waker::from(wa.clone()), Some(5));
+        b.register(kb.0, &Waker::from(wb.clone()), Some(6));
+        assert_eq!(wa.0.load(Ordering::SeqCst), 1, "the count moved past A's 5");
+        assert_eq!(wb.0.load(Ordering::SeqCst), 1, "B: one early poll");
+        assert_eq!(b.waiters(), 0);
+        b.register(kb.0, &Waker::from(wb.clone()), Some(6));
+        assert_eq!(
+            wb.0.load(Ordering::SeqCst),
+            1,
+            "B waits under its own count"
+        );
+        assert_eq!(b.waiters(), 1);
+        assert!(!b.shared.moved(6) && b.shared.moved(7));
+    }
+
+    /// Waiters that read the same count share it: none is woken early.
+    #[test]
+    fn the_same_count_wakes_nobody() {
+        let b = Bridge::default();
+        let (ka, kb) = (b.key(), b.key());
+        let wa = Arc::new(Count(AtomicUsize::new(0), false));
+        let wb = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(ka.0, &Waker::from(wa.clone()), Some(9));
+        b.register(kb.0, &Waker::from(wb.clone()), Some(9));
+        b.register(0, &Waker::from(wb.clone()), None);
+        assert_eq!(wa.0.load(Ordering::SeqCst) + wb.0.load(Ordering::SeqCst), 0);
+        assert_eq!(b.waiters(), 3);
+        assert!(!b.shared.moved(9) && b.shared.moved(10));
+    }
 }
 
 /// The loom model of the count protocol (`RUSTFLAGS="--cfg loom" cargo
@@ -594,8 +710,8 @@ mod loom_model {
     /// Waiter B registers with its count 5 while another thread fires
     /// for waiter A (registered with 3) or takes A's waker back; in
     /// every interleaving, if B's waker is registered afterwards, a
-    /// count is in `since` (B's or an older one), so a move of the count
-    /// fires B.
+    /// count is in `since` (B's: A's 3, had it stayed, would have fired
+    /// B in `register`), so a move of the count past 5 fires B.
     fn b_races(other: fn(&Bridge, &TrafficKey), a_seq: Option<u32>) {
         loom::model(move || {
             let b = Arc::new(Bridge::default());
@@ -632,5 +748,68 @@ mod loom_model {
     fn loom_a_forget_of_another_waiter_keeps_the_count() {
         b_races(|b, k| b.forget(k), None);
         b_races(|b, k| b.forget(k), Some(3));
+    }
+
+    /// A waker that counts its wakes (loom's atomic: the model sees it).
+    struct Woken(loom::sync::atomic::AtomicUsize);
+    impl std::task::Wake for Woken {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Counts read in the other order from the registrations: B read 5,
+    /// the count moved, A read 6; A (on another thread) and B register in
+    /// either order, while a third party fires for an earlier waiter C
+    /// (registered with 5) if `fire_c`. In every interleaving B is woken,
+    /// or B's waker is registered and `moved(6)` holds (the bridge fires
+    /// B at its next look). Before `register` fired on a different count
+    /// this failed: A first left `since` at 6 with B registered under it.
+    fn counts_out_of_order(fire_c: bool) {
+        loom::model(move || {
+            let b = Arc::new(Bridge::default());
+            let (ka, kb, kc) = (b.key(), b.key(), b.key());
+            let nop = Waker::from(Arc::new(Nop));
+            if fire_c {
+                b.register(kc.0, &nop, Some(5));
+            }
+            let b2 = b.clone();
+            let a = loom::thread::spawn(move || {
+                b2.register(ka.0, &Waker::from(Arc::new(Nop)), Some(6));
+            });
+            let c = fire_c.then(|| {
+                let b3 = b.clone();
+                loom::thread::spawn(move || fire(&b3.shared))
+            });
+            let wb = Arc::new(Woken(loom::sync::atomic::AtomicUsize::new(0)));
+            b.register(kb.0, &Waker::from(wb.clone()), Some(5));
+            a.join().unwrap();
+            if let Some(c) = c {
+                c.join().unwrap();
+            }
+            let b_waits = b
+                .shared
+                .state
+                .lock()
+                .unwrap()
+                .wakers
+                .iter()
+                .any(|(k, _)| *k == kb.0);
+            let woken = wb.0.load(Ordering::SeqCst) > 0;
+            assert!(
+                woken || (b_waits && b.shared.moved(6)),
+                "B (count 5) neither woken nor fired by a move to 6: its wake-up is lost"
+            );
+        });
+    }
+
+    #[test]
+    fn loom_an_older_count_registered_second_is_not_lost() {
+        counts_out_of_order(false);
+    }
+
+    #[test]
+    fn loom_an_older_count_registered_second_is_not_lost_across_a_fire() {
+        counts_out_of_order(true);
     }
 }

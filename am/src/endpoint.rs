@@ -1462,9 +1462,15 @@ impl Endpoint {
 
     /// [`wake_on_traffic_as`](Self::wake_on_traffic_as) for a waiter that
     /// read [`traffic_seq`](Self::traffic_seq) as `seq` before its last
-    /// look: woken once the doorbell's count moved, even by a ring that
-    /// came before the bridge slept (a peer's write straight into this
-    /// rank's segment leaves nothing else to see).
+    /// look: woken once the count differs from `seq` (no later than the
+    /// bridge's first look after that), even by a ring that came before
+    /// the bridge slept (a peer's write straight into this rank's segment
+    /// leaves nothing else to see). It may be woken early, once, when
+    /// another waiter registered with a different count (the count moved
+    /// since the older read: every waiter is woken at once, this one
+    /// included, and polls again). A look at the word again after this
+    /// call (as the signal futures do) finds a write that came after the
+    /// first look at once rather than at the bridge's next look.
     #[doc(hidden)]
     pub fn wake_on_traffic_since(
         &self,

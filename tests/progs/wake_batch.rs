@@ -1,28 +1,42 @@
-//! A signal future's wake-up when the poll round that ran its handler
-//! also met a malformed message (the regression test of commit 38b8f31),
-//! over pure UDP with 2 ranks: the fabric has no doorbell count, so the
-//! endpoint counts its poll rounds that ran handlers and the doorbell
-//! bridge fires once that count moved past what a waiter saw.
+//! A signal future's wake-up when a poll round after its registration
+//! ran its word's handler and also met a malformed message (the
+//! regression test of commit 38b8f31), over pure UDP with 2 ranks: the
+//! fabric has no doorbell count, so the endpoint counts its poll rounds
+//! that ran handlers and the doorbell bridge fires once that count moved
+//! past what a waiter saw.
 //!
-//! Rank 0 plays a signal future's steps (`SignalWait::poll`: read
-//! `Endpoint::traffic_seq`, look at the word, register with
-//! `Endpoint::wake_on_traffic_since`) with the handler round that sets
-//! the word placed between the look and the registration, as happens when
-//! another thread (the progress thread, or any poller) runs it: it reads
-//! the count, sees the word clear, asks rank 1 to send, and once the
-//! datagrams are in, one poll runs the word's handler and meets rank 1's
-//! malformed message in the same batch (the poll returns its error).
-//! Then it registers with the count it read and must be woken within
-//! 3 s. Before 38b8f31 the failed round counted nothing: the bridge found
-//! the socket empty and the count unmoved and slept until the next
-//! datagram (a keepalive, 12 s later with `SPLITRT_UDP_PEER_TIMEOUT=60`).
+//! The loss needs a bridge that did not see the datagrams before the
+//! round took them (in a real run, one slower to wake than the poller),
+//! so rank 0 holds the bridge thread: it registers a waiter (no count)
+//! whose `wake` blocks until released, asks rank 1 to send, and once the
+//! fire for that traffic runs the blocking `wake` on the bridge thread
+//! (wakers run outside the list's lock) leaves rank 1's messages to
+//! arrive: nothing polls, and the held bridge does not look. Then it
+//! plays a signal future's poll (`SignalWait::poll`): read
+//! `Endpoint::traffic_seq`, look at the word (clear), register with
+//! `Endpoint::wake_on_traffic_since` and that count, look again (still
+//! clear: the real future's re-look, which catches a round that ran
+//! between its look and its registration, finds nothing here). Only then
+//! does one poll round run, as another thread (the progress thread, or
+//! any poller) would run it: it takes both datagrams, runs the word's
+//! handler and meets rank 1's malformed message in the same batch (the
+//! poll returns its error). Then the bridge is let go. The word is now
+//! set and the future must be woken to see it: the datagrams are gone
+//! from the socket, so only the count can tell the bridge, and it must
+//! fire within 3 s of the round. Before 38b8f31 the failed round counted
+//! nothing: the bridge found the socket empty and the count unmoved and
+//! slept until the next datagram (a keepalive, 12 s later with
+//! `SPLITRT_UDP_PEER_TIMEOUT=60`). (Without the hold the bridge, woken by
+//! the registration, often saw the datagrams itself before the round and
+//! fired for them: a run proved nothing.)
 //!
 //! Rank 1 answers each `go` with the word's request and then, through
 //! the raw fabric, a Long into rank 0's segment past its end: rank 1's
 //! segment is twice rank 0's, so its own send check passes it, and rank
 //! 0's reassembler refuses it as malformed (a deposit outside the
-//! segment). An attempt whose two messages came in different poll rounds
-//! proves nothing and is repeated (at most 5).
+//! segment; the error is a protocol error naming rank 1). An attempt
+//! whose two messages came in different poll rounds proves nothing and
+//! is repeated (at most 5).
 //!
 //! Usage: t_wake_batch (2 ranks, `SPLITRT_FABRIC=udp`); prints
 //! `wake batch: woken in N ms (attempt A)` on rank 0, then `wake batch
@@ -31,9 +45,9 @@
 use splitrt::runtime::config::Config;
 use splitrt::runtime::fabric::{Channel, Fabric, Packet};
 use splitrt::runtime::job::JobInfo;
-use splitrt::{Endpoint, EndpointBuilder, Error, Kind, Payload};
+use splitrt::{Endpoint, EndpointBuilder, Error, ErrorKind, Kind, Payload};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
@@ -42,6 +56,9 @@ const BOUND: Duration = Duration::from_secs(3);
 /// How long rank 0 leaves rank 1's two messages to arrive before its poll.
 const SETTLE: Duration = Duration::from_millis(300);
 const ATTEMPTS: u64 = 5;
+/// The longest the bridge is held in the gate's `wake`, and the longest
+/// the test waits for it to get there.
+const HOLD: Duration = Duration::from_secs(10);
 
 /// Unparks the waiting thread and remembers that it was woken.
 struct Flag(AtomicBool, std::thread::Thread);
@@ -49,6 +66,46 @@ impl Wake for Flag {
     fn wake(self: Arc<Self>) {
         self.0.store(true, Ordering::SeqCst);
         self.1.unpark();
+    }
+}
+
+/// A waker whose `wake` holds the thread that runs it (the bridge
+/// thread, in its fire) until [`Gate::release`], at most [`HOLD`]: while
+/// held, the bridge cannot look at the socket.
+#[derive(Default)]
+struct Gate {
+    /// (the bridge entered `wake`, the test released it)
+    state: Mutex<(bool, bool)>,
+    cv: Condvar,
+}
+impl Wake for Gate {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.0 = true;
+        self.cv.notify_all();
+        let _ = self
+            .cv
+            .wait_timeout_while(s, HOLD, |s| !s.1)
+            .unwrap_or_else(|p| p.into_inner());
+    }
+}
+impl Gate {
+    /// Wait (at most [`HOLD`]) until the bridge is held in `wake`.
+    fn entered(&self) -> bool {
+        let s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (s, _) = self
+            .cv
+            .wait_timeout_while(s, HOLD, |s| !s.0)
+            .unwrap_or_else(|p| p.into_inner());
+        s.0
+    }
+    /// Let the bridge go on.
+    fn release(&self) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1 = true;
+        self.cv.notify_all();
     }
 }
 
@@ -97,9 +154,12 @@ fn run(keep: &mut Option<Endpoint>) -> splitrt::Result<()> {
             let mut woken = None;
             for attempt in 1..=ATTEMPTS {
                 word.store(0, Ordering::Release);
-                if let Some(ms) = attempt_wake(&ep, &word, go)? {
-                    woken = Some((ms, attempt));
-                    break;
+                match attempt_wake(&ep, &word, go)? {
+                    Attempt::Woken(ms) => {
+                        woken = Some((ms, attempt));
+                        break;
+                    }
+                    Attempt::Split => {}
                 }
             }
             let Some((ms, attempt)) = woken else {
@@ -131,29 +191,85 @@ fn run(keep: &mut Option<Endpoint>) -> splitrt::Result<()> {
     Ok(())
 }
 
-/// One attempt on rank 0: `Some(ms until woken)` if the word's handler
-/// and the malformed message met in one poll round, `None` (after
-/// draining both) if they did not; an error if the registered waiter
-/// was not woken within [`BOUND`].
+/// How one attempt on rank 0 ended.
+enum Attempt {
+    /// The round ran the word's handler and met the malformed message,
+    /// and the registered waiter was woken after it (in this many ms).
+    Woken(u128),
+    /// The two messages came in different poll rounds: proves nothing.
+    Split,
+}
+
+/// Whether `r` is rank 0's poll failing on rank 1's malformed message.
+fn malformed(r: &splitrt::Result<usize>) -> bool {
+    matches!(
+        r,
+        Err(e) if matches!(e.kind(), ErrorKind::Protocol(_)) && e.peer() == Some(1)
+    )
+}
+
+/// One attempt on rank 0 (see the module docs); an error if the bridge
+/// was not held or woke the waiter before the round, the word was set
+/// too soon, a poll failed otherwise, or the registered waiter was not
+/// woken within [`BOUND`] of the round.
 fn attempt_wake(
     ep: &Endpoint,
     word: &AtomicU64,
     go: splitrt::RequestHandler,
-) -> splitrt::Result<Option<u128>> {
-    // the signal future's poll: the count, then the look
-    let seq = ep.traffic_seq();
-    if word.load(Ordering::Acquire) != 0 {
-        return Err(Error::usage("the word was set before rank 1 was asked"));
-    }
+) -> splitrt::Result<Attempt> {
+    // hold the bridge: a waiter (no count) whose wake blocks; the fire
+    // for the traffic `go` brings runs it on the bridge thread
+    let gate = Arc::new(Gate::default());
+    let held = ep.traffic_key();
+    ep.wake_on_traffic_as(&held, &Waker::from(gate.clone()))?;
     ep.request(1, go, &[], Payload::None)?;
+    if !gate.entered() {
+        gate.release();
+        ep.forget_traffic_wake(&held);
+        return Err(Error::usage(format!(
+            "the bridge did not fire within {HOLD:?}"
+        )));
+    }
+    // rank 1's two messages, left to arrive; nothing polls meanwhile,
+    // and the bridge, held, does not look
     std::thread::sleep(SETTLE);
-    // another thread's handler round, after the look: the word's
-    // handler runs, and the fabric fails the round for the next message
-    let r = ep.poll();
-    let malformed = |r: &splitrt::Result<usize>| matches!(r, Err(e) if e.to_string().contains("malformed UDP message from rank 1"));
+    // the signal future's poll: the count, the look, the registration
+    // with that count, the look again
+    let seq = ep.traffic_seq();
+    let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
+    let key = ep.traffic_key();
+    let attempt = (|| {
+        if word.load(Ordering::Acquire) != 0 {
+            return Err(Error::usage("the word was set before its handler's round"));
+        }
+        ep.wake_on_traffic_since(&key, &Waker::from(flag.clone()), seq)?;
+        if word.load(Ordering::Acquire) != 0 {
+            return Err(Error::usage(
+                "the word was set before its handler's round (re-look)",
+            ));
+        }
+        // another thread's handler round, after the registration and the
+        // re-look: the word's handler runs, and the fabric fails the
+        // round for the next message
+        let r = ep.poll();
+        if flag.0.load(Ordering::SeqCst) {
+            return Err(Error::usage("woken before the bridge was let go"));
+        }
+        Ok(r)
+    })();
+    // the bridge goes on: from here only the count can tell it
+    gate.release();
+    let t = Instant::now();
+    let r = match attempt {
+        Ok(r) => r,
+        Err(e) => {
+            ep.forget_traffic_wake(&key);
+            return Err(e);
+        }
+    };
     let mut seen = malformed(&r);
-    let in_one_round = seen && word.load(Ordering::Acquire) == 1;
-    if !in_one_round {
+    if !(seen && word.load(Ordering::Acquire) == 1) {
+        ep.forget_traffic_wake(&key);
         if let Err(e) = &r {
             if !seen {
                 return Err(Error::usage(format!("unexpected poll error: {e}")));
@@ -166,25 +282,21 @@ fn attempt_wake(
             }
             seen |= malformed(&ep.poll());
         }
-        return Ok(None);
+        return Ok(Attempt::Split);
     }
-    // the future's registration, with the count read before its look
-    let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
-    let key = ep.traffic_key();
-    let t = Instant::now();
-    ep.wake_on_traffic_since(&key, &Waker::from(flag.clone()), seq)?;
     while !flag.0.load(Ordering::SeqCst) && t.elapsed() < BOUND {
         std::thread::park_timeout(BOUND.saturating_sub(t.elapsed()));
     }
     ep.forget_traffic_wake(&key);
     if !flag.0.load(Ordering::SeqCst) {
         return Err(Error::usage(format!(
-            "a waiter whose word's handler ran in a poll round that met a malformed message \
-             was not woken within {BOUND:?} (traffic_seq read {seq:?}, now {:?})",
+            "a waiter registered before a poll round that ran its word's handler and met a \
+             malformed message was not woken within {BOUND:?} of that round (traffic_seq read \
+             {seq:?}, now {:?})",
             ep.traffic_seq()
         )));
     }
-    Ok(Some(t.elapsed().as_millis()))
+    Ok(Attempt::Woken(t.elapsed().as_millis()))
 }
 
 /// Rank 1: a Long into rank 0's segment past its end, as a broken peer
