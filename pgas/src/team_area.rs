@@ -61,6 +61,9 @@ pub(crate) struct TeamArea {
     /// This rank's block, to retire when the team is dropped (none for
     /// the world team's, which is the collectives' scratch block).
     own: Option<(u64, Arc<Retired>)>,
+    /// Whether `publish` counts its rings (a host group's area, whose
+    /// steps an awaited hierarchical scan looks at: `team_nb.rs`).
+    counted: bool,
 }
 
 /// The lazily set-up area of a team handle and its clones: `None` once
@@ -143,7 +146,14 @@ impl TeamArea {
             tag,
             step: AtomicU64::new(0),
             own,
+            counted: false,
         })
+    }
+
+    /// This area with counted rings (see [`publish`](Self::publish)).
+    pub(crate) fn counted(mut self) -> TeamArea {
+        self.counted = true;
+        self
     }
 
     /// Bytes of one data half.
@@ -209,7 +219,11 @@ impl TeamArea {
     }
 
     /// Publish step `k` with header `hdr`, then wake every member (it may
-    /// sleep waiting for this).
+    /// sleep waiting for this). A host group's area counts the rings
+    /// ([`counted`](Self::counted): one atomic add on each member's
+    /// doorbell): an `.await`ed hierarchical scan of a member looks at
+    /// the steps from its task, which only a counted ring wakes when it
+    /// came before the member's doorbell bridge slept.
     pub(crate) fn publish(&self, k: u64, hdr: [u64; HDR_WORDS]) {
         // orders the last `ready` store (step k - 1) before these header
         // words for a reader that acquires one of them (`latest`): no
@@ -228,7 +242,13 @@ impl TeamArea {
         for s in &self.segs {
             // SAFETY: the segments come from the endpoint's fabric, which
             // outlives this area (see the Send impl).
-            unsafe { s.wake_owner() };
+            unsafe {
+                if self.counted {
+                    s.wake_owner_counted()
+                } else {
+                    s.wake_owner()
+                }
+            };
         }
     }
 
@@ -341,6 +361,7 @@ impl Drop for TeamArea {
                 tag: self.tag,
                 step: AtomicU64::new(0),
                 own: None,
+                counted: false,
             };
             // every read of this member through this area is over (the
             // last Arc of it is going)
