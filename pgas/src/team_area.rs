@@ -83,12 +83,21 @@ pub(crate) struct RetiredArea {
     /// Members seen gone (dropped the team, or their block shows another
     /// tag): not read again, as their blocks may be freed and reused.
     pub gone: Vec<bool>,
+    /// Whether this member's `done` says [`DROPPED`] yet: stored at the
+    /// first look (`reclaimable`, from a team set-up, while the segments
+    /// are mapped), not in `Drop`, which may run at the job's end after
+    /// the endpoint unmapped them (the world team's host-group area).
+    pub marked: bool,
 }
 
 impl RetiredArea {
     /// Whether the block may be freed: every member dropped the team
     /// (see [`TeamArea::all_dropped`]).
     pub(crate) fn reclaimable(&mut self) -> bool {
+        if !self.marked {
+            self.marked = true;
+            self.area.drop_own();
+        }
         self.area.all_dropped(&mut self.gone)
     }
 }
@@ -335,7 +344,8 @@ impl TeamArea {
         all && gone.len() >= self.size()
     }
 
-    /// This member dropped the team: it reads no block of it any more.
+    /// This member dropped the team: it reads no block of it any more
+    /// (a retired area's first look, `RetiredArea::reclaimable`).
     pub(crate) fn drop_own(&self) {
         self.word(self.me, DONE).store(DROPPED, Ordering::Release);
     }
@@ -364,10 +374,15 @@ impl Drop for TeamArea {
                 counted: false,
             };
             // every read of this member through this area is over (the
-            // last Arc of it is going)
-            area.drop_own();
+            // last Arc of it is going): `DROPPED` is stored at the next
+            // look, here nothing is touched (see `RetiredArea::marked`)
             let gone = vec![false; area.size()];
-            retired.list.lock().push(RetiredArea { area, off, gone });
+            retired.list.lock().push(RetiredArea {
+                area,
+                off,
+                gone,
+                marked: false,
+            });
         }
     }
 }
