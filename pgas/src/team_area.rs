@@ -249,15 +249,14 @@ impl TeamArea {
         // words): a ring is never missed for one fence per step.
         crate::full_fence::full_fence();
         for s in &self.segs {
-            // SAFETY: the segments come from the endpoint's fabric, which
-            // outlives this area (see the Send impl).
-            unsafe {
-                if self.counted {
-                    s.wake_owner_counted()
-                } else {
-                    s.wake_owner()
-                }
-            };
+            if self.counted {
+                // SAFETY: the segments come from the endpoint's fabric,
+                // which outlives this area (see the Send impl).
+                unsafe { s.wake_owner_counted() };
+            } else {
+                // SAFETY: as above.
+                unsafe { s.wake_owner() };
+            }
         }
     }
 
