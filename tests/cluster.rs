@@ -1063,12 +1063,13 @@ fn assert_absent_named(r: &Run, mode: &str, target: &str, call: &str) {
 /// passing other alltoallv counts is named with the member it disagrees
 /// with, and a member that never calls scan_inclusive or alltoallv is
 /// named by the hang report. A member calling scan_inclusive where the
-/// others call a broadcast or an allreduce (`scanmix`, `scanmixar`;
-/// `nbscanmix`: the non-blocking forms) is a named mismatch, not a hang
-/// report naming another member: rank 3 reads its host-mate's
-/// shared-memory step header in its scan's wait; rank 4's host-mate 5
-/// gets its scan message in its step's wait; rank 0's scan, which waits
-/// for nothing, is named that way only.
+/// others call a broadcast or an allreduce (`scanmix`, `scanmixar`) is a
+/// named mismatch, not a hang report naming another member: rank 3 reads
+/// its host-mate's shared-memory step header in its scan's wait; rank 4's
+/// host-mate 5 gets its scan message in its step's wait; rank 0's scan,
+/// which waits for nothing, is named that way only. (Only the runs that
+/// hung before the change: `scanmix 4` and the non-blocking `nbscanmix`
+/// were named by a leader's message before, `t_team_hier` keeps them.)
 #[test]
 fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
     let Some(d) = cluster() else { return };
@@ -1092,7 +1093,12 @@ fn srun_pmi2_hosts_team_hier2_names_the_culprit() {
     scanmix(&r, "scanmixar", "0");
     for target in ["3", "4"] {
         let run = |mode: &str| culprit_run(&d, "-n6", &p, mode, target);
-        for mode in ["scanmix", "scanmixar", "nbscanmix"] {
+        let modes: &[&str] = if target == "3" {
+            &["scanmix", "scanmixar"]
+        } else {
+            &["scanmixar"]
+        };
+        for &mode in modes {
             scanmix(&run(mode), mode, target);
         }
         for mode in ["count", "bigcount"] {

@@ -7,7 +7,7 @@
 //! | offset | words |
 //! |---|---|
 //! | 0 | `ready`: the last step whose data (and header) the owner published |
-//! | 8 | `done`: the last step whose reads the owner finished |
+//! | 8 | `done`: the last step whose reads the owner finished, [`DROPPED`] once it dropped the team |
 //! | 16 | `tag`: the team's id (a reused block shows another) |
 //! | 64, 128 | the header of even and odd steps: collective number, kind, op, root, count, element size |
 //! | 256 | two data halves of `half` bytes, for even and odd steps |
@@ -41,6 +41,9 @@ const READY: usize = 0;
 const DONE: usize = 8;
 const TAG: usize = 16;
 const HDR: usize = 64;
+/// `done` of a member that dropped the team: it reads no member's block
+/// for this team any more.
+pub(crate) const DROPPED: u64 = u64::MAX;
 /// Words of a step header.
 pub(crate) const HDR_WORDS: usize = 6;
 
@@ -58,6 +61,9 @@ pub(crate) struct TeamArea {
     /// This rank's block, to retire when the team is dropped (none for
     /// the world team's, which is the collectives' scratch block).
     own: Option<(u64, Arc<Retired>)>,
+    /// Whether `publish` counts its rings (a host group's area, whose
+    /// steps an awaited hierarchical scan looks at: `team_nb.rs`).
+    counted: bool,
 }
 
 /// The lazily set-up area of a team handle and its clones: `None` once
@@ -65,14 +71,35 @@ pub(crate) struct TeamArea {
 pub(crate) type AreaSlot = OnceLock<Option<Arc<TeamArea>>>;
 
 /// A dropped team's block that peers may still read: freed once every
-/// member finished its last step (or its block shows another tag).
+/// member dropped the team (or its block shows another tag). Finishing
+/// the last step is not enough: a hierarchical scan reads its
+/// host-mates' step headers outside any step (`team_mates.rs`) for as
+/// long as it runs, and a member holds its area while it may call one.
 pub(crate) struct RetiredArea {
     /// Where every member's block is (owning nothing).
     pub area: TeamArea,
     /// This rank's block.
     pub off: u64,
-    /// The team's last step.
-    pub last: u64,
+    /// Members seen gone (dropped the team, or their block shows another
+    /// tag): not read again, as their blocks may be freed and reused.
+    pub gone: Vec<bool>,
+    /// Whether this member's `done` says [`DROPPED`] yet: stored at the
+    /// first look (`reclaimable`, from a team set-up, while the segments
+    /// are mapped), not in `Drop`, which may run at the job's end after
+    /// the endpoint unmapped them (the world team's host-group area).
+    pub marked: bool,
+}
+
+impl RetiredArea {
+    /// Whether the block may be freed: every member dropped the team
+    /// (see [`TeamArea::all_dropped`]).
+    pub(crate) fn reclaimable(&mut self) -> bool {
+        if !self.marked {
+            self.marked = true;
+            self.area.drop_own();
+        }
+        self.area.all_dropped(&mut self.gone)
+    }
 }
 
 /// A rank's split-team blocks: how many it holds and those retired.
@@ -128,7 +155,14 @@ impl TeamArea {
             tag,
             step: AtomicU64::new(0),
             own,
+            counted: false,
         })
+    }
+
+    /// This area with counted rings (see [`publish`](Self::publish)).
+    pub(crate) fn counted(mut self) -> TeamArea {
+        self.counted = true;
+        self
     }
 
     /// Bytes of one data half.
@@ -145,8 +179,19 @@ impl TeamArea {
         let p = self.segs[j].base().wrapping_add(self.offs[j] + off);
         // SAFETY: `new` checked that member j's block lies inside its
         // segment and is 64-byte aligned, so p (off < DATA_OFF, a multiple
-        // of 8) is an aligned word of it; the mapping outlives `self` (see
-        // the Send impl), and only atomics touch these words.
+        // of 8) is an aligned word of it, and the mapping outlives `self`
+        // (see the Send impl). While this member holds the team's area
+        // (not retired), no member frees its block (`all_dropped` waits
+        // for every member's `DROPPED`), so only atomics touch these words.
+        // A retired area's `all_dropped` may read a word of a block its
+        // owner freed and reused meanwhile (the owner saw this member's
+        // `DROPPED`): another process's plain stores against this atomic
+        // load, outside Rust's memory model as every cross-process access
+        // to a segment is (docs/safety.md, "What remains outside the
+        // reference model"; in one process, the memmove-against-atomic
+        // case listed there). The value is only compared, and any value
+        // there gives a right answer (that member did drop the team); the
+        // reference lives only for that load.
         unsafe { &*(p as *const AtomicU64) }
     }
 
@@ -183,8 +228,17 @@ impl TeamArea {
     }
 
     /// Publish step `k` with header `hdr`, then wake every member (it may
-    /// sleep waiting for this).
+    /// sleep waiting for this). A host group's area counts the rings
+    /// ([`counted`](Self::counted): one atomic add on each member's
+    /// doorbell): an `.await`ed hierarchical scan of a member looks at
+    /// the steps from its task, which only a counted ring wakes when it
+    /// came before the member's doorbell bridge slept.
     pub(crate) fn publish(&self, k: u64, hdr: [u64; HDR_WORDS]) {
+        // orders the last `ready` store (step k - 1) before these header
+        // words for a reader that acquires one of them (`latest`): no
+        // instruction on x86-64, and the ordering does not rest on the
+        // target's store order or on `full_fence`'s implementation
+        std::sync::atomic::fence(Ordering::Release);
         let base = HDR + (k % 2) as usize * 64;
         for (w, v) in hdr.iter().enumerate() {
             self.word(self.me, base + 8 * w)
@@ -195,9 +249,14 @@ impl TeamArea {
         // words): a ring is never missed for one fence per step.
         crate::full_fence::full_fence();
         for s in &self.segs {
-            // SAFETY: the segments come from the endpoint's fabric, which
-            // outlives this area (see the Send impl).
-            unsafe { s.wake_owner() };
+            if self.counted {
+                // SAFETY: the segments come from the endpoint's fabric,
+                // which outlives this area (see the Send impl).
+                unsafe { s.wake_owner_counted() };
+            } else {
+                // SAFETY: as above.
+                unsafe { s.wake_owner() };
+            }
         }
     }
 
@@ -215,10 +274,11 @@ impl TeamArea {
     /// if j published another step meanwhile (look again). For a reader
     /// that does not wait for the step (`team_mates.rs`), as a sequence
     /// lock: j may rewrite that header slot at its step k + 2, storing its
-    /// words only after `publish` of step k + 1, whose full fence orders
-    /// them after that step's `ready` store; so if a header word read here
-    /// is step k + 2's, the `ready` load after the acquire fence sees k + 1
-    /// or later and the header is dropped. (A wrong header could only
+    /// words after the release fence that begins `publish` of step k + 2,
+    /// which follows step k + 1's `ready` store; so if a header word read
+    /// here is step k + 2's, the release fence synchronises with the
+    /// acquire fence below and the `ready` load after it sees k + 1 or
+    /// later: the header is dropped. (A wrong header could only
     /// garble a mismatch report: the reader reports a step of its own
     /// collective's number, which no correct call publishes.)
     pub(crate) fn latest(&self, j: usize) -> Option<(u64, [u64; HDR_WORDS])> {
@@ -258,23 +318,42 @@ impl TeamArea {
         };
     }
 
-    /// This member finished its reads of step `k`.
+    /// This member finished its reads of step `k` (a dropped member's
+    /// `done` says [`DROPPED`] instead: see [`all_dropped`](Self::all_dropped)).
     pub(crate) fn finish(&self, k: u64) {
         self.word(self.me, DONE).store(k, Ordering::Release);
     }
 
-    /// Whether every member finished step `k` (or no longer holds its
-    /// block for this team: it was dropped there, after its last step).
-    pub(crate) fn all_finished(&self, k: u64) -> bool {
-        (0..self.size()).all(|j| {
-            self.word(j, TAG).load(Ordering::Acquire) != self.tag
-                || self.word(j, DONE).load(Ordering::Acquire) >= k
-        })
+    /// Whether every member dropped the team (after its last step), or no
+    /// longer holds its block for this team (it was dropped there),
+    /// looking only at members `gone` does not mark and marking those
+    /// found gone (their blocks may then be freed and reused: not read
+    /// again). Finishing the last step is not enough: a hierarchical scan
+    /// reads its host-mates' blocks outside any step for as long as its
+    /// member holds the team (`team_mates.rs`).
+    pub(crate) fn all_dropped(&self, gone: &mut [bool]) -> bool {
+        let mut all = true;
+        for (j, g) in gone.iter_mut().enumerate().take(self.size()) {
+            if !*g {
+                *g = self.word(j, TAG).load(Ordering::Acquire) != self.tag
+                    || self.word(j, DONE).load(Ordering::Acquire) == DROPPED;
+                all &= *g;
+            }
+        }
+        all && gone.len() >= self.size()
     }
 
-    /// Untag this member's block (it is about to be freed).
+    /// This member dropped the team: it reads no block of it any more
+    /// (a retired area's first look, `RetiredArea::reclaimable`).
+    pub(crate) fn drop_own(&self) {
+        self.word(self.me, DONE).store(DROPPED, Ordering::Release);
+    }
+
+    /// Untag this member's block (it is about to be freed): the fence
+    /// orders the untag before whatever the block's next user stores.
     pub(crate) fn untag(&self) {
         self.word(self.me, TAG).store(0, Ordering::Release);
+        std::sync::atomic::fence(Ordering::Release);
     }
 }
 
@@ -291,9 +370,18 @@ impl Drop for TeamArea {
                 tag: self.tag,
                 step: AtomicU64::new(0),
                 own: None,
+                counted: false,
             };
-            let last = self.step.load(Ordering::Relaxed);
-            retired.list.lock().push(RetiredArea { area, off, last });
+            // every read of this member through this area is over (the
+            // last Arc of it is going): `DROPPED` is stored at the next
+            // look, here nothing is touched (see `RetiredArea::marked`)
+            let gone = vec![false; area.size()];
+            retired.list.lock().push(RetiredArea {
+                area,
+                off,
+                gone,
+                marked: false,
+            });
         }
     }
 }

@@ -252,7 +252,7 @@ impl Team {
                 let offs = group.iter().map(|&t| reports[t].off as usize).collect();
                 let own = Some((off, i.team_areas.clone()));
                 match TeamArea::new(segs, offs, gme, TEAM_HALF, self.inner.id, own) {
-                    Some(a) => Some(Arc::new(a)),
+                    Some(a) => Some(Arc::new(a.counted())),
                     None => return Err(self.inconsistent(&group)),
                 }
             }

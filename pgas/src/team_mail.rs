@@ -208,6 +208,10 @@ pub(crate) struct TeamCounters {
 /// A rank's buffered team messages (see the module docs).
 pub(crate) struct Mailbox {
     entries: Mutex<Inbox>,
+    /// Collectives with messages buffered in `entries` (its `colls`
+    /// count, read without the lock: [`mismatch`](Self::mismatch) of a
+    /// rank with none buffered is one load).
+    colls_held: Arc<AtomicUsize>,
     /// Something arrived (for waiters that re-check only after a change).
     pub arrivals: AtomicU64,
     /// A peer sent what cannot be filed and names no team: why (every
@@ -248,8 +252,10 @@ pub(crate) struct Mailbox {
 
 impl Default for Mailbox {
     fn default() -> Self {
+        let inbox = Inbox::default();
         Mailbox {
-            entries: Default::default(),
+            colls_held: inbox.held.clone(),
+            entries: Mutex::new(inbox),
             arrivals: AtomicU64::new(0),
             failure: Mutex::new(None),
             has_failure: AtomicBool::new(false),
@@ -276,6 +282,8 @@ struct Inbox {
     bytes: usize,
     /// By (team, collective number): what its messages' senders called.
     colls: HashMap<(u64, u64), CollSeen>,
+    /// `colls.len()`, stored after every change (`Mailbox::colls_held`).
+    held: Arc<AtomicUsize>,
 }
 
 /// The headers a collective's buffered messages carry: a mismatch with a
@@ -303,6 +311,7 @@ impl Inbox {
         if e.hdr != c.hdr && c.other.is_none() {
             c.other = Some((key, e.hdr));
         }
+        self.held.store(self.colls.len(), Ordering::Release);
         self.map.insert(key, e);
     }
 
@@ -314,6 +323,7 @@ impl Inbox {
             c.n -= 1;
             if c.n == 0 {
                 self.colls.remove(&ck);
+                self.held.store(self.colls.len(), Ordering::Release);
             }
         }
         Some(e)
@@ -636,7 +646,14 @@ impl Mailbox {
     /// called another collective as this number may send here what this
     /// member never asks for (a hierarchical scan's messages go only to
     /// higher team ranks).
+    /// One load when nothing is buffered (a single-host team's steps
+    /// take no message): the lock and the lookup only otherwise.
     pub(crate) fn mismatch(&self, team: u64, seq: u64, mine: &Header) -> Option<(Key, Header)> {
+        // a message is filed (`held` stored) before `arrivals` moves,
+        // which the caller loaded before this
+        if self.colls_held.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         self.entries.lock().mismatch(team, seq, mine)
     }
 

@@ -20,7 +20,10 @@
 //! words are read only when it published a step not looked at yet, at
 //! most a couple of times per scan (a host-mate cannot publish past a
 //! step this member has not published). A header is data from a peer:
-//! only compared, never an index or a length.
+//! only compared, never an index or a length. A host-mate's block stays
+//! this team's while the scan reads it: a dropped team's block is freed
+//! only once every member dropped the team (`TeamArea::all_dropped`), and
+//! a member holds its area while it may call a scan.
 
 use crate::team_area::{TeamArea, HDR_WORDS};
 use crate::team_hosts::HostGroups;
@@ -100,6 +103,7 @@ impl Mates {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::team_area::Retired;
     use crate::team_mail::CollKind;
     use splitrt_runtime::fabric::SegmentRef;
 
@@ -179,5 +183,62 @@ mod tests {
         let m = Mates::new(theirs.clone(), &[4, 5], 1);
         assert_eq!(m.mismatch(3, &scan), None);
         assert!(!m.moved());
+    }
+
+    /// Review of the scanmix change, finding 1: a host-mate that finished
+    /// its part of a scan and dropped the team (the scan steps nothing, so
+    /// every member finished the team's last step) keeps its block, not
+    /// freed for another team's or the program's use, while this member
+    /// still holds the team and may read it in the scan; freed once it
+    /// dropped the team too.
+    #[test]
+    fn scanmix_a_dropped_host_mates_block_stays_while_a_member_may_scan() {
+        let blocks: Vec<Block> = (0..2)
+            .map(|_| Block(std::array::from_fn(|_| AtomicU64::new(0))))
+            .collect();
+        let segs: Vec<SegmentRef> = blocks
+            .iter()
+            // SAFETY: as in the test above (the areas are dropped before
+            // `blocks`, the retired list with them).
+            .map(|b| unsafe { SegmentRef::new(b.0.as_ptr() as *mut u8, 48 * 8) })
+            .collect();
+        let reg = Arc::new(Retired::default());
+        let area = |me| {
+            let own = Some((me as u64, reg.clone()));
+            Arc::new(TeamArea::new(segs.clone(), vec![0, 0], me, 64, 7, own).unwrap())
+        };
+        let (mine, theirs) = (area(0), area(1));
+        mine.reset_own();
+        theirs.reset_own();
+        // collective #2 of team 7: an allreduce both members stepped
+        let ar = words(2, &h(CollKind::Allreduce));
+        for a in [&mine, &theirs] {
+            a.publish(a.begin(), ar);
+            a.finish(1);
+        }
+        // collective #3: both call a scan; this member's is still waiting
+        let scan = h(CollKind::ScanInclusive);
+        let m = Mates::new(mine.clone(), &[4, 5], 0);
+        assert_eq!(m.mismatch(3, &scan), None);
+        // the host-mate finished its scan and dropped team 7
+        drop(theirs);
+        let reclaimable = |off| {
+            reg.list
+                .lock()
+                .iter_mut()
+                .filter(|r| r.off == off)
+                .all(|r| r.reclaimable())
+        };
+        assert!(
+            !reclaimable(1),
+            "a dropped host-mate's block reclaimable while a member's scan still reads it"
+        );
+        assert!(!m.moved());
+        assert_eq!(m.mismatch(3, &scan), None);
+        // this member's scan ended and it dropped the team: both blocks go
+        drop(m);
+        drop(mine);
+        assert_eq!(reg.list.lock().len(), 2);
+        assert!(reclaimable(0) && reclaimable(1));
     }
 }

@@ -219,6 +219,13 @@ impl Future for TeamRequest<'_> {
             return Poll::Ready(Ok(()));
         }
         let pg = this.team.pgas().clone();
+        // the doorbell's count before the look at the host-mates' steps
+        // (a hierarchical scan's, below): they write their `ready` words
+        // straight into their segments and count the ring
+        // (`TeamArea::publish`), so a step after the look moves the count
+        // and the bridge wakes this task even if the ring came before it
+        // slept (`Endpoint::wake_on_traffic_since`)
+        let tseq = pg.endpoint().traffic_seq();
         if let Err(e) = pg.endpoint().poll() {
             this.forget();
             return Poll::Ready(Err(e));
@@ -229,21 +236,31 @@ impl Future for TeamRequest<'_> {
             this.forget();
             return Poll::Ready(r);
         }
+        let mates = this.p.0.lock().mates.clone();
         // woken by the handler that files the next team message ...
         mail.wake_on_message(this.waiter, cx.waker());
-        // ... and by traffic, so that someone polls the endpoint
-        let k = this.key.get_or_insert_with(|| pg.endpoint().traffic_key());
-        if let Err(e) = pg.endpoint().wake_on_traffic_as(k, cx.waker()) {
+        // ... and by traffic, so that someone polls the endpoint (and,
+        // for a scan with host-mates, by a counted ring since `tseq`)
+        let ep = pg.endpoint();
+        let k = this.key.get_or_insert_with(|| ep.traffic_key());
+        let registered = if mates.is_some() {
+            ep.wake_on_traffic_since(k, cx.waker(), tseq)
+        } else {
+            ep.wake_on_traffic_as(k, cx.waker())
+        };
+        if let Err(e) = registered {
             this.forget();
             return Poll::Ready(Err(e));
         }
         // a message filed between the sweep and the registration
-        let (waiting, h, seq, mates) = {
+        let (waiting, h, seq) = {
             let s = this.p.0.lock();
-            (s.waiting, s.h, s.seq, s.mates.clone())
+            (s.waiting, s.h, s.seq)
         };
         // a hierarchical scan's host-mates: a step of theirs is no team
-        // message (the mailbox does not wake the task), looked at when polled
+        // message (the mailbox does not wake the task), looked at here,
+        // when the task's executor polls it: woken by the bridge thread
+        // on a counted ring, as above
         if mates.is_some_and(|m| m.moved()) {
             mail.touch(this.team.inner.id, seq);
             cx.waker().wake_by_ref();

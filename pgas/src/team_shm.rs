@@ -289,12 +289,12 @@ pub(crate) fn free_block(t: &Team, off: u64) {
     i.team_areas.held.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// Free the retired blocks whose teams' members all finished.
+/// Free the retired blocks whose teams' members all dropped them.
 fn reclaim(t: &Team, reg: &crate::team_area::Retired) {
     let i = &t.pgas().inner;
     let mut list = reg.list.lock();
-    list.retain(|r| {
-        if !r.area.all_finished(r.last) {
+    list.retain_mut(|r| {
+        if !r.reclaimable() {
             return true;
         }
         r.area.untag();
