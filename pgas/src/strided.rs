@@ -150,6 +150,10 @@ impl Side {
 }
 
 /// A checked transfer: its target, its two sides and its bytes (0: a no-op).
+/// Two strided sides have one shape (the same `run`, `nd` and `counts`:
+/// `check_strided` builds both from one [`Shape`]), so run `i` of one side
+/// is run `i` of the other: `put_xfer` packs a message's local runs by its
+/// remote runs' indices.
 struct Xfer {
     rank: usize,
     local: Side,
@@ -438,6 +442,15 @@ impl Inner {
             Side::Strided { layout, .. } => layout.run,
             Side::Indexed(_) => 0,
         };
+        if let (Side::Strided { layout: l, .. }, Side::Strided { layout: r, .. }) =
+            (&x.local, &x.remote)
+        {
+            debug_assert_eq!(
+                (l.run, l.nd, l.counts),
+                (r.run, r.nd, r.counts),
+                "the two sides of a strided transfer have one shape (`Xfer`)"
+            );
+        }
         let mut stream: Option<Vec<u8>> = None;
         let mut msg = Vec::with_capacity(budget);
         let mut at = 0usize;
@@ -446,10 +459,11 @@ impl Inner {
             encode(&mut msg, &remote, &c);
             let n = chunk_bytes(&c, run) as usize;
             match (&x.local, &c) {
-                // runs first.. of one shape on both sides: the local runs
-                // of the message's remote runs, packed straight into it
-                (Side::Strided { layout, .. }, Chunk::Strided { first, n }) => {
-                    pack_runs(&mut msg, src, layout, *first, *n)
+                // runs first.. of one shape on both sides (`Xfer`): the
+                // local runs of the message's remote runs, packed
+                // straight into it
+                (Side::Strided { layout, .. }, Chunk::Strided { first, n: runs }) => {
+                    pack_runs(&mut msg, src, layout, *first, *runs)
                 }
                 _ => {
                     let s = stream.get_or_insert_with(pack_all);
@@ -552,29 +566,36 @@ impl Inner {
 /// `src` to `out`, in walk order: a message's data packed straight from
 /// the caller's slice (no intermediate stream, no zeroing first; a tight
 /// loop, and short runs copied inline, not by a call into libc per run).
+/// The caller checked what [`Layout::for_each_run`] needs, and that every
+/// run lies in `src` (a run that does not panics on the slice index).
 fn pack_runs(out: &mut Vec<u8>, src: &[u8], l: &Layout, first: u64, n: u64) {
-    out.reserve((l.run as usize).saturating_mul(n as usize));
+    let need = (l.run as usize)
+        .checked_mul(n as usize)
+        .expect("a message's runs fit in memory");
+    out.reserve(need);
     let start = out.len();
-    // bytes written, each run right after the last: `start + done` stays
-    // within the capacity reserved above (n runs of `run`)
+    // the one check of the room, before the loop: `for_each_run` calls
+    // its closure at most `n` times (its counted loop), each run writes
+    // `run` bytes right after the last, so `done <= need <= room` always
+    assert!(out.capacity() - start >= need);
     let mut done = 0usize;
-    let room = out.capacity() - start;
     let to = out.as_mut_ptr().wrapping_add(start);
     with_run_len!(l.run, RUN => l.for_each_run(first, n, |o| {
         let run = RUN as usize;
         let from = &src[o as usize..o as usize + run];
-        if room - done < run {
-            return;
-        }
         // SAFETY: `from` is readable for `run` bytes (a slice of that
-        // length); `to + done .. + run` lies in `out`'s spare capacity
-        // (checked just above), which nothing else borrows meanwhile
-        // (`out` is borrowed mutably here); the two never overlap.
+        // length); `to + done .. + run` lies in `out`'s spare capacity:
+        // this is at most the `n`-th call (`Layout::for_each_run`'s
+        // contract), so `done + run <= need`, checked against the
+        // capacity before the loop; nothing else borrows that capacity
+        // meanwhile (`out` is borrowed mutably here); the two never
+        // overlap.
         unsafe { memmove(from.as_ptr(), to.wrapping_add(done), run) };
         done += run;
     }));
+    debug_assert_eq!(done, need, "for_each_run visits the n runs");
     // SAFETY: the loop initialised `start .. start + done`, one run after
-    // the other, within the capacity.
+    // the other, within the capacity (`done <= need`, above).
     unsafe { out.set_len(start + done) };
 }
 

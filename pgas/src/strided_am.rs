@@ -87,6 +87,36 @@ fn touches_frozen(wire: &Wire<'_>, frozen: impl Fn(u64, u64) -> bool) -> bool {
     wire.runs().any(|(o, n)| frozen(o, n))
 }
 
+/// Hand each run of a put message with its bytes of the data to
+/// `write(segment offset, bytes)`, in order: the data is the runs' bytes
+/// one run after the other. `MALFORMED` if the data does not hold exactly
+/// the runs' bytes: the runs before the first one it falls short of were
+/// written, none from that one on (a later, shorter run never gets an
+/// earlier run's bytes), and the status is never `OK` (a partial write is
+/// never reported as done). `check_put` refuses such a message before
+/// (data length = `bytes` = the runs' sum, which `parse` computes), so a
+/// put that reaches here is written whole, and the sender's "nothing of
+/// that message was written" holds for every refusal it can get; this
+/// keeps the handler honest should that invariant ever break.
+fn unpack(msg: &Parsed<'_>, mut write: impl FnMut(u64, &[u8])) -> std::result::Result<(), u64> {
+    // bytes of the data used so far; `usize::MAX` (the flag) once a run
+    // fell short: no range starting there is in the data, so no later
+    // run is written and the final check fails
+    let mut at = 0usize;
+    msg.wire
+        .for_each_run(|o, n| match msg.data.get(at..at.wrapping_add(n as usize)) {
+            Some(from) => {
+                write(o, from);
+                at += from.len();
+            }
+            None => at = usize::MAX,
+        });
+    if at != msg.data.len() {
+        return Err(MALFORMED);
+    }
+    Ok(())
+}
+
 /// Register the strided / indexed handlers; `get_r` is the ordinary get
 /// reply (a slot, an offset in it, a status, the data).
 pub(crate) fn register(
@@ -122,29 +152,23 @@ pub(crate) fn register(
             if touches_frozen(&msg.wire, |o, n| tok.frozen_segment_range(o, n).is_some()) {
                 return Err(FROZEN);
             }
-            // the runs in the tight loop (`Wire::for_each_run`), the data
-            // in order: it is exactly the runs' bytes (`check_put`), so
-            // `get` never comes up short; were it to, the rest is skipped
-            let mut at = 0usize;
-            msg.wire.for_each_run(|o, n| {
-                let n = n as usize;
-                let Some(from) = msg.data.get(at..at.wrapping_add(n)) else {
-                    return;
-                };
-                // SAFETY: [o, o + n) lies in this rank's segment (every
-                // run was checked by `check_put`), mapped while the
-                // endpoint running this handler lives; `from` is the
-                // message's payload, never the segment. Raw copy:
-                // other threads and peers may touch these bytes.
+            // the runs in the tight loop (`Wire::for_each_run`), each
+            // with its own bytes of the data, in order
+            unpack(&msg, |o, from| {
+                // SAFETY: [o, o + from.len()) is one of the message's
+                // runs, so it lies in this rank's segment (every run was
+                // checked by `check_put`), mapped while the endpoint
+                // running this handler lives; `from` is the message's
+                // payload, never the segment. Raw copy: other threads
+                // and peers may touch these bytes.
                 unsafe {
                     splitrt_runtime::memmove::memmove(
                         from.as_ptr(),
                         seg.base().wrapping_add(o as usize),
-                        n,
+                        from.len(),
                     )
                 };
-                at += n;
-            });
+            })?;
             Ok(())
         });
         let status = status.err().unwrap_or(OK);
@@ -244,6 +268,59 @@ mod tests {
             &m.wire,
             frozen_at(USER_BASE + 8, USER_BASE + 64)
         ));
+    }
+
+    /// A put message whose data does not hold exactly its runs' bytes
+    /// (what `check_put` refuses first): `unpack` says MALFORMED, and
+    /// writes no run from the first short one on: a later, shorter run
+    /// never gets an earlier run's bytes. Before, the short run was
+    /// skipped without advancing in the data, the next run written from
+    /// there, and the put reported OK.
+    #[test]
+    fn strided_unpack_refuses_data_that_is_not_the_runs() {
+        let writes = |msg: &Parsed<'_>| {
+            let mut w: Vec<(u64, Vec<u8>)> = Vec::new();
+            let r = unpack(msg, |o, from| w.push((o, from.to_vec())));
+            (r, w)
+        };
+        let data: Vec<u8> = (0..32).collect();
+        // indexed runs of 8, 8 and 4 B
+        let pairs = words(&[USER_BASE, 8, USER_BASE + 64, 8, USER_BASE + 128, 4]);
+        fn indexed<'a>(pairs: &'a [u8], data: &'a [u8]) -> Parsed<'a> {
+            Parsed {
+                wire: Wire::Indexed { pairs },
+                bytes: 20,
+                data,
+            }
+        }
+        let idx = |data| indexed(&pairs, data);
+        let (r, w) = writes(&idx(&data[..20]));
+        assert_eq!(r, Ok(()));
+        assert_eq!(
+            w,
+            [
+                (USER_BASE, data[..8].to_vec()),
+                (USER_BASE + 64, data[8..16].to_vec()),
+                (USER_BASE + 128, data[16..20].to_vec()),
+            ]
+        );
+        // 12 B: the second run falls short; the third is not written
+        // with the second's bytes
+        let (r, w) = writes(&idx(&data[..12]));
+        assert_eq!(r, Err(MALFORMED));
+        assert_eq!(w, [(USER_BASE, data[..8].to_vec())]);
+        // too much data: every run written, still not OK
+        assert_eq!(writes(&idx(&data[..21])).0, Err(MALFORMED));
+        assert_eq!(writes(&idx(&[])), (Err(MALFORMED), Vec::new()));
+        // strided: 3 runs of 8 B, 20 B of data
+        let hdr = words(&[1 | 1 << 8, 8, USER_BASE, 0, 3, 4, 16]);
+        let mut m = parse(&hdr).unwrap();
+        m.data = &data[..20];
+        let (r, w) = writes(&m);
+        assert_eq!(r, Err(MALFORMED));
+        assert_eq!(w.len(), 2);
+        m.data = &data[..24];
+        assert_eq!(writes(&m).0, Ok(()));
     }
 
     /// The handlers' checks: the data must be exactly what the header

@@ -20,13 +20,16 @@
 //! * indexed: `[2, k, (offset, len) * k]`: `k` runs at segment offsets.
 
 /// Evaluate `$body` with `$n` standing for the run length `$run` (a
-/// u64), a constant in its own copy of the body for the common lengths
-/// (8 to 128 B, powers of two), else the value itself: a copy loop's
-/// inline `memmove(.., $n)` then loses its per-run size dispatch (about
-/// 14 of the handler's 37 instructions per 64 B run, callgrind).
+/// u64, evaluated once), a constant in its own copy of the body for the
+/// common lengths (8 to 128 B, powers of two), else a local holding the
+/// value: a copy loop's inline `memmove(.., $n)` then loses its per-run
+/// size dispatch. `$n` is never a pattern of the match (a `const` of that
+/// name in scope at the call site cannot turn the fallback into a const
+/// pattern: it is bound by `let`, where such a const is a compile error).
 macro_rules! with_run_len {
-    ($run:expr, $n:ident => $body:expr) => {
-        match $run {
+    ($run:expr, $n:ident => $body:expr) => {{
+        let run_len: u64 = $run;
+        match run_len {
             8 => {
                 const $n: u64 = 8;
                 $body
@@ -47,10 +50,13 @@ macro_rules! with_run_len {
                 const $n: u64 = 128;
                 $body
             }
-            #[allow(non_snake_case)]
-            $n => $body,
+            _ => {
+                #[allow(non_snake_case)]
+                let $n: u64 = run_len;
+                $body
+            }
         }
-    };
+    }};
 }
 pub(crate) use with_run_len;
 
@@ -177,7 +183,9 @@ impl Layout {
     /// but the runs of dimension 0 in a plain counted loop (an add per
     /// run; the odometer moves once per row), for the hot loops that copy
     /// every run (the AM handler, packing). The caller checked what
-    /// `walk` needs.
+    /// `walk` needs. `f` is called at most `n` times, whatever the
+    /// arguments (exactly `n` with `nd > 0`; `pack_runs`'s writes rely
+    /// on the bound).
     pub fn for_each_run(&self, first: u64, n: u64, mut f: impl FnMut(u64)) {
         if n == 0 {
             return;
@@ -930,7 +938,21 @@ mod tests {
         assert!(w.wire.within(100, 4098) && !w.wire.within(100, 4097));
         assert!(!w.wire.within(101, 1 << 20));
         // every truncation and every single-bit flip of good headers:
-        // parsed or refused, never a panic, runs bounded by the bytes
+        // parsed or refused, never a panic, runs bounded by the bytes;
+        // the handlers' loop (`for_each_run`) sees the runs of `runs()`,
+        // which add up to the parsed bytes
+        let same_runs = |p: &Parsed<'_>| {
+            if p.bytes > 1 << 16 {
+                return;
+            }
+            let n = p.wire.runs().take(1 << 17).count() as u64;
+            assert!(n <= p.bytes, "runs {n} > bytes {}", p.bytes);
+            let mut seen = Vec::new();
+            p.wire.for_each_run(|o, len| seen.push((o, len)));
+            assert_eq!(seen, p.wire.runs().collect::<Vec<_>>());
+            let sum = seen.iter().map(|r| r.1).sum::<u64>();
+            assert_eq!(sum, p.bytes, "runs {seen:?}");
+        };
         let l = lay(8, &[3, 2], &[8, 64]);
         let r = RunList::Strided {
             layout: l,
@@ -943,17 +965,17 @@ mod tests {
         let step = if cfg!(miri) { 29 } else { 1 };
         for g in [good, idx] {
             for cut in 0..g.len() {
-                let _ = parse(&g[..cut]);
+                if let Ok(p) = parse(&g[..cut]) {
+                    same_runs(&p);
+                }
             }
+            same_runs(&parse(&g).unwrap());
             for bit in (0..g.len() * 8).step_by(step) {
                 let mut m = g.clone();
                 m[bit / 8] ^= 1 << (bit % 8);
                 if let Ok(p) = parse(&m) {
                     let _ = p.wire.within(0, 1 << 30);
-                    if p.bytes <= 1 << 16 {
-                        let n = p.wire.runs().take(1 << 17).count() as u64;
-                        assert!(n <= p.bytes, "runs {n} > bytes {}", p.bytes);
-                    }
+                    same_runs(&p);
                 }
             }
         }
