@@ -38,7 +38,12 @@
 //! into the first real block, so no step ever needs a partial power table.
 //!
 //! Below [`WIDE_MIN`] bytes the crate is faster (the powers cost more than
-//! the wide steps save), so short datagrams keep it. Non-x86-64 targets
+//! the wide steps save), so short datagrams keep it. Which backend runs
+//! is decided once per process by [`Features::pick`] (the detected
+//! features, every one the code is compiled for) and the setting
+//! `SPLITRT_UDP_POLYVAL` (`auto`, `512`, `256` for Intel cores whose
+//! clock drops on 512-bit code, `crate`); [`path_for`] is the
+//! dispatcher's choice for a length. Non-x86-64 targets
 //! and Miri (which runs no intrinsics) use the crate throughout.
 //!
 //! The only `unsafe` is the unaligned loads and stores (inside
@@ -56,7 +61,7 @@ use crate::config::{UdpPolyval, ENV_UDP_POLYVAL};
 /// Bytes of `data` from which [`polyval()`] takes the wide path (when the
 /// CPU has VPCLMULQDQ); shorter data goes to the crate. Measured: see
 /// `bench_tag` in `fulltag`'s tests and docs/networking.md.
-pub(super) const WIDE_MIN: usize = 256;
+pub(super) const WIDE_MIN: usize = 160;
 
 /// `POLYVAL_H(data || 0^pad || last)`: `data` zero-padded to a multiple of
 /// 16 bytes, then the block `last`.
