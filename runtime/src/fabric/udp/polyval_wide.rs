@@ -56,7 +56,7 @@
 use polyval::universal_hash::UniversalHash;
 use polyval::Polyval;
 
-use crate::config::{UdpPolyval, ENV_UDP_POLYVAL};
+use super::polyval_setting::{UdpPolyval, ENV_UDP_POLYVAL};
 
 /// Bytes of `data` from which [`polyval()`] takes the wide path (when the
 /// CPU has VPCLMULQDQ); shorter data goes to the crate. Measured: see
