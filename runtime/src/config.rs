@@ -59,6 +59,7 @@ pub const ENV_UDP_SOURCE_FILTER: &str = "SPLITRT_UDP_SOURCE_FILTER";
 /// Whether the UDP protocol runs congestion control and pacing per peer
 /// (off: the fixed credit window alone).
 pub const ENV_UDP_CC: &str = "SPLITRT_UDP_CC";
+pub use crate::fabric::udp::polyval_setting::{UdpPolyval, ENV_UDP_POLYVAL};
 /// Receive buffers per peer and channel on the ibverbs fabric (its credits).
 pub const ENV_IBV_BUFFERS: &str = "SPLITRT_IBV_BUFFERS";
 /// Bytes per ibverbs buffer.
@@ -169,6 +170,10 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     (
         ENV_UDP_CC,
         "on = UDP congestion control and pacing per peer (slow start, AIMD on loss, delay target); off = the fixed window alone (default off)",
+    ),
+    (
+        ENV_UDP_POLYVAL,
+        "POLYVAL of the UDP full tag: auto (512-bit VPCLMULQDQ where the CPU has it, else 256-bit, else the polyval crate), 512, 256 (Intel cores whose clock drops on 512-bit code), crate (default auto)",
     ),
     (
         crate::fabric::udp::faults::ENV_UDP_FAULTS,
@@ -318,6 +323,10 @@ pub struct Config {
     /// UDP congestion control and pacing (`SPLITRT_UDP_CC`; on by
     /// default).
     pub udp_cc: bool,
+    /// The UDP full tag's POLYVAL ([`ENV_UDP_POLYVAL`]). The tag reads
+    /// the variable itself, once per process (every rank of a process
+    /// uses the same); this field is what [`Config`] found, checked.
+    pub udp_polyval: UdpPolyval,
     /// ibverbs receive buffers per peer and channel.
     pub ibv_buffers: usize,
     /// Bytes per ibverbs buffer.
@@ -356,6 +365,7 @@ impl Default for Config {
             udp_auth_body: true,
             udp_source_filter: true,
             udp_cc: true,
+            udp_polyval: UdpPolyval::Auto,
             ibv_buffers: 16,
             ibv_buffer_size: 8192,
             ibv_reg_cache: 0,
@@ -442,6 +452,9 @@ impl Config {
                     )))
                 }
             };
+        }
+        if let Some(v) = get(ENV_UDP_POLYVAL) {
+            c.udp_polyval = v.parse()?;
         }
         if let Some(v) = get(crate::fabric::udp::faults::ENV_UDP_FAULTS) {
             c.udp_faults = Some(v.parse()?);
@@ -731,6 +744,32 @@ mod tests {
             "a lookup's bad SPLITRT_MEDIUM_SLOTS was accepted"
         );
         assert_eq!(Config::from_lookup(|_| None).unwrap().medium_slots, None);
+    }
+
+    /// `SPLITRT_UDP_POLYVAL` takes its four values; anything else is an
+    /// error naming the variable and the accepted values.
+    #[test]
+    fn udp_polyval_is_one_of_four_or_an_error() {
+        let with = |v: &str| Config::from_lookup(|n| (n == ENV_UDP_POLYVAL).then(|| v.to_string()));
+        assert_eq!(
+            Config::from_lookup(|_| None).unwrap().udp_polyval,
+            UdpPolyval::Auto
+        );
+        for (v, want) in [
+            ("auto", UdpPolyval::Auto),
+            ("512", UdpPolyval::W512),
+            (" 256 ", UdpPolyval::W256),
+            ("crate", UdpPolyval::Crate),
+        ] {
+            assert_eq!(with(v).unwrap().udp_polyval, want, "{v:?}");
+        }
+        for v in ["", "avx2", "128", "Auto"] {
+            let e = with(v).unwrap_err().to_string();
+            assert!(
+                e.contains(ENV_UDP_POLYVAL) && e.contains("'crate'"),
+                "{v:?}: {e}"
+            );
+        }
     }
 
     #[test]

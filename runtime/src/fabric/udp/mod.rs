@@ -13,6 +13,7 @@ pub mod faults;
 mod filter;
 mod fulltag;
 pub mod job_nonce;
+pub mod polyval_setting;
 mod polyval_wide;
 pub mod proto;
 mod recv_batch;

@@ -38,31 +38,38 @@
 //! into the first real block, so no step ever needs a partial power table.
 //!
 //! Below [`WIDE_MIN`] bytes the crate is faster (the powers cost more than
-//! the wide steps save), so short datagrams keep it. Non-x86-64 targets
+//! the wide steps save), so short datagrams keep it. Which backend runs
+//! is decided once per process by [`Features::pick`] (the detected
+//! features, every one the code is compiled for) and the setting
+//! `SPLITRT_UDP_POLYVAL` (`auto`, `512`, `256` for Intel cores whose
+//! clock drops on 512-bit code, `crate`); [`path_for`] is the
+//! dispatcher's choice for a length. Non-x86-64 targets
 //! and Miri (which runs no intrinsics) use the crate throughout.
 //!
 //! The only `unsafe` is the unaligned loads and stores (inside
 //! `#[target_feature]` functions) and the one call of a `#[target_feature]`
 //! function per tag, made after run-time detection ([`Wide::available`]).
 
+// Elsewhere than x86-64, and under Miri, only the crate runs.
+#![cfg_attr(not(all(target_arch = "x86_64", not(miri))), allow(dead_code))]
+
 use polyval::universal_hash::UniversalHash;
 use polyval::Polyval;
+
+use super::polyval_setting::{UdpPolyval, ENV_UDP_POLYVAL};
 
 /// Bytes of `data` from which [`polyval()`] takes the wide path (when the
 /// CPU has VPCLMULQDQ); shorter data goes to the crate. Measured: see
 /// `bench_tag` in `fulltag`'s tests and docs/networking.md.
-#[cfg_attr(not(all(target_arch = "x86_64", not(miri))), allow(dead_code))]
-pub(super) const WIDE_MIN: usize = 256;
+pub(super) const WIDE_MIN: usize = 160;
 
 /// `POLYVAL_H(data || 0^pad || last)`: `data` zero-padded to a multiple of
 /// 16 bytes, then the block `last`.
 pub(super) fn polyval(h: &[u8; 16], data: &[u8], last: &[u8; 16]) -> [u8; 16] {
     #[cfg(all(target_arch = "x86_64", not(miri)))]
-    if data.len() >= WIDE_MIN {
-        if let Some(w) = Wide::detected() {
-            if let Some(t) = w.polyval(h, data, last) {
-                return t;
-            }
+    if let Path::Wide(w) = path_for(data.len()) {
+        if let Some(t) = w.polyval(h, data, last) {
+            return t;
         }
     }
     by_crate(h, data, last)
@@ -76,60 +83,195 @@ pub(super) fn by_crate(h: &[u8; 16], data: &[u8], last: &[u8; 16]) -> [u8; 16] {
     p.finalize().into()
 }
 
-#[cfg(all(target_arch = "x86_64", not(miri)))]
-pub(super) use x86::Wide;
+/// A wide backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Wide {
+    /// 512-bit VPCLMULQDQ, 4 blocks per register ([`Features::runs`]).
+    Avx512,
+    /// 256-bit VPCLMULQDQ, 2 blocks per register ([`Features::runs`]).
+    Avx2,
+}
+
+/// How [`polyval()`] computes a given length ([`path_for`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Path {
+    /// The `polyval` crate.
+    Crate,
+    /// A wide backend.
+    Wide(Wide),
+}
+
+/// The CPU features the wide backends' `#[target_feature]` functions are
+/// compiled for, directly or by implication (rustc: `vpclmulqdq` implies
+/// `avx` and `pclmulqdq`; `avx2` implies `avx`, which implies `sse4.2`
+/// and down to `sse3`; `avx512f` implies `avx2`, `fma` and `f16c`).
+/// SSE2 is the x86-64 baseline.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Features {
+    /// SSE3, SSSE3, SSE4.1 and SSE4.2 (`/proc/cpuinfo`: pni, ssse3,
+    /// sse4_1, sse4_2).
+    pub(super) sse3_to_42: bool,
+    /// 128-bit carry-less multiply (`mul128`, the powers' first rounds).
+    pub(super) pclmulqdq: bool,
+    /// AVX (implied by `vpclmulqdq` and `avx2`).
+    pub(super) avx: bool,
+    /// AVX2 (the 256-bit code, and `hsum512`'s `vextracti128`).
+    pub(super) avx2: bool,
+    /// FMA (implied by `avx512f`).
+    pub(super) fma: bool,
+    /// F16C (implied by `avx512f`).
+    pub(super) f16c: bool,
+    /// AVX-512 Foundation.
+    pub(super) avx512f: bool,
+    /// The 256- and 512-bit carry-less multiply.
+    pub(super) vpclmulqdq: bool,
+}
+
+impl Features {
+    /// Whether a CPU with these features runs backend `w`: every feature
+    /// its functions' `#[target_feature]` enables. (`avx512f` without
+    /// `avx2` runs neither: `hsum512` and the shared code need AVX2.)
+    pub(super) fn runs(self, w: Wide) -> bool {
+        let common = self.sse3_to_42 && self.avx && self.pclmulqdq && self.vpclmulqdq;
+        match w {
+            Wide::Avx2 => common && self.avx2,
+            Wide::Avx512 => common && self.avx2 && self.fma && self.f16c && self.avx512f,
+        }
+    }
+
+    /// The backend [`polyval()`] uses from [`WIDE_MIN`] on, given the
+    /// setting `choice` ([`ENV_UDP_POLYVAL`]): never one the CPU lacks.
+    pub(super) fn pick(self, choice: UdpPolyval) -> Option<Wide> {
+        let run = |w: Wide| self.runs(w).then_some(w);
+        match choice {
+            UdpPolyval::Auto | UdpPolyval::W512 => run(Wide::Avx512).or_else(|| run(Wide::Avx2)),
+            UdpPolyval::W256 => run(Wide::Avx2),
+            UdpPolyval::Crate => None,
+        }
+    }
+
+    /// Packed into the bits of a byte (for the once-only cache).
+    fn bits(self) -> u8 {
+        [
+            self.sse3_to_42,
+            self.pclmulqdq,
+            self.avx,
+            self.avx2,
+            self.fma,
+            self.f16c,
+            self.avx512f,
+            self.vpclmulqdq,
+        ]
+        .iter()
+        .enumerate()
+        .fold(0, |b, (i, &f)| b | (u8::from(f) << i))
+    }
+
+    /// The inverse of [`Features::bits`].
+    fn from_bits(b: u8) -> Features {
+        let f = |i: u32| b & (1 << i) != 0;
+        Features {
+            sse3_to_42: f(0),
+            pclmulqdq: f(1),
+            avx: f(2),
+            avx2: f(3),
+            fma: f(4),
+            f16c: f(5),
+            avx512f: f(6),
+            vpclmulqdq: f(7),
+        }
+    }
+}
+
+/// The setting [`ENV_UDP_POLYVAL`] from the process environment: `auto`
+/// when unset; when invalid, a warning on stderr and `auto` (a [`Config`]
+/// built from the same environment has already refused it with an error).
+///
+/// [`Config`]: crate::config::Config
+fn env_choice() -> UdpPolyval {
+    match std::env::var(ENV_UDP_POLYVAL) {
+        Err(_) => UdpPolyval::Auto,
+        Ok(v) => v.parse().unwrap_or_else(|e| {
+            eprintln!("splitrt: {e}; using auto");
+            UdpPolyval::Auto
+        }),
+    }
+}
+
+/// How [`polyval()`] computes `len` bytes: the backend picked once per
+/// process ([`Features::pick`] of the detected features and
+/// [`ENV_UDP_POLYVAL`]) from [`WIDE_MIN`] on, the crate below it, on
+/// other targets and under Miri.
+pub(super) fn path_for(len: usize) -> Path {
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    if len >= WIDE_MIN {
+        if let Some(w) = x86::picked() {
+            return Path::Wide(w);
+        }
+    }
+    let _ = len;
+    Path::Crate
+}
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 mod x86 {
+    use super::{Features, Wide};
     use core::arch::x86_64::*;
-    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::sync::atomic::{AtomicU16, Ordering};
 
-    /// A wide backend.
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub(in super::super) enum Wide {
-        /// 512-bit VPCLMULQDQ, 4 blocks per register (avx512f + vpclmulqdq).
-        Avx512,
-        /// 256-bit VPCLMULQDQ, 2 blocks per register (avx2 + vpclmulqdq).
-        Avx2,
+    /// Found once: 0 not yet; else `0x100 | Features::bits`.
+    static FEATURES: AtomicU16 = AtomicU16::new(0);
+    /// Picked once: 0 not yet, 1 the crate, 2 [`Wide::Avx2`], 3
+    /// [`Wide::Avx512`].
+    static PICKED: AtomicU16 = AtomicU16::new(0);
+
+    /// This CPU's features ([`is_x86_feature_detected!`], which also
+    /// checks that the OS saves the wide registers), found once.
+    pub(in super::super) fn features() -> Features {
+        let mut d = FEATURES.load(Ordering::Relaxed);
+        if d == 0 {
+            let f = Features {
+                sse3_to_42: is_x86_feature_detected!("sse3")
+                    && is_x86_feature_detected!("ssse3")
+                    && is_x86_feature_detected!("sse4.1")
+                    && is_x86_feature_detected!("sse4.2"),
+                pclmulqdq: is_x86_feature_detected!("pclmulqdq"),
+                avx: is_x86_feature_detected!("avx"),
+                avx2: is_x86_feature_detected!("avx2"),
+                fma: is_x86_feature_detected!("fma"),
+                f16c: is_x86_feature_detected!("f16c"),
+                avx512f: is_x86_feature_detected!("avx512f"),
+                vpclmulqdq: is_x86_feature_detected!("vpclmulqdq"),
+            };
+            d = 0x100 | u16::from(f.bits());
+            FEATURES.store(d, Ordering::Relaxed);
+        }
+        Features::from_bits(d as u8)
     }
 
-    /// What the CPU has, found once: 0 not yet looked, 1 neither backend,
-    /// 2 [`Wide::Avx2`] only, 3 both.
-    static DETECTED: AtomicU8 = AtomicU8::new(0);
-
-    fn detect() -> u8 {
-        let mut d = DETECTED.load(Ordering::Relaxed);
-        if d == 0 {
-            let clmul = is_x86_feature_detected!("vpclmulqdq");
-            d = if clmul && is_x86_feature_detected!("avx512f") {
-                3
-            } else if clmul && is_x86_feature_detected!("avx2") {
-                2
-            } else {
-                1
+    /// The backend [`super::polyval`] uses from [`super::WIDE_MIN`] on
+    /// (the setting read once).
+    pub(super) fn picked() -> Option<Wide> {
+        let mut p = PICKED.load(Ordering::Relaxed);
+        if p == 0 {
+            p = match features().pick(super::env_choice()) {
+                None => 1,
+                Some(Wide::Avx2) => 2,
+                Some(Wide::Avx512) => 3,
             };
-            DETECTED.store(d, Ordering::Relaxed);
+            PICKED.store(p, Ordering::Relaxed);
         }
-        d
+        match p {
+            3 => Some(Wide::Avx512),
+            2 => Some(Wide::Avx2),
+            _ => None,
+        }
     }
 
     impl Wide {
-        /// The widest backend this CPU runs, if any.
-        pub(in super::super) fn detected() -> Option<Wide> {
-            match detect() {
-                3 => Some(Wide::Avx512),
-                2 => Some(Wide::Avx2),
-                _ => None,
-            }
-        }
-
-        /// Whether this CPU runs `self`.
+        /// Whether this CPU runs `self` ([`Features::runs`]).
         pub(in super::super) fn available(self) -> bool {
-            match self {
-                Wide::Avx512 => detect() >= 3,
-                // avx512f implies avx2
-                Wide::Avx2 => detect() >= 2,
-            }
+            features().runs(self)
         }
 
         /// [`super::polyval`] by this backend, at any length; `None` if the
@@ -144,12 +286,18 @@ mod x86 {
                 return None;
             }
             Some(match self {
-                // SAFETY: `available` has just found avx512f and vpclmulqdq
-                // on this CPU (is_x86_feature_detected!), the features
-                // `polyval512` is compiled for.
+                // SAFETY: `polyval512` and every function it calls are
+                // compiled for at most pclmulqdq, avx2, avx512f and
+                // vpclmulqdq, which imply avx, fma, f16c and sse3..sse4.2
+                // (SSE2 is the baseline); `available` has just found every
+                // one of them on this CPU (`Features::runs(Avx512)` over
+                // `features()`, each by is_x86_feature_detected!).
                 Wide::Avx512 => unsafe { polyval512(h, data, last) },
-                // SAFETY: `available` has just found avx2 and vpclmulqdq on
-                // this CPU, the features `polyval256` is compiled for.
+                // SAFETY: `polyval256` and every function it calls are
+                // compiled for at most pclmulqdq, avx2 and vpclmulqdq,
+                // which imply avx and sse3..sse4.2; `available` has just
+                // found every one of them (`Features::runs(Avx2)` over
+                // `features()`).
                 Wide::Avx2 => unsafe { polyval256(h, data, last) },
             })
         }
@@ -164,13 +312,13 @@ mod x86 {
 
     // ---- 128-bit: the powers' first rounds ----
 
-    #[target_feature(enable = "vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq")]
     fn ld128(b: &[u8; 16]) -> __m128i {
         // SAFETY: `b` is 16 readable bytes; the load is unaligned.
         unsafe { _mm_loadu_si128(b.as_ptr().cast()) }
     }
 
-    #[target_feature(enable = "vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq")]
     fn st128(v: __m128i) -> [u8; 16] {
         let mut b = [0u8; 16];
         // SAFETY: `b` is 16 writable bytes; the store is unaligned.
@@ -179,7 +327,7 @@ mod x86 {
     }
 
     /// `dot(a, b) = a b x^-128` (POLYVAL's multiplication), one block.
-    #[target_feature(enable = "vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq")]
     fn mul128(a: __m128i, b: __m128i) -> __m128i {
         let lo = _mm_clmulepi64_si128(a, b, 0x00);
         let hi = _mm_clmulepi64_si128(a, b, 0x11);
@@ -216,7 +364,7 @@ mod x86 {
 
     // ---- 512 bits: 4 blocks per register ----
 
-    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,vpclmulqdq")]
     fn ld512(b: &[u8; 64]) -> __m512i {
         // SAFETY: `b` is 64 readable bytes; the load is unaligned.
         unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
@@ -224,7 +372,7 @@ mod x86 {
 
     /// The unreduced product of every lane: (low, middle, high) 128-bit
     /// parts, the middle one at `x^64`.
-    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,vpclmulqdq")]
     fn parts512(a: __m512i, b: __m512i) -> (__m512i, __m512i, __m512i) {
         let lo = _mm512_clmulepi64_epi128(a, b, 0x00);
         let hi = _mm512_clmulepi64_epi128(a, b, 0x11);
@@ -236,13 +384,13 @@ mod x86 {
     }
 
     /// `a ^ b ^ c`.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx2,avx512f")]
     fn xor3_512(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
         _mm512_ternarylogic_epi64(a, b, c, 0x96)
     }
 
     /// `(lo + mi x^64 + hi x^128) x^-128` in every lane (as [`mul128`]).
-    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,vpclmulqdq")]
     fn reduce512(lo: __m512i, mi: __m512i, hi: __m512i) -> __m512i {
         let fold = _mm512_set1_epi64(FOLD);
         let t = _mm512_clmulepi64_epi128(lo, fold, 0x00);
@@ -252,14 +400,14 @@ mod x86 {
     }
 
     /// `dot` lane by lane.
-    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,vpclmulqdq")]
     fn mul512(a: __m512i, b: __m512i) -> __m512i {
         let (lo, mi, hi) = parts512(a, b);
         reduce512(lo, mi, hi)
     }
 
     /// `[H^16..H^13], [H^12..H^9], [H^8..H^5], [H^4..H^1]`, lane 0 first.
-    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,vpclmulqdq")]
     fn powers512(h: __m128i) -> [__m512i; 4] {
         let h2 = mul128(h, h);
         let h3 = mul128(h2, h);
@@ -273,14 +421,14 @@ mod x86 {
     }
 
     /// The sum of the 4 lanes.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx2,avx512f")]
     fn hsum512(r: __m512i) -> __m128i {
         let r = _mm256_xor_si256(_mm512_castsi512_si256(r), _mm512_extracti64x4_epi64(r, 1));
         _mm_xor_si128(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1))
     }
 
     /// `[b_0 ^ b_1, b_0 ^ b_1]` in every lane: Karatsuba's middle factor.
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx2,avx512f")]
     fn halves512(b: __m512i) -> __m512i {
         _mm512_xor_si512(b, _mm512_shuffle_epi32(b, SWAP))
     }
@@ -295,7 +443,7 @@ mod x86 {
         h16: (__m512i, __m512i),
     }
 
-    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,vpclmulqdq")]
     fn keys512(h: __m128i) -> Keys512 {
         let pw = powers512(h);
         let h16 = _mm512_broadcast_i32x4(_mm512_castsi512_si128(pw[0]));
@@ -318,7 +466,7 @@ mod x86 {
     /// carry-less multiplies per block, the middle parts corrected once
     /// per step (`mid = (a_0 ^ a_1)(b_0 ^ b_1) ^ lo ^ hi` summed is the
     /// sum's `mid`).
-    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,vpclmulqdq")]
     fn step512(acc: __m512i, blocks: &[u8; 256], k: &Keys512) -> __m512i {
         let (v, _) = blocks.as_chunks::<64>();
         let mut lo = _mm512_setzero_si512();
@@ -352,7 +500,7 @@ mod x86 {
     }
 
     /// [`super::polyval`] with 512-bit registers.
-    #[target_feature(enable = "avx512f,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,avx512f,vpclmulqdq")]
     fn polyval512(h: &[u8; 16], data: &[u8], last: &[u8; 16]) -> [u8; 16] {
         let k = keys512(ld128(h));
         let (steps, rem) = data.as_chunks::<256>();
@@ -371,14 +519,14 @@ mod x86 {
 
     // ---- 256 bits: 2 blocks per register ----
 
-    #[target_feature(enable = "avx2,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,vpclmulqdq")]
     fn ld256(b: &[u8; 32]) -> __m256i {
         // SAFETY: `b` is 32 readable bytes; the load is unaligned.
         unsafe { _mm256_loadu_si256(b.as_ptr().cast()) }
     }
 
     /// As [`parts512`], 2 lanes.
-    #[target_feature(enable = "avx2,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,vpclmulqdq")]
     fn parts256(a: __m256i, b: __m256i) -> (__m256i, __m256i, __m256i) {
         let lo = _mm256_clmulepi64_epi128(a, b, 0x00);
         let hi = _mm256_clmulepi64_epi128(a, b, 0x11);
@@ -390,7 +538,7 @@ mod x86 {
     }
 
     /// As [`reduce512`], 2 lanes.
-    #[target_feature(enable = "avx2,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,vpclmulqdq")]
     fn reduce256(lo: __m256i, mi: __m256i, hi: __m256i) -> __m256i {
         let fold = _mm256_set1_epi64x(FOLD);
         let t = _mm256_clmulepi64_epi128(lo, fold, 0x00);
@@ -400,14 +548,14 @@ mod x86 {
     }
 
     /// `dot` lane by lane.
-    #[target_feature(enable = "avx2,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,vpclmulqdq")]
     fn mul256(a: __m256i, b: __m256i) -> __m256i {
         let (lo, mi, hi) = parts256(a, b);
         reduce256(lo, mi, hi)
     }
 
     /// `[H^16, H^15], [H^14, H^13], .., [H^2, H^1]`, lane 0 first.
-    #[target_feature(enable = "avx2,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,vpclmulqdq")]
     fn powers256(h: __m128i) -> [__m256i; 8] {
         let h2 = mul128(h, h);
         let q7 = _mm256_set_m128i(h, h2);
@@ -445,7 +593,7 @@ mod x86 {
     /// (The running sum in lanes, as [`step512`] keeps it, measured slower
     /// here: 16 registers, the extra multiplies cost more than the
     /// horizontal sum saves.)
-    #[target_feature(enable = "avx2,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,vpclmulqdq")]
     fn step256(acc: __m128i, blocks: &[u8; 256], pw: &[__m256i; 8], pk: &[__m256i; 8]) -> __m128i {
         let (v, _) = blocks.as_chunks::<32>();
         let mut lo = _mm256_setzero_si256();
@@ -467,7 +615,7 @@ mod x86 {
     }
 
     /// [`super::polyval`] with 256-bit registers.
-    #[target_feature(enable = "avx2,vpclmulqdq")]
+    #[target_feature(enable = "pclmulqdq,avx2,vpclmulqdq")]
     fn polyval256(h: &[u8; 16], data: &[u8], last: &[u8; 16]) -> [u8; 16] {
         let pw = powers256(ld128(h));
         let pk = pw.map(|p| halves256(p));
@@ -517,17 +665,146 @@ mod tests {
     /// One way of computing POLYVAL: `(H, data, last)` to the result.
     type Way = Box<dyn Fn(&[u8; 16], &[u8], &[u8; 16]) -> [u8; 16]>;
 
-    /// `v` and each wide backend this CPU runs.
+    /// `v` and each wide backend this CPU runs. A backend the CPU lacks
+    /// is skipped with a message, but not when `/proc/cpuinfo` says the
+    /// CPU has its features (then detection is wrong: a failure).
     #[cfg(all(target_arch = "x86_64", not(miri)))]
     fn wide_ways(mut v: Vec<(&'static str, Way)>) -> Vec<(&'static str, Way)> {
+        let listed = cpuinfo_features();
         for (name, w) in [("avx512", Wide::Avx512), ("avx2", Wide::Avx2)] {
             if w.available() {
                 v.push((name, Box::new(move |h, d, l| w.polyval(h, d, l).unwrap())));
             } else {
-                eprintln!("this CPU lacks the {name} backend: not tested");
+                assert!(
+                    !listed.is_some_and(|f| f.runs(w)),
+                    "/proc/cpuinfo lists the {name} backend's features but detection \
+                     did not find them: {listed:?} vs {:?}",
+                    x86::features()
+                );
+                eprintln!("NOTE: this CPU lacks the {name} backend ({w:?}): NOT TESTED here");
             }
         }
         v
+    }
+
+    /// The features `/proc/cpuinfo`'s first `flags` line lists (`None`
+    /// where there is no such file: not Linux).
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    fn cpuinfo_features() -> Option<Features> {
+        let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+        let line = text.lines().find(|l| l.starts_with("flags"))?;
+        let flags: std::collections::HashSet<&str> =
+            line.split(':').nth(1)?.split_whitespace().collect();
+        let has = |f: &str| flags.contains(f);
+        Some(Features {
+            sse3_to_42: has("pni") && has("ssse3") && has("sse4_1") && has("sse4_2"),
+            pclmulqdq: has("pclmulqdq"),
+            avx: has("avx"),
+            avx2: has("avx2"),
+            fma: has("fma"),
+            f16c: has("f16c"),
+            avx512f: has("avx512f"),
+            vpclmulqdq: has("vpclmulqdq"),
+        })
+    }
+
+    /// Run-time detection finds what `/proc/cpuinfo` lists (so a machine
+    /// with VPCLMULQDQ runs the wide tests; a detection that missed a
+    /// feature would skip them silently).
+    #[test]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
+    fn polyval_wide_detection_matches_proc_cpuinfo() {
+        let Some(listed) = cpuinfo_features() else {
+            eprintln!("NOTE: no /proc/cpuinfo flags: detection not cross-checked");
+            return;
+        };
+        assert_eq!(x86::features(), listed);
+        for w in [Wide::Avx512, Wide::Avx2] {
+            assert_eq!(w.available(), listed.runs(w), "{w:?}");
+        }
+    }
+
+    /// The dispatcher takes the crate below [`WIDE_MIN`] and the picked
+    /// backend from it on (on a CPU with one, unless
+    /// `SPLITRT_UDP_POLYVAL=crate`).
+    #[test]
+    fn polyval_wide_dispatch_path_from_wide_min() {
+        assert_eq!(path_for(0), Path::Crate);
+        assert_eq!(path_for(WIDE_MIN - 1), Path::Crate);
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        {
+            let want = x86::features()
+                .pick(env_choice())
+                .map_or(Path::Crate, Path::Wide);
+            for n in [WIDE_MIN, WIDE_MIN + 1, 1472, 65_507] {
+                assert_eq!(path_for(n), want, "length {n}");
+            }
+            if want == Path::Crate {
+                eprintln!(
+                    "NOTE: no wide backend picked here: the dispatcher's wide path NOT TESTED"
+                );
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(miri))))]
+        assert_eq!(path_for(65_507), Path::Crate);
+    }
+
+    /// A backend is picked only where the CPU has every feature its code
+    /// is compiled for; the setting chooses among those.
+    #[test]
+    fn polyval_wide_picks_only_what_the_cpu_runs() {
+        let all = Features {
+            sse3_to_42: true,
+            pclmulqdq: true,
+            avx: true,
+            avx2: true,
+            fma: true,
+            f16c: true,
+            avx512f: true,
+            vpclmulqdq: true,
+        };
+        assert_eq!(Features::from_bits(all.bits()), all);
+        use UdpPolyval::*;
+        assert_eq!(all.pick(Auto), Some(Wide::Avx512));
+        assert_eq!(all.pick(W512), Some(Wide::Avx512));
+        assert_eq!(all.pick(W256), Some(Wide::Avx2));
+        assert_eq!(all.pick(Crate), None);
+        // avx512f without avx2 (a VM's masked CPUID): neither backend
+        let no_avx2 = Features { avx2: false, ..all };
+        for c in [Auto, W512, W256, Crate] {
+            assert_eq!(no_avx2.pick(c), None, "{c:?}");
+        }
+        // without (128-bit) pclmulqdq: neither
+        let no_clmul = Features {
+            pclmulqdq: false,
+            ..all
+        };
+        assert!(!no_clmul.runs(Wide::Avx2) && !no_clmul.runs(Wide::Avx512));
+        assert_eq!(no_clmul.pick(Auto), None);
+        // every feature is needed by the 512-bit code
+        for i in 0..8 {
+            let f = Features::from_bits(all.bits() & !(1 << i));
+            assert_ne!(f, all);
+            assert!(!f.runs(Wide::Avx512), "{f:?}");
+        }
+        // AVX2 machines without AVX-512: 512 falls back to 256
+        let avx2 = Features {
+            avx512f: false,
+            fma: false,
+            f16c: false,
+            ..all
+        };
+        assert_eq!(avx2.pick(W512), Some(Wide::Avx2));
+        assert_eq!(avx2.pick(Auto), Some(Wide::Avx2));
+        assert_eq!(
+            Features {
+                vpclmulqdq: false,
+                ..all
+            }
+            .pick(Auto),
+            None
+        );
+        assert_eq!(Features::default().pick(Auto), None);
     }
 
     /// RFC 8452's POLYVAL vectors: Appendix A's example and the POLYVAL
