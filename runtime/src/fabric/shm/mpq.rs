@@ -435,6 +435,31 @@ impl QProducer {
         false
     }
 
+    /// Whether [`has_room`](Self::has_room) would find room now, claiming
+    /// nothing and asking for no doorbell: a credit (fewer than the quota
+    /// held, or the consumer's tail passed the oldest ticket held) and the
+    /// cell at `head` free (or claimed since by another sender: `head`
+    /// moved, worth another try). A sleeper's last look before it sleeps,
+    /// so a doorbell rung for room before the sleep was announced is not
+    /// lost. Only a hint (the words are the host's): the claim itself
+    /// checks again.
+    pub(crate) fn room_now(&self) -> bool {
+        if self.held {
+            return true;
+        }
+        if self.mine.len() >= self.quota
+            && !passed(
+                self.q.ctrl(TAIL_OFF).load(order::SEE_TAIL),
+                self.mine.slot(self.mine.first),
+            )
+        {
+            return false;
+        }
+        let t = self.q.ctrl(HEAD_OFF).load(Ordering::Relaxed);
+        let s = self.q.word(t).load(order::SEE_FREE);
+        s.wrapping_sub(lap(&self.q, t)) as i64 >= 0
+    }
+
     /// The claimed ticket (a sequence number of the queue), if any.
     pub(crate) fn claimed(&self) -> Option<u64> {
         self.held.then_some(self.ticket)
