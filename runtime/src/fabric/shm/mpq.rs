@@ -714,6 +714,41 @@ mod tests {
         }
     }
 
+    /// `room_now` (a sleeper's last look) agrees with `has_room` and
+    /// changes nothing: false at the quota and with the queue full, true
+    /// once the consumer released the sender's oldest cell, and it claims
+    /// no cell (the other sender still gets the next one).
+    #[test]
+    fn room_now_says_what_has_room_would_find_and_claims_nothing() {
+        for len in [8usize, 2] {
+            let mut m = mem(256, len);
+            // SAFETY: `m` outlives the queue, 8-aligned, 256 B cells.
+            let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) };
+            let (mut a, mut b, mut c) = (
+                QProducer::new(q, 0),
+                QProducer::new(q, 1),
+                QConsumer::new(q),
+            );
+            assert!(a.room_now());
+            while a.has_room() {
+                a.push_short(1, &[0]);
+            }
+            assert!(!a.room_now(), "at its quota ({len} cells)");
+            while b.has_room() {
+                b.push_short(2, &[0]);
+            }
+            assert!(!b.room_now(), "the queue is full ({len} cells)");
+            assert!(matches!(c.peek_short(), Peek::Short(0, 1, _)));
+            c.release();
+            assert!(a.room_now(), "room after a release ({len} cells)");
+            assert!(a.room_now(), "a look claims nothing ({len} cells)");
+            assert_eq!(a.claimed(), None);
+            assert!(a.has_room());
+            a.push_short(1, &[1]);
+            assert!(!a.room_now() && !b.room_now());
+        }
+    }
+
     /// One sender flooding a queue (claiming until refused, the consumer
     /// not polling) takes at most its credits: another sender still gets a
     /// cell, and the flooder gets one again once the consumer released
