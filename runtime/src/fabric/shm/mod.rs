@@ -35,7 +35,7 @@ use crate::cpus::{CpuSet, CPU_WORDS};
 use crate::segment::{populate, PopulatedPrefix, Room, ShmFile};
 use crate::trace::{self, Clock, Off, On, Stage};
 use crate::{Error, ErrorKind, Result};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The shared-memory fabric's tunables (from the job's settings:
 /// `Config::shm`).
@@ -343,6 +343,7 @@ impl PendingShm {
             cpu_masks,
             self_pending: Default::default(),
             peeking: AtomicBool::new(false),
+            room_wanted: AtomicUsize::new(0),
             owner: if self.single_thread {
                 Owner::this_thread()
             } else {
@@ -517,6 +518,14 @@ impl Prod {
             Prod::Shared(q) => q.free_cells(),
         }
     }
+
+    /// Whether a send would find room now (claims nothing).
+    fn room_now(&self) -> bool {
+        match self {
+            Prod::Pair(p) => p.room_now(),
+            Prod::Shared(q) => q.room_now(),
+        }
+    }
 }
 
 /// What the general send path needs of a producer, a ring's or a shared
@@ -670,6 +679,13 @@ pub struct ShmFabric {
     /// poll that finds the set held while this is set waits for it (a
     /// few loads) instead of returning 0 for nothing.
     peeking: AtomicBool,
+    /// The producer (`tx` index + 1; 0: none) whose last send was refused
+    /// for want of room: a sleeper's last look ([`has_work`](Self::has_work))
+    /// also asks it for room, since the consumer that freed cells may have
+    /// rung this rank's doorbell before the sleep was announced (that ring
+    /// found no sleeper and was lost: the wait then ran to
+    /// [`doorbell::WAIT_LIMIT`]).
+    room_wanted: AtomicUsize,
 }
 
 // SAFETY: the raw pointers inside (rings, mappings) point into shared
@@ -720,17 +736,44 @@ impl ShmFabric {
     }
 
     /// Whether anything waits in this rank's rings (or another thread is
-    /// polling them): a sleeper's last look before it sleeps.
+    /// polling them), or the producer whose send was refused last has
+    /// room now ([`room_came`](Self::room_came)): a sleeper's last look
+    /// before it sleeps.
     fn has_work(&self) -> bool {
-        self.rx.iter().any(|set| {
-            self.peeking.store(true, Ordering::Relaxed);
-            let found = match self.owner.try_lock(set) {
-                None => true,
-                Some(set) => set.has_next(),
-            };
-            self.peeking.store(false, Ordering::Release);
-            found
-        })
+        self.room_came()
+            || self.rx.iter().any(|set| {
+                self.peeking.store(true, Ordering::Relaxed);
+                let found = match self.owner.try_lock(set) {
+                    None => true,
+                    Some(set) => set.has_next(),
+                };
+                self.peeking.store(false, Ordering::Release);
+                found
+            })
+    }
+
+    /// Whether the producer whose send was refused last
+    /// ([`room_wanted`](Self::room_wanted)) has room now (then forgotten:
+    /// its sender is about to try again).
+    fn room_came(&self) -> bool {
+        let w = self.room_wanted.load(Ordering::Relaxed);
+        let Some(tx) = w.checked_sub(1).and_then(|i| self.tx.get(i)) else {
+            return false;
+        };
+        let room = self.owner.try_lock(tx).is_some_and(|tx| tx.p.room_now());
+        if room {
+            self.room_wanted.store(0, Ordering::Relaxed);
+        }
+        room
+    }
+
+    /// A send on producer `tx` (index into `tx`) was refused for want of
+    /// room: the next sleep looks for room there too (out of line: the
+    /// refusal path only).
+    #[cold]
+    #[inline(never)]
+    fn want_room(&self, tx: usize) {
+        self.room_wanted.store(tx + 1, Ordering::Relaxed);
     }
 
     /// What a look into this rank's rings, without waiting, finds: a
@@ -836,6 +879,7 @@ impl ShmFabric {
         if let Some(off) = pkt.deposit {
             let seg = self.segment_of(peer);
             if !p.has_room() {
+                self.want_room(peer * 2 + ch as usize);
                 return Ok(Err(WouldBlock::PeerRingFull));
             }
             let t = C::record(Stage::Enqueue, t0);
@@ -853,6 +897,7 @@ impl ShmFabric {
             return Ok(Ok(()));
         }
         if !p.has_room() {
+            self.want_room(peer * 2 + ch as usize);
             return Ok(Err(WouldBlock::PeerRingFull));
         }
         let t = C::record(Stage::Enqueue, t0);
@@ -912,6 +957,7 @@ impl ShmFabric {
         while sent < len {
             let mut waits = 0;
             while !p.has_room() {
+                self.want_room(peer * 2 + ch as usize);
                 stall(waits).map_err(|e| e.at_rank(self.global))?;
                 waits = waits.saturating_add(1);
             }
@@ -966,6 +1012,8 @@ impl ShmFabric {
         };
         if room {
             bell.get().ring();
+        } else {
+            self.want_room(l * 2 + ch as usize);
         }
         Ok(room)
     }

@@ -435,6 +435,31 @@ impl QProducer {
         false
     }
 
+    /// Whether [`has_room`](Self::has_room) would find room now, claiming
+    /// nothing and asking for no doorbell: a credit (fewer than the quota
+    /// held, or the consumer's tail passed the oldest ticket held) and the
+    /// cell at `head` free (or claimed since by another sender: `head`
+    /// moved, worth another try). A sleeper's last look before it sleeps,
+    /// so a doorbell rung for room before the sleep was announced is not
+    /// lost. Only a hint (the words are the host's): the claim itself
+    /// checks again.
+    pub(crate) fn room_now(&self) -> bool {
+        if self.held {
+            return true;
+        }
+        if self.mine.len() >= self.quota
+            && !passed(
+                self.q.ctrl(TAIL_OFF).load(order::SEE_TAIL),
+                self.mine.slot(self.mine.first),
+            )
+        {
+            return false;
+        }
+        let t = self.q.ctrl(HEAD_OFF).load(Ordering::Relaxed);
+        let s = self.q.word(t).load(order::SEE_FREE);
+        s.wrapping_sub(lap(&self.q, t)) as i64 >= 0
+    }
+
     /// The claimed ticket (a sequence number of the queue), if any.
     pub(crate) fn claimed(&self) -> Option<u64> {
         self.held.then_some(self.ticket)
@@ -686,6 +711,41 @@ mod tests {
                 _ => panic!("no Short"),
             }
             c.release();
+        }
+    }
+
+    /// `room_now` (a sleeper's last look) agrees with `has_room` and
+    /// changes nothing: false at the quota and with the queue full, true
+    /// once the consumer released the sender's oldest cell, and it claims
+    /// no cell (the other sender still gets the next one).
+    #[test]
+    fn room_now_says_what_has_room_would_find_and_claims_nothing() {
+        for len in [8usize, 2] {
+            let mut m = mem(256, len);
+            // SAFETY: `m` outlives the queue, 8-aligned, 256 B cells.
+            let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) };
+            let (mut a, mut b, mut c) = (
+                QProducer::new(q, 0),
+                QProducer::new(q, 1),
+                QConsumer::new(q),
+            );
+            assert!(a.room_now());
+            while a.has_room() {
+                a.push_short(1, &[0]);
+            }
+            assert!(!a.room_now(), "at its quota ({len} cells)");
+            while b.has_room() {
+                b.push_short(2, &[0]);
+            }
+            assert!(!b.room_now(), "the queue is full ({len} cells)");
+            assert!(matches!(c.peek_short(), Peek::Short(0, 1, _)));
+            c.release();
+            assert!(a.room_now(), "room after a release ({len} cells)");
+            assert!(a.room_now(), "a look claims nothing ({len} cells)");
+            assert_eq!(a.claimed(), None);
+            assert!(a.has_room());
+            a.push_short(1, &[1]);
+            assert!(!a.room_now() && !b.room_now());
         }
     }
 

@@ -71,6 +71,18 @@ impl Producer {
         self.head - self.cached_tail < self.ring.len()
     }
 
+    /// Whether [`has_room`](Self::has_room) would find a free cell now
+    /// (re-reads the consumer's tail; changes nothing): a sleeper's last
+    /// look before it sleeps.
+    pub(crate) fn room_now(&self) -> bool {
+        let len = self.ring.len();
+        self.head.wrapping_sub(self.cached_tail) < len
+            || self
+                .head
+                .wrapping_sub(tail(&self.ring).load(order::READ_CREDIT))
+                < len
+    }
+
     /// The sequence number the next published cell gets.
     #[inline]
     pub(crate) fn head(&self) -> u64 {

@@ -129,13 +129,18 @@ mod tests {
     /// `n` ranks of one host in this process, over shared queues of `len`
     /// cells of `cell` bytes.
     fn host(tag: &str, n: usize, cell: usize, len: usize) -> Vec<ShmFabric> {
+        host_of(tag, n, cell, len, true)
+    }
+
+    /// [`host`] over shared queues (`shared`) or per-pair rings.
+    fn host_of(tag: &str, n: usize, cell: usize, len: usize, shared: bool) -> Vec<ShmFabric> {
         let job = format!("unitq{tag}{}", std::process::id());
         let cfg = Config {
             segment_size: 1 << 20,
             cell_size: cell,
             ring_len: len,
             max_medium: 4096,
-            shm_shared_queue: true,
+            shm_shared_queue: shared,
             ..Config::default()
         };
         let members: Vec<usize> = (0..n).collect();
@@ -254,6 +259,34 @@ mod tests {
         let l = f[0].layout;
         assert_eq!(l.total, l.segment_off + (1 << 20));
         assert!(l.segment_off <= 4096 + 2 * (128 + 8 * (256 + 64)) + 4095);
+    }
+
+    /// A sender refused for want of room, whose doorbell the consumer rang
+    /// when it freed cells before the sender announced its sleep (the ring
+    /// found no sleeper), still sees the room in its last look before
+    /// sleeping (`has_work`, which the doorbell's wait asks after the
+    /// announcement), so it does not sleep to the 2 ms limit; a queue and
+    /// a ring. Before: the last look saw only inbound traffic.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn shmq_a_sleeper_waiting_for_room_sees_room_freed_before_it_slept() {
+        for shared in [true, false] {
+            let f = host_of(if shared { "roomq" } else { "roomr" }, 2, 256, 8, shared);
+            let mut sent = 0;
+            while f[1].try_send_short(0, Channel::Request, 7, &[1]).unwrap() {
+                sent += 1;
+                assert!(sent <= 8, "more sends than cells");
+            }
+            assert!(!f[1].has_work(), "no room yet, nothing inbound ({shared})");
+            assert_eq!(collect(&f[0], Channel::Request).len(), sent);
+            assert!(f[1].has_work(), "the freed room is work ({shared})");
+            // taken: the sender tries again now
+            assert!(!f[1].has_work());
+            assert!(f[1].try_send_short(0, Channel::Request, 7, &[2]).unwrap());
+        }
     }
 
     /// Cells a broken sender wrote into the queue: a sender rank beyond
