@@ -46,19 +46,32 @@
 //! is written only under the lock of the waker list. `register` puts the
 //! waiter's count there if it holds none; if it holds the same count it
 //! leaves it; if it holds a different one, the two reads of the one
-//! monotonic count differ, so the count moved since the older of them
-//! (which one is older is not known: the count wraps), and `register`
-//! fires the bridge itself: every registered waker is woken (outside the
-//! lock), `since` is cleared, and the caller's waker is woken instead of
-//! registered. `fire` and `forget` (when it takes the last waker) clear
-//! `since` in the critical section that empties the list. So every waker
-//! registered with a count since the last clear was registered with the
-//! very count in `since`, and it is woken no later than the bridge's
-//! first look after the count differs from the one its owner read. Besides
-//! the fires for any traffic, it is woken early when another waiter
-//! registers with a different count: one poll that may find nothing, once
-//! per such meeting (the waiter re-registers with its new read, which
-//! `since`, just cleared, takes: no spinning until the bridge looks). (The signal
+//! monotonic count differ, so the count moved since the older of them,
+//! and `register` guesses which is older with wrapping arithmetic
+//! (`(s.wrapping_sub(h) as i32) > 0`: the caller's `s` is newer than the
+//! held `h`). If the caller's count is newer, the registered waiters are
+//! due: they get what a fire gives them (every registered waker woken,
+//! outside the lock; the eventfd, if made, written and disarmed), the
+//! caller's count goes into `since` and its waker is registered (not
+//! woken). If the caller's count is older, only the caller is due: its
+//! waker is woken instead of registered, and the list, the eventfd and
+//! `since` are left alone. `fire` and `forget` (when it takes the last
+//! waker) clear `since` in the critical section that empties the list.
+//! So every waker registered with a count since the last clear was
+//! registered with the very count in `since`, and it is woken no later
+//! than the bridge's first look after the count differs from the one its
+//! owner read; a waiter is woken by another's registration only when the
+//! count really moved past its own read (no early polls: 64 waiters of
+//! two counts registering interleaved cost 32 wakes, not 1056). A wrong
+//! guess (the count moved 2^31 times or more between the two reads) stays
+//! correct: `since` then holds a count other than the present one, and
+//! the bridge fires at its next look.
+//!
+//! Re-entrancy: `register` (so [`Bridge::wake_on_traffic_since`]) may run
+//! other tasks' wakers on the caller's thread, inside the caller's poll
+//! (outside the list's lock). The common executors' wakers only queue
+//! the task; a waker that polls its task inline could recurse into
+//! `register` again, and must not do so without bound. (The signal
 //! futures also look at their word again after registering: a write
 //! after their first look is then seen at once, not at the bridge's next
 //! look.) (Until session 12 the count went in before `register`
@@ -67,7 +80,11 @@
 //! it slept until the next datagram. Until the review of session 12
 //! `since` kept the first registered count, not the oldest, and a waiter
 //! that read an older count but registered second was not woken when
-//! the count had moved past it.)
+//! the count had moved past it. Until the second review `register` on a
+//! different count woke every registered waiter and the caller and
+//! cleared `since`, without telling the eventfd: a move seen there never
+//! reached a `doorbell_fd` user, and 64 interleaved waiters cost 1056
+//! wakes for one move.)
 
 use splitrt_runtime::fabric::shm::doorbell::WAIT_LIMIT;
 #[cfg(doc)]
@@ -204,8 +221,16 @@ impl Bridge {
     /// ring came before the bridge was asleep on the doorbell (such a
     /// write leaves nothing in the rings to see). The count is recorded
     /// with the waker, under one lock; if another registered waiter read
-    /// a different count, the bridge fires at once instead, `waker`
-    /// included (`register`).
+    /// a different count, the older read is due at once: if `seq` is the
+    /// newer, the registered waiters are woken (and the eventfd written)
+    /// and `waker` registered; if `seq` is the older, `waker` is woken
+    /// instead of registered (`register`).
+    ///
+    /// Re-entrancy: other tasks' wakers may be woken here, on the
+    /// caller's thread, inside its poll (outside the list's lock). A
+    /// waker that polls its task inline may re-enter this function; it
+    /// must not recurse without bound (the common executors' wakers only
+    /// queue the task).
     ///
     /// # Safety
     /// As for [`wake_on_traffic`](Self::wake_on_traffic).
@@ -891,12 +916,18 @@ mod loom_model {
     /// either order, while a third party fires for an earlier waiter C
     /// (registered with 5) if `fire_c`. In every interleaving B is woken,
     /// or B's waker is registered and `moved(6)` holds (the bridge fires
-    /// B at its next look). Before `register` fired on a different count
-    /// this failed: A first left `since` at 6 with B registered under it.
+    /// B at its next look); and every key still registered with a count
+    /// holds exactly that count in `since` (a newer count in `since`
+    /// would leave it unfired while the count stays there; an older one
+    /// is not left by `register`'s rule). Before `register` fired on a
+    /// different count this failed: A first left `since` at 6 with B
+    /// registered under it.
     fn counts_out_of_order(fire_c: bool) {
         loom::model(move || {
             let b = Arc::new(Bridge::default());
             let (ka, kb, kc) = (b.key(), b.key(), b.key());
+            // each key's registered count
+            let counts = [(ka.0, 6u32), (kb.0, 5), (kc.0, 5)];
             let nop = Waker::from(Arc::new(Nop));
             if fire_c {
                 b.register(kc.0, &nop, Some(5));
@@ -915,14 +946,18 @@ mod loom_model {
             if let Some(c) = c {
                 c.join().unwrap();
             }
-            let b_waits = b
-                .shared
-                .state
-                .lock()
-                .unwrap()
-                .wakers
-                .iter()
-                .any(|(k, _)| *k == kb.0);
+            let a_ = b.shared.state.lock().unwrap();
+            let b_waits = a_.wakers.iter().any(|(k, _)| *k == kb.0);
+            let since = b.shared.since.load(Ordering::SeqCst);
+            for (k, _) in &a_.wakers {
+                let (_, c) = counts.iter().find(|(key, _)| key == k).unwrap();
+                assert_eq!(
+                    since,
+                    SEEN | u64::from(*c),
+                    "a waiter registered with {c} is not covered by since {since:#x}"
+                );
+            }
+            drop(a_);
             let woken = wb.0.load(Ordering::SeqCst) > 0;
             assert!(
                 woken || (b_waits && b.shared.moved(6)),
