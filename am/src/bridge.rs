@@ -46,19 +46,32 @@
 //! is written only under the lock of the waker list. `register` puts the
 //! waiter's count there if it holds none; if it holds the same count it
 //! leaves it; if it holds a different one, the two reads of the one
-//! monotonic count differ, so the count moved since the older of them
-//! (which one is older is not known: the count wraps), and `register`
-//! fires the bridge itself: every registered waker is woken (outside the
-//! lock), `since` is cleared, and the caller's waker is woken instead of
-//! registered. `fire` and `forget` (when it takes the last waker) clear
-//! `since` in the critical section that empties the list. So every waker
-//! registered with a count since the last clear was registered with the
-//! very count in `since`, and it is woken no later than the bridge's
-//! first look after the count differs from the one its owner read. Besides
-//! the fires for any traffic, it is woken early when another waiter
-//! registers with a different count: one poll that may find nothing, once
-//! per such meeting (the waiter re-registers with its new read, which
-//! `since`, just cleared, takes: no spinning until the bridge looks). (The signal
+//! monotonic count differ, so the count moved since the older of them,
+//! and `register` guesses which is older with wrapping arithmetic
+//! (`(s.wrapping_sub(h) as i32) > 0`: the caller's `s` is newer than the
+//! held `h`). If the caller's count is newer, the registered waiters are
+//! due: they get what a fire gives them (every registered waker woken,
+//! outside the lock; the eventfd, if made, written and disarmed), the
+//! caller's count goes into `since` and its waker is registered (not
+//! woken). If the caller's count is older, only the caller is due: its
+//! waker is woken instead of registered, and the list, the eventfd and
+//! `since` are left alone. `fire` and `forget` (when it takes the last
+//! waker) clear `since` in the critical section that empties the list.
+//! So every waker registered with a count since the last clear was
+//! registered with the very count in `since`, and it is woken no later
+//! than the bridge's first look after the count differs from the one its
+//! owner read; a waiter is woken by another's registration only when the
+//! count really moved past its own read (no early polls: 64 waiters of
+//! two counts registering interleaved cost 32 wakes, not 1056). A wrong
+//! guess (the count moved 2^31 times or more between the two reads) stays
+//! correct: `since` then holds a count other than the present one, and
+//! the bridge fires at its next look.
+//!
+//! Re-entrancy: `register` (so [`Bridge::wake_on_traffic_since`]) may run
+//! other tasks' wakers on the caller's thread, inside the caller's poll
+//! (outside the list's lock). The common executors' wakers only queue
+//! the task; a waker that polls its task inline could recurse into
+//! `register` again, and must not do so without bound. (The signal
 //! futures also look at their word again after registering: a write
 //! after their first look is then seen at once, not at the bridge's next
 //! look.) (Until session 12 the count went in before `register`
@@ -67,7 +80,11 @@
 //! it slept until the next datagram. Until the review of session 12
 //! `since` kept the first registered count, not the oldest, and a waiter
 //! that read an older count but registered second was not woken when
-//! the count had moved past it.)
+//! the count had moved past it. Until the second review `register` on a
+//! different count woke every registered waiter and the caller and
+//! cleared `since`, without telling the eventfd: a move seen there never
+//! reached a `doorbell_fd` user, and 64 interleaved waiters cost 1056
+//! wakes for one move.)
 
 use splitrt_runtime::fabric::shm::doorbell::WAIT_LIMIT;
 #[cfg(doc)]
@@ -204,8 +221,16 @@ impl Bridge {
     /// ring came before the bridge was asleep on the doorbell (such a
     /// write leaves nothing in the rings to see). The count is recorded
     /// with the waker, under one lock; if another registered waiter read
-    /// a different count, the bridge fires at once instead, `waker`
-    /// included (`register`).
+    /// a different count, the older read is due at once: if `seq` is the
+    /// newer, the registered waiters are woken (and the eventfd written)
+    /// and `waker` registered; if `seq` is the older, `waker` is woken
+    /// instead of registered (`register`).
+    ///
+    /// Re-entrancy: other tasks' wakers may be woken here, on the
+    /// caller's thread, inside its poll (outside the list's lock). A
+    /// waker that polls its task inline may re-enter this function; it
+    /// must not recurse without bound (the common executors' wakers only
+    /// queue the task).
     ///
     /// # Safety
     /// As for [`wake_on_traffic`](Self::wake_on_traffic).
@@ -236,31 +261,49 @@ impl Bridge {
     /// the count `seq` its owner read before its look, if any. The count
     /// goes into `since` under the same lock as the waker, the lock under
     /// which `fire` and `forget` clear it. If `since` holds a different
-    /// count (another waiter's), the two reads of the one monotonic count
-    /// differ, so it moved since the older of them: the bridge fires here
-    /// ([`fire_moved`]), the caller's waker too, and nothing is
-    /// registered. So every waker registered with a count since the last
-    /// clear was registered with the count in `since`, and the bridge
-    /// fires once the count differs from it (see the module docs).
+    /// count (another waiter's), the count moved since the older of the
+    /// two reads; which one is older is guessed with wrapping arithmetic
+    /// ([`newer`]):
+    ///
+    /// * the caller's count is newer: the registered waiters (and an
+    ///   armed eventfd) are due, and get what [`fire`] gives them (woken
+    ///   outside the lock, the eventfd written and disarmed); the
+    ///   caller's count goes into `since` and its waker is registered;
+    /// * the caller's count is older: only the caller is due; its waker
+    ///   is woken (its task polls again) and the list, the eventfd and
+    ///   `since` are left alone.
+    ///
+    /// So every waker registered with a count since the last clear was
+    /// registered with the count in `since`, and the bridge fires once the
+    /// count differs from it (see the module docs). A wrong guess (2^31
+    /// moves between the two reads) stays correct: `since` then holds a
+    /// count other than the present one, and the bridge fires at its next
+    /// look. Other tasks' wakers may run here, on the caller's thread
+    /// (see [`wake_on_traffic_since`](Self::wake_on_traffic_since)).
     fn register(&self, key: u64, waker: &Waker, seq: Option<u32>) {
         #[cfg(test)]
         tests::before_register();
-        let old = {
+        let (old, due) = {
             let mut a = self.shared.state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut due = None;
             if let Some(s) = seq {
                 let mine = SEEN | u64::from(s);
-                let held =
-                    self.shared
-                        .since
-                        .compare_exchange(0, mine, Ordering::SeqCst, Ordering::SeqCst);
-                if held.is_err_and(|h| h != mine) {
-                    let wakers = fire_moved(&self.shared, &mut a);
-                    drop(a);
-                    wake_all(wakers);
-                    // the caller's own waker: its task polls again (and
-                    // registers with the count it then reads)
-                    waker.wake_by_ref();
-                    return;
+                // only written under `a`'s lock, which we hold
+                let held = self.shared.since.load(Ordering::SeqCst);
+                if held != 0 && held != mine {
+                    if !newer(s, held as u32) {
+                        drop(a);
+                        // the count moved past the caller's read: its
+                        // task polls again (and registers with the count
+                        // it then reads)
+                        waker.wake_by_ref();
+                        return;
+                    }
+                    // the count moved past `since`: its waiters are due
+                    due = Some(take_due(&mut a));
+                }
+                if held != mine {
+                    self.shared.since.store(mine, Ordering::SeqCst);
                 }
             }
             let old = match a.wakers.iter_mut().find(|(k, w)| {
@@ -278,8 +321,11 @@ impl Bridge {
                 }
             };
             self.shared.armed.store(true, Ordering::SeqCst);
-            old
+            (old, due)
         };
+        if let Some(due) = due {
+            deliver(&self.shared, due);
+        }
         // another task's waker: dropped outside the lock (its drop may
         // run arbitrary executor code)
         drop(old);
@@ -477,11 +523,31 @@ fn run(sh: &Shared, world: WorldRef) {
 fn fire(sh: &Shared) {
     let wakers = {
         let mut a = sh.state.lock().unwrap_or_else(|p| p.into_inner());
-        a.fd = false;
         sh.armed.store(false, Ordering::SeqCst);
         sh.since.store(0, Ordering::SeqCst);
-        std::mem::take(&mut a.wakers)
+        take_due(&mut a)
     };
+    deliver(sh, wakers);
+}
+
+/// Whether count `s` is newer than count `h` (read from the one
+/// monotonic, wrapping count): it is ahead by less than 2^31. Wrong only
+/// if the count moved 2^31 times or more between the two reads.
+fn newer(s: u32, h: u32) -> bool {
+    (s.wrapping_sub(h) as i32) > 0
+}
+
+/// Under the lock of the waker list `a`: take every registered waker and
+/// disarm the eventfd (a fire's share of the work inside the lock; the
+/// caller sets `armed` and `since`, then calls [`deliver`]).
+fn take_due(a: &mut Armed) -> Vec<(u64, Waker)> {
+    a.fd = false;
+    std::mem::take(&mut a.wakers)
+}
+
+/// Outside the waker list's lock: make the eventfd (if made) readable and
+/// wake `wakers` (taken by [`take_due`]).
+fn deliver(sh: &Shared, wakers: Vec<(u64, Waker)>) {
     if let Some(fd) = sh.efd.get() {
         let one = 1u64;
         // SAFETY: writes the 8 bytes of `one` to our own eventfd; a full
@@ -489,18 +555,6 @@ fn fire(sh: &Shared) {
         let _ = unsafe { libc::write(fd.as_raw_fd(), (&raw const one).cast(), 8) };
     }
     wake_all(wakers);
-}
-
-/// `register`'s fire, under the lock `a` of `sh.state`, for a waiter
-/// whose count differs from `since`: the count moved since the older of
-/// the two reads, so every registered waker is taken (to be woken once
-/// the lock is dropped) and `since` cleared, as `fire` does. An armed
-/// eventfd stays armed (it waits for traffic, not for a count) and keeps
-/// the bridge armed.
-fn fire_moved(sh: &Shared, a: &mut Armed) -> Vec<(u64, Waker)> {
-    sh.since.store(0, Ordering::SeqCst);
-    sh.armed.store(a.fd, Ordering::SeqCst);
-    std::mem::take(&mut a.wakers)
 }
 
 /// Wake `wakers` (outside the waker list's lock: a wake may run
@@ -628,8 +682,10 @@ mod tests {
     /// Counts read in the other order from the registrations: B read 5, a
     /// handler round moved the count to 6, A read 6 and registered first,
     /// then B with 5. `since` cannot hold both; the count has moved past
-    /// B's 5, so B must be woken at once (before the fix `since` kept A's
-    /// 6 and nothing ever fired for B).
+    /// B's 5, so B must be woken at once (before the first review's fix
+    /// `since` kept A's 6 and nothing ever fired for B). A, whose 6 is
+    /// the newer count, stays registered under it and is not woken (until
+    /// the second review A was woken too: one early poll).
     #[test]
     fn an_older_count_registered_second_is_woken_at_once() {
         let b = Bridge::default();
@@ -643,20 +699,22 @@ mod tests {
             1,
             "B's count 5 is behind: woken at once"
         );
-        // every waiter with a count registered since the last clear holds
-        // the count in `since`: none is left with an older one
-        assert_eq!(wa.0.load(Ordering::SeqCst), 1, "A: one early poll");
-        // nobody is left registered under a count other than its own
-        assert_eq!(b.waiters(), 0);
-        assert_eq!(b.shared.since.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            wa.0.load(Ordering::SeqCst),
+            0,
+            "A's 6 is current: not woken"
+        );
+        // every waiter registered with a count holds the count in `since`
+        assert_eq!(b.waiters(), 1, "A still waits, B is not registered");
+        assert_eq!(b.shared.since.load(Ordering::SeqCst), SEEN | 6);
+        assert!(!b.shared.moved(6) && b.shared.moved(7));
     }
 
     /// The other order: A registered with 5, B reads 6 and registers. The
     /// count moved past A's 5, so A is woken (here, not only at the
-    /// bridge's next look), and so is B (once); B, polled again, reads 6
-    /// and registers with it: now it waits, under its own count, and is
-    /// not woken again until the count moves past 6 (no spinning while
-    /// `since` holds the older count).
+    /// bridge's next look); B registers under its 6 and is not woken
+    /// (until the second review B was woken too and had to register
+    /// again), and not until the count moves past 6.
     #[test]
     fn a_newer_count_fires_the_older_waiters_once() {
         let b = Bridge::default();
@@ -666,15 +724,110 @@ mod tests {
         b.register(ka.0, &Waker::from(wa.clone()), Some(5));
         b.register(kb.0, &Waker::from(wb.clone()), Some(6));
         assert_eq!(wa.0.load(Ordering::SeqCst), 1, "the count moved past A's 5");
-        assert_eq!(wb.0.load(Ordering::SeqCst), 1, "B: one early poll");
-        assert_eq!(b.waiters(), 0);
+        assert_eq!(
+            wb.0.load(Ordering::SeqCst),
+            0,
+            "B's 6 is current: not woken"
+        );
+        assert_eq!(b.waiters(), 1, "B waits, A was taken off");
         b.register(kb.0, &Waker::from(wb.clone()), Some(6));
         assert_eq!(
             wb.0.load(Ordering::SeqCst),
-            1,
+            0,
             "B waits under its own count"
         );
         assert_eq!(b.waiters(), 1);
+        assert!(!b.shared.moved(6) && b.shared.moved(7));
+    }
+
+    /// The counts are compared with wrapping arithmetic: 0 read after
+    /// `u32::MAX` is the newer one.
+    #[test]
+    fn a_count_past_the_wrap_is_newer() {
+        let b = Bridge::default();
+        let (ka, kb) = (b.key(), b.key());
+        let wa = Arc::new(Count(AtomicUsize::new(0), false));
+        let wb = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(ka.0, &Waker::from(wa.clone()), Some(u32::MAX));
+        b.register(kb.0, &Waker::from(wb.clone()), Some(0));
+        assert_eq!(wa.0.load(Ordering::SeqCst), 1, "MAX is behind 0");
+        assert_eq!(wb.0.load(Ordering::SeqCst), 0);
+        assert_eq!(b.shared.since.load(Ordering::SeqCst), SEEN);
+    }
+
+    /// A count move noticed by `register` reaches the eventfd user: fd
+    /// armed, A registers with 5, an unseen ring moves the count to 6, B
+    /// registers with 6. The eventfd must be readable (before the second
+    /// review `register` woke A and B and cleared `since`, B registered
+    /// 6 again, the bridge saw no move and never wrote the fd).
+    #[test]
+    #[cfg_attr(miri, ignore = "eventfd is a system call Miri does not run")]
+    fn a_count_move_seen_in_register_reaches_the_fd() {
+        let b = Bridge::default();
+        let fd = b.fd().unwrap().as_raw_fd();
+        {
+            let mut a = b.shared.state.lock().unwrap();
+            a.fd = true;
+            b.shared.armed.store(true, Ordering::SeqCst);
+        }
+        let (ka, kb) = (b.key(), b.key());
+        let wa = Arc::new(Count(AtomicUsize::new(0), false));
+        let wb = Arc::new(Count(AtomicUsize::new(0), false));
+        b.register(ka.0, &Waker::from(wa.clone()), Some(5));
+        b.register(kb.0, &Waker::from(wb.clone()), Some(6));
+        // re-registering under the new count (as before the fix) changes
+        // nothing
+        b.register(kb.0, &Waker::from(wb.clone()), Some(6));
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into `v`, a u64 on our stack, from the
+        // bridge's own non-blocking eventfd (EAGAIN if not readable).
+        let n = unsafe { libc::read(fd, (&raw mut v).cast(), 8) };
+        assert_eq!(n, 8, "the fd user was not told of the count move");
+        assert!(v >= 1);
+        assert!(!b.shared.state.lock().unwrap().fd, "the fd was disarmed");
+        assert_eq!(wa.0.load(Ordering::SeqCst), 1);
+    }
+
+    /// Cost: 64 waiters, 32 that read 6 and 32 that read 5 (before the
+    /// count moved), registering interleaved; a woken waiter polls again
+    /// and registers with the count it then reads (6) before the next
+    /// one registers. One count move must cost a bounded number of wakes
+    /// (here at most one per waiter plus one per older read): before the
+    /// second review each 5 woke every registered waiter, 1056 wakes.
+    #[test]
+    fn interleaved_counts_do_not_storm() {
+        let b = Bridge::default();
+        let waiters: Vec<_> = (0..64)
+            .map(|_| (b.key(), Arc::new(Count(AtomicUsize::new(0), false))))
+            .collect();
+        // wakes each waiter has answered by registering again
+        let mut seen = [0usize; 64];
+        for (i, (k, c)) in waiters.iter().enumerate() {
+            let first = if i % 2 == 0 { 6 } else { 5 };
+            b.register(k.0, &Waker::from(c.clone()), Some(first));
+            // the woken poll again (nothing found) and register with 6;
+            // bounded: at most 64 rounds of at most 64 registrations
+            for _ in 0..64 {
+                let mut again = false;
+                for (j, (k, c)) in waiters.iter().enumerate() {
+                    let n = c.0.load(Ordering::SeqCst);
+                    if n != seen[j] {
+                        seen[j] = n;
+                        again = true;
+                        b.register(k.0, &Waker::from(c.clone()), Some(6));
+                    }
+                }
+                if !again {
+                    break;
+                }
+            }
+        }
+        let wakes: usize = waiters
+            .iter()
+            .map(|(_, c)| c.0.load(Ordering::SeqCst))
+            .sum();
+        assert!(wakes <= 64 + 32, "{wakes} wakes for one count move");
+        assert_eq!(b.waiters(), 64, "all wait under the count 6");
         assert!(!b.shared.moved(6) && b.shared.moved(7));
     }
 
@@ -763,12 +916,18 @@ mod loom_model {
     /// either order, while a third party fires for an earlier waiter C
     /// (registered with 5) if `fire_c`. In every interleaving B is woken,
     /// or B's waker is registered and `moved(6)` holds (the bridge fires
-    /// B at its next look). Before `register` fired on a different count
-    /// this failed: A first left `since` at 6 with B registered under it.
+    /// B at its next look); and every key still registered with a count
+    /// holds exactly that count in `since` (a newer count in `since`
+    /// would leave it unfired while the count stays there; an older one
+    /// is not left by `register`'s rule). Before `register` fired on a
+    /// different count this failed: A first left `since` at 6 with B
+    /// registered under it.
     fn counts_out_of_order(fire_c: bool) {
         loom::model(move || {
             let b = Arc::new(Bridge::default());
             let (ka, kb, kc) = (b.key(), b.key(), b.key());
+            // each key's registered count
+            let counts = [(ka.0, 6u32), (kb.0, 5), (kc.0, 5)];
             let nop = Waker::from(Arc::new(Nop));
             if fire_c {
                 b.register(kc.0, &nop, Some(5));
@@ -787,14 +946,18 @@ mod loom_model {
             if let Some(c) = c {
                 c.join().unwrap();
             }
-            let b_waits = b
-                .shared
-                .state
-                .lock()
-                .unwrap()
-                .wakers
-                .iter()
-                .any(|(k, _)| *k == kb.0);
+            let a_ = b.shared.state.lock().unwrap();
+            let b_waits = a_.wakers.iter().any(|(k, _)| *k == kb.0);
+            let since = b.shared.since.load(Ordering::SeqCst);
+            for (k, _) in &a_.wakers {
+                let (_, c) = counts.iter().find(|(key, _)| key == k).unwrap();
+                assert_eq!(
+                    since,
+                    SEEN | u64::from(*c),
+                    "a waiter registered with {c} is not covered by since {since:#x}"
+                );
+            }
+            drop(a_);
             let woken = wb.0.load(Ordering::SeqCst) > 0;
             assert!(
                 woken || (b_waits && b.shared.moved(6)),

@@ -1465,10 +1465,14 @@ impl Endpoint {
     /// look: woken once the count differs from `seq` (no later than the
     /// bridge's first look after that), even by a ring that came before
     /// the bridge slept (a peer's write straight into this rank's segment
-    /// leaves nothing else to see). It may be woken early, once, when
-    /// another waiter registered with a different count (the count moved
-    /// since the older read: every waiter is woken at once, this one
-    /// included, and polls again). A look at the word again after this
+    /// leaves nothing else to see). When another waiter registered with
+    /// a different count, the count moved since the older of the two
+    /// reads, and the waiters of the older one are woken at once: this
+    /// one (not registered) if `seq` is the older, else the registered
+    /// ones (and the `doorbell_fd` is made readable), this one staying
+    /// registered under `seq`. Other tasks' wakers may so run on this
+    /// thread inside this call; a waker that polls inline must not
+    /// recurse without bound. A look at the word again after this
     /// call (as the signal futures do) finds a write that came after the
     /// first look at once rather than at the bridge's next look.
     #[doc(hidden)]
