@@ -367,9 +367,21 @@ fn check_peer(f: &ShmFile, peer: usize, l: &Layout, max_medium: usize) -> Result
     // SAFETY: the file holds at least a header; the peer completed it before
     // it joined the bootstrap (ready is checked below).
     let h = unsafe { &*(f.as_ptr() as *const FileHeader) };
-    if h.ready.load(Ordering::Acquire) != 1 || h.magic != MAGIC || h.version != VERSION {
+    if h.ready.load(Ordering::Acquire) != 1 {
         return Err(Error::protocol(format!(
-            "shared-memory file of rank {peer} is not a splitrt v{VERSION} file"
+            "shared-memory file of rank {peer} is not ready (its header is incomplete)"
+        )));
+    }
+    if h.magic != MAGIC {
+        return Err(Error::protocol(format!(
+            "shared-memory file of rank {peer} is not a splitrt file (wrong magic number)"
+        )));
+    }
+    if h.version != VERSION {
+        return Err(Error::protocol(format!(
+            "rank {peer} uses shared-memory layout v{}, this rank v{VERSION}: every rank \
+             of a host must run the same splitrt build",
+            h.version
         )));
     }
     let mine = (
@@ -754,7 +766,10 @@ impl ShmFabric {
 
     /// Whether the producer whose send was refused last
     /// ([`room_wanted`](Self::room_wanted)) has room now (then forgotten:
-    /// its sender is about to try again).
+    /// its sender is about to try again). One hint per rank: with
+    /// `SPLITRT_THREADS=any` another thread's look (or a second refusal)
+    /// can take it before the refused thread's own last look, which then
+    /// sleeps until its doorbell or the 2 ms limit, as before the hint.
     fn room_came(&self) -> bool {
         let w = self.room_wanted.load(Ordering::Relaxed);
         let Some(tx) = w.checked_sub(1).and_then(|i| self.tx.get(i)) else {
@@ -762,7 +777,10 @@ impl ShmFabric {
         };
         let room = self.owner.try_lock(tx).is_some_and(|tx| tx.p.room_now());
         if room {
-            self.room_wanted.store(0, Ordering::Relaxed);
+            // only the hint looked at: another refusal stored since stays
+            let _ = self
+                .room_wanted
+                .compare_exchange(w, 0, Ordering::Relaxed, Ordering::Relaxed);
         }
         room
     }
@@ -957,7 +975,8 @@ impl ShmFabric {
         while sent < len {
             let mut waits = 0;
             while !p.has_room() {
-                self.want_room(peer * 2 + ch as usize);
+                // (no `want_room` here: this thread holds the producer,
+                // so a look's `room_came` could never ask it)
                 stall(waits).map_err(|e| e.at_rank(self.global))?;
                 waits = waits.saturating_add(1);
             }

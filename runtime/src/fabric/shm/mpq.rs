@@ -447,17 +447,27 @@ impl QProducer {
         if self.held {
             return true;
         }
-        if self.mine.len() >= self.quota
-            && !passed(
-                self.q.ctrl(TAIL_OFF).load(order::SEE_TAIL),
-                self.mine.slot(self.mine.first),
-            )
-        {
-            return false;
+        if self.mine.len() >= self.quota {
+            // a credit only if the tail passed the oldest ticket held and
+            // its cell confirms the release (as `reclaim` requires: a
+            // forged tail must not make a sleeper spin)
+            let first = self.mine.slot(self.mine.first);
+            if !passed(self.q.ctrl(TAIL_OFF).load(order::SEE_TAIL), first)
+                || !released(&self.q, first)
+            {
+                return false;
+            }
         }
-        let t = self.q.ctrl(HEAD_OFF).load(Ordering::Relaxed);
-        let s = self.q.word(t).load(order::SEE_FREE);
-        s.wrapping_sub(lap(&self.q, t)) as i64 >= 0
+        let head = self.q.ctrl(HEAD_OFF);
+        let t = head.load(Ordering::Relaxed);
+        let d = self
+            .q
+            .word(t)
+            .load(order::SEE_FREE)
+            .wrapping_sub(lap(&self.q, t)) as i64;
+        // free, or claimed since by another sender (then `head` moved:
+        // a forged state word alone does not count)
+        d == 0 || (d > 0 && head.load(Ordering::Relaxed) != t)
     }
 
     /// The claimed ticket (a sequence number of the queue), if any.
@@ -879,6 +889,38 @@ mod tests {
             "a forged tail lifted the quota: {took} of {len} cells"
         );
         assert!(b.has_room(), "the other sender was starved");
+    }
+
+    /// Review of the lost-doorbell fix: a sleeper's last look
+    /// (`room_now`) is not fooled by forged words where `has_room` is not
+    /// (before: a tail forged past the quota, or a state word forged ahead
+    /// of `head`, made `room_now` true while every claim was refused, so
+    /// a refused sender's waits never slept: a spin a broken rank could
+    /// cause).
+    #[test]
+    fn shmqfix_room_now_is_not_fooled_by_forged_words() {
+        let len = 8usize;
+        let mut m = mem(256, len);
+        // SAFETY: `m` outlives the queue, 8-aligned, 256 B cells.
+        let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) };
+        let (mut a, mut b) = (QProducer::new(q, 0), QProducer::new(q, 1));
+        // a forged tail far ahead: `a` still stops at its quota
+        while a.has_room() {
+            q.ctrl(TAIL_OFF).store(1 << 40, Ordering::Relaxed);
+            a.push_short(1, &[0]);
+        }
+        q.ctrl(TAIL_OFF).store(1 << 40, Ordering::Relaxed);
+        assert!(!a.has_room());
+        assert!(!a.room_now(), "a forged tail made room_now lift the quota");
+        // a forged state word ahead of `head` (as if another sender had
+        // claimed it, but `head` did not move): no claim, no room
+        let t = q.ctrl(HEAD_OFF).load(Ordering::Relaxed);
+        q.word(t).store(lap(&q, t) + 1, Ordering::Relaxed);
+        let room = b.has_room();
+        assert!(!room || b.claimed().is_some());
+        if !room {
+            assert!(!b.room_now(), "a forged state word made room_now true");
+        }
     }
 
     /// Garbage in every shared word (head, want, state words, cells) never

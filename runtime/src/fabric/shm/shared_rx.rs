@@ -389,4 +389,43 @@ mod tests {
             let _ = std::fs::remove_file(crate::segment::ShmFile::path_for(&job, r));
         }
     }
+
+    /// Review of the `want` move (layout v5 -> v6): a rank running
+    /// another build's layout is refused with both versions and the rank
+    /// named (before: "not a splitrt v6 file", the words of a file not
+    /// ready or of a wrong magic number too).
+    #[test]
+    #[cfg_attr(miri, ignore = "shared-memory files")]
+    fn shmq_a_peer_of_another_layout_version_is_named() {
+        let job = format!("unitqver{}", std::process::id());
+        let cfg = Config {
+            segment_size: 1 << 20,
+            shm_shared_queue: true,
+            ..Config::default()
+        };
+        let a = PendingShm::create(&job, 0, &[0, 1], 2, &cfg.shm()).unwrap();
+        let b = PendingShm::create(&job, 1, &[0, 1], 2, &cfg.shm()).unwrap();
+        // rank 1's header says layout v5 (the version word follows the
+        // 8-byte magic number)
+        {
+            use std::io::{Seek, SeekFrom, Write};
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(crate::segment::ShmFile::path_for(&job, 1))
+                .unwrap();
+            f.seek(SeekFrom::Start(8)).unwrap();
+            f.write_all(&5u32.to_le_bytes()).unwrap();
+        }
+        let e = a.connect().err().expect("a v5 peer connected");
+        let e = e.to_string();
+        assert!(
+            e.contains("rank 1 uses shared-memory layout v5")
+                && e.contains(&format!("this rank v{}", super::super::layout::VERSION)),
+            "{e}"
+        );
+        drop(b);
+        for r in 0..2 {
+            let _ = std::fs::remove_file(crate::segment::ShmFile::path_for(&job, r));
+        }
+    }
 }
