@@ -73,6 +73,40 @@ impl Pgas {
     }
 }
 
+impl Drop for Team {
+    /// The last handle of a split team marks the team dropped in this
+    /// rank's blocks of it at once (`TeamCounters::drop_areas`), so its
+    /// host-mates may free theirs even if this rank sets up no other team.
+    /// The world team's description is also held by the context, so no
+    /// handle of it is ever the last: its areas keep the other path
+    /// (marked at the next set-up; its host-group area is dropped with the
+    /// context, after the endpoint, and marks nothing).
+    fn drop(&mut self) {
+        if self.inner.id == WORLD_ID {
+            return;
+        }
+        // `get_mut` succeeds only for the one handle (no other Arc, no
+        // Weak) of the description and of its counters: no other thread
+        // can reach them, so nothing reads the area being retired here
+        let Some(c) = Arc::get_mut(&mut self.inner).and_then(|t| Arc::get_mut(&mut t.counters))
+        else {
+            return;
+        };
+        // Mapped: `reclaim` stores into this rank's blocks and loads from
+        // host-mates' through the retired areas' `SegmentRef`s, all taken
+        // from `self.pg`'s endpoint (`Inner::direct`). `self.pg` holds an
+        // `Arc` of the context, which owns the endpoint, which owns the
+        // fabric holding the mappings (`Endpoint::finish` unmaps nothing;
+        // the fabric goes with the endpoint's last handle), and `self.pg`
+        // is dropped only after this body returns: every segment is mapped
+        // throughout.
+        let i = &self.pg.inner;
+        c.drop_areas(&i.team_areas, |off| {
+            let _ = i.heap.lock().free_local(off);
+        });
+    }
+}
+
 /// The name of reduction operator code `c` (see [`op_code`]).
 pub(crate) fn op_name(c: u64) -> String {
     match c {

@@ -84,9 +84,11 @@ pub(crate) struct RetiredArea {
     /// tag): not read again, as their blocks may be freed and reused.
     pub gone: Vec<bool>,
     /// Whether this member's `done` says [`DROPPED`] yet: stored at the
-    /// first look (`reclaimable`, from a team set-up, while the segments
-    /// are mapped), not in `Drop`, which may run at the job's end after
-    /// the endpoint unmapped them (the world team's host-group area).
+    /// first look (`reclaimable`, from [`Retired::reclaim`]: a team
+    /// set-up, or the drop of a split team's last handle, both while the
+    /// segments are mapped), not in `Drop for TeamArea`, which may run at
+    /// the job's end after the endpoint unmapped them (the world team's
+    /// host-group area, or an area a dropped request's schedule held).
     pub marked: bool,
 }
 
@@ -109,6 +111,28 @@ pub(crate) struct Retired {
     pub held: std::sync::atomic::AtomicUsize,
     /// Retired blocks not yet freed.
     pub list: Mutex<Vec<RetiredArea>>,
+}
+
+impl Retired {
+    /// Mark every retired block's team dropped by this member (the first
+    /// look at each: [`RetiredArea::reclaimable`]) and give each block
+    /// whose members all dropped the team to `free` (its offset), untagged
+    /// and no longer counted. Call only while every segment of the
+    /// retired areas is mapped: from a team set-up, or when a split
+    /// team's last handle goes (`Drop for Team`), whose context owns the
+    /// mapping.
+    pub(crate) fn reclaim(&self, mut free: impl FnMut(u64)) {
+        let mut list = self.list.lock();
+        list.retain_mut(|r| {
+            if !r.reclaimable() {
+                return true;
+            }
+            r.area.untag();
+            free(r.off);
+            self.held.fetch_sub(1, Ordering::Relaxed);
+            false
+        });
+    }
 }
 
 // SAFETY: the segment references point into mappings the endpoint keeps
@@ -374,7 +398,9 @@ impl Drop for TeamArea {
             };
             // every read of this member through this area is over (the
             // last Arc of it is going): `DROPPED` is stored at the next
-            // look, here nothing is touched (see `RetiredArea::marked`)
+            // look (`Retired::reclaim`: right after this drop when a split
+            // team's last handle goes, else at the next team set-up),
+            // here nothing is touched (see `RetiredArea::marked`)
             let gone = vec![false; area.size()];
             retired.list.lock().push(RetiredArea {
                 area,

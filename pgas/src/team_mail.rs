@@ -205,6 +205,28 @@ pub(crate) struct TeamCounters {
     pub off_host: AtomicU64,
 }
 
+impl TeamCounters {
+    /// The team's last handle here is going: drop its area and host
+    /// groups now and mark them dropped in this member's blocks
+    /// ([`Retired::reclaim`](crate::team_area::Retired::reclaim), which
+    /// also gives `free` every retired block all members dropped), so
+    /// host-mates can free theirs without this member setting up another
+    /// team. An area still held elsewhere (a dropped request's schedule)
+    /// is retired when that goes and marked at a later look. Call only
+    /// while the segments are mapped (`Drop for Team`).
+    pub(crate) fn drop_areas(&mut self, reg: &crate::team_area::Retired, free: impl FnMut(u64)) {
+        let shm = self.shm.take().flatten();
+        let hier = self.hier.take().flatten();
+        if shm.is_none() && hier.is_none() {
+            return;
+        }
+        // the team's own Arcs: the last ones retire the blocks (Drop for
+        // TeamArea), which the look below marks
+        drop((shm, hier));
+        reg.reclaim(free);
+    }
+}
+
 /// A rank's buffered team messages (see the module docs).
 pub(crate) struct Mailbox {
     entries: Mutex<Inbox>,
@@ -973,5 +995,85 @@ mod tests {
         m.sweep();
         assert_eq!(*log.lock(), [0, 1, 2, 2, 0]);
         assert_eq!(m.background_len(), 0);
+    }
+
+    /// Words of one small team-area block (256 B of control words, two
+    /// halves of 64 B), 64-byte aligned.
+    #[repr(C, align(64))]
+    struct Block([AtomicU64; 48]);
+
+    /// Review of the drop marks (h12-teamdrop): two ranks A and B of one
+    /// split team on a host, each with its own registry. A member marked
+    /// a dropped team's block only at its next team set-up, so B, which
+    /// drops the team and sets up no other, never marked it and A's block
+    /// stayed retired for the whole job. Now the last handle's drop
+    /// (`TeamCounters::drop_areas`, from `Drop for Team`) marks it: A's
+    /// block is freed by A's next look, with nothing more from B. An area
+    /// still held elsewhere is not retired by that drop.
+    #[test]
+    fn teamdrop_the_last_handles_drop_marks_the_block() {
+        use crate::team_area::{Retired, TeamArea, DROPPED};
+        use splitrt_runtime::fabric::SegmentRef;
+        let blocks: Vec<Block> = (0..2)
+            .map(|_| Block(std::array::from_fn(|_| AtomicU64::new(0))))
+            .collect();
+        let segs: Vec<SegmentRef> = blocks
+            .iter()
+            // SAFETY: `blocks` outlives both areas and both registries'
+            // retired copies of them (all dropped before it, at the end
+            // of the test), and the areas touch only its control words,
+            // atomically (no step writes or reads a data half here).
+            .map(|b| unsafe { SegmentRef::new(b.0.as_ptr() as *mut u8, 48 * 8) })
+            .collect();
+        let regs: [Arc<Retired>; 2] = std::array::from_fn(|_| Arc::new(Retired::default()));
+        let mut counters: [TeamCounters; 2] = std::array::from_fn(|_| TeamCounters::default());
+        for (me, c) in counters.iter_mut().enumerate() {
+            regs[me].held.store(1, Ordering::Relaxed);
+            let own = Some((0, regs[me].clone()));
+            let a = TeamArea::new(segs.clone(), vec![0, 0], me, 64, 7, own).unwrap();
+            a.reset_own();
+            c.shm.set(Some(Arc::new(a))).unwrap();
+        }
+        let mut freed: [Vec<u64>; 2] = Default::default();
+        let done = |j: usize| blocks[j].0[1].load(Ordering::Relaxed);
+        // A drops the team: its block is marked, not freed (B holds it)
+        let [ca, cb] = &mut counters;
+        ca.drop_areas(&regs[0], |off| freed[0].push(off));
+        assert_eq!(done(0), DROPPED);
+        assert!(freed[0].is_empty());
+        assert_eq!(regs[0].list.lock().len(), 1);
+        // B drops the team and sets nothing else up: its block is marked
+        // (and freed, as A dropped it too)
+        cb.drop_areas(&regs[1], |off| freed[1].push(off));
+        assert_eq!(done(1), DROPPED, "B's drop did not mark its block");
+        assert_eq!(freed[1], [0]);
+        // only A's registry looks again: its block is freed
+        regs[0].reclaim(|off| freed[0].push(off));
+        assert_eq!(
+            freed[0],
+            [0],
+            "A's block was not freed after B dropped the team"
+        );
+        assert_eq!(regs[0].held.load(Ordering::Relaxed), 0);
+        assert!(regs[0].list.lock().is_empty());
+
+        // an area a schedule still holds is retired only when that goes,
+        // unmarked (its drop touches no segment: marked at a later look)
+        for w in blocks.iter().flat_map(|b| &b.0) {
+            w.store(0, Ordering::Relaxed);
+        }
+        let reg = Arc::new(Retired::default());
+        reg.held.store(1, Ordering::Relaxed);
+        let a = TeamArea::new(segs.clone(), vec![0, 0], 0, 64, 9, Some((0, reg.clone()))).unwrap();
+        a.reset_own();
+        let held = Arc::new(a);
+        let mut c = TeamCounters::default();
+        c.shm.set(Some(held.clone())).unwrap();
+        c.drop_areas(&reg, |_| unreachable!("nothing is retired"));
+        assert!(reg.list.lock().is_empty());
+        assert_eq!(done(0), 0);
+        drop(held);
+        assert_eq!(reg.list.lock().len(), 1);
+        assert_eq!(done(0), 0);
     }
 }

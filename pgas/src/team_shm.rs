@@ -14,7 +14,9 @@
 //! the members exchange the offsets (one allgather by messages); if any
 //! member cannot (no room, or `MAX_AREAS` blocks held), every member
 //! keeps the messages. A dropped team's block is freed once every member
-//! finished its last step.
+//! marked the team dropped in its block (`team_area.rs`): a member marks
+//! it when the team's last handle there is dropped, or else (the area
+//! still held by a dropped request's schedule) at its next team set-up.
 //!
 //! Every step publishes what its member called (collective number,
 //! collective, op, root, length, element size): a member whose header
@@ -289,18 +291,12 @@ pub(crate) fn free_block(t: &Team, off: u64) {
     i.team_areas.held.fetch_sub(1, Ordering::Relaxed);
 }
 
-/// Free the retired blocks whose teams' members all dropped them.
+/// Free the retired blocks whose teams' members all dropped them (see
+/// [`Retired::reclaim`](crate::team_area::Retired::reclaim)).
 fn reclaim(t: &Team, reg: &crate::team_area::Retired) {
     let i = &t.pgas().inner;
-    let mut list = reg.list.lock();
-    list.retain_mut(|r| {
-        if !r.reclaimable() {
-            return true;
-        }
-        r.area.untag();
-        let _ = i.heap.lock().free_local(r.off);
-        reg.held.fetch_sub(1, Ordering::Relaxed);
-        false
+    reg.reclaim(|off| {
+        let _ = i.heap.lock().free_local(off);
     });
 }
 
