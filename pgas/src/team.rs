@@ -78,9 +78,11 @@ impl Drop for Team {
     /// rank's blocks of it at once (`TeamCounters::drop_areas`), so its
     /// host-mates may free theirs even if this rank sets up no other team.
     /// The world team's description is also held by the context, so no
-    /// handle of it is ever the last: its areas keep the other path
-    /// (marked at the next set-up; its host-group area is dropped with the
-    /// context, after the endpoint, and marks nothing).
+    /// handle of it is ever the last: its areas are held until the job's
+    /// end (its host-group area is dropped with the context, after the
+    /// endpoint, and marks nothing). Two threads dropping a split team's
+    /// last two handles at once both see the other's: then the areas are
+    /// marked at this rank's next team set-up.
     fn drop(&mut self) {
         if self.inner.id == WORLD_ID {
             return;
