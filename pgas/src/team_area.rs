@@ -274,8 +274,11 @@ impl TeamArea {
         crate::full_fence::full_fence();
         for s in &self.segs {
             if self.counted {
-                // SAFETY: the segments come from the endpoint's fabric,
-                // which outlives this area (see the Send impl).
+                // SAFETY: the segments come from the endpoint's fabric;
+                // `publish` runs inside a collective on a live team, whose
+                // handle holds the context and so the endpoint and its
+                // mappings (the world host-group area outlives the
+                // endpoint, but publishes nothing after it).
                 unsafe { s.wake_owner_counted() };
             } else {
                 // SAFETY: as above.
