@@ -462,9 +462,9 @@ fn ccundo_both_streams_stalled_with_nothing_lost_undo_the_reduction() {
     );
 }
 
-/// Both streams time out in one stall; the request stream's (whose timer
-/// runs first) lost its tail in the socket, the reply stream's flight
-/// arrived whole: the reply stream's clean flight must not undo the
+/// Both streams time out in one stall; the request stream lost its tail
+/// in the socket, the reply stream's flight arrived whole (the mirror of
+/// `ccfix3_…`): the reply stream's clean flight must not undo the
 /// reduction.
 #[test]
 #[cfg_attr(
