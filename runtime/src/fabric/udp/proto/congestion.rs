@@ -34,22 +34,27 @@
 //!   of up to a quarter of the window allowed at once; the protocol tells
 //!   the driver the earliest time the next datagram may leave.
 //!
-//! * A retransmission timeout that the first acknowledgement after it
-//!   shows to be spurious (it echoes a transmission from before the
-//!   timeout, and the peer's hold time places that transmission's arrival
-//!   before the timeout fired) is undone: `cwnd` and `ssthresh` go back to
-//!   their values before it (Eifel, RFC 3522 / RFC 4015), unless that
-//!   acknowledgement shows a hole below a selectively acknowledged
-//!   datagram (a loss). The undo restores only the window: the datagrams
-//!   the timeout marked stay marked and are resent, as the acknowledgement
-//!   proves only the arrival of what it acknowledges.
+//! * Retransmission timeouts that the acknowledgements after them show to
+//!   be spurious are undone (Eifel, RFC 3522 / RFC 4015): `cwnd` and
+//!   `ssthresh` go back to their values before the first timeout of the
+//!   episode. Each stream that timed out in the episode (request, reply:
+//!   a record of fixed size per stream) is judged on its own flight, and
+//!   the window comes back only when every one of them is judged
+//!   spurious; a loss in any keeps the reduction. A stream's flight is
+//!   spurious when its first acknowledgement with an unsaturated hold
+//!   echoes a transmission from before the timeout whose arrival the
+//!   peer's hold places before the timeout fired (the delay was a
+//!   host's, not a network queue's), and the first acknowledgement that
+//!   covers the whole flight the timeout took for lost still echoes a
+//!   transmission from before it (no retransmission filled a hole in it:
+//!   nothing was lost), with no hole below a selectively acknowledged
+//!   datagram on the way. The undo restores only the window: the
+//!   datagrams the timeout marked stay marked and are resent, as an
+//!   acknowledgement proves only the arrival of what it acknowledges.
 //!   With a saturated hold (the peer stalled half a second or more, or
 //!   its acknowledgements were lost that long, `hold::SATURATED`) the
-//!   hold cannot place the arrival, and Eifel's own test decides (the
-//!   echo times a transmission from before the timeout) on the first
-//!   acknowledgement that covers the whole flight the timeout took for
-//!   lost (a lost datagram is then filled by a retransmission, whose echo
-//!   is from after the timeout); such an acknowledgement gives no RTT
+//!   hold cannot place the arrival, and Eifel's test on the covering
+//!   acknowledgement decides alone; such an acknowledgement gives no RTT
 //!   sample (`proto/mod.rs`).
 //!
 //! With the controller off (`ProtoConfig::cc == false`) every gate is open:
@@ -78,6 +83,39 @@ pub(super) enum Gate {
     Window,
     /// Paced: not before this time (ns).
     Pace(u64),
+}
+
+/// What the undo knows of one stream's flight in an episode of
+/// retransmission timeouts ([`Undo`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// The stream did not time out in the episode.
+    Quiet,
+    /// It timed out at `at` (the wire's microsecond clock) with its
+    /// flight ending before sequence number `end` (its `next_tx` then);
+    /// `timed`: an acknowledgement's hold already placed the echoed
+    /// datagram's arrival before the timeout (the delay was a host's),
+    /// what is left to learn is whether a datagram of the flight was lost
+    /// (on the acknowledgement that covers it all).
+    Pending { at: u32, end: u32, timed: bool },
+    /// Judged spurious: nothing of its flight was lost and the delay was
+    /// a host's.
+    Spurious,
+    /// A datagram of its flight was lost (or the delay was a network
+    /// queue's): the episode's reduction stands.
+    Lost,
+}
+
+/// The undo record of one episode of retransmission timeouts toward a
+/// peer (both streams; fixed size).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Undo {
+    /// `cwnd` before the episode's first timeout.
+    cwnd: u64,
+    /// `ssthresh` before it.
+    ssthresh: u64,
+    /// Per stream (request, reply).
+    streams: [Verdict; 2],
 }
 
 /// One peer's congestion state (all sizes in bytes, times in ns).
@@ -110,18 +148,12 @@ pub(super) struct Cc {
     srtt: u64,
     /// The next datagram may leave from this time on.
     pace_at: u64,
-    /// Before the last retransmission timeout: (`cwnd`, `ssthresh`, the
-    /// timeout's time on the wire's microsecond clock, its stream, the
-    /// stream's `next_tx` then: the end of the flight it took for lost),
-    /// until the first acknowledgement after it that frees data of that
-    /// stream tells whether it was spurious (with a saturated hold, the
-    /// first one that covers the whole flight: [`on_echo`](Self::on_echo)).
-    undo: Option<(u64, u64, u32, usize, u32)>,
-    /// The other stream timed out while `undo` was pending: one record
-    /// cannot speak for both flights, so it was dropped, and no new one
-    /// is taken until an acknowledgement frees data again (the end of
-    /// the stall): the reduction stands.
-    undo_void: bool,
+    /// The undo record of the retransmission timeouts not yet judged
+    /// (an episode: from the first timeout until every stream that timed
+    /// out in it is judged): the window before the first, and per stream
+    /// what is known of the flight its timeout took for lost
+    /// ([`on_echo`](Self::on_echo)).
+    undo: Option<Undo>,
 }
 
 impl Cc {
@@ -148,7 +180,6 @@ impl Cc {
             srtt: 0,
             pace_at: 0,
             undo: None,
-            undo_void: false,
         }
     }
 
@@ -294,23 +325,31 @@ impl Cc {
 
     /// A retransmission timeout of `stream` fired at `now` (`now_us` on
     /// the wire's clock) with the stream's flight ending before sequence
-    /// number `end` (its `next_tx`).
+    /// number `end` (its `next_tx`). The first timeout of an episode
+    /// takes the undo record (the window before it); each stream that
+    /// times out in the episode is judged on its own flight
+    /// ([`on_echo`](Self::on_echo)). A later timeout of a stream whose
+    /// flight is pending keeps the first one's record (its `at` and
+    /// `end`: the retransmissions leave after it); one of a stream
+    /// already judged spurious is a new flight, judged again; one of a
+    /// stream with a loss changes nothing (the reduction stands).
     pub fn on_timeout(&mut self, now: u64, now_us: u32, stream: usize, end: u32) {
         if !self.on {
             return;
         }
-        match self.undo {
-            None if !self.undo_void => {
-                self.undo = Some((self.cwnd, self.ssthresh, now_us, stream, end));
+        let u = self.undo.get_or_insert(Undo {
+            cwnd: self.cwnd,
+            ssthresh: self.ssthresh,
+            streams: [Verdict::Quiet; 2],
+        });
+        if let Some(v) = u.streams.get_mut(stream) {
+            if matches!(v, Verdict::Quiet | Verdict::Spurious) {
+                *v = Verdict::Pending {
+                    at: now_us,
+                    end,
+                    timed: false,
+                };
             }
-            Some(u) if u.3 != stream => {
-                // both streams' flights timed out in one stall: the
-                // record covers only the first, and the other's tail may
-                // be lost while the first's acknowledgement looks clean
-                self.undo = None;
-                self.undo_void = true;
-            }
-            _ => {}
         }
         if self.cwnd > self.mss {
             self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
@@ -323,78 +362,122 @@ impl Cc {
 }
 
 impl Cc {
-    /// An acknowledgement that freed data of `stream`, echoes the `ts` `echo` (the
-    /// wire's microsecond clock), reached this rank at `arrived` (same
-    /// clock) and reports the peer's hold `hold` (ns, decoded, however
-    /// short): the first one after a retransmission timeout of that stream decides
-    /// (with a saturated hold, the first that covers the flight: below)
-    /// whether the timeout was spurious (Eifel detection, RFC 3522, with
-    /// the echoed timestamp, and the peer's hold to place the arrival,
-    /// `hold::reached_before`). If it times a transmission from before the
-    /// timeout that reached the peer before the timeout fired, the
-    /// datagram it echoes had arrived in time (a receiver descheduled, or
-    /// busy, for longer than the timeout; or this rank itself, which ran
-    /// its timers late): the window and `ssthresh` go back to what they
-    /// were (Eifel's response, RFC 4015) and this returns `true`. It
-    /// proves nothing of the flight's other unacknowledged datagrams: the
-    /// caller leaves the timeout's marks on them (they are resent), and
-    /// when the acknowledgement shows a hole below a datagram it
-    /// selectively acknowledges (a loss) it calls [`on_hole`](Self::on_hole)
-    /// first, so the reduction stands. A datagram that reached the peer
-    /// only after the timeout (a network queue held it that long:
-    /// congestion) or an acknowledgement of a retransmission leaves the
-    /// timeout's reduction standing too.
+    /// An acknowledgement that freed data of `stream`, echoes the `ts`
+    /// `echo` (the wire's microsecond clock), reached this rank at
+    /// `arrived` (same clock), reports the peer's hold `hold` (ns,
+    /// decoded, however short) and leaves the stream's cumulative point
+    /// at `una`: it judges the flight a retransmission timeout of that
+    /// stream took for lost, if one is pending (Eifel detection, RFC 3522,
+    /// with the echoed timestamp, and the peer's hold to place the
+    /// arrival, `hold::reached_before`). When every stream that timed out
+    /// in the episode is judged spurious, the window and `ssthresh` go
+    /// back to what they were before its first timeout (Eifel's response,
+    /// RFC 4015) and this returns `true`; a loss in any of them ends the
+    /// episode with the reduction standing.
     ///
-    /// A saturated hold (`hold::SATURATED`: the peer did not read its
-    /// socket for half a second or more, or its acknowledgements were
-    /// lost that long) cannot place the arrival, and an acknowledgement
-    /// of the flight's start proves nothing of its tail: a stalled peer
-    /// whose socket overflowed dropped the tail and every retransmission
-    /// and acknowledges what it kept with no selective acknowledgement
-    /// above the hole. So with a saturated hold the decision waits (the
-    /// undo stays pending) for the first acknowledgement whose cumulative
-    /// point `una` (the stream's, after this acknowledgement) covers the
-    /// whole flight the timeout took for lost; if a datagram of it was
-    /// lost, the datagram that fills the hole is a retransmission, sent
-    /// at or after the timeout, so that acknowledgement's echo is from
-    /// then and the reduction stands (Eifel's test, RFC 3522). If the
-    /// other stream also timed out while the record was pending, the
-    /// record is dropped and the reduction stands (one record cannot
-    /// speak for both flights).
+    /// A flight is judged in two steps. (1) When: the first
+    /// acknowledgement with a hold under `hold::SATURATED` must time a
+    /// transmission from before the timeout that reached the peer before
+    /// the timeout fired (a receiver descheduled, or busy, for longer
+    /// than the timeout; or this rank itself, which ran its timers late);
+    /// a datagram that reached the peer only after the timeout (a network
+    /// queue held it that long: congestion) or an acknowledgement of a
+    /// retransmission is a loss. A saturated hold (the peer did not read
+    /// its socket for half a second or more, or its acknowledgements were
+    /// lost that long) cannot place the arrival and decides nothing here.
+    /// (2) Whether anything was lost: an acknowledgement of the flight's
+    /// start proves nothing of its tail (a peer whose socket overflowed
+    /// while it stalled, however briefly, dropped the tail and every
+    /// retransmission and acknowledges what it kept with no selective
+    /// acknowledgement above the hole). So the verdict waits for the first
+    /// acknowledgement whose cumulative point `una` covers the whole
+    /// flight; if a datagram of it was lost, the datagram that filled the
+    /// hole is a retransmission, sent at or after the timeout, and that
+    /// acknowledgement echoes it (Eifel's test: a loss). A hole below a
+    /// selectively acknowledged datagram on the way decides at once
+    /// ([`on_hole`](Self::on_hole)). The caller leaves the timeout's marks
+    /// on the flight's unacknowledged datagrams (they are resent): the
+    /// verdict restores only the window.
     pub fn on_echo(&mut self, stream: usize, echo: u32, arrived: u32, hold: u64, una: u32) -> bool {
-        let Some((cwnd, ssthresh, at, st, end)) = self.undo else {
-            // data is acknowledged again: a later timeout may be judged
-            self.undo_void = false;
+        let Some(u) = self.undo.as_mut() else {
             return false;
         };
-        if st != stream {
-            // another stream's acknowledgement says nothing of what the
-            // timeout took for lost
+        let Some(v) = u.streams.get_mut(stream) else {
             return false;
+        };
+        let Verdict::Pending { at, end, timed } = *v else {
+            // another stream's acknowledgement, or one judged already:
+            // it says nothing of what a timeout took for lost
+            return false;
+        };
+        let saturated = hold >= hold::SATURATED;
+        let mut timed = timed;
+        if !timed && !saturated {
+            if echo == 0 || !hold::reached_before(arrived, echo, hold, at) {
+                *v = Verdict::Lost;
+                return self.judged();
+            }
+            timed = true;
         }
-        if hold >= hold::SATURATED && (una.wrapping_sub(end) as i32) < 0 {
+        if (una.wrapping_sub(end) as i32) < 0 {
             // only the start of the flight is acknowledged: wait for the
             // rest (or a hole: on_hole)
+            *v = Verdict::Pending { at, end, timed };
+            return false;
+        }
+        // the flight is covered: the acknowledgement echoes a
+        // transmission from before the timeout (no retransmission filled
+        // a hole: Eifel's test), and its stamps agree (`hold::network_rtt`)
+        let clean = echo != 0
+            && hold::network_rtt(arrived, echo, hold).is_some()
+            && hold::sent_before(echo, at);
+        *v = if clean {
+            Verdict::Spurious
+        } else {
+            Verdict::Lost
+        };
+        self.judged()
+    }
+
+    /// An acknowledgement of `stream` after a retransmission timeout,
+    /// before the one that covers its flight, shows a hole below a
+    /// datagram it selectively acknowledges: a datagram of the flight was
+    /// lost, so the timeout was no spurious one and the episode's
+    /// reduction stands ([`on_echo`](Self::on_echo) finds nothing to undo
+    /// for this stream after this).
+    pub fn on_hole(&mut self, stream: usize) {
+        let Some(u) = self.undo.as_mut() else {
+            return;
+        };
+        if let Some(v) = u.streams.get_mut(stream) {
+            if matches!(v, Verdict::Pending { .. }) {
+                *v = Verdict::Lost;
+                self.judged();
+            }
+        }
+    }
+
+    /// After a verdict: once no stream of the episode is pending, the
+    /// episode ends (its record is cleared, so the next timeout starts a
+    /// new one), and if every stream that timed out in it was judged
+    /// spurious the window comes back (`true`).
+    fn judged(&mut self) -> bool {
+        let Some(u) = self.undo else {
+            return false;
+        };
+        if u.streams
+            .iter()
+            .any(|v| matches!(v, Verdict::Pending { .. }))
+        {
             return false;
         }
         self.undo = None;
-        if echo == 0 || !hold::reached_before(arrived, echo, hold, at) {
+        if u.streams.contains(&Verdict::Lost) {
             return false;
         }
-        self.cwnd = self.cwnd.max(cwnd);
-        self.ssthresh = self.ssthresh.max(ssthresh);
+        self.cwnd = self.cwnd.max(u.cwnd);
+        self.ssthresh = self.ssthresh.max(u.ssthresh);
         true
-    }
-
-    /// The first acknowledgement of `stream` after a retransmission timeout
-    /// shows a hole below a datagram it selectively acknowledges: a
-    /// datagram of the flight was lost, so the timeout was no spurious
-    /// one and its reduction stands ([`on_echo`](Self::on_echo) finds
-    /// nothing to undo after this).
-    pub fn on_hole(&mut self, stream: usize) {
-        if self.undo.is_some_and(|u| u.3 == stream) {
-            self.undo = None;
-        }
     }
 }
 
@@ -468,6 +551,105 @@ mod tests {
         c.on_hole(0);
         assert!(!c.on_echo(0, 2900, 600_100, sat, 20));
         assert_eq!(c.cwnd, 9000);
+    }
+
+    /// An acknowledgement that covers `stream`'s flight, echoing a
+    /// transmission at `echo`, with a saturated hold.
+    fn clean(c: &mut Cc, stream: usize, echo: u32) -> bool {
+        c.on_echo(stream, echo, 600_000, hold::SATURATED, 100)
+    }
+
+    #[test]
+    fn ccundo_both_streams_must_be_spurious() {
+        let sat = hold::SATURATED;
+        let mut c = Cc::new(true, 9000, 64 * 9000);
+        c.cwnd = 8 * 9000;
+        let before = (c.cwnd, c.ssthresh);
+        // both streams time out in one stall (each flight ends before 100)
+        c.on_timeout(30, 1000, 0, 100);
+        c.on_timeout(31, 1001, 1, 100);
+        // a back-off timeout keeps the first record (its time)
+        c.on_timeout(32, 3000, 0, 100);
+        assert_eq!((c.cwnd, c.ssthresh), (9000, 4 * 9000));
+        // the request stream's flight is clean; the reply stream's
+        // decides, first with only its start acknowledged
+        assert!(!clean(&mut c, 0, 900));
+        assert!(!c.on_echo(1, 950, 600_000, sat, 99));
+        assert_eq!(c.cwnd, 9000, "no undo before every stream is judged");
+        // (an echo from between the two timeouts of stream 0: before the
+        // record's first one, so a transmission it did not resend)
+        assert!(clean(&mut c, 1, 999));
+        assert_eq!((c.cwnd, c.ssthresh), before);
+        assert!(c.undo.is_none(), "the episode ended");
+        // the same order with the reply stream's tail lost (its covering
+        // ack echoes the retransmission): the reduction stands
+        for lost in [1, 0] {
+            c.cwnd = 8 * 9000;
+            c.on_timeout(40, 2000, 0, 100);
+            c.on_timeout(41, 2001, 1, 100);
+            let spurious = 1 - lost;
+            assert!(!clean(&mut c, spurious, 1900));
+            assert!(!clean(&mut c, lost, 2100));
+            assert!(c.undo.is_none());
+            assert_eq!(c.cwnd, 9000, "stream {lost} lost its tail");
+        }
+        // a loss judged first: the episode stays until the other stream
+        // is judged, and a later timeout joins it without a new record
+        c.cwnd = 8 * 9000;
+        c.on_timeout(50, 5000, 1, 100);
+        c.on_timeout(51, 5001, 0, 100);
+        assert!(!clean(&mut c, 1, 5100));
+        assert!(c.undo.is_some(), "the request stream is pending");
+        c.on_timeout(52, 5500, 1, 100);
+        assert!(!clean(&mut c, 0, 4900));
+        assert!(c.undo.is_none());
+        assert_eq!(c.cwnd, 9000);
+        // the next episode is judged afresh
+        c.cwnd = 8 * 9000;
+        c.on_timeout(60, 6000, 0, 100);
+        assert!(clean(&mut c, 0, 5900));
+        assert_eq!(c.cwnd, 8 * 9000);
+    }
+
+    #[test]
+    fn ccundo_a_timely_start_waits_for_the_flight() {
+        let mut c = Cc::new(true, 9000, 64 * 9000);
+        c.cwnd = 8 * 9000;
+        // a timeout at 1000 (flight ends before 10); the first ack echoes
+        // a transmission at 800 that reached the peer by 900 (arrived at
+        // 1500, held 600 us): the delay was the peer's, but only the
+        // start is acknowledged
+        c.on_timeout(30, 1000, 0, 10);
+        assert!(!c.on_echo(0, 800, 1500, 600_000, 5));
+        assert!(c.undo.is_some());
+        // the covering ack echoes the tail's retransmission: a loss
+        assert!(!c.on_echo(0, 1100, 1700, 50_000, 10));
+        assert!(c.undo.is_none());
+        assert_eq!(c.cwnd, 9000);
+        // the same with the tail's original echoed (it was in the socket
+        // behind the start): spurious
+        c.cwnd = 8 * 9000;
+        let before = (c.cwnd, c.ssthresh);
+        c.on_timeout(40, 2000, 0, 20);
+        assert!(!c.on_echo(0, 1800, 2500, 600_000, 15));
+        assert!(c.on_echo(0, 1810, 2600, 690_000, 20));
+        assert_eq!((c.cwnd, c.ssthresh), before);
+        // a first ack whose datagram reached the peer after the timeout
+        // (a network queue) decides at once: a loss, nothing pending
+        c.cwnd = 8 * 9000;
+        c.on_timeout(50, 3000, 0, 30);
+        assert!(!c.on_echo(0, 2800, 3300, 50_000, 25));
+        assert!(c.undo.is_none());
+        // a stream judged spurious that times out again while the other
+        // is pending is judged again on its new flight
+        c.cwnd = 8 * 9000;
+        c.on_timeout(60, 4000, 0, 40);
+        c.on_timeout(61, 4001, 1, 40);
+        assert!(!c.on_echo(0, 3900, 4300, 350_000, 40));
+        c.on_timeout(62, 4500, 0, 41);
+        assert!(!c.on_echo(1, 3950, 4600, 600_000, 40));
+        assert!(c.undo.is_some(), "stream 0's new flight is pending");
+        assert!(c.on_echo(0, 4400, 4900, 450_000, 41));
     }
 
     #[test]

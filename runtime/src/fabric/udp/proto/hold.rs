@@ -80,10 +80,12 @@ pub(super) fn network_rtt(arrived: u32, echo: u32, hold: u64) -> Option<u64> {
 /// peer by `arrived - hold` at the latest (the return trip only makes it
 /// earlier; the code rounds the hold down, so the bound never errs
 /// early). A retransmission timeout at `at` whose first acknowledgement
-/// (with a hold below [`SATURATED`]) shows this was spurious: the datagram that acknowledgement echoes had
-/// crossed the network in time, and the wait was the peer's (descheduled,
-/// busy) or this rank's own (it ran its timers before reading the socket);
-/// it proves nothing of the flight's other unacknowledged datagrams. One
+/// (with a hold below [`SATURATED`]) shows this waited for a host: the
+/// datagram that acknowledgement echoes had crossed the network in time,
+/// and the wait was the peer's (descheduled, busy) or this rank's own (it
+/// ran its timers before reading the socket); it proves nothing of the
+/// flight's other unacknowledged datagrams (`Cc::on_echo` then waits for
+/// the acknowledgement that covers the flight, [`sent_before`]). One
 /// whose datagram reached the peer only after it (a queue in the network
 /// held it that long) or was resent stands. `false` when the stamps
 /// disagree (`network_rtt`).
@@ -107,10 +109,20 @@ pub(super) fn reached_before(arrived: u32, echo: u32, hold: u64, at: u32) -> boo
         // times a transmission from before the timeout, not its
         // retransmission), which shows no loss only for an ack that
         // covers the whole flight: Cc::on_echo waits for that one
-        return (at.wrapping_sub(echo) as i32) > 0;
+        return sent_before(echo, at);
     }
     let latest = arrived.wrapping_sub((hold / 1000) as u32);
     (at.wrapping_sub(latest) as i32) > 0
+}
+
+/// Whether the transmission an acknowledgement echoes (`echo`, the
+/// wire's microsecond clock) left before `at` (same clock, wrapping):
+/// Eifel's test (RFC 3522). On the acknowledgement that covers the whole
+/// flight a retransmission timeout at `at` took for lost, `true` shows
+/// that no retransmission filled a hole in it: nothing of it was lost
+/// (`Cc::on_echo`).
+pub(super) fn sent_before(echo: u32, at: u32) -> bool {
+    (at.wrapping_sub(echo) as i32) > 0
 }
 
 /// The hold of the saturated code (ns, about 0.5 s): a peer that kept

@@ -206,9 +206,11 @@ pub struct Stats {
     pub cwnd_reductions: u64,
     /// Times a datagram was held back by pacing.
     pub paced: u64,
-    /// Retransmission timeouts found spurious and undone (also counted in
-    /// `timeouts`): the first acknowledgement after one showed that what
-    /// it took for lost had reached the peer before it fired.
+    /// Episodes of retransmission timeouts found spurious and undone (one
+    /// per episode, whichever streams timed out in it; the timeouts are
+    /// counted in `timeouts`): the acknowledgements after them showed that
+    /// what every one of them took for lost had reached the peer, the
+    /// first of each stream's flight before the timeout fired.
     pub spurious_timeouts: u64,
 }
 
@@ -632,12 +634,14 @@ impl Proto {
                     // a timeout whose echoed datagram reached the peer in
                     // time (the ack times a transmission from before it,
                     // and the peer's hold places its arrival before it)
-                    // was spurious: the window comes back, unless the ack
-                    // shows a hole below a datagram it selectively
-                    // acknowledges (a loss in the flight). What the
-                    // timeout marked and was not resent yet stays marked
-                    // and is resent now: the ack proves only what it
-                    // acknowledges arrived, not the rest of the flight
+                    // and whose whole flight then arrived without a
+                    // retransmission was spurious: the window comes back
+                    // once every stream that timed out is judged so,
+                    // unless an ack shows a hole below a datagram it
+                    // selectively acknowledges (a loss in the flight).
+                    // What the timeout marked and was not resent yet stays
+                    // marked and is resent now: the ack proves only what
+                    // it acknowledges arrived, not the rest of the flight
                     if p.tx[st].hole_below_sack() {
                         p.cc.on_hole(st);
                     }
