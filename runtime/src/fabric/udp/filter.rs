@@ -335,6 +335,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "63 s under Miri building two programs of thousands of peers; safe code only"
+    )]
     fn no_peers_refuses_everything_and_too_many_is_refused() {
         let prog = program(&[]).unwrap();
         let (net, data) = packet(a("127.0.0.1:1"));
