@@ -537,7 +537,7 @@ impl Pgas {
 
 /// The entry of one of this rank's signal words named by a global pointer
 /// (checked by the caller), for `Pgas::signal_wait_until`: with the
-/// generation of its array, so [`look_one`] notices a free.
+/// generation of its array, so a look ([`look_one_since`]) notices a free.
 pub(crate) fn one_entry<'a>(inner: &'a Inner, sig: GlobalPtr<u64>, value: u64) -> Entry<'a> {
     Entry {
         pos: 0,
@@ -585,7 +585,7 @@ pub(crate) fn one_seen(e: &Entry<'_>) -> u64 {
 /// a rank that holds a look slot (`looker`, taken once before the loop):
 /// while the registry's removal count is still `seen`, the word is read
 /// without the registry's lock ([`Looker::if_unchanged`]: a removal
-/// waits for the read); after a removal, one [`look_one`]-like check
+/// waits for the read); after a removal, one `look_one`-like check
 /// under the lock, which ends the wait if the array was freed and else
 /// moves `seen` on. So a wait takes the lock once per removal, not once
 /// per round.

@@ -13,7 +13,7 @@
 //! carries its host report (the lowest rank whose segment it maps, and
 //! how many it maps; or "unwilling" on the AM path, with
 //! `SPLITRT_TEAM_HIER=off`, or without its own segment mapped). Rank 0
-//! decides from those reports alone with the teams' [`plan`] (more than
+//! decides from those reports alone with the teams' [`plan`](crate::team_hosts::plan) (more than
 //! one host, one with more than one rank, reports consistent), and its
 //! release of epoch 1 carries the decision to every rank: from epoch 2 on
 //! every rank runs the same form. A job whose ranks all share one host
