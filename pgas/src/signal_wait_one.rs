@@ -130,7 +130,10 @@ mod tests {
     /// unsatisfied rounds in a function of its own, for callgrind (see
     /// ARCHITECTURE.md, "signal_wait_until").
     #[test]
-    #[cfg_attr(miri, ignore = "attaches a verbs-model endpoint")]
+    #[cfg_attr(
+        miri,
+        ignore = "attaches a verbs-model endpoint (a bootstrap and its threads)"
+    )]
     fn signal_wait_the_lock_free_look_agrees_with_the_locked_one() {
         let pg = one_rank("sigwait");
         let other = pg.alloc_signals(4).unwrap();

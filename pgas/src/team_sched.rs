@@ -441,7 +441,10 @@ mod tests {
     /// host-mates kept theirs meanwhile. Now `mates` goes first and the
     /// team's drop marks the block.
     #[test]
-    #[cfg_attr(miri, ignore = "attaches a verbs-model endpoint (threads, sockets)")]
+    #[cfg_attr(
+        miri,
+        ignore = "attaches a verbs-model endpoint (a bootstrap and its threads)"
+    )]
     fn teamdrop_a_schedules_area_is_marked_when_it_drops_the_last_handle() {
         let pg = one_rank();
         let blocks: Vec<Block> = (0..2)

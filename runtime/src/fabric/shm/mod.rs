@@ -1438,13 +1438,14 @@ mod tests {
             Err(e) => e.to_string(),
         };
         assert_eq!(check(), "ok");
-        // SAFETY: the file is this test's own (no peer maps it) and holds
-        // a header at its page-aligned start; nothing else reads or writes
-        // it while these stores run.
-        let set = |version: u32, magic: u64, ready: u32| unsafe {
-            (*h).version = version;
-            (*h).magic = magic;
-            (*h).ready.store(ready, Ordering::Release);
+        let set = |version: u32, magic: u64, ready: u32| {
+            // SAFETY: the file is this test's own (no peer maps it, it is
+            // unlinked) and holds a header at its page-aligned start;
+            // nothing else reads or writes it while this runs.
+            let hdr = unsafe { &mut *h };
+            hdr.version = version;
+            hdr.magic = magic;
+            hdr.ready.store(ready, Ordering::Release);
         };
         set(VERSION + 1, MAGIC, 0);
         assert!(
