@@ -28,7 +28,7 @@
 //!
 //! Cost while armed, on shared memory: every ring of this rank's doorbell
 //! is a `FUTEX_WAKE` by the peer (as for any sleeping rank), and the
-//! bridge wakes once per [`WAIT_LIMIT`](splitrt_runtime::fabric::shm::doorbell::WAIT_LIMIT)
+//! bridge wakes once per [`splitrt_runtime::fabric::shm::doorbell::WAIT_LIMIT`]
 //! (2 ms) to look into the rings (the doorbell can lose a wake-up; see its
 //! module), which fires only if it finds something (or, with
 //! `SPLITRT_THREADS=single`, where it may not look, always: 500 polls a

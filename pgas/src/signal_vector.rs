@@ -13,7 +13,7 @@
 use crate::context::{Inner, Pgas};
 use crate::ptr::GlobalPtr;
 use crate::signal::Signals;
-use crate::signal_word::{Cmp, Registry};
+use crate::signal_word::{Cmp, Looker, Registry};
 use splitrt_am::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -537,7 +537,7 @@ impl Pgas {
 
 /// The entry of one of this rank's signal words named by a global pointer
 /// (checked by the caller), for `Pgas::signal_wait_until`: with the
-/// generation of its array, so [`look_one`] notices a free.
+/// generation of its array, so a look ([`look_one_since`]) notices a free.
 pub(crate) fn one_entry<'a>(inner: &'a Inner, sig: GlobalPtr<u64>, value: u64) -> Entry<'a> {
     Entry {
         pos: 0,
@@ -551,9 +551,12 @@ pub(crate) fn one_entry<'a>(inner: &'a Inner, sig: GlobalPtr<u64>, value: u64) -
 }
 
 /// One look at the single entry `e` (from [`one_entry`]) of a wait
-/// (`call`): under the registry's read lock, an error naming the rank if
+/// (`call`), as `Pgas::signal_wait_until` looked on every round before
+/// session 13 (kept for the tests that compare it with
+/// [`look_one_since`]): under the registry's read lock, an error naming the rank if
 /// its array was freed (before the freed word is read), else the value it
 /// holds if that satisfies `cmp`.
+#[cfg(test)]
 pub(crate) fn look_one(inner: &Inner, call: &str, e: &Entry<'_>, cmp: Cmp) -> Option<Result<u64>> {
     let seen = inner.st.signals.with_words(|gen_of| {
         if gen_of(e.ptr.offset()) != Some(e.generation) {
@@ -563,14 +566,68 @@ pub(crate) fn look_one(inner: &Inner, call: &str, e: &Entry<'_>, cmp: Cmp) -> Op
     });
     match seen {
         Ok(v) => cmp.holds(v, e.value).then_some(Ok(v)),
-        Err(sig) => Some(Err(inner.err(
-            Error::usage(format!(
-                "{call}: {sig:?} is not a signal word (its array was freed by \
-                 Pgas::free_signals while this wait waited)"
-            )),
-            sig.rank(),
-        ))),
+        Err(sig) => Some(Err(freed(inner, call, sig))),
     }
+}
+
+/// The removal count a lock-free look at `e` (from [`one_entry`]) starts
+/// from: the one it was made at, or one no count equals when its array
+/// was gone already (generation 0), so the first look takes the lock.
+pub(crate) fn one_seen(e: &Entry<'_>) -> u64 {
+    if e.generation == 0 {
+        u64::MAX
+    } else {
+        e.removals
+    }
+}
+
+/// One round of a wait on the single entry `e` (from [`one_entry`]) for
+/// a rank that holds a look slot (`looker`, taken once before the loop):
+/// while the registry's removal count is still `seen`, the word is read
+/// without the registry's lock ([`Looker::if_unchanged`]: a removal
+/// waits for the read); after a removal, one `look_one`-like check
+/// under the lock, which ends the wait if the array was freed and else
+/// moves `seen` on. So a wait takes the lock once per removal, not once
+/// per round.
+pub(crate) fn look_one_since(
+    inner: &Inner,
+    call: &str,
+    e: &Entry<'_>,
+    cmp: Cmp,
+    looker: &Looker<'_>,
+    seen: &std::cell::Cell<u64>,
+) -> Option<Result<u64>> {
+    let v = match looker.if_unchanged(seen.get(), || e.word.load(Ordering::Acquire)) {
+        Some(v) => v,
+        None => {
+            let now = inner.st.signals.with_words_since(|gen_of, removals| {
+                if gen_of(e.ptr.offset()) != Some(e.generation) {
+                    return Err(e.ptr);
+                }
+                Ok((e.word.load(Ordering::Acquire), removals))
+            });
+            match now {
+                Ok((v, removals)) => {
+                    seen.set(removals);
+                    v
+                }
+                Err(sig) => return Some(Err(freed(inner, call, sig))),
+            }
+        }
+    };
+    cmp.holds(v, e.value).then_some(Ok(v))
+}
+
+/// The error of a pointer wait (`call`) whose word `sig`'s array was
+/// freed while it waited.
+fn freed(inner: &Inner, call: &str, sig: GlobalPtr<u64>) -> Error {
+    inner.err(
+        Error::usage(format!(
+            "{call}: {sig:?} is not a signal word (its array was freed by \
+             Pgas::free_signals while this wait waited)"
+        )),
+        sig.rank(),
+    )
 }
 
 /// What a wait on the one entry `e` awaits, for the hang report.

@@ -3,8 +3,9 @@
 //! words (shared by the caller's checks and the reserved handlers, which
 //! refuse a signal into any other address).
 
-use parking_lot::RwLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use parking_lot::{Mutex, RwLock};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// How a wait compares a signal word with a value (OpenSHMEM's
 /// `SHMEM_CMP_*`): the wait ends once `word <cmp> value` holds.
@@ -122,6 +123,10 @@ pub(crate) struct Registry {
     /// a wait whose entries were made at the same count need not look
     /// their ranges up again ([`removals`](Registry::removals)).
     removals: std::sync::atomic::AtomicU64,
+    /// The look slots of the waits that read words without the lock
+    /// ([`Looker`]): each is true while its wait reads a word, and
+    /// [`remove`](Registry::remove) waits for every one to be false.
+    lookers: Mutex<Vec<Arc<AtomicBool>>>,
 }
 
 impl Registry {
@@ -137,11 +142,35 @@ impl Registry {
         true
     }
 
-    /// Forget the range at `off`.
+    /// Forget the range at `off`. Returns once no [`Looker`] may still
+    /// read a word of it: a look that began before the count moved is
+    /// waited for (a few loads: a look never sleeps), every later one
+    /// sees the count moved and reads nothing. So the caller may free the
+    /// range's memory when this returns.
     pub fn remove(&self, off: u64) {
         let mut r = self.ranges.write();
         r.retain(|&(o, _, _)| o != off);
         self.removals.fetch_add(1, Ordering::Relaxed);
+        drop(r);
+        // pairs with the fence in `Looker::if_unchanged` (a store-load
+        // order on each side): either that look's load of the count sees
+        // this removal, or the load of its slot below sees the look
+        fence(Ordering::SeqCst);
+        for slot in self.lookers.lock().iter() {
+            // acquire: the look's word load happens before the free
+            while slot.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// A look slot for a wait that reads words without the registry's
+    /// lock while no range is removed ([`Looker::if_unchanged`]): taken
+    /// once, before the wait's loop (one lock), given back when dropped.
+    pub fn looker(&self) -> Looker<'_> {
+        let slot = Arc::new(AtomicBool::new(false));
+        self.lookers.lock().push(slot.clone());
+        Looker { reg: self, slot }
     }
 
     /// How many ranges were removed so far. Read before recording a
@@ -194,6 +223,44 @@ impl Registry {
     }
 }
 
+/// A wait's look slot in the [`Registry`] (from
+/// [`Registry::looker`]): lets the wait read a word it recorded, while no
+/// range was removed since, without the registry's lock; every removal
+/// waits for a look in progress (see [`Registry::remove`]).
+pub(crate) struct Looker<'a> {
+    reg: &'a Registry,
+    slot: Arc<AtomicBool>,
+}
+
+impl Looker<'_> {
+    /// `Some(f())` if the registry's removal count is still `seen`, else
+    /// `None` (some range went: the caller looks its words up under the
+    /// lock, [`Registry::with_words_since`]). While `f` runs no range is
+    /// removed (a removal waits for it), so a word `f` reads that was
+    /// registered at count `seen` is still a word of the same array and
+    /// its memory allocated. `f` must not call into the registry and
+    /// must not block (a removal spins until it returns).
+    #[inline]
+    pub(crate) fn if_unchanged<R>(&self, seen: u64, f: impl FnOnce() -> R) -> Option<R> {
+        self.slot.store(true, Ordering::Relaxed);
+        // pairs with the fence in `Registry::remove` (see there)
+        fence(Ordering::SeqCst);
+        let r = (self.reg.removals.load(Ordering::Relaxed) == seen).then(f);
+        // release: a removal that sees false sees this look finished
+        self.slot.store(false, Ordering::Release);
+        r
+    }
+}
+
+impl Drop for Looker<'_> {
+    fn drop(&mut self) {
+        self.reg
+            .lookers
+            .lock()
+            .retain(|s| !Arc::ptr_eq(s, &self.slot));
+    }
+}
+
 /// The generation of the range in `ranges` holding the signal word `off`.
 fn word_generation(ranges: &[(u64, u64, u64)], off: u64) -> Option<u64> {
     if !off.is_multiple_of(8) {
@@ -223,6 +290,44 @@ mod tests {
             r.with_words_since(|gen_of, n| (gen_of(0x1000), n)),
             (None, before + 1)
         );
+    }
+
+    /// A look slot's read runs only while no range was removed since the
+    /// count it was given, and a removal waits for a read in progress
+    /// before it returns (so before the caller frees the memory).
+    #[test]
+    #[cfg_attr(miri, ignore = "two threads and a 50 ms pause")]
+    fn signal_wait_a_removal_waits_for_a_lock_free_look() {
+        use std::sync::atomic::AtomicBool;
+        let r = Registry::default();
+        assert!(r.add(0x1000, 64));
+        let seen = r.removals();
+        let (inside, finished) = (AtomicBool::new(false), AtomicBool::new(false));
+        let looker = r.looker();
+        std::thread::scope(|s| {
+            let look = s.spawn(|| {
+                looker.if_unchanged(seen, || {
+                    inside.store(true, Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                    finished.store(true, Ordering::SeqCst);
+                })
+            });
+            while !inside.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
+            }
+            r.remove(0x1000);
+            assert!(
+                finished.load(Ordering::SeqCst),
+                "remove returned while a look was reading"
+            );
+            assert_eq!(look.join().unwrap(), Some(()));
+            // the count moved: no more reads without the lock
+            assert_eq!(looker.if_unchanged(seen, || ()), None);
+            assert_eq!(looker.if_unchanged(r.removals(), || 7), Some(7));
+        });
+        drop(looker);
+        // the slot was given back
+        assert!(r.lookers.lock().is_empty());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! message of a transfer (a header naming the remote runs, and a put's
 //! packed data), unpacked or packed by a handler on the target; a get's
 //! data returns in the ordinary get reply (`splitrt.get_r`). The header is
-//! hostile input here: parsed by [`parse`](crate::strided_shape::parse),
+//! hostile input here: parsed by [`crate::strided_shape::parse`],
 //! every run checked against the user part of this rank's segment and the
 //! frozen ranges before a byte is written, and the work bounded by the
 //! payload (or by the reply limit).

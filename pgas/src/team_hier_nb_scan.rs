@@ -153,18 +153,16 @@ pub(crate) const RS_HIER_MAX_BYTES: usize = MAX_BYTES / 8;
 /// Bytes the hierarchical `reduce_scatter_nb` of `kw` bytes per block
 /// leaves at the busiest leader of `lay` (see [`RS_HIER_MAX_BYTES`]):
 /// g n kw from its g members (its own blocks counted too) and
-/// (L - 1) g kw from the other leaders. Saturating.
+/// (L - 1) g kw from the other leaders. Saturating. The bytes grow with
+/// g, so the busiest leader is the largest host's: O(n)
+/// ([`Layout::largest_group`]; one count per host, O(L n), before
+/// session 13).
 fn rs_leader_bytes(lay: &Layout, kw: usize) -> usize {
     let (n, nl) = (lay.group_of.len(), lay.leaders.len());
-    (0..nl)
-        .map(|b| {
-            let g = lay.group_of.iter().filter(|&&x| x == b).count();
-            g.saturating_mul(n)
-                .saturating_add(g.saturating_mul(nl - 1))
-                .saturating_mul(kw)
-        })
-        .max()
-        .unwrap_or(0)
+    let g = lay.largest_group();
+    g.saturating_mul(n)
+        .saturating_add(g.saturating_mul(nl.saturating_sub(1)))
+        .saturating_mul(kw)
 }
 
 /// Whether `reduce_scatter_nb` of `k` elements of `T` per block runs
@@ -196,13 +194,10 @@ struct ScanLater {
 }
 
 impl ScanLater {
+    /// The delays of layout `lay`: O(n) ([`Layout::largest_group`]).
     fn of(lay: &Layout) -> ScanLater {
         let nl = lay.leaders.len();
-        let c = (0..nl)
-            .map(|b| lay.group_of.iter().filter(|&&x| x == b).count())
-            .max()
-            .unwrap_or(1)
-            .saturating_sub(1);
+        let c = lay.largest_group().saturating_sub(1);
         let m = nl.saturating_sub(1);
         let rounds = if m <= 1 {
             0
@@ -468,6 +463,121 @@ mod tests {
             &lay,
             usize::MAX - 1
         ));
+    }
+
+    /// `rs_leader_bytes` as it was before session 13 (one count per
+    /// host: O(L n)), the oracle of the test below.
+    #[inline(never)]
+    fn rs_leader_bytes_old(lay: &Layout, kw: usize) -> usize {
+        let (n, nl) = (lay.group_of.len(), lay.leaders.len());
+        (0..nl)
+            .map(|b| {
+                let g = lay.group_of.iter().filter(|&&x| x == b).count();
+                g.saturating_mul(n)
+                    .saturating_add(g.saturating_mul(nl - 1))
+                    .saturating_mul(kw)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// `ScanLater::of`'s `lead` as it was before session 13 (O(L n)).
+    #[inline(never)]
+    fn scan_lead_old(lay: &Layout) -> u32 {
+        let nl = lay.leaders.len();
+        (0..nl)
+            .map(|b| lay.group_of.iter().filter(|&&x| x == b).count())
+            .max()
+            .unwrap_or(1)
+            .saturating_sub(1) as u32
+    }
+
+    /// The O(n) `rs_leader_bytes` and `ScanLater::of` give what the
+    /// O(L n) ones gave, on every layout of up to 7 hosts of up to 5
+    /// members (every one up to 4 hosts, every seventh past that; 2 hosts
+    /// under Miri), contiguous and with the members dealt round-robin over
+    /// the hosts, a few element sizes, saturating ones included, and no
+    /// host at all. With `SPLITRT_LAYOUT_ROUNDS=N`, each
+    /// form also runs N times on 64 hosts of 16, in a function of its own,
+    /// for callgrind (see ARCHITECTURE.md).
+    #[test]
+    fn scanfix_the_linear_counts_match_the_old_ones() {
+        // fewer under Miri, which runs this test too
+        let most_hosts = if cfg!(miri) { 2 } else { 7 };
+        let mut shapes: Vec<Vec<usize>> = vec![vec![]];
+        for hosts in 1..=most_hosts {
+            let mut sizes = vec![1usize; hosts];
+            for k in 0.. {
+                // past 4 hosts, every seventh shape (still thousands)
+                if hosts <= 4 || k % 7 == 0 {
+                    shapes.push(sizes.clone());
+                }
+                // the next size vector (an odometer over 1..=5)
+                let Some(i) = sizes.iter().position(|&g| g < 5) else {
+                    break;
+                };
+                sizes[i] += 1;
+                sizes[..i].iter_mut().for_each(|g| *g = 1);
+            }
+        }
+        let dealt = |sizes: &[usize]| {
+            // member j of host b at b + j * hosts, squeezed to 0..n
+            let mut at: Vec<(usize, usize)> = Vec::new();
+            for (b, &g) in sizes.iter().enumerate() {
+                at.extend((0..g).map(|j| (b + j * sizes.len(), b)));
+            }
+            at.sort();
+            let group_of: Vec<usize> = at.iter().map(|&(_, b)| b).collect();
+            let leaders = (0..sizes.len())
+                .map(|b| group_of.iter().position(|&x| x == b).unwrap())
+                .collect();
+            Layout { group_of, leaders }
+        };
+        let mut checked = 0;
+        for sizes in &shapes {
+            for lay in [layout(sizes), dealt(sizes)] {
+                for kw in [0, 1, 8, 4096, usize::MAX / 3, usize::MAX] {
+                    assert_eq!(
+                        rs_leader_bytes(&lay, kw),
+                        rs_leader_bytes_old(&lay, kw),
+                        "{sizes:?} {lay:?} kw {kw}"
+                    );
+                }
+                assert_eq!(ScanLater::of(&lay).lead, scan_lead_old(&lay), "{lay:?}");
+                checked += 1;
+            }
+        }
+        assert!(
+            checked > if cfg!(miri) { 50 } else { 10_000 },
+            "{checked} layouts"
+        );
+        let rounds: usize = std::env::var("SPLITRT_LAYOUT_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if rounds > 0 {
+            let big = layout(&[16; 64]);
+            let (mut a, mut b) = (0, 0);
+            for _ in 0..rounds {
+                a ^= new_counts(&big);
+            }
+            for _ in 0..rounds {
+                b ^= old_counts(&big);
+            }
+            assert_eq!(a, b);
+        }
+    }
+
+    /// Both counts now, for callgrind.
+    #[inline(never)]
+    fn new_counts(lay: &Layout) -> usize {
+        rs_leader_bytes(std::hint::black_box(lay), 8) ^ ScanLater::of(lay).lead as usize
+    }
+
+    /// Both counts before session 13, for callgrind.
+    #[inline(never)]
+    fn old_counts(lay: &Layout) -> usize {
+        rs_leader_bytes_old(std::hint::black_box(lay), 8) ^ scan_lead_old(lay) as usize
     }
 
     /// The scans' waits: a leader's offset wait after every chain and

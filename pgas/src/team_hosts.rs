@@ -66,6 +66,19 @@ impl Layout {
             .collect()
     }
 
+    /// The number of members of the largest group (0 with no groups), in
+    /// one pass over the members: O(n), not one pass per group. A group
+    /// index past `leaders` counts toward no group.
+    pub(crate) fn largest_group(&self) -> usize {
+        let mut sizes = vec![0usize; self.leaders.len()];
+        for &b in &self.group_of {
+            if let Some(c) = sizes.get_mut(b) {
+                *c += 1;
+            }
+        }
+        sizes.into_iter().max().unwrap_or(0)
+    }
+
     /// Elements per element of a step a hierarchical alltoall moves
     /// through one member's half: the n blocks a member publishes, or the
     /// blocks from other hosts a leader publishes for its g members

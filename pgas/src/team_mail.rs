@@ -211,8 +211,9 @@ impl TeamCounters {
     /// ([`Retired::reclaim`](crate::team_area::Retired::reclaim), which
     /// also gives `free` every retired block all members dropped), so
     /// host-mates can free theirs without this member setting up another
-    /// team. An area still held elsewhere (a dropped request's schedule)
-    /// is retired when that goes and marked at a later look. Call only
+    /// team. An area still held elsewhere is retired when that goes and
+    /// marked at a later look (a request's schedule, which holds a handle
+    /// too, drops its area before its handle: `Sched.mates`). Call only
     /// while the segments are mapped (`Drop for Team`).
     pub(crate) fn drop_areas(&mut self, reg: &crate::team_area::Retired, free: impl FnMut(u64)) {
         let shm = self.shm.take().flatten();

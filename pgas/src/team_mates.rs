@@ -55,7 +55,7 @@ impl Mates {
     }
 
     /// Member `me` of `area`, whose member j is team rank `ranks[j]`.
-    fn new(area: Arc<TeamArea>, ranks: &[usize], me: usize) -> Mates {
+    pub(crate) fn new(area: Arc<TeamArea>, ranks: &[usize], me: usize) -> Mates {
         let n = area.size().min(ranks.len());
         let seen = (0..n).map(|j| AtomicU64::new(area.published(j))).collect();
         Mates {

@@ -141,6 +141,18 @@ pub(crate) fn combine_bytes<T: Reduce>(op: Op, acc: &mut [u8], b: &[u8], b_first
 
 /// A collective's schedule on this member (see the module docs).
 pub(crate) struct Sched {
+    /// The host-mates whose shared-memory steps its waits look at (a
+    /// hierarchical scan's, `team_mates.rs`): one that called another
+    /// collective as this one's number ends it with the mismatch.
+    ///
+    /// Declared before `team` so that it drops first (fields drop in
+    /// declaration order): it holds the team's host-group area, and when
+    /// this schedule holds the team's last handle, `Drop for Team` marks
+    /// the area's block DROPPED only if its own `Arc` of the area is the
+    /// last one (else the block is retired unmarked when `mates` goes and
+    /// marked only at this rank's next team set-up, while host-mates keep
+    /// their blocks).
+    pub mates: Option<Arc<Mates>>,
     pub team: Team,
     pub seq: u64,
     pub h: Header,
@@ -159,10 +171,6 @@ pub(crate) struct Sched {
     pub ended: bool,
     /// Its request was dropped before it ended.
     pub orphan: bool,
-    /// The host-mates whose shared-memory steps its waits look at (a
-    /// hierarchical scan's, `team_mates.rs`): one that called another
-    /// collective as this one's number ends it with the mismatch.
-    pub mates: Option<Arc<Mates>>,
 }
 
 impl Sched {
@@ -375,5 +383,137 @@ impl Background for Pending {
             s.orphan = false;
         }
         ended
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::Pgas;
+    use crate::team_area::{TeamArea, DROPPED};
+    use crate::team_core::{Members, TeamInner};
+    use crate::team_mail::{CollKind, TeamCounters};
+    use splitrt_runtime::fabric::SegmentRef;
+    use std::sync::atomic::AtomicU64;
+
+    /// Words of one small team-area block (256 B of control words, two
+    /// halves of 64 B), 64-byte aligned.
+    #[repr(C, align(64))]
+    struct Block([AtomicU64; 48]);
+
+    /// A one-rank context over the verbs model (no hardware, no files
+    /// shared with other tests: the job id is this test's own).
+    fn one_rank() -> Pgas {
+        use splitrt_runtime::config::{Config, FabricKind};
+        use splitrt_runtime::fabric::rdma::model::ModelNetwork;
+        use splitrt_runtime::job::{JobInfo, JobSource};
+        let job = JobInfo {
+            rank: 0,
+            size: 1,
+            local_rank: 0,
+            local_size: 1,
+            node: 0,
+            job_id: format!("sched-{}", std::process::id()),
+            bootstrap: None,
+            key: None,
+            source: JobSource::Slurm,
+        };
+        let config = Config {
+            fabric: FabricKind::Ibverbs,
+            segment_size: 1 << 20,
+            ibv_buffers: 4,
+            bootstrap_timeout: std::time::Duration::from_secs(30),
+            ..Config::default()
+        };
+        let dev = ModelNetwork::new(1).device("model0");
+        Pgas::attach_over_verbs_model(splitrt_am::EndpointBuilder::new(), job, config, dev)
+            .expect("a one-rank verbs-model context")
+    }
+
+    /// Review of h12-teamdrop (the closing note's first lingering case):
+    /// a split team's last handle goes while a dropped request's schedule
+    /// still holds the team's host-group area (through its scan's
+    /// `mates`). The schedule's drop drops that last handle; with `team`
+    /// declared before `mates`, `Drop for Team` ran first, found the area
+    /// still held by `mates` (nothing retired, nothing marked), and the
+    /// area was retired unmarked right after, when `mates` went: this
+    /// member's block was marked DROPPED only at its next team set-up, so
+    /// host-mates kept theirs meanwhile. Now `mates` goes first and the
+    /// team's drop marks the block.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "attaches a verbs-model endpoint (a bootstrap and its threads)"
+    )]
+    fn teamdrop_a_schedules_area_is_marked_when_it_drops_the_last_handle() {
+        let pg = one_rank();
+        let blocks: Vec<Block> = (0..2)
+            .map(|_| Block(std::array::from_fn(|_| AtomicU64::new(0))))
+            .collect();
+        let segs: Vec<SegmentRef> = blocks
+            .iter()
+            // SAFETY: `blocks` outlives the area and its retired copy in
+            // `pg`'s registry (emptied below, before the end of the test,
+            // once the host-mate's block says DROPPED too), and the area
+            // touches only its control words, atomically (no step writes
+            // or reads a data half here).
+            .map(|b| unsafe { SegmentRef::new(b.0.as_ptr() as *mut u8, 48 * 8) })
+            .collect();
+        // this rank's block: a real allocation, freed once reclaimed
+        let off = pg.inner.heap.lock().alloc_local(64).expect("a block");
+        let reg = pg.inner.team_areas.clone();
+        reg.held.fetch_add(1, Ordering::Relaxed);
+        let area = TeamArea::new(segs, vec![0, 0], 0, 64, 9, Some((off, reg.clone())));
+        let area = Arc::new(area.expect("an area"));
+        area.reset_own();
+        // the host-mate's block is this team's (its tag) and in use
+        blocks[1].0[2].store(9, Ordering::Relaxed);
+        // a split team of this rank (and the host-mate) holding the area
+        let counters = TeamCounters::default();
+        assert!(counters.shm.set(Some(area.clone())).is_ok());
+        let team = Team {
+            inner: Arc::new(TeamInner {
+                id: 0x77,
+                members: Members::List(vec![0]),
+                me: Some(0),
+                counters: Arc::new(counters),
+                pgas_names: false,
+            }),
+            pg: pg.clone(),
+        };
+        // a scan's schedule: its `mates` hold the area too
+        let h = Header {
+            kind: CollKind::ScanInclusive as u64,
+            op: 1,
+            root: u64::MAX,
+            count: 1,
+            esize: 8,
+        };
+        let mut s = Sched::new(&team, 1, h);
+        s.mates = Some(Arc::new(Mates::new(area, &[0, 1], 0)));
+        let done = |j: usize| blocks[j].0[1].load(Ordering::Relaxed);
+        // the user drops the team: the schedule holds the last handle
+        drop(team);
+        assert_eq!(done(0), 0);
+        assert!(reg.list.lock().is_empty());
+        // the request and its schedule go: the last handle's drop marks
+        drop(s);
+        assert_eq!(
+            done(0),
+            DROPPED,
+            "a schedule's area was not marked when it dropped the last handle"
+        );
+        assert_eq!(
+            reg.list.lock().len(),
+            1,
+            "freed while the host-mate holds it"
+        );
+        // the host-mate drops it too: the block is freed at the next look
+        blocks[1].0[1].store(DROPPED, Ordering::Relaxed);
+        let mut freed = Vec::new();
+        reg.reclaim(|o| freed.push(o));
+        assert_eq!(freed, [off]);
+        assert!(pg.inner.heap.lock().free_local(off).is_ok());
+        assert!(reg.list.lock().is_empty());
     }
 }

@@ -15,8 +15,10 @@
 //! member cannot (no room, or `MAX_AREAS` blocks held), every member
 //! keeps the messages. A dropped team's block is freed once every member
 //! marked the team dropped in its block (`team_area.rs`): a member marks
-//! it when the team's last handle there is dropped, or else (the area
-//! still held by a dropped request's schedule) at its next team set-up.
+//! it when the team's last handle there is dropped (a request's schedule
+//! holding that handle drops its host-mates' area first: `Sched.mates`),
+//! or else (two threads dropping the last two handles at once) at its
+//! next team set-up.
 //!
 //! Every step publishes what its member called (collective number,
 //! collective, op, root, length, element size): a member whose header

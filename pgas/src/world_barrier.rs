@@ -13,7 +13,7 @@
 //! carries its host report (the lowest rank whose segment it maps, and
 //! how many it maps; or "unwilling" on the AM path, with
 //! `SPLITRT_TEAM_HIER=off`, or without its own segment mapped). Rank 0
-//! decides from those reports alone with the teams' [`plan`] (more than
+//! decides from those reports alone with the teams' [`plan`](crate::team_hosts::plan) (more than
 //! one host, one with more than one rank, reports consistent), and its
 //! release of epoch 1 carries the decision to every rank: from epoch 2 on
 //! every rank runs the same form. A job whose ranks all share one host
@@ -333,5 +333,141 @@ impl Pgas {
             g.release(e);
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::context::Pgas;
+    use crate::world_barrier_state::WorldHier;
+    use splitrt_am::Result;
+    use splitrt_runtime::config::{Config, FabricKind, RmaPath};
+    use splitrt_runtime::fabric::rdma::model::ModelNetwork;
+    use splitrt_runtime::fabric::SegmentRef;
+    use splitrt_runtime::job::{JobInfo, JobSource};
+    use std::sync::atomic::AtomicU64;
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    /// Page-sized stand-ins for the ranks' segments, shared by the rank
+    /// threads of a "host" (the barrier's counters only).
+    struct Segs(Vec<Box<[AtomicU64; 512]>>);
+
+    /// Four ranks as threads over the verbs model, each told that it
+    /// shares a host with one other ({0, 1} and {2, 3}: the world
+    /// barrier's host groups over `segs`, as the segments of a host's
+    /// ranks would be mapped), so that the world barrier runs
+    /// hierarchically; each runs `prog`, within `limit`.
+    fn two_hosts_of_two(
+        tag: &str,
+        limit: Duration,
+        prog: impl Fn(Pgas) -> Result<()> + Send + Sync + Clone + 'static,
+    ) {
+        let segs = Arc::new(Segs(
+            (0..4)
+                .map(|_| Box::new(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
+        ));
+        let net = ModelNetwork::new(7);
+        let id = format!("{tag}-{}", std::process::id());
+        let (tx, rx) = mpsc::channel();
+        for r in 0..4 {
+            let (dev, tx, prog) = (net.device(&format!("model{r}")), tx.clone(), prog.clone());
+            let (id, segs) = (id.clone(), segs.clone());
+            std::thread::spawn(move || {
+                let out = (|| {
+                    let job = JobInfo {
+                        rank: r,
+                        size: 4,
+                        local_rank: r,
+                        local_size: 4,
+                        node: 0,
+                        job_id: id,
+                        bootstrap: None,
+                        key: None,
+                        source: JobSource::Slurm,
+                    };
+                    let config = Config {
+                        fabric: FabricKind::Ibverbs,
+                        segment_size: 4 << 20,
+                        ibv_buffers: 16,
+                        rma: RmaPath::Native,
+                        bootstrap_timeout: Duration::from_secs(30),
+                        ..Config::default()
+                    };
+                    let b = splitrt_am::EndpointBuilder::new();
+                    let mut pg = Pgas::attach_over_verbs_model(b, job, config, dev)?;
+                    let host: Vec<Option<SegmentRef>> = (0..4)
+                        .map(|p| {
+                            (p / 2 == r / 2).then(|| {
+                                // SAFETY: every rank thread holds `segs`
+                                // (an `Arc`) while its `Pgas` lives (it
+                                // is dropped at the end of this closure),
+                                // and the barrier touches its words only
+                                // atomically.
+                                unsafe { SegmentRef::new(segs.0[p].as_ptr() as *mut u8, 4096) }
+                            })
+                        })
+                        .collect();
+                    let inner = Arc::get_mut(&mut pg.inner).expect("the only handle");
+                    inner.world_hier = WorldHier::new(&host, r, RmaPath::Native);
+                    inner.world_hier.hand_host_to(&inner.st.world_bar, r);
+                    let out = prog(pg);
+                    drop(segs);
+                    out
+                })();
+                let _ = tx.send((r, out.map_err(|e| e.to_string())));
+            });
+        }
+        drop(tx);
+        let end = std::time::Instant::now() + limit;
+        for _ in 0..4 {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((_, Ok(()))) => {}
+                Ok((r, Err(e))) => panic!("rank {r}: {e}"),
+                Err(_) => panic!("a rank did not finish within {limit:?}"),
+            }
+        }
+    }
+
+    /// `hier_wait`'s retry: rank 0's release of a hierarchical world
+    /// barrier cannot be sent to the other host's leader (rank 2); the
+    /// error names it, and rank 0's retry (`barrier()` again) sends the
+    /// release still owed (`resume_release`), so ranks 2 and 3 leave that
+    /// barrier and the next ones run in step. Without the retry, rank 0's
+    /// second call waited for host arrivals that had been counted already
+    /// and ranks 2 and 3 for the release, until the limit.
+    #[test]
+    #[cfg_attr(miri, ignore = "four rank threads over the verbs model")]
+    fn hier_wait_a_failed_host_release_is_finished_by_the_retry() {
+        two_hosts_of_two("hierretry", Duration::from_secs(30), |pg| {
+            let fail = |why: String| splitrt_am::Error::usage(why);
+            // the first barrier is flat and decides the form
+            pg.barrier()?;
+            if pg.barrier_is_hierarchical() != Some(true) {
+                return Err(fail("the world barrier is not hierarchical".into()));
+            }
+            if pg.rank() == 0 {
+                pg.fail_next_barrier_release_to(2);
+                match pg.barrier() {
+                    Err(e) if e.to_string().contains("rank 2") => {}
+                    other => {
+                        return Err(fail(format!(
+                            "a release that could not reach rank 2 gave {other:?}"
+                        )))
+                    }
+                }
+                pg.barrier()
+                    .map_err(|e| fail(format!("the retried barrier: {e}")))?;
+            } else {
+                pg.barrier()?;
+            }
+            for k in 0..3 {
+                pg.barrier()
+                    .map_err(|e| fail(format!("barrier {k} after the retry: {e}")))?;
+            }
+            pg.finish()
+        });
     }
 }

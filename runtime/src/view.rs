@@ -395,7 +395,7 @@ const fn unit<T>() -> usize {
     }
 }
 
-/// Read one element in atomic units of [`unit::<T>()`](unit).
+/// Read one element in atomic units of [`unit::<T>()`](unit()).
 ///
 /// # Safety
 ///
@@ -428,7 +428,7 @@ unsafe fn load<T: Pod>(p: *const T) -> T {
     out
 }
 
-/// Write one element in atomic units of [`unit::<T>()`](unit).
+/// Write one element in atomic units of [`unit::<T>()`](unit()).
 ///
 /// # Safety
 ///
@@ -458,7 +458,7 @@ unsafe fn store<T: Pod>(p: *mut T, v: T) {
 }
 
 /// Copy `n` bytes of `T` elements out of shared memory at `src` into a
-/// private buffer at `dst`, in `T`'s units (see [`unit`]): the same
+/// private buffer at `dst`, in `T`'s units (see [`unit()`]): the same
 /// atomic accesses as [`LocalView::get`], only many. Never wider: Rust
 /// does not allow racing atomic accesses of different sizes to the same
 /// bytes, and a `set` on another thread may race with this copy.

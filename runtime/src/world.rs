@@ -33,7 +33,7 @@ fn open_rdma(job: &JobInfo, config: &Config) -> Result<PendingRdma<IbvDevice>> {
 
 /// A rank's RDMA side before it connects: the real device, or the verbs
 /// model (a test double, reachable only through
-/// [`World::start_over_verbs_model`]).
+/// `World::start_over_verbs_model`, with the `test-doubles` feature).
 enum RdmaStart {
     Device(Box<PendingRdma<IbvDevice>>),
     #[cfg(feature = "test-doubles")]

@@ -365,13 +365,12 @@ fn check_peer(f: &ShmFile, peer: usize, l: &Layout, max_medium: usize) -> Result
         )));
     }
     // SAFETY: the file holds at least a header; the peer completed it before
-    // it joined the bootstrap (ready is checked below).
+    // it joined the bootstrap (ready is checked below, after the magic and
+    // the version, which are only compared).
     let h = unsafe { &*(f.as_ptr() as *const FileHeader) };
-    if h.ready.load(Ordering::Acquire) != 1 {
-        return Err(Error::protocol(format!(
-            "shared-memory file of rank {peer} is not ready (its header is incomplete)"
-        )));
-    }
+    // The magic and the version first: they begin every version's header,
+    // whose other words (`ready` among them) may be elsewhere, so a peer
+    // of another version is named as one, not as "not ready".
     if h.magic != MAGIC {
         return Err(Error::protocol(format!(
             "shared-memory file of rank {peer} is not a splitrt file (wrong magic number)"
@@ -382,6 +381,11 @@ fn check_peer(f: &ShmFile, peer: usize, l: &Layout, max_medium: usize) -> Result
             "rank {peer} uses shared-memory layout v{}, this rank v{VERSION}: every rank \
              of a host must run the same splitrt build",
             h.version
+        )));
+    }
+    if h.ready.load(Ordering::Acquire) != 1 {
+        return Err(Error::protocol(format!(
+            "shared-memory file of rank {peer} is not ready (its header is incomplete)"
         )));
     }
     let mine = (
@@ -1406,6 +1410,55 @@ mod tests {
             .unwrap();
         f.unlink_own().unwrap();
         f
+    }
+
+    /// A peer's file of another layout version is named as one whatever
+    /// its other header words say (its `ready` word may be elsewhere: here
+    /// 0), a file without the magic as not splitrt's, and only a file of
+    /// this version whose header is unfinished as not ready. (OLD: `ready`
+    /// was checked first, so the other version's peer was "not ready".)
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn check_peer_names_another_version_before_readiness() {
+        let job = format!("unitver{}", std::process::id());
+        let cfg = Config {
+            segment_size: 1 << 20,
+            max_medium: 4096,
+            ..Config::default()
+        };
+        let p = PendingShm::create(&job, 0, &[0], 1, &cfg.shm()).unwrap();
+        // unlinked at once (the mapping stays): nothing left if this fails
+        p.own.unlink().unwrap();
+        let h = p.own.as_ptr() as *mut FileHeader;
+        let check = || match check_peer(&p.own, 0, &p.layout, p.max_medium) {
+            Ok(()) => "ok".to_string(),
+            Err(e) => e.to_string(),
+        };
+        assert_eq!(check(), "ok");
+        let set = |version: u32, magic: u64, ready: u32| {
+            // SAFETY: the file is this test's own (no peer maps it, it is
+            // unlinked) and holds a header at its page-aligned start;
+            // nothing else reads or writes it while this runs.
+            let hdr = unsafe { &mut *h };
+            hdr.version = version;
+            hdr.magic = magic;
+            hdr.ready.store(ready, Ordering::Release);
+        };
+        set(VERSION + 1, MAGIC, 0);
+        assert!(
+            check().contains(&format!("layout v{}", VERSION + 1)),
+            "{}",
+            check()
+        );
+        set(VERSION, MAGIC ^ 1, 0);
+        assert!(check().contains("wrong magic"), "{}", check());
+        set(VERSION, MAGIC, 0);
+        assert!(check().contains("not ready"), "{}", check());
+        set(VERSION, MAGIC, 1);
+        assert_eq!(check(), "ok");
     }
 
     /// The receive side's Short fast path takes only a well-formed Short:

@@ -40,6 +40,14 @@ fn tail(ring: &Ring) -> &AtomicU64 {
     ring.ctrl(0)
 }
 
+/// Whether a ring of `len` cells has a free one with the producer at
+/// `head` and the consumer's tail at `tail` (a word in shared memory:
+/// one past `head` is forged and gives no room, never an overflow).
+#[inline(always)]
+fn room(head: u64, tail: u64, len: u64) -> bool {
+    head.checked_sub(tail).is_some_and(|used| used < len)
+}
+
 /// The producer's side of one ring.
 pub(crate) struct Producer {
     ring: Ring,
@@ -61,14 +69,16 @@ impl Producer {
     }
 
     /// Whether a cell is free; re-reads the consumer's tail only when the
-    /// cached one says the ring is full.
+    /// cached one says the ring is full. A tail past `head` (a forged
+    /// word: the consumer cannot release a cell not yet published) gives
+    /// no room and never an overflow.
     #[inline(always)]
     pub(crate) fn has_room(&mut self) -> bool {
-        if self.head - self.cached_tail < self.ring.len() {
+        if room(self.head, self.cached_tail, self.ring.len()) {
             return true;
         }
         self.cached_tail = tail(&self.ring).load(order::READ_CREDIT);
-        self.head - self.cached_tail < self.ring.len()
+        room(self.head, self.cached_tail, self.ring.len())
     }
 
     /// Whether [`has_room`](Self::has_room) would find a free cell now
@@ -76,11 +86,8 @@ impl Producer {
     /// look before it sleeps.
     pub(crate) fn room_now(&self) -> bool {
         let len = self.ring.len();
-        self.head.wrapping_sub(self.cached_tail) < len
-            || self
-                .head
-                .wrapping_sub(tail(&self.ring).load(order::READ_CREDIT))
-                < len
+        room(self.head, self.cached_tail, len)
+            || room(self.head, tail(&self.ring).load(order::READ_CREDIT), len)
     }
 
     /// The sequence number the next published cell gets.
@@ -260,6 +267,34 @@ mod tests {
             assert!(matches!(c.peek_short(), Peek::Other));
             assert_eq!(c.peek().unwrap().unwrap().chunk, &[1]);
             c.release();
+        }
+    }
+
+    /// A consumer's tail word past the producer's head (forged: no cell
+    /// past `head` was published) gives no room, in `has_room` and in
+    /// `room_now` alike, and never an overflow (OLD: `head - tail`
+    /// overflowed in `has_room`, a panic where overflow checks are on).
+    #[test]
+    fn a_forged_tail_past_the_head_gives_no_room() {
+        let (cell, len) = (256usize, 4);
+        for forged_past in [1, 2, 1 << 40, u64::MAX - 4] {
+            let mut mem = vec![0u64; (RING_CTRL + cell_stride(cell) * len) / 8];
+            // SAFETY: `mem` outlives the ring and is 8-aligned; the test
+            // needs only 8-byte alignment.
+            let ring = unsafe { Ring::new(mem.as_mut_ptr() as *mut u8, cell, len) };
+            let mut p = Producer::new(ring);
+            for _ in 0..len {
+                assert!(p.has_room());
+                p.push_short(1, &[1]);
+            }
+            // full: the next look re-reads the tail, which is forged
+            let forged = p.head() + forged_past;
+            tail(&ring).store(forged, order::RETURN_CREDIT);
+            assert!(!p.has_room(), "a forged tail {forged} gave room");
+            assert!(!p.room_now(), "a forged tail {forged} gave room now");
+            // the consumer's true tail again: room
+            tail(&ring).store(1, order::RETURN_CREDIT);
+            assert!(p.room_now() && p.has_room());
         }
     }
 

@@ -14,7 +14,7 @@
 //! one and the controller never subtracts more than the host added.
 
 /// The code for a hold of `ns` nanoseconds (rounded down; saturates at
-/// [`MAX_US`]).
+/// 31 << 14 us, about 0.5 s: the tests' `MAX_US`).
 pub(super) fn encode(ns: u64) -> u8 {
     let us = ns / 1000;
     if us < 16 {
