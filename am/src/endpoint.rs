@@ -1096,6 +1096,20 @@ impl Endpoint {
         Ok(self.inner.fabric().max_inline(peer))
     }
 
+    /// Largest Medium payload to `peer` that, sent with `nargs` arguments,
+    /// travels in one piece and is handed to its handler where it arrived
+    /// (at most [`max_medium`](Self::max_medium); smaller on a fabric that
+    /// splits a Medium, as UDP's into datagrams, and copies it back
+    /// together at the receiver). A transfer moved as several Mediums
+    /// sized by this saves the receiver that copy. An error if `peer` is
+    /// not a rank of the job.
+    pub fn max_medium_unsplit(&self, peer: usize, nargs: usize) -> Result<usize> {
+        self.inner
+            .check_peer(peer)
+            .map_err(|e| e.at_rank(self.rank()))?;
+        Ok(self.inner.fabric().max_inline_unsplit(peer, nargs))
+    }
+
     /// Largest Long payload to `peer` (its segment size); an error if
     /// `peer` is not a rank of the job.
     pub fn max_long(&self, peer: usize) -> Result<usize> {

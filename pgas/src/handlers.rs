@@ -106,65 +106,77 @@ where
     unsafe { b.reserved_reply(id, name, kind, nargs, f) }
 }
 
+/// Arguments of a get's reply (`splitrt.get_r`): the slot, the offset in
+/// the destination, the status. A get's chunks are sized with them
+/// (`Endpoint::max_medium_unsplit`).
+pub(crate) const GET_REPLY_ARGS: usize = 3;
+
 pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handlers> {
     // Replies first: requests capture their handles.
     let s = st.clone();
-    let get_r: ReplyHandler = reserved_reply(b, 1, "splitrt.get_r", Kind::Medium, 3, move |m| {
-        let (slot, at, status) = (m.arg(0) as usize, m.arg(1) as usize, m.arg(2));
-        let mut dests = s.dests.lock();
-        let mut wake = None;
-        // a freed slot's `Dest` (its waker too), dropped after unlocking
-        let mut gone = None;
-        match dests.get_mut(slot) {
-            None => s.fail(format!(
-                "get reply from rank {} for unknown slot {slot}",
-                m.src()
-            )),
-            Some(d) if d.cancelled => {
-                // the owner gave up and released its buffer: drop the data
-                d.remaining = d.remaining.saturating_sub(1);
-                if d.remaining == 0 {
-                    gone = dests.remove(slot);
+    let get_r: ReplyHandler = reserved_reply(
+        b,
+        1,
+        "splitrt.get_r",
+        Kind::Medium,
+        GET_REPLY_ARGS,
+        move |m| {
+            let (slot, at, status) = (m.arg(0) as usize, m.arg(1) as usize, m.arg(2));
+            let mut dests = s.dests.lock();
+            let mut wake = None;
+            // a freed slot's `Dest` (its waker too), dropped after unlocking
+            let mut gone = None;
+            match dests.get_mut(slot) {
+                None => s.fail(format!(
+                    "get reply from rank {} for unknown slot {slot}",
+                    m.src()
+                )),
+                Some(d) if d.cancelled => {
+                    // the owner gave up and released its buffer: drop the data
+                    d.remaining = d.remaining.saturating_sub(1);
+                    if d.remaining == 0 {
+                        gone = dests.remove(slot);
+                    }
+                }
+                Some(d) => {
+                    let data = m.payload();
+                    if status != OK {
+                        d.error = Some(format!(
+                            "rank {} refused a get (out of its segment)",
+                            m.src()
+                        ));
+                    } else if at.checked_add(data.len()).is_none_or(|e| e > d.len) {
+                        d.error = Some(format!(
+                            "rank {} sent a get reply beyond the buffer",
+                            m.src()
+                        ));
+                    } else {
+                        // SAFETY: [at, at + len) lies inside the destination
+                        // (checked above): an in-bounds offset.
+                        let to = unsafe { d.ptr.add(at) };
+                        // SAFETY: the destination is alive until `remaining` hits
+                        // zero or the slot is cancelled (see Dest), which the
+                        // dests lock held here keeps from happening meanwhile.
+                        unsafe { std::ptr::copy(data.as_ptr(), to, data.len()) };
+                        d.got = d.got.saturating_add(data.len());
+                    }
+                    d.remaining = d.remaining.saturating_sub(1);
+                    if d.remaining == 0 {
+                        d.check_complete(m.src());
+                        // complete: the awaiting future, if any, may finish
+                        wake = d.waker.take();
+                    }
                 }
             }
-            Some(d) => {
-                let data = m.payload();
-                if status != OK {
-                    d.error = Some(format!(
-                        "rank {} refused a get (out of its segment)",
-                        m.src()
-                    ));
-                } else if at.checked_add(data.len()).is_none_or(|e| e > d.len) {
-                    d.error = Some(format!(
-                        "rank {} sent a get reply beyond the buffer",
-                        m.src()
-                    ));
-                } else {
-                    // SAFETY: [at, at + len) lies inside the destination
-                    // (checked above): an in-bounds offset.
-                    let to = unsafe { d.ptr.add(at) };
-                    // SAFETY: the destination is alive until `remaining` hits
-                    // zero or the slot is cancelled (see Dest), which the
-                    // dests lock held here keeps from happening meanwhile.
-                    unsafe { std::ptr::copy(data.as_ptr(), to, data.len()) };
-                    d.got = d.got.saturating_add(data.len());
-                }
-                d.remaining = d.remaining.saturating_sub(1);
-                if d.remaining == 0 {
-                    d.check_complete(m.src());
-                    // complete: the awaiting future, if any, may finish
-                    wake = d.waker.take();
-                }
+            drop(dests);
+            drop(gone);
+            if let Some(w) = wake {
+                w.wake();
             }
-        }
-        drop(dests);
-        drop(gone);
-        if let Some(w) = wake {
-            w.wake();
-        }
-        // every reply counts, so sync's books always balance
-        s.gets_done.fetch_add(1, Ordering::Release);
-    })?;
+            // every reply counts, so sync's books always balance
+            s.gets_done.fetch_add(1, Ordering::Release);
+        },
+    )?;
     let s = st.clone();
     let put_r = reserved_reply(b, 3, "splitrt.put_r", Kind::Short, 1, move |m| {
         if m.arg(0) != OK {

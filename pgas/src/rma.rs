@@ -9,6 +9,7 @@
 //! Puts and stores copy their source at issue.
 
 use crate::context::{Inner, Pgas};
+use crate::handlers::GET_REPLY_ARGS;
 use crate::ptr::GlobalPtr;
 use crate::state::{stored_counter, Dest};
 use bytemuck::Pod;
@@ -54,7 +55,12 @@ impl Inner {
                 return one.get(rank, off, d).map(|()| None);
             }
         }
-        let chunk = self.ep.max_medium(rank)?;
+        // one reply per chunk, each sized to arrive in one piece (over
+        // UDP one datagram: delivered from its receive buffer, not copied
+        // into a reassembly buffer first; docs/networking.md, "Where bulk
+        // transfer's time goes", session 13); the reply's 3 arguments
+        // (slot, offset, status) ride in it
+        let chunk = self.ep.max_medium_unsplit(rank, GET_REPLY_ARGS)?.max(1);
         let chunks = len.div_ceil(chunk);
         let slot = self.st.dests.lock().insert(Dest {
             ptr: dst,

@@ -46,6 +46,13 @@ impl Fabric for Hybrid {
             self.shm.max_inline(peer)
         }
     }
+    fn max_inline_unsplit(&self, peer: usize, words: usize) -> usize {
+        if self.is_remote(peer) {
+            self.udp.max_inline_unsplit(peer, words)
+        } else {
+            self.shm.max_inline_unsplit(peer, words)
+        }
+    }
     fn segment_len(&self, peer: usize) -> usize {
         self.shm.segment_len(peer)
     }

@@ -335,6 +335,17 @@ pub trait Fabric: Send + Sync {
     fn size(&self) -> usize;
     /// Largest inline (non-deposited) payload to `peer`.
     fn max_inline(&self, peer: usize) -> usize;
+    /// Largest inline payload that, sent with `words` argument words,
+    /// reaches `peer` in one piece and is delivered where it arrived
+    /// (no reassembly copy at the receiver). Never above
+    /// [`max_inline`](Self::max_inline); the default is `max_inline`
+    /// itself (a fabric that never splits a Medium). A layer that moves a
+    /// large transfer as several Mediums sizes them by this (the UDP
+    /// fabric's get replies: one datagram each).
+    fn max_inline_unsplit(&self, peer: usize, words: usize) -> usize {
+        let _ = words;
+        self.max_inline(peer)
+    }
     /// Length of `peer`'s registered segment.
     fn segment_len(&self, peer: usize) -> usize;
     /// This rank's registered segment (where Long payloads are deposited).
@@ -638,6 +649,10 @@ impl Fabric for AnyFabric {
     #[inline]
     fn max_inline(&self, peer: usize) -> usize {
         dispatch!(self, max_inline(peer))
+    }
+    #[inline]
+    fn max_inline_unsplit(&self, peer: usize, words: usize) -> usize {
+        dispatch!(self, max_inline_unsplit(peer, words))
     }
     #[inline]
     fn segment_len(&self, peer: usize) -> usize {

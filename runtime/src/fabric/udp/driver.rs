@@ -12,7 +12,7 @@
 use super::faults::{FaultSpec, Faults, Recorder, Verdict};
 use super::proto::{Event, Proto, ProtoConfig, Sent};
 use super::wire::{HEADER, MAX_DATAGRAM, TAG};
-use crate::fabric::frames::{OutMsg, Reassembler, SegmentSink};
+use crate::fabric::frames::{OutMsg, Reassembler, SegmentSink, FRAME_HEADER};
 use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, Wakeup, MAX_WORDS};
 use crate::frozen::FrozenRanges;
 use crate::key::JobKey;
@@ -199,6 +199,7 @@ impl PendingUdp {
         let mac_key = key.derive("splitrt udp datagram mac");
         let proto_cfg_keepalive = proto_cfg.keepalive;
         let proto = Proto::new(rank as u32, size as u32, proto_cfg, mac_key, 0);
+        let max_body = proto.max_body();
         let faults = match cfg.faults.as_ref() {
             None => None,
             Some(f) => Some(Box::new(FaultState {
@@ -260,6 +261,7 @@ impl PendingUdp {
             _owned: owned,
             frozen: Arc::default(),
             max_medium: cfg.max_medium,
+            max_body,
             segment_len: cfg.segment_size,
         })
     }
@@ -390,6 +392,8 @@ pub struct UdpFabric {
     /// [`share_frozen`](Self::share_frozen)).
     frozen: Arc<FrozenRanges>,
     max_medium: usize,
+    /// Largest datagram body (the datagram size less header and tag).
+    max_body: usize,
     segment_len: usize,
 }
 
@@ -802,6 +806,18 @@ impl Fabric for UdpFabric {
         self.max_medium
     }
 
+    /// One frame (its header, the words, the payload) filling a whole
+    /// datagram body: a Medium of this size that begins a datagram (the
+    /// stream's open one is empty; a get reply on an otherwise quiet reply
+    /// stream does) leaves in that one datagram and is delivered from the
+    /// receive buffer it arrived in. A larger one is reassembled into a
+    /// buffer of its own first: one more copy of every byte.
+    fn max_inline_unsplit(&self, _peer: usize, words: usize) -> usize {
+        self.max_body
+            .saturating_sub(FRAME_HEADER + 8 * words)
+            .min(self.max_medium)
+    }
+
     fn segment_len(&self, _peer: usize) -> usize {
         self.segment_len
     }
@@ -1212,6 +1228,62 @@ mod receive_buffer_tests {
             allocs <= 2 * super::super::recv_batch::SLOTS as u64,
             "{allocs} receive buffers of 64 KiB allocated for {N} large datagrams"
         );
+    }
+
+    /// Session 13, get over UDP: a Medium of `max_inline_unsplit(peer,
+    /// words)` bytes with `words` argument words, begun on a quiet stream,
+    /// leaves as one datagram (and is delivered whole, from its receive
+    /// buffer); one byte more takes two (and is reassembled). The size a
+    /// get's chunks take: a bound one byte too large would send every
+    /// chunk as a full datagram and a 1-byte one (reassembled, copied
+    /// once more), one too small goes unnoticed by the counts alone, so
+    /// both sides of the bound are checked.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn udp_unsplit_medium_is_one_datagram() {
+        let (f0, f1, _) = super::tests::loopback_pair(1 << 20, true);
+        let t0 = Instant::now();
+        for words in [0usize, 3, MAX_WORDS] {
+            let n = f1.max_inline_unsplit(0, words);
+            assert!(n > 60_000 && n < f1.max_inline(0), "{words} words: {n} B");
+            let args: Vec<u64> = (0..words as u64).collect();
+            for (len, datagrams) in [(n, 1), (n + 1, 2)] {
+                let data: Vec<u8> = (0..len).map(|i| (i * 7 + words) as u8).collect();
+                let pkt = Packet {
+                    tag: 9,
+                    words: &args,
+                    payload: &data,
+                    deposit: None,
+                };
+                let data_sent = |f: &UdpFabric| {
+                    let s = f.stats();
+                    s.sent - s.controls
+                };
+                let before = data_sent(&f1);
+                send_one(&f1, &f0, Channel::Request, &pkt, t0, &|| format!("{len} B"));
+                let mut got = 0;
+                while got == 0 {
+                    got += f0
+                        .poll(Channel::Request, &mut |d| {
+                            assert_eq!(d.words, &args[..]);
+                            assert!(d.payload == &data[..], "{len} B: payload differs");
+                        })
+                        .unwrap();
+                    let _ = f1.poll(Channel::Request, &mut |_| {});
+                    assert!(t0.elapsed() < Duration::from_secs(20), "{len} B lost");
+                }
+                // every datagram acknowledged: the stream is quiet again
+                while !f1.quiesced().unwrap() {
+                    let _ = f0.poll(Channel::Request, &mut |_| {});
+                    assert!(t0.elapsed() < Duration::from_secs(20), "{len} B unacked");
+                }
+                assert_eq!(
+                    data_sent(&f1) - before,
+                    datagrams,
+                    "{words} words, {len} B: data datagrams"
+                );
+            }
+        }
     }
 
     /// Issue 25, strided put: the same as above when the receiver polls
