@@ -97,8 +97,9 @@ pub(super) enum Gate {
 enum Verdict {
     /// The stream did not time out in the episode.
     Quiet,
-    /// It timed out at `at` (the wire's microsecond clock) with its
-    /// flight ending before sequence number `end` (its `next_tx` then);
+    /// It timed out at `at` (the wire's microsecond clock; its first
+    /// timeout in the episode) with its flight ending before sequence
+    /// number `end` (its `next_tx` at its latest timeout);
     /// `timed`: an acknowledgement's hold already placed the echoed
     /// datagram's arrival before the timeout (the delay was a host's),
     /// what is left to learn is whether a datagram of the flight was lost
@@ -433,8 +434,9 @@ impl Cc {
 }
 
 impl Cc {
-    /// An acknowledgement handled at `now` (ns) that freed data of `stream`, echoes the `ts`
-    /// `echo` (the wire's microsecond clock), reached this rank at
+    /// An acknowledgement handled at `now` (ns) that freed data of
+    /// `stream`, echoes the `ts` `echo` (the wire's microsecond clock),
+    /// reached this rank at
     /// `arrived` (same clock), reports the peer's hold `hold` (ns,
     /// decoded, however short) and leaves the stream's cumulative point
     /// at `una`: it judges the flight a retransmission timeout of that
@@ -657,7 +659,8 @@ mod tests {
         // both streams time out in one stall (each flight ends before 100)
         c.on_timeout(30, 1000, 0, 100);
         c.on_timeout(31, 1001, 1, 100);
-        // a back-off timeout keeps the first record (its time)
+        // a back-off timeout keeps the first record's time (the flight's
+        // end is the same: nothing new left in between)
         c.on_timeout(32, 3000, 0, 100);
         assert_eq!((c.cwnd, c.ssthresh), (9000, 4 * 9000));
         // the request stream's flight is clean; the reply stream's
@@ -665,8 +668,9 @@ mod tests {
         assert!(!clean(&mut c, 0, 900));
         assert!(!c.on_echo(LATER, 1, 950, 600_000, sat, 99));
         assert_eq!(c.cwnd, 9000, "no undo before every stream is judged");
-        // (an echo from before both timeouts of stream 0, which the
-        // record's first one took for lost: no retransmission filled a hole)
+        // (an echo of a transmission at 999: before the reply stream's
+        // timeout at 1001, so no retransmission filled a hole in its
+        // flight; it is before both of the request stream's too)
         assert!(clean(&mut c, 1, 999));
         assert_eq!((c.cwnd, c.ssthresh), before);
         assert!(c.undo.is_none(), "the episode ended");
