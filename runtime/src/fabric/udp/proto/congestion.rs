@@ -121,6 +121,10 @@ struct Undo {
     cwnd: u64,
     /// `ssthresh` before it.
     ssthresh: u64,
+    /// `reduced_at` before it: an undo puts it back, so a loss of a
+    /// datagram sent before the timeout, found after the undo, is the
+    /// congestion event it would have been without the timeout.
+    reduced_at: u64,
     /// Per stream (request, reply).
     streams: [Verdict; 2],
     /// When the episode's first timeout fired (ns): the record is dropped,
@@ -392,6 +396,7 @@ impl Cc {
         let u = self.undo.get_or_insert(Undo {
             cwnd: self.cwnd,
             ssthresh: self.ssthresh,
+            reduced_at: self.reduced_at,
             streams: [Verdict::Quiet; 2],
             since: now,
         });
@@ -562,6 +567,7 @@ impl Cc {
         }
         self.cwnd = self.cwnd.max(u.cwnd);
         self.ssthresh = self.ssthresh.max(u.ssthresh);
+        self.reduced_at = self.reduced_at.min(u.reduced_at);
         true
     }
 }
@@ -792,6 +798,23 @@ mod tests {
         assert!(cut.0 < 4 * 9000, "the delay signal cut the window");
         assert!(!c.on_echo(300_100, 0, 900, 1500, 550_000, 10));
         assert_eq!((c.cwnd, c.ssthresh), cut);
+    }
+
+    /// h13-ccundofix: an undo puts back when the window was last reduced,
+    /// so a loss of a datagram sent before the (spurious) timeout, found
+    /// after the undo, halves the restored window as it would have
+    /// without the timeout. (OLD: `on_loss` took it for the timeout's
+    /// congestion event, `false`, and the window stayed at 72,000.)
+    #[test]
+    fn ccundofix_a_loss_from_before_an_undone_timeout_still_counts() {
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        c.cwnd = 8 * 9000;
+        c.on_timeout(30, 1000, 0, 10);
+        assert!(c.on_echo(LATER, 0, 900, 1500, 550_000, 10));
+        assert!(c.on_loss(LATER + 10, 20), "sent at 20, before the timeout");
+        assert_eq!(c.cwnd, 4 * 9000);
+        // one from before the last real reduction is still the same event
+        assert!(!c.on_loss(LATER + 20, 25));
     }
 
     /// h13-ccundofix (review point 2): a back-off timeout of a pending
