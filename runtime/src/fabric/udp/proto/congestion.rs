@@ -40,7 +40,13 @@
 //!   episode. Each stream that timed out in the episode (request, reply:
 //!   a record of fixed size per stream) is judged on its own flight, and
 //!   the window comes back only when every one of them is judged
-//!   spurious; a loss in any keeps the reduction. A stream's flight is
+//!   spurious; a loss in any keeps the reduction, and so does any other
+//!   congestion response while the episode is open (a loss found by fast
+//!   retransmission, the delay signal's decrease: the episode ends with
+//!   the reductions standing) and an episode left unjudged past its
+//!   bound (`Cc::new`'s `episode`, at most [`EPISODE_MAX`]: it is
+//!   dropped). A back-off timeout of a pending stream extends its flight
+//!   to what was sent since the first timeout. A stream's flight is
 //!   spurious when its first acknowledgement with an unsaturated hold
 //!   echoes a transmission from before the timeout whose arrival the
 //!   peer's hold places before the timeout fired (the delay was a
@@ -91,8 +97,9 @@ pub(super) enum Gate {
 enum Verdict {
     /// The stream did not time out in the episode.
     Quiet,
-    /// It timed out at `at` (the wire's microsecond clock) with its
-    /// flight ending before sequence number `end` (its `next_tx` then);
+    /// It timed out at `at` (the wire's microsecond clock; its first
+    /// timeout in the episode) with its flight ending before sequence
+    /// number `end` (its `next_tx` at its latest timeout);
     /// `timed`: an acknowledgement's hold already placed the echoed
     /// datagram's arrival before the timeout (the delay was a host's),
     /// what is left to learn is whether a datagram of the flight was lost
@@ -114,9 +121,24 @@ struct Undo {
     cwnd: u64,
     /// `ssthresh` before it.
     ssthresh: u64,
+    /// `reduced_at` before it: an undo puts it back, so a loss of a
+    /// datagram sent before the timeout, found after the undo, is the
+    /// congestion event it would have been without the timeout.
+    reduced_at: u64,
     /// Per stream (request, reply).
     streams: [Verdict; 2],
+    /// When the episode's first timeout fired (ns): the record is dropped,
+    /// with the reduction standing, once it is older than [`Cc::episode`].
+    since: u64,
 }
+
+/// The longest an episode of retransmission timeouts stays open (ns),
+/// whatever the configuration: 2^30 us, a quarter of the wire's 32-bit
+/// microsecond clock (about 17.9 minutes), so that the echoed stamps
+/// compared with a timeout's time (`hold::sent_before`, whose range is
+/// half the clock's wrap, 35.8 minutes) never wrap into an order that
+/// undoes a real loss.
+pub(super) const EPISODE_MAX: u64 = (1 << 30) * 1000;
 
 /// One peer's congestion state (all sizes in bytes, times in ns).
 #[derive(Clone, Debug)]
@@ -154,12 +176,19 @@ pub(super) struct Cc {
     /// what is known of the flight its timeout took for lost
     /// ([`on_echo`](Self::on_echo)).
     undo: Option<Undo>,
+    /// How long an episode may stay open (ns, at most [`EPISODE_MAX`]):
+    /// one older than this is dropped with its reduction standing (a peer
+    /// that never echoes a stamp, or echoes one from the future, and then
+    /// idles would otherwise keep it open, blocking later undos).
+    episode: u64,
 }
 
 impl Cc {
     /// State toward a new peer: datagrams of `mtu` bytes, a credit of
-    /// `credit` bytes, on or off.
-    pub fn new(on: bool, mtu: usize, credit: u64) -> Cc {
+    /// `credit` bytes, on or off; an episode of retransmission timeouts
+    /// left unjudged for `episode` ns (capped at [`EPISODE_MAX`]) is
+    /// dropped with its reduction standing.
+    pub fn new(on: bool, mtu: usize, credit: u64, episode: u64) -> Cc {
         let mss = mtu as u64;
         let cap = credit.max(2 * mss);
         // RFC 3390's rule with jumbo datagrams in mind: 2 datagrams, or
@@ -180,6 +209,7 @@ impl Cc {
             srtt: 0,
             pace_at: 0,
             undo: None,
+            episode: episode.min(EPISODE_MAX),
         }
     }
 
@@ -249,9 +279,11 @@ impl Cc {
         if !self.over {
             return;
         }
+        let mut reduced = false;
         if self.cwnd < self.ssthresh {
             // the queue is building: leave slow start before it overflows
             self.ssthresh = self.cwnd;
+            reduced = true;
         }
         // Swift's multiplicative decrease, once per round trip: by the
         // share of the RTT spent above the target (0.8 of it), half at most
@@ -261,6 +293,13 @@ impl Cc {
             self.ssthresh = self.cwnd;
             self.acc = 0;
             self.reduced_at = now.max(1);
+            reduced = true;
+        }
+        if reduced {
+            // a queue stands now: an undo must not restore the window
+            // from before an episode of timeouts over it (the episode
+            // ends, its reduction and this one standing)
+            self.undo = None;
         }
     }
 
@@ -312,8 +351,18 @@ impl Cc {
     /// A loss found by acknowledgements (fast retransmission) of a
     /// datagram that last left at `sent_at`. Returns whether the window
     /// was reduced (a new congestion event).
+    ///
+    /// A loss found while an episode of retransmission timeouts is open
+    /// ends it with its reduction standing, whether or not it reduces the
+    /// window again (a datagram sent before the timeout is the same
+    /// congestion event, which an undo must not wipe out either): the
+    /// undo restores the window only when nothing was lost.
     pub fn on_loss(&mut self, now: u64, sent_at: u64) -> bool {
-        if !self.on || sent_at < self.reduced_at {
+        if !self.on {
+            return false;
+        }
+        self.undo = None;
+        if sent_at < self.reduced_at {
             return false;
         }
         self.cwnd = (self.cwnd / 2).max(self.floor()).min(self.cap);
@@ -329,27 +378,38 @@ impl Cc {
     /// takes the undo record (the window before it); each stream that
     /// times out in the episode is judged on its own flight
     /// ([`on_echo`](Self::on_echo)). A later timeout of a stream whose
-    /// flight is pending keeps the first one's record (its `at` and
-    /// `end`: the retransmissions leave after it); one of a stream
-    /// already judged spurious is a new flight, judged again; one of a
-    /// stream with a loss changes nothing (the reduction stands).
+    /// flight is pending keeps the first one's time `at` (the
+    /// retransmissions leave after it) and its `timed`, but its flight now
+    /// ends at the new `end`: data sent after the first timeout and lost
+    /// is judged too (its hole is filled by a datagram sent after `at`,
+    /// so any such data errs toward keeping the reduction). One of a
+    /// stream already judged spurious is a new flight, judged again; one
+    /// of a stream with a loss changes nothing (the reduction stands). An
+    /// episode older than the bound given to [`new`](Self::new) is
+    /// dropped first, its reduction standing, and this one opens a new
+    /// episode.
     pub fn on_timeout(&mut self, now: u64, now_us: u32, stream: usize, end: u32) {
         if !self.on {
             return;
         }
+        self.expire(now);
         let u = self.undo.get_or_insert(Undo {
             cwnd: self.cwnd,
             ssthresh: self.ssthresh,
+            reduced_at: self.reduced_at,
             streams: [Verdict::Quiet; 2],
+            since: now,
         });
         if let Some(v) = u.streams.get_mut(stream) {
-            if matches!(v, Verdict::Quiet | Verdict::Spurious) {
-                *v = Verdict::Pending {
+            *v = match *v {
+                Verdict::Quiet | Verdict::Spurious => Verdict::Pending {
                     at: now_us,
                     end,
                     timed: false,
-                };
-            }
+                },
+                Verdict::Pending { at, timed, .. } => Verdict::Pending { at, end, timed },
+                Verdict::Lost => Verdict::Lost,
+            };
         }
         if self.cwnd > self.mss {
             self.ssthresh = (self.cwnd / 2).max(2 * self.mss);
@@ -359,11 +419,29 @@ impl Cc {
         self.reduced_at = now.max(1);
         self.pace_at = now;
     }
+
+    /// Drops the episode's record if it is older than the bound (its
+    /// reduction stands): its echoes are no longer judged.
+    fn expire(&mut self, now: u64) {
+        if let Some(u) = self.undo {
+            if now.saturating_sub(u.since) > self.episode {
+                self.undo = None;
+            }
+        }
+    }
+
+    /// Whether an episode of retransmission timeouts is open (its record
+    /// kept).
+    #[cfg(test)]
+    pub(super) fn episode_open(&self) -> bool {
+        self.undo.is_some()
+    }
 }
 
 impl Cc {
-    /// An acknowledgement that freed data of `stream`, echoes the `ts`
-    /// `echo` (the wire's microsecond clock), reached this rank at
+    /// An acknowledgement handled at `now` (ns) that freed data of
+    /// `stream`, echoes the `ts` `echo` (the wire's microsecond clock),
+    /// reached this rank at
     /// `arrived` (same clock), reports the peer's hold `hold` (ns,
     /// decoded, however short) and leaves the stream's cumulative point
     /// at `una`: it judges the flight a retransmission timeout of that
@@ -397,8 +475,20 @@ impl Cc {
     /// selectively acknowledged datagram on the way decides at once
     /// ([`on_hole`](Self::on_hole)). The caller leaves the timeout's marks
     /// on the flight's unacknowledged datagrams (they are resent): the
-    /// verdict restores only the window.
-    pub fn on_echo(&mut self, stream: usize, echo: u32, arrived: u32, hold: u64, una: u32) -> bool {
+    /// verdict restores only the window. An episode older than the bound
+    /// given to [`new`](Self::new) is dropped unjudged, its reduction
+    /// standing (past it the 32-bit stamps could wrap into an order that
+    /// makes a retransmission's echo look older than the timeout).
+    pub fn on_echo(
+        &mut self,
+        now: u64,
+        stream: usize,
+        echo: u32,
+        arrived: u32,
+        hold: u64,
+        una: u32,
+    ) -> bool {
+        self.expire(now);
         let Some(u) = self.undo.as_mut() else {
             return false;
         };
@@ -477,6 +567,7 @@ impl Cc {
         }
         self.cwnd = self.cwnd.max(u.cwnd);
         self.ssthresh = self.ssthresh.max(u.ssthresh);
+        self.reduced_at = self.reduced_at.min(u.reduced_at);
         true
     }
 }
@@ -485,9 +576,15 @@ impl Cc {
 mod tests {
     use super::*;
 
+    /// The episode bound the protocol's defaults give (16 x 100 ms).
+    const EPISODE: u64 = 1_600_000_000;
+    /// When the acknowledgements of these tests are handled (ns): after
+    /// their timeouts, well within the bound.
+    const LATER: u64 = 100;
+
     #[test]
     fn cc_slow_start_doubles_then_halves_on_loss() {
-        let mut c = Cc::new(true, 9000, 64 * 9000);
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
         assert_eq!(c.cwnd, 18_000);
         // a window's worth sent and acknowledged doubles it
         c.on_sent(0, 9000);
@@ -506,7 +603,7 @@ mod tests {
         assert_eq!(c.ssthresh, 18_000);
         // the first acknowledgement after it times a later transmission:
         // a real loss, the window stays down
-        assert!(!c.on_echo(0, 1001, 1100, 0, 2));
+        assert!(!c.on_echo(LATER, 0, 1001, 1100, 0, 2));
         assert_eq!(c.cwnd, 9000);
         // a spurious timeout (the ack times a transmission from before it,
         // which reached the peer before the timeout: its hold says so)
@@ -515,69 +612,71 @@ mod tests {
         assert_eq!(c.cwnd, 9000);
         c.cwnd = 4500;
         // (the other stream's acknowledgements do not decide)
-        assert!(!c.on_echo(1, 1900, 2500, 550_000, 2));
-        assert!(c.on_echo(0, 1900, 2500, 550_000, 2));
+        assert!(!c.on_echo(LATER, 1, 1900, 2500, 550_000, 2));
+        assert!(c.on_echo(LATER, 0, 1900, 2500, 550_000, 2));
         assert_eq!((c.cwnd, c.ssthresh), (9000, 18_000));
     }
 
     #[test]
     fn ccfix2_a_saturated_hold_waits_for_the_whole_flight() {
         let sat = hold::SATURATED;
-        let mut c = Cc::new(true, 9000, 64 * 9000);
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
         let (cwnd, ssthresh) = (c.cwnd, c.ssthresh);
         // a timeout at 1000 with the flight ending before 12 (wrapping
         // sequence numbers around it are compared alike)
         c.on_timeout(30, 1000, 0, 12);
         assert_eq!(c.cwnd, 9000);
         // a saturated ack of the flight's start: no decision yet
-        assert!(!c.on_echo(0, 900, 600_000, sat, 11));
+        assert!(!c.on_echo(LATER, 0, 900, 600_000, sat, 11));
         assert!(c.undo.is_some(), "the undo waits for the rest");
         // the ack that covers the flight echoes a transmission from
         // before the timeout: nothing of it was lost, the window comes back
-        assert!(c.on_echo(0, 900, 600_100, sat, 12));
+        assert!(c.on_echo(LATER, 0, 900, 600_100, sat, 12));
         assert_eq!((c.cwnd, c.ssthresh), (cwnd, ssthresh));
         // the same flight across the wrap of the sequence numbers, whose
         // hole was filled by a retransmission (echo after the timeout):
         // the reduction stands
         c.on_timeout(40, 2000, 0, 2);
-        assert!(!c.on_echo(0, 1900, 600_000, sat, u32::MAX));
+        assert!(!c.on_echo(LATER, 0, 1900, 600_000, sat, u32::MAX));
         assert!(c.undo.is_some());
-        assert!(!c.on_echo(0, 2100, 600_100, sat, 2));
+        assert!(!c.on_echo(LATER, 0, 2100, 600_100, sat, 2));
         assert!(c.undo.is_none());
         assert_eq!(c.cwnd, 9000);
         // a hole decides at once
         c.on_timeout(50, 3000, 0, 20);
-        assert!(!c.on_echo(0, 2900, 600_000, sat, 15));
+        assert!(!c.on_echo(LATER, 0, 2900, 600_000, sat, 15));
         c.on_hole(0);
-        assert!(!c.on_echo(0, 2900, 600_100, sat, 20));
+        assert!(!c.on_echo(LATER, 0, 2900, 600_100, sat, 20));
         assert_eq!(c.cwnd, 9000);
     }
 
     /// An acknowledgement that covers `stream`'s flight, echoing a
     /// transmission at `echo`, with a saturated hold.
     fn clean(c: &mut Cc, stream: usize, echo: u32) -> bool {
-        c.on_echo(stream, echo, 600_000, hold::SATURATED, 100)
+        c.on_echo(LATER, stream, echo, 600_000, hold::SATURATED, 100)
     }
 
     #[test]
     fn ccundo_both_streams_must_be_spurious() {
         let sat = hold::SATURATED;
-        let mut c = Cc::new(true, 9000, 64 * 9000);
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
         c.cwnd = 8 * 9000;
         let before = (c.cwnd, c.ssthresh);
         // both streams time out in one stall (each flight ends before 100)
         c.on_timeout(30, 1000, 0, 100);
         c.on_timeout(31, 1001, 1, 100);
-        // a back-off timeout keeps the first record (its time)
+        // a back-off timeout keeps the first record's time (the flight's
+        // end is the same: nothing new left in between)
         c.on_timeout(32, 3000, 0, 100);
         assert_eq!((c.cwnd, c.ssthresh), (9000, 4 * 9000));
         // the request stream's flight is clean; the reply stream's
         // decides, first with only its start acknowledged
         assert!(!clean(&mut c, 0, 900));
-        assert!(!c.on_echo(1, 950, 600_000, sat, 99));
+        assert!(!c.on_echo(LATER, 1, 950, 600_000, sat, 99));
         assert_eq!(c.cwnd, 9000, "no undo before every stream is judged");
-        // (an echo from between the two timeouts of stream 0: before the
-        // record's first one, so a transmission it did not resend)
+        // (an echo of a transmission at 999: before the reply stream's
+        // timeout at 1001, so no retransmission filled a hole in its
+        // flight; it is before both of the request stream's too)
         assert!(clean(&mut c, 1, 999));
         assert_eq!((c.cwnd, c.ssthresh), before);
         assert!(c.undo.is_none(), "the episode ended");
@@ -613,17 +712,17 @@ mod tests {
 
     #[test]
     fn ccundo_a_timely_start_waits_for_the_flight() {
-        let mut c = Cc::new(true, 9000, 64 * 9000);
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
         c.cwnd = 8 * 9000;
         // a timeout at 1000 (flight ends before 10); the first ack echoes
         // a transmission at 800 that reached the peer by 900 (arrived at
         // 1500, held 600 us): the delay was the peer's, but only the
         // start is acknowledged
         c.on_timeout(30, 1000, 0, 10);
-        assert!(!c.on_echo(0, 800, 1500, 600_000, 5));
+        assert!(!c.on_echo(LATER, 0, 800, 1500, 600_000, 5));
         assert!(c.undo.is_some());
         // the covering ack echoes the tail's retransmission: a loss
-        assert!(!c.on_echo(0, 1100, 1700, 50_000, 10));
+        assert!(!c.on_echo(LATER, 0, 1100, 1700, 50_000, 10));
         assert!(c.undo.is_none());
         assert_eq!(c.cwnd, 9000);
         // the same with the tail's original echoed (it was in the socket
@@ -631,43 +730,186 @@ mod tests {
         c.cwnd = 8 * 9000;
         let before = (c.cwnd, c.ssthresh);
         c.on_timeout(40, 2000, 0, 20);
-        assert!(!c.on_echo(0, 1800, 2500, 600_000, 15));
-        assert!(c.on_echo(0, 1810, 2600, 690_000, 20));
+        assert!(!c.on_echo(LATER, 0, 1800, 2500, 600_000, 15));
+        assert!(c.on_echo(LATER, 0, 1810, 2600, 690_000, 20));
         assert_eq!((c.cwnd, c.ssthresh), before);
         // a first ack whose datagram reached the peer after the timeout
         // (a network queue) decides at once: a loss, nothing pending
         c.cwnd = 8 * 9000;
         c.on_timeout(50, 3000, 0, 30);
-        assert!(!c.on_echo(0, 2800, 3300, 50_000, 25));
+        assert!(!c.on_echo(LATER, 0, 2800, 3300, 50_000, 25));
         assert!(c.undo.is_none());
         // a stream judged spurious that times out again while the other
         // is pending is judged again on its new flight
         c.cwnd = 8 * 9000;
         c.on_timeout(60, 4000, 0, 40);
         c.on_timeout(61, 4001, 1, 40);
-        assert!(!c.on_echo(0, 3900, 4300, 350_000, 40));
+        assert!(!c.on_echo(LATER, 0, 3900, 4300, 350_000, 40));
         c.on_timeout(62, 4500, 0, 41);
-        assert!(!c.on_echo(1, 3950, 4600, 600_000, 40));
+        assert!(!c.on_echo(LATER, 1, 3950, 4600, 600_000, 40));
         assert!(c.undo.is_some(), "stream 0's new flight is pending");
-        assert!(c.on_echo(0, 4400, 4900, 450_000, 41));
+        assert!(c.on_echo(LATER, 0, 4400, 4900, 450_000, 41));
+    }
+
+    /// h13-ccundofix (review point 1): a reduction after the episode's
+    /// first timeout ends the episode with it standing, so the pending
+    /// stream's clean covering acknowledgement does not restore the
+    /// window from before the timeout. (OLD: each case restored
+    /// (72,000, 576,000).)
+    #[test]
+    fn ccundofix_a_reduction_in_the_episode_ends_it() {
+        // the other stream loses a datagram sent after the timeout: fast
+        // retransmission halves the window
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        c.cwnd = 8 * 9000;
+        c.on_timeout(30, 1000, 0, 10);
+        c.cwnd = 4 * 9000;
+        assert!(c.on_loss(40, 35));
+        assert_eq!((c.cwnd, c.ssthresh), (18_000, 18_000));
+        assert!(!c.on_echo(LATER, 0, 900, 1500, 550_000, 10));
+        assert_eq!((c.cwnd, c.ssthresh), (18_000, 18_000));
+        // one sent before the timeout: the same congestion event (no
+        // second reduction), which the undo must not wipe out either
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        c.cwnd = 8 * 9000;
+        c.on_timeout(30, 1000, 0, 10);
+        assert!(!c.on_loss(40, 20));
+        assert!(!c.on_echo(LATER, 0, 900, 1500, 550_000, 10));
+        assert_eq!((c.cwnd, c.ssthresh), (9000, 4 * 9000));
+        // the delay signal: a sample above the target ends slow start
+        // (ssthresh down to the window)...
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        c.on_rtt(1, 100_000, 100_000);
+        c.cwnd = 8 * 9000;
+        c.on_timeout(30, 1000, 0, 10);
+        c.on_rtt(40, 100_000 + 2 * DELAY_MIN, 200_000);
+        assert_eq!((c.cwnd, c.ssthresh), (9000, 9000));
+        assert!(!c.on_echo(LATER, 0, 900, 1500, 550_000, 10));
+        assert_eq!((c.cwnd, c.ssthresh), (9000, 9000));
+        // ...and, a round trip after the timeout, shrinks the window
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        c.on_rtt(1, 100_000, 100_000);
+        c.cwnd = 8 * 9000;
+        c.on_timeout(30, 1000, 0, 10);
+        c.cwnd = 4 * 9000;
+        c.ssthresh = 4 * 9000;
+        c.on_rtt(300_000, 100_000 + 2 * DELAY_MIN, 200_000);
+        let cut = (c.cwnd, c.ssthresh);
+        assert!(cut.0 < 4 * 9000, "the delay signal cut the window");
+        assert!(!c.on_echo(300_100, 0, 900, 1500, 550_000, 10));
+        assert_eq!((c.cwnd, c.ssthresh), cut);
+    }
+
+    /// h13-ccundofix: an undo puts back when the window was last reduced,
+    /// so a loss of a datagram sent before the (spurious) timeout, found
+    /// after the undo, halves the restored window as it would have
+    /// without the timeout. (OLD: `on_loss` took it for the timeout's
+    /// congestion event, `false`, and the window stayed at 72,000.)
+    #[test]
+    fn ccundofix_a_loss_from_before_an_undone_timeout_still_counts() {
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        c.cwnd = 8 * 9000;
+        c.on_timeout(30, 1000, 0, 10);
+        assert!(c.on_echo(LATER, 0, 900, 1500, 550_000, 10));
+        assert!(c.on_loss(LATER + 10, 20), "sent at 20, before the timeout");
+        assert_eq!(c.cwnd, 4 * 9000);
+        // one from before the last real reduction is still the same event
+        assert!(!c.on_loss(LATER + 20, 25));
+    }
+
+    /// h13-ccundofix (review point 2): a back-off timeout of a pending
+    /// stream keeps the first timeout's time but takes the flight's new
+    /// end, so data sent after the first timeout and lost is judged too.
+    /// (OLD: the acknowledgement covering only the first flight undid it,
+    /// `true` and (72,000, 576,000).)
+    #[test]
+    fn ccundofix_a_back_off_timeout_moves_the_flights_end() {
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        c.cwnd = 8 * 9000;
+        c.on_timeout(30, 1000, 0, 10);
+        // the echoed datagram reached the peer in time; only the start of
+        // the flight is acknowledged
+        assert!(!c.on_echo(LATER, 0, 900, 1500, 550_000, 5));
+        // 10 and 11 left after the timeout; a back-off timeout takes them
+        // for lost as well
+        c.on_timeout(40, 3000, 0, 12);
+        // the first flight covered, echoing a transmission from before
+        // the first timeout: 10 and 11 are not covered yet
+        assert!(!c.on_echo(LATER, 0, 950, 3500, 2_000_000, 10));
+        assert!(c.episode_open(), "the rest of the flight is pending");
+        // the acknowledgement that covers them echoes a transmission from
+        // after the first timeout: the reduction stands
+        assert!(!c.on_echo(LATER, 0, 3100, 3600, 100_000, 12));
+        assert!(!c.episode_open());
+        assert_eq!((c.cwnd, c.ssthresh), (9000, 4 * 9000));
+    }
+
+    /// h13-ccundofix (review point 3): an episode older than its bound is
+    /// dropped with its reduction standing: past the wrap of the 32-bit
+    /// stamps (35.8 minutes) a retransmission's echo looks older than the
+    /// timeout, and a stream that is never judged (its peer echoes
+    /// nothing, then idles) must not block the undo of later episodes.
+    /// (OLD: the wrapped echo undid the reduction, `true`; the late clean
+    /// acknowledgement undid it; the stuck episode kept the next one's
+    /// undo from happening, `false`.)
+    #[test]
+    fn ccundofix_an_episode_past_its_bound_is_never_undone() {
+        let sat = hold::SATURATED;
+        for bound in [EPISODE, u64::MAX] {
+            let mut c = Cc::new(true, 9000, 64 * 9000, bound);
+            c.cwnd = 8 * 9000;
+            c.on_timeout(30, 1000, 0, 10);
+            // a retransmission 2^31 + 10 us after the timeout, covering
+            // the flight: its echo wraps to before the timeout
+            let echo = 1000u32.wrapping_add((1 << 31) + 10);
+            assert!(hold::sent_before(echo, 1000));
+            let later = 30 + ((1u64 << 31) + 10) * 1000;
+            assert!(!c.on_echo(later, 0, echo, echo + 600_000, sat, 10));
+            assert!(!c.episode_open());
+            assert_eq!((c.cwnd, c.ssthresh), (9000, 4 * 9000));
+        }
+        // a clean covering acknowledgement at the bound undoes, one after
+        // it does not
+        let t = 1_000_000_000;
+        for (late, undone) in [(EPISODE, true), (EPISODE + 1, false)] {
+            let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+            c.cwnd = 8 * 9000;
+            c.on_timeout(t, 1000, 0, 10);
+            assert_eq!(
+                c.on_echo(t + late, 0, 900, 600_000, sat, 10),
+                undone,
+                "{late} ns after the timeout"
+            );
+        }
+        // the reply stream times out and is never judged; past the bound
+        // a timeout of the request stream opens a new episode of its own,
+        // which its clean acknowledgement undoes
+        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        c.on_timeout(t, 1000, 1, 10);
+        c.cwnd = 8 * 9000;
+        c.on_timeout(t + EPISODE + 1, 5000, 0, 10);
+        assert!(c.on_echo(t + EPISODE + 2, 0, 4900, 600_000, sat, 10));
+        assert_eq!(c.cwnd, 8 * 9000);
+        // a configuration's bound is capped below the stamps' wrap
+        assert_eq!(Cc::new(true, 9000, 9000, u64::MAX).episode, EPISODE_MAX);
     }
 
     #[test]
     fn cc_never_above_the_credit_and_off_is_open() {
-        let mut c = Cc::new(true, 9000, 4 * 9000);
+        let mut c = Cc::new(true, 9000, 4 * 9000, EPISODE);
         for _ in 0..100 {
             c.on_sent(0, 9000);
             c.on_acked(9000, 9000);
         }
         assert_eq!(c.cwnd, 4 * 9000);
-        let mut off = Cc::new(false, 9000, 4 * 9000);
+        let mut off = Cc::new(false, 9000, 4 * 9000, EPISODE);
         off.on_sent(0, 1 << 30);
         assert_eq!(off.gate(0), Gate::Open);
     }
 
     #[test]
     fn cc_delay_ends_slow_start_and_pacing_spaces_datagrams() {
-        let mut c = Cc::new(true, 9000, 1 << 30);
+        let mut c = Cc::new(true, 9000, 1 << 30, EPISODE);
         c.on_rtt(1, 100_000, 100_000);
         assert!(c.cwnd < c.ssthresh);
         let w = c.cwnd;

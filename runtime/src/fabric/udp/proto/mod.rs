@@ -295,7 +295,15 @@ impl Peer {
             backoff: 0,
             dirty: false,
             listed: [false, false],
-            cc: Cc::new(cfg.cc, cfg.mtu, credit),
+            // an episode of timeouts is judged within 16 maximal
+            // timeouts (16 retransmissions at the longest back-off) or
+            // the peer timeout, whichever is shorter
+            cc: Cc::new(
+                cfg.cc,
+                cfg.mtu,
+                credit,
+                cfg.max_rto.saturating_mul(16).min(cfg.peer_timeout),
+            ),
             paced: false,
             urgent: false,
             asked: false,
@@ -647,7 +655,7 @@ impl Proto {
                     }
                     let una = p.tx[st].una;
                     if p.cc
-                        .on_echo(st, h.echo, us(arrived), hold::decode(h.hold), una)
+                        .on_echo(now, st, h.echo, us(arrived), hold::decode(h.hold), una)
                     {
                         self.stats.spurious_timeouts += 1;
                     }
