@@ -154,8 +154,6 @@ mod on {
     }
 }
 
-#[cfg(feature = "shm-timeline")]
-pub(crate) use on::{empty_poll, sent, stamp};
 /// Start recording (a [`Ev::Mark`] with `label` first).
 #[cfg(feature = "shm-timeline")]
 pub use on::arm;
@@ -166,6 +164,8 @@ pub use on::disarm;
 /// ch arg` (after a `# dropped N` line).
 #[cfg(feature = "shm-timeline")]
 pub use on::dump;
+#[cfg(feature = "shm-timeline")]
+pub(crate) use on::{empty_poll, sent, stamp};
 
 /// Stamp `ev` on channel `ch` (nothing: the feature is off).
 #[cfg(not(feature = "shm-timeline"))]
