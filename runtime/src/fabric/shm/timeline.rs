@@ -2,7 +2,7 @@
 //! where a flood's time goes (issue 28, session 13): with the
 //! `shm-timeline` feature (off by default), each credit step, refusal and
 //! poll is stamped with the cycle counter into a fixed array, between
-//! [`arm`] and [`disarm`], and [`dump`] writes the array out. Without the
+//! `arm` and `disarm`, and `dump` writes the array out. Without the
 //! feature every stamp is an empty inline function (nothing is compiled
 //! in).
 //!
@@ -23,7 +23,8 @@ pub enum Ev {
     /// one by one: a stamp costs about what a send does), stamped before
     /// the next event.
     Sent = 1,
-    /// A send refused for want of room (arg: cells this sender holds).
+    /// A send refused for want of room (arg: 0 from the Short path, 1
+    /// from the general one).
     Refused = 2,
     /// A shared queue sender's credit step at its quota (arg: credits
     /// it got back; 0 = none, it asked for a doorbell).
@@ -41,7 +42,8 @@ pub enum Ev {
     Empty = 7,
     /// The consumer rang the senders for `want` (arg: 0).
     Rung = 8,
-    /// A mark from the caller ([`arm`] / [`disarm`], arg: its label).
+    /// A mark from the caller (`arm` / `disarm`, channel 0 / 1, arg:
+    /// its label).
     Mark = 9,
 }
 
@@ -125,16 +127,20 @@ mod on {
         }
     }
 
+    /// Start recording (a [`Ev::Mark`] with `label` first).
     pub fn arm(label: u64) {
         ARMED.store(true, Ordering::Relaxed);
         put(Ev::Mark, 0, label);
     }
 
+    /// Stop recording (a [`Ev::Mark`] with `label` last).
     pub fn disarm(label: u64) {
         put(Ev::Mark, 1, label);
         ARMED.store(false, Ordering::Relaxed);
     }
 
+    /// Write the entries recorded so far to `path`, one a line: `cycles
+    /// kind ch arg` (after a `# dropped N` line).
     pub fn dump(path: &std::path::Path) -> std::io::Result<()> {
         use std::io::Write;
         let n = NEXT.load(Ordering::Relaxed).min(CAP);
@@ -154,16 +160,8 @@ mod on {
     }
 }
 
-/// Start recording (a [`Ev::Mark`] with `label` first).
 #[cfg(feature = "shm-timeline")]
-pub use on::arm;
-/// Stop recording (a [`Ev::Mark`] with `label` last).
-#[cfg(feature = "shm-timeline")]
-pub use on::disarm;
-/// Write the entries recorded so far to `path`, one a line: `cycles kind
-/// ch arg` (after a `# dropped N` line).
-#[cfg(feature = "shm-timeline")]
-pub use on::dump;
+pub use on::{arm, disarm, dump};
 #[cfg(feature = "shm-timeline")]
 pub(crate) use on::{empty_poll, sent, stamp};
 
@@ -181,3 +179,49 @@ pub(crate) fn empty_poll() {}
 #[cfg(not(feature = "shm-timeline"))]
 #[inline(always)]
 pub(crate) fn sent() {}
+
+#[cfg(all(test, feature = "shm-timeline"))]
+mod tests {
+    use super::*;
+
+    /// Stamps between `arm` and `disarm` are dumped in order, with the
+    /// sends and empty polls counted before the next stamp; stamps
+    /// outside are not recorded. (Other tests of this binary may stamp
+    /// meanwhile: only the lines of this test's channel are checked.)
+    #[test]
+    #[cfg_attr(miri, ignore = "writes a file")]
+    fn stamps_between_arm_and_disarm_are_dumped_in_order() {
+        const CH: u8 = 0x7e;
+        stamp(Ev::Poll, CH, 99);
+        arm(5);
+        sent();
+        sent();
+        stamp(Ev::Reclaim, CH, 3);
+        stamp(Ev::Poll, CH, 7);
+        disarm(5);
+        stamp(Ev::Poll, CH, 98);
+        let path = std::env::temp_dir().join(format!("shm-timeline-{}", std::process::id()));
+        dump(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let mine: Vec<(u64, u64)> = text
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                l.split(' ')
+                    .map(|w| w.parse().unwrap())
+                    .collect::<Vec<u64>>()
+            })
+            .filter(|w| w[2] == CH as u64)
+            .map(|w| (w[1], w[3]))
+            .collect();
+        assert_eq!(
+            mine,
+            vec![
+                (Ev::Sent as u64, 2),
+                (Ev::Reclaim as u64, 3),
+                (Ev::Poll as u64, 7)
+            ]
+        );
+    }
+}
