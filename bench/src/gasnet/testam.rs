@@ -241,6 +241,9 @@ impl Rank<'_> {
         }
         // flood roundtrip ReqRep
         self.barrier()?;
+        // the timeline (feature `shm-timeline`): AM Short of size 0
+        let stamp = cfg!(feature = "shm-timeline") && k == 0 && sz == 0;
+        timeline_arm(stamp);
         if self.sender {
             let base = self.flag();
             let t = Instant::now();
@@ -248,6 +251,7 @@ impl Rank<'_> {
                 self.send(self.h.ping[k], k, sz)?;
             }
             self.wait_flag(base + n)?;
+            timeline_disarm(stamp);
             self.report(&format!("{label} flood     roundtrip ReqRep"), t, sz, true);
         }
         if KINDS[k] != Kind::Short {
@@ -261,8 +265,42 @@ impl Rank<'_> {
             self.wait_flag(base + n)?;
             self.report(&format!("{label} flood     two-way   Req"), t, sz, false);
         }
-        self.barrier()
+        let r = self.barrier();
+        if !self.sender {
+            timeline_disarm(stamp);
+        }
+        r
     }
+}
+
+/// Start the shared-memory timeline if `on` (feature `shm-timeline`).
+fn timeline_arm(on: bool) {
+    #[cfg(feature = "shm-timeline")]
+    if on {
+        splitrt::runtime::fabric::shm::timeline::arm(0);
+    }
+    let _ = on;
+}
+
+/// Stop the shared-memory timeline if `on`.
+fn timeline_disarm(on: bool) {
+    #[cfg(feature = "shm-timeline")]
+    if on {
+        splitrt::runtime::fabric::shm::timeline::disarm(0);
+    }
+    let _ = on;
+}
+
+/// Write the timeline to `$SPLITRT_SHM_TIMELINE.<rank>` if that is set.
+fn timeline_dump(rank: usize) {
+    #[cfg(feature = "shm-timeline")]
+    if let Ok(p) = std::env::var("SPLITRT_SHM_TIMELINE") {
+        let path = format!("{p}.{rank}");
+        if let Err(e) = splitrt::runtime::fabric::shm::timeline::dump(Path::new(&path)) {
+            eprintln!("timeline: {path}: {e}");
+        }
+    }
+    let _ = rank;
 }
 
 /// Sizes 0, 1, 2, 4, ... below `max`, then `max` (`testam`'s ADVANCESZ).
@@ -347,6 +385,7 @@ pub fn run(result: &Path) -> Result<()> {
         let _ = writeln!(r.out, "max Medium\t{max_med}\t0\nmax Long\t{max_long}\t0");
         worker::write_result(result, 0, &r.out)?;
     }
+    timeline_dump(me);
     ep.finish()
 }
 

@@ -18,6 +18,7 @@ mod owner;
 mod receive;
 mod ring;
 mod shared_rx;
+pub mod timeline;
 pub mod zone;
 
 use self::doorbell::{Doorbell, DOORBELL_OFF};
@@ -1034,8 +1035,10 @@ impl ShmFabric {
             }
         };
         if room {
+            timeline::sent();
             bell.get().ring();
         } else {
+            timeline::stamp(timeline::Ev::Refused, ch as u8, 0);
             self.want_room(l * 2 + ch as usize);
         }
         Ok(room)
@@ -1116,7 +1119,13 @@ impl ShmFabric {
         };
         let set = &mut *set;
         if let Some(q) = &mut set.queue {
-            return self.poll_shared::<C>(q, deliver);
+            let got = self.poll_shared::<C>(q, deliver);
+            match got {
+                Ok(0) => timeline::empty_poll(),
+                Ok(n) => timeline::stamp(timeline::Ev::Poll, ch as u8, n as u64),
+                Err(_) => {}
+            }
+            return got;
         }
         let n = set.rings.len();
         let start = set.next;
@@ -1142,9 +1151,12 @@ impl ShmFabric {
             }
         }
         if delivered > 0 {
+            timeline::stamp(timeline::Ev::Poll, ch as u8, delivered as u64);
             // another thread of this rank may be asleep waiting for what
             // the handlers just did
             self.own_bell.get().ring();
+        } else {
+            timeline::empty_poll();
         }
         Ok(delivered)
     }
@@ -1241,11 +1253,17 @@ impl Fabric for ShmFabric {
     ) -> Result<Sent> {
         let peer = self.local(peer)?;
         // One check of the tracing switch per send; the `Off` copy has no probes.
-        if trace::enabled() {
+        let sent = if trace::enabled() {
             self.send_with::<On>(peer, ch, pkt, stall)
         } else {
             self.send_with::<Off>(peer, ch, pkt, stall)
+        };
+        match &sent {
+            Ok(Ok(())) => timeline::sent(),
+            Ok(Err(_)) => timeline::stamp(timeline::Ev::Refused, ch as u8, 1),
+            Err(_) => {}
         }
+        sent
     }
 
     #[inline(always)]

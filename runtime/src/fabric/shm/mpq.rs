@@ -57,6 +57,7 @@
 
 use super::cells::{CellView, Cells, Peek};
 use super::layout::{CellMeta, F_FIRST, F_LAST};
+use super::timeline::{self, Ev};
 use crate::fabric::MAX_WORDS;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -397,7 +398,8 @@ impl QProducer {
     #[inline(never)]
     fn reclaim(&mut self) -> bool {
         let q = self.q;
-        reclaim_step(
+        let held = self.mine.len();
+        let got = reclaim_step(
             &mut self.mine,
             || q.ctrl(TAIL_OFF).load(order::SEE_TAIL),
             |t| released(&q, t),
@@ -405,7 +407,9 @@ impl QProducer {
                 q.ctrl(WANT_OFF).store(1, Ordering::SeqCst);
                 std::sync::atomic::fence(Ordering::SeqCst);
             },
-        )
+        );
+        timeline::stamp(Ev::Reclaim, 0xff, (held - self.mine.len()) as u64);
+        got
     }
 
     /// The queue looked full at ticket `t`: ask for a doorbell (`want`),
@@ -416,6 +420,7 @@ impl QProducer {
     /// `want`, or this second look sees the freed cell. True if claimed.
     #[cold]
     fn full_at(&mut self, t: u64) -> bool {
+        timeline::stamp(Ev::Full, 0xff, t);
         self.q.ctrl(WANT_OFF).store(1, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
         let s = self.q.word(t).load(order::SEE_FREE);

@@ -12,6 +12,7 @@
 
 use super::cells::{CellView, Cells, Peek};
 use super::layout::{CellMeta, F_FIRST, F_LAST};
+use super::timeline::{self, Ev};
 use std::sync::atomic::AtomicU64;
 
 /// The orderings of the ring protocol. The loom model of the protocol
@@ -78,6 +79,13 @@ impl Producer {
             return true;
         }
         self.cached_tail = tail(&self.ring).load(order::READ_CREDIT);
+        timeline::stamp(
+            Ev::RingTail,
+            0xff,
+            self.ring
+                .len()
+                .saturating_sub(self.head.wrapping_sub(self.cached_tail)),
+        );
         room(self.head, self.cached_tail, self.ring.len())
     }
 

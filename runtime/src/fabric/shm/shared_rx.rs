@@ -104,6 +104,7 @@ impl ShmFabric {
         }
         if freed {
             if q.cons.freed() {
+                super::timeline::stamp(super::timeline::Ev::Rung, 0xff, 0);
                 for (i, b) in self.bells.iter().enumerate() {
                     if i != self.me {
                         b.get().ring();
