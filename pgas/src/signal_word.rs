@@ -4,6 +4,8 @@
 //! refuse a signal into any other address).
 
 use parking_lot::{Mutex, RwLock};
+use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -170,7 +172,11 @@ impl Registry {
     pub fn looker(&self) -> Looker<'_> {
         let slot = Arc::new(AtomicBool::new(false));
         self.lookers.lock().push(slot.clone());
-        Looker { reg: self, slot }
+        Looker {
+            reg: self,
+            slot,
+            _one_thread: PhantomData,
+        }
     }
 
     /// How many ranges were removed so far. Read before recording a
@@ -227,10 +233,22 @@ impl Registry {
 /// [`Registry::looker`]): lets the wait read a word it recorded, while no
 /// range was removed since, without the registry's lock; every removal
 /// waits for a look in progress (see [`Registry::remove`]).
+///
+/// Not `Sync`: its one slot says whether *a* look is in progress, so two
+/// threads looking through one `Looker` at once would let the first to
+/// finish clear the slot while the other still reads, and a removal would
+/// then free memory under that read. `Send` (a wait may move it).
 pub(crate) struct Looker<'a> {
     reg: &'a Registry,
     slot: Arc<AtomicBool>,
+    /// Makes `Looker` `!Sync` (and keeps it `Send`): one thread looks at
+    /// a time.
+    _one_thread: PhantomData<Cell<()>>,
 }
+
+// one slot, one thread at a time (see `Looker`)
+static_assertions::assert_not_impl_any!(Looker<'static>: Sync);
+static_assertions::assert_impl_all!(Looker<'static>: Send);
 
 impl Looker<'_> {
     /// `Some(f())` if the registry's removal count is still `seen`, else
@@ -305,12 +323,16 @@ mod tests {
         let (inside, finished) = (AtomicBool::new(false), AtomicBool::new(false));
         let looker = r.looker();
         std::thread::scope(|s| {
-            let look = s.spawn(|| {
-                looker.if_unchanged(seen, || {
+            // the looker moves to the looking thread and comes back (it
+            // is not Sync: one thread looks through it at a time)
+            let (inside, finished) = (&inside, &finished);
+            let look = s.spawn(move || {
+                let got = looker.if_unchanged(seen, || {
                     inside.store(true, Ordering::SeqCst);
                     std::thread::sleep(std::time::Duration::from_millis(50));
                     finished.store(true, Ordering::SeqCst);
-                })
+                });
+                (got, looker)
             });
             while !inside.load(Ordering::SeqCst) {
                 std::hint::spin_loop();
@@ -320,12 +342,13 @@ mod tests {
                 finished.load(Ordering::SeqCst),
                 "remove returned while a look was reading"
             );
-            assert_eq!(look.join().unwrap(), Some(()));
+            let (got, looker) = look.join().unwrap();
+            assert_eq!(got, Some(()));
             // the count moved: no more reads without the lock
             assert_eq!(looker.if_unchanged(seen, || ()), None);
             assert_eq!(looker.if_unchanged(r.removals(), || 7), Some(7));
+            drop(looker);
         });
-        drop(looker);
         // the slot was given back
         assert!(r.lookers.lock().is_empty());
     }
