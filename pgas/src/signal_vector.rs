@@ -552,11 +552,10 @@ pub(crate) fn one_entry<'a>(inner: &'a Inner, sig: GlobalPtr<u64>, value: u64) -
 
 /// One look at the single entry `e` (from [`one_entry`]) of a wait
 /// (`call`), as `Pgas::signal_wait_until` looked on every round before
-/// session 13 (kept for the tests that compare it with
-/// [`look_one_since`]): under the registry's read lock, an error naming the rank if
-/// its array was freed (before the freed word is read), else the value it
-/// holds if that satisfies `cmp`.
-#[cfg(test)]
+/// session 13, and now looks once before it takes a look slot (so a word
+/// already satisfied costs no slot): under the registry's read lock, an
+/// error naming the rank if its array was freed (before the freed word is
+/// read), else the value it holds if that satisfies `cmp`.
 pub(crate) fn look_one(inner: &Inner, call: &str, e: &Entry<'_>, cmp: Cmp) -> Option<Result<u64>> {
     let seen = inner.st.signals.with_words(|gen_of| {
         if gen_of(e.ptr.offset()) != Some(e.generation) {

@@ -129,6 +129,10 @@ pub(crate) struct Registry {
     /// ([`Looker`]): each is true while its wait reads a word, and
     /// [`remove`](Registry::remove) waits for every one to be false.
     lookers: Mutex<Vec<Arc<AtomicBool>>>,
+    /// How many look slots were ever taken (for the tests that check a
+    /// wait takes none when it need not).
+    #[cfg(test)]
+    slots_taken: AtomicU64,
 }
 
 impl Registry {
@@ -172,11 +176,19 @@ impl Registry {
     pub fn looker(&self) -> Looker<'_> {
         let slot = Arc::new(AtomicBool::new(false));
         self.lookers.lock().push(slot.clone());
+        #[cfg(test)]
+        self.slots_taken.fetch_add(1, Ordering::Relaxed);
         Looker {
             reg: self,
             slot,
             _one_thread: PhantomData,
         }
+    }
+
+    /// How many look slots were ever taken ([`looker`](Self::looker)).
+    #[cfg(test)]
+    pub fn slots_taken(&self) -> u64 {
+        self.slots_taken.load(Ordering::Relaxed)
     }
 
     /// How many ranges were removed so far. Read before recording a
