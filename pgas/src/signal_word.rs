@@ -150,7 +150,8 @@ impl Registry {
 
     /// Forget the range at `off`. Returns once no [`Looker`] may still
     /// read a word of it: a look that began before the count moved is
-    /// waited for (a few loads: a look never sleeps), every later one
+    /// waited for (a few loads: a look never sleeps; the wait spins a
+    /// little, then yields its thread), every later one
     /// sees the count moved and reads nothing. So the caller may free the
     /// range's memory when this returns.
     pub fn remove(&self, off: u64) {
@@ -163,10 +164,7 @@ impl Registry {
         // this removal, or the load of its slot below sees the look
         fence(Ordering::SeqCst);
         for slot in self.lookers.lock().iter() {
-            // acquire: the look's word load happens before the free
-            while slot.load(Ordering::Acquire) {
-                std::hint::spin_loop();
-            }
+            wait_clear(slot, std::thread::yield_now);
         }
     }
 
@@ -291,6 +289,26 @@ impl Drop for Looker<'_> {
     }
 }
 
+/// Spins of a removal waiting for a look before it starts to yield its
+/// thread (a look is a few loads, but its thread may be preempted in it).
+const SPINS_BEFORE_YIELD: u32 = 64;
+
+/// Wait until the look slot `slot` is clear: spin a little, then call
+/// `pause` (`std::thread::yield_now`) between looks, so a removal waiting
+/// (with the `lookers` mutex held) for a preempted look gives its core
+/// back. The acquire load: the look's word load happens before the free.
+fn wait_clear(slot: &AtomicBool, mut pause: impl FnMut()) {
+    let mut spins = 0;
+    while slot.load(Ordering::Acquire) {
+        if spins < SPINS_BEFORE_YIELD {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            pause();
+        }
+    }
+}
+
 /// The generation of the range in `ranges` holding the signal word `off`.
 fn word_generation(ranges: &[(u64, u64, u64)], off: u64) -> Option<u64> {
     if !off.is_multiple_of(8) {
@@ -363,6 +381,24 @@ mod tests {
         });
         // the slot was given back
         assert!(r.lookers.lock().is_empty());
+    }
+
+    /// A removal waiting for a look spins `SPINS_BEFORE_YIELD` times,
+    /// then yields between looks (it does not spin on with the `lookers`
+    /// mutex held), and returns once the slot is clear.
+    #[test]
+    fn signal_wait_a_removal_yields_while_a_look_lasts() {
+        let slot = AtomicBool::new(true);
+        let mut pauses = 0;
+        wait_clear(&slot, || {
+            pauses += 1;
+            if pauses == 3 {
+                slot.store(false, Ordering::Release);
+            }
+        });
+        assert_eq!(pauses, 3);
+        // a clear slot: no pause at all
+        wait_clear(&slot, || panic!("paused on a clear slot"));
     }
 
     #[test]
