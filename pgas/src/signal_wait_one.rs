@@ -201,6 +201,14 @@ mod tests {
             .unwrap_or(3);
         assert_eq!(rounds_locked(&pg, &e, n), 0);
         assert_eq!(rounds_lock_free(&pg, &e, &looker, &since, n), 0);
+        // the rounds read without the lock: none took it, and the count
+        // they hold is the registry's, so a look through the slot goes on
+        let reg = &pg.inner.st.signals;
+        let locked = reg.locked_looks();
+        assert_eq!(rounds_lock_free(&pg, &e, &looker, &since, 3), 0);
+        assert_eq!(reg.locked_looks(), locked, "the rounds took the lock");
+        let lock_free = |since: &Cell<u64>| looker.if_unchanged(since.get(), || ()).is_some();
+        assert!(lock_free(&since));
         let word = pg.inner.signal_word(ptr.offset());
         word.store(6, std::sync::atomic::Ordering::Release);
         let new = |since: &Cell<u64>| look_one_since(&pg.inner, "t", &e, Cmp::Ge, &looker, since);
@@ -209,8 +217,19 @@ mod tests {
         // another array freed: the count moves, the word is still one
         let before = since.get();
         pg.free_signals(other).unwrap();
+        assert!(
+            !lock_free(&since),
+            "a look after a free went without the lock"
+        );
+        let locked = reg.locked_looks();
         assert!(matches!(new(&since), Some(Ok(6))));
+        assert_eq!(reg.locked_looks(), locked + 1, "the look after the free");
         assert_ne!(since.get(), before, "the new count is taken");
+        // the lock once, then lock-free again
+        assert!(lock_free(&since), "the look after the free did not move on");
+        assert!(matches!(new(&since), Some(Ok(6))));
+        assert!(matches!(new(&since), Some(Ok(6))));
+        assert_eq!(reg.locked_looks(), locked + 1, "lock-free again");
         assert!(matches!(old(), Some(Ok(6))));
         // this array freed: both end with the error, reading nothing
         pg.free_signals(sigs).unwrap();

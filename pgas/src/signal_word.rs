@@ -133,6 +133,11 @@ pub(crate) struct Registry {
     /// wait takes none when it need not).
     #[cfg(test)]
     slots_taken: AtomicU64,
+    /// How many looks took the read lock ([`with_words_since`]
+    /// (Self::with_words_since)), for the tests that check a wait reads
+    /// without it.
+    #[cfg(test)]
+    locked_looks: AtomicU64,
 }
 
 impl Registry {
@@ -189,6 +194,13 @@ impl Registry {
         self.slots_taken.load(Ordering::Relaxed)
     }
 
+    /// How many looks took the read lock
+    /// ([`with_words_since`](Self::with_words_since)).
+    #[cfg(test)]
+    pub fn locked_looks(&self) -> u64 {
+        self.locked_looks.load(Ordering::Relaxed)
+    }
+
     /// How many ranges were removed so far. Read before recording a
     /// word's [`generation`](Self::generation): while
     /// [`with_words`](Self::with_words) still finds the same count, no
@@ -233,6 +245,8 @@ impl Registry {
     /// [`removals`](Self::removals) count read under the lock.
     pub fn with_words_since<R>(&self, f: impl FnOnce(&dyn Fn(u64) -> Option<u64>, u64) -> R) -> R {
         let r = self.ranges.read();
+        #[cfg(test)]
+        self.locked_looks.fetch_add(1, Ordering::Relaxed);
         let gen_of = |off: u64| word_generation(&r, off);
         // removals are counted under the write lock: stable while read here
         f(&gen_of, self.removals.load(Ordering::Relaxed))
