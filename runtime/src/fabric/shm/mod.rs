@@ -364,9 +364,15 @@ fn check_peer(f: &ShmFile, peer: usize, l: &Layout, max_medium: usize) -> Result
             f.len()
         )));
     }
-    // SAFETY: the file holds at least a header; the peer completed it before
-    // it joined the bootstrap (ready is checked below, after the magic and
-    // the version, which are only compared).
+    // SAFETY: the file holds at least a header (checked above), mapped and
+    // 8-aligned (`ShmFile`). Its plain words (the magic and the version,
+    // read below before `ready`) are written once, when the peer creates
+    // the file, and never again; the peer finished writing its header
+    // before it joined the bootstrap, and this rank reaches here only
+    // after the bootstrap exchange that names the peer (a happens-before
+    // through the exchange, not through `ready`), so those reads race
+    // with no write. `ready` (atomic, loaded with acquire below) is a
+    // second check of a finished header, for a file of this version.
     let h = unsafe { &*(f.as_ptr() as *const FileHeader) };
     // The magic and the version first: they begin every version's header,
     // whose other words (`ready` among them) may be elsewhere, so a peer
