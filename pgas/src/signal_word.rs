@@ -133,8 +133,9 @@ pub(crate) struct Registry {
     /// wait takes none when it need not).
     #[cfg(test)]
     slots_taken: AtomicU64,
-    /// How many looks took the read lock ([`with_words_since`]
-    /// (Self::with_words_since)), for the tests that check a wait reads
+    /// How many looks took the read lock
+    /// ([`with_words_since`](Self::with_words_since)), for the tests that
+    /// check a wait reads
     /// without it.
     #[cfg(test)]
     locked_looks: AtomicU64,
