@@ -135,8 +135,7 @@ pub(crate) struct Registry {
     slots_taken: AtomicU64,
     /// How many looks took the read lock
     /// ([`with_words_since`](Self::with_words_since)), for the tests that
-    /// check a wait reads
-    /// without it.
+    /// check a wait reads without it.
     #[cfg(test)]
     locked_looks: AtomicU64,
 }
