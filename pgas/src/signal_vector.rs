@@ -469,14 +469,17 @@ impl Pgas {
             if status.is_some_and(|s| s[k]) {
                 continue;
             }
+            // the count before the generation (see `one_entry`)
+            let removals = i.st.signals.removals();
+            let generation = i.st.signals.generation(sig.offset()).unwrap_or(0);
             out.push(Entry {
                 pos: k,
                 word: i.signal_word(sig.offset()),
                 value: values[k],
                 ptr: sig,
                 index: None,
-                removals: i.st.signals.removals(),
-                generation: i.st.signals.generation(sig.offset()).unwrap_or(0),
+                removals,
+                generation,
             });
         }
         Ok(out)
@@ -539,24 +542,30 @@ impl Pgas {
 /// (checked by the caller), for `Pgas::signal_wait_until`: with the
 /// generation of its array, so a look ([`look_one_since`]) notices a free.
 pub(crate) fn one_entry<'a>(inner: &'a Inner, sig: GlobalPtr<u64>, value: u64) -> Entry<'a> {
+    // the removal count first, the generation after: a removal between
+    // the two moves the count past `removals`, so the first lock-free
+    // look goes to the lock and sees the array gone (read the other way
+    // round, a generation of a freed array could be paired with a count
+    // taken after its removal, and a look would read the freed word)
+    let removals = inner.st.signals.removals();
+    let generation = inner.st.signals.generation(sig.offset()).unwrap_or(0);
     Entry {
         pos: 0,
         word: inner.signal_word(sig.offset()),
         value,
         ptr: sig,
         index: None,
-        removals: inner.st.signals.removals(),
-        generation: inner.st.signals.generation(sig.offset()).unwrap_or(0),
+        removals,
+        generation,
     }
 }
 
 /// One look at the single entry `e` (from [`one_entry`]) of a wait
 /// (`call`), as `Pgas::signal_wait_until` looked on every round before
-/// session 13 (kept for the tests that compare it with
-/// [`look_one_since`]): under the registry's read lock, an error naming the rank if
-/// its array was freed (before the freed word is read), else the value it
-/// holds if that satisfies `cmp`.
-#[cfg(test)]
+/// session 13, and now looks once before it takes a look slot (so a word
+/// already satisfied costs no slot): under the registry's read lock, an
+/// error naming the rank if its array was freed (before the freed word is
+/// read), else the value it holds if that satisfies `cmp`.
 pub(crate) fn look_one(inner: &Inner, call: &str, e: &Entry<'_>, cmp: Cmp) -> Option<Result<u64>> {
     let seen = inner.st.signals.with_words(|gen_of| {
         if gen_of(e.ptr.offset()) != Some(e.generation) {

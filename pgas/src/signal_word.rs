@@ -4,6 +4,8 @@
 //! refuse a signal into any other address).
 
 use parking_lot::{Mutex, RwLock};
+use std::cell::Cell;
+use std::marker::PhantomData;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -127,6 +129,15 @@ pub(crate) struct Registry {
     /// ([`Looker`]): each is true while its wait reads a word, and
     /// [`remove`](Registry::remove) waits for every one to be false.
     lookers: Mutex<Vec<Arc<AtomicBool>>>,
+    /// How many look slots were ever taken (for the tests that check a
+    /// wait takes none when it need not).
+    #[cfg(test)]
+    slots_taken: AtomicU64,
+    /// How many looks took the read lock
+    /// ([`with_words_since`](Self::with_words_since)), for the tests that
+    /// check a wait reads without it.
+    #[cfg(test)]
+    locked_looks: AtomicU64,
 }
 
 impl Registry {
@@ -144,7 +155,8 @@ impl Registry {
 
     /// Forget the range at `off`. Returns once no [`Looker`] may still
     /// read a word of it: a look that began before the count moved is
-    /// waited for (a few loads: a look never sleeps), every later one
+    /// waited for (a few loads: a look never sleeps; the wait spins a
+    /// little, then yields its thread), every later one
     /// sees the count moved and reads nothing. So the caller may free the
     /// range's memory when this returns.
     pub fn remove(&self, off: u64) {
@@ -157,10 +169,7 @@ impl Registry {
         // this removal, or the load of its slot below sees the look
         fence(Ordering::SeqCst);
         for slot in self.lookers.lock().iter() {
-            // acquire: the look's word load happens before the free
-            while slot.load(Ordering::Acquire) {
-                std::hint::spin_loop();
-            }
+            wait_clear(slot, std::thread::yield_now);
         }
     }
 
@@ -170,7 +179,26 @@ impl Registry {
     pub fn looker(&self) -> Looker<'_> {
         let slot = Arc::new(AtomicBool::new(false));
         self.lookers.lock().push(slot.clone());
-        Looker { reg: self, slot }
+        #[cfg(test)]
+        self.slots_taken.fetch_add(1, Ordering::Relaxed);
+        Looker {
+            reg: self,
+            slot,
+            _one_thread: PhantomData,
+        }
+    }
+
+    /// How many look slots were ever taken ([`looker`](Self::looker)).
+    #[cfg(test)]
+    pub fn slots_taken(&self) -> u64 {
+        self.slots_taken.load(Ordering::Relaxed)
+    }
+
+    /// How many looks took the read lock
+    /// ([`with_words_since`](Self::with_words_since)).
+    #[cfg(test)]
+    pub fn locked_looks(&self) -> u64 {
+        self.locked_looks.load(Ordering::Relaxed)
     }
 
     /// How many ranges were removed so far. Read before recording a
@@ -217,6 +245,8 @@ impl Registry {
     /// [`removals`](Self::removals) count read under the lock.
     pub fn with_words_since<R>(&self, f: impl FnOnce(&dyn Fn(u64) -> Option<u64>, u64) -> R) -> R {
         let r = self.ranges.read();
+        #[cfg(test)]
+        self.locked_looks.fetch_add(1, Ordering::Relaxed);
         let gen_of = |off: u64| word_generation(&r, off);
         // removals are counted under the write lock: stable while read here
         f(&gen_of, self.removals.load(Ordering::Relaxed))
@@ -227,10 +257,22 @@ impl Registry {
 /// [`Registry::looker`]): lets the wait read a word it recorded, while no
 /// range was removed since, without the registry's lock; every removal
 /// waits for a look in progress (see [`Registry::remove`]).
+///
+/// Not `Sync`: its one slot says whether *a* look is in progress, so two
+/// threads looking through one `Looker` at once would let the first to
+/// finish clear the slot while the other still reads, and a removal would
+/// then free memory under that read. `Send` (a wait may move it).
 pub(crate) struct Looker<'a> {
     reg: &'a Registry,
     slot: Arc<AtomicBool>,
+    /// Makes `Looker` `!Sync` (and keeps it `Send`): one thread looks at
+    /// a time.
+    _one_thread: PhantomData<Cell<()>>,
 }
+
+// one slot, one thread at a time (see `Looker`)
+static_assertions::assert_not_impl_any!(Looker<'static>: Sync);
+static_assertions::assert_impl_all!(Looker<'static>: Send);
 
 impl Looker<'_> {
     /// `Some(f())` if the registry's removal count is still `seen`, else
@@ -258,6 +300,26 @@ impl Drop for Looker<'_> {
             .lookers
             .lock()
             .retain(|s| !Arc::ptr_eq(s, &self.slot));
+    }
+}
+
+/// Spins of a removal waiting for a look before it starts to yield its
+/// thread (a look is a few loads, but its thread may be preempted in it).
+const SPINS_BEFORE_YIELD: u32 = 64;
+
+/// Wait until the look slot `slot` is clear: spin a little, then call
+/// `pause` (`std::thread::yield_now`) between looks, so a removal waiting
+/// (with the `lookers` mutex held) for a preempted look gives its core
+/// back. The acquire load: the look's word load happens before the free.
+fn wait_clear(slot: &AtomicBool, mut pause: impl FnMut()) {
+    let mut spins = 0;
+    while slot.load(Ordering::Acquire) {
+        if spins < SPINS_BEFORE_YIELD {
+            spins += 1;
+            std::hint::spin_loop();
+        } else {
+            pause();
+        }
     }
 }
 
@@ -305,12 +367,16 @@ mod tests {
         let (inside, finished) = (AtomicBool::new(false), AtomicBool::new(false));
         let looker = r.looker();
         std::thread::scope(|s| {
-            let look = s.spawn(|| {
-                looker.if_unchanged(seen, || {
+            // the looker moves to the looking thread and comes back (it
+            // is not Sync: one thread looks through it at a time)
+            let (inside, finished) = (&inside, &finished);
+            let look = s.spawn(move || {
+                let got = looker.if_unchanged(seen, || {
                     inside.store(true, Ordering::SeqCst);
                     std::thread::sleep(std::time::Duration::from_millis(50));
                     finished.store(true, Ordering::SeqCst);
-                })
+                });
+                (got, looker)
             });
             while !inside.load(Ordering::SeqCst) {
                 std::hint::spin_loop();
@@ -320,14 +386,33 @@ mod tests {
                 finished.load(Ordering::SeqCst),
                 "remove returned while a look was reading"
             );
-            assert_eq!(look.join().unwrap(), Some(()));
+            let (got, looker) = look.join().unwrap();
+            assert_eq!(got, Some(()));
             // the count moved: no more reads without the lock
             assert_eq!(looker.if_unchanged(seen, || ()), None);
             assert_eq!(looker.if_unchanged(r.removals(), || 7), Some(7));
+            drop(looker);
         });
-        drop(looker);
         // the slot was given back
         assert!(r.lookers.lock().is_empty());
+    }
+
+    /// A removal waiting for a look spins `SPINS_BEFORE_YIELD` times,
+    /// then yields between looks (it does not spin on with the `lookers`
+    /// mutex held), and returns once the slot is clear.
+    #[test]
+    fn signal_wait_a_removal_yields_while_a_look_lasts() {
+        let slot = AtomicBool::new(true);
+        let mut pauses = 0;
+        wait_clear(&slot, || {
+            pauses += 1;
+            if pauses == 3 {
+                slot.store(false, Ordering::Release);
+            }
+        });
+        assert_eq!(pauses, 3);
+        // a clear slot: no pause at all
+        wait_clear(&slot, || panic!("paused on a clear slot"));
     }
 
     #[test]

@@ -433,7 +433,7 @@ mod tests {
             leaders.push(group_of.len());
             group_of.extend(std::iter::repeat_n(b, g));
         }
-        Layout { group_of, leaders }
+        Layout::new(group_of, leaders)
     }
 
     /// reduce_scatter_nb goes flat above the leader's byte bound: -N3 -n6
@@ -531,7 +531,7 @@ mod tests {
             let leaders = (0..sizes.len())
                 .map(|b| group_of.iter().position(|&x| x == b).unwrap())
                 .collect();
-            Layout { group_of, leaders }
+            Layout::new(group_of, leaders)
         };
         let mut checked = 0;
         for sizes in &shapes {

@@ -56,9 +56,24 @@ pub(crate) struct Layout {
     pub group_of: Vec<usize>,
     /// Every group's leader (its lowest team rank), in increasing order.
     pub leaders: Vec<usize>,
+    /// The number of members of the largest group, counted once by
+    /// [`new`](Self::new) ([`largest_group`](Self::largest_group)).
+    largest: usize,
 }
 
 impl Layout {
+    /// The layout of these groups and leaders (see the fields), with its
+    /// largest group counted once here rather than at every
+    /// [`largest_group`](Self::largest_group).
+    pub(crate) fn new(group_of: Vec<usize>, leaders: Vec<usize>) -> Layout {
+        let largest = count_largest(&group_of, leaders.len());
+        Layout {
+            group_of,
+            leaders,
+            largest,
+        }
+    }
+
     /// The team ranks of group `g`, in increasing order.
     pub(crate) fn members_of(&self, g: usize) -> Vec<usize> {
         (0..self.group_of.len())
@@ -66,17 +81,12 @@ impl Layout {
             .collect()
     }
 
-    /// The number of members of the largest group (0 with no groups), in
-    /// one pass over the members: O(n), not one pass per group. A group
-    /// index past `leaders` counts toward no group.
+    /// The number of members of the largest group (0 with no groups):
+    /// counted once, when the layout was built ([`new`](Self::new)), so a
+    /// call allocates nothing and reads one word.
+    #[inline]
     pub(crate) fn largest_group(&self) -> usize {
-        let mut sizes = vec![0usize; self.leaders.len()];
-        for &b in &self.group_of {
-            if let Some(c) = sizes.get_mut(b) {
-                *c += 1;
-            }
-        }
-        sizes.into_iter().max().unwrap_or(0)
+        self.largest
     }
 
     /// Elements per element of a step a hierarchical alltoall moves
@@ -101,6 +111,20 @@ impl Layout {
             .windows(2)
             .all(|w| w[1] == w[0] || w[1] == w[0] + 1)
     }
+}
+
+/// The number of members of the largest of `groups` groups, where
+/// `group_of[j]` is member j's group, in one pass over the members: O(n),
+/// not one pass per group. A group index past `groups` counts toward no
+/// group.
+fn count_largest(group_of: &[usize], groups: usize) -> usize {
+    let mut sizes = vec![0usize; groups];
+    for &b in group_of {
+        if let Some(c) = sizes.get_mut(b) {
+            *c += 1;
+        }
+    }
+    sizes.into_iter().max().unwrap_or(0)
 }
 
 /// Decide from every member's report (team order) whether the team runs
@@ -142,7 +166,7 @@ pub(crate) fn plan(reports: &[Report]) -> Option<Layout> {
     if leaders.len() < 2 || sizes.iter().all(|&s| s < 2) {
         return None;
     }
-    Some(Layout { group_of, leaders })
+    Some(Layout::new(group_of, leaders))
 }
 
 /// A team's host groups on this member (see the module docs).
@@ -217,7 +241,7 @@ mod tests {
 
     #[test]
     fn hier2_layout_width_and_contiguity() {
-        let l = |group_of: Vec<usize>, leaders: Vec<usize>| Layout { group_of, leaders };
+        let l = Layout::new;
         // 2 + 2 + 1: a member's 5 blocks, a leader of 2 gets 2 * 3
         let a = l(vec![0, 0, 1, 1, 2], vec![0, 2, 4]);
         assert_eq!(a.alltoall_width(), 6);

@@ -446,15 +446,19 @@ mod tests {
         ignore = "attaches a verbs-model endpoint (a bootstrap and its threads)"
     )]
     fn teamdrop_a_schedules_area_is_marked_when_it_drops_the_last_handle() {
-        let pg = one_rank();
+        // `blocks` before `pg` (and `reg`, `area`): locals drop in reverse,
+        // so the registry holding the area goes before the blocks even
+        // when an assertion below fails and the test unwinds
         let blocks: Vec<Block> = (0..2)
             .map(|_| Block(std::array::from_fn(|_| AtomicU64::new(0))))
             .collect();
+        let pg = one_rank();
         let segs: Vec<SegmentRef> = blocks
             .iter()
             // SAFETY: `blocks` outlives the area and its retired copy in
             // `pg`'s registry (emptied below, before the end of the test,
-            // once the host-mate's block says DROPPED too), and the area
+            // once the host-mate's block says DROPPED too; on a failed
+            // assertion `pg`, declared after `blocks`, drops first), and the area
             // touches only its control words, atomically (no step writes
             // or reads a data half here).
             .map(|b| unsafe { SegmentRef::new(b.0.as_ptr() as *mut u8, 48 * 8) })

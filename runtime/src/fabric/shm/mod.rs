@@ -365,9 +365,15 @@ fn check_peer(f: &ShmFile, peer: usize, l: &Layout, max_medium: usize) -> Result
             f.len()
         )));
     }
-    // SAFETY: the file holds at least a header; the peer completed it before
-    // it joined the bootstrap (ready is checked below, after the magic and
-    // the version, which are only compared).
+    // SAFETY: the file holds at least a header (checked above), mapped and
+    // 8-aligned (`ShmFile`). Its plain words (the magic and the version,
+    // read below before `ready`) are written once, when the peer creates
+    // the file, and never again; the peer finished writing its header
+    // before it joined the bootstrap, and this rank reaches here only
+    // after the bootstrap exchange that names the peer (a happens-before
+    // through the exchange, not through `ready`), so those reads race
+    // with no write. `ready` (atomic, loaded with acquire below) is a
+    // second check of a finished header, for a file of this version.
     let h = unsafe { &*(f.as_ptr() as *const FileHeader) };
     // The magic and the version first: they begin every version's header,
     // whose other words (`ready` among them) may be elsewhere, so a peer
@@ -558,6 +564,10 @@ trait Sink {
     fn head(&self) -> u64;
     /// Whether the consumer released cell `seq` (landing zones only).
     fn released(&mut self, seq: u64) -> bool;
+    /// Whether no room is because the consumer's word is forged (a ring
+    /// tail past the head): the send reports a protocol error then
+    /// instead of waiting for room that never comes.
+    fn forged(&self) -> bool;
     /// Write the next (claimed) cell without publishing it.
     fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]);
     /// Publish the cell written last.
@@ -582,6 +592,9 @@ impl Sink for Producer {
     #[inline(always)]
     fn released(&mut self, seq: u64) -> bool {
         Producer::released(self, seq)
+    }
+    fn forged(&self) -> bool {
+        self.tail_forged()
     }
     #[inline(always)]
     fn write(&mut self, meta: CellMeta, words: &[u64], chunk: &[u8]) {
@@ -612,6 +625,9 @@ impl Sink for QProducer {
     }
     #[inline(always)]
     fn released(&mut self, _seq: u64) -> bool {
+        false
+    }
+    fn forged(&self) -> bool {
         false
     }
     #[inline(always)]
@@ -902,8 +918,7 @@ impl ShmFabric {
         if let Some(off) = pkt.deposit {
             let seg = self.segment_of(peer);
             if !p.has_room() {
-                self.want_room(peer * 2 + ch as usize);
-                return Ok(Err(WouldBlock::PeerRingFull));
+                return self.no_room(p, peer, ch);
             }
             let t = C::record(Stage::Enqueue, t0);
             // SAFETY: off + len <= seg.len (checked by `send_with`), so
@@ -920,8 +935,7 @@ impl ShmFabric {
             return Ok(Ok(()));
         }
         if !p.has_room() {
-            self.want_room(peer * 2 + ch as usize);
-            return Ok(Err(WouldBlock::PeerRingFull));
+            return self.no_room(p, peer, ch);
         }
         let t = C::record(Stage::Enqueue, t0);
         let cap0 = p.capacity(nw);
@@ -980,6 +994,9 @@ impl ShmFabric {
         while sent < len {
             let mut waits = 0;
             while !p.has_room() {
+                if p.forged() {
+                    return Err(self.forged_tail(peer, ch));
+                }
                 // (no `want_room` here: this thread holds the producer,
                 // so a look's `room_came` could never ask it)
                 stall(waits).map_err(|e| e.at_rank(self.global))?;
@@ -995,6 +1012,35 @@ impl ShmFabric {
             sent += n;
         }
         Ok(Ok(()))
+    }
+
+    /// A send found no room on the producer `p` to local rank `peer`:
+    /// would block (and ask to be told of room), or, when the consumer's
+    /// word is forged ([`Sink::forged`]), the protocol error naming the
+    /// peer.
+    #[cold]
+    #[inline(never)]
+    fn no_room<P: Sink>(&self, p: &P, peer: usize, ch: Channel) -> Result<Sent> {
+        if p.forged() {
+            return Err(self.forged_tail(peer, ch));
+        }
+        self.want_room(peer * 2 + ch as usize);
+        Ok(Err(WouldBlock::PeerRingFull))
+    }
+
+    /// The error of a ring to local rank `peer` whose consumer's tail word
+    /// is past the producer's head (forged or corrupt: no room would ever
+    /// come).
+    #[cold]
+    #[inline(never)]
+    fn forged_tail(&self, peer: usize, ch: Channel) -> Error {
+        Error::protocol(format!(
+            "shm ring to rank {} (channel {ch:?}): the consumer's tail is past the \
+             producer's head (forged or corrupt)",
+            self.members[peer]
+        ))
+        .at_rank(self.global)
+        .with_peer(self.members[peer])
     }
 
     /// A Short's path (argument words only, one cell): `peer` is a global
@@ -1023,6 +1069,8 @@ impl ShmFabric {
                 if room {
                     p.push_short(tag, words);
                     self.mark_if_self(l, ch);
+                } else if p.tail_forged() {
+                    return Err(self.forged_tail(l, ch));
                 }
                 room
             }
@@ -1541,6 +1589,56 @@ mod tests {
         })
         .unwrap();
         assert_eq!(got, vec![(4, vec![8, 9])]);
+    }
+
+    /// A ring whose consumer's tail word is forged past the producer's
+    /// head: a Short, a Medium and a Long to it end with a protocol error
+    /// naming the peer (OLD: `Ok(false)`, back-pressure, forever, so the
+    /// sender waited until the hang report), and its credits say none
+    /// free (OLD: all free); with the true tail back, sends go on.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn a_forged_ring_tail_is_a_protocol_error_naming_the_peer() {
+        let f = solo("forged", 256, 4);
+        for k in 0..4 {
+            assert!(f.try_send_short(0, Channel::Request, 1, &[k]).unwrap());
+        }
+        let ring_tail = |v: u64| {
+            let tx = f.tx[0].lock();
+            let Prod::Pair(p) = &tx.p else {
+                panic!("not a ring")
+            };
+            p.ring().ctrl(0).store(v, Ordering::Release);
+        };
+        ring_tail(9);
+        assert_eq!(f.credits(0, Channel::Request), Some((0, 4)));
+        let short = f.try_send_short(0, Channel::Request, 1, &[5]);
+        let medium = Packet {
+            tag: 2,
+            words: &[],
+            payload: &[7; 100],
+            deposit: None,
+        };
+        let long = Packet {
+            deposit: Some(64),
+            ..medium
+        };
+        let mut stall = |_| Ok(());
+        let medium = f.try_send(0, Channel::Request, &medium, &mut stall);
+        let long = f.try_send(0, Channel::Request, &long, &mut stall);
+        for (what, r) in [("short", short), ("medium", medium), ("long", long)] {
+            let e = r.expect_err(what);
+            assert!(matches!(e.kind(), ErrorKind::Protocol(_)), "{what}: {e}");
+            assert_eq!(e.peer(), Some(0), "{what}: {e}");
+            assert!(e.to_string().contains("tail is past"), "{what}: {e}");
+        }
+        // the consumer's true tail (one cell used): room again
+        ring_tail(1);
+        assert_eq!(f.credits(0, Channel::Request), Some((1, 4)));
+        assert!(f.try_send_short(0, Channel::Request, 1, &[6]).unwrap());
     }
 
     /// A direct write into a peer's segment wakes it through the segment

@@ -72,21 +72,37 @@ impl Producer {
     /// Whether a cell is free; re-reads the consumer's tail only when the
     /// cached one says the ring is full. A tail past `head` (a forged
     /// word: the consumer cannot release a cell not yet published) gives
-    /// no room and never an overflow.
+    /// no room and never an overflow, and is not cached (the cache stays
+    /// at most `head`, so [`released`](Self::released) is not fooled by
+    /// it); [`tail_forged`](Self::tail_forged) tells the caller why.
     #[inline(always)]
     pub(crate) fn has_room(&mut self) -> bool {
         if room(self.head, self.cached_tail, self.ring.len()) {
             return true;
         }
-        self.cached_tail = tail(&self.ring).load(order::READ_CREDIT);
+        let t = tail(&self.ring).load(order::READ_CREDIT);
+        if t <= self.head {
+            self.cached_tail = t;
+        }
         timeline::stamp(
             Ev::RingTail,
             0xff,
-            self.ring
-                .len()
-                .saturating_sub(self.head.wrapping_sub(self.cached_tail)),
+            self.ring.len().saturating_sub(self.head.wrapping_sub(t)),
         );
-        room(self.head, self.cached_tail, self.ring.len())
+        room(self.head, t, self.ring.len())
+    }
+
+    /// Whether the consumer's tail word is past `head` (read now): a
+    /// forged word, since the consumer cannot release a cell that was not
+    /// published. [`has_room`](Self::has_room) and
+    /// [`room_now`](Self::room_now) then say no room,
+    /// [`released`](Self::released) says not released and
+    /// [`free_cells`](Self::free_cells) none free, so the caller that
+    /// finds no room asks this to report a protocol error (naming the
+    /// peer) rather than wait for a cell that will never come.
+    #[cold]
+    pub(crate) fn tail_forged(&self) -> bool {
+        tail(&self.ring).load(order::READ_CREDIT) > self.head
     }
 
     /// Whether [`has_room`](Self::has_room) would find a free cell now
@@ -105,21 +121,31 @@ impl Producer {
     }
 
     /// Whether the consumer has released cell `seq` (re-reads its tail
-    /// only when the cached one says no).
+    /// only when the cached one says no). A tail past `head` is forged
+    /// ([`tail_forged`](Self::tail_forged)): it releases nothing and is
+    /// not cached.
     #[inline]
     pub(crate) fn released(&mut self, seq: u64) -> bool {
         if self.cached_tail > seq {
             return true;
         }
-        self.cached_tail = tail(&self.ring).load(order::READ_CREDIT);
-        self.cached_tail > seq
+        let t = tail(&self.ring).load(order::READ_CREDIT);
+        if t > self.head {
+            return false;
+        }
+        self.cached_tail = t;
+        t > seq
     }
 
-    /// Free cells as the consumer last published them, and the ring length.
+    /// Free cells as the consumer last published them, and the ring
+    /// length; none free when the tail is forged past `head`
+    /// ([`tail_forged`](Self::tail_forged)), as [`has_room`](Self::has_room)
+    /// says.
     pub(crate) fn free_cells(&self) -> (u64, u64) {
         let tail = tail(&self.ring).load(order::READ_CREDIT);
         let len = self.ring.len();
-        (len - self.head.saturating_sub(tail).min(len), len)
+        let used = self.head.checked_sub(tail).map_or(len, |u| u.min(len));
+        (len - used, len)
     }
 
     /// Write one cell without publishing it. The caller checked
@@ -300,9 +326,22 @@ mod tests {
             tail(&ring).store(forged, order::RETURN_CREDIT);
             assert!(!p.has_room(), "a forged tail {forged} gave room");
             assert!(!p.room_now(), "a forged tail {forged} gave room now");
+            // the same answer everywhere: nothing released, nothing free,
+            // and the reason known (OLD: `released` said yes and
+            // `free_cells` all free while `has_room` said no room)
+            assert!(p.tail_forged());
+            assert!(!p.released(0), "a forged tail {forged} released a cell");
+            assert_eq!(p.free_cells(), (0, len as u64), "forged tail {forged}");
+            assert!(
+                !p.has_room() && !p.released(0),
+                "the forged tail was cached"
+            );
             // the consumer's true tail again: room
             tail(&ring).store(1, order::RETURN_CREDIT);
+            assert!(!p.tail_forged());
             assert!(p.room_now() && p.has_room());
+            assert!(p.released(0) && !p.released(1));
+            assert_eq!(p.free_cells(), (1, len as u64));
         }
     }
 
