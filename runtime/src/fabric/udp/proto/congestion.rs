@@ -383,12 +383,17 @@ impl Cc {
     /// ends it with its reduction standing, whether or not it reduces the
     /// window again (a datagram sent before the timeout is the same
     /// congestion event, which an undo must not wipe out either): the
-    /// undo restores the window only when nothing was lost.
+    /// undo restores the window only when nothing was lost. A loss of a
+    /// datagram sent before the reduction that preceded the episode
+    /// belongs to that earlier event, which the record's window already
+    /// has: it leaves the episode open.
     pub fn on_loss(&mut self, now: u64, sent_at: u64) -> bool {
         if !self.on {
             return false;
         }
-        self.undo = None;
+        if self.undo.is_some_and(|u| sent_at >= u.reduced_at) {
+            self.undo = None;
+        }
         if sent_at < self.reduced_at {
             return false;
         }
@@ -467,6 +472,13 @@ impl Cc {
     #[cfg(test)]
     pub(super) fn episode_open(&self) -> bool {
         self.undo.is_some()
+    }
+
+    /// The episode's bounds (ns): after its latest timeout, after its
+    /// first.
+    #[cfg(test)]
+    pub(super) fn episode_bounds(&self) -> (u64, u64) {
+        (self.quiet, self.episode)
     }
 }
 
@@ -996,6 +1008,23 @@ mod tests {
         assert!(!c.on_echo(QUIET + 100, 0, 1000, 1_700_000, hold::SATURATED, 10));
         assert!(!c.episode_open());
         assert_eq!((c.cwnd, c.ssthresh), (9000, 36_000));
+    }
+
+    /// h13-ccundofix2 (review nit 4): a loss of a datagram sent before
+    /// the reduction that preceded the episode belongs to that earlier
+    /// event (the record's window already has it) and leaves the episode
+    /// open. (OLD: it ended the episode, `false`, window (9000, 18000).)
+    #[test]
+    fn ccundofix2_a_loss_from_an_earlier_event_leaves_the_episode_open() {
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
+        c.cwnd = 8 * 9000;
+        assert!(c.on_loss(10, 5));
+        c.on_timeout(30, 1000, 0, 10);
+        assert_eq!((c.cwnd, c.ssthresh), (9000, 18_000));
+        assert!(!c.on_loss(40, 8), "sent at 8, before the reduction at 10");
+        assert!(c.episode_open());
+        assert!(c.on_echo(LATER, 0, 900, 1500, 550_000, 10));
+        assert_eq!((c.cwnd, c.ssthresh), (36_000, 36_000));
     }
 
     #[test]
