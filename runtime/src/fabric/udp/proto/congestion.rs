@@ -42,10 +42,11 @@
 //!   the window comes back only when every one of them is judged
 //!   spurious; a loss in any keeps the reduction, and so does any other
 //!   congestion response while the episode is open (a loss found by fast
-//!   retransmission, the delay signal's decrease: the episode ends with
-//!   the reductions standing) and an episode left unjudged past its
-//!   bound (`Cc::new`'s `episode`, at most [`EPISODE_MAX`]: it is
-//!   dropped). A back-off timeout of a pending stream extends its flight
+//!   retransmission, the delay signal's decrease on a sample of a
+//!   transmission after the first timeout: the episode ends with the
+//!   reductions standing) and an episode left unjudged past its bounds
+//!   (`Cc::new`'s `quiet` after its latest timeout, `episode` after its
+//!   first, each at most [`EPISODE_MAX`]: it is dropped). A back-off timeout of a pending stream extends its flight
 //!   to what was sent since the first timeout. A stream's flight is
 //!   spurious when its first acknowledgement with an unsaturated hold
 //!   echoes a transmission from before the timeout whose arrival the
@@ -417,9 +418,8 @@ impl Cc {
     /// so any such data errs toward keeping the reduction). One of a
     /// stream already judged spurious is a new flight, judged again; one
     /// of a stream with a loss changes nothing (the reduction stands). An
-    /// episode older than the bound given to [`new`](Self::new) is
-    /// dropped first, its reduction standing, and this one opens a new
-    /// episode.
+    /// episode past the bounds given to [`new`](Self::new) is dropped
+    /// first, its reduction standing, and this one opens a new episode.
     pub fn on_timeout(&mut self, now: u64, now_us: u32, stream: usize, end: u32) {
         if !self.on {
             return;
@@ -519,7 +519,7 @@ impl Cc {
     /// selectively acknowledged datagram on the way decides at once
     /// ([`on_hole`](Self::on_hole)). The caller leaves the timeout's marks
     /// on the flight's unacknowledged datagrams (they are resent): the
-    /// verdict restores only the window. An episode older than the bound
+    /// verdict restores only the window. An episode past the bounds
     /// given to [`new`](Self::new) is dropped unjudged, its reduction
     /// standing (past it the 32-bit stamps could wrap into an order that
     /// makes a retransmission's echo look older than the timeout).
