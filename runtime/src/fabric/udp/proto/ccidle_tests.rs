@@ -131,6 +131,12 @@ impl Pair {
     /// stamped by the kernel `WAY` after it left; then the receiver reads
     /// it all and answers.
     fn idle_peer(&mut self) {
+        self.idle_peer_for(IDLE);
+    }
+
+    /// [`idle_peer`](Self::idle_peer) with the receiver not reading for
+    /// `idle` ns.
+    fn idle_peer_for(&mut self, idle: u64) {
         assert_eq!(self.offer(12_000), 12_000);
         let t = self.now;
         let mut socket: Vec<(u64, Vec<u8>)> =
@@ -138,13 +144,13 @@ impl Pair {
         assert!(!socket.is_empty());
         for _ in 0..1000 {
             let at = self.a.poll_timeout();
-            if at >= t + IDLE {
+            if at >= t + idle {
                 break;
             }
             self.a.handle_timeout(at);
             socket.extend(self.a_sends(at).into_iter().map(|d| (at + WAY, d)));
         }
-        self.now = t + IDLE;
+        self.now = t + idle;
         self.b_handles(socket);
     }
 }
@@ -185,6 +191,30 @@ fn ccidle_a_peer_idle_for_900_ms_gives_the_window_back() {
         idled * 2 <= plain * 3,
         "2 MiB took {idled} ns after the idle, {plain} ns without"
     );
+}
+
+/// h13-ccundofix2 (review point 2): a receiver that does not read for
+/// 2 s (longer than 16 maximal timeouts, 1.6 s, shorter than the 10 s peer
+/// timeout) while the sender's timeouts keep firing: the episode is still
+/// judged, and the window comes back as after 900 ms. (OLD: the episode
+/// was dropped 1.6 s after its first timeout, the halved `ssthresh`
+/// stood, no spurious timeout.)
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "protocol simulation without unsafe code: minutes under Miri"
+)]
+fn ccundofix2_a_peer_idle_for_2_s_gives_the_window_back() {
+    let mut q = Pair::new();
+    q.transfer(8, 12_000);
+    let before = q.cc();
+    q.idle_peer_for(2_000_000_000);
+    q.transfer(0, 0);
+    let after = q.cc();
+    let s = q.a.stats();
+    assert!(s.timeouts >= 10, "the timeouts kept firing: {}", s.timeouts);
+    assert_eq!(s.spurious_timeouts, 1, "{after:?}, before {before:?}");
+    assert!(after.1 >= before.1, "ssthresh {after:?}, before {before:?}");
 }
 
 impl Pair {

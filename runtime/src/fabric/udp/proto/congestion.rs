@@ -42,10 +42,11 @@
 //!   the window comes back only when every one of them is judged
 //!   spurious; a loss in any keeps the reduction, and so does any other
 //!   congestion response while the episode is open (a loss found by fast
-//!   retransmission, the delay signal's decrease: the episode ends with
-//!   the reductions standing) and an episode left unjudged past its
-//!   bound (`Cc::new`'s `episode`, at most [`EPISODE_MAX`]: it is
-//!   dropped). A back-off timeout of a pending stream extends its flight
+//!   retransmission, the delay signal's decrease on a sample of a
+//!   transmission after the first timeout: the episode ends with the
+//!   reductions standing) and an episode left unjudged past its bounds
+//!   (`Cc::new`'s `quiet` after its latest timeout, `episode` after its
+//!   first, each at most [`EPISODE_MAX`]: it is dropped). A back-off timeout of a pending stream extends its flight
 //!   to what was sent since the first timeout. A stream's flight is
 //!   spurious when its first acknowledgement with an unsaturated hold
 //!   echoes a transmission from before the timeout whose arrival the
@@ -130,6 +131,14 @@ struct Undo {
     /// When the episode's first timeout fired (ns): the record is dropped,
     /// with the reduction standing, once it is older than [`Cc::episode`].
     since: u64,
+    /// The same on the wire's microsecond clock: an RTT sample of a
+    /// transmission from before it times the delay the episode judges and
+    /// does not end it ([`Cc::on_rtt`]).
+    since_us: u32,
+    /// When the episode's latest timeout fired (ns): the record is
+    /// dropped once no timeout fired for [`Cc::quiet`] (its streams
+    /// stopped timing out and were not judged).
+    last: u64,
 }
 
 /// The longest an episode of retransmission timeouts stays open (ns),
@@ -181,14 +190,20 @@ pub(super) struct Cc {
     /// that never echoes a stamp, or echoes one from the future, and then
     /// idles would otherwise keep it open, blocking later undos).
     episode: u64,
+    /// How long an episode may stay open after its latest timeout (ns, at
+    /// most [`EPISODE_MAX`]): one whose streams stopped timing out and
+    /// were not judged within this is dropped too, while a peer stalled
+    /// for longer, whose streams keep timing out, is still judged.
+    quiet: u64,
 }
 
 impl Cc {
     /// State toward a new peer: datagrams of `mtu` bytes, a credit of
     /// `credit` bytes, on or off; an episode of retransmission timeouts
-    /// left unjudged for `episode` ns (capped at [`EPISODE_MAX`]) is
+    /// left unjudged for `quiet` ns after its latest timeout, or for
+    /// `episode` ns after its first (each capped at [`EPISODE_MAX`]), is
     /// dropped with its reduction standing.
-    pub fn new(on: bool, mtu: usize, credit: u64, episode: u64) -> Cc {
+    pub fn new(on: bool, mtu: usize, credit: u64, quiet: u64, episode: u64) -> Cc {
         let mss = mtu as u64;
         let cap = credit.max(2 * mss);
         // RFC 3390's rule with jumbo datagrams in mind: 2 datagrams, or
@@ -210,6 +225,7 @@ impl Cc {
             pace_at: 0,
             undo: None,
             episode: episode.min(EPISODE_MAX),
+            quiet: quiet.min(EPISODE_MAX),
         }
     }
 
@@ -261,8 +277,19 @@ impl Cc {
     }
 
     /// An RTT sample at `now` (Karn's rule already applied by the caller)
-    /// and the smoothed estimate.
-    pub fn on_rtt(&mut self, now: u64, rtt: u64, srtt: u64) {
+    /// of a transmission at `echo` (the wire's microsecond clock) and the
+    /// smoothed estimate.
+    ///
+    /// The multiplicative decrease ends an open episode of retransmission
+    /// timeouts with its reductions standing (a queue stands), unless the
+    /// sample times a transmission from before the episode's first
+    /// timeout: that one times the very delay the undo judges (a host's
+    /// stall, whose hold the code rounds down by up to 1/16, more than the
+    /// target's 4 ms floor for holds of 64 ms or more), and if the undo
+    /// finds it spurious the window comes back over both. The end of slow
+    /// start alone does not end an episode: after a timeout the window is
+    /// below `ssthresh`, so any sample above the target ends it.
+    pub fn on_rtt(&mut self, now: u64, echo: u32, rtt: u64, srtt: u64) {
         if !self.on {
             return;
         }
@@ -279,11 +306,9 @@ impl Cc {
         if !self.over {
             return;
         }
-        let mut reduced = false;
         if self.cwnd < self.ssthresh {
             // the queue is building: leave slow start before it overflows
             self.ssthresh = self.cwnd;
-            reduced = true;
         }
         // Swift's multiplicative decrease, once per round trip: by the
         // share of the RTT spent above the target (0.8 of it), half at most
@@ -293,13 +318,16 @@ impl Cc {
             self.ssthresh = self.cwnd;
             self.acc = 0;
             self.reduced_at = now.max(1);
-            reduced = true;
-        }
-        if reduced {
             // a queue stands now: an undo must not restore the window
             // from before an episode of timeouts over it (the episode
-            // ends, its reduction and this one standing)
-            self.undo = None;
+            // ends, its reduction and this one standing), unless the
+            // sample times a transmission from before the episode
+            if self
+                .undo
+                .is_some_and(|u| !hold::sent_before(echo, u.since_us))
+            {
+                self.undo = None;
+            }
         }
     }
 
@@ -356,12 +384,17 @@ impl Cc {
     /// ends it with its reduction standing, whether or not it reduces the
     /// window again (a datagram sent before the timeout is the same
     /// congestion event, which an undo must not wipe out either): the
-    /// undo restores the window only when nothing was lost.
+    /// undo restores the window only when nothing was lost. A loss of a
+    /// datagram sent before the reduction that preceded the episode
+    /// belongs to that earlier event, which the record's window already
+    /// has: it leaves the episode open.
     pub fn on_loss(&mut self, now: u64, sent_at: u64) -> bool {
         if !self.on {
             return false;
         }
-        self.undo = None;
+        if self.undo.is_some_and(|u| sent_at >= u.reduced_at) {
+            self.undo = None;
+        }
         if sent_at < self.reduced_at {
             return false;
         }
@@ -385,9 +418,8 @@ impl Cc {
     /// so any such data errs toward keeping the reduction). One of a
     /// stream already judged spurious is a new flight, judged again; one
     /// of a stream with a loss changes nothing (the reduction stands). An
-    /// episode older than the bound given to [`new`](Self::new) is
-    /// dropped first, its reduction standing, and this one opens a new
-    /// episode.
+    /// episode past the bounds given to [`new`](Self::new) is dropped
+    /// first, its reduction standing, and this one opens a new episode.
     pub fn on_timeout(&mut self, now: u64, now_us: u32, stream: usize, end: u32) {
         if !self.on {
             return;
@@ -399,7 +431,10 @@ impl Cc {
             reduced_at: self.reduced_at,
             streams: [Verdict::Quiet; 2],
             since: now,
+            since_us: now_us,
+            last: now,
         });
+        u.last = now;
         if let Some(v) = u.streams.get_mut(stream) {
             *v = match *v {
                 Verdict::Quiet | Verdict::Spurious => Verdict::Pending {
@@ -420,11 +455,13 @@ impl Cc {
         self.pace_at = now;
     }
 
-    /// Drops the episode's record if it is older than the bound (its
-    /// reduction stands): its echoes are no longer judged.
+    /// Drops the episode's record (its reduction stands; its echoes are
+    /// no longer judged) if no timeout fired in it for [`Cc::quiet`] or
+    /// it is older than [`Cc::episode`].
     fn expire(&mut self, now: u64) {
         if let Some(u) = self.undo {
-            if now.saturating_sub(u.since) > self.episode {
+            if now.saturating_sub(u.last) > self.quiet || now.saturating_sub(u.since) > self.episode
+            {
                 self.undo = None;
             }
         }
@@ -435,6 +472,13 @@ impl Cc {
     #[cfg(test)]
     pub(super) fn episode_open(&self) -> bool {
         self.undo.is_some()
+    }
+
+    /// The episode's bounds (ns): after its latest timeout, after its
+    /// first.
+    #[cfg(test)]
+    pub(super) fn episode_bounds(&self) -> (u64, u64) {
+        (self.quiet, self.episode)
     }
 }
 
@@ -475,7 +519,7 @@ impl Cc {
     /// selectively acknowledged datagram on the way decides at once
     /// ([`on_hole`](Self::on_hole)). The caller leaves the timeout's marks
     /// on the flight's unacknowledged datagrams (they are resent): the
-    /// verdict restores only the window. An episode older than the bound
+    /// verdict restores only the window. An episode past the bounds
     /// given to [`new`](Self::new) is dropped unjudged, its reduction
     /// standing (past it the 32-bit stamps could wrap into an order that
     /// makes a retransmission's echo look older than the timeout).
@@ -550,7 +594,9 @@ impl Cc {
     /// After a verdict: once no stream of the episode is pending, the
     /// episode ends (its record is cleared, so the next timeout starts a
     /// new one), and if every stream that timed out in it was judged
-    /// spurious the window comes back (`true`).
+    /// spurious the window comes back: `true` if that raised `cwnd` or
+    /// `ssthresh` (a record taken when the window was already down, as
+    /// after an expired episode, restores nothing and is no undo).
     fn judged(&mut self) -> bool {
         let Some(u) = self.undo else {
             return false;
@@ -565,6 +611,10 @@ impl Cc {
         if u.streams.contains(&Verdict::Lost) {
             return false;
         }
+        let raised = u.cwnd > self.cwnd || u.ssthresh > self.ssthresh;
+        if !raised {
+            return false;
+        }
         self.cwnd = self.cwnd.max(u.cwnd);
         self.ssthresh = self.ssthresh.max(u.ssthresh);
         self.reduced_at = self.reduced_at.min(u.reduced_at);
@@ -576,15 +626,17 @@ impl Cc {
 mod tests {
     use super::*;
 
-    /// The episode bound the protocol's defaults give (16 x 100 ms).
-    const EPISODE: u64 = 1_600_000_000;
+    /// The episode bounds the protocol's defaults give: 16 x 100 ms after
+    /// the latest timeout, the 10 s peer timeout after the first.
+    const QUIET: u64 = 1_600_000_000;
+    const EPISODE: u64 = 10_000_000_000;
     /// When the acknowledgements of these tests are handled (ns): after
     /// their timeouts, well within the bound.
     const LATER: u64 = 100;
 
     #[test]
     fn cc_slow_start_doubles_then_halves_on_loss() {
-        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
         assert_eq!(c.cwnd, 18_000);
         // a window's worth sent and acknowledged doubles it
         c.on_sent(0, 9000);
@@ -620,7 +672,7 @@ mod tests {
     #[test]
     fn ccfix2_a_saturated_hold_waits_for_the_whole_flight() {
         let sat = hold::SATURATED;
-        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
         let (cwnd, ssthresh) = (c.cwnd, c.ssthresh);
         // a timeout at 1000 with the flight ending before 12 (wrapping
         // sequence numbers around it are compared alike)
@@ -659,7 +711,7 @@ mod tests {
     #[test]
     fn ccundo_both_streams_must_be_spurious() {
         let sat = hold::SATURATED;
-        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
         c.cwnd = 8 * 9000;
         let before = (c.cwnd, c.ssthresh);
         // both streams time out in one stall (each flight ends before 100)
@@ -712,7 +764,7 @@ mod tests {
 
     #[test]
     fn ccundo_a_timely_start_waits_for_the_flight() {
-        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
         c.cwnd = 8 * 9000;
         // a timeout at 1000 (flight ends before 10); the first ack echoes
         // a transmission at 800 that reached the peer by 900 (arrived at
@@ -760,7 +812,7 @@ mod tests {
     fn ccundofix_a_reduction_in_the_episode_ends_it() {
         // the other stream loses a datagram sent after the timeout: fast
         // retransmission halves the window
-        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
         c.cwnd = 8 * 9000;
         c.on_timeout(30, 1000, 0, 10);
         c.cwnd = 4 * 9000;
@@ -770,30 +822,34 @@ mod tests {
         assert_eq!((c.cwnd, c.ssthresh), (18_000, 18_000));
         // one sent before the timeout: the same congestion event (no
         // second reduction), which the undo must not wipe out either
-        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
         c.cwnd = 8 * 9000;
         c.on_timeout(30, 1000, 0, 10);
         assert!(!c.on_loss(40, 20));
         assert!(!c.on_echo(LATER, 0, 900, 1500, 550_000, 10));
         assert_eq!((c.cwnd, c.ssthresh), (9000, 4 * 9000));
         // the delay signal: a sample above the target ends slow start
-        // (ssthresh down to the window)...
-        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
-        c.on_rtt(1, 100_000, 100_000);
+        // (ssthresh down to the window), which does not end the episode
+        // (h13-ccundofix2: after a timeout the window is always below
+        // ssthresh; it did end it, (9000, 9000))...
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
+        c.on_rtt(1, 0, 100_000, 100_000);
         c.cwnd = 8 * 9000;
+        let before = (c.cwnd, c.ssthresh);
         c.on_timeout(30, 1000, 0, 10);
-        c.on_rtt(40, 100_000 + 2 * DELAY_MIN, 200_000);
+        c.on_rtt(40, 1010, 100_000 + 2 * DELAY_MIN, 200_000);
         assert_eq!((c.cwnd, c.ssthresh), (9000, 9000));
-        assert!(!c.on_echo(LATER, 0, 900, 1500, 550_000, 10));
-        assert_eq!((c.cwnd, c.ssthresh), (9000, 9000));
-        // ...and, a round trip after the timeout, shrinks the window
-        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
-        c.on_rtt(1, 100_000, 100_000);
+        assert!(c.on_echo(LATER, 0, 900, 1500, 550_000, 10));
+        assert_eq!((c.cwnd, c.ssthresh), before);
+        // ...but, a round trip after the timeout, its cut of the window
+        // (of a transmission after the timeout) does
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
+        c.on_rtt(1, 0, 100_000, 100_000);
         c.cwnd = 8 * 9000;
         c.on_timeout(30, 1000, 0, 10);
         c.cwnd = 4 * 9000;
         c.ssthresh = 4 * 9000;
-        c.on_rtt(300_000, 100_000 + 2 * DELAY_MIN, 200_000);
+        c.on_rtt(300_000, 1010, 100_000 + 2 * DELAY_MIN, 200_000);
         let cut = (c.cwnd, c.ssthresh);
         assert!(cut.0 < 4 * 9000, "the delay signal cut the window");
         assert!(!c.on_echo(300_100, 0, 900, 1500, 550_000, 10));
@@ -807,7 +863,7 @@ mod tests {
     /// congestion event, `false`, and the window stayed at 72,000.)
     #[test]
     fn ccundofix_a_loss_from_before_an_undone_timeout_still_counts() {
-        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
         c.cwnd = 8 * 9000;
         c.on_timeout(30, 1000, 0, 10);
         assert!(c.on_echo(LATER, 0, 900, 1500, 550_000, 10));
@@ -824,7 +880,7 @@ mod tests {
     /// `true` and (72,000, 576,000).)
     #[test]
     fn ccundofix_a_back_off_timeout_moves_the_flights_end() {
-        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
         c.cwnd = 8 * 9000;
         c.on_timeout(30, 1000, 0, 10);
         // the echoed datagram reached the peer in time; only the start of
@@ -856,7 +912,7 @@ mod tests {
     fn ccundofix_an_episode_past_its_bound_is_never_undone() {
         let sat = hold::SATURATED;
         for bound in [EPISODE, u64::MAX] {
-            let mut c = Cc::new(true, 9000, 64 * 9000, bound);
+            let mut c = Cc::new(true, 9000, 64 * 9000, bound, bound);
             c.cwnd = 8 * 9000;
             c.on_timeout(30, 1000, 0, 10);
             // a retransmission 2^31 + 10 us after the timeout, covering
@@ -868,11 +924,11 @@ mod tests {
             assert!(!c.episode_open());
             assert_eq!((c.cwnd, c.ssthresh), (9000, 4 * 9000));
         }
-        // a clean covering acknowledgement at the bound undoes, one after
-        // it does not
+        // a clean covering acknowledgement at the bound after the latest
+        // timeout undoes, one after it does not
         let t = 1_000_000_000;
-        for (late, undone) in [(EPISODE, true), (EPISODE + 1, false)] {
-            let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        for (late, undone) in [(QUIET, true), (QUIET + 1, false)] {
+            let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
             c.cwnd = 8 * 9000;
             c.on_timeout(t, 1000, 0, 10);
             assert_eq!(
@@ -884,36 +940,113 @@ mod tests {
         // the reply stream times out and is never judged; past the bound
         // a timeout of the request stream opens a new episode of its own,
         // which its clean acknowledgement undoes
-        let mut c = Cc::new(true, 9000, 64 * 9000, EPISODE);
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
         c.on_timeout(t, 1000, 1, 10);
         c.cwnd = 8 * 9000;
-        c.on_timeout(t + EPISODE + 1, 5000, 0, 10);
-        assert!(c.on_echo(t + EPISODE + 2, 0, 4900, 600_000, sat, 10));
+        c.on_timeout(t + QUIET + 1, 5000, 0, 10);
+        assert!(c.on_echo(t + QUIET + 2, 0, 4900, 600_000, sat, 10));
         assert_eq!(c.cwnd, 8 * 9000);
-        // a configuration's bound is capped below the stamps' wrap
-        assert_eq!(Cc::new(true, 9000, 9000, u64::MAX).episode, EPISODE_MAX);
+        // h13-ccundofix2: a stream that keeps timing out keeps its
+        // episode open past QUIET after the first timeout, up to EPISODE
+        // after it
+        for (span, undone) in [(EPISODE, true), (EPISODE + QUIET, false)] {
+            let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
+            c.cwnd = 8 * 9000;
+            c.on_timeout(t, 1000, 0, 10);
+            let mut at = t;
+            while at + QUIET < t + span {
+                at += QUIET;
+                c.on_timeout(at, 1000 + ((at - t) / 1000) as u32, 0, 10);
+            }
+            assert_eq!(
+                c.on_echo(t + span, 0, 900, 600_000, sat, 10),
+                undone,
+                "{span} ns after the first timeout"
+            );
+        }
+        // a configuration's bounds are capped below the stamps' wrap
+        let c = Cc::new(true, 9000, 9000, u64::MAX, u64::MAX);
+        assert_eq!((c.quiet, c.episode), (EPISODE_MAX, EPISODE_MAX));
+    }
+
+    /// h13-ccundofix2 (review point 1): after a timeout the window is
+    /// below `ssthresh`, so any sample above the target ends slow start;
+    /// that must not end the episode. An intermediate acknowledgement from
+    /// a host stalled ~300 ms gives a network RTT inflated by the hold's
+    /// rounding (up to 1/16 of it, more than the 4 ms floor of the
+    /// target): it is no queue, and the clean covering acknowledgement
+    /// still undoes the timeout. (OLD: `false`, the window stayed
+    /// (9000, 9000).)
+    #[test]
+    fn ccundofix2_a_rounded_hold_does_not_end_the_episode() {
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
+        c.on_rtt(1, 0, 200_000, 200_000); // target 4.2 ms
+        c.cwnd = 8 * 9000;
+        let before = (c.cwnd, c.ssthresh);
+        c.on_timeout(30_000_000, 30_000, 0, 10);
+        let h = hold::decode(hold::encode(300_000_000)); // 294.9 ms
+        assert!(!c.on_echo(LATER, 0, 900, 301_100, h, 5), "timed, pending");
+        let net =
+            hold::network_rtt(301_150, 950, hold::host_delay(hold::encode(299_950_000))).unwrap(); // ~5.3 ms
+        assert!(net > 200_000 + DELAY_MIN);
+        c.on_rtt(30_400_000, 950, net, 200_000);
+        assert!(c.on_echo(LATER, 0, 950, 301_200, h, 10));
+        assert_eq!((c.cwnd, c.ssthresh), before);
+    }
+
+    /// h13-ccundofix2 (review point 3): an episode reopened after an
+    /// expiry takes the already-reduced window as its record; its clean
+    /// acknowledgement restores nothing and is no undo (no spurious
+    /// timeout counted). (OLD: `true`, window (9000, 36000).)
+    #[test]
+    fn ccundofix2_an_undo_that_restores_nothing_is_none() {
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
+        c.cwnd = 72_000;
+        c.on_timeout(0, 1000, 0, 10);
+        c.on_timeout(QUIET + 1, 1_601_000, 0, 10);
+        assert!(c.episode_open(), "a new episode");
+        assert!(!c.on_echo(QUIET + 100, 0, 1000, 1_700_000, hold::SATURATED, 10));
+        assert!(!c.episode_open());
+        assert_eq!((c.cwnd, c.ssthresh), (9000, 36_000));
+    }
+
+    /// h13-ccundofix2 (review nit 4): a loss of a datagram sent before
+    /// the reduction that preceded the episode belongs to that earlier
+    /// event (the record's window already has it) and leaves the episode
+    /// open. (OLD: it ended the episode, `false`, window (9000, 18000).)
+    #[test]
+    fn ccundofix2_a_loss_from_an_earlier_event_leaves_the_episode_open() {
+        let mut c = Cc::new(true, 9000, 64 * 9000, QUIET, EPISODE);
+        c.cwnd = 8 * 9000;
+        assert!(c.on_loss(10, 5));
+        c.on_timeout(30, 1000, 0, 10);
+        assert_eq!((c.cwnd, c.ssthresh), (9000, 18_000));
+        assert!(!c.on_loss(40, 8), "sent at 8, before the reduction at 10");
+        assert!(c.episode_open());
+        assert!(c.on_echo(LATER, 0, 900, 1500, 550_000, 10));
+        assert_eq!((c.cwnd, c.ssthresh), (36_000, 36_000));
     }
 
     #[test]
     fn cc_never_above_the_credit_and_off_is_open() {
-        let mut c = Cc::new(true, 9000, 4 * 9000, EPISODE);
+        let mut c = Cc::new(true, 9000, 4 * 9000, QUIET, EPISODE);
         for _ in 0..100 {
             c.on_sent(0, 9000);
             c.on_acked(9000, 9000);
         }
         assert_eq!(c.cwnd, 4 * 9000);
-        let mut off = Cc::new(false, 9000, 4 * 9000, EPISODE);
+        let mut off = Cc::new(false, 9000, 4 * 9000, QUIET, EPISODE);
         off.on_sent(0, 1 << 30);
         assert_eq!(off.gate(0), Gate::Open);
     }
 
     #[test]
     fn cc_delay_ends_slow_start_and_pacing_spaces_datagrams() {
-        let mut c = Cc::new(true, 9000, 1 << 30, EPISODE);
-        c.on_rtt(1, 100_000, 100_000);
+        let mut c = Cc::new(true, 9000, 1 << 30, QUIET, EPISODE);
+        c.on_rtt(1, 0, 100_000, 100_000);
         assert!(c.cwnd < c.ssthresh);
         let w = c.cwnd;
-        c.on_rtt(1_000_000, 100_000 + 2 * DELAY_MIN, 200_000);
+        c.on_rtt(1_000_000, 0, 100_000 + 2 * DELAY_MIN, 200_000);
         assert_eq!(c.ssthresh, c.cwnd);
         assert!(c.cwnd < w, "a queue above the target shrinks the window");
         // paced: after a burst the next datagram waits

@@ -295,14 +295,16 @@ impl Peer {
             backoff: 0,
             dirty: false,
             listed: [false, false],
-            // an episode of timeouts is judged within 16 maximal
-            // timeouts (16 retransmissions at the longest back-off) or
-            // the peer timeout, whichever is shorter
+            // an episode of timeouts is dropped (its reduction standing)
+            // if not judged within 16 maximal timeouts (16
+            // retransmissions at the longest back-off) after its latest
+            // timeout, or within the peer timeout after its first
             cc: Cc::new(
                 cfg.cc,
                 cfg.mtu,
                 credit,
                 cfg.max_rto.saturating_mul(16).min(cfg.peer_timeout),
+                cfg.peer_timeout,
             ),
             paced: false,
             urgent: false,
@@ -668,7 +670,7 @@ impl Proto {
                     if !acked.retx && !stalled {
                         let hold = hold::host_delay(h.hold);
                         match hold::network_rtt(us(arrived), h.echo, hold) {
-                            Some(net) => p.cc.on_rtt(now, net, p.srtt),
+                            Some(net) => p.cc.on_rtt(now, h.echo, net, p.srtt),
                             None => p.cc.on_srtt(p.srtt),
                         }
                     }
