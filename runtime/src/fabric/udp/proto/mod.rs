@@ -62,7 +62,7 @@ use self::peers::PeerTable;
 use self::recv::{Arrival, RecvStream};
 use self::send::{SendStream, TxSlot};
 use super::wire::{Ack, Header, Mac, F_ACK_NOW, HEADER, KIND_CONTROL, MAX_DATAGRAM, OVERHEAD, TAG};
-use crate::fabric::frames::{self, OutMsg};
+use crate::fabric::frames::{self, OutMsg, FRAME_HEADER};
 use std::collections::VecDeque;
 
 /// Whether sequence number `a` comes before `b` (modulo 2^32).
@@ -457,6 +457,12 @@ impl Proto {
                 from += n;
                 took_any = true;
                 if from == m.payload.len() {
+                    // nothing more fits (not even an empty frame's
+                    // header): the datagram is full and leaves at once
+                    // instead of waiting for the next send or poll
+                    if max_body - (body.len() - HEADER) < FRAME_HEADER {
+                        Self::seal(me, peer, stream, s);
+                    }
                     break;
                 }
             }
@@ -1186,3 +1192,6 @@ mod pn_unique_tests;
 
 #[cfg(test)]
 mod ccidle_tests;
+
+#[cfg(test)]
+mod unsplit_tests;
