@@ -440,6 +440,21 @@ impl Proto {
         }
         let mut from = from;
         let mut took_any = false;
+        // A message that fits a fresh datagram whole but not the room left
+        // in the open one (behind a small message: a get's tail, a put's
+        // ack) would be cut across two and reassembled: seal the open one
+        // first, if the window has a slot for the fresh one (else it is
+        // split as before). Small messages keep coalescing.
+        let whole = FRAME_HEADER + 8 * m.words.len() + m.payload.len();
+        if from == 0 && whole <= max_body {
+            let s = &mut p.tx[stream];
+            if let Some(body) = &s.open {
+                let used = body.len() - HEADER;
+                if used > 0 && whole > max_body - used && s.slots.len() + 1 < window {
+                    Self::seal(me, peer, stream, s);
+                }
+            }
+        }
         loop {
             let s = &mut p.tx[stream];
             if s.open.is_none() {
