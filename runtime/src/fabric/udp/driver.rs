@@ -807,10 +807,10 @@ impl Fabric for UdpFabric {
     }
 
     /// One frame (its header, the words, the payload) filling a whole
-    /// datagram body: a Medium of this size that begins a datagram (the
-    /// stream's open one is empty; a get reply on an otherwise quiet reply
-    /// stream does) leaves in that one datagram and is delivered from the
-    /// receive buffer it arrived in. A larger one is reassembled into a
+    /// datagram body: a Medium of this size leaves in one datagram of its
+    /// own (the protocol seals a partly filled open datagram first, if the
+    /// window has a slot for a fresh one, and sends the full one at once)
+    /// and is delivered from the receive buffer it arrived in. A larger one is reassembled into a
     /// buffer of its own first: one more copy of every byte.
     fn max_inline_unsplit(&self, _peer: usize, words: usize) -> usize {
         self.max_body

@@ -6,7 +6,6 @@
 use super::{Proto, ProtoConfig, Sent};
 use crate::fabric::frames::{OutMsg, FRAME_HEADER};
 
-
 /// A small datagram size keeps the tests cheap (also under Miri).
 fn proto() -> Proto {
     let cfg = ProtoConfig {
@@ -66,7 +65,11 @@ fn frames_of(d: &[u8]) -> Vec<(bool, usize)> {
     while at < body.len() {
         let f = &body[at..];
         let flags = f[0];
-        let nwords = if flags & F_FIRST != 0 { f[1] as usize } else { 0 };
+        let nwords = if flags & F_FIRST != 0 {
+            f[1] as usize
+        } else {
+            0
+        };
         let len = u32::from_le_bytes(f[4..8].try_into().unwrap()) as usize;
         v.push((flags & (F_FIRST | F_LAST) == F_FIRST | F_LAST, len));
         at += FRAME_HEADER + 8 * nwords + len;
@@ -98,7 +101,10 @@ fn unsplit_reply_after_small_one_stays_whole() {
         .filter(|(whole, _)| !whole)
         .map(|&(_, n)| n)
         .collect();
-    assert!(split.is_empty(), "split frames of {split:?} B in {frames:?}");
+    assert!(
+        split.is_empty(),
+        "split frames of {split:?} B in {frames:?}"
+    );
     let whole_unsplit = frames.iter().filter(|&&(_, n)| n == unsplit).count();
     assert_eq!(whole_unsplit, 3, "{frames:?}");
     assert_eq!(frames.len(), 5, "{frames:?}");
