@@ -813,8 +813,10 @@ impl Fabric for UdpFabric {
     /// and is delivered from the receive buffer it arrived in. A larger one is reassembled into a
     /// buffer of its own first: one more copy of every byte.
     fn max_inline_unsplit(&self, _peer: usize, words: usize) -> usize {
+        // saturating: `words` comes from the caller (no overflow for a
+        // huge count; it leaves room for nothing)
         self.max_body
-            .saturating_sub(FRAME_HEADER + 8 * words)
+            .saturating_sub(FRAME_HEADER.saturating_add(words.saturating_mul(8)))
             .min(self.max_medium)
     }
 
@@ -1243,6 +1245,9 @@ mod receive_buffer_tests {
     fn udp_unsplit_medium_is_one_datagram() {
         let (f0, f1, _) = super::tests::loopback_pair(1 << 20, true);
         let t0 = Instant::now();
+        // a huge word count leaves room for nothing (no overflow panic)
+        assert_eq!(f1.max_inline_unsplit(0, usize::MAX), 0);
+        assert_eq!(f1.max_inline_unsplit(0, usize::MAX / 8 + 1), 0);
         for words in [0usize, 3, MAX_WORDS] {
             let n = f1.max_inline_unsplit(0, words);
             assert!(n > 60_000 && n < f1.max_inline(0), "{words} words: {n} B");
