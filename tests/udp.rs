@@ -144,6 +144,29 @@ fn pgas_model_over_udp_2_and_3_ranks() {
     }
 }
 
+/// Gets larger than one Medium (several chunks, each a request and a
+/// Medium reply; `pgas/src/get_chunk.rs`) over UDP, every byte checked:
+/// 3 x 65,379 + 17 B, 1 MiB and 64 KiB at odd offsets, with the default
+/// datagrams (65,379 B chunks, one datagram per reply) and with 1472 B
+/// ones (64 KiB chunks, each reply reassembled from many datagrams).
+#[test]
+fn multi_chunk_gets_over_udp_every_byte_checked() {
+    for mtu in [None, Some("1472")] {
+        let mut env = vec![UDP, ("SPLITRT_SEGMENT_SIZE", "16M")];
+        if let Some(m) = mtu {
+            env.push(("SPLITRT_UDP_MTU", m));
+        }
+        let r = run_job(2, &example("t_get_chunks"), &[], &env, 120);
+        r.ok();
+        assert_eq!(
+            r.stdout.matches("get chunks ok").count(),
+            2,
+            "{mtu:?}: {}",
+            r.stdout
+        );
+    }
+}
+
 #[test]
 fn examples_over_udp() {
     for prog in [

@@ -1101,12 +1101,21 @@ impl Endpoint {
     /// (at most [`max_medium`](Self::max_medium); smaller on a fabric that
     /// splits a Medium, as UDP's into datagrams, and copies it back
     /// together at the receiver). A transfer moved as several Mediums
-    /// sized by this saves the receiver that copy. An error if `peer` is
-    /// not a rank of the job.
+    /// sized by this saves the receiver that copy. A usage error if `peer`
+    /// is not a rank of the job or `nargs` exceeds [`MAX_ARGS`].
+    ///
+    /// [`MAX_ARGS`]: crate::MAX_ARGS
     pub fn max_medium_unsplit(&self, peer: usize, nargs: usize) -> Result<usize> {
         self.inner
             .check_peer(peer)
             .map_err(|e| e.at_rank(self.rank()))?;
+        if nargs > crate::handler::MAX_ARGS {
+            return Err(Error::usage(format!(
+                "max_medium_unsplit: {nargs} argument words (max {})",
+                crate::handler::MAX_ARGS
+            ))
+            .at_rank(self.rank()));
+        }
         Ok(self.inner.fabric().max_inline_unsplit(peer, nargs))
     }
 

@@ -19,6 +19,7 @@ mod coll;
 mod collectives;
 mod context;
 mod full_fence;
+mod get_chunk;
 mod handlers;
 pub mod heap;
 mod one_collective;

@@ -55,12 +55,18 @@ impl Inner {
                 return one.get(rank, off, d).map(|()| None);
             }
         }
-        // one reply per chunk, each sized to arrive in one piece (over
-        // UDP one datagram: delivered from its receive buffer, not copied
-        // into a reassembly buffer first; docs/networking.md, "Where bulk
-        // transfer's time goes", session 13); the reply's 3 arguments
-        // (slot, offset, status) ride in it
-        let chunk = self.ep.max_medium_unsplit(rank, GET_REPLY_ARGS)?.max(1);
+        // one reply per chunk; a get larger than one Medium is cut into
+        // chunks that arrive in one piece (over UDP one datagram:
+        // delivered from its receive buffer, not copied into a reassembly
+        // buffer first; docs/networking.md, "Where bulk transfer's time
+        // goes", session 13) unless that bound is under half a Medium
+        // (see `get_chunk`); the reply's 3 arguments (slot, offset,
+        // status) ride in it
+        let chunk = crate::get_chunk::get_chunk(
+            len,
+            self.ep.max_medium(rank)?,
+            self.ep.max_medium_unsplit(rank, GET_REPLY_ARGS)?,
+        );
         let chunks = len.div_ceil(chunk);
         let slot = self.st.dests.lock().insert(Dest {
             ptr: dst,

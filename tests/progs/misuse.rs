@@ -154,6 +154,22 @@ fn run(mode: &str) -> Result<()> {
             expect_err("max_medium", ep.max_medium(n), "does not exist")?;
             expect_err("max_long", ep.max_long(n + 5), "does not exist")?;
             ep.max_medium(n - 1)?;
+            expect_err(
+                "max_medium_unsplit peer",
+                ep.max_medium_unsplit(n, 3),
+                "does not exist",
+            )?;
+            expect_err(
+                "max_medium_unsplit nargs",
+                ep.max_medium_unsplit(n - 1, usize::MAX),
+                "argument words",
+            )?;
+            expect_err(
+                "max_medium_unsplit nargs",
+                ep.max_medium_unsplit(n - 1, splitrt::MAX_ARGS + 1),
+                "argument words",
+            )?;
+            ep.max_medium_unsplit(n - 1, splitrt::MAX_ARGS)?;
             ep.finish()
         }
         "other_thread" => {

@@ -338,10 +338,14 @@ pub trait Fabric: Send + Sync {
     /// Largest inline payload that, sent with `words` argument words,
     /// reaches `peer` in one piece and is delivered where it arrived
     /// (no reassembly copy at the receiver). Never above
-    /// [`max_inline`](Self::max_inline); the default is `max_inline`
-    /// itself (a fabric that never splits a Medium). A layer that moves a
-    /// large transfer as several Mediums sizes them by this (the UDP
-    /// fabric's get replies: one datagram each).
+    /// [`max_inline`](Self::max_inline). The default is `max_inline`
+    /// itself, exact only for a fabric that never splits a Medium; the
+    /// fabrics that keep it though they do split (ibverbs into its 8 KiB
+    /// receive buffers, shm's shared queue into its cells) report more
+    /// than arrives in one piece, so it is a bound to size by, not a
+    /// promise. Only the UDP fabric overrides it (one datagram body). A
+    /// layer that moves a large transfer as several Mediums sizes them by
+    /// this (pgas's get replies, over UDP one datagram each).
     fn max_inline_unsplit(&self, peer: usize, words: usize) -> usize {
         let _ = words;
         self.max_inline(peer)

@@ -62,7 +62,7 @@ use self::peers::PeerTable;
 use self::recv::{Arrival, RecvStream};
 use self::send::{SendStream, TxSlot};
 use super::wire::{Ack, Header, Mac, F_ACK_NOW, HEADER, KIND_CONTROL, MAX_DATAGRAM, OVERHEAD, TAG};
-use crate::fabric::frames::{self, OutMsg};
+use crate::fabric::frames::{self, OutMsg, FRAME_HEADER};
 use std::collections::VecDeque;
 
 /// Whether sequence number `a` comes before `b` (modulo 2^32).
@@ -442,6 +442,21 @@ impl Proto {
         }
         let mut from = from;
         let mut took_any = false;
+        // A message that fits a fresh datagram whole but not the room left
+        // in the open one (behind a small message: a get's tail, a put's
+        // ack) would be cut across two and reassembled: seal the open one
+        // first, if the window has a slot for the fresh one (else it is
+        // split as before). Small messages keep coalescing.
+        let whole = FRAME_HEADER + 8 * m.words.len() + m.payload.len();
+        if from == 0 && whole <= max_body {
+            let s = &mut p.tx[stream];
+            if let Some(body) = &s.open {
+                let used = body.len() - HEADER;
+                if used > 0 && whole > max_body - used && s.slots.len() + 1 < window {
+                    Self::seal(me, peer, stream, s);
+                }
+            }
+        }
         loop {
             let s = &mut p.tx[stream];
             if s.open.is_none() {
@@ -459,6 +474,12 @@ impl Proto {
                 from += n;
                 took_any = true;
                 if from == m.payload.len() {
+                    // nothing more fits (not even an empty frame's
+                    // header): the datagram is full and leaves at once
+                    // instead of waiting for the next send or poll
+                    if max_body - (body.len() - HEADER) < FRAME_HEADER {
+                        Self::seal(me, peer, stream, s);
+                    }
                     break;
                 }
             }
@@ -1188,3 +1209,6 @@ mod pn_unique_tests;
 
 #[cfg(test)]
 mod ccidle_tests;
+
+#[cfg(test)]
+mod unsplit_tests;
