@@ -281,7 +281,8 @@ impl Looker<'_> {
     /// removed (a removal waits for it), so a word `f` reads that was
     /// registered at count `seen` is still a word of the same array and
     /// its memory allocated. `f` must not call into the registry and
-    /// must not block (a removal spins until it returns).
+    /// must not block (a removal waits until it returns: a short spin, then
+    /// yielding its thread).
     #[inline]
     pub(crate) fn if_unchanged<R>(&self, seen: u64, f: impl FnOnce() -> R) -> Option<R> {
         self.slot.store(true, Ordering::Relaxed);

@@ -361,6 +361,9 @@ pub trait Fabric: Send + Sync {
     /// while waiting for the peer to drain, `n` counting the calls since
     /// room last appeared (0 = first wait for this part); it must make
     /// progress on this rank's own inbound traffic and may back off.
+    /// `Err` for what waiting cannot cure, e.g. a protocol error naming
+    /// the peer when its shared-memory ring's consumer word is corrupt
+    /// (a tail past the head: no room would ever come).
     fn try_send_why(
         &self,
         peer: usize,

@@ -369,10 +369,10 @@ fn check_peer(f: &ShmFile, peer: usize, l: &Layout, max_medium: usize) -> Result
     // 8-aligned (`ShmFile`). Its plain words (the magic and the version,
     // read below before `ready`) are written once, when the peer creates
     // the file, and never again; the peer finished writing its header
-    // before it joined the bootstrap, and this rank reaches here only
-    // after the bootstrap exchange that names the peer (a happens-before
-    // through the exchange, not through `ready`), so those reads race
-    // with no write. `ready` (atomic, loaded with acquire below) is a
+    // before it entered the Setup barrier (`world.rs`, "Every rank
+    // created its file"), which this rank passed before it connects (a
+    // happens-before through that barrier, not through `ready`), so those
+    // reads race with no write. `ready` (atomic, loaded with acquire below) is a
     // second check of a finished header, for a file of this version.
     let h = unsafe { &*(f.as_ptr() as *const FileHeader) };
     // The magic and the version first: they begin every version's header,
@@ -948,7 +948,7 @@ impl ShmFabric {
                     % zone::PAGE
             });
             let Some(at) = zone.alloc.place_in_phase(len, phase, |seq| p.released(seq)) else {
-                return Ok(Err(WouldBlock::LandingZoneFull)); // full of Mediums being handled
+                return self.zone_full(p, peer, ch); // full of Mediums being handled
             };
             // Its pages ahead of the first lap, not one fault per 4 KiB.
             // SAFETY: the zone lies in the peer's file, mapped as long as
@@ -1026,6 +1026,19 @@ impl ShmFabric {
         }
         self.want_room(peer * 2 + ch as usize);
         Ok(Err(WouldBlock::PeerRingFull))
+    }
+
+    /// A Medium found the landing zone to local rank `peer` full: would
+    /// block, or, when the consumer's word is forged ([`Sink::forged`]:
+    /// then no cell would ever be released and the zone never empty), the
+    /// protocol error naming the peer.
+    #[cold]
+    #[inline(never)]
+    fn zone_full<P: Sink>(&self, p: &P, peer: usize, ch: Channel) -> Result<Sent> {
+        if p.forged() {
+            return Err(self.forged_tail(peer, ch));
+        }
+        Ok(Err(WouldBlock::LandingZoneFull))
     }
 
     /// The error of a ring to local rank `peer` whose consumer's tail word
@@ -1766,6 +1779,58 @@ mod tests {
         };
         assert_eq!(why, WouldBlock::LandingZoneFull, "after {sent} Mediums");
         assert_eq!(f.poll(Channel::Request, &mut |_| {}).unwrap(), sent);
+    }
+
+    /// A forged tail while the landing zone is full: the zone can never
+    /// empty (no cell counts as released past a forged tail), so the send
+    /// is the protocol error naming the peer, not `LandingZoneFull` for
+    /// ever. (OLD: `Ok(Err(LandingZoneFull))` after the forgery, every
+    /// time: the ring's cached tail still showed room, so the no-room
+    /// path that asks `forged` was never reached.)
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn miscfix_a_forged_tail_behind_a_full_landing_zone_is_named() {
+        let mut none = |_| -> Result<()> { Ok(()) };
+        let f = solo("fzone", 256, 1024);
+        let data = vec![7u8; 4096];
+        let medium = Packet {
+            tag: 2,
+            words: &[],
+            payload: &data,
+            deposit: None,
+        };
+        let mut sent = 0u64;
+        loop {
+            match f
+                .try_send_why(0, Channel::Request, &medium, &mut none)
+                .unwrap()
+            {
+                Ok(()) => sent += 1,
+                Err(why) => {
+                    assert_eq!(why, WouldBlock::LandingZoneFull, "after {sent} Mediums");
+                    break;
+                }
+            }
+            assert!(sent < 1024, "the landing zone never filled");
+        }
+        {
+            let tx = f.tx[0].lock();
+            let Prod::Pair(p) = &tx.p else {
+                panic!("not a ring")
+            };
+            p.ring().ctrl(0).store(sent + 5, Ordering::Release);
+        }
+        for _ in 0..3 {
+            let e = f
+                .try_send_why(0, Channel::Request, &medium, &mut none)
+                .expect_err("a forged tail behind a full zone");
+            assert!(matches!(e.kind(), ErrorKind::Protocol(_)), "{e}");
+            assert_eq!(e.peer(), Some(0), "{e}");
+            assert!(e.to_string().contains("tail is past"), "{e}");
+        }
     }
 
     /// The doorbell bridge's wait: `false` when it timed out with the rings
