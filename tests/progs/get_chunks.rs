@@ -11,8 +11,14 @@ use splitrt::Error;
 
 const N: usize = (1 << 20) + 64;
 
+/// A byte of rank `rank`'s pattern at `i`: a hash of the whole index
+/// (splitmix64's finaliser), so no shift of a chunk by any multiple of a
+/// power of two gives the same bytes.
 fn byte(rank: usize, i: usize) -> u8 {
-    (i.wrapping_mul(131) ^ (i >> 8) ^ rank.wrapping_mul(77)) as u8
+    let mut x = (i as u64) ^ ((rank as u64) << 48);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (x ^ (x >> 31)) as u8
 }
 
 fn main() {

@@ -442,13 +442,18 @@ impl Proto {
         }
         let mut from = from;
         let mut took_any = false;
-        // A message that fits a fresh datagram whole but not the room left
-        // in the open one (behind a small message: a get's tail, a put's
-        // ack) would be cut across two and reassembled: seal the open one
-        // first, if the window has a slot for the fresh one (else it is
-        // split as before). Small messages keep coalescing.
+        // A Medium that nearly fills a fresh datagram (at least 7/8 of a
+        // body: a get's unsplit reply, a strided chunk) but not the room
+        // left in the open one (behind a small message: a get's tail, a
+        // put's ack) would be cut across two and reassembled: seal the
+        // open one first, if the window has a slot for the fresh one (else
+        // it is split as before). Smaller messages keep filling the open
+        // datagram (sealing early for them would cost up to twice the
+        // datagrams), and so do Longs, whose pieces are written straight
+        // into the segment (no reassembly copy to save).
         let whole = FRAME_HEADER + 8 * m.words.len() + m.payload.len();
-        if from == 0 && whole <= max_body {
+        if from == 0 && m.deposit.is_none() && whole <= max_body && whole >= max_body - max_body / 8
+        {
             let s = &mut p.tx[stream];
             if let Some(body) = &s.open {
                 let used = body.len() - HEADER;

@@ -19,12 +19,17 @@ fn proto() -> Proto {
 /// Queue `len` payload bytes with `words` argument words to rank 1 on
 /// the reply stream, whole.
 fn send(p: &mut Proto, len: usize, words: &[u64]) {
+    send_to(p, len, words, None)
+}
+
+/// [`send`] with a deposit offset (a Long) or none (a Medium).
+fn send_to(p: &mut Proto, len: usize, words: &[u64], deposit: Option<u64>) {
     let payload: Vec<u8> = (0..len).map(|i| i as u8).collect();
     let m = OutMsg {
         tag: 7,
         words,
         payload: &payload,
-        deposit: None,
+        deposit,
     };
     assert_eq!(p.send(1_000, 1, 1, &m, 0), Sent::Upto(len), "{len} B");
 }
@@ -108,4 +113,29 @@ fn unsplit_reply_after_small_one_stays_whole() {
     let whole_unsplit = frames.iter().filter(|&&(_, n)| n == unsplit).count();
     assert_eq!(whole_unsplit, 3, "{frames:?}");
     assert_eq!(frames.len(), 5, "{frames:?}");
+}
+
+/// Review of h13-bulkfix, finding 1: only a Medium that nearly fills a
+/// datagram is moved to a fresh one. Mid-size messages (here 700 B in a
+/// 1,392 B body) and Longs keep filling the open datagram, split across
+/// two where they must: 20 of them take 12 datagrams (the first leaves
+/// alone at once, Nagle's rule on an idle stream; the other 19 fill 11),
+/// as before the unsplit rule. (With the first version of the rule,
+/// which sealed early for any message that fits a datagram: 20 each.)
+#[test]
+fn mid_size_messages_and_longs_keep_filling_datagrams() {
+    for deposit in [None, Some(0)] {
+        let mut p = proto();
+        let mut sent = Vec::new();
+        for _ in 0..20 {
+            send_to(&mut p, 700, &[], deposit);
+            sent.extend(out(&mut p, false));
+        }
+        sent.extend(out(&mut p, true));
+        assert!(
+            sent.len() <= 12,
+            "{} datagrams for 20 x 700 B (deposit {deposit:?})",
+            sent.len()
+        );
+    }
 }
