@@ -55,6 +55,8 @@ mod team_nb_forms;
 mod team_sched;
 mod team_shm;
 mod team_split;
+#[cfg(test)]
+mod test_rank;
 // (appended) the set waits on signal words as futures
 mod signal_async;
 // (appended) a team's shared description; the world's made at attach

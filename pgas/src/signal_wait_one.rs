@@ -80,33 +80,7 @@ mod tests {
     use crate::signal_word::Looker;
     use std::cell::Cell;
 
-    /// A one-rank context over the verbs model.
-    fn one_rank(tag: &str) -> Pgas {
-        use splitrt_runtime::config::{Config, FabricKind};
-        use splitrt_runtime::fabric::rdma::model::ModelNetwork;
-        use splitrt_runtime::job::{JobInfo, JobSource};
-        let job = JobInfo {
-            rank: 0,
-            size: 1,
-            local_rank: 0,
-            local_size: 1,
-            node: 0,
-            job_id: format!("{tag}-{}", std::process::id()),
-            bootstrap: None,
-            key: None,
-            source: JobSource::Slurm,
-        };
-        let config = Config {
-            fabric: FabricKind::Ibverbs,
-            segment_size: 1 << 20,
-            ibv_buffers: 4,
-            bootstrap_timeout: std::time::Duration::from_secs(30),
-            ..Config::default()
-        };
-        let dev = ModelNetwork::new(1).device("model0");
-        Pgas::attach_over_verbs_model(splitrt_am::EndpointBuilder::new(), job, config, dev)
-            .expect("a one-rank verbs-model context")
-    }
+    use crate::test_rank::one_rank_over_model as one_rank;
 
     /// The round's look before session 13 (under the registry's lock).
     #[inline(never)]

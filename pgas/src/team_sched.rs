@@ -389,7 +389,6 @@ impl Background for Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::Pgas;
     use crate::team_area::{TeamArea, DROPPED};
     use crate::team_core::{Members, TeamInner};
     use crate::team_mail::{CollKind, TeamCounters};
@@ -401,34 +400,7 @@ mod tests {
     #[repr(C, align(64))]
     struct Block([AtomicU64; 48]);
 
-    /// A one-rank context over the verbs model (no hardware, no files
-    /// shared with other tests: the job id is this test's own).
-    fn one_rank() -> Pgas {
-        use splitrt_runtime::config::{Config, FabricKind};
-        use splitrt_runtime::fabric::rdma::model::ModelNetwork;
-        use splitrt_runtime::job::{JobInfo, JobSource};
-        let job = JobInfo {
-            rank: 0,
-            size: 1,
-            local_rank: 0,
-            local_size: 1,
-            node: 0,
-            job_id: format!("sched-{}", std::process::id()),
-            bootstrap: None,
-            key: None,
-            source: JobSource::Slurm,
-        };
-        let config = Config {
-            fabric: FabricKind::Ibverbs,
-            segment_size: 1 << 20,
-            ibv_buffers: 4,
-            bootstrap_timeout: std::time::Duration::from_secs(30),
-            ..Config::default()
-        };
-        let dev = ModelNetwork::new(1).device("model0");
-        Pgas::attach_over_verbs_model(splitrt_am::EndpointBuilder::new(), job, config, dev)
-            .expect("a one-rank verbs-model context")
-    }
+    use crate::test_rank::one_rank_over_model as one_rank;
 
     /// Review of h12-teamdrop (the closing note's first lingering case):
     /// a split team's last handle goes while a dropped request's schedule
@@ -452,7 +424,7 @@ mod tests {
         let blocks: Vec<Block> = (0..2)
             .map(|_| Block(std::array::from_fn(|_| AtomicU64::new(0))))
             .collect();
-        let pg = one_rank();
+        let pg = one_rank("sched");
         let segs: Vec<SegmentRef> = blocks
             .iter()
             // SAFETY: `blocks` outlives the area and its retired copy in

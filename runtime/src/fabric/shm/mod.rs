@@ -1759,6 +1759,15 @@ mod tests {
         );
 
         let f = solo("whyzone", 256, 1024);
+        let sent = fill_the_landing_zone(&f);
+        assert_eq!(f.poll(Channel::Request, &mut |_| {}).unwrap(), sent);
+    }
+
+    /// 4 KiB Mediums sent to rank 0 of `f` (a cell of 256 B, a long ring)
+    /// until one is refused, which must be for a full landing zone; the
+    /// count sent.
+    fn fill_the_landing_zone(f: &ShmFabric) -> usize {
+        let mut none = |_| -> Result<()> { Ok(()) };
         let data = vec![7u8; 4096];
         let medium = Packet {
             tag: 2,
@@ -1778,7 +1787,7 @@ mod tests {
             assert!(sent < 1024, "the landing zone never filled");
         };
         assert_eq!(why, WouldBlock::LandingZoneFull, "after {sent} Mediums");
-        assert_eq!(f.poll(Channel::Request, &mut |_| {}).unwrap(), sent);
+        sent
     }
 
     /// A forged tail while the landing zone is full: the zone can never
@@ -1795,6 +1804,7 @@ mod tests {
     fn miscfix_a_forged_tail_behind_a_full_landing_zone_is_named() {
         let mut none = |_| -> Result<()> { Ok(()) };
         let f = solo("fzone", 256, 1024);
+        let sent = fill_the_landing_zone(&f) as u64;
         let data = vec![7u8; 4096];
         let medium = Packet {
             tag: 2,
@@ -1802,20 +1812,6 @@ mod tests {
             payload: &data,
             deposit: None,
         };
-        let mut sent = 0u64;
-        loop {
-            match f
-                .try_send_why(0, Channel::Request, &medium, &mut none)
-                .unwrap()
-            {
-                Ok(()) => sent += 1,
-                Err(why) => {
-                    assert_eq!(why, WouldBlock::LandingZoneFull, "after {sent} Mediums");
-                    break;
-                }
-            }
-            assert!(sent < 1024, "the landing zone never filled");
-        }
         {
             let tx = f.tx[0].lock();
             let Prod::Pair(p) = &tx.p else {

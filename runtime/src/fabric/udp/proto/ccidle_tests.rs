@@ -365,16 +365,25 @@ fn ccfix2_the_rto_after_the_idle_is_the_one_before() {
     ignore = "protocol simulation without unsafe code: minutes under Miri"
 )]
 fn ccfix3_other_streams_tail_loss_keeps_the_reduction() {
+    stall_losing_the_tail_of(1);
+}
+
+/// Both streams to a peer time out in one stall and `stream`'s flight
+/// (0 request, 1 reply) loses its tail in the socket, the other's arrives
+/// whole: the reduction stands (`Pair::stall_stands`). The pair, for
+/// further checks.
+fn stall_losing_the_tail_of(stream: usize) -> Pair {
     let mut q = Pair::new();
     q.transfer(8, 12_000);
     let before = q.cc();
     q.both_streams_stall(|req, rep| {
         req.len() >= 2 && rep.len() >= 2 && {
-            rep.truncate(1);
+            [req, rep][stream].truncate(1);
             true
         }
     });
     q.stall_stands(before);
+    q
 }
 
 /// The datagrams of `stream` (0 request, 1 reply) among `ds`.
@@ -497,16 +506,7 @@ fn ccundo_both_streams_stalled_with_nothing_lost_undo_the_reduction() {
     ignore = "protocol simulation without unsafe code: minutes under Miri"
 )]
 fn ccundo_first_streams_tail_loss_keeps_the_reduction() {
-    let mut q = Pair::new();
-    q.transfer(8, 12_000);
-    let before = q.cc();
-    q.both_streams_stall(|req, rep| {
-        req.len() >= 2 && rep.len() >= 2 && {
-            req.truncate(1);
-            true
-        }
-    });
-    q.stall_stands(before);
+    stall_losing_the_tail_of(0);
 }
 
 /// An episode that ended with a loss (both streams stalled, the reply
@@ -521,16 +521,7 @@ fn ccundo_first_streams_tail_loss_keeps_the_reduction() {
     ignore = "protocol simulation without unsafe code: minutes under Miri"
 )]
 fn ccundo_after_a_lost_episode_a_spurious_stall_is_undone() {
-    let mut q = Pair::new();
-    q.transfer(8, 12_000);
-    let before = q.cc();
-    q.both_streams_stall(|req, rep| {
-        req.len() >= 2 && rep.len() >= 2 && {
-            rep.truncate(1);
-            true
-        }
-    });
-    q.stall_stands(before);
+    let mut q = stall_losing_the_tail_of(1);
     // new data acknowledged, then a stall with nothing lost
     q.transfer(8, 12_000);
     let before = q.cc();
