@@ -6,8 +6,24 @@
 use parking_lot::{Mutex, RwLock};
 use std::cell::Cell;
 use std::marker::PhantomData;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+
+/// The look protocol's atomics (the look slots, the removal count, their
+/// fences) and the removal's yield: loom's in the unit tests under
+/// `--cfg loom`, so its model (`loom_model` below) checks the real
+/// [`Looker::if_unchanged`] and [`Registry::remove`].
+#[cfg(all(test, loom))]
+mod sync {
+    pub(super) use loom::sync::atomic::{fence, AtomicBool, AtomicU64};
+    pub(super) use loom::thread::yield_now;
+}
+#[cfg(not(all(test, loom)))]
+mod sync {
+    pub(super) use std::sync::atomic::{fence, AtomicBool, AtomicU64};
+    pub(super) use std::thread::yield_now;
+}
+use sync::{fence, AtomicBool};
 
 /// How a wait compares a signal word with a value (OpenSHMEM's
 /// `SHMEM_CMP_*`): the wait ends once `word <cmp> value` holds.
@@ -124,7 +140,7 @@ pub(crate) struct Registry {
     /// How many ranges were removed so far (bumped under the write lock):
     /// a wait whose entries were made at the same count need not look
     /// their ranges up again ([`removals`](Registry::removals)).
-    removals: std::sync::atomic::AtomicU64,
+    removals: sync::AtomicU64,
     /// The look slots of the waits that read words without the lock
     /// ([`Looker`]): each is true while its wait reads a word, and
     /// [`remove`](Registry::remove) waits for every one to be false.
@@ -169,7 +185,7 @@ impl Registry {
         // this removal, or the load of its slot below sees the look
         fence(Ordering::SeqCst);
         for slot in self.lookers.lock().iter() {
-            wait_clear(slot, std::thread::yield_now);
+            wait_clear(slot, sync::yield_now);
         }
     }
 
@@ -306,7 +322,8 @@ impl Drop for Looker<'_> {
 
 /// Spins of a removal waiting for a look before it starts to yield its
 /// thread (a look is a few loads, but its thread may be preempted in it).
-const SPINS_BEFORE_YIELD: u32 = 64;
+/// None in the loom model, where only a yield lets the look go on.
+const SPINS_BEFORE_YIELD: u32 = if cfg!(all(test, loom)) { 0 } else { 64 };
 
 /// Wait until the look slot `slot` is clear: spin a little, then call
 /// `pause` (`std::thread::yield_now`) between looks, so a removal waiting
@@ -449,5 +466,51 @@ mod tests {
         assert_eq!(w.load(Ordering::Relaxed), 1, "wraps");
         SignalOp::Set.apply(&w, 9);
         assert_eq!(w.load(Ordering::Relaxed), 9);
+    }
+}
+
+/// The loom model of the lock-free look (`RUSTFLAGS="--cfg loom" cargo
+/// test -p splitrt-pgas --release --lib loom`): the real
+/// [`Looker::if_unchanged`] and [`Registry::remove`] over loom's atomics,
+/// fences and yield. The signal word's memory is a loom cell that the
+/// removing thread frees (writes) as soon as `remove` returns, as
+/// `Pgas::free_signals` does: a look that could still be reading it then
+/// is a race loom reports (weakening the look's fence or its release of
+/// the slot makes this model fail).
+#[cfg(all(test, loom))]
+mod loom_model {
+    use super::*;
+    use loom::cell::UnsafeCell;
+
+    #[test]
+    fn loom_a_removal_waits_for_a_look_in_progress() {
+        loom::model(|| {
+            // 'static for the looking thread (one small leak a run)
+            let reg: &'static Registry = Box::leak(Box::default());
+            assert!(reg.add(0x1000, 64));
+            let word = Arc::new(UnsafeCell::new(7u64));
+            let seen = reg.removals();
+            let looker = reg.looker();
+            let w = word.clone();
+            let look = loom::thread::spawn(move || {
+                let got = looker.if_unchanged(seen, || {
+                    // SAFETY: what the model checks: no removal returns
+                    // (and frees the word) while this look reads it.
+                    w.with(|p| unsafe { *p })
+                });
+                // the looker goes back to be dropped after the join: its
+                // drop takes the `lookers` lock, a lock loom cannot see
+                (got, looker)
+            });
+            reg.remove(0x1000);
+            // the caller frees the range's memory once `remove` returned
+            // SAFETY: what the model checks (see above).
+            word.with_mut(|p| unsafe { *p = 0 });
+            let (got, looker) = look.join().unwrap();
+            assert!(got.is_none() || got == Some(7), "a look read {got:?}");
+            // a look after the removal reads nothing
+            assert_eq!(looker.if_unchanged(seen, || ()), None);
+            drop(looker);
+        });
     }
 }
