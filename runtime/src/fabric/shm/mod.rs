@@ -1555,7 +1555,7 @@ mod tests {
         for i in 0..seg.len() {
             // SAFETY: the 1-rank fabric's own segment, mapped while `f`
             // lives; nothing else reads or writes it meanwhile.
-            unsafe { seg.base().add(i).write(pattern(i)) };
+            unsafe { seg.base().wrapping_add(i).write(pattern(i)) };
         }
         for (off, len) in [(0, 4096), (12_345, 100), (9, 1), (70_000, 3000)] {
             // SAFETY: `f` (which keeps the segment mapped) outlives `src`.

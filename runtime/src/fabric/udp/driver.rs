@@ -1182,7 +1182,7 @@ mod segment_source_tests {
             // SAFETY: `seg` is f1's own segment, mapped while f1 lives; i
             // is inside it, and nothing else reads or writes it meanwhile
             // (no peer writes into f1 in this test).
-            unsafe { seg.base().add(i).write(pattern(i)) };
+            unsafe { seg.base().wrapping_add(i).write(pattern(i)) };
         }
         for (off, len) in [(1000, 59_000), (3, 1), (77, 0), (4096, 20_001)] {
             // SAFETY: f1 (which keeps its segment mapped) outlives `src`;
@@ -1215,7 +1215,8 @@ mod segment_source_tests {
         }
         for i in 0..seg.len() {
             // SAFETY: as above.
-            assert_eq!(unsafe { seg.base().add(i).read() }, pattern(i), "byte {i}");
+            let b = unsafe { seg.base().wrapping_add(i).read() };
+            assert_eq!(b, pattern(i), "byte {i}");
         }
     }
 }
