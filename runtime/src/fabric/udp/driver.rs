@@ -1175,7 +1175,9 @@ mod segment_source_tests {
     #[test]
     #[cfg_attr(miri, ignore = "sockets")]
     fn a_medium_from_the_segment_arrives_byte_for_byte() {
-        let (f0, f1, _) = super::tests::loopback_pair(60_000, true);
+        // the whole 64 KiB segment may go as one Medium: more than one
+        // datagram body (65,427 B), so it is cut across two
+        let (f0, f1, _) = super::tests::loopback_pair(1 << 16, true);
         let seg = f1.local_segment();
         let pattern = |i: usize| (i.wrapping_mul(131) ^ (i >> 8)) as u8;
         for i in 0..seg.len() {
@@ -1184,7 +1186,8 @@ mod segment_source_tests {
             // (no peer writes into f1 in this test).
             unsafe { seg.base().wrapping_add(i).write(pattern(i)) };
         }
-        for (off, len) in [(1000, 59_000), (3, 1), (77, 0), (4096, 20_001)] {
+        assert_eq!(seg.len(), 1 << 16);
+        for (off, len) in [(0, 1 << 16), (3, 1), (77, 0), (4096, 20_001), (50, 65_486)] {
             // SAFETY: f1 (which keeps its segment mapped) outlives `src`;
             // the segment is only read by the send.
             let src = unsafe { SegmentBytes::new(seg, off, len) }.expect("inside");
