@@ -408,18 +408,36 @@ impl Inner {
             .map_or("?", |e| e.name.as_str())
     }
 
-    fn packet<'a>(sig: &Sig, args: &'a [u64], payload: &Payload<'a>) -> Packet<'a> {
+    /// Try to send `payload` to `peer` on `ch` once (the fabric's
+    /// `try_send_why`; a Medium out of this rank's segment goes by
+    /// `try_send_segment_why`, which copies the bytes straight from there).
+    #[inline]
+    fn try_send_payload(
+        &self,
+        peer: usize,
+        ch: Channel,
+        sig: &Sig,
+        args: &[u64],
+        payload: &Payload<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<Sent> {
         let (payload, deposit) = match *payload {
             Payload::None => (&[][..], None),
             Payload::Medium(d) => (d, None),
             Payload::Long { data, offset } => (data, Some(offset)),
+            Payload::FromSegment(src) => {
+                return self
+                    .fabric()
+                    .try_send_segment_why(peer, ch, sig.id, args, src, stall)
+            }
         };
-        Packet {
+        let pkt = Packet {
             tag: sig.id,
             words: args,
             payload,
             deposit,
-        }
+        };
+        self.fabric().try_send_why(peer, ch, &pkt, stall)
     }
 
     pub(crate) fn poll_channel(&self, ch: Channel) -> Result<usize> {
@@ -779,7 +797,6 @@ impl Inner {
             matches!(payload, Payload::Long { .. }).then(|| unsafe { crate::writers::writing() });
         self.check_send(peer, &h.0, args, &payload, false)
             .map_err(at)?;
-        let pkt = Self::packet(&h.0, args, &payload);
         // the waiting state is made only if the first try must wait
         let mut stall_backoff = None;
         let mut stall = |waits: u32| {
@@ -789,16 +806,15 @@ impl Inner {
         let mut wait: Option<(Backoff, HangWatch)> = None;
         let mut last_why;
         loop {
-            let sent = self
-                .fabric()
-                .try_send_why(peer, Channel::Request, &pkt, &mut stall)?;
+            let sent =
+                self.try_send_payload(peer, Channel::Request, &h.0, args, &payload, &mut stall)?;
             if let Err(why) = sent {
                 if !block {
                     return Ok(Err(why));
                 }
                 last_why = why;
             } else {
-                if pkt.payload.len() >= POLL_AFTER_BYTES {
+                if payload.len() >= POLL_AFTER_BYTES {
                     // Serve our own inbound traffic every few large sends,
                     // as GASNet-EX's request injection does: a peer
                     // flooding us waits for the landing-zone room we free.
@@ -847,7 +863,6 @@ impl Inner {
             matches!(payload, Payload::Long { .. }).then(|| unsafe { crate::writers::writing() });
         self.check_send(peer, &h.0, args, &payload, true)
             .map_err(at)?;
-        let pkt = Self::packet(&h.0, args, &payload);
         // Waiting for reply room drains only replies: their handlers cannot
         // send, so this never recurses into another request handler.
         let mut stall_backoff = None;
@@ -856,9 +871,9 @@ impl Inner {
             self.stall(waits, Channel::Reply, b)
         };
         let mut wait: Option<(Backoff, HangWatch)> = None;
-        while !self
-            .fabric()
-            .try_send(peer, Channel::Reply, &pkt, &mut stall)?
+        while self
+            .try_send_payload(peer, Channel::Reply, &h.0, args, &payload, &mut stall)?
+            .is_err()
         {
             let (backoff, watch) = wait.get_or_insert_with(|| {
                 let c = self.world.config();

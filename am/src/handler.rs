@@ -32,7 +32,7 @@ impl Kind {
     pub(crate) fn of(p: &Payload<'_>) -> Kind {
         match p {
             Payload::None => Kind::Short,
-            Payload::Medium(_) => Kind::Medium,
+            Payload::Medium(_) | Payload::FromSegment(_) => Kind::Medium,
             Payload::Long { .. } => Kind::Long,
         }
     }

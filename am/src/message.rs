@@ -1,5 +1,6 @@
 //! What a handler receives and what a sender attaches.
 
+use splitrt_runtime::fabric::SegmentBytes;
 use splitrt_runtime::view::LocalView;
 
 /// The payload of an outgoing message; its variant must match the kind the
@@ -21,6 +22,28 @@ pub enum Payload<'a> {
         /// Segment offset at the target (checked at the sender).
         offset: u64,
     },
+    /// A Medium message whose bytes lie in this rank's segment: the fabric
+    /// copies them from there as it sends (straight into its datagrams
+    /// over UDP), with no `&[u8]` over segment memory in between (see
+    /// [`SegmentBytes`]). The handler receives an ordinary Medium.
+    FromSegment(SegmentBytes<'a>),
+}
+
+impl Payload<'_> {
+    /// Payload bytes (0 for `None`).
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::None => 0,
+            Payload::Medium(d) => d.len(),
+            Payload::Long { data, .. } => data.len(),
+            Payload::FromSegment(s) => s.len(),
+        }
+    }
+
+    /// Whether it carries no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A message as its handler sees it.

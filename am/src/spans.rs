@@ -69,9 +69,5 @@ pub fn enter_collective(rank: usize, op: &str) -> Entered {
 /// Bytes a payload carries (for the `bytes` field).
 #[cfg(feature = "tracing")]
 pub(crate) fn bytes(p: &crate::Payload<'_>) -> usize {
-    match p {
-        crate::Payload::None => 0,
-        crate::Payload::Medium(d) => d.len(),
-        crate::Payload::Long { data, .. } => data.len(),
-    }
+    p.len()
 }

@@ -9,14 +9,9 @@ use crate::state::{AtomicSlot, State};
 use splitrt_am::{
     EndpointBuilder, Incoming, Kind, Payload, ReplyHandler, RequestHandler, Result, Token,
 };
+use splitrt_runtime::fabric::SegmentBytes;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-
-thread_local! {
-    /// The `splitrt.get` handler's reply buffer on this thread (reused:
-    /// it grows to the largest get served).
-    static GET_BOUNCE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
 
 /// Handles of the reserved handlers a rank sends.
 #[derive(Clone, Copy)]
@@ -220,38 +215,28 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         let (slot, at, off, len) = (m.arg(0), m.arg(1), m.arg(2), m.arg(3));
         let seg = s.seg();
         let ok = in_segment(&s, off, len) && len as usize <= 1 << 26;
-        // The bytes are copied out of the segment into this thread's
-        // bounce buffer by a raw copy (no reference over segment bytes
-        // other threads and peers may write meanwhile: a racing put tears
-        // the data, as any get racing a put does, the same non-atomic
-        // copy as a native get's), and the reply is sent from the buffer.
-        // Taken out of the thread-local while in use, so a nested get
-        // (none runs inside a reply, but nothing relies on it) makes its
-        // own.
-        let mut buf = GET_BOUNCE.take();
-        buf.clear();
-        if ok {
-            // no zero fill: the copy writes every byte before `set_len`
-            buf.reserve(len as usize);
-            let from = seg.base().wrapping_add(off as usize);
-            // SAFETY: [off, off + len) was checked to lie in our segment,
-            // mapped while the endpoint that runs this handler lives, so
-            // `from` is readable for len bytes; `buf` (empty) has capacity
-            // for len bytes and is this thread's own vector, never the
-            // segment.
-            unsafe { splitrt_runtime::memmove::memmove(from, buf.as_mut_ptr(), len as usize) };
-            // SAFETY: the copy above initialised the first len bytes, which
-            // the capacity covers.
-            unsafe { buf.set_len(len as usize) };
-        }
-        let data: &[u8] = &buf;
-        let status = if ok { OK } else { REFUSED };
-        let r = tok.reply(get_r, &[slot, at, status], Payload::Medium(data));
+        // The reply's bytes are copied by the fabric straight out of the
+        // segment into its datagrams (over UDP; the other fabrics copy them
+        // into a buffer first) by a raw copy: no reference over segment
+        // bytes other threads and peers may write meanwhile (a racing put
+        // tears the data, as any get racing a put does, the same non-atomic
+        // copy as a native get's).
+        let payload = if ok {
+            // SAFETY: the segment was taken from the endpoint that runs
+            // this handler, which keeps it mapped while the handler (and
+            // so the reply's send) runs; its bytes are read only by the
+            // fabric's raw copy, and nothing here holds a `&mut` to them.
+            // The range was checked by `in_segment` (and again by `new`).
+            unsafe { SegmentBytes::new(seg, off as usize, len as usize) }
+        } else {
+            None
+        };
+        let r = match payload {
+            Some(src) => tok.reply(get_r, &[slot, at, OK], Payload::FromSegment(src)),
+            None => tok.reply(get_r, &[slot, at, REFUSED], Payload::Medium(&[])),
+        };
         if let Err(e) = r {
             s.fail(format!("replying to a get: {e}"));
-        }
-        if buf.capacity() <= 1 << 20 {
-            GET_BOUNCE.set(buf); // kept for the next get (a huge one is not)
         }
     })?;
     let s = st.clone();

@@ -74,6 +74,24 @@ impl Fabric for Hybrid {
         }
     }
     #[inline]
+    fn try_send_segment_why(
+        &self,
+        peer: usize,
+        ch: Channel,
+        tag: u16,
+        words: &[u64],
+        src: super::SegmentBytes<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<super::Sent> {
+        if self.is_remote(peer) {
+            self.udp
+                .try_send_segment_why(peer, ch, tag, words, src, stall)
+        } else {
+            self.shm
+                .try_send_segment_why(peer, ch, tag, words, src, stall)
+        }
+    }
+    #[inline]
     fn try_send_short(&self, peer: usize, ch: Channel, tag: u16, words: &[u64]) -> Result<bool> {
         if self.is_remote(peer) {
             self.udp.try_send_short(peer, ch, tag, words)

@@ -19,8 +19,11 @@
 pub mod frames;
 pub mod hybrid;
 pub mod rdma;
+mod segment_bytes;
 pub mod shm;
 pub mod udp;
+
+pub use segment_bytes::SegmentBytes;
 
 use crate::Result;
 
@@ -371,6 +374,33 @@ pub trait Fabric: Send + Sync {
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<Sent>;
+    /// [`try_send_why`](Self::try_send_why) of a Medium (inline, not
+    /// deposited) whose payload is `src`, a range of this rank's segment:
+    /// the fabric copies it out of the segment as it frames the message,
+    /// never holding a reference over those bytes (others may write them
+    /// meanwhile; see [`SegmentBytes`]). The UDP fabric copies it straight
+    /// into its datagrams (one copy per byte, as for a slice); the default,
+    /// which the other fabrics keep, copies it into a buffer of this
+    /// thread first and sends that.
+    fn try_send_segment_why(
+        &self,
+        peer: usize,
+        ch: Channel,
+        tag: u16,
+        words: &[u64],
+        src: SegmentBytes<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<Sent> {
+        segment_bytes::send_through_bounce(src, |payload| {
+            let pkt = Packet {
+                tag,
+                words,
+                payload,
+                deposit: None,
+            };
+            self.try_send_why(peer, ch, &pkt, stall)
+        })
+    }
     /// [`try_send_why`](Self::try_send_why) without the reason: `Ok(false)`
     /// on back-pressure.
     #[inline]
@@ -688,6 +718,18 @@ impl Fabric for AnyFabric {
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<bool> {
         dispatch!(self, try_send(peer, ch, pkt, stall))
+    }
+    #[inline]
+    fn try_send_segment_why(
+        &self,
+        peer: usize,
+        ch: Channel,
+        tag: u16,
+        words: &[u64],
+        src: SegmentBytes<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<Sent> {
+        dispatch!(self, try_send_segment_why(peer, ch, tag, words, src, stall))
     }
     #[inline(always)]
     fn try_send_short(&self, peer: usize, ch: Channel, tag: u16, words: &[u64]) -> Result<bool> {

@@ -1540,6 +1540,44 @@ mod tests {
         assert_eq!(check(), "ok");
     }
 
+    /// The default `try_send_segment_why` (shm frames no segment source
+    /// itself): the bytes are copied out of the segment into a buffer and
+    /// sent as a Medium, whole, in one cell and across several.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn a_medium_from_the_segment_arrives_byte_for_byte() {
+        let f = solo("segsrc", 256, 8);
+        let seg = f.local_segment();
+        let pattern = |i: usize| (i.wrapping_mul(7) ^ (i >> 9)) as u8;
+        for i in 0..seg.len() {
+            // SAFETY: the 1-rank fabric's own segment, mapped while `f`
+            // lives; nothing else reads or writes it meanwhile.
+            unsafe { seg.base().wrapping_add(i).write(pattern(i)) };
+        }
+        for (off, len) in [(0, 4096), (12_345, 100), (9, 1), (70_000, 3000)] {
+            // SAFETY: `f` (which keeps the segment mapped) outlives `src`.
+            let src = unsafe { crate::fabric::SegmentBytes::new(seg, off, len) }.unwrap();
+            let mut got = Vec::new();
+            let mut stall = |_| -> Result<()> {
+                f.poll(Channel::Request, &mut |d| got.extend_from_slice(d.payload))?;
+                Ok(())
+            };
+            let sent = f
+                .try_send_segment_why(0, Channel::Request, 2, &[], src, &mut stall)
+                .unwrap();
+            assert_eq!(sent, Ok(()));
+            for _ in 0..100 {
+                f.poll(Channel::Request, &mut |d| got.extend_from_slice(d.payload))
+                    .unwrap();
+            }
+            let want: Vec<u8> = (off..off + len).map(pattern).collect();
+            assert_eq!(got, want, "{len} B from offset {off}");
+        }
+    }
+
     /// The receive side's Short fast path takes only a well-formed Short:
     /// a cell that looks like one but breaks a rule (too many words, a
     /// payload claimed, a reassembly under way) is still an error naming

@@ -12,7 +12,7 @@
 use super::faults::{FaultSpec, Faults, Recorder, Verdict};
 use super::proto::{Event, Proto, ProtoConfig, Sent};
 use super::wire::{HEADER, MAX_DATAGRAM, TAG};
-use crate::fabric::frames::{OutMsg, Reassembler, SegmentSink, FRAME_HEADER};
+use crate::fabric::frames::{PayloadSrc, Reassembler, SegmentSink, SrcMsg, FRAME_HEADER};
 use crate::fabric::{Channel, Delivery, Fabric, Packet, SegmentRef, Wakeup, MAX_WORDS};
 use crate::frozen::FrozenRanges;
 use crate::key::JobKey;
@@ -751,7 +751,7 @@ impl UdpFabric {
         }
     }
 
-    fn check_send(&self, peer: usize, pkt: &Packet<'_>) -> Result<()> {
+    fn check_send(&self, peer: usize, m: &SrcMsg<'_>) -> Result<()> {
         let err = |e: Error| Err(e.at_rank(self.rank).with_peer(peer));
         if peer >= self.size || self.net.addrs[peer].is_none() {
             return err(Error::usage(if peer >= self.size {
@@ -760,14 +760,14 @@ impl UdpFabric {
                 format!("rank {peer} is not reached over UDP")
             }));
         }
-        if pkt.words.len() > MAX_WORDS {
+        if m.words.len() > MAX_WORDS {
             return err(Error::usage(format!(
                 "{} argument words (max {MAX_WORDS})",
-                pkt.words.len()
+                m.words.len()
             )));
         }
-        let len = pkt.payload.len();
-        match pkt.deposit {
+        let len = m.payload.len();
+        match m.deposit {
             Some(off)
                 if off
                     .checked_add(len as u64)
@@ -790,6 +790,55 @@ impl UdpFabric {
             None => {}
         }
         Ok(())
+    }
+
+    /// Send `m` (checked first), its payload from wherever it lies: the
+    /// body of [`Fabric::try_send_why`] and
+    /// [`Fabric::try_send_segment_why`].
+    fn send_msg(
+        &self,
+        peer: usize,
+        ch: Channel,
+        m: &SrcMsg<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<crate::fabric::Sent> {
+        self.check_send(peer, m)?;
+        let st = ch as usize;
+        let _one = self.txl[peer * 2 + st].lock();
+        let mut from = 0;
+        let mut waits = 0u32;
+        loop {
+            let r = {
+                let mut c = self.net.core.lock();
+                let now = self.now();
+                let r = c.proto.send_src(now, peer as u32, st, m, from);
+                // full datagrams leave at once; a partly filled one waits
+                // for more messages until the next poll (coalescing)
+                c.transmit(&self.net.sock, &self.net.addrs, now, false);
+                r
+            };
+            match r {
+                Sent::Upto(e) if e == m.payload.len() => return Ok(Ok(())),
+                Sent::Upto(e) => {
+                    from = e;
+                    waits = 0;
+                }
+                Sent::NoRoom if from == 0 => {
+                    return Ok(Err(crate::fabric::WouldBlock::UdpWindowFull))
+                }
+                Sent::NoRoom => {
+                    stall(waits).map_err(|e| e.at_rank(self.rank))?;
+                    waits = waits.saturating_add(1);
+                }
+                Sent::Dead => {
+                    let mut c = self.net.core.lock();
+                    let f = c
+                        .failed
+                        .get_or_insert_with(|| (peer, Self::dead_why(peer, 0)));
+                    return Err(self.failure(f));
+                }
+            }
+        }
     }
 }
 
@@ -835,49 +884,33 @@ impl Fabric for UdpFabric {
         pkt: &Packet<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<crate::fabric::Sent> {
-        self.check_send(peer, pkt)?;
-        let m = OutMsg {
+        let m = SrcMsg {
             tag: pkt.tag,
             words: pkt.words,
-            payload: pkt.payload,
+            payload: PayloadSrc::Bytes(pkt.payload),
             deposit: pkt.deposit,
         };
-        let st = ch as usize;
-        let _one = self.txl[peer * 2 + st].lock();
-        let mut from = 0;
-        let mut waits = 0u32;
-        loop {
-            let r = {
-                let mut c = self.net.core.lock();
-                let now = self.now();
-                let r = c.proto.send(now, peer as u32, st, &m, from);
-                // full datagrams leave at once; a partly filled one waits
-                // for more messages until the next poll (coalescing)
-                c.transmit(&self.net.sock, &self.net.addrs, now, false);
-                r
-            };
-            match r {
-                Sent::Upto(e) if e == m.payload.len() => return Ok(Ok(())),
-                Sent::Upto(e) => {
-                    from = e;
-                    waits = 0;
-                }
-                Sent::NoRoom if from == 0 => {
-                    return Ok(Err(crate::fabric::WouldBlock::UdpWindowFull))
-                }
-                Sent::NoRoom => {
-                    stall(waits).map_err(|e| e.at_rank(self.rank))?;
-                    waits = waits.saturating_add(1);
-                }
-                Sent::Dead => {
-                    let mut c = self.net.core.lock();
-                    let f = c
-                        .failed
-                        .get_or_insert_with(|| (peer, Self::dead_why(peer, 0)));
-                    return Err(self.failure(f));
-                }
-            }
-        }
+        self.send_msg(peer, ch, &m, stall)
+    }
+
+    /// The segment's bytes go straight into the datagram bodies, one copy
+    /// (the default would copy them into a buffer first).
+    fn try_send_segment_why(
+        &self,
+        peer: usize,
+        ch: Channel,
+        tag: u16,
+        words: &[u64],
+        src: crate::fabric::SegmentBytes<'_>,
+        stall: &mut dyn FnMut(u32) -> Result<()>,
+    ) -> Result<crate::fabric::Sent> {
+        let m = SrcMsg {
+            tag,
+            words,
+            payload: PayloadSrc::Segment(src),
+            deposit: None,
+        };
+        self.send_msg(peer, ch, &m, stall)
     }
 
     fn poll(&self, ch: Channel, deliver: &mut dyn FnMut(&Delivery<'_>)) -> Result<usize> {
@@ -1126,6 +1159,68 @@ mod tests {
         assert_eq!(got, [vec![42]], "the peer's message");
         assert_eq!((s.bad_tag, s.early_rejects), (100, 100), "{s:?}");
         assert_eq!(s.kernel_drops, 0, "{s:?}");
+    }
+}
+
+#[cfg(test)]
+mod segment_source_tests {
+    use super::*;
+    use crate::fabric::SegmentBytes;
+
+    /// A Medium sent from the sender's segment by `try_send_segment_why`
+    /// goes straight from the segment into the datagrams and arrives whole:
+    /// every byte of a message cut across several datagrams (and of one of
+    /// a single byte, and of an empty one) is checked at the receiver, and
+    /// the sender's segment is left unchanged.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets")]
+    fn a_medium_from_the_segment_arrives_byte_for_byte() {
+        // the whole 64 KiB segment may go as one Medium: more than one
+        // datagram body (65,427 B), so it is cut across two
+        let (f0, f1, _) = super::tests::loopback_pair(1 << 16, true);
+        let seg = f1.local_segment();
+        let pattern = |i: usize| (i.wrapping_mul(131) ^ (i >> 8)) as u8;
+        for i in 0..seg.len() {
+            // SAFETY: `seg` is f1's own segment, mapped while f1 lives; i
+            // is inside it, and nothing else reads or writes it meanwhile
+            // (no peer writes into f1 in this test).
+            unsafe { seg.base().wrapping_add(i).write(pattern(i)) };
+        }
+        assert_eq!(seg.len(), 1 << 16);
+        for (off, len) in [(0, 1 << 16), (3, 1), (77, 0), (4096, 20_001), (50, 65_486)] {
+            // SAFETY: f1 (which keeps its segment mapped) outlives `src`;
+            // the segment is only read by the send.
+            let src = unsafe { SegmentBytes::new(seg, off, len) }.expect("inside");
+            let mut stall = |_| -> Result<()> {
+                let _ = f0.poll(Channel::Request, &mut |_| {});
+                Ok(())
+            };
+            let sent = f1
+                .try_send_segment_why(0, Channel::Request, 5, &[off as u64], src, &mut stall)
+                .unwrap();
+            assert_eq!(sent, Ok(()));
+            let t0 = Instant::now();
+            let mut got: Option<(Vec<u64>, Vec<u8>)> = None;
+            while got.is_none() && t0.elapsed() < Duration::from_secs(10) {
+                f0.poll(Channel::Request, &mut |d| {
+                    assert_eq!((d.tag, d.deposit), (5, None));
+                    got = Some((d.words.to_vec(), d.payload.to_vec()));
+                })
+                .unwrap();
+                let _ = f1.quiesced();
+            }
+            let (words, bytes) = got.expect("delivered within 10 s");
+            assert_eq!(words, [off as u64]);
+            assert_eq!(bytes.len(), len);
+            for (i, b) in bytes.iter().enumerate() {
+                assert_eq!(*b, pattern(off + i), "byte {i} of {len} from offset {off}");
+            }
+        }
+        for i in 0..seg.len() {
+            // SAFETY: as above.
+            let b = unsafe { seg.base().wrapping_add(i).read() };
+            assert_eq!(b, pattern(i), "byte {i}");
+        }
     }
 }
 

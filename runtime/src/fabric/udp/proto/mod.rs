@@ -62,7 +62,7 @@ use self::peers::PeerTable;
 use self::recv::{Arrival, RecvStream};
 use self::send::{SendStream, TxSlot};
 use super::wire::{Ack, Header, Mac, F_ACK_NOW, HEADER, KIND_CONTROL, MAX_DATAGRAM, OVERHEAD, TAG};
-use crate::fabric::frames::{self, OutMsg, FRAME_HEADER};
+use crate::fabric::frames::{self, OutMsg, SrcMsg, FRAME_HEADER};
 use std::collections::VecDeque;
 
 /// Whether sequence number `a` comes before `b` (modulo 2^32).
@@ -418,12 +418,27 @@ impl Proto {
     /// byte `from` on. The first call for a message passes `from = 0`; the
     /// caller keeps calling with the returned offset until the whole
     /// payload is taken, sending nothing else on this stream meanwhile.
+    #[inline]
     pub fn send(
         &mut self,
         now: u64,
         peer: u32,
         stream: usize,
         m: &OutMsg<'_>,
+        from: usize,
+    ) -> Sent {
+        self.send_src(now, peer, stream, &SrcMsg::from(m), from)
+    }
+
+    /// [`send`](Self::send) of a message whose payload may lie in this
+    /// rank's segment: it is copied from there straight into the datagram
+    /// bodies ([`frames::append_src`]).
+    pub fn send_src(
+        &mut self,
+        now: u64,
+        peer: u32,
+        stream: usize,
+        m: &SrcMsg<'_>,
         from: usize,
     ) -> Sent {
         let max_body = self.max_body();
@@ -475,7 +490,7 @@ impl Proto {
             }
             let body = s.open.as_mut().expect("open body");
             let room = max_body - (body.len() - HEADER);
-            if let Some(n) = frames::append(body, m, from, room) {
+            if let Some(n) = frames::append_src(body, m, from, room) {
                 from += n;
                 took_any = true;
                 if from == m.payload.len() {

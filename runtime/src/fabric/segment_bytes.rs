@@ -1,0 +1,194 @@
+//! A payload source that is a range of this rank's segment, read by the
+//! fabric as it frames the message: the bytes go from the segment straight
+//! into the fabric's own buffer (a UDP datagram), one copy, with no `&[u8]`
+//! over segment memory in between.
+//!
+//! A safe reference to segment bytes would be unsound: native puts,
+//! stores, atomics, Long deposits, other threads and other ranks may write
+//! them at any time (see `SegmentRef`). So the range is held as a raw
+//! pointer and a length, like [`SegmentRef`] itself, and the only thing
+//! anyone can do with it is copy its bytes out through a raw copy
+//! ([`copy_to_end`](SegmentBytes::copy_to_end)): a racing write tears the
+//! copy (as any get racing a put does), it never makes a reference alias
+//! a write. Building one is `unsafe` and only from a [`SegmentRef`] and a
+//! range checked against it, so no safe caller can make the fabric read an
+//! address of its choosing.
+
+use std::marker::PhantomData;
+
+use super::SegmentRef;
+
+/// `len` bytes at offset `off` of a mapped segment, to send as a Medium
+/// payload (see [`Fabric::try_send_segment_why`](super::Fabric::try_send_segment_why)).
+///
+/// ```
+/// # use splitrt_runtime::fabric::{SegmentBytes, SegmentRef};
+/// let mut seg = vec![0u8; 64];
+/// seg[8..12].copy_from_slice(b"abcd");
+/// // SAFETY: `seg` outlives both references, and nothing else writes it.
+/// let r = unsafe { SegmentRef::new(seg.as_mut_ptr(), seg.len()) };
+/// // SAFETY: as above: the segment stays allocated while `src` is used.
+/// let src = unsafe { SegmentBytes::new(r, 8, 4) }.expect("inside");
+/// let mut out = b"x".to_vec();
+/// src.copy_to_end(1, 3, &mut out);
+/// assert_eq!(out, b"xbcd");
+/// // SAFETY: as above.
+/// assert!(unsafe { SegmentBytes::new(r, 62, 4) }.is_none());
+/// ```
+///
+/// Safe code cannot make one (which a fabric would then read from):
+///
+/// ```compile_fail,E0133
+/// # use splitrt_runtime::fabric::{SegmentBytes, SegmentRef};
+/// let src = SegmentBytes::new(SegmentRef::empty(), 0, 0);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentBytes<'a> {
+    /// First byte (inside the segment it was built from).
+    ptr: *const u8,
+    /// Length in bytes.
+    len: usize,
+    /// Borrowed for `'a`: the constructor's caller keeps the mapping alive
+    /// that long.
+    _mapped: PhantomData<&'a SegmentRef>,
+}
+
+impl<'a> SegmentBytes<'a> {
+    /// The `len` bytes at offset `off` of `seg`, or `None` if they do not
+    /// all lie inside it.
+    ///
+    /// # Safety
+    /// `seg` must be a live mapping (as [`SegmentRef::new`] requires, or
+    /// one a fabric handed out whose fabric is alive) and stay mapped and
+    /// readable for all of `'a`. Other threads and processes may write the
+    /// range meanwhile (a copy out of it then sees some mix of old and new
+    /// bytes, every value being a valid `u8`); the caller must hold no
+    /// `&mut` reference to these bytes during `'a`.
+    #[inline]
+    pub unsafe fn new(seg: SegmentRef, off: usize, len: usize) -> Option<Self> {
+        if !seg.contains(off, len) {
+            return None;
+        }
+        Some(Self {
+            ptr: seg.base().cast_const().wrapping_add(off),
+            len,
+            _mapped: PhantomData,
+        })
+    }
+
+    /// Length in bytes.
+    #[inline(always)]
+    pub const fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it has no bytes.
+    #[inline(always)]
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Append its bytes `from..from + n` to `out`, by one raw copy out of
+    /// the segment.
+    ///
+    /// # Panics
+    /// If `from + n` exceeds [`len`](Self::len) (a caller's bug: the range
+    /// is the sender's own, never a peer's).
+    #[inline]
+    pub fn copy_to_end(&self, from: usize, n: usize, out: &mut Vec<u8>) {
+        assert!(
+            from.checked_add(n).is_some_and(|e| e <= self.len),
+            "bytes {from}+{n} of a {} B segment range",
+            self.len
+        );
+        out.reserve(n);
+        let at = out.len();
+        let (src, dst) = (
+            self.ptr.wrapping_add(from),
+            out.as_mut_ptr().wrapping_add(at),
+        );
+        // SAFETY: `from + n <= len` (checked above), and `ptr..ptr + len`
+        // lies in a segment the constructor's caller keeps mapped for 'a
+        // (its contract), so the source is readable for n bytes; `out` has
+        // room for n more bytes past `at` (reserved above) and is this
+        // caller's own vector, never the segment, so the two do not
+        // overlap (memmove would cope if they did).
+        unsafe { crate::memmove::memmove(src, dst, n) };
+        // SAFETY: the copy initialised bytes at..at + n, inside the
+        // capacity reserved above.
+        unsafe { out.set_len(at + n) };
+    }
+}
+
+thread_local! {
+    /// The buffer [`send_through_bounce`] copies into, kept between sends.
+    static BOUNCE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Send `src` as a Medium by the ordinary slice path, after one copy into
+/// a buffer of this thread: what a fabric that frames no segment source
+/// itself does (the [`Fabric`](super::Fabric) trait's default). The buffer
+/// is taken out of the thread-local while in use (a send nested in the
+/// stall callback makes its own) and kept for the next send unless it
+/// grew past 1 MiB.
+pub(crate) fn send_through_bounce<T>(
+    src: SegmentBytes<'_>,
+    send: impl FnOnce(&[u8]) -> crate::Result<T>,
+) -> crate::Result<T> {
+    let mut buf = BOUNCE.take();
+    buf.clear();
+    src.copy_to_end(0, src.len(), &mut buf);
+    let r = send(&buf);
+    if buf.capacity() <= 1 << 20 {
+        BOUNCE.set(buf);
+    }
+    r
+}
+
+// SAFETY: an address range, read only through raw copies (see the type's
+// documentation), like `SegmentRef`; moving it to another thread changes
+// nothing about who keeps the mapping alive ('a).
+unsafe impl Send for SegmentBytes<'_> {}
+// SAFETY: as above; `&SegmentBytes` only reads the pointer and length.
+unsafe impl Sync for SegmentBytes<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_exactly_the_range_and_refuses_ranges_outside() {
+        let mut seg: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        // SAFETY: `seg` outlives every use below; nothing else writes it.
+        let r = unsafe { SegmentRef::new(seg.as_mut_ptr(), seg.len()) };
+        for (off, len) in [(0, 0), (0, 1000), (999, 1), (300, 457)] {
+            // SAFETY: as above.
+            let s = unsafe { SegmentBytes::new(r, off, len) }.expect("inside");
+            assert_eq!(s.len(), len);
+            let mut out = vec![7];
+            s.copy_to_end(0, len, &mut out);
+            assert_eq!(out[0], 7);
+            assert_eq!(&out[1..], &seg[off..off + len]);
+            if len > 2 {
+                let mut part = Vec::new();
+                s.copy_to_end(1, len - 2, &mut part);
+                assert_eq!(&part[..], &seg[off + 1..off + len - 1]);
+            }
+        }
+        for (off, len) in [(1000, 1), (999, 2), (usize::MAX, 2), (0, 1001)] {
+            // SAFETY: as above (and nothing is built).
+            assert!(unsafe { SegmentBytes::new(r, off, len) }.is_none());
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "segment range")]
+    fn a_copy_past_the_range_panics_instead_of_reading_past_it() {
+        let mut seg = vec![0u8; 16];
+        // SAFETY: `seg` outlives every use below.
+        let r = unsafe { SegmentRef::new(seg.as_mut_ptr(), seg.len()) };
+        // SAFETY: as above.
+        let s = unsafe { SegmentBytes::new(r, 8, 4) }.expect("inside");
+        s.copy_to_end(2, 3, &mut Vec::new());
+    }
+}
