@@ -304,6 +304,42 @@ fn ranks_disagreeing_on_the_tag_are_refused_at_start() {
     assert!(r.stderr.contains("SPLITRT_UDP_AUTH"), "{}", r.stderr);
 }
 
+/// A datagram size or segment size exported on one host only: ranks that
+/// disagree are refused at start, the error naming both ranks and both
+/// values (before, the job ran: a rank sized its puts' bounds and its
+/// datagrams by its own value, failing or fragmenting at the others).
+#[test]
+fn ranks_disagreeing_on_the_mtu_or_segment_size_are_refused_at_start() {
+    let hello = example("hello");
+    for (var, rank1, want) in [
+        (
+            "SPLITRT_UDP_MTU",
+            "1472",
+            "rank 0 runs with SPLITRT_UDP_MTU=65507, rank 1 with SPLITRT_UDP_MTU=1472",
+        ),
+        (
+            "SPLITRT_SEGMENT_SIZE",
+            "8M",
+            "rank 0 runs with SPLITRT_SEGMENT_SIZE=16777216, rank 1 with \
+             SPLITRT_SEGMENT_SIZE=8388608",
+        ),
+    ] {
+        let script = format!(
+            "[ \"$SPLITRT_RANK\" = 1 ] && export {var}={rank1}; exec {}",
+            hello.display()
+        );
+        let env = [UDP, ("SPLITRT_SEGMENT_SIZE", "16M")];
+        let r = run_job(2, &"/bin/sh".into(), &["-c", &script], &env, 30);
+        assert_ne!(r.code, 0, "{var}: {r:?}");
+        assert!(
+            r.stderr.contains(want) && r.stderr.contains("same value of this setting"),
+            "{var}: {}",
+            r.stderr
+        );
+        assert!(!r.stdout.contains("got"), "no rank may start: {r:?}");
+    }
+}
+
 /// A rank that computes for 3 s without polling, with a 1 s peer timeout:
 /// its keeper thread answers for it, so nobody takes it for dead.
 #[test]

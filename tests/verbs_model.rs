@@ -339,3 +339,53 @@ fn teamshm_over_the_verbs_model() {
         });
     }
 }
+
+/// Over ibverbs the largest Medium that arrives in one piece is one
+/// receive buffer less its 24 B header, the 24 B frame header and the
+/// arguments (every message starts a buffer of its own), not the Medium
+/// maximum (the trait's default, which the fabric kept before though it
+/// cuts a larger Medium across buffers); and a Medium of that size, with
+/// one byte more, both arrive intact.
+#[test]
+fn max_medium_unsplit_over_ibverbs_is_one_receive_buffer() {
+    let (size, seg) = (2, 4 << 20);
+    let id = unique("unsplit");
+    on_threads(size, 19, Duration::from_secs(120), move |r, dev| {
+        let cfg = Config {
+            ibv_buffer_size: 1024,
+            ..config(seg, 16)
+        };
+        let mut b = EndpointBuilder::new();
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let g = got.clone();
+        let h = b.request("take", splitrt::Kind::Medium, 0, move |_, m| {
+            g.lock().unwrap().push(m.payload().to_vec());
+        })?;
+        let ep = b.attach_over_verbs_model(job(&id, r, size), cfg, dev)?;
+        let peer = 1 - r;
+        for nargs in [0, 3] {
+            let n = ep.max_medium_unsplit(peer, nargs)?;
+            assert_eq!(n, 1024 - 24 - 24 - 8 * nargs, "rank {r}, {nargs} args");
+            assert!(n < ep.max_medium(peer)?);
+        }
+        let n = ep.max_medium_unsplit(peer, 0)?;
+        let want: Vec<Vec<u8>> = [n, n + 1]
+            .iter()
+            .map(|&len| (0..len).map(|i| (i * 7 + r) as u8).collect())
+            .collect();
+        for p in &want {
+            ep.request(peer, h, &[], splitrt::Payload::Medium(p))?;
+        }
+        let t0 = std::time::Instant::now();
+        while got.lock().unwrap().len() < 2 && t0.elapsed() < Duration::from_secs(30) {
+            ep.poll()?;
+        }
+        let theirs: Vec<Vec<u8>> = [n, n + 1]
+            .iter()
+            .map(|&len| (0..len).map(|i| (i * 7 + peer) as u8).collect())
+            .collect();
+        assert_eq!(*got.lock().unwrap(), theirs, "rank {r}");
+        ep.barrier()?;
+        ep.finish()
+    });
+}

@@ -1114,7 +1114,8 @@ impl Endpoint {
     /// Largest Medium payload to `peer` that, sent with `nargs` arguments,
     /// travels in one piece and is handed to its handler where it arrived
     /// (at most [`max_medium`](Self::max_medium); smaller on a fabric that
-    /// splits a Medium, as UDP's into datagrams, and copies it back
+    /// splits a Medium, as UDP's into datagrams and ibverbs' into its
+    /// receive buffers, and copies it back
     /// together at the receiver). A transfer moved as several Mediums
     /// sized by this saves the receiver that copy. A usage error if `peer`
     /// is not a rank of the job or `nargs` exceeds [`MAX_ARGS`].

@@ -293,8 +293,32 @@ impl World {
                     udp = Some(u);
                 }
                 // Settings every rank must share are checked with the
-                // handler table (a mismatch names both values).
+                // handler table (a mismatch names both ranks and values).
                 let mut table = table;
+                // the segment's bounds: over UDP a rank checks the
+                // offsets of its puts and Longs to a peer against its own
+                // segment's length (`segment_len` of any peer), the
+                // target's receive against the target's: with sizes that
+                // differ, deposits a larger sender allows fail at the
+                // target and a smaller one refuses what the target holds
+                table.push(format!(
+                    "(setting) {}={}",
+                    crate::config::ENV_SEGMENT_SIZE,
+                    config.segment_size
+                ));
+                if udp.is_some() {
+                    // the datagram size is the path's: a rank that set it
+                    // lower for its host (a 1500-byte route) would still be
+                    // sent the others' larger datagrams, fragmented or
+                    // lost on that route; and a get's chunks are sized by
+                    // the requester's value, its replies cut by the
+                    // responder's
+                    table.push(format!(
+                        "(setting) {}={}",
+                        crate::config::ENV_UDP_MTU,
+                        config.udp_mtu
+                    ));
+                }
                 if config.fabric != FabricKind::Shm {
                     table.push(format!(
                         "(setting) {}={}",

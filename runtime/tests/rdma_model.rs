@@ -865,3 +865,62 @@ fn fixes_a_strided_write_that_fails_to_post_frees_its_send_buffer_once() {
         assert_eq!(net.stats().errors, 0, "seed {seed}");
     }
 }
+
+/// `max_inline_unsplit` over ibverbs is what one receive buffer carries
+/// (the buffer less its header, the frame header and the words; every
+/// message starts a buffer of its own): a Medium of that size is one send
+/// (one buffer, one credit), one byte more is two, and both arrive
+/// intact. Before, the fabric kept the trait's default (the Medium
+/// maximum, several buffers reassembled), which pgas sizes its get
+/// replies by.
+#[test]
+fn max_inline_unsplit_is_one_receive_buffer() {
+    // credits for a whole Medium maximum's buffers: nothing waits on the
+    // receiver, which polls only after the send
+    let small = RdmaConfig {
+        buffers: 16,
+        ..small_buffers()
+    };
+    for cfg in [small, RdmaConfig::default()] {
+        let j = job(2, 4096, cfg, 5);
+        let (a, b) = (&j.fabrics[0], &j.fabrics[1]);
+        for words in [0usize, 3, splitrt_runtime::fabric::MAX_WORDS] {
+            let n = a.max_inline_unsplit(1, words);
+            assert!(n > 0 && n <= a.max_inline(1), "{words} words: {n} B");
+            for (len, buffers) in [(n, 1), (n + 1, 2)] {
+                let w: Vec<u64> = (0..words as u64).collect();
+                let payload: Vec<u8> = (0..len).map(|i| byte(0, words as u64, i)).collect();
+                let pkt = Packet {
+                    tag: 9,
+                    words: &w,
+                    payload: &payload,
+                    deposit: None,
+                };
+                let before = j.net.stats().sends;
+                let mut no = |_| -> Result<()> { Ok(()) };
+                assert!(a.try_send(1, Channel::Request, &pkt, &mut no).unwrap());
+                let mut got = None;
+                for _ in 0..1000 {
+                    b.poll(Channel::Request, &mut |d| {
+                        got = Some((d.words.to_vec(), d.payload.to_vec()))
+                    })
+                    .unwrap();
+                    if got.is_some() {
+                        break;
+                    }
+                }
+                assert_eq!(got, Some((w, payload)), "{words} words, {len} B");
+                // buffers sent: the message's (credit reports are writes)
+                assert_eq!(
+                    j.net.stats().sends - before,
+                    buffers,
+                    "{words} words, {len} B (buffer size {})",
+                    cfg.buffer_size
+                );
+            }
+        }
+        // absurd word counts leave room for nothing (no overflow)
+        assert_eq!(a.max_inline_unsplit(1, usize::MAX), 0);
+        assert_eq!(j.net.stats().errors, 0);
+    }
+}

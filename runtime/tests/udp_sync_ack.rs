@@ -21,7 +21,11 @@ fn send(p: &mut Proto, now: u64, payload: &[u8]) {
         payload,
         deposit: None,
     };
-    assert!(matches!(p.send(now, 1, 0, &m, 0), Sent::Upto(_)));
+    assert_eq!(
+        p.send(now, 1, 0, &m, 0),
+        Sent::Upto(payload.len()),
+        "taken whole"
+    );
 }
 
 fn transmit(p: &mut Proto, now: u64) -> Vec<Vec<u8>> {
@@ -142,7 +146,7 @@ fn a_reply_made_after_the_ack_delay_carries_the_acknowledgement() {
         payload: &[],
         deposit: None,
     };
-    assert!(matches!(b.send(t2, 0, 1, &m, 0), Sent::Upto(_)));
+    assert_eq!(b.send(t2, 0, 1, &m, 0), Sent::Upto(0), "taken whole");
     let reply = transmit(&mut b, t2);
     assert_eq!(
         early.len(),

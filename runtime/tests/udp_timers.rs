@@ -20,7 +20,7 @@ fn a_silent_peer_costs_a_bounded_number_of_timer_wakeups() {
         payload: &[],
         deposit: None,
     };
-    assert!(matches!(p.send(1_000, 1, 0, &m, 0), Sent::Upto(_)));
+    assert_eq!(p.send(1_000, 1, 0, &m, 0), Sent::Upto(0), "taken whole");
     let (mut sent, mut wakeups) = (0u64, 0u64);
     p.poll_transmit(1_000, true, &mut |_, _| sent += 1);
     let dead_at = loop {

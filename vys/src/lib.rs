@@ -51,6 +51,8 @@ pub mod read_threads;
 mod replay;
 mod reply_buffers;
 pub mod ring;
+#[cfg(test)]
+mod session_pair;
 pub mod signal;
 pub mod stream_key;
 pub mod transport;

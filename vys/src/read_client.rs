@@ -141,8 +141,9 @@ pub struct RemoteRing {
 enum Asking {
     /// Not asked (not wanted, or not offered).
     No,
-    /// The queue pair is to be sent.
-    Send(QpEndpoint),
+    /// The queue pair is to be sent: bytes of its encoding the protocol
+    /// took (more than 0: the rest goes before anything else).
+    Send(QpEndpoint, usize),
     /// Sent; the answer is awaited.
     Sent,
     /// Answered (an offer, or a refusal).
@@ -371,13 +372,13 @@ impl RemoteRing {
             ring_bytes: w.ring_bytes,
             offer: None,
             rdma: match rdma {
-                Some(e) if w.rdma => Asking::Send(e),
+                Some(e) if w.rdma => Asking::Send(e, 0),
                 _ => Asking::No,
             },
         };
         // the offer, within what is left of `wait`
         let mut done = Vec::new();
-        while matches!(ring.rdma, Asking::Send(_) | Asking::Sent) && ring.failed.is_none() {
+        while matches!(ring.rdma, Asking::Send(..) | Asking::Sent) && ring.failed.is_none() {
             let Some(left) = wait.checked_sub(t0.elapsed()) else {
                 break;
             };
@@ -393,11 +394,13 @@ impl RemoteRing {
         }
         match ring.rdma {
             // the queue pair never left: read through the session
-            Asking::Send(_) => ring.rdma = Asking::No,
+            Asking::Send(_, 0) => ring.rdma = Asking::No,
             // the server may yet make a queue pair for it, which this side
             // would never use: give the session up (its queue pair goes
-            // with it when its keepalives stop) and let the caller retry
-            Asking::Sent => {
+            // with it when its keepalives stop) and let the caller retry;
+            // so too if part of it left (reads behind the part would be
+            // misparsed)
+            Asking::Send(..) | Asking::Sent => {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!("the vys read server at {addr} offered no RDMA reads within {wait:?}"),
@@ -564,23 +567,75 @@ impl RemoteRing {
                 self.failed = Some(format!("malformed reply from the read server: {e}"));
             }
         }
-        if let (Asking::Send(e), None) = (self.rdma, &self.failed) {
-            let qp = e.encode();
-            let m = OutMsg {
-                tag: T_RDMA,
-                words: &[],
-                payload: &qp,
-                deposit: None,
-            };
-            match self.proto.send(now, 0, 0, &m, 0) {
-                Sent::Upto(_) => self.rdma = Asking::Sent,
-                Sent::NoRoom => {}
-                Sent::Dead => self.failed = Some("the read server stopped answering".into()),
+        self.send_requests(now);
+        if now >= self.proto.poll_timeout() {
+            self.proto.handle_timeout(now);
+        }
+        while let Some(Event::PeerDead { silent, .. }) = self.proto.poll_event() {
+            self.failed = Some(format!(
+                "the read server has not answered for {:.1} s",
+                silent as f64 / 1e9
+            ));
+        }
+        let sock = &self.sock;
+        self.proto.poll_transmit(now, true, &mut |_, b| {
+            let _ = sock.send(b);
+        });
+        // reads that took too long (looked for every 10 ms), or all of them
+        // once the session failed
+        if self.failed.is_some() || Instant::now() >= self.late_check {
+            self.late_check = Instant::now() + Duration::from_millis(10);
+            for place in 0..self.landing.places.len() {
+                let Some(p) = &self.landing.places[place] else {
+                    continue;
+                };
+                if self.failed.is_none() && p.since.elapsed() <= self.read_timeout {
+                    continue;
+                }
+                let id = p.id;
+                let why = match &self.failed {
+                    Some(f) => f.clone(),
+                    None => format!("no answer in {:?}", self.read_timeout),
+                };
+                self.unsent.retain(|q| q[0] != id);
+                self.finish(place, ReadResult::Failed(why), done);
             }
         }
-        // the queued reads, up to MAX_BATCH per READV (a lone one as a
-        // READ: no batch to describe)
+    }
+
+    /// Hand what the window allows of the request stream to the
+    /// protocol: the queue pair (if it is to be sent), then the queued
+    /// reads, up to [`MAX_BATCH`] per `READV` (a lone one as a `READ`: no
+    /// batch to describe). A message the protocol took only part of
+    /// (`Sent::Upto(k)`, `k` short of its payload) goes on from `k`
+    /// before any other starts on the stream (the server reassembles one
+    /// message at a time per stream); the queue pair goes first but never
+    /// into the middle of a `READV`.
+    fn send_requests(&mut self, now: u64) {
         while self.failed.is_none() {
+            if let Asking::Send(e, from) = self.rdma {
+                if self.batch.as_ref().is_none_or(|b| b.from == 0) {
+                    let qp = e.encode();
+                    let m = OutMsg {
+                        tag: T_RDMA,
+                        words: &[],
+                        payload: &qp,
+                        deposit: None,
+                    };
+                    match self.proto.send(now, 0, 0, &m, from) {
+                        Sent::Upto(n) if n == qp.len() => {
+                            self.rdma = Asking::Sent;
+                            continue;
+                        }
+                        Sent::Upto(n) => self.rdma = Asking::Send(e, n),
+                        Sent::NoRoom => {}
+                        Sent::Dead => {
+                            self.failed = Some("the read server stopped answering".into())
+                        }
+                    }
+                    break;
+                }
+            }
             if self.batch.is_none() {
                 let k = self.unsent.len().min(MAX_BATCH);
                 if k == 0 {
@@ -595,6 +650,8 @@ impl RemoteRing {
                         deposit: None,
                     };
                     match self.proto.send(now, 0, 0, &m, 0) {
+                        // no payload: its one frame is taken whole or not
+                        // at all (Upto(0) is the whole message)
                         Sent::Upto(_) => {
                             self.unsent.pop_front();
                             continue;
@@ -637,39 +694,6 @@ impl RemoteRing {
                 }
             }
         }
-        if now >= self.proto.poll_timeout() {
-            self.proto.handle_timeout(now);
-        }
-        while let Some(Event::PeerDead { silent, .. }) = self.proto.poll_event() {
-            self.failed = Some(format!(
-                "the read server has not answered for {:.1} s",
-                silent as f64 / 1e9
-            ));
-        }
-        let sock = &self.sock;
-        self.proto.poll_transmit(now, true, &mut |_, b| {
-            let _ = sock.send(b);
-        });
-        // reads that took too long (looked for every 10 ms), or all of them
-        // once the session failed
-        if self.failed.is_some() || Instant::now() >= self.late_check {
-            self.late_check = Instant::now() + Duration::from_millis(10);
-            for place in 0..self.landing.places.len() {
-                let Some(p) = &self.landing.places[place] else {
-                    continue;
-                };
-                if self.failed.is_none() && p.since.elapsed() <= self.read_timeout {
-                    continue;
-                }
-                let id = p.id;
-                let why = match &self.failed {
-                    Some(f) => f.clone(),
-                    None => format!("no answer in {:?}", self.read_timeout),
-                };
-                self.unsent.retain(|q| q[0] != id);
-                self.finish(place, ReadResult::Failed(why), done);
-            }
-        }
     }
 
     /// Give the session up: every read in flight fails with `why` (each
@@ -691,10 +715,14 @@ impl RemoteRing {
     pub fn next_due(&self) -> Duration {
         let now = self.now();
         let t = Duration::from_nanos(self.proto.poll_timeout().saturating_sub(now));
-        if self.unsent.is_empty() && self.batch.is_none() && !matches!(self.rdma, Asking::Send(_)) {
+        if self.unsent.is_empty() && self.batch.is_none() && !matches!(self.rdma, Asking::Send(..))
+        {
             t.min(Duration::from_millis(50))
         } else {
             Duration::ZERO
         }
     }
 }
+
+#[cfg(test)]
+mod qp_tests;

@@ -131,8 +131,77 @@ struct Session {
     qp: Option<QpId>,
     /// The consumer sent its queue pair (once per session at most).
     asked_rdma: bool,
-    /// The answer to it, not yet taken by the window: status, offer.
-    offer: Option<(u64, Vec<u8>)>,
+    /// The answer to it, not yet wholly taken by the window.
+    offer: Option<Offer>,
+}
+
+/// The server's answer to a consumer's queue pair (`OFFER`), being handed
+/// to the session's protocol.
+struct Offer {
+    status: u64,
+    /// The encoded [`RingOffer`](super::rdma_export::RingOffer), or
+    /// nothing (refused).
+    payload: Vec<u8>,
+    /// Bytes of `payload` the protocol took.
+    from: usize,
+}
+
+/// Hand what the window allows of a session's reply stream to its
+/// protocol: the offer, and the replies in order. A message the protocol
+/// took only part of (`Sent::Upto(k)`, `k` short of its payload) goes on
+/// from `k` before any other starts on the stream (the consumer
+/// reassembles one message at a time per stream); the offer goes before
+/// the replies but never into the middle of one. Returns whether the
+/// consumer is dead.
+fn send_stream(s: &mut Session, now: u64, spare: &mut ReplyBuffers) -> bool {
+    loop {
+        if let Some(o) = &mut s.offer {
+            if s.replies.front().is_none_or(|r| r.from == 0) {
+                let words = [o.status];
+                let m = OutMsg {
+                    tag: T_OFFER,
+                    words: &words,
+                    payload: &o.payload,
+                    deposit: None,
+                };
+                match s.proto.send(now, 1, 1, &m, o.from) {
+                    Sent::Upto(n) if n == o.payload.len() => {
+                        s.offer = None;
+                        continue;
+                    }
+                    Sent::Upto(n) => {
+                        o.from = n;
+                        return false;
+                    }
+                    Sent::NoRoom => return false,
+                    Sent::Dead => return true,
+                }
+            }
+        }
+        let Some(r) = s.replies.front_mut() else {
+            return false;
+        };
+        let words = [r.id, r.status];
+        let m = OutMsg {
+            tag: T_DATA,
+            words: &words,
+            payload: &r.slot,
+            deposit: (r.status == STATUS_OK).then_some(r.landing),
+        };
+        match s.proto.send(now, 1, 1, &m, r.from) {
+            Sent::Upto(n) if n == r.slot.len() => {
+                let r = s.replies.pop_front().expect("front");
+                s.queued_bytes -= r.slot.len();
+                spare.give(r.slot);
+            }
+            Sent::Upto(n) => {
+                r.from = n;
+                return false;
+            }
+            Sent::NoRoom => return false,
+            Sent::Dead => return true,
+        }
+    }
 }
 
 struct Server {
@@ -556,12 +625,20 @@ impl Server {
                                 stats
                                     .rdma_open
                                     .store(x.consumers() as u64, Ordering::Relaxed);
-                                (STATUS_OK, offer.encode().to_vec())
+                                Offer {
+                                    status: STATUS_OK,
+                                    payload: offer.encode().to_vec(),
+                                    from: 0,
+                                }
                             }
                             Err(_) => {
                                 // reads then come over the session instead
                                 stats.rdma_refused.fetch_add(1, Ordering::Relaxed);
-                                (STATUS_REFUSED, Vec::new())
+                                Offer {
+                                    status: STATUS_REFUSED,
+                                    payload: Vec::new(),
+                                    from: 0,
+                                }
                             }
                         });
                     }
@@ -569,46 +646,7 @@ impl Server {
                     _ => bad = true,
                 }
             }
-            if let Some((status, offer)) = &s.offer {
-                let words = [*status];
-                let m = OutMsg {
-                    tag: T_OFFER,
-                    words: &words,
-                    payload: offer,
-                    deposit: None,
-                };
-                match s.proto.send(now, 1, 1, &m, 0) {
-                    Sent::Upto(_) => s.offer = None,
-                    Sent::NoRoom => {}
-                    Sent::Dead => bad = true,
-                }
-            }
-            // send what the window allows
-            while let Some(r) = s.replies.front_mut() {
-                let words = [r.id, r.status];
-                let m = OutMsg {
-                    tag: T_DATA,
-                    words: &words,
-                    payload: &r.slot,
-                    deposit: (r.status == STATUS_OK).then_some(r.landing),
-                };
-                match s.proto.send(now, 1, 1, &m, r.from) {
-                    Sent::Upto(n) if n == r.slot.len() => {
-                        let r = s.replies.pop_front().expect("front");
-                        s.queued_bytes -= r.slot.len();
-                        spare.give(r.slot);
-                    }
-                    Sent::Upto(n) => {
-                        r.from = n;
-                        break;
-                    }
-                    Sent::NoRoom => break,
-                    Sent::Dead => {
-                        bad = true;
-                        break;
-                    }
-                }
-            }
+            bad |= send_stream(s, now, spare);
             if now >= s.proto.poll_timeout() {
                 s.proto.handle_timeout(now);
             }
@@ -635,6 +673,9 @@ impl Server {
         }
     }
 }
+
+#[cfg(test)]
+mod offer_tests;
 
 /// A server thread's socket bound to `bind` (with `SO_REUSEPORT` if
 /// `shared`: several threads' sockets on one address), non-blocking,

@@ -342,13 +342,13 @@ pub trait Fabric: Send + Sync {
     /// reaches `peer` in one piece and is delivered where it arrived
     /// (no reassembly copy at the receiver). Never above
     /// [`max_inline`](Self::max_inline). The default is `max_inline`
-    /// itself, exact only for a fabric that never splits a Medium; the
-    /// fabrics that keep it though they do split (ibverbs into its 8 KiB
-    /// receive buffers, shm's shared queue into its cells) report more
-    /// than arrives in one piece, so it is a bound to size by, not a
-    /// promise. Only the UDP fabric overrides it (one datagram body). A
-    /// layer that moves a large transfer as several Mediums sizes them by
-    /// this (pgas's get replies, over UDP one datagram each).
+    /// itself, exact only for a fabric that never splits a Medium; shm,
+    /// which keeps it though its shared queue splits into cells, reports
+    /// more than arrives in one piece, so it is a bound to size by, not a
+    /// promise. The UDP fabric overrides it (one datagram body), and so
+    /// does ibverbs (one receive buffer less its header). A layer that
+    /// moves a large transfer as several Mediums sizes them by this
+    /// (pgas's get replies, over UDP one datagram each).
     fn max_inline_unsplit(&self, peer: usize, words: usize) -> usize {
         let _ = words;
         self.max_inline(peer)

@@ -1667,6 +1667,19 @@ impl<V: Verbs> Fabric for RdmaFabric<V> {
         self.cfg.max_medium
     }
 
+    /// One frame (its header, the words, the payload) filling a whole
+    /// receive buffer less its buffer header: every message starts a
+    /// buffer of its own, so a Medium of this size is one send and is
+    /// delivered from the receive buffer it arrived in; a larger one is
+    /// cut across buffers and reassembled (one more copy of every byte).
+    fn max_inline_unsplit(&self, _peer: usize, words: usize) -> usize {
+        // saturating: `words` comes from the caller (a huge count leaves
+        // room for nothing)
+        (self.cfg.buffer_size - HEADER)
+            .saturating_sub(frames::FRAME_HEADER.saturating_add(words.saturating_mul(8)))
+            .min(self.cfg.max_medium)
+    }
+
     fn segment_len(&self, peer: usize) -> usize {
         self.seg_lens.get(peer).map_or(0, |&l| l as usize)
     }
