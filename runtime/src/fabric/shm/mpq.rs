@@ -14,7 +14,9 @@
 //! * `want` (offset 8, `tail`'s line, which the consumer keeps): set by a
 //!   sender that found the queue full or ran out of credits
 //!   ([`QProducer::reclaim`]); the consumer that frees cells and sees it
-//!   rings every sender's doorbell;
+//!   rings every sender's doorbell (its look is unfenced, as a ring's
+//!   doorbell look: a ring it misses is made up by the sender's next look,
+//!   at the latest after its bounded wait);
 //! * `head` (offset 64, a line only senders touch): the next ticket; a
 //!   sender claims ticket `t` by a compare-and-swap `t -> t + 1`, and only
 //!   if cell `t % len` is free for `t`, so a claim never waits on another
@@ -83,6 +85,10 @@ pub(crate) mod order {
     /// A sender reads the consumer's tail to learn which of its tickets
     /// came back.
     pub(crate) const SEE_TAIL: Ordering = Ordering::Acquire;
+    /// The consumer's look at `want` after a poll that freed cells:
+    /// unfenced, as a ring's doorbell look (`doorbell::order::LOOK`); a
+    /// wake-up it misses is found by the sender's bounded re-look.
+    pub(crate) const LOOK_WANT: Ordering = Ordering::Relaxed;
 }
 
 /// Offset of `tail` in the control block.
@@ -228,6 +234,20 @@ impl Tickets {
             return true;
         }
         self.forget_confirmed(&released)
+    }
+
+    /// Whether a credit came back, forgetting nothing (a sleeper's last
+    /// look, [`QProducer::room_now`]): the tail passed the oldest ticket
+    /// held and that ticket's cell confirms the release (as
+    /// [`forget_before`](Self::forget_before) requires: a forged tail
+    /// must not make a sleeper spin).
+    #[inline]
+    fn credit_seen(&self, tail: u64, released: impl Fn(u64) -> bool) -> bool {
+        if self.len() == 0 {
+            return true;
+        }
+        let first = self.slot(self.first);
+        passed(tail, first) && released(first)
     }
 
     /// The tail lied (it passed a ticket the consumer did not release):
@@ -391,9 +411,10 @@ impl QProducer {
     /// Out of credits: forget what the consumer released (one load of
     /// its tail, confirmed by a state word); if that frees none, ask for a
     /// doorbell (`want`) and look once more, as [`full_at`](Self::full_at)
-    /// does (either the consumer that releases the oldest ticket sees
-    /// `want`, or this second look sees its tail): [`reclaim_step`]. True
-    /// if a credit is free.
+    /// does (the consumer that releases the oldest ticket sees `want`, or
+    /// this second look sees its tail, or, when the consumer's unfenced
+    /// look and this one cross, the sleeper's last look or the try after
+    /// its bounded wait does): [`reclaim_step`]. True if a credit is free.
     #[cold]
     #[inline(never)]
     fn reclaim(&mut self) -> bool {
@@ -415,9 +436,13 @@ impl QProducer {
     /// The queue looked full at ticket `t`: ask for a doorbell (`want`),
     /// then look at the cell once more and claim it if it is free now.
     /// A consumer that freed every cell and looked at `want` between the
-    /// first look and the store of `want` rings no one; the fence pairs
-    /// with the one in [`QConsumer::freed`]: either the consumer sees
-    /// `want`, or this second look sees the freed cell. True if claimed.
+    /// first look and the store of `want` rings no one, and this second
+    /// look sees its release unless that release is still in the
+    /// consumer's store buffer ([`QConsumer::freed`] does not fence): then
+    /// the room is found by the sleeper's last look
+    /// ([`room_now`](Self::room_now)) or the try after its bounded wait.
+    /// The fence orders this sender's store of `want` before its second
+    /// look. True if claimed.
     #[cold]
     fn full_at(&mut self, t: u64) -> bool {
         timeline::stamp(Ev::Full, 0xff, t);
@@ -453,13 +478,9 @@ impl QProducer {
             return true;
         }
         if self.mine.len() >= self.quota {
-            // a credit only if the tail passed the oldest ticket held and
-            // its cell confirms the release (as `reclaim` requires: a
-            // forged tail must not make a sleeper spin)
-            let first = self.mine.slot(self.mine.first);
-            if !passed(self.q.ctrl(TAIL_OFF).load(order::SEE_TAIL), first)
-                || !released(&self.q, first)
-            {
+            let q = self.q;
+            let tail = q.ctrl(TAIL_OFF).load(order::SEE_TAIL);
+            if !self.mine.credit_seen(tail, |t| released(&q, t)) {
                 return false;
             }
         }
@@ -627,16 +648,24 @@ impl QConsumer {
     /// After a poll that freed cells: say whether a sender found the
     /// queue full or ran out of credits since the last time (it then
     /// waits for a ring of its doorbell).
+    ///
+    /// The look at `want` is not fenced against the releases before it,
+    /// as a ring consumer's look at its sender's `sleepers` is not
+    /// (`doorbell.rs`): a fence here was one `mfence` per message of a
+    /// ping-pong, waiting for the release's store into a line the sender
+    /// wrote. So a sender that stores `want` and looks again
+    /// ([`QProducer::full_at`], [`QProducer::reclaim`]) while this
+    /// release still sits in the store buffer can miss the room while
+    /// this look misses `want` (store buffering): it is then not rung,
+    /// and finds the room at its next look, at the latest its sleep's
+    /// last look or the look after its bounded wait
+    /// ([`WAIT_LIMIT`](super::doorbell::WAIT_LIMIT)), as a missed ring of
+    /// a ring's doorbell. `want` stays set until a look here sees it, so
+    /// the next poll that frees cells rings it.
     #[inline]
     pub(crate) fn freed(&mut self) -> bool {
-        // the cells' release and tail stores above before the look at
-        // `want`, as a sender's store of `want` before its second look at
-        // the state word it found full (`QProducer::full_at`) or at the
-        // tail that gave it no credit (`QProducer::reclaim`): one of the
-        // two sees the other
-        std::sync::atomic::fence(Ordering::SeqCst);
         let want = self.q.ctrl(WANT_OFF);
-        want.load(Ordering::Relaxed) != 0 && want.swap(0, Ordering::AcqRel) != 0
+        want.load(order::LOOK_WANT) != 0 && want.swap(0, Ordering::AcqRel) != 0
     }
 
     /// The queue's length in cells.
@@ -1083,13 +1112,18 @@ mod models {
     }
 
     /// A sender that finds the queue full sets `want` and looks once more
-    /// (`QProducer::full_at`), a consumer that frees a cell fences and
-    /// looks at `want` (`QConsumer::freed`): in every interleaving the
-    /// sender either claims the freed cell or is rung. Without the second
-    /// look, the consumer could free the cell and read `want == 0` between
-    /// the sender's look and its store: no doorbell, a full back-off.
+    /// (`QProducer::full_at`), a consumer that frees a cell looks at `want`
+    /// without a fence (`QConsumer::freed`, `order::LOOK_WANT`): in every
+    /// interleaving the sender claims the freed cell, or is rung, or (the
+    /// two looks crossed: store buffering) its re-look after the bounded
+    /// wait (modelled after the join: by then the release is visible)
+    /// claims it. The crossing is reachable (counted: the model fails if
+    /// it never happens), so without the bounded re-look the sender would
+    /// wait forever.
     #[test]
     fn loom_a_full_queue_is_claimed_or_rung() {
+        use std::sync::atomic::AtomicUsize as StdCount;
+        static CROSSED: StdCount = StdCount::new(0);
         loom::model(|| {
             // two cells, both published (tickets 0 and 1), head at 2
             let q = Arc::new(Q {
@@ -1117,11 +1151,21 @@ mod models {
             });
             let mut tail = 0;
             assert!(q.pop(&mut tail).is_some());
-            loom::sync::atomic::fence(Ordering::SeqCst);
-            let rung = want.load(Ordering::Relaxed) != 0;
+            let rung = want.load(order::LOOK_WANT) != 0;
             let claimed = sender.join().unwrap();
-            assert!(claimed || rung, "the sender was neither let in nor rung");
+            if !(claimed || rung) {
+                CROSSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // the sender's re-look after its bounded wait
+                assert!(
+                    q.claim().is_some(),
+                    "neither let in, nor rung, nor let in at the re-look"
+                );
+            }
         });
+        assert!(
+            CROSSED.load(std::sync::atomic::Ordering::Relaxed) > 0,
+            "the unfenced look never crossed the sender's: the model no longer explores store buffering"
+        );
     }
 
     /// A sender's credits as `QProducer` keeps them: its unreleased
@@ -1163,13 +1207,19 @@ mod models {
     /// it again (`QProducer::reclaim`), then claims a cell by its state
     /// word; B claims a cell at the same time (ticket 2, or 3 once the
     /// consumer freed cell 0); the consumer releases ticket 0, publishes
-    /// its tail, fences and looks at `want` (`QConsumer::freed`). In every
-    /// interleaving: A either gets a credit or is rung (no lost wake-up);
+    /// its tail and looks at `want` unfenced (`QConsumer::freed`). In
+    /// every interleaving: A gets a credit, or is rung, or (the two looks
+    /// crossed) sees the credit at its sleep's last look after the bounded
+    /// wait (the production `Tickets::credit_seen` of
+    /// `QProducer::room_now`, modelled after the join); the crossing is
+    /// reachable (counted), so without that re-look A would wait forever;
     /// no sender holds more than its quota; no ticket is claimed twice,
     /// and loom sees no race on a cell; every value arrives once, A's in
     /// order.
     #[test]
     fn loom_credits_come_back_through_the_tail() {
+        use std::sync::atomic::AtomicUsize as StdCount;
+        static CROSSED: StdCount = StdCount::new(0);
         loom::model(|| {
             let len = 3u64;
             let quota = super::sender_quota(len);
@@ -1191,7 +1241,7 @@ mod models {
                 c.mine.push(0, quota);
                 c.mine.push(1, quota);
                 if !c.room(&qa, &ta, &wa) {
-                    return (false, None);
+                    return (false, None, c);
                 }
                 let pushed = qa.push_ticket(12);
                 if let Some(t) = pushed {
@@ -1201,7 +1251,7 @@ mod models {
                     c.mine.push(t, c.quota);
                     assert!(c.mine.len() <= c.quota);
                 }
-                (true, pushed.map(|_| 12))
+                (true, pushed.map(|_| 12), c)
             });
             let qb = q.clone();
             let b = loom::thread::spawn(move || qb.push(20).then_some(20));
@@ -1209,11 +1259,21 @@ mod models {
             let mut next = 0;
             let first = q.pop(&mut next);
             tail.store(next, order::PUBLISH_TAIL);
-            loom::sync::atomic::fence(Ordering::SeqCst);
-            let rung = want.load(Ordering::Relaxed) != 0;
-            let (credit, a_val) = a.join().unwrap();
+            let rung = want.load(order::LOOK_WANT) != 0;
+            let (credit, a_val, c) = a.join().unwrap();
             let b_val = b.join().unwrap();
-            assert!(credit || rung, "out of credits, neither let in nor rung");
+            if !(credit || rung) {
+                CROSSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // A's last look before (or after) its bounded sleep
+                let released = |t: u64| {
+                    let s = q.state[(t % q.len) as usize].load(order::SEE_FREE);
+                    super::is_released(s, t, q.len)
+                };
+                assert!(
+                    c.mine.credit_seen(tail.load(order::SEE_TAIL), released),
+                    "out of credits, neither let in, nor rung, nor let in at the re-look"
+                );
+            }
             assert_eq!(first, Some(10));
             let mut got = vec![10];
             while let Some(v) = q.pop(&mut next) {
@@ -1230,5 +1290,9 @@ mod models {
             let a_order: Vec<u64> = got.iter().copied().filter(|&v| v < 20).collect();
             assert!(a_order.windows(2).all(|w| w[0] < w[1]), "{got:?}");
         });
+        assert!(
+            CROSSED.load(std::sync::atomic::Ordering::Relaxed) > 0,
+            "the unfenced look never crossed the sender's: the model no longer explores store buffering"
+        );
     }
 }
