@@ -144,6 +144,12 @@ pub(crate) struct QProducer {
     /// How many cells of the queue this sender may hold unreleased: its
     /// credits ([`sender_quota`]).
     quota: usize,
+    /// The consumer's tail as this sender last read and confirmed it
+    /// ([`learn_tail`]): every ticket below it was released, so the cell of
+    /// a ticket `t` with `seen_tail <= t < seen_tail + len` is free for `t`
+    /// (its previous lap came back) and the claim needs no look at its
+    /// state word, only the compare-and-swap on `head`.
+    seen_tail: u64,
 }
 
 /// The cells of a queue of `len` one sender may hold unreleased (its
@@ -236,6 +242,17 @@ impl Tickets {
         self.forget_confirmed(&released)
     }
 
+    /// Forget the tickets below `tail`, a tail already confirmed
+    /// ([`learn_tail`]); true if one was.
+    #[inline]
+    fn forget_below(&mut self, tail: u64) -> bool {
+        let from = self.first;
+        while self.first != self.next && passed(tail, self.slot(self.first)) {
+            self.first = self.first.wrapping_add(1);
+        }
+        self.first != from
+    }
+
     /// Whether a credit came back, forgetting nothing (a sleeper's last
     /// look, [`QProducer::room_now`]): the tail passed the oldest ticket
     /// held and that ticket's cell confirms the release (as
@@ -288,24 +305,49 @@ fn is_released(s: u64, t: u64, len: u64) -> bool {
     (s.wrapping_sub(lap.wrapping_add(len)) as i64) >= 0
 }
 
+/// What a sender learns from one look at the consumer's tail `tail` (the
+/// one place it is read: credits and claims): if it is ahead of `seen`
+/// and `released` confirms the newest ticket it passed (`tail - 1`: the
+/// consumer releases in ticket order and publishes its tail after the
+/// release), it becomes `seen` and every ticket of `mine` below it is
+/// forgotten without another load. A tail not confirmed (written ahead of
+/// the consumer by a broken rank) moves nothing and falls back to
+/// [`Tickets::forget_before`]'s check of this sender's own tickets, so it
+/// lifts neither the quota nor the claim window. True if a credit came
+/// back.
+#[inline]
+fn learn_tail(
+    mine: &mut Tickets,
+    seen: &mut u64,
+    tail: u64,
+    released: &impl Fn(u64) -> bool,
+) -> bool {
+    if passed(tail, *seen) && released(tail.wrapping_sub(1)) {
+        *seen = tail;
+        return mine.forget_below(tail);
+    }
+    mine.forget_before(tail, released)
+}
+
 /// A sender's credit step when out of credits ([`QProducer::reclaim`];
 /// the loom model runs this very function over its own atomics): forget
 /// the tickets the consumer released by one look at its tail (`tail`,
-/// confirmed by `released`); if none came back, ask for a doorbell
-/// (`ask_ring`: store `want`, then a `SeqCst` fence) and look once more.
-/// True if a credit is free.
+/// confirmed by `released`: [`learn_tail`], which also moves `seen`); if
+/// none came back, ask for a doorbell (`ask_ring`: store `want`, then a
+/// `SeqCst` fence) and look once more. True if a credit is free.
 #[inline(always)]
 fn reclaim_step(
     mine: &mut Tickets,
+    seen: &mut u64,
     tail: impl Fn() -> u64,
     released: impl Fn(u64) -> bool,
     ask_ring: impl FnOnce(),
 ) -> bool {
-    if mine.forget_before(tail(), &released) {
+    if learn_tail(mine, seen, tail(), &released) {
         return true;
     }
     ask_ring();
-    mine.forget_before(tail(), &released)
+    learn_tail(mine, seen, tail(), &released)
 }
 
 impl QProducer {
@@ -318,6 +360,7 @@ impl QProducer {
             held: false,
             mine: Tickets::new(),
             quota: sender_quota(q.len()),
+            seen_tail: 0,
         }
     }
 
@@ -337,8 +380,17 @@ impl QProducer {
     /// more until the consumer releases its oldest
     /// ([`reclaim`](Self::reclaim)): per-sender credits, read from the
     /// consumer's published tail, taken as a hint and confirmed by the
-    /// state word of the newest ticket it passed
-    /// ([`Tickets::forget_before`]).
+    /// state word of the newest ticket it passed ([`learn_tail`]).
+    ///
+    /// The claim itself: when `head`'s ticket `t` lies in the window of
+    /// the tail this sender last confirmed (`seen_tail`, see the field),
+    /// its cell is free and the compare-and-swap on `head` alone claims it
+    /// (no load of the cell's state word, a line the consumer wrote at its
+    /// release: a miss, and then the write needs the line again). A broken
+    /// rank that moves `head` back into that window can make this sender
+    /// write over a cell another sender published and the consumer has not
+    /// read (as it could write that cell itself); the consumer checks
+    /// every cell, and every index is reduced modulo the length.
     #[inline(always)]
     pub(crate) fn has_room(&mut self) -> bool {
         if self.held {
@@ -349,28 +401,57 @@ impl QProducer {
         }
         let head = self.q.ctrl(HEAD_OFF);
         let t = head.load(Ordering::Relaxed);
-        let i = self.q.index(t);
-        // SAFETY: i = index(t) < len.
-        let state = unsafe { self.q.word_at(i) };
-        if state.load(order::SEE_FREE) == t.wrapping_sub(i)
+        if self.in_window(t)
             && head
                 .compare_exchange(t, t.wrapping_add(1), order::CLAIM, Ordering::Relaxed)
                 .is_ok()
         {
-            self.took(t, i);
+            self.took(t, self.q.index(t));
             return true;
         }
         self.claim_contended()
     }
 
+    /// Whether ticket `t`'s previous lap is below the confirmed tail
+    /// (`seen_tail <= t < seen_tail + len`): its cell is free for `t`.
+    #[inline(always)]
+    fn in_window(&self, t: u64) -> bool {
+        t.wrapping_sub(self.seen_tail) < self.q.len()
+    }
+
     /// [`has_room`](Self::has_room) after the first look failed: another
-    /// sender moved `head`, or the queue is full.
+    /// sender moved `head`, or `head` passed the window of the tail this
+    /// sender confirmed (then it reads the tail once more: [`learn_tail`]),
+    /// or the queue is full (seen by the cell's state word, as before the
+    /// window: a forged tail moves no window).
     #[cold]
     #[inline(never)]
     fn claim_contended(&mut self) -> bool {
         let head = self.q.ctrl(HEAD_OFF);
         let mut t = head.load(Ordering::Relaxed);
+        if !self.in_window(t) {
+            let q = self.q;
+            let tail = q.ctrl(TAIL_OFF).load(order::SEE_TAIL);
+            learn_tail(&mut self.mine, &mut self.seen_tail, tail, &|t| {
+                released(&q, t)
+            });
+        }
         for _ in 0..CLAIM_TRIES {
+            if self.in_window(t) {
+                match head.compare_exchange_weak(
+                    t,
+                    t.wrapping_add(1),
+                    order::CLAIM,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => {
+                        self.took(t, self.q.index(t));
+                        return true;
+                    }
+                    Err(now) => t = now,
+                }
+                continue;
+            }
             let s = self.q.word(t).load(order::SEE_FREE);
             let d = s.wrapping_sub(lap(&self.q, t)) as i64;
             if d == 0 {
@@ -422,6 +503,7 @@ impl QProducer {
         let held = self.mine.len();
         let got = reclaim_step(
             &mut self.mine,
+            &mut self.seen_tail,
             || q.ctrl(TAIL_OFF).load(order::SEE_TAIL),
             |t| released(&q, t),
             || {
@@ -486,6 +568,9 @@ impl QProducer {
         }
         let head = self.q.ctrl(HEAD_OFF);
         let t = head.load(Ordering::Relaxed);
+        if self.in_window(t) {
+            return true;
+        }
         let d = self
             .q
             .word(t)
@@ -947,11 +1032,69 @@ mod tests {
         assert!(!a.has_room());
         assert!(!a.room_now(), "a forged tail made room_now lift the quota");
         // a forged state word ahead of `head` (as if another sender had
-        // claimed it, but `head` did not move): no claim, no room
+        // claimed it, but `head` did not move) inside the window of the
+        // tail `b` confirmed (0: the cell's previous lap came back): the
+        // claim does not look at it, and `room_now` agrees
         let t = q.ctrl(HEAD_OFF).load(Ordering::Relaxed);
         q.word(t).store(lap(&q, t) + 1, Ordering::Relaxed);
+        assert!(b.room_now() && b.has_room(), "b's window: the cell is free");
+        b.push_short(2, &[0]);
+        // beyond the window (the queue is full: `b` fills it, the tail
+        // still at 0 but forged ahead of the consumer, which confirms
+        // nothing): the state word decides, and a forged one does not
+        // let `b` claim nor make `room_now` true
+        while b.has_room() {
+            b.push_short(2, &[0]);
+        }
+        let t = q.ctrl(HEAD_OFF).load(Ordering::Relaxed);
+        assert_eq!(t, len as u64, "the queue is full");
+        q.word(t).store(lap(&q, t) + 1, Ordering::Relaxed);
+        q.ctrl(TAIL_OFF).store(t, Ordering::Relaxed);
         assert!(!b.has_room(), "a forged state word let b claim");
         assert!(!b.room_now(), "a forged state word made room_now true");
+    }
+
+    /// A tail forged ahead of the consumer does not open a sender's claim
+    /// window (`seen_tail`, where a claim looks at no state word): with
+    /// the queue full and the consumer at 0, a tail of a lap or more
+    /// ahead fails its confirmation (the state word of the ticket before
+    /// it says published, not released), so the sender is refused and no
+    /// published cell is written over: the consumer reads every packet.
+    #[test]
+    fn a_forged_tail_does_not_open_the_claim_window() {
+        let len = 8usize;
+        for forged in [len as u64, len as u64 + 3, 1 << 40] {
+            let mut m = mem(256, len);
+            // SAFETY: `m` outlives the queue, 8-aligned, 256 B cells.
+            let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) };
+            let (mut a, mut b, mut c) = (
+                QProducer::new(q, 0),
+                QProducer::new(q, 1),
+                QConsumer::new(q),
+            );
+            let mut n = 0u64;
+            for p in [&mut a, &mut b] {
+                while p.has_room() {
+                    p.push_short(1, &[n]);
+                    n += 1;
+                }
+            }
+            assert_eq!(n, len as u64, "the queue is full");
+            q.ctrl(TAIL_OFF).store(forged, Ordering::Relaxed);
+            assert!(!b.room_now(), "tail {forged}: room_now");
+            assert!(!b.has_room(), "tail {forged}: b claimed a published cell");
+            assert_eq!(b.seen_tail, 0, "tail {forged}: the window moved");
+            for want in 0..n {
+                assert!(
+                    matches!(c.peek_short(), Peek::Short(_, 1, w) if *w == [want]),
+                    "tail {forged}: packet {want}"
+                );
+                c.release();
+            }
+            // the consumer's own tail is confirmed: the window moves
+            assert!(b.has_room());
+            assert_eq!(b.seen_tail, n);
+        }
     }
 
     /// Garbage in every shared word (head, want, state words, cells) never
@@ -1034,6 +1177,26 @@ mod models {
             None
         }
 
+        /// `QProducer::has_room`'s claim with a confirmed tail `seen`: a
+        /// ticket in its window (`seen <= t < seen + len`) by the
+        /// compare-and-swap alone, else by the state word ([`claim`]).
+        fn claim_seen(&self, seen: u64) -> Option<u64> {
+            let mut t = self.head.load(Ordering::Relaxed);
+            for _ in 0..4 {
+                if t.wrapping_sub(seen) >= self.len {
+                    return self.claim();
+                }
+                match self
+                    .head
+                    .compare_exchange(t, t + 1, order::CLAIM, Ordering::Relaxed)
+                {
+                    Ok(_) => return Some(t),
+                    Err(now) => t = now,
+                }
+            }
+            None
+        }
+
         fn push(&self, v: u64) -> bool {
             self.push_ticket(v).is_some()
         }
@@ -1041,13 +1204,25 @@ mod models {
         /// `push`, giving the claimed ticket (for the sender's credits).
         fn push_ticket(&self, v: u64) -> Option<u64> {
             let t = self.claim()?;
+            self.fill(t, v);
+            Some(t)
+        }
+
+        /// `push` by [`claim_seen`].
+        fn push_seen(&self, v: u64, seen: u64) -> Option<u64> {
+            let t = self.claim_seen(seen)?;
+            self.fill(t, v);
+            Some(t)
+        }
+
+        /// Write and publish claimed ticket `t`.
+        fn fill(&self, t: u64, v: u64) {
             let i = (t % self.len) as usize;
             self.cells[i].with_mut(|p| {
                 // SAFETY: loom's cell; loom itself reports a concurrent access.
                 unsafe { *p = v }
             });
             self.state[i].store(t - t % self.len + 1, order::PUBLISH);
-            Some(t)
         }
 
         fn pop(&self, tail: &mut u64) -> Option<u64> {
@@ -1173,6 +1348,8 @@ mod models {
     struct Credits {
         mine: super::Tickets,
         quota: usize,
+        /// The confirmed tail (`QProducer::seen_tail`).
+        seen: u64,
     }
 
     impl Credits {
@@ -1186,6 +1363,7 @@ mod models {
             }
             super::reclaim_step(
                 &mut self.mine,
+                &mut self.seen,
                 || tail.load(order::SEE_TAIL),
                 |t| {
                     let s = q.state[(t % q.len) as usize].load(order::SEE_FREE);
@@ -1237,13 +1415,17 @@ mod models {
                 let mut c = Credits {
                     mine: super::Tickets::new(),
                     quota,
+                    seen: 0,
                 };
                 c.mine.push(0, quota);
                 c.mine.push(1, quota);
                 if !c.room(&qa, &ta, &wa) {
                     return (false, None, c);
                 }
-                let pushed = qa.push_ticket(12);
+                // the claim by the window of the tail A confirmed (loom
+                // checks that the consumer's read of a cell happens
+                // before A's write of it in the next lap)
+                let pushed = qa.push_seen(12, c.seen);
                 if let Some(t) = pushed {
                     // as `QProducer::took`: the claim counts against the
                     // credits (the real ring, which holds only a quota)
