@@ -14,9 +14,6 @@ use super::layout::{
 use crate::fabric::MAX_WORDS;
 use std::sync::atomic::AtomicU64;
 
-// the release word (`Cells::rel_word`) fits in a cell's pad
-static_assertions::const_assert!(super::layout::CELL_PAD >= 8);
-
 /// `len` cells after a control block, in a mapped file.
 #[derive(Clone, Copy)]
 pub(crate) struct Cells {
@@ -76,12 +73,10 @@ impl Cells {
     /// # Safety
     /// `base` must point to `RING_CTRL + len * cell_stride(cell_size)`
     /// mapped bytes that stay mapped for the lifetime of the cells, 64-byte
-    /// aligned (8-byte aligned suffices for tests), with `len >= 2`,
-    /// `cell_size >= CELL_HDR + 8 * MAX_WORDS` and a multiple of 8
-    /// (`Config::validate`: of 64).
+    /// aligned (8-byte aligned suffices for tests), with `len >= 2` and
+    /// `cell_size >= CELL_HDR + 8 * MAX_WORDS` (`Config::validate`).
     pub(crate) unsafe fn new(base: *mut u8, cell_size: usize, len: usize) -> Self {
         debug_assert!(len >= 2 && cell_size >= CELL_HDR + 8 * MAX_WORDS);
-        debug_assert!(cell_size.is_multiple_of(8));
         Cells {
             base,
             cell_size,
@@ -164,22 +159,6 @@ impl Cells {
         // SAFETY: every cell starts with an 8-aligned word inside the
         // mapping (`cell`), which only atomics touch.
         unsafe { &*(self.cell(n) as *const AtomicU64) }
-    }
-
-    /// The release word of the cell of `n`: the first word of the pad
-    /// after the cell ([`CELL_PAD`](super::layout::CELL_PAD) bytes no sender
-    /// writes), which a
-    /// shared queue's consumer stores when it frees the cell, so that it
-    /// never stores into the line a sender writes (`mpq`).
-    #[inline(always)]
-    pub(crate) fn rel_word(&self, n: u64) -> &AtomicU64 {
-        // SAFETY: index(n) < len (`cell`), so the cell's pad, bytes
-        // cell_size .. stride = cell_size + CELL_PAD (>= 8) of its stride,
-        // lies inside the mapping.
-        let at = unsafe { self.cell(n).add(self.cell_size) };
-        // SAFETY: 8-aligned (cells are, and cell_size is a multiple of 8:
-        // `new`), mapped for the cells' lifetime; only atomics touch it.
-        unsafe { &*(at as *const AtomicU64) }
     }
 
     /// The bytes: the first and the length (control block and cells).

@@ -15,8 +15,7 @@
 //! handler returned), which the sender sees in the ring's tail.
 //! A ring is a 128-byte control block (the consumer's published tail) and
 //! `ring_len` cells of `cell_size` bytes, each followed by [`CELL_PAD`]
-//! bytes senders never write (a ring leaves them unused; the shared
-//! queue's consumer keeps the cell's release word in the first 8). A cell starts with an 8-byte
+//! unused bytes. A cell starts with an 8-byte
 //! sequence word (published last) and a [`CellMeta`]; argument words and
 //! payload follow at [`CELL_HDR`].
 
@@ -30,10 +29,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"SPLITRT1");
 /// Layout version; bump on any change to this file or to where a
 /// protocol keeps its words (6: the shared queue's `want` moved to offset
 /// 8 of its control block, `mpq.rs`; a v5 rank would set it where a v6
-/// consumer never looks. 7: the shared queue's consumer frees a cell in
-/// its release word, in the cell's pad, not in its state word; a v6
-/// sender would wait for a state word that never says free).
-pub const VERSION: u32 = 7;
+/// consumer never looks).
+pub const VERSION: u32 = 6;
 /// Bytes reserved for the file header.
 pub const HEADER_BYTES: usize = 4096;
 /// Offset in the header of the owner's CPU affinity mask

@@ -22,24 +22,11 @@
 //!   if cell `t % len` is free for `t`, so a claim never waits on another
 //!   sender and a full queue is seen before anything is claimed.
 //!
-//! Each cell has two words, for ticket `t` whose cell's lap begins at
-//! `b = t - t % len`:
-//! * its state word (the cell's first word, written by senders only, as
-//!   a ring's sequence word): `b + 1` once `t`'s packet is published;
-//! * its release word (the first word of the cell's pad, [`CELL_PAD`]:
-//!   a line no sender writes, written by the consumer only): `b + len`
-//!   once the consumer released `t` (so the cell is free for `t + len`;
-//!   `b` also means free for `t`, as in a zero-filled file).
-//!
-//! The consumer so never stores into a line a sender writes: its release
-//! is a store into its own line and its tail (before: into the state
-//! word, a line the sender wrote and will write again; that store's
-//! transfer then held up the consumer's next locked instruction, the
-//! compare-and-swap of its own next send). A zero-filled file is a free,
-//! empty queue (no initialisation), and both words only grow, so a stale
-//! one never looks current.
-//!
-//! [`CELL_PAD`]: super::layout::CELL_PAD
+//! Each cell starts with its state word. For ticket `t` whose cell's lap
+//! begins at `b = t - t % len`: `b` means free for `t`, `b + 1` published
+//! (the cell holds `t`'s packet), `b + len` released (free for `t + len`).
+//! A zero-filled file is therefore a free queue (no initialisation), and
+//! states only grow, so a stale one never looks current.
 //!
 //! The sender writes its local rank in the cell's `CellMeta::pad`, which
 //! the consumer checks against the host's ranks before it uses it
@@ -63,7 +50,7 @@
 //! forgets the tickets it passed; only if none came back does it ask for
 //! a doorbell and look again. Any rank of the host can write `tail`, so
 //! it is only a hint: the newest ticket it passed is confirmed by that
-//! ticket's own release word before any is forgotten (one more load), and a
+//! ticket's own state word before any is forgotten (one more load), and a
 //! tail written ahead of the consumer falls back to confirming the
 //! tickets one by one, so it cannot lift an honest sender's quota. A tail
 //! written behind the consumer gives a sender no credit back: it stalls
@@ -80,10 +67,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// very constants).
 pub(crate) mod order {
     use std::sync::atomic::Ordering;
-    /// A sender reads a cell's release word before it claims the cell by
-    /// it (or confirms a tail by it): it must see the consumer's release
-    /// of the previous lap (and so the consumer's reads happen before its
-    /// writes).
+    /// A sender reads a cell's state before it claims the cell: it must
+    /// see the consumer's release of the previous lap (and so the
+    /// consumer's reads happen before its writes).
     pub(crate) const SEE_FREE: Ordering = Ordering::Acquire;
     /// The compare-and-swap on `head` that claims a ticket.
     pub(crate) const CLAIM: Ordering = Ordering::Relaxed;
@@ -227,7 +213,7 @@ impl Tickets {
     /// Forget the tickets the consumer released, oldest first; true if one
     /// was. `tail` (the consumer's published tail, which any rank of the
     /// host can write) is only a hint: the newest ticket it passed is
-    /// confirmed by `released` (that ticket's own release word; the consumer
+    /// confirmed by `released` (that ticket's own state word; the consumer
     /// releases in ticket order, so the older ones came back too) before
     /// any is forgotten. A tail ahead of the consumer fails that check, and
     /// the tickets are then confirmed one by one, oldest first; a tail
@@ -282,7 +268,7 @@ impl Tickets {
     }
 
     /// The tail lied (it passed a ticket the consumer did not release):
-    /// forget the tickets whose own release word says released, oldest first.
+    /// forget the tickets whose own state word says released, oldest first.
     #[cold]
     #[inline(never)]
     fn forget_confirmed(&mut self, released: &impl Fn(u64) -> bool) -> bool {
@@ -303,15 +289,15 @@ fn passed(tail: u64, t: u64) -> bool {
     (tail.wrapping_sub(t) as i64) > 0
 }
 
-/// Whether ticket `t`'s cell says the consumer released `t` (its release
-/// word is `lap(t) + len` or later: released, or a later lap released).
+/// Whether ticket `t`'s cell says the consumer released `t` (its state is
+/// `lap(t) + len` or later: released, or claimed again for a later lap).
 /// The confirmation of a tail that passed `t` ([`Tickets::forget_before`]).
 #[inline]
 fn released(q: &Queue, t: u64) -> bool {
-    is_released(q.rel_word(t).load(order::SEE_FREE), t, q.len())
+    is_released(q.word(t).load(order::SEE_FREE), t, q.len())
 }
 
-/// Whether release word `s` of ticket `t`'s cell, in a queue of `len`, says `t`
+/// Whether state `s` of ticket `t`'s cell, in a queue of `len`, says `t`
 /// was released (the loom model uses this very test).
 #[inline(always)]
 fn is_released(s: u64, t: u64, len: u64) -> bool {
@@ -394,7 +380,7 @@ impl QProducer {
     /// more until the consumer releases its oldest
     /// ([`reclaim`](Self::reclaim)): per-sender credits, read from the
     /// consumer's published tail, taken as a hint and confirmed by the
-    /// release word of the newest ticket it passed ([`learn_tail`]).
+    /// state word of the newest ticket it passed ([`learn_tail`]).
     ///
     /// The claim itself: when `head`'s ticket `t` lies in the window of
     /// the tail this sender last confirmed (`seen_tail`, see the field),
@@ -436,7 +422,7 @@ impl QProducer {
     /// [`has_room`](Self::has_room) after the first look failed: another
     /// sender moved `head`, or `head` passed the window of the tail this
     /// sender confirmed (then it reads the tail once more: [`learn_tail`]),
-    /// or the queue is full (seen by the cell's release word, as before the
+    /// or the queue is full (seen by the cell's state word, as before the
     /// window: a forged tail moves no window).
     #[cold]
     #[inline(never)]
@@ -466,7 +452,7 @@ impl QProducer {
                 }
                 continue;
             }
-            let s = self.q.rel_word(t).load(order::SEE_FREE);
+            let s = self.q.word(t).load(order::SEE_FREE);
             let d = s.wrapping_sub(lap(&self.q, t)) as i64;
             if d == 0 {
                 match head.compare_exchange_weak(
@@ -504,7 +490,7 @@ impl QProducer {
     }
 
     /// Out of credits: forget what the consumer released (one load of
-    /// its tail, confirmed by a release word); if that frees none, ask for a
+    /// its tail, confirmed by a state word); if that frees none, ask for a
     /// doorbell (`want`) and look once more, as [`full_at`](Self::full_at)
     /// does (the consumer that releases the oldest ticket sees `want`, or
     /// this second look sees its tail, or, when the consumer's unfenced
@@ -544,7 +530,7 @@ impl QProducer {
         timeline::stamp(Ev::Full, 0xff, t);
         self.q.ctrl(WANT_OFF).store(1, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
-        let s = self.q.rel_word(t).load(order::SEE_FREE);
+        let s = self.q.word(t).load(order::SEE_FREE);
         if s == lap(&self.q, t)
             && self
                 .q
@@ -587,7 +573,7 @@ impl QProducer {
         }
         let d = self
             .q
-            .rel_word(t)
+            .word(t)
             .load(order::SEE_FREE)
             .wrapping_sub(lap(&self.q, t)) as i64;
         // free, or claimed since by another sender (then `head` moved:
@@ -738,7 +724,7 @@ impl QConsumer {
     pub(crate) fn release(&mut self) {
         let t = self.tail;
         self.q
-            .rel_word(t)
+            .word(t)
             .store(lap(&self.q, t).wrapping_add(self.q.len()), order::RETURN);
         self.tail = t.wrapping_add(1);
         self.q.ctrl(TAIL_OFF).store(self.tail, order::PUBLISH_TAIL);
@@ -998,7 +984,7 @@ mod tests {
     /// tickets (review finding: a queue of 8 cells, quota 6, a flooder
     /// rewriting `tail = 1 << 40` took 8 of 8 cells and starved the other
     /// sender): the flooder still stops at its quota, as it confirms the
-    /// tail with its tickets' own release words.
+    /// tail with its tickets' own state words.
     #[test]
     fn shmqfix_a_forged_tail_does_not_lift_the_quota() {
         let len = 8usize;
@@ -1026,7 +1012,7 @@ mod tests {
 
     /// Review of the lost-doorbell fix: a sleeper's last look
     /// (`room_now`) is not fooled by forged words where `has_room` is not
-    /// (before: a tail forged past the quota, or a release word forged ahead
+    /// (before: a tail forged past the quota, or a state word forged ahead
     /// of `head`, made `room_now` true while every claim was refused, so
     /// a refused sender's waits never slept: a spin a broken rank could
     /// cause).
@@ -1045,33 +1031,33 @@ mod tests {
         q.ctrl(TAIL_OFF).store(1 << 40, Ordering::Relaxed);
         assert!(!a.has_room());
         assert!(!a.room_now(), "a forged tail made room_now lift the quota");
-        // a forged release word ahead of `head` (as if another sender had
+        // a forged state word ahead of `head` (as if another sender had
         // claimed it, but `head` did not move) inside the window of the
         // tail `b` confirmed (0: the cell's previous lap came back): the
         // claim does not look at it, and `room_now` agrees
         let t = q.ctrl(HEAD_OFF).load(Ordering::Relaxed);
-        q.rel_word(t).store(lap(&q, t) + 1, Ordering::Relaxed);
+        q.word(t).store(lap(&q, t) + 1, Ordering::Relaxed);
         assert!(b.room_now() && b.has_room(), "b's window: the cell is free");
         b.push_short(2, &[0]);
         // beyond the window (the queue is full: `b` fills it, the tail
         // still at 0 but forged ahead of the consumer, which confirms
-        // nothing): the release word decides, and a forged one does not
+        // nothing): the state word decides, and a forged one does not
         // let `b` claim nor make `room_now` true
         while b.has_room() {
             b.push_short(2, &[0]);
         }
         let t = q.ctrl(HEAD_OFF).load(Ordering::Relaxed);
         assert_eq!(t, len as u64, "the queue is full");
-        q.rel_word(t).store(lap(&q, t) + 1, Ordering::Relaxed);
+        q.word(t).store(lap(&q, t) + 1, Ordering::Relaxed);
         q.ctrl(TAIL_OFF).store(t, Ordering::Relaxed);
-        assert!(!b.has_room(), "a forged release word let b claim");
-        assert!(!b.room_now(), "a forged release word made room_now true");
+        assert!(!b.has_room(), "a forged state word let b claim");
+        assert!(!b.room_now(), "a forged state word made room_now true");
     }
 
     /// A tail forged ahead of the consumer does not open a sender's claim
     /// window (`seen_tail`, where a claim looks at no state word): with
     /// the queue full and the consumer at 0, a tail of a lap or more
-    /// ahead fails its confirmation (the release word of the ticket before
+    /// ahead fails its confirmation (the state word of the ticket before
     /// it says published, not released), so the sender is refused and no
     /// published cell is written over: the consumer reads every packet.
     #[test]
@@ -1160,10 +1146,7 @@ mod models {
     use loom::sync::Arc;
 
     struct Q {
-        /// State words: senders publish (`lap + 1`).
         state: Vec<AtomicU64>,
-        /// Release words: the consumer frees (`lap + len`).
-        rel: Vec<AtomicU64>,
         cells: Vec<UnsafeCell<u64>>,
         head: AtomicU64,
         len: u64,
@@ -1175,7 +1158,7 @@ mod models {
             for _ in 0..4 {
                 let i = (t % self.len) as usize;
                 let lap = t - t % self.len;
-                let s = self.rel[i].load(order::SEE_FREE);
+                let s = self.state[i].load(order::SEE_FREE);
                 let d = s.wrapping_sub(lap) as i64;
                 if d == 0 {
                     match self
@@ -1196,7 +1179,7 @@ mod models {
 
         /// `QProducer::has_room`'s claim with a confirmed tail `seen`: a
         /// ticket in its window (`seen <= t < seen + len`) by the
-        /// compare-and-swap alone, else by the release word ([`claim`]).
+        /// compare-and-swap alone, else by the state word ([`claim`]).
         fn claim_seen(&self, seen: u64) -> Option<u64> {
             let mut t = self.head.load(Ordering::Relaxed);
             for _ in 0..4 {
@@ -1252,7 +1235,7 @@ mod models {
                 // SAFETY: loom's cell; loom itself reports a concurrent access.
                 unsafe { *p }
             });
-            self.rel[i].store(lap + self.len, order::RETURN);
+            self.state[i].store(lap + self.len, order::RETURN);
             *tail += 1;
             Some(v)
         }
@@ -1269,7 +1252,6 @@ mod models {
         loom::model(|| {
             let q = Arc::new(Q {
                 state: (0..2).map(|_| AtomicU64::new(0)).collect(),
-                rel: (0..2).map(|_| AtomicU64::new(0)).collect(),
                 cells: (0..2).map(|_| UnsafeCell::new(0)).collect(),
                 head: AtomicU64::new(0),
                 len: 2,
@@ -1321,7 +1303,6 @@ mod models {
             // two cells, both published (tickets 0 and 1), head at 2
             let q = Arc::new(Q {
                 state: (0..2).map(|_| AtomicU64::new(1)).collect(),
-                rel: (0..2).map(|_| AtomicU64::new(0)).collect(),
                 cells: (0..2).map(|_| UnsafeCell::new(0)).collect(),
                 head: AtomicU64::new(2),
                 len: 2,
@@ -1337,7 +1318,7 @@ mod models {
                 loom::sync::atomic::fence(Ordering::SeqCst);
                 let t = qs.head.load(Ordering::Relaxed);
                 let lap = t - t % qs.len;
-                qs.rel[(t % qs.len) as usize].load(order::SEE_FREE) == lap
+                qs.state[(t % qs.len) as usize].load(order::SEE_FREE) == lap
                     && qs
                         .head
                         .compare_exchange(t, t + 1, order::CLAIM, Ordering::Relaxed)
@@ -1374,7 +1355,7 @@ mod models {
     impl Credits {
         /// `QProducer::has_room`'s credit check with `reclaim`: at the
         /// quota, the production credit step (`super::reclaim_step`) over
-        /// the model's tail, release words (`super::is_released`) and `want`
+        /// the model's tail, state words (`super::is_released`) and `want`
         /// with a loom fence. True if a credit is free.
         fn room(&mut self, q: &Q, tail: &AtomicU64, want: &AtomicU64) -> bool {
             if self.mine.len() < self.quota {
@@ -1385,7 +1366,7 @@ mod models {
                 &mut self.seen,
                 || tail.load(order::SEE_TAIL),
                 |t| {
-                    let s = q.rel[(t % q.len) as usize].load(order::SEE_FREE);
+                    let s = q.state[(t % q.len) as usize].load(order::SEE_FREE);
                     super::is_released(s, t, q.len)
                 },
                 || {
@@ -1423,7 +1404,6 @@ mod models {
             assert_eq!(quota, 2);
             let q = Arc::new(Q {
                 state: [1, 1, 0].into_iter().map(AtomicU64::new).collect(),
-                rel: (0..3).map(|_| AtomicU64::new(0)).collect(),
                 cells: [10, 11, 0].into_iter().map(UnsafeCell::new).collect(),
                 head: AtomicU64::new(2),
                 len,
@@ -1468,7 +1448,7 @@ mod models {
                 CROSSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 // A's last look before (or after) its bounded sleep
                 let released = |t: u64| {
-                    let s = q.rel[(t % q.len) as usize].load(order::SEE_FREE);
+                    let s = q.state[(t % q.len) as usize].load(order::SEE_FREE);
                     super::is_released(s, t, q.len)
                 };
                 assert!(
