@@ -304,10 +304,11 @@ fn ranks_disagreeing_on_the_tag_are_refused_at_start() {
     assert!(r.stderr.contains("SPLITRT_UDP_AUTH"), "{}", r.stderr);
 }
 
-/// A datagram size or segment size exported on one host only: ranks that
-/// disagree are refused at start, the error naming both ranks and both
-/// values (before, the job ran: a rank sized its puts' bounds and its
-/// datagrams by its own value, failing or fragmenting at the others).
+/// A datagram size, segment size or Medium maximum exported on one host
+/// only: ranks that disagree are refused at start, the error naming both
+/// ranks and both values (before, the job ran: a rank sized its puts'
+/// bounds, its datagrams and its Mediums by its own value, failing or
+/// fragmenting at the others).
 #[test]
 fn ranks_disagreeing_on_the_mtu_or_segment_size_are_refused_at_start() {
     let hello = example("hello");
@@ -322,6 +323,11 @@ fn ranks_disagreeing_on_the_mtu_or_segment_size_are_refused_at_start() {
             "8M",
             "rank 0 runs with SPLITRT_SEGMENT_SIZE=16777216, rank 1 with \
              SPLITRT_SEGMENT_SIZE=8388608",
+        ),
+        (
+            "SPLITRT_MAX_MEDIUM",
+            "32K",
+            "rank 0 runs with SPLITRT_MAX_MEDIUM=65536, rank 1 with SPLITRT_MAX_MEDIUM=32768",
         ),
     ] {
         let script = format!(

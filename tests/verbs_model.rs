@@ -155,6 +155,55 @@ fn a_rank_that_fails_at_start_is_reported_by_the_others() {
     }
 }
 
+/// Ranks disagreeing on the ibverbs buffers (a size or count exported on
+/// one host only) are refused at start, every rank naming both ranks and
+/// values: a rank fills buffers of its own size into the receive buffers
+/// its peer posted at the peer's size, and counts credits by its own
+/// number (before, the job started and its first larger send failed in
+/// the fabric).
+#[test]
+fn ranks_disagreeing_on_the_ibverbs_buffers_are_refused_at_start() {
+    for (var, set) in [
+        ("SPLITRT_IBV_BUFFER_SIZE", 0usize),
+        ("SPLITRT_IBV_BUFFERS", 1),
+    ] {
+        let (size, seg) = (2, 4 << 20);
+        let id = unique("ibvset");
+        let net = ModelNetwork::new(15);
+        let (tx, rx) = std::sync::mpsc::channel();
+        for r in 0..size {
+            let dev = net.device(&format!("model{r}"));
+            let (tx, id) = (tx.clone(), id.clone());
+            std::thread::spawn(move || {
+                let mut cfg = config(seg, 16);
+                cfg.bootstrap_timeout = Duration::from_secs(5);
+                if r == 1 {
+                    if set == 0 {
+                        cfg.ibv_buffer_size = 4096;
+                    } else {
+                        cfg.ibv_buffers = 8;
+                    }
+                }
+                let out = EndpointBuilder::new()
+                    .attach_over_verbs_model(job(&id, r, size), cfg, dev)
+                    .map(|ep| ep.finish());
+                let _ = tx.send((r, out.err().map(|e| e.to_string())));
+            });
+        }
+        drop(tx);
+        for _ in 0..size {
+            let (r, e) = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("every rank returns");
+            let e = e.unwrap_or_else(|| panic!("{var}: rank {r} started"));
+            assert!(
+                e.contains(var) && e.contains("rank 0") && e.contains("rank 1"),
+                "{var}: rank {r}: {e}"
+            );
+        }
+    }
+}
+
 /// A direct put (RDMA write) into a frozen range is refused at the sender,
 /// naming the range and the peer, and writes nothing: the peer may hold a
 /// `FrozenArray::local()` slice over those bytes (issue 23). It checked

@@ -301,18 +301,44 @@ impl World {
                 // target's receive against the target's: with sizes that
                 // differ, deposits a larger sender allows fail at the
                 // target and a smaller one refuses what the target holds
+                // (on ibverbs each rank learns the peer's length, but PGAS
+                // offsets are symmetric: one rule on every fabric)
                 table.push(format!(
                     "(setting) {}={}",
                     crate::config::ENV_SEGMENT_SIZE,
                     config.segment_size
                 ));
+                // a Medium a larger setting lets a rank send is refused by
+                // a peer's reassembly with a smaller one, mid-job
+                table.push(format!(
+                    "(setting) {}={}",
+                    crate::config::ENV_MAX_MEDIUM,
+                    config.max_medium
+                ));
+                if ibverbs {
+                    // a rank fills buffers of its own size into the
+                    // receive buffers its peer posted at the peer's size,
+                    // and counts credits by its own number of them
+                    table.push(format!(
+                        "(setting) {}={}",
+                        crate::config::ENV_IBV_BUFFER_SIZE,
+                        config.ibv_buffer_size
+                    ));
+                    table.push(format!(
+                        "(setting) {}={}",
+                        crate::config::ENV_IBV_BUFFERS,
+                        config.ibv_buffers
+                    ));
+                }
                 if udp.is_some() {
                     // the datagram size is the path's: a rank that set it
                     // lower for its host (a 1500-byte route) would still be
                     // sent the others' larger datagrams, fragmented or
                     // lost on that route; and a get's chunks are sized by
                     // the requester's value, its replies cut by the
-                    // responder's
+                    // responder's. (Checked whenever a rank binds UDP, so
+                    // also in a one-host `auto` job that ends up not using
+                    // it: a rank cannot know that before the join.)
                     table.push(format!(
                         "(setting) {}={}",
                         crate::config::ENV_UDP_MTU,

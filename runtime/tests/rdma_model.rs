@@ -884,7 +884,7 @@ fn max_inline_unsplit_is_one_receive_buffer() {
     for cfg in [small, RdmaConfig::default()] {
         let j = job(2, 4096, cfg, 5);
         let (a, b) = (&j.fabrics[0], &j.fabrics[1]);
-        for words in [0usize, 3, splitrt_runtime::fabric::MAX_WORDS] {
+        for words in 0..=splitrt_runtime::fabric::MAX_WORDS {
             let n = a.max_inline_unsplit(1, words);
             assert!(n > 0 && n <= a.max_inline(1), "{words} words: {n} B");
             for (len, buffers) in [(n, 1), (n + 1, 2)] {

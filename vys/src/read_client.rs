@@ -400,7 +400,16 @@ impl RemoteRing {
             // with it when its keepalives stop) and let the caller retry;
             // so too if part of it left (reads behind the part would be
             // misparsed)
-            Asking::Send(..) | Asking::Sent => {
+            Asking::Send(..) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "the queue pair for RDMA reads could not be sent whole to the vys \
+                         read server at {addr} within {wait:?} (its window stayed shut)"
+                    ),
+                ))
+            }
+            Asking::Sent => {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!("the vys read server at {addr} offered no RDMA reads within {wait:?}"),

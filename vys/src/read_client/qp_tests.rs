@@ -142,6 +142,7 @@ fn a_queue_pair_cut_by_the_window_is_finished_before_the_reads() {
     // the window (two datagrams) is full behind the queue pair's first
     // bytes (Upto(16) of its 26)
     assert_eq!(r.proto.credits(0, 0).0, 0, "the window is full");
+    assert_eq!(r.rdma, Asking::Send(qp(), 16), "the queue pair was cut");
     let want = reads(&mut r, 1);
     let (got, res) = run(&mut r, &mut server);
     assert_eq!(res, Ok(()), "the server's reassembly");

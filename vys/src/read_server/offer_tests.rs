@@ -143,6 +143,11 @@ fn an_offer_cut_by_the_window_is_finished_before_the_next_reply() {
     // the window (two datagrams) is full behind the offer's first bytes
     // (Upto(8) of its 46)
     assert_eq!(s.proto.credits(1, 1).0, 0, "the window is full");
+    assert_eq!(
+        s.offer.as_ref().map(|o| o.from),
+        Some(8),
+        "the offer was cut"
+    );
     let (got, seg, r) = run(&mut s, &mut c);
     assert_eq!(r, Ok(()), "the consumer's reassembly");
     assert_eq!(
