@@ -480,8 +480,11 @@ impl Drop for Remark<'_> {
 
 /// Publish the one-cell header of a payload already placed (in the
 /// segment: `F_DEPOSIT` at offset `at`; in the landing zone: `F_ZONE` at
-/// zone offset `at`) and wake the receiver if it sleeps.
-#[inline]
+/// zone offset `at`) and wake the receiver if it sleeps. Always inline:
+/// left to the compiler it stayed out of line in the queue's copy (with
+/// `QProducer::write` under it, 94 instructions a Long), inlined in the
+/// ring's (docs/scale.md, Session 14, continued).
+#[inline(always)]
 fn announce<C: Clock, P: Sink>(
     p: &mut P,
     bell: Bell,

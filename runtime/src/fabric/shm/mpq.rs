@@ -501,7 +501,7 @@ impl QProducer {
     /// Write the claimed cell without publishing it. The caller got `true`
     /// from [`has_room`](Self::has_room), checked `words.len() <=
     /// MAX_WORDS` and that `chunk` fits ([`Cells::capacity`]).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn write(&mut self, mut meta: CellMeta, words: &[u64], chunk: &[u8]) {
         assert!(words.len() <= MAX_WORDS && chunk.len() <= self.q.capacity(words.len()));
         let t = self.ticket();

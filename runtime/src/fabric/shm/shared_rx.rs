@@ -365,6 +365,55 @@ mod tests {
         );
     }
 
+    /// The per-message path, for `valgrind --tool=callgrind` (not a
+    /// timing: instruction counts, docs/scale.md "Session 14, continued"):
+    /// `n` Shorts from rank 1 to rank 0 through the general send path (an
+    /// AM reply's), each polled and delivered at once, over a queue
+    /// (`shared`) or a ring; no spinning, so the count per message is
+    /// exact. Asserts what arrived.
+    #[inline(never)]
+    fn path_loop(f: &[ShmFabric], n: u64) {
+        let none = &mut |_: u32| -> Result<()> { Ok(()) };
+        let mut sum = 0u64;
+        for i in 0..n {
+            let pkt = Packet {
+                tag: 7,
+                words: &[i],
+                payload: &[],
+                deposit: None,
+            };
+            assert!(f[1].try_send(0, Channel::Request, &pkt, none).unwrap());
+            let got = f[0]
+                .poll(Channel::Request, &mut |d| sum += d.words[0])
+                .unwrap();
+            assert_eq!(got, 1);
+        }
+        assert_eq!(sum, n * (n - 1) / 2);
+    }
+
+    #[inline(never)]
+    fn path_shared(n: u64) {
+        path_loop(&host_of("cgq", 2, 256, 64, true), n);
+    }
+
+    #[inline(never)]
+    fn path_pairs(n: u64) {
+        path_loop(&host_of("cgr", 2, 256, 64, false), n);
+    }
+
+    /// Runs [`path_loop`] over a queue and over a ring (run it under
+    /// callgrind: `path_shared` and `path_pairs` inclusive, over `n`).
+    #[test]
+    #[ignore = "a measurement loop for callgrind (docs/scale.md)"]
+    fn shmq_path_length_loop() {
+        let n = std::env::var("SHMQ_PATH_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100_000);
+        path_shared(n);
+        path_pairs(n);
+    }
+
     /// A rank started with `SPLITRT_SHM_QUEUE=pairs` and one with `shared`
     /// refuse each other's files (their layouts differ) with an error
     /// that names the settings, before any traffic.
