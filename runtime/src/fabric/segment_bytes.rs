@@ -48,8 +48,10 @@ pub struct SegmentBytes<'a> {
     ptr: *const u8,
     /// Length in bytes.
     len: usize,
-    /// Borrowed for `'a`: the constructor's caller keeps the mapping alive
-    /// that long.
+    /// Ties the value to `'a`, the span the constructor's caller promised
+    /// (under [`new`](Self::new)'s `unsafe` contract) to keep the mapping
+    /// alive: nothing is borrowed (`new` takes the `SegmentRef` by value),
+    /// so the compiler checks no more than that promise's lifetime.
     _mapped: PhantomData<&'a SegmentRef>,
 }
 
