@@ -23,7 +23,9 @@ mod segment_bytes;
 pub mod shm;
 pub mod udp;
 
-pub use segment_bytes::SegmentBytes;
+pub use segment_bytes::{send_through_bounce, SegmentBytes};
+#[cfg(any(test, feature = "test-doubles"))]
+pub use segment_bytes::bounce_copies;
 
 use crate::Result;
 
@@ -381,7 +383,12 @@ pub trait Fabric: Send + Sync {
     /// meanwhile; see [`SegmentBytes`]). The UDP fabric copies it straight
     /// into its datagrams (one copy per byte, as for a slice); the default,
     /// which the other fabrics keep, copies it into a buffer of this
-    /// thread first and sends that.
+    /// thread first and sends that, on every call (a caller that retries
+    /// on back-pressure copies once itself when
+    /// [`frames_segment_sources`](Self::frames_segment_sources) is false,
+    /// as the AM layer does). A source longer than
+    /// [`max_inline`](Self::max_inline) is refused (a usage error, as for
+    /// a slice) before anything is copied.
     fn try_send_segment_why(
         &self,
         peer: usize,
@@ -391,6 +398,13 @@ pub trait Fabric: Send + Sync {
         src: SegmentBytes<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<Sent> {
+        let max = self.max_inline(peer);
+        if src.len() > max {
+            return Err(crate::Error::usage(format!(
+                "payload of {} B exceeds the Medium maximum of {max} B",
+                src.len()
+            )));
+        }
         segment_bytes::send_through_bounce(src, |payload| {
             let pkt = Packet {
                 tag,
