@@ -415,6 +415,17 @@ pub trait Fabric: Send + Sync {
             self.try_send_why(peer, ch, &pkt, stall)
         })
     }
+    /// Whether [`try_send_segment_why`](Self::try_send_segment_why) to
+    /// `peer` frames the source itself (copies it straight into the
+    /// fabric's own buffers, so a retry after back-pressure costs no extra
+    /// copy): true over UDP. False (the default) where it copies the
+    /// source into a buffer first on every call; a caller that retries
+    /// then copies once itself ([`send_through_bounce`]) and retries with
+    /// the copy as an ordinary Medium.
+    fn frames_segment_sources(&self, peer: usize) -> bool {
+        let _ = peer;
+        false
+    }
     /// [`try_send_why`](Self::try_send_why) without the reason: `Ok(false)`
     /// on back-pressure.
     #[inline]
@@ -744,6 +755,10 @@ impl Fabric for AnyFabric {
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<Sent> {
         dispatch!(self, try_send_segment_why(peer, ch, tag, words, src, stall))
+    }
+    #[inline]
+    fn frames_segment_sources(&self, peer: usize) -> bool {
+        dispatch!(self, frames_segment_sources(peer))
     }
     #[inline(always)]
     fn try_send_short(&self, peer: usize, ch: Channel, tag: u16, words: &[u64]) -> Result<bool> {
