@@ -23,9 +23,9 @@ mod segment_bytes;
 pub mod shm;
 pub mod udp;
 
-pub use segment_bytes::{send_through_bounce, SegmentBytes};
 #[cfg(any(test, feature = "test-doubles"))]
 pub use segment_bytes::bounce_copies;
+pub use segment_bytes::{send_through_bounce, SegmentBytes};
 
 use crate::Result;
 

@@ -1597,10 +1597,7 @@ mod tests {
         let e = f
             .try_send_segment_why(0, Channel::Request, 2, &[], src, &mut stall)
             .unwrap_err();
-        assert!(
-            e.to_string().contains("exceeds the Medium maximum"),
-            "{e}"
-        );
+        assert!(e.to_string().contains("exceeds the Medium maximum"), "{e}");
         assert_eq!(crate::fabric::bounce_copies(), before, "nothing copied");
         // the largest allowed one is copied once and sent
         // SAFETY: as above.
