@@ -36,7 +36,7 @@ fn rv_segment_source_cut_by_window_and_retransmitted_keeps_framed_bytes() {
     for &(off, len) in cases {
         for i in 0..SEG {
             // SAFETY: inside `seg`: restore the pattern
-            unsafe { base.add(i).write(pattern(i)) };
+            unsafe { base.wrapping_add(i).write(pattern(i)) };
         }
         // SAFETY: as above.
         let src = unsafe { SegmentBytes::new(r, off, len) }.unwrap();
@@ -61,7 +61,7 @@ fn rv_segment_source_cut_by_window_and_retransmitted_keeps_framed_bytes() {
                     Sent::Upto(e) => {
                         for i in off + from..off + e {
                             // SAFETY: inside `seg`; a writer after framing
-                            unsafe { base.add(i).write(!pattern(i)) };
+                            unsafe { base.wrapping_add(i).write(!pattern(i)) };
                         }
                         cuts.push(e);
                         from = e;
