@@ -21,11 +21,12 @@ fn rv_segment_source_cut_by_window_and_retransmitted_keeps_framed_bytes() {
     let mut a = Proto::new(0, 2, cfg, [9; 32], 0);
     let mut b = Proto::new(1, 2, cfg, [9; 32], 0);
     let pattern = |i: usize| (i.wrapping_mul(131) ^ (i >> 8)) as u8;
-    // Miri runs the smaller cases only (every datagram is sealed and
-    // checked: keyed hashing is slow there).
+    // Miri runs one smaller case, still cut by the window (every
+    // datagram is sealed and checked: keyed hashing is slow there; two
+    // cases took 12 s, this one 8 s)
     const SEG: usize = if cfg!(miri) { 4000 } else { 20_000 };
     let cases: &[(usize, usize)] = if cfg!(miri) {
-        &[(100, 3000), (7, 1400)]
+        &[(100, 3000)]
     } else {
         &[(100, 6000), (7, 1400), (9000, 10_000)]
     };
