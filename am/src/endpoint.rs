@@ -11,7 +11,9 @@ use crate::progress::{self, Progress};
 use splitrt_runtime::backoff::Backoff;
 use splitrt_runtime::config::Config;
 use splitrt_runtime::fabric::udp::proto::Stats as UdpStats;
-use splitrt_runtime::fabric::{idle_wait_blind, AnyFabric, Channel, Fabric, Packet, Sent};
+use splitrt_runtime::fabric::{
+    idle_wait_blind, AnyFabric, Channel, Fabric, Packet, SegmentBytes, Sent,
+};
 use splitrt_runtime::hang::{abort_error, HangWatch};
 use splitrt_runtime::job::JobInfo;
 use splitrt_runtime::view::LocalView;
@@ -408,6 +410,28 @@ impl Inner {
             .map_or("?", |e| e.name.as_str())
     }
 
+    /// The segment source of `payload` when the fabric would copy it into
+    /// a buffer on every try (it frames no segment source itself): the
+    /// send loops then copy it once and send the copy as a Medium, so a
+    /// full peer's retries copy nothing more. `None` for other payloads
+    /// and where the fabric frames the source itself (UDP: straight from
+    /// the segment into its datagrams, on each try, with no extra copy).
+    /// Only for a `payload` whose send was checked (`check_send`).
+    #[inline]
+    fn copy_first<'p>(&self, peer: usize, payload: &Payload<'p>) -> Option<SegmentBytes<'p>> {
+        match *payload {
+            // (a source over the Medium maximum goes on to the fabric,
+            // which refuses it before copying anything)
+            Payload::FromSegment(src)
+                if !self.fabric().frames_segment_sources(peer)
+                    && src.len() <= self.fabric().max_inline(peer) =>
+            {
+                Some(src)
+            }
+            _ => None,
+        }
+    }
+
     /// Try to send `payload` to `peer` on `ch` once (the fabric's
     /// `try_send_why`; a Medium out of this rank's segment goes by
     /// `try_send_segment_why`, which copies the bytes straight from there).
@@ -797,6 +821,12 @@ impl Inner {
             matches!(payload, Payload::Long { .. }).then(|| unsafe { crate::writers::writing() });
         self.check_send(peer, &h.0, args, &payload, false)
             .map_err(at)?;
+        if let Some(src) = self.copy_first(peer, &payload) {
+            // one copy for all the tries back-pressure may cost
+            return splitrt_runtime::fabric::send_through_bounce(src, |bytes| {
+                self.send_request(peer, h, args, Payload::Medium(bytes), block)
+            });
+        }
         // the waiting state is made only if the first try must wait
         let mut stall_backoff = None;
         let mut stall = |waits: u32| {
@@ -863,6 +893,12 @@ impl Inner {
             matches!(payload, Payload::Long { .. }).then(|| unsafe { crate::writers::writing() });
         self.check_send(peer, &h.0, args, &payload, true)
             .map_err(at)?;
+        if let Some(src) = self.copy_first(peer, &payload) {
+            // one copy for all the tries back-pressure may cost
+            return splitrt_runtime::fabric::send_through_bounce(src, |bytes| {
+                self.send_reply(peer, h, args, Payload::Medium(bytes))
+            });
+        }
         // Waiting for reply room drains only replies: their handlers cannot
         // send, so this never recurses into another request handler.
         let mut stall_backoff = None;

@@ -214,7 +214,11 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
     let get = reserved_request(b, 0, "splitrt.get", Kind::Short, 4, move |tok, m| {
         let (slot, at, off, len) = (m.arg(0), m.arg(1), m.arg(2), m.arg(3));
         let seg = s.seg();
-        let ok = in_segment(&s, off, len) && len as usize <= 1 << 26;
+        // A reply carries at most a Medium's maximum (the requester sizes
+        // its gets by it): a longer one, from a hostile or confused peer,
+        // is refused to the requester before any byte is copied, rather
+        // than failing this rank's reply.
+        let ok = in_segment(&s, off, len) && len <= tok.max_medium() as u64;
         // The reply's bytes are copied by the fabric straight out of the
         // segment into its datagrams (over UDP; the other fabrics copy them
         // into a buffer first) by a raw copy: no reference over segment

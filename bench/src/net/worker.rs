@@ -156,6 +156,13 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
         pg.barrier()?;
         let n = sz.rtt;
         let mut b8 = [0u8; 64];
+        // Spins on the raw socket; after 1 ms of silence it also polls the
+        // endpoint: under `chrt -f` with both ranks on one CPU the UDP
+        // fabric's keeper thread never runs while this thread spins, so a
+        // barrier release (or its retransmission) held in this rank's
+        // fabric would never leave, and the peer would never start the
+        // ping-pong. The steady state (microsecond round trips) never
+        // reaches the poll.
         let spin_recv = |b: &mut [u8]| -> Result<u64> {
             let t = Instant::now();
             loop {
@@ -163,8 +170,14 @@ pub fn run(common: Common, result: &Path) -> Result<()> {
                     Ok(8) => return Ok(u64::from_le_bytes(b[..8].try_into().expect("8"))),
                     Ok(_) => {}
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        if t.elapsed() > Duration::from_secs(5) {
-                            return Err(Error::usage("raw UDP: no datagram for 5 s"));
+                        let quiet = t.elapsed();
+                        if quiet > Duration::from_secs(5) {
+                            return Err(Error::usage(format!(
+                                "rank {me}: raw UDP ping-pong (rep {rep}): no datagram for 5 s"
+                            )));
+                        }
+                        if quiet > Duration::from_millis(1) {
+                            ep.poll()?;
                         }
                     }
                     Err(e) => return Err(Error::io("raw UDP recv", e)),

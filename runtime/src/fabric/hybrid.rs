@@ -73,6 +73,13 @@ impl Fabric for Hybrid {
             self.shm.try_send_why(peer, ch, pkt, stall)
         }
     }
+    fn frames_segment_sources(&self, peer: usize) -> bool {
+        if self.is_remote(peer) {
+            self.udp.frames_segment_sources(peer)
+        } else {
+            self.shm.frames_segment_sources(peer)
+        }
+    }
     #[inline]
     fn try_send_segment_why(
         &self,

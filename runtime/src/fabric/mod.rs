@@ -23,7 +23,9 @@ mod segment_bytes;
 pub mod shm;
 pub mod udp;
 
-pub use segment_bytes::SegmentBytes;
+#[cfg(any(test, feature = "test-doubles"))]
+pub use segment_bytes::bounce_copies;
+pub use segment_bytes::{send_through_bounce, SegmentBytes};
 
 use crate::Result;
 
@@ -381,7 +383,12 @@ pub trait Fabric: Send + Sync {
     /// meanwhile; see [`SegmentBytes`]). The UDP fabric copies it straight
     /// into its datagrams (one copy per byte, as for a slice); the default,
     /// which the other fabrics keep, copies it into a buffer of this
-    /// thread first and sends that.
+    /// thread first and sends that, on every call (a caller that retries
+    /// on back-pressure copies once itself when
+    /// [`frames_segment_sources`](Self::frames_segment_sources) is false,
+    /// as the AM layer does). A source longer than
+    /// [`max_inline`](Self::max_inline) is refused (a usage error, as for
+    /// a slice) before anything is copied.
     fn try_send_segment_why(
         &self,
         peer: usize,
@@ -391,6 +398,13 @@ pub trait Fabric: Send + Sync {
         src: SegmentBytes<'_>,
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<Sent> {
+        let max = self.max_inline(peer);
+        if src.len() > max {
+            return Err(crate::Error::usage(format!(
+                "payload of {} B exceeds the Medium maximum of {max} B",
+                src.len()
+            )));
+        }
         segment_bytes::send_through_bounce(src, |payload| {
             let pkt = Packet {
                 tag,
@@ -400,6 +414,17 @@ pub trait Fabric: Send + Sync {
             };
             self.try_send_why(peer, ch, &pkt, stall)
         })
+    }
+    /// Whether [`try_send_segment_why`](Self::try_send_segment_why) to
+    /// `peer` frames the source itself (copies it straight into the
+    /// fabric's own buffers, so a retry after back-pressure costs no extra
+    /// copy): true over UDP. False (the default) where it copies the
+    /// source into a buffer first on every call; a caller that retries
+    /// then copies once itself ([`send_through_bounce`]) and retries with
+    /// the copy as an ordinary Medium.
+    fn frames_segment_sources(&self, peer: usize) -> bool {
+        let _ = peer;
+        false
     }
     /// [`try_send_why`](Self::try_send_why) without the reason: `Ok(false)`
     /// on back-pressure.
@@ -730,6 +755,10 @@ impl Fabric for AnyFabric {
         stall: &mut dyn FnMut(u32) -> Result<()>,
     ) -> Result<Sent> {
         dispatch!(self, try_send_segment_why(peer, ch, tag, words, src, stall))
+    }
+    #[inline]
+    fn frames_segment_sources(&self, peer: usize) -> bool {
+        dispatch!(self, frames_segment_sources(peer))
     }
     #[inline(always)]
     fn try_send_short(&self, peer: usize, ch: Channel, tag: u16, words: &[u64]) -> Result<bool> {

@@ -48,8 +48,10 @@ pub struct SegmentBytes<'a> {
     ptr: *const u8,
     /// Length in bytes.
     len: usize,
-    /// Borrowed for `'a`: the constructor's caller keeps the mapping alive
-    /// that long.
+    /// Ties the value to `'a`, the span the constructor's caller promised
+    /// (under [`new`](Self::new)'s `unsafe` contract) to keep the mapping
+    /// alive: nothing is borrowed (`new` takes the `SegmentRef` by value),
+    /// so the compiler checks no more than that promise's lifetime.
     _mapped: PhantomData<&'a SegmentRef>,
 }
 
@@ -125,19 +127,40 @@ thread_local! {
     static BOUNCE: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
-/// Send `src` as a Medium by the ordinary slice path, after one copy into
-/// a buffer of this thread: what a fabric that frames no segment source
-/// itself does (the [`Fabric`](super::Fabric) trait's default). The buffer
-/// is taken out of the thread-local while in use (a send nested in the
-/// stall callback makes its own) and kept for the next send unless it
-/// grew past 1 MiB.
-pub(crate) fn send_through_bounce<T>(
+#[cfg(any(test, feature = "test-doubles"))]
+thread_local! {
+    /// Copies [`send_through_bounce`] made on this thread (for tests).
+    static BOUNCE_COPIES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// **Test double.** How many times [`send_through_bounce`] copied a
+/// segment source into its buffer on this thread (every copy through it:
+/// the [`Fabric`](super::Fabric) trait's default `try_send_segment_why`,
+/// and the AM layer's copy for fabrics that frame no segment source
+/// themselves). Exists with the cargo feature `test-doubles`.
+#[cfg(any(test, feature = "test-doubles"))]
+pub fn bounce_copies() -> u64 {
+    BOUNCE_COPIES.get()
+}
+
+/// Run `send` on the bytes of `src`, after one copy into a buffer of this
+/// thread: how a fabric that frames no segment source itself sends one
+/// (the [`Fabric`](super::Fabric) trait's default `try_send_segment_why`),
+/// and how the AM layer sends one to such a fabric, copying once for all
+/// the tries a full peer makes it retry. The buffer is taken out of the
+/// thread-local while in use (a send nested in `send`, from a handler run
+/// while waiting, makes its own) and kept for the next send unless it
+/// grew past 1 MiB. The caller bounds `src.len()` (a Medium's maximum)
+/// before calling: this copies whatever it is given.
+pub fn send_through_bounce<T>(
     src: SegmentBytes<'_>,
     send: impl FnOnce(&[u8]) -> crate::Result<T>,
 ) -> crate::Result<T> {
     let mut buf = BOUNCE.take();
     buf.clear();
     src.copy_to_end(0, src.len(), &mut buf);
+    #[cfg(any(test, feature = "test-doubles"))]
+    BOUNCE_COPIES.set(BOUNCE_COPIES.get() + 1);
     let r = send(&buf);
     if buf.capacity() <= 1 << 20 {
         BOUNCE.set(buf);

@@ -1581,6 +1581,37 @@ mod tests {
         }
     }
 
+    /// Review finding 1 of h14-bounce: a segment source longer than the
+    /// Medium maximum (a peer's over-long get) is refused before it is
+    /// copied into the thread's buffer, not after a copy of up to 64 MiB.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn an_over_long_segment_source_is_refused_before_any_copy() {
+        let f = solo("seglong", 256, 8);
+        let seg = f.local_segment();
+        let max = f.max_inline(0);
+        let mut stall = |_| -> Result<()> { Ok(()) };
+        let before = crate::fabric::bounce_copies();
+        // SAFETY: `f` (which keeps the segment mapped) outlives `src`.
+        let src = unsafe { crate::fabric::SegmentBytes::new(seg, 0, max + 1) }.unwrap();
+        let e = f
+            .try_send_segment_why(0, Channel::Request, 2, &[], src, &mut stall)
+            .unwrap_err();
+        assert!(e.to_string().contains("exceeds the Medium maximum"), "{e}");
+        assert_eq!(crate::fabric::bounce_copies(), before, "nothing copied");
+        // the largest allowed one is copied once and sent
+        // SAFETY: as above.
+        let src = unsafe { crate::fabric::SegmentBytes::new(seg, 0, max) }.unwrap();
+        let sent = f
+            .try_send_segment_why(0, Channel::Request, 2, &[], src, &mut stall)
+            .unwrap();
+        assert_eq!(sent, Ok(()));
+        assert_eq!(crate::fabric::bounce_copies(), before + 1);
+    }
+
     /// The receive side's Short fast path takes only a well-formed Short:
     /// a cell that looks like one but breaks a rule (too many words, a
     /// payload claimed, a reassembly under way) is still an error naming

@@ -893,6 +893,12 @@ impl Fabric for UdpFabric {
         self.send_msg(peer, ch, &m, stall)
     }
 
+    /// True: [`try_send_segment_why`](Fabric::try_send_segment_why) below
+    /// copies the source straight into the datagrams.
+    fn frames_segment_sources(&self, _peer: usize) -> bool {
+        true
+    }
+
     /// The segment's bytes go straight into the datagram bodies, one copy
     /// (the default would copy them into a buffer first).
     fn try_send_segment_why(

@@ -1232,3 +1232,6 @@ mod ccidle_tests;
 
 #[cfg(test)]
 mod unsplit_tests;
+
+#[cfg(test)]
+mod segsrc_tests;

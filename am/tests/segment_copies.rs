@@ -1,0 +1,63 @@
+//! Review of h14-bounce, finding 2: a Medium sent from this rank's segment
+//! (`Payload::FromSegment`) over a fabric that frames no segment source
+//! itself (shm) is copied once per send, however many tries back-pressure
+//! costs (it was copied again on every retry).
+//!
+//! One test in this file: a 1-rank job on shared memory (a process joins
+//! one job once).
+
+use splitrt_am::{EndpointBuilder, Kind, Payload};
+use splitrt_runtime::fabric::{bounce_copies, SegmentBytes};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[test]
+fn rvbounce2_a_blocked_segment_send_copies_once() {
+    std::env::set_var("SPLITRT_PROGRESS", "poll");
+    let got = Arc::new(AtomicU64::new(0));
+    let mut b = EndpointBuilder::new();
+    let g = got.clone();
+    let sink = b
+        .request("sink", Kind::Medium, 0, move |_tok, m| {
+            assert!(m.payload().iter().all(|&x| x == 0x5a));
+            g.fetch_add(1, Ordering::AcqRel);
+        })
+        .expect("register");
+    let ep = b.attach().expect("attach");
+    // under the 4 KiB after which large sends serve their own traffic
+    let len = ep.max_medium(0).expect("max").min(2000);
+    ep.write_segment(0, &vec![0x5a; len]).expect("fill");
+    let seg = ep.rma().local_segment();
+    // SAFETY: `ep` keeps its segment mapped for the whole test; nothing
+    // holds a `&mut` to these bytes.
+    let src = unsafe { SegmentBytes::new(seg, 0, len) }.expect("inside");
+    // fill the (own) queue: nothing polls in between, so sends stop at a
+    // bounded count with back-pressure
+    let mut accepted = 0u64;
+    loop {
+        assert!(accepted < 100_000, "the queue never filled");
+        if ep
+            .try_request(0, sink, &[], Payload::FromSegment(src))
+            .expect("try_request")
+            .is_err()
+        {
+            break;
+        }
+        accepted += 1;
+    }
+    assert_eq!(got.load(Ordering::Acquire), 0, "nothing ran yet");
+    // the queue is full: this send waits (serving the queue) and retries
+    let before = bounce_copies();
+    ep.request(0, sink, &[], Payload::FromSegment(src))
+        .expect("request");
+    let copies = bounce_copies() - before;
+    assert!(
+        got.load(Ordering::Acquire) > 0,
+        "the send had to wait for handlers"
+    );
+    assert_eq!(copies, 1, "one copy for all the tries");
+    while got.load(Ordering::Acquire) < accepted + 1 {
+        ep.poll().expect("poll");
+    }
+    ep.finish().expect("finish");
+}
