@@ -22,10 +22,14 @@ pub enum Payload<'a> {
         /// Segment offset at the target (checked at the sender).
         offset: u64,
     },
-    /// A Medium message whose bytes lie in this rank's segment: the fabric
-    /// copies them from there as it sends (straight into its datagrams
-    /// over UDP), with no `&[u8]` over segment memory in between (see
-    /// [`SegmentBytes`]). The handler receives an ordinary Medium.
+    /// A Medium message whose bytes lie in this rank's segment, copied
+    /// from there by raw copies, with no `&[u8]` over segment memory in
+    /// between (see [`SegmentBytes`]). Over UDP the fabric reads them as
+    /// it frames the datagrams (on each try, so a send that waits for
+    /// room sends the bytes as they are at the try that goes out); off
+    /// UDP the AM layer copies them once, before the first try, and sends
+    /// that copy (the bytes as they were at the call). The handler
+    /// receives an ordinary Medium.
     FromSegment(SegmentBytes<'a>),
 }
 

@@ -14,6 +14,9 @@ use std::sync::Arc;
 #[test]
 fn rvbounce2_a_blocked_segment_send_copies_once() {
     std::env::set_var("SPLITRT_PROGRESS", "poll");
+    // shared memory whatever the caller's environment says (a fabric that
+    // frames segment sources itself, UDP, makes no copy to count)
+    std::env::set_var(splitrt_runtime::config::ENV_FABRIC, "shm");
     let got = Arc::new(AtomicU64::new(0));
     let mut b = EndpointBuilder::new();
     let g = got.clone();
@@ -56,7 +59,15 @@ fn rvbounce2_a_blocked_segment_send_copies_once() {
         "the send had to wait for handlers"
     );
     assert_eq!(copies, 1, "one copy for all the tries");
+    // every send's handler runs (bounded: a lost message fails here)
+    let t0 = std::time::Instant::now();
     while got.load(Ordering::Acquire) < accepted + 1 {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(10),
+            "{} of {} handlers ran in 10 s",
+            got.load(Ordering::Acquire),
+            accepted + 1
+        );
         ep.poll().expect("poll");
     }
     ep.finish().expect("finish");

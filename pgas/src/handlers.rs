@@ -36,6 +36,9 @@ const FROZEN: u64 = 2;
 /// An atomic's status: no such operation (code, kind, or a bitwise
 /// operation on a float).
 const BAD_OP: u64 = 3;
+/// A get's status: longer than a Medium reply of the responder's may be
+/// (its maximum rides in the reply's payload, 8 bytes little-endian).
+const OVER_MEDIUM: u64 = 4;
 
 /// Why an atomic was refused, from its reply's status.
 fn refusal(status: u64) -> &'static str {
@@ -43,6 +46,7 @@ fn refusal(status: u64) -> &'static str {
         FROZEN => "the word is in a frozen array",
         BAD_OP => "unknown operation code",
         REFUSED => "bad address: out of its segment, misaligned or reserved",
+        OVER_MEDIUM => "over its Medium maximum",
         _ => "unknown status",
     }
 }
@@ -135,10 +139,21 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
                 }
                 Some(d) => {
                     let data = m.payload();
-                    if status != OK {
+                    if status == OVER_MEDIUM {
+                        // the responder's maximum, checked (a peer's bytes)
+                        let max = <[u8; 8]>::try_from(data)
+                            .map(|b| format!(" of {} B", u64::from_le_bytes(b)))
+                            .unwrap_or_default();
                         d.error = Some(format!(
-                            "rank {} refused a get (out of its segment)",
-                            m.src()
+                            "rank {} refused a get ({}{max})",
+                            m.src(),
+                            refusal(status)
+                        ));
+                    } else if status != OK {
+                        d.error = Some(format!(
+                            "rank {} refused a get ({})",
+                            m.src(),
+                            refusal(status)
                         ));
                     } else if at.checked_add(data.len()).is_none_or(|e| e > d.len) {
                         d.error = Some(format!(
@@ -218,7 +233,19 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         // its gets by it): a longer one, from a hostile or confused peer,
         // is refused to the requester before any byte is copied, rather
         // than failing this rank's reply.
-        let ok = in_segment(&s, off, len) && len <= tok.max_medium() as u64;
+        let max = tok.max_medium() as u64;
+        if in_segment(&s, off, len) && len > max {
+            let r = tok.reply(
+                get_r,
+                &[slot, at, OVER_MEDIUM],
+                Payload::Medium(&max.to_le_bytes()),
+            );
+            if let Err(e) = r {
+                s.fail(format!("replying to a get: {e}"));
+            }
+            return;
+        }
+        let ok = in_segment(&s, off, len);
         // The reply's bytes are copied by the fabric straight out of the
         // segment into its datagrams (over UDP; the other fabrics copy them
         // into a buffer first) by a raw copy: no reference over segment
@@ -356,4 +383,69 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         vis,
         signal,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Dest;
+    use crate::test_rank::one_rank_over_model as one_rank;
+
+    /// Send one raw get request of `len` bytes at `USER_BASE` to rank 0
+    /// (itself, over the AM path) into a fresh slot; poll a bounded number
+    /// of times until the slot completes; return its error.
+    fn raw_get(pg: &crate::Pgas, len: usize) -> Option<String> {
+        let inner = &pg.inner;
+        let mut buf = vec![0u8; len];
+        let slot = inner.st.dests.lock().insert(Dest {
+            ptr: buf.as_mut_ptr(),
+            len,
+            remaining: 1,
+            got: 0,
+            error: None,
+            cancelled: false,
+            waker: None,
+        });
+        let args = [slot as u64, 0, USER_BASE, len as u64];
+        inner
+            .ep
+            .request(0, inner.h.get, &args, Payload::None)
+            .expect("a get request");
+        let mut polls = 0;
+        while inner.st.dests.lock().items_remaining(slot) != 0 {
+            polls += 1;
+            assert!(
+                polls < 100_000,
+                "a get of {len} B was never answered (the responder failed?): {:?}",
+                inner.st.errors.lock()
+            );
+            let _ = inner.ep.poll();
+        }
+        let d = inner.st.dests.lock().remove(slot).expect("the slot");
+        drop(buf);
+        d.error
+    }
+
+    /// Review of h14-bouncefix: a get longer than the responder's Medium
+    /// maximum is refused to the requester, named as such (it was "out of
+    /// its segment"); before the responder checked it, its reply failed
+    /// there and the requester's slot never completed. A get of exactly
+    /// the maximum passes.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "attaches a verbs-model endpoint (a bootstrap and its threads)"
+    )]
+    fn a_get_over_the_medium_maximum_is_refused_by_name() {
+        let pg = one_rank("getmax");
+        let max = pg.inner.ep.max_medium(0).expect("rank 0's Medium maximum");
+        assert!(USER_BASE as usize + max < pg.inner.st.seg().len());
+        let e = raw_get(&pg, max + 1).expect("refused");
+        assert!(
+            e.contains("rank 0") && e.contains(&format!("over its Medium maximum of {max} B")),
+            "{e}"
+        );
+        assert_eq!(raw_get(&pg, max), None);
+        assert!(pg.inner.st.errors.lock().is_empty());
+    }
 }

@@ -403,7 +403,9 @@ pub trait Fabric: Send + Sync {
             return Err(crate::Error::usage(format!(
                 "payload of {} B exceeds the Medium maximum of {max} B",
                 src.len()
-            )));
+            ))
+            .at_rank(self.rank())
+            .with_peer(peer));
         }
         segment_bytes::send_through_bounce(src, |payload| {
             let pkt = Packet {
@@ -422,6 +424,9 @@ pub trait Fabric: Send + Sync {
     /// source into a buffer first on every call; a caller that retries
     /// then copies once itself ([`send_through_bounce`]) and retries with
     /// the copy as an ordinary Medium.
+    /// Override together with
+    /// [`try_send_segment_why`](Self::try_send_segment_why): this says
+    /// what that method does.
     fn frames_segment_sources(&self, peer: usize) -> bool {
         let _ = peer;
         false

@@ -140,7 +140,7 @@ thread_local! {
 /// themselves). Exists with the cargo feature `test-doubles`.
 #[cfg(any(test, feature = "test-doubles"))]
 pub fn bounce_copies() -> u64 {
-    BOUNCE_COPIES.get()
+    BOUNCE_COPIES.try_with(|n| n.get()).unwrap_or(0)
 }
 
 /// Run `send` on the bytes of `src`, after one copy into a buffer of this
@@ -150,20 +150,25 @@ pub fn bounce_copies() -> u64 {
 /// the tries a full peer makes it retry. The buffer is taken out of the
 /// thread-local while in use (a send nested in `send`, from a handler run
 /// while waiting, makes its own) and kept for the next send unless it
-/// grew past 1 MiB. The caller bounds `src.len()` (a Medium's maximum)
-/// before calling: this copies whatever it is given.
+/// grew past 1 MiB. The caller bounds `src.len()` (checks it against
+/// the fabric's Medium maximum, [`Fabric::max_inline`](super::Fabric::max_inline))
+/// before calling: this copies whatever it is given, however long.
 pub fn send_through_bounce<T>(
     src: SegmentBytes<'_>,
     send: impl FnOnce(&[u8]) -> crate::Result<T>,
 ) -> crate::Result<T> {
-    let mut buf = BOUNCE.take();
+    // During the thread's teardown (a send from another thread-local's
+    // destructor) the buffer may be gone already: a fresh one then, and
+    // none kept.
+    let mut buf = BOUNCE.try_with(|b| b.take()).unwrap_or_default();
     buf.clear();
     src.copy_to_end(0, src.len(), &mut buf);
     #[cfg(any(test, feature = "test-doubles"))]
-    BOUNCE_COPIES.set(BOUNCE_COPIES.get() + 1);
+    let _ = BOUNCE_COPIES.try_with(|n| n.set(n.get() + 1));
     let r = send(&buf);
     if buf.capacity() <= 1 << 20 {
-        BOUNCE.set(buf);
+        // a failed put-back (teardown) drops the buffer here
+        let _ = BOUNCE.try_with(|b| b.set(buf));
     }
     r
 }
@@ -213,5 +218,54 @@ mod tests {
         // SAFETY: as above.
         let s = unsafe { SegmentBytes::new(r, 8, 4) }.expect("inside");
         s.copy_to_end(2, 3, &mut Vec::new());
+    }
+
+    /// A thread-local whose destructor sends through the bounce buffer,
+    /// recording what the send saw.
+    struct SendsAtTeardown(std::sync::Arc<std::sync::Mutex<Option<Vec<u8>>>>);
+
+    impl Drop for SendsAtTeardown {
+        fn drop(&mut self) {
+            let mut seg = vec![3u8, 1, 4, 1, 5];
+            // SAFETY: `seg` outlives `src` (both locals here); nothing
+            // else reads or writes it.
+            let r = unsafe { SegmentRef::new(seg.as_mut_ptr(), seg.len()) };
+            // SAFETY: as above.
+            let src = unsafe { SegmentBytes::new(r, 1, 3) }.expect("inside");
+            let got = send_through_bounce(src, |b| Ok(b.to_vec())).ok();
+            *self.0.lock().unwrap() = got;
+        }
+    }
+
+    thread_local! {
+        static AT_TEARDOWN: std::cell::RefCell<Option<SendsAtTeardown>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// Review of h14-bouncefix: a send from another thread-local's
+    /// destructor, after the bounce buffer's own was destroyed (it was
+    /// registered later, so it goes first), copies into a fresh buffer.
+    /// OLD: `BOUNCE.take()` panicked there ("cannot access a Thread Local
+    /// Storage value during or after destruction"), which aborts the
+    /// process.
+    #[test]
+    fn a_send_during_thread_teardown_uses_a_fresh_buffer() {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let s2 = seen.clone();
+        std::thread::spawn(move || {
+            // registered first, so destroyed after the bounce buffer
+            AT_TEARDOWN.with(|t| *t.borrow_mut() = Some(SendsAtTeardown(s2)));
+            let mut seg = vec![9u8; 4];
+            // SAFETY: `seg` outlives `src`; nothing else touches it.
+            let r = unsafe { SegmentRef::new(seg.as_mut_ptr(), seg.len()) };
+            // SAFETY: as above.
+            let src = unsafe { SegmentBytes::new(r, 0, 4) }.expect("inside");
+            // the bounce buffer is in use on this thread (its destructor
+            // registered)
+            assert_eq!(send_through_bounce(src, |b| Ok(b.len())).unwrap(), 4);
+        })
+        .join()
+        .expect("the thread ended without a panic");
+        assert_eq!(seen.lock().unwrap().as_deref(), Some(&[1u8, 4, 1][..]));
     }
 }

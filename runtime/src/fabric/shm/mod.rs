@@ -1600,7 +1600,10 @@ mod tests {
         let e = f
             .try_send_segment_why(0, Channel::Request, 2, &[], src, &mut stall)
             .unwrap_err();
-        assert!(e.to_string().contains("exceeds the Medium maximum"), "{e}");
+        let e = e.to_string();
+        assert!(e.contains("exceeds the Medium maximum"), "{e}");
+        // names the rank and the peer, as a slice's refusal does
+        assert!(e.contains("rank 0 (peer 0)"), "{e}");
         assert_eq!(crate::fabric::bounce_copies(), before, "nothing copied");
         // the largest allowed one is copied once and sent
         // SAFETY: as above.

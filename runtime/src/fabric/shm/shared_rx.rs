@@ -388,7 +388,7 @@ mod tests {
                 .unwrap();
             assert_eq!(got, 1);
         }
-        assert_eq!(sum, n * (n - 1) / 2);
+        assert_eq!(sum, n * n.saturating_sub(1) / 2);
     }
 
     #[inline(never)]

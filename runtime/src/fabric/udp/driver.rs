@@ -1231,6 +1231,52 @@ mod segment_source_tests {
 }
 
 #[cfg(test)]
+mod frames_segment_sources_tests {
+    use super::*;
+    use crate::fabric::hybrid::Hybrid;
+    use crate::fabric::shm::{PendingShm, ShmFabric};
+    use crate::fabric::AnyFabric;
+
+    /// A shared-memory fabric of rank 0 alone on its host, in a job of
+    /// `job_size` ranks (its file unlinked at once).
+    fn shm_alone(tag: &str, job_size: usize) -> ShmFabric {
+        let job = format!("unitfss{tag}{}", std::process::id());
+        let cfg = crate::config::Config {
+            segment_size: 1 << 16,
+            ..crate::config::Config::default()
+        };
+        let f = PendingShm::create(&job, 0, &[0], job_size, &cfg.shm())
+            .unwrap()
+            .connect()
+            .unwrap();
+        f.unlink_own().unwrap();
+        f
+    }
+
+    /// Review of h14-bouncefix: `frames_segment_sources` per fabric, as
+    /// the AM layer's one-copy send relies on it: UDP frames a segment
+    /// source itself (true), shm copies it on every call (false), a hybrid
+    /// answers per peer (false for its host's ranks, true for the others),
+    /// and `AnyFabric` passes each answer through.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets and a file in /dev/shm (FFI)")]
+    fn each_fabric_says_whether_it_frames_segment_sources() {
+        let (u0, _u1, _) = super::tests::loopback_pair(4096, true);
+        assert!(u0.frames_segment_sources(1));
+        assert!(AnyFabric::Udp(u0).frames_segment_sources(1));
+
+        let shm = shm_alone("s", 1);
+        assert!(!shm.frames_segment_sources(0));
+        assert!(!AnyFabric::Shm(shm).frames_segment_sources(0));
+
+        let (h0, _h1, _) = super::tests::loopback_pair(4096, true);
+        let hybrid = AnyFabric::Hybrid(Hybrid::new(shm_alone("h", 2), h0));
+        assert!(!hybrid.frames_segment_sources(0), "rank 0: this host's");
+        assert!(hybrid.frames_segment_sources(1), "rank 1: over UDP");
+    }
+}
+
+#[cfg(test)]
 mod would_block_tests {
     use super::*;
 
