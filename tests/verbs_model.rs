@@ -113,14 +113,13 @@ fn ibverbs_lends_pgas_one_sided_access_not_load_store() {
     });
 }
 
-#[test]
-fn a_rank_that_fails_at_start_is_reported_by_the_others() {
-    // Rank 1 asks for a buffer size out of range: its own start fails with
-    // the reason, and the others hear of it from the bootstrap instead of
-    // waiting for its card forever.
-    let (size, seg) = (3, 4 << 20);
-    let id = unique("bad");
-    let net = ModelNetwork::new(14);
+/// Start `size` ranks of one job on a fresh verbs model (seed `seed`),
+/// each with `config(seg, 16)` changed by `tweak(rank, &mut cfg)` and a
+/// 5 s bootstrap timeout, and return each rank's start error, if any.
+fn start_errors(size: usize, seed: u64, tweak: fn(usize, &mut Config)) -> Vec<Option<String>> {
+    let seg = 4 << 20;
+    let id = unique("start");
+    let net = ModelNetwork::new(seed);
     let (tx, rx) = std::sync::mpsc::channel();
     for r in 0..size {
         let dev = net.device(&format!("model{r}"));
@@ -128,9 +127,7 @@ fn a_rank_that_fails_at_start_is_reported_by_the_others() {
         std::thread::spawn(move || {
             let mut cfg = config(seg, 16);
             cfg.bootstrap_timeout = Duration::from_secs(5);
-            if r == 1 {
-                cfg.ibv_buffer_size = 16;
-            }
+            tweak(r, &mut cfg);
             let out = EndpointBuilder::new()
                 .attach_over_verbs_model(job(&id, r, size), cfg, dev)
                 .map(|ep| ep.finish());
@@ -145,6 +142,19 @@ fn a_rank_that_fails_at_start_is_reported_by_the_others() {
             .expect("every rank returns");
         errs[r] = e;
     }
+    errs
+}
+
+#[test]
+fn a_rank_that_fails_at_start_is_reported_by_the_others() {
+    // Rank 1 asks for a buffer size out of range: its own start fails with
+    // the reason, and the others hear of it from the bootstrap instead of
+    // waiting for its card forever.
+    let errs = start_errors(3, 14, |r, cfg| {
+        if r == 1 {
+            cfg.ibv_buffer_size = 16;
+        }
+    });
     let own = errs[1].clone().expect("rank 1 fails");
     assert!(
         own.contains("ibverbs buffer size 16 B out of range"),
@@ -163,38 +173,21 @@ fn a_rank_that_fails_at_start_is_reported_by_the_others() {
 /// the fabric).
 #[test]
 fn ranks_disagreeing_on_the_ibverbs_buffers_are_refused_at_start() {
-    for (var, set) in [
-        ("SPLITRT_IBV_BUFFER_SIZE", 0usize),
-        ("SPLITRT_IBV_BUFFERS", 1),
-    ] {
-        let (size, seg) = (2, 4 << 20);
-        let id = unique("ibvset");
-        let net = ModelNetwork::new(15);
-        let (tx, rx) = std::sync::mpsc::channel();
-        for r in 0..size {
-            let dev = net.device(&format!("model{r}"));
-            let (tx, id) = (tx.clone(), id.clone());
-            std::thread::spawn(move || {
-                let mut cfg = config(seg, 16);
-                cfg.bootstrap_timeout = Duration::from_secs(5);
-                if r == 1 {
-                    if set == 0 {
-                        cfg.ibv_buffer_size = 4096;
-                    } else {
-                        cfg.ibv_buffers = 8;
-                    }
-                }
-                let out = EndpointBuilder::new()
-                    .attach_over_verbs_model(job(&id, r, size), cfg, dev)
-                    .map(|ep| ep.finish());
-                let _ = tx.send((r, out.err().map(|e| e.to_string())));
-            });
+    let size: fn(usize, &mut Config) = |r, cfg| {
+        if r == 1 {
+            cfg.ibv_buffer_size = 4096;
         }
-        drop(tx);
-        for _ in 0..size {
-            let (r, e) = rx
-                .recv_timeout(Duration::from_secs(60))
-                .expect("every rank returns");
+    };
+    let count: fn(usize, &mut Config) = |r, cfg| {
+        if r == 1 {
+            cfg.ibv_buffers = 8;
+        }
+    };
+    for (var, tweak) in [
+        ("SPLITRT_IBV_BUFFER_SIZE", size),
+        ("SPLITRT_IBV_BUFFERS", count),
+    ] {
+        for (r, e) in start_errors(2, 15, tweak).into_iter().enumerate() {
             let e = e.unwrap_or_else(|| panic!("{var}: rank {r} started"));
             assert!(
                 e.contains(var) && e.contains("rank 0") && e.contains("rank 1"),
