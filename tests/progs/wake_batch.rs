@@ -141,12 +141,18 @@ fn run(keep: &mut Option<Endpoint>) -> splitrt::Result<()> {
         d.store(true, Ordering::Release)
     })?;
     let job = JobInfo::from_env()?;
-    let mut config = Config::from_env()?;
-    if job.rank == 1 {
-        // its send check lets through a Long past rank 0's segment end
-        config.segment_size *= 2;
-    }
+    let config = Config::from_env()?;
     let ep = b.attach_with(job, config)?;
+    if ep.rank() == 1 {
+        // its send check lets through a Long past rank 0's segment end
+        // (every rank runs with the same segment size)
+        match ep.raw_fabric_for_tests() {
+            splitrt::runtime::fabric::AnyFabric::Udp(u) => {
+                u.let_longs_pass_the_segment_end_for_tests(1 << 20)
+            }
+            _ => return Err(Error::usage("t_wake_batch runs over UDP")),
+        }
+    }
     *keep = Some(ep.clone());
     if ep.size() != 2 {
         return Err(Error::usage("t_wake_batch runs on 2 ranks"));
@@ -321,7 +327,7 @@ fn received(ep: &Endpoint) -> Option<u64> {
 /// Rank 1: a Long into rank 0's segment past its end, as a broken peer
 /// could send it (only the test-doubles build reaches the raw fabric).
 fn malformed_to_0(ep: &Endpoint) -> splitrt::Result<()> {
-    let past_end = (ep.config().segment_size / 2) as u64;
+    let past_end = ep.config().segment_size as u64;
     let pkt = Packet {
         tag: 0,
         words: &[],

@@ -263,6 +263,8 @@ impl PendingUdp {
             max_medium: cfg.max_medium,
             max_body,
             segment_len: cfg.segment_size,
+            #[cfg(feature = "test-doubles")]
+            send_past_end: std::sync::atomic::AtomicU64::new(0),
         })
     }
 }
@@ -395,6 +397,12 @@ pub struct UdpFabric {
     /// Largest datagram body (the datagram size less header and tag).
     max_body: usize,
     segment_len: usize,
+    /// **Test double**: bytes past the end of the segment this rank's send
+    /// check lets a Long reach (0 unless set by
+    /// [`let_longs_pass_the_segment_end_for_tests`](Self::let_longs_pass_the_segment_end_for_tests)):
+    /// a broken peer's Long, for tests of the receiver's refusal.
+    #[cfg(feature = "test-doubles")]
+    send_past_end: std::sync::atomic::AtomicU64,
 }
 
 impl Core {
@@ -751,6 +759,31 @@ impl UdpFabric {
         }
     }
 
+    /// **Test double**: let this rank's Longs reach `bytes` past the end
+    /// of the segment (its send check, not the receiver's), as a broken
+    /// peer's would; every rank runs with the same segment size, so a
+    /// test that needs such a Long has no other way to send one.
+    #[cfg(feature = "test-doubles")]
+    pub fn let_longs_pass_the_segment_end_for_tests(&self, bytes: u64) {
+        self.send_past_end
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Bytes past the segment's end the send check allows (0 but under the
+    /// test double above).
+    #[inline(always)]
+    fn send_past_end(&self) -> u64 {
+        #[cfg(feature = "test-doubles")]
+        {
+            self.send_past_end
+                .load(std::sync::atomic::Ordering::Relaxed)
+        }
+        #[cfg(not(feature = "test-doubles"))]
+        {
+            0
+        }
+    }
+
     fn check_send(&self, peer: usize, m: &SrcMsg<'_>) -> Result<()> {
         let err = |e: Error| Err(e.at_rank(self.rank).with_peer(peer));
         if peer >= self.size || self.net.addrs[peer].is_none() {
@@ -771,7 +804,7 @@ impl UdpFabric {
             Some(off)
                 if off
                     .checked_add(len as u64)
-                    .is_none_or(|e| e > self.segment_len as u64)
+                    .is_none_or(|e| e > self.segment_len as u64 + self.send_past_end())
                     || len > u32::MAX as usize =>
             {
                 return err(Error::new(ErrorKind::OutOfBounds {
