@@ -183,14 +183,25 @@ fn ranks_disagreeing_on_the_ibverbs_buffers_are_refused_at_start() {
             cfg.ibv_buffers = 8;
         }
     };
-    for (var, tweak) in [
-        ("SPLITRT_IBV_BUFFER_SIZE", size),
-        ("SPLITRT_IBV_BUFFERS", count),
+    // the exact sentence (review of session 14: a rank's own validation
+    // error relayed to the others also names the variable and both ranks)
+    for (var, tweak, want) in [
+        (
+            "SPLITRT_IBV_BUFFER_SIZE",
+            size,
+            "rank 0 runs with SPLITRT_IBV_BUFFER_SIZE=8192, rank 1 with \
+             SPLITRT_IBV_BUFFER_SIZE=4096",
+        ),
+        (
+            "SPLITRT_IBV_BUFFERS",
+            count,
+            "rank 0 runs with SPLITRT_IBV_BUFFERS=16, rank 1 with SPLITRT_IBV_BUFFERS=8",
+        ),
     ] {
         for (r, e) in start_errors(2, 15, tweak).into_iter().enumerate() {
             let e = e.unwrap_or_else(|| panic!("{var}: rank {r} started"));
             assert!(
-                e.contains(var) && e.contains("rank 0") && e.contains("rank 1"),
+                e.contains(want) && e.contains("same value of this setting"),
                 "{var}: rank {r}: {e}"
             );
         }

@@ -24,12 +24,14 @@ pub enum Payload<'a> {
     },
     /// A Medium message whose bytes lie in this rank's segment, copied
     /// from there by raw copies, with no `&[u8]` over segment memory in
-    /// between (see [`SegmentBytes`]). Over UDP the fabric reads them as
-    /// it frames the datagrams (on each try, so a send that waits for
-    /// room sends the bytes as they are at the try that goes out); off
-    /// UDP the AM layer copies them once, before the first try, and sends
-    /// that copy (the bytes as they were at the call). The handler
-    /// receives an ordinary Medium.
+    /// between (see [`SegmentBytes`]). Over UDP the fabric reads each
+    /// piece as it frames it (on each try, so a send that waits for room
+    /// sends the bytes as they are at the try that goes out, and a message
+    /// the window cuts, whose rest waits while handlers run, may mix bytes
+    /// from before and after what those handlers or a Long deposit wrote
+    /// meanwhile); off UDP the AM layer copies them once, before the first
+    /// try, and sends that copy (the bytes as they were at the call). The
+    /// handler receives an ordinary Medium.
     FromSegment(SegmentBytes<'a>),
 }
 

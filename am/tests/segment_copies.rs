@@ -1,14 +1,16 @@
 //! Review of h14-bounce, finding 2: a Medium sent from this rank's segment
 //! (`Payload::FromSegment`) over a fabric that frames no segment source
 //! itself (shm) is copied once per send, however many tries back-pressure
-//! costs (it was copied again on every retry).
+//! costs (it was copied again on every retry), and carries the bytes as
+//! they were at the call even when a handler run while it waits overwrites
+//! them (review of session 14).
 //!
 //! One test in this file: a 1-rank job on shared memory (a process joins
 //! one job once).
 
 use splitrt_am::{EndpointBuilder, Kind, Payload};
 use splitrt_runtime::fabric::{bounce_copies, SegmentBytes};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 #[test]
@@ -18,12 +20,33 @@ fn rvbounce2_a_blocked_segment_send_copies_once() {
     // frames segment sources itself, UDP, makes no copy to count)
     std::env::set_var(splitrt_runtime::config::ENV_FABRIC, "shm");
     let got = Arc::new(AtomicU64::new(0));
+    let bad = Arc::new(AtomicU64::new(0));
+    // the segment's base and the payload's length, for the handler that
+    // overwrites the source bytes (set once attached)
+    let base = Arc::new(AtomicPtr::new(std::ptr::null_mut::<u8>()));
+    let want = Arc::new(AtomicUsize::new(0));
     let mut b = EndpointBuilder::new();
-    let g = got.clone();
+    let (g, bd, bs, w) = (got.clone(), bad.clone(), base.clone(), want.clone());
     let sink = b
         .request("sink", Kind::Medium, 0, move |_tok, m| {
-            assert!(m.payload().iter().all(|&x| x == 0x5a));
-            g.fetch_add(1, Ordering::AcqRel);
+            let p = m.payload();
+            let n = w.load(Ordering::Acquire);
+            if p.len() != n || !p.iter().all(|&x| x == 0x5a) {
+                bd.fetch_add(1, Ordering::AcqRel);
+            }
+            if g.fetch_add(1, Ordering::AcqRel) == 0 {
+                // The first handler to run overwrites the source bytes
+                // while the blocked send below still waits for room: off
+                // UDP that send carries the bytes as they were at the call
+                // (its one copy), so every delivery must still read 0x5a.
+                let at = bs.load(Ordering::Acquire);
+                // SAFETY: `at` is this rank's segment base, mapped while
+                // the endpoint lives (it runs this handler); the job has
+                // one thread and `n` is inside the segment (checked when
+                // the sends below were built); no reference to these bytes
+                // is held anywhere.
+                unsafe { std::ptr::write_bytes(at, 0, n) };
+            }
         })
         .expect("register");
     let ep = b.attach().expect("attach");
@@ -31,6 +54,8 @@ fn rvbounce2_a_blocked_segment_send_copies_once() {
     let len = ep.max_medium(0).expect("max").min(2000);
     ep.write_segment(0, &vec![0x5a; len]).expect("fill");
     let seg = ep.rma().local_segment();
+    base.store(seg.base(), Ordering::Release);
+    want.store(len, Ordering::Release);
     // SAFETY: `ep` keeps its segment mapped for the whole test; nothing
     // holds a `&mut` to these bytes.
     let src = unsafe { SegmentBytes::new(seg, 0, len) }.expect("inside");
@@ -70,5 +95,10 @@ fn rvbounce2_a_blocked_segment_send_copies_once() {
         );
         ep.poll().expect("poll");
     }
+    assert_eq!(
+        bad.load(Ordering::Acquire),
+        0,
+        "a delivery of the wrong length or of bytes written after its call"
+    );
     ep.finish().expect("finish");
 }

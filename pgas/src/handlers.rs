@@ -249,9 +249,10 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         // The reply's bytes are copied by the fabric straight out of the
         // segment into its datagrams (over UDP; the other fabrics copy them
         // into a buffer first) by a raw copy: no reference over segment
-        // bytes other threads and peers may write meanwhile (a racing put
-        // tears the data, as any get racing a put does, the same non-atomic
-        // copy as a native get's).
+        // bytes other threads and peers may write meanwhile (a peer's racing
+        // put tears the data, as any get racing a put does; another thread's
+        // is the data race a native get's non-atomic copy also accepts,
+        // docs/safety.md "What remains outside the reference model").
         let payload = if ok {
             // SAFETY: the segment was taken from the endpoint that runs
             // this handler, which keeps it mapped while the handler (and

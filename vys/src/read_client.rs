@@ -150,6 +150,42 @@ enum Asking {
     Answered,
 }
 
+/// What the wait for the RDMA offer at connect came to: `None` to go on
+/// (RDMA answered or never asked; a queue pair that never left is given up
+/// and the session reads through the read server), else the error for the
+/// caller, naming why: the session failed meanwhile (the server dead or
+/// its answer malformed: `failed`), the queue pair could not be sent whole
+/// (the server may yet make a queue pair this side would never use, and
+/// reads behind a part of one would be misparsed: give the session up and
+/// let the caller retry), or no offer came within `wait`.
+fn offer_outcome(
+    rdma: &Asking,
+    failed: Option<&str>,
+    addr: impl std::fmt::Display,
+    wait: Duration,
+) -> Option<io::Error> {
+    if let (Some(why), Asking::Send(..) | Asking::Sent) = (failed, rdma) {
+        return Some(io::Error::other(format!(
+            "the session with the vys read server at {addr} failed while it asked for RDMA \
+             reads: {why}"
+        )));
+    }
+    match rdma {
+        Asking::Send(_, 0) | Asking::No | Asking::Answered => None,
+        Asking::Send(..) => Some(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "the queue pair for RDMA reads could not be sent whole to the vys read server at \
+                 {addr} within {wait:?} (its window stayed shut)"
+            ),
+        )),
+        Asking::Sent => Some(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("the vys read server at {addr} offered no RDMA reads within {wait:?}"),
+        )),
+    }
+}
+
 /// The largest UDP payload the route of the connected `sock` to `addr`
 /// carries unfragmented, if the kernel knows its MTU (`IP_MTU`,
 /// `IPV6_MTU`: the interface's, or the path's once learned).
@@ -392,30 +428,12 @@ impl RemoteRing {
             unsafe { libc::poll(&mut p, 1, ms) };
             ring.progress(&mut done);
         }
-        match ring.rdma {
+        if let Some(e) = offer_outcome(&ring.rdma, ring.failed.as_deref(), addr, wait) {
+            return Err(e);
+        }
+        if let Asking::Send(_, 0) = ring.rdma {
             // the queue pair never left: read through the session
-            Asking::Send(_, 0) => ring.rdma = Asking::No,
-            // the server may yet make a queue pair for it, which this side
-            // would never use: give the session up (its queue pair goes
-            // with it when its keepalives stop) and let the caller retry;
-            // so too if part of it left (reads behind the part would be
-            // misparsed)
-            Asking::Send(..) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "the queue pair for RDMA reads could not be sent whole to the vys \
-                         read server at {addr} within {wait:?} (its window stayed shut)"
-                    ),
-                ))
-            }
-            Asking::Sent => {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!("the vys read server at {addr} offered no RDMA reads within {wait:?}"),
-                ))
-            }
-            Asking::No | Asking::Answered => {}
+            ring.rdma = Asking::No;
         }
         Ok(ring)
     }

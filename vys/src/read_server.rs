@@ -52,7 +52,7 @@ pub const MAX_SESSIONS: usize = 64;
 pub const MAX_READ_THREADS: usize = 16;
 /// The largest request payload reassembled: a control message's or a
 /// full `READV`'s.
-const MAX_REQUEST: usize = if read_batch::MAX_PAYLOAD > MAX_CONTROL {
+pub(crate) const MAX_REQUEST: usize = if read_batch::MAX_PAYLOAD > MAX_CONTROL {
     read_batch::MAX_PAYLOAD
 } else {
     MAX_CONTROL

@@ -57,18 +57,22 @@ pub(crate) fn carry(now: u64, from: &mut Proto, to: &mut Proto) {
 }
 
 /// Reassemble what `p` has ready on `stream` (from rank `src`), deposits
-/// into `seg`, appending each message to `got`; the first malformed body
-/// is the error (the message half done when another starts, say).
+/// into `seg`, appending each message to `got`, with inline payloads of at
+/// most `max_inline` bytes (the receiving end's own limit: the consumer's
+/// `MAX_CONTROL`, the server's `MAX_REQUEST`, so a message over the real
+/// limit fails here as it would there); the first malformed body is the
+/// error (the message half done when another starts, say).
 pub(crate) fn receive(
     p: &mut Proto,
     stream: usize,
+    max_inline: usize,
     reasm: &mut Reassembler,
     seg: &mut Vec<u8>,
     got: &mut Vec<Got>,
 ) -> Result<(), String> {
     while let Some((src, d)) = p.next_ready(stream) {
         let body = &d[HEADER..d.len() - TAG];
-        let r = reasm.feed(src as usize, body, 1 << 20, seg, &mut |m| {
+        let r = reasm.feed(src as usize, body, max_inline, seg, &mut |m| {
             got.push(Got {
                 tag: m.tag,
                 words: m.words.to_vec(),

@@ -344,9 +344,11 @@ pub trait Fabric: Send + Sync {
     /// reaches `peer` in one piece and is delivered where it arrived
     /// (no reassembly copy at the receiver). Never above
     /// [`max_inline`](Self::max_inline). The default is `max_inline`
-    /// itself, exact only for a fabric that never splits a Medium; shm,
-    /// which keeps it though its shared queue splits into cells, reports
-    /// more than arrives in one piece, so it is a bound to size by, not a
+    /// itself, exact only for a fabric that never splits a Medium; shm
+    /// keeps it though its shared queue splits a Medium into cells (and
+    /// its rings do too for a Medium larger than a cell when
+    /// `SPLITRT_MEDIUM_SLOTS=0` leaves no landing zone), so there it
+    /// reports more than arrives in one piece: a bound to size by, not a
     /// promise. The UDP fabric overrides it (one datagram body), and so
     /// does ibverbs (one receive buffer less its header). A layer that
     /// moves a large transfer as several Mediums sizes them by this

@@ -74,7 +74,14 @@ fn run(r: &mut RemoteRing, server: &mut Proto) -> (Vec<Got>, Result<(), String>)
         r.send_requests(now);
         assert_eq!(r.failed, None);
         carry(now, &mut r.proto, server);
-        if let Err(e) = receive(server, 0, &mut reasm, &mut seg, &mut got) {
+        if let Err(e) = receive(
+            server,
+            0,
+            crate::read_server::MAX_REQUEST,
+            &mut reasm,
+            &mut seg,
+            &mut got,
+        ) {
             return (got, Err(e));
         }
         carry(now, server, &mut r.proto);
@@ -181,4 +188,36 @@ fn a_queue_pair_waits_for_the_readv_the_window_cut() {
     assert_eq!(got.iter().filter(|g| g.tag == T_RDMA).count(), 1);
     assert_eq!(requests(&got[..at]), want[..17]);
     assert_eq!(requests(&got[at + 1..]), want[17..]);
+}
+
+/// Review of session 14: the connect's wait for the RDMA offer names why
+/// it ended. A session that failed meanwhile (the server dead, or its
+/// answer malformed) says so with the cause, whether the queue pair was
+/// cut or whole; before, a cut queue pair always blamed a shut window and
+/// an unsent one returned a session that had already failed.
+#[test]
+fn the_offer_wait_names_a_failed_session() {
+    let wait = Duration::from_secs(2);
+    let at = "127.0.0.1:9";
+    for rdma in [Asking::Send(qp(), 7), Asking::Send(qp(), 0), Asking::Sent] {
+        let e = offer_outcome(&rdma, Some("the read server stopped answering"), at, wait)
+            .expect("a failed session is an error");
+        let e = e.to_string();
+        assert!(e.contains("the read server stopped answering"), "{e}");
+        assert!(e.contains(at) && !e.contains("window"), "{e}");
+    }
+    // without a failure: the cut queue pair and the missing offer are
+    // named as before, and an unsent or answered one goes on
+    let e = offer_outcome(&Asking::Send(qp(), 7), None, at, wait).expect("cut");
+    assert!(e.to_string().contains("could not be sent whole"), "{e}");
+    let e = offer_outcome(&Asking::Sent, None, at, wait).expect("no offer");
+    assert!(e.to_string().contains("offered no RDMA reads"), "{e}");
+    for rdma in [Asking::Send(qp(), 0), Asking::No, Asking::Answered] {
+        assert!(offer_outcome(&rdma, None, at, wait).is_none());
+    }
+    // a failure once RDMA was answered or never asked is the reads' to
+    // report (every read fails with it)
+    for rdma in [Asking::No, Asking::Answered] {
+        assert!(offer_outcome(&rdma, Some("x"), at, wait).is_none());
+    }
 }

@@ -79,7 +79,14 @@ fn run(s: &mut Session, c: &mut Proto) -> (Vec<Got>, Vec<u8>, Result<(), String>
         now += 1_000_000;
         assert!(!send_stream(s, now, &mut spare), "the consumer is alive");
         carry(now, &mut s.proto, c);
-        if let Err(e) = receive(c, 1, &mut reasm, &mut seg, &mut got) {
+        if let Err(e) = receive(
+            c,
+            1,
+            crate::read_proto::MAX_CONTROL,
+            &mut reasm,
+            &mut seg,
+            &mut got,
+        ) {
             return (got, seg, Err(e));
         }
         carry(now, c, &mut s.proto);

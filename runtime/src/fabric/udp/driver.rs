@@ -802,10 +802,9 @@ impl UdpFabric {
         let len = m.payload.len();
         match m.deposit {
             Some(off)
-                if off
-                    .checked_add(len as u64)
-                    .is_none_or(|e| e > self.segment_len as u64 + self.send_past_end())
-                    || len > u32::MAX as usize =>
+                if off.checked_add(len as u64).is_none_or(|e| {
+                    e > (self.segment_len as u64).saturating_add(self.send_past_end())
+                }) || len > u32::MAX as usize =>
             {
                 return err(Error::new(ErrorKind::OutOfBounds {
                     offset: off,
@@ -1306,6 +1305,48 @@ mod frames_segment_sources_tests {
         let hybrid = AnyFabric::Hybrid(Hybrid::new(shm_alone("h", 2), h0));
         assert!(!hybrid.frames_segment_sources(0), "rank 0: this host's");
         assert!(hybrid.frames_segment_sources(1), "rank 1: over UDP");
+    }
+
+    /// Review of session 14: a hybrid sends a segment source to a rank of
+    /// its host through shared memory and to any other over UDP (the
+    /// routing of `try_send_segment_why`, which no other unit test
+    /// reaches: swapping its two branches failed nothing before).
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets and a file in /dev/shm (FFI)")]
+    fn a_hybrid_routes_segment_sources_by_peer() {
+        use crate::fabric::{SegmentBytes, SegmentRef};
+        let (h0, h1, _) = super::tests::loopback_pair(4096, true);
+        let hybrid = AnyFabric::Hybrid(Hybrid::new(shm_alone("r", 2), h0));
+        let mut seg: Vec<u8> = (0..64u8).collect();
+        // SAFETY: `seg` outlives `r` and `src` (locals of this test) and
+        // is only read (by the sends) while they live.
+        let r = unsafe { SegmentRef::new(seg.as_mut_ptr(), seg.len()) };
+        // SAFETY: as above.
+        let src = unsafe { SegmentBytes::new(r, 8, 16) }.expect("inside");
+        let mut none = |_| -> Result<()> { Ok(()) };
+        for peer in [1u64, 0] {
+            let sent = hybrid
+                .try_send_segment_why(peer as usize, Channel::Request, 9, &[peer], src, &mut none)
+                .unwrap();
+            assert_eq!(sent, Ok(()), "to rank {peer}");
+        }
+        let (mut over_udp, mut over_shm) = (Vec::new(), Vec::new());
+        let t0 = Instant::now();
+        while (over_udp.is_empty() || over_shm.is_empty()) && t0.elapsed() < Duration::from_secs(10)
+        {
+            h1.poll(Channel::Request, &mut |d| {
+                over_udp.push((d.words.to_vec(), d.payload.to_vec()))
+            })
+            .unwrap();
+            hybrid
+                .poll(Channel::Request, &mut |d| {
+                    over_shm.push((d.words.to_vec(), d.payload.to_vec()))
+                })
+                .unwrap();
+        }
+        let want = seg[8..24].to_vec();
+        assert_eq!(over_udp, [(vec![1], want.clone())], "rank 1 over UDP");
+        assert_eq!(over_shm, [(vec![0], want)], "rank 0 (its host) over shm");
     }
 }
 
