@@ -14,21 +14,21 @@
 /// The number of ranks on a host from which `SPLITRT_SHM_QUEUE=auto` (the
 /// default) chooses the shared receive queue; below it the per-pair
 /// rings. Why 16 (docs/scale.md, "Shared memory in O(k)" and "Session
-/// 15: auto"):
+/// 15: auto", release builds on this 2-core machine):
 ///
 /// * Below it the rings are faster per message (2 ranks: the shared
 ///   queue's AM Short rows are 1.05-1.14x the rings', its flood round trip
-///   1.4-1.5x) and their memory is small in absolute terms: at 16 ranks a
-///   rank's rings take 184 KiB of `/dev/shm` after one Short to every
-///   rank against the queue's 528 KiB (populated at start), and NPB IS
-///   class S (all-to-all) peaks at 10 MiB for the whole host against
-///   7 MiB.
+///   1.4-1.5x) and what they take is small whatever the traffic: after
+///   one Short to every rank, 0.18 MiB of `/dev/shm` a rank at 16 ranks
+///   against the queue's 0.52 (its queues are populated at start); under
+///   NPB IS class S (all-to-all) the rings take more than the queue from
+///   about 8 ranks on (8: 3.0-6.4 MiB for the host against 4.3-4.7; 15:
+///   18-21 MiB against 8), but tens of MiB at most.
 /// * From there up the rings' growth with the square of the host's ranks
 ///   dominates: a rank's file holds up to 776 KiB of rings and landing
-///   zones per sender (the queue: 528 KiB whatever the ranks), so at 64
-///   ranks NPB IS class S peaks at 388 MiB of `/dev/shm` with the rings
-///   against 36 MiB with the queue, and one Short to every rank leaves
-///   767 KiB a rank against 528.
+///   zones per sender (the queue: 528 KiB whatever the ranks), so NPB IS
+///   class S peaks at 22-24 MiB of `/dev/shm` with the rings against
+///   9 MiB at 16 ranks, and 388 MiB against 36 MiB at 64.
 pub const SHARED_QUEUE_FROM: usize = 16;
 
 /// The `SPLITRT_SHM_QUEUE` setting: a receive queue forced, or chosen
