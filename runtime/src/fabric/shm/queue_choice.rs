@@ -2,7 +2,7 @@
 //! the per-pair rings (`pairs`, a ring per sender and channel in every
 //! rank's file), the shared receive queue (`shared`, one queue per rank
 //! and channel that every sender of the host writes into, see
-//! [`mpq`](super::mpq)), or `auto`, the default: the rings below
+//! `fabric/shm/mpq.rs`), or `auto`, the default: the rings below
 //! [`SHARED_QUEUE_FROM`] ranks on the host, the shared queue from there
 //! up. The choice is a function of the setting and of the number of
 //! ranks the shared-memory fabric connects on the host, which every rank
