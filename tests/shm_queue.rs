@@ -78,3 +78,59 @@ fn shmq_stress_floods() {
     stress(8, "150", "1", "2", "512");
     stress(3, "200", "3", "4", "512");
 }
+
+/// With nothing set (`SPLITRT_SHM_QUEUE=auto`, the default) a host of 16
+/// ranks runs on the shared receive queue: every rank of a 16-rank
+/// `t_scale` job (one Short to every other rank) reports the queue its
+/// fabric chose, and its own file is the shared queue's size (the same
+/// whatever the ranks), not the rings' (a ring per sender and channel).
+#[test]
+fn shmq_auto_runs_16_ranks_on_the_shared_queue() {
+    use splitrt::runtime::fabric::shm::layout::{medium_slots_for, Layout};
+    let n = splitrt::runtime::fabric::shm::queue_choice::SHARED_QUEUE_FROM;
+    let (seg, cell, len, medium) = (1usize << 20, 4096, 64, 65536);
+    let shared_kb = Layout::shared(cell, len, seg, medium).unwrap().total / 1024;
+    let pairs_kb = Layout::new(n, cell, len, seg, medium, medium_slots_for(n, medium))
+        .unwrap()
+        .total
+        / 1024;
+    assert_ne!(shared_kb, pairs_kb);
+    let _lock = job_lock();
+    let mut c = launch(
+        n,
+        &example("t_scale"),
+        &[],
+        &[("SPLITRT_SEGMENT_SIZE", "1M")],
+        120,
+    );
+    // nothing set: not this test process's setting either
+    for v in [
+        "SPLITRT_SHM_QUEUE",
+        "SPLITRT_CELL_SIZE",
+        "SPLITRT_RING_LEN",
+        "SPLITRT_MAX_MEDIUM",
+        "SPLITRT_MEDIUM_SLOTS",
+    ] {
+        c.env_remove(v);
+    }
+    let r = finish(
+        c.spawn().expect("spawn splitrt-run"),
+        std::time::Duration::from_secs(150),
+    );
+    r.ok();
+    let lines: Vec<&str> = r
+        .stdout
+        .lines()
+        .filter(|l| l.contains("scale rank "))
+        .collect();
+    assert_eq!(lines.len(), n, "every rank reports: {}", r.stdout);
+    for l in lines {
+        assert!(l.ends_with(" queue shared"), "{l}");
+        let kb: usize = l
+            .split(" shm_file_kb ")
+            .nth(1)
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no shm_file_kb: {l}"));
+        assert_eq!(kb, shared_kb, "{l}");
+    }
+}

@@ -1369,6 +1369,13 @@ impl Endpoint {
         self.inner.fabric_ref().udp().map(|u| u.stats())
     }
 
+    /// The receive queue of this rank's host over shared memory
+    /// (`SPLITRT_SHM_QUEUE`, with `auto` as chosen for the host's number
+    /// of ranks), if this rank uses the shared-memory fabric (for reports).
+    pub fn shm_queue(&self) -> Option<splitrt_runtime::fabric::shm::queue_choice::QueueKind> {
+        self.inner.fabric_ref().shm().map(|s| s.queue())
+    }
+
     /// Whether another rank of the job failed (one load, for polling
     /// loops; [`failure`](Self::failure) makes the error).
     #[inline]

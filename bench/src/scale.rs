@@ -13,8 +13,10 @@
 //! the facade's launcher and example beside this executable: `cargo build
 //! --release -p splitrt --bin splitrt-run --example t_scale` (`t_scale` is
 //! an example of the root package `splitrt`, not of this crate).
-//! `SPLITRT_SHM_QUEUE=shared` in its environment measures the shared
-//! receive queue (named in the header line).
+//! `SPLITRT_SHM_QUEUE=pairs|shared` in its environment forces a receive
+//! queue; unset it is `auto` (the rings below 16 ranks on the host, the
+//! shared queue from 16): the header names the setting, and each row the
+//! queue its job's ranks reported they ran on (`auto: shared`).
 
 use crate::harness::run::{wrote, Run};
 use std::path::PathBuf;
@@ -36,6 +38,22 @@ fn fields(line: &str) -> Option<Vec<(&str, u64)>> {
 fn median(mut v: Vec<u64>) -> u64 {
     v.sort_unstable();
     v.get(v.len() / 2).copied().unwrap_or(0)
+}
+
+/// The receive queue every rank of a job reported (`queue Q` at the end of
+/// its line), or `mixed` / `?` if they differ or none said.
+fn queue_of(stdout: &str) -> String {
+    let mut seen: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("scale rank "))
+        .filter_map(|l| l.split(" queue ").nth(1)?.split_whitespace().next())
+        .collect();
+    seen.dedup();
+    match seen[..] {
+        [q] => q.to_string(),
+        [] => "?".into(),
+        _ => "mixed".into(),
+    }
 }
 
 /// Run `t_scale` at each of `ranks` (comma-separated) on this host.
@@ -63,9 +81,10 @@ pub fn run(r: &Run, ranks: &str) -> Result<(), String> {
                 .map_err(|_| format!("bad rank count {s:?}"))
         })
         .collect::<Result<_, _>>()?;
-    // SPLITRT_SHM_QUEUE=shared|pairs reaches the jobs through the
-    // environment; the header says which was measured
-    let queue = std::env::var("SPLITRT_SHM_QUEUE").unwrap_or_else(|_| "pairs".into());
+    // SPLITRT_SHM_QUEUE reaches the jobs through the environment (unset:
+    // auto); the header says which was set, each row what the ranks chose
+    let queue = std::env::var("SPLITRT_SHM_QUEUE").unwrap_or_else(|_| "auto".into());
+    let queue = queue.trim().to_string();
     let mut text = format!(
         "splitrt-bench scale (one host; SPLITRT_SHM_QUEUE={queue}; load average before: {})\n\
          RSS: pages a rank has mapped, a shared page counted in every rank that touched it; \
@@ -73,9 +92,10 @@ pub fn run(r: &Run, ranks: &str) -> Result<(), String> {
          at the end (every rank alive), MiB, RSS the max over ranks, PSS their mean (the ranks' \
          mapped total over the ranks); (peers): the part in the other ranks' shared-memory files; \
          anon: private memory (heap, stacks), PTE: page tables, max over ranks\n\
-         {:>6} {:>14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>14} {:>16} {:>4} {:>7} {:>15} {:>8}\n",
+         {:>6} {:>14} {:>14} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>14} {:>16} {:>4} {:>7} {:>15} {:>8}\n",
         r.load_before(),
         "ranks",
+        "queue",
         "peak RSS/rank",
         "RSS",
         "(peers)",
@@ -125,8 +145,9 @@ pub fn run(r: &Run, ranks: &str) -> Result<(), String> {
         };
         let mib = |kb: u64| kb as f64 / 1024.0;
         let line = format!(
-            "{:>6} {:>10.1} MiB {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>10.1} MiB {:>12.2} MiB {:>4} {:>7} {:>7}/{:>5} ms {:>6.2} s\n",
+            "{:>6} {:>14} {:>10.1} MiB {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>10.1} MiB {:>12.2} MiB {:>4} {:>7} {:>7}/{:>5} ms {:>6.2} s\n",
             n,
+            format!("{queue}: {}", queue_of(&stdout)),
             mib(max("hwm_kb")),
             mib(max("rss_kb")),
             mib(max("peer_rss_kb")),
@@ -149,4 +170,28 @@ pub fn run(r: &Run, ranks: &str) -> Result<(), String> {
     std::fs::write(&path, &text).map_err(|e| format!("writing {}: {e}", path.display()))?;
     println!("{}", wrote(&[&path]));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row names the queue its ranks reported, `mixed` if they differ
+    /// and `?` if none did (a `t_scale` of before the `queue` field).
+    #[test]
+    fn a_row_names_the_queue_its_ranks_ran_on() {
+        let line = |r: usize, q: &str| {
+            format!("[{r}] scale rank {r} size 2 host h start_ms 9 shm_file_kb 1552 queue {q}\n")
+        };
+        assert_eq!(
+            queue_of(&(line(0, "shared") + &line(1, "shared"))),
+            "shared"
+        );
+        assert_eq!(queue_of(&(line(0, "pairs") + &line(1, "shared"))), "mixed");
+        assert_eq!(queue_of("[0] scale rank 0 size 1 host h start_ms 9\n"), "?");
+        // the numeric fields still parse around it
+        let l = line(1, "pairs");
+        let f = fields(&l).unwrap();
+        assert!(f.contains(&("shm_file_kb", 1552)), "{f:?}");
+    }
 }

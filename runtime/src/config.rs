@@ -117,7 +117,7 @@ pub const ALL_VARS: &[(&str, &str)] = &[
     ),
     (
         ENV_SHM_QUEUE,
-        "pairs: a shm ring per sender and channel in every rank's file (memory grows with the square of a host's ranks); shared: one queue of SPLITRT_RING_LEN cells per rank and channel shared by every sender, no landing zones (large Mediums stream) (default pairs)",
+        "auto: pairs on a node of fewer than 16 ranks, shared from 16; pairs: a shm ring per sender and channel in every rank's file (memory grows with the square of a node's ranks); shared: one queue of SPLITRT_RING_LEN cells per rank and channel shared by every sender, no landing zones (large Mediums stream) (default auto)",
     ),
     (
         ENV_FABRIC,
@@ -281,9 +281,11 @@ pub struct Config {
     /// of the Medium maximum; `None`: as many as fit a per-rank budget
     /// ([`medium_slots_for`](crate::fabric::shm::layout::medium_slots_for)).
     pub medium_slots: Option<usize>,
-    /// One shared receive queue per rank and channel instead of a ring
-    /// per sender ([`ENV_SHM_QUEUE`]` = shared`).
-    pub shm_shared_queue: bool,
+    /// The shared-memory receive queue ([`ENV_SHM_QUEUE`]): a ring per
+    /// sender, one queue per rank and channel shared by every sender, or
+    /// (`auto`, the default) one of them chosen per host by its number of
+    /// ranks ([`ShmQueue::choose`](crate::fabric::shm::queue_choice::ShmQueue::choose)).
+    pub shm_queue: crate::fabric::shm::queue_choice::ShmQueue,
     /// How long bootstrap waits for every rank.
     pub bootstrap_timeout: Duration,
     /// The fabric.
@@ -347,7 +349,7 @@ impl Default for Config {
             ring_len: 64,
             max_medium: 64 << 10,
             medium_slots: None,
-            shm_shared_queue: false,
+            shm_queue: crate::fabric::shm::queue_choice::ShmQueue::Auto,
             bootstrap_timeout: Duration::from_secs(30),
             fabric: FabricKind::Auto,
             spin: Duration::from_micros(20),
@@ -507,15 +509,13 @@ impl Config {
             };
         }
         if let Some(v) = get(ENV_SHM_QUEUE) {
-            c.shm_shared_queue = match v.trim() {
-                "shared" => true,
-                "pairs" => false,
-                other => {
-                    return Err(Error::config(format!(
-                        "{ENV_SHM_QUEUE}={other:?}: expected shared or pairs"
-                    )))
-                }
-            };
+            c.shm_queue =
+                crate::fabric::shm::queue_choice::ShmQueue::parse(&v).ok_or_else(|| {
+                    Error::config(format!(
+                        "{ENV_SHM_QUEUE}={:?}: expected auto, pairs or shared",
+                        v.trim()
+                    ))
+                })?;
         }
         c.validate()?;
         Ok(c)
@@ -596,7 +596,7 @@ impl Config {
             medium_slots: self.medium_slots,
             shm_reserve: self.shm_reserve,
             single_thread: self.single_thread,
-            shared_queue: self.shm_shared_queue,
+            queue: self.shm_queue,
         }
     }
 
@@ -831,14 +831,28 @@ mod tests {
     }
 
     #[test]
-    fn shm_queue_is_shared_or_pairs() {
+    fn shm_queue_is_auto_shared_or_pairs() {
+        use crate::fabric::shm::queue_choice::ShmQueue;
         let q = |v: &str| Config::from_lookup(|n| (n == ENV_SHM_QUEUE).then(|| v.into()));
-        assert!(q("shared").unwrap().shm_shared_queue);
-        assert!(q("shared").unwrap().shm().shared_queue);
-        assert!(!q(" pairs ").unwrap().shm_shared_queue);
-        assert!(!Config::from_lookup(|_| None).unwrap().shm_shared_queue);
-        let e = q("mpsc").unwrap_err();
-        assert!(e.to_string().contains("SPLITRT_SHM_QUEUE"), "{e}");
+        assert_eq!(q("shared").unwrap().shm_queue, ShmQueue::Shared);
+        assert_eq!(q("shared").unwrap().shm().queue, ShmQueue::Shared);
+        assert_eq!(q(" pairs ").unwrap().shm_queue, ShmQueue::Pairs);
+        assert_eq!(q("auto").unwrap().shm_queue, ShmQueue::Auto);
+        assert_eq!(q("auto").unwrap().shm().queue, ShmQueue::Auto);
+        // nothing set: auto
+        let none = Config::from_lookup(|_| None).unwrap();
+        assert_eq!(none.shm_queue, ShmQueue::Auto);
+        assert_eq!(none.shm().queue, ShmQueue::Auto);
+        assert_eq!(Config::default().shm_queue, ShmQueue::Auto);
+        for bad in ["mpsc", "", "Auto", "pair", "shared pairs"] {
+            let e = q(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("SPLITRT_SHM_QUEUE")
+                    && e.contains(&format!("{:?}", bad.trim()))
+                    && e.contains("auto, pairs or shared"),
+                "{bad:?}: {e}"
+            );
+        }
     }
 
     /// Self-review fixes (session 10).

@@ -15,7 +15,7 @@
 //! the space at start-up instead (`posix_fallocate`), and then no `SIGBUS`
 //! can happen.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Mappings watched at once (a rank maps its own file and its host peers').
@@ -36,6 +36,14 @@ static RANGES: [Range; MAX_WATCHED] = [const {
 
 /// The rank named in the message (`usize::MAX`: not known yet).
 static RANK: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// The receive queue this process's host chose (`SPLITRT_SHM_QUEUE`, with
+/// `auto` resolved), which decides the settings the message names:
+/// [`QUEUE_UNKNOWN`], [`QUEUE_PAIRS`] or [`QUEUE_SHARED`].
+static QUEUE: AtomicU8 = AtomicU8::new(QUEUE_UNKNOWN);
+const QUEUE_UNKNOWN: u8 = 0;
+const QUEUE_PAIRS: u8 = 1;
+const QUEUE_SHARED: u8 = 2;
 
 /// The disposition before ours, put back when a `SIGBUS` arrives.
 static PREVIOUS: OnceLock<Previous> = OnceLock::new();
@@ -62,6 +70,42 @@ impl Drop for Watch {
 /// Name this process's rank in the message.
 pub fn name_rank(rank: usize) {
     RANK.store(rank, Ordering::Relaxed);
+}
+
+/// Name the receive queue this process's host uses (`shared`: the shared
+/// receive queue, else the per-pair rings), chosen when its file is
+/// made: the message names the settings that size that queue's file.
+pub fn name_queue(shared: bool) {
+    QUEUE.store(
+        if shared { QUEUE_SHARED } else { QUEUE_PAIRS },
+        Ordering::Relaxed,
+    );
+}
+
+/// The message's remedies for a host of receive queue `queue`
+/// ([`QUEUE`]'s values): the settings that size its files.
+fn remedies(queue: u8) -> &'static [u8] {
+    match queue {
+        QUEUE_SHARED => {
+            b"Free space in /dev/shm, run fewer ranks per node, lower SPLITRT_SEGMENT_SIZE, \
+              SPLITRT_RING_LEN or SPLITRT_CELL_SIZE (this node's ranks use the shared receive \
+              queue: SPLITRT_SHM_QUEUE=shared, or auto with 16 or more ranks on a node), or set \
+              SPLITRT_SHM_RESERVE=1 to reserve every file's space at start-up.\n"
+        }
+        QUEUE_PAIRS => {
+            b"Free space in /dev/shm, run fewer ranks per node, lower SPLITRT_SEGMENT_SIZE, \
+              SPLITRT_RING_LEN, SPLITRT_CELL_SIZE or SPLITRT_MEDIUM_SLOTS (this node's ranks use \
+              the per-pair rings: SPLITRT_SHM_QUEUE=pairs, or auto with fewer than 16 ranks on a \
+              node; SPLITRT_SHM_QUEUE=shared keeps one receive queue per rank instead), or set \
+              SPLITRT_SHM_RESERVE=1 to reserve every file's space at start-up.\n"
+        }
+        _ => {
+            b"Free space in /dev/shm, run fewer ranks per node, lower SPLITRT_SEGMENT_SIZE, \
+              SPLITRT_RING_LEN, SPLITRT_CELL_SIZE or (with the per-pair rings) \
+              SPLITRT_MEDIUM_SLOTS, or set SPLITRT_SHM_RESERVE=1 to reserve every file's space \
+              at start-up.\n"
+        }
+    }
 }
 
 /// Watch `len` bytes at `base` (a lazily allocated shared-memory mapping).
@@ -151,11 +195,9 @@ extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mu
         say(
             b": SIGBUS writing its shared memory: /dev/shm ran out of space after start-up \
               (splitrt's files get their pages when first touched; this job's own use, or \
-              another program or job, filled /dev/shm). Free space in /dev/shm, run fewer \
-              ranks per node, lower SPLITRT_SEGMENT_SIZE, SPLITRT_RING_LEN, SPLITRT_CELL_SIZE \
-              or (with SPLITRT_SHM_QUEUE=pairs) SPLITRT_MEDIUM_SLOTS, or set SPLITRT_SHM_RESERVE=1 to reserve every file's \
-              space at start-up.\n",
+              another program or job, filled /dev/shm). ",
         );
+        say(remedies(QUEUE.load(Ordering::Relaxed)));
     }
     if let Some(p) = PREVIOUS.get() {
         // SAFETY: sigaction(2) putting back the disposition saved at
@@ -180,5 +222,35 @@ mod tests {
         assert!(watched(0x10000));
         drop(b);
         assert!(!watched(0x10000));
+    }
+
+    /// The message names the settings that size the files of the queue
+    /// this host chose: the landing zones only with the rings (which
+    /// have them), the shared queue as the remedy there.
+    #[test]
+    fn the_remedies_follow_the_chosen_queue() {
+        let text = |q| String::from_utf8_lossy(remedies(q)).into_owned();
+        let shared = text(QUEUE_SHARED);
+        assert!(
+            !shared.contains("SPLITRT_MEDIUM_SLOTS") && shared.contains("shared receive queue"),
+            "{shared}"
+        );
+        let from = crate::fabric::shm::queue_choice::SHARED_QUEUE_FROM;
+        assert!(
+            shared.contains(&format!("auto with {from} or more")),
+            "{shared}"
+        );
+        let pairs = text(QUEUE_PAIRS);
+        assert!(pairs.contains(&format!("fewer than {from}")), "{pairs}");
+        assert!(
+            pairs.contains("SPLITRT_MEDIUM_SLOTS") && pairs.contains("SPLITRT_SHM_QUEUE=shared"),
+            "{pairs}"
+        );
+        for t in [shared, pairs, text(QUEUE_UNKNOWN)] {
+            assert!(
+                t.contains("SPLITRT_SEGMENT_SIZE") && t.contains("SPLITRT_SHM_RESERVE=1"),
+                "{t}"
+            );
+        }
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! `scale rank R size N host H start_ms S fds F threads T rss_kb X hwm_kb Y
 //! shm_file_kb Z shm_used_kb U pss_kb P own_rss_kb A own_pss_kb B
-//! peer_rss_kb C peer_pss_kb D anon_kb E pte_kb F`
+//! peer_rss_kb C peer_pss_kb D anon_kb E pte_kb F queue Q`
 //!
 //! start_ms: from the process's start to the endpoint attached (10 ms
 //! resolution); fds, threads: this process's open descriptors and threads
@@ -22,7 +22,9 @@
 //! anon_kb: its private memory (`RssAnon`: heap, stacks); pte_kb: its
 //! page tables (`VmPTE`, 8 B per mapped page, shared ones included). The
 //! memory figures are read while every rank is alive (between two
-//! barriers), so PSS divides by every rank that mapped a page.
+//! barriers), so PSS divides by every rank that mapped a page. queue: the
+//! host's shared-memory receive queue (`pairs` or `shared`, as
+//! `SPLITRT_SHM_QUEUE` chose it; `none` without shared memory).
 
 use splitrt::{EndpointBuilder, Kind, Payload};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,11 +80,19 @@ fn shm_file_kb(smaps: &str, job: &str, rank: usize) -> u64 {
     let mut mine = false;
     let mut kb = 0;
     for l in smaps.lines() {
-        if let Some(path) = l.split_whitespace().nth(5) {
-            if l.split_whitespace().next().is_some_and(|a| a.contains('-')) {
-                mine = path.starts_with(&prefix) && path.ends_with(&suffix);
-                continue;
-            }
+        let mut w = l.split_whitespace();
+        // a mapping's first line (an address range, then perms, offset,
+        // device, inode and, for a file, its path); an anonymous mapping
+        // has no path and is not this file's (until h15-auto its `Size`
+        // was added to the file mapped before it: 272 KiB more at 1 to 16
+        // ranks)
+        if w.next()
+            .is_some_and(|a| a.contains('-') && !a.ends_with(':'))
+        {
+            mine = w
+                .nth(4)
+                .is_some_and(|p| p.starts_with(&prefix) && p.ends_with(&suffix));
+            continue;
         }
         if mine {
             if let Some(v) = l.strip_prefix("Size:") {
@@ -198,7 +208,8 @@ fn run() -> splitrt::Result<()> {
     // before every rank has read its own
     ep.barrier()?;
     println!(
-        "{line} pss_kb {pss} own_rss_kb {own_rss} own_pss_kb {own_pss} peer_rss_kb {peer_rss} peer_pss_kb {peer_pss} anon_kb {anon} pte_kb {pte}"
+        "{line} pss_kb {pss} own_rss_kb {own_rss} own_pss_kb {own_pss} peer_rss_kb {peer_rss} peer_pss_kb {peer_pss} anon_kb {anon} pte_kb {pte} queue {}",
+        ep.shm_queue().map_or("none", |q| q.name())
     );
     ep.finish()
 }

@@ -354,13 +354,16 @@ pub fn shm_parts(l: &Layout, max_medium: usize) -> String {
     const ENV_CELL_SIZE: &str = "SPLITRT_CELL_SIZE";
     const ENV_MEDIUM_SLOTS: &str = "SPLITRT_MEDIUM_SLOTS";
     const ENV_MAX_MEDIUM: &str = "SPLITRT_MAX_MEDIUM";
+    const ENV_SHM_QUEUE: &str = "SPLITRT_SHM_QUEUE";
+    const FROM: usize = super::queue_choice::SHARED_QUEUE_FROM;
     let mib = |b: usize| b as f64 / (1 << 20) as f64;
     if l.shared_queue {
         return format!(
             "segment {:.1} MiB ({ENV_SEGMENT_SIZE}), shared receive queues {:.1} MiB (2 \
              channels x {ENV_RING_LEN}={} cells x {ENV_CELL_SIZE}={} B: one queue per channel \
              that every rank of the node writes into, the same whatever the number of ranks; \
-             SPLITRT_SHM_QUEUE=shared, no Medium landing zones)",
+             {ENV_SHM_QUEUE}=shared, or auto on a node of {FROM} or more ranks; no Medium \
+             landing zones)",
             mib(l.segment_len),
             mib(l.rings_len()),
             l.ring_len,
@@ -371,7 +374,10 @@ pub fn shm_parts(l: &Layout, max_medium: usize) -> String {
         "segment {:.1} MiB ({ENV_SEGMENT_SIZE}), rings {:.1} MiB (2 channels x {} senders x \
          {ENV_RING_LEN}={} cells x {ENV_CELL_SIZE}={} B), Medium landing zones {:.1} MiB \
          (2 channels x {} senders x {ENV_MEDIUM_SLOTS}={} x {ENV_MAX_MEDIUM}={} B; \
-         {ENV_MEDIUM_SLOTS}=0 sends large Mediums through the rings instead)",
+         {ENV_MEDIUM_SLOTS}=0 sends large Mediums through the rings instead); per-pair rings: \
+         {ENV_SHM_QUEUE}=pairs, or auto on a node of fewer than {FROM} ranks \
+         ({ENV_SHM_QUEUE}=shared keeps one receive queue per rank, the same whatever the \
+         number of ranks)",
         mib(l.segment_len),
         mib(l.rings_len()),
         l.size,
@@ -491,6 +497,9 @@ mod tests {
                 "SPLITRT_MAX_MEDIUM=65536",
                 "SPLITRT_MEDIUM_SLOTS=0",
                 "291.4 MiB",
+                // how a node comes to have rings, and the way out of them
+                "SPLITRT_SHM_QUEUE=pairs, or auto on a node of fewer than 16 ranks",
+                "SPLITRT_SHM_QUEUE=shared keeps one receive queue per rank",
             ] {
                 assert!(e.contains(needle), "{needle}: {e}");
             }
@@ -514,7 +523,7 @@ mod tests {
                 "SPLITRT_SEGMENT_SIZE",
                 "SPLITRT_RING_LEN=64",
                 "SPLITRT_CELL_SIZE=4096",
-                "SPLITRT_SHM_QUEUE=shared",
+                "SPLITRT_SHM_QUEUE=shared, or auto on a node of 16 or more ranks",
             ] {
                 assert!(e.contains(needle), "{needle}: {e}");
             }

@@ -15,6 +15,7 @@ pub mod layout;
 mod models;
 mod mpq;
 mod owner;
+pub mod queue_choice;
 mod receive;
 mod ring;
 mod shared_rx;
@@ -27,6 +28,7 @@ use self::layout::{
 };
 use self::mpq::{QConsumer, QProducer};
 use self::owner::{Guarded, Owner};
+use self::queue_choice::{QueueKind, ShmQueue};
 use self::ring::{Consumer, Producer, Ring};
 use self::zone::ZoneAlloc;
 use super::{
@@ -58,9 +60,11 @@ pub struct ShmConfig {
     pub shm_reserve: bool,
     /// Only the connecting thread sends and polls (`SPLITRT_THREADS=single`).
     pub single_thread: bool,
-    /// One receive queue per rank and channel shared by every sender of
-    /// the host (`SPLITRT_SHM_QUEUE=shared`), instead of a ring per sender.
-    pub shared_queue: bool,
+    /// The receive queue (`SPLITRT_SHM_QUEUE`): a ring per sender, one
+    /// queue per rank and channel shared by every sender of the host, or
+    /// (`auto`) chosen by the number of the host's ranks when the file is
+    /// made ([`ShmQueue::choose`]).
+    pub queue: ShmQueue,
 }
 
 /// A rank's file, created and initialized, before the peers are known.
@@ -96,9 +100,14 @@ pub struct PendingShm {
     own: ShmFile,
     /// `SPLITRT_THREADS=single`: the connecting thread owns the rings.
     single_thread: bool,
-    /// `SPLITRT_SHM_QUEUE=shared`: the file holds one queue per channel
-    /// (laid out as the rings of a single sender), no landing zones.
+    /// The shared receive queue (`SPLITRT_SHM_QUEUE=shared`, or `auto` on
+    /// a host of [`queue_choice::SHARED_QUEUE_FROM`] ranks or more): the
+    /// file holds one queue per channel (laid out as the rings of a single
+    /// sender), no landing zones.
     shared_queue: bool,
+    /// Why this host's ranks use the queue they do, for the error that
+    /// refuses a peer of another (`ShmQueue::why`).
+    queue_why: String,
 }
 
 impl PendingShm {
@@ -118,7 +127,11 @@ impl PendingShm {
             .iter()
             .position(|&m| m == rank)
             .ok_or_else(|| Error::usage(format!("rank {rank} is not among its host's ranks")))?;
-        let layout = if cfg.shared_queue {
+        // Every rank of the host sees the same `members`, so with the
+        // same setting they all choose the same queue; one given another
+        // setting is refused in `connect` (its layout differs).
+        let kind = cfg.queue.choose(size);
+        let layout = if kind == QueueKind::Shared {
             // the two queues take the place of one sender's two rings
             Layout::shared(
                 cfg.cell_size,
@@ -144,6 +157,7 @@ impl PendingShm {
             need: layout::shm_needed(&layout, size, cfg.shm_reserve),
             short: &short,
         };
+        crate::shm_full::name_queue(kind == QueueKind::Shared);
         let own = ShmFile::create(stem, rank, layout.total, &room, cfg.shm_reserve)
             .map_err(|e| e.at_rank(rank))?;
         if me == 0 && !cfg.shm_reserve {
@@ -183,7 +197,8 @@ impl PendingShm {
             max_medium: cfg.max_medium,
             own,
             single_thread: cfg.single_thread,
-            shared_queue: cfg.shared_queue,
+            shared_queue: kind == QueueKind::Shared,
+            queue_why: cfg.queue.why(size),
         })
     }
 
@@ -199,7 +214,7 @@ impl PendingShm {
                 own.take().expect("own file used once")
             } else {
                 let f = ShmFile::open(&self.stem, peer).map_err(|e| e.at_rank(global))?;
-                check_peer(&f, peer, &self.layout, self.max_medium)
+                check_peer(&f, peer, &self.layout, self.max_medium, &self.queue_why)
                     .map_err(|e| e.at_rank(global).with_peer(peer))?;
                 f
             };
@@ -358,7 +373,17 @@ impl PendingShm {
     }
 }
 
-fn check_peer(f: &ShmFile, peer: usize, l: &Layout, max_medium: usize) -> Result<()> {
+/// Check that `f`, the file of `peer` (a rank of this host), was made by
+/// this build with this rank's layout `l` and Medium maximum; `queue_why`
+/// says why this rank uses the receive queue it does (named when the
+/// peer's file holds the other queue).
+fn check_peer(
+    f: &ShmFile,
+    peer: usize,
+    l: &Layout,
+    max_medium: usize,
+    queue_why: &str,
+) -> Result<()> {
     if f.len() < layout::HEADER_BYTES {
         return Err(Error::protocol(format!(
             "shared-memory file of rank {peer} is only {} B",
@@ -411,6 +436,32 @@ fn check_peer(f: &ShmFile, peer: usize, l: &Layout, max_medium: usize) -> Result
         h.max_medium as usize,
         h.medium_slots as usize,
     );
+    // A shared-queue file's header counts one sender (`Layout::shared`), a
+    // rings file's every rank of the host: more than one when the host
+    // has this rank and a peer (a host of one rank checks only its own
+    // file, in tests).
+    let kind = |shared| {
+        if shared {
+            QueueKind::Shared
+        } else {
+            QueueKind::Pairs
+        }
+    };
+    let ours = kind(l.shared_queue);
+    let their_kind = if l.shared_queue || l.size > 1 {
+        kind(h.size == 1)
+    } else {
+        ours
+    };
+    if ours != their_kind {
+        return Err(Error::config(format!(
+            "rank {peer} was started with different settings: SPLITRT_SHM_QUEUE: rank {peer} \
+             uses {} and this rank {} ({queue_why}); give every rank of a node the same \
+             SPLITRT_SHM_QUEUE (or none: auto chooses alike on every rank of a node)",
+            their_kind.described(),
+            ours.described(),
+        )));
+    }
     if h.rank as usize != peer || mine != theirs || f.len() != l.total {
         return Err(Error::config(format!(
             "rank {peer} was started with different settings: (size, cell, ring, segment, max medium, medium slots) = {theirs:?}, here {mine:?}; give every rank the same SPLITRT_* values"
@@ -769,6 +820,16 @@ impl ShmFabric {
     /// Global ranks on this host.
     pub fn members(&self) -> &[usize] {
         &self.members
+    }
+
+    /// The receive queue this host's ranks use (`SPLITRT_SHM_QUEUE`, with
+    /// `auto` as chosen for this host's ranks).
+    pub fn queue(&self) -> QueueKind {
+        if self.layout.shared_queue {
+            QueueKind::Shared
+        } else {
+            QueueKind::Pairs
+        }
     }
 
     /// Whether anything waits in this rank's rings (or another thread is
@@ -1515,7 +1576,7 @@ mod tests {
         // unlinked at once (the mapping stays): nothing left if this fails
         p.own.unlink().unwrap();
         let h = p.own.as_ptr() as *mut FileHeader;
-        let check = || match check_peer(&p.own, 0, &p.layout, p.max_medium) {
+        let check = || match check_peer(&p.own, 0, &p.layout, p.max_medium, "") {
             Ok(()) => "ok".to_string(),
             Err(e) => e.to_string(),
         };

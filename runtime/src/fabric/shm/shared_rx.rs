@@ -122,6 +122,7 @@ impl ShmFabric {
 #[cfg(test)]
 mod tests {
     use super::super::layout::{CellMeta, F_DEPOSIT, F_FIRST, F_LAST};
+    use super::super::queue_choice::ShmQueue;
     use super::super::{PendingShm, Prod};
     use super::*;
     use crate::config::Config;
@@ -141,7 +142,11 @@ mod tests {
             cell_size: cell,
             ring_len: len,
             max_medium: 4096,
-            shm_shared_queue: shared,
+            shm_queue: if shared {
+                ShmQueue::Shared
+            } else {
+                ShmQueue::Pairs
+            },
             ..Config::default()
         };
         let members: Vec<usize> = (0..n).collect();
@@ -426,7 +431,11 @@ mod tests {
         let job = format!("unitqmix{}", std::process::id());
         let cfg = |shared| Config {
             segment_size: 1 << 20,
-            shm_shared_queue: shared,
+            shm_queue: if shared {
+                ShmQueue::Shared
+            } else {
+                ShmQueue::Pairs
+            },
             ..Config::default()
         };
         let a = PendingShm::create(&job, 0, &[0, 1], 2, &cfg(false).shm()).unwrap();
@@ -434,9 +443,120 @@ mod tests {
         for p in [a, b] {
             let e = p.connect().err().expect("mixed queue settings connected");
             assert!(e.to_string().contains("different settings"), "{e}");
+            assert!(e.to_string().contains("SPLITRT_SHM_QUEUE"), "{e}");
         }
         for r in 0..2 {
             let _ = std::fs::remove_file(crate::segment::ShmFile::path_for(&job, r));
+        }
+    }
+
+    /// `SPLITRT_SHM_QUEUE=auto` on a host of 16 ranks chooses the shared
+    /// queue; one rank of them forced to `pairs` is refused at connect by
+    /// every rank that checks its file, and refuses theirs, with the
+    /// "different settings" error naming `SPLITRT_SHM_QUEUE` and why
+    /// each side has its queue (OLD: the error named only a tuple of
+    /// sizes, `(size, ...) = (1, ...), here (16, ...)`).
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps 16 files in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn shmq_a_rank_forced_to_pairs_among_auto_ranks_is_refused() {
+        use super::super::queue_choice::SHARED_QUEUE_FROM;
+        let n = SHARED_QUEUE_FROM;
+        let job = format!("unitqauto{}", std::process::id());
+        let members: Vec<usize> = (0..n).collect();
+        let odd = 3;
+        let cfg = |q| Config {
+            segment_size: 64 << 10,
+            cell_size: 256,
+            ring_len: 4,
+            max_medium: 4096,
+            shm_queue: q,
+            ..Config::default()
+        };
+        let pending: Vec<PendingShm> = (0..n)
+            .map(|r| {
+                let q = if r == odd {
+                    ShmQueue::Pairs
+                } else {
+                    ShmQueue::Auto
+                };
+                PendingShm::create(&job, r, &members, n, &cfg(q).shm()).unwrap()
+            })
+            .collect();
+        for (r, p) in pending.iter().enumerate() {
+            assert_eq!(p.layout.shared_queue, r != odd, "rank {r}");
+        }
+        for (r, p) in pending.into_iter().enumerate() {
+            let e = p
+                .connect()
+                .err()
+                .unwrap_or_else(|| panic!("rank {r} connected beside a rank of other settings"))
+                .to_string();
+            assert!(
+                e.contains("different settings") && e.contains("SPLITRT_SHM_QUEUE"),
+                "rank {r}: {e}"
+            );
+            if r == odd {
+                assert!(
+                    e.contains("uses the shared receive queue and this rank the per-pair rings")
+                        && e.contains("(SPLITRT_SHM_QUEUE=pairs)"),
+                    "{e}"
+                );
+            } else {
+                assert!(
+                    e.contains("rank 3 uses the per-pair rings and this rank the shared")
+                        && e.contains("SPLITRT_SHM_QUEUE=auto (the default) with 16 rank(s)"),
+                    "rank {r}: {e}"
+                );
+            }
+        }
+        for r in 0..n {
+            let _ = std::fs::remove_file(crate::segment::ShmFile::path_for(&job, r));
+        }
+    }
+
+    /// Ranks of one host all left to `auto` agree below and from the
+    /// threshold: 15 connect over the rings, 16 over the shared queue.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps 16 files in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn shmq_auto_ranks_agree_on_either_side_of_the_threshold() {
+        use super::super::queue_choice::{QueueKind, SHARED_QUEUE_FROM};
+        for (n, want) in [
+            (SHARED_QUEUE_FROM - 1, QueueKind::Pairs),
+            (SHARED_QUEUE_FROM, QueueKind::Shared),
+        ] {
+            let job = format!("unitqagree{n}x{}", std::process::id());
+            let cfg = Config {
+                segment_size: 64 << 10,
+                cell_size: 256,
+                ring_len: 4,
+                max_medium: 4096,
+                medium_slots: Some(0),
+                ..Config::default()
+            };
+            assert_eq!(cfg.shm_queue, ShmQueue::Auto);
+            let members: Vec<usize> = (0..n).collect();
+            let pending: Vec<PendingShm> = (0..n)
+                .map(|r| PendingShm::create(&job, r, &members, n, &cfg.shm()).unwrap())
+                .collect();
+            let fabrics: Vec<ShmFabric> =
+                pending.into_iter().map(|p| p.connect().unwrap()).collect();
+            for f in &fabrics {
+                f.unlink_own().unwrap();
+                assert_eq!(f.queue(), want, "{n} ranks");
+            }
+            // and they talk: rank n-1 to rank 0
+            assert!(fabrics[n - 1]
+                .try_send_short(0, Channel::Request, 5, &[n as u64])
+                .unwrap());
+            let got = collect(&fabrics[0], Channel::Request);
+            assert_eq!(got.len(), 1, "{n} ranks");
+            assert_eq!((got[0].0, got[0].1, got[0].2[0]), (n - 1, 5, n as u64));
         }
     }
 
@@ -450,7 +570,7 @@ mod tests {
         let job = format!("unitqver{}", std::process::id());
         let cfg = Config {
             segment_size: 1 << 20,
-            shm_shared_queue: true,
+            shm_queue: ShmQueue::Shared,
             ..Config::default()
         };
         let a = PendingShm::create(&job, 0, &[0, 1], 2, &cfg.shm()).unwrap();
