@@ -294,7 +294,11 @@ impl World {
                 }
                 // Settings every rank must share are checked with the
                 // handler table (a mismatch names both ranks and values).
+                use crate::config as c;
                 let mut table = table;
+                let mut setting = |name: &str, value: &dyn std::fmt::Display| {
+                    table.push(format!("(setting) {name}={value}"))
+                };
                 // the segment's bounds: over UDP a rank checks the
                 // offsets of its puts and Longs to a peer against its own
                 // segment's length (`segment_len` of any peer), the
@@ -303,32 +307,16 @@ impl World {
                 // target and a smaller one refuses what the target holds
                 // (on ibverbs each rank learns the peer's length, but PGAS
                 // offsets are symmetric: one rule on every fabric)
-                table.push(format!(
-                    "(setting) {}={}",
-                    crate::config::ENV_SEGMENT_SIZE,
-                    config.segment_size
-                ));
+                setting(c::ENV_SEGMENT_SIZE, &config.segment_size);
                 // a Medium a larger setting lets a rank send is refused by
                 // a peer's reassembly with a smaller one, mid-job
-                table.push(format!(
-                    "(setting) {}={}",
-                    crate::config::ENV_MAX_MEDIUM,
-                    config.max_medium
-                ));
+                setting(c::ENV_MAX_MEDIUM, &config.max_medium);
                 if ibverbs {
                     // a rank fills buffers of its own size into the
                     // receive buffers its peer posted at the peer's size,
                     // and counts credits by its own number of them
-                    table.push(format!(
-                        "(setting) {}={}",
-                        crate::config::ENV_IBV_BUFFER_SIZE,
-                        config.ibv_buffer_size
-                    ));
-                    table.push(format!(
-                        "(setting) {}={}",
-                        crate::config::ENV_IBV_BUFFERS,
-                        config.ibv_buffers
-                    ));
+                    setting(c::ENV_IBV_BUFFER_SIZE, &config.ibv_buffer_size);
+                    setting(c::ENV_IBV_BUFFERS, &config.ibv_buffers);
                 }
                 if udp.is_some() {
                     // the datagram size is the path's: a rank that set it
@@ -339,28 +327,18 @@ impl World {
                     // responder's. (Checked whenever a rank binds UDP, so
                     // also in a one-host `auto` job that ends up not using
                     // it: a rank cannot know that before the join.)
-                    table.push(format!(
-                        "(setting) {}={}",
-                        crate::config::ENV_UDP_MTU,
-                        config.udp_mtu
-                    ));
+                    setting(c::ENV_UDP_MTU, &config.udp_mtu);
                 }
                 if config.fabric != FabricKind::Shm {
-                    table.push(format!(
-                        "(setting) {}={}",
-                        crate::config::ENV_UDP_AUTH,
-                        if config.udp_auth_body {
-                            "full"
-                        } else {
-                            "header"
-                        }
-                    ));
+                    let auth = if config.udp_auth_body {
+                        "full"
+                    } else {
+                        "header"
+                    };
+                    setting(c::ENV_UDP_AUTH, &auth);
                     // datagrams of another wire format would be dropped
                     // unread: refuse the job at start instead, naming it
-                    table.push(format!(
-                        "(setting) UDP wire format={}",
-                        crate::fabric::udp::wire::VERSION
-                    ));
+                    setting("UDP wire format", &crate::fabric::udp::wire::VERSION);
                 }
                 let hello = Hello {
                     rank: rank as u32,
