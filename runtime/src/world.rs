@@ -328,6 +328,35 @@ impl World {
                     // also in a one-host `auto` job that ends up not using
                     // it: a rank cannot know that before the join.)
                     setting(c::ENV_UDP_MTU, &config.udp_mtu);
+                    // a sender may have its own window in flight before
+                    // the first acknowledgement tells it the receiver's:
+                    // past a smaller receive window those datagrams are
+                    // dropped (`beyond_window`) and resent, counted as
+                    // losses (in the protocol, a sender of window 32 to a
+                    // receiver of 8: 24 of its first 32 datagrams)
+                    setting(c::ENV_UDP_WINDOW, &config.udp_window);
+                    // a rank computing without polling is answered for by
+                    // its keeper thread every quarter of its own
+                    // keepalive (a fifth of its own timeout): a peer with
+                    // a shorter timeout declares it dead meanwhile (a job
+                    // whose rank 0 had 0.3 s and rank 1 the default 10 s
+                    // failed so when rank 1 computed for 3 s; with 0.3 s
+                    // on both it ran)
+                    setting(
+                        c::ENV_UDP_PEER_TIMEOUT,
+                        &config.udp_peer_timeout.as_secs_f64(),
+                    );
+                    // The other UDP settings may differ: each acts on its
+                    // own rank only. SPLITRT_UDP_SOURCE_FILTER is this
+                    // socket's kernel filter (the protocol's checks are
+                    // the same either way); SPLITRT_UDP_CC paces and
+                    // limits what this rank sends (a receiver acknowledges,
+                    // advertises its window and echoes times the same
+                    // either way); SPLITRT_UDP_POLYVAL picks the code that
+                    // computes the same tag bit for bit; and
+                    // SPLITRT_UDP_FAULTS, a test tool, loses, duplicates
+                    // or reorders this rank's datagrams, which the
+                    // protocol recovers from whichever rank does it.
                 }
                 if config.fabric != FabricKind::Shm {
                     let auth = if config.udp_auth_body {
