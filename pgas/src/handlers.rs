@@ -93,7 +93,7 @@ fn atomic_status(off: u64, width: u64, seg_len: u64) -> u64 {
         RESERVED
     } else if off.checked_add(width).is_none_or(|e| e > seg_len) {
         OUT_OF_RANGE
-    } else if off % width != 0 {
+    } else if !off.is_multiple_of(width) {
         MISALIGNED
     } else {
         OK
