@@ -346,6 +346,43 @@ fn ranks_disagreeing_on_the_mtu_or_segment_size_are_refused_at_start() {
     }
 }
 
+/// A UDP window or peer timeout exported on one host only: ranks that
+/// disagree are refused at start, the error naming both ranks and both
+/// values. Before, the job ran: a sender's first window past a smaller
+/// receive window was dropped and resent, and a rank with a shorter peer
+/// timeout took a computing peer (answered for by its keeper at the
+/// peer's longer interval) for dead.
+#[test]
+fn ranks_disagreeing_on_the_udp_window_or_peer_timeout_are_refused_at_start() {
+    let hello = example("hello");
+    for (var, rank1, want) in [
+        (
+            "SPLITRT_UDP_WINDOW",
+            "8",
+            "rank 0 runs with SPLITRT_UDP_WINDOW=32, rank 1 with SPLITRT_UDP_WINDOW=8",
+        ),
+        (
+            "SPLITRT_UDP_PEER_TIMEOUT",
+            "0.5",
+            "rank 0 runs with SPLITRT_UDP_PEER_TIMEOUT=10, rank 1 with \
+             SPLITRT_UDP_PEER_TIMEOUT=0.5",
+        ),
+    ] {
+        let script = format!(
+            "[ \"$SPLITRT_RANK\" = 1 ] && export {var}={rank1}; exec {}",
+            hello.display()
+        );
+        let r = run_job(2, &"/bin/sh".into(), &["-c", &script], &[UDP], 30);
+        assert_ne!(r.code, 0, "{var}: {r:?}");
+        assert!(
+            r.stderr.contains(want) && r.stderr.contains("same value of this setting"),
+            "{var}: {}",
+            r.stderr
+        );
+        assert!(!r.stdout.contains("got"), "no rank may start: {r:?}");
+    }
+}
+
 /// A rank that computes for 3 s without polling, with a 1 s peer timeout:
 /// its keeper thread answers for it, so nobody takes it for dead.
 #[test]

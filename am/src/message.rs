@@ -5,7 +5,12 @@ use splitrt_runtime::view::LocalView;
 
 /// The payload of an outgoing message; its variant must match the kind the
 /// target handler was registered with.
+///
+/// `#[non_exhaustive]`: later versions may add kinds of payload (as
+/// `FromSegment` was added), so a `match` on one outside this crate needs
+/// a wildcard arm; building the variants is not restricted.
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub enum Payload<'a> {
     /// A Short message: argument words only.
     None,

@@ -29,8 +29,12 @@ pub(crate) struct Handlers {
     pub signal: crate::signal_am::SignalHandlers,
 }
 
+// A reply's status: OK, or why the request was refused (each cause its
+// own code, so the requester's error names what is actually wrong).
 const OK: u64 = 0;
-const REFUSED: u64 = 1;
+/// The range ends past the responder's segment (or its end overflows);
+/// a get's reply carries the segment's length, 8 bytes little-endian.
+const OUT_OF_RANGE: u64 = 1;
 /// An atomic's status: the word is in a frozen array.
 const FROZEN: u64 = 2;
 /// An atomic's status: no such operation (code, kind, or a bitwise
@@ -39,32 +43,61 @@ const BAD_OP: u64 = 3;
 /// A get's status: longer than a Medium reply of the responder's may be
 /// (its maximum rides in the reply's payload, 8 bytes little-endian).
 const OVER_MEDIUM: u64 = 4;
+/// The range starts in splitrt's reserved first bytes (for a get the
+/// reserved bytes, for a write also the collective scratch after them).
+const RESERVED: u64 = 5;
+/// An atomic's status: the offset is not a multiple of the width.
+const MISALIGNED: u64 = 6;
+/// An atomic's status: a width other than 4 or 8 bytes.
+const BAD_WIDTH: u64 = 7;
 
-/// Why an atomic was refused, from its reply's status.
+/// Why a request was refused, from its reply's status.
 fn refusal(status: u64) -> &'static str {
     match status {
         FROZEN => "the word is in a frozen array",
         BAD_OP => "unknown operation code",
-        REFUSED => "bad address: out of its segment, misaligned or reserved",
+        OUT_OF_RANGE => "out of range: past the end of its segment",
+        RESERVED => "in splitrt's reserved first bytes of its segment",
+        MISALIGNED => "misaligned: the offset is not a multiple of the width",
+        BAD_WIDTH => "the width is not 4 or 8 bytes",
         OVER_MEDIUM => "over its Medium maximum",
         _ => "unknown status",
     }
 }
 
-/// A get's range: inside the segment, past the reserved first bytes
-/// (splitrt's own collectives read the scratch block through it; users'
-/// gets of it are refused at their sender).
-fn in_segment(st: &State, off: u64, len: u64) -> bool {
-    off >= RESERVED_BYTES
-        && off
-            .checked_add(len)
-            .is_some_and(|e| e <= st.seg().len() as u64)
+/// A get's status, from its range and this rank's segment length and
+/// Medium maximum: past the reserved first bytes (splitrt's own
+/// collectives read the scratch block through it; users' gets of it are
+/// refused at their sender), inside the segment, and no longer than one
+/// Medium reply.
+fn get_status(off: u64, len: u64, seg_len: u64, max_medium: u64) -> u64 {
+    if off < RESERVED_BYTES {
+        RESERVED
+    } else if off.checked_add(len).is_none_or(|e| e > seg_len) {
+        OUT_OF_RANGE
+    } else if len > max_medium {
+        OVER_MEDIUM
+    } else {
+        OK
+    }
 }
 
-/// A write's range (an atomic): inside the segment and past splitrt's
-/// reserved bytes and scratch, as every sender checks.
-fn in_user_segment(st: &State, off: u64, len: u64) -> bool {
-    off >= USER_BASE && in_segment(st, off, len)
+/// An atomic's address status (the operation is checked apart): a width
+/// of 4 or 8 bytes, past splitrt's reserved bytes and scratch, inside the
+/// segment of `seg_len` bytes, and aligned to the width, as every sender
+/// checks.
+fn atomic_status(off: u64, width: u64, seg_len: u64) -> u64 {
+    if !matches!(width, 4 | 8) {
+        BAD_WIDTH
+    } else if off < USER_BASE {
+        RESERVED
+    } else if off.checked_add(width).is_none_or(|e| e > seg_len) {
+        OUT_OF_RANGE
+    } else if !off.is_multiple_of(width) {
+        MISALIGNED
+    } else {
+        OK
+    }
 }
 
 /// [`EndpointBuilder::reserved_request`] for this module's handlers.
@@ -139,13 +172,14 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
                 }
                 Some(d) => {
                     let data = m.payload();
-                    if status == OVER_MEDIUM {
-                        // the responder's maximum, checked (a peer's bytes)
-                        let max = <[u8; 8]>::try_from(data)
+                    if matches!(status, OVER_MEDIUM | OUT_OF_RANGE) {
+                        // the responder's bound (its Medium maximum or
+                        // segment length), checked (a peer's bytes)
+                        let bound = <[u8; 8]>::try_from(data)
                             .map(|b| format!(" of {} B", u64::from_le_bytes(b)))
                             .unwrap_or_default();
                         d.error = Some(format!(
-                            "rank {} refused a get ({}{max})",
+                            "rank {} refused a get ({}{bound})",
                             m.src(),
                             refusal(status)
                         ));
@@ -190,7 +224,11 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
     let s = st.clone();
     let put_r = reserved_reply(b, 3, "splitrt.put_r", Kind::Short, 1, move |m| {
         if m.arg(0) != OK {
-            s.fail(format!("rank {} refused a put", m.src()));
+            s.fail(format!(
+                "rank {} refused a put ({})",
+                m.src(),
+                refusal(m.arg(0))
+            ));
         }
         if let Some(b) = s.peer_puts.get() {
             b.complete(m.src());
@@ -234,18 +272,24 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         // is refused to the requester before any byte is copied, rather
         // than failing this rank's reply.
         let max = tok.max_medium() as u64;
-        if in_segment(&s, off, len) && len > max {
+        let seg_len = seg.len() as u64;
+        let status = get_status(off, len, seg_len, max);
+        if status != OK {
+            // the bound the requester's error names, if any
+            let bound = match status {
+                OVER_MEDIUM => max,
+                _ => seg_len,
+            };
             let r = tok.reply(
                 get_r,
-                &[slot, at, OVER_MEDIUM],
-                Payload::Medium(&max.to_le_bytes()),
+                &[slot, at, status],
+                Payload::Medium(&bound.to_le_bytes()),
             );
             if let Err(e) = r {
                 s.fail(format!("replying to a get: {e}"));
             }
             return;
         }
-        let ok = in_segment(&s, off, len);
         // The reply's bytes are copied by the fabric straight out of the
         // segment into its datagrams (over UDP; the other fabrics copy them
         // into a buffer first) by a raw copy: no reference over segment
@@ -253,19 +297,20 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         // put tears the data, as any get racing a put does; another thread's
         // is the data race a native get's non-atomic copy also accepts,
         // docs/safety.md "What remains outside the reference model").
-        let payload = if ok {
-            // SAFETY: the segment was taken from the endpoint that runs
-            // this handler, which keeps it mapped while the handler (and
-            // so the reply's send) runs; its bytes are read only by the
-            // fabric's raw copy, and nothing here holds a `&mut` to them.
-            // The range was checked by `in_segment` (and again by `new`).
-            unsafe { SegmentBytes::new(seg, off as usize, len as usize) }
-        } else {
-            None
-        };
+        // SAFETY: the segment was taken from the endpoint that runs this
+        // handler, which keeps it mapped while the handler (and so the
+        // reply's send) runs; its bytes are read only by the fabric's raw
+        // copy, and nothing here holds a `&mut` to them. The range was
+        // checked by `get_status` (and again by `new`).
+        let payload = unsafe { SegmentBytes::new(seg, off as usize, len as usize) };
         let r = match payload {
             Some(src) => tok.reply(get_r, &[slot, at, OK], Payload::FromSegment(src)),
-            None => tok.reply(get_r, &[slot, at, REFUSED], Payload::Medium(&[])),
+            // (not reached: `new` checks the range `get_status` passed)
+            None => tok.reply(
+                get_r,
+                &[slot, at, OUT_OF_RANGE],
+                Payload::Medium(&seg_len.to_le_bytes()),
+            ),
         };
         if let Err(e) = r {
             s.fail(format!("replying to a get: {e}"));
@@ -279,7 +324,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
         // sender's freeze drains its sends), so its bytes are part of the
         // frozen contents even if this handler runs after the freeze.
         let ok = m.long_offset().is_some_and(|o| o >= USER_BASE);
-        let status = if ok { OK } else { REFUSED };
+        let status = if ok { OK } else { RESERVED };
         if let Err(e) = tok.reply(put_r, &[status], Payload::None) {
             s.fail(format!("replying to a put: {e}"));
         }
@@ -309,8 +354,9 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
             let Some(op) = AtomicOp::decode(op, a, b) else {
                 return Err(BAD_OP);
             };
-            if !(matches!(width, 4 | 8) && in_user_segment(&s, off, width) && off % width == 0) {
-                return Err(REFUSED);
+            let status = atomic_status(off, width, s.seg().len() as u64);
+            if status != OK {
+                return Err(status);
             }
             if tok.frozen_segment_range(off, width).is_some() {
                 return Err(FROZEN);
@@ -318,7 +364,7 @@ pub(crate) fn register(b: &mut EndpointBuilder, st: &Arc<State>) -> Result<Handl
             // SAFETY: inside the local segment and aligned (checked just
             // before); the handler runs inside the endpoint that owns the
             // fabric.
-            unsafe { apply_atomic(s.seg(), off, width, op) }.ok_or(REFUSED)
+            unsafe { apply_atomic(s.seg(), off, width, op) }.ok_or(BAD_WIDTH)
         });
         let (old, status) = match res {
             Ok(v) => (v, OK),
@@ -396,6 +442,12 @@ mod tests {
     /// (itself, over the AM path) into a fresh slot; poll a bounded number
     /// of times until the slot completes; return its error.
     fn raw_get(pg: &crate::Pgas, len: usize) -> Option<String> {
+        raw_get_at(pg, USER_BASE, len)
+    }
+
+    /// [`raw_get`] at segment offset `off`, unchecked (as a broken or
+    /// hostile peer could send it).
+    fn raw_get_at(pg: &crate::Pgas, off: u64, len: usize) -> Option<String> {
         let inner = &pg.inner;
         let mut buf = vec![0u8; len];
         let slot = inner.st.dests.lock().insert(Dest {
@@ -407,7 +459,7 @@ mod tests {
             cancelled: false,
             waker: None,
         });
-        let args = [slot as u64, 0, USER_BASE, len as u64];
+        let args = [slot as u64, 0, off, len as u64];
         inner
             .ep
             .request(0, inner.h.get, &args, Payload::None)
@@ -448,5 +500,75 @@ mod tests {
         );
         assert_eq!(raw_get(&pg, max), None);
         assert!(pg.inner.st.errors.lock().is_empty());
+    }
+
+    /// h15-left: each refusal names its own cause. A get past the
+    /// segment's end (or at an offset whose end overflows) or into the
+    /// reserved bytes was refused as "bad address: out of its segment,
+    /// misaligned or reserved", though a get has no alignment; an atomic's
+    /// bad width, reserved offset, range past the end and misalignment all
+    /// had that one text too. Now the get says "out of range" with the
+    /// segment's length or "reserved", and each atomic its cause.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "attaches a verbs-model endpoint (a bootstrap and its threads)"
+    )]
+    fn each_refusal_names_its_cause() {
+        let pg = one_rank("refusals");
+        let seg = pg.inner.st.seg().len() as u64;
+        let past =
+            format!("rank 0 refused a get (out of range: past the end of its segment of {seg} B)");
+        let reserved = "rank 0 refused a get (in splitrt's reserved first bytes of its segment)";
+        for (what, off, len, want) in [
+            ("past the end", seg - 8, 16, past.as_str()),
+            ("end overflowing", u64::MAX - 3, 8, past.as_str()),
+            ("reserved", 8, 8, reserved),
+        ] {
+            let e = raw_get_at(&pg, off, len).unwrap_or_else(|| panic!("get {what}: accepted"));
+            assert!(
+                e.contains(want) && !e.contains("misaligned"),
+                "get {what}: {e}"
+            );
+        }
+        for (what, width, off, want) in [
+            ("width 3", 3, USER_BASE, "(the width is not 4 or 8 bytes)"),
+            (
+                "reserved",
+                8,
+                8,
+                "(in splitrt's reserved first bytes of its segment)",
+            ),
+            (
+                "past the end",
+                8,
+                seg - 4,
+                "(out of range: past the end of its segment)",
+            ),
+            (
+                "end overflowing",
+                8,
+                u64::MAX - 7,
+                "(out of range: past the end of its segment)",
+            ),
+            (
+                "misaligned",
+                8,
+                USER_BASE + 4,
+                "(misaligned: the offset is not a multiple of the width)",
+            ),
+        ] {
+            let e = pg
+                .raw_atomic_for_tests(0, [0, width, off, 1, 0])
+                .expect_err(what)
+                .to_string();
+            assert!(
+                e.contains(&format!("rank 0 refused an atomic {want}")),
+                "atomic {what}: {e}"
+            );
+        }
+        // the context survives its refusals
+        assert!(pg.inner.st.errors.lock().is_empty());
+        assert_eq!(raw_get(&pg, 64), None);
     }
 }

@@ -294,7 +294,11 @@ impl World {
                 }
                 // Settings every rank must share are checked with the
                 // handler table (a mismatch names both ranks and values).
+                use crate::config as c;
                 let mut table = table;
+                let mut setting = |name: &str, value: &dyn std::fmt::Display| {
+                    table.push(format!("(setting) {name}={value}"))
+                };
                 // the segment's bounds: over UDP a rank checks the
                 // offsets of its puts and Longs to a peer against its own
                 // segment's length (`segment_len` of any peer), the
@@ -303,32 +307,16 @@ impl World {
                 // target and a smaller one refuses what the target holds
                 // (on ibverbs each rank learns the peer's length, but PGAS
                 // offsets are symmetric: one rule on every fabric)
-                table.push(format!(
-                    "(setting) {}={}",
-                    crate::config::ENV_SEGMENT_SIZE,
-                    config.segment_size
-                ));
+                setting(c::ENV_SEGMENT_SIZE, &config.segment_size);
                 // a Medium a larger setting lets a rank send is refused by
                 // a peer's reassembly with a smaller one, mid-job
-                table.push(format!(
-                    "(setting) {}={}",
-                    crate::config::ENV_MAX_MEDIUM,
-                    config.max_medium
-                ));
+                setting(c::ENV_MAX_MEDIUM, &config.max_medium);
                 if ibverbs {
                     // a rank fills buffers of its own size into the
                     // receive buffers its peer posted at the peer's size,
                     // and counts credits by its own number of them
-                    table.push(format!(
-                        "(setting) {}={}",
-                        crate::config::ENV_IBV_BUFFER_SIZE,
-                        config.ibv_buffer_size
-                    ));
-                    table.push(format!(
-                        "(setting) {}={}",
-                        crate::config::ENV_IBV_BUFFERS,
-                        config.ibv_buffers
-                    ));
+                    setting(c::ENV_IBV_BUFFER_SIZE, &config.ibv_buffer_size);
+                    setting(c::ENV_IBV_BUFFERS, &config.ibv_buffers);
                 }
                 if udp.is_some() {
                     // the datagram size is the path's: a rank that set it
@@ -339,28 +327,47 @@ impl World {
                     // responder's. (Checked whenever a rank binds UDP, so
                     // also in a one-host `auto` job that ends up not using
                     // it: a rank cannot know that before the join.)
-                    table.push(format!(
-                        "(setting) {}={}",
-                        crate::config::ENV_UDP_MTU,
-                        config.udp_mtu
-                    ));
+                    setting(c::ENV_UDP_MTU, &config.udp_mtu);
+                    // a sender may have its own window in flight before
+                    // the first acknowledgement tells it the receiver's:
+                    // past a smaller receive window those datagrams are
+                    // dropped (`beyond_window`) and resent, counted as
+                    // losses (in the protocol, a sender of window 32 to a
+                    // receiver of 8: 24 of its first 32 datagrams)
+                    setting(c::ENV_UDP_WINDOW, &config.udp_window);
+                    // a rank computing without polling is answered for by
+                    // its keeper thread every quarter of its own
+                    // keepalive (a fifth of its own timeout): a peer with
+                    // a shorter timeout declares it dead meanwhile (a job
+                    // whose rank 0 had 0.3 s and rank 1 the default 10 s
+                    // failed so when rank 1 computed for 3 s; with 0.3 s
+                    // on both it ran)
+                    setting(
+                        c::ENV_UDP_PEER_TIMEOUT,
+                        &config.udp_peer_timeout.as_secs_f64(),
+                    );
+                    // The other UDP settings may differ: each acts on its
+                    // own rank only. SPLITRT_UDP_SOURCE_FILTER is this
+                    // socket's kernel filter (the protocol's checks are
+                    // the same either way); SPLITRT_UDP_CC paces and
+                    // limits what this rank sends (a receiver acknowledges,
+                    // advertises its window and echoes times the same
+                    // either way); SPLITRT_UDP_POLYVAL picks the code that
+                    // computes the same tag bit for bit; and
+                    // SPLITRT_UDP_FAULTS, a test tool, loses, duplicates
+                    // or reorders this rank's datagrams, which the
+                    // protocol recovers from whichever rank does it.
                 }
                 if config.fabric != FabricKind::Shm {
-                    table.push(format!(
-                        "(setting) {}={}",
-                        crate::config::ENV_UDP_AUTH,
-                        if config.udp_auth_body {
-                            "full"
-                        } else {
-                            "header"
-                        }
-                    ));
+                    let auth = if config.udp_auth_body {
+                        "full"
+                    } else {
+                        "header"
+                    };
+                    setting(c::ENV_UDP_AUTH, &auth);
                     // datagrams of another wire format would be dropped
                     // unread: refuse the job at start instead, naming it
-                    table.push(format!(
-                        "(setting) UDP wire format={}",
-                        crate::fabric::udp::wire::VERSION
-                    ));
+                    setting("UDP wire format", &crate::fabric::udp::wire::VERSION);
                 }
                 let hello = Hello {
                     rank: rank as u32,

@@ -751,11 +751,11 @@ fn bad_atomics(pg: &Pgas) -> splitrt::Result<()> {
             [4 | 2 << 8, 8, off, 1, 0],
             "unknown operation",
         ),
-        ("width 3", [0, 3, off, 1, 0], "bad address"),
-        ("width 16", [0, 16, off, 1, 0], "bad address"),
-        ("misaligned", [0, 8, off + 4, 1, 0], "bad address"),
-        ("reserved area", [0, 8, 8, 1, 0], "bad address"),
-        ("past the end", [0, 8, u64::MAX - 3, 1, 0], "bad address"),
+        ("width 3", [0, 3, off, 1, 0], "width is not 4 or 8"),
+        ("width 16", [0, 16, off, 1, 0], "width is not 4 or 8"),
+        ("misaligned", [0, 8, off + 4, 1, 0], "misaligned"),
+        ("reserved area", [0, 8, 8, 1, 0], "reserved first bytes"),
+        ("past the end", [0, 8, u64::MAX - 3, 1, 0], "out of range"),
     ];
     for (what, args, cause) in forged {
         let r = pg.raw_atomic_for_tests(right, args);
