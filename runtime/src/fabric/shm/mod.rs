@@ -457,7 +457,9 @@ fn check_peer(
         return Err(Error::config(format!(
             "rank {peer} was started with different settings: SPLITRT_SHM_QUEUE: rank {peer} \
              uses {} and this rank {} ({queue_why}); give every rank of a node the same \
-             SPLITRT_SHM_QUEUE (or none: auto chooses alike on every rank of a node)",
+             SPLITRT_SHM_QUEUE (or none: auto chooses alike on every rank of a node), and run \
+             the same splitrt build on every rank (a build older than `auto` uses the per-pair \
+             rings when nothing is set)",
             their_kind.described(),
             ours.described(),
         )));
