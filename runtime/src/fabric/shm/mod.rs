@@ -163,6 +163,13 @@ impl PendingShm {
         if me == 0 && !cfg.shm_reserve {
             note_growth(&layout, cfg.max_medium, size);
         }
+        if me == 0 {
+            if let Some(note) =
+                queue_choice::ignored_slots_note(cfg.queue, size, cfg.medium_slots.is_some())
+            {
+                eprintln!("{note}");
+            }
+        }
         let hdr = FileHeader::new(rank, &layout, cfg.max_medium);
         // The file is at least HEADER_BYTES long (Layout::new), freshly
         // created by `ShmFile::create` and mapped page-aligned, and not yet
