@@ -1471,11 +1471,15 @@ mod frames_segment_sources_tests {
             assert!(AT as usize + long.len() <= seg.len());
             // SAFETY: `seg` is the receiver's segment, mapped by its
             // fabric (`hybrid`'s shm side, `h1`), both alive to the end of
-            // this test; the range is inside it (asserted above) and
-            // nothing writes it now (every message arrived, none is sent).
-            let landed = unsafe {
-                std::slice::from_raw_parts(seg.base().add(AT as usize), long.len()).to_vec()
-            };
+            // this test, and AT is inside it (asserted above).
+            let at = unsafe { seg.base().add(AT as usize) };
+            let mut landed = vec![0u8; long.len()];
+            // SAFETY: `at..at + long.len()` lies in that live mapping
+            // (asserted above) and nothing writes it now (every message
+            // arrived, none is being sent); `landed` is a separate
+            // allocation of that length. A copy, not a reference into the
+            // segment.
+            unsafe { std::ptr::copy_nonoverlapping(at, landed.as_mut_ptr(), long.len()) };
             assert!(landed == long, "{side}: the Long's bytes in the segment");
         }
     }
