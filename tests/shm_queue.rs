@@ -133,4 +133,51 @@ fn shmq_auto_runs_16_ranks_on_the_shared_queue() {
             .unwrap_or_else(|| panic!("no shm_file_kb: {l}"));
         assert_eq!(kb, shared_kb, "{l}");
     }
+    // SPLITRT_MEDIUM_SLOTS was not set: no note about it
+    assert!(
+        !r.stderr.contains("SPLITRT_MEDIUM_SLOTS is ignored"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// Review of `auto`: `SPLITRT_MEDIUM_SLOTS` set on a host of 16 ranks,
+/// which `auto` gives the shared queue (no landing zones), was ignored
+/// without a word. The host's first rank now says so once at start,
+/// naming why the queue was chosen; the job runs as before.
+#[test]
+fn shmq_auto_notes_an_ignored_medium_slots_setting_once() {
+    let n = splitrt::runtime::fabric::shm::queue_choice::SHARED_QUEUE_FROM;
+    let _lock = job_lock();
+    let mut c = launch(
+        n,
+        &example("t_scale"),
+        &[],
+        &[
+            ("SPLITRT_SEGMENT_SIZE", "1M"),
+            ("SPLITRT_MEDIUM_SLOTS", "4"),
+        ],
+        120,
+    );
+    c.env_remove("SPLITRT_SHM_QUEUE");
+    let r = finish(
+        c.spawn().expect("spawn splitrt-run"),
+        std::time::Duration::from_secs(150),
+    );
+    r.ok();
+    assert_eq!(
+        r.stdout.matches(" queue shared").count(),
+        n,
+        "every rank on the queue: {}",
+        r.stdout
+    );
+    let note = "splitrt: note: SPLITRT_MEDIUM_SLOTS is ignored";
+    assert_eq!(r.stderr.matches(note).count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!(
+            "SPLITRT_SHM_QUEUE=auto (the default) with {n} rank(s)"
+        )),
+        "{}",
+        r.stderr
+    );
 }

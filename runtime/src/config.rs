@@ -105,11 +105,14 @@ pub const ALL_VARS: &[(&str, &str)] = &[
         "single: only the thread that attached calls splitrt, and shm sends and polls take no lock (a call from another thread is an error); multiple: any thread (default)",
     ),
     (ENV_CELL_SIZE, "shm ring cell size (default 4K)"),
-    (ENV_RING_LEN, "cells per shm ring (default 64)"),
+    (
+        ENV_RING_LEN,
+        "cells per shm ring (per-pair rings); with the shared queue: the queue's length (default 64)",
+    ),
     (ENV_MAX_MEDIUM, "largest Medium payload (default 64K)"),
     (
         ENV_MEDIUM_SLOTS,
-        "shm landing zone per sender and channel for Mediums larger than a cell, in Medium maxima, 0..64 (default: a 2 MiB budget per rank's file, 2..8; 0 streams them cell by cell)",
+        "per-pair rings only (ignored with the shared queue, which has no landing zones; a note says so): shm landing zone per sender and channel for Mediums larger than a cell, in Medium maxima, 0..64 (default: a 2 MiB budget per rank's file, 2..8; 0 streams them cell by cell)",
     ),
     (
         ENV_BOOTSTRAP_TIMEOUT,
@@ -882,6 +885,30 @@ mod tests {
                     "{var} is documented but not listed by splitrt-run --help"
                 );
             }
+        }
+
+        /// The help texts that name the `auto` threshold name
+        /// [`SHARED_QUEUE_FROM`](crate::fabric::shm::queue_choice::SHARED_QUEUE_FROM)'s
+        /// value (the texts are constants: moving the threshold must
+        /// move them), and the settings whose meaning depends on the
+        /// queue say so.
+        #[test]
+        fn queue_help_texts_follow_the_threshold() {
+            let from = crate::fabric::shm::queue_choice::SHARED_QUEUE_FROM;
+            let help = |var: &str| {
+                ALL_VARS
+                    .iter()
+                    .find(|(k, _)| *k == var)
+                    .unwrap_or_else(|| panic!("{var} not in ALL_VARS"))
+                    .1
+            };
+            let q = help(ENV_SHM_QUEUE);
+            assert!(
+                q.contains(&format!("fewer than {from} ranks, shared from {from}")),
+                "{q}"
+            );
+            assert!(help(ENV_MEDIUM_SLOTS).contains("per-pair rings only"));
+            assert!(help(ENV_RING_LEN).contains("with the shared queue: the queue's length"));
         }
 
         /// `SPLITRT_TEAM_HIER` is read as every other switch, with the

@@ -295,3 +295,44 @@ pub fn remove_job_files(stem: &str) -> usize {
         .filter(|e| std::fs::remove_file(e.path()).is_ok())
         .count()
 }
+
+/// Removes the files of the job named by its `stem` ([`remove_job_files`])
+/// when dropped, however the scope ends: a test that fails half way leaves
+/// nothing in `/dev/shm`.
+#[cfg(test)]
+pub(crate) struct RemoveJobFilesOnDrop(pub(crate) String);
+
+#[cfg(test)]
+impl Drop for RemoveJobFilesOnDrop {
+    fn drop(&mut self) {
+        remove_job_files(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod remove_on_drop_tests {
+    use super::*;
+
+    /// A scope that panics after making a job's files still removes them
+    /// (and no file of another stem).
+    #[test]
+    #[cfg_attr(miri, ignore = "creates files in /dev/shm (file system: FFI)")]
+    fn a_panicking_scope_removes_its_jobs_files() {
+        let stem = format!("unitrmdrop{}", std::process::id());
+        let other = format!("{stem}x");
+        let _clean_other = RemoveJobFilesOnDrop(other.clone());
+        std::fs::write(ShmFile::path_for(&other, 0), b"x").unwrap();
+        let r = std::panic::catch_unwind(|| {
+            let _clean = RemoveJobFilesOnDrop(stem.clone());
+            for r in 0..3 {
+                std::fs::write(ShmFile::path_for(&stem, r), b"x").unwrap();
+            }
+            panic!("a failing assert");
+        });
+        assert!(r.is_err());
+        for r in 0..3 {
+            assert!(!ShmFile::path_for(&stem, r).exists(), "rank {r}");
+        }
+        assert!(ShmFile::path_for(&other, 0).exists());
+    }
+}

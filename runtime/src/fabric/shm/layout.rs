@@ -102,7 +102,9 @@ pub struct FileHeader {
     pub version: u32,
     /// Owner rank.
     pub rank: u32,
-    /// Ranks in the job.
+    /// Senders the file's layout has rings for ([`Layout::size`]): the
+    /// host's ranks with the per-pair rings, 1 in a shared-queue file.
+    /// A peer's queue is recognised by it at connect (`check_peer`).
     pub size: u32,
     /// Cell size in bytes.
     pub cell_size: u32,
@@ -162,7 +164,11 @@ impl FileHeader {
 /// Offsets within a rank's file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// Ranks in the job.
+    /// Senders the file has a ring per channel for: the ranks of the host
+    /// with the per-pair rings ([`Layout::new`]), 1 with the shared
+    /// receive queue ([`Layout::shared`], whose two queues sit where one
+    /// sender's rings would). Not the job's ranks; connect tells a peer's
+    /// queue by it (a header's `size` of 1 is a shared-queue file).
     pub size: usize,
     /// Cell size.
     pub cell_size: usize,

@@ -163,6 +163,13 @@ impl PendingShm {
         if me == 0 && !cfg.shm_reserve {
             note_growth(&layout, cfg.max_medium, size);
         }
+        if me == 0 {
+            if let Some(note) =
+                queue_choice::ignored_slots_note(cfg.queue, size, cfg.medium_slots.is_some())
+            {
+                eprintln!("{note}");
+            }
+        }
         let hdr = FileHeader::new(rank, &layout, cfg.max_medium);
         // The file is at least HEADER_BYTES long (Layout::new), freshly
         // created by `ShmFile::create` and mapped page-aligned, and not yet
@@ -457,7 +464,9 @@ fn check_peer(
         return Err(Error::config(format!(
             "rank {peer} was started with different settings: SPLITRT_SHM_QUEUE: rank {peer} \
              uses {} and this rank {} ({queue_why}); give every rank of a node the same \
-             SPLITRT_SHM_QUEUE (or none: auto chooses alike on every rank of a node)",
+             SPLITRT_SHM_QUEUE (or none: auto chooses alike on every rank of a node), and run \
+             the same splitrt build on every rank (a build older than `auto` uses the per-pair \
+             rings when nothing is set)",
             their_kind.described(),
             ours.described(),
         )));

@@ -22,13 +22,13 @@
 ///   one Short to every rank, 0.18 MiB of `/dev/shm` a rank at 16 ranks
 ///   against the queue's 0.52 (its queues are populated at start); under
 ///   NPB IS class S (all-to-all) the rings take more than the queue from
-///   about 8 ranks on (8: 3.0-6.4 MiB for the host against 4.3-4.7; 15:
-///   18-21 MiB against 8), but tens of MiB at most.
+///   about 8 ranks on (8: 3.0-6.4 MiB for the host against 4.2-4.6; 15:
+///   18.9-21.8 MiB against 8.0-8.4), but tens of MiB at most.
 /// * From there up the rings' growth with the square of the host's ranks
 ///   dominates: a rank's file holds up to 776 KiB of rings and landing
 ///   zones per sender (the queue: 528 KiB whatever the ranks), so NPB IS
-///   class S peaks at 22-24 MiB of `/dev/shm` with the rings against
-///   9 MiB at 16 ranks, and 388 MiB against 36 MiB at 64.
+///   class S peaks at 22.2-24.5 MiB of `/dev/shm` with the rings against
+///   8.9 MiB at 16 ranks, and 388 MiB against 36.75 MiB at 64.
 pub const SHARED_QUEUE_FROM: usize = 16;
 
 /// The `SPLITRT_SHM_QUEUE` setting: a receive queue forced, or chosen
@@ -103,9 +103,17 @@ impl ShmQueue {
     }
 
     /// Why a host of `ranks_here` ranks uses the queue it does, in the
-    /// words of the setting (for errors): `SPLITRT_SHM_QUEUE=shared`, or
-    /// `SPLITRT_SHM_QUEUE=auto (the default) with 16 ranks on this node:
-    /// shared from 16`.
+    /// words of the setting (for errors and notes).
+    ///
+    /// ```
+    /// use splitrt_runtime::fabric::shm::queue_choice::ShmQueue;
+    /// assert_eq!(ShmQueue::Shared.why(4), "SPLITRT_SHM_QUEUE=shared");
+    /// assert_eq!(
+    ///     ShmQueue::Auto.why(16),
+    ///     "SPLITRT_SHM_QUEUE=auto (the default) with 16 rank(s) on this node: \
+    ///      shared (shared from 16 ranks on a node, pairs below)"
+    /// );
+    /// ```
     pub fn why(self, ranks_here: usize) -> String {
         match self {
             ShmQueue::Auto => format!(
@@ -118,6 +126,38 @@ impl ShmQueue {
             forced => format!("SPLITRT_SHM_QUEUE={}", forced.name()),
         }
     }
+}
+
+/// The note a host's first rank prints at start (to stderr, once per
+/// host) when `SPLITRT_MEDIUM_SLOTS` was set (`medium_slots_set`) but the
+/// host's ranks use the shared receive queue, which has no landing zones
+/// to size: the setting is ignored there, and `SPLITRT_RING_LEN` is the
+/// queue's length. `None` when the setting is used (the per-pair rings)
+/// or was not given. `queue` and `ranks_here` say why the queue was
+/// chosen ([`ShmQueue::why`]).
+///
+/// ```
+/// use splitrt_runtime::fabric::shm::queue_choice::{ignored_slots_note, ShmQueue};
+/// assert!(ignored_slots_note(ShmQueue::Auto, 16, true).is_some());
+/// assert!(ignored_slots_note(ShmQueue::Auto, 15, true).is_none());
+/// assert!(ignored_slots_note(ShmQueue::Shared, 2, false).is_none());
+/// ```
+pub fn ignored_slots_note(
+    queue: ShmQueue,
+    ranks_here: usize,
+    medium_slots_set: bool,
+) -> Option<String> {
+    if !medium_slots_set || queue.choose(ranks_here) != QueueKind::Shared {
+        return None;
+    }
+    Some(format!(
+        "splitrt: note: SPLITRT_MEDIUM_SLOTS is ignored: the ranks of this node use {} ({}), \
+         which has no Medium landing zones (Mediums larger than a cell stream through it), \
+         and SPLITRT_RING_LEN is that queue's length; SPLITRT_SHM_QUEUE=pairs uses the \
+         per-pair rings and their landing zones instead.",
+        QueueKind::Shared.described(),
+        queue.why(ranks_here),
+    ))
 }
 
 impl QueueKind {
@@ -178,5 +218,36 @@ mod tests {
             "{w}"
         );
         assert_eq!(ShmQueue::Pairs.why(64), "SPLITRT_SHM_QUEUE=pairs");
+    }
+
+    /// The start note about an ignored `SPLITRT_MEDIUM_SLOTS` (review of
+    /// `auto`: on 16+ ranks the setting was dropped without a word):
+    /// given exactly when the setting was set and the shared queue
+    /// chosen, forced or by `auto`, and it names the setting, why the
+    /// queue was chosen and the way back to the landing zones.
+    #[test]
+    fn an_ignored_medium_slots_setting_is_noted_only_with_the_shared_queue() {
+        for (q, n, set) in [
+            (ShmQueue::Auto, SHARED_QUEUE_FROM, true),
+            (ShmQueue::Auto, 256, true),
+            (ShmQueue::Shared, 2, true),
+        ] {
+            let note = ignored_slots_note(q, n, set).unwrap_or_else(|| panic!("{q:?} {n}"));
+            assert!(note.starts_with("splitrt: note: SPLITRT_MEDIUM_SLOTS is ignored"));
+            assert!(note.contains(&q.why(n)), "{note}");
+            assert!(
+                note.contains("SPLITRT_RING_LEN is that queue's length"),
+                "{note}"
+            );
+            assert!(note.contains("SPLITRT_SHM_QUEUE=pairs"), "{note}");
+        }
+        for (q, n, set) in [
+            (ShmQueue::Auto, SHARED_QUEUE_FROM, false),
+            (ShmQueue::Shared, 64, false),
+            (ShmQueue::Auto, SHARED_QUEUE_FROM - 1, true),
+            (ShmQueue::Pairs, 256, true),
+        ] {
+            assert_eq!(ignored_slots_note(q, n, set), None, "{q:?} {n} {set}");
+        }
     }
 }

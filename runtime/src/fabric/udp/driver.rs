@@ -1266,15 +1266,18 @@ mod segment_source_tests {
 mod frames_segment_sources_tests {
     use super::*;
     use crate::fabric::hybrid::Hybrid;
+    use crate::fabric::shm::queue_choice::{QueueKind, ShmQueue};
     use crate::fabric::shm::{PendingShm, ShmFabric};
     use crate::fabric::AnyFabric;
 
     /// A shared-memory fabric of rank 0 alone on its host, in a job of
-    /// `job_size` ranks (its file unlinked at once).
-    fn shm_alone(tag: &str, job_size: usize) -> ShmFabric {
+    /// `job_size` ranks, with receive queue setting `queue` (its file
+    /// unlinked at once).
+    fn shm_alone(tag: &str, job_size: usize, queue: ShmQueue) -> ShmFabric {
         let job = format!("unitfss{tag}{}", std::process::id());
         let cfg = crate::config::Config {
             segment_size: 1 << 16,
+            shm_queue: queue,
             ..crate::config::Config::default()
         };
         let f = PendingShm::create(&job, 0, &[0], job_size, &cfg.shm())
@@ -1297,12 +1300,12 @@ mod frames_segment_sources_tests {
         assert!(u0.frames_segment_sources(1));
         assert!(AnyFabric::Udp(u0).frames_segment_sources(1));
 
-        let shm = shm_alone("s", 1);
+        let shm = shm_alone("s", 1, ShmQueue::Auto);
         assert!(!shm.frames_segment_sources(0));
         assert!(!AnyFabric::Shm(shm).frames_segment_sources(0));
 
         let (h0, _h1, _) = super::tests::loopback_pair(4096, true);
-        let hybrid = AnyFabric::Hybrid(Hybrid::new(shm_alone("h", 2), h0));
+        let hybrid = AnyFabric::Hybrid(Hybrid::new(shm_alone("h", 2, ShmQueue::Auto), h0));
         assert!(!hybrid.frames_segment_sources(0), "rank 0: this host's");
         assert!(hybrid.frames_segment_sources(1), "rank 1: over UDP");
     }
@@ -1316,7 +1319,7 @@ mod frames_segment_sources_tests {
     fn a_hybrid_routes_segment_sources_by_peer() {
         use crate::fabric::{SegmentBytes, SegmentRef};
         let (h0, h1, _) = super::tests::loopback_pair(4096, true);
-        let hybrid = AnyFabric::Hybrid(Hybrid::new(shm_alone("r", 2), h0));
+        let hybrid = AnyFabric::Hybrid(Hybrid::new(shm_alone("r", 2, ShmQueue::Auto), h0));
         let mut seg: Vec<u8> = (0..64u8).collect();
         // SAFETY: `seg` outlives `r` and `src` (locals of this test) and
         // is only read (by the sends) while they live.
@@ -1347,6 +1350,138 @@ mod frames_segment_sources_tests {
         let want = seg[8..24].to_vec();
         assert_eq!(over_udp, [(vec![1], want.clone())], "rank 1 over UDP");
         assert_eq!(over_shm, [(vec![0], want)], "rank 0 (its host) over shm");
+    }
+
+    /// Review of `auto`: a hybrid job (shm within a node, UDP between
+    /// nodes) on 16 or more ranks a node now uses the shared receive
+    /// queue by default, and no test built one. A Short, a Medium of
+    /// several cells (10,000 B: three 4 KiB cells of the queue) and a
+    /// Long (deposited into the receiver's segment) go
+    /// to rank 0 (this host, over the shared queue) and to rank 1 (over
+    /// UDP), and every byte arrives.
+    #[test]
+    #[cfg_attr(miri, ignore = "sockets and a file in /dev/shm (FFI)")]
+    fn a_hybrid_with_the_shared_queue_carries_every_kind_of_message() {
+        const AT: u64 = 4096;
+        let shm = shm_alone("q", 2, ShmQueue::Shared);
+        assert_eq!(shm.queue(), QueueKind::Shared);
+        let (h0, h1, _) = super::tests::loopback_pair(65536, true);
+        let hybrid = AnyFabric::Hybrid(Hybrid::new(shm, h0));
+        let medium: Vec<u8> = (0..10_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let long: Vec<u8> = (0..20_000u32).map(|i| (i * 13 % 241) as u8).collect();
+        // a Medium to both, in several of the queue's 4 KiB cells
+        // (`Config::default()`'s)
+        assert!(medium.len() <= hybrid.max_inline(0).min(hybrid.max_inline(1)));
+        assert!(medium.len() > 2 * crate::config::Config::default().cell_size);
+        let pkts = [
+            Packet {
+                tag: 1,
+                words: &[11, 12],
+                payload: &[],
+                deposit: None,
+            },
+            Packet {
+                tag: 2,
+                words: &[21],
+                payload: &medium,
+                deposit: None,
+            },
+            Packet {
+                tag: 3,
+                words: &[31],
+                payload: &long,
+                deposit: Some(AT),
+            },
+        ];
+        // (tag, words, inline payload, deposit) as each receiver saw them
+        type Got = Vec<(
+            usize,
+            u16,
+            Vec<u64>,
+            Vec<u8>,
+            Option<crate::fabric::Deposit>,
+        )>;
+        let (mut over_shm, mut over_udp): (Got, Got) = (Vec::new(), Vec::new());
+        let t0 = Instant::now();
+        let poll = |over_shm: &mut Got, over_udp: &mut Got| {
+            assert!(t0.elapsed() < Duration::from_secs(10), "timed out");
+            h1.poll(Channel::Request, &mut |d| {
+                over_udp.push((
+                    d.src,
+                    d.tag,
+                    d.words.to_vec(),
+                    d.payload.to_vec(),
+                    d.deposit,
+                ))
+            })
+            .unwrap();
+            hybrid
+                .poll(Channel::Request, &mut |d| {
+                    over_shm.push((
+                        d.src,
+                        d.tag,
+                        d.words.to_vec(),
+                        d.payload.to_vec(),
+                        d.deposit,
+                    ))
+                })
+                .unwrap();
+        };
+        let mut none = |_| -> Result<()> { Ok(()) };
+        for pkt in &pkts {
+            for peer in [0, 1] {
+                while hybrid
+                    .try_send_why(peer, Channel::Request, pkt, &mut none)
+                    .unwrap()
+                    .is_err()
+                {
+                    poll(&mut over_shm, &mut over_udp);
+                }
+            }
+        }
+        while over_shm.len() < pkts.len() || over_udp.len() < pkts.len() {
+            poll(&mut over_shm, &mut over_udp);
+        }
+        for (side, got, seg) in [
+            (
+                "rank 0 over the shared queue",
+                &over_shm,
+                hybrid.local_segment(),
+            ),
+            ("rank 1 over UDP", &over_udp, h1.local_segment()),
+        ] {
+            assert_eq!(got.len(), pkts.len(), "{side}");
+            for (g, p) in got.iter().zip(&pkts) {
+                assert_eq!((g.0, g.1, &g.2[..]), (0, p.tag, p.words), "{side}");
+            }
+            assert!(
+                got[0].3.is_empty() && got[0].4.is_none(),
+                "{side}: the Short"
+            );
+            assert!(
+                got[1].3 == medium && got[1].4.is_none(),
+                "{side}: the Medium"
+            );
+            let d = got[2].4.expect("the Long was deposited");
+            assert_eq!(
+                (d.offset, d.len, got[2].3.len()),
+                (AT, long.len(), 0),
+                "{side}"
+            );
+            assert!(AT as usize + long.len() <= seg.len());
+            // SAFETY: `seg` is the receiver's segment, mapped by its
+            // fabric (`hybrid`'s shm side, `h1`), both alive to the end of
+            // this test, and AT is inside it (asserted above).
+            let at = unsafe { seg.base().add(AT as usize) };
+            let mut landed = vec![0u8; long.len()];
+            // SAFETY: `at..at + long.len()` lies in that live mapping
+            // (asserted above) and nothing writes it now (every message
+            // arrived, none is being sent); `landed` is a separate
+            // allocation of that length. A copy, not a reference into the
+            // segment.
+            unsafe { std::ptr::copy_nonoverlapping(at, landed.as_mut_ptr(), long.len()) };
+            assert!(landed == long, "{side}: the Long's bytes in the segment");
+        }
     }
 }
 
