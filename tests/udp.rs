@@ -311,39 +311,27 @@ fn ranks_disagreeing_on_the_tag_are_refused_at_start() {
 /// fragmenting at the others).
 #[test]
 fn ranks_disagreeing_on_the_mtu_or_segment_size_are_refused_at_start() {
-    let hello = example("hello");
-    for (var, rank1, want) in [
-        (
-            "SPLITRT_UDP_MTU",
-            "1472",
-            "rank 0 runs with SPLITRT_UDP_MTU=65507, rank 1 with SPLITRT_UDP_MTU=1472",
-        ),
-        (
-            "SPLITRT_SEGMENT_SIZE",
-            "8M",
-            "rank 0 runs with SPLITRT_SEGMENT_SIZE=16777216, rank 1 with \
+    refused_at_start(
+        &[("SPLITRT_SEGMENT_SIZE", "16M")],
+        &[
+            (
+                "SPLITRT_UDP_MTU",
+                "1472",
+                "rank 0 runs with SPLITRT_UDP_MTU=65507, rank 1 with SPLITRT_UDP_MTU=1472",
+            ),
+            (
+                "SPLITRT_SEGMENT_SIZE",
+                "8M",
+                "rank 0 runs with SPLITRT_SEGMENT_SIZE=16777216, rank 1 with \
              SPLITRT_SEGMENT_SIZE=8388608",
-        ),
-        (
-            "SPLITRT_MAX_MEDIUM",
-            "32K",
-            "rank 0 runs with SPLITRT_MAX_MEDIUM=65536, rank 1 with SPLITRT_MAX_MEDIUM=32768",
-        ),
-    ] {
-        let script = format!(
-            "[ \"$SPLITRT_RANK\" = 1 ] && export {var}={rank1}; exec {}",
-            hello.display()
-        );
-        let env = [UDP, ("SPLITRT_SEGMENT_SIZE", "16M")];
-        let r = run_job(2, &"/bin/sh".into(), &["-c", &script], &env, 30);
-        assert_ne!(r.code, 0, "{var}: {r:?}");
-        assert!(
-            r.stderr.contains(want) && r.stderr.contains("same value of this setting"),
-            "{var}: {}",
-            r.stderr
-        );
-        assert!(!r.stdout.contains("got"), "no rank may start: {r:?}");
-    }
+            ),
+            (
+                "SPLITRT_MAX_MEDIUM",
+                "32K",
+                "rank 0 runs with SPLITRT_MAX_MEDIUM=65536, rank 1 with SPLITRT_MAX_MEDIUM=32768",
+            ),
+        ],
+    );
 }
 
 /// A UDP window or peer timeout exported on one host only: ranks that
@@ -354,25 +342,37 @@ fn ranks_disagreeing_on_the_mtu_or_segment_size_are_refused_at_start() {
 /// peer's longer interval) for dead.
 #[test]
 fn ranks_disagreeing_on_the_udp_window_or_peer_timeout_are_refused_at_start() {
-    let hello = example("hello");
-    for (var, rank1, want) in [
-        (
-            "SPLITRT_UDP_WINDOW",
-            "8",
-            "rank 0 runs with SPLITRT_UDP_WINDOW=32, rank 1 with SPLITRT_UDP_WINDOW=8",
-        ),
-        (
-            "SPLITRT_UDP_PEER_TIMEOUT",
-            "0.5",
-            "rank 0 runs with SPLITRT_UDP_PEER_TIMEOUT=10, rank 1 with \
+    refused_at_start(
+        &[],
+        &[
+            (
+                "SPLITRT_UDP_WINDOW",
+                "8",
+                "rank 0 runs with SPLITRT_UDP_WINDOW=32, rank 1 with SPLITRT_UDP_WINDOW=8",
+            ),
+            (
+                "SPLITRT_UDP_PEER_TIMEOUT",
+                "0.5",
+                "rank 0 runs with SPLITRT_UDP_PEER_TIMEOUT=10, rank 1 with \
              SPLITRT_UDP_PEER_TIMEOUT=0.5",
-        ),
-    ] {
+            ),
+        ],
+    );
+}
+
+/// Start a 2-rank UDP job of `hello` per case, with `env` on both ranks and
+/// the case's variable set to its value on rank 1 only, and check that no
+/// rank starts and the error names both ranks and values (`want`).
+fn refused_at_start(env: &[(&str, &str)], cases: &[(&str, &str, &str)]) {
+    let hello = example("hello");
+    for &(var, rank1, want) in cases {
         let script = format!(
             "[ \"$SPLITRT_RANK\" = 1 ] && export {var}={rank1}; exec {}",
             hello.display()
         );
-        let r = run_job(2, &"/bin/sh".into(), &["-c", &script], &[UDP], 30);
+        let mut all = vec![UDP];
+        all.extend_from_slice(env);
+        let r = run_job(2, &"/bin/sh".into(), &["-c", &script], &all, 30);
         assert_ne!(r.code, 0, "{var}: {r:?}");
         assert!(
             r.stderr.contains(want) && r.stderr.contains("same value of this setting"),

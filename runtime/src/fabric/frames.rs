@@ -675,16 +675,8 @@ mod tests {
         let mut r = Reassembler::default();
         let mut got = Vec::new();
         for b in &bodies {
-            r.feed(7, b, 65536, &mut seg, &mut |d| {
-                got.push((
-                    d.src,
-                    d.tag,
-                    d.words.to_vec(),
-                    d.payload.to_vec(),
-                    d.deposit,
-                ))
-            })
-            .unwrap();
+            r.feed(7, b, 65536, &mut seg, &mut |d| got.push(d.owned()))
+                .unwrap();
         }
         assert_eq!(got.len(), 3);
         assert_eq!(got[0], (7, 1, vec![1, 2], vec![], None));

@@ -130,6 +130,25 @@ pub struct Delivery<'a> {
     pub deposit: Option<Deposit>,
 }
 
+/// A [`Delivery`] copied out of the callback, for tests: source, tag,
+/// words, inline payload, deposit.
+#[cfg(test)]
+pub(crate) type OwnedDelivery = (usize, u16, Vec<u64>, Vec<u8>, Option<Deposit>);
+
+#[cfg(test)]
+impl Delivery<'_> {
+    /// This delivery copied out of the callback (tests only).
+    pub(crate) fn owned(&self) -> OwnedDelivery {
+        (
+            self.src,
+            self.tag,
+            self.words.to_vec(),
+            self.payload.to_vec(),
+            self.deposit,
+        )
+    }
+}
+
 /// A deposited payload's place in the receiver's segment: an offset and a
 /// length, never the bytes (the upper layer reads them, if at all, through
 /// a [`LocalView`](crate::view::LocalView)).

@@ -1394,37 +1394,15 @@ mod frames_segment_sources_tests {
             },
         ];
         // (tag, words, inline payload, deposit) as each receiver saw them
-        type Got = Vec<(
-            usize,
-            u16,
-            Vec<u64>,
-            Vec<u8>,
-            Option<crate::fabric::Deposit>,
-        )>;
+        type Got = Vec<crate::fabric::OwnedDelivery>;
         let (mut over_shm, mut over_udp): (Got, Got) = (Vec::new(), Vec::new());
         let t0 = Instant::now();
         let poll = |over_shm: &mut Got, over_udp: &mut Got| {
             assert!(t0.elapsed() < Duration::from_secs(10), "timed out");
-            h1.poll(Channel::Request, &mut |d| {
-                over_udp.push((
-                    d.src,
-                    d.tag,
-                    d.words.to_vec(),
-                    d.payload.to_vec(),
-                    d.deposit,
-                ))
-            })
-            .unwrap();
+            h1.poll(Channel::Request, &mut |d| over_udp.push(d.owned()))
+                .unwrap();
             hybrid
-                .poll(Channel::Request, &mut |d| {
-                    over_shm.push((
-                        d.src,
-                        d.tag,
-                        d.words.to_vec(),
-                        d.payload.to_vec(),
-                        d.deposit,
-                    ))
-                })
+                .poll(Channel::Request, &mut |d| over_shm.push(d.owned()))
                 .unwrap();
         };
         let mut none = |_| -> Result<()> { Ok(()) };
