@@ -136,12 +136,24 @@ mod tests {
 
     /// [`host`] over shared queues (`shared`) or per-pair rings.
     fn host_of(tag: &str, n: usize, cell: usize, len: usize, shared: bool) -> Vec<ShmFabric> {
+        host_max(tag, n, cell, len, shared, 4096)
+    }
+
+    /// [`host_of`] with Mediums up to `max_medium` bytes.
+    fn host_max(
+        tag: &str,
+        n: usize,
+        cell: usize,
+        len: usize,
+        shared: bool,
+        max_medium: usize,
+    ) -> Vec<ShmFabric> {
         let job = format!("unitq{tag}{}", std::process::id());
         let cfg = Config {
             segment_size: 1 << 20,
             cell_size: cell,
             ring_len: len,
-            max_medium: 4096,
+            max_medium,
             shm_queue: if shared {
                 ShmQueue::Shared
             } else {
@@ -417,6 +429,80 @@ mod tests {
             .unwrap_or(100_000);
         path_shared(n);
         path_pairs(n);
+    }
+
+    /// One Medium of `payload` from rank 1 to rank 0 (the send path alone,
+    /// for callgrind's inclusive count).
+    #[inline(never)]
+    fn medium_send(f: &[ShmFabric], payload: &[u8], i: u64) {
+        let none = &mut |_: u32| -> Result<()> { Ok(()) };
+        let pkt = Packet {
+            tag: 8,
+            words: &[i],
+            payload,
+            deposit: None,
+        };
+        assert!(f[1].try_send(0, Channel::Request, &pkt, none).unwrap());
+    }
+
+    /// Rank 0 polls until one Medium is delivered (the receive path alone):
+    /// its length and first byte.
+    #[inline(never)]
+    fn medium_poll(f: &[ShmFabric]) -> (usize, u8) {
+        let mut got = (0, 0);
+        let mut n = 0;
+        while n == 0 {
+            n = f[0]
+                .poll(Channel::Request, &mut |d| {
+                    got = (d.payload.len(), d.payload[0])
+                })
+                .unwrap();
+        }
+        got
+    }
+
+    /// The per-Medium path, for `valgrind --tool=callgrind` (docs/scale.md
+    /// "Session 15: large Mediums on the shared queue"): `n` Mediums of
+    /// `size` bytes from rank 1 to rank 0 over cells of 4 KiB (64 of them,
+    /// the defaults), each sent ([`medium_send`]) and then polled until
+    /// delivered ([`medium_poll`]) in one thread, so the counts per
+    /// message are exact; a queue (`shared`) or a ring. Asserts what
+    /// arrived.
+    #[inline(never)]
+    fn medium_loop(f: &[ShmFabric], size: usize, n: u64) {
+        let payload: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        for i in 0..n {
+            medium_send(f, &payload, i);
+            assert_eq!(medium_poll(f), (size, 0));
+        }
+    }
+
+    #[inline(never)]
+    fn medium_shared(size: usize, n: u64) {
+        medium_loop(&host_max("cgmq", 2, 4096, 64, true, 64 << 10), size, n);
+    }
+
+    #[inline(never)]
+    fn medium_pairs(size: usize, n: u64) {
+        medium_loop(&host_max("cgmr", 2, 4096, 64, false, 64 << 10), size, n);
+    }
+
+    /// Runs [`medium_loop`] over a queue and over a ring: `SHMQ_MED_N`
+    /// Mediums (default 1000) of `SHMQ_MED_SIZE` bytes (default 16384).
+    /// Run it under callgrind: `medium_send` and `medium_poll` inclusive
+    /// under `medium_shared` and `medium_pairs`, over `n`.
+    #[test]
+    #[ignore = "a measurement loop for callgrind (docs/scale.md)"]
+    fn shmq_medium_path_loop() {
+        let var = |k: &str, d: u64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let (n, size) = (var("SHMQ_MED_N", 1000), var("SHMQ_MED_SIZE", 16384));
+        medium_shared(size as usize, n);
+        medium_pairs(size as usize, n);
     }
 
     /// A rank started with `SPLITRT_SHM_QUEUE=pairs` and one with `shared`
