@@ -9,8 +9,9 @@
 //! protocols' business (their `order` modules).
 //!
 //! What a cell holds after its header: `cell_size - CELL_HDR` bytes in a
-//! ring; in the shared queue also the [`CELL_PAD`](super::layout::CELL_PAD) bytes that follow every
-//! cell ([`Cells::padded`]: a 4 KiB Medium in one 4 KiB cell, not two).
+//! ring; in the shared queue also the
+//! [`CELL_PAD`](super::layout::CELL_PAD) bytes that follow every cell
+//! ([`Cells::padded`]: a 4 KiB Medium in one 4 KiB cell, not two).
 
 use super::layout::{
     cell_stride, CellMeta, CELL_HDR, F_DEPOSIT, F_FIRST, F_LAST, F_ZONE, RING_CTRL,
@@ -24,8 +25,8 @@ pub(crate) struct Cells {
     base: *mut u8,
     stride: usize,
     /// Bytes after a cell's header for its argument words and payload:
-    /// `cell_size - CELL_HDR`, or [`CELL_PAD`](super::layout::CELL_PAD) more ([`padded`](Self::padded)),
-    /// at most `stride - CELL_HDR`.
+    /// `cell_size - CELL_HDR`, or [`CELL_PAD`](super::layout::CELL_PAD)
+    /// more ([`padded`](Self::padded)); at most `stride - CELL_HDR`.
     room: usize,
     len: u64,
     /// `len - 1` when `len` is a power of two (the default 64): the cell
@@ -97,9 +98,12 @@ impl Cells {
         }
     }
 
-    /// The same cells, each holding its [`CELL_PAD`](super::layout::CELL_PAD) bytes too: words and
-    /// payload may run to the next cell's start (`stride - CELL_HDR` bytes
-    /// after the header, not `cell_size - CELL_HDR`). The shared queue's
+    /// The same cells, each holding its
+    /// [`CELL_PAD`](super::layout::CELL_PAD) bytes too: words and payload
+    /// may run to the next cell's start (`stride - CELL_HDR` bytes after
+    /// the header, not `cell_size - CELL_HDR`). The pad is a cache line of
+    /// its own (cells are 64-aligned, sizes multiples of 64), so filling
+    /// it shares no line with the next cell's state word. The shared queue's
     /// cells (`mpq.rs`): with 4 KiB cells a 4 KiB Medium takes one cell
     /// (4,128 B of payload, not 4,064) and a 16 KiB one four, not five.
     /// The pad stays inside the mapping `new` was given (it spans `len`
