@@ -7,6 +7,11 @@
 //! module finds cells, writes a cell's head and payload and reads and
 //! vets a published cell; when a cell may be written or read is the
 //! protocols' business (their `order` modules).
+//!
+//! What a cell holds after its header: `cell_size - CELL_HDR` bytes in a
+//! ring; in the shared queue also the
+//! [`CELL_PAD`](super::layout::CELL_PAD) bytes that follow every cell
+//! ([`Cells::padded`]: a 4 KiB Medium in one 4 KiB cell, not two).
 
 use super::layout::{
     cell_stride, CellMeta, CELL_HDR, F_DEPOSIT, F_FIRST, F_LAST, F_ZONE, RING_CTRL,
@@ -18,8 +23,11 @@ use std::sync::atomic::AtomicU64;
 #[derive(Clone, Copy)]
 pub(crate) struct Cells {
     base: *mut u8,
-    cell_size: usize,
     stride: usize,
+    /// Bytes after a cell's header for its argument words and payload:
+    /// `cell_size - CELL_HDR`, or [`CELL_PAD`](super::layout::CELL_PAD)
+    /// more ([`padded`](Self::padded)); at most `stride - CELL_HDR`.
+    room: usize,
     len: u64,
     /// `len - 1` when `len` is a power of two (the default 64): the cell
     /// index is then a mask, not a 64-bit division (20-40 cycles on every
@@ -79,14 +87,34 @@ impl Cells {
         debug_assert!(len >= 2 && cell_size >= CELL_HDR + 8 * MAX_WORDS);
         Cells {
             base,
-            cell_size,
             stride: cell_stride(cell_size),
+            room: cell_size - CELL_HDR,
             len: len as u64,
             mask: if len.is_power_of_two() {
                 len as u64 - 1
             } else {
                 0
             },
+        }
+    }
+
+    /// The same cells, each holding its
+    /// [`CELL_PAD`](super::layout::CELL_PAD) bytes too: words and payload
+    /// may run to the next cell's start (`stride - CELL_HDR` bytes after
+    /// the header, not `cell_size - CELL_HDR`). The pad is a cache line of
+    /// its own (cells are 64-aligned, sizes multiples of 64), so filling
+    /// it shares no line with the next cell's state word. The shared queue's
+    /// cells (`mpq.rs`): with 4 KiB cells a 4 KiB Medium takes one cell
+    /// (4,128 B of payload, not 4,064) and a 16 KiB one four, not five.
+    /// The pad stays inside the mapping `new` was given (it spans `len`
+    /// whole strides) and the headers stay where they were (the pad's
+    /// purpose: different L1 sets). Writer and reader must agree: both
+    /// sides of a queue are made by `shared_rx::queue`, and the file's
+    /// layout version says so to a rank of another build.
+    pub(crate) fn padded(self) -> Self {
+        Cells {
+            room: self.stride - CELL_HDR,
+            ..self
         }
     }
 
@@ -169,7 +197,7 @@ impl Cells {
     /// Payload capacity of a cell carrying `nwords` argument words.
     #[inline(always)]
     pub(crate) fn capacity(&self, nwords: usize) -> usize {
-        self.cell_size - CELL_HDR - nwords * 8
+        self.room - nwords * 8
     }
 
     /// Write the meta and argument words of the cell of `n` (not its first
@@ -230,11 +258,12 @@ impl Cells {
         debug_assert!(chunk.len() <= self.capacity(words.len()));
         // SAFETY: the caller's contract is `write_head`'s.
         let cell = unsafe { self.write_head(n, meta, words) };
-        // SAFETY: the words end at most at the cell's end (the contract),
-        // so the payload's start is inside or one past it.
+        // SAFETY: the words end at most `room` bytes past the header (the
+        // contract), inside the cell's stride or one past it.
         let payload = unsafe { cell.add(CELL_HDR + words.len() * 8) };
         // SAFETY: `chunk` is a live slice; `chunk.len() <= capacity(words)`
-        // (the contract) keeps the destination inside the cell, which is
+        // (the contract) keeps the destination within `room` bytes of the
+        // header, inside the cell's stride (its pad included), which is
         // the caller's to write; `memmove` needs no alignment.
         unsafe { crate::memmove::memmove(chunk.as_ptr(), payload, chunk.len()) };
     }
@@ -256,7 +285,7 @@ impl Cells {
         // contract) and 8-aligned; every bit pattern is a valid CellMeta
         // (plain integers), and `check_meta` vets what a peer wrote.
         let meta = unsafe { std::ptr::read(meta_at) };
-        if let Err(e) = check_meta(&meta, self.cell_size - CELL_HDR) {
+        if let Err(e) = check_meta(&meta, self.room) {
             return (meta, Err(e));
         }
         let nw = meta.nwords as usize;
@@ -266,11 +295,13 @@ impl Cells {
         // holds that many (`new`), so the words lie in the published cell,
         // unchanged while the view lives (the contract); 8-aligned.
         let words = unsafe { std::slice::from_raw_parts(words_at, nw) };
-        // SAFETY: `CELL_HDR + nw * 8 <= cell_size` (as above), inside or
-        // one past the cell.
+        // SAFETY: `nw * 8 <= room` (as above): inside the cell's stride
+        // or one past it.
         let chunk_at = unsafe { cell.add(CELL_HDR + nw * 8) };
-        // SAFETY: check_meta bounded `meta.len` by what the cell holds
-        // after the words; unchanged while the view lives, as above.
+        // SAFETY: check_meta bounded `meta.len` by `room` less the words:
+        // the chunk ends at most `room` bytes past the header, inside the
+        // cell's stride (`room <= stride - CELL_HDR`), in the mapping;
+        // unchanged while the view lives, as above.
         let chunk = unsafe { std::slice::from_raw_parts(chunk_at, meta.len as usize) };
         (meta, Ok(CellView { meta, words, chunk }))
     }

@@ -15,7 +15,8 @@
 //! handler returned), which the sender sees in the ring's tail.
 //! A ring is a 128-byte control block (the consumer's published tail) and
 //! `ring_len` cells of `cell_size` bytes, each followed by [`CELL_PAD`]
-//! unused bytes. A cell starts with an 8-byte
+//! unused bytes (in a ring; the shared queue's cells fill them too). A
+//! cell starts with an 8-byte
 //! sequence word (published last) and a [`CellMeta`]; argument words and
 //! payload follow at [`CELL_HDR`].
 
@@ -29,8 +30,10 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"SPLITRT1");
 /// Layout version; bump on any change to this file or to where a
 /// protocol keeps its words (6: the shared queue's `want` moved to offset
 /// 8 of its control block, `mpq.rs`; a v5 rank would set it where a v6
-/// consumer never looks).
-pub const VERSION: u32 = 6;
+/// consumer never looks; 7: the shared queue's cells hold their
+/// [`CELL_PAD`] too, `Cells::padded`: a v6 consumer would reject a v7
+/// sender's fuller cells).
+pub const VERSION: u32 = 7;
 /// Bytes reserved for the file header.
 pub const HEADER_BYTES: usize = 4096;
 /// Offset in the header of the owner's CPU affinity mask
@@ -44,8 +47,10 @@ pub const RING_CTRL: usize = 128;
 /// Bytes before a cell's argument words: sequence word + [`CellMeta`].
 pub const CELL_HDR: usize = 32;
 
-/// Unused bytes after every cell, so consecutive cell headers fall into
-/// different L1 cache sets even when the cell size is a multiple of 4 KiB.
+/// Bytes after every cell, so consecutive cell headers fall into
+/// different L1 cache sets even when the cell size is a multiple of 4 KiB:
+/// unused in a ring; the end of the cell's payload in the shared queue
+/// (`Cells::padded`).
 pub const CELL_PAD: usize = 64;
 
 /// Distance between consecutive cells of a ring.

@@ -710,6 +710,49 @@ mod tests {
         }
     }
 
+    /// A padded queue's cell (`Cells::padded`, what `shared_rx::queue`
+    /// makes) carries its 64 B pad: 256 B cells hold 288 B after the
+    /// header. Full cells, the last one's pad at the end of the memory,
+    /// lap after lap: each arrives whole, and writing a pad leaves the
+    /// next cell's state word alone (the consumer sees the next cell
+    /// empty, then published). One byte more is a malformed cell.
+    #[test]
+    fn padded_cells_carry_their_pad() {
+        let len = 2;
+        let mut m = mem(256, len);
+        // SAFETY: `m` outlives the queue, 8-aligned, 256 B cells.
+        let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) }.padded();
+        assert_eq!((q.capacity(0), q.capacity(1)), (288, 280));
+        let (mut p, mut c) = (QProducer::new(q, 1), QConsumer::new(q));
+        let full = |i: u64| -> Vec<u8> { (0..280).map(|b| (b as u64 * 7 + i) as u8).collect() };
+        for i in 0..6u64 {
+            assert!(p.has_room(), "lap {i}");
+            let meta = CellMeta {
+                flags: F_FIRST | F_LAST,
+                nwords: 1,
+                len: 280,
+                total: 280,
+                ..Default::default()
+            };
+            p.push(meta, &[i], &full(i));
+            let (src, v) = c.peek().expect("published");
+            let v = v.unwrap();
+            assert_eq!((src, v.words, v.chunk), (1, &[i][..], &full(i)[..]));
+            c.release();
+            assert!(c.peek().is_none(), "the next cell looks published");
+        }
+        assert!(p.has_room());
+        let meta = CellMeta {
+            flags: F_FIRST | F_LAST,
+            len: 289,
+            total: 289,
+            ..Default::default()
+        };
+        p.push(meta, &[], &[]);
+        let (_, v) = c.peek().expect("published");
+        assert!(v.err().unwrap().contains("holds at most 288"));
+    }
+
     /// Shorts through `peek_short`, with the sender's rank.
     #[test]
     fn shorts_carry_their_sender() {

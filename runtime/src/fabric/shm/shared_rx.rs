@@ -17,7 +17,9 @@ use crate::trace::Clock;
 use crate::Result;
 
 /// The queue of channel `ch` in `file` (where a single sender's ring of
-/// that channel would be).
+/// that channel would be). Its cells hold their pad too
+/// ([`Cells::padded`](super::cells::Cells::padded)): senders and the
+/// consumer all make it here, so they agree on what a cell holds.
 pub(super) fn queue(file: &ShmFile, l: &Layout, ch: usize) -> Queue {
     // SAFETY: ring_off(0, ch) + ring_stride lies inside the file
     // (Layout::new, one sender), 64-aligned (4096 + a multiple of the
@@ -27,7 +29,7 @@ pub(super) fn queue(file: &ShmFile, l: &Layout, ch: usize) -> Queue {
     // ring_len * cell_stride(cell_size) mapped bytes, 64-aligned, kept as
     // long as the fabric; ring_len >= 2 and cell_size >= 256
     // (`Config::validate`).
-    unsafe { Queue::new(base, l.cell_size, l.ring_len) }
+    unsafe { Queue::new(base, l.cell_size, l.ring_len) }.padded()
 }
 
 /// Fault in this rank's own queues (every sender writes them: one fault
@@ -136,12 +138,24 @@ mod tests {
 
     /// [`host`] over shared queues (`shared`) or per-pair rings.
     fn host_of(tag: &str, n: usize, cell: usize, len: usize, shared: bool) -> Vec<ShmFabric> {
+        host_max(tag, n, cell, len, shared, 4096)
+    }
+
+    /// [`host_of`] with Mediums up to `max_medium` bytes.
+    fn host_max(
+        tag: &str,
+        n: usize,
+        cell: usize,
+        len: usize,
+        shared: bool,
+        max_medium: usize,
+    ) -> Vec<ShmFabric> {
         let job = format!("unitq{tag}{}", std::process::id());
         let cfg = Config {
             segment_size: 1 << 20,
             cell_size: cell,
             ring_len: len,
-            max_medium: 4096,
+            max_medium,
             shm_queue: if shared {
                 ShmQueue::Shared
             } else {
@@ -267,6 +281,50 @@ mod tests {
         assert!(l.segment_off <= 4096 + 2 * (128 + 8 * (256 + 64)) + 4095);
     }
 
+    /// A queue's cell holds its pad too (`Cells::padded`): over 4 KiB
+    /// cells a 4 KiB Medium takes one cell (OLD: two, 4,064 B + 32 B,
+    /// and a reassembly copy), up to 4,128 B less 8 per argument word
+    /// does, and a 16 KiB one four cells (OLD: five); one byte more takes
+    /// another cell. Each arrives whole, named by its sender. The cells
+    /// taken are the sender's credits before the poll.
+    #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
+    )]
+    fn shmq_a_4_kib_medium_takes_one_cell_of_4_kib() {
+        let f = host_max("pad", 2, 4096, 8, true, 64 << 10);
+        let none = &mut |_: u32| -> Result<()> { Ok(()) };
+        let big: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
+        let cases: [(&[u64], usize, usize); 7] = [
+            (&[], 4096, 1),
+            (&[1, 2, 3, 4], 4096, 1),
+            (&[], 4128, 1),
+            (&[], 4129, 2),
+            (&[7], 4121, 2),
+            (&[], 8192, 2),
+            (&[], 16384, 4),
+        ];
+        for (words, len, cells) in cases {
+            let pkt = Packet {
+                tag: 8,
+                words,
+                payload: &big[..len],
+                deposit: None,
+            };
+            assert!(f[1].try_send(0, Channel::Request, &pkt, none).unwrap());
+            assert_eq!(
+                f[1].credits(0, Channel::Request),
+                Some((8 - cells, 8)),
+                "{len} B with {} words",
+                words.len()
+            );
+            let got = collect(&f[0], Channel::Request);
+            assert_eq!(got, vec![(1, 8, words.to_vec(), big[..len].to_vec())]);
+            assert_eq!(f[1].credits(0, Channel::Request), Some((8, 8)));
+        }
+    }
+
     /// A sender refused for want of room, whose doorbell the consumer rang
     /// when it freed cells before the sender announced its sleep (the ring
     /// found no sleeper), still sees the room in its last look before
@@ -297,7 +355,7 @@ mod tests {
 
     /// Cells a broken sender wrote into the queue: a sender rank beyond
     /// the host's, a landing-zone flag, a streamed chunk out of place, a
-    /// deposit outside the segment. Each is a `Protocol` error, the queue
+    /// deposit outside the segment, a length past the cell's pad. Each is a `Protocol` error, the queue
     /// goes on, and a good Short behind them arrives.
     #[test]
     #[cfg_attr(
@@ -354,6 +412,18 @@ mod tests {
                 },
                 None,
                 "outside the segment",
+            ),
+            (
+                // one byte past the cell's pad (256 + 64 - 32 B hold
+                // the payload), which ends at the next cell's state word
+                CellMeta {
+                    flags: F_FIRST | F_LAST,
+                    len: 289,
+                    total: 289,
+                    ..Default::default()
+                },
+                None,
+                "cell claims 289 B, holds at most 288",
             ),
         ];
         for (meta, src, what) in cases {
@@ -417,6 +487,80 @@ mod tests {
             .unwrap_or(100_000);
         path_shared(n);
         path_pairs(n);
+    }
+
+    /// One Medium of `payload` from rank 1 to rank 0 (the send path alone,
+    /// for callgrind's inclusive count).
+    #[inline(never)]
+    fn medium_send(f: &[ShmFabric], payload: &[u8], i: u64) {
+        let none = &mut |_: u32| -> Result<()> { Ok(()) };
+        let pkt = Packet {
+            tag: 8,
+            words: &[i],
+            payload,
+            deposit: None,
+        };
+        assert!(f[1].try_send(0, Channel::Request, &pkt, none).unwrap());
+    }
+
+    /// Rank 0 polls until one Medium is delivered (the receive path alone):
+    /// its length and first byte.
+    #[inline(never)]
+    fn medium_poll(f: &[ShmFabric]) -> (usize, u8) {
+        let mut got = (0, 0);
+        let mut n = 0;
+        while n == 0 {
+            n = f[0]
+                .poll(Channel::Request, &mut |d| {
+                    got = (d.payload.len(), d.payload[0])
+                })
+                .unwrap();
+        }
+        got
+    }
+
+    /// The per-Medium path, for `valgrind --tool=callgrind` (docs/scale.md
+    /// "Session 15: large Mediums on the shared queue"): `n` Mediums of
+    /// `size` bytes from rank 1 to rank 0 over cells of 4 KiB (64 of them,
+    /// the defaults), each sent ([`medium_send`]) and then polled until
+    /// delivered ([`medium_poll`]) in one thread, so the counts per
+    /// message are exact; a queue (`shared`) or a ring. Asserts what
+    /// arrived.
+    #[inline(never)]
+    fn medium_loop(f: &[ShmFabric], size: usize, n: u64) {
+        let payload: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        for i in 0..n {
+            medium_send(f, &payload, i);
+            assert_eq!(medium_poll(f), (size, 0));
+        }
+    }
+
+    #[inline(never)]
+    fn medium_shared(size: usize, n: u64) {
+        medium_loop(&host_max("cgmq", 2, 4096, 64, true, 64 << 10), size, n);
+    }
+
+    #[inline(never)]
+    fn medium_pairs(size: usize, n: u64) {
+        medium_loop(&host_max("cgmr", 2, 4096, 64, false, 64 << 10), size, n);
+    }
+
+    /// Runs [`medium_loop`] over a queue and over a ring: `SHMQ_MED_N`
+    /// Mediums (default 1000) of `SHMQ_MED_SIZE` bytes (default 16384).
+    /// Run it under callgrind: `medium_send` and `medium_poll` inclusive
+    /// under `medium_shared` and `medium_pairs`, over `n`.
+    #[test]
+    #[ignore = "a measurement loop for callgrind (docs/scale.md)"]
+    fn shmq_medium_path_loop() {
+        let var = |k: &str, d: u64| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(d)
+        };
+        let (n, size) = (var("SHMQ_MED_N", 1000), var("SHMQ_MED_SIZE", 16384));
+        medium_shared(size as usize, n);
+        medium_pairs(size as usize, n);
     }
 
     /// A rank started with `SPLITRT_SHM_QUEUE=pairs` and one with `shared`
