@@ -101,11 +101,14 @@ impl Cells {
     /// The same cells, each holding its
     /// [`CELL_PAD`](super::layout::CELL_PAD) bytes too: words and payload
     /// may run to the next cell's start (`stride - CELL_HDR` bytes after
-    /// the header, not `cell_size - CELL_HDR`). The pad is a cache line of
-    /// its own (cells are 64-aligned, sizes multiples of 64), so filling
-    /// it shares no line with the next cell's state word. The shared queue's
-    /// cells (`mpq.rs`): with 4 KiB cells a 4 KiB Medium takes one cell
-    /// (4,128 B of payload, not 4,064) and a 16 KiB one four, not five.
+    /// the header, not `cell_size - CELL_HDR`). The pad is a 64-byte cache
+    /// line of its own (cells are 64-aligned, sizes multiples of 64), so
+    /// filling it shares no 64-byte line with the next cell's state word
+    /// (on CPUs with 128-byte lines or an adjacent-line prefetcher they are
+    /// neighbours: a cost, not a race). The shared queue's cells
+    /// (`mpq.rs`): with 4 KiB cells a 4 KiB Medium with up to 4 argument
+    /// words takes one cell (4,128 B after the header, less 8 B a word;
+    /// before, 4,064) and a 16 KiB one four, not five.
     /// The pad stays inside the mapping `new` was given (it spans `len`
     /// whole strides) and the headers stay where they were (the pad's
     /// purpose: different L1 sets). Writer and reader must agree: both

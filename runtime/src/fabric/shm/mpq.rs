@@ -753,6 +753,68 @@ mod tests {
         assert!(v.err().unwrap().contains("holds at most 288"));
     }
 
+    /// Review of h15-medium: padded cells filled to their last byte by two
+    /// senders on threads of their own while the consumer peeks, checks
+    /// and releases on a third. Under Miri this checks that a sender's
+    /// write into its cell's pad never races a look at the next cell's
+    /// state word (with a room one byte past the pad, Miri reported
+    /// exactly that data race); natively, that every byte arrives, in
+    /// each sender's order. Bounded: 10 s for room, 30 s in all.
+    #[test]
+    fn full_padded_cells_from_two_threads() {
+        use std::time::{Duration, Instant};
+        let len = 4;
+        let mut m = mem(256, len);
+        // SAFETY: `m` outlives the queue (the scope below ends first),
+        // 8-aligned, 256 B cells.
+        let q = unsafe { Queue::new(m.as_mut_ptr() as *mut u8, 256, len) }.padded();
+        let per = if cfg!(miri) { 12u64 } else { 2000 };
+        let room = q.capacity(1);
+        let full = move |src: u64, i: u64| -> Vec<u8> {
+            (0..room)
+                .map(|b| (b as u64 * 31 + i * 7 + src) as u8)
+                .collect()
+        };
+        let meta = CellMeta {
+            flags: F_FIRST | F_LAST,
+            nwords: 1,
+            len: room as u32,
+            total: room as u32,
+            ..Default::default()
+        };
+        std::thread::scope(|s| {
+            for src in 0..2u64 {
+                s.spawn(move || {
+                    let mut p = QProducer::new(q, src as usize);
+                    for i in 0..per {
+                        let t0 = Instant::now();
+                        while !p.has_room() {
+                            assert!(t0.elapsed() < Duration::from_secs(10), "no room");
+                            std::thread::yield_now();
+                        }
+                        p.push(meta, &[i], &full(src, i));
+                    }
+                });
+            }
+            let mut c = QConsumer::new(q);
+            let mut next = [0u64; 2];
+            let t0 = Instant::now();
+            while next.iter().sum::<u64>() < 2 * per {
+                assert!(t0.elapsed() < Duration::from_secs(30), "got {next:?}");
+                match c.peek() {
+                    Some((src, v)) => {
+                        let v = v.unwrap();
+                        assert_eq!(v.words, &[next[src]][..], "sender {src}");
+                        assert_eq!(v.chunk, &full(src as u64, next[src])[..]);
+                        next[src] += 1;
+                        c.release();
+                    }
+                    None => std::thread::yield_now(),
+                }
+            }
+        });
+    }
+
     /// Shorts through `peek_short`, with the sender's rank.
     #[test]
     fn shorts_carry_their_sender() {

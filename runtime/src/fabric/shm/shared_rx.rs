@@ -294,11 +294,25 @@ mod tests {
     )]
     fn shmq_a_4_kib_medium_takes_one_cell_of_4_kib() {
         let f = host_max("pad", 2, 4096, 8, true, 64 << 10);
-        let none = &mut |_: u32| -> Result<()> { Ok(()) };
+        // a send that finds no room fails instead of spinning (nothing
+        // polls while it waits): a regression that needs more cells than
+        // the sender's credits is an error, not a hang (review of h15-medium)
+        let mut stalls = 0u32;
+        let none = &mut |_: u32| -> Result<()> {
+            stalls += 1;
+            if stalls > 1_000 {
+                return Err(crate::error::Error::protocol(
+                    "no room: the Medium took more cells",
+                ));
+            }
+            Ok(())
+        };
         let big: Vec<u8> = (0..16384u32).map(|i| (i % 251) as u8).collect();
-        let cases: [(&[u64], usize, usize); 7] = [
+        let cases: [(&[u64], usize, usize); 8] = [
             (&[], 4096, 1),
             (&[1, 2, 3, 4], 4096, 1),
+            // five words: 4,096 + 40 B is over the padded room
+            (&[1, 2, 3, 4, 5], 4096, 2),
             (&[], 4128, 1),
             (&[], 4129, 2),
             (&[7], 4121, 2),
@@ -355,8 +369,9 @@ mod tests {
 
     /// Cells a broken sender wrote into the queue: a sender rank beyond
     /// the host's, a landing-zone flag, a streamed chunk out of place, a
-    /// deposit outside the segment, a length past the cell's pad. Each is a `Protocol` error, the queue
-    /// goes on, and a good Short behind them arrives.
+    /// deposit outside the segment, a length past the cell's pad. Each is
+    /// a `Protocol` error, the queue goes on, and a good Short behind them
+    /// arrives.
     #[test]
     #[cfg_attr(
         miri,
