@@ -587,7 +587,7 @@ mod tests {
         ignore = "creates and maps a file in /dev/shm (mmap of a file: FFI)"
     )]
     fn shmq_ranks_with_different_queue_settings_refuse_each_other() {
-        let job = format!("unitqmix{}", std::process::id());
+        let job = format!("unitqsetmix{}", std::process::id());
         // removes both files however the test ends
         let _clean = crate::segment::RemoveJobFilesOnDrop(job.clone());
         let cfg = |shared| Config {
